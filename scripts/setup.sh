@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Set up subzero on a fresh machine: Java for Spark (if missing), a virtualenv in .venv,
+# and the package with its test and benchmark extras. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+java_ok() {
+  command -v java >/dev/null 2>&1 || return 1
+  local v
+  v=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
+  [[ -n "$v" && "$v" -ge 17 ]]
+}
+
+if ! java_ok; then
+  if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) -eq 0 ]]; then
+    echo "setup: installing Java 17 for Spark (openjdk-17-jre-headless)" >&2
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  else
+    echo "setup: Spark needs Java 17 or newer and none was found." >&2
+    echo "setup: install it (Debian/Ubuntu: sudo apt-get install openjdk-17-jre-headless) and run this again." >&2
+    exit 1
+  fi
+fi
+
+PY=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,bench]" 2>&1 \
+  | grep -v -e "^WARNING: Location" -e "is ignored" || true
+.venv/bin/python -c "import subzero, pyspark, lmdb, rtree, pulp" \
+  || { echo "setup: the package did not install; see the pip output above" >&2; exit 1; }

@@ -1,0 +1,110 @@
+"""Cells: coordinate validation and the conversions between coordinates, flat ids and masks.
+
+Inside subzero a cell is a flat ``int64`` id, ``np.ravel_multi_index`` over the array
+shape (a mixed-radix bit packing of its coordinates).  Users speak coordinates; the
+query frontier is a boolean mask.  Every conversion is vectorized.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from subzero.errors import LineageError
+
+__all__ = ["as_coords", "to_ids", "to_coords", "mask_from_coords", "coords_from_mask", "box_cells"]
+
+Shape = tuple[int, ...]
+
+
+def as_coords(cells: Any, shape: Shape, where: str) -> np.ndarray:
+    """Validate user cells against an array shape and return ``(N, ndim)`` int64 coordinates.
+
+    Parameters
+    ----------
+    cells
+        A list of coordinate tuples, an ``(N, ndim)`` integer array, a single coordinate
+        tuple (for arrays of rank > 1), or a boolean mask of the array's shape.
+    shape
+        The shape of the array the cells belong to.
+    where
+        What the array is (e.g. ``"node 'blur' output"``): named in error messages.
+
+    Examples
+    --------
+    >>> as_coords([(1, 2)], (3, 4), "x").tolist()
+    [[1, 2]]
+    """
+    ndim = len(shape)
+    arr = np.asarray(cells)
+    if arr.dtype == bool:
+        if arr.shape != tuple(shape):
+            raise LineageError(
+                f"boolean cell mask for {where} has shape {arr.shape}, expected {tuple(shape)}"
+            )
+        return np.argwhere(arr).astype(np.int64)
+    if arr.size == 0:
+        return np.empty((0, ndim), dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise LineageError(
+                f"cells for {where} must be integer coordinates, got {np.asarray(cells).tolist()!r:.200}"
+            )
+    if arr.ndim == 1:
+        arr = arr.reshape(-1, 1) if ndim == 1 else arr.reshape(1, -1)
+    if arr.ndim != 2 or arr.shape[1] != ndim:
+        first = arr.reshape(-1)[: max(ndim + 1, 1)].tolist() if arr.ndim else arr.tolist()
+        raise LineageError(
+            f"cells for {where} (shape {tuple(shape)}) must have {ndim} coordinates each, "
+            f"got rank-{arr.shape[-1] if arr.ndim else 0} cells starting {first}; "
+            f"pass a list of {ndim}-tuples"
+        )
+    arr = arr.astype(np.int64, copy=False)
+    bad = np.any((arr < 0) | (arr >= np.asarray(shape, dtype=np.int64)), axis=1)
+    if bad.any():
+        cell = tuple(int(v) for v in arr[np.argmax(bad)])
+        raise LineageError(
+            f"cell {cell} is out of bounds for {where} of shape {tuple(shape)} "
+            f"({int(bad.sum())} bad cell(s)); valid coordinates are 0 <= c < shape"
+        )
+    return arr
+
+
+def to_ids(coords: np.ndarray, shape: Shape) -> np.ndarray:
+    """Flat int64 cell ids of ``(N, ndim)`` coordinates (no validation)."""
+    coords = np.asarray(coords, dtype=np.int64).reshape(-1, len(shape))
+    if len(shape) == 0:
+        return np.zeros(len(coords), dtype=np.int64)
+    return np.ravel_multi_index(tuple(coords.T), shape).astype(np.int64, copy=False)
+
+
+def to_coords(ids: np.ndarray, shape: Shape) -> np.ndarray:
+    """``(N, ndim)`` int64 coordinates of flat cell ids."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if len(shape) == 0:
+        return np.empty((len(ids), 0), dtype=np.int64)
+    return np.stack(np.unravel_index(ids, shape), axis=1).astype(np.int64, copy=False)
+
+
+def mask_from_coords(coords: np.ndarray, shape: Shape) -> np.ndarray:
+    """A boolean mask of ``shape`` with the given cells set."""
+    mask = np.zeros(shape, dtype=bool)
+    mask.reshape(-1)[to_ids(coords, shape)] = True
+    return mask
+
+
+def coords_from_mask(mask: np.ndarray) -> np.ndarray:
+    """Sorted unique ``(N, ndim)`` coordinates of the set cells of a mask."""
+    return np.argwhere(mask).astype(np.int64)
+
+
+def box_cells(lo: tuple[int, ...], hi: tuple[int, ...]) -> np.ndarray:
+    """All cells of the half-open box ``[lo, hi)`` as ``(N, ndim)`` coordinates."""
+    axes = [np.arange(a, b, dtype=np.int64) for a, b in zip(lo, hi)]
+    if not axes:
+        return np.zeros((1, 0), dtype=np.int64)
+    grid = np.meshgrid(*axes, indexing="ij")
+    return np.stack([g.reshape(-1) for g in grid], axis=1)

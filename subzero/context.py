@@ -1,0 +1,214 @@
+"""The per-task context an operator's ``run`` receives: modes to produce and ``lwrite``.
+
+``lwrite`` only appends numpy arrays to in-memory buffers; nothing touches storage
+until the runtime encodes the finished task's lineage in one batch.  Coordinates given
+to ``lwrite`` are in the frame of the arrays ``run`` sees (the array it returns, and
+each input it was handed); the context adds the tile offsets, so stored lineage is
+always in global array coordinates.  For an operator that runs on whole arrays the
+two frames are the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from subzero.cells import to_ids
+from subzero.errors import LineageError
+from subzero.modes import Mode
+from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
+from subzero.tiling import Box
+
+__all__ = ["Context"]
+
+
+class Context:
+    """What ``Operator.run`` gets as ``ctx``.
+
+    Attributes
+    ----------
+    modes : frozenset of Mode
+        The lineage modes to produce in this call (empty or ``{BLACKBOX}``: none).
+    tile_box : tuple of (lo, hi)
+        The output box this task computes, in global coordinates.
+    input_boxes : tuple of boxes
+        The box of each input handed to ``run``, in global coordinates.
+    """
+
+    def __init__(self, op_name: str, modes, tile_box: Box, input_boxes: tuple[Box, ...],
+                 input_shapes: tuple[tuple[int, ...], ...], output_shape: tuple[int, ...] | None):
+        self.op_name = op_name
+        self.modes = frozenset(modes)
+        self.tile_box = tile_box
+        self.input_boxes = input_boxes
+        self._input_shapes = input_shapes
+        self._output_shape = output_shape
+        self._full: list[tuple[np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray]]] = []
+        self._pay: list[tuple[np.ndarray, np.ndarray, list[bytes]]] = []
+        self._result_shape: tuple[int, ...] | None = None
+
+    # -- the API operators call ----------------------------------------------------
+    def lwrite(self, outcells, *incells, payload=None) -> None:
+        """Record one region pair: every cell of ``outcells`` depends on every cell of each
+        ``incells[i]`` (or on what ``map_p`` computes from ``payload``).
+
+        ``payload`` may also be a sequence (or array) with one payload per out cell, which
+        records one pair per cell in a single call.
+        """
+        out = self._coords(outcells, None, "outcells")
+        if payload is not None:
+            if incells:
+                raise LineageError(f"{self.op_name}: lwrite takes input cells or a payload, not both")
+            if isinstance(payload, (bytes, bytearray, memoryview)):
+                self._pay.append((out, np.zeros(len(out), np.int64), [bytes(payload)]))
+            else:
+                payloads = _per_cell_payloads(payload, len(out), self.op_name)
+                self._pay.append((out, np.arange(len(out), dtype=np.int64), payloads))
+            return
+        if len(incells) != len(self._input_shapes):
+            raise LineageError(
+                f"{self.op_name}: lwrite got {len(incells)} input cell arrays, the operator has "
+                f"{len(self._input_shapes)} inputs; pass one (possibly empty) array per input"
+            )
+        ins = [self._coords(c, i, f"incells[{i}]") for i, c in enumerate(incells)]
+        self._full.append((out, np.zeros(len(out), np.int64), ins, [np.zeros(len(c), np.int64) for c in ins]))
+
+    def lwrite_many(self, outcells, *incells, out_pair, in_pair) -> None:
+        """Record many region pairs at once: pair ``p`` is the out cells with
+        ``out_pair == p`` and, per input ``i``, the cells with ``in_pair[i] == p``."""
+        out = self._coords(outcells, None, "outcells")
+        ins = [self._coords(c, i, f"incells[{i}]") for i, c in enumerate(incells)]
+        if len(ins) != len(self._input_shapes) or len(in_pair) != len(ins):
+            raise LineageError(f"{self.op_name}: lwrite_many needs one cell array and one in_pair per input")
+        labels = [np.asarray(out_pair, np.int64).reshape(-1)] + [np.asarray(p, np.int64).reshape(-1) for p in in_pair]
+        for lab, cells in zip(labels, [out] + ins):
+            if len(lab) != len(cells):
+                raise LineageError(f"{self.op_name}: lwrite_many got {len(lab)} pair labels for {len(cells)} cells")
+        self._full.append((out, labels[0], ins, labels[1:]))
+
+    # -- what the runtime reads back -----------------------------------------------
+    @property
+    def wrote_full(self) -> bool:
+        return bool(self._full)
+
+    @property
+    def wrote_payload(self) -> bool:
+        return bool(self._pay)
+
+    def full_pairs(self, result_box: Box) -> FullPairs:
+        """All full pairs in global cell ids, trimmed to the tile's output box."""
+        n_in = len(self._input_shapes)
+        if not self._full:
+            return FullPairs.empty(n_in)
+        offs, n_labels = _offsets([[o] + list(ins) for _, o, _, ins in self._full])
+        out_ids, out_lab, keep = self._out_ids(
+            result_box, [c[0] for c in self._full], [c[1] + off for c, off in zip(self._full, offs)], n_labels)
+        ins = []
+        for i in range(n_in):
+            origin = np.array([lo for lo, _ in self.input_boxes[i]], np.int64)
+            cells = np.concatenate([c[2][i] for c in self._full]) + origin
+            labs = np.concatenate([c[3][i] + off for c, off in zip(self._full, offs)])
+            ins.append(_group(to_ids(cells, self._input_shapes[i]), labs, keep))
+        out = _group(out_ids, out_lab, keep)
+        return FullPairs(out[0], out[1], tuple(a for a, _ in ins), tuple(b for _, b in ins))
+
+    def payload_pairs(self, result_box: Box) -> PayloadPairs:
+        """All payload pairs in global cell ids, trimmed to the tile's output box."""
+        if not self._pay:
+            return PayloadPairs.empty()
+        offs, n_labels = _offsets([[lab] for _, lab, _ in self._pay], [len(p) for _, _, p in self._pay])
+        out_ids, out_lab, keep = self._out_ids(
+            result_box, [c[0] for c in self._pay], [c[1] + off for c, off in zip(self._pay, offs)], n_labels)
+        ids, ptr = _group(out_ids, out_lab, keep)
+        payloads = [b for _, _, bs in self._pay for b in bs]
+        return PayloadPairs(ids, ptr, [b for b, k in zip(payloads, keep) if k])
+
+    # -- helpers -----------------------------------------------------------------------
+    def _coords(self, cells, i: int | None, what: str) -> np.ndarray:
+        shape = self._frame_shape(i)
+        arr = np.asarray(cells)
+        if arr.size == 0:
+            return np.empty((0, len(shape) if shape is not None else 0), np.int64)
+        if shape is None:  # output frame not known until run() returns: checked in _out_ids
+            if arr.dtype.kind not in "iu" and arr.size or arr.ndim != 2:
+                raise LineageError(
+                    f"{self.op_name}: lwrite {what} must be an (N, ndim) integer coordinate array, "
+                    f"got {arr.dtype} array of shape {arr.shape}")
+            return arr.astype(np.int64, copy=False)
+        if arr.dtype.kind not in "iu" or arr.ndim != 2 or arr.shape[1] != len(shape):
+            raise LineageError(
+                f"{self.op_name}: lwrite {what} must be an (N, {len(shape)}) integer coordinate "
+                f"array, got {arr.dtype} array of shape {arr.shape}"
+            )
+        arr = arr.astype(np.int64, copy=False)
+        if np.any(arr < 0) or np.any(arr >= np.asarray(shape)):
+            bad = arr[np.argmax(np.any((arr < 0) | (arr >= np.asarray(shape)), axis=1))]
+            raise LineageError(
+                f"{self.op_name}: lwrite {what} has cell {tuple(bad.tolist())} outside the "
+                f"array of shape {shape} that run() sees"
+            )
+        return arr
+
+    def _frame_shape(self, i: int | None) -> tuple[int, ...] | None:
+        if i is None:
+            return self._result_shape
+        return tuple(hi - lo for lo, hi in self.input_boxes[i])
+
+    def set_result_box(self, box: Box | None) -> None:
+        """Fix the frame of out cells (the array run() returns), when known before run()."""
+        self._result_shape = None if box is None else tuple(hi - lo for lo, hi in box)
+
+    def _out_ids(self, result_box: Box, cells: list[np.ndarray], labels: list[np.ndarray], n_labels: int):
+        """Global out ids trimmed to the tile, their pair labels, and which pairs survive."""
+        origin = np.array([lo for lo, _ in result_box], np.int64)
+        cells = np.concatenate(cells).reshape(-1, len(origin))
+        frame = np.array([hi - lo for lo, hi in result_box], np.int64)
+        if np.any(cells < 0) or np.any(cells >= frame):
+            bad = cells[np.argmax(np.any((cells < 0) | (cells >= frame), axis=1))]
+            raise LineageError(
+                f"{self.op_name}: lwrite outcells has cell {tuple(bad.tolist())} outside the "
+                f"output of shape {tuple(frame.tolist())} that run() returned")
+        cells = cells + origin
+        labels = np.concatenate(labels)
+        lo = np.array([a for a, _ in self.tile_box], np.int64)
+        hi = np.array([b for _, b in self.tile_box], np.int64)
+        inside = np.all((cells >= lo) & (cells < hi), axis=1)
+        keep = np.zeros(n_labels, dtype=bool)
+        keep[labels[inside]] = True
+        return to_ids(cells[inside], self._output_shape), labels[inside], keep
+
+
+def _offsets(label_sets: list[list[np.ndarray]], minimum: list[int] | None = None) -> tuple[list[int], int]:
+    """Offsets that make the pair labels of successive lwrite calls distinct, and the total."""
+    offs, total = [], 0
+    for k, labels in enumerate(label_sets):
+        offs.append(total)
+        top = max((int(lab.max()) + 1 for lab in labels if len(lab)), default=0)
+        total += max(top, minimum[k] if minimum else 0)
+    return offs, total
+
+
+def _group(ids: np.ndarray, labels: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR arrays grouping ``ids`` by label, over the labels where ``keep`` is set (renumbered)."""
+    n = len(keep)
+    sel = keep[labels] if len(labels) else np.zeros(0, bool)
+    ids, labels = ids[sel], labels[sel]
+    order = np.lexsort((ids, labels))
+    ids, labels = ids[order], labels[order]
+    counts = np.bincount(labels, minlength=n)[keep]
+    return ids, ptr_from_counts(counts)
+
+
+def _per_cell_payloads(payload, n: int, op_name: str) -> list[bytes]:
+    if isinstance(payload, np.ndarray):
+        rows = np.ascontiguousarray(payload.reshape(len(payload), int(np.prod(payload.shape[1:]))) if payload.ndim else payload.reshape(1, 1))
+        buf, width = rows.tobytes(), rows.shape[1] * rows.itemsize
+        items = [buf[k : k + width] for k in range(0, len(buf), width)] if width else [b""] * len(rows)
+    elif isinstance(payload, Sequence) and not isinstance(payload, str):
+        items = [bytes(p) for p in payload]
+    else:
+        raise LineageError(f"{op_name}: lwrite payload must be bytes or one payload per out cell, got {type(payload).__name__}")
+    if len(items) != n:
+        raise LineageError(f"{op_name}: lwrite got {len(items)} payloads for {n} out cells")
+    return items

@@ -1,0 +1,192 @@
+"""The encoder interface and the driver-side merge of per-tile encodings.
+
+An encoder turns one task's region pairs into LMDB entries (`EncodedTile`), inside the
+task; the driver merges every tile of a node into one sorted `Batch` and writes it in
+one transaction.  At query time the encoder answers one step of a lineage query from a
+`Reader` over what it stored.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from subzero.encoders.codec import CELL, keys_to_bytes, make_keys, split_keys
+from subzero.pairs import FullPairs, PayloadPairs
+
+__all__ = ["Reader", "EncodedTile", "Batch", "Encoder", "merge_tiles", "frontier_boxes"]
+
+
+class Reader(Protocol):
+    """Read access to one (node, strategy) database; implemented by the store."""
+
+    def get_many(self, keys: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+        """The keys found (uint64) and their values."""
+
+    def scan(self, kind: int) -> tuple[np.ndarray, list[bytes]]:
+        """Every entry of one key kind."""
+
+    def intersect(self, slot: int, mins: np.ndarray, maxs: np.ndarray) -> np.ndarray:
+        """Pair ids whose bounding box in ``slot`` meets any of the boxes."""
+
+
+@dataclass
+class EncodedTile:
+    """One task's encoded lineage for one strategy.
+
+    ``keys``/``values`` are entries with unique keys; ``cell_keys``/``cell_pairs`` map
+    key cells to pair ids and are merged across tiles (a cell read by two tiles' halos
+    is one key whose value lists both pairs); ``boxes[slot]`` are R-tree entries.
+    """
+
+    keys: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
+    values: list[bytes] = field(default_factory=list)
+    cell_keys: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
+    cell_pairs: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    boxes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    n_pairs: int = 0
+
+
+@dataclass
+class Batch:
+    """A node's merged lineage for one strategy: sorted entries and R-tree boxes."""
+
+    keys: list[bytes]
+    values: list[bytes]
+    boxes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    n_pairs: int
+
+    @property
+    def nbytes(self) -> int:
+        return 8 * len(self.keys) + sum(map(len, self.values))
+
+
+def merge_tiles(parts: list[EncodedTile]) -> Batch:
+    """Merge per-tile encodings into one batch sorted by key (deterministic bytes)."""
+    keys = np.concatenate([p.keys for p in parts]) if parts else np.empty(0, np.uint64)
+    values = [v for p in parts for v in p.values]
+    ck = np.concatenate([p.cell_keys for p in parts]) if parts else np.empty(0, np.uint64)
+    if len(ck):
+        cp = np.concatenate([p.cell_pairs for p in parts])
+        order = np.lexsort((cp, ck))
+        ck, cp = ck[order], cp[order]
+        starts = np.flatnonzero(np.r_[True, ck[1:] != ck[:-1]])
+        ends = np.r_[starts[1:], len(ck)] * 8
+        buf = cp.astype("<i8").tobytes()
+        values += [buf[a:b] for a, b in zip((starts * 8).tolist(), ends.tolist())]
+        keys = np.concatenate([keys, ck[starts]])
+    order = np.argsort(keys, kind="stable")
+    boxes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for slot in sorted({s for p in parts for s in p.boxes}):
+        got = [p.boxes[slot] for p in parts if slot in p.boxes]
+        boxes[slot] = tuple(np.concatenate(a) for a in zip(*got))
+    return Batch(keys_to_bytes(keys[order]), [values[k] for k in order.tolist()], boxes,
+                 sum(p.n_pairs for p in parts))
+
+
+def pair_lists(values: list[bytes]) -> np.ndarray:
+    """Unique pair ids from cell-key values."""
+    if not values:
+        return np.empty(0, np.int64)
+    return np.unique(np.frombuffer(b"".join(values), "<i8"))
+
+
+def cells_to_pairs(reader: Reader, slot: int, ids: np.ndarray) -> np.ndarray:
+    """Pair ids of the cell keys ``ids`` in ``slot`` (One encodings)."""
+    _, values = reader.get_many(make_keys(CELL, slot, ids))
+    return pair_lists(values)
+
+
+def scan_cell_keys(reader: Reader) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All (slot, cell id, pair id) rows of the cell keys."""
+    keys, values = reader.scan(CELL)
+    counts = np.array([len(v) // 8 for v in values], np.int64)
+    _, slot, ids = split_keys(keys)
+    pairs = np.frombuffer(b"".join(values), "<i8") if values else np.empty(0, np.int64)
+    return np.repeat(slot, counts), np.repeat(ids, counts), pairs.astype(np.int64)
+
+
+def frontier_boxes(ids: np.ndarray, shape: tuple[int, ...], max_boxes: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """Closed boxes covering the frontier cells ``ids``: one per cell when few, else one
+    per touched block of a coarse grid (an R-tree query is a superset filter anyway)."""
+    from subzero.cells import to_coords
+
+    coords = to_coords(ids, shape)
+    block = 1
+    while True:
+        blocks = np.unique(coords // block, axis=0) if block > 1 else coords
+        if len(blocks) <= max_boxes or block >= max(shape, default=1):
+            break
+        block *= 4
+    mins = (blocks * block).astype(np.float64)
+    maxs = np.minimum(mins + block - 1, np.asarray(shape) - 1).astype(np.float64)
+    return mins, maxs
+
+
+def bounding_boxes(ids: np.ndarray, ptr: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-group bounding boxes of CSR cell ids: (group index, mins, maxs), non-empty groups only."""
+    from subzero.cells import to_coords
+
+    counts = np.diff(ptr)
+    nonempty = np.flatnonzero(counts)
+    coords = to_coords(ids, shape)
+    starts = ptr[:-1][nonempty]
+    if len(coords) == 0:
+        z = np.empty((0, len(shape)))
+        return nonempty, z, z
+    mins = np.minimum.reduceat(coords, starts, axis=0).astype(np.float64)
+    maxs = np.maximum.reduceat(coords, starts, axis=0).astype(np.float64)
+    return nonempty, mins, maxs
+
+
+class Encoder(ABC):
+    """One encoding (paper Fig. 4), backward- or forward-optimized."""
+
+    base: str = ""
+
+    def __init__(self, direction: str = "backward"):
+        self.direction = direction
+
+    @abstractmethod
+    def encode(self, pairs, tile_index: int, shapes) -> EncodedTile:
+        """Encode one tile's pairs.  ``shapes`` = (output shape, input shapes)."""
+
+    @abstractmethod
+    def load(self, reader: Reader, shapes):
+        """Every stored pair, as `FullPairs` or `PayloadPairs`."""
+
+
+class FullEncoder(Encoder):
+    """Full lineage: answers both directions, fast in the one it is keyed by."""
+
+    @abstractmethod
+    def candidates(self, reader: Reader, ids: np.ndarray, slot: int, shapes) -> FullPairs:
+        """Pairs that may contain the frontier cells ``ids`` of ``slot`` (keyed direction)."""
+
+    def backward(self, reader: Reader, out_mask: np.ndarray, i: int, shapes) -> np.ndarray:
+        """Input-``i`` ids of the flat output mask's lineage."""
+        from subzero.encoders.codec import OUT
+
+        pairs = (self.candidates(reader, np.flatnonzero(out_mask), OUT, shapes)
+                 if self.direction == "backward" else self.load(reader, shapes))
+        return pairs.backward(out_mask, i)
+
+    def forward(self, reader: Reader, in_mask: np.ndarray, i: int, shapes) -> np.ndarray:
+        """Output ids whose lineage meets the flat input-``i`` mask."""
+        pairs = (self.candidates(reader, np.flatnonzero(in_mask), i, shapes)
+                 if self.direction == "forward" else self.load(reader, shapes))
+        return pairs.forward(in_mask, i)
+
+
+class PayloadEncoder(Encoder):
+    """Payload lineage: the out cells and payloads; `map_p` computes the inputs."""
+
+    @abstractmethod
+    def lookup(self, reader: Reader, out_ids: np.ndarray, shapes) -> PayloadPairs:
+        """Pairs holding the out cells ``out_ids``, restricted to those cells."""
+
+    def load(self, reader: Reader, shapes) -> PayloadPairs:  # pragma: no cover - abstract
+        raise NotImplementedError

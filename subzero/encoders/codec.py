@@ -1,0 +1,78 @@
+"""Byte layout shared by the encoders: LMDB keys and serialized cell sets.
+
+Keys are 8 bytes, big-endian, so LMDB sorts them numerically:
+``kind (4 bits) | slot (8 bits) | id (52 bits)``.  ``kind`` tells cell keys from pair
+keys; ``slot`` is the input index for input cells (``OUT`` for output cells); ``id``
+is a flat cell id or a pair id (``tile << 32 | pair within tile``).
+
+A cell set is its sorted flat ids, stored as uint32 when they fit, else uint64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["CELL", "PAIR", "OUT", "make_keys", "split_keys", "keys_to_bytes",
+           "pack_sets", "unpack_sets", "pair_id_base"]
+
+CELL, PAIR = 1, 2
+OUT = 0xFF
+_ID_BITS = 52
+_ID_MASK = (1 << _ID_BITS) - 1
+
+
+def make_keys(kind: int, slot: int, ids: np.ndarray) -> np.ndarray:
+    """uint64 keys for ``ids`` of one kind and slot."""
+    head = np.uint64((kind << 60) | (slot << _ID_BITS))
+    return np.asarray(ids, dtype=np.uint64) | head
+
+
+def split_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(kind, slot, id) of uint64 keys."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    return (
+        (keys >> np.uint64(60)).astype(np.int64),
+        ((keys >> np.uint64(_ID_BITS)) & np.uint64(0xFF)).astype(np.int64),
+        (keys & np.uint64(_ID_MASK)).astype(np.int64),
+    )
+
+
+def keys_to_bytes(keys: np.ndarray) -> list[bytes]:
+    """Big-endian 8-byte strings of uint64 keys (one slice per key)."""
+    buf = np.asarray(keys, dtype=">u8").tobytes()
+    return [buf[k : k + 8] for k in range(0, len(buf), 8)]
+
+
+def bytes_to_keys(raw: list[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(raw), dtype=">u8").astype(np.uint64)
+
+
+def pair_id_base(tile_index: int) -> int:
+    return tile_index << 32
+
+
+def pack_sets(sets: list[np.ndarray], tail: bytes = b"") -> bytes:
+    """Serialize cell-id sets (and an optional opaque tail, e.g. a payload)."""
+    head = [np.uint8(len(sets))]
+    parts = []
+    for ids in sets:
+        wide = len(ids) and int(ids.max()) >= (1 << 32)
+        data = np.asarray(ids, dtype="<u8" if wide else "<u4")
+        head.append(np.uint8(8 if wide else 4))
+        parts.append(np.uint32(len(ids)).tobytes() + data.tobytes())
+    return np.array(head, np.uint8).tobytes() + b"".join(parts) + tail
+
+
+def unpack_sets(buf: bytes) -> tuple[list[np.ndarray], bytes]:
+    """Inverse of `pack_sets`: the cell-id sets and the tail."""
+    mv = memoryview(buf)
+    n = mv[0]
+    widths = mv[1 : 1 + n]
+    pos = 1 + n
+    sets = []
+    for w in widths:
+        count = int(np.frombuffer(mv[pos : pos + 4], "<u4")[0])
+        pos += 4
+        sets.append(np.frombuffer(mv[pos : pos + count * w], "<u8" if w == 8 else "<u4").astype(np.int64))
+        pos += count * w
+    return sets, bytes(mv[pos:])

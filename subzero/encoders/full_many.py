@@ -1,0 +1,60 @@
+"""FullMany (paper Fig. 4.1): one entry per region pair holding all of its cells, with an
+R-tree on the bounding boxes of the key cells (output cells when backward-optimized,
+each input's cells when forward-optimized).  Best for high fanout."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from subzero.encoders.base import EncodedTile, FullEncoder, Reader, bounding_boxes, frontier_boxes
+from subzero.encoders.codec import OUT, PAIR, make_keys, pair_id_base, unpack_sets
+from subzero.encoders.full_one import _pack_groups
+from subzero.pairs import FullPairs, ptr_from_counts
+
+__all__ = ["FullMany", "decode_full"]
+
+
+class FullMany(FullEncoder):
+    base = "FullMany"
+
+    def encode(self, pairs: FullPairs, tile_index: int, shapes) -> EncodedTile:
+        out_shape, in_shapes = shapes
+        ids = pair_id_base(tile_index) + np.arange(pairs.n_pairs, dtype=np.int64)
+        sides = [(pairs.out_ids, pairs.out_ptr)] + list(zip(pairs.in_ids, pairs.in_ptr))
+        if self.direction == "backward":
+            keyed = {OUT: (pairs.out_ids, pairs.out_ptr, out_shape)}
+        else:
+            keyed = {i: (a, p, in_shapes[i]) for i, (a, p) in enumerate(zip(pairs.in_ids, pairs.in_ptr))}
+        boxes = {}
+        for slot, (a, p, shape) in keyed.items():
+            which, mins, maxs = bounding_boxes(a, p, shape)
+            boxes[slot] = (ids[which], mins, maxs)
+        return EncodedTile(keys=make_keys(PAIR, 0, ids), values=_pack_groups(sides, pairs.n_pairs),
+                           boxes=boxes, n_pairs=pairs.n_pairs)
+
+    def candidates(self, reader: Reader, ids: np.ndarray, slot: int, shapes) -> FullPairs:
+        out_shape, in_shapes = shapes
+        if len(ids) == 0:
+            return FullPairs.empty(len(in_shapes))
+        mins, maxs = frontier_boxes(ids, out_shape if slot == OUT else in_shapes[slot])
+        pair_ids = np.unique(reader.intersect(slot, mins, maxs))
+        _, values = reader.get_many(make_keys(PAIR, 0, pair_ids))
+        return decode_full(values, len(in_shapes))
+
+    def load(self, reader: Reader, shapes) -> FullPairs:
+        _, values = reader.scan(PAIR)
+        return decode_full(values, len(shapes[1]))
+
+
+def decode_full(values: list[bytes], n_inputs: int) -> FullPairs:
+    """FullPairs from FullMany values (out set, then one set per input)."""
+    decoded = [unpack_sets(v)[0] for v in values]
+
+    def side(k: int):
+        groups = [d[k] for d in decoded]
+        ids = np.concatenate(groups) if groups else np.empty(0, np.int64)
+        return ids, ptr_from_counts(np.array([len(g) for g in groups], np.int64))
+
+    out = side(0)
+    ins = [side(1 + i) for i in range(n_inputs)]
+    return FullPairs(out[0], out[1], tuple(a for a, _ in ins), tuple(b for _, b in ins))

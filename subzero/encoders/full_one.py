@@ -1,0 +1,88 @@
+"""FullOne (paper Fig. 4.2): one entry per key cell, pointing at one entry per pair.
+
+Backward-optimized: keys are output cells, each pair entry holds the input cells.
+Forward-optimized: keys are input cells, each pair entry holds the output cells.
+Queries in the keyed direction are direct hash lookups, with no index.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from subzero.encoders.base import (EncodedTile, FullEncoder, Reader, cells_to_pairs,
+                                   scan_cell_keys)
+from subzero.encoders.codec import CELL, OUT, PAIR, make_keys, pack_sets, pair_id_base, split_keys, unpack_sets
+from subzero.pairs import FullPairs, owners, ptr_from_counts
+
+__all__ = ["FullOne"]
+
+
+class FullOne(FullEncoder):
+    base = "FullOne"
+
+    def encode(self, pairs: FullPairs, tile_index: int, shapes) -> EncodedTile:
+        ids = pair_id_base(tile_index) + np.arange(pairs.n_pairs, dtype=np.int64)
+        if self.direction == "backward":
+            cell_keys = make_keys(CELL, OUT, pairs.out_ids)
+            cell_pairs = ids[owners(pairs.out_ptr)]
+            values = _pack_groups([(a, p) for a, p in zip(pairs.in_ids, pairs.in_ptr)], pairs.n_pairs)
+        else:
+            cell_keys = np.concatenate([make_keys(CELL, i, a) for i, a in enumerate(pairs.in_ids)])
+            cell_pairs = np.concatenate([ids[owners(p)] for p in pairs.in_ptr])
+            values = _pack_groups([(pairs.out_ids, pairs.out_ptr)], pairs.n_pairs)
+        return EncodedTile(keys=make_keys(PAIR, 0, ids), values=values, cell_keys=cell_keys,
+                           cell_pairs=cell_pairs, n_pairs=pairs.n_pairs)
+
+    def backward(self, reader: Reader, out_mask: np.ndarray, i: int, shapes) -> np.ndarray:
+        if self.direction != "backward":
+            return self.load(reader, shapes).backward(out_mask, i)
+        return self._other_side(reader, OUT, np.flatnonzero(out_mask), i)
+
+    def forward(self, reader: Reader, in_mask: np.ndarray, i: int, shapes) -> np.ndarray:
+        if self.direction != "forward":
+            return self.load(reader, shapes).forward(in_mask, i)
+        return self._other_side(reader, i, np.flatnonzero(in_mask), 0)
+
+    def candidates(self, reader, ids, slot, shapes):  # pragma: no cover - FullOne answers directly
+        raise NotImplementedError
+
+    def _other_side(self, reader: Reader, slot: int, ids: np.ndarray, which: int) -> np.ndarray:
+        pair_ids = cells_to_pairs(reader, slot, ids)
+        _, values = reader.get_many(make_keys(PAIR, 0, pair_ids))
+        parts = [unpack_sets(v)[0][which] for v in values]
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+    def load(self, reader: Reader, shapes) -> FullPairs:
+        keys, values = reader.scan(PAIR)
+        pair_ids = split_keys(keys)[2]
+        stored = [unpack_sets(v)[0] for v in values]
+        slot, cell, pair = scan_cell_keys(reader)
+        index = np.searchsorted(pair_ids, pair)
+        n = len(pair_ids)
+
+        def keyed(s: int):
+            sel = slot == s
+            order = np.lexsort((cell[sel], index[sel]))
+            return cell[sel][order], ptr_from_counts(np.bincount(index[sel], minlength=n))
+
+        def stored_side(k: int):
+            groups = [sets[k] for sets in stored]
+            ids = np.concatenate(groups) if groups else np.empty(0, np.int64)
+            return ids, ptr_from_counts(np.array([len(g) for g in groups], np.int64))
+
+        n_in = len(shapes[1])
+        if self.direction == "backward":
+            out = keyed(OUT)
+            ins = [stored_side(i) for i in range(n_in)]
+        else:
+            out = stored_side(0)
+            ins = [keyed(i) for i in range(n_in)]
+        return FullPairs(out[0], out[1], tuple(a for a, _ in ins), tuple(b for _, b in ins))
+
+
+def _pack_groups(sides: list[tuple[np.ndarray, np.ndarray]], n_pairs: int, tails=None) -> list[bytes]:
+    """One packed value per pair holding its group of every side."""
+    split = [np.split(ids, ptr[1:-1]) if n_pairs else [] for ids, ptr in sides]
+    if tails is None:
+        return [pack_sets([s[k] for s in split]) for k in range(n_pairs)]
+    return [pack_sets([s[k] for s in split], tails[k]) for k in range(n_pairs)]

@@ -1,0 +1,47 @@
+"""PayMany (paper Fig. 4.3): one entry per region pair holding its output cells and its
+payload, with an R-tree on the output cells' bounding boxes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from subzero.encoders.base import EncodedTile, PayloadEncoder, Reader, bounding_boxes, frontier_boxes
+from subzero.encoders.codec import OUT, PAIR, make_keys, pair_id_base, unpack_sets
+from subzero.encoders.full_one import _pack_groups
+from subzero.pairs import PayloadPairs, owners, ptr_from_counts
+
+__all__ = ["PayMany"]
+
+
+class PayMany(PayloadEncoder):
+    base = "PayMany"
+
+    def encode(self, pairs: PayloadPairs, tile_index: int, shapes) -> EncodedTile:
+        ids = pair_id_base(tile_index) + np.arange(pairs.n_pairs, dtype=np.int64)
+        which, mins, maxs = bounding_boxes(pairs.out_ids, pairs.out_ptr, shapes[0])
+        values = _pack_groups([(pairs.out_ids, pairs.out_ptr)], pairs.n_pairs, tails=pairs.payloads)
+        return EncodedTile(keys=make_keys(PAIR, 0, ids), values=values,
+                           boxes={OUT: (ids[which], mins, maxs)}, n_pairs=pairs.n_pairs)
+
+    def lookup(self, reader: Reader, out_ids: np.ndarray, shapes) -> PayloadPairs:
+        if len(out_ids) == 0:
+            return PayloadPairs.empty()
+        mins, maxs = frontier_boxes(out_ids, shapes[0])
+        pair_ids = np.unique(reader.intersect(OUT, mins, maxs))
+        _, values = reader.get_many(make_keys(PAIR, 0, pair_ids))
+        pairs = _decode(values)
+        wanted = np.isin(pairs.out_ids, out_ids)
+        counts = np.bincount(owners(pairs.out_ptr)[wanted], minlength=pairs.n_pairs)
+        trimmed = PayloadPairs(pairs.out_ids[wanted], ptr_from_counts(counts), pairs.payloads)
+        return trimmed.select(counts > 0)
+
+    def load(self, reader: Reader, shapes) -> PayloadPairs:
+        return _decode(reader.scan(PAIR)[1])
+
+
+def _decode(values: list[bytes]) -> PayloadPairs:
+    decoded = [unpack_sets(v) for v in values]
+    groups = [sets[0] for sets, _ in decoded]
+    ids = np.concatenate(groups) if groups else np.empty(0, np.int64)
+    return PayloadPairs(ids, ptr_from_counts(np.array([len(g) for g in groups], np.int64)),
+                        [tail for _, tail in decoded])

@@ -1,0 +1,23 @@
+"""Exception classes: every error subzero raises on purpose is one of these.
+
+Each class also subclasses the builtin it refines, so callers may catch either
+``sz.LineageError`` or ``ValueError``.
+"""
+
+from __future__ import annotations
+
+
+class SubZeroError(Exception):
+    """Root of every error subzero raises on purpose."""
+
+
+class LineageError(SubZeroError, ValueError):
+    """A lineage query or lineage write was malformed (bad cell, node, path, strategy)."""
+
+
+class WorkflowError(SubZeroError, ValueError):
+    """A workflow is malformed: cycle, unknown input, shape mismatch, bad strategy."""
+
+
+class StoreError(SubZeroError, OSError):
+    """A run store is missing, corrupt, already used, or over its budget."""

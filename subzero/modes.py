@@ -1,0 +1,119 @@
+"""Lineage modes and storage strategies: the vocabulary of SubZero section V and VI-B.
+
+A *mode* is what an operator can produce (``FULL`` region pairs, ``MAP`` mapping
+functions, ``PAY`` payloads, ``COMP`` mapping default plus payload overrides,
+``BLACKBOX`` nothing).  A *strategy* is what the runtime stores for a node: a mode,
+an encoding (``One``/``Many``) and a direction (``backward``/``forward``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from subzero.errors import WorkflowError
+
+__all__ = ["Mode", "Strategy", "STRATEGY_NAMES", "parse_strategy"]
+
+
+class Mode(enum.Enum):
+    """A kind of lineage an operator can produce (paper Table I)."""
+
+    FULL = "Full"
+    MAP = "Map"
+    PAY = "Pay"
+    COMP = "Comp"
+    BLACKBOX = "BlackBox"
+
+    def __repr__(self) -> str:
+        return f"Mode.{self.name}"
+
+
+_BASES = {
+    "BlackBox": (Mode.BLACKBOX, None),
+    "Map": (Mode.MAP, None),
+    "FullOne": (Mode.FULL, "One"),
+    "FullMany": (Mode.FULL, "Many"),
+    "PayOne": (Mode.PAY, "One"),
+    "PayMany": (Mode.PAY, "Many"),
+    "CompOne": (Mode.COMP, "One"),
+    "CompMany": (Mode.COMP, "Many"),
+}
+STRATEGY_NAMES = tuple(_BASES)
+DIRECTIONS = ("backward", "forward")
+
+
+@dataclass(frozen=True, order=True)
+class Strategy:
+    """A storage strategy: mode + encoding + direction.
+
+    Examples
+    --------
+    >>> Strategy.parse("FullOne/forward")
+    Strategy('FullOne/forward')
+    >>> Strategy.parse("PayMany").stored
+    True
+    """
+
+    base: str
+    direction: str = "backward"
+
+    @classmethod
+    def parse(cls, name: "str | Strategy") -> "Strategy":
+        """Parse ``"FullOne"``, ``"FullMany/forward"``, ... into a `Strategy`."""
+        if isinstance(name, Strategy):
+            return name
+        if not isinstance(name, str):
+            raise WorkflowError(
+                f"strategy must be a string such as 'FullOne/backward', got {name!r}"
+            )
+        base, _, direction = name.strip().partition("/")
+        if base not in _BASES:
+            raise WorkflowError(
+                f"unknown strategy {name!r}; expected one of {', '.join(STRATEGY_NAMES)}, "
+                "optionally suffixed '/backward' or '/forward'"
+            )
+        direction = direction or "backward"
+        if direction not in DIRECTIONS:
+            raise WorkflowError(
+                f"unknown direction {direction!r} in strategy {name!r}; use '/backward' or '/forward'"
+            )
+        mode = _BASES[base][0]
+        if mode in (Mode.MAP, Mode.BLACKBOX):
+            direction = "backward"  # nothing is stored, so nothing is keyed
+        elif mode in (Mode.PAY, Mode.COMP) and direction == "forward":
+            raise WorkflowError(
+                f"strategy {name!r} is impossible: payload lineage stores no input cells to key "
+                "on (SubZero V-A.3); forward queries over it iterate the pairs. "
+                f"Use '{base}/backward', or 'FullOne/forward' for an indexed forward strategy"
+            )
+        return cls(base, direction)
+
+    @property
+    def mode(self) -> Mode:
+        return _BASES[self.base][0]
+
+    @property
+    def encoding(self) -> str | None:
+        """``"One"``, ``"Many"`` or None for strategies that store nothing."""
+        return _BASES[self.base][1]
+
+    @property
+    def stored(self) -> bool:
+        """True when the strategy writes lineage to the store."""
+        return self.encoding is not None
+
+    @property
+    def name(self) -> str:
+        return f"{self.base}/{self.direction}" if self.stored else self.base
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"Strategy({self.name!r})"
+
+
+def parse_strategy(name: "str | Strategy") -> Strategy:
+    """Functional alias of `Strategy.parse`."""
+    return Strategy.parse(name)

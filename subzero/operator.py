@@ -1,0 +1,147 @@
+"""The operator base class: what a workflow step implements (SubZero Table I).
+
+An operator that overrides nothing is all-to-all: every output cell depends on every
+input cell, and its only mode is ``BLACKBOX``.  An operator exposes cheaper lineage
+by overriding `supported_modes` and the mapping functions.
+
+Mapping functions are vectorized: they take ``(N, ndim)`` int64 coordinates and return
+the *union* of the lineage of those cells.  The ``*_pairs`` forms return lineage per
+cell (``owner[k]`` is the row of the query cell that ``coords[k]`` belongs to); the
+base class derives them by calling the union form once per cell, so operators on a
+hot path override them with vectorized versions.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from subzero.modes import Mode
+from subzero.tiling import Tiling, Whole
+
+if TYPE_CHECKING:  # pragma: no cover
+    from subzero.context import Context
+
+__all__ = ["Operator"]
+
+Shape = tuple[int, ...]
+
+
+class Operator:
+    """Base class of every workflow operator.
+
+    Class attributes
+    ----------------
+    tiling : Tiling or None
+        How the operator splits into tasks; None runs one task on whole arrays.
+    entire_array_safe : bool
+        True when the lineage of an entire output (input) array is the entire input
+        (output) array, so a full frontier can skip the lookup (SubZero VI-C).
+
+    Examples
+    --------
+    >>> class Transpose(Operator):
+    ...     def supported_modes(self):
+    ...         return {Mode.MAP}
+    ...     def run(self, ctx, x):
+    ...         return x.T
+    ...     def map_b(self, cells, i):
+    ...         return cells[:, ::-1]
+    ...     def map_f(self, cells, i):
+    ...         return cells[:, ::-1]
+    """
+
+    tiling: Tiling | None = None
+    entire_array_safe: bool = False
+
+    #: bound by the runtime before any run or mapping call
+    input_shapes: tuple[Shape, ...] = ()
+    output_shape: Shape | None = None
+
+    # -- what the operator computes -------------------------------------------------
+    def run(self, ctx: "Context", *inputs: np.ndarray) -> np.ndarray:
+        """Compute the output from the inputs, writing lineage for ``ctx.modes``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement run(ctx, *inputs)")
+
+    def supported_modes(self) -> set[Mode]:
+        """The lineage modes this operator can produce (default: BLACKBOX, all-to-all)."""
+        return {Mode.BLACKBOX}
+
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
+        """The output shape for these input shapes, or None if only running tells.
+
+        Tiled operators must answer.  Raise `subzero.WorkflowError` for shapes the
+        operator cannot take.
+        """
+        return None
+
+    def params(self) -> dict[str, Any]:
+        """The operator's arguments, recorded in the run's catalog."""
+        return {
+            k: (v.tolist() if isinstance(v, np.ndarray) else v)
+            for k, v in vars(self).items()
+            if not k.startswith("_") and k not in ("input_shapes", "output_shape")
+            and isinstance(v, (int, float, str, bool, tuple, list, type(None), np.ndarray))
+        }
+
+    @property
+    def n_inputs(self) -> int | None:
+        """Number of inputs ``run`` takes, or None for ``*inputs``."""
+        params = list(inspect.signature(self.run).parameters.values())[1:]
+        if any(p.kind is p.VAR_POSITIONAL for p in params):
+            return None
+        return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params)
+
+    @property
+    def all_to_all(self) -> bool:
+        """True when the operator exposes no lineage of its own."""
+        return not (self.supported_modes() - {Mode.BLACKBOX})
+
+    def effective_tiling(self) -> Tiling:
+        return self.tiling if self.tiling is not None else Whole()
+
+    # -- mapping functions (MAP, COMP default) -----------------------------------
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
+        """Input-``i`` coordinates the output ``cells`` depend on (union), ``(M, ndim_i)``."""
+        raise NotImplementedError(f"{type(self).__name__} has no backward mapping function")
+
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
+        """Output coordinates that depend on input-``i`` ``cells`` (union)."""
+        raise NotImplementedError(f"{type(self).__name__} has no forward mapping function")
+
+    def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
+        """Input-``i`` coordinates the output ``cells`` (sharing ``payload``) depend on."""
+        raise NotImplementedError(f"{type(self).__name__} has no payload function map_p")
+
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
+        """Optional mask form of `map_b`: a boolean mask over input ``i``, or None."""
+        return None
+
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
+        """Optional mask form of `map_f`: a boolean mask over the output, or None."""
+        return None
+
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-cell backward lineage: ``(owner, coords)`` with ``owner`` indexing ``cells``."""
+        return _per_cell(lambda c: self.map_b(c, i), cells)
+
+    def map_p_pairs(self, cells: np.ndarray, payload: bytes, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-cell payload lineage: ``(owner, coords)`` with ``owner`` indexing ``cells``."""
+        return _per_cell(lambda c: self.map_p(c, payload, i), cells)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"
+
+
+def _per_cell(fn, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    owners, parts = [], []
+    for k in range(len(cells)):
+        got = np.asarray(fn(cells[k : k + 1]), dtype=np.int64)
+        owners.append(np.full(len(got), k, dtype=np.int64))
+        parts.append(got)
+    if not parts:
+        return np.empty(0, np.int64), np.empty((0, cells.shape[1] if cells.ndim == 2 else 0), np.int64)
+    return np.concatenate(owners), np.concatenate(parts)

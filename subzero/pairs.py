@@ -1,0 +1,141 @@
+"""Region pairs in memory: compressed sparse rows of flat cell ids, queried with numpy.
+
+``FullPairs`` holds ``(outcells, incells_1..incells_n)`` region pairs; ``PayloadPairs``
+holds ``(outcells, payload)`` pairs.  Pair ``k``'s out cells are
+``out_ids[out_ptr[k]:out_ptr[k+1]]``; likewise for each input.  These are the unit the
+runtime collects from ``lwrite``, the encoders serialize, and black-box re-execution
+answers queries from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["FullPairs", "PayloadPairs", "owners", "gather_groups"]
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+def owners(ptr: np.ndarray) -> np.ndarray:
+    """For CSR offsets ``ptr``, the pair index of each element."""
+    return np.repeat(np.arange(len(ptr) - 1, dtype=np.int64), np.diff(ptr))
+
+
+def ptr_from_counts(counts: np.ndarray) -> np.ndarray:
+    ptr = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr
+
+
+def gather_groups(ids: np.ndarray, ptr: np.ndarray, selected: np.ndarray) -> np.ndarray:
+    """Concatenate the groups ``selected`` (a boolean mask over pairs) of a CSR array."""
+    return ids[selected[owners(ptr)]]
+
+
+def _concat_csr(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    if not parts:
+        return _EMPTY, np.zeros(1, dtype=np.int64)
+    ids = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
+    counts = np.concatenate([np.diff(p[1]) for p in parts])
+    return ids, ptr_from_counts(counts)
+
+
+@dataclass
+class FullPairs:
+    """Region pairs with explicit input cells."""
+
+    out_ids: np.ndarray
+    out_ptr: np.ndarray
+    in_ids: tuple[np.ndarray, ...]
+    in_ptr: tuple[np.ndarray, ...]
+
+    @classmethod
+    def empty(cls, n_inputs: int) -> "FullPairs":
+        z = np.zeros(1, dtype=np.int64)
+        return cls(_EMPTY, z, (_EMPTY,) * n_inputs, (z,) * n_inputs)
+
+    @property
+    def n_pairs(self) -> int:
+        return len(self.out_ptr) - 1
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self.in_ids)
+
+    @classmethod
+    def concat(cls, parts: "list[FullPairs]", n_inputs: int) -> "FullPairs":
+        parts = [p for p in parts if p.n_pairs]
+        out_ids, out_ptr = _concat_csr([(p.out_ids, p.out_ptr) for p in parts])
+        ins = [_concat_csr([(p.in_ids[i], p.in_ptr[i]) for p in parts]) for i in range(n_inputs)]
+        return cls(out_ids, out_ptr, tuple(a for a, _ in ins), tuple(b for _, b in ins))
+
+    def select(self, keep: np.ndarray) -> "FullPairs":
+        """The pairs where the boolean ``keep`` is set."""
+        def sub(ids, ptr):
+            return gather_groups(ids, ptr, keep), ptr_from_counts(np.diff(ptr)[keep])
+        out = sub(self.out_ids, self.out_ptr)
+        ins = [sub(a, b) for a, b in zip(self.in_ids, self.in_ptr)]
+        return FullPairs(out[0], out[1], tuple(a for a, _ in ins), tuple(b for _, b in ins))
+
+    def backward(self, out_mask: np.ndarray, i: int) -> np.ndarray:
+        """Input-``i`` cell ids of every pair whose out cells meet the flat ``out_mask``."""
+        hit = _hit_pairs(self.out_ids, self.out_ptr, out_mask)
+        return gather_groups(self.in_ids[i], self.in_ptr[i], hit)
+
+    def forward(self, in_mask: np.ndarray, i: int) -> np.ndarray:
+        """Output cell ids of every pair whose input-``i`` cells meet the flat ``in_mask``."""
+        hit = _hit_pairs(self.in_ids[i], self.in_ptr[i], in_mask)
+        return gather_groups(self.out_ids, self.out_ptr, hit)
+
+
+@dataclass
+class PayloadPairs:
+    """Region pairs carrying a payload instead of input cells."""
+
+    out_ids: np.ndarray
+    out_ptr: np.ndarray
+    payloads: list[bytes]
+
+    @classmethod
+    def empty(cls) -> "PayloadPairs":
+        return cls(_EMPTY, np.zeros(1, dtype=np.int64), [])
+
+    @property
+    def n_pairs(self) -> int:
+        return len(self.payloads)
+
+    @classmethod
+    def concat(cls, parts: "list[PayloadPairs]") -> "PayloadPairs":
+        parts = [p for p in parts if p.n_pairs]
+        out_ids, out_ptr = _concat_csr([(p.out_ids, p.out_ptr) for p in parts])
+        return cls(out_ids, out_ptr, [b for p in parts for b in p.payloads])
+
+    def select(self, keep: np.ndarray) -> "PayloadPairs":
+        return PayloadPairs(
+            gather_groups(self.out_ids, self.out_ptr, keep),
+            ptr_from_counts(np.diff(self.out_ptr)[keep]),
+            [b for b, k in zip(self.payloads, keep) if k],
+        )
+
+    def by_payload(self) -> list[tuple[bytes, np.ndarray]]:
+        """Out cell ids grouped by distinct payload: one `map_p` call per group."""
+        if not self.payloads:
+            return []
+        arr = np.empty(len(self.payloads), dtype=object)
+        arr[:] = self.payloads
+        distinct, code = np.unique(arr, return_inverse=True)
+        cell_code = code[owners(self.out_ptr)]
+        order = np.argsort(cell_code, kind="stable")
+        bounds = np.searchsorted(cell_code[order], np.arange(len(distinct) + 1))
+        ids = self.out_ids[order]
+        return [(bytes(distinct[k]), ids[bounds[k] : bounds[k + 1]]) for k in range(len(distinct))]
+
+
+def _hit_pairs(ids: np.ndarray, ptr: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    n = len(ptr) - 1
+    hit = np.zeros(n, dtype=bool)
+    if n and len(ids):
+        hit[owners(ptr)[mask[ids]]] = True
+    return hit

@@ -1,0 +1,142 @@
+"""The query executor: one lineage step through one node, from stored lineage or re-execution.
+
+The frontier is a boolean mask over the array a step starts from; each step returns a
+mask over the array it reaches, so duplicates vanish as they appear.  Stored lineage is
+read in this process (no Spark job); black-box steps re-run only the tiles the frontier
+touches, in tracing mode.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from subzero.cells import coords_from_mask, mask_from_coords, to_ids
+from subzero.encoders import encoder_for
+from subzero.encoders.base import FullEncoder
+from subzero.errors import LineageError
+from subzero.modes import Mode, Strategy
+from subzero.runtime import NodeTask, expand_payloads, trace_tile
+from subzero.tiling import Tile, tile_grid
+
+__all__ = ["step", "choose_strategy", "STEP_ORDER"]
+
+#: preference per direction among the strategies a node stored (cheapest first)
+STEP_ORDER = {
+    "backward": ["Map", "FullOne/backward", "FullMany/backward", "CompOne/backward", "CompMany/backward",
+                 "PayOne/backward", "PayMany/backward", "FullOne/forward", "FullMany/forward", "BlackBox"],
+    "forward": ["Map", "FullOne/forward", "FullMany/forward", "CompOne/backward", "CompMany/backward",
+                "FullOne/backward", "FullMany/backward", "PayOne/backward", "PayMany/backward", "BlackBox"],
+}
+
+
+def choose_strategy(node, stored: tuple[str, ...], direction: str, using: str | None) -> str:
+    """The strategy a step through ``node`` uses: ``using`` if given, else the first stored
+    one in `STEP_ORDER` (re-execution is always possible)."""
+    op = node.operator
+    if using is not None:
+        name = Strategy.parse(using).name
+        available = set(stored) | {"BlackBox"} | ({"Map"} if Mode.MAP in op.supported_modes() else set())
+        if name not in available:
+            raise LineageError(f"node {node.name!r} did not store {name!r}; it stored {', '.join(stored)} "
+                               "(BlackBox re-execution is always available)")
+        return name
+    available = set(stored) | ({"Map"} if Mode.MAP in op.supported_modes() else set())
+    return next(s for s in STEP_ORDER[direction] if s in available or s == "BlackBox")
+
+
+def step(run, node, mask: np.ndarray, i: int, direction: str, strategy: str,
+         entire_array: bool = True) -> np.ndarray:
+    """One lineage step through ``node`` with respect to its input ``i``.
+
+    Backward: ``mask`` is over the node's output, the result over input ``i``.
+    Forward: ``mask`` is over input ``i``, the result over the output.
+    """
+    op = node.operator
+    out_shape, in_shape = tuple(op.output_shape), tuple(op.input_shapes[i])
+    target = in_shape if direction == "backward" else out_shape
+    if not mask.any():
+        return np.zeros(target, bool)
+    if entire_array and op.entire_array_safe and mask.all():
+        return np.ones(target, bool)
+    if op.all_to_all:
+        return np.ones(target, bool)
+    s = Strategy.parse(strategy)
+    flat = mask.reshape(-1)
+    if s.mode is Mode.MAP:
+        return _map_step(op, mask, i, direction, target)
+    if s.mode is Mode.BLACKBOX:
+        return _reexecute(run, node, mask, i, direction, target)
+    reader = run.store.reader(node.name, s.name, run.ndims(node))
+    enc = encoder_for(s)
+    shapes = (out_shape, tuple(op.input_shapes))
+    if isinstance(enc, FullEncoder):
+        ids = enc.backward(reader, flat, i, shapes) if direction == "backward" else enc.forward(reader, flat, i, shapes)
+        return _ids_mask(ids, target)
+    if direction == "backward":
+        pay = enc.lookup(reader, np.flatnonzero(flat), shapes)
+        result = _ids_mask(expand_payloads(op, pay).backward(flat, i), target)
+        if s.mode is Mode.COMP:
+            rest = mask.copy()
+            rest.reshape(-1)[pay.out_ids] = False
+            result |= _map_step(op, rest, i, direction, target)
+        return result
+    pay = enc.load(reader, shapes)
+    result = _ids_mask(expand_payloads(op, pay).forward(flat, i), target)
+    if s.mode is Mode.COMP:
+        default = _map_step(op, mask, i, direction, target)
+        default.reshape(-1)[pay.out_ids] = False
+        result |= default
+    return result
+
+
+def _ids_mask(ids: np.ndarray, shape) -> np.ndarray:
+    mask = np.zeros(shape, bool)
+    mask.reshape(-1)[ids] = True
+    return mask
+
+
+def _map_step(op, mask: np.ndarray, i: int, direction: str, target) -> np.ndarray:
+    if not mask.any():
+        return np.zeros(target, bool)
+    masked = op.map_b_mask(mask, i) if direction == "backward" else op.map_f_mask(mask, i)
+    if masked is not None:
+        masked = np.asarray(masked, bool)
+        if masked.shape != tuple(target):
+            raise LineageError(f"{type(op).__name__}.map_{direction[0]}_mask returned shape {masked.shape}, "
+                               f"expected {tuple(target)}")
+        return masked
+    cells = coords_from_mask(mask)
+    got = op.map_b(cells, i) if direction == "backward" else op.map_f(cells, i)
+    got = np.asarray(got, np.int64).reshape(-1, len(target))
+    if len(got) and (got.min() < 0 or np.any(got.max(axis=0) >= np.asarray(target))):
+        raise LineageError(f"{type(op).__name__}.map_{direction[0]} returned cells outside the array of "
+                           f"shape {tuple(target)}; mapping functions must clip to the array")
+    return mask_from_coords(got, target)
+
+
+def _reexecute(run, node, mask: np.ndarray, i: int, direction: str, target) -> np.ndarray:
+    """Black-box step: re-run, in tracing mode, only the tiles the frontier touches."""
+    op = node.operator
+    tiling = op.effective_tiling()
+    tiles = tile_grid(op.output_shape, tiling.split_axes(op), run.tile_shape)
+    cells = coords_from_mask(mask)
+    lo, hi = cells.min(axis=0), cells.max(axis=0)
+    touched = []
+    for tile in tiles:
+        box = tile.box if direction == "backward" else tiling.input_box(op, tile.box, i)
+        if _box_hits(box, mask, lo, hi):
+            touched.append(tile)
+    task = NodeTask(node.name, op, tuple(run.store.array_path(n.name) for n in node.inputs), ())
+    flat = mask.reshape(-1)
+    result = np.zeros(target, bool)
+    for tile in touched:
+        pairs = trace_tile(task, tile)
+        ids = pairs.backward(flat, i) if direction == "backward" else pairs.forward(flat, i)
+        result.reshape(-1)[ids] = True
+    return result
+
+
+def _box_hits(box, mask: np.ndarray, lo, hi) -> bool:
+    if any(b_hi <= l or b_lo > h for (b_lo, b_hi), l, h in zip(box, lo, hi)):
+        return False
+    return bool(mask[tuple(slice(a, b) for a, b in box)].any())

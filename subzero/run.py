@@ -1,0 +1,224 @@
+"""A finished run: its arrays, what each node stored, and lineage queries over it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from subzero.cells import as_coords, coords_from_mask, mask_from_coords
+from subzero.errors import LineageError, StoreError, WorkflowError
+from subzero.query import choose_strategy, step
+from subzero.store import RunStore
+from subzero.workflow import Node, Workflow
+
+__all__ = ["Run", "open_run"]
+
+
+class Run:
+    """The result of `Workflow.run`, or of `open_run` on its store.
+
+    Queries read stored lineage in this process; steps through black-box nodes re-run
+    the operator (tiles touched by the query only) from the stored arrays.
+    """
+
+    def __init__(self, store: RunStore, workflow: Workflow):
+        self.store = store
+        self.workflow = workflow
+
+    # -- what the run holds -----------------------------------------------------------
+    @property
+    def path(self) -> str:
+        return str(self.store.root)
+
+    @property
+    def strategies(self) -> dict[str, tuple[str, ...]]:
+        """Node name -> the strategies it stored."""
+        return {name: tuple(entry["strategies"]) for name, entry in self.store.catalog["nodes"].items()
+                if entry["kind"] == "operator"}
+
+    @property
+    def tile_shape(self):
+        return self.store.catalog.get("tile_shape")
+
+    @property
+    def catalog(self) -> dict[str, Any]:
+        return self.store.catalog
+
+    def node(self, ref) -> Node:
+        try:
+            return self.workflow.node(ref)
+        except WorkflowError as exc:
+            raise LineageError(str(exc)) from None
+
+    def shape(self, ref) -> tuple[int, ...]:
+        return tuple(self.store.catalog["nodes"][self.node(ref).name]["shape"])
+
+    def output(self, ref) -> np.ndarray:
+        """The stored array of a node (read-only, memory-mapped)."""
+        return self.store.load_array(self.node(ref).name)
+
+    def ndims(self, node: Node) -> dict[int, int]:
+        op = node.operator
+        return {0xFF: len(op.output_shape)} | {i: len(s) for i, s in enumerate(op.input_shapes)}
+
+    # -- queries ------------------------------------------------------------------------
+    def backward(self, node, cells, to, using: dict | None = None, entire_array: bool = True) -> np.ndarray:
+        """Input cells of ``to`` that the ``cells`` of ``node`` depend on, over every path.
+
+        Returns sorted unique ``(M, ndim)`` int64 coordinates.
+
+        Examples
+        --------
+        >>> run.backward(t, [(1, 2)], to=x)      # doctest: +SKIP
+        array([[2, 1]])
+        """
+        return coords_from_mask(self._walk(node, cells, to, "backward", using, entire_array))
+
+    def forward(self, node, cells, to, using: dict | None = None, entire_array: bool = True) -> np.ndarray:
+        """Cells of ``to`` whose lineage contains the ``cells`` of ``node``, over every path."""
+        return coords_from_mask(self._walk(node, cells, to, "forward", using, entire_array))
+
+    def backward_mask(self, node, cells, to, using=None, entire_array=True) -> np.ndarray:
+        """`backward` as a boolean mask over ``to``'s array."""
+        return self._walk(node, cells, to, "backward", using, entire_array)
+
+    def forward_mask(self, node, cells, to, using=None, entire_array=True) -> np.ndarray:
+        """`forward` as a boolean mask over ``to``'s array."""
+        return self._walk(node, cells, to, "forward", using, entire_array)
+
+    def query(self, cells, path, direction: str | None = None, using: dict | None = None,
+              entire_array: bool = True) -> np.ndarray:
+        """SubZero's ``execute_query(C, ((P1, idx1), ..., (Pm, idxm)))``.
+
+        Backward when each ``P(k+1)`` is input ``idx_k`` of ``P_k`` (cells are in ``P1``'s
+        output); forward when ``P(k-1)`` is input ``idx_k`` of ``P_k`` (cells are in
+        ``P1``'s input ``idx1``).  A one-step path is backward unless ``direction`` says.
+        """
+        steps = self._check_path(path)
+        direction = direction or self._path_direction(steps)
+        if direction not in ("backward", "forward"):
+            raise LineageError(f"direction must be 'backward' or 'forward', got {direction!r}")
+        self._check_links(steps, direction)
+        first, idx = steps[0]
+        start = first if direction == "backward" else first.inputs[idx]
+        mask = mask_from_coords(as_coords(cells, self.shape(start), f"node {start.name!r}"), self.shape(start))
+        for node, i in steps:
+            mask = step(self, node, mask, i, direction, self._strategy(node, direction, using), entire_array)
+        return coords_from_mask(mask)
+
+    # -- helpers --------------------------------------------------------------------------
+    def _strategy(self, node: Node, direction: str, using: dict | None) -> str:
+        choice = None
+        if using:
+            for ref, name in using.items():
+                if self.node(ref) is node:
+                    choice = name
+        return choose_strategy(node, self.strategies[node.name], direction, choice)
+
+    def _walk(self, src, cells, dst, direction, using, entire_array) -> np.ndarray:
+        src, dst = self.node(src), self.node(dst)
+        shape = self.shape(src)
+        start = mask_from_coords(as_coords(cells, shape, f"node {src.name!r}"), shape)
+        if src is dst:
+            return start
+        up, down = (dst, src) if direction == "backward" else (src, dst)
+        on_path = self._ancestors(down) & self._descendants(up)
+        if up not in on_path:
+            raise LineageError(f"no path from {src.name!r} {direction} to {dst.name!r}: "
+                               f"{dst.name!r} is not {'an ancestor' if direction == 'backward' else 'a descendant'} "
+                               f"of {src.name!r}")
+        order = [n for n in self.workflow.nodes if n in on_path]
+        masks = {src: start}
+        if direction == "backward":
+            for node in reversed(order):
+                if node is dst or node not in masks:
+                    continue
+                for i, parent in enumerate(node.inputs):
+                    if parent in on_path:
+                        got = step(self, node, masks[node], i, "backward",
+                                   self._strategy(node, "backward", using), entire_array)
+                        masks[parent] = masks[parent] | got if parent in masks else got
+        else:
+            for node in order:
+                if node is src:
+                    continue
+                for i, parent in enumerate(node.inputs):
+                    if parent in masks:
+                        got = step(self, node, masks[parent], i, "forward",
+                                   self._strategy(node, "forward", using), entire_array)
+                        masks[node] = masks[node] | got if node in masks else got
+        return masks.get(dst, np.zeros(self.shape(dst), bool))
+
+    def _ancestors(self, node: Node) -> set[Node]:
+        seen, todo = {node}, [node]
+        while todo:
+            for parent in todo.pop().inputs:
+                if parent not in seen:
+                    seen.add(parent)
+                    todo.append(parent)
+        return seen
+
+    def _descendants(self, node: Node) -> set[Node]:
+        seen, todo = {node}, [node]
+        while todo:
+            for child, _ in self.workflow.consumers(todo.pop()):
+                if child not in seen:
+                    seen.add(child)
+                    todo.append(child)
+        return seen
+
+    def _check_path(self, path) -> list[tuple[Node, int]]:
+        if not path:
+            raise LineageError("path is empty; give ((node, input_index), ...) as in SubZero's execute_query")
+        steps = []
+        for item in path:
+            try:
+                ref, idx = item
+            except (TypeError, ValueError):
+                raise LineageError(f"path step {item!r} must be a (node, input_index) pair") from None
+            node = self.node(ref)
+            if node.is_input:
+                raise LineageError(f"path step {node.name!r} is an input array, not an operator")
+            if not isinstance(idx, (int, np.integer)) or not 0 <= idx < len(node.inputs):
+                raise LineageError(f"path step ({node.name!r}, {idx!r}): {node.name!r} has inputs 0..{len(node.inputs) - 1}")
+            steps.append((node, int(idx)))
+        return steps
+
+    @staticmethod
+    def _path_direction(steps) -> str:
+        if len(steps) >= 2 and steps[1][0].inputs[steps[1][1]] is steps[0][0]:
+            return "forward"
+        return "backward"
+
+    @staticmethod
+    def _check_links(steps, direction: str) -> None:
+        for (a, ia), (b, ib) in zip(steps, steps[1:]):
+            ok = a.inputs[ia] is b if direction == "backward" else b.inputs[ib] is a
+            if not ok:
+                raise LineageError(f"path is broken between {a.name!r} and {b.name!r} for a {direction} query")
+
+    def __repr__(self) -> str:
+        return f"<Run {self.workflow.name!r} at {self.path!r}>"
+
+
+def open_run(path: str | os.PathLike) -> Run:
+    """Reopen a finished run from its store directory (any process).
+
+    Examples
+    --------
+    >>> run = open_run("runs/demo")       # doctest: +SKIP
+    """
+    store = RunStore.open(path)
+    status = store.catalog.get("status")
+    if status != "done":
+        raise StoreError(f"run in {str(path)!r} did not finish (status {status!r}); its lineage is "
+                         "incomplete, re-run the workflow into a new store")
+    spec = store.catalog["workflow"]
+    operators = {n["name"]: store.load_operator(n["name"]) for n in spec["nodes"] if n.get("inputs")}
+    try:
+        wf = Workflow.from_spec(spec["name"], spec["nodes"], operators)
+    except (KeyError, TypeError) as exc:
+        raise StoreError(f"store {str(path)!r} has a corrupt workflow description ({exc})") from exc
+    return Run(store, wf)

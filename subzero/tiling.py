@@ -1,0 +1,173 @@
+"""Tiles and tilings: how an operator's work splits into independent tasks.
+
+A *box* is a tuple of half-open ``(lo, hi)`` ranges, one per axis.  An operator that
+declares a `Tiling` runs as one task per tile of its output; one that declares none
+runs as a single task on whole arrays (`Whole`).  A tiling answers two questions for an
+output tile: which box of input ``i`` the task reads (`input_box`), and which box of
+the output the array returned by ``run`` covers (`result_box`, e.g. a stencil returns
+its halo too and the runtime trims it).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+__all__ = [
+    "Box", "Tile", "Tiling", "Whole", "Elementwise", "Halo", "Permuted", "Reduced",
+    "RowBlocks", "tile_grid", "box_shape", "box_slices", "intersects",
+]
+
+Box = tuple[tuple[int, int], ...]
+Shape = tuple[int, ...]
+
+
+def full_box(shape: Shape) -> Box:
+    return tuple((0, int(n)) for n in shape)
+
+
+def box_shape(box: Box) -> Shape:
+    return tuple(hi - lo for lo, hi in box)
+
+
+def box_slices(box: Box, origin: Box | None = None) -> tuple[slice, ...]:
+    """Slices selecting ``box`` from an array covering ``origin`` (default: the whole array)."""
+    if origin is None:
+        return tuple(slice(lo, hi) for lo, hi in box)
+    return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin))
+
+
+def intersects(box: Box, lo: "list[int]", hi: "list[int]") -> bool:
+    """True when ``box`` meets the closed coordinate box ``[lo, hi]``."""
+    return all(b_lo <= h and l < b_hi for (b_lo, b_hi), l, h in zip(box, lo, hi))
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One task's share of a node: its index and the output box it computes."""
+
+    index: int
+    box: Box
+
+
+class Tiling:
+    """How an operator splits into tasks.  Subclasses override the two box maps."""
+
+    #: output axes that may be split across tiles (None: every axis)
+    def split_axes(self, op) -> tuple[int, ...]:
+        return tuple(range(len(op.output_shape)))
+
+    def input_box(self, op, out_box: Box, i: int) -> Box:
+        raise NotImplementedError
+
+    def result_box(self, op, out_box: Box, in_boxes: tuple[Box, ...]) -> Box:
+        """The output box the array returned by ``run`` covers (default: the tile)."""
+        return out_box
+
+
+class Whole(Tiling):
+    """One task on whole arrays: the default for operators that declare no tiling."""
+
+    def split_axes(self, op) -> tuple[int, ...]:
+        return ()
+
+    def input_box(self, op, out_box: Box, i: int) -> Box:
+        return full_box(op.input_shapes[i])
+
+
+class Elementwise(Tiling):
+    """Output tile reads the same box of each input, with numpy broadcasting."""
+
+    def input_box(self, op, out_box: Box, i: int) -> Box:
+        shape = op.input_shapes[i]
+        tail = out_box[len(out_box) - len(shape):] if shape else ()
+        return tuple((0, 1) if n == 1 else rng for n, rng in zip(shape, tail))
+
+
+@dataclass(frozen=True)
+class Halo(Tiling):
+    """A stencil: the tile reads its box grown by ``width`` cells on every side.
+
+    ``run`` returns an array covering the grown box (as ``dask.map_overlap`` does);
+    the runtime trims it to the tile.  Inputs share the output's shape.
+    """
+
+    width: int | tuple[int, ...]
+
+    def _widths(self, ndim: int) -> tuple[int, ...]:
+        return (self.width,) * ndim if isinstance(self.width, int) else tuple(self.width)
+
+    def input_box(self, op, out_box: Box, i: int) -> Box:
+        shape = op.input_shapes[i]
+        return tuple(
+            (max(lo - w, 0), min(hi + w, n))
+            for (lo, hi), w, n in zip(out_box, self._widths(len(shape)), shape)
+        )
+
+    def result_box(self, op, out_box: Box, in_boxes: tuple[Box, ...]) -> Box:
+        return in_boxes[0]
+
+
+@dataclass(frozen=True)
+class Permuted(Tiling):
+    """Output axis ``k`` is input axis ``axes[k]`` (transpose)."""
+
+    axes: tuple[int, ...]
+
+    def input_box(self, op, out_box: Box, i: int) -> Box:
+        box = [None] * len(self.axes)
+        for k, a in enumerate(self.axes):
+            box[a] = out_box[k]
+        return tuple(box)
+
+
+@dataclass(frozen=True)
+class Reduced(Tiling):
+    """A reduction over input ``axis``: tiles split the kept axes, read the axis whole."""
+
+    axis: int
+
+    def input_box(self, op, out_box: Box, i: int) -> Box:
+        box = list(out_box)
+        box.insert(self.axis, (0, op.input_shapes[i][self.axis]))
+        return tuple(box)
+
+
+class RowBlocks(Tiling):
+    """Matrix product: an output row block reads the same rows of input 0, all of input 1."""
+
+    def split_axes(self, op) -> tuple[int, ...]:
+        return (0,)
+
+    def input_box(self, op, out_box: Box, i: int) -> Box:
+        if i == 0:
+            return (out_box[0], (0, op.input_shapes[0][1]))
+        return full_box(op.input_shapes[1])
+
+
+def default_tile_len(nsplit: int, target_cells: int = 1 << 16) -> int:
+    return max(1, int(round(target_cells ** (1.0 / max(nsplit, 1)))))
+
+
+def tile_grid(shape: Shape, split_axes: tuple[int, ...], tile_shape: "int | tuple[int, ...] | None") -> list[Tile]:
+    """Split ``shape`` into tiles along ``split_axes``.
+
+    ``tile_shape`` is a length per axis (an int applies to every split axis); None
+    picks about 65,536 cells per tile.
+    """
+    ndim = len(shape)
+    if tile_shape is None:
+        lens = [default_tile_len(len(split_axes))] * ndim
+    elif isinstance(tile_shape, int):
+        lens = [tile_shape] * ndim
+    else:
+        lens = list(tile_shape) + [max(shape, default=1)] * (ndim - len(tile_shape))
+    ranges = []
+    for axis, n in enumerate(shape):
+        if axis in split_axes and n > 0:
+            step = max(1, int(lens[axis]))
+            ranges.append([(lo, min(lo + step, n)) for lo in range(0, n, step)])
+        else:
+            ranges.append([(0, n)])
+    return [Tile(k, tuple(box)) for k, box in enumerate(itertools.product(*ranges))]
+

@@ -1,0 +1,208 @@
+"""Workflows: a DAG of named nodes, each an input array or an operator applied to nodes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from subzero.errors import WorkflowError
+from subzero.operator import Operator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from subzero.run import Run
+
+__all__ = ["Node", "Workflow"]
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+@dataclass(eq=False)
+class Node:
+    """A node of a workflow: an input (``operator is None``) or an operator's output."""
+
+    name: str
+    operator: Operator | None
+    inputs: tuple["Node", ...] = ()
+    workflow: "Workflow | None" = field(default=None, repr=False)
+
+    @property
+    def is_input(self) -> bool:
+        return self.operator is None
+
+    def __repr__(self) -> str:
+        if self.is_input:
+            return f"<input {self.name!r}>"
+        return f"<node {self.name!r}: {type(self.operator).__name__}({', '.join(n.name for n in self.inputs)})>"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+class Workflow:
+    """A directed acyclic graph of array operators.
+
+    Examples
+    --------
+    >>> import subzero as sz
+    >>> wf = sz.Workflow("demo")
+    >>> x = wf.input("x")
+    >>> t = wf.add(sz.operators.Transpose(), x, name="t")
+    >>> [n.name for n in wf.nodes]
+    ['x', 't']
+    """
+
+    def __init__(self, name: str = "workflow"):
+        self.name = name
+        self._nodes: dict[str, Node] = {}
+
+    # -- building -----------------------------------------------------------------------
+    def input(self, name: str) -> Node:
+        """Declare a named input array, bound when the workflow runs."""
+        return self._register(Node(self._check_name(name), None, (), self))
+
+    def add(self, op: Operator, *inputs: Node, name: str | None = None) -> Node:
+        """Apply ``op`` to ``inputs`` (nodes of this workflow); return the new node."""
+        if not isinstance(op, Operator):
+            raise WorkflowError(f"wf.add expects a subzero Operator instance, got {type(op).__name__}; "
+                                "subclass sz.Operator and pass an instance")
+        for k, node in enumerate(inputs):
+            if not isinstance(node, Node) or self._nodes.get(node.name) is not node:
+                raise WorkflowError(
+                    f"input {k} of {type(op).__name__} is {node!r}, not a node of workflow {self.name!r}; "
+                    "pass nodes returned by wf.input() or wf.add() of this workflow")
+        if not inputs:
+            raise WorkflowError(f"{type(op).__name__} needs at least one input node")
+        arity = op.n_inputs
+        if arity is not None and arity != len(inputs):
+            raise WorkflowError(f"{type(op).__name__}.run takes {arity} input(s), got {len(inputs)}")
+        if name is None:
+            base = type(op).__name__.lower()
+            name = base if base not in self._nodes else next(
+                f"{base}_{k}" for k in range(1, len(self._nodes) + 2) if f"{base}_{k}" not in self._nodes)
+        import copy
+
+        return self._register(Node(self._check_name(name), copy.copy(op), tuple(inputs), self))
+
+    def _check_name(self, name: str) -> str:
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise WorkflowError(f"node name {name!r} is invalid; use letters, digits, '_', '.', '-' "
+                                "starting with a letter or '_'")
+        if name in self._nodes:
+            raise WorkflowError(f"workflow {self.name!r} already has a node named {name!r}")
+        return name
+
+    def _register(self, node: Node) -> Node:
+        self._nodes[node.name] = node
+        return node
+
+    # -- reading ------------------------------------------------------------------------
+    @property
+    def nodes(self) -> list[Node]:
+        """Nodes in topological order (the order they were added)."""
+        return list(self._nodes.values())
+
+    @property
+    def inputs(self) -> list[Node]:
+        return [n for n in self._nodes.values() if n.is_input]
+
+    @property
+    def outputs(self) -> list[Node]:
+        """Nodes no other node reads: the workflow's results."""
+        used = {id(i) for n in self._nodes.values() for i in n.inputs}
+        return [n for n in self._nodes.values() if id(n) not in used and not n.is_input]
+
+    def node(self, ref: "Node | str") -> Node:
+        """Resolve a node or a node name to this workflow's node."""
+        if isinstance(ref, Node):
+            if self._nodes.get(ref.name) is ref:
+                return ref
+            if ref.name in self._nodes and ref.workflow is not None and ref.workflow.name == self.name:
+                return self._nodes[ref.name]
+            raise WorkflowError(f"{ref!r} is not a node of workflow {self.name!r}")
+        if isinstance(ref, str) and ref in self._nodes:
+            return self._nodes[ref]
+        raise WorkflowError(f"unknown node {ref!r} in workflow {self.name!r}; "
+                            f"known nodes: {', '.join(self._nodes)}")
+
+    def consumers(self, node: Node) -> list[tuple[Node, int]]:
+        """(node, input index) pairs that read ``node``."""
+        return [(n, i) for n in self._nodes.values() for i, src in enumerate(n.inputs) if src is node]
+
+    # -- serialization ----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able description (operators by class and arguments; the store keeps them pickled)."""
+        return {
+            "name": self.name,
+            "nodes": [
+                {"name": n.name, "inputs": [i.name for i in n.inputs]}
+                | ({} if n.is_input else {"operator": f"{type(n.operator).__module__}.{type(n.operator).__qualname__}",
+                                          "params": _jsonable(n.operator.params())})
+                for n in self._nodes.values()
+            ],
+        }
+
+    @classmethod
+    def from_spec(cls, name: str, nodes: list[dict[str, Any]], operators: dict[str, Operator]) -> "Workflow":
+        """Rebuild a workflow from its description and its operators, validating the DAG."""
+        wf = cls(name)
+        pending = {spec["name"]: spec for spec in nodes}
+        while pending:
+            ready = [s for s in pending.values() if all(i in wf._nodes for i in s.get("inputs", []))]
+            if not ready:
+                unknown = sorted({i for s in pending.values() for i in s.get("inputs", [])} - set(pending) - set(wf._nodes))
+                if unknown:
+                    raise WorkflowError(f"workflow {name!r} refers to unknown input node(s) {unknown}")
+                raise WorkflowError(f"workflow {name!r} has a cycle through nodes {sorted(pending)}")
+            for spec in ready:
+                del pending[spec["name"]]
+                if not spec.get("inputs"):
+                    wf.input(spec["name"])
+                else:
+                    if spec["name"] not in operators:
+                        raise WorkflowError(f"workflow {name!r}: node {spec['name']!r} has no operator")
+                    node = wf.add(operators[spec["name"]], *[wf._nodes[i] for i in spec["inputs"]], name=spec["name"])
+                    node.operator = operators[spec["name"]]
+        return wf
+
+    # -- running --------------------------------------------------------------------------
+    def run(self, inputs: dict[str, Any], store, strategies=None, max_disk=None, max_runtime=None,
+            workload=None, executor: str = "spark", spark=None, tile_shape=None) -> "Run":
+        """Execute the workflow, record lineage, and return the `Run` to query.
+
+        Parameters
+        ----------
+        inputs : dict
+            Input name -> numpy array (every ``wf.input`` must be bound).
+        store : path
+            A new directory for this run's arrays, lineage and catalog.
+        strategies : dict, optional
+            Node (or node name) -> strategy name or list of names; nodes not given
+            are chosen by the optimizer.
+        max_disk, max_runtime, workload
+            Budgets and sample queries for the optimizer.
+        executor : {"spark", "local"}
+            Spark tasks over tiles (default), or in-process.
+        spark : SparkSession, optional
+            A session to use instead of the embedded ``local[*]`` one.
+        tile_shape : int or tuple, optional
+            Tile lengths for tiled operators (default about 65,536 cells per tile).
+        """
+        from subzero.execution import execute
+
+        return execute(self, inputs, store, strategies=strategies, max_disk=max_disk,
+                       max_runtime=max_runtime, workload=workload, executor=executor,
+                       spark=spark, tile_shape=tile_shape)
+
+    def __repr__(self) -> str:
+        return f"Workflow({self.name!r}, nodes={list(self._nodes)})"
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    return repr(value)

@@ -51,7 +51,8 @@ def as_coords(cells: Any, shape: Shape, where: str) -> np.ndarray:
             arr = arr.astype(np.int64)
         else:
             raise LineageError(
-                f"cells for {where} must be integer coordinates, got {np.asarray(cells).tolist()!r:.200}"
+                f"cells for {where} (shape {tuple(shape)}) must be integer coordinates, "
+                f"got {np.asarray(cells).tolist()!r:.200}"
             )
     if arr.ndim == 1:
         arr = arr.reshape(-1, 1) if ndim == 1 else arr.reshape(1, -1)

@@ -81,7 +81,8 @@ def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
     out = op.run(ctx, *_load_inputs(task, in_boxes))
     if not isinstance(out, np.ndarray):
         out = np.asarray(out)
-    if not known:
+    if not known:  # a whole-array operator whose output shape only running tells
+        op.output_shape = tuple(out.shape)
         result_box = full_box(out.shape)
         ctx.tile_box, ctx._output_shape = result_box, out.shape
         tile = Tile(tile.index, result_box)

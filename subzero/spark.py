@@ -8,11 +8,13 @@ whose master is a standalone cluster (``spark://host:7077``).
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import sys
 from functools import partial
 
 from subzero.errors import SubZeroError, WorkflowError
+from subzero.pickling import dumps_with_operator
 from subzero.runtime import NodeTask, TileResult, run_tile
 from subzero.tiling import Tile
 
@@ -66,10 +68,17 @@ class SparkExecutor:
     def map_tiles(self, task: NodeTask, tiles: list[Tile]) -> list[TileResult]:
         sc = self.spark.sparkContext
         sc.setJobDescription(f"subzero node {task.node}")
+        payload = dumps_with_operator(task, task.operator, task.node)
         try:
-            return sc.parallelize(tiles, max(len(tiles), 1)).map(partial(run_tile, task)).collect()
+            return sc.parallelize(tiles, max(len(tiles), 1)).map(partial(_run_pickled, payload)).collect()
         except Exception as exc:  # Py4J / PythonException: report the Python error, not the JVM trace
             raise WorkflowError(f"node {task.node!r} failed on Spark: {_python_error(exc)}") from exc
+
+
+def _run_pickled(payload: bytes, tile: Tile) -> TileResult:
+    """Task body: the task travels as our own pickle, so operators defined in any user
+    module (not importable on the workers) still run."""
+    return run_tile(pickle.loads(payload), tile)
 
 
 def _python_error(exc: Exception) -> str:

@@ -34,7 +34,7 @@ from subzero.spatial_index import SpatialIndex, build_index
 __all__ = ["RunStore", "FORMAT"]
 
 FORMAT = 1
-_MAP_SIZE = 1 << 40  # address space only: LMDB files grow as written
+_MAP_SIZE = 1 << 26  # initial address space; grown before a write that needs more
 _ENVS: dict[str, lmdb.Environment] = {}
 _ENVS_LOCK = threading.Lock()
 
@@ -65,6 +65,14 @@ def _atomic_write(path: Path, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _reserve(env: lmdb.Environment, nbytes: int) -> None:
+    """Grow the memory map so that ``nbytes`` more fit (LMDB fails writes past it)."""
+    info, stat = env.info(), env.stat()
+    used = (info["last_pgno"] + 1) * stat["psize"]
+    if used + nbytes + (16 << 20) > info["map_size"]:
+        env.set_mapsize(max(2 * info["map_size"], 2 * (used + nbytes) + (16 << 20)))
 
 
 class RunStore:
@@ -162,6 +170,7 @@ class RunStore:
                 size += sum(os.path.getsize(base + ext) for ext in (".dat", ".idx") if os.path.exists(base + ext))
             sizes[strategy] = size
         env = _env(self.root / "lineage", create=True)
+        _reserve(env, sum(2 * b.nbytes + 64 * len(b.keys) for b in batches.values()))
         try:
             with env.begin(write=True) as txn:
                 for strategy, batch in batches.items():

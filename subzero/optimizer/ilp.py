@@ -1,0 +1,582 @@
+"""The lineage strategy optimizer: the integer program of SubZero section VII.
+
+Given, for every node of a workflow, candidate lineage strategies with their
+predicted disk, runtime and query costs, and a workload summary saying how
+often queries step through each node in each direction, choose for every node
+a set of strategies that minimizes
+
+    sum_(i,d) p_(i,d) * min_(j chosen) q_ij[d]
+        + epsilon * sum_(j chosen) (disk_ij + beta * runtime_ij)
+
+subject to the disk and runtime budgets, at least one strategy per node, and
+the strategies the user pinned.  The ``min`` is linearized with assignment
+variables ``y_(i,d,j) <= x_ij``, ``sum_j y_(i,d,j) = 1``: since query costs are
+non-negative and the objective is minimized, each (node, direction) is served
+by its cheapest chosen strategy.
+
+Before the program is built, candidates that are clearly not optimal are
+pruned (section VII): candidates that alone exceed a budget, candidates
+indexed for a direction the workload never queries at that node, every
+non-mapping candidate of a node that has a mapping ("Map"), and every
+candidate but BlackBox (or Map) of a node the workload never queries.
+Pinned candidates are never pruned.  After solving, chosen strategies that
+serve no query and are not pinned are dropped (they can only tie).
+
+This is the only module of subzero that imports :mod:`pulp`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+import time
+import warnings
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import pulp
+
+from subzero.errors import WorkflowError
+
+__all__ = ["Candidate", "Problem", "Plan", "solve", "brute_force", "objective_of"]
+
+DIRECTIONS = ("backward", "forward")
+BLACKBOX = "BlackBox"
+FALLBACK_REASON = "fallback: no candidate fits the budget"
+
+Key = tuple[str, str]
+Choice = dict[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One lineage strategy the optimizer may choose for one node.
+
+    Parameters
+    ----------
+    node : str
+        Name of the workflow node.
+    strategy : str
+        Canonical strategy name, e.g. ``"Map"``, ``"BlackBox"``,
+        ``"FullOne/backward"``, ``"PayOne/backward"``, ``"FullMany/forward"``.
+        A ``"/forward"`` or ``"/backward"`` suffix marks the direction the
+        stored lineage is indexed for (used for pruning).
+    disk : float
+        Predicted bytes of lineage stored, >= 0.
+    runtime : float
+        Predicted seconds of runtime overhead added to the workflow run, >= 0.
+    query_cost : Mapping[str, float]
+        ``{"backward": seconds, "forward": seconds}``: predicted cost of one
+        query step through the node with this strategy.  A direction may be
+        left out only if the workload never queries the node that way.
+    mapping : bool
+        True for mapping functions ("Map"): no disk, no runtime.
+
+    Examples
+    --------
+    >>> Candidate("crop", "FullOne/backward", disk=4e6, runtime=0.5,
+    ...           query_cost={"backward": 0.01, "forward": 3.0}).strategy
+    'FullOne/backward'
+    """
+
+    node: str
+    strategy: str
+    disk: float
+    runtime: float
+    query_cost: Mapping[str, float]
+    mapping: bool = False
+
+    def __post_init__(self) -> None:
+        label = f"candidate {self.strategy!r} of node {self.node!r}"
+        _check_amount(f"disk of {label}", self.disk)
+        _check_amount(f"runtime of {label}", self.runtime)
+        unknown = sorted(set(self.query_cost) - set(DIRECTIONS))
+        if unknown:
+            raise WorkflowError(
+                f"query_cost of {label} has unknown directions {unknown}; "
+                f"expected keys among {list(DIRECTIONS)}"
+            )
+        for direction, cost in self.query_cost.items():
+            _check_amount(f"{direction} query cost of {label}", cost)
+        object.__setattr__(self, "disk", float(self.disk))
+        object.__setattr__(self, "runtime", float(self.runtime))
+        costs = {d: float(q) for d, q in self.query_cost.items()}
+        object.__setattr__(self, "query_cost", MappingProxyType(costs))
+
+    @property
+    def key(self) -> Key:
+        """``(node, strategy)``, unique within a :class:`Problem`."""
+        return (self.node, self.strategy)
+
+
+Survivors = dict[str, list[Candidate]]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An instance of the strategy-selection integer program.
+
+    Every node without a ``"BlackBox"`` candidate gets one with disk 0,
+    runtime 0 and, per direction, the highest query cost among the node's
+    candidates; so a plan within the budgets always exists unless the pins
+    break them.  Nodes are the nodes of ``candidates``: naming any other node
+    in ``access`` or ``pinned`` raises :class:`WorkflowError`.
+
+    Parameters
+    ----------
+    candidates : tuple of Candidate
+        All strategies the optimizer may choose from.
+    access : Mapping[tuple[str, str], float]
+        ``(node, direction) -> p``: how often workload queries step through
+        the node in that direction (weights >= 0, need not sum to 1).
+    max_disk, max_runtime : float or None
+        Budgets on the total bytes of lineage and on the total runtime
+        overhead in seconds; None means unbounded.
+    epsilon : float
+        Weight of the disk/runtime penalty that breaks ties.  It is in units
+        of query seconds per byte: with the default 1e-6, storing 1 MB costs
+        as much as 1 s of expected query time.
+    beta : float
+        Weight of runtime seconds against disk bytes in the penalty.
+    pinned : Mapping[str, tuple[str, ...]]
+        ``node -> strategies`` the user fixed; they are always chosen and never
+        pruned.  A single strategy name is accepted as well as a tuple.
+
+    Examples
+    --------
+    >>> p = Problem((Candidate("a", "Map", 0, 0, {"backward": 0.0}, mapping=True),),
+    ...             access={("a", "backward"): 1.0})
+    >>> sorted(c.strategy for c in p.candidates)
+    ['BlackBox', 'Map']
+    """
+
+    candidates: tuple[Candidate, ...]
+    access: Mapping[Key, float]
+    max_disk: float | None = None
+    max_runtime: float | None = None
+    epsilon: float = 1e-6
+    beta: float = 1.0
+    pinned: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        pinned = {n: (s,) if isinstance(s, str) else tuple(s) for n, s in self.pinned.items()}
+        object.__setattr__(self, "candidates", _with_blackbox(tuple(self.candidates)))
+        object.__setattr__(self, "access", MappingProxyType(dict(self.access)))
+        object.__setattr__(self, "pinned", MappingProxyType(pinned))
+        _validate(self)
+
+    def nodes(self) -> dict[str, list[Candidate]]:
+        """Candidates grouped by node, nodes in order of first appearance."""
+        return _group(self.candidates)
+
+    def weight(self, node: str, direction: str) -> float:
+        """Access weight ``p`` of ``(node, direction)``, 0 when absent."""
+        return self.access.get((node, direction), 0.0)
+
+    def queried(self, node: str) -> list[str]:
+        """Directions in which the workload steps through ``node``."""
+        return [d for d in DIRECTIONS if self.weight(node, d) > 0]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The optimizer's choice.
+
+    Attributes
+    ----------
+    chosen : Mapping[str, tuple[str, ...]]
+        ``node -> chosen strategies``, sorted: the pins, and per queried
+        direction the strategy that serves it (for a node nobody queries,
+        the one strategy with the smallest disk/runtime penalty).
+    objective : float
+        Objective value of ``chosen`` (see :func:`objective_of`).
+    disk, runtime : float
+        Total predicted bytes of lineage and seconds of runtime overhead.
+    status : str
+        ``"optimal"``, or ``"fallback"`` when no plan was found within the
+        budgets (BlackBox everywhere, plus Map where available, plus pins).
+    solve_seconds : float
+        Wall-clock time spent solving (building and solving the program).
+    reasons : Mapping[str, str]
+        ``node -> short human reason`` for its choice.
+    pruned : Mapping[tuple[str, str], str]
+        ``(node, strategy) -> why`` the candidate was pruned before solving.
+    """
+
+    chosen: Mapping[str, tuple[str, ...]]
+    objective: float
+    disk: float
+    runtime: float
+    status: str
+    solve_seconds: float
+    reasons: Mapping[str, str]
+    pruned: Mapping[Key, str]
+
+
+def solve(problem: Problem) -> Plan:
+    """Choose lineage strategies with the integer program (CBC via pulp).
+
+    Parameters
+    ----------
+    problem : Problem
+        Candidates, workload access weights, budgets and pins.
+
+    Returns
+    -------
+    Plan
+        The optimal plan over the candidates that survive pruning, or a
+        ``"fallback"`` plan if the solver finds none (it never raises then).
+
+    Raises
+    ------
+    WorkflowError
+        If the pinned strategies alone exceed a budget.
+
+    Examples
+    --------
+    >>> cands = (Candidate("udf", "FullOne/backward", 100.0, 1.0, {"backward": 1.0}),
+    ...          Candidate("udf", "BlackBox", 0.0, 0.0, {"backward": 50.0}))
+    >>> solve(Problem(cands, {("udf", "backward"): 1.0})).chosen
+    {'udf': ('FullOne/backward',)}
+    >>> solve(Problem(cands, {("udf", "backward"): 1.0}, max_disk=10)).chosen
+    {'udf': ('BlackBox',)}
+    """
+    return _optimize(problem, _solve_ilp)
+
+
+def brute_force(problem: Problem) -> Plan:
+    """Like :func:`solve`, but enumerate every choice instead of using the ILP.
+
+    Prunes exactly like :func:`solve`, then tries every non-empty subset of
+    every node's surviving candidates that contains its pins (for small
+    instances: the number of choices is the product over nodes of
+    ``2**survivors - 1``).  Meant to check :func:`solve` in tests.
+
+    Examples
+    --------
+    >>> cands = (Candidate("udf", "FullOne/backward", 100.0, 1.0, {"backward": 1.0}),
+    ...          Candidate("udf", "BlackBox", 0.0, 0.0, {"backward": 50.0}))
+    >>> brute_force(Problem(cands, {("udf", "backward"): 1.0})).chosen
+    {'udf': ('FullOne/backward',)}
+    """
+    return _optimize(problem, _enumerate)
+
+
+def objective_of(problem: Problem, chosen: Mapping[str, Iterable[str]]) -> float:
+    """Objective value of choosing ``chosen`` (budgets and pins not checked).
+
+    Parameters
+    ----------
+    problem : Problem
+        The instance.
+    chosen : Mapping[str, Iterable[str]]
+        ``node -> strategies``; every node needs at least one.
+
+    Examples
+    --------
+    >>> cands = (Candidate("udf", "FullOne/backward", 100.0, 1.0, {"backward": 1.0}),)
+    >>> p = Problem(cands, {("udf", "backward"): 2.0}, epsilon=0.01)
+    >>> objective_of(p, {"udf": ["FullOne/backward"]})  # 2 * 1 + 0.01 * 101
+    3.01
+    """
+    picked = _picked(problem, chosen)
+    return float(sum(_node_cost(problem, node, cands) for node, cands in picked.items()))
+
+
+# -- validation ---------------------------------------------------------------
+
+
+def _check_amount(what: str, value: object) -> None:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not (ok and math.isfinite(value) and value >= 0):
+        raise WorkflowError(f"{what} must be a finite number >= 0, got {value!r}")
+
+
+def _group(candidates: Iterable[Candidate]) -> dict[str, list[Candidate]]:
+    groups: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault(c.node, []).append(c)
+    return groups
+
+
+def _with_blackbox(candidates: tuple[Candidate, ...]) -> tuple[Candidate, ...]:
+    extra = []
+    for node, cands in _group(candidates).items():
+        if all(c.strategy != BLACKBOX for c in cands):
+            worst: dict[str, float] = {}
+            for d, q in itertools.chain.from_iterable(c.query_cost.items() for c in cands):
+                worst[d] = max(q, worst.get(d, q))
+            extra.append(Candidate(node, BLACKBOX, 0.0, 0.0, worst))
+    return candidates + tuple(extra)
+
+
+def _validate(problem: Problem) -> None:
+    keys = [c.key for c in problem.candidates]
+    duplicates = sorted({k for k in keys if keys.count(k) > 1})
+    if duplicates:
+        raise WorkflowError(f"duplicate candidates (node, strategy): {duplicates}")
+    for name in ("max_disk", "max_runtime"):
+        if getattr(problem, name) is not None:
+            _check_amount(name, getattr(problem, name))
+    _check_amount("epsilon", problem.epsilon)
+    _check_amount("beta", problem.beta)
+    nodes = problem.nodes()
+    for (node, direction), weight in problem.access.items():
+        where = f"access[({node!r}, {direction!r})]"
+        if node not in nodes or direction not in DIRECTIONS:
+            raise WorkflowError(
+                f"{where}: expected a node with candidates (one of {sorted(nodes)}) "
+                f"and a direction in {list(DIRECTIONS)}"
+            )
+        _check_amount(where, weight)
+        missing = [c.strategy for c in nodes[node] if weight > 0 and direction not in c.query_cost]
+        if missing:
+            raise WorkflowError(f"{where} > 0 but {missing} lack a {direction} query cost")
+    for node, strategies in problem.pinned.items():
+        known = [c.strategy for c in nodes.get(node, [])]
+        if not strategies or not set(strategies) <= set(known):
+            raise WorkflowError(
+                f"pinned[{node!r}] = {strategies}: expected a non-empty subset of "
+                f"the node's candidate strategies {known}"
+            )
+
+
+def _check_pins(problem: Problem) -> None:
+    table = {c.key: c for c in problem.candidates}
+    pins = [table[(n, s)] for n, strategies in problem.pinned.items() for s in strategies]
+    for name, limit in (("disk", problem.max_disk), ("runtime", problem.max_runtime)):
+        total = sum(getattr(c, name) for c in pins)
+        if limit is not None and total > limit:
+            raise WorkflowError(
+                f"pinned strategies on nodes {sorted(problem.pinned)} need {name} {total:g} "
+                f"on their own, over the budget max_{name}={limit:g}; "
+                f"raise max_{name} or unpin some of them"
+            )
+
+
+# -- pruning ------------------------------------------------------------------
+
+
+def _structural_reason(problem: Problem, c: Candidate, siblings: list[Candidate]) -> str | None:
+    if any(s.mapping for s in siblings) and not c.mapping:
+        return "mapping preferred: the node has a mapping function"
+    if not problem.queried(c.node):
+        return None if c.mapping or c.strategy == BLACKBOX else "not queried by the workload"
+    for direction in DIRECTIONS:
+        if c.strategy.endswith("/" + direction) and problem.weight(c.node, direction) == 0:
+            return f"{direction}-optimized but the workload has no {direction} queries on this node"
+    return None
+
+
+def _budget_reason(problem: Problem, c: Candidate) -> str | None:
+    for name, limit in (("disk", problem.max_disk), ("runtime", problem.max_runtime)):
+        if limit is not None and getattr(c, name) > limit:
+            return f"{name} {getattr(c, name):g} alone exceeds max_{name}={limit:g}"
+    return None
+
+
+def _prune(problem: Problem) -> tuple[Survivors, dict[Key, str], Survivors]:
+    """Split candidates into survivors per node, pruned reasons, and the
+    candidates each node would keep without budgets (to explain choices)."""
+    survivors: Survivors = {}
+    unbudgeted: Survivors = {}
+    pruned: dict[Key, str] = {}
+    for node, cands in problem.nodes().items():
+        survivors[node], unbudgeted[node] = [], []
+        for c in cands:
+            pinned = c.strategy in problem.pinned.get(node, ())
+            structural = None if pinned else _structural_reason(problem, c, cands)
+            reason = structural or (None if pinned else _budget_reason(problem, c))
+            if structural is None:
+                unbudgeted[node].append(c)
+            if reason is None:
+                survivors[node].append(c)
+            else:
+                pruned[c.key] = reason
+    return survivors, pruned, unbudgeted
+
+
+# -- solving ------------------------------------------------------------------
+
+
+def _optimize(problem: Problem, search: Callable[[Problem, Survivors], Choice | None]) -> Plan:
+    _check_pins(problem)
+    survivors, pruned, unbudgeted = _prune(problem)
+    start = time.perf_counter()
+    found = search(problem, survivors)
+    seconds = time.perf_counter() - start
+    status = "fallback" if found is None else "optimal"
+    chosen = _fallback(problem) if found is None else _trimmed(problem, found)
+    picked = _picked(problem, chosen)
+    every = [c for cs in picked.values() for c in cs]
+    totals = {name: sum(getattr(c, name) for c in every) for name in ("disk", "runtime")}
+    reasons = {
+        node: FALLBACK_REASON if found is None else _reason(problem, cs, totals, unbudgeted[node])
+        for node, cs in picked.items()
+    }
+    return Plan(
+        chosen=chosen,
+        objective=objective_of(problem, chosen),
+        disk=totals["disk"],
+        runtime=totals["runtime"],
+        status=status,
+        solve_seconds=seconds,
+        reasons=reasons,
+        pruned=pruned,
+    )
+
+
+def _trimmed(problem: Problem, chosen: Choice) -> Choice:
+    """Drop chosen strategies that serve no query and are not pinned.
+
+    Such strategies only add disk/runtime (possibly zero, which ties), so
+    dropping them keeps the plan optimal and within budget.
+    """
+    trimmed = {}
+    for node, picked in _picked(problem, chosen).items():
+        pins = set(problem.pinned.get(node, ()))
+        keep = {_cheapest(problem, picked, d).strategy for d in problem.queried(node)}
+        trimmed[node] = tuple(sorted(keep | pins or {_cheapest(problem, picked, None).strategy}))
+    return trimmed
+
+
+def _cheapest(problem: Problem, picked: list[Candidate], direction: str | None) -> Candidate:
+    """The candidate serving ``direction`` best (any direction if None); ties
+    go to pinned candidates, then to the smaller disk/runtime penalty."""
+    pins = problem.pinned.get(picked[0].node, ())
+
+    def rank(c: Candidate) -> tuple:
+        query = c.query_cost[direction] if direction else 0.0
+        return (query, c.strategy not in pins, c.disk + problem.beta * c.runtime, c.strategy)
+
+    return min(picked, key=rank)
+
+
+def _solve_ilp(problem: Problem, survivors: Survivors) -> Choice | None:
+    if not all(survivors.values()):
+        return None
+    model = pulp.LpProblem("subzero_strategies", pulp.LpMinimize)
+    x, objective = {}, []
+    for i, (node, cands) in enumerate(survivors.items()):
+        for j, c in enumerate(cands):
+            x[c.key] = model.add_variable(f"x{i}_{j}", 0, 1, pulp.LpBinary)
+            objective.append(problem.epsilon * (c.disk + problem.beta * c.runtime) * x[c.key])
+        model += pulp.lpSum(x[c.key] for c in cands) >= 1
+        for strategy in problem.pinned.get(node, ()):
+            model += x[(node, strategy)] == 1
+        for direction in problem.queried(node):  # y: which chosen strategy serves (node, direction)
+            y = [model.add_variable(f"y{i}_{j}_{direction}", 0) for j in range(len(cands))]
+            model += pulp.lpSum(y) == 1
+            for c, y_c in zip(cands, y):
+                model += y_c <= x[c.key]
+                objective.append(problem.weight(node, direction) * c.query_cost[direction] * y_c)
+    flat = [c for cands in survivors.values() for c in cands]
+    for name, limit in (("disk", problem.max_disk), ("runtime", problem.max_runtime)):
+        if limit is not None:  # scaled so the right-hand side is 1 (or 0)
+            used = pulp.lpSum(getattr(c, name) / (limit or 1.0) * x[c.key] for c in flat)
+            model += used <= (1 if limit else 0)
+    model += pulp.lpSum(objective)
+    with warnings.catch_warnings():  # pulp 3.3 announces PULP_CBC_CMD's removal in pulp 4
+        warnings.filterwarnings("ignore", "PULP_CBC_CMD is deprecated", DeprecationWarning)
+        solver = pulp.PULP_CBC_CMD(msg=False)
+    try:
+        model.solve(solver)
+    except pulp.PulpSolverError:
+        return None
+    if model.status != pulp.LpStatusOptimal:
+        return None
+    return {
+        node: tuple(sorted(c.strategy for c in cands if x[c.key].value() > 0.5))
+        for node, cands in survivors.items()
+    }
+
+
+def _enumerate(problem: Problem, survivors: Survivors) -> Choice | None:
+    options = {
+        node: _subsets(cands, problem.pinned.get(node, ()))
+        for node, cands in survivors.items()
+    }
+    cost, disk, runtime = np.zeros(1), np.zeros(1), np.zeros(1)
+    for node, subsets in options.items():  # totals of every combination, first node slowest
+        cost = np.add.outer(cost, [_node_cost(problem, node, s) for s in subsets]).ravel()
+        disk = np.add.outer(disk, [sum(c.disk for c in s) for s in subsets]).ravel()
+        runtime = np.add.outer(runtime, [sum(c.runtime for c in s) for s in subsets]).ravel()
+    feasible = np.ones(cost.shape, dtype=bool)
+    for totals, limit in ((disk, problem.max_disk), (runtime, problem.max_runtime)):
+        if limit is not None:
+            feasible &= totals <= limit
+    if not feasible.any():
+        return None
+    best = np.flatnonzero(feasible)[np.argmin(cost[feasible])]
+    index = np.unravel_index(best, [len(s) for s in options.values()])
+    return {
+        node: tuple(sorted(c.strategy for c in subsets[i]))
+        for (node, subsets), i in zip(options.items(), index)
+    }
+
+
+def _subsets(cands: list[Candidate], pins: tuple[str, ...]) -> list[tuple[Candidate, ...]]:
+    sizes = range(1, len(cands) + 1)
+    every = itertools.chain.from_iterable(itertools.combinations(cands, k) for k in sizes)
+    return [s for s in every if set(pins) <= {c.strategy for c in s}]
+
+
+def _fallback(problem: Problem) -> Choice:
+    chosen = {}
+    for node, cands in problem.nodes().items():
+        maps = {c.strategy for c in cands if c.mapping}
+        chosen[node] = tuple(sorted({BLACKBOX, *problem.pinned.get(node, ()), *maps}))
+    return chosen
+
+
+# -- costs and reasons --------------------------------------------------------
+
+
+def _picked(problem: Problem, chosen: Mapping[str, Iterable[str]]) -> Survivors:
+    table = {c.key: c for c in problem.candidates}
+    nodes = problem.nodes()
+    unknown = sorted(set(chosen) - set(nodes))
+    if unknown:
+        raise WorkflowError(f"chosen names unknown nodes {unknown}; nodes are {sorted(nodes)}")
+    picked = {}
+    for node, cands in nodes.items():
+        strategies = list(chosen.get(node, ()))
+        if not strategies or any((node, s) not in table for s in strategies):
+            raise WorkflowError(
+                f"chosen[{node!r}] = {strategies}: expected a non-empty subset of "
+                f"{[c.strategy for c in cands]}"
+            )
+        picked[node] = [table[(node, s)] for s in strategies]
+    return picked
+
+
+def _node_cost(problem: Problem, node: str, picked: Sequence[Candidate]) -> float:
+    best = {d: min(c.query_cost[d] for c in picked) for d in problem.queried(node)}
+    query = sum(problem.weight(node, d) * q for d, q in best.items())
+    return query + problem.epsilon * sum(c.disk + problem.beta * c.runtime for c in picked)
+
+
+def _reason(
+    problem: Problem, picked: list[Candidate], totals: dict[str, float], unbudgeted: list[Candidate]
+) -> str:
+    node = picked[0].node
+    directions = problem.queried(node)
+    if node in problem.pinned:
+        return "pinned"
+    if any(c.mapping for c in picked):
+        return "mapping"
+    if not directions:
+        return "not queried by the workload"
+    best = {d: min(unbudgeted, key=lambda c: c.query_cost[d]) for d in directions}
+    if all(min(c.query_cost[d] for c in picked) <= best[d].query_cost[d] for d in directions):
+        return "cheapest expected query cost"
+    chosen = {c.key for c in picked}
+    missing = {c.key: c for c in best.values() if c.key not in chosen}.values()
+    for name, limit in (("disk", problem.max_disk), ("runtime", problem.max_runtime)):
+        if limit is not None and totals[name] + sum(getattr(c, name) for c in missing) > limit:
+            only_blackbox = [c.strategy for c in picked] == [BLACKBOX]
+            return "only BlackBox fits the budget" if only_blackbox else "budget binding"
+    return "disk/runtime penalty (epsilon) outweighs the query gain"

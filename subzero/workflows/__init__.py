@@ -1,0 +1,19 @@
+"""Built-in workflows, by name: each module's ``build(quick)`` returns (workflow, inputs)."""
+
+from __future__ import annotations
+
+import importlib
+
+from subzero.errors import WorkflowError
+
+__all__ = ["BUILTIN", "load_builtin"]
+
+BUILTIN = {"demo": "subzero.workflows.demo"}
+
+
+def load_builtin(name: str, quick: bool = False):
+    """(workflow, inputs) of a built-in workflow."""
+    if name not in BUILTIN:
+        raise WorkflowError(f"unknown built-in workflow {name!r}; built-ins: {', '.join(sorted(BUILTIN))}, "
+                            "or pass a Python file defining build() -> (workflow, inputs)")
+    return importlib.import_module(BUILTIN[name]).build(quick=quick)

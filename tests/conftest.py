@@ -1,0 +1,22 @@
+"""Shared fixtures: one Spark session for the whole test session, hypothesis profiles."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The embedded local[2, 4] Spark session (4 attempts per task), shared by all tests."""
+    from subzero.spark import get_session
+
+    session = get_session("local[2, 4]")
+    yield session
+    session.stop()

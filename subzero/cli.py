@@ -135,6 +135,12 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from subzero.bench import main as bench_main
+
+    return bench_main(args.name, quick=args.quick, out_dir=args.out or f"benchmarks/results/{args.name}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="subzero", description="Fine-grained lineage for array workflows on Spark.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -169,6 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--executor", choices=["spark", "local"], default="spark")
     demo.add_argument("--quick", action="store_true")
     demo.set_defaults(func=cmd_demo)
+    bench = sub.add_parser("bench", help="reproduce the paper's experiments side by side with baselines")
+    bench.add_argument("name", choices=["astronomy", "genomics", "micro"])
+    bench.add_argument("--quick", action="store_true", help="small sizes: under two minutes")
+    bench.add_argument("--out", help="output directory (default benchmarks/results/NAME)")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

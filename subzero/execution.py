@@ -3,6 +3,12 @@
 Per node: bind the operator to its shapes, run its tiles on the chosen executor (each
 task encodes its own lineage), assemble and persist the output array, merge the tiles'
 lineage and write it in one LMDB transaction, then record the node in the catalog.
+
+When the optimizer chooses strategies (a workload or a budget is given and not every
+node is pinned), the run has two phases: first every node is computed without lineage
+and profiled on sample tiles; the integer program then picks strategies; second, only
+the nodes that store lineage re-run their tiles to capture it.  The first phase is the
+workflow's own cost, the base of relative runtime budgets.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import numpy as np
 
 from subzero.encoders import merge_tiles
 from subzero.errors import SubZeroError, WorkflowError
+from subzero.modes import Strategy
 from subzero.pickling import dump_operator
 from subzero.planning import default_strategies, resolve_pinned
 from subzero.runtime import NodeTask, TileResult, run_tile
@@ -81,36 +88,134 @@ def bind_shapes(node: Node, input_shapes: tuple[tuple[int, ...], ...]) -> None:
                             "implement infer_output_shape(input_shapes)")
 
 
+def node_tiles(node: Node, tile_shape) -> list[Tile]:
+    op = node.operator
+    if op.output_shape is None:
+        return [Tile(0, None)]
+    return tile_grid(op.output_shape, op.effective_tiling().split_axes(op), tile_shape)
+
+
+class _Execution:
+    """One run in progress: the store, the executor and what has been measured so far."""
+
+    def __init__(self, wf: Workflow, rs: RunStore, runner, tile_shape, max_disk: float | None):
+        self.wf, self.rs, self.runner, self.tile_shape = wf, rs, runner, tile_shape
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.dtypes: dict[str, str] = {}
+        self.disk_left = max_disk
+
+    def save_input(self, node: Node, array: np.ndarray) -> None:
+        self.rs.save_array(node.name, array)
+        self.shapes[node.name] = array.shape
+        self.rs.catalog["nodes"][node.name] = {"kind": "input", "shape": list(array.shape), "dtype": str(array.dtype)}
+        self.rs.save_catalog()
+
+    def task(self, node: Node, strategies: tuple[str, ...]) -> NodeTask:
+        return NodeTask(node.name, node.operator, tuple(self.rs.array_path(i.name) for i in node.inputs), strategies)
+
+    def compute(self, node: Node, strategies: tuple[str, ...]) -> tuple[list[TileResult], float]:
+        """Bind, run every tile (encoding ``strategies``), persist the output array."""
+        bind_shapes(node, tuple(self.shapes[i.name] for i in node.inputs))
+        start = time.perf_counter()
+        results = self.runner.map_tiles(self.task(node, strategies), node_tiles(node, self.tile_shape))
+        wall = time.perf_counter() - start
+        output = _assemble(results, node.operator.output_shape)
+        node.operator.output_shape = output.shape
+        self.rs.save_array(node.name, output)
+        self.rs.save_operator(node.name, dump_operator(node.operator, node.name))
+        self.shapes[node.name], self.dtypes[node.name] = output.shape, str(output.dtype)
+        return results, wall
+
+    def capture(self, node: Node, strategies: tuple[str, ...]) -> tuple[list[TileResult], float]:
+        """Re-run a computed node's tiles to capture lineage (its output is already stored)."""
+        start = time.perf_counter()
+        results = self.runner.map_tiles(self.task(node, strategies), node_tiles(node, self.tile_shape))
+        return results, time.perf_counter() - start
+
+    def commit(self, node: Node, strategies: tuple[str, ...], results: list[TileResult], wall: float,
+               extra: dict | None = None) -> dict:
+        """Write the node's lineage (within the disk budget) and then its catalog entry."""
+        stored = [s for s in strategies if Strategy.parse(s).stored]
+        batches = {s: merge_tiles([r.encoded[s] for r in results]) for s in stored}
+        dropped = self._fit_budget(batches)
+        kept = tuple(s for s in strategies if s not in dropped) or ("BlackBox",)
+        start = time.perf_counter()
+        op = node.operator
+        ndims = {0xFF: len(op.output_shape)} | {i: len(s) for i, s in enumerate(op.input_shapes)}
+        sizes = self.rs.write_lineage(node.name, batches, ndims)
+        if self.disk_left is not None:
+            self.disk_left -= sum(sizes.values())
+        entry = {
+            "kind": "operator", "shape": list(op.output_shape), "dtype": self.dtypes[node.name],
+            "strategies": list(kept),
+            "stats": {
+                "tiles": len(results), "wall_seconds": wall,
+                "op_seconds": sum(r.op_seconds for r in results),
+                "lineage_seconds": sum(r.lineage_seconds for r in results),
+                "write_seconds": time.perf_counter() - start,
+                "bytes": sizes,
+                "keys": {s: len(b.keys) for s, b in batches.items()},
+                "encode_seconds": {s: sum(r.encode_seconds.get(s, 0.0) for r in results) for s in batches},
+                "pairs": {s: [sum(r.cells[s][k] for r in results) for k in range(3)] for s in batches},
+            },
+        }
+        if dropped:
+            entry["dropped"] = {s: "over the disk budget at run time" for s in dropped}
+        entry.update(extra or {})
+        self.rs.catalog["nodes"][node.name] = entry
+        self.rs.save_catalog()
+        return entry
+
+    def _fit_budget(self, batches: dict) -> list[str]:
+        """Drop the largest strategies until the node fits in what is left of the budget."""
+        if self.disk_left is None:
+            return []
+        need = {s: b.nbytes + b.index_bytes_bound for s, b in batches.items()}
+        dropped = []
+        while batches and sum(need[s] for s in batches) > self.disk_left:
+            worst = max(batches, key=lambda s: need[s])
+            dropped.append(worst)
+            del batches[worst]
+        return dropped
+
+
 def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_runtime=None,
             workload=None, executor="spark", spark=None, tile_shape=None):
     """Run ``wf`` on ``inputs`` into a new ``store``; see `Workflow.run`."""
+    from subzero.optimizer.budgets import parse_disk_budget
+    from subzero.optimizer.workload import parse_workload
     from subzero.run import Run
 
     arrays = _check_inputs(wf, inputs)
     pinned = resolve_pinned(wf, strategies)
+    queries = parse_workload(wf, workload)
+    input_bytes = int(sum(a.nbytes for a in arrays.values()))
+    disk_budget = parse_disk_budget(max_disk, input_bytes)
     runner = make_executor(executor, spark)
-    plan = {n.name: pinned.get(n.name) or default_strategies(n) for n in wf.nodes if not n.is_input}
+    operators = [n for n in wf.nodes if not n.is_input]
+    optimized = bool(queries or max_disk is not None or max_runtime is not None) and \
+        any(n.name not in pinned for n in operators)
     catalog = {
         "workflow": wf.to_dict(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "executor": runner.name,
-        "tile_shape": tile_shape,
+        "executor": runner.name, "tile_shape": tile_shape, "status": "running",
         "pinned": {k: list(v) for k, v in pinned.items()},
-        "status": "running",
+        "input_bytes": input_bytes, "workload": workload if isinstance(workload, list) else None,
+        "budgets": {"max_disk": max_disk, "max_runtime": max_runtime},
     }
     rs = RunStore.create(store, catalog)
-    shapes: dict[str, tuple[int, ...]] = {}
+    run = _Execution(wf, rs, runner, tile_shape, disk_budget)
     started = time.perf_counter()
     try:
-        for node in wf.nodes:
-            if node.is_input:
-                rs.save_array(node.name, arrays[node.name])
-                shapes[node.name] = arrays[node.name].shape
-                rs.catalog["nodes"][node.name] = {"kind": "input", "shape": list(arrays[node.name].shape),
-                                                  "dtype": str(arrays[node.name].dtype)}
-                rs.save_catalog()
-                continue
-            shapes[node.name] = _run_node(rs, node, plan[node.name], shapes, runner, tile_shape)
+        for node in wf.inputs:
+            run.save_input(node, arrays[node.name])
+        if optimized:
+            _two_phase(run, operators, pinned, queries, max_runtime)
+        else:
+            for node in operators:
+                chosen = pinned.get(node.name) or default_strategies(node)
+                results, wall = run.compute(node, chosen)
+                run.commit(node, chosen, results, wall, {"reason": "pinned" if node.name in pinned else "default"})
     except BaseException:
         rs.catalog["status"] = "failed"
         rs.save_catalog()
@@ -121,43 +226,41 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
     return Run(rs, wf)
 
 
-def _run_node(rs: RunStore, node: Node, strategies: tuple[str, ...], shapes, runner, tile_shape) -> tuple[int, ...]:
-    op = node.operator
-    bind_shapes(node, tuple(shapes[i.name] for i in node.inputs))
-    tiling = op.effective_tiling()
-    tiles = (tile_grid(op.output_shape, tiling.split_axes(op), tile_shape)
-             if op.output_shape is not None else [Tile(0, None)])
-    task = NodeTask(node.name, op, tuple(rs.array_path(i.name) for i in node.inputs), strategies)
-    start = time.perf_counter()
-    results = runner.map_tiles(task, tiles)
-    wall = time.perf_counter() - start
-    output = _assemble(results, op.output_shape)
-    op.output_shape = output.shape
-    rs.save_array(node.name, output)
-    rs.save_operator(node.name, dump_operator(op, node.name))
-    write_start = time.perf_counter()
-    batches = {s: merge_tiles([r.encoded[s] for r in results]) for s in strategies if s in results[0].encoded}
-    ndims = {0xFF: output.ndim} | {i: len(s) for i, s in enumerate(op.input_shapes)}
-    sizes = rs.write_lineage(node.name, batches, ndims)
-    write_seconds = time.perf_counter() - write_start
-    rs.catalog["nodes"][node.name] = {
-        "kind": "operator",
-        "shape": list(output.shape),
-        "dtype": str(output.dtype),
-        "strategies": list(strategies),
-        "stats": {
-            "tiles": len(results),
-            "wall_seconds": wall,
-            "op_seconds": sum(r.op_seconds for r in results),
-            "lineage_seconds": sum(r.lineage_seconds for r in results),
-            "write_seconds": write_seconds,
-            "bytes": sizes,
-            "encode_seconds": {s: sum(r.encode_seconds.get(s, 0.0) for r in results) for s in batches},
-            "pairs": {s: [sum(r.cells[s][k] for r in results) for k in range(3)] for s in batches},
-        },
+def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runtime) -> None:
+    from subzero.optimizer.budgets import parse_runtime_budget
+    from subzero.optimizer.calibrate import profile_node
+    from subzero.optimizer.plan import optimize
+    from subzero.planning import supported_strategies
+
+    profiles, computed, base, calibration = {}, {}, 0.0, 0.0
+    for node in operators:
+        results, wall = run.compute(node, ())
+        base += wall
+        computed[node.name] = (results, wall)
+        start = time.perf_counter()
+        profiles[node.name] = profile_node(run.task(node, ()), node_tiles(node, run.tile_shape),
+                                           supported_strategies(node.operator),
+                                           sum(r.op_seconds for r in results))
+        calibration += time.perf_counter() - start
+    runtime_budget = parse_runtime_budget(max_runtime, base)
+    plan, problem = optimize(run.wf, profiles, queries, run.disk_left, runtime_budget, pinned)
+    run.rs.catalog["optimizer"] = {
+        "base_seconds": base, "calibration_seconds": calibration, "solve_seconds": plan.solve_seconds,
+        "objective": plan.objective, "status": plan.status, "max_disk_bytes": run.disk_left,
+        "max_runtime_seconds": runtime_budget, "predicted_disk": plan.disk, "predicted_runtime": plan.runtime,
     }
-    rs.save_catalog()
-    return output.shape
+    for node in operators:
+        chosen = tuple(plan.chosen.get(node.name, ("BlackBox",)))
+        stored = tuple(s for s in chosen if Strategy.parse(s).stored)
+        results, wall = run.capture(node, stored) if stored else computed[node.name]
+        predicted = {c.strategy: {"disk": c.disk, "runtime": c.runtime, "query": dict(c.query_cost)}
+                     for c in problem.candidates if c.node == node.name}
+        run.commit(node, chosen, results, wall, {
+            "reason": plan.reasons.get(node.name, ""), "predicted": predicted,
+            "profile": profiles[node.name].to_dict(),
+            "pruned": {s: why for (n, s), why in plan.pruned.items() if n == node.name},
+            "compute_seconds": computed[node.name][1],
+        })
 
 
 def _assemble(results: list[TileResult], shape) -> np.ndarray:

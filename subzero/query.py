@@ -10,46 +10,35 @@ from __future__ import annotations
 
 import numpy as np
 
-from subzero.cells import coords_from_mask, mask_from_coords, to_ids
+from subzero.cells import coords_from_mask, mask_from_coords
 from subzero.encoders import encoder_for
 from subzero.encoders.base import FullEncoder
 from subzero.errors import LineageError
 from subzero.modes import Mode, Strategy
 from subzero.runtime import NodeTask, expand_payloads, trace_tile
-from subzero.tiling import Tile, tile_grid
+from subzero.tiling import tile_grid
 
-__all__ = ["step", "choose_strategy", "STEP_ORDER"]
-
-#: preference per direction among the strategies a node stored (cheapest first)
-STEP_ORDER = {
-    "backward": ["Map", "FullOne/backward", "FullMany/backward", "CompOne/backward", "CompMany/backward",
-                 "PayOne/backward", "PayMany/backward", "FullOne/forward", "FullMany/forward", "BlackBox"],
-    "forward": ["Map", "FullOne/forward", "FullMany/forward", "CompOne/backward", "CompMany/backward",
-                "FullOne/backward", "FullMany/backward", "PayOne/backward", "PayMany/backward", "BlackBox"],
-}
+__all__ = ["step", "check_forced"]
 
 
-def choose_strategy(node, stored: tuple[str, ...], direction: str, using: str | None) -> str:
-    """The strategy a step through ``node`` uses: ``using`` if given, else the first stored
-    one in `STEP_ORDER` (re-execution is always possible)."""
+def check_forced(node, stored: tuple[str, ...], using) -> str:
+    """The canonical name of a strategy the caller forced for ``node``, if it can answer."""
     op = node.operator
-    if using is not None:
-        name = Strategy.parse(using).name
-        available = set(stored) | {"BlackBox"} | ({"Map"} if Mode.MAP in op.supported_modes() else set())
-        if name not in available:
-            raise LineageError(f"node {node.name!r} did not store {name!r}; it stored {', '.join(stored)} "
-                               "(BlackBox re-execution is always available)")
-        return name
-    available = set(stored) | ({"Map"} if Mode.MAP in op.supported_modes() else set())
-    return next(s for s in STEP_ORDER[direction] if s in available or s == "BlackBox")
+    name = Strategy.parse(using).name
+    available = set(stored) | {"BlackBox"} | ({"Map"} if Mode.MAP in op.supported_modes() else set())
+    if name not in available:
+        raise LineageError(f"node {node.name!r} did not store {name!r}; it stored {', '.join(stored)} "
+                           "(BlackBox re-execution is always available)")
+    return name
 
 
 def step(run, node, mask: np.ndarray, i: int, direction: str, strategy: str,
-         entire_array: bool = True) -> np.ndarray:
+         entire_array: bool = True, deadline: float | None = None) -> np.ndarray:
     """One lineage step through ``node`` with respect to its input ``i``.
 
     Backward: ``mask`` is over the node's output, the result over input ``i``.
     Forward: ``mask`` is over input ``i``, the result over the output.
+    Stored lookups raise `subzero.store.LookupTimeout` past ``deadline`` (perf_counter).
     """
     op = node.operator
     out_shape, in_shape = tuple(op.output_shape), tuple(op.input_shapes[i])
@@ -66,7 +55,7 @@ def step(run, node, mask: np.ndarray, i: int, direction: str, strategy: str,
         return _map_step(op, mask, i, direction, target)
     if s.mode is Mode.BLACKBOX:
         return _reexecute(run, node, mask, i, direction, target)
-    reader = run.store.reader(node.name, s.name, run.ndims(node))
+    reader = run.store.reader(node.name, s.name, run.ndims(node), deadline)
     enc = encoder_for(s)
     shapes = (out_shape, tuple(op.input_shapes))
     if isinstance(enc, FullEncoder):

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import numpy as np
 
 from subzero.cells import as_coords, coords_from_mask, mask_from_coords
 from subzero.errors import LineageError, StoreError, WorkflowError
-from subzero.query import choose_strategy, step
+from subzero.modes import Mode
+from subzero.optimizer.query_time import choose_step
+from subzero.query import check_forced, step
+from subzero.store import LookupTimeout
 from subzero.store import RunStore
 from subzero.workflow import Node, Workflow
 
@@ -26,6 +30,8 @@ class Run:
     def __init__(self, store: RunStore, workflow: Workflow):
         self.store = store
         self.workflow = workflow
+        self._profiles: dict = {}
+        self.last_query: list[dict] = []
 
     # -- what the run holds -----------------------------------------------------------
     @property
@@ -104,18 +110,55 @@ class Run:
         first, idx = steps[0]
         start = first if direction == "backward" else first.inputs[idx]
         mask = mask_from_coords(as_coords(cells, self.shape(start), f"node {start.name!r}"), self.shape(start))
+        log: list[dict] = []
         for node, i in steps:
-            mask = step(self, node, mask, i, direction, self._strategy(node, direction, using), entire_array)
+            mask = self._step(node, mask, i, direction, using, entire_array, log)
+        self._record(direction, steps[0][0], steps[-1][0], log)
         return coords_from_mask(mask)
 
     # -- helpers --------------------------------------------------------------------------
-    def _strategy(self, node: Node, direction: str, using: dict | None) -> str:
-        choice = None
-        if using:
-            for ref, name in using.items():
-                if self.node(ref) is node:
-                    choice = name
-        return choose_strategy(node, self.strategies[node.name], direction, choice)
+    def profile(self, node: Node):
+        """The cost-model profile of a node: calibrated, or derived from its run statistics."""
+        if node.name not in self._profiles:
+            from subzero.optimizer.calibrate import profile_from_run
+            from subzero.optimizer.cost_model import NodeProfile
+
+            entry = self.store.catalog["nodes"][node.name]
+            if "profile" in entry:
+                self._profiles[node.name] = NodeProfile.from_dict(entry["profile"])
+            else:
+                stats = entry.get("stats", {})
+                self._profiles[node.name] = profile_from_run(
+                    node.name, node.operator, stats.get("tiles", 1), stats.get("op_seconds", 0.0), stats)
+        return self._profiles[node.name]
+
+    def _step(self, node: Node, mask: np.ndarray, i: int, direction: str, using: dict | None,
+              entire_array: bool, log: list) -> np.ndarray:
+        """One step, by the strategy forced in ``using`` or chosen by the query-time optimizer."""
+        stored = self.strategies[node.name]
+        forced = next((name for ref, name in (using or {}).items() if self.node(ref) is node), None)
+        cells = int(np.count_nonzero(mask))
+        deadline, predicted = None, None
+        if forced is not None:
+            strategy = check_forced(node, stored, forced)
+        else:
+            choice = choose_step(self.profile(node), stored, Mode.MAP in node.operator.supported_modes(),
+                                 direction, cells)
+            strategy, predicted = choice.strategy, choice.predicted
+            if strategy not in ("Map", "BlackBox"):
+                deadline = time.perf_counter() + choice.budget
+        start = time.perf_counter()
+        switched = False
+        try:
+            result = step(self, node, mask, i, direction, strategy, entire_array, deadline)
+        except LookupTimeout:
+            switched = True
+            result = step(self, node, mask, i, direction, "BlackBox", entire_array)
+        log.append({"node": node.name, "input": i, "direction": direction, "strategy": strategy,
+                    "switched_to_blackbox": switched, "cells_in": cells,
+                    "cells_out": int(np.count_nonzero(result)), "seconds": time.perf_counter() - start,
+                    "predicted_seconds": predicted})
+        return result
 
     def _walk(self, src, cells, dst, direction, using, entire_array) -> np.ndarray:
         src, dst = self.node(src), self.node(dst)
@@ -131,14 +174,14 @@ class Run:
                                f"of {src.name!r}")
         order = [n for n in self.workflow.nodes if n in on_path]
         masks = {src: start}
+        log: list[dict] = []
         if direction == "backward":
             for node in reversed(order):
                 if node is dst or node not in masks:
                     continue
                 for i, parent in enumerate(node.inputs):
                     if parent in on_path:
-                        got = step(self, node, masks[node], i, "backward",
-                                   self._strategy(node, "backward", using), entire_array)
+                        got = self._step(node, masks[node], i, "backward", using, entire_array, log)
                         masks[parent] = masks[parent] | got if parent in masks else got
         else:
             for node in order:
@@ -146,10 +189,14 @@ class Run:
                     continue
                 for i, parent in enumerate(node.inputs):
                     if parent in masks:
-                        got = step(self, node, masks[parent], i, "forward",
-                                   self._strategy(node, "forward", using), entire_array)
+                        got = self._step(node, masks[parent], i, "forward", using, entire_array, log)
                         masks[node] = masks[node] | got if node in masks else got
+        self._record(direction, src, dst, log)
         return masks.get(dst, np.zeros(self.shape(dst), bool))
+
+    def _record(self, direction: str, src: Node, dst: Node, log: list[dict]) -> None:
+        self.last_query = log
+        self.store.log_query({"direction": direction, "from": src.name, "to": dst.name, "steps": log})
 
     def _ancestors(self, node: Node) -> set[Node]:
         seen, todo = {node}, [node]

@@ -20,6 +20,7 @@ import os
 import pickle
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from subzero.encoders.codec import bytes_to_keys, make_keys
 from subzero.errors import StoreError
 from subzero.spatial_index import SpatialIndex, build_index
 
-__all__ = ["RunStore", "FORMAT"]
+__all__ = ["RunStore", "FORMAT", "LookupTimeout"]
 
 FORMAT = 1
 _MAP_SIZE = 1 << 26  # initial address space; grown before a write that needs more
@@ -65,6 +66,13 @@ def _atomic_write(path: Path, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+class LookupTimeout(Exception):
+    """Internal: stored lookups ran past their time budget (the query re-executes instead)."""
+
+
+_CHUNK = 4096  # keys per getmulti / entries per scan batch between deadline checks
 
 
 def _reserve(env: lmdb.Environment, nbytes: int) -> None:
@@ -183,8 +191,22 @@ class RunStore:
                              "nothing of this node was committed") from exc
         return sizes
 
-    def reader(self, node: str, strategy: str, ndims: dict[int, int]) -> "LmdbReader":
-        return LmdbReader(self, node, strategy, ndims)
+    def reader(self, node: str, strategy: str, ndims: dict[int, int], deadline: float | None = None) -> "LmdbReader":
+        return LmdbReader(self, node, strategy, ndims, deadline)
+
+    def log_query(self, record: dict) -> None:
+        """Append one executed query's per-step statistics to ``query_log.jsonl``."""
+        try:
+            with open(self.root / "query_log.jsonl", "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+        except OSError:
+            pass  # statistics are best effort: a read-only store still answers queries
+
+    def query_log(self) -> list[dict]:
+        path = self.root / "query_log.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def _db_name(self, node: str, strategy: str) -> bytes:
         return f"{node}|{strategy}".encode()
@@ -196,7 +218,8 @@ class RunStore:
 class LmdbReader:
     """The `subzero.encoders.base.Reader` of one (node, strategy) database."""
 
-    def __init__(self, store: RunStore, node: str, strategy: str, ndims: dict[int, int]):
+    def __init__(self, store: RunStore, node: str, strategy: str, ndims: dict[int, int],
+                 deadline: float | None = None):
         self._env = _env(store.root / "lineage", create=False)
         try:
             self._db = self._env.open_db(store._db_name(node, strategy), create=False)
@@ -205,12 +228,20 @@ class LmdbReader:
                              f"{str(store.root)!r}; re-run the workflow to rebuild it") from exc
         self._store, self._node, self._strategy, self._ndims = store, node, strategy, ndims
         self._indexes: dict[int, SpatialIndex] = {}
+        self._deadline = deadline
+
+    def _check(self) -> None:
+        if self._deadline is not None and time.perf_counter() > self._deadline:
+            raise LookupTimeout()
 
     def get_many(self, keys: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
         raw = np.asarray(keys, ">u8").tobytes()
         want = [raw[k : k + 8] for k in range(0, len(raw), 8)]
+        found = []
         with self._env.begin(db=self._db, buffers=False) as txn, txn.cursor() as cur:
-            found = cur.getmulti(want)
+            for start in range(0, len(want), _CHUNK):
+                self._check()
+                found += cur.getmulti(want[start : start + _CHUNK])
         return bytes_to_keys([k for k, _ in found]), [v for _, v in found]
 
     def scan(self, kind: int) -> tuple[np.ndarray, list[bytes]]:
@@ -224,6 +255,8 @@ class LmdbReader:
                         break
                     keys.append(k)
                     values.append(v)
+                    if len(keys) % _CHUNK == 0:
+                        self._check()
         return bytes_to_keys(keys), values
 
     def intersect(self, slot: int, mins: np.ndarray, maxs: np.ndarray) -> np.ndarray:

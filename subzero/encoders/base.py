@@ -61,7 +61,13 @@ class Batch:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the LMDB entries (keys and values)."""
         return 8 * len(self.keys) + sum(map(len, self.values))
+
+    @property
+    def index_bytes_bound(self) -> int:
+        """An upper bound of the R-tree files: 4 KiB pages of at least 40 entries, plus headers."""
+        return sum(4096 * (len(ids) // 40 + 3) for ids, _, _ in self.boxes.values())
 
 
 def merge_tiles(parts: list[EncodedTile]) -> Batch:

@@ -1,0 +1,131 @@
+"""The cost model: disk, runtime and query cost of each strategy of each node.
+
+Predictions come from a `NodeProfile`: measurements of the node (operator time,
+tiles, fan-in/fan-out) and of each strategy (bytes, encode seconds, pairs, keys),
+taken by calibration on sample tiles before a run or by the run itself.  Query
+costs combine those sizes with per-operation constants measured on this kind of
+machine (LMDB lookups, R-tree probes, decoding, Python calls); `subzero explain`
+reports predictions next to measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from subzero.modes import Mode, Strategy
+
+__all__ = ["StrategyProfile", "NodeProfile", "step_cost", "disk_cost", "runtime_cost"]
+
+# seconds per operation (measured with benchmarks/micro on the project machine)
+KEY_LOOKUP = 1.5e-6      # one LMDB get in a batched getmulti
+CELL = 2.0e-8            # one cell id decoded and set in a mask
+PAIR_DECODE = 4.0e-6     # one stored entry unpacked in Python
+RTREE_BOX = 4.0e-6       # one frontier box probed in the R-tree
+MAP_CELL = 6.0e-8        # one cell through a vectorized mapping function
+PAYLOAD_CALL = 3.0e-5    # one map_p call (per distinct payload)
+STEP_OVERHEAD = 2.0e-4   # opening readers, building masks
+
+
+@dataclass
+class StrategyProfile:
+    """What one strategy stores for a whole node."""
+
+    bytes: float = 0.0
+    encode_seconds: float = 0.0
+    pairs: float = 0.0
+    out_cells: float = 0.0
+    in_cells: float = 0.0
+    keys: float = 0.0
+
+
+@dataclass
+class NodeProfile:
+    """Measurements of one node that the cost model reads."""
+
+    node: str
+    tiles: int = 1
+    op_seconds: float = 0.0
+    trace_seconds: float = 0.0
+    out_size: int = 1
+    in_sizes: list[int] = field(default_factory=list)
+    fan_backward: float = 1.0
+    fan_forward: float = 1.0
+    mapping: bool = False
+    all_to_all: bool = False
+    measured: bool = False
+    strategies: dict[str, StrategyProfile] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "NodeProfile":
+        data = dict(data)
+        data["strategies"] = {k: StrategyProfile(**v) for k, v in data.get("strategies", {}).items()}
+        return cls(**data)
+
+    def fan(self, direction: str, cells: float) -> float:
+        """Cells one step yields from ``cells`` entering, capped by the array size."""
+        if self.all_to_all:
+            return float(max(self.in_sizes, default=1) if direction == "backward" else self.out_size)
+        cap = max(self.in_sizes, default=1) if direction == "backward" else self.out_size
+        per = self.fan_backward if direction == "backward" else self.fan_forward
+        return float(min(cap, cells * per))
+
+
+def disk_cost(profile: NodeProfile, strategy: str) -> float:
+    s = Strategy.parse(strategy)
+    return profile.strategies[s.name].bytes if s.stored and s.name in profile.strategies else 0.0
+
+
+def runtime_cost(profile: NodeProfile, strategy: str) -> float:
+    """Seconds a strategy adds to the run: re-running the node to capture lineage, encoding, writing."""
+    s = Strategy.parse(strategy)
+    if not s.stored or s.name not in profile.strategies:
+        return 0.0
+    sp = profile.strategies[s.name]
+    return profile.op_seconds + sp.encode_seconds + sp.bytes * 5e-9 + sp.keys * 1e-6
+
+
+def _rerun(profile: NodeProfile, cells: float) -> float:
+    touched = min(profile.tiles, max(1.0, cells))
+    return (profile.op_seconds + profile.trace_seconds) * touched / max(profile.tiles, 1)
+
+
+def step_cost(profile: NodeProfile, strategy: str, direction: str, cells: float) -> float:
+    """Predicted seconds of one query step through the node with ``strategy``.
+
+    ``cells`` is the number of frontier cells entering the step.
+    """
+    cells = max(float(cells), 1.0)
+    out = profile.fan(direction, cells)
+    s = Strategy.parse(strategy)
+    if profile.all_to_all:
+        return STEP_OVERHEAD
+    if s.mode is Mode.BLACKBOX:
+        return STEP_OVERHEAD + _rerun(profile, cells) + out * CELL
+    if s.mode is Mode.MAP:
+        return STEP_OVERHEAD + (cells + out) * MAP_CELL
+    sp = profile.strategies.get(s.name, StrategyProfile())
+    keyed = "forward" if s.direction == "forward" else "backward"
+    payload = s.mode in (Mode.PAY, Mode.COMP)
+    if direction != keyed:  # mismatched index: every entry is read and decoded
+        cost = sp.keys * KEY_LOOKUP + sp.pairs * PAIR_DECODE + (sp.out_cells + sp.in_cells) * CELL
+        if payload:  # payloads are expanded through map_p for every stored pair
+            cost += sp.pairs * PAYLOAD_CALL / 8 + sp.out_cells * profile.fan_backward * MAP_CELL
+        return STEP_OVERHEAD + cost
+    if s.encoding == "One":
+        pairs_hit = min(sp.pairs, cells)
+        cost = cells * KEY_LOOKUP + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + out * CELL
+    else:
+        per_pair = sp.out_cells / sp.pairs if sp.pairs else 1.0
+        pairs_hit = min(sp.pairs, cells / max(per_pair, 1.0) + 1)
+        cost = min(cells, 4096) * RTREE_BOX + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + out * CELL
+    if payload:
+        cost += min(pairs_hit, 64) * PAYLOAD_CALL + out * MAP_CELL
+    return STEP_OVERHEAD + cost
+
+
+def bounded(value: float) -> float:
+    return value if math.isfinite(value) else 1e12

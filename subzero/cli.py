@@ -135,6 +135,14 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_explain(args) -> int:
+    from subzero.explain import explain
+    from subzero.run import open_run
+
+    print(explain(open_run(args.store)))
+    return 0
+
+
 def cmd_bench(args) -> int:
     from subzero.bench import main as bench_main
 
@@ -175,6 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--executor", choices=["spark", "local"], default="spark")
     demo.add_argument("--quick", action="store_true")
     demo.set_defaults(func=cmd_demo)
+    explain = sub.add_parser("explain", help="the chosen strategy per node, predicted and measured costs, and why")
+    explain.add_argument("store")
+    explain.set_defaults(func=cmd_explain)
+
     bench = sub.add_parser("bench", help="reproduce the paper's experiments side by side with baselines")
     bench.add_argument("name", choices=["astronomy", "genomics", "micro"])
     bench.add_argument("--quick", action="store_true", help="small sizes: under two minutes")

@@ -230,7 +230,6 @@ def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runt
     from subzero.optimizer.budgets import parse_runtime_budget
     from subzero.optimizer.calibrate import profile_node
     from subzero.optimizer.plan import optimize
-    from subzero.planning import supported_strategies
 
     profiles, computed, base, calibration = {}, {}, 0.0, 0.0
     for node in operators:
@@ -239,8 +238,7 @@ def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runt
         computed[node.name] = (results, wall)
         start = time.perf_counter()
         profiles[node.name] = profile_node(run.task(node, ()), node_tiles(node, run.tile_shape),
-                                           supported_strategies(node.operator),
-                                           sum(r.op_seconds for r in results))
+                                           _candidates(node, pinned), sum(r.op_seconds for r in results))
         calibration += time.perf_counter() - start
     runtime_budget = parse_runtime_budget(max_runtime, base)
     plan, problem = optimize(run.wf, profiles, queries, run.disk_left, runtime_budget, pinned)
@@ -261,6 +259,16 @@ def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runt
             "pruned": {s: why for (n, s), why in plan.pruned.items() if n == node.name},
             "compute_seconds": computed[node.name][1],
         })
+
+
+def _candidates(node: Node, pinned: dict[str, tuple[str, ...]]) -> list[str]:
+    """Strategies worth calibrating: mapping nodes keep mapping (SubZero VII) unless pinned."""
+    from subzero.modes import Mode
+    from subzero.planning import supported_strategies
+
+    if Mode.MAP in node.operator.supported_modes():
+        return list(dict.fromkeys(["Map", "BlackBox", *pinned.get(node.name, ())]))
+    return supported_strategies(node.operator)
 
 
 def _assemble(results: list[TileResult], shape) -> np.ndarray:

@@ -365,6 +365,8 @@ def _structural_reason(problem: Problem, c: Candidate, siblings: list[Candidate]
         return "mapping preferred: the node has a mapping function"
     if not problem.queried(c.node):
         return None if c.mapping or c.strategy == BLACKBOX else "not queried by the workload"
+    if c.strategy.startswith("Comp"):
+        return None  # a mapping default answers both directions; only the overrides are keyed
     for direction in DIRECTIONS:
         if c.strategy.endswith("/" + direction) and problem.weight(c.node, direction) == 0:
             return f"{direction}-optimized but the workload has no {direction} queries on this node"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from subzero.optimizer.cost_model import NodeProfile, disk_cost, runtime_cost, step_cost
 from subzero.optimizer.ilp import Candidate, Plan, Problem, solve
 from subzero.optimizer.workload import Query, step_sizes
-from subzero.planning import supported_strategies
 from subzero.workflow import Workflow
 
 __all__ = ["build_problem", "optimize", "EPSILON", "BETA"]
@@ -27,7 +26,8 @@ def build_problem(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[
         if node.is_input:
             continue
         profile = profiles[node.name]
-        for name in supported_strategies(node.operator):
+        names = ["BlackBox"] + (["Map"] if profile.mapping else []) + list(profile.strategies)
+        for name in names:
             costs = {d: step_cost(profile, name, d, entering.get((node.name, d), 1.0))
                      for d in ("backward", "forward")}
             candidates.append(Candidate(node.name, name, disk=disk_cost(profile, name),

@@ -241,20 +241,26 @@ def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runt
                                            _candidates(node, pinned), sum(r.op_seconds for r in results))
         calibration += time.perf_counter() - start
     runtime_budget = parse_runtime_budget(max_runtime, base)
-    plan, problem = optimize(run.wf, profiles, queries, run.disk_left, runtime_budget, pinned)
+    try:
+        plan, problem = optimize(run.wf, profiles, queries, run.disk_left, runtime_budget, pinned)
+        over_budget = ""
+    except WorkflowError as exc:  # pins alone break a budget: plan the rest, pins fall back at commit
+        plan, problem = optimize(run.wf, profiles, queries, run.disk_left, runtime_budget, {})
+        over_budget = str(exc)
     run.rs.catalog["optimizer"] = {
         "base_seconds": base, "calibration_seconds": calibration, "solve_seconds": plan.solve_seconds,
         "objective": plan.objective, "status": plan.status, "max_disk_bytes": run.disk_left,
         "max_runtime_seconds": runtime_budget, "predicted_disk": plan.disk, "predicted_runtime": plan.runtime,
+        "pins_over_budget": over_budget,
     }
     for node in operators:
-        chosen = tuple(plan.chosen.get(node.name, ("BlackBox",)))
+        chosen = pinned.get(node.name) or tuple(plan.chosen.get(node.name, ("BlackBox",)))
         stored = tuple(s for s in chosen if Strategy.parse(s).stored)
         results, wall = run.capture(node, stored) if stored else computed[node.name]
         predicted = {c.strategy: {"disk": c.disk, "runtime": c.runtime, "query": dict(c.query_cost)}
                      for c in problem.candidates if c.node == node.name}
         run.commit(node, chosen, results, wall, {
-            "reason": plan.reasons.get(node.name, ""), "predicted": predicted,
+            "reason": "pinned" if node.name in pinned else plan.reasons.get(node.name, ""), "predicted": predicted,
             "profile": profiles[node.name].to_dict(),
             "pruned": {s: why for (n, s), why in plan.pruned.items() if n == node.name},
             "compute_seconds": computed[node.name][1],

@@ -1,0 +1,163 @@
+"""Running workflows (in-process executor): inputs, strategies, failures, budgets, the two phases."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import subzero as sz
+from subzero import operators as ops
+
+
+def small_workflow() -> sz.Workflow:
+    wf = sz.Workflow("small")
+    x = wf.input("x")
+    crd = wf.add(ops.CosmicRayDetect(threshold=30.0, radius=1), x, name="crd")
+    blur = wf.add(ops.Convolve(np.ones((3, 3)), mode="constant"), x, name="blur")
+    wf.add(ops.Multiply(), crd, blur, name="hits")
+    return wf
+
+
+def image(n: int = 12) -> np.ndarray:
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(n, n))
+    x[3, 3] = x[8, 9] = 200.0
+    return x
+
+
+WORKLOAD = [{"direction": "backward", "node": "hits", "to": "x", "cells": [[3, 3]]},
+            {"direction": "forward", "node": "x", "to": "crd", "cells": [[8, 9], [1, 1]]}]
+
+
+def lineage_bytes(run) -> int:
+    return sum(sum(e["stats"]["bytes"].values()) for e in run.catalog["nodes"].values() if e["kind"] == "operator")
+
+
+def test_inputs_are_checked(tmp_path):
+    wf = small_workflow()
+    with pytest.raises(sz.WorkflowError, match=r"needs input\(s\) \['x'\]"):
+        wf.run({}, store=tmp_path / "a", executor="local")
+    with pytest.raises(sz.WorkflowError, match=r"has no input\(s\) \['z'\]"):
+        wf.run({"x": image(), "z": image()}, store=tmp_path / "b", executor="local")
+    with pytest.raises(sz.WorkflowError, match="numeric numpy array"):
+        wf.run({"x": np.array([object()])}, store=tmp_path / "c", executor="local")
+    with pytest.raises(sz.WorkflowError, match="unknown executor 'yarn'"):
+        wf.run({"x": image()}, store=tmp_path / "d", executor="yarn")
+
+
+def test_strategies_are_checked_before_anything_runs(tmp_path):
+    wf = small_workflow()
+    with pytest.raises(sz.WorkflowError, match="cannot store 'Map'.*supports"):
+        wf.run({"x": image()}, store=tmp_path / "a", strategies={"crd": "Map"}, executor="local")
+    with pytest.raises(sz.WorkflowError, match="unknown strategy 'FullAll'"):
+        wf.run({"x": image()}, store=tmp_path / "b", strategies={"blur": "FullAll"}, executor="local")
+    with pytest.raises(sz.WorkflowError, match="unknown node 'nope'"):
+        wf.run({"x": image()}, store=tmp_path / "c", strategies={"nope": "Map"}, executor="local")
+    with pytest.raises(sz.WorkflowError, match="payload lineage stores no input cells"):
+        wf.run({"x": image()}, store=tmp_path / "d", strategies={"crd": "PayOne/forward"}, executor="local")
+    assert not (tmp_path / "a").exists()
+
+
+def test_shape_mismatch_names_the_node(tmp_path):
+    wf = sz.Workflow("bad")
+    x, y = wf.input("x"), wf.input("y")
+    wf.add(ops.Add(), x, y, name="plus")
+    with pytest.raises(sz.WorkflowError, match="node 'plus' \\(Add\\): .*input shapes .* do not broadcast"):
+        wf.run({"x": np.ones((3, 4)), "y": np.ones((5, 4))}, store=tmp_path / "s", executor="local")
+
+
+def test_existing_store_is_never_overwritten(tmp_path):
+    wf = small_workflow()
+    wf.run({"x": image()}, store=tmp_path / "s", executor="local")
+    before = (tmp_path / "s" / "catalog.json").read_bytes()
+    with pytest.raises(sz.StoreError, match="never overwritten"):
+        small_workflow().run({"x": image()}, store=tmp_path / "s", executor="local")
+    assert (tmp_path / "s" / "catalog.json").read_bytes() == before
+
+
+class FailsOnSecondTile(ops.Add):
+    tiling = sz.Elementwise()
+
+    def run(self, ctx, x, y):
+        if ctx.tile_box[0][0] > 0:
+            raise ArithmeticError("sensor overflow")
+        return x + y
+
+
+def test_a_failed_run_leaves_no_node_a_query_would_trust(tmp_path):
+    wf = sz.Workflow("fails")
+    x = wf.input("x")
+    a = wf.add(ops.Transpose(), x, name="ok")
+    wf.add(FailsOnSecondTile(), a, a, name="bad")
+    with pytest.raises(sz.WorkflowError, match="node 'bad' failed: ArithmeticError: sensor overflow"):
+        wf.run({"x": np.ones((6, 6))}, store=tmp_path / "f", executor="local", tile_shape=3)
+    catalog = json.loads((tmp_path / "f" / "catalog.json").read_text())
+    assert catalog["status"] == "failed"
+    assert "ok" in catalog["nodes"] and "bad" not in catalog["nodes"]
+    with pytest.raises(sz.StoreError, match="did not finish"):
+        sz.open_run(tmp_path / "f")
+
+
+def test_default_plan_is_mapping_else_blackbox(tmp_path):
+    run = small_workflow().run({"x": image()}, store=tmp_path / "d", executor="local")
+    assert run.strategies == {"crd": ("BlackBox",), "blur": ("Map",), "hits": ("Map",)}
+    assert lineage_bytes(run) == 0
+
+
+def test_optimizer_plans_from_a_workload_and_answers_alike(tmp_path):
+    run = small_workflow().run({"x": image()}, store=tmp_path / "o", workload=WORKLOAD, executor="local")
+    assert run.strategies["blur"] == ("Map",) and run.strategies["hits"] == ("Map",)
+    assert run.strategies["crd"] != ("BlackBox",)  # queried both ways: cheap composite lineage pays off
+    opt = run.catalog["optimizer"]
+    assert opt["status"] == "optimal" and opt["solve_seconds"] > 0 and opt["base_seconds"] > 0
+    reference = small_workflow().run({"x": image()}, store=tmp_path / "r", executor="local",
+                                     strategies={"crd": "FullOne", "blur": "Map", "hits": "Map"})
+    for q in WORKLOAD:
+        query = run.backward if q["direction"] == "backward" else run.forward
+        ref = reference.backward if q["direction"] == "backward" else reference.forward
+        np.testing.assert_array_equal(query(q["node"], q["cells"], to=q["to"]),
+                                      ref(q["node"], q["cells"], to=q["to"]))
+    np.testing.assert_array_equal(run.output("hits"), reference.output("hits"))
+
+
+@pytest.mark.parametrize("budget", ["1B", "200B", "5KB", "1MB"])
+def test_measured_lineage_never_exceeds_the_disk_budget(tmp_path, budget):
+    from subzero.optimizer.budgets import parse_disk_budget
+
+    pins = {"blur": ["FullOne", "FullMany/forward"]}  # pinned strategies count against the budget too
+    run = small_workflow().run({"x": image()}, store=tmp_path / "b", workload=WORKLOAD, max_disk=budget,
+                               executor="local", strategies=pins if budget == "1MB" else None)
+    assert lineage_bytes(run) <= parse_disk_budget(budget, image().nbytes)
+    if budget == "1B":
+        assert run.strategies["crd"] == ("BlackBox",)
+
+
+def test_pinned_lineage_over_the_budget_falls_back_at_commit(tmp_path):
+    run = small_workflow().run({"x": image()}, store=tmp_path / "p", max_disk="1KB", executor="local",
+                               strategies={"blur": ["FullOne", "FullMany"]}, workload=WORKLOAD)
+    entry = run.catalog["nodes"]["blur"]
+    assert lineage_bytes(run) <= 1000
+    assert entry["strategies"] == ["BlackBox"] and set(entry["dropped"]) == {"FullOne/backward", "FullMany/backward"}
+    np.testing.assert_array_equal(run.backward("blur", [(0, 0)], to="x"), [[0, 0], [0, 1], [1, 0], [1, 1]])
+
+
+def test_relative_budgets_are_recorded(tmp_path):
+    run = small_workflow().run({"x": image()}, store=tmp_path / "r", workload=WORKLOAD, max_disk="2x",
+                               max_runtime="10x", executor="local")
+    opt = run.catalog["optimizer"]
+    assert opt["max_disk_bytes"] == pytest.approx(2 * image().nbytes)
+    assert opt["max_runtime_seconds"] == pytest.approx(9 * opt["base_seconds"])
+    assert lineage_bytes(run) <= 2 * image().nbytes
+
+
+def test_bad_budgets_and_workloads_are_workflow_errors(tmp_path):
+    wf = small_workflow()
+    with pytest.raises(sz.WorkflowError, match="max_disk"):
+        wf.run({"x": image()}, store=tmp_path / "a", max_disk="lots", executor="local")
+    with pytest.raises(sz.WorkflowError, match="workload query 0"):
+        wf.run({"x": image()}, store=tmp_path / "b", workload=[{"node": "hits"}], executor="local")
+    with pytest.raises(sz.WorkflowError, match="unknown node 'nowhere'"):
+        wf.run({"x": image()}, store=tmp_path / "c", executor="local",
+               workload=[{"direction": "backward", "node": "nowhere", "to": "x"}])

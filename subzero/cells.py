@@ -37,7 +37,11 @@ def as_coords(cells: Any, shape: Shape, where: str) -> np.ndarray:
     [[1, 2]]
     """
     ndim = len(shape)
-    arr = np.asarray(cells)
+    try:
+        arr = np.asarray(cells)
+    except ValueError:
+        raise LineageError(f"cells for {where} (shape {tuple(shape)}) must all have {ndim} coordinates; "
+                           "got cells of different lengths") from None
     if arr.dtype == bool:
         if arr.shape != tuple(shape):
             raise LineageError(
@@ -76,9 +80,10 @@ def as_coords(cells: Any, shape: Shape, where: str) -> np.ndarray:
 
 def to_ids(coords: np.ndarray, shape: Shape) -> np.ndarray:
     """Flat int64 cell ids of ``(N, ndim)`` coordinates (no validation)."""
-    coords = np.asarray(coords, dtype=np.int64).reshape(-1, len(shape))
+    coords = np.asarray(coords, dtype=np.int64)
     if len(shape) == 0:
         return np.zeros(len(coords), dtype=np.int64)
+    coords = coords.reshape(-1, len(shape))
     return np.ravel_multi_index(tuple(coords.T), shape).astype(np.int64, copy=False)
 
 

@@ -248,6 +248,7 @@ class LmdbReader:
         start = make_keys(kind, 0, np.zeros(1, np.int64)).astype(">u8").tobytes()
         stop = make_keys(kind + 1, 0, np.zeros(1, np.int64)).astype(">u8").tobytes()
         keys, values = [], []
+        self._check()
         with self._env.begin(db=self._db) as txn, txn.cursor() as cur:
             if cur.set_range(start):
                 for k, v in cur:

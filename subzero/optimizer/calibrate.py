@@ -56,13 +56,17 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
 
 
 def _fans(traced) -> tuple[float, float]:
-    """Mean input cells per output cell, and output cells per input cell, of full pairs."""
-    fanout = np.concatenate([np.diff(p.out_ptr) for p in traced]) if traced else np.zeros(0)
+    """Mean input cells per output cell, and output cells per distinct input cell, of full pairs."""
+    if not traced:
+        return 1.0, 1.0
+    fanout = np.concatenate([np.diff(p.out_ptr) for p in traced])
     fanin = np.concatenate([sum(np.diff(ptr) for ptr in p.in_ptr) if p.in_ptr else np.zeros(p.n_pairs)
-                            for p in traced]) if traced else np.zeros(0)
+                            for p in traced])
     links = float(np.sum(fanout * fanin))
+    distinct_in = sum(len(np.unique(np.concatenate([p.in_ids[i] for p in traced])))
+                      for i in range(traced[0].n_inputs))
     back = links / fanout.sum() if fanout.sum() else 1.0
-    fwd = links / fanin.sum() if fanin.sum() else 1.0
+    fwd = links / distinct_in if distinct_in else 1.0
     return max(back, 1.0), max(fwd, 1.0)
 
 

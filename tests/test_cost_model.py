@@ -1,0 +1,63 @@
+"""The cost model: orderings the optimizer relies on, and profiles round-tripping the catalog."""
+
+from __future__ import annotations
+
+import pytest
+
+from subzero.optimizer.cost_model import NodeProfile, StrategyProfile, disk_cost, runtime_cost, step_cost
+
+
+def profile(**kw) -> NodeProfile:
+    base = dict(node="n", tiles=16, op_seconds=2.0, trace_seconds=1.0, out_size=10**6, in_sizes=[10**6],
+                fan_backward=9.0, fan_forward=9.0,
+                strategies={
+                    "FullOne/backward": StrategyProfile(bytes=4e7, encode_seconds=3.0, pairs=1e6, out_cells=1e6,
+                                                        in_cells=9e6, keys=2e6),
+                    "FullMany/backward": StrategyProfile(bytes=6e7, encode_seconds=4.0, pairs=1e6, out_cells=1e6,
+                                                         in_cells=9e6, keys=1e6),
+                    "FullOne/forward": StrategyProfile(bytes=5e7, encode_seconds=3.0, pairs=1e6, out_cells=1e6,
+                                                       in_cells=9e6, keys=2e6),
+                    "CompOne/backward": StrategyProfile(bytes=1e3, encode_seconds=0.01, pairs=50, out_cells=50, keys=50),
+                })
+    base.update(kw)
+    return NodeProfile(**base)
+
+
+def test_matched_index_beats_re_execution_and_mismatched_index_does_not():
+    p = profile()
+    rerun = step_cost(p, "BlackBox", "backward", 10)
+    assert step_cost(p, "FullOne/backward", "backward", 10) < rerun
+    assert step_cost(p, "FullOne/forward", "backward", 10) > rerun  # scans 1e6 pairs
+    assert step_cost(p, "FullOne/forward", "forward", 10) < step_cost(p, "FullOne/backward", "forward", 10)
+
+
+def test_one_beats_many_for_few_cells_and_costs_grow_with_the_frontier():
+    p = profile()
+    assert step_cost(p, "FullOne/backward", "backward", 5) <= step_cost(p, "FullMany/backward", "backward", 5)
+    for name in ("Map", "FullOne/backward", "FullMany/backward", "BlackBox", "CompOne/backward"):
+        assert step_cost(p, name, "backward", 10) <= step_cost(p, name, "backward", 100_000)
+
+
+def test_re_execution_touches_only_some_tiles_for_small_frontiers():
+    p = profile()
+    assert step_cost(p, "BlackBox", "backward", 1) < step_cost(p, "BlackBox", "backward", 10**5)
+    assert step_cost(p, "BlackBox", "backward", 10**5) == pytest.approx(3.0, rel=0.1)
+
+
+def test_disk_and_runtime_of_stored_strategies_only():
+    p = profile()
+    assert disk_cost(p, "Map") == disk_cost(p, "BlackBox") == 0
+    assert runtime_cost(p, "Map") == 0
+    assert disk_cost(p, "FullOne") == 4e7
+    assert runtime_cost(p, "FullOne/backward") > p.op_seconds
+
+
+def test_profile_round_trips_through_a_dict():
+    p = profile()
+    assert NodeProfile.from_dict(p.to_dict()) == p
+
+
+def test_fan_is_capped_by_the_array():
+    p = profile(out_size=100, in_sizes=[50])
+    assert p.fan("backward", 1000) == 50 and p.fan("forward", 3) == 27
+    assert profile(all_to_all=True).fan("forward", 1) == 10**6

@@ -1,0 +1,64 @@
+"""From profiles and a workload to SubZero's integer program: the shape of the paper's Fig. 7."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import subzero as sz
+from subzero import operators as ops
+from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
+from subzero.optimizer.plan import build_problem, optimize
+from subzero.optimizer.workload import parse_workload
+
+
+def udf_profile(name: str) -> NodeProfile:
+    strategies = {
+        "FullOne/backward": StrategyProfile(bytes=8e6, encode_seconds=1.0, pairs=2e5, out_cells=2e5, in_cells=4e6, keys=4e5),
+        "FullOne/forward": StrategyProfile(bytes=3e7, encode_seconds=1.5, pairs=2e5, out_cells=2e5, in_cells=4e6, keys=4.2e6),
+        "FullMany/backward": StrategyProfile(bytes=6e6, encode_seconds=1.2, pairs=2e5, out_cells=2e5, in_cells=4e6, keys=2e5),
+        "PayOne/backward": StrategyProfile(bytes=2e6, encode_seconds=0.3, pairs=2e5, out_cells=2e5, keys=2e5),
+    }
+    return NodeProfile(name, tiles=8, op_seconds=4.0, trace_seconds=2.0, out_size=2 * 10**5, in_sizes=[2 * 10**5],
+                       fan_backward=20.0, fan_forward=20.0, strategies=strategies)
+
+
+def workflow():
+    wf = sz.Workflow("g")
+    x = wf.input("x")
+    e = wf.add(ops.CosmicRayDetect(), x, name="e")
+    f = wf.add(ops.CosmicRayDetect(), e, name="f")
+    wf.add(ops.Transpose(), f, name="t")
+    return wf
+
+
+PROFILES = {"e": udf_profile("e"), "f": udf_profile("f"),
+            "t": NodeProfile("t", mapping=True, out_size=2 * 10**5, in_sizes=[2 * 10**5])}
+WORKLOAD = [{"direction": "backward", "node": "t", "to": "x", "cells": [[0, 0]]},
+            {"direction": "forward", "node": "x", "to": "t", "cells": [[1, 1]]}]
+
+
+def test_disk_budget_sweep_has_the_shape_of_fig_7():
+    wf = workflow()
+    queries = parse_workload(wf, WORKLOAD)
+    rows = []
+    for budget in [1e3, 3e6, 1e7, 4e7, 1e8, None]:
+        plan, _ = optimize(wf, PROFILES, queries, budget, None, {})
+        rows.append((budget, plan))
+        assert plan.solve_seconds > 0
+        assert budget is None or plan.disk <= budget
+    tiny = rows[0][1]
+    assert tiny.chosen["e"] == ("BlackBox",) and tiny.chosen["f"] == ("BlackBox",)
+    assert rows[-1][1].chosen["t"] == ("Map",)
+    objectives = [plan.objective for _, plan in rows]
+    assert all(b <= a + 1e-12 for a, b in zip(objectives, objectives[1:]))  # never worse as the budget grows
+    assert objectives[-1] < objectives[0] / 2
+    unbounded = rows[-1][1].chosen["e"]
+    assert any(s.endswith("/forward") for s in unbounded) and any(s.endswith("/backward") for s in unbounded)
+
+
+def test_problem_weights_come_from_the_workload():
+    wf = workflow()
+    problem, entering = build_problem(wf, PROFILES, parse_workload(wf, WORKLOAD), None, None, {})
+    assert problem.weight("e", "backward") == 1 and problem.weight("f", "forward") == 1
+    assert entering[("e", "backward")] == 20.0  # one cell through f (fan 20) reaches e
+    assert {c.strategy for c in problem.candidates if c.node == "t"} == {"Map", "BlackBox"}

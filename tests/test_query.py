@@ -1,0 +1,75 @@
+"""One query step: stored lookups, mapping, re-execution, the switch to re-execution."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import subzero as sz
+from subzero import operators as ops
+from subzero.optimizer import query_time
+from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
+from subzero.query import check_forced, step
+from subzero.store import LookupTimeout
+
+
+@pytest.fixture
+def run(tmp_path):
+    wf = sz.Workflow("q")
+    x = wf.input("x")
+    wf.add(ops.Convolve(np.ones((3, 3)), mode="constant"), x, name="blur")
+    return wf.run({"x": np.ones((20, 20))}, store=tmp_path / "q", executor="local", tile_shape=5,
+                  strategies={"blur": ["FullOne/forward", "FullMany"]})
+
+
+def test_every_way_of_stepping_gives_the_same_mask(run):
+    node = run.node("blur")
+    mask = np.zeros((20, 20), bool)
+    mask[[0, 7, 19], [0, 12, 5]] = True
+    expected = None
+    for strategy in ("Map", "FullOne/forward", "FullMany/backward", "BlackBox"):
+        got = step(run, node, mask, 0, "backward", strategy)
+        expected = got if expected is None else expected
+        np.testing.assert_array_equal(got, expected, err_msg=strategy)
+    assert expected.sum() == 4 + 9 + 6
+
+
+def test_a_step_past_its_deadline_raises_lookup_timeout(run):
+    mask = np.zeros((20, 20), bool)
+    mask[3, 3] = True
+    with pytest.raises(LookupTimeout):
+        step(run, run.node("blur"), mask, 0, "backward", "FullOne/forward", deadline=time.perf_counter() - 1)
+
+
+def test_stored_lookups_over_budget_switch_to_re_execution(run, monkeypatch):
+    """The query-time optimizer picks the stored index; its budget is spent at once, so the step
+    finishes by re-execution with the same answer (the paper's 2x bound, here forced)."""
+    node = run.node("blur")
+    run._profiles["blur"] = NodeProfile("blur", tiles=16, op_seconds=5.0, out_size=400, in_sizes=[400],
+                                        strategies={"FullMany/backward": StrategyProfile(pairs=400, out_cells=400),
+                                                    "FullOne/forward": StrategyProfile(pairs=1e7, keys=1e7)})
+    monkeypatch.setattr(query_time.StepChoice, "budget", property(lambda self: -1.0))
+    monkeypatch.setattr(node.operator, "supported_modes", lambda: set())  # hide Map from the chooser only
+    monkeypatch.setattr(type(node.operator), "all_to_all", property(lambda self: False))
+    got = run.backward("blur", [(5, 5)], to="x")
+    steps = run.last_query
+    assert steps[0]["strategy"] == "FullMany/backward" and steps[0]["switched_to_blackbox"]
+    assert got.tolist() == [[r, c] for r in (4, 5, 6) for c in (4, 5, 6)]
+    assert run.store.query_log()[-1]["steps"][0]["switched_to_blackbox"] is True
+
+
+def test_forcing_a_strategy_the_node_did_not_store_is_an_error(run):
+    node = run.node("blur")
+    assert check_forced(node, run.strategies["blur"], "Map") == "Map"
+    assert check_forced(node, run.strategies["blur"], "BlackBox") == "BlackBox"
+    with pytest.raises(sz.LineageError, match="did not store 'PayOne/backward'"):
+        check_forced(node, run.strategies["blur"], "PayOne")
+
+
+def test_query_log_records_each_step(run):
+    run.forward("x", [(0, 0)], to="blur")
+    record = run.store.query_log()[-1]
+    assert record["direction"] == "forward" and record["steps"][0]["cells_out"] == 4
+    assert record["steps"][0]["strategy"] in ("Map", "FullOne/forward")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["CELL", "PAIR", "OUT", "make_keys", "split_keys", "keys_to_bytes",
-           "pack_sets", "unpack_sets", "pair_id_base"]
+           "pack_sets", "pack_groups", "unpack_sets", "pair_id_base"]
 
 CELL, PAIR = 1, 2
 OUT = 0xFF
@@ -76,3 +76,54 @@ def unpack_sets(buf: bytes) -> tuple[list[np.ndarray], bytes]:
         sets.append(np.frombuffer(mv[pos : pos + count * w], "<u8" if w == 8 else "<u4").astype(np.int64))
         pos += count * w
     return sets, bytes(mv[pos:])
+
+
+def pack_groups(sides: list[tuple[np.ndarray, np.ndarray]], tails: list[bytes] | None = None) -> list[bytes]:
+    """`pack_sets` for every pair at once: pair ``k``'s value holds group ``k`` of every
+    CSR side ``(ids, ptr)`` (then ``tails[k]``), decodable by `unpack_sets`.
+
+    Built with numpy as one gather from a buffer of headers, counts and cell data (a
+    side is uint64 for every pair when any of its ids needs it), then cut per pair.
+    """
+    n_pairs = len(sides[0][1]) - 1 if sides else 0
+    if n_pairs <= 0:
+        return []
+    head = 1 + len(sides)
+    widths = [8 if len(ids) and int(ids.max()) >= (1 << 32) else 4 for ids, _ in sides]
+    header = np.empty((n_pairs, head), np.uint8)
+    header[:, 0] = len(sides)
+    header[:, 1:] = widths
+    pieces, seg_starts, seg_lens, offset = [header.reshape(-1)], [np.arange(n_pairs) * head], [np.full(n_pairs, head)], header.size
+    for (ids, ptr), w in zip(sides, widths):
+        counts = np.diff(ptr)
+        pieces.append(counts.astype("<u4").view(np.uint8))
+        seg_starts.append(offset + 4 * np.arange(n_pairs))
+        seg_lens.append(np.full(n_pairs, 4))
+        offset += 4 * n_pairs
+        pieces.append(np.asarray(ids).astype("<u8" if w == 8 else "<u4").view(np.uint8))
+        seg_starts.append(offset + w * ptr[:-1])
+        seg_lens.append(counts * w)
+        offset += w * len(ids)
+    source = np.concatenate(pieces)
+    starts = np.stack(seg_starts, axis=1)  # pair-major: pair k's segments in order
+    lens = np.stack(seg_lens, axis=1).astype(np.int64)
+    pair_lens = lens.sum(axis=1)
+    values: list[bytes] = []
+    for lo in range(0, n_pairs, _PAIRS_PER_CHUNK):  # chunks keep the gather index small
+        hi = min(lo + _PAIRS_PER_CHUNK, n_pairs)
+        seg_len = lens[lo:hi].reshape(-1)
+        out_start = np.cumsum(seg_len) - seg_len
+        gather = np.repeat(starts[lo:hi].reshape(-1) - out_start, seg_len)
+        gather += np.arange(len(gather), dtype=np.int64)
+        raw = source[gather].tobytes()
+        edges = np.zeros(hi - lo + 1, np.int64)
+        np.cumsum(pair_lens[lo:hi], out=edges[1:])
+        e = edges.tolist()
+        if tails is None:
+            values += [raw[a:b] for a, b in zip(e, e[1:])]
+        else:
+            values += [raw[a:b] + t for a, b, t in zip(e, e[1:], tails[lo:hi])]
+    return values
+
+
+_PAIRS_PER_CHUNK = 1 << 14

@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.encoders.base import EncodedTile, FullEncoder, Reader, bounding_boxes, frontier_boxes
-from subzero.encoders.codec import OUT, PAIR, make_keys, pair_id_base, unpack_sets
-from subzero.encoders.full_one import _pack_groups
+from subzero.encoders.codec import OUT, PAIR, make_keys, pack_groups, pair_id_base, unpack_sets
 from subzero.pairs import FullPairs, ptr_from_counts
 
 __all__ = ["FullMany", "decode_full"]
@@ -29,7 +28,7 @@ class FullMany(FullEncoder):
         for slot, (a, p, shape) in keyed.items():
             which, mins, maxs = bounding_boxes(a, p, shape)
             boxes[slot] = (ids[which], mins, maxs)
-        return EncodedTile(keys=make_keys(PAIR, 0, ids), values=_pack_groups(sides, pairs.n_pairs),
+        return EncodedTile(keys=make_keys(PAIR, 0, ids), values=pack_groups(sides),
                            boxes=boxes, n_pairs=pairs.n_pairs)
 
     def candidates(self, reader: Reader, ids: np.ndarray, slot: int, shapes) -> FullPairs:

@@ -11,7 +11,7 @@ import numpy as np
 
 from subzero.encoders.base import (EncodedTile, FullEncoder, Reader, cells_to_pairs,
                                    scan_cell_keys)
-from subzero.encoders.codec import CELL, OUT, PAIR, make_keys, pack_sets, pair_id_base, split_keys, unpack_sets
+from subzero.encoders.codec import CELL, OUT, PAIR, make_keys, pack_groups, pair_id_base, split_keys, unpack_sets
 from subzero.pairs import FullPairs, owners, ptr_from_counts
 
 __all__ = ["FullOne"]
@@ -25,11 +25,11 @@ class FullOne(FullEncoder):
         if self.direction == "backward":
             cell_keys = make_keys(CELL, OUT, pairs.out_ids)
             cell_pairs = ids[owners(pairs.out_ptr)]
-            values = _pack_groups([(a, p) for a, p in zip(pairs.in_ids, pairs.in_ptr)], pairs.n_pairs)
+            values = pack_groups(list(zip(pairs.in_ids, pairs.in_ptr)))
         else:
             cell_keys = np.concatenate([make_keys(CELL, i, a) for i, a in enumerate(pairs.in_ids)])
             cell_pairs = np.concatenate([ids[owners(p)] for p in pairs.in_ptr])
-            values = _pack_groups([(pairs.out_ids, pairs.out_ptr)], pairs.n_pairs)
+            values = pack_groups([(pairs.out_ids, pairs.out_ptr)])
         return EncodedTile(keys=make_keys(PAIR, 0, ids), values=values, cell_keys=cell_keys,
                            cell_pairs=cell_pairs, n_pairs=pairs.n_pairs)
 
@@ -79,10 +79,3 @@ class FullOne(FullEncoder):
             ins = [keyed(i) for i in range(n_in)]
         return FullPairs(out[0], out[1], tuple(a for a, _ in ins), tuple(b for _, b in ins))
 
-
-def _pack_groups(sides: list[tuple[np.ndarray, np.ndarray]], n_pairs: int, tails=None) -> list[bytes]:
-    """One packed value per pair holding its group of every side."""
-    split = [np.split(ids, ptr[1:-1]) if n_pairs else [] for ids, ptr in sides]
-    if tails is None:
-        return [pack_sets([s[k] for s in split]) for k in range(n_pairs)]
-    return [pack_sets([s[k] for s in split], tails[k]) for k in range(n_pairs)]

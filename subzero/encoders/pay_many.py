@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.encoders.base import EncodedTile, PayloadEncoder, Reader, bounding_boxes, frontier_boxes
-from subzero.encoders.codec import OUT, PAIR, make_keys, pair_id_base, unpack_sets
-from subzero.encoders.full_one import _pack_groups
+from subzero.encoders.codec import OUT, PAIR, make_keys, pack_groups, pair_id_base, unpack_sets
 from subzero.pairs import PayloadPairs, owners, ptr_from_counts
 
 __all__ = ["PayMany"]
@@ -19,7 +18,7 @@ class PayMany(PayloadEncoder):
     def encode(self, pairs: PayloadPairs, tile_index: int, shapes) -> EncodedTile:
         ids = pair_id_base(tile_index) + np.arange(pairs.n_pairs, dtype=np.int64)
         which, mins, maxs = bounding_boxes(pairs.out_ids, pairs.out_ptr, shapes[0])
-        values = _pack_groups([(pairs.out_ids, pairs.out_ptr)], pairs.n_pairs, tails=pairs.payloads)
+        values = pack_groups([(pairs.out_ids, pairs.out_ptr)], tails=pairs.payloads)
         return EncodedTile(keys=make_keys(PAIR, 0, ids), values=values,
                            boxes={OUT: (ids[which], mins, maxs)}, n_pairs=pairs.n_pairs)
 

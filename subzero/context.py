@@ -83,6 +83,8 @@ class Context:
             raise LineageError(f"{self.op_name}: lwrite_many needs one cell array and one in_pair per input")
         labels = [np.asarray(out_pair, np.int64).reshape(-1)] + [np.asarray(p, np.int64).reshape(-1) for p in in_pair]
         for lab, cells in zip(labels, [out] + ins):
+            if len(lab) and lab.min() < 0:
+                raise LineageError(f"{self.op_name}: lwrite_many pair labels must be >= 0, got {int(lab.min())}")
             if len(lab) != len(cells):
                 raise LineageError(f"{self.op_name}: lwrite_many got {len(lab)} pair labels for {len(cells)} cells")
         self._full.append((out, labels[0], ins, labels[1:]))
@@ -162,7 +164,12 @@ class Context:
     def _out_ids(self, result_box: Box, cells: list[np.ndarray], labels: list[np.ndarray], n_labels: int):
         """Global out ids trimmed to the tile, their pair labels, and which pairs survive."""
         origin = np.array([lo for lo, _ in result_box], np.int64)
-        cells = np.concatenate(cells).reshape(-1, len(origin))
+        cells = [c for c in cells if len(c)]
+        if any(c.shape[1] != len(origin) for c in cells):
+            bad = next(c for c in cells if c.shape[1] != len(origin))
+            raise LineageError(f"{self.op_name}: lwrite outcells have {bad.shape[1]} coordinates, the output "
+                               f"run() returned has {len(origin)} axes")
+        cells = np.concatenate(cells) if cells else np.empty((0, len(origin)), np.int64)
         frame = np.array([hi - lo for lo, hi in result_box], np.int64)
         if np.any(cells < 0) or np.any(cells >= frame):
             bad = cells[np.argmax(np.any((cells < 0) | (cells >= frame), axis=1))]

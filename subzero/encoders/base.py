@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from subzero.encoders.codec import CELL, keys_to_bytes, make_keys, split_keys
+from subzero.errors import StoreError
 from subzero.pairs import FullPairs, PayloadPairs
 
 __all__ = ["Reader", "EncodedTile", "Batch", "Encoder", "merge_tiles", "frontier_boxes"]
@@ -85,6 +86,9 @@ def merge_tiles(parts: list[EncodedTile]) -> Batch:
         values += [buf[a:b] for a, b in zip((starts * 8).tolist(), ends.tolist())]
         keys = np.concatenate([keys, ck[starts]])
     order = np.argsort(keys, kind="stable")
+    if len(keys) > 1 and np.any(keys[order][1:] == keys[order][:-1]):
+        raise StoreError("an encoder produced the same LMDB key twice; refusing to write lineage "
+                         "that would lose entries (this is a subzero bug: please report it)")
     boxes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for slot in sorted({s for p in parts for s in p.boxes}):
         got = [p.boxes[slot] for p in parts if slot in p.boxes]

@@ -52,6 +52,11 @@ def as_coords(cells: Any, shape: Shape, where: str) -> np.ndarray:
         return np.empty((0, ndim), dtype=np.int64)
     if arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            huge = np.abs(arr) >= 2.0**62
+            if huge.any():
+                raise LineageError(
+                    f"cell {np.asarray(cells).reshape(-1)[np.argmax(huge.reshape(-1))]!r} is out of bounds "
+                    f"for {where} of shape {tuple(shape)}; valid coordinates are 0 <= c < shape")
             arr = arr.astype(np.int64)
         else:
             raise LineageError(

@@ -16,7 +16,6 @@ import numpy as np
 
 from subzero.cells import to_ids
 from subzero.errors import LineageError
-from subzero.modes import Mode
 from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
 from subzero.tiling import Box
 
@@ -156,6 +155,11 @@ class Context:
         if i is None:
             return self._result_shape
         return tuple(hi - lo for lo, hi in self.input_boxes[i])
+
+    def bind_output(self, box: Box, shape: tuple[int, ...]) -> None:
+        """Fix the tile box and output shape once run() has returned (whole arrays whose
+        output shape only running tells)."""
+        self.tile_box, self._output_shape = box, tuple(shape)
 
     def set_result_box(self, box: Box | None) -> None:
         """Fix the frame of out cells (the array run() returns), when known before run()."""

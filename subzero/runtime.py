@@ -84,7 +84,7 @@ def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
     if not known:  # a whole-array operator whose output shape only running tells
         op.output_shape = tuple(out.shape)
         result_box = full_box(out.shape)
-        ctx.tile_box, ctx._output_shape = result_box, out.shape
+        ctx.bind_output(result_box, out.shape)
         tile = Tile(tile.index, result_box)
     elif out.shape != tuple(hi - lo for lo, hi in result_box):
         raise WorkflowError(

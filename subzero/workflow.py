@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -80,8 +81,6 @@ class Workflow:
             base = type(op).__name__.lower()
             name = base if base not in self._nodes else next(
                 f"{base}_{k}" for k in range(1, len(self._nodes) + 2) if f"{base}_{k}" not in self._nodes)
-        import copy
-
         return self._register(Node(self._check_name(name), copy.copy(op), tuple(inputs), self))
 
     def _check_name(self, name: str) -> str:

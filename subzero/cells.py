@@ -49,7 +49,13 @@ def as_coords(cells: Any, shape: Shape, where: str) -> np.ndarray:
             )
         return np.argwhere(arr).astype(np.int64)
     if arr.size == 0:
-        return np.empty((0, ndim), dtype=np.int64)
+        if arr.ndim == 2 and len(arr) and arr.shape[1] != ndim:
+            raise LineageError(f"cells for {where} (shape {tuple(shape)}) must have {ndim} coordinates each, "
+                               f"got {len(arr)} cell(s) with {arr.shape[1]}")
+        return np.zeros((len(arr) if arr.ndim == 2 else 0, ndim), dtype=np.int64)
+    if arr.dtype.kind == "u" and int(arr.max()) >= 2**63:
+        raise LineageError(f"cell coordinate {int(arr.max())} is out of bounds for {where} of shape {tuple(shape)}; "
+                           "valid coordinates are 0 <= c < shape")
     if arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
             huge = np.abs(arr) >= 2.0**62

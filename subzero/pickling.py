@@ -27,7 +27,8 @@ def dumps_with_operator(obj, op: Operator, node: str) -> bytes:
     """Serialize ``obj`` (``op`` or something holding it, e.g. a task), pickling the
     operator's class by value unless it belongs to subzero."""
     module = sys.modules.get(type(op).__module__)
-    by_value = module is not None and not module.__name__.startswith("subzero") and module.__name__ != "__main__"
+    by_value = (module is not None and not module.__name__.startswith("subzero") and module.__name__ != "__main__"
+                and module.__name__ not in cloudpickle.list_registry_pickle_by_value())
     if by_value:
         cloudpickle.register_pickle_by_value(module)
     try:

@@ -30,6 +30,9 @@ def _pad(a: np.ndarray) -> np.ndarray:
 
 def build_index(base: str, ids: np.ndarray, mins: np.ndarray, maxs: np.ndarray) -> None:
     """Bulk-load an R-tree at ``base`` (+ .dat/.idx) over closed boxes ``[mins, maxs]``."""
+    for ext in (".dat", ".idx"):  # libspatialindex appends to existing files: start afresh
+        if os.path.exists(base + ext):
+            os.unlink(base + ext)
     if len(ids) == 0:
         return
     idx = rtree_index.Index(base, (np.asarray(ids, np.int64), _pad(mins), _pad(maxs)),

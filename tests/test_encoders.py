@@ -1,0 +1,418 @@
+"""Encoders: the byte layout round-trips, tiles merge into sorted batches, and every encoding,
+written through the real store, gives back its pairs and answers queries like the in-memory pairs."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import subzero as sz
+from subzero.encoders import EncodedTile, FullOne, PayMany, PayOne, encoder_for, merge_tiles
+from subzero.encoders.base import frontier_boxes
+from subzero.encoders.codec import (CELL, OUT, PAIR, bytes_to_keys, keys_to_bytes, make_keys, pack_groups,
+                                    pack_sets, pair_id_base, split_keys, unpack_sets)
+from subzero.modes import Strategy
+from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
+from subzero.store import RunStore
+
+# -- codec -----------------------------------------------------------------------------------------------
+
+ID_MAX = (1 << 52) - 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(kind=st.integers(0, 15), slot=st.integers(0, 255), ids=st.lists(st.integers(0, ID_MAX), max_size=20))
+def test_keys_make_split_round_trip(kind, slot, ids):
+    keys = make_keys(kind, slot, np.array(ids, np.int64))
+    assert keys.dtype == np.uint64
+    k, s, i = split_keys(keys)
+    assert k.tolist() == [kind] * len(ids) and s.tolist() == [slot] * len(ids) and i.tolist() == ids
+    raw = keys_to_bytes(keys)
+    assert all(len(b) == 8 for b in raw)
+    np.testing.assert_array_equal(bytes_to_keys(raw), keys)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([CELL, PAIR]), st.sampled_from([0, 1, 7, OUT]), st.integers(0, ID_MAX)),
+                min_size=1, max_size=20))
+def test_key_bytes_sort_like_kind_slot_id(triples):
+    raw = [keys_to_bytes(make_keys(k, s, np.array([i], np.int64)))[0] for k, s, i in triples]
+    by_bytes = [triples[j] for j in sorted(range(len(raw)), key=raw.__getitem__)]
+    assert by_bytes == sorted(triples)
+
+
+def test_pair_id_base_puts_the_tile_above_32_bits():
+    assert pair_id_base(0) == 0 and pair_id_base(3) == 3 << 32
+    assert split_keys(make_keys(PAIR, 0, np.array([pair_id_base(5) + 9])))[2].tolist() == [(5 << 32) + 9]
+
+
+id_lists = st.one_of(st.lists(st.integers(0, (1 << 32) - 1), max_size=15),
+                     st.lists(st.integers(0, ID_MAX), max_size=15))
+
+
+@settings(max_examples=150, deadline=None)
+@given(sets=st.lists(id_lists, max_size=5), tail=st.binary(max_size=20))
+def test_pack_unpack_round_trip(sets, tail):
+    arrays = [np.array(s, np.int64) for s in sets]
+    buf = pack_sets(arrays, tail)
+    got, got_tail = unpack_sets(buf)
+    assert got_tail == tail and len(got) == len(sets)
+    for g, s in zip(got, sets):
+        assert g.dtype == np.int64 and g.tolist() == s
+    widths = [8 if s and max(s) >= 1 << 32 else 4 for s in sets]
+    assert len(buf) == 1 + len(sets) + sum(4 + w * len(s) for w, s in zip(widths, sets)) + len(tail)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), n_pairs=st.integers(0, 8), n_sides=st.integers(1, 3), with_tails=st.booleans())
+def test_pack_groups_is_pack_sets_per_pair(data, n_pairs, n_sides, with_tails):
+    groups = [[data.draw(id_lists) for _ in range(n_pairs)] for _ in range(n_sides)]
+    sides = []
+    for side in groups:
+        ids = np.array([c for g in side for c in g], np.int64)
+        sides.append((ids, ptr_from_counts(np.array([len(g) for g in side], np.int64))))
+    tails = [data.draw(st.binary(max_size=6)) for _ in range(n_pairs)] if with_tails else None
+    values = pack_groups(sides, tails)
+    assert len(values) == n_pairs
+    for k, value in enumerate(values):
+        sets, tail = unpack_sets(value)
+        assert [s.tolist() for s in sets] == [side[k] for side in groups]
+        assert tail == (tails[k] if with_tails else b"")
+
+
+def test_pack_uses_uint32_up_to_its_limit():
+    small, big = np.array([0, (1 << 32) - 1]), np.array([1 << 32])
+    assert len(pack_sets([small])) == 1 + 1 + 4 + 8
+    assert len(pack_sets([big])) == 1 + 1 + 4 + 8
+    (a, b), tail = unpack_sets(pack_sets([small, big], b"payload"))
+    assert a.tolist() == small.tolist() and b.tolist() == big.tolist() and tail == b"payload"
+
+
+def test_unpack_accepts_memoryview_and_empty():
+    sets, tail = unpack_sets(memoryview(pack_sets([np.array([], np.int64)], b"")))
+    assert len(sets) == 1 and sets[0].size == 0 and tail == b""
+    assert unpack_sets(pack_sets([], b"xyz")) == ([], b"xyz")
+
+
+# -- merge_tiles ------------------------------------------------------------------------------------------
+
+def test_merge_tiles_merges_colliding_cell_keys_and_sorts_keys():
+    k = lambda kind, slot, i: make_keys(kind, slot, np.array(i, np.int64))  # noqa: E731
+    a = EncodedTile(keys=k(PAIR, 0, [pair_id_base(0) + 1, pair_id_base(0)]), values=[b"a1", b"a0"],
+                    cell_keys=k(CELL, OUT, [5, 3, 5]), cell_pairs=np.array([1, 0, 0]),
+                    boxes={OUT: (np.array([0]), np.zeros((1, 2)), np.ones((1, 2)))}, n_pairs=2)
+    b = EncodedTile(keys=k(PAIR, 0, [pair_id_base(2)]), values=[b"b0"],
+                    cell_keys=k(CELL, OUT, [3, 9]), cell_pairs=np.array([pair_id_base(2)] * 2),
+                    boxes={OUT: (np.array([pair_id_base(2)]), np.full((1, 2), 2.0), np.full((1, 2), 4.0)),
+                           1: (np.array([7]), np.zeros((1, 1)), np.zeros((1, 1)))}, n_pairs=1)
+    batch = merge_tiles([b, a])
+    keys = bytes_to_keys(batch.keys)
+    assert keys.tolist() == sorted(keys.tolist()) and len(set(batch.keys)) == len(batch.keys)
+    entries = dict(zip(zip(*[x.tolist() for x in split_keys(keys)]), batch.values))
+    assert entries[(PAIR, 0, 0)] == b"a0" and entries[(PAIR, 0, 1)] == b"a1"
+    assert entries[(PAIR, 0, pair_id_base(2))] == b"b0"
+    pair_ids = lambda v: np.frombuffer(v, "<i8").tolist()  # noqa: E731
+    assert pair_ids(entries[(CELL, OUT, 3)]) == [0, pair_id_base(2)]  # one key, both tiles' pairs, sorted
+    assert pair_ids(entries[(CELL, OUT, 5)]) == [0, 1]
+    assert pair_ids(entries[(CELL, OUT, 9)]) == [pair_id_base(2)]
+    assert len(batch.keys) == 6 and batch.n_pairs == 3
+    assert sorted(batch.boxes[OUT][0].tolist()) == [0, pair_id_base(2)] and batch.boxes[1][0].tolist() == [7]
+    assert batch.nbytes == 8 * 6 + sum(map(len, batch.values))
+
+
+def test_merge_tiles_refuses_duplicate_plain_keys():
+    key = make_keys(PAIR, 0, np.array([5]))
+    with pytest.raises(sz.StoreError, match="same LMDB key twice"):
+        merge_tiles([EncodedTile(keys=key, values=[b"a"], n_pairs=1), EncodedTile(keys=key, values=[b"b"], n_pairs=1)])
+
+
+def test_merge_of_nothing_is_an_empty_batch():
+    batch = merge_tiles([])
+    assert batch.keys == [] and batch.values == [] and batch.boxes == {} and batch.n_pairs == 0
+    assert merge_tiles([EncodedTile()]).keys == []
+
+
+def test_merge_tiles_is_deterministic_whatever_the_tile_order():
+    enc = FullOne("backward")
+    shapes = ((4, 4), ((4, 4),))
+    tiles = [enc.encode(full_pairs([([t, 5], [t + 1]), ([5], [t])], 1), t, shapes) for t in range(3)]
+    forward = merge_tiles(tiles)
+    backward = merge_tiles(tiles[::-1])
+    assert forward.keys == backward.keys and forward.values == backward.values
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), shape=st.lists(st.integers(1, 40), min_size=1, max_size=3).map(tuple),
+       max_boxes=st.integers(1, 50))
+def test_frontier_boxes_cover_every_frontier_cell(data, shape, max_boxes):
+    ids = np.unique(np.array(data.draw(st.lists(st.integers(0, size(shape) - 1), min_size=1, max_size=200))))
+    mins, maxs = frontier_boxes(ids, shape, max_boxes=max_boxes)
+    assert len(mins) <= max(max_boxes, 1) or len(mins) == 1
+    assert np.all(mins <= maxs) and np.all(mins >= 0) and np.all(maxs < np.array(shape))
+    coords = np.stack(np.unravel_index(ids, shape), axis=1)
+    inside = np.all((coords[:, None, :] >= mins[None]) & (coords[:, None, :] <= maxs[None]), axis=2)
+    assert inside.any(axis=1).all()
+
+
+def test_encoder_for_every_stored_strategy():
+    assert isinstance(encoder_for(Strategy.parse("FullOne/forward")), FullOne)
+    assert encoder_for(Strategy.parse("FullMany")).direction == "backward"
+    assert isinstance(encoder_for(Strategy.parse("PayOne")), PayOne)
+    assert isinstance(encoder_for(Strategy.parse("CompMany")), PayMany)  # Comp stores its overrides as Pay
+
+
+# -- helpers for the conformance suite -------------------------------------------------------------------
+
+OUT_SHAPE = (5, 6)
+IN_SHAPES = ((30,), (4, 3, 2))  # a 1-D and a 3-D input: R-trees pad 1-D boxes
+SHAPES = (OUT_SHAPE, IN_SHAPES)
+NDIMS = {OUT: len(OUT_SHAPE), 0: 1, 1: 3}
+PAYLOADS = [b"", b"p", b"q", b"\x00\x01\x02\x03", b"a longer payload" * 3]
+
+
+def csr(groups):
+    ids = np.array([c for g in groups for c in g], dtype=np.int64)
+    return ids, ptr_from_counts(np.array([len(g) for g in groups], np.int64))
+
+
+def full_pairs(pairs, n_inputs=2) -> FullPairs:
+    out = csr([p[0] for p in pairs])
+    ins = [csr([p[1 + i] for p in pairs]) for i in range(n_inputs)]
+    return FullPairs(out[0], out[1], tuple(a for a, _ in ins), tuple(b for _, b in ins))
+
+
+def full_sets(fp: FullPairs) -> list:
+    """The pairs as a sorted list of per-side cell sets (order of pairs and cells ignored)."""
+    sides = [(fp.out_ids, fp.out_ptr)] + list(zip(fp.in_ids, fp.in_ptr))
+    rows = [tuple(tuple(sorted(set(a[p[k]:p[k + 1]].tolist()))) for a, p in sides) for k in range(fp.n_pairs)]
+    return sorted(rows)
+
+
+def payload_pairs(pairs) -> PayloadPairs:
+    ids, ptr = csr([p[0] for p in pairs])
+    return PayloadPairs(ids, ptr, [p[1] for p in pairs])
+
+
+def payload_sets(pp: PayloadPairs) -> list:
+    return sorted((tuple(sorted(pp.out_ids[pp.out_ptr[k]:pp.out_ptr[k + 1]].tolist())), pp.payloads[k])
+                  for k in range(pp.n_pairs))
+
+
+def per_cell(pp: PayloadPairs) -> set:
+    """The (out cell, payload) lineage facts, whatever the grouping into pairs."""
+    return {(c, pp.payloads[k]) for k in range(pp.n_pairs)
+            for c in pp.out_ids[pp.out_ptr[k]:pp.out_ptr[k + 1]].tolist()}
+
+
+def size(shape) -> int:
+    return int(np.prod(shape))
+
+
+def cells_of(shape, max_size=8):
+    return st.lists(st.integers(0, size(shape) - 1), max_size=max_size)
+
+
+@st.composite
+def random_full_pairs(draw):
+    return draw(st.lists(st.tuples(cells_of(OUT_SHAPE), *[cells_of(s) for s in IN_SHAPES]), max_size=12))
+
+
+@st.composite
+def random_payload_pairs(draw):
+    """Pairs with disjoint out cells (the common case: a cell has one payload)."""
+    cells = draw(st.lists(st.integers(0, size(OUT_SHAPE) - 1), unique=True, max_size=25))
+    n = draw(st.integers(1, 8))
+    groups = [draw(st.integers(0, n - 1)) for _ in cells]
+    payloads = [draw(st.sampled_from(PAYLOADS)) for _ in range(n)]
+    return [([c for c, g in zip(cells, groups) if g == k], payloads[k]) for k in range(n)]
+
+
+@st.composite
+def tilings(draw, n_pairs: int):
+    """Split points of the pairs over 1-3 tiles, and increasing (not contiguous) tile indices."""
+    n_tiles = draw(st.integers(1, 3))
+    cuts = sorted(draw(st.lists(st.integers(0, n_pairs), min_size=n_tiles - 1, max_size=n_tiles - 1)))
+    bounds = [0] + cuts + [n_pairs]
+    indices = sorted(draw(st.lists(st.integers(0, 40), min_size=n_tiles, max_size=n_tiles, unique=True)))
+    return list(zip(indices, bounds[:-1], bounds[1:]))
+
+
+def mask(shape, ids) -> np.ndarray:
+    m = np.zeros(size(shape), bool)
+    m[list(ids)] = True
+    return m
+
+
+_nodes = itertools.count()
+
+# Each subclass runs the inherited property tests on its own encoder; hypothesis sees one method
+# called from several classes.  Replaying one class's saved example on another is harmless.
+conformance = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.differing_executors])
+
+
+@pytest.fixture(scope="class")
+def store(tmp_path_factory):
+    """One store per conformance class; each example writes its own node."""
+    return RunStore.create(tmp_path_factory.mktemp("enc") / "s", {"workflow": {}})
+
+
+# -- the conformance suite every encoding passes -------------------------------------------------------------
+
+class StrategyTests:
+    """Shared conformance tests: subclasses set ``strategy``."""
+
+    strategy: str = ""
+
+    @property
+    def encoder(self):
+        return encoder_for(Strategy.parse(self.strategy))
+
+    def write(self, store, pairs, split, select):
+        """Encode ``pairs`` tile by tile, merge, write, and return a reader on them."""
+        tiles = [self.encoder.encode(select(pairs, a, b), index, SHAPES) for index, a, b in split]
+        batch = merge_tiles(tiles)
+        assert batch.n_pairs == len(pairs)
+        assert batch.keys == sorted(set(batch.keys)), "batch keys must be unique and sorted"
+        node = f"n{next(_nodes)}"
+        store.write_lineage(node, {self.strategy: batch}, NDIMS)
+        return store.reader(node, self.strategy, NDIMS)
+
+
+class FullStrategyTests(StrategyTests):
+
+    def write_full(self, store, pairs, split):
+        return self.write(store, pairs, split, lambda p, a, b: full_pairs(p[a:b]))
+
+    @conformance
+    @given(data=st.data(), pairs=random_full_pairs())
+    def test_load_gives_back_the_pairs(self, store, data, pairs):
+        reader = self.write_full(store, pairs, data.draw(tilings(len(pairs))))
+        got = self.encoder.load(reader, SHAPES)
+        assert isinstance(got, FullPairs) and got.n_inputs == 2
+        assert full_sets(got) == full_sets(full_pairs(pairs))
+
+    @conformance
+    @given(data=st.data(), pairs=random_full_pairs())
+    def test_queries_agree_with_in_memory_pairs(self, store, data, pairs):
+        reader = self.write_full(store, pairs, data.draw(tilings(len(pairs))))
+        memory = full_pairs(pairs)
+        for _ in range(3):
+            out_mask = mask(OUT_SHAPE, data.draw(cells_of(OUT_SHAPE, 10)))
+            for i, shape in enumerate(IN_SHAPES):
+                expected = set(memory.backward(out_mask, i).tolist())
+                assert set(self.encoder.backward(reader, out_mask, i, SHAPES).tolist()) == expected
+                in_mask = mask(shape, data.draw(cells_of(shape, 10)))
+                expected = set(memory.forward(in_mask, i).tolist())
+                assert set(self.encoder.forward(reader, in_mask, i, SHAPES).tolist()) == expected
+
+    def test_whole_frontier_and_empty_frontier(self, store):
+        pairs = [([0, 29], [0, 1], [23]), ([29], [], [0, 5]), ([], [7], [1])]
+        reader = self.write_full(store, pairs, [(0, 0, 2), (1, 2, 3)])
+        memory = full_pairs(pairs)
+        for i, shape in enumerate(IN_SHAPES):
+            everything, nothing = np.ones(size(OUT_SHAPE), bool), np.zeros(size(OUT_SHAPE), bool)
+            assert set(self.encoder.backward(reader, everything, i, SHAPES).tolist()) == \
+                set(memory.backward(everything, i).tolist())
+            assert self.encoder.backward(reader, nothing, i, SHAPES).size == 0
+            assert set(self.encoder.forward(reader, np.ones(size(shape), bool), i, SHAPES).tolist()) == \
+                set(memory.forward(np.ones(size(shape), bool), i).tolist())
+            assert self.encoder.forward(reader, np.zeros(size(shape), bool), i, SHAPES).size == 0
+
+    def test_no_pairs(self, store):
+        reader = self.write_full(store, [], [(0, 0, 0)])
+        assert self.encoder.load(reader, SHAPES).n_pairs == 0
+        assert self.encoder.backward(reader, np.ones(size(OUT_SHAPE), bool), 1, SHAPES).size == 0
+        assert self.encoder.forward(reader, np.ones(size(IN_SHAPES[0]), bool), 0, SHAPES).size == 0
+
+
+class PayloadStrategyTests(StrategyTests):
+
+    def write_pay(self, store, pairs, split):
+        return self.write(store, pairs, split, lambda p, a, b: payload_pairs(p[a:b]))
+
+    @conformance
+    @given(data=st.data(), pairs=random_payload_pairs())
+    def test_load_gives_back_every_cell_payload(self, store, data, pairs):
+        reader = self.write_pay(store, pairs, data.draw(tilings(len(pairs))))
+        got = self.encoder.load(reader, SHAPES)
+        assert isinstance(got, PayloadPairs)
+        assert per_cell(got) == per_cell(payload_pairs(pairs))
+        assert all(isinstance(b, bytes) for b in got.payloads)
+
+    @conformance
+    @given(data=st.data(), pairs=random_payload_pairs())
+    def test_lookup_agrees_with_in_memory_pairs(self, store, data, pairs):
+        reader = self.write_pay(store, pairs, data.draw(tilings(len(pairs))))
+        memory = payload_pairs(pairs)
+        for _ in range(3):
+            query = np.unique(np.array(data.draw(cells_of(OUT_SHAPE, 12)), np.int64))
+            got = self.encoder.lookup(reader, query, SHAPES)
+            expected = {(c, b) for c, b in per_cell(memory) if c in set(query.tolist())}
+            assert per_cell(got) == expected
+
+    def test_lookup_of_everything_and_nothing(self, store):
+        pairs = [([0, 29, 7], b"x"), ([3], b""), ([], b"never")]
+        reader = self.write_pay(store, pairs, [(0, 0, 1), (4, 1, 3)])
+        everything = np.arange(size(OUT_SHAPE), dtype=np.int64)
+        assert per_cell(self.encoder.lookup(reader, everything, SHAPES)) == {(0, b"x"), (29, b"x"), (7, b"x"), (3, b"")}
+        assert self.encoder.lookup(reader, np.empty(0, np.int64), SHAPES).n_pairs == 0
+
+    @conformance
+    @given(data=st.data(), pairs=st.lists(st.tuples(cells_of(OUT_SHAPE), st.sampled_from(PAYLOADS)), max_size=8))
+    def test_out_cells_in_several_pairs_keep_every_payload(self, store, data, pairs):
+        """A cell written with two payloads (or twice with one) has the lineage of both."""
+        reader = self.write_pay(store, pairs, [(0, 0, len(pairs))])
+        memory = payload_pairs(pairs)
+        assert per_cell(self.encoder.load(reader, SHAPES)) == per_cell(memory)
+        query = np.unique(np.array(data.draw(cells_of(OUT_SHAPE, 12)), np.int64))
+        expected = {(c, b) for c, b in per_cell(memory) if c in set(query.tolist())}
+        assert per_cell(self.encoder.lookup(reader, query, SHAPES)) == expected
+
+    def test_two_payloads_of_one_cell(self, store):
+        reader = self.write_pay(store, [([3, 4], b"a"), ([4], b"b"), ([4], b"")], [(0, 0, 3)])
+        got = self.encoder.lookup(reader, np.array([4]), SHAPES)
+        assert per_cell(got) == {(4, b"a"), (4, b"b"), (4, b"")}
+
+
+class TestFullOneBackward(FullStrategyTests):
+    strategy = "FullOne/backward"
+
+
+class TestFullOneForward(FullStrategyTests):
+    strategy = "FullOne/forward"
+
+
+class TestFullManyBackward(FullStrategyTests):
+    strategy = "FullMany/backward"
+
+
+class TestFullManyForward(FullStrategyTests):
+    strategy = "FullMany/forward"
+
+
+class TestPayOne(PayloadStrategyTests):
+    strategy = "PayOne/backward"
+
+
+class TestPayMany(PayloadStrategyTests):
+    strategy = "PayMany/backward"
+
+    @conformance
+    @given(data=st.data(), pairs=random_payload_pairs())
+    def test_load_gives_back_the_pairs_themselves(self, store, data, pairs):
+        reader = self.write_pay(store, pairs, data.draw(tilings(len(pairs))))
+        assert payload_sets(self.encoder.load(reader, SHAPES)) == payload_sets(payload_pairs(pairs))
+
+    @conformance
+    @given(data=st.data(), pairs=random_payload_pairs())
+    def test_lookup_restricts_pairs_to_the_query_cells(self, store, data, pairs):
+        reader = self.write_pay(store, pairs, data.draw(tilings(len(pairs))))
+        query = set(data.draw(cells_of(OUT_SHAPE, 12)))
+        got = self.encoder.lookup(reader, np.array(sorted(query), np.int64), SHAPES)
+        expected = sorted((tuple(sorted(set(cells) & query)), b) for cells, b in pairs if set(cells) & query)
+        assert payload_sets(got) == expected
+

@@ -148,14 +148,20 @@ class Run:
             if strategy not in ("Map", "BlackBox"):
                 deadline = time.perf_counter() + choice.budget
         start = time.perf_counter()
-        switched = False
+        switched, damaged = False, None
         try:
             result = step(self, node, mask, i, direction, strategy, entire_array, deadline)
         except LookupTimeout:
             switched = True
             result = step(self, node, mask, i, direction, "BlackBox", entire_array)
+        except StoreError as exc:  # stored lineage is a cache: re-run the operator instead
+            if forced is not None:
+                raise
+            damaged = str(exc)
+            result = step(self, node, mask, i, direction, "BlackBox", entire_array)
         log.append({"node": node.name, "input": i, "direction": direction, "strategy": strategy,
-                    "switched_to_blackbox": switched, "cells_in": cells,
+                    "switched_to_blackbox": switched or damaged is not None, "damaged_lineage": damaged,
+                    "cells_in": cells,
                     "cells_out": int(np.count_nonzero(result)), "seconds": time.perf_counter() - start,
                     "predicted_seconds": predicted})
         return result

@@ -33,24 +33,28 @@ def build_index(base: str, ids: np.ndarray, mins: np.ndarray, maxs: np.ndarray) 
     for ext in (".dat", ".idx"):  # libspatialindex appends to existing files: start afresh
         if os.path.exists(base + ext):
             os.unlink(base + ext)
-    if len(ids) == 0:
+    props = _props(mins.shape[1], overwrite=True)
+    if len(ids) == 0:  # an empty index still exists, so a missing file means a damaged store
+        rtree_index.Index(base, properties=props, interleaved=True).close()
         return
     idx = rtree_index.Index(base, (np.asarray(ids, np.int64), _pad(mins), _pad(maxs)),
-                            properties=_props(mins.shape[1], overwrite=True), interleaved=True)
+                            properties=props, interleaved=True)
     idx.close()
 
 
 class SpatialIndex:
-    """A read handle on an index written by `build_index` (absent file: empty index)."""
+    """A read handle on an index written by `build_index`."""
 
     def __init__(self, base: str, ndim: int):
         self._idx = None
-        if os.path.exists(base + ".dat"):
-            try:
-                self._idx = rtree_index.Index(base, properties=_props(ndim), interleaved=True)
-            except Exception as exc:  # libspatialindex raises its own RTreeError
-                raise StoreError(f"R-tree index {base}.dat is unreadable ({exc}); "
-                                 "the lineage can be rebuilt by re-running the workflow") from exc
+        if not (os.path.exists(base + ".dat") and os.path.exists(base + ".idx")):
+            raise StoreError(f"R-tree index {base}.dat is missing; the store is damaged "
+                             "(queries re-run the operator instead)")
+        try:
+            self._idx = rtree_index.Index(base, properties=_props(ndim), interleaved=True)
+        except Exception as exc:  # libspatialindex raises its own RTreeError
+            raise StoreError(f"R-tree index {base}.dat is unreadable ({exc}); "
+                             "the lineage can be rebuilt by re-running the workflow") from exc
 
     def intersect(self, mins: np.ndarray, maxs: np.ndarray) -> np.ndarray:
         """Ids of boxes meeting any of the closed query boxes ``[mins, maxs]``."""

@@ -73,3 +73,19 @@ def test_query_log_records_each_step(run):
     record = run.store.query_log()[-1]
     assert record["direction"] == "forward" and record["steps"][0]["cells_out"] == 4
     assert record["steps"][0]["strategy"] in ("Map", "FullOne/forward")
+
+
+def test_damaged_stored_lineage_falls_back_to_re_execution(run, monkeypatch):
+    for path in (run.store.root / "index").iterdir():
+        path.unlink()  # lose the R-trees of FullMany
+    node = run.node("blur")
+    run._profiles["blur"] = NodeProfile("blur", tiles=16, op_seconds=5.0, out_size=400, in_sizes=[400],
+                                        strategies={"FullMany/backward": StrategyProfile(pairs=400, out_cells=400),
+                                                    "FullOne/forward": StrategyProfile(pairs=1e7, keys=1e7)})
+    monkeypatch.setattr(node.operator, "supported_modes", lambda: set())  # hide Map from the chooser only
+    monkeypatch.setattr(type(node.operator), "all_to_all", property(lambda self: False))
+    got = run.backward("blur", [(0, 0)], to="x")
+    assert got.tolist() == [[0, 0], [0, 1], [1, 0], [1, 1]]
+    assert "missing" in run.last_query[0]["damaged_lineage"]
+    with pytest.raises(sz.StoreError, match="missing"):
+        run.backward("blur", [(0, 0)], to="x", using={"blur": "FullMany"})

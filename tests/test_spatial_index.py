@@ -69,16 +69,15 @@ def test_touching_corners_intersect(tmp_path):
     assert index.intersect(np.array([[2.0, 3.0]]), np.array([[3.0, 4.0]])).size == 0
 
 
-def test_an_absent_index_is_empty(tmp_path):
-    index = SpatialIndex(str(tmp_path / "never-built"), 2)
-    assert index.intersect(np.array([[0.0, 0.0]]), np.array([[1e9, 1e9]])).size == 0
-    index.close()
+def test_an_absent_index_is_a_damaged_store(tmp_path):
+    with pytest.raises(sz.StoreError, match="missing"):
+        SpatialIndex(str(tmp_path / "never-built"), 2)
 
 
-def test_building_from_no_boxes_writes_nothing(tmp_path):
+def test_building_from_no_boxes_writes_an_empty_index(tmp_path):
     base = str(tmp_path / "empty")
     build_index(base, np.empty(0, np.int64), np.empty((0, 2)), np.empty((0, 2)))
-    assert not list(tmp_path.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.dat", "empty.idx"]
     assert SpatialIndex(base, 2).intersect(np.zeros((1, 2)), np.ones((1, 2))).size == 0
 
 

@@ -279,7 +279,7 @@ def _candidates(node: Node, pinned: dict[str, tuple[str, ...]]) -> list[str]:
 
 def _assemble(results: list[TileResult], shape) -> np.ndarray:
     if len(results) == 1 and (shape is None or results[0].output.shape == tuple(shape)):
-        return np.ascontiguousarray(results[0].output)
+        return np.array(results[0].output, order="C")  # keeps 0-d outputs 0-d
     out = np.empty(shape, dtype=np.result_type(*[r.output.dtype for r in results]))
     for r in results:
         out[tuple(slice(lo, hi) for lo, hi in r.tile.box)] = r.output

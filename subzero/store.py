@@ -134,7 +134,7 @@ class RunStore:
             raise StoreError(f"array {node!r} is already stored in {self.root}; stored arrays are immutable")
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy.tmp")
         with os.fdopen(fd, "wb") as fh:
-            np.save(fh, np.ascontiguousarray(array), allow_pickle=False)
+            np.save(fh, np.asarray(array), allow_pickle=False)  # ascontiguousarray would make 0-d arrays 1-d
         os.replace(tmp, path)
 
     def array_path(self, node: str) -> str:

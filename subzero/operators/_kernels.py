@@ -1,4 +1,7 @@
-"""Vectorized coordinate kernels shared by the built-in operators' mapping functions."""
+"""Vectorized coordinate and mask kernels shared by the built-in operators' lineage code.
+
+No kernel loops over cells: loops run over axes or stencil offsets only.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +9,31 @@ import itertools
 
 import numpy as np
 
-__all__ = ["unique_rows", "box_offsets", "boundary_map", "shift_or", "stencil_pairs", "invert_pairs"]
+__all__ = [
+    "BOUNDARY_MODES", "unique_rows", "corner_offsets", "box_offsets", "boundary_map", "boundary_index",
+    "boundary_preimages", "shift_or", "stencil_pairs", "gather_axis", "scatter_or", "repeat_pairs",
+    "encode_region", "decode_region",
+]
+
+
+#: the scipy.ndimage boundary modes `boundary_map` understands
+BOUNDARY_MODES = ("reflect", "constant", "nearest", "mirror", "wrap", "grid-mirror", "grid-constant", "grid-wrap")
 
 
 def unique_rows(coords: np.ndarray) -> np.ndarray:
+    """Sorted distinct rows of an ``(N, ndim)`` coordinate array."""
     coords = np.asarray(coords, np.int64)
     return np.unique(coords, axis=0) if len(coords) else coords
 
 
+def corner_offsets(extent: tuple[int, ...]) -> np.ndarray:
+    """All offsets of the box ``[0, e)`` per axis, ``(prod(e), ndim)``."""
+    return np.array(list(itertools.product(*[range(e) for e in extent])), np.int64).reshape(-1, len(extent))
+
+
 def box_offsets(radius: tuple[int, ...]) -> np.ndarray:
     """All offsets of the box ``[-r, r]`` per axis, ``(prod(2r+1), ndim)``."""
-    return np.array(list(itertools.product(*[range(-r, r + 1) for r in radius])), np.int64).reshape(-1, len(radius))
+    return corner_offsets(tuple(2 * r + 1 for r in radius)) - np.array(radius, np.int64)
 
 
 def boundary_map(coords: np.ndarray, shape: tuple[int, ...], mode: str) -> tuple[np.ndarray, np.ndarray]:
@@ -46,14 +63,11 @@ def boundary_map(coords: np.ndarray, shape: tuple[int, ...], mode: str) -> tuple
     return c, valid
 
 
-def stencil_pairs(cells: np.ndarray, offsets: np.ndarray, shape, mode: str) -> tuple[np.ndarray, np.ndarray]:
-    """Per-cell lineage of a stencil: each cell reads ``cell + offset`` for every offset,
-    through the boundary ``mode``.  Returns (owner, coords)."""
-    n, k = len(cells), len(offsets)
-    virtual = (cells[:, None, :] + offsets[None, :, :]).reshape(-1, cells.shape[1])
-    owner = np.repeat(np.arange(n, dtype=np.int64), k)
-    coords, valid = boundary_map(virtual, shape, mode)
-    return owner[valid], coords[valid]
+def boundary_index(positions: np.ndarray, n: int, mode: str) -> np.ndarray:
+    """Along one axis of length ``n``: the index each virtual position reads through the
+    boundary ``mode``, or -1 where a constant boundary supplies the value."""
+    coords, valid = boundary_map(np.asarray(positions, np.int64).reshape(-1, 1), (n,), mode)
+    return np.where(valid, coords[:, 0], -1)
 
 
 def shift_or(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -66,16 +80,84 @@ def shift_or(mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return out
 
 
-def invert_pairs(in_cells: np.ndarray, candidates: np.ndarray, pairs_fn, in_shape) -> np.ndarray:
-    """Forward lineage by inverting backward lineage: the ``candidates`` (output cells)
-    whose per-cell backward lineage ``pairs_fn(candidates) -> (owner, coords)`` meets
-    ``in_cells``."""
-    if len(candidates) == 0 or len(in_cells) == 0:
-        return np.empty((0, candidates.shape[1] if candidates.ndim == 2 else 0), np.int64)
-    hit = np.zeros(in_shape, bool)
-    hit[tuple(in_cells.T)] = True
-    owner, coords = pairs_fn(candidates)
-    if len(owner) == 0:
-        return np.empty((0, candidates.shape[1]), np.int64)
-    good = hit[tuple(np.asarray(coords, np.int64).T)]
-    return candidates[np.unique(owner[good])]
+def stencil_pairs(cells: np.ndarray, offsets: np.ndarray, shape, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cell lineage of a stencil: each cell reads ``cell + offset`` for every offset,
+    through the boundary ``mode``.  Returns (owner, coords)."""
+    n, k = len(cells), len(offsets)
+    virtual = (cells[:, None, :] + offsets[None, :, :]).reshape(-1, cells.shape[1])
+    owner = np.repeat(np.arange(n, dtype=np.int64), k)
+    coords, valid = boundary_map(virtual, shape, mode)
+    return owner[valid], coords[valid]
+
+
+def boundary_preimages(n: int, radius: int, mode: str) -> np.ndarray:
+    """The inverse of `boundary_index` over the grown axis ``[-radius, n + radius)``:
+    row ``t`` lists the virtual positions that read index ``t``, padded with a position
+    so far outside that any stencil offset keeps it outside.  Shape ``(n, m)``."""
+    positions = np.arange(-radius, n + radius, dtype=np.int64)
+    index = boundary_index(positions, n, mode)
+    keep = index >= 0
+    order = np.argsort(index[keep], kind="stable")
+    index, positions = index[keep][order], positions[keep][order]
+    counts = np.bincount(index, minlength=n)
+    table = np.full((n, max(int(counts.max(initial=0)), 1)), -(n + 2 * radius + 1) * 4, np.int64)
+    table[index, np.arange(len(index)) - np.repeat(np.cumsum(counts) - counts, counts)] = positions
+    return table
+
+
+def gather_axis(mask: np.ndarray, axis: int, index: np.ndarray) -> np.ndarray:
+    """``mask`` re-indexed along ``axis``: slot ``j`` holds slice ``index[j]``, or False
+    where ``index[j]`` is -1."""
+    ok = index >= 0
+    shape = list(mask.shape)
+    shape[axis] = len(index)
+    if mask.shape[axis] == 0 or not ok.any():
+        return np.zeros(shape, bool)
+    got = np.take(mask, np.where(ok, index, 0), axis=axis)
+    along = [1] * mask.ndim
+    along[axis] = len(index)
+    return got & ok.reshape(along)
+
+
+def scatter_or(mask: np.ndarray, axis: int, index: np.ndarray, n: int) -> np.ndarray:
+    """The inverse of `gather_axis`: an axis of length ``n`` where slot ``i`` is the OR of
+    the slices ``j`` of ``mask`` with ``index[j] == i`` (slices with -1 are dropped)."""
+    moved = np.moveaxis(mask, axis, 0)
+    out = np.zeros((n,) + moved.shape[1:], bool)
+    ok = index >= 0
+    np.logical_or.at(out, index[ok], moved[ok])
+    return np.moveaxis(out, 0, axis)
+
+
+def repeat_pairs(n_cells: int, region: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cell lineage where each of ``n_cells`` cells depends on every cell of ``region``."""
+    owner = np.repeat(np.arange(n_cells, dtype=np.int64), len(region))
+    return owner, np.tile(np.asarray(region, np.int64), (n_cells, 1))
+
+
+def encode_region(coords: np.ndarray, ndim: int) -> bytes:
+    """A cell set as bytes: its bounding box (lo, extent) and a packed bitmask over the box.
+
+    The size is ``16 * ndim`` bytes plus one bit per cell of the bounding box, so compact
+    regions (a connected component, the cells of one histogram bin of a smooth image)
+    stay small.  `decode_region` inverts it.
+    """
+    coords = np.asarray(coords, np.int64).reshape(-1, ndim)
+    if len(coords) == 0:
+        return np.zeros(2 * ndim, "<i8").tobytes()
+    lo = coords.min(axis=0)
+    extent = coords.max(axis=0) - lo + 1
+    bits = np.zeros(tuple(extent), bool)
+    bits[tuple((coords - lo).T)] = True
+    return np.concatenate([lo, extent]).astype("<i8").tobytes() + np.packbits(bits.reshape(-1)).tobytes()
+
+
+def decode_region(payload: bytes, ndim: int) -> np.ndarray:
+    """The sorted ``(N, ndim)`` coordinates of a cell set encoded by `encode_region`."""
+    head = np.frombuffer(payload[: 16 * ndim], "<i8").astype(np.int64)
+    lo, extent = head[:ndim], head[ndim:]
+    count = int(np.prod(extent))
+    if count == 0:
+        return np.empty((0, ndim), np.int64)
+    bits = np.unpackbits(np.frombuffer(payload[16 * ndim:], np.uint8), count=count).astype(bool)
+    return np.argwhere(bits.reshape(tuple(extent))).astype(np.int64) + lo

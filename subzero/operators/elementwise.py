@@ -1,41 +1,63 @@
-"""Elementwise operators with numpy broadcasting: each output cell reads the same cell of
-every input (size-1 axes read cell 0; missing leading axes are broadcast)."""
+"""Elementwise operators with numpy broadcasting.
+
+Each output cell reads the same cell of every input: size-1 axes read cell 0, missing
+leading axes are broadcast.  Lineage is a mapping (``MAP``), tiles are elementwise, and
+the entire-array optimization is safe.
+
+Scalar forms (``AddScalar(2.0)`` is ``x + 2``) are one class per arithmetic operator;
+``reverse=True`` puts the scalar first (``SubtractScalar(1.0, reverse=True)`` is ``1 - x``).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
+from subzero.operators._args import check_choice
 from subzero.operators._kernels import unique_rows
 from subzero.tiling import Elementwise
 
-__all__ = ["ElementwiseOperator", "Add", "Multiply"]
+__all__ = [
+    "ElementwiseOperator", "BinaryOperator", "Add", "Subtract", "Multiply", "Divide", "Power", "Maximum",
+    "Minimum", "Where", "Clip", "Threshold", "Apply", "ScalarOperator", "AddScalar", "SubtractScalar",
+    "MultiplyScalar", "DivideScalar", "PowerScalar",
+]
 
 
 class ElementwiseOperator(Operator):
-    """Base of elementwise operators: subclasses set ``fn`` (a numpy ufunc or function)."""
+    """Base of elementwise operators: lineage, tiling and shape checks for any arity.
+
+    A subclass sets ``fn`` (a numpy ufunc or elementwise function of its inputs), or
+    overrides ``run``; a ``run`` with one named argument per input lets workflows check
+    the arity.
+    """
 
     tiling = Elementwise()
     entire_array_safe = True
-    fn = None
+    fn: Callable[..., Any] | None = None
 
     def supported_modes(self) -> set[Mode]:
         return {Mode.MAP}
+
+    def run(self, ctx, *inputs):
+        return np.asarray(type(self).fn(*inputs))
 
     def infer_output_shape(self, input_shapes):
         try:
             return tuple(np.broadcast_shapes(*input_shapes))
         except ValueError:
-            raise WorkflowError(f"input shapes {list(input_shapes)} do not broadcast together") from None
-
-    def run(self, ctx, *inputs):
-        return np.asarray(type(self).fn(*inputs))
+            raise WorkflowError(f"{type(self).__name__}: input shapes {list(input_shapes)} do not broadcast "
+                                "together (numpy broadcasting: trailing axes must match or be 1)") from None
 
     # -- lineage ------------------------------------------------------------------------
     def _to_input(self, cells: np.ndarray, i: int) -> np.ndarray:
         shape = self.input_shapes[i]
+        cells = np.asarray(cells, np.int64)
         mapped = cells[:, cells.shape[1] - len(shape):].copy()
         mapped[:, [k for k, n in enumerate(shape) if n == 1]] = 0
         return mapped
@@ -62,15 +84,166 @@ class ElementwiseOperator(Operator):
         return np.broadcast_to(mask, self.output_shape).copy()
 
 
-class Add(ElementwiseOperator):
+class BinaryOperator(ElementwiseOperator):
+    """``fn(x, y)`` for a binary numpy ufunc ``fn`` (a class attribute)."""
+
+    def run(self, ctx, x, y):
+        return np.asarray(type(self).fn(x, y))
+
+
+class Add(BinaryOperator):
     """``x + y``."""
 
-    def run(self, ctx, x, y):
-        return np.add(x, y)
+    fn = staticmethod(np.add)
 
 
-class Multiply(ElementwiseOperator):
+class Subtract(BinaryOperator):
+    """``x - y``."""
+
+    fn = staticmethod(np.subtract)
+
+
+class Multiply(BinaryOperator):
     """``x * y``."""
 
-    def run(self, ctx, x, y):
-        return np.multiply(x, y)
+    fn = staticmethod(np.multiply)
+
+
+class Divide(BinaryOperator):
+    """``x / y`` (true division)."""
+
+    fn = staticmethod(np.true_divide)
+
+
+class Power(BinaryOperator):
+    """``x ** y``."""
+
+    fn = staticmethod(np.power)
+
+
+class Maximum(BinaryOperator):
+    """``np.maximum(x, y)``."""
+
+    fn = staticmethod(np.maximum)
+
+
+class Minimum(BinaryOperator):
+    """``np.minimum(x, y)``."""
+
+    fn = staticmethod(np.minimum)
+
+
+class Where(ElementwiseOperator):
+    """``np.where(condition, x, y)``: each output cell reads the three inputs' cells.
+
+    The lineage names both branches (a mapping cannot know which one was taken).
+    """
+
+    def run(self, ctx, condition, x, y):
+        return np.where(condition, x, y)
+
+
+class Clip(ElementwiseOperator):
+    """``np.clip(x, lo, hi)`` with scalar bounds; either bound may be None."""
+
+    def __init__(self, lo: float | None = None, hi: float | None = None):
+        if lo is None and hi is None:
+            raise WorkflowError("Clip: give lo, hi or both; got lo=None and hi=None")
+        self.lo, self.hi = lo, hi
+
+    def run(self, ctx, x):
+        return np.clip(x, self.lo, self.hi)
+
+
+_COMPARE = {">": np.greater, ">=": np.greater_equal, "<": np.less, "<=": np.less_equal,
+            "==": np.equal, "!=": np.not_equal}
+
+
+class Threshold(ElementwiseOperator):
+    """Compare with a scalar: ``x > value`` (or the ``compare`` given); a boolean output.
+
+    Examples
+    --------
+    >>> Threshold(0.5, compare="<=").run(None, np.array([0.2, 0.9]))
+    array([ True, False])
+    """
+
+    def __init__(self, value: float, compare: str = ">"):
+        self.value = value
+        self.compare = check_choice(compare, tuple(_COMPARE), "Threshold", "compare")
+
+    def run(self, ctx, x):
+        return _COMPARE[self.compare](x, self.value)
+
+
+class Apply(ElementwiseOperator):
+    """Any elementwise function of ``nin`` inputs, e.g. ``Apply(np.sqrt)`` or
+    ``Apply(lambda x, y: np.hypot(x, y) + 1, nin=2)``.
+
+    ``fn`` must compute each output cell from the same (broadcast) cell of its inputs;
+    the lineage assumes it.  ``nin`` defaults to ``fn.nin`` for ufuncs, else 1.
+    """
+
+    def __init__(self, fn: Callable[..., Any], nin: int | None = None):
+        if not callable(fn):
+            raise WorkflowError(f"Apply: fn must be a callable (a numpy ufunc or function), got {fn!r}")
+        self.fn = fn
+        self.nin = int(nin if nin is not None else getattr(fn, "nin", 1))
+
+    def infer_output_shape(self, input_shapes):
+        if len(input_shapes) != self.nin:
+            raise WorkflowError(f"Apply: fn takes nin={self.nin} input(s), the node has {len(input_shapes)}; "
+                                "pass nin= to Apply")
+        return super().infer_output_shape(input_shapes)
+
+    def run(self, ctx, *inputs):
+        out = np.asarray(self.fn(*inputs))
+        expected = np.broadcast_shapes(*[np.shape(x) for x in inputs])
+        if out.shape != expected:
+            raise WorkflowError(f"Apply: fn returned shape {out.shape} for inputs broadcasting to {expected}; "
+                                "fn must be elementwise")
+        return out
+
+
+class ScalarOperator(ElementwiseOperator):
+    """``fn(x, value)``, or ``fn(value, x)`` with ``reverse=True``, for a scalar ``value``."""
+
+    def __init__(self, value: float, reverse: bool = False):
+        if not np.isscalar(value):
+            raise WorkflowError(f"{type(self).__name__}: value must be a scalar, got {value!r}; "
+                                f"use {type(self).__name__.removesuffix('Scalar')} for arrays")
+        self.value, self.reverse = value, bool(reverse)
+
+    def run(self, ctx, x):
+        fn = type(self).fn
+        return np.asarray(fn(self.value, x) if self.reverse else fn(x, self.value))
+
+
+class AddScalar(ScalarOperator):
+    """``x + value``."""
+
+    fn = staticmethod(np.add)
+
+
+class SubtractScalar(ScalarOperator):
+    """``x - value`` (``value - x`` with ``reverse=True``)."""
+
+    fn = staticmethod(np.subtract)
+
+
+class MultiplyScalar(ScalarOperator):
+    """``x * value``."""
+
+    fn = staticmethod(np.multiply)
+
+
+class DivideScalar(ScalarOperator):
+    """``x / value`` (``value / x`` with ``reverse=True``)."""
+
+    fn = staticmethod(np.true_divide)
+
+
+class PowerScalar(ScalarOperator):
+    """``x ** value`` (``value ** x`` with ``reverse=True``)."""
+
+    fn = staticmethod(np.power)

@@ -1,8 +1,9 @@
-"""Stencil operators (scipy.ndimage): each output cell reads a fixed neighbourhood.
+"""Stencil operators (scipy.ndimage filters): each output cell reads a fixed neighbourhood.
 
 Lineage honours the boundary mode: with ``mode="reflect"`` a cell at the edge reads
 reflected cells, and its lineage names those cells; with ``mode="constant"`` the
-padding is not input, so it has no lineage.
+padding is not input, so it has no lineage.  Tiles carry a halo of the stencil's
+radius; the ``wrap`` modes need the far edge, so they run on whole arrays.
 """
 
 from __future__ import annotations
@@ -13,31 +14,53 @@ from scipy import ndimage
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
-from subzero.operators._kernels import box_offsets, invert_pairs, shift_or, stencil_pairs, unique_rows
+from subzero.operators._args import check_choice, normalize_axis, per_axis
+from subzero.operators._kernels import (
+    BOUNDARY_MODES, boundary_index, boundary_preimages, box_offsets, gather_axis, scatter_or, shift_or,
+    stencil_pairs, unique_rows,
+)
 from subzero.tiling import Halo
 
-__all__ = ["StencilOperator", "Convolve"]
+__all__ = [
+    "StencilOperator", "Convolve", "Correlate", "GaussianFilter", "UniformFilter", "MedianFilter",
+    "MaximumFilter", "MinimumFilter", "Laplace", "Sobel", "MODES", "kernel_offsets",
+]
 
-MODES = ("reflect", "constant", "nearest", "mirror", "wrap", "grid-mirror", "grid-constant", "grid-wrap")
+#: the boundary modes stencils take (scipy.ndimage's)
+MODES = BOUNDARY_MODES
+
+
+def kernel_offsets(footprint: np.ndarray, flip: bool = False) -> np.ndarray:
+    """Offsets (relative to the output cell) a scipy.ndimage footprint reads: element ``j``
+    of a footprint of shape ``s`` reads ``j - s // 2`` (correlation), or ``s // 2 - j``
+    when ``flip`` (convolution, dilation)."""
+    footprint = np.asarray(footprint)
+    offsets = np.argwhere(footprint).astype(np.int64) - np.array(footprint.shape, np.int64) // 2
+    return -offsets if flip else offsets
 
 
 class StencilOperator(Operator):
-    """Base of stencils: subclasses give ``offsets()`` (cells read, relative to the output
-    cell) and ``run``.  Tiles carry a halo of the stencil's radius; ``wrap`` modes need
-    the far edge, so they run on whole arrays."""
+    """Base of stencils: subclasses give ``stencil(ndim)`` (the offsets each output cell
+    reads, relative to itself, for an ``ndim``-D input) and ``run``."""
 
-    entire_array_safe = True
-    mode = "reflect"
+    def __init__(self, mode: str = "reflect", cval: float = 0.0):
+        self.mode = check_choice(mode, MODES, type(self).__name__, "mode")
+        self.cval = float(cval)
 
-    def supported_modes(self):
-        return {Mode.MAP}
+    def stencil(self, ndim: int) -> np.ndarray:
+        """``(K, ndim)`` int64 offsets; raise `subzero.WorkflowError` if ``ndim`` does not fit."""
+        raise NotImplementedError
 
     def offsets(self) -> np.ndarray:
-        raise NotImplementedError
+        """The offsets for the bound input."""
+        return self.stencil(len(self.input_shapes[0]))
 
     def radius(self) -> tuple[int, ...]:
         off = self.offsets()
         return tuple(int(r) for r in np.abs(off).max(axis=0)) if len(off) else (0,) * off.shape[1]
+
+    def supported_modes(self):
+        return {Mode.MAP}
 
     @property
     def tiling(self):
@@ -45,12 +68,16 @@ class StencilOperator(Operator):
             return None
         return Halo(self.radius())
 
+    @property
+    def entire_array_safe(self) -> bool:
+        """Safe when the stencil reads the cell itself (then every cell has lineage both ways)."""
+        return bool(self.input_shapes) and bool(np.any(np.all(self.offsets() == 0, axis=1)))
+
     def infer_output_shape(self, input_shapes):
-        if len(input_shapes[0]) != self.offsets().shape[1]:
-            raise WorkflowError(f"{type(self).__name__} has a {self.offsets().shape[1]}-D footprint, "
-                                f"the input has shape {input_shapes[0]}")
+        self.stencil(len(input_shapes[0]))
         return tuple(input_shapes[0])
 
+    # -- lineage ------------------------------------------------------------------------
     def map_b_pairs(self, cells, i):
         return stencil_pairs(np.asarray(cells, np.int64), self.offsets(), self.input_shapes[0], self.mode)
 
@@ -58,36 +85,181 @@ class StencilOperator(Operator):
         return unique_rows(self.map_b_pairs(cells, i)[1])
 
     def map_f(self, cells, i):
+        # o reads c iff o + d, for some offset d, is a position of the grown grid that
+        # reads c through the boundary mode: o = v - d over those positions v
         cells = np.asarray(cells, np.int64)
-        reach = box_offsets(self.radius())
-        owner, near = stencil_pairs(cells, reach, self.output_shape,
-                                    "wrap" if "wrap" in self.mode else "constant")
-        candidates = unique_rows(near)
-        return invert_pairs(cells, candidates, lambda c: self.map_b_pairs(c, i), self.input_shapes[0])
+        n, ndim = len(cells), cells.shape[1]
+        virtual = np.zeros((n, 1, ndim), np.int64)
+        for k, (size, r) in enumerate(zip(self.input_shapes[0], self.radius())):
+            options = boundary_preimages(size, r, self.mode)[cells[:, k]]           # (n, m_k)
+            virtual = np.repeat(virtual, options.shape[1], axis=1)
+            virtual[:, :, k] = np.tile(options, (1, virtual.shape[1] // options.shape[1]))
+        out = (virtual.reshape(-1, 1, ndim) - self.offsets()[None, :, :]).reshape(-1, ndim)
+        return unique_rows(out[np.all((out >= 0) & (out < np.array(self.output_shape)), axis=1)])
+
+    def _virtual_index(self) -> list[np.ndarray]:
+        """Per axis, the input index each position of the grid grown by the radius reads."""
+        return [boundary_index(np.arange(-r, n + r), n, self.mode) for n, r in zip(self.input_shapes[0], self.radius())]
 
     def map_b_mask(self, mask, i):
-        if self.mode not in ("constant", "grid-constant"):
-            return None
-        return shift_or(mask, self.offsets())
+        # a binary dilation on the grown grid, folded back onto the array by the boundary mode
+        grown = shift_or(np.pad(mask, [(r, r) for r in self.radius()]), self.offsets())
+        for k, index in enumerate(self._virtual_index()):
+            grown = scatter_or(grown, k, index, self.input_shapes[0][k])
+        return grown
 
     def map_f_mask(self, mask, i):
-        if self.mode not in ("constant", "grid-constant"):
-            return None
-        return shift_or(mask, -self.offsets())
+        grown = mask
+        for k, index in enumerate(self._virtual_index()):
+            grown = gather_axis(grown, k, index)
+        hit = shift_or(grown, -self.offsets())
+        return hit[tuple(slice(r, r + n) for r, n in zip(self.radius(), self.output_shape))]
 
 
-class Convolve(StencilOperator):
-    """``scipy.ndimage.convolve(x, kernel, mode, cval)``; lineage is the kernel's non-zero footprint."""
+class _KernelStencil(StencilOperator):
+    """A stencil given by an explicit kernel: its non-zero footprint is what a cell reads."""
+
+    flip = False
 
     def __init__(self, kernel, mode: str = "reflect", cval: float = 0.0):
+        super().__init__(mode, cval)
         self.kernel = np.asarray(kernel, dtype=np.float64)
-        if mode not in MODES:
-            raise WorkflowError(f"mode {mode!r} is not a scipy.ndimage boundary mode; use one of {MODES}")
-        self.mode, self.cval = mode, float(cval)
 
-    def offsets(self) -> np.ndarray:
-        center = np.array(self.kernel.shape) // 2
-        return (center - np.argwhere(self.kernel != 0)).astype(np.int64)
+    def stencil(self, ndim):
+        if self.kernel.ndim != ndim:
+            raise WorkflowError(f"{type(self).__name__}: kernel is {self.kernel.ndim}-D "
+                                f"(shape {self.kernel.shape}), the input is {ndim}-D; they must match")
+        return kernel_offsets(self.kernel != 0, flip=self.flip)
+
+
+class Convolve(_KernelStencil):
+    """``scipy.ndimage.convolve(x, kernel, mode, cval)``; lineage is the kernel's non-zero footprint."""
+
+    flip = True
 
     def run(self, ctx, x):
         return ndimage.convolve(np.asarray(x, dtype=np.float64), self.kernel, mode=self.mode, cval=self.cval)
+
+
+class Correlate(_KernelStencil):
+    """``scipy.ndimage.correlate(x, kernel, mode, cval)``; lineage is the kernel's non-zero footprint."""
+
+    def run(self, ctx, x):
+        return ndimage.correlate(np.asarray(x, dtype=np.float64), self.kernel, mode=self.mode, cval=self.cval)
+
+
+class GaussianFilter(StencilOperator):
+    """``scipy.ndimage.gaussian_filter(x, sigma, order, mode, cval, truncate)``.
+
+    The footprint is the truncated kernel: a box of radius ``int(truncate * sigma + 0.5)``
+    per axis (``sigma`` is a float or one per axis).
+    """
+
+    def __init__(self, sigma: float | tuple[float, ...], order: int | tuple[int, ...] = 0, mode: str = "reflect",
+                 cval: float = 0.0, truncate: float = 4.0):
+        super().__init__(mode, cval)
+        self.sigma = tuple(sigma) if isinstance(sigma, (tuple, list)) else float(sigma)
+        self.order = tuple(order) if isinstance(order, (tuple, list)) else int(order)
+        self.truncate = float(truncate)
+
+    def stencil(self, ndim):
+        sigmas = per_axis(self.sigma, ndim, "GaussianFilter", "sigma", float, minimum=0.0)
+        per_axis(self.order, ndim, "GaussianFilter", "order", int, minimum=0)
+        return box_offsets(tuple(int(self.truncate * s + 0.5) for s in sigmas))
+
+    def run(self, ctx, x):
+        return ndimage.gaussian_filter(np.asarray(x, dtype=np.float64), self.sigma, order=self.order,
+                                       mode=self.mode, cval=self.cval, truncate=self.truncate)
+
+
+class UniformFilter(StencilOperator):
+    """``scipy.ndimage.uniform_filter(x, size, mode, cval)``: the mean over a box of ``size``
+    cells per axis (element ``j`` of the box reads offset ``j - size // 2``)."""
+
+    def __init__(self, size: int | tuple[int, ...] = 3, mode: str = "reflect", cval: float = 0.0):
+        super().__init__(mode, cval)
+        self.size = tuple(size) if isinstance(size, (tuple, list)) else int(size)
+
+    def stencil(self, ndim):
+        return kernel_offsets(np.ones(per_axis(self.size, ndim, "UniformFilter", "size", minimum=1), bool))
+
+    def run(self, ctx, x):
+        return ndimage.uniform_filter(np.asarray(x, dtype=np.float64), self.size, mode=self.mode, cval=self.cval)
+
+
+class _RankFilter(StencilOperator):
+    """A rank filter over a box of ``size`` cells per axis, or over a boolean ``footprint``."""
+
+    fn = staticmethod(ndimage.median_filter)
+
+    def __init__(self, size: int | tuple[int, ...] | None = 3, footprint=None, mode: str = "reflect",
+                 cval: float = 0.0):
+        super().__init__(mode, cval)
+        if footprint is not None:
+            self.footprint, self.size = np.asarray(footprint, dtype=bool), None
+            if not self.footprint.any():
+                raise WorkflowError(f"{type(self).__name__}: footprint has no set cell")
+        elif size is not None:
+            self.footprint, self.size = None, tuple(size) if isinstance(size, (tuple, list)) else int(size)
+        else:
+            raise WorkflowError(f"{type(self).__name__}: give size or footprint, got neither")
+
+    def stencil(self, ndim):
+        if self.footprint is None:
+            return kernel_offsets(np.ones(per_axis(self.size, ndim, type(self).__name__, "size", minimum=1), bool))
+        if self.footprint.ndim != ndim:
+            raise WorkflowError(f"{type(self).__name__}: footprint is {self.footprint.ndim}-D, the input is {ndim}-D")
+        return kernel_offsets(self.footprint)
+
+    def run(self, ctx, x):
+        x = np.asarray(x)
+        if self.footprint is None:
+            return type(self).fn(x, self.size, mode=self.mode, cval=self.cval)
+        if x.ndim == 1:  # scipy's 1-D fast path ignores the holes of a footprint: go through 2-D
+            return type(self).fn(x[None], footprint=self.footprint[None], mode=self.mode, cval=self.cval)[0]
+        return type(self).fn(x, footprint=self.footprint, mode=self.mode, cval=self.cval)
+
+
+class MedianFilter(_RankFilter):
+    """``scipy.ndimage.median_filter(x, size | footprint, mode, cval)``."""
+
+    fn = staticmethod(ndimage.median_filter)
+
+
+class MaximumFilter(_RankFilter):
+    """``scipy.ndimage.maximum_filter(x, size | footprint, mode, cval)``."""
+
+    fn = staticmethod(ndimage.maximum_filter)
+
+
+class MinimumFilter(_RankFilter):
+    """``scipy.ndimage.minimum_filter(x, size | footprint, mode, cval)``."""
+
+    fn = staticmethod(ndimage.minimum_filter)
+
+
+class Laplace(StencilOperator):
+    """``scipy.ndimage.laplace(x, mode, cval)``: a cell reads itself and its 2 * ndim axis neighbours."""
+
+    def stencil(self, ndim):
+        eye = np.eye(ndim, dtype=np.int64)
+        return np.concatenate([np.zeros((1, ndim), np.int64), eye, -eye])
+
+    def run(self, ctx, x):
+        return ndimage.laplace(np.asarray(x, dtype=np.float64), mode=self.mode, cval=self.cval)
+
+
+class Sobel(StencilOperator):
+    """``scipy.ndimage.sobel(x, axis, mode, cval)``: a cell reads its 3**ndim box except the
+    plane through itself normal to ``axis`` (where the derivative weight is zero)."""
+
+    def __init__(self, axis: int = -1, mode: str = "reflect", cval: float = 0.0):
+        super().__init__(mode, cval)
+        self.axis = axis
+
+    def stencil(self, ndim):
+        box = box_offsets((1,) * ndim)
+        return box[box[:, normalize_axis(self.axis, ndim, "Sobel")] != 0]
+
+    def run(self, ctx, x):
+        return ndimage.sobel(np.asarray(x, dtype=np.float64), axis=self.axis, mode=self.mode, cval=self.cval)

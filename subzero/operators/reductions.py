@@ -1,6 +1,9 @@
-"""Reductions along an axis: each output cell reads the whole line it reduces."""
+"""Reductions: along axes (mapping: an output cell reads the whole line or sub-box it
+reduces), and whole-array statistics (all-to-all)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -8,60 +11,67 @@ from subzero.cells import mask_from_coords
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
-from subzero.tiling import Reduced
+from subzero.operators._args import normalize_axes
+from subzero.operators._kernels import corner_offsets
+from subzero.operators.tilings import ReducedAxes
 
-__all__ = ["AxisReduction", "Sum"]
+__all__ = ["AxisReduction", "Sum", "Mean", "Std", "Min", "Max", "Count", "GlobalMean", "GlobalStd"]
 
 
 class AxisReduction(Operator):
-    """Base of ``np.<reduce>(x, axis)``; subclasses set ``fn``."""
+    """Base of ``np.<reduce>(x, axis)`` over one axis or a tuple of axes; subclasses set
+    ``fn`` (or override ``reduce``).  Tiles split the kept axes."""
 
     entire_array_safe = True
     fn = staticmethod(np.sum)
 
-    def __init__(self, axis: int = 0):
-        self.axis = int(axis)
+    def __init__(self, axis: int | Sequence[int] = 0):
+        self.axis = tuple(axis) if isinstance(axis, Sequence) else axis
+
+    def _axes(self, ndim: int | None = None) -> tuple[int, ...]:
+        ndim = len(self.input_shapes[0]) if ndim is None else ndim
+        return normalize_axes(self.axis, ndim, type(self).__name__)
 
     @property
     def tiling(self):
-        return Reduced(self._axis()) if self.input_shapes else None
-
-    def _axis(self, shape=None) -> int:
-        shape = shape if shape is not None else self.input_shapes[0]
-        return self.axis % len(shape) if shape else 0
+        return ReducedAxes(self._axes()) if self.input_shapes else None
 
     def supported_modes(self):
         return {Mode.MAP}
 
     def infer_output_shape(self, input_shapes):
-        shape = input_shapes[0]
-        if not -len(shape) <= self.axis < len(shape):
-            raise WorkflowError(f"axis {self.axis} is out of range for an input of shape {shape}")
-        a = self._axis(shape)
-        return tuple(shape[:a]) + tuple(shape[a + 1:])
+        shape = tuple(input_shapes[0])
+        axes = self._axes(len(shape))
+        return tuple(n for a, n in enumerate(shape) if a not in axes)
+
+    def reduce(self, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+        return type(self).fn(x, axis=axes)
 
     def run(self, ctx, x):
-        return np.asarray(type(self).fn(x, axis=self._axis()))
+        return np.asarray(self.reduce(x, self._axes()))
 
+    # -- lineage ------------------------------------------------------------------------
     def map_b_pairs(self, cells, i):
-        n = self.input_shapes[0][self._axis()]
-        owner = np.repeat(np.arange(len(cells), dtype=np.int64), n)
-        along = np.tile(np.arange(n, dtype=np.int64), len(cells))
-        coords = np.insert(np.repeat(cells, n, axis=0), self._axis(), along, axis=1)
-        return owner, coords
+        cells = np.asarray(cells, np.int64)
+        shape, axes = self.input_shapes[0], self._axes()
+        sub = corner_offsets(tuple(shape[a] for a in axes))
+        kept = [a for a in range(len(shape)) if a not in axes]
+        coords = np.empty((len(cells), len(sub), len(shape)), np.int64)
+        coords[:, :, kept] = cells[:, None, :]
+        coords[:, :, list(axes)] = sub[None, :, :]
+        return np.repeat(np.arange(len(cells), dtype=np.int64), len(sub)), coords.reshape(-1, len(shape))
 
     def map_b(self, cells, i):
         return np.argwhere(self.map_b_mask(mask_from_coords(cells, self.output_shape), i))
 
     def map_f(self, cells, i):
-        return np.unique(np.delete(np.asarray(cells, np.int64), self._axis(), axis=1), axis=0)
+        return np.unique(np.delete(np.asarray(cells, np.int64), self._axes(), axis=1), axis=0)
 
     def map_b_mask(self, mask, i):
-        a = self._axis()
-        return np.broadcast_to(np.expand_dims(mask, a), self.input_shapes[0]).copy()
+        return np.broadcast_to(np.expand_dims(mask, self._axes()), self.input_shapes[0]).copy()
 
     def map_f_mask(self, mask, i):
-        return mask.any(axis=self._axis())
+        return mask.any(axis=self._axes())
 
 
 class Sum(AxisReduction):
@@ -69,3 +79,69 @@ class Sum(AxisReduction):
 
     fn = staticmethod(np.sum)
 
+
+class Mean(AxisReduction):
+    """``np.mean(x, axis)``."""
+
+    fn = staticmethod(np.mean)
+
+
+class Std(AxisReduction):
+    """``np.std(x, axis, ddof=ddof)``."""
+
+    def __init__(self, axis: int | Sequence[int] = 0, ddof: int = 0):
+        super().__init__(axis)
+        self.ddof = int(ddof)
+
+    def reduce(self, x, axes):
+        return np.std(x, axis=axes, ddof=self.ddof)
+
+
+class Min(AxisReduction):
+    """``np.min(x, axis)``."""
+
+    fn = staticmethod(np.min)
+
+
+class Max(AxisReduction):
+    """``np.max(x, axis)``."""
+
+    fn = staticmethod(np.max)
+
+
+class Count(AxisReduction):
+    """``np.count_nonzero(x, axis)``: the number of non-zero (True) cells along the axes."""
+
+    fn = staticmethod(np.count_nonzero)
+
+
+class _GlobalStatistic(Operator):
+    """A statistic of the whole array: all-to-all, so its only mode is ``BLACKBOX``.
+
+    The output keeps the input's axes with length 1 (``keepdims=True``), so it broadcasts
+    against the input (``Subtract()(x, GlobalMean()(x))`` centres ``x``).
+    """
+
+    entire_array_safe = True
+
+    def infer_output_shape(self, input_shapes):
+        if len(input_shapes[0]) == 0:
+            raise WorkflowError(f"{type(self).__name__}: expected an array of at least 1 axis, got a 0-d array")
+        return (1,) * len(input_shapes[0])
+
+
+class GlobalMean(_GlobalStatistic):
+    """``np.mean(x, keepdims=True)``."""
+
+    def run(self, ctx, x):
+        return np.mean(x, keepdims=True)
+
+
+class GlobalStd(_GlobalStatistic):
+    """``np.std(x, ddof=ddof, keepdims=True)``."""
+
+    def __init__(self, ddof: int = 0):
+        self.ddof = int(ddof)
+
+    def run(self, ctx, x):
+        return np.std(x, ddof=self.ddof, keepdims=True)

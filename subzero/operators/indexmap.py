@@ -1,0 +1,94 @@
+"""Separable index maps: the base of Slice, Flip, Pad, Shift, Tile and Upsample.
+
+Along output axis ``k``, output index ``j`` reads input index ``axis_maps()[k][j]``, or
+nothing where that is -1 (the output holds ``fill`` there, e.g. constant padding).  So
+each output cell reads at most one input cell, chosen by coordinates alone: a mapping
+operator whose run, tiling, mapping functions and mask forms all derive from the maps.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from subzero.cells import mask_from_coords
+from subzero.modes import Mode
+from subzero.operator import Operator
+from subzero.operators._kernels import gather_axis, scatter_or, unique_rows
+from subzero.operators.tilings import IndexMapped
+
+__all__ = ["IndexMapOperator"]
+
+Shape = tuple[int, ...]
+
+
+class IndexMapOperator(Operator):
+    """Base of operators whose output cell reads at most one input cell, axis by axis.
+
+    Subclasses implement ``maps_for(shape)``: one int64 array per axis giving, for each
+    output index, the input index it reads (-1: none).  It raises `subzero.WorkflowError`
+    on arguments the input shape cannot take.
+    """
+
+    tiling = IndexMapped()
+    #: the value of output cells that read no input (where a map is -1)
+    fill: float = 0
+
+    def maps_for(self, shape: Shape) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def axis_maps(self) -> list[np.ndarray]:
+        """The maps for the bound input shape."""
+        return self.maps_for(self.input_shapes[0])
+
+    def supported_modes(self):
+        return {Mode.MAP}
+
+    def infer_output_shape(self, input_shapes):
+        return tuple(len(m) for m in self.maps_for(tuple(input_shapes[0])))
+
+    @property
+    def entire_array_safe(self) -> bool:
+        """Safe when every output index reads an input and every input index is read."""
+        if not self.input_shapes:
+            return False
+        return all(bool(np.all(m >= 0)) and np.unique(m).size == n
+                   for m, n in zip(self.axis_maps(), self.input_shapes[0]))
+
+    def run(self, ctx, x):
+        index, valid = [], []
+        for m, (lo, hi), (base, _) in zip(self.axis_maps(), ctx.tile_box, ctx.input_boxes[0]):
+            part = m[lo:hi]
+            valid.append(part >= 0)
+            index.append(np.where(part >= 0, part - base, 0))
+        out = np.full(tuple(len(i) for i in index), self.fill, dtype=x.dtype)
+        if all(v.any() for v in valid):
+            # np.ix_ would read boolean arrays as masks: lay each axis's flags out by hand
+            flags = [v.reshape((1,) * k + (-1,) + (1,) * (len(valid) - k - 1)) for k, v in enumerate(valid)]
+            np.copyto(out, x[np.ix_(*index)], where=functools.reduce(np.logical_and, flags, np.ones((), bool)))
+        return out
+
+    # -- lineage ------------------------------------------------------------------------
+    def map_b_pairs(self, cells, i):
+        cells = np.asarray(cells, np.int64)
+        maps = self.axis_maps()
+        coords = np.stack([m[cells[:, k]] for k, m in enumerate(maps)], axis=1).reshape(len(cells), len(maps))
+        ok = np.all(coords >= 0, axis=1)
+        return np.flatnonzero(ok), coords[ok]
+
+    def map_b(self, cells, i):
+        return unique_rows(self.map_b_pairs(cells, i)[1])
+
+    def map_f(self, cells, i):
+        return np.argwhere(self.map_f_mask(mask_from_coords(cells, self.input_shapes[0]), i))
+
+    def map_b_mask(self, mask, i):
+        for k, (m, n) in enumerate(zip(self.axis_maps(), self.input_shapes[0])):
+            mask = scatter_or(mask, k, m, n)
+        return mask
+
+    def map_f_mask(self, mask, i):
+        for k, m in enumerate(self.axis_maps()):
+            mask = gather_axis(mask, k, m)
+        return mask

@@ -1,0 +1,67 @@
+"""Binary morphology (scipy.ndimage): stencils on boolean images with a constant border.
+
+The border (``border_value``) is not input, so edge cells have no lineage outside the
+array.  ``iterations`` repeats the operation; its footprint is the structure added to
+itself ``iterations`` times (Minkowski sum), and tiles carry a halo that wide.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import ndimage
+
+from subzero.errors import WorkflowError
+from subzero.operators._kernels import unique_rows
+from subzero.operators.neighbourhood import StencilOperator, kernel_offsets
+
+__all__ = ["BinaryDilation", "BinaryErosion"]
+
+
+class _BinaryMorphology(StencilOperator):
+    """``fn(x != 0, structure, iterations, border_value=...)``; subclasses set ``fn`` and
+    ``flip`` (dilation reads the structure mirrored, as a convolution does)."""
+
+    fn = staticmethod(ndimage.binary_dilation)
+    flip = True
+
+    def __init__(self, structure=None, iterations: int = 1, border_value: int = 0):
+        super().__init__("constant", border_value)
+        self.structure = None if structure is None else np.asarray(structure, dtype=bool)
+        if not isinstance(iterations, (int, np.integer)) or iterations < 1:
+            raise WorkflowError(f"{type(self).__name__}: iterations must be an int >= 1 (repeating until "
+                                f"nothing changes has no fixed footprint), got {iterations!r}")
+        self.iterations = int(iterations)
+        self.border_value = int(border_value)
+
+    def _structure(self, ndim: int) -> np.ndarray:
+        if self.structure is None:
+            return ndimage.generate_binary_structure(ndim, 1)
+        if self.structure.ndim != ndim:
+            raise WorkflowError(f"{type(self).__name__}: structure is {self.structure.ndim}-D "
+                                f"(shape {self.structure.shape}), the input is {ndim}-D; they must match")
+        return self.structure
+
+    def stencil(self, ndim):
+        step = kernel_offsets(self._structure(ndim), flip=self.flip)
+        offsets = np.zeros((1, ndim), np.int64)
+        for _ in range(self.iterations):
+            offsets = unique_rows((offsets[:, None, :] + step[None, :, :]).reshape(-1, ndim))
+        return offsets
+
+    def run(self, ctx, x):
+        return type(self).fn(np.asarray(x) != 0, self._structure(np.ndim(x)), self.iterations,
+                             border_value=self.border_value)
+
+
+class BinaryDilation(_BinaryMorphology):
+    """``scipy.ndimage.binary_dilation(x, structure, iterations, border_value=...)``."""
+
+    fn = staticmethod(ndimage.binary_dilation)
+    flip = True
+
+
+class BinaryErosion(_BinaryMorphology):
+    """``scipy.ndimage.binary_erosion(x, structure, iterations, border_value=...)``."""
+
+    fn = staticmethod(ndimage.binary_erosion)
+    flip = False

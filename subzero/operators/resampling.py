@@ -1,0 +1,98 @@
+"""Resampling by whole factors: block reduction (Downsample) and repetition (Upsample)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from subzero.modes import Mode
+from subzero.operator import Operator
+from subzero.operators._args import check_choice, per_axis
+from subzero.operators._kernels import corner_offsets, unique_rows
+from subzero.operators.indexmap import IndexMapOperator
+from subzero.operators.tilings import Blocks
+
+__all__ = ["Downsample", "Upsample"]
+
+_REDUCE = {"mean": np.add, "sum": np.add, "max": np.maximum, "min": np.minimum}
+
+
+class Downsample(Operator):
+    """Block reduction: output cell ``j`` is the mean (sum, max, min) of the input block
+    ``[j * factor, (j + 1) * factor)`` per axis.
+
+    The output has ``ceil(n / factor)`` cells per axis: a trailing partial block reduces
+    over the cells it has, so every input cell has lineage (entire-array safe).
+    """
+
+    entire_array_safe = True
+
+    def __init__(self, factor: int | Sequence[int] = 2, how: str = "mean"):
+        self.factor = tuple(factor) if isinstance(factor, Sequence) else factor
+        self.how = check_choice(how, tuple(_REDUCE), "Downsample", "how")
+
+    def _factors(self, ndim: int | None = None) -> tuple[int, ...]:
+        ndim = len(self.input_shapes[0]) if ndim is None else ndim
+        return per_axis(self.factor, ndim, "Downsample", "factor", minimum=1)
+
+    @property
+    def tiling(self):
+        return Blocks(self._factors()) if self.input_shapes else None
+
+    def supported_modes(self):
+        return {Mode.MAP}
+
+    def infer_output_shape(self, input_shapes):
+        shape = tuple(input_shapes[0])
+        return tuple(-(-n // f) for n, f in zip(shape, self._factors(len(shape))))
+
+    def run(self, ctx, x):
+        out = np.asarray(x, dtype=np.float64) if self.how == "mean" else np.asarray(x)
+        for axis, f in enumerate(self._factors()):
+            if out.shape[axis]:
+                starts = np.arange(0, out.shape[axis], f)
+                out = _REDUCE[self.how].reduceat(out, starts, axis=axis)
+                if self.how == "mean":
+                    sizes = np.diff(np.append(starts, x.shape[axis]))
+                    out = out / sizes.reshape((-1,) + (1,) * (out.ndim - axis - 1))
+        return out
+
+    # -- lineage ------------------------------------------------------------------------
+    def map_b_pairs(self, cells, i):
+        cells = np.asarray(cells, np.int64)
+        factors = np.array(self._factors(), np.int64)
+        block = corner_offsets(self._factors())
+        coords = (cells[:, None, :] * factors + block[None, :, :]).reshape(-1, len(factors))
+        owner = np.repeat(np.arange(len(cells), dtype=np.int64), len(block))
+        inside = np.all(coords < np.array(self.input_shapes[0]), axis=1)
+        return owner[inside], coords[inside]
+
+    def map_b(self, cells, i):
+        return unique_rows(self.map_b_pairs(cells, i)[1])
+
+    def map_f(self, cells, i):
+        return unique_rows(np.asarray(cells, np.int64) // np.array(self._factors(), np.int64))
+
+    def map_b_mask(self, mask, i):
+        for axis, (f, n) in enumerate(zip(self._factors(), self.input_shapes[0])):
+            mask = np.repeat(mask, f, axis=axis)[(slice(None),) * axis + (slice(0, n),)]
+        return mask
+
+    def map_f_mask(self, mask, i):
+        for axis, f in enumerate(self._factors()):
+            starts = np.arange(0, mask.shape[axis], f)
+            mask = np.logical_or.reduceat(mask, starts, axis=axis) if len(starts) else mask
+        return mask
+
+
+class Upsample(IndexMapOperator):
+    """Nearest-neighbour upsampling: repeat each cell ``factor`` times per axis
+    (``np.repeat`` along every axis); output index ``j`` reads input ``j // factor``."""
+
+    def __init__(self, factor: int | Sequence[int] = 2):
+        self.factor = tuple(factor) if isinstance(factor, Sequence) else factor
+
+    def maps_for(self, shape):
+        factors = per_axis(self.factor, len(shape), "Upsample", "factor", minimum=1)
+        return [np.arange(n * f, dtype=np.int64) // f for n, f in zip(shape, factors)]

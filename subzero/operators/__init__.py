@@ -1,4 +1,4 @@
-"""Built-in operators, each with exact, vectorized lineage (see TABLE.md for the overview)."""
+"""Built-in operators, each with exact, vectorized lineage (the README has the overview table)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from subzero.operators.elementwise import (
     Add, AddScalar, Apply, BinaryOperator, Clip, Divide, DivideScalar, ElementwiseOperator, Maximum, Minimum,
     Multiply, MultiplyScalar, Power, PowerScalar, ScalarOperator, Subtract, SubtractScalar, Threshold, Where,
 )
+from subzero.operators.identity import IdentityMapping
 from subzero.operators.indexmap import IndexMapOperator
 from subzero.operators.linalg import Dot, Inverse, MatMul, Outer
 from subzero.operators.morphology import BinaryDilation, BinaryErosion
@@ -21,6 +22,7 @@ from subzero.operators.sorting import ArgSort, LineOperator, Sort
 from subzero.operators.value import Compress, Filter, Histogram, Label
 
 __all__ = [
+    "IdentityMapping",
     # elementwise
     "ElementwiseOperator", "BinaryOperator", "Add", "Subtract", "Multiply", "Divide", "Power", "Maximum",
     "Minimum", "Where", "Clip", "Threshold", "Apply", "ScalarOperator", "AddScalar", "SubtractScalar",

@@ -14,12 +14,13 @@ from scipy import ndimage
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._kernels import box_offsets, stencil_pairs, unique_rows
+from subzero.operators.identity import IdentityMapping
 from subzero.tiling import Halo
 
 __all__ = ["CosmicRayDetect"]
 
 
-class CosmicRayDetect(Operator):
+class CosmicRayDetect(IdentityMapping, Operator):
     """Flag cosmic-ray pixels; composite lineage (identity default, radius payload)."""
 
     def __init__(self, threshold: float = 50.0, radius: int = 3):
@@ -66,15 +67,6 @@ class CosmicRayDetect(Operator):
         return np.concatenate(owners), np.concatenate(coords)
 
     # -- mapping default (clean pixels) and payload overrides (cosmic rays) -------------
-    def map_b(self, cells, i):
-        return np.asarray(cells, np.int64)
-
-    def map_f(self, cells, i):
-        return np.asarray(cells, np.int64)
-
-    def map_b_pairs(self, cells, i):
-        return np.arange(len(cells), dtype=np.int64), np.asarray(cells, np.int64)
-
     def map_p_pairs(self, cells, payload, i):
         r = int(payload[0])
         return stencil_pairs(np.asarray(cells, np.int64), box_offsets((r,) * cells.shape[1]),

@@ -19,6 +19,7 @@ from scipy import ndimage
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
+from subzero.operators.identity import IdentityMapping
 from subzero.operators._args import normalize_axis
 from subzero.operators._kernels import corner_offsets, decode_region, encode_region, repeat_pairs
 
@@ -29,7 +30,7 @@ def _all_cells(shape: tuple[int, ...]) -> np.ndarray:
     return np.argwhere(np.ones(shape, bool)).astype(np.int64)
 
 
-class Label(Operator):
+class Label(IdentityMapping, Operator):
     """Connected components of the non-zero cells (``scipy.ndimage.label``), with canonical ids.
 
     A cell of a component is labelled ``1 +`` the flat (C order) index of the component's
@@ -81,21 +82,6 @@ class Label(Operator):
         return np.where(flat > 0, first[flat] + 1, 0).reshape(labels.shape)
 
     # -- the mapping default of COMP (a background cell reads itself) and payloads --------
-    def map_b(self, cells, i):
-        return np.asarray(cells, np.int64)
-
-    def map_f(self, cells, i):
-        return np.asarray(cells, np.int64)
-
-    def map_b_pairs(self, cells, i):
-        return np.arange(len(cells), dtype=np.int64), np.asarray(cells, np.int64)
-
-    def map_b_mask(self, mask, i):
-        return mask.copy()
-
-    def map_f_mask(self, mask, i):
-        return mask.copy()
-
     def map_p(self, cells, payload, i):
         if not payload or not len(cells):
             return np.asarray(cells, np.int64)

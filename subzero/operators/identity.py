@@ -1,0 +1,30 @@
+"""The one-to-one mapping default of composite operators: a cell depends on itself."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["IdentityMapping"]
+
+
+class IdentityMapping:
+    """Mixin: the mapping functions of a cell that reads only the same cell of input 0.
+
+    Composite operators (COMP mode) use it as their default and store payload overrides
+    for the cells that read more (cosmic rays, labelled components).
+    """
+
+    def map_b(self, cells, i):
+        return np.asarray(cells, np.int64)
+
+    def map_f(self, cells, i):
+        return np.asarray(cells, np.int64)
+
+    def map_b_pairs(self, cells, i):
+        return np.arange(len(cells), dtype=np.int64), np.asarray(cells, np.int64)
+
+    def map_b_mask(self, mask, i):
+        return mask.copy()
+
+    def map_f_mask(self, mask, i):
+        return mask.copy()

@@ -182,7 +182,7 @@ class _Execution:
 def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_runtime=None,
             workload=None, executor="spark", spark=None, tile_shape=None):
     """Run ``wf`` on ``inputs`` into a new ``store``; see `Workflow.run`."""
-    from subzero.optimizer.budgets import parse_disk_budget
+    from subzero.optimizer.budgets import parse_disk_budget, parse_runtime_budget
     from subzero.optimizer.workload import parse_workload
     from subzero.run import Run
 
@@ -191,6 +191,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
     queries = parse_workload(wf, workload)
     input_bytes = int(sum(a.nbytes for a in arrays.values()))
     disk_budget = parse_disk_budget(max_disk, input_bytes)
+    parse_runtime_budget(max_runtime, 1.0)  # reject a malformed budget before anything runs
     runner = make_executor(executor, spark)
     operators = [n for n in wf.nodes if not n.is_input]
     optimized = bool(queries or max_disk is not None or max_runtime is not None) and \

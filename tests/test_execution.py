@@ -156,6 +156,9 @@ def test_bad_budgets_and_workloads_are_workflow_errors(tmp_path):
     wf = small_workflow()
     with pytest.raises(sz.WorkflowError, match="max_disk"):
         wf.run({"x": image()}, store=tmp_path / "a", max_disk="lots", executor="local")
+    with pytest.raises(sz.WorkflowError, match="max_runtime"):
+        wf.run({"x": image()}, store=tmp_path / "r", max_runtime="0.5x", executor="local")
+    assert not (tmp_path / "r").exists()  # rejected before anything ran
     with pytest.raises(sz.WorkflowError, match="workload query 0"):
         wf.run({"x": image()}, store=tmp_path / "b", workload=[{"node": "hits"}], executor="local")
     with pytest.raises(sz.WorkflowError, match="unknown node 'nowhere'"):

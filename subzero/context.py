@@ -73,20 +73,36 @@ class Context:
         ins = [self._coords(c, i, f"incells[{i}]") for i, c in enumerate(incells)]
         self._full.append((out, np.zeros(len(out), np.int64), ins, [np.zeros(len(c), np.int64) for c in ins]))
 
-    def lwrite_many(self, outcells, *incells, out_pair, in_pair) -> None:
+    def lwrite_many(self, outcells, *incells, out_pair, in_pair=None, payload=None) -> None:
         """Record many region pairs at once: pair ``p`` is the out cells with
-        ``out_pair == p`` and, per input ``i``, the cells with ``in_pair[i] == p``."""
+        ``out_pair == p`` and, per input ``i``, the cells with ``in_pair[i] == p``.
+
+        For payload lineage give ``payload`` instead of input cells: one payload per pair
+        label (a sequence of bytes, or an array whose row ``p`` is pair ``p``'s payload).
+        """
         out = self._coords(outcells, None, "outcells")
+        out_labels = self._labels(out_pair, len(out))
+        if payload is not None:
+            if incells or in_pair is not None:
+                raise LineageError(f"{self.op_name}: lwrite_many takes input cells or payloads, not both")
+            n_pairs = len(payload)
+            if len(out_labels) and out_labels.max() >= n_pairs:
+                raise LineageError(f"{self.op_name}: lwrite_many out_pair label {int(out_labels.max())} "
+                                   f"has no payload (got {n_pairs} payloads)")
+            self._pay.append((out, out_labels, _per_cell_payloads(payload, n_pairs, self.op_name)))
+            return
         ins = [self._coords(c, i, f"incells[{i}]") for i, c in enumerate(incells)]
-        if len(ins) != len(self._input_shapes) or len(in_pair) != len(ins):
+        if len(ins) != len(self._input_shapes) or in_pair is None or len(in_pair) != len(ins):
             raise LineageError(f"{self.op_name}: lwrite_many needs one cell array and one in_pair per input")
-        labels = [np.asarray(out_pair, np.int64).reshape(-1)] + [np.asarray(p, np.int64).reshape(-1) for p in in_pair]
-        for lab, cells in zip(labels, [out] + ins):
-            if len(lab) and lab.min() < 0:
-                raise LineageError(f"{self.op_name}: lwrite_many pair labels must be >= 0, got {int(lab.min())}")
-            if len(lab) != len(cells):
-                raise LineageError(f"{self.op_name}: lwrite_many got {len(lab)} pair labels for {len(cells)} cells")
-        self._full.append((out, labels[0], ins, labels[1:]))
+        self._full.append((out, out_labels, ins, [self._labels(p, len(c)) for p, c in zip(in_pair, ins)]))
+
+    def _labels(self, labels, n: int) -> np.ndarray:
+        lab = np.asarray(labels, np.int64).reshape(-1)
+        if len(lab) and lab.min() < 0:
+            raise LineageError(f"{self.op_name}: lwrite_many pair labels must be >= 0, got {int(lab.min())}")
+        if len(lab) != n:
+            raise LineageError(f"{self.op_name}: lwrite_many got {len(lab)} pair labels for {n} cells")
+        return lab
 
     # -- what the runtime reads back -----------------------------------------------
     @property

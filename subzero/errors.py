@@ -21,3 +21,8 @@ class WorkflowError(SubZeroError, ValueError):
 
 class StoreError(SubZeroError, OSError):
     """A run store is missing, corrupt, already used, or over its budget."""
+
+
+class LookupTimeout(Exception):
+    """Internal, never reaches users: stored lookups ran past their time budget, so the
+    query step re-runs the operator instead (SubZero VII-A)."""

@@ -38,7 +38,7 @@ def step(run, node, mask: np.ndarray, i: int, direction: str, strategy: str,
 
     Backward: ``mask`` is over the node's output, the result over input ``i``.
     Forward: ``mask`` is over input ``i``, the result over the output.
-    Stored lookups raise `subzero.store.LookupTimeout` past ``deadline`` (perf_counter).
+    Stored lookups raise `subzero.errors.LookupTimeout` past ``deadline`` (perf_counter).
     """
     op = node.operator
     out_shape, in_shape = tuple(op.output_shape), tuple(op.input_shapes[i])
@@ -63,14 +63,14 @@ def step(run, node, mask: np.ndarray, i: int, direction: str, strategy: str,
         return _ids_mask(ids, target)
     if direction == "backward":
         pay = enc.lookup(reader, np.flatnonzero(flat), shapes)
-        result = _ids_mask(expand_payloads(op, pay).backward(flat, i), target)
+        result = _ids_mask(expand_payloads(op, pay, deadline).backward(flat, i), target)
         if s.mode is Mode.COMP:
             rest = mask.copy()
             rest.reshape(-1)[pay.out_ids] = False
             result |= _map_step(op, rest, i, direction, target)
         return result
     pay = enc.load(reader, shapes)
-    result = _ids_mask(expand_payloads(op, pay).forward(flat, i), target)
+    result = _ids_mask(expand_payloads(op, pay, deadline).forward(flat, i), target)
     if s.mode is Mode.COMP:
         default = _map_step(op, mask, i, direction, target)
         default.reshape(-1)[pay.out_ids] = False

@@ -9,11 +9,10 @@ from typing import Any
 import numpy as np
 
 from subzero.cells import as_coords, coords_from_mask, mask_from_coords
-from subzero.errors import LineageError, StoreError, WorkflowError
 from subzero.modes import Mode
 from subzero.optimizer.query_time import choose_step
 from subzero.query import check_forced, step
-from subzero.store import LookupTimeout
+from subzero.errors import LineageError, LookupTimeout, StoreError, WorkflowError
 from subzero.store import RunStore
 from subzero.workflow import Node, Workflow
 

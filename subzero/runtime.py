@@ -15,7 +15,7 @@ import numpy as np
 from subzero.cells import box_cells, to_coords, to_ids
 from subzero.context import Context
 from subzero.encoders import EncodedTile, encoder_for
-from subzero.errors import WorkflowError
+from subzero.errors import LookupTimeout, WorkflowError
 from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
 from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
@@ -101,7 +101,7 @@ def one_pair_per_cell(out_ids: np.ndarray, cells: np.ndarray, in_shapes, pairs_f
     for i, shape in enumerate(in_shapes):
         owner, coords = pairs_fn(cells, i)
         owner = np.asarray(owner, np.int64)
-        ids = to_ids(np.asarray(coords, np.int64).reshape(-1, len(shape)), shape)
+        ids = to_ids(np.asarray(coords, np.int64).reshape(len(owner), len(shape)), shape)
         order = np.lexsort((ids, owner))
         ins.append(ids[order])
         ptrs.append(ptr_from_counts(np.bincount(owner, minlength=len(cells))))
@@ -152,6 +152,8 @@ def trace_tile(task: NodeTask, tile: Tile) -> FullPairs:
     """
     op = task.operator
     supported = op.supported_modes()
+    if op.all_to_all:  # every output cell of the tile reads every input cell: no re-run needed
+        return all_to_all_pairs(op, tile.box)
     if Mode.FULL in supported:
         ctx, _, result_box, tile = _call(task, tile, frozenset({Mode.FULL}))
         return ctx.full_pairs(result_box)
@@ -168,11 +170,20 @@ def trace_tile(task: NodeTask, tile: Tile) -> FullPairs:
     return FullPairs.concat([default.select(~np.isin(default.out_ids, pay.out_ids)), expanded], len(op.input_shapes))
 
 
-def expand_payloads(op: Operator, pay: PayloadPairs) -> FullPairs:
-    """Full pairs (one per out cell) computed from payload pairs with ``map_p_pairs``."""
-    parts = [
-        one_pair_per_cell(ids, to_coords(ids, op.output_shape), op.input_shapes,
-                          lambda cells, i, payload=payload: op.map_p_pairs(cells, payload, i))
-        for payload, ids in pay.by_payload()
-    ]
+def all_to_all_pairs(op: Operator, tile_box: Box) -> FullPairs:
+    """One region pair: every out cell of the tile depends on every input cell."""
+    out = to_ids(box_cells(tuple(lo for lo, _ in tile_box), tuple(hi for _, hi in tile_box)), op.output_shape)
+    ins = [np.arange(int(np.prod(s)), dtype=np.int64) for s in op.input_shapes]
+    return FullPairs(out, np.array([0, len(out)]), tuple(ins), tuple(np.array([0, len(a)]) for a in ins))
+
+
+def expand_payloads(op: Operator, pay: PayloadPairs, deadline: float | None = None) -> FullPairs:
+    """Full pairs (one per out cell) computed from payload pairs with ``map_p_pairs``,
+    one call per distinct payload; past ``deadline`` (perf_counter) raise `LookupTimeout`."""
+    parts = []
+    for payload, ids in pay.by_payload():
+        if deadline is not None and time.perf_counter() > deadline:
+            raise LookupTimeout()
+        parts.append(one_pair_per_cell(ids, to_coords(ids, op.output_shape), op.input_shapes,
+                                       lambda cells, i, payload=payload: op.map_p_pairs(cells, payload, i)))
     return FullPairs.concat(parts, len(op.input_shapes))

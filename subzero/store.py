@@ -29,7 +29,7 @@ import numpy as np
 
 from subzero.encoders.base import Batch
 from subzero.encoders.codec import bytes_to_keys, make_keys
-from subzero.errors import StoreError
+from subzero.errors import LookupTimeout, StoreError
 from subzero.spatial_index import SpatialIndex, build_index
 
 __all__ = ["RunStore", "FORMAT", "LookupTimeout"]
@@ -38,6 +38,14 @@ FORMAT = 1
 _MAP_SIZE = 1 << 26  # initial address space; grown before a write that needs more
 _ENVS: dict[str, lmdb.Environment] = {}
 _ENVS_LOCK = threading.Lock()
+
+
+def _forget_env(path: Path) -> None:
+    """Close and drop a cached environment (its directory is being created anew)."""
+    with _ENVS_LOCK:
+        env = _ENVS.pop(str(path.resolve()), None)
+    if env is not None:
+        env.close()
 
 
 def _env(path: Path, create: bool) -> lmdb.Environment:
@@ -68,10 +76,6 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-class LookupTimeout(Exception):
-    """Internal: stored lookups ran past their time budget (the query re-executes instead)."""
-
-
 _CHUNK = 4096  # keys per getmulti / entries per scan batch between deadline checks
 
 
@@ -99,6 +103,7 @@ class RunStore:
             raise StoreError(
                 f"store {str(root)!r} already exists and is not empty; runs are never "
                 "overwritten: choose a new directory (or delete the old run yourself)")
+        _forget_env(root / "lineage")  # a store deleted and made again at the same path
         for sub in ("arrays", "operators", "lineage", "index"):
             (root / sub).mkdir(parents=True, exist_ok=True)
         store = cls(root, dict(catalog, format=FORMAT, nodes={}))

@@ -316,3 +316,16 @@ def test_bad_payloads(payload, fragment):
     with pytest.raises(sz.LineageError, match=fragment):
         ctx.lwrite(cells((0, 0), (1, 1)), payload=payload)
     assert not ctx.wrote_payload
+
+
+def test_lwrite_many_with_one_payload_per_pair():
+    ctx = make_ctx()
+    out = cells((0, 0), (0, 1), (2, 2), (1, 1))
+    ctx.lwrite_many(out, out_pair=[1, 1, 0, 1], payload=[b"zero", b"one"])
+    pay = ctx.payload_pairs(WHOLE)
+    groups = {bytes(p): sorted(pay.out_ids[pay.out_ptr[k]:pay.out_ptr[k + 1]].tolist()) for k, p in enumerate(pay.payloads)}
+    assert groups == {b"zero": ids([(2, 2)]), b"one": sorted(ids([(0, 0), (0, 1), (1, 1)]))}
+    with pytest.raises(sz.LineageError, match="has no payload"):
+        ctx.lwrite_many(out, out_pair=[0, 0, 5, 0], payload=[b"a"])
+    with pytest.raises(sz.LineageError, match="not both"):
+        ctx.lwrite_many(out, out, out_pair=[0] * 4, in_pair=[[0] * 4], payload=[b"a"])

@@ -533,6 +533,7 @@ def _crd(rng, ndim, side):
 
 
 EXPORTED = sorted(n for n in ops.__all__ if isinstance(getattr(ops, n), type)
+                  and issubclass(getattr(ops, n), sz.Operator)
                   and not getattr(ops, n).__name__.endswith(("Operator", "Reduction")))
 NAMES = sorted(SPECS)
 

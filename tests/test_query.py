@@ -12,7 +12,7 @@ from subzero import operators as ops
 from subzero.optimizer import query_time
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.query import check_forced, step
-from subzero.store import LookupTimeout
+from subzero.errors import LookupTimeout
 
 
 @pytest.fixture

@@ -8,7 +8,11 @@ from subzero.errors import WorkflowError
 
 __all__ = ["BUILTIN", "load_builtin"]
 
-BUILTIN = {"demo": "subzero.workflows.demo"}
+BUILTIN = {
+    "demo": "subzero.workflows.demo",
+    "astronomy": "subzero.workflows.astronomy",
+    "genomics": "subzero.workflows.genomics",
+}
 
 
 def load_builtin(name: str, quick: bool = False):

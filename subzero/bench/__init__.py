@@ -1,0 +1,130 @@
+"""Benchmarks after the SubZero paper's section VIII: astronomy, genomics, micro.
+
+`main` runs one benchmark and writes ``results.json`` (figures with units and
+baselines), ``REPORT.md`` (our numbers beside the paper's) and PNG figures into an
+output directory; `write_summary` combines several into one markdown report.
+
+Examples
+--------
+>>> import subzero.bench as bench
+>>> bench.main("micro", quick=True, out_dir="benchmarks/results/micro")   # doctest: +SKIP
+0
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from subzero.bench.results import read_json, write_json
+from subzero.bench.timing import machine_info, now_iso
+from subzero.errors import SubZeroError
+
+__all__ = ["main", "run_bench", "render_dir", "write_summary", "BENCHES"]
+
+BENCHES = ("astronomy", "genomics", "micro")
+
+
+def _runner(name: str) -> Callable[..., dict[str, Any]]:
+    if name == "astronomy":
+        from subzero.bench.astronomy import run_astronomy
+        return lambda quick, root, size, **kw: run_astronomy(quick, root, shape=size, **kw)
+    if name == "genomics":
+        from subzero.bench.genomics import run_genomics
+        return lambda quick, root, size, **kw: run_genomics(quick, root, scale=size, **kw)
+    if name == "micro":
+        from subzero.bench.micro import run_micro
+        return lambda quick, root, size, **kw: run_micro(quick, root, size=size, **kw)
+    raise SubZeroError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHES)}")
+
+
+def run_bench(name: str, quick: bool, out_dir: str | Path, size=None, executor: str = "spark",
+              spark=None, command: str | None = None, log: Callable[[str], None] | None = None,
+              use_optimizer: bool | None = None) -> dict[str, Any]:
+    """Run benchmark ``name`` and write its results, report and figures into ``out_dir``.
+
+    Parameters
+    ----------
+    name : {"astronomy", "genomics", "micro"}
+    quick : bool
+        Small inputs and a reduced grid (each bench finishes in under two minutes).
+    out_dir : path
+        Created if missing; ``results.json``, ``REPORT.md`` and ``*.png`` are overwritten.
+        The runs' stores live in a temporary sub-directory, deleted at the end.
+    size : optional
+        Override the input size (tests): the image shape for astronomy, the patient
+        replication factor for genomics, the array side for micro.
+    executor, spark
+        ``"spark"`` (default: the embedded local session, one per process) or ``"local"``.
+    command : str, optional
+        The command line to record (default: this process's).
+    log : callable, optional
+        Receives one progress line at a time (default: print).
+    use_optimizer : bool, optional
+        Astronomy and genomics: override `subzero.bench.configs.USE_OPTIMIZER`.
+
+    Returns
+    -------
+    dict
+        The results document written to ``results.json``.
+    """
+    runner = _runner(name)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    log = log or (lambda line: print(line, flush=True))
+    if executor == "spark" and spark is None:
+        from subzero.spark import get_session
+
+        spark = get_session()
+    stores = Path(tempfile.mkdtemp(prefix="stores-", dir=out))
+    start = time.perf_counter()
+    try:
+        extra = {} if use_optimizer is None or name == "micro" else {"use_optimizer": use_optimizer}
+        body = runner(quick, stores, size, executor=executor, spark=spark, log=log, **extra)
+    finally:
+        shutil.rmtree(stores, ignore_errors=True)
+    doc = {"bench": name, "quick": bool(quick), "date": now_iso(), "machine": machine_info(),
+           "command": command or shlex.join([Path(sys.argv[0]).name] + sys.argv[1:]),
+           "seconds": time.perf_counter() - start} | body
+    write_json(out / "results.json", doc)
+    plots = render_dir(out)
+    log(f"{name}: wrote {out / 'results.json'}, {out / 'REPORT.md'} and {len(plots)} figures "
+        f"in {doc['seconds']:.0f} s")
+    return read_json(out / "results.json")
+
+
+def render_dir(out_dir: str | Path) -> list[str]:
+    """(Re)draw the figures and write REPORT.md from ``out_dir/results.json``; returns the
+    figure file names."""
+    from subzero.bench.plots import plot
+    from subzero.bench.report import render
+
+    out = Path(out_dir)
+    doc = read_json(out / "results.json")
+    plots = plot(doc, out)
+    (out / "REPORT.md").write_text(render(doc, plots))
+    return plots
+
+
+def main(name: str, quick: bool = False, out_dir: str | None = None, **options) -> int:
+    """The entry point of ``subzero bench NAME [--quick] [--out DIR]``: run one benchmark
+    (see `run_bench`; default ``out_dir``: ``benchmarks/results/NAME``); returns 0."""
+    run_bench(name, quick, out_dir or f"benchmarks/results/{name}", **options)
+    return 0
+
+
+def write_summary(result_dirs: list[str | Path], path: str | Path, preface: str = "") -> Path:
+    """Combine the reports in ``result_dirs`` (each holding results.json and REPORT.md)
+    into one markdown file at ``path``."""
+    from subzero.bench.report import render_summary
+
+    dirs = [Path(d) for d in result_dirs]
+    docs = [read_json(d / "results.json") for d in dirs]
+    path = Path(path)
+    path.write_text(render_summary(docs, [d / "REPORT.md" for d in dirs], path.parent, preface))
+    return path

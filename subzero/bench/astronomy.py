@@ -1,0 +1,186 @@
+"""The astronomy benchmark (SubZero VIII-A, Fig. 5): the LSST-style workflow under the
+strategies of Table II plus the cell-level baseline, five backward queries and one
+forward query (with and without the entire-array optimization).
+
+Every configuration runs the workflow once on Spark; disk is the lineage it stored
+relative to the input arrays, runtime its wall time relative to NoLineage (every node
+BlackBox, nothing stored).  Queries run in the driver, each configuration forcing its
+stored strategies (BlackBox forces re-execution everywhere); every configuration must
+return the same cells for each query.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from subzero.bench.cellpairs import CellPairs, write_cellpairs
+from subzero.bench.configs import USE_OPTIMIZER, configuration, operator_nodes, static_using
+from subzero.bench.harness import Harness, QuerySpec, RunRecord, check_same_cells
+from subzero.bench.results import figure
+from subzero.bench.timing import best_of, dir_bytes, timed
+from subzero.cells import box_cells
+from subzero.run import Run
+from subzero.workflows import astronomy as workflow
+
+__all__ = ["run_astronomy", "CONFIGS", "QUERY_CONFIGS"]
+
+#: configurations that run the workflow (Table II, plus NoLineage as the time base)
+CONFIGS = ("NoLineage", "BlackBox", "BlackBoxOpt", "FullOne", "FullMany", "SubZero")
+#: configurations whose queries are timed (CellPairs answers from its Parquet files)
+QUERY_CONFIGS = ("BlackBox", "BlackBoxOpt", "FullOne", "FullMany", "SubZero", "CellPairs")
+PAPER_PLAN = {"crmask_1": "CompOne", "crmask_2": "CompOne", "clean": "CompOne", "stars": "PayOne"}
+DISK_BUDGET, RUNTIME_BUDGET = "3x", "2x"
+
+
+def pins(wf, config: str, use_optimizer: bool = USE_OPTIMIZER) -> dict[str, list[str]] | None:
+    """The strategies a configuration pins (None: the optimizer chooses)."""
+    udfs = list(workflow.UDFS)
+    if config in ("NoLineage", "BlackBox"):
+        return configuration(wf, {u: "BlackBox" for u in udfs}, builtin="BlackBox")
+    if config == "BlackBoxOpt":
+        return configuration(wf, {u: "BlackBox" for u in udfs})
+    if config in ("FullOne", "FullMany"):
+        return configuration(wf, {u: config for u in udfs})
+    if config == "SubZero":
+        return None if use_optimizer else configuration(wf, PAPER_PLAN)
+    if config == "SubZeroPaper":
+        return configuration(wf, PAPER_PLAN)
+    raise ValueError(f"unknown astronomy configuration {config!r}")
+
+
+def _box(center, half: int, shape) -> np.ndarray:
+    lo = [int(np.clip(c - half, 0, n - 1)) for c, n in zip(center, shape)]
+    hi = [int(np.clip(c + half, 1, n)) for c, n in zip(center, shape)]
+    return box_cells(tuple(lo), tuple(hi))
+
+
+def queries(run: Run, quick: bool) -> list[QuerySpec]:
+    """BQ0-BQ4, FQ0 and FQ0Slow, placed on features of the run's outputs."""
+    half = 8 if quick else 16
+    stars = np.asarray(run.output("stars"))
+    areas = np.bincount(stars.reshape(-1))[1:]
+    label = 1 + int(np.argmin(np.abs(areas - np.percentile(areas, 90))))
+    star = np.argwhere(stars == label)
+    center = np.round(star.mean(axis=0)).astype(int)
+    repaired = np.abs(np.asarray(run.output("clean"), float) - np.asarray(run.output("merged"), float))
+    fix = np.unravel_index(int(np.argmax(repaired)), repaired.shape)
+    crs = np.argwhere(np.asarray(run.output("crmask_1")) > 0)
+    ray = crs[np.argmin(np.abs(crs - np.asarray(stars.shape) // 2).sum(axis=1))]
+    shape = stars.shape
+    flat = _box(np.asarray(shape) // 2, 2, shape)
+    return [
+        QuerySpec("BQ0", "backward", "stars", "exposure_1", star,
+                  description=f"star {label} ({len(star)} pixels) back to exposure 1"),
+        QuerySpec("BQ1", "backward", "stars", "clean", _box(center, half, shape),
+                  description="output region around the star back to the repaired image (D, smoothing)"),
+        QuerySpec("BQ2", "backward", "clean", "elec_2", _box(fix, half, shape),
+                  description="repaired region back to calibrated exposure 2 (C, merge, B)"),
+        QuerySpec("BQ3", "backward", "crmask_1", "exposure_1", _box(ray, half, shape),
+                  description="cosmic-ray mask region back to exposure 1 (A, calibration)"),
+        QuerySpec("BQ4", "backward", "snr", "exposure_2", _box(center, half, shape),
+                  description="signal-to-noise region back to exposure 2 (the whole pipeline but D)"),
+        QuerySpec("FQ0", "forward", "flat", "snr", flat,
+                  description=f"{len(flat)} flat-field pixels forward through its global mean to the S/N image"),
+        QuerySpec("FQ0Slow", "forward", "flat", "snr", flat, entire_array=False,
+                  description="FQ0 without the entire-array optimization"),
+    ]
+
+
+def run_astronomy(quick: bool, root: Path, executor: str = "spark", spark=None,
+                  shape: tuple[int, int] | None = None, log=print,
+                  use_optimizer: bool = USE_OPTIMIZER) -> dict[str, Any]:
+    """Run the benchmark; return the results document's ``setup``, ``figures``, ``raw``.
+
+    With ``use_optimizer``, "SubZero" is the optimizer's plan for the workload of these
+    queries (and "SubZeroPaper" the paper's plan, pinned); else "SubZero" is the paper's plan.
+    """
+    wf, inputs = workflow.build(quick=quick, shape=shape)
+    configs = CONFIGS + (("SubZeroPaper",) if use_optimizer else ())
+    harness = Harness(wf, inputs, root, executor=executor, spark=spark)
+    harness.warm_up(pins(wf, "NoLineage"))
+    runs: dict[str, RunRecord] = {}
+    specs: list[QuerySpec] = []
+    for config in configs:
+        strategies = pins(wf, config, use_optimizer)
+        extra = {}
+        if strategies is None:
+            extra = {"workload": [s.workload_entry() for s in specs if s.entire_array],
+                     "max_disk": DISK_BUDGET, "max_runtime": RUNTIME_BUDGET}
+        runs[config] = harness.execute(config, strategies, repeat=2, **extra)
+        log(f"astronomy {config}: {runs[config].wall_seconds:.1f} s, "
+            f"{runs[config].lineage_bytes / 1e6:.2f} MB of lineage")
+        if config == "NoLineage":
+            specs = queries(runs[config].run, quick)
+    cell_root = root / "cellpairs"
+    rows, capture = timed(lambda: write_cellpairs(runs["NoLineage"].run, cell_root))
+    cellpairs = CellPairs(runs["NoLineage"].run, cell_root)
+    log(f"astronomy CellPairs: {sum(rows.values()) / 1e6:.1f} M cell pairs in {capture:.1f} s")
+
+    seconds: dict[str, dict[str, float]] = {}
+    counts: dict[str, int] = {}
+    for spec in specs:
+        answers, seconds[spec.name] = {}, {}
+        for config in QUERY_CONFIGS + configs[len(CONFIGS):]:
+            if config == "CellPairs":
+                fn = cellpairs.backward if spec.direction == "backward" else cellpairs.forward
+                cells, t = best_of(lambda: fn(spec.node, spec.cells, spec.to))
+            else:
+                record = runs[config]
+                using = ({n: "BlackBox" for n in operator_nodes(wf)} if config == "BlackBox"
+                         else static_using(record.strategies, spec.direction))
+                rec = harness.query(record, spec, using)
+                cells, t = rec.cells, rec.seconds
+            answers[config], seconds[spec.name][config] = cells, t
+        check_same_cells(f"astronomy {spec.name}", answers)
+        counts[spec.name] = len(answers["BlackBox"])
+        log(f"astronomy {spec.name}: {counts[spec.name]} cells; " +
+            ", ".join(f"{c} {t:.3f} s" for c, t in seconds[spec.name].items()))
+    return _document(harness, runs, specs, seconds, counts, capture, rows, dir_bytes(cell_root), quick,
+                     use_optimizer)
+
+
+def _document(harness, runs, specs, seconds, counts, capture, rows, cell_bytes, quick,
+              use_optimizer) -> dict[str, Any]:
+    base = runs["NoLineage"]
+    input_bytes = harness.input_bytes
+    disk = {c: r.lineage_bytes / input_bytes for c, r in runs.items()} | {"CellPairs": cell_bytes / input_bytes}
+    store = {c: r.store_bytes / base.store_bytes for c, r in runs.items()} | \
+            {"CellPairs": (base.store_bytes + cell_bytes) / base.store_bytes}
+    runtime = {c: r.wall_seconds / base.wall_seconds for c, r in runs.items()} | \
+              {"CellPairs": (base.wall_seconds + capture) / base.wall_seconds}
+    speedup = {q: {c: seconds[q]["BlackBox"] / max(t, 1e-9) for c, t in seconds[q].items()} for q in seconds}
+    backward = [s.name for s in specs if s.direction == "backward"]
+    queried = list(seconds[specs[0].name])
+    mean_speedup = {c: float(np.mean([speedup[q][c] for q in backward])) for c in queried}
+    entire = {c: seconds["FQ0Slow"][c] / max(seconds["FQ0"][c], 1e-9) for c in queried}
+    shape = list(np.asarray(harness.inputs["exposure_1"]).shape)
+    setup = {"shape": shape, "inputs": {k: list(v.shape) for k, v in harness.inputs.items()},
+             "input_bytes": input_bytes, "nodes": len(operator_nodes(harness.wf)),
+             "udfs": workflow.UDFS, "executor": harness.executor, "quick": quick,
+             "subzero_plan": ("the optimizer's plan (SubZeroPaper: the paper's plan pinned)" if use_optimizer
+                              else "the paper's plan pinned (optimizer switch off)"),
+             "subzero_strategies": {u: list(runs["SubZero"].strategies[u]) for u in workflow.UDFS},
+             "queries": {s.name: s.summary() | {"result_cells": counts[s.name]} for s in specs}}
+    figures = {
+        "disk": figure("x input bytes", "input arrays", disk,
+                       "lineage bytes stored (LMDB entries + R-tree files; CellPairs: Parquet files)"),
+        "store": figure("x NoLineage store", "NoLineage", store,
+                        "whole store (arrays + lineage + catalog) relative to the NoLineage store"),
+        "runtime": figure("x NoLineage wall time", "NoLineage", runtime,
+                          "wall time of the workflow run (CellPairs: NoLineage run + capturing every cell pair)"),
+        "arrays": figure("x input bytes", "input arrays", base.array_bytes / input_bytes,
+                         "every stored array (inputs, intermediates, outputs) relative to the inputs"),
+        "query_seconds": figure("s", None, seconds, "query time per configuration (best of up to 3)"),
+        "query_speedup": figure("x", "BlackBox", speedup, "BlackBox seconds / configuration seconds"),
+        "mean_backward_speedup": figure("x", "BlackBox", mean_speedup,
+                                        "mean over BQ0-BQ4 of BlackBox seconds / configuration seconds"),
+        "entire_array_speedup": figure("x", "FQ0 (with the optimization)", entire,
+                                       "FQ0Slow seconds / FQ0 seconds per configuration"),
+    }
+    raw = {"runs": {c: r.summary() for c, r in runs.items()},
+           "cellpairs": {"capture_seconds": capture, "rows": rows, "bytes": cell_bytes},
+           "base_wall_seconds": base.wall_seconds}
+    return {"setup": setup, "figures": figures, "raw": raw}

@@ -1,0 +1,137 @@
+"""PNG figures in the style of the paper's Figs. 5-9 (matplotlib, Agg backend).
+
+Each ``plot_<bench>(doc, out_dir)`` draws from a results document and returns the file
+names it wrote.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import numpy as np  # noqa: E402
+
+__all__ = ["plot", "plot_astronomy", "plot_genomics", "plot_micro"]
+
+
+def _bars(ax, groups: list[str], series: dict[str, list[float]], ylabel: str, log: bool = True) -> None:
+    """Grouped bars: one group per ``groups`` entry, one bar per series."""
+    width = 0.8 / max(len(series), 1)
+    x = np.arange(len(groups))
+    for k, (name, values) in enumerate(series.items()):
+        vals = np.maximum(np.asarray(values, float), 1e-6) if log else values
+        ax.bar(x + (k - (len(series) - 1) / 2) * width, vals, width, label=name)
+    ax.set_xticks(x, groups, rotation=20, ha="right")
+    ax.set_ylabel(ylabel)
+    if log:
+        ax.set_yscale("log")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _save(fig, out_dir: Path, name: str) -> str:
+    fig.tight_layout()
+    fig.savefig(out_dir / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
+def plot_astronomy(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    figs = doc["figures"]
+    configs = list(figs["disk"]["values"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    _bars(axes[0], configs, {"disk (x input)": [figs["disk"]["values"][c] for c in configs]},
+          "lineage disk / input bytes")
+    axes[0].set_title("(a) disk overhead")
+    _bars(axes[1], configs, {"runtime": [figs["runtime"]["values"][c] for c in configs]},
+          "wall time / NoLineage", log=False)
+    axes[1].set_title("(a) runtime overhead")
+    first = _save(fig, out_dir, "fig5a_overhead.png")
+    seconds = figs["query_seconds"]["values"]
+    queries = list(seconds)
+    qconfigs = list(next(iter(seconds.values())))
+    fig, ax = plt.subplots(figsize=(11, 4))
+    _bars(ax, queries, {c: [seconds[q][c] for q in queries] for c in qconfigs}, "query seconds (log)")
+    ax.set_title("(b) query costs")
+    ax.legend(fontsize=8, ncol=3)
+    return [first, _save(fig, out_dir, "fig5b_queries.png")]
+
+
+def plot_genomics(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    figs = doc["figures"]
+    configs = list(figs["disk"]["values"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    _bars(axes[0], configs, {"disk": [figs["disk"]["values"][c] for c in configs]}, "lineage disk / input bytes")
+    axes[0].set_title("(a) disk overhead")
+    _bars(axes[1], configs, {"runtime": [figs["runtime"]["values"][c] for c in configs]},
+          "wall time / BlackBox run", log=False)
+    axes[1].set_title("(a) runtime overhead")
+    names = [_save(fig, out_dir, "fig6a_overhead.png")]
+    for key, tag, title in (("static_seconds", "fig6b_static.png", "(b) query costs (static)"),
+                            ("dynamic_seconds", "fig6c_dynamic.png", "(c) query costs (dynamic)")):
+        seconds = figs[key]["values"]
+        queries = list(seconds)
+        qconfigs = list(next(iter(seconds.values())))
+        fig, ax = plt.subplots(figsize=(11, 4))
+        _bars(ax, queries, {c: [seconds[q][c] for q in queries] for c in qconfigs}, "query seconds (log)")
+        ax.set_title(title)
+        ax.legend(fontsize=8, ncol=3)
+        names.append(_save(fig, out_dir, tag))
+    sweep = figs.get("sweep", {}).get("values") or {}
+    if sweep:
+        budgets = list(sweep)
+        queries = list(next(iter(sweep.values()))["query_seconds"])
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        _bars(axes[0], budgets, {"disk MB": [sweep[b]["disk_mb"] for b in budgets]}, "lineage MB", log=False)
+        axes[0].set_title("disk used per budget")
+        _bars(axes[1], budgets, {q: [sweep[b]["query_seconds"][q] for b in budgets] for q in queries},
+              "query seconds (log)")
+        axes[1].set_title("query costs per budget")
+        axes[1].legend(fontsize=8)
+        names.append(_save(fig, out_dir, "fig7_sweep.png"))
+    return names
+
+
+def _grid_panels(figs: dict[str, Any], key: str, strategies: list[str], ylabel: str, log: bool,
+                 fans: dict[str, list[int]], axes) -> None:
+    values = figs[key]["values"]
+    for ax, s in zip(axes, strategies):
+        for k, fanout in enumerate(fans["fanout"]):
+            ys = np.asarray(values[s][k], float)
+            ax.plot(fans["fanin"], np.maximum(ys, 1e-6) if log else ys, marker="o", label=f"fanout {fanout}")
+        ax.set_xscale("log")
+        if log:
+            ax.set_yscale("log")
+        ax.set_title(s, fontsize=9)
+        ax.set_xlabel("fanin")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(ylabel)
+    axes[0].legend(fontsize=7)
+
+
+def plot_micro(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    figs = doc["figures"]
+    fans = figs["fans"]["values"]
+    stored = [s for s in figs["disk"]["values"] if s != "BlackBox"]
+    fig, axes = plt.subplots(2, len(stored), figsize=(3.2 * len(stored), 6), squeeze=False)
+    _grid_panels(figs, "runtime_overhead", stored, "runtime overhead (s)", False, fans, axes[0])
+    _grid_panels(figs, "disk", stored, "disk (MB)", False, fans, axes[1])
+    names = [_save(fig, out_dir, "fig8_overhead.png")]
+    backward = list(figs["backward_query"]["values"])
+    fig, axes = plt.subplots(1, len(backward), figsize=(3.2 * len(backward), 3.4), squeeze=False)
+    _grid_panels(figs, "backward_query", backward, "backward query (s)", True, fans, axes[0])
+    names.append(_save(fig, out_dir, "fig9_queries.png"))
+    forward = list(figs["forward_query"]["values"])
+    fig, axes = plt.subplots(1, len(forward), figsize=(3.2 * len(forward), 3.4), squeeze=False)
+    _grid_panels(figs, "forward_query", forward, "forward query (s)", True, fans, axes[0])
+    names.append(_save(fig, out_dir, "fig9_forward_queries.png"))
+    return names
+
+
+def plot(doc: dict[str, Any], out_dir: str | Path) -> list[str]:
+    """Draw the figures of a results document into ``out_dir``; return the file names."""
+    return {"astronomy": plot_astronomy, "genomics": plot_genomics, "micro": plot_micro}[doc["bench"]](
+        doc, Path(out_dir))

@@ -1,0 +1,230 @@
+"""Markdown reports: one per benchmark (REPORT.md, our numbers beside the paper's) and the
+combined RESULTS.md over several benchmarks' results documents."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from subzero.bench import paper
+from subzero.bench.notes import WHY
+
+__all__ = ["render", "render_summary", "comparisons"]
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    value = float(value)
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _header(doc: dict[str, Any], title: str) -> list[str]:
+    m = doc["machine"]
+    return [f"# {title}", "",
+            f"- date: {doc['date']}; mode: {'quick' if doc['quick'] else 'full'}; bench time: {doc['seconds']:.0f} s",
+            f"- machine: {m['cpu']}, {m['nproc']} cores, {m['memory_gb']} GB, {m['os']}, Python {m['python']}",
+            f"- command: `{doc['command']}`", ""]
+
+
+# -- comparisons with the paper ------------------------------------------------------------
+def comparisons(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows ``{metric, paper, ours, unit, verdict}`` for every number the paper states that
+    this run measured; ``verdict`` is "behind" when ours is worse by more than 10%."""
+    rows: list[dict[str, Any]] = []
+
+    def add(metric: str, ref: float, ours: float | None, unit: str, lower_is_better: bool) -> None:
+        if ours is None:
+            return
+        worse = ours > 1.1 * ref if lower_is_better else ours < ref / 1.1
+        better = ours < ref / 1.1 if lower_is_better else ours > 1.1 * ref
+        rows.append({"metric": metric, "paper": ref, "ours": ours, "unit": unit,
+                     "verdict": "behind" if worse else "ahead" if better else "close"})
+
+    figs = doc["figures"]
+    if doc["bench"] == "astronomy":
+        ref = paper.ASTRONOMY
+
+        def ours(c: str) -> list[str]:  # the paper's SubZero is also our pinned paper plan
+            return [c] + (["SubZeroPaper"] if c == "SubZero" and "SubZeroPaper" in figs["disk"]["values"] else [])
+
+        for c, v in ref["disk_vs_input"].items():
+            for o in ours(c):
+                add(f"disk {o}", v, figs["disk"]["values"].get(o), "x input", True)
+        for c, v in ref["runtime_vs_base"].items():
+            for o in ours(c):
+                add(f"runtime {o}", v, figs["runtime"]["values"].get(o), "x base", True)
+        add("arrays", ref["arrays_vs_input"], figs["arrays"]["values"], "x input", True)
+        for c, v in ref["backward_speedup_vs_blackbox"].items():
+            for o in ours(c):
+                add(f"backward speed-up {o}", v, figs["mean_backward_speedup"]["values"].get(o), "x BlackBox", False)
+        for o in ours("SubZero"):
+            add(f"entire-array speed-up ({o})", ref["entire_array_speedup"],
+                figs["entire_array_speedup"]["values"].get(o), "x", False)
+    elif doc["bench"] == "genomics":
+        ref = paper.GENOMICS
+        for c, v in ref["disk_vs_input"].items():
+            add(f"disk {c}", v, figs["disk"]["values"].get(c), "x input", True)
+        for c, v in ref["runtime_vs_base"].items():
+            add(f"runtime {c}", v, figs["runtime"]["values"].get(c), "x base", True)
+        add("FullForw backward slowdown (static)", ref["mismatched_backward_slowdown"]["FullForw"],
+            figs["mismatched_slowdown"]["values"], "x BlackBox", True)
+        best = figs["best_dynamic_speedup"]["values"]
+        add("best dynamic backward speed-up", ref["dynamic_speedup"]["backward"], best["backward"], "x BlackBox", False)
+        add("best dynamic forward speed-up", ref["dynamic_speedup"]["forward"], best["forward"], "x BlackBox", False)
+    return rows
+
+
+def _comparison_section(doc: dict[str, Any]) -> list[str]:
+    rows = comparisons(doc)
+    if not rows:
+        return []
+    out = ["## Beside the paper", "",
+           _table(["metric", "paper", "ours", "unit", "verdict", "why (where we are behind)"],
+                  [[r["metric"], r["paper"], r["ours"], r["unit"], r["verdict"],
+                    WHY.get(doc["bench"], {}).get(r["metric"], "") if r["verdict"] == "behind" else ""]
+                   for r in rows]), ""]
+    return out
+
+
+# -- per benchmark --------------------------------------------------------------------------
+def _astronomy(doc: dict[str, Any]) -> list[str]:
+    f, s = doc["figures"], doc["setup"]
+    ref = paper.ASTRONOMY
+    configs = list(f["disk"]["values"])
+    out = [f"Two exposures and a flat field of {s['shape'][0]} x {s['shape'][1]} pixels "
+           f"({s['input_bytes'] / 1e6:.1f} MB of input; the paper: {ref['input']}); {s['nodes']} operator nodes, "
+           f"UDFs {', '.join(f'{v}={k}' for k, v in s['udfs'].items())}; SubZero = {s['subzero_plan']}.", "",
+           "## Overheads (Fig. 5a)", "",
+           _table(["configuration", "lineage disk (x input)", "paper", "whole store (x NoLineage)",
+                   "runtime (x NoLineage)", "paper", "runtime (s)"],
+                  [[c, f["disk"]["values"][c], ref["disk_vs_input"].get(c), f["store"]["values"][c],
+                    f["runtime"]["values"][c], ref["runtime_vs_base"].get(c),
+                    f["runtime"]["values"][c] * doc["raw"]["base_wall_seconds"]] for c in configs]), "",
+           "SubZero's UDF strategies: " + "; ".join(f"{s['udfs'][u]} ({u}) {', '.join(v)}"
+                                                    for u, v in s["subzero_strategies"].items()) + ".", "",
+           f"Stored arrays are {_fmt(f['arrays']['values'])}x the input (paper: {ref['arrays_vs_input']}x). "
+           f"NoLineage ran in {_fmt(doc['raw']['base_wall_seconds'])} s; CellPairs captured "
+           f"{sum(doc['raw']['cellpairs']['rows'].values()):,} cell pairs in "
+           f"{_fmt(doc['raw']['cellpairs']['capture_seconds'])} s (its runtime is NoLineage plus that capture).", "",
+           "## Queries (Fig. 5b)", ""]
+    seconds = f["query_seconds"]["values"]
+    qconfigs = list(next(iter(seconds.values())))
+    out += [_table(["query", "what", "result cells"] + [f"{c} (s)" for c in qconfigs],
+                   [[q, s["queries"][q]["description"], s["queries"][q]["result_cells"]] +
+                    [seconds[q][c] for c in qconfigs] for q in seconds]), "",
+            "Speed-up over BlackBox (BlackBox seconds / configuration seconds):", "",
+            _table(["query"] + qconfigs, [[q] + [f["query_speedup"]["values"][q][c] for c in qconfigs]
+                                          for q in seconds] +
+                   [["mean BQ0-BQ4"] + [f["mean_backward_speedup"]["values"][c] for c in qconfigs],
+                    ["paper mean"] + [ref["backward_speedup_vs_blackbox"].get(c) for c in qconfigs]]), "",
+            "Entire-array optimization (FQ0Slow seconds / FQ0 seconds; paper: "
+            f"{ref['entire_array_speedup']:.0f}x):", "",
+            _table(qconfigs, [[f["entire_array_speedup"]["values"][c] for c in qconfigs]]), ""]
+    return out
+
+
+def _genomics(doc: dict[str, Any]) -> list[str]:
+    f, s = doc["figures"], doc["setup"]
+    configs = list(f["disk"]["values"])
+    out = [f"Training and test matrices of {s['patients']} patients x {s['columns']} columns "
+           f"(96 patients replicated x{s['scale']}; {s['input_bytes'] / 1e6:.2f} MB of input); "
+           f"{s['nodes']} operator nodes, UDFs {', '.join(f'{v}={k}' for k, v in s['udfs'].items())}.", "",
+           "## Overheads (Fig. 6a)", "",
+           _table(["configuration", "UDF strategies", "lineage disk (x input)", "runtime (x BlackBox run)"],
+                  [[c, ", ".join(s["configs"].get(c, [])), f["disk"]["values"][c], f["runtime"]["values"][c]]
+                   for c in configs]), ""]
+    for key, title in (("static_seconds", "## Query costs, static (Fig. 6b): strategies forced with `using`"),
+                       ("dynamic_seconds", "## Query costs, dynamic (Fig. 6c): the run picks per step")):
+        seconds = f[key]["values"]
+        qconfigs = list(next(iter(seconds.values())))
+        out += [title, "", _table(["query", "what", "cells"] + [f"{c} (s)" for c in qconfigs],
+                                  [[q, s["queries"][q]["description"], s["queries"][q]["result_cells"]] +
+                                   [seconds[q][c] for c in qconfigs] for q in seconds]), ""]
+    out += [f"Static query time relative to BlackBox: worst {_fmt(f['worst_static_ratio']['values'])}x; "
+            f"dynamic: worst {_fmt(f['worst_dynamic_ratio']['values'])}x "
+            "(the paper's query-time optimizer bounds this by 2x).", ""]
+    sweep = f.get("sweep", {}).get("values") or {}
+    out += ["## Disk-budget sweep (Fig. 7)", ""]
+    if sweep:
+        queries = list(next(iter(sweep.values()))["query_seconds"])
+        out += [_table(["max_disk", "lineage MB", "UDF strategies chosen"] + [f"{q} (s)" for q in queries],
+                       [[b, v["disk_mb"], "; ".join(f"{k}: {', '.join(x)}" for k, x in v["udf_strategies"].items())] +
+                        [v["query_seconds"][q] for q in queries] for b, v in sweep.items()]), ""]
+    else:
+        out += [f"**TODO** {f['sweep']['description']}", ""]
+    return out
+
+
+def _micro(doc: dict[str, Any]) -> list[str]:
+    f, s = doc["figures"], doc["setup"]
+    ref = paper.MICRO
+    fans = f["fans"]["values"]
+    out = [f"A {s['size'][0]} x {s['size'][1]} array ({s['input_bytes'] / 1e6:.1f} MB; the paper's input: "
+           f"{ref['input_mb']} MB), region pairs for {s['fraction']:.0%} of the output cells, queries of "
+           f"{s['query_cells']} cells. Rows: fanout; columns: fanin.", ""]
+    for key, title in (("runtime_overhead", "Runtime overhead over the BlackBox run (s), Fig. 8"),
+                       ("disk", "Lineage disk (MB), Fig. 8"),
+                       ("backward_query", "Backward query (s), Fig. 9 (FullOne/forward: mismatched index)"),
+                       ("forward_query", "Forward query (s)"),
+                       ("backward_speedup", "Backward speed-up over BlackBox (x)")):
+        out += [f"## {title}", ""]
+        for strategy, grid in f[key]["values"].items():
+            out += [f"**{strategy}**", "",
+                    _table(["fanout \\ fanin"] + [str(x) for x in fans["fanin"]],
+                           [[fo] + list(row) for fo, row in zip(fans["fanout"], grid)]), ""]
+    out += ["## Beside the paper", "", f"The paper (no exact table): {ref['source']}.", ""]
+    out += [f"- {line}" for line in doc["figures"]["claims"]["values"]] + [""]
+    return out
+
+
+def render(doc: dict[str, Any], plots: list[str]) -> str:
+    """The REPORT.md of one results document."""
+    title = {"astronomy": "Astronomy benchmark (SubZero VIII-A, Fig. 5)",
+             "genomics": "Genomics benchmark (SubZero VIII-B, Figs. 6-7)",
+             "micro": "Microbenchmark (SubZero VIII-C, Figs. 8-9)"}[doc["bench"]]
+    body = {"astronomy": _astronomy, "genomics": _genomics, "micro": _micro}[doc["bench"]](doc)
+    figures = ["## Figures", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    notes = WHY.get(doc["bench"], {}).get("_general")
+    general = ["## Notes", "", notes, ""] if notes else []
+    return "\n".join(_header(doc, title) + body + _comparison_section(doc) + general + figures)
+
+
+def render_summary(docs: list[dict[str, Any]], reports: list[Path], base: Path, preface: str = "") -> str:
+    """RESULTS.md (written in directory ``base``): the machine and the commands, then every
+    benchmark's report, its figure links made relative to ``base``."""
+    if not docs:
+        return "# Benchmark results\n\nNo results documents given.\n"
+    m = docs[0]["machine"]
+    out = ["# Benchmark results", "",
+           f"- machine: {m['cpu']} ({m['nproc']} cores), {m['memory_gb']} GB memory, {m['os']}, "
+           f"Python {m['python']}", ""]
+    out += [_table(["bench", "mode", "date", "time (s)", "command"],
+                   [[d["bench"], "quick" if d["quick"] else "full", d["date"], d["seconds"], f"`{d['command']}`"]
+                    for d in docs]), ""]
+    if preface:
+        out += [preface, ""]
+    for report in reports:
+        text = report.read_text().split("\n")
+        body = [ln for ln in text[1:] if not ln.startswith(("- date:", "- machine:", "- command:"))]
+        rel = os.path.relpath(report.parent, base)
+        body = [ln.replace("](fig", f"]({rel}/fig") if ln.startswith("![") else ln for ln in body]
+        out += [f"## {text[0].lstrip('# ')}"] + [("#" + ln if ln.startswith("#") else ln) for ln in body]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,152 @@
+"""The benchmark harness: the synthetic operator, the cell-pair baseline, checks and reports."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import subzero as sz
+import subzero.bench as bench
+from subzero.bench.cellpairs import CellPairs, expand_cell_pairs, write_cellpairs
+from subzero.bench.configs import configuration, static_using
+from subzero.bench.harness import BenchError, check_same_cells
+from subzero.bench.synthetic import SyntheticLineage
+from subzero.bench.timing import best_of, dir_bytes
+from subzero.errors import WorkflowError
+from subzero.pairs import FullPairs
+from subzero.workflows import demo
+
+
+@pytest.mark.parametrize("fanin,fanout", [(1, 1), (10, 1), (1, 10), (50, 100), (100, 50)])
+def test_synthetic_pairs_have_the_requested_fanin_and_fanout(fanin, fanout):
+    op = SyntheticLineage(fanin, fanout)
+    out, ins = op.pairs((200, 200))
+    n = op.n_pairs((200, 200))
+    assert len(out) == n * fanout and len(ins) == n * fanin
+    assert abs(len(out) - 0.1 * 200 * 200) <= fanout                 # 10% of the output cells
+    assert len(np.unique(out, axis=0)) == len(out)                     # no out cell in two pairs
+    per_pair = ins.reshape(n, fanin, 2)
+    assert all(len(np.unique(p, axis=0)) == fanin for p in per_pair[:50])
+    again = op.pairs((200, 200))
+    assert np.array_equal(again[0], out) and np.array_equal(again[1], ins)
+
+
+def test_synthetic_operator_rejects_bad_arguments():
+    with pytest.raises(WorkflowError):
+        SyntheticLineage(0, 1)
+    with pytest.raises(WorkflowError, match="too small"):
+        SyntheticLineage(100, 1, fraction=0.25).pairs((5, 5))
+
+
+@pytest.mark.parametrize("fanin,fanout", [(1, 1), (20, 10)])
+def test_synthetic_payload_reproduces_full_lineage(tmp_path, fanin, fanout):
+    x = np.zeros((60, 60))
+    op = SyntheticLineage(fanin, fanout)
+    out, ins = op.pairs(x.shape)
+    sample = np.arange(0, len(out), max(1, len(out) // 25))
+    want = [np.unique(ins[(j // fanout) * fanin:(j // fanout + 1) * fanin], axis=0) for j in sample]
+    for strategy in ("FullOne", "FullMany", "PayOne", "PayMany", "BlackBox"):
+        wf = sz.Workflow("micro")
+        wf.add(op, wf.input("x"), name="syn")
+        run = wf.run({"x": x}, store=tmp_path / strategy, strategies={"syn": strategy}, executor="local")
+        got = [run.backward("syn", [tuple(out[j])], to="x", using={"syn": strategy}) for j in sample]
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)), strategy
+        stats = run.catalog["nodes"]["syn"]["stats"]
+        if strategy == "PayMany":                         # one region pair of fanout cells each
+            assert stats["pairs"]["PayMany/backward"][:2] == [len(out) // fanout, len(out)]
+        if strategy == "PayOne":                          # one entry per out cell
+            assert stats["keys"]["PayOne/backward"] == len(out)
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), min_size=0, max_size=6))
+def test_expand_cell_pairs_is_the_product_of_each_pair(sizes):
+    out_ids, in_ids, out_ptr, in_ptr, want = [], [], [0], [0], set()
+    for k, (a, b) in enumerate(sizes):
+        outs, ins = [100 * k + j for j in range(a)], [1000 * k + j for j in range(b)]
+        out_ids += outs
+        in_ids += ins
+        out_ptr.append(len(out_ids))
+        in_ptr.append(len(in_ids))
+        want |= {(o, i) for o in outs for i in ins}
+    z = lambda v: np.asarray(v, np.int64)  # noqa: E731
+    pairs = FullPairs(z(out_ids), z(out_ptr), (z(in_ids),), (z(in_ptr),))
+    out, inn = expand_cell_pairs(pairs, 0)
+    assert set(zip(out.tolist(), inn.tolist())) == want and len(out) == len(want)
+
+
+def test_cellpairs_answer_like_the_run(tmp_path):
+    wf, inputs = demo.build(quick=True)
+    run = wf.run(inputs, store=tmp_path / "run", strategies={"crd_a": "CompOne", "crd_b": "FullOne"},
+                 executor="local", tile_shape=16)
+    rows = write_cellpairs(run, tmp_path / "cells")
+    assert rows["merge.0"] == 48 * 64 and (tmp_path / "cells" / "blur.0.parquet").exists()
+    cells = CellPairs(run, tmp_path / "cells")
+    assert np.array_equal(cells.backward("column_total", [(5,)], "exposure_a"),
+                          run.backward("column_total", [(5,)], to="exposure_a"))
+    assert np.array_equal(cells.forward("exposure_b", [(3, 4), (40, 60)], "hits"),
+                          run.forward("exposure_b", [(3, 4), (40, 60)], to="hits"))
+    assert dir_bytes(tmp_path / "cells") > 0
+
+
+def test_check_same_cells_names_the_difference():
+    check_same_cells("q", {"a": np.array([[1, 2]]), "b": np.array([[1, 2]])})
+    with pytest.raises(BenchError, match=r"query q: b returned 2 cells, a returned 1"):
+        check_same_cells("q", {"a": np.array([[1, 2]]), "b": np.array([[1, 2], [3, 4]])})
+
+
+def test_configurations_and_static_choice():
+    wf, _ = demo.build(quick=True)
+    pins = configuration(wf, {"crd_a": "FullOne", "crd_b": ["PayOne", "FullOne/forward"]})
+    assert pins["merge"] == ["Map"] and pins["crd_b"] == ["PayOne", "FullOne/forward"]
+    assert configuration(wf, {"crd_a": "BlackBox"}, builtin="BlackBox")["blur"] == ["BlackBox"]
+    with pytest.raises(WorkflowError, match="lacks"):
+        configuration(wf, {"nope": "FullOne"})
+    stored = {"crd_b": ("PayOne/backward", "FullOne/forward"), "merge": ("Map",)}
+    assert static_using(stored, "forward") == {"crd_b": "FullOne/forward", "merge": "Map"}
+    assert static_using(stored, "backward")["crd_b"] == "PayOne/backward"
+
+
+def test_best_of_returns_the_first_result_and_the_fastest_time():
+    calls = []
+    value, seconds = best_of(lambda: calls.append(1) or len(calls), repeat=3, budget=10.0)
+    assert value == 1 and len(calls) == 3 and seconds >= 0
+
+
+def test_micro_bench_writes_results_report_and_figures(tmp_path):
+    assert bench.main("micro", quick=True, out_dir=str(tmp_path), size=60, executor="local",
+                      log=lambda line: None) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["bench"] == "micro" and doc["quick"] is True
+    assert {"machine", "date", "command", "seconds", "setup", "figures", "raw"} <= set(doc)
+    for key in ("runtime_overhead", "disk", "backward_query", "forward_query", "backward_speedup"):
+        fig = doc["figures"][key]
+        assert {"unit", "baseline", "values"} <= set(fig)
+        assert "FullOne/forward" in fig["values"] or "FullOne" in fig["values"]
+    assert doc["figures"]["backward_speedup"]["baseline"] == "BlackBox"
+    assert doc["setup"]["fanin"] == [1, 100] and doc["setup"]["size"] == [60, 60]
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "Microbenchmark" in report and "fig8_overhead.png" in report
+    assert {p.name for p in tmp_path.glob("*.png")} >= {"fig8_overhead.png", "fig9_queries.png"}
+    assert not list(tmp_path.glob("stores-*"))                       # the runs' stores are removed
+    summary = bench.write_summary([tmp_path], tmp_path / "RESULTS.md")
+    assert "Microbenchmark" in summary.read_text()
+
+
+def test_genomics_bench_sweeps_disk_budgets_with_the_optimizer(tmp_path):
+    doc = bench.run_bench("genomics", True, tmp_path, size=1, executor="local", use_optimizer=True,
+                          log=lambda line: None)
+    sweep = doc["figures"]["sweep"]["values"]
+    assert list(sweep) == [f"{mb} MB" for mb in (1, 5, 10, 20, 50, 100)]
+    assert all(set(v["query_seconds"]) == {"BQ0", "BQ1", "FQ0", "FQ1"} for v in sweep.values())
+    assert all(v["disk_mb"] <= int(b.split()[0]) for b, v in sweep.items())
+    assert {"static_seconds", "dynamic_seconds", "disk", "runtime"} <= set(doc["figures"])
+    assert "fig7_sweep.png" in (tmp_path / "REPORT.md").read_text()
+
+
+def test_unknown_bench_is_an_error(tmp_path):
+    with pytest.raises(sz.SubZeroError, match="unknown benchmark"):
+        bench.main("nope", out_dir=str(tmp_path))

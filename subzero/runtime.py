@@ -21,7 +21,7 @@ from subzero.operator import Operator
 from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
 from subzero.tiling import Box, Tile, box_slices, full_box
 
-__all__ = ["NodeTask", "TileResult", "run_tile", "trace_tile", "modes_for", "derived_full", "expand_payloads"]
+__all__ = ["NodeTask", "TileResult", "TileCapture", "capture_tile", "run_tile", "trace_tile", "modes_for", "derived_full", "expand_payloads"]
 
 
 @dataclass(frozen=True)
@@ -114,33 +114,53 @@ def derived_full(op: Operator, tile_box: Box) -> FullPairs:
     return one_pair_per_cell(to_ids(cells, op.output_shape), cells, op.input_shapes, op.map_b_pairs)
 
 
-def run_tile(task: NodeTask, tile: Tile) -> TileResult:
-    """Compute one tile of a node and encode its lineage for every strategy of the node."""
+@dataclass
+class TileCapture:
+    """One tile computed with its lineage in memory: full pairs and payload pairs per mode."""
+
+    tile: Tile
+    output: np.ndarray
+    op_seconds: float
+    full: FullPairs | None = None
+    payloads: dict[Mode, PayloadPairs] = field(default_factory=dict)
+
+    def pairs_for(self, strategy: Strategy):
+        return self.full if strategy.mode is Mode.FULL else self.payloads[strategy.mode]
+
+
+def capture_tile(task: NodeTask, tile: Tile) -> TileCapture:
+    """Run one tile with the modes ``task.strategies`` need; lineage of each mode once."""
     op = task.operator
     calls = modes_for(task.strategies)
     start = time.perf_counter()
     ctx, output, result_box, tile = _call(task, tile, calls[0])
-    op_seconds = time.perf_counter() - start
+    capture = TileCapture(tile, output, time.perf_counter() - start)
     contexts = [ctx] + [_call(task, tile, m)[0] for m in calls[1:]]
+    for c, modes in zip(contexts, calls):
+        if Mode.FULL in modes:
+            capture.full = c.full_pairs(result_box) if Mode.FULL in op.supported_modes() \
+                else derived_full(op, tile.box)
+        for mode in modes & {Mode.PAY, Mode.COMP}:
+            capture.payloads[mode] = c.payload_pairs(result_box)
+    return capture
+
+
+def run_tile(task: NodeTask, tile: Tile) -> TileResult:
+    """Compute one tile of a node and encode its lineage for every strategy of the node."""
     lineage_start = time.perf_counter()
-    result = TileResult(tile, output, op_seconds=op_seconds)
+    capture = capture_tile(task, tile)
+    result = TileResult(capture.tile, capture.output, op_seconds=capture.op_seconds)
     for name in task.strategies:
         strategy = Strategy.parse(name)
         if not strategy.stored:
             continue
         t0 = time.perf_counter()
-        if strategy.mode is Mode.FULL:
-            pairs = contexts[0].full_pairs(result_box) if Mode.FULL in op.supported_modes() \
-                else derived_full(op, tile.box)
-            n_in = sum(len(a) for a in pairs.in_ids)
-        else:
-            source = next(c for c, m in zip(contexts, calls) if strategy.mode in m)
-            pairs = source.payload_pairs(result_box)
-            n_in = 0
-        result.encoded[name] = encoder_for(strategy).encode(pairs, tile.index, task.shapes)
+        pairs = capture.pairs_for(strategy)
+        result.encoded[name] = encoder_for(strategy).encode(pairs, capture.tile.index, task.shapes)
         result.encode_seconds[name] = time.perf_counter() - t0
+        n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
         result.cells[name] = (pairs.n_pairs, len(pairs.out_ids), n_in)
-    result.lineage_seconds = time.perf_counter() - lineage_start
+    result.lineage_seconds = time.perf_counter() - lineage_start - capture.op_seconds
     return result
 
 

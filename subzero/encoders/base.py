@@ -67,8 +67,13 @@ class Batch:
 
     @property
     def index_bytes_bound(self) -> int:
-        """An upper bound of the R-tree files: 4 KiB pages of at least 40 entries, plus headers."""
-        return sum(4096 * (len(ids) // 40 + 3) for ids, _, _ in self.boxes.values())
+        """An upper bound of the bytes of this batch's R-tree files."""
+        return sum(index_bytes_bound(len(ids)) for ids, _, _ in self.boxes.values())
+
+
+def index_bytes_bound(entries: float) -> int:
+    """An upper bound of an R-tree's files: 4 KiB pages of at least 40 entries, plus headers."""
+    return int(4096 * (int(entries) // 40 + 3))
 
 
 def merge_tiles(parts: list[EncodedTile]) -> Batch:

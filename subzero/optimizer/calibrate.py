@@ -11,10 +11,11 @@ import time
 
 import numpy as np
 
-from subzero.encoders import merge_tiles
-from subzero.modes import Mode
+from subzero.encoders import encoder_for, merge_tiles
+from subzero.encoders.base import index_bytes_bound
+from subzero.modes import Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
-from subzero.runtime import NodeTask, run_tile, trace_tile
+from subzero.runtime import NodeTask, capture_tile, derived_full
 from subzero.tiling import Tile
 
 __all__ = ["profile_node", "profile_from_run"]
@@ -25,34 +26,63 @@ def _cells(tile: Tile) -> int:
 
 
 def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_seconds: float,
-                 sample: int = 2) -> NodeProfile:
-    """Profile ``task``'s node: run ``sample`` tiles with every stored candidate strategy."""
+                 sample: int = 2, max_pairs: int = 20_000) -> NodeProfile:
+    """Profile ``task``'s node on ``sample`` tiles spread over it.
+
+    The tiles run once with every mode the stored candidates need; each candidate then
+    encodes at most ``max_pairs`` of those pairs, and bytes and encode time are scaled to
+    the whole node (pairs are alike within a node: sizes scale with their count).
+    """
     op = task.operator
     picks = sorted({0, len(tiles) // 2, len(tiles) - 1})[:sample]
     chosen = [tiles[k] for k in picks]
-    total_cells = sum(_cells(t) for t in tiles) or 1
-    sampled_cells = sum(_cells(t) for t in chosen) or 1
-    scale = total_cells / sampled_cells
-    stored = tuple(c for c in candidates if c not in ("Map", "BlackBox"))
-    sample_task = NodeTask(task.node, op, task.input_paths, stored)
-    results = [run_tile(sample_task, t) for t in chosen]
-    start = time.perf_counter()
-    traced = [trace_tile(NodeTask(task.node, op, task.input_paths, ()), t) for t in chosen]
-    trace_seconds = (time.perf_counter() - start) * scale
+    scale = (sum(_cells(t) for t in tiles) or 1) / (sum(_cells(t) for t in chosen) or 1)
+    stored = tuple(c for c in candidates if Strategy.parse(c).stored)
     profile = NodeProfile(
-        node=task.node, tiles=len(tiles), op_seconds=op_seconds, trace_seconds=trace_seconds,
+        node=task.node, tiles=len(tiles), op_seconds=op_seconds,
         out_size=int(np.prod(op.output_shape)), in_sizes=[int(np.prod(s)) for s in op.input_shapes],
         mapping=Mode.MAP in op.supported_modes(), all_to_all=op.all_to_all, measured=False)
-    profile.fan_backward, profile.fan_forward = _fans(traced)
+    if op.all_to_all:
+        return profile
+    if not stored and profile.mapping:  # fans from the mapping functions on a corner of a tile
+        corner = tuple((lo, min(hi, lo + 32)) for lo, hi in chosen[0].box)
+        profile.trace_seconds = op_seconds
+        profile.fan_backward, profile.fan_forward = _fans([derived_full(op, corner)])
+        return profile
+    start = time.perf_counter()
+    # FULL always: its pairs give the fans, and re-execution in tracing mode produces them
+    captures = [capture_tile(NodeTask(task.node, op, task.input_paths, stored + ("FullOne",)), t) for t in chosen]
+    profile.trace_seconds = (time.perf_counter() - start) * scale
+    profile.fan_backward, profile.fan_forward = _fans([c.full for c in captures])
     for name in stored:
-        batch = merge_tiles([r.encoded[name] for r in results])
-        pairs, outs, ins = (sum(r.cells[name][k] for r in results) for k in range(3))
-        profile.strategies[name] = StrategyProfile(
-            bytes=(batch.nbytes + batch.index_bytes_bound) * scale,
-            encode_seconds=sum(r.encode_seconds[name] for r in results) * scale,
-            pairs=pairs * scale, out_cells=outs * scale, in_cells=ins * scale,
-            keys=len(batch.keys) * scale)
+        strategy = Strategy.parse(name)
+        encoder = encoder_for(strategy)
+        totals, boxes = np.zeros(6), {}
+        for c in captures:
+            pairs = c.pairs_for(strategy)
+            part = _subsample(pairs, max_pairs)
+            t0 = time.perf_counter()
+            batch = merge_tiles([encoder.encode(part, c.tile.index, task.shapes)])
+            seconds = time.perf_counter() - t0
+            factor = pairs.n_pairs / max(part.n_pairs, 1)
+            n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
+            totals += [batch.nbytes * factor, seconds * factor, pairs.n_pairs, len(pairs.out_ids), n_in,
+                       len(batch.keys) * factor]
+            for slot, (ids, _, _) in batch.boxes.items():
+                boxes[slot] = boxes.get(slot, 0.0) + len(ids) * factor
+        totals *= scale
+        totals[0] += sum(index_bytes_bound(n * scale) for n in boxes.values())
+        profile.strategies[name] = StrategyProfile(*totals.tolist())
     return profile
+
+
+def _subsample(pairs, max_pairs: int):
+    """At most ``max_pairs`` of the pairs, evenly spread."""
+    if pairs.n_pairs <= max_pairs:
+        return pairs
+    keep = np.zeros(pairs.n_pairs, bool)
+    keep[np.linspace(0, pairs.n_pairs - 1, max_pairs).astype(np.int64)] = True
+    return pairs.select(keep)
 
 
 def _fans(traced) -> tuple[float, float]:

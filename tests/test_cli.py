@@ -88,7 +88,8 @@ def test_workflow_from_a_python_file(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["cells"] == [[1, 2]]
 
 
-def test_demo_runs_and_prints_both_queries(tmp_path, capsys):
+def test_demo_runs_the_astronomy_workflow_and_prints_both_queries(tmp_path, capsys):
     assert main(["demo", "--quick", "--executor", "local", "--store", str(tmp_path / "d")]) == 0
     out = capsys.readouterr().out
-    assert "backward: column_total[" in out and "forward: exposure_b" in out
+    assert "ran the astronomy workflow" in out and "UDF     stars:" in out
+    assert "backward: a star of" in out and "forward: cosmic-ray pixel" in out

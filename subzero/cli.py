@@ -123,7 +123,7 @@ def cmd_demo(args) -> int:
     start = time.perf_counter()
     run = wf.run(inputs, store=store, workload=workload, max_disk="2x", executor=args.executor)
     shape = "x".join(map(str, inputs["exposure_1"].shape))
-    print(f"ran the astronomy workflow ({len(wf.nodes)} nodes, {shape} exposures) on {args.executor} "
+    print(f"ran the astronomy workflow ({len(run.strategies)} operators, {shape} exposures) on {args.executor} "
           f"in {time.perf_counter() - start:.1f} s into {run.path}")
     for node in UDFS:
         print(f"  UDF {node:>9}: {', '.join(run.strategies[node])}  [{run.catalog['nodes'][node]['reason']}]")

@@ -14,7 +14,7 @@ import subzero as sz
 from subzero.encoders import EncodedTile, FullOne, PayMany, PayOne, encoder_for, merge_tiles
 from subzero.encoders.base import frontier_boxes
 from subzero.encoders.codec import (CELL, OUT, PAIR, bytes_to_keys, keys_to_bytes, make_keys, pack_groups,
-                                    pack_sets, pair_id_base, split_keys, unpack_sets)
+                                    pack_sets, pair_id_base, split_keys, unpack_groups, unpack_sets)
 from subzero.modes import Strategy
 from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
 from subzero.store import RunStore
@@ -416,3 +416,25 @@ class TestPayMany(PayloadStrategyTests):
         expected = sorted((tuple(sorted(set(cells) & query)), b) for cells, b in pairs if set(cells) & query)
         assert payload_sets(got) == expected
 
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_unpack_groups_inverts_pack_groups(data):
+    """Many values decoded at once, in the uniform fast path and the general one."""
+    n = data.draw(st.integers(1, 12))
+    uniform = data.draw(st.booleans())
+    sides = []
+    for _ in range(data.draw(st.integers(1, 3))):
+        counts = [data.draw(st.integers(0, 4))] * n if uniform else data.draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
+        top = data.draw(st.sampled_from([1000, 2**40]))
+        ids = np.array(data.draw(st.lists(st.integers(0, top), min_size=sum(counts), max_size=sum(counts))), np.int64)
+        sides.append((ids, np.r_[0, np.cumsum(counts)].astype(np.int64)))
+    tails = [bytes([k % 7] * (2 if uniform else k % 3)) for k in range(n)]
+    values = pack_groups(sides, tails)
+    if data.draw(st.booleans()):  # per-set widths, as pack_sets writes one value at a time
+        values = [pack_sets([ids[ptr[k]:ptr[k + 1]] for ids, ptr in sides], tails[k]) for k in range(n)]
+    got, got_tails = unpack_groups(values, with_tails=True)
+    assert got_tails == tails
+    for (ids, ptr), (got_ids, got_ptr) in zip(sides, got):
+        assert got_ptr.tolist() == ptr.tolist() and got_ids.tolist() == ids.tolist()

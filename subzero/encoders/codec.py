@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["CELL", "PAIR", "OUT", "make_keys", "split_keys", "keys_to_bytes",
-           "pack_sets", "pack_groups", "unpack_sets", "pair_id_base"]
+           "pack_sets", "pack_groups", "unpack_sets", "unpack_groups", "pair_id_base"]
 
 CELL, PAIR = 1, 2
 OUT = 0xFF
@@ -127,3 +127,79 @@ def pack_groups(sides: list[tuple[np.ndarray, np.ndarray]], tails: list[bytes] |
 
 
 _PAIRS_PER_CHUNK = 1 << 14
+
+
+def unpack_groups(values: list[bytes], with_tails: bool = False):
+    """`unpack_sets` for many values at once: one CSR ``(ids, ptr)`` per set position
+    (pair ``k``'s set ``s`` is ``ids_s[ptr_s[k]:ptr_s[k+1]]``), plus the tails if asked.
+
+    Vectorized over the values when they share a layout (same number of sets, same width
+    per set, as `pack_groups` writes them); otherwise decoded one by one.
+    """
+    n = len(values)
+    if n == 0:
+        return ([], []) if with_tails else []
+    buf = np.frombuffer(b"".join(values), np.uint8)
+    lengths = np.fromiter(map(len, values), np.int64, n)
+    if lengths.min() == lengths.max():
+        uniform = _unpack_uniform(buf.reshape(n, int(lengths[0])), with_tails)
+        if uniform is not None:
+            return uniform
+    starts = np.zeros(n, np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    n_sets = int(buf[0])
+    head = buf[starts[:, None] + np.arange(1 + n_sets)] if n_sets else buf[starts[:, None]]
+    if np.any(head[:, 0] != n_sets) or np.any(head[:, 1:] != head[0, 1:]):
+        return _unpack_each(values, with_tails)
+    pos = starts + 1 + n_sets
+    sides = []
+    for w in head[0, 1:].tolist():
+        counts = buf[pos[:, None] + np.arange(4)].copy().view("<u4").reshape(-1).astype(np.int64)
+        data_start = pos + 4
+        total = int(counts.sum())
+        offsets = np.repeat(data_start - (np.cumsum(counts) - counts) * w, counts) + w * np.arange(total)
+        raw = buf[offsets[:, None] + np.arange(w)].reshape(-1) if total else np.empty(0, np.uint8)
+        ids = raw.view("<u8" if w == 8 else "<u4").astype(np.int64)
+        ptr = np.zeros(n + 1, np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        sides.append((ids, ptr))
+        pos = data_start + counts * w
+    if not with_tails:
+        return sides
+    ends = (starts + lengths).tolist()
+    blob = buf.tobytes()
+    return sides, [blob[a:b] for a, b in zip(pos.tolist(), ends)]
+
+
+def _unpack_uniform(rows: np.ndarray, with_tails: bool):
+    """Values of one length whose sets all have the same sizes: read them as matrix columns
+    (the common case of fixed fan-in and fan-out).  None if the sizes differ."""
+    n_sets = int(rows[0, 0])
+    if np.any(rows[:, : 1 + n_sets] != rows[0, : 1 + n_sets]):
+        return None
+    pos, sides = 1 + n_sets, []
+    n = len(rows)
+    for w in rows[0, 1 : 1 + n_sets].tolist():
+        counts = np.ascontiguousarray(rows[:, pos : pos + 4]).view("<u4").reshape(-1)
+        if np.any(counts != counts[0]):
+            return None
+        c = int(counts[0])
+        data = np.ascontiguousarray(rows[:, pos + 4 : pos + 4 + c * w])
+        sides.append((data.view("<u8" if w == 8 else "<u4").reshape(-1).astype(np.int64),
+                      np.arange(n + 1, dtype=np.int64) * c))
+        pos += 4 + c * w
+    if not with_tails:
+        return sides
+    return sides, [bytes(r) for r in rows[:, pos:]]
+
+
+def _unpack_each(values: list[bytes], with_tails: bool):
+    decoded = [unpack_sets(v) for v in values]
+    n_sets = max(len(sets) for sets, _ in decoded)
+    sides = []
+    for s in range(n_sets):
+        groups = [sets[s] if s < len(sets) else np.empty(0, np.int64) for sets, _ in decoded]
+        ptr = np.zeros(len(groups) + 1, np.int64)
+        np.cumsum([len(g) for g in groups], out=ptr[1:])
+        sides.append((np.concatenate(groups), ptr))
+    return (sides, [tail for _, tail in decoded]) if with_tails else sides

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.encoders.base import EncodedTile, FullEncoder, Reader, bounding_boxes, frontier_boxes
-from subzero.encoders.codec import OUT, PAIR, make_keys, pack_groups, pair_id_base, unpack_sets
-from subzero.pairs import FullPairs, ptr_from_counts
+from subzero.encoders.codec import OUT, PAIR, make_keys, pack_groups, pair_id_base, unpack_groups
+from subzero.pairs import FullPairs
 
 __all__ = ["FullMany", "decode_full"]
 
@@ -47,13 +47,7 @@ class FullMany(FullEncoder):
 
 def decode_full(values: list[bytes], n_inputs: int) -> FullPairs:
     """FullPairs from FullMany values (out set, then one set per input)."""
-    decoded = [unpack_sets(v)[0] for v in values]
-
-    def side(k: int):
-        groups = [d[k] for d in decoded]
-        ids = np.concatenate(groups) if groups else np.empty(0, np.int64)
-        return ids, ptr_from_counts(np.array([len(g) for g in groups], np.int64))
-
-    out = side(0)
-    ins = [side(1 + i) for i in range(n_inputs)]
+    if not values:
+        return FullPairs.empty(n_inputs)
+    out, *ins = unpack_groups(values)
     return FullPairs(out[0], out[1], tuple(a for a, _ in ins), tuple(b for _, b in ins))

@@ -11,7 +11,7 @@ import numpy as np
 
 from subzero.encoders.base import (EncodedTile, FullEncoder, Reader, cells_to_pairs,
                                    scan_cell_keys)
-from subzero.encoders.codec import CELL, OUT, PAIR, make_keys, pack_groups, pair_id_base, split_keys, unpack_sets
+from subzero.encoders.codec import CELL, OUT, PAIR, make_keys, pack_groups, pair_id_base, split_keys, unpack_groups
 from subzero.pairs import FullPairs, owners, ptr_from_counts
 
 __all__ = ["FullOne"]
@@ -49,13 +49,14 @@ class FullOne(FullEncoder):
     def _other_side(self, reader: Reader, slot: int, ids: np.ndarray, which: int) -> np.ndarray:
         pair_ids = cells_to_pairs(reader, slot, ids)
         _, values = reader.get_many(make_keys(PAIR, 0, pair_ids))
-        parts = [unpack_sets(v)[0][which] for v in values]
-        return np.concatenate(parts) if parts else np.empty(0, np.int64)
+        return unpack_groups(values)[which][0] if values else np.empty(0, np.int64)
 
     def load(self, reader: Reader, shapes) -> FullPairs:
         keys, values = reader.scan(PAIR)
         pair_ids = split_keys(keys)[2]
-        stored = [unpack_sets(v)[0] for v in values]
+        n_in = len(shapes[1])
+        empty = (np.empty(0, np.int64), np.zeros(len(values) + 1, np.int64))
+        stored = unpack_groups(values) if values else [empty] * (n_in if self.direction == "backward" else 1)
         slot, cell, pair = scan_cell_keys(reader)
         index = np.searchsorted(pair_ids, pair)
         n = len(pair_ids)
@@ -65,17 +66,9 @@ class FullOne(FullEncoder):
             order = np.lexsort((cell[sel], index[sel]))
             return cell[sel][order], ptr_from_counts(np.bincount(index[sel], minlength=n))
 
-        def stored_side(k: int):
-            groups = [sets[k] for sets in stored]
-            ids = np.concatenate(groups) if groups else np.empty(0, np.int64)
-            return ids, ptr_from_counts(np.array([len(g) for g in groups], np.int64))
-
-        n_in = len(shapes[1])
         if self.direction == "backward":
-            out = keyed(OUT)
-            ins = [stored_side(i) for i in range(n_in)]
+            out, ins = keyed(OUT), stored
         else:
-            out = stored_side(0)
-            ins = [keyed(i) for i in range(n_in)]
+            out, ins = stored[0], [keyed(i) for i in range(n_in)]
         return FullPairs(out[0], out[1], tuple(a for a, _ in ins), tuple(b for _, b in ins))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.encoders.base import EncodedTile, PayloadEncoder, Reader, bounding_boxes, frontier_boxes
-from subzero.encoders.codec import OUT, PAIR, make_keys, pack_groups, pair_id_base, unpack_sets
+from subzero.encoders.codec import OUT, PAIR, make_keys, pack_groups, pair_id_base, unpack_groups
 from subzero.pairs import PayloadPairs, owners, ptr_from_counts
 
 __all__ = ["PayMany"]
@@ -39,8 +39,7 @@ class PayMany(PayloadEncoder):
 
 
 def _decode(values: list[bytes]) -> PayloadPairs:
-    decoded = [unpack_sets(v) for v in values]
-    groups = [sets[0] for sets, _ in decoded]
-    ids = np.concatenate(groups) if groups else np.empty(0, np.int64)
-    return PayloadPairs(ids, ptr_from_counts(np.array([len(g) for g in groups], np.int64)),
-                        [tail for _, tail in decoded])
+    if not values:
+        return PayloadPairs.empty()
+    ((ids, ptr),), tails = unpack_groups(values, with_tails=True)
+    return PayloadPairs(ids, ptr, tails)

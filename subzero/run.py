@@ -172,12 +172,12 @@ class Run:
         if src is dst:
             return start
         up, down = (dst, src) if direction == "backward" else (src, dst)
-        on_path = self._ancestors(down) & self._descendants(up)
-        if up not in on_path:
+        order = self.workflow.between(up, down)
+        if up not in order:
             raise LineageError(f"no path from {src.name!r} {direction} to {dst.name!r}: "
                                f"{dst.name!r} is not {'an ancestor' if direction == 'backward' else 'a descendant'} "
                                f"of {src.name!r}")
-        order = [n for n in self.workflow.nodes if n in on_path]
+        on_path = set(order)
         masks = {src: start}
         log: list[dict] = []
         if direction == "backward":
@@ -202,24 +202,6 @@ class Run:
     def _record(self, direction: str, src: Node, dst: Node, log: list[dict]) -> None:
         self.last_query = log
         self.store.log_query({"direction": direction, "from": src.name, "to": dst.name, "steps": log})
-
-    def _ancestors(self, node: Node) -> set[Node]:
-        seen, todo = {node}, [node]
-        while todo:
-            for parent in todo.pop().inputs:
-                if parent not in seen:
-                    seen.add(parent)
-                    todo.append(parent)
-        return seen
-
-    def _descendants(self, node: Node) -> set[Node]:
-        seen, todo = {node}, [node]
-        while todo:
-            for child, _ in self.workflow.consumers(todo.pop()):
-                if child not in seen:
-                    seen.add(child)
-                    todo.append(child)
-        return seen
 
     def _check_path(self, path) -> list[tuple[Node, int]]:
         if not path:

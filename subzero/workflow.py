@@ -128,6 +128,29 @@ class Workflow:
         """(node, input index) pairs that read ``node``."""
         return [(n, i) for n in self._nodes.values() for i, src in enumerate(n.inputs) if src is node]
 
+    def ancestors(self, node: Node) -> set[Node]:
+        """``node`` and every node it is computed from."""
+        seen, todo = {node}, [node]
+        while todo:
+            for parent in todo.pop().inputs:
+                if parent not in seen:
+                    seen.add(parent)
+                    todo.append(parent)
+        return seen
+
+    def descendants(self, node: Node) -> set[Node]:
+        """``node`` and every node computed from it."""
+        seen = {node}
+        for other in self._nodes.values():  # insertion order is topological
+            if any(i in seen for i in other.inputs):
+                seen.add(other)
+        return seen
+
+    def between(self, low: Node, high: Node) -> list[Node]:
+        """Nodes on some path from ``low`` up to ``high`` (both included), in topological order."""
+        on_path = self.ancestors(high) & self.descendants(low)
+        return [n for n in self._nodes.values() if n in on_path]
+
     # -- serialization ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able description (operators by class and arguments; the store keeps them pickled)."""

@@ -88,7 +88,7 @@ def run_all_strategies(tmp_path, spec, n, seed, tile_shape):
 
 
 def reachable_inputs(run, last: str) -> list[str]:
-    ancestors = {n.name for n in run._ancestors(run.node(last))}
+    ancestors = {n.name for n in run.workflow.ancestors(run.node(last))}
     return [name for name in ("x", "y") if name in ancestors]
 
 

@@ -65,3 +65,13 @@ def test_to_dict_names_operators_and_their_arguments():
     wf.add(ops.Sum(axis=1), x, name="s")
     spec = wf.to_dict()
     assert spec["nodes"][1]["operator"].endswith("Sum") and spec["nodes"][1]["params"]["axis"] == 1
+
+
+def test_ancestors_descendants_and_the_nodes_between():
+    wf = sz.Workflow("w")
+    x, y = wf.input("x"), wf.input("y")
+    a = wf.add(ops.Transpose(), x, name="a")
+    b = wf.add(ops.Add(), a, y, name="b")
+    c = wf.add(ops.Transpose(), y, name="c")
+    assert wf.ancestors(b) == {b, a, x, y} and wf.descendants(y) == {y, b, c}
+    assert wf.between(x, b) == [x, a, b] and wf.between(c, b) == []

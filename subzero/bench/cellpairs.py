@@ -131,10 +131,10 @@ class CellPairs:
         start = mask_from_coords(np.asarray(cells, np.int64).reshape(-1, len(self.run.shape(src))),
                                  self.run.shape(src))
         up, down = (dst, src) if direction == "backward" else (src, dst)
-        on_path = _ancestors(down) & _descendants(wf, up)
-        if up not in on_path:
+        order = wf.between(up, down)
+        if up not in order:
             raise LineageError(f"no path from {src.name!r} {direction} to {dst.name!r}")
-        order = [n for n in wf.nodes if n in on_path]
+        on_path = set(order)
         masks = {src: start}
         if direction == "backward":
             for node in reversed(order):
@@ -154,22 +154,3 @@ class CellPairs:
                         masks[node] = masks[node] | got if node in masks else got
         return masks.get(dst, np.zeros(self.run.shape(dst), bool))
 
-
-def _ancestors(node: Node) -> set[Node]:
-    seen, todo = {node}, [node]
-    while todo:
-        for parent in todo.pop().inputs:
-            if parent not in seen:
-                seen.add(parent)
-                todo.append(parent)
-    return seen
-
-
-def _descendants(wf, node: Node) -> set[Node]:
-    seen, todo = {node}, [node]
-    while todo:
-        for child, _ in wf.consumers(todo.pop()):
-            if child not in seen:
-                seen.add(child)
-                todo.append(child)
-    return seen

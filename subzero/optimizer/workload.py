@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from subzero.errors import WorkflowError
-from subzero.workflow import Node, Workflow
+from subzero.workflow import Workflow
 
 __all__ = ["Query", "parse_workload", "step_sizes"]
 
@@ -47,21 +47,6 @@ def parse_workload(wf: Workflow, workload) -> list[Query]:
     return queries
 
 
-def _between(wf: Workflow, low: Node, high: Node) -> list[Node]:
-    """Operator nodes on some path from ``low`` up to ``high`` (``high`` included), topological."""
-    down = {low}
-    for node in wf.nodes:
-        if any(i in down for i in node.inputs):
-            down.add(node)
-    up, todo = {high}, [high]
-    while todo:
-        for parent in todo.pop().inputs:
-            if parent not in up:
-                up.add(parent)
-                todo.append(parent)
-    return [n for n in wf.nodes if n in down and n in up and n is not low]
-
-
 def step_sizes(wf: Workflow, queries: list[Query], fan: Callable[[str, str, float], float]):
     """Per (node, direction): (number of queries stepping through it, mean cells entering).
 
@@ -73,7 +58,7 @@ def step_sizes(wf: Workflow, queries: list[Query], fan: Callable[[str, str, floa
     for q in queries:
         src, dst = wf.node(q.node), wf.node(q.to)
         low, high = (dst, src) if q.direction == "backward" else (src, dst)
-        nodes = _between(wf, low, high)
+        nodes = [n for n in wf.between(low, high) if n is not low]
         if not nodes and src is not dst:
             raise WorkflowError(f"workload query {q.node!r} -> {q.to!r} ({q.direction}): no path")
         sizes = {src.name: float(q.n_cells)}

@@ -36,6 +36,7 @@ from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators.elementwise import (Add, Clip, Divide, MultiplyScalar, Multiply, Subtract,
                                            SubtractScalar)
+from subzero.operators.identity import IdentityMapping
 from subzero.operators.neighbourhood import GaussianFilter
 from subzero.operators.resampling import Downsample, Upsample
 from subzero.tiling import Halo
@@ -122,9 +123,10 @@ def window_pairs(cells: np.ndarray, radius: int, shape) -> tuple[np.ndarray, np.
     return owner[inside], coords[inside]
 
 
-class _Composite(Operator):
-    """Composite lineage (COMP): every output pixel depends on the same pixel of each input,
-    except flagged pixels, which depend on the window of radius ``radius`` (the payload)."""
+class _Composite(IdentityMapping, Operator):
+    """Composite lineage (COMP): every output pixel depends on the same pixel of each input
+    (the `IdentityMapping` default), except flagged pixels, which depend on the window of
+    radius ``radius`` (the payload)."""
 
     entire_array_safe = True
     radius: int = 3
@@ -151,22 +153,6 @@ class _Composite(Operator):
         if Mode.COMP in ctx.modes:
             flagged = np.argwhere(flags)
             ctx.lwrite(flagged, payload=np.full((len(flagged), 1), self.radius, np.uint8))
-
-    # mapping default: the same pixel
-    def map_b(self, cells, i):
-        return np.asarray(cells, np.int64)
-
-    def map_f(self, cells, i):
-        return np.asarray(cells, np.int64)
-
-    def map_b_pairs(self, cells, i):
-        return np.arange(len(cells), dtype=np.int64), np.asarray(cells, np.int64)
-
-    def map_b_mask(self, mask, i):
-        return mask.copy()
-
-    def map_f_mask(self, mask, i):
-        return mask.copy()
 
     # payload override: the window
     def map_p_pairs(self, cells, payload, i):

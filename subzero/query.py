@@ -18,7 +18,43 @@ from subzero.modes import Mode, Strategy
 from subzero.runtime import NodeTask, expand_payloads, trace_tile
 from subzero.tiling import tile_grid
 
-__all__ = ["step", "check_forced"]
+__all__ = ["step", "walk", "check_forced"]
+
+
+def walk(wf, src, dst, direction: str, start: np.ndarray, step_fn, dst_shape) -> np.ndarray:
+    """Carry the frontier ``start`` (a mask over ``src``) to ``dst`` along every path of ``wf``.
+
+    ``step_fn(node, mask, i)`` is one step through ``node`` w.r.t. its input ``i``; masks
+    arriving at a node by several paths are OR-ed before it steps, so each node steps once
+    per input (lineage of a union is the union of lineages).
+    """
+    if src is dst:
+        return start
+    up, down = (dst, src) if direction == "backward" else (src, dst)
+    order = wf.between(up, down)
+    if up not in order:
+        raise LineageError(f"no path from {src.name!r} {direction} to {dst.name!r}: "
+                           f"{dst.name!r} is not {'an ancestor' if direction == 'backward' else 'a descendant'} "
+                           f"of {src.name!r}")
+    on_path = set(order)
+    masks = {src: start}
+    if direction == "backward":
+        for node in reversed(order):
+            if node is dst or node not in masks:
+                continue
+            for i, parent in enumerate(node.inputs):
+                if parent in on_path:
+                    got = step_fn(node, masks[node], i)
+                    masks[parent] = masks[parent] | got if parent in masks else got
+    else:
+        for node in order:
+            if node is src:
+                continue
+            for i, parent in enumerate(node.inputs):
+                if parent in masks:
+                    got = step_fn(node, masks[parent], i)
+                    masks[node] = masks[node] | got if node in masks else got
+    return masks.get(dst, np.zeros(dst_shape, bool))
 
 
 def check_forced(node, stored: tuple[str, ...], using) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 from subzero.cells import as_coords, coords_from_mask, mask_from_coords
 from subzero.modes import Mode
 from subzero.optimizer.query_time import choose_step
-from subzero.query import check_forced, step
+from subzero.query import check_forced, step, walk
 from subzero.errors import LineageError, LookupTimeout, StoreError, WorkflowError
 from subzero.store import RunStore
 from subzero.workflow import Node, Workflow
@@ -169,35 +169,13 @@ class Run:
         src, dst = self.node(src), self.node(dst)
         shape = self.shape(src)
         start = mask_from_coords(as_coords(cells, shape, f"node {src.name!r}"), shape)
-        if src is dst:
-            return start
-        up, down = (dst, src) if direction == "backward" else (src, dst)
-        order = self.workflow.between(up, down)
-        if up not in order:
-            raise LineageError(f"no path from {src.name!r} {direction} to {dst.name!r}: "
-                               f"{dst.name!r} is not {'an ancestor' if direction == 'backward' else 'a descendant'} "
-                               f"of {src.name!r}")
-        on_path = set(order)
-        masks = {src: start}
         log: list[dict] = []
-        if direction == "backward":
-            for node in reversed(order):
-                if node is dst or node not in masks:
-                    continue
-                for i, parent in enumerate(node.inputs):
-                    if parent in on_path:
-                        got = self._step(node, masks[node], i, "backward", using, entire_array, log)
-                        masks[parent] = masks[parent] | got if parent in masks else got
-        else:
-            for node in order:
-                if node is src:
-                    continue
-                for i, parent in enumerate(node.inputs):
-                    if parent in masks:
-                        got = self._step(node, masks[parent], i, "forward", using, entire_array, log)
-                        masks[node] = masks[node] | got if node in masks else got
-        self._record(direction, src, dst, log)
-        return masks.get(dst, np.zeros(self.shape(dst), bool))
+        result = walk(self.workflow, src, dst, direction, start,
+                      lambda node, mask, i: self._step(node, mask, i, direction, using, entire_array, log),
+                      self.shape(dst))
+        if src is not dst:
+            self._record(direction, src, dst, log)
+        return result
 
     def _record(self, direction: str, src: Node, dst: Node, log: list[dict]) -> None:
         self.last_query = log

@@ -23,6 +23,7 @@ from subzero.cells import coords_from_mask, mask_from_coords
 from subzero.errors import LineageError
 from subzero.pairs import FullPairs, owners
 from subzero.run import Run
+from subzero.query import walk
 from subzero.runtime import NodeTask, trace_tile
 from subzero.tiling import tile_grid
 from subzero.workflow import Node
@@ -126,31 +127,9 @@ class CellPairs:
         return result
 
     def _walk(self, src, cells, dst, direction: str) -> np.ndarray:
-        wf = self.run.workflow
         src, dst = self.run.node(src), self.run.node(dst)
         start = mask_from_coords(np.asarray(cells, np.int64).reshape(-1, len(self.run.shape(src))),
                                  self.run.shape(src))
-        up, down = (dst, src) if direction == "backward" else (src, dst)
-        order = wf.between(up, down)
-        if up not in order:
-            raise LineageError(f"no path from {src.name!r} {direction} to {dst.name!r}")
-        on_path = set(order)
-        masks = {src: start}
-        if direction == "backward":
-            for node in reversed(order):
-                if node is dst or node not in masks:
-                    continue
-                for i, parent in enumerate(node.inputs):
-                    if parent in on_path:
-                        got = self.step(node, masks[node], i, direction)
-                        masks[parent] = masks[parent] | got if parent in masks else got
-        else:
-            for node in order:
-                if node is src:
-                    continue
-                for i, parent in enumerate(node.inputs):
-                    if parent in masks:
-                        got = self.step(node, masks[parent], i, direction)
-                        masks[node] = masks[node] | got if node in masks else got
-        return masks.get(dst, np.zeros(self.run.shape(dst), bool))
+        return walk(self.run.workflow, src, dst, direction, start,
+                    lambda node, mask, i: self.step(node, mask, i, direction), self.run.shape(dst))
 

@@ -102,6 +102,9 @@ def cmd_query(args) -> int:
     return 0
 
 
+DEMO_MARKER = "MADE_BY_SUBZERO_DEMO"
+
+
 def cmd_demo(args) -> int:
     """The main job: the astronomy benchmark workflow on Spark, planned by the optimizer for a
     small workload, then a backward query (a star back to the raw pixels of exposure 1) and a
@@ -114,14 +117,16 @@ def cmd_demo(args) -> int:
     from subzero.workflows.astronomy import UDFS
 
     store = Path(args.store)
-    if (store / "catalog.json").exists():
-        shutil.rmtree(store)  # the demo's own store, rebuilt on every demo run
+    marker = store / DEMO_MARKER
+    if marker.exists():
+        shutil.rmtree(store)  # a store an earlier demo made: rebuilt on every demo run
     wf, inputs = load_builtin("astronomy", quick=args.quick)
     middle = [[n // 2 for n in inputs["exposure_1"].shape]]
     workload = [{"direction": "backward", "node": "stars", "to": "exposure_1", "cells": middle},
                 {"direction": "forward", "node": "exposure_1", "to": "clean", "cells": middle}]
     start = time.perf_counter()
     run = wf.run(inputs, store=store, workload=workload, max_disk="2x", executor=args.executor)
+    marker.write_text("made by `subzero demo`, which rebuilds this store on every run\n")
     shape = "x".join(map(str, inputs["exposure_1"].shape))
     print(f"ran the astronomy workflow ({len(run.strategies)} operators, {shape} exposures) on {args.executor} "
           f"in {time.perf_counter() - start:.1f} s into {run.path}")

@@ -88,8 +88,12 @@ def test_workflow_from_a_python_file(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["cells"] == [[1, 2]]
 
 
-def test_demo_runs_the_astronomy_workflow_and_prints_both_queries(tmp_path, capsys):
+def test_demo_runs_the_astronomy_workflow_and_prints_both_queries(tmp_path, capsys, store):
     assert main(["demo", "--quick", "--executor", "local", "--store", str(tmp_path / "d")]) == 0
     out = capsys.readouterr().out
     assert "ran the astronomy workflow" in out and "UDF     stars:" in out
     assert "backward: a star of" in out and "forward: cosmic-ray pixel" in out
+    assert main(["demo", "--quick", "--executor", "local", "--store", str(tmp_path / "d")]) == 0  # rebuilt
+    before = (store / "catalog.json").read_bytes()
+    assert main(["demo", "--quick", "--executor", "local", "--store", str(store)]) == 2  # not the demo's
+    assert (store / "catalog.json").read_bytes() == before

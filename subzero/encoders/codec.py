@@ -133,8 +133,9 @@ def unpack_groups(values: list[bytes], with_tails: bool = False):
     """`unpack_sets` for many values at once: one CSR ``(ids, ptr)`` per set position
     (pair ``k``'s set ``s`` is ``ids_s[ptr_s[k]:ptr_s[k+1]]``), plus the tails if asked.
 
-    Vectorized over the values when they share a layout (same number of sets, same width
-    per set, as `pack_groups` writes them); otherwise decoded one by one.
+    Vectorized over many small values sharing a layout (same number of sets, same width per
+    set, as `pack_groups` writes them); few or large values are decoded one by one, which
+    is cheaper for them.
     """
     n = len(values)
     if n == 0:
@@ -145,6 +146,8 @@ def unpack_groups(values: list[bytes], with_tails: bool = False):
         uniform = _unpack_uniform(buf.reshape(n, int(lengths[0])), with_tails)
         if uniform is not None:
             return uniform
+    if n < 64 or lengths.mean() > 256:  # few or large values: zero-copy views per value are cheaper
+        return _unpack_each(values, with_tails)
     starts = np.zeros(n, np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
     n_sets = int(buf[0])

@@ -18,7 +18,7 @@ import numpy as np
 
 from subzero.bench.cellpairs import CellPairs, write_cellpairs
 from subzero.bench.configs import USE_OPTIMIZER, configuration, operator_nodes, static_using
-from subzero.bench.harness import Harness, QuerySpec, RunRecord, check_same_cells
+from subzero.bench.harness import Harness, QuerySpec, RunRecord, check_same_cells, overhead_ratios
 from subzero.bench.results import figure
 from subzero.bench.timing import best_of, dir_bytes, timed
 from subzero.cells import box_cells
@@ -146,11 +146,9 @@ def _document(harness, runs, specs, seconds, counts, capture, rows, cell_bytes, 
               use_optimizer) -> dict[str, Any]:
     base = runs["NoLineage"]
     input_bytes = harness.input_bytes
-    disk = {c: r.lineage_bytes / input_bytes for c, r in runs.items()} | {"CellPairs": cell_bytes / input_bytes}
+    disk, runtime = overhead_ratios(runs, base, input_bytes, cell_bytes, capture)
     store = {c: r.store_bytes / base.store_bytes for c, r in runs.items()} | \
             {"CellPairs": (base.store_bytes + cell_bytes) / base.store_bytes}
-    runtime = {c: r.wall_seconds / base.wall_seconds for c, r in runs.items()} | \
-              {"CellPairs": (base.wall_seconds + capture) / base.wall_seconds}
     speedup = {q: {c: seconds[q]["BlackBox"] / max(t, 1e-9) for c, t in seconds[q].items()} for q in seconds}
     backward = [s.name for s in specs if s.direction == "backward"]
     queried = list(seconds[specs[0].name])

@@ -16,7 +16,7 @@ import numpy as np
 
 from subzero.bench.cellpairs import CellPairs, write_cellpairs
 from subzero.bench.configs import USE_OPTIMIZER, configuration, static_using
-from subzero.bench.harness import Harness, QuerySpec, RunRecord, check_same_cells
+from subzero.bench.harness import Harness, QuerySpec, RunRecord, check_same_cells, overhead_ratios
 from subzero.bench.results import figure
 from subzero.bench.timing import best_of, dir_bytes, timed
 from subzero.workflows import genomics as workflow
@@ -119,9 +119,7 @@ def _document(harness, runs, specs, static, dynamic, counts, sweep, capture, row
               use_optimizer) -> dict[str, Any]:
     base = runs["BlackBox"]
     input_bytes = harness.input_bytes
-    disk = {c: r.lineage_bytes / input_bytes for c, r in runs.items()} | {"CellPairs": cell_bytes / input_bytes}
-    runtime = {c: r.wall_seconds / base.wall_seconds for c, r in runs.items()} | \
-              {"CellPairs": (base.wall_seconds + capture) / base.wall_seconds}
+    disk, runtime = overhead_ratios(runs, base, input_bytes, cell_bytes, capture)
 
     def ratio(table):
         return {q: {c: t / max(table[q]["BlackBox"], 1e-9) for c, t in table[q].items()} for q in table}

@@ -22,7 +22,7 @@ from subzero.errors import SubZeroError
 from subzero.run import Run
 from subzero.workflow import Workflow
 
-__all__ = ["BenchError", "QuerySpec", "RunRecord", "QueryRecord", "Harness", "check_same_cells",
+__all__ = ["BenchError", "QuerySpec", "RunRecord", "QueryRecord", "Harness", "check_same_cells", "overhead_ratios",
            "lineage_bytes"]
 
 
@@ -117,6 +117,16 @@ def lineage_bytes(run: Run) -> int:
     """Bytes of lineage a run stored (LMDB entries plus R-tree files, from its catalog)."""
     return int(sum(sum(entry.get("stats", {}).get("bytes", {}).values())
                    for entry in run.catalog["nodes"].values()))
+
+
+def overhead_ratios(runs: dict[str, "RunRecord"], base: "RunRecord", input_bytes: int, cell_bytes: int,
+                    capture_seconds: float) -> tuple[dict[str, float], dict[str, float]]:
+    """Lineage disk relative to the input and wall time relative to ``base``, per configuration,
+    CellPairs included (its runtime is the base run plus capturing every cell pair)."""
+    disk = {c: r.lineage_bytes / input_bytes for c, r in runs.items()} | {"CellPairs": cell_bytes / input_bytes}
+    runtime = {c: r.wall_seconds / base.wall_seconds for c, r in runs.items()} | \
+        {"CellPairs": (base.wall_seconds + capture_seconds) / base.wall_seconds}
+    return disk, runtime
 
 
 def check_same_cells(query: str, answers: dict[str, np.ndarray]) -> None:

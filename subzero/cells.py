@@ -13,7 +13,7 @@ import numpy as np
 
 from subzero.errors import LineageError
 
-__all__ = ["as_coords", "to_ids", "to_coords", "mask_from_coords", "coords_from_mask", "box_cells"]
+__all__ = ["as_coords", "as_boxes", "to_ids", "to_coords", "mask_from_coords", "coords_from_mask", "box_cells"]
 
 Shape = tuple[int, ...]
 
@@ -125,3 +125,56 @@ def box_cells(lo: tuple[int, ...], hi: tuple[int, ...]) -> np.ndarray:
         return np.zeros((1, 0), dtype=np.int64)
     grid = np.meshgrid(*axes, indexing="ij")
     return np.stack([g.reshape(-1) for g in grid], axis=1)
+
+
+def as_boxes(box: Any, shape: Shape, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a user's box (``[(lo, hi), ...]``, one half-open pair per axis) or list of
+    boxes against an array shape; return ``(lo, hi)`` as two ``(N, ndim)`` int64 arrays.
+
+    Examples
+    --------
+    >>> lo, hi = as_boxes([(0, 2), (1, 3)], (3, 4), "x")
+    >>> lo.tolist(), hi.tolist()
+    ([[0, 1]], [[2, 3]])
+    """
+    ndim = len(shape)
+    try:
+        arr = np.asarray(box, dtype=object)
+    except ValueError:
+        arr = None
+    if arr is None or arr.ndim not in (2, 3) or arr.shape[-1] != 2 or arr.size == 0:
+        raise LineageError(f"box for {where} (shape {tuple(shape)}) must be [(lo, hi), ...] with one half-open "
+                           f"(lo, hi) pair per axis ({ndim} pairs), or a list of such boxes; got {box!r:.200}")
+    boxes = arr.reshape(-1, arr.shape[-2], 2) if arr.ndim == 3 else arr.reshape(1, -1, 2)
+    if boxes.shape[1] != ndim:
+        raise LineageError(f"box {box!r:.200} for {where} has {boxes.shape[1]} (lo, hi) pair(s); the array has "
+                           f"shape {tuple(shape)}: give {ndim}")
+    try:
+        values = [[int(v) for v in pair] if all(_is_int(v) for v in pair) else None
+                  for b in boxes for pair in b]
+    except (TypeError, ValueError, OverflowError):
+        values = [None]
+    if any(v is None for v in values):
+        raise LineageError(f"box {box!r:.200} for {where} must hold integer (lo, hi) pairs")
+    pairs = np.array(values, dtype=object).reshape(len(boxes), ndim, 2)
+    for b in pairs:
+        for axis, (lo, hi) in enumerate(b):
+            if lo > hi:
+                raise LineageError(f"box {_fmt_box(b)} for {where} (shape {tuple(shape)}) has lo > hi on axis {axis}; "
+                                   "boxes are half-open [lo, hi)")
+            if lo == hi:
+                raise LineageError(f"box {_fmt_box(b)} for {where} (shape {tuple(shape)}) is empty on axis {axis}; "
+                                   "boxes are half-open [lo, hi), so hi must exceed lo")
+            if lo < 0 or hi > shape[axis]:
+                raise LineageError(f"box {_fmt_box(b)} for {where} is out of bounds on axis {axis} for shape "
+                                   f"{tuple(shape)}; valid boxes have 0 <= lo < hi <= shape")
+    return pairs[:, :, 0].astype(np.int64), pairs[:, :, 1].astype(np.int64)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) or \
+        (isinstance(v, (float, np.floating)) and float(v).is_integer())
+
+
+def _fmt_box(b) -> str:
+    return "[" + ", ".join(f"({int(lo)}, {int(hi)})" for lo, hi in b) + "]"

@@ -131,7 +131,7 @@ def cmd_demo(args) -> int:
     print(f"ran the astronomy workflow ({len(run.strategies)} operators, {shape} exposures) on {args.executor} "
           f"in {time.perf_counter() - start:.1f} s into {run.path}")
     for node in UDFS:
-        print(f"  UDF {node:>9}: {', '.join(run.strategies[node])}  [{run.catalog['nodes'][node]['reason']}]")
+        print(f"  UDF {node:>9}: {', '.join(run.strategies[node])}  [{run.catalog.nodes[node].reason}]")
     blackbox = {node: "BlackBox" for node in run.strategies}
 
     def timed(query, *a, **kw):

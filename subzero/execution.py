@@ -1,8 +1,10 @@
-"""The workflow executor: runs nodes in order, tile by tile, and commits each node.
+"""The workflow executor (the driver): runs nodes in order, tile by tile, and commits each node.
 
 Per node: bind the operator to its shapes, run its tiles on the chosen executor (each
-task encodes its own lineage), assemble and persist the output array, merge the tiles'
-lineage and write it in one LMDB transaction, then record the node in the catalog.
+task reads its tile of the inputs, writes its own output chunk and lineage shards, and
+returns small metadata), then commit: the array's metadata, the node's manifest (one
+successful attempt per tile), and last its catalog entry.  The driver holds metadata
+only, O(tiles) per node, never cells.
 
 When the optimizer chooses strategies (a workload or a budget is given and not every
 node is pinned), the run has two phases: first every node is computed without lineage
@@ -14,32 +16,83 @@ workflow's own cost, the base of relative runtime budgets.
 from __future__ import annotations
 
 import datetime as _dt
+import os
+import pickle
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from subzero.encoders import merge_tiles
-from subzero.errors import SubZeroError, WorkflowError
+from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, RunRecord
+from subzero.errors import StoreError, SubZeroError, WorkflowError
 from subzero.modes import Strategy
-from subzero.pickling import dump_operator
+from subzero.operator import Operator
+from subzero.pickling import dump_operator, dumps_with_operator
 from subzero.planning import default_strategies, resolve_pinned
-from subzero.runtime import NodeTask, TileResult, run_tile
-from subzero.store import RunStore
-from subzero.tiling import Tile, Whole, tile_grid
+from subzero.runtime import NodeTask, TileMeta, run_tile
+from subzero.store import FileStore
+from subzero.store.arrays import ExternalArray, write_array
+from subzero.tiling import Elementwise, Tile, Whole, default_chunks, tile_grid, tile_lens
 from subzero.workflow import Node, Workflow
 
-__all__ = ["execute", "LocalExecutor", "make_executor", "bind_shapes"]
+__all__ = ["execute", "LocalExecutor", "make_executor", "bind_shapes", "node_tiles", "node_chunks", "Progress"]
+
+
+class Progress:
+    """What the executor reports while it runs (the default reports nothing).
+
+    The command line passes a terminal progress display with the same three methods;
+    ``tiles_done`` may be called from another thread.
+    """
+
+    def node_started(self, name: str, n_tiles: int) -> None:
+        pass
+
+    def tiles_done(self, name: str, n: int) -> None:
+        pass
+
+    def node_finished(self, name: str) -> None:
+        pass
 
 
 class LocalExecutor:
-    """Runs a node's tiles one after another in this process."""
+    """Runs a node's tiles in this process, on a few threads (numpy and scipy release the GIL).
+
+    Each thread works on its own copy of the task, as each Spark worker does, so an
+    operator never sees two tiles at once.
+    """
 
     name = "local"
 
-    def map_tiles(self, task: NodeTask, tiles: list[Tile]) -> list[TileResult]:
+    def __init__(self, threads: int | None = None):
+        env = os.environ.get("SUBZERO_LOCAL_THREADS")
+        self.threads = threads or (int(env) if env else min(os.cpu_count() or 1, 4))
+
+    def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Progress = Progress()) -> list[TileMeta]:
         try:
-            return [run_tile(task, tile) for tile in tiles]
+            if len(tiles) == 1 or self.threads == 1:
+                out = []
+                for tile in tiles:
+                    out.append(run_tile(task, tile))
+                    progress.tiles_done(task.node, 1)
+                return out
+            payload = dumps_with_operator(task, task.operator, task.node)
+            local = threading.local()
+
+            def one(tile: Tile) -> TileMeta:
+                if not hasattr(local, "task"):
+                    local.task = pickle.loads(payload)
+                meta = run_tile(local.task, tile)
+                progress.tiles_done(task.node, 1)
+                return meta
+
+            with ThreadPoolExecutor(self.threads, thread_name_prefix="subzero-tile") as pool:
+                metas = list(pool.map(one, tiles))
+            if metas and task.operator.output_shape is None:
+                task.operator.output_shape = metas[0].shape
+            return metas
         except SubZeroError:
             raise
         except Exception as exc:
@@ -56,7 +109,28 @@ def make_executor(executor: str, spark=None):
     raise WorkflowError(f"unknown executor {executor!r}; use 'spark' (default) or 'local'")
 
 
-def _check_inputs(wf: Workflow, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+def check_executor(executor: str, store_url: str) -> None:
+    """Refuse what cannot work before anything starts."""
+    if executor not in ("spark", "local"):
+        raise WorkflowError(f"unknown executor {executor!r}; use 'spark' (default) or 'local'")
+    if executor == "spark" and store_url.startswith("memory://"):
+        raise StoreError(f"store {store_url!r} lives in this process's memory, which Spark's workers cannot see; "
+                         "use executor='local' or a store on a file system the workers share")
+
+
+class _Source(Operator):
+    """Copies an external array (e.g. a Zarr array given as an input) into the store, tile by tile."""
+
+    tiling = Elementwise()
+
+    def infer_output_shape(self, input_shapes):
+        return tuple(input_shapes[0])
+
+    def run(self, ctx, x):
+        return x
+
+
+def _check_inputs(wf: Workflow, inputs: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(inputs, dict):
         raise WorkflowError(f"inputs must be a dict of input name -> array, got {type(inputs).__name__}")
     names = {n.name for n in wf.inputs}
@@ -67,9 +141,13 @@ def _check_inputs(wf: Workflow, inputs: dict[str, Any]) -> dict[str, np.ndarray]
         raise WorkflowError(f"workflow {wf.name!r} has no input(s) {sorted(extra)}; its inputs are {sorted(names)}")
     arrays = {}
     for name, value in inputs.items():
+        if ExternalArray.accepts(value):
+            arrays[name] = ExternalArray(value, name)
+            continue
         arr = np.asarray(value)
-        if arr.dtype == object:
-            raise WorkflowError(f"input {name!r} must be a numeric numpy array, got dtype object")
+        if arr.dtype == object or arr.dtype.names is not None or arr.dtype.kind not in "biufcmM":
+            raise WorkflowError(f"input {name!r} must be a numeric numpy array, got dtype {arr.dtype}; convert "
+                                "it with np.asarray(..., dtype=float) first")
         arrays[name] = arr
     return arrays
 
@@ -88,143 +166,222 @@ def bind_shapes(node: Node, input_shapes: tuple[tuple[int, ...], ...]) -> None:
                             "implement infer_output_shape(input_shapes)")
 
 
-def node_tiles(node: Node, tile_shape) -> list[Tile]:
-    op = node.operator
+def node_tiles(op: Operator, tile_shape) -> list[Tile]:
+    """The tiles of a bound operator's output (one unknown tile when only running tells the shape)."""
     if op.output_shape is None:
         return [Tile(0, None)]
     return tile_grid(op.output_shape, op.effective_tiling().split_axes(op), tile_shape)
 
 
+def node_chunks(op: Operator, tile_shape) -> tuple[int, ...] | None:
+    """Chunks of a node's array: its tiles, or the default chunks for a whole-array operator."""
+    if op.output_shape is None:
+        return None
+    split = op.effective_tiling().split_axes(op)
+    if not split:
+        return default_chunks(op.output_shape)
+    return tile_lens(op.output_shape, split, tile_shape)
+
+
 class _Execution:
-    """One run in progress: the store, the executor and what has been measured so far."""
+    """One run in progress: the store, the executor, the catalog so far, the disk budget left."""
 
-    def __init__(self, wf: Workflow, rs: RunStore, runner, tile_shape, max_disk: float | None):
-        self.wf, self.rs, self.runner, self.tile_shape = wf, rs, runner, tile_shape
-        self.shapes: dict[str, tuple[int, ...]] = {}
-        self.dtypes: dict[str, str] = {}
+    def __init__(self, wf: Workflow, store: FileStore, catalog: RunRecord, runner, tile_shape,
+                 max_disk: float | None, progress: Progress):
+        self.wf, self.store, self.catalog, self.runner = wf, store, catalog, runner
+        self.tile_shape, self.progress = tile_shape, progress
         self.disk_left = max_disk
+        self.arrays: dict[str, ArrayRecord] = {}
 
-    def save_input(self, node: Node, array: np.ndarray) -> None:
-        self.rs.save_array(node.name, array)
-        self.shapes[node.name] = array.shape
-        self.rs.catalog["nodes"][node.name] = {"kind": "input", "shape": list(array.shape), "dtype": str(array.dtype)}
-        self.rs.save_catalog()
+    # -- inputs ---------------------------------------------------------------------------
+    def save_input(self, node: Node, value) -> None:
+        shape = tuple(int(n) for n in value.shape)
+        chunks = default_chunks(shape)
+        ref = self.store.array(node.name)
+        if isinstance(value, ExternalArray):  # the executor's tasks copy it, tile by tile
+            op = _Source()
+            op.input_shapes, op.output_shape = (shape,), shape
+            task = NodeTask(node.name, op, (value,), output=ref, chunks=chunks)
+            self._run(task, tile_grid(shape, tuple(range(len(shape))), chunks))
+            ref.commit(shape, str(value.dtype), chunks)
+        else:
+            self.progress.node_started(node.name, 1)
+            write_array(ref, value, chunks)
+            self.progress.node_finished(node.name)
+        dtype = str(value.dtype)
+        self.arrays[node.name] = _array_record(shape, dtype, chunks)
+        self._commit_record(NodeRecord(node.name, "input", self.arrays[node.name]))
 
-    def task(self, node: Node, strategies: tuple[str, ...]) -> NodeTask:
-        return NodeTask(node.name, node.operator, tuple(self.rs.array_path(i.name) for i in node.inputs), strategies)
+    # -- operators ----------------------------------------------------------------------------
+    def task(self, node: Node, strategies: tuple[str, ...], write_output: bool) -> NodeTask:
+        op = node.operator
+        stored = tuple(s for s in strategies if Strategy.parse(s).stored)
+        return NodeTask(node.name, op, tuple(self.store.array(i.name) for i in node.inputs), stored,
+                        output=self.store.array(node.name) if write_output else None,
+                        chunks=node_chunks(op, self.tile_shape), location=self.store.location,
+                        shard_dirs=tuple((s, self.store.shard_directory(node.name, s)) for s in stored))
 
-    def compute(self, node: Node, strategies: tuple[str, ...]) -> tuple[list[TileResult], float]:
-        """Bind, run every tile (encoding ``strategies``), persist the output array."""
-        bind_shapes(node, tuple(self.shapes[i.name] for i in node.inputs))
+    def _run(self, task: NodeTask, tiles: list[Tile]) -> tuple[list[TileMeta], float]:
+        self.progress.node_started(task.node, len(tiles))
         start = time.perf_counter()
-        results = self.runner.map_tiles(self.task(node, strategies), node_tiles(node, self.tile_shape))
-        wall = time.perf_counter() - start
-        output = _assemble(results, node.operator.output_shape)
-        node.operator.output_shape = output.shape
-        self.rs.save_array(node.name, output)
-        self.rs.save_operator(node.name, dump_operator(node.operator, node.name))
-        self.shapes[node.name], self.dtypes[node.name] = output.shape, str(output.dtype)
-        return results, wall
+        try:
+            metas = self.runner.map_tiles(task, tiles, self.progress)
+        finally:
+            self.progress.node_finished(task.node)
+        return metas, time.perf_counter() - start
 
-    def capture(self, node: Node, strategies: tuple[str, ...]) -> tuple[list[TileResult], float]:
+    def compute(self, node: Node, strategies: tuple[str, ...]) -> tuple[list[TileMeta], float]:
+        """Bind, run every tile (encoding ``strategies``), commit the output array."""
+        bind_shapes(node, tuple(self.arrays[i.name].shape for i in node.inputs))
+        op = node.operator
+        metas, wall = self._run(self.task(node, strategies, write_output=True), node_tiles(op, self.tile_shape))
+        shape, dtype, chunks = _agreed(node, metas)
+        op.output_shape = shape
+        self.store.array(node.name).commit(shape, dtype, chunks)
+        self.store.save_operator(node.name, dump_operator(op, node.name))
+        self.arrays[node.name] = _array_record(shape, dtype, chunks)
+        return metas, wall
+
+    def capture(self, node: Node, strategies: tuple[str, ...]) -> tuple[list[TileMeta], float]:
         """Re-run a computed node's tiles to capture lineage (its output is already stored)."""
-        start = time.perf_counter()
-        results = self.runner.map_tiles(self.task(node, strategies), node_tiles(node, self.tile_shape))
-        return results, time.perf_counter() - start
+        return self._run(self.task(node, strategies, write_output=False), node_tiles(node.operator, self.tile_shape))
 
-    def commit(self, node: Node, strategies: tuple[str, ...], results: list[TileResult], wall: float,
-               extra: dict | None = None) -> dict:
-        """Write the node's lineage (within the disk budget) and then its catalog entry."""
+    def commit(self, node: Node, strategies: tuple[str, ...], metas: list[TileMeta], wall: float,
+               extra: dict | None = None) -> NodeRecord:
+        """Commit the node: the manifest of its shards (within the disk budget), then its catalog entry."""
+        op = node.operator
         stored = [s for s in strategies if Strategy.parse(s).stored]
-        batches = {s: merge_tiles([r.encoded[s] for r in results]) for s in stored}
-        dropped = self._fit_budget(batches)
+        shards = {s: tuple(sorted((m.shards[s] for m in metas), key=lambda r: r.tile)) for s in stored}
+        sizes = {s: sum(r.nbytes + r.index_bytes for r in recs) for s, recs in shards.items()}
+        dropped = self._fit_budget(sizes)
         kept = tuple(s for s in strategies if s not in dropped) or ("BlackBox",)
         start = time.perf_counter()
-        op = node.operator
-        ndims = {0xFF: len(op.output_shape)} | {i: len(s) for i, s in enumerate(op.input_shapes)}
-        sizes = self.rs.write_lineage(node.name, batches, ndims)
+        manifest = Manifest(node.name, {s: recs for s, recs in shards.items() if s not in dropped})
+        self.store.write_manifest(manifest)
+        kept_sizes = {s: v for s, v in sizes.items() if s not in dropped}
         if self.disk_left is not None:
-            self.disk_left -= sum(sizes.values())
-        entry = {
-            "kind": "operator", "shape": list(op.output_shape), "dtype": self.dtypes[node.name],
-            "strategies": list(kept),
-            "stats": {
-                "tiles": len(results), "wall_seconds": wall,
-                "op_seconds": sum(r.op_seconds for r in results),
-                "lineage_seconds": sum(r.lineage_seconds for r in results),
-                "write_seconds": time.perf_counter() - start,
-                "bytes": sizes,
-                "keys": {s: len(b.keys) for s, b in batches.items()},
-                "encode_seconds": {s: sum(r.encode_seconds.get(s, 0.0) for r in results) for s in batches},
-                "pairs": {s: [sum(r.cells[s][k] for r in results) for k in range(3)] for s in batches},
-            },
-        }
-        if dropped:
-            entry["dropped"] = {s: "over the disk budget at run time" for s in dropped}
-        entry.update(extra or {})
-        self.rs.catalog["nodes"][node.name] = entry
-        self.rs.save_catalog()
-        return entry
+            self.disk_left -= sum(kept_sizes.values())
+        stats = NodeStats(
+            tiles=len(metas), wall_seconds=wall, op_seconds=sum(m.op_seconds for m in metas),
+            lineage_seconds=sum(m.lineage_seconds for m in metas),
+            write_seconds=sum(m.write_seconds for m in metas) + time.perf_counter() - start,
+            bytes=kept_sizes, keys={s: sum(r.keys for r in shards[s]) for s in kept_sizes},
+            encode_seconds={s: sum(r.encode_seconds for r in shards[s]) for s in kept_sizes},
+            pairs={s: (sum(r.pairs for r in shards[s]), sum(r.out_cells for r in shards[s]),
+                       sum(r.in_cells for r in shards[s])) for s in kept_sizes},
+            file_bytes={s: sum(r.disk_bytes for r in shards[s]) for s in kept_sizes})
+        extra = dict(extra or {})
+        record = NodeRecord(
+            node.name, "operator", self.arrays[node.name], strategies=kept,
+            reason=extra.pop("reason", ""), stats=stats,
+            dropped={s: "over the disk budget at run time" for s in dropped},
+            tile_shape=tile_lens(op.output_shape, op.effective_tiling().split_axes(op), self.tile_shape),
+            **extra)
+        self._commit_record(record)
+        self.store.remove_uncommitted(node.name, manifest)
+        return record
 
-    def _fit_budget(self, batches: dict) -> list[str]:
+    def _commit_record(self, record: NodeRecord) -> None:
+        self.catalog = self.catalog.with_node(record)
+        self.store.write_catalog(self.catalog)
+
+    def _fit_budget(self, sizes: dict[str, int]) -> list[str]:
         """Drop the largest strategies until the node fits in what is left of the budget."""
         if self.disk_left is None:
             return []
-        need = {s: b.nbytes + b.index_bytes_bound for s, b in batches.items()}
+        left = dict(sizes)
         dropped = []
-        while batches and sum(need[s] for s in batches) > self.disk_left:
-            worst = max(batches, key=lambda s: need[s])
+        while left and sum(left.values()) > self.disk_left:
+            worst = max(left, key=lambda s: left[s])
             dropped.append(worst)
-            del batches[worst]
+            del left[worst]
         return dropped
 
 
+def _array_record(shape, dtype: str, chunks) -> ArrayRecord:
+    return ArrayRecord(tuple(shape), dtype, tuple(chunks), int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+
+
+def _agreed(node: Node, metas: list[TileMeta]) -> tuple[tuple[int, ...], str, tuple[int, ...]]:
+    """The output shape, dtype and chunks every tile reported (they must agree)."""
+    first = metas[0]
+    for m in metas[1:]:
+        if m.dtype != first.dtype:
+            raise WorkflowError(f"node {node.name!r} ({type(node.operator).__name__}): run() returned dtype "
+                                f"{first.dtype} for tile {first.tile.box} but {m.dtype} for tile {m.tile.box}; "
+                                "an operator must return one dtype for every tile (cast with astype)")
+    return first.shape, first.dtype, first.chunks
+
+
 def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_runtime=None,
-            workload=None, executor="spark", spark=None, tile_shape=None):
+            workload=None, executor="spark", spark=None, tile_shape=None, overwrite: bool = False,
+            progress: Progress | None = None):
     """Run ``wf`` on ``inputs`` into a new ``store``; see `Workflow.run`."""
     from subzero.optimizer.budgets import parse_disk_budget, parse_runtime_budget
     from subzero.optimizer.workload import parse_workload
     from subzero.run import Run
+    from subzero.store.location import resolve
 
+    progress = progress or Progress()
     arrays = _check_inputs(wf, inputs)
     pinned = resolve_pinned(wf, strategies)
     queries = parse_workload(wf, workload)
-    input_bytes = int(sum(a.nbytes for a in arrays.values()))
+    _check_tile_shape(tile_shape)
+    input_bytes = int(sum(int(np.prod(a.shape, dtype=np.int64)) * a.dtype.itemsize for a in arrays.values()))
     disk_budget = parse_disk_budget(max_disk, input_bytes)
     parse_runtime_budget(max_runtime, 1.0)  # reject a malformed budget before anything runs
-    runner = make_executor(executor, spark)
+    location = resolve(store)
+    check_executor(executor, location.url)
     operators = [n for n in wf.nodes if not n.is_input]
     optimized = bool(queries or max_disk is not None or max_runtime is not None) and \
         any(n.name not in pinned for n in operators)
-    catalog = {
-        "workflow": wf.to_dict(),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "executor": runner.name, "tile_shape": tile_shape, "status": "running",
-        "pinned": {k: list(v) for k, v in pinned.items()},
-        "input_bytes": input_bytes, "workload": workload if isinstance(workload, list) else None,
-        "budgets": {"max_disk": max_disk, "max_runtime": max_runtime},
-    }
-    rs = RunStore.create(store, catalog)
-    run = _Execution(wf, rs, runner, tile_shape, disk_budget)
-    started = time.perf_counter()
+    catalog = RunRecord(
+        workflow=wf.to_dict(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        executor=executor, tile_shape=list(tile_shape) if isinstance(tile_shape, tuple) else tile_shape,
+        pinned={k: list(v) for k, v in pinned.items()}, input_bytes=input_bytes,
+        workload=workload if isinstance(workload, list) else None,
+        budgets={"max_disk": max_disk, "max_runtime": max_runtime})
+    fs = FileStore.create(location, catalog, overwrite=overwrite)  # exclusive: before Spark starts
     try:
-        for node in wf.inputs:
-            run.save_input(node, arrays[node.name])
-        if optimized:
-            _two_phase(run, operators, pinned, queries, max_runtime)
-        else:
-            for node in operators:
-                chosen = pinned.get(node.name) or default_strategies(node)
-                results, wall = run.compute(node, chosen)
-                run.commit(node, chosen, results, wall, {"reason": "pinned" if node.name in pinned else "default"})
-    except BaseException:
-        rs.catalog["status"] = "failed"
-        rs.save_catalog()
-        raise
-    rs.catalog["status"] = "done"
-    rs.catalog["wall_seconds"] = time.perf_counter() - started
-    rs.save_catalog()
-    return Run(rs, wf)
+        runner = make_executor(executor, spark)
+        run = _Execution(wf, fs, catalog, runner, tile_shape, disk_budget, progress)
+        started = time.perf_counter()
+        try:
+            for node in wf.inputs:
+                run.save_input(node, arrays[node.name])
+            if optimized:
+                _two_phase(run, operators, pinned, queries, max_runtime)
+            else:
+                for node in operators:
+                    chosen = pinned.get(node.name) or default_strategies(node)
+                    metas, wall = run.compute(node, chosen)
+                    run.commit(node, chosen, metas, wall, {"reason": "pinned" if node.name in pinned else "default"})
+        except BaseException:
+            fs.write_catalog(_replace(run.catalog, status="failed"))
+            raise
+        fs.write_catalog(_replace(run.catalog, status="done", wall_seconds=time.perf_counter() - started))
+    finally:
+        fs.close()
+    return Run(FileStore.open(location), wf)
+
+
+def _replace(record: RunRecord, **changes) -> RunRecord:
+    from dataclasses import replace
+
+    return replace(record, **changes)
+
+
+def _check_tile_shape(tile_shape) -> None:
+    if tile_shape is None:
+        return
+    values = [tile_shape] if isinstance(tile_shape, (int, np.integer)) else tile_shape
+    try:
+        ok = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1 for v in values)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise WorkflowError(f"tile_shape must be a positive int or a tuple of positive ints (cells per tile along "
+                            f"each axis), got {tile_shape!r}")
 
 
 def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runtime) -> None:
@@ -234,12 +391,13 @@ def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runt
 
     profiles, computed, base, calibration = {}, {}, 0.0, 0.0
     for node in operators:
-        results, wall = run.compute(node, ())
+        metas, wall = run.compute(node, ())
         base += wall
-        computed[node.name] = (results, wall)
+        computed[node.name] = (metas, wall)
         start = time.perf_counter()
-        profiles[node.name] = profile_node(run.task(node, ()), node_tiles(node, run.tile_shape),
-                                           _candidates(node, pinned), sum(r.op_seconds for r in results))
+        profiles[node.name] = profile_node(run.task(node, (), write_output=False),
+                                           node_tiles(node.operator, run.tile_shape),
+                                           _candidates(node, pinned), sum(m.op_seconds for m in metas))
         calibration += time.perf_counter() - start
     runtime_budget = parse_runtime_budget(max_runtime, base)
     try:
@@ -248,19 +406,19 @@ def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runt
     except WorkflowError as exc:  # pins alone break a budget: plan the rest, pins fall back at commit
         plan, problem = optimize(run.wf, profiles, queries, run.disk_left, runtime_budget, {})
         over_budget = str(exc)
-    run.rs.catalog["optimizer"] = {
+    run.catalog = _replace(run.catalog, optimizer={
         "base_seconds": base, "calibration_seconds": calibration, "solve_seconds": plan.solve_seconds,
         "objective": plan.objective, "status": plan.status, "max_disk_bytes": run.disk_left,
         "max_runtime_seconds": runtime_budget, "predicted_disk": plan.disk, "predicted_runtime": plan.runtime,
         "pins_over_budget": over_budget,
-    }
+    })
     for node in operators:
         chosen = pinned.get(node.name) or tuple(plan.chosen.get(node.name, ("BlackBox",)))
         stored = tuple(s for s in chosen if Strategy.parse(s).stored)
-        results, wall = run.capture(node, stored) if stored else computed[node.name]
+        metas, wall = run.capture(node, stored) if stored else computed[node.name]
         predicted = {c.strategy: {"disk": c.disk, "runtime": c.runtime, "query": dict(c.query_cost)}
                      for c in problem.candidates if c.node == node.name}
-        run.commit(node, chosen, results, wall, {
+        run.commit(node, chosen, metas, wall, {
             "reason": "pinned" if node.name in pinned else plan.reasons.get(node.name, ""), "predicted": predicted,
             "profile": profiles[node.name].to_dict(),
             "pruned": {s: why for (n, s), why in plan.pruned.items() if n == node.name},
@@ -276,12 +434,3 @@ def _candidates(node: Node, pinned: dict[str, tuple[str, ...]]) -> list[str]:
     if Mode.MAP in node.operator.supported_modes():
         return list(dict.fromkeys(["Map", "BlackBox", *pinned.get(node.name, ())]))
     return supported_strategies(node.operator)
-
-
-def _assemble(results: list[TileResult], shape) -> np.ndarray:
-    if len(results) == 1 and (shape is None or results[0].output.shape == tuple(shape)):
-        return np.array(results[0].output, order="C")  # keeps 0-d outputs 0-d
-    out = np.empty(shape, dtype=np.result_type(*[r.output.dtype for r in results]))
-    for r in results:
-        out[tuple(slice(lo, hi) for lo, hi in r.tile.box)] = r.output
-    return out

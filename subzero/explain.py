@@ -24,9 +24,9 @@ def _fmt_s(x: float | None) -> str:
 def explain(run: Run) -> str:
     """A plain-text report of a run's plan: one block per node."""
     cat = run.catalog
-    lines = [f"run {run.workflow.name!r} in {run.path}: status {cat.get('status')}, "
-             f"executor {cat.get('executor')}, wall {_fmt_s(cat.get('wall_seconds'))}"]
-    opt = cat.get("optimizer")
+    lines = [f"run {run.workflow.name!r} in {run.path}: status {cat.status}, "
+             f"executor {cat.executor}, wall {_fmt_s(cat.wall_seconds)}"]
+    opt = cat.optimizer
     if opt:
         lines.append(
             f"optimizer: {opt['status']}, solved in {_fmt_s(opt['solve_seconds'])}, objective "
@@ -39,38 +39,38 @@ def explain(run: Run) -> str:
     measured_steps = _measured_steps(run)
     total_disk = 0.0
     for node in run.workflow.nodes:
-        name, entry = node.name, cat["nodes"].get(node.name, {})
-        if entry.get("kind") != "operator":
+        name, entry = node.name, cat.nodes.get(node.name)
+        if entry is None or entry.kind != "operator":
             continue
-        stats = entry.get("stats", {})
-        disk = sum(stats.get("bytes", {}).values())
+        stats = entry.stats
+        disk = sum(stats.bytes.values())
         total_disk += disk
-        lines.append(f"\n{name} ({type(run.node(name).operator).__name__}, shape {tuple(entry['shape'])}): "
-                     f"{', '.join(entry['strategies'])}  [{entry.get('reason', '')}]")
-        lines.append(f"  measured: disk {_fmt_bytes(disk)}, operator {_fmt_s(stats.get('op_seconds'))}, "
-                     f"lineage {_fmt_s(stats.get('lineage_seconds'))}, write {_fmt_s(stats.get('write_seconds'))}, "
-                     f"{stats.get('tiles', 1)} tile(s)")
-        for strategy, pred in sorted(entry.get("predicted", {}).items()):
-            mark = "*" if strategy in entry["strategies"] else " "
-            got = stats.get("bytes", {}).get(strategy)
+        lines.append(f"\n{name} ({type(run.node(name).operator).__name__}, shape {tuple(entry.shape)}): "
+                     f"{', '.join(entry.strategies)}  [{entry.reason}]")
+        lines.append(f"  measured: disk {_fmt_bytes(disk)}, operator {_fmt_s(stats.op_seconds)}, "
+                     f"lineage {_fmt_s(stats.lineage_seconds)}, write {_fmt_s(stats.write_seconds)}, "
+                     f"{stats.tiles} tile(s)")
+        for strategy, pred in sorted(entry.predicted.items()):
+            mark = "*" if strategy in entry.strategies else " "
+            got = stats.bytes.get(strategy)
             q = ", ".join(f"{d} {_fmt_s(v)}" for d, v in sorted(pred["query"].items()))
             lines.append(f"  {mark} {strategy:<18} predicted disk {_fmt_bytes(pred['disk']):>9} "
                          f"(measured {_fmt_bytes(got) if got is not None else '-':>9}), runtime "
                          f"{_fmt_s(pred['runtime'])}, query step {q}")
-        for strategy, why in sorted(entry.get("pruned", {}).items()):
+        for strategy, why in sorted(entry.pruned.items()):
             lines.append(f"    pruned {strategy}: {why}")
-        for strategy, why in sorted(entry.get("dropped", {}).items()):
+        for strategy, why in sorted(entry.dropped.items()):
             lines.append(f"    dropped {strategy}: {why}")
         for (direction, strategy), (count, seconds) in sorted(measured_steps.get(name, {}).items()):
             lines.append(f"  queries: {count} {direction} step(s) via {strategy}, mean {_fmt_s(seconds / count)}")
     lines.append(f"\ntotal lineage stored: {_fmt_bytes(total_disk)} "
-                 f"({total_disk / max(cat.get('input_bytes', 0) or 1, 1):.2f}x the input size)")
+                 f"({total_disk / max(cat.input_bytes or 1, 1):.2f}x the input size)")
     return "\n".join(lines)
 
 
 def _measured_steps(run: Run) -> dict:
     out: dict = {}
-    for query in run.store.query_log():
+    for query in run.query_log():
         for step in query.get("steps", []):
             key = (step["direction"], step["strategy"] + (" -> BlackBox" if step.get("switched_to_blackbox") else ""))
             count, seconds = out.setdefault(step["node"], {}).get(key, (0, 0.0))

@@ -79,14 +79,15 @@ class FullPairs:
         ins = [sub(a, b) for a, b in zip(self.in_ids, self.in_ptr)]
         return FullPairs(out[0], out[1], tuple(a for a, _ in ins), tuple(b for _, b in ins))
 
-    def backward(self, out_mask: np.ndarray, i: int) -> np.ndarray:
-        """Input-``i`` cell ids of every pair whose out cells meet the flat ``out_mask``."""
-        hit = _hit_pairs(self.out_ids, self.out_ptr, out_mask)
+    def backward(self, frontier, i: int) -> np.ndarray:
+        """Input-``i`` cell ids of every pair whose out cells meet ``frontier`` (a
+        `subzero.frontier.Frontier` over the output, or anything with ``contains(ids)``)."""
+        hit = _hit_pairs(self.out_ids, self.out_ptr, frontier)
         return gather_groups(self.in_ids[i], self.in_ptr[i], hit)
 
-    def forward(self, in_mask: np.ndarray, i: int) -> np.ndarray:
-        """Output cell ids of every pair whose input-``i`` cells meet the flat ``in_mask``."""
-        hit = _hit_pairs(self.in_ids[i], self.in_ptr[i], in_mask)
+    def forward(self, frontier, i: int) -> np.ndarray:
+        """Output cell ids of every pair whose input-``i`` cells meet ``frontier`` (over input ``i``)."""
+        hit = _hit_pairs(self.in_ids[i], self.in_ptr[i], frontier)
         return gather_groups(self.out_ids, self.out_ptr, hit)
 
 
@@ -133,9 +134,9 @@ class PayloadPairs:
         return [(bytes(distinct[k]), ids[bounds[k] : bounds[k + 1]]) for k in range(len(distinct))]
 
 
-def _hit_pairs(ids: np.ndarray, ptr: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def _hit_pairs(ids: np.ndarray, ptr: np.ndarray, frontier) -> np.ndarray:
     n = len(ptr) - 1
     hit = np.zeros(n, dtype=bool)
     if n and len(ids):
-        hit[owners(ptr)[mask[ids]]] = True
+        hit[owners(ptr)[frontier.contains(ids)]] = True
     return hit

@@ -1,32 +1,98 @@
 """The query executor: one lineage step through one node, from stored lineage or re-execution.
 
-The frontier is a boolean mask over the array a step starts from; each step returns a
-mask over the array it reaches, so duplicates vanish as they appear.  Stored lineage is
-read in this process (no Spark job); black-box steps re-run only the tiles the frontier
-touches, in tracing mode.
+The frontier (`subzero.frontier.Frontier`) is a set of cells over the array a step
+starts from; each step returns one over the array it reaches.  A step costs its
+frontier, not the array: stored lineage is read only from the shards of the tiles the
+frontier touches (the tiles of its cells for lookups keyed by them, the tiles whose
+input box it meets otherwise), mapping functions see only the frontier's cells (or
+boxes), and black-box steps re-run only the touched tiles.  Everything runs in the
+calling process: no Spark job, no JVM.
+
+The executor reads a run through the small `LineageSource` interface (shapes, stored
+strategies, the tile grid, shard readers, tile tasks), not through `subzero.run.Run`.
 """
 
 from __future__ import annotations
 
+from typing import Iterator, Protocol
+
 import numpy as np
 
-from subzero.cells import coords_from_mask, mask_from_coords
 from subzero.encoders import encoder_for
 from subzero.encoders.base import FullEncoder
-from subzero.errors import LineageError
+from subzero.errors import LineageError, StoreError
+from subzero.frontier import MAX_BOX_EXPANSION, Frontier
 from subzero.modes import Mode, Strategy
 from subzero.runtime import NodeTask, expand_payloads, trace_tile
-from subzero.tiling import tile_grid
+from subzero.tiling import Tile
 
-__all__ = ["step", "walk", "check_forced"]
+__all__ = ["LineageSource", "TileGrid", "step", "walk", "check_forced"]
 
 
-def walk(wf, src, dst, direction: str, start: np.ndarray, step_fn, dst_shape) -> np.ndarray:
-    """Carry the frontier ``start`` (a mask over ``src``) to ``dst`` along every path of ``wf``.
+class TileGrid:
+    """A node's tiles as arrays: output boxes and, per input, the box each tile reads."""
 
-    ``step_fn(node, mask, i)`` is one step through ``node`` w.r.t. its input ``i``; masks
-    arriving at a node by several paths are OR-ed before it steps, so each node steps once
-    per input (lineage of a union is the union of lineages).
+    def __init__(self, tiles: list[Tile], op):
+        self.tiles = tiles
+        ndim = len(op.output_shape)
+        self.out_lo = np.array([[lo for lo, _ in t.box] for t in tiles], np.int64).reshape(len(tiles), ndim)
+        self.out_hi = np.array([[hi for _, hi in t.box] for t in tiles], np.int64).reshape(len(tiles), ndim)
+        tiling = op.effective_tiling()
+        self.in_lo, self.in_hi = [], []
+        for i, shape in enumerate(op.input_shapes):
+            boxes = [tiling.input_box(op, t.box, i) for t in tiles]
+            self.in_lo.append(np.array([[lo for lo, _ in b] for b in boxes], np.int64).reshape(len(tiles), len(shape)))
+            self.in_hi.append(np.array([[hi for _, hi in b] for b in boxes], np.int64).reshape(len(tiles), len(shape)))
+
+    def key_boxes(self, side: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """The tiles' output boxes (``side`` None) or the boxes they read of input ``side``."""
+        return (self.out_lo, self.out_hi) if side is None else (self.in_lo[side], self.in_hi[side])
+
+    def split(self, frontier: Frontier, side: int | None) -> list[tuple[int, Frontier]]:
+        """The tiles whose box (output, or input ``side``) holds frontier cells, each with those cells."""
+        lo, hi = self.key_boxes(side)
+        box = frontier.bbox()
+        if box is None:
+            return []
+        near = np.flatnonzero(np.all((lo < box[1]) & (hi > box[0]), axis=1))
+        if frontier.kind != "ids":
+            out = []
+            for t in near.tolist():
+                if frontier.meets(lo[t], hi[t]):
+                    out.append((t, frontier.within(lo[t], hi[t])))
+            return out
+        coords = frontier.coords()  # sorted by flat id, so by axis 0
+        ids = frontier.ids()
+        out = []
+        for t in near.tolist():
+            a, b = np.searchsorted(coords[:, 0], [lo[t, 0], hi[t, 0]]) if coords.shape[1] else (0, len(coords))
+            inside = np.all((coords[a:b] >= lo[t]) & (coords[a:b] < hi[t]), axis=1)
+            if inside.any():
+                sub = ids[a:b][inside]
+                out.append((t, Frontier(frontier.shape, ids=sub, count=len(sub))))
+        return out
+
+
+class LineageSource(Protocol):
+    """What the query executor needs from a run (implemented by `subzero.run.Run`)."""
+
+    def grid(self, node) -> TileGrid:
+        """The node's tiles."""
+
+    def shard_reader(self, node, strategy: str, tile: int, deadline: float | None):
+        """A reader of the lineage ``tile`` stored under ``strategy``, or None when the tile
+        stored none; raises `subzero.errors.StoreError` when the shard cannot be read."""
+
+    def tile_task(self, node) -> NodeTask:
+        """The task that re-runs the node's tiles from its stored inputs (tracing mode)."""
+
+
+def walk(wf, src, dst, direction: str, start: Frontier, step_fn) -> Frontier:
+    """Carry the frontier ``start`` (over ``src``) to ``dst`` along every path of ``wf``.
+
+    ``step_fn(node, frontier, i)`` is one step through ``node`` w.r.t. its input ``i``;
+    frontiers arriving at a node by several paths are united before it steps, so each
+    node steps once per input (lineage of a union is the union of lineages).
     """
     if src is dst:
         return start
@@ -37,29 +103,32 @@ def walk(wf, src, dst, direction: str, start: np.ndarray, step_fn, dst_shape) ->
                            f"{dst.name!r} is not {'an ancestor' if direction == 'backward' else 'a descendant'} "
                            f"of {src.name!r}")
     on_path = set(order)
-    masks = {src: start}
+    frontiers: dict = {src: start}
     if direction == "backward":
         for node in reversed(order):
-            if node is dst or node not in masks:
+            if node is dst or node not in frontiers:
                 continue
             for i, parent in enumerate(node.inputs):
                 if parent in on_path:
-                    got = step_fn(node, masks[node], i)
-                    masks[parent] = masks[parent] | got if parent in masks else got
+                    got = step_fn(node, frontiers[node], i)
+                    frontiers[parent] = frontiers[parent].union(got) if parent in frontiers else got
     else:
         for node in order:
             if node is src:
                 continue
             for i, parent in enumerate(node.inputs):
-                if parent in masks:
-                    got = step_fn(node, masks[parent], i)
-                    masks[node] = masks[node] | got if node in masks else got
-    return masks.get(dst, np.zeros(dst_shape, bool))
+                if parent in frontiers:
+                    got = step_fn(node, frontiers[parent], i)
+                    frontiers[node] = frontiers[node].union(got) if node in frontiers else got
+    return frontiers[dst]
 
 
 def check_forced(node, stored: tuple[str, ...], using) -> str:
     """The canonical name of a strategy the caller forced for ``node``, if it can answer."""
     op = node.operator
+    if not isinstance(using, str):
+        raise LineageError(f"using= for node {node.name!r} must be a strategy name such as 'FullOne', "
+                           f"got {using!r}")
     name = Strategy.parse(using).name
     available = set(stored) | {"BlackBox"} | ({"Map"} if Mode.MAP in op.supported_modes() else set())
     if name not in available:
@@ -68,100 +137,148 @@ def check_forced(node, stored: tuple[str, ...], using) -> str:
     return name
 
 
-def step(run, node, mask: np.ndarray, i: int, direction: str, strategy: str,
-         entire_array: bool = True, deadline: float | None = None) -> np.ndarray:
+def step(source: LineageSource, node, frontier: Frontier, i: int, direction: str, strategy: str,
+         entire_array: bool = True, deadline: float | None = None, forced: bool = False,
+         damaged: list | None = None) -> Frontier:
     """One lineage step through ``node`` with respect to its input ``i``.
 
-    Backward: ``mask`` is over the node's output, the result over input ``i``.
-    Forward: ``mask`` is over input ``i``, the result over the output.
-    Stored lookups raise `subzero.errors.LookupTimeout` past ``deadline`` (perf_counter).
+    Backward: ``frontier`` is over the node's output, the result over input ``i``.
+    Forward: ``frontier`` is over input ``i``, the result over the output.  Stored lookups
+    raise `subzero.errors.LookupTimeout` past ``deadline`` (perf_counter).  A shard that
+    cannot be read is answered by re-running its tile (its message appended to
+    ``damaged``), unless the strategy was ``forced``: then the `StoreError` propagates.
     """
     op = node.operator
     out_shape, in_shape = tuple(op.output_shape), tuple(op.input_shapes[i])
     target = in_shape if direction == "backward" else out_shape
-    if not mask.any():
-        return np.zeros(target, bool)
-    if entire_array and op.entire_array_safe and mask.all():
-        return np.ones(target, bool)
-    if op.all_to_all:
-        return np.ones(target, bool)
+    if frontier.is_empty:
+        return Frontier.empty(target)
+    if op.all_to_all or (entire_array and op.entire_array_safe and frontier.is_full):
+        return Frontier.full(target)
     s = Strategy.parse(strategy)
-    flat = mask.reshape(-1)
     if s.mode is Mode.MAP:
-        return _map_step(op, mask, i, direction, target)
+        return map_step(op, frontier, i, direction, target)
     if s.mode is Mode.BLACKBOX:
-        return _reexecute(run, node, mask, i, direction, target)
-    reader = run.store.reader(node.name, s.name, run.ndims(node), deadline)
+        return _reexecute(source, node, frontier, i, direction, target)
+    return _stored(source, node, frontier, i, direction, s, target, deadline, forced, damaged)
+
+
+def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline, forced, damaged) -> Frontier:
+    """A step from stored lineage: only the shards of the tiles the frontier touches.
+
+    A tile's lineage lies within what the tile reads, so backward steps open the tiles
+    whose output box holds frontier cells and forward steps the tiles whose input box
+    does, keyed by those cells or not; each shard answers for the frontier's cells in
+    its tile.
+    """
+    op = node.operator
+    grid = source.grid(node)
     enc = encoder_for(s)
-    shapes = (out_shape, tuple(op.input_shapes))
-    if isinstance(enc, FullEncoder):
-        ids = enc.backward(reader, flat, i, shapes) if direction == "backward" else enc.forward(reader, flat, i, shapes)
-        return _ids_mask(ids, target)
-    if direction == "backward":
-        pay = enc.lookup(reader, np.flatnonzero(flat), shapes)
-        result = _ids_mask(expand_payloads(op, pay, deadline).backward(flat, i), target)
-        if s.mode is Mode.COMP:
-            rest = mask.copy()
-            rest.reshape(-1)[pay.out_ids] = False
-            result |= _map_step(op, rest, i, direction, target)
-        return result
-    pay = enc.load(reader, shapes)
-    result = _ids_mask(expand_payloads(op, pay, deadline).forward(flat, i), target)
+    shapes = (tuple(op.output_shape), tuple(op.input_shapes))
+    results: list[np.ndarray] = []
+    failed: list[int] = []
+    overrides: list[np.ndarray] = []
+    for tile, sub in grid.split(frontier, None if direction == "backward" else i):
+        try:
+            reader = source.shard_reader(node, s.name, tile, deadline)
+        except StoreError as exc:
+            if forced:
+                raise
+            failed.append(tile)
+            if damaged is not None:
+                damaged.append(str(exc))
+            continue
+        if reader is None:  # the tile stored no lineage under this strategy
+            continue
+        if isinstance(enc, FullEncoder):
+            got = enc.backward(reader, sub, i, shapes) if direction == "backward" else \
+                enc.forward(reader, sub, i, shapes)
+        else:
+            pay = enc.lookup(reader, sub, shapes) if direction == "backward" else enc.load(reader, shapes)
+            got = expand_payloads(op, pay, deadline).backward(sub, i) if direction == "backward" else \
+                expand_payloads(op, pay, deadline).forward(sub, i)
+            overrides.append(pay.out_ids)
+        results.append(got)
+    result = Frontier.of_ids(np.concatenate(results) if results else np.empty(0, np.int64), target)
+    if failed:
+        result = result.union(_trace(source, node, [grid.tiles[t] for t in failed], frontier, i, direction, target))
     if s.mode is Mode.COMP:
-        default = _map_step(op, mask, i, direction, target)
-        default.reshape(-1)[pay.out_ids] = False
-        result |= default
+        covered = np.concatenate(overrides) if overrides else np.empty(0, np.int64)
+        result = result.union(_comp_default(op, frontier, i, direction, target, covered, failed, grid))
     return result
 
 
-def _ids_mask(ids: np.ndarray, shape) -> np.ndarray:
-    mask = np.zeros(shape, bool)
-    mask.reshape(-1)[ids] = True
-    return mask
+def _outside(f: Frontier, lo: np.ndarray, hi: np.ndarray) -> Frontier:
+    """The cells of ``f`` outside every box ``[lo[k], hi[k])``."""
+    if not len(lo) or f.is_empty:
+        return f
+    c = f.coords()
+    inside = np.zeros(len(c), bool)
+    for a, b in zip(lo, hi):
+        inside |= np.all((c >= a) & (c < b), axis=1)
+    return Frontier.of_ids(f.ids()[~inside], f.shape, unique=True)
 
 
-def _map_step(op, mask: np.ndarray, i: int, direction: str, target) -> np.ndarray:
-    if not mask.any():
-        return np.zeros(target, bool)
-    masked = op.map_b_mask(mask, i) if direction == "backward" else op.map_f_mask(mask, i)
-    if masked is not None:
-        masked = np.asarray(masked, bool)
-        if masked.shape != tuple(target):
-            raise LineageError(f"{type(op).__name__}.map_{direction[0]}_mask returned shape {masked.shape}, "
-                               f"expected {tuple(target)}")
-        return masked
-    cells = coords_from_mask(mask)
+def _comp_default(op, frontier: Frontier, i, direction, target, covered: np.ndarray, failed, grid) -> Frontier:
+    """The mapping default of a composite strategy, for the out cells without a payload
+    override (cells of re-run tiles were answered whole by the re-run)."""
+    if direction == "backward":
+        rest = Frontier.of_ids(frontier.ids()[~np.isin(frontier.ids(), covered)], frontier.shape, unique=True)
+        return map_step(op, _outside(rest, grid.out_lo[failed], grid.out_hi[failed]), i, direction, target)
+    default = map_step(op, frontier, i, direction, target)
+    ids = default.ids()
+    default = Frontier.of_ids(ids[~np.isin(ids, covered)], target, unique=True)
+    return _outside(default, grid.out_lo[failed], grid.out_hi[failed])
+
+
+def map_step(op, frontier: Frontier, i: int, direction: str, target) -> Frontier:
+    """One step through an operator's mapping functions, on the frontier's own form."""
+    target = tuple(target)
+    if frontier.is_empty:
+        return Frontier.empty(target)
+    if frontier.kind == "boxes":
+        lo, hi = frontier.boxes()
+        fn = getattr(op, "map_b_boxes" if direction == "backward" else "map_f_boxes", None)
+        got = fn(lo, hi, i) if fn is not None else None
+        if got is not None:
+            return Frontier.of_boxes(got[0], got[1], target)
+        if frontier.estimate() > MAX_BOX_EXPANSION:
+            return _mask_step(op, frontier.mask(), i, direction, target)
+    if frontier.kind == "mask":
+        got = _mask_step(op, frontier.mask(), i, direction, target)
+        if got is not None:
+            return got
+    cells = frontier.coords()
     got = op.map_b(cells, i) if direction == "backward" else op.map_f(cells, i)
     got = np.asarray(got, np.int64).reshape(-1, len(target))
     if len(got) and (got.min() < 0 or np.any(got.max(axis=0) >= np.asarray(target))):
         raise LineageError(f"{type(op).__name__}.map_{direction[0]} returned cells outside the array of "
-                           f"shape {tuple(target)}; mapping functions must clip to the array")
-    return mask_from_coords(got, target)
+                           f"shape {target}; mapping functions must clip to the array")
+    return Frontier.of_coords(got, target)
 
 
-def _reexecute(run, node, mask: np.ndarray, i: int, direction: str, target) -> np.ndarray:
+def _mask_step(op, mask: np.ndarray, i: int, direction: str, target) -> Frontier | None:
+    masked = op.map_b_mask(mask, i) if direction == "backward" else op.map_f_mask(mask, i)
+    if masked is None:
+        return None
+    masked = np.asarray(masked, bool)
+    if masked.shape != tuple(target):
+        raise LineageError(f"{type(op).__name__}.map_{direction[0]}_mask returned shape {masked.shape}, "
+                           f"expected {tuple(target)}")
+    return Frontier.of_mask(masked)
+
+
+def _reexecute(source, node, frontier: Frontier, i: int, direction: str, target) -> Frontier:
     """Black-box step: re-run, in tracing mode, only the tiles the frontier touches."""
-    op = node.operator
-    tiling = op.effective_tiling()
-    tiles = tile_grid(op.output_shape, tiling.split_axes(op), run.tile_shape)
-    cells = coords_from_mask(mask)
-    lo, hi = cells.min(axis=0), cells.max(axis=0)
-    touched = []
+    grid = source.grid(node)
+    tiles = [grid.tiles[t] for t, _ in grid.split(frontier, None if direction == "backward" else i)]
+    return _trace(source, node, tiles, frontier, i, direction, target)
+
+
+def _trace(source, node, tiles: list[Tile], frontier: Frontier, i: int, direction: str, target) -> Frontier:
+    task = source.tile_task(node)
+    parts = []
     for tile in tiles:
-        box = tile.box if direction == "backward" else tiling.input_box(op, tile.box, i)
-        if _box_hits(box, mask, lo, hi):
-            touched.append(tile)
-    task = NodeTask(node.name, op, tuple(run.store.array_path(n.name) for n in node.inputs), ())
-    flat = mask.reshape(-1)
-    result = np.zeros(target, bool)
-    for tile in touched:
         pairs = trace_tile(task, tile)
-        ids = pairs.backward(flat, i) if direction == "backward" else pairs.forward(flat, i)
-        result.reshape(-1)[ids] = True
-    return result
-
-
-def _box_hits(box, mask: np.ndarray, lo, hi) -> bool:
-    if any(b_hi <= l or b_lo > h for (b_lo, b_hi), l, h in zip(box, lo, hi)):
-        return False
-    return bool(mask[tuple(slice(a, b) for a, b in box)].any())
+        parts.append(pairs.backward(frontier, i) if direction == "backward" else pairs.forward(frontier, i))
+    return Frontier.of_ids(np.concatenate(parts) if parts else np.empty(0, np.int64), target)

@@ -3,53 +3,72 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
 import numpy as np
 
-from subzero.cells import as_coords, coords_from_mask, mask_from_coords
+from subzero.catalog import Manifest, NodeRecord, RunRecord
+from subzero.cells import as_coords, as_boxes
+from subzero.errors import LineageError, LookupTimeout, StoreError, WorkflowError
+from subzero.frontier import Frontier
 from subzero.modes import Mode
 from subzero.optimizer.query_time import choose_step
-from subzero.query import check_forced, step, walk
-from subzero.errors import LineageError, LookupTimeout, StoreError, WorkflowError
-from subzero.store import RunStore
+from subzero.query import TileGrid, check_forced, step, walk
+from subzero.runtime import NodeTask
+from subzero.store import FileStore
+from subzero.tiling import tile_grid
 from subzero.workflow import Node, Workflow
 
-__all__ = ["Run", "open_run"]
+__all__ = ["Run", "open_run", "RESULT_FORMS"]
+
+#: what ``as_`` may ask a query to return
+RESULT_FORMS = ("coords", "boxes", "mask", "frontier")
 
 
 class Run:
     """The result of `Workflow.run`, or of `open_run` on its store.
 
-    Queries read stored lineage in this process; steps through black-box nodes re-run
-    the operator (tiles touched by the query only) from the stored arrays.
+    Queries read stored lineage in this process, opening only the shards of the tiles
+    they touch; steps through black-box nodes re-run the operator on the touched tiles
+    from the stored arrays.  No Spark job, no JVM.
     """
 
-    def __init__(self, store: RunStore, workflow: Workflow):
+    def __init__(self, store: FileStore, workflow: Workflow, catalog: RunRecord | None = None):
         self.store = store
         self.workflow = workflow
+        self.record = catalog if catalog is not None else store.read_catalog()
         self._profiles: dict = {}
+        self._grids: dict[str, TileGrid] = {}
+        self._manifests: dict[str, Manifest] = {}
+        self._lock = threading.Lock()
         self.last_query: list[dict] = []
+        for node in workflow.nodes:  # operators unpickled from the store know their shapes again
+            if not node.is_input and node.name in self.record.nodes:
+                op = node.operator
+                op.input_shapes = tuple(self.record.nodes[i.name].shape for i in node.inputs)
+                op.output_shape = self.record.nodes[node.name].shape
 
     # -- what the run holds -----------------------------------------------------------
     @property
     def path(self) -> str:
-        return str(self.store.root)
+        """Where the store lives (a directory or a URL)."""
+        return self.store.url
 
     @property
     def strategies(self) -> dict[str, tuple[str, ...]]:
         """Node name -> the strategies it stored."""
-        return {name: tuple(entry["strategies"]) for name, entry in self.store.catalog["nodes"].items()
-                if entry["kind"] == "operator"}
+        return {name: rec.strategies for name, rec in self.record.nodes.items() if rec.kind == "operator"}
 
     @property
     def tile_shape(self):
-        return self.store.catalog.get("tile_shape")
+        return self.record.tile_shape
 
     @property
-    def catalog(self) -> dict[str, Any]:
-        return self.store.catalog
+    def catalog(self) -> RunRecord:
+        """The run's catalog (`subzero.catalog.RunRecord`)."""
+        return self.record
 
     def node(self, ref) -> Node:
         try:
@@ -57,44 +76,94 @@ class Run:
         except WorkflowError as exc:
             raise LineageError(str(exc)) from None
 
-    def shape(self, ref) -> tuple[int, ...]:
-        return tuple(self.store.catalog["nodes"][self.node(ref).name]["shape"])
+    def node_record(self, ref) -> NodeRecord:
+        return self.record.node(self.node(ref).name)
 
-    def output(self, ref) -> np.ndarray:
-        """The stored array of a node (read-only, memory-mapped)."""
-        return self.store.load_array(self.node(ref).name)
+    def shape(self, ref) -> tuple[int, ...]:
+        return self.node_record(ref).shape
+
+    def output(self, ref):
+        """The stored array of a node: a read-only Zarr array (slice it, or ``np.asarray`` it)."""
+        return self.store.array(self.node(ref).name).open()
 
     def ndims(self, node: Node) -> dict[int, int]:
         op = node.operator
         return {0xFF: len(op.output_shape)} | {i: len(s) for i, s in enumerate(op.input_shapes)}
 
-    # -- queries ------------------------------------------------------------------------
-    def backward(self, node, cells, to, using: dict | None = None, entire_array: bool = True) -> np.ndarray:
-        """Input cells of ``to`` that the ``cells`` of ``node`` depend on, over every path.
+    # -- the lineage source the query executor reads ---------------------------------------
+    def grid(self, node: Node) -> TileGrid:
+        with self._lock:
+            if node.name not in self._grids:
+                op = node.operator
+                tiles = tile_grid(op.output_shape, op.effective_tiling().split_axes(op),
+                                  self.node_record(node).tile_shape)
+                self._grids[node.name] = TileGrid(tiles, op)
+            return self._grids[node.name]
 
-        Returns sorted unique ``(M, ndim)`` int64 coordinates.
+    def manifest(self, node: Node) -> Manifest:
+        with self._lock:
+            if node.name not in self._manifests:
+                self._manifests[node.name] = self.store.read_manifest(node.name)
+            return self._manifests[node.name]
+
+    def shard_reader(self, node: Node, strategy: str, tile: int, deadline: float | None):
+        shards = self.manifest(node).shards.get(strategy)
+        if shards is None:
+            raise StoreError(f"the manifest of node {node.name!r} lists no {strategy} shards; the store is damaged")
+        if tile >= len(shards) or shards[tile].tile != tile:
+            raise StoreError(f"the manifest of node {node.name!r} has no {strategy} shard for tile {tile}; the "
+                             "store is damaged")
+        record = shards[tile]
+        if record.name is None:
+            return None
+        return self.store.shard_reader(node.name, strategy, record, self.ndims(node), deadline)
+
+    def tile_task(self, node: Node) -> NodeTask:
+        return NodeTask(node.name, node.operator, tuple(self.store.array(n.name) for n in node.inputs))
+
+    # -- queries ------------------------------------------------------------------------
+    def backward(self, node, cells=None, to=None, using: dict | None = None, entire_array: bool = True,
+                 box=None, as_: str = "coords"):
+        """Input cells of ``to`` that the ``cells`` (or ``box``) of ``node`` depend on, over every path.
+
+        Parameters
+        ----------
+        node, to : Node or str
+            Where the query starts and the ancestor it traces to.
+        cells : array-like, optional
+            ``(N, ndim)`` coordinates, a list of tuples, or a boolean mask of ``node``'s array.
+        box : optional
+            A half-open box ``[(lo, hi), ...]`` (one pair per axis) or a list of them, instead
+            of ``cells``: never expanded into cells where the steps can work on boxes.
+        using : dict, optional
+            Node -> strategy to force for that node's step.
+        as_ : {"coords", "boxes", "mask", "frontier"}
+            Sorted unique ``(M, ndim)`` int64 coordinates (default); ``(lo, hi)`` disjoint
+            half-open boxes; a boolean mask of ``to``'s array; or the `Frontier` itself.
 
         Examples
         --------
         >>> run.backward(t, [(1, 2)], to=x)      # doctest: +SKIP
         array([[2, 1]])
         """
-        return coords_from_mask(self._walk(node, cells, to, "backward", using, entire_array))
+        return _form(self._walk(node, cells, box, to, "backward", using, entire_array), as_)
 
-    def forward(self, node, cells, to, using: dict | None = None, entire_array: bool = True) -> np.ndarray:
-        """Cells of ``to`` whose lineage contains the ``cells`` of ``node``, over every path."""
-        return coords_from_mask(self._walk(node, cells, to, "forward", using, entire_array))
+    def forward(self, node, cells=None, to=None, using: dict | None = None, entire_array: bool = True,
+                box=None, as_: str = "coords"):
+        """Cells of ``to`` whose lineage contains the ``cells`` (or ``box``) of ``node``, over every
+        path; the parameters are those of `backward`."""
+        return _form(self._walk(node, cells, box, to, "forward", using, entire_array), as_)
 
-    def backward_mask(self, node, cells, to, using=None, entire_array=True) -> np.ndarray:
+    def backward_mask(self, node, cells=None, to=None, using=None, entire_array=True, box=None) -> np.ndarray:
         """`backward` as a boolean mask over ``to``'s array."""
-        return self._walk(node, cells, to, "backward", using, entire_array)
+        return self.backward(node, cells, to, using, entire_array, box, as_="mask")
 
-    def forward_mask(self, node, cells, to, using=None, entire_array=True) -> np.ndarray:
+    def forward_mask(self, node, cells=None, to=None, using=None, entire_array=True, box=None) -> np.ndarray:
         """`forward` as a boolean mask over ``to``'s array."""
-        return self._walk(node, cells, to, "forward", using, entire_array)
+        return self.forward(node, cells, to, using, entire_array, box, as_="mask")
 
     def query(self, cells, path, direction: str | None = None, using: dict | None = None,
-              entire_array: bool = True) -> np.ndarray:
+              entire_array: bool = True, as_: str = "coords"):
         """SubZero's ``execute_query(C, ((P1, idx1), ..., (Pm, idxm)))``.
 
         Backward when each ``P(k+1)`` is input ``idx_k`` of ``P_k`` (cells are in ``P1``'s
@@ -106,14 +175,16 @@ class Run:
         if direction not in ("backward", "forward"):
             raise LineageError(f"direction must be 'backward' or 'forward', got {direction!r}")
         self._check_links(steps, direction)
+        _check_form(as_)
+        using = self._check_using(using)
         first, idx = steps[0]
         start = first if direction == "backward" else first.inputs[idx]
-        mask = mask_from_coords(as_coords(cells, self.shape(start), f"node {start.name!r}"), self.shape(start))
+        frontier = self._start(start, cells, None)
         log: list[dict] = []
         for node, i in steps:
-            mask = self._step(node, mask, i, direction, using, entire_array, log)
+            frontier = self._step(node, frontier, i, direction, using, entire_array, log)
         self._record(direction, steps[0][0], steps[-1][0], log)
-        return coords_from_mask(mask)
+        return _form(frontier, as_)
 
     # -- helpers --------------------------------------------------------------------------
     def profile(self, node: Node):
@@ -122,24 +193,49 @@ class Run:
             from subzero.optimizer.calibrate import profile_from_run
             from subzero.optimizer.cost_model import NodeProfile
 
-            entry = self.store.catalog["nodes"][node.name]
-            if "profile" in entry:
-                self._profiles[node.name] = NodeProfile.from_dict(entry["profile"])
+            entry = self.node_record(node)
+            if entry.profile:
+                self._profiles[node.name] = NodeProfile.from_dict(entry.profile)
             else:
-                stats = entry.get("stats", {})
-                self._profiles[node.name] = profile_from_run(
-                    node.name, node.operator, stats.get("tiles", 1), stats.get("op_seconds", 0.0), stats)
+                self._profiles[node.name] = profile_from_run(node.name, node.operator, entry.stats)
         return self._profiles[node.name]
 
-    def _step(self, node: Node, mask: np.ndarray, i: int, direction: str, using: dict | None,
-              entire_array: bool, log: list) -> np.ndarray:
+    def _start(self, node: Node, cells, box) -> Frontier:
+        shape = self.shape(node)
+        where = f"node {node.name!r}"
+        if box is not None:
+            if cells is not None:
+                raise LineageError(f"give cells or box for {where}, not both")
+            lo, hi = as_boxes(box, shape, where)
+            return Frontier.of_boxes(lo, hi, shape)
+        if cells is None:
+            raise LineageError(f"give the cells (or a box=) of {where} to start the query from")
+        return Frontier.of_coords(as_coords(cells, shape, where), shape)
+
+    def _check_using(self, using) -> dict[Node, str]:
+        if using is None:
+            return {}
+        if not isinstance(using, dict):
+            raise LineageError(f"using= must be a dict of node -> strategy name, e.g. {{'blur': 'FullOne'}}, "
+                               f"got {type(using).__name__}")
+        out = {}
+        for ref, name in using.items():
+            node = self.node(ref)
+            if node.is_input:
+                raise LineageError(f"using= names {node.name!r}, an input array: inputs have no lineage step, so "
+                                   "nothing to force")
+            out[node] = check_forced(node, self.strategies.get(node.name, ()), name)
+        return out
+
+    def _step(self, node: Node, frontier: Frontier, i: int, direction: str, using: dict[Node, str],
+              entire_array: bool, log: list) -> Frontier:
         """One step, by the strategy forced in ``using`` or chosen by the query-time optimizer."""
         stored = self.strategies[node.name]
-        forced = next((name for ref, name in (using or {}).items() if self.node(ref) is node), None)
-        cells = int(np.count_nonzero(mask))
+        forced = using.get(node)
+        cells = frontier.estimate()
         deadline, predicted = None, None
         if forced is not None:
-            strategy = check_forced(node, stored, forced)
+            strategy = forced
         else:
             choice = choose_step(self.profile(node), stored, Mode.MAP in node.operator.supported_modes(),
                                  direction, cells)
@@ -147,32 +243,28 @@ class Run:
             if strategy not in ("Map", "BlackBox"):
                 deadline = time.perf_counter() + choice.budget
         start = time.perf_counter()
-        switched, damaged = False, None
+        switched, damaged = False, []
         try:
-            result = step(self, node, mask, i, direction, strategy, entire_array, deadline)
+            result = step(self, node, frontier, i, direction, strategy, entire_array, deadline,
+                          forced=forced is not None, damaged=damaged)
         except LookupTimeout:
             switched = True
-            result = step(self, node, mask, i, direction, "BlackBox", entire_array)
-        except StoreError as exc:  # stored lineage is a cache: re-run the operator instead
-            if forced is not None:
-                raise
-            damaged = str(exc)
-            result = step(self, node, mask, i, direction, "BlackBox", entire_array)
+            result = step(self, node, frontier, i, direction, "BlackBox", entire_array)
         log.append({"node": node.name, "input": i, "direction": direction, "strategy": strategy,
-                    "switched_to_blackbox": switched or damaged is not None, "damaged_lineage": damaged,
-                    "cells_in": cells,
-                    "cells_out": int(np.count_nonzero(result)), "seconds": time.perf_counter() - start,
+                    "switched_to_blackbox": switched, "damaged_lineage": "; ".join(damaged) or None,
+                    "cells_in": cells, "cells_out": result.estimate(), "seconds": time.perf_counter() - start,
                     "predicted_seconds": predicted})
         return result
 
-    def _walk(self, src, cells, dst, direction, using, entire_array) -> np.ndarray:
+    def _walk(self, src, cells, box, dst, direction, using, entire_array) -> Frontier:
+        if dst is None:
+            raise LineageError(f"give to= (the node to trace {direction} to)")
         src, dst = self.node(src), self.node(dst)
-        shape = self.shape(src)
-        start = mask_from_coords(as_coords(cells, shape, f"node {src.name!r}"), shape)
+        using = self._check_using(using)
+        start = self._start(src, cells, box)
         log: list[dict] = []
         result = walk(self.workflow, src, dst, direction, start,
-                      lambda node, mask, i: self._step(node, mask, i, direction, using, entire_array, log),
-                      self.shape(dst))
+                      lambda node, f, i: self._step(node, f, i, direction, using, entire_array, log))
         if src is not dst:
             self._record(direction, src, dst, log)
         return result
@@ -180,6 +272,10 @@ class Run:
     def _record(self, direction: str, src: Node, dst: Node, log: list[dict]) -> None:
         self.last_query = log
         self.store.log_query({"direction": direction, "from": src.name, "to": dst.name, "steps": log})
+
+    def query_log(self) -> list[dict]:
+        """The queries run on this store from this machine (per-step statistics)."""
+        return self.store.query_log()
 
     def _check_path(self, path) -> list[tuple[Node, int]]:
         if not path:
@@ -215,22 +311,42 @@ class Run:
         return f"<Run {self.workflow.name!r} at {self.path!r}>"
 
 
-def open_run(path: str | os.PathLike) -> Run:
-    """Reopen a finished run from its store directory (any process).
+def _check_form(as_: str) -> None:
+    if as_ not in RESULT_FORMS:
+        raise LineageError(f"as_={as_!r} is not a result form; use one of {', '.join(RESULT_FORMS)}")
+
+
+def _form(frontier: Frontier, as_: str):
+    _check_form(as_)
+    if as_ == "coords":
+        return frontier.coords()
+    if as_ == "boxes":
+        return frontier.boxes()
+    if as_ == "mask":
+        return frontier.mask()
+    return frontier
+
+
+def open_run(path: "str | os.PathLike") -> Run:
+    """Reopen a finished run from its store (a directory or an fsspec URL), in any process.
 
     Examples
     --------
     >>> run = open_run("runs/demo")       # doctest: +SKIP
     """
-    store = RunStore.open(path)
-    status = store.catalog.get("status")
-    if status != "done":
-        raise StoreError(f"run in {str(path)!r} did not finish (status {status!r}); its lineage is "
-                         "incomplete, re-run the workflow into a new store")
-    spec = store.catalog["workflow"]
-    operators = {n["name"]: store.load_operator(n["name"]) for n in spec["nodes"] if n.get("inputs")}
+    store = FileStore.open(path)
+    catalog = store.read_catalog()
+    if catalog.status != "done":
+        raise StoreError(f"run in {store.url!r} did not finish (status {catalog.status!r}); its lineage is "
+                         "incomplete: resume it (--resume) or re-run the workflow")
+    spec = catalog.workflow
     try:
+        operators = {n["name"]: store.load_operator(n["name"]) for n in spec["nodes"] if n.get("inputs")}
         wf = Workflow.from_spec(spec["name"], spec["nodes"], operators)
     except (KeyError, TypeError) as exc:
-        raise StoreError(f"store {str(path)!r} has a corrupt workflow description ({exc})") from exc
-    return Run(store, wf)
+        raise StoreError(f"store {store.url!r} has a corrupt workflow description ({exc})") from exc
+    missing = [n.name for n in wf.nodes if n.name not in catalog.nodes]
+    if missing:
+        raise StoreError(f"store {store.url!r} is marked done but its catalog lacks node(s) {missing}; the store "
+                         "is damaged: re-run the workflow")
+    return Run(store, wf, catalog)

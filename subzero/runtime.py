@@ -1,54 +1,84 @@
-"""The runtime inside one task: run an operator on one tile, collect its lineage, encode it.
+"""The runtime inside one task: run an operator on one tile, write its chunk and lineage shards.
 
 `run_tile` is the single mechanism every executor (in-process or Spark) calls, so both
-record byte-identical lineage.  `trace_tile` is the same call at query time in tracing
-mode (black-box re-execution): it returns the tile's lineage as in-memory pairs.
+record byte-identical lineage.  A task reads only its tile (plus halo) of its inputs,
+writes only its own output chunk and, per stored strategy, its own lineage shard under
+a name unique to the attempt, and returns small metadata (`TileMeta`): nothing
+array-sized goes back to the driver.  `capture_tile` is the same computation kept in
+memory (calibration); `trace_tile` runs it in tracing mode at query time (black-box
+re-execution) and returns the tile's lineage as in-memory pairs.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from subzero.catalog import ShardRecord
 from subzero.cells import box_cells, to_coords, to_ids
 from subzero.context import Context
-from subzero.encoders import EncodedTile, encoder_for
+from subzero.encoders import encoder_for, merge_tiles
 from subzero.errors import LookupTimeout, WorkflowError
 from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
 from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
-from subzero.tiling import Box, Tile, box_slices, full_box
+from subzero.store.arrays import ArrayRef
+from subzero.store.location import Location
+from subzero.store.shards import write_shard
+from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
 
-__all__ = ["NodeTask", "TileResult", "TileCapture", "capture_tile", "run_tile", "trace_tile", "modes_for", "derived_full", "expand_payloads"]
+__all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "trace_tile", "modes_for",
+           "derived_full", "expand_payloads"]
 
 
 @dataclass(frozen=True)
 class NodeTask:
-    """Everything a task needs to compute one node's tiles (picklable, shipped to Spark)."""
+    """Everything a task needs to compute one node's tiles (picklable, shipped to Spark).
+
+    ``inputs`` are the arrays the operator reads; ``output`` is where tiles are written
+    (None when the output is already stored, or at query time); ``chunks`` is the
+    output's chunk shape (None: derived from the shape once running tells it);
+    ``shard_dirs`` maps each stored strategy to its shard directory in ``location``.
+    """
 
     node: str
     operator: Operator
-    input_paths: tuple[str, ...]
-    strategies: tuple[str, ...]
+    inputs: tuple[ArrayRef, ...]
+    strategies: tuple[str, ...] = ()
+    output: ArrayRef | None = None
+    chunks: tuple[int, ...] | None = None
+    location: Location | None = None
+    shard_dirs: tuple[tuple[str, str], ...] = ()
 
     @property
     def shapes(self):
         return self.operator.output_shape, tuple(self.operator.input_shapes)
 
+    @property
+    def stored(self) -> tuple[str, ...]:
+        return tuple(s for s in self.strategies if Strategy.parse(s).stored)
+
 
 @dataclass
-class TileResult:
-    """What a task sends back: its output block, encoded lineage and measurements."""
+class TileMeta:
+    """What a task sends back to the driver: small metadata, never cells.
+
+    ``shape``/``dtype``/``chunks`` describe the output as this tile saw it (the driver
+    checks that every tile agrees); ``shards`` holds one record per stored strategy.
+    """
 
     tile: Tile
-    output: np.ndarray
-    encoded: dict[str, EncodedTile] = field(default_factory=dict)
+    shape: tuple[int, ...]
+    dtype: str
+    chunks: tuple[int, ...]
     op_seconds: float = 0.0
-    encode_seconds: dict[str, float] = field(default_factory=dict)
     lineage_seconds: float = 0.0
-    cells: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # strategy -> (pairs, out cells, in cells)
+    write_seconds: float = 0.0
+    array_bytes: int = 0
+    shards: dict[str, ShardRecord] = field(default_factory=dict)
 
 
 def modes_for(strategies) -> list[frozenset[Mode]]:
@@ -61,10 +91,7 @@ def modes_for(strategies) -> list[frozenset[Mode]]:
 
 
 def _load_inputs(task: NodeTask, boxes: tuple[Box, ...]) -> list[np.ndarray]:
-    arrays = []
-    for path, box in zip(task.input_paths, boxes):
-        arrays.append(np.asarray(np.load(path, mmap_mode="r")[box_slices(box)]))
-    return arrays
+    return [ref.read(box) for ref, box in zip(task.inputs, boxes)]
 
 
 def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
@@ -79,8 +106,14 @@ def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
     ctx = Context(task.node, native, tile.box, in_boxes, tuple(op.input_shapes), op.output_shape)
     ctx.set_result_box(result_box)
     out = op.run(ctx, *_load_inputs(task, in_boxes))
+    if out is None:
+        raise WorkflowError(f"node {task.node!r} ({type(op).__name__}): run() returned None; it must return "
+                            "the output array")
     if not isinstance(out, np.ndarray):
         out = np.asarray(out)
+    if out.dtype == object:
+        raise WorkflowError(f"node {task.node!r} ({type(op).__name__}): run() returned an array of Python "
+                            "objects; return a numeric numpy array")
     if not known:  # a whole-array operator whose output shape only running tells
         op.output_shape = tuple(out.shape)
         result_box = full_box(out.shape)
@@ -145,23 +178,41 @@ def capture_tile(task: NodeTask, tile: Tile) -> TileCapture:
     return capture
 
 
-def run_tile(task: NodeTask, tile: Tile) -> TileResult:
-    """Compute one tile of a node and encode its lineage for every strategy of the node."""
+def run_tile(task: NodeTask, tile: Tile) -> TileMeta:
+    """Compute one tile of a node: write its output chunk (when ``task.output`` is set) and,
+    for every stored strategy, encode its lineage into a new shard; return the metadata."""
     lineage_start = time.perf_counter()
     capture = capture_tile(task, tile)
-    result = TileResult(capture.tile, capture.output, op_seconds=capture.op_seconds)
-    for name in task.strategies:
+    op = task.operator
+    shape = tuple(op.output_shape)
+    chunks = task.chunks if task.chunks is not None else default_chunks(shape)
+    meta = TileMeta(capture.tile, shape, str(capture.output.dtype), tuple(chunks), op_seconds=capture.op_seconds)
+    write_start = time.perf_counter()
+    if task.output is not None:
+        meta.array_bytes = task.output.write_block(capture.tile.box, capture.output, shape, meta.chunks)
+    write_seconds = time.perf_counter() - write_start
+    dirs = dict(task.shard_dirs)
+    attempt = uuid.uuid4().hex[:12]
+    for name in task.stored:
         strategy = Strategy.parse(name)
-        if not strategy.stored:
-            continue
         t0 = time.perf_counter()
         pairs = capture.pairs_for(strategy)
-        result.encoded[name] = encoder_for(strategy).encode(pairs, capture.tile.index, task.shapes)
-        result.encode_seconds[name] = time.perf_counter() - t0
+        batch = merge_tiles([encoder_for(strategy).encode(pairs, capture.tile.index, task.shapes)])
+        encode_seconds = time.perf_counter() - t0
         n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
-        result.cells[name] = (pairs.n_pairs, len(pairs.out_ids), n_in)
-    result.lineage_seconds = time.perf_counter() - lineage_start - capture.op_seconds
-    return result
+        counts = dict(keys=len(batch.keys), nbytes=batch.nbytes, pairs=pairs.n_pairs, out_cells=len(pairs.out_ids),
+                      in_cells=n_in, encode_seconds=encode_seconds)
+        if not batch.keys:
+            meta.shards[name] = ShardRecord(capture.tile.index, None, **counts)
+            continue
+        t0 = time.perf_counter()
+        stem = f"t{capture.tile.index:06d}-{attempt}"
+        files, index_bytes = write_shard(task.location, dirs[name], stem, batch)
+        write_seconds += time.perf_counter() - t0
+        meta.shards[name] = ShardRecord(capture.tile.index, stem, files, index_bytes=index_bytes, **counts)
+    meta.write_seconds = write_seconds
+    meta.lineage_seconds = time.perf_counter() - lineage_start - capture.op_seconds - write_seconds
+    return meta
 
 
 def trace_tile(task: NodeTask, tile: Tile) -> FullPairs:

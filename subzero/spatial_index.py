@@ -1,19 +1,26 @@
 """R-tree indexes on bounding boxes of stored cell sets (the only module importing rtree).
 
-Built once per (node, strategy, slot) by bulk loading numpy arrays, stored beside the
-LMDB environment, queried with many boxes in one vectorized call.
+Built once per shard and key side by bulk loading numpy arrays, stored beside the
+shard's LMDB file, queried with many boxes in one vectorized call.  libspatialindex
+opens its files for writing and rewrites a header page when an index is closed, so a
+reader opens a private copy and the store's files are never written after their
+task made them.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import numpy as np
 from rtree import index as rtree_index
 
 from subzero.errors import StoreError
 
-__all__ = ["build_index", "SpatialIndex"]
+__all__ = ["build_index", "SpatialIndex", "INDEX_SUFFIXES"]
+
+INDEX_SUFFIXES = (".dat", ".idx")
 
 
 def _props(ndim: int, overwrite: bool = False) -> rtree_index.Property:
@@ -30,7 +37,7 @@ def _pad(a: np.ndarray) -> np.ndarray:
 
 def build_index(base: str, ids: np.ndarray, mins: np.ndarray, maxs: np.ndarray) -> None:
     """Bulk-load an R-tree at ``base`` (+ .dat/.idx) over closed boxes ``[mins, maxs]``."""
-    for ext in (".dat", ".idx"):  # libspatialindex appends to existing files: start afresh
+    for ext in INDEX_SUFFIXES:  # libspatialindex appends to existing files: start afresh
         if os.path.exists(base + ext):
             os.unlink(base + ext)
     props = _props(mins.shape[1], overwrite=True)
@@ -43,27 +50,58 @@ def build_index(base: str, ids: np.ndarray, mins: np.ndarray, maxs: np.ndarray) 
 
 
 class SpatialIndex:
-    """A read handle on an index written by `build_index`."""
+    """A read handle on an index written by `build_index`, through a private copy of its files.
+
+    Parameters
+    ----------
+    base : str
+        The index's path without the ``.dat``/``.idx`` suffix.
+    ndim : int
+        Number of axes of the indexed boxes.
+    """
 
     def __init__(self, base: str, ndim: int):
         self._idx = None
-        if not (os.path.exists(base + ".dat") and os.path.exists(base + ".idx")):
+        self._tmp = None
+        if not all(os.path.exists(base + ext) for ext in INDEX_SUFFIXES):
             raise StoreError(f"R-tree index {base}.dat is missing; the store is damaged "
                              "(queries re-run the operator instead)")
+        self._tmp = tempfile.mkdtemp(prefix="subzero-rtree-", dir=_scratch())
+        copy = os.path.join(self._tmp, "index")
         try:
-            self._idx = rtree_index.Index(base, properties=_props(ndim), interleaved=True)
+            for ext in INDEX_SUFFIXES:
+                shutil.copyfile(base + ext, copy + ext)
+            self._idx = rtree_index.Index(copy, properties=_props(ndim), interleaved=True)
         except Exception as exc:  # libspatialindex raises its own RTreeError
-            raise StoreError(f"R-tree index {base}.dat is unreadable ({exc}); "
+            self.close()
+            raise StoreError(f"R-tree index {base}.dat is unreadable ({type(exc).__name__}: {exc}); "
                              "the lineage can be rebuilt by re-running the workflow") from exc
 
     def intersect(self, mins: np.ndarray, maxs: np.ndarray) -> np.ndarray:
         """Ids of boxes meeting any of the closed query boxes ``[mins, maxs]``."""
         if self._idx is None or len(mins) == 0:
             return np.empty(0, np.int64)
-        ids, _ = self._idx.intersection_v(_pad(mins), _pad(maxs))
+        try:
+            ids, _ = self._idx.intersection_v(_pad(mins), _pad(maxs))
+        except Exception as exc:
+            raise StoreError(f"R-tree query failed ({type(exc).__name__}: {exc}); the index is damaged") from exc
         return np.asarray(ids, np.int64)
 
     def close(self) -> None:
         if self._idx is not None:
             self._idx.close()
             self._idx = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __del__(self):  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _scratch() -> str | None:
+    """A memory-backed scratch directory when the machine has one."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None

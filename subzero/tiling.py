@@ -13,9 +13,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+import numpy as np
+
 __all__ = [
     "Box", "Tile", "Tiling", "Whole", "Elementwise", "Halo", "Permuted", "Reduced",
-    "RowBlocks", "tile_grid", "box_shape", "box_slices", "intersects",
+    "RowBlocks", "tile_grid", "tile_lens", "tile_of", "default_chunks", "target_tile_cells", "box_shape",
+    "box_slices", "intersects", "full_box",
 ]
 
 Box = tuple[tuple[int, int], ...]
@@ -145,29 +148,58 @@ class RowBlocks(Tiling):
         return full_box(op.input_shapes[1])
 
 
-def default_tile_len(nsplit: int, target_cells: int = 1 << 16) -> int:
-    return max(1, int(round(target_cells ** (1.0 / max(nsplit, 1)))))
+#: default tile size: about 1/64 of the array, between 2**16 and 2**22 cells
+MIN_TILE_CELLS, MAX_TILE_CELLS = 1 << 16, 1 << 22
 
 
-def tile_grid(shape: Shape, split_axes: tuple[int, ...], tile_shape: "int | tuple[int, ...] | None") -> list[Tile]:
-    """Split ``shape`` into tiles along ``split_axes``.
+def target_tile_cells(size: int) -> int:
+    """Cells per tile when the user gives no tile shape: tiles grow with the array (fewer,
+    larger Spark tasks) between 65,536 and about 4 million cells."""
+    return int(min(max(size // 64, MIN_TILE_CELLS), MAX_TILE_CELLS))
+
+
+def tile_lens(shape: Shape, split_axes: tuple[int, ...], tile_shape: "int | tuple[int, ...] | None") -> tuple[int, ...]:
+    """The length of a tile along each axis (the whole extent along axes not split).
 
     ``tile_shape`` is a length per axis (an int applies to every split axis); None
-    picks about 65,536 cells per tile.
+    picks `target_tile_cells` cells per tile.
     """
     ndim = len(shape)
     if tile_shape is None:
-        lens = [default_tile_len(len(split_axes))] * ndim
-    elif isinstance(tile_shape, int):
-        lens = [tile_shape] * ndim
+        whole = int(np.prod([shape[a] for a in range(ndim) if a not in split_axes], dtype=np.int64))
+        size = int(np.prod(shape, dtype=np.int64))
+        per = max(target_tile_cells(size) / max(whole, 1), 1.0)
+        lens = [max(1, int(round(per ** (1.0 / max(len(split_axes), 1)))))] * ndim
+    elif isinstance(tile_shape, (int, np.integer)):
+        lens = [int(tile_shape)] * ndim
     else:
-        lens = list(tile_shape) + [max(shape, default=1)] * (ndim - len(tile_shape))
+        lens = [int(t) for t in tile_shape] + [max(shape, default=1)] * (ndim - len(tile_shape))
+    return tuple(max(1, min(int(lens[a]), max(int(n), 1))) if a in split_axes else max(int(n), 1)
+                 for a, n in enumerate(shape))
+
+
+def default_chunks(shape: Shape) -> tuple[int, ...]:
+    """Chunks of an array no tiled operator wrote (inputs, whole-array outputs): the default
+    tiles over every axis."""
+    return tile_lens(tuple(shape), tuple(range(len(shape))), None)
+
+
+def tile_grid(shape: Shape, split_axes: tuple[int, ...], tile_shape: "int | tuple[int, ...] | None") -> list[Tile]:
+    """Split ``shape`` into tiles along ``split_axes`` (see `tile_lens`)."""
+    lens = tile_lens(tuple(shape), tuple(split_axes), tile_shape)
     ranges = []
     for axis, n in enumerate(shape):
         if axis in split_axes and n > 0:
-            step = max(1, int(lens[axis]))
+            step = lens[axis]
             ranges.append([(lo, min(lo + step, n)) for lo in range(0, n, step)])
         else:
             ranges.append([(0, n)])
     return [Tile(k, tuple(box)) for k, box in enumerate(itertools.product(*ranges))]
 
+
+def tile_of(coords: np.ndarray, shape: Shape, lens: tuple[int, ...]) -> np.ndarray:
+    """The index (in `tile_grid` order) of the tile holding each ``(N, ndim)`` coordinate."""
+    if not len(shape):
+        return np.zeros(len(coords), np.int64)
+    counts = tuple(max(-(-int(n) // int(l)), 1) for n, l in zip(shape, lens))
+    return np.ravel_multi_index(tuple((np.asarray(coords, np.int64) // np.asarray(lens, np.int64)).T), counts)

@@ -189,15 +189,18 @@ class Workflow:
 
     # -- running --------------------------------------------------------------------------
     def run(self, inputs: dict[str, Any], store, strategies=None, max_disk=None, max_runtime=None,
-            workload=None, executor: str = "spark", spark=None, tile_shape=None) -> "Run":
+            workload=None, executor: str = "spark", spark=None, tile_shape=None, overwrite: bool = False,
+            progress=None) -> "Run":
         """Execute the workflow, record lineage, and return the `Run` to query.
 
         Parameters
         ----------
         inputs : dict
-            Input name -> numpy array (every ``wf.input`` must be bound).
-        store : path
-            A new directory for this run's arrays, lineage and catalog.
+            Input name -> numpy array, or a Zarr array (read tile by tile by the tasks:
+            inputs larger than memory); every ``wf.input`` must be bound.
+        store : path or URL
+            A new directory, or an fsspec URL (``s3://...``), for this run's arrays,
+            lineage and catalog; refused if it holds anything (see ``overwrite``).
         strategies : dict, optional
             Node (or node name) -> strategy name or list of names; nodes not given
             are chosen by the optimizer.
@@ -208,13 +211,25 @@ class Workflow:
         spark : SparkSession, optional
             A session to use instead of the embedded ``local[*]`` one.
         tile_shape : int or tuple, optional
-            Tile lengths for tiled operators (default about 65,536 cells per tile).
+            Tile lengths for tiled operators (default: 1/64 of the array, between 65,536
+            and about 4 million cells per tile).
+        overwrite : bool
+            Replace a store subzero made (never a directory it did not make, nor one a
+            live run is writing).
+        progress : optional
+            An object with ``node_started(name, n_tiles)``, ``tiles_done(name, n)`` and
+            ``node_finished(name)``, told how the run advances.
+
+        Notes
+        -----
+        This is a convenience entry point: `subzero.execution.execute` runs the workflow
+        (the workflow module does not depend on the executor).
         """
         from subzero.execution import execute
 
         return execute(self, inputs, store, strategies=strategies, max_disk=max_disk,
                        max_runtime=max_runtime, workload=workload, executor=executor,
-                       spark=spark, tile_shape=tile_shape)
+                       spark=spark, tile_shape=tile_shape, overwrite=overwrite, progress=progress)
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, nodes={list(self._nodes)})"

@@ -20,3 +20,10 @@ def spark():
     session = get_session("local[2, 4]")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory):
+    """Query statistics and remote-shard caches go to a directory of this test session."""
+    os.environ["SUBZERO_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    yield

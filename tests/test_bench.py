@@ -55,11 +55,11 @@ def test_synthetic_payload_reproduces_full_lineage(tmp_path, fanin, fanout):
         run = wf.run({"x": x}, store=tmp_path / strategy, strategies={"syn": strategy}, executor="local")
         got = [run.backward("syn", [tuple(out[j])], to="x", using={"syn": strategy}) for j in sample]
         assert all(np.array_equal(a, b) for a, b in zip(got, want)), strategy
-        stats = run.catalog["nodes"]["syn"]["stats"]
+        stats = run.catalog.nodes["syn"].stats
         if strategy == "PayMany":                         # one region pair of fanout cells each
-            assert stats["pairs"]["PayMany/backward"][:2] == [len(out) // fanout, len(out)]
+            assert stats.pairs["PayMany/backward"][:2] == (len(out) // fanout, len(out))
         if strategy == "PayOne":                          # one entry per out cell
-            assert stats["keys"]["PayOne/backward"] == len(out)
+            assert stats.keys["PayOne/backward"] == len(out)
 
 
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), min_size=0, max_size=6))

@@ -21,12 +21,12 @@ def test_profile_scales_sample_tiles_to_the_node(tmp_path):
     run = wf.run({"x": np.ones((40, 40))}, store=tmp_path / "c", executor="local", tile_shape=10,
                  strategies={"blur": names})
     node = run.node("blur")
-    tiles = node_tiles(node, 10)
-    task = NodeTask("blur", node.operator, (run.store.array_path("x"),), ())
+    tiles = node_tiles(node.operator, 10)
+    task = NodeTask("blur", node.operator, (run.store.array("x"),))
     profile = profile_node(task, tiles, supported_strategies(node.operator), op_seconds=0.01)
     assert profile.tiles == 16 and profile.mapping and not profile.all_to_all
     assert profile.fan_backward == pytest.approx(9, rel=0.15) and profile.fan_forward == pytest.approx(9, rel=0.35)  # halo cells of sampled tiles
-    measured = run.catalog["nodes"]["blur"]["stats"]["bytes"]
+    measured = run.catalog.nodes["blur"].stats.bytes
     for name in names:
         # the R-tree part is an upper bound (budgets rely on it), so within 2x
         assert measured[name] / 2 <= profile.strategies[name].bytes <= 2 * measured[name]

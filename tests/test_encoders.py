@@ -17,7 +17,10 @@ from subzero.encoders.codec import (CELL, OUT, PAIR, bytes_to_keys, keys_to_byte
                                     pack_sets, pair_id_base, split_keys, unpack_groups, unpack_sets)
 from subzero.modes import Strategy
 from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
-from subzero.store import RunStore
+from subzero.frontier import Frontier
+from subzero.store import resolve
+from subzero.store.shards import ShardReader, write_shard
+from subzero.catalog import ShardRecord
 
 # -- codec -----------------------------------------------------------------------------------------------
 
@@ -150,7 +153,13 @@ def test_merge_tiles_is_deterministic_whatever_the_tile_order():
        max_boxes=st.integers(1, 50))
 def test_frontier_boxes_cover_every_frontier_cell(data, shape, max_boxes):
     ids = np.unique(np.array(data.draw(st.lists(st.integers(0, size(shape) - 1), min_size=1, max_size=200))))
-    mins, maxs = frontier_boxes(ids, shape, max_boxes=max_boxes)
+    kind = data.draw(st.sampled_from(["ids", "mask", "boxes"]))
+    frontier = Frontier.of_ids(ids, shape)
+    if kind == "mask":
+        frontier = Frontier(shape, mask=frontier.mask())
+    elif kind == "boxes":
+        frontier = Frontier.of_boxes(*frontier.boxes(), shape)
+    mins, maxs = frontier_boxes(frontier, max_boxes=max_boxes)
     assert len(mins) <= max(max_boxes, 1) or len(mins) == 1
     assert np.all(mins <= maxs) and np.all(mins >= 0) and np.all(maxs < np.array(shape))
     coords = np.stack(np.unravel_index(ids, shape), axis=1)
@@ -241,10 +250,17 @@ def tilings(draw, n_pairs: int):
     return list(zip(indices, bounds[:-1], bounds[1:]))
 
 
-def mask(shape, ids) -> np.ndarray:
-    m = np.zeros(size(shape), bool)
-    m[list(ids)] = True
-    return m
+def mask(shape, ids) -> Frontier:
+    """The frontier of the flat cell ``ids`` of ``shape`` (a mask-shaped helper kept for the tests' words)."""
+    return Frontier.of_ids(np.array(sorted(set(ids)), np.int64), shape)
+
+
+def everything(shape) -> Frontier:
+    return Frontier.full(shape)
+
+
+def nothing(shape) -> Frontier:
+    return Frontier.empty(shape)
 
 
 _nodes = itertools.count()
@@ -256,8 +272,8 @@ conformance = settings(max_examples=25, deadline=None, suppress_health_check=[He
 
 @pytest.fixture(scope="class")
 def store(tmp_path_factory):
-    """One store per conformance class; each example writes its own node."""
-    return RunStore.create(tmp_path_factory.mktemp("enc") / "s", {"workflow": {}})
+    """One directory per conformance class; each example writes its own shard."""
+    return resolve(tmp_path_factory.mktemp("enc"))
 
 
 # -- the conformance suite every encoding passes -------------------------------------------------------------
@@ -277,9 +293,9 @@ class StrategyTests:
         batch = merge_tiles(tiles)
         assert batch.n_pairs == len(pairs)
         assert batch.keys == sorted(set(batch.keys)), "batch keys must be unique and sorted"
-        node = f"n{next(_nodes)}"
-        store.write_lineage(node, {self.strategy: batch}, NDIMS)
-        return store.reader(node, self.strategy, NDIMS)
+        stem = f"n{next(_nodes)}"
+        files, _ = write_shard(store, "shards", stem, batch)
+        return ShardReader(store, "shards", ShardRecord(0, stem, files), NDIMS)
 
 
 class FullStrategyTests(StrategyTests):
@@ -314,19 +330,18 @@ class FullStrategyTests(StrategyTests):
         reader = self.write_full(store, pairs, [(0, 0, 2), (1, 2, 3)])
         memory = full_pairs(pairs)
         for i, shape in enumerate(IN_SHAPES):
-            everything, nothing = np.ones(size(OUT_SHAPE), bool), np.zeros(size(OUT_SHAPE), bool)
-            assert set(self.encoder.backward(reader, everything, i, SHAPES).tolist()) == \
-                set(memory.backward(everything, i).tolist())
-            assert self.encoder.backward(reader, nothing, i, SHAPES).size == 0
-            assert set(self.encoder.forward(reader, np.ones(size(shape), bool), i, SHAPES).tolist()) == \
-                set(memory.forward(np.ones(size(shape), bool), i).tolist())
-            assert self.encoder.forward(reader, np.zeros(size(shape), bool), i, SHAPES).size == 0
+            assert set(self.encoder.backward(reader, everything(OUT_SHAPE), i, SHAPES).tolist()) == \
+                set(memory.backward(everything(OUT_SHAPE), i).tolist())
+            assert self.encoder.backward(reader, nothing(OUT_SHAPE), i, SHAPES).size == 0
+            assert set(self.encoder.forward(reader, everything(shape), i, SHAPES).tolist()) == \
+                set(memory.forward(everything(shape), i).tolist())
+            assert self.encoder.forward(reader, nothing(shape), i, SHAPES).size == 0
 
     def test_no_pairs(self, store):
         reader = self.write_full(store, [], [(0, 0, 0)])
         assert self.encoder.load(reader, SHAPES).n_pairs == 0
-        assert self.encoder.backward(reader, np.ones(size(OUT_SHAPE), bool), 1, SHAPES).size == 0
-        assert self.encoder.forward(reader, np.ones(size(IN_SHAPES[0]), bool), 0, SHAPES).size == 0
+        assert self.encoder.backward(reader, everything(OUT_SHAPE), 1, SHAPES).size == 0
+        assert self.encoder.forward(reader, everything(IN_SHAPES[0]), 0, SHAPES).size == 0
 
 
 class PayloadStrategyTests(StrategyTests):
@@ -350,16 +365,16 @@ class PayloadStrategyTests(StrategyTests):
         memory = payload_pairs(pairs)
         for _ in range(3):
             query = np.unique(np.array(data.draw(cells_of(OUT_SHAPE, 12)), np.int64))
-            got = self.encoder.lookup(reader, query, SHAPES)
+            got = self.encoder.lookup(reader, mask(OUT_SHAPE, query), SHAPES)
             expected = {(c, b) for c, b in per_cell(memory) if c in set(query.tolist())}
             assert per_cell(got) == expected
 
     def test_lookup_of_everything_and_nothing(self, store):
         pairs = [([0, 29, 7], b"x"), ([3], b""), ([], b"never")]
         reader = self.write_pay(store, pairs, [(0, 0, 1), (4, 1, 3)])
-        everything = np.arange(size(OUT_SHAPE), dtype=np.int64)
-        assert per_cell(self.encoder.lookup(reader, everything, SHAPES)) == {(0, b"x"), (29, b"x"), (7, b"x"), (3, b"")}
-        assert self.encoder.lookup(reader, np.empty(0, np.int64), SHAPES).n_pairs == 0
+        assert per_cell(self.encoder.lookup(reader, everything(OUT_SHAPE), SHAPES)) == \
+            {(0, b"x"), (29, b"x"), (7, b"x"), (3, b"")}
+        assert self.encoder.lookup(reader, nothing(OUT_SHAPE), SHAPES).n_pairs == 0
 
     @conformance
     @given(data=st.data(), pairs=st.lists(st.tuples(cells_of(OUT_SHAPE), st.sampled_from(PAYLOADS)), max_size=8))
@@ -370,11 +385,11 @@ class PayloadStrategyTests(StrategyTests):
         assert per_cell(self.encoder.load(reader, SHAPES)) == per_cell(memory)
         query = np.unique(np.array(data.draw(cells_of(OUT_SHAPE, 12)), np.int64))
         expected = {(c, b) for c, b in per_cell(memory) if c in set(query.tolist())}
-        assert per_cell(self.encoder.lookup(reader, query, SHAPES)) == expected
+        assert per_cell(self.encoder.lookup(reader, mask(OUT_SHAPE, query), SHAPES)) == expected
 
     def test_two_payloads_of_one_cell(self, store):
         reader = self.write_pay(store, [([3, 4], b"a"), ([4], b"b"), ([4], b"")], [(0, 0, 3)])
-        got = self.encoder.lookup(reader, np.array([4]), SHAPES)
+        got = self.encoder.lookup(reader, mask(OUT_SHAPE, [4]), SHAPES)
         assert per_cell(got) == {(4, b"a"), (4, b"b"), (4, b"")}
 
 
@@ -412,7 +427,7 @@ class TestPayMany(PayloadStrategyTests):
     def test_lookup_restricts_pairs_to_the_query_cells(self, store, data, pairs):
         reader = self.write_pay(store, pairs, data.draw(tilings(len(pairs))))
         query = set(data.draw(cells_of(OUT_SHAPE, 12)))
-        got = self.encoder.lookup(reader, np.array(sorted(query), np.int64), SHAPES)
+        got = self.encoder.lookup(reader, mask(OUT_SHAPE, query), SHAPES)
         expected = sorted((tuple(sorted(set(cells) & query)), b) for cells, b in pairs if set(cells) & query)
         assert payload_sets(got) == expected
 

@@ -32,7 +32,7 @@ WORKLOAD = [{"direction": "backward", "node": "hits", "to": "x", "cells": [[3, 3
 
 
 def lineage_bytes(run) -> int:
-    return sum(sum(e["stats"]["bytes"].values()) for e in run.catalog["nodes"].values() if e["kind"] == "operator")
+    return sum(sum(rec.stats.bytes.values()) for rec in run.catalog.nodes.values() if rec.kind == "operator")
 
 
 def test_inputs_are_checked(tmp_path):
@@ -110,7 +110,7 @@ def test_optimizer_plans_from_a_workload_and_answers_alike(tmp_path):
     run = small_workflow().run({"x": image()}, store=tmp_path / "o", workload=WORKLOAD, executor="local")
     assert run.strategies["blur"] == ("Map",) and run.strategies["hits"] == ("Map",)
     assert run.strategies["crd"] != ("BlackBox",)  # queried both ways: cheap composite lineage pays off
-    opt = run.catalog["optimizer"]
+    opt = run.catalog.optimizer
     assert opt["status"] == "optimal" and opt["solve_seconds"] > 0 and opt["base_seconds"] > 0
     reference = small_workflow().run({"x": image()}, store=tmp_path / "r", executor="local",
                                      strategies={"crd": "FullOne", "blur": "Map", "hits": "Map"})
@@ -137,16 +137,17 @@ def test_measured_lineage_never_exceeds_the_disk_budget(tmp_path, budget):
 def test_pinned_lineage_over_the_budget_falls_back_at_commit(tmp_path):
     run = small_workflow().run({"x": image()}, store=tmp_path / "p", max_disk="1KB", executor="local",
                                strategies={"blur": ["FullOne", "FullMany"]}, workload=WORKLOAD)
-    entry = run.catalog["nodes"]["blur"]
+    entry = run.catalog.nodes["blur"]
     assert lineage_bytes(run) <= 1000
-    assert entry["strategies"] == ["BlackBox"] and set(entry["dropped"]) == {"FullOne/backward", "FullMany/backward"}
+    assert entry.strategies == ("BlackBox",) and set(entry.dropped) == {"FullOne/backward", "FullMany/backward"}
+    assert not list((tmp_path / "p" / "lineage" / "blur").rglob("*.mdb"))  # dropped shards are removed
     np.testing.assert_array_equal(run.backward("blur", [(0, 0)], to="x"), [[0, 0], [0, 1], [1, 0], [1, 1]])
 
 
 def test_relative_budgets_are_recorded(tmp_path):
     run = small_workflow().run({"x": image()}, store=tmp_path / "r", workload=WORKLOAD, max_disk="2x",
                                max_runtime="10x", executor="local")
-    opt = run.catalog["optimizer"]
+    opt = run.catalog.optimizer
     assert opt["max_disk_bytes"] == pytest.approx(2 * image().nbytes)
     assert opt["max_runtime_seconds"] == pytest.approx(9 * opt["base_seconds"])
     assert lineage_bytes(run) <= 2 * image().nbytes

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+
+from subzero.frontier import Frontier
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,10 +44,11 @@ def random_pairs(draw, n_inputs: int | None = None):
     return [tuple(map(list, p)) for p in pairs], n_inputs
 
 
-def mask_of(n: int, cells) -> np.ndarray:
+def mask_of(n: int, cells) -> Frontier:
+    """The frontier of ``cells`` over a flat array of ``n`` cells."""
     mask = np.zeros(n, bool)
     mask[list(cells)] = True
-    return mask
+    return Frontier.of_mask(mask)
 
 
 # -- structure ------------------------------------------------------------------------------------
@@ -60,8 +63,8 @@ def test_owners_and_gather_groups():
 def test_empty_pairs():
     fp = FullPairs.empty(2)
     assert fp.n_pairs == 0 and fp.n_inputs == 2
-    assert fp.backward(np.ones(N_OUT, bool), 1).size == 0
-    assert fp.forward(np.ones(N_IN[0], bool), 0).size == 0
+    assert fp.backward(Frontier.full((N_OUT,)), 1).size == 0
+    assert fp.forward(Frontier.full((N_IN[0],)), 0).size == 0
     assert PayloadPairs.empty().n_pairs == 0 and PayloadPairs.empty().by_payload() == []
 
 

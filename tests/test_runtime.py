@@ -7,7 +7,10 @@ import numpy as np
 from subzero import operators as ops
 from subzero.modes import Mode
 from subzero.pairs import PayloadPairs
+from subzero.frontier import Frontier
 from subzero.runtime import NodeTask, derived_full, expand_payloads, modes_for, run_tile, trace_tile
+from subzero.store import ArrayRef, resolve
+from subzero.store.arrays import write_array
 from subzero.tiling import Tile
 
 
@@ -17,10 +20,10 @@ def bound(op, *shapes):
     return op
 
 
-def saved(tmp_path, name, array) -> str:
-    path = tmp_path / f"{name}.npy"
-    np.save(path, array)
-    return str(path)
+def saved(tmp_path, name, array) -> ArrayRef:
+    ref = ArrayRef(resolve(tmp_path), f"arrays/{name}")
+    write_array(ref, array)
+    return ref
 
 
 def test_modes_for_splits_payload_modes_into_separate_calls():
@@ -44,13 +47,23 @@ def test_derived_full_pairs_match_the_mapping_function():
 def test_run_tile_trims_the_halo_and_encodes_each_strategy(tmp_path):
     x = np.arange(36.0).reshape(6, 6)
     op = bound(ops.Convolve(np.ones((3, 3)), mode="reflect"), (6, 6))
-    task = NodeTask("blur", op, (saved(tmp_path, "x", x),), ("FullOne/backward", "FullMany/forward", "Map"))
-    result = run_tile(task, Tile(3, ((3, 6), (0, 3))))
+    location = resolve(tmp_path)
+    out = ArrayRef(location, "arrays/blur")
+    strategies = ("FullOne/backward", "FullMany/forward", "Map")
+    task = NodeTask("blur", op, (saved(tmp_path, "x", x),), strategies, output=out, chunks=(3, 3),
+                    location=location, shard_dirs=tuple((s, f"lineage/{s.replace('/', '-')}") for s in strategies))
+    meta = run_tile(task, Tile(3, ((3, 6), (0, 3))))
     from scipy import ndimage
 
-    np.testing.assert_allclose(result.output, ndimage.convolve(x, np.ones((3, 3)), mode="reflect")[3:6, 0:3])
-    assert set(result.encoded) == {"FullOne/backward", "FullMany/forward"}
-    assert result.cells["FullOne/backward"][:2] == (9, 9)
+    out.commit((6, 6), meta.dtype, meta.chunks)
+    np.testing.assert_allclose(out.read(((3, 6), (0, 3))),
+                               ndimage.convolve(x, np.ones((3, 3)), mode="reflect")[3:6, 0:3])
+    assert set(meta.shards) == {"FullOne/backward", "FullMany/forward"}  # Map stores nothing
+    record = meta.shards["FullOne/backward"]
+    assert (record.pairs, record.out_cells) == (9, 9) and record.tile == 3
+    assert all((tmp_path / "lineage" / "FullOne-backward" / (record.name + f.suffix)).stat().st_size == f.size
+               for f in record.files)
+    assert meta.shards["FullMany/forward"].index_bytes > 0  # its R-tree on the input cells
 
 
 def test_trace_tile_of_a_composite_operator_is_default_plus_overrides(tmp_path):
@@ -59,14 +72,10 @@ def test_trace_tile_of_a_composite_operator_is_default_plus_overrides(tmp_path):
     op = bound(ops.CosmicRayDetect(threshold=200.0, radius=1), (7, 7))  # 500 < 4 x 200: radius 1
     task = NodeTask("crd", op, (saved(tmp_path, "x", x),), ())
     pairs = trace_tile(task, Tile(0, ((0, 7), (0, 7))))
-    flagged = np.ravel_multi_index((3, 3), (7, 7))
-    mask = np.zeros(49, bool)
-    mask[flagged] = True
-    assert sorted(pairs.backward(mask, 0).tolist()) == sorted(
+    flagged = Frontier.of_coords(np.array([[3, 3]]), (7, 7))
+    assert sorted(pairs.backward(flagged, 0).tolist()) == sorted(
         np.ravel_multi_index((r, c), (7, 7)) for r in (2, 3, 4) for c in (2, 3, 4))
-    mask[:] = False
-    mask[0] = True
-    assert pairs.backward(mask, 0).tolist() == [0]
+    assert pairs.backward(Frontier.of_coords(np.array([[0, 0]]), (7, 7)), 0).tolist() == [0]
 
 
 def test_expand_payloads_calls_map_p_once_per_distinct_payload():

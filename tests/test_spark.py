@@ -15,7 +15,7 @@ import pytest
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.store import _env
+from subzero.store import FileStore
 
 
 def build(flaky_marker: str | None = None) -> sz.Workflow:
@@ -62,21 +62,35 @@ def inputs():
 
 
 def dump_lineage(path: Path) -> dict:
-    env = _env(path / "lineage", create=False)
+    """Every committed lineage entry of a store, by (node, strategy, tile): shard names differ
+    between runs (they name the task attempt), their contents must not."""
+    import lmdb
+
+    store = FileStore.open(path)
     out = {}
-    with env.begin() as txn:
-        names = [k for k, _ in txn.cursor()]
-        for name in names:
-            db = env.open_db(name, txn=txn, create=False)
-            out[name] = list(txn.cursor(db))
+    for node in store.read_catalog().nodes.values():
+        if node.kind != "operator" or not node.stats.bytes:
+            continue
+        manifest = store.read_manifest(node.name)
+        for strategy, records in manifest.shards.items():
+            for rec in records:
+                if rec.name is None:
+                    out[(node.name, strategy, rec.tile)] = None
+                    continue
+                mdb = os.path.join(path, store.shard_directory(node.name, strategy), rec.name + ".mdb")
+                env = lmdb.open(mdb, subdir=False, readonly=True, lock=False)
+                with env.begin() as txn:
+                    out[(node.name, strategy, rec.tile)] = list(txn.cursor())
+                env.close()
     return out
 
 
 def test_spark_records_exactly_the_lineage_of_the_local_executor(spark, tmp_path):
     on_spark = build().run(inputs(), store=tmp_path / "spark", strategies=PINS, spark=spark, tile_shape=4)
     local = build().run(inputs(), store=tmp_path / "local", strategies=PINS, executor="local", tile_shape=4)
-    assert on_spark.catalog["executor"] == "spark" and on_spark.catalog["nodes"]["blur"]["stats"]["tiles"] == 9
-    assert dump_lineage(tmp_path / "spark") == dump_lineage(tmp_path / "local")
+    assert on_spark.catalog.executor == "spark" and on_spark.catalog.nodes["blur"].stats.tiles == 9
+    lineage = dump_lineage(tmp_path / "spark")
+    assert lineage == dump_lineage(tmp_path / "local") and len(lineage) == 9 * (2 + 3 + 2)
     for node in ("blur", "crd", "sum", "mm"):
         np.testing.assert_array_equal(on_spark.output(node), local.output(node))
     np.testing.assert_array_equal(on_spark.backward("sum", [(4, 4)], to="x"),
@@ -91,8 +105,13 @@ def test_a_retried_task_neither_duplicates_nor_loses_lineage(spark, tmp_path):
     build(str(tmp_path / "already-failed")).run(inputs(), store=tmp_path / "clean", strategies=PINS,
                                                 executor="local", tile_shape=4)
     assert dump_lineage(tmp_path / "flaky") == dump_lineage(tmp_path / "clean")
-    pairs = run.catalog["nodes"]["sum"]["stats"]["pairs"]["FullOne/backward"]
-    assert pairs == [100, 100, 200]  # one pair per cell, each reading x and y once
+    pairs = run.catalog.nodes["sum"].stats.pairs["FullOne/backward"]
+    assert pairs == (100, 100, 200)  # one pair per cell, each reading x and y once
+    manifest = FileStore.open(tmp_path / "flaky").read_manifest("sum")
+    assert [r.tile for r in manifest.shards["FullOne/backward"]] == list(range(9))  # one attempt per tile
+    committed = {r.name for recs in manifest.shards.values() for r in recs}
+    on_disk = {p.name.split(".")[0] for p in (tmp_path / "flaky" / "lineage" / "sum").rglob("*.mdb")}
+    assert on_disk == committed  # the failed attempt's shards are gone
 
 
 class Broken(ops.Add):

@@ -19,13 +19,12 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from subzero.cells import coords_from_mask, mask_from_coords
+from subzero.frontier import Frontier
 from subzero.errors import LineageError
 from subzero.pairs import FullPairs, owners
 from subzero.run import Run
 from subzero.query import walk
-from subzero.runtime import NodeTask, trace_tile
-from subzero.tiling import tile_grid
+from subzero.runtime import trace_tile
 from subzero.workflow import Node
 
 __all__ = ["write_cellpairs", "CellPairs", "expand_cell_pairs"]
@@ -71,9 +70,8 @@ def _node_pairs(run: Run, node: Node) -> FullPairs:
         one = np.array([0, 1], np.int64)
         ins = tuple(np.arange(n, dtype=np.int64) for n in sizes)
         return FullPairs(np.arange(n_out, dtype=np.int64), one * n_out, ins, tuple(one * n for n in sizes))
-    task = NodeTask(node.name, op, tuple(run.store.array_path(n.name) for n in node.inputs), ())
-    tiles = tile_grid(op.output_shape, op.effective_tiling().split_axes(op), run.tile_shape)
-    return FullPairs.concat([trace_tile(task, tile) for tile in tiles], len(node.inputs))
+    task = run.tile_task(node)
+    return FullPairs.concat([trace_tile(task, tile) for tile in run.grid(node).tiles], len(node.inputs))
 
 
 def _path(root: Path, node: str, i: int) -> Path:
@@ -107,29 +105,28 @@ class CellPairs:
         self.run, self.root = run, Path(root)
 
     def backward(self, node, cells, to) -> np.ndarray:
-        return coords_from_mask(self._walk(node, cells, to, "backward"))
+        return self._walk(node, cells, to, "backward").coords()
 
     def forward(self, node, cells, to) -> np.ndarray:
-        return coords_from_mask(self._walk(node, cells, to, "forward"))
+        return self._walk(node, cells, to, "forward").coords()
 
-    def step(self, node: Node, mask: np.ndarray, i: int, direction: str) -> np.ndarray:
-        """One step: the cells of the other side of ``node``'s pairs whose key side meets ``mask``."""
+    def step(self, node: Node, frontier: Frontier, i: int, direction: str) -> Frontier:
+        """One step: the cells of the other side of ``node``'s pairs whose key side meets ``frontier``."""
         op = node.operator
         key, other = ("out", "in") if direction == "backward" else ("in", "out")
         target = tuple(op.input_shapes[i]) if direction == "backward" else tuple(op.output_shape)
-        result = np.zeros(target, bool)
-        ids = np.flatnonzero(mask.reshape(-1))
-        if len(ids):
-            dataset = ds.dataset(_path(self.root, node.name, i), format="parquet")
-            wanted = pa.array(ids.astype(dataset.schema.field(key).type.to_pandas_dtype()))
-            got = dataset.to_table(columns=[other], filter=pc.field(key).isin(wanted))
-            result.reshape(-1)[got.column(other).to_numpy()] = True
-        return result
+        ids = frontier.ids()
+        if not len(ids):
+            return Frontier.empty(target)
+        dataset = ds.dataset(_path(self.root, node.name, i), format="parquet")
+        wanted = pa.array(ids.astype(dataset.schema.field(key).type.to_pandas_dtype()))
+        got = dataset.to_table(columns=[other], filter=pc.field(key).isin(wanted))
+        return Frontier.of_ids(got.column(other).to_numpy().astype(np.int64), target)
 
-    def _walk(self, src, cells, dst, direction: str) -> np.ndarray:
+    def _walk(self, src, cells, dst, direction: str) -> Frontier:
         src, dst = self.run.node(src), self.run.node(dst)
-        start = mask_from_coords(np.asarray(cells, np.int64).reshape(-1, len(self.run.shape(src))),
-                                 self.run.shape(src))
+        start = Frontier.of_coords(np.asarray(cells, np.int64).reshape(-1, len(self.run.shape(src))),
+                                   self.run.shape(src))
         return walk(self.run.workflow, src, dst, direction, start,
-                    lambda node, mask, i: self.step(node, mask, i, direction), self.run.shape(dst))
+                    lambda node, f, i: self.step(node, f, i, direction))
 

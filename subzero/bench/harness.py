@@ -76,8 +76,7 @@ class RunRecord:
     @property
     def lineage_keys(self) -> int:
         """LMDB entries the run stored (from its catalog)."""
-        return int(sum(sum(entry.get("stats", {}).get("keys", {}).values())
-                       for entry in self.run.catalog["nodes"].values()))
+        return int(sum(sum(rec.stats.keys.values()) for rec in self.run.catalog.nodes.values() if rec.stats))
 
     @property
     def store_bytes(self) -> int:
@@ -90,8 +89,8 @@ class RunRecord:
     def node_bytes(self) -> dict[str, int]:
         """Lineage bytes stored per node (nodes that stored nothing are left out)."""
         out = {}
-        for name, entry in self.run.catalog["nodes"].items():
-            total = sum(entry.get("stats", {}).get("bytes", {}).values())
+        for name, rec in self.run.catalog.nodes.items():
+            total = sum(rec.stats.bytes.values()) if rec.stats else 0
             if total:
                 out[name] = int(total)
         return out
@@ -115,8 +114,7 @@ class QueryRecord:
 
 def lineage_bytes(run: Run) -> int:
     """Bytes of lineage a run stored (LMDB entries plus R-tree files, from its catalog)."""
-    return int(sum(sum(entry.get("stats", {}).get("bytes", {}).values())
-                   for entry in run.catalog["nodes"].values()))
+    return int(sum(sum(rec.stats.bytes.values()) for rec in run.catalog.nodes.values() if rec.stats))
 
 
 def overhead_ratios(runs: dict[str, "RunRecord"], base: "RunRecord", input_bytes: int, cell_bytes: int,

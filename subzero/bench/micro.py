@@ -91,8 +91,8 @@ def run_micro(quick: bool, root: Path, executor: str = "spark", spark=None,
 
 def _lineage_seconds(record) -> float:
     """Seconds the runtime spent encoding and writing lineage (from the run's catalog)."""
-    stats = record.run.catalog["nodes"][NODE]["stats"]
-    return float(stats["lineage_seconds"] + stats["write_seconds"])
+    stats = record.run.catalog.nodes[NODE].stats
+    return float(stats.lineage_seconds + stats.write_seconds)
 
 
 def _grid(raw: dict[str, Any], fans, value) -> dict[str, list[list[float]]]:

@@ -124,12 +124,16 @@ def scan_cell_keys(reader: Reader) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.repeat(slot, counts), np.repeat(ids, counts), pairs.astype(np.int64)
 
 
-def frontier_boxes(ids: np.ndarray, shape: tuple[int, ...], max_boxes: int = 4096) -> tuple[np.ndarray, np.ndarray]:
-    """Closed boxes covering the frontier cells ``ids``: one per cell when few, else one
-    per touched block of a coarse grid (an R-tree query is a superset filter anyway)."""
-    from subzero.cells import to_coords
-
-    coords = to_coords(ids, shape)
+def frontier_boxes(frontier, max_boxes: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """Closed boxes covering a `subzero.frontier.Frontier`: its own boxes when it has few,
+    else one per cell when few, else one per touched block of a coarse grid (an R-tree
+    query is a superset filter anyway)."""
+    shape = frontier.shape
+    if frontier.kind != "mask":
+        lo, hi = frontier.boxes()
+        if len(lo) <= max_boxes:
+            return lo.astype(np.float64), (hi - 1).astype(np.float64)
+    coords = frontier.coords()
     block = 1
     while True:
         blocks = np.unique(coords // block, axis=0) if block > 1 else coords
@@ -178,30 +182,30 @@ class FullEncoder(Encoder):
     """Full lineage: answers both directions, fast in the one it is keyed by."""
 
     @abstractmethod
-    def candidates(self, reader: Reader, ids: np.ndarray, slot: int, shapes) -> FullPairs:
-        """Pairs that may contain the frontier cells ``ids`` of ``slot`` (keyed direction)."""
+    def candidates(self, reader: Reader, frontier, slot: int, shapes) -> FullPairs:
+        """Pairs that may contain cells of ``frontier`` in ``slot`` (keyed direction)."""
 
-    def backward(self, reader: Reader, out_mask: np.ndarray, i: int, shapes) -> np.ndarray:
-        """Input-``i`` ids of the flat output mask's lineage."""
+    def backward(self, reader: Reader, frontier, i: int, shapes) -> np.ndarray:
+        """Input-``i`` ids of the lineage of ``frontier`` (a `Frontier` over the output)."""
         from subzero.encoders.codec import OUT
 
-        pairs = (self.candidates(reader, np.flatnonzero(out_mask), OUT, shapes)
+        pairs = (self.candidates(reader, frontier, OUT, shapes)
                  if self.direction == "backward" else self.load(reader, shapes))
-        return pairs.backward(out_mask, i)
+        return pairs.backward(frontier, i)
 
-    def forward(self, reader: Reader, in_mask: np.ndarray, i: int, shapes) -> np.ndarray:
-        """Output ids whose lineage meets the flat input-``i`` mask."""
-        pairs = (self.candidates(reader, np.flatnonzero(in_mask), i, shapes)
+    def forward(self, reader: Reader, frontier, i: int, shapes) -> np.ndarray:
+        """Output ids whose lineage meets ``frontier`` (a `Frontier` over input ``i``)."""
+        pairs = (self.candidates(reader, frontier, i, shapes)
                  if self.direction == "forward" else self.load(reader, shapes))
-        return pairs.forward(in_mask, i)
+        return pairs.forward(frontier, i)
 
 
 class PayloadEncoder(Encoder):
     """Payload lineage: the out cells and payloads; `map_p` computes the inputs."""
 
     @abstractmethod
-    def lookup(self, reader: Reader, out_ids: np.ndarray, shapes) -> PayloadPairs:
-        """Pairs holding the out cells ``out_ids``, restricted to those cells."""
+    def lookup(self, reader: Reader, frontier, shapes) -> PayloadPairs:
+        """Pairs holding out cells of ``frontier`` (over the output), restricted to those cells."""
 
     def load(self, reader: Reader, shapes) -> PayloadPairs:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -31,11 +31,11 @@ class FullMany(FullEncoder):
         return EncodedTile(keys=make_keys(PAIR, 0, ids), values=pack_groups(sides),
                            boxes=boxes, n_pairs=pairs.n_pairs)
 
-    def candidates(self, reader: Reader, ids: np.ndarray, slot: int, shapes) -> FullPairs:
-        out_shape, in_shapes = shapes
-        if len(ids) == 0:
+    def candidates(self, reader: Reader, frontier, slot: int, shapes) -> FullPairs:
+        in_shapes = shapes[1]
+        if frontier.is_empty:
             return FullPairs.empty(len(in_shapes))
-        mins, maxs = frontier_boxes(ids, out_shape if slot == OUT else in_shapes[slot])
+        mins, maxs = frontier_boxes(frontier)
         pair_ids = np.unique(reader.intersect(slot, mins, maxs))
         _, values = reader.get_many(make_keys(PAIR, 0, pair_ids))
         return decode_full(values, len(in_shapes))

@@ -33,17 +33,17 @@ class FullOne(FullEncoder):
         return EncodedTile(keys=make_keys(PAIR, 0, ids), values=values, cell_keys=cell_keys,
                            cell_pairs=cell_pairs, n_pairs=pairs.n_pairs)
 
-    def backward(self, reader: Reader, out_mask: np.ndarray, i: int, shapes) -> np.ndarray:
+    def backward(self, reader: Reader, frontier, i: int, shapes) -> np.ndarray:
         if self.direction != "backward":
-            return self.load(reader, shapes).backward(out_mask, i)
-        return self._other_side(reader, OUT, np.flatnonzero(out_mask), i)
+            return self.load(reader, shapes).backward(frontier, i)
+        return self._other_side(reader, OUT, frontier.ids(), i)
 
-    def forward(self, reader: Reader, in_mask: np.ndarray, i: int, shapes) -> np.ndarray:
+    def forward(self, reader: Reader, frontier, i: int, shapes) -> np.ndarray:
         if self.direction != "forward":
-            return self.load(reader, shapes).forward(in_mask, i)
-        return self._other_side(reader, i, np.flatnonzero(in_mask), 0)
+            return self.load(reader, shapes).forward(frontier, i)
+        return self._other_side(reader, i, frontier.ids(), 0)
 
-    def candidates(self, reader, ids, slot, shapes):  # pragma: no cover - FullOne answers directly
+    def candidates(self, reader, frontier, slot, shapes):  # pragma: no cover - FullOne answers directly
         raise NotImplementedError
 
     def _other_side(self, reader: Reader, slot: int, ids: np.ndarray, which: int) -> np.ndarray:

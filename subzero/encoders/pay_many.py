@@ -22,14 +22,14 @@ class PayMany(PayloadEncoder):
         return EncodedTile(keys=make_keys(PAIR, 0, ids), values=values,
                            boxes={OUT: (ids[which], mins, maxs)}, n_pairs=pairs.n_pairs)
 
-    def lookup(self, reader: Reader, out_ids: np.ndarray, shapes) -> PayloadPairs:
-        if len(out_ids) == 0:
+    def lookup(self, reader: Reader, frontier, shapes) -> PayloadPairs:
+        if frontier.is_empty:
             return PayloadPairs.empty()
-        mins, maxs = frontier_boxes(out_ids, shapes[0])
+        mins, maxs = frontier_boxes(frontier)
         pair_ids = np.unique(reader.intersect(OUT, mins, maxs))
         _, values = reader.get_many(make_keys(PAIR, 0, pair_ids))
         pairs = _decode(values)
-        wanted = np.isin(pairs.out_ids, out_ids)
+        wanted = frontier.contains(pairs.out_ids)
         counts = np.bincount(owners(pairs.out_ptr)[wanted], minlength=pairs.n_pairs)
         trimmed = PayloadPairs(pairs.out_ids[wanted], ptr_from_counts(counts), pairs.payloads)
         return trimmed.select(counts > 0)

@@ -31,8 +31,8 @@ class PayOne(PayloadEncoder):
                   for a, b in zip(starts.tolist(), ends.tolist())]
         return EncodedTile(keys=make_keys(CELL, OUT, ids[starts]), values=values, n_pairs=pairs.n_pairs)
 
-    def lookup(self, reader: Reader, out_ids: np.ndarray, shapes) -> PayloadPairs:
-        keys, values = reader.get_many(make_keys(CELL, OUT, out_ids))
+    def lookup(self, reader: Reader, frontier, shapes) -> PayloadPairs:
+        keys, values = reader.get_many(make_keys(CELL, OUT, frontier.ids()))
         return _one_cell_pairs(keys, values)
 
     def load(self, reader: Reader, shapes) -> PayloadPairs:

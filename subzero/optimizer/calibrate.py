@@ -51,7 +51,8 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         return profile
     start = time.perf_counter()
     # FULL always: its pairs give the fans, and re-execution in tracing mode produces them
-    captures = [capture_tile(NodeTask(task.node, op, task.input_paths, stored + ("FullOne",)), t) for t in chosen]
+    sampler = NodeTask(task.node, op, task.inputs, stored + ("FullOne",))
+    captures = [capture_tile(sampler, t) for t in chosen]
     profile.trace_seconds = (time.perf_counter() - start) * scale
     profile.fan_backward, profile.fan_forward = _fans([c.full for c in captures])
     for name in stored:
@@ -100,15 +101,19 @@ def _fans(traced) -> tuple[float, float]:
     return max(back, 1.0), max(fwd, 1.0)
 
 
-def profile_from_run(node: str, op, n_tiles: int, op_seconds: float, stats: dict) -> NodeProfile:
-    """A profile from a finished node's measured statistics (what queries plan with)."""
+def profile_from_run(node: str, op, stats) -> NodeProfile:
+    """A profile from a finished node's measured statistics (`subzero.catalog.NodeStats`),
+    which is what queries plan with."""
+    from subzero.catalog import NodeStats
+
+    stats = stats or NodeStats()
     profile = NodeProfile(
-        node=node, tiles=n_tiles, op_seconds=op_seconds, trace_seconds=stats.get("lineage_seconds", 0.0),
+        node=node, tiles=stats.tiles, op_seconds=stats.op_seconds, trace_seconds=stats.lineage_seconds,
         out_size=int(np.prod(op.output_shape)), in_sizes=[int(np.prod(s)) for s in op.input_shapes],
         mapping=Mode.MAP in op.supported_modes(), all_to_all=op.all_to_all, measured=True)
-    for name, nbytes in stats.get("bytes", {}).items():
-        pairs, outs, ins = stats.get("pairs", {}).get(name, [0, 0, 0])
+    for name, nbytes in stats.bytes.items():
+        pairs, outs, ins = stats.pairs.get(name, (0, 0, 0))
         profile.strategies[name] = StrategyProfile(
-            bytes=nbytes, encode_seconds=stats.get("encode_seconds", {}).get(name, 0.0),
-            pairs=pairs, out_cells=outs, in_cells=ins, keys=stats.get("keys", {}).get(name, 0))
+            bytes=nbytes, encode_seconds=stats.encode_seconds.get(name, 0.0),
+            pairs=pairs, out_cells=outs, in_cells=ins, keys=stats.keys.get(name, 0))
     return profile

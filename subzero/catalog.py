@@ -1,0 +1,260 @@
+"""The catalog of a run: typed, versioned records (what the store knows about a run).
+
+Every record is a frozen dataclass that round-trips through plain dicts
+(``to_dict`` / ``from_dict``), so the catalog is JSON on disk and typed in memory.
+`RunRecord` is the catalog itself (``STORE/catalog.json``): the workflow, the status,
+budgets and one `NodeRecord` per committed node.  A node's shards are listed in its
+`Manifest` (``STORE/manifests/NODE.json``): for every stored strategy, the one
+committed shard of every tile (`ShardRecord`), with the byte size and checksum of each
+of its files.  The driver writes a node's manifest after its stage succeeded, then its
+catalog entry: a node is visible exactly when all of its lineage is.
+
+A catalog of another format version is refused with a `StoreError` that says to
+re-run the workflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from subzero.errors import StoreError
+
+__all__ = ["FORMAT", "FileRecord", "ShardRecord", "Manifest", "ArrayRecord", "NodeStats", "NodeRecord",
+           "RunRecord"]
+
+#: version of the store layout and of these records (1: .npy arrays and one LMDB environment)
+FORMAT = 2
+
+Box = tuple[tuple[int, int], ...]
+
+
+def _box(value) -> Box:
+    return tuple((int(lo), int(hi)) for lo, hi in value)
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """One file of a shard: its name suffix (``.mdb``, ``.255.dat``...), size and xxh3-64 checksum."""
+
+    suffix: str
+    size: int
+    xxh3: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "FileRecord":
+        return cls(str(data["suffix"]), int(data["size"]), str(data["xxh3"]))
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """The committed lineage of one tile for one strategy, as its task reported it.
+
+    ``name`` is the attempt-unique file stem (None when the tile produced no lineage:
+    nothing was written, and nothing is missing).  ``pairs``, ``out_cells``,
+    ``in_cells`` count the region pairs and their cells; ``keys`` and ``nbytes`` the
+    LMDB entries and their bytes; ``index_bytes`` the R-tree files.
+    """
+
+    tile: int
+    name: str | None
+    files: tuple[FileRecord, ...] = ()
+    keys: int = 0
+    nbytes: int = 0
+    index_bytes: int = 0
+    pairs: int = 0
+    out_cells: int = 0
+    in_cells: int = 0
+    encode_seconds: float = 0.0
+
+    @property
+    def disk_bytes(self) -> int:
+        """Bytes of the shard's files on disk."""
+        return sum(f.size for f in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["files"] = [f.to_dict() for f in self.files]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ShardRecord":
+        data = dict(data)
+        data["files"] = tuple(FileRecord.from_dict(f) for f in data.get("files", ()))
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The committed shards of one node: strategy name -> one `ShardRecord` per tile."""
+
+    node: str
+    shards: dict[str, tuple[ShardRecord, ...]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "node": self.node,
+                "shards": {s: [r.to_dict() for r in recs] for s, recs in self.shards.items()}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Manifest":
+        if data.get("format") != FORMAT:
+            raise StoreError(f"manifest of node {data.get('node')!r} has format {data.get('format')!r}, "
+                             f"this subzero reads format {FORMAT}; re-run the workflow into a new store")
+        return cls(str(data["node"]), {s: tuple(ShardRecord.from_dict(r) for r in recs)
+                                       for s, recs in data.get("shards", {}).items()})
+
+
+@dataclass(frozen=True)
+class ArrayRecord:
+    """A stored chunked array: shape, dtype and chunk shape (the tiles of its node)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    chunks: tuple[int, ...]
+    nbytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "dtype": self.dtype, "chunks": list(self.chunks), "nbytes": self.nbytes}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ArrayRecord":
+        return cls(tuple(int(n) for n in data["shape"]), str(data["dtype"]),
+                   tuple(int(n) for n in data["chunks"]), int(data.get("nbytes", 0)))
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    """What a node's run measured, summed over its tiles (from the tasks' metadata)."""
+
+    tiles: int = 1
+    wall_seconds: float = 0.0
+    op_seconds: float = 0.0
+    lineage_seconds: float = 0.0
+    write_seconds: float = 0.0
+    bytes: dict[str, int] = field(default_factory=dict)
+    keys: dict[str, int] = field(default_factory=dict)
+    encode_seconds: dict[str, float] = field(default_factory=dict)
+    pairs: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    file_bytes: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["pairs"] = {k: list(v) for k, v in self.pairs.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "NodeStats":
+        data = dict(data)
+        data["pairs"] = {k: tuple(int(x) for x in v) for k, v in data.get("pairs", {}).items()}
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One committed node: its array and, for an operator, what it stored and why."""
+
+    name: str
+    kind: str  # "input" | "operator"
+    array: ArrayRecord
+    strategies: tuple[str, ...] = ()
+    reason: str = ""
+    stats: NodeStats | None = None
+    dropped: dict[str, str] = field(default_factory=dict)
+    predicted: dict[str, Any] = field(default_factory=dict)
+    profile: dict[str, Any] | None = None
+    pruned: dict[str, str] = field(default_factory=dict)
+    compute_seconds: float | None = None
+    tile_shape: tuple[int, ...] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.array.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.array.dtype
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"name": self.name, "kind": self.kind, "array": self.array.to_dict(),
+                "strategies": list(self.strategies), "reason": self.reason,
+                "stats": self.stats.to_dict() if self.stats else None, "dropped": dict(self.dropped),
+                "predicted": self.predicted, "profile": self.profile, "pruned": dict(self.pruned),
+                "compute_seconds": self.compute_seconds,
+                "tile_shape": list(self.tile_shape) if self.tile_shape is not None else None,
+                "metadata": self.metadata}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "NodeRecord":
+        return cls(
+            name=str(data["name"]), kind=str(data["kind"]), array=ArrayRecord.from_dict(data["array"]),
+            strategies=tuple(data.get("strategies", ())), reason=str(data.get("reason", "")),
+            stats=NodeStats.from_dict(data["stats"]) if data.get("stats") else None,
+            dropped=dict(data.get("dropped") or {}), predicted=dict(data.get("predicted") or {}),
+            profile=data.get("profile"), pruned=dict(data.get("pruned") or {}),
+            compute_seconds=data.get("compute_seconds"),
+            tile_shape=tuple(data["tile_shape"]) if data.get("tile_shape") is not None else None,
+            metadata=dict(data.get("metadata") or {}))
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The catalog of one run (``STORE/catalog.json``).
+
+    ``status`` is ``"running"``, ``"failed"`` or ``"done"``; ``nodes`` holds the
+    committed nodes only, in the order they were committed.
+    """
+
+    workflow: dict[str, Any]
+    created: str
+    executor: str
+    status: str = "running"
+    tile_shape: Any = None
+    pinned: dict[str, list[str]] = field(default_factory=dict)
+    input_bytes: int = 0
+    workload: list | None = None
+    budgets: dict[str, Any] = field(default_factory=dict)
+    optimizer: dict[str, Any] | None = None
+    wall_seconds: float | None = None
+    fingerprint: dict[str, str] = field(default_factory=dict)
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    format: int = FORMAT
+
+    def with_node(self, record: NodeRecord) -> "RunRecord":
+        """This catalog with ``record`` committed (replacing an entry of the same name)."""
+        return replace(self, nodes={**self.nodes, record.name: record})
+
+    def node(self, name: str) -> NodeRecord:
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise StoreError(f"node {name!r} is not committed in this store (committed: "
+                             f"{', '.join(self.nodes) or 'none'}); the run did not finish or the catalog "
+                             "was damaged: re-run the workflow") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["nodes"] = {name: rec.to_dict() for name, rec in self.nodes.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "the store") -> "RunRecord":
+        """Parse a catalog; an old or unknown format is a `StoreError` saying to re-run."""
+        if not isinstance(data, dict) or "workflow" not in data:
+            raise StoreError(f"{where} has a catalog.json that is not a subzero catalog; re-run the workflow")
+        if data.get("format") != FORMAT:
+            raise StoreError(f"{where} was written in store format {data.get('format')!r}; this subzero reads "
+                             f"format {FORMAT} (chunked Zarr arrays and per-tile lineage shards). Re-run the "
+                             "workflow into a new store to query it")
+        try:
+            known = {f.name for f in fields(cls)}
+            values = {k: v for k, v in data.items() if k in known}
+            values["nodes"] = {name: NodeRecord.from_dict(rec) for name, rec in data.get("nodes", {}).items()}
+            return cls(**values)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"{where} has a damaged catalog.json ({type(exc).__name__}: {exc}); "
+                             "re-run the workflow into a new store") from exc

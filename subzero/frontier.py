@@ -1,0 +1,355 @@
+"""Frontiers: the set of cells a lineage query holds between steps, in the form its size calls for.
+
+A query costs its answer only if the frontier does: a few cells of a billion-cell array
+must not become a billion-byte mask.  A `Frontier` holds the cells of an array of
+``shape`` as one of
+
+- ``ids``: sorted unique flat int64 cell ids (small or scattered sets);
+- ``boxes``: half-open boxes ``(lo, hi)``, two ``(N, ndim)`` int64 arrays (a user's box
+  query, a stencil's halo around one, range-compressed lineage), possibly overlapping;
+- ``mask``: a dense boolean array, only once the set holds more than an eighth of the
+  array (then a bit per cell is cheaper than 8 bytes per cell).
+
+Every step reads the form that suits it (`ids`, `coords`, `boxes`, `mask`) and builds
+its result with `Frontier.of_ids` / `of_boxes`, which pick the form again.  The
+entire-array optimization asks `is_full`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from subzero.cells import to_coords, to_ids
+
+__all__ = ["Frontier", "ids_in_boxes", "cover_ids", "DENSE_FRACTION", "MAX_BOX_EXPANSION"]
+
+Shape = tuple[int, ...]
+_EMPTY_IDS = np.empty(0, np.int64)
+
+#: above this fraction of the array, a frontier is a dense mask
+DENSE_FRACTION = 1 / 8
+#: boxes holding more cells than this are never expanded into ids (a mask is built instead)
+MAX_BOX_EXPANSION = 1 << 24
+
+
+def _size(shape: Shape) -> int:
+    return int(np.prod(shape, dtype=np.int64)) if shape else 1
+
+
+def ids_in_boxes(lo: np.ndarray, hi: np.ndarray, shape: Shape) -> np.ndarray:
+    """Sorted unique flat ids of the cells of the half-open boxes ``[lo, hi)``.
+
+    Examples
+    --------
+    >>> ids_in_boxes(np.array([[0, 1]]), np.array([[2, 3]]), (3, 4)).tolist()
+    [1, 2, 5, 6]
+    """
+    if not shape:
+        return np.zeros(1 if len(np.asarray(lo)) else 0, np.int64)
+    lo, hi = np.asarray(lo, np.int64).reshape(-1, len(shape)), np.asarray(hi, np.int64).reshape(-1, len(shape))
+    ext = np.maximum(hi - lo, 0)
+    keep = np.all(ext > 0, axis=1)
+    lo, ext = lo[keep], ext[keep]
+    if not len(lo):
+        return _EMPTY_IDS
+    strides = np.array([_size(shape[k + 1:]) for k in range(len(shape))], np.int64)
+    # one run of consecutive ids per box row along the last axis
+    rows_per_box = np.prod(ext[:, :-1], axis=1) if len(shape) > 1 else np.ones(len(lo), np.int64)
+    box_of_row = np.repeat(np.arange(len(lo)), rows_per_box)
+    k = np.arange(len(box_of_row)) - np.repeat(np.cumsum(rows_per_box) - rows_per_box, rows_per_box)
+    starts = np.zeros(len(box_of_row), np.int64)
+    for axis in range(len(shape) - 2, -1, -1):  # mixed-radix digits of the row within its box
+        e = ext[box_of_row, axis]
+        starts += (lo[box_of_row, axis] + k % e) * strides[axis]
+        k //= e
+    starts += lo[box_of_row, -1]
+    lengths = ext[box_of_row, -1]
+    ids = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+    return np.unique(ids) if len(lo) > 1 else ids
+
+
+def cover_ids(ids: np.ndarray, shape: Shape) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint boxes covering exactly the sorted unique flat ``ids``: runs along the last
+    axis, merged across consecutive positions of the other axes when identical.
+
+    Examples
+    --------
+    >>> lo, hi = cover_ids(np.array([1, 2, 5, 6]), (3, 4))
+    >>> lo.tolist(), hi.tolist()
+    ([[0, 1]], [[2, 3]])
+    """
+    ndim = len(shape)
+    ids = np.asarray(ids, np.int64)
+    if not len(ids):
+        z = np.empty((0, ndim), np.int64)
+        return z, z.copy()
+    if not ndim:
+        return np.empty((1, 0), np.int64), np.empty((1, 0), np.int64)
+    brk = np.flatnonzero(np.diff(ids) != 1) + 1
+    starts, ends = ids[np.r_[0, brk]], ids[np.r_[brk, len(ids)] - 1] + 1
+    # split runs at the end of each last-axis line
+    n_last = shape[-1]
+    first_line, last_line = starts // n_last, (ends - 1) // n_last
+    pieces = last_line - first_line + 1
+    line = np.repeat(first_line, pieces) + np.arange(int(pieces.sum())) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    s = np.maximum(np.repeat(starts, pieces), line * n_last)
+    e = np.minimum(np.repeat(ends, pieces), (line + 1) * n_last)
+    lo = np.empty((len(s), ndim), np.int64)
+    lo[:, -1] = s % n_last
+    if ndim > 1:
+        lo[:, :-1] = to_coords(line, shape[:-1])
+    hi = lo + 1
+    hi[:, -1] = lo[:, -1] + (e - s)
+    for axis in range(ndim - 2, -1, -1):  # merge boxes identical but for consecutive positions on `axis`
+        lo, hi = _merge_along(lo, hi, axis)
+    return lo, hi
+
+
+def _merge_along(lo: np.ndarray, hi: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    other = [a for a in range(lo.shape[1]) if a != axis]
+    keys = np.concatenate([lo[:, other], hi[:, other]], axis=1)
+    order = np.lexsort((lo[:, axis],) + tuple(keys.T[::-1]))
+    lo, hi, keys = lo[order], hi[order], keys[order]
+    same = np.all(keys[1:] == keys[:-1], axis=1) & (lo[1:, axis] == hi[:-1, axis])
+    first = np.flatnonzero(np.r_[True, ~same])
+    last = np.r_[first[1:], len(lo)] - 1
+    new_lo, new_hi = lo[first].copy(), hi[first].copy()
+    new_hi[:, axis] = hi[last, axis]
+    return new_lo, new_hi
+
+
+class Frontier:
+    """A set of cells of an array, held as ids, boxes or a dense mask (see the module docs).
+
+    Build one with `empty`, `full`, `of_ids`, `of_coords`, `of_mask` or `of_boxes`.
+
+    Examples
+    --------
+    >>> f = Frontier.of_coords(np.array([[1, 2], [0, 0]]), (3, 4))
+    >>> f.count, f.kind, f.coords().tolist()
+    (2, 'ids', [[0, 0], [1, 2]])
+    """
+
+    __slots__ = ("shape", "_ids", "_mask", "_boxes", "_count")
+
+    def __init__(self, shape: Shape, ids=None, mask=None, boxes=None, count: int | None = None):
+        self.shape = tuple(int(n) for n in shape)
+        self._ids, self._mask, self._boxes, self._count = ids, mask, boxes, count
+
+    # -- constructors -------------------------------------------------------------------------
+    @classmethod
+    def empty(cls, shape: Shape) -> "Frontier":
+        return cls(shape, ids=_EMPTY_IDS, count=0)
+
+    @classmethod
+    def full(cls, shape: Shape) -> "Frontier":
+        shape = tuple(shape)
+        lo = np.zeros((1, len(shape)), np.int64)
+        hi = np.asarray(shape, np.int64).reshape(1, len(shape))
+        return cls(shape, boxes=(lo, hi), count=_size(shape))
+
+    @classmethod
+    def of_ids(cls, ids: np.ndarray, shape: Shape, unique: bool = False) -> "Frontier":
+        """The cells of flat ``ids`` (duplicates allowed unless ``unique``)."""
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        if not unique and len(ids) > 1:
+            ids = np.unique(ids)
+        size = _size(tuple(shape))
+        if len(ids) > DENSE_FRACTION * size and len(ids) > 64:
+            mask = np.zeros(size, bool)
+            mask[ids] = True
+            return cls(shape, mask=mask.reshape(shape), count=len(ids))
+        return cls(shape, ids=ids, count=len(ids))
+
+    @classmethod
+    def of_coords(cls, coords: np.ndarray, shape: Shape) -> "Frontier":
+        """The cells of ``(N, ndim)`` coordinates (unchecked: validate user cells first)."""
+        return cls.of_ids(to_ids(coords, tuple(shape)), shape)
+
+    @classmethod
+    def of_mask(cls, mask: np.ndarray) -> "Frontier":
+        mask = np.asarray(mask, bool)
+        count = int(np.count_nonzero(mask))
+        if count <= DENSE_FRACTION * mask.size or count <= 64:
+            return cls(mask.shape, ids=np.flatnonzero(mask.reshape(-1)).astype(np.int64), count=count)
+        return cls(mask.shape, mask=mask, count=count)
+
+    @classmethod
+    def of_boxes(cls, lo: np.ndarray, hi: np.ndarray, shape: Shape, disjoint: bool = False) -> "Frontier":
+        """The cells of half-open boxes (clipped to the array; empty boxes dropped)."""
+        shape = tuple(shape)
+        if not shape:
+            return cls(shape, ids=np.zeros(1, np.int64), count=1) if len(np.asarray(lo)) else cls.empty(shape)
+        lo = np.maximum(np.asarray(lo, np.int64).reshape(-1, len(shape)), 0)
+        hi = np.minimum(np.asarray(hi, np.int64).reshape(-1, len(shape)), np.asarray(shape, np.int64))
+        keep = np.all(hi > lo, axis=1)
+        lo, hi = lo[keep], hi[keep]
+        if not len(lo):
+            return cls.empty(shape)
+        volume = int(np.prod(hi - lo, axis=1).sum())
+        if disjoint or len(lo) == 1:
+            return cls(shape, boxes=(lo, hi), count=volume)
+        return cls(shape, boxes=(lo, hi))
+
+    # -- what it holds --------------------------------------------------------------------------
+    @property
+    def kind(self) -> str:
+        return "boxes" if self._boxes is not None else ("mask" if self._mask is not None else "ids")
+
+    @property
+    def size(self) -> int:
+        """Cells of the whole array."""
+        return _size(self.shape)
+
+    @property
+    def count(self) -> int:
+        """Cells in the frontier (exact)."""
+        if self._count is None:
+            if self._boxes is not None and self._box_volume() > MAX_BOX_EXPANSION:
+                self._count = int(np.count_nonzero(self.mask()))
+            else:
+                self._count = len(self.ids())
+        return self._count
+
+    def estimate(self) -> int:
+        """Cells in the frontier, or an upper bound when counting would cost (overlapping boxes)."""
+        if self._count is not None:
+            return self._count
+        return min(self._box_volume(), self.size)
+
+    @property
+    def is_empty(self) -> bool:
+        if self._boxes is not None:
+            return not len(self._boxes[0])
+        return self.count == 0
+
+    @property
+    def is_full(self) -> bool:
+        if self._boxes is not None:
+            lo, hi = self._boxes
+            if not (np.all(lo.min(axis=0) == 0) and np.all(hi.max(axis=0) == np.asarray(self.shape))):
+                return False
+        return self.count == self.size
+
+    def _box_volume(self) -> int:
+        lo, hi = self._boxes
+        return int(np.prod(hi - lo, axis=1).sum())
+
+    # -- forms ------------------------------------------------------------------------------
+    def ids(self) -> np.ndarray:
+        """Sorted unique flat cell ids."""
+        if self._ids is None:
+            if self._mask is not None:
+                self._ids = np.flatnonzero(self._mask.reshape(-1)).astype(np.int64)
+            else:
+                lo, hi = self._boxes
+                if self._box_volume() > MAX_BOX_EXPANSION:
+                    self._ids = np.flatnonzero(self.mask().reshape(-1)).astype(np.int64)
+                else:
+                    self._ids = ids_in_boxes(lo, hi, self.shape)
+        return self._ids
+
+    def coords(self) -> np.ndarray:
+        """Sorted unique ``(N, ndim)`` coordinates."""
+        return to_coords(self.ids(), self.shape)
+
+    def mask(self) -> np.ndarray:
+        """A dense boolean mask of the array (allocates the array's size: for dense frontiers)."""
+        if self._mask is None:
+            mask = np.zeros(self.shape, bool)
+            if self._boxes is not None:
+                for lo, hi in zip(*self._boxes):
+                    mask[tuple(slice(a, b) for a, b in zip(lo, hi))] = True
+            else:
+                mask.reshape(-1)[self._ids] = True
+            return mask
+        return self._mask
+
+    def boxes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Half-open boxes covering exactly the frontier (disjoint unless built from overlapping boxes)."""
+        if self._boxes is not None:
+            return self._boxes
+        return cover_ids(self.ids(), self.shape)
+
+    def bbox(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The frontier's bounding box ``(lo, hi)`` (half-open), or None when empty."""
+        if self._boxes is not None:
+            lo, hi = self._boxes
+            return (lo.min(axis=0), hi.max(axis=0)) if len(lo) else None
+        if self._mask is not None:
+            if not self.count:
+                return None
+            lo, hi = [], []
+            for axis in range(len(self.shape)):
+                other = tuple(a for a in range(len(self.shape)) if a != axis)
+                hit = np.flatnonzero(self._mask.any(axis=other) if other else self._mask)
+                lo.append(hit[0])
+                hi.append(hit[-1] + 1)
+            return np.array(lo, np.int64), np.array(hi, np.int64)
+        if not len(self._ids):
+            return None
+        c = self.coords()
+        return c.min(axis=0), c.max(axis=0) + 1
+
+    # -- set operations ---------------------------------------------------------------------
+    def union(self, other: "Frontier") -> "Frontier":
+        if self.is_empty:
+            return other
+        if other.is_empty:
+            return self
+        if self._mask is not None or other._mask is not None:
+            return Frontier.of_mask(self.mask() | other.mask())
+        if self._boxes is not None and other._boxes is not None:
+            return Frontier.of_boxes(np.concatenate([self._boxes[0], other._boxes[0]]),
+                                     np.concatenate([self._boxes[1], other._boxes[1]]), self.shape)
+        return Frontier.of_ids(np.union1d(self.ids(), other.ids()), self.shape, unique=True)
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        """For flat ``ids``, whether each is in the frontier."""
+        ids = np.asarray(ids, np.int64)
+        if self._mask is not None:
+            return self._mask.reshape(-1)[ids]
+        if self._boxes is not None and len(self._boxes[0]) <= 16:
+            c = to_coords(ids, self.shape)
+            hit = np.zeros(len(ids), bool)
+            for lo, hi in zip(*self._boxes):
+                hit |= np.all((c >= lo) & (c < hi), axis=1)
+            return hit
+        own = self.ids()
+        pos = np.searchsorted(own, ids)
+        pos[pos == len(own)] = 0
+        return own[pos] == ids if len(own) else np.zeros(len(ids), bool)
+
+    def within(self, lo, hi) -> "Frontier":
+        """The frontier's cells inside the half-open box ``[lo, hi)`` (same array)."""
+        lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        if self._boxes is not None:
+            blo, bhi = self._boxes
+            return Frontier.of_boxes(np.maximum(blo, lo), np.minimum(bhi, hi), self.shape)
+        if self._mask is not None:
+            sub = np.zeros(self.shape, bool)
+            sel = tuple(slice(a, b) for a, b in zip(lo, hi))
+            sub[sel] = self._mask[sel]
+            return Frontier.of_mask(sub)
+        c = self.coords()
+        inside = np.all((c >= lo) & (c < hi), axis=1)
+        return Frontier(self.shape, ids=self._ids[inside], count=int(inside.sum()))
+
+    def meets(self, lo, hi) -> bool:
+        """True when some cell of the frontier lies in the half-open box ``[lo, hi)``."""
+        lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        if np.any(hi <= lo):
+            return False
+        if self._boxes is not None:
+            blo, bhi = self._boxes
+            return bool(np.any(np.all((blo < hi) & (bhi > lo), axis=1)))
+        if self._mask is not None:
+            return bool(self._mask[tuple(slice(a, b) for a, b in zip(lo, hi))].any())
+        c = self.coords()
+        return bool(np.any(np.all((c >= lo) & (c < hi), axis=1)))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __repr__(self) -> str:
+        return f"Frontier({self.kind}, {self.estimate()} of {self.size} cells, shape {self.shape})"

@@ -1,0 +1,153 @@
+"""The writer lock of a store: one run writes a store, and a second is refused at once.
+
+A writer takes the store by creating ``STORE/.writer`` exclusively (``O_CREAT | O_EXCL``)
+and holds an ``fcntl`` lock on it for the whole run; the file names the run (pid, host,
+start time).  Another writer fails to create the file and is told who holds it.  A lock
+whose process is gone (the ``fcntl`` lock is free, or the pid no longer runs on this
+host) is stale: it is reported, never silently taken over; ``resume`` or ``overwrite``
+take it explicitly.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import json
+import os
+import socket
+from dataclasses import dataclass
+
+from subzero.errors import StoreError
+from subzero.store.location import Location
+
+__all__ = ["WriterLock", "LOCK_NAME", "holder"]
+
+LOCK_NAME = ".writer"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds (or held) a store's writer lock."""
+
+    pid: int
+    host: str
+    started: str
+    alive: bool | None  # None: cannot tell (another host, or a remote store)
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on host {self.host}, started {self.started}"
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def holder(location: Location) -> Holder | None:
+    """The holder named in the store's lock file, or None when there is no lock."""
+    try:
+        info = json.loads(location.read_bytes(LOCK_NAME))
+    except FileNotFoundError:
+        return None
+    except (ValueError, OSError):
+        return Holder(-1, "?", "?", None)
+    alive = None
+    if location.is_local:
+        alive = _flock_held(location.path(LOCK_NAME))
+        if alive is None and info.get("host") == socket.gethostname():
+            alive = _pid_alive(int(info.get("pid", -1)))
+    return Holder(int(info.get("pid", -1)), str(info.get("host", "?")), str(info.get("started", "?")), alive)
+
+
+def _flock_held(path: str) -> bool | None:
+    """True when some process holds the fcntl lock on ``path``, False when none does."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+class WriterLock:
+    """The lock a writing run holds on its store; `release` when the run ends."""
+
+    def __init__(self, location: Location, fd: int | None):
+        self.location, self._fd = location, fd
+
+    @classmethod
+    def acquire(cls, location: Location, take_stale: bool = False) -> "WriterLock":
+        """Take the store's writer lock, or raise `StoreError` naming the run that holds it.
+
+        ``take_stale`` takes over the lock of a run that no longer runs (resume, overwrite);
+        the lock of a live run is never taken.
+        """
+        payload = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": _now()}).encode()
+        if not location.is_local:
+            current = holder(location)
+            if current is not None and not take_stale:
+                raise _held(location, current)
+            location.write_bytes(payload, LOCK_NAME)
+            return cls(location, None)
+        path = location.path(LOCK_NAME)
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                current = holder(location)
+                if current is None:
+                    continue  # released between our attempt and the read: try again
+                if current.alive is False and take_stale:
+                    os.unlink(path)
+                    continue
+                raise _held(location, current) from None
+            except OSError as exc:
+                if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                    raise StoreError(f"store {location.url!r} is not writable ({exc.strerror}); choose a store "
+                                     "directory you can write") from exc
+                raise
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.write(fd, payload)
+            os.fsync(fd)
+            return cls(location, fd)
+        raise StoreError(f"store {location.url!r}: could not take the writer lock; try again")
+
+    def release(self) -> None:
+        """Give the store up: remove the lock file (then drop the fcntl lock)."""
+        try:
+            self.location.remove(LOCK_NAME)
+        finally:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+def _held(location: Location, current: Holder) -> StoreError:
+    if current.alive is False:
+        return StoreError(f"store {location.url!r} was being written by {current.describe()}, which is no longer "
+                          "running (the run was killed); continue it with resume (--resume) or replace it with "
+                          "overwrite (--overwrite)")
+    return StoreError(f"store {location.url!r} is being written by another run ({current.describe()}); wait for it "
+                      "to finish or choose another store")

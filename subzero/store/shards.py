@@ -1,0 +1,257 @@
+"""Lineage shards: one LMDB file (plus R-trees) per tile, strategy and task attempt.
+
+The only module that imports lmdb.  A task encodes its tile's lineage for one strategy
+and writes it with `write_shard` under a name unique to the task attempt; the driver
+commits the shards its stage reported (the node's manifest) and removes the rest.  A
+shard is written once, then only read: readers open it read-only without a lock file
+(``readonly=True, lock=False``), after checking the size and xxh3 checksum of each of its
+files against the manifest, so a truncated or overwritten file is a `StoreError`, never
+a crash or a wrong answer.  Open shards are kept in a small per-process cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import lmdb
+import numpy as np
+import xxhash
+
+from subzero.catalog import FileRecord, ShardRecord
+from subzero.encoders.base import Batch
+from subzero.encoders.codec import bytes_to_keys, make_keys
+from subzero.errors import LookupTimeout, StoreError
+from subzero.spatial_index import INDEX_SUFFIXES, SpatialIndex, build_index
+from subzero.store.location import Location
+
+__all__ = ["write_shard", "ShardReader", "file_checksum", "close_all", "CACHE_SIZE"]
+
+CACHE_SIZE = 64          # open shards kept per process
+_CHUNK = 4096            # keys per getmulti / entries per scan batch between deadline checks
+_PAGE = 4096
+
+
+def file_checksum(path: str) -> str:
+    """xxh3-64 of a file, hex."""
+    h = xxhash.xxh3_64()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _local_dir(location: Location, directory: str):
+    """A local directory to write shard files in: the store's own, or a scratch one that is
+    uploaded afterwards (object stores)."""
+    if location.is_local:
+        path = location.path(directory)
+        os.makedirs(path, exist_ok=True)
+        yield path, False
+        return
+    tmp = tempfile.mkdtemp(prefix="subzero-shard-")
+    try:
+        yield tmp, True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_shard(location: Location, directory: str, stem: str, batch: Batch) -> tuple[tuple[FileRecord, ...], int]:
+    """Write one strategy's lineage of one tile as shard ``stem`` in ``directory``.
+
+    Returns the shard's files (size and checksum each) and the bytes of its R-trees.
+    """
+    with _local_dir(location, directory) as (local, remote):
+        path = os.path.join(local, stem + ".mdb")
+        _write_lmdb(path, batch)
+        suffixes = [".mdb"]
+        for slot, (ids, mins, maxs) in sorted(batch.boxes.items()):
+            build_index(os.path.join(local, f"{stem}.{slot}"), ids, mins, maxs)
+            suffixes += [f".{slot}{ext}" for ext in INDEX_SUFFIXES]
+        files = []
+        for suffix in suffixes:
+            local_file = os.path.join(local, stem + suffix)
+            files.append(FileRecord(suffix, os.path.getsize(local_file), file_checksum(local_file)))
+            if remote:
+                location.makedirs(directory)
+                location.put_file(local_file, directory, stem + suffix)
+    index_bytes = sum(f.size for f in files if f.suffix != ".mdb")
+    return tuple(files), index_bytes
+
+
+def _write_lmdb(path: str, batch: Batch) -> None:
+    need = 2 * (batch.nbytes + 32 * len(batch.keys)) + (1 << 20)
+    map_size = -(-need // _PAGE) * _PAGE
+    while True:
+        if os.path.exists(path):
+            os.unlink(path)  # a retried attempt of the same name starts afresh
+        env = lmdb.open(path, subdir=False, lock=False, map_size=map_size, max_dbs=0, sync=False,
+                        metasync=False, readahead=False, meminit=False)
+        try:
+            with env.begin(write=True) as txn, txn.cursor() as cur:
+                cur.putmulti(zip(batch.keys, batch.values), append=True)
+            env.sync(True)
+            return
+        except lmdb.MapFullError:
+            map_size *= 2
+        finally:
+            env.close()
+
+
+# -- reading ------------------------------------------------------------------------------------
+class _Opened:
+    """An open shard: its read-only LMDB environment and its R-trees, opened on demand."""
+
+    def __init__(self, mdb_path: str, index_base: str):
+        self.env = lmdb.open(mdb_path, subdir=False, readonly=True, lock=False, max_dbs=0, readahead=False)
+        self.index_base = index_base
+        self.indexes: dict[int, SpatialIndex] = {}
+
+    def close(self) -> None:
+        for index in self.indexes.values():
+            index.close()
+        self.env.close()
+
+
+_CACHE: "OrderedDict[str, _Opened]" = OrderedDict()
+_VERIFIED: set[tuple[str, str, int, float]] = set()
+_LOCK = threading.Lock()
+
+
+def close_all() -> None:
+    """Close every cached shard (tests, and before a store is deleted)."""
+    with _LOCK:
+        while _CACHE:
+            _CACHE.popitem()[1].close()
+        _VERIFIED.clear()
+
+
+def _verify(path: str, record: FileRecord, where: str) -> None:
+    """Size, then checksum, of one file against the manifest (once per process and file version)."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        raise StoreError(f"{where}: file {path!r} is missing; the store is damaged (queries re-run the "
+                         "operator instead; re-run the workflow to rebuild the lineage)") from None
+    key = (path, record.xxh3, stat.st_size, stat.st_mtime)
+    if key in _VERIFIED:
+        return
+    if stat.st_size != record.size:
+        raise StoreError(f"{where}: file {path!r} has {stat.st_size} bytes, the manifest says {record.size} "
+                         "(truncated or overwritten); the store is damaged: re-run the workflow")
+    if file_checksum(path) != record.xxh3:
+        raise StoreError(f"{where}: file {path!r} does not match its checksum (its bytes were changed); the "
+                         "store is damaged: re-run the workflow")
+    _VERIFIED.add(key)
+
+
+def _cache_dir(location: Location) -> str:
+    root = os.environ.get("SUBZERO_CACHE") or os.path.join(Path.home(), ".cache", "subzero")
+    return os.path.join(root, "shards", xxhash.xxh3_64_hexdigest(location.url.encode()))
+
+
+def _open(location: Location, directory: str, record: ShardRecord, where: str) -> _Opened:
+    if location.is_local:
+        local = location.path(directory)
+    else:
+        local = os.path.join(_cache_dir(location), directory)
+    mdb = os.path.join(local, record.name + ".mdb")
+    with _LOCK:
+        opened = _CACHE.get(mdb)
+        if opened is not None:
+            _CACHE.move_to_end(mdb)
+            return opened
+    for f in record.files:
+        path = os.path.join(local, record.name + f.suffix)
+        if not location.is_local and not (os.path.exists(path) and os.path.getsize(path) == f.size):
+            os.makedirs(local, exist_ok=True)
+            try:
+                location.get_file(path + ".part", directory, record.name + f.suffix)
+            except FileNotFoundError:
+                raise StoreError(f"{where}: shard file {record.name + f.suffix!r} is missing from "
+                                 f"{location.url!r}; the store is damaged") from None
+            os.replace(path + ".part", path)
+        _verify(path, f, where)
+    try:
+        opened = _Opened(mdb, os.path.join(local, record.name))
+    except lmdb.Error as exc:
+        raise StoreError(f"{where}: shard {mdb!r} cannot be opened ({exc}); the store is damaged: re-run "
+                         "the workflow") from exc
+    with _LOCK:
+        _CACHE[mdb] = opened
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)[1].close()
+    return opened
+
+
+class ShardReader:
+    """The `subzero.encoders.base.Reader` of one committed shard.
+
+    Parameters
+    ----------
+    location, directory
+        The store and the shard's directory in it (``lineage/NODE/STRATEGY``).
+    record : ShardRecord
+        The shard as the manifest lists it (name, files, checksums).
+    ndims : dict
+        Number of axes per key slot (input index, or ``OUT``), for the R-trees.
+    deadline : float, optional
+        ``time.perf_counter()`` past which lookups raise `LookupTimeout`.
+    """
+
+    def __init__(self, location: Location, directory: str, record: ShardRecord, ndims: dict[int, int],
+                 deadline: float | None = None):
+        self._where = f"lineage shard {directory}/{record.name}"
+        self._opened = _open(location, directory, record, self._where)
+        self._ndims, self._deadline = ndims, deadline
+
+    def _check(self) -> None:
+        if self._deadline is not None and time.perf_counter() > self._deadline:
+            raise LookupTimeout()
+
+    def get_many(self, keys: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+        raw = np.asarray(keys, ">u8").tobytes()
+        want = [raw[k : k + 8] for k in range(0, len(raw), 8)]
+        found: list = []
+        try:
+            with self._opened.env.begin(buffers=False) as txn, txn.cursor() as cur:
+                for start in range(0, len(want), _CHUNK):
+                    self._check()
+                    found += cur.getmulti(want[start : start + _CHUNK])
+        except lmdb.Error as exc:
+            raise StoreError(f"{self._where}: read failed ({exc}); the store is damaged") from exc
+        return bytes_to_keys([k for k, _ in found]), [v for _, v in found]
+
+    def scan(self, kind: int) -> tuple[np.ndarray, list[bytes]]:
+        start = make_keys(kind, 0, np.zeros(1, np.int64)).astype(">u8").tobytes()
+        stop = make_keys(kind + 1, 0, np.zeros(1, np.int64)).astype(">u8").tobytes()
+        keys, values = [], []
+        self._check()
+        try:
+            with self._opened.env.begin() as txn, txn.cursor() as cur:
+                if cur.set_range(start):
+                    for k, v in cur:
+                        if k >= stop:
+                            break
+                        keys.append(k)
+                        values.append(v)
+                        if len(keys) % _CHUNK == 0:
+                            self._check()
+        except lmdb.Error as exc:
+            raise StoreError(f"{self._where}: read failed ({exc}); the store is damaged") from exc
+        return bytes_to_keys(keys), values
+
+    def intersect(self, slot: int, mins: np.ndarray, maxs: np.ndarray) -> np.ndarray:
+        indexes = self._opened.indexes
+        if slot not in indexes:
+            with _LOCK:
+                if slot not in indexes:
+                    indexes[slot] = SpatialIndex(f"{self._opened.index_base}.{slot}", self._ndims[slot])
+        return indexes[slot].intersect(mins, maxs)

@@ -29,7 +29,7 @@ import xxhash
 
 from subzero.catalog import FORMAT, Manifest, RunRecord, ShardRecord
 from subzero.errors import StoreError
-from subzero.store.arrays import ArrayRef
+from subzero.store.arrays import ArrayRef, forget_store
 from subzero.store.base import Store
 from subzero.store.location import Location, resolve
 from subzero.store.lock import LOCK_NAME, WriterLock, holder
@@ -65,6 +65,7 @@ class FileStore(Store):
         lock = WriterLock.acquire(location, take_stale=overwrite)
         try:
             if overwrite:
+                forget_store(location.url)
                 for name in location.listdir():
                     if name != LOCK_NAME:
                         location.remove(name)

@@ -117,8 +117,12 @@ class Location:
     def read_bytes(self, *parts: str) -> bytes:
         return self.fs.cat_file(self.path(*parts))
 
-    def write_bytes(self, data: bytes, *parts: str) -> None:
-        """Write a file atomically: a reader sees the old file or the new one, never a part."""
+    def write_bytes(self, data: bytes, *parts: str, durable: bool = True) -> None:
+        """Write a file atomically: a reader sees the old file or the new one, never a part.
+
+        ``durable`` also flushes it to the disk before it replaces the old one (catalogs and
+        manifests); data files skip it, as a checksum tells a torn one after a power loss.
+        """
         path = self.path(*parts)
         if not self.is_local:
             self.fs.pipe_file(path, data)  # object stores replace objects whole
@@ -128,8 +132,9 @@ class Location:
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+                if durable:
+                    fh.flush()
+                    os.fsync(fh.fileno())
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):

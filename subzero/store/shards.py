@@ -97,7 +97,6 @@ def _write_lmdb(path: str, batch: Batch) -> None:
         try:
             with env.begin(write=True) as txn, txn.cursor() as cur:
                 cur.putmulti(zip(batch.keys, batch.values), append=True)
-            env.sync(True)
             return
         except lmdb.MapFullError:
             map_size *= 2

@@ -36,8 +36,10 @@ class Context:
     """
 
     def __init__(self, op_name: str, modes, tile_box: Box, input_boxes: tuple[Box, ...],
-                 input_shapes: tuple[tuple[int, ...], ...], output_shape: tuple[int, ...] | None):
+                 input_shapes: tuple[tuple[int, ...], ...], output_shape: tuple[int, ...] | None,
+                 reader=None):
         self.op_name = op_name
+        self._reader = reader
         self.modes = frozenset(modes)
         self.tile_box = tile_box
         self.input_boxes = input_boxes
@@ -48,12 +50,24 @@ class Context:
         self._result_shape: tuple[int, ...] | None = None
 
     # -- the API operators call ----------------------------------------------------
-    def lwrite(self, outcells, *incells, payload=None) -> None:
+    def read_input(self, i: int, box: Box) -> np.ndarray:
+        """Cells of input ``i`` in ``box`` (global coordinates), beyond what ``run`` was handed:
+        for operators that must look outside their tile (declare how far with
+        `subzero.Operator.lineage_box`)."""
+        shape = self._input_shapes[i]
+        if len(box) != len(shape) or any(not 0 <= lo <= hi <= n for (lo, hi), n in zip(box, shape)):
+            raise LineageError(f"{self.op_name}: read_input({i}, {box}) is outside input {i} of shape {shape}")
+        if self._reader is None:
+            raise LineageError(f"{self.op_name}: read_input is not available here (no stored inputs)")
+        return self._reader(i, tuple((int(lo), int(hi)) for lo, hi in box))
+
+    def lwrite(self, outcells, *incells, payload=None, in_global: bool = False) -> None:
         """Record one region pair: every cell of ``outcells`` depends on every cell of each
         ``incells[i]`` (or on what ``map_p`` computes from ``payload``).
 
         ``payload`` may also be a sequence (or array) with one payload per out cell, which
-        records one pair per cell in a single call.
+        records one pair per cell in a single call.  ``in_global`` takes the input cells in
+        global coordinates (cells read with `read_input`) instead of the frame ``run`` saw.
         """
         out = self._coords(outcells, None, "outcells")
         if payload is not None:
@@ -70,15 +84,16 @@ class Context:
                 f"{self.op_name}: lwrite got {len(incells)} input cell arrays, the operator has "
                 f"{len(self._input_shapes)} inputs; pass one (possibly empty) array per input"
             )
-        ins = [self._coords(c, i, f"incells[{i}]") for i, c in enumerate(incells)]
+        ins = [self._coords(c, i, f"incells[{i}]", in_global) for i, c in enumerate(incells)]
         self._full.append((out, np.zeros(len(out), np.int64), ins, [np.zeros(len(c), np.int64) for c in ins]))
 
-    def lwrite_many(self, outcells, *incells, out_pair, in_pair=None, payload=None) -> None:
+    def lwrite_many(self, outcells, *incells, out_pair, in_pair=None, payload=None, in_global: bool = False) -> None:
         """Record many region pairs at once: pair ``p`` is the out cells with
         ``out_pair == p`` and, per input ``i``, the cells with ``in_pair[i] == p``.
 
         For payload lineage give ``payload`` instead of input cells: one payload per pair
         label (a sequence of bytes, or an array whose row ``p`` is pair ``p``'s payload).
+        ``in_global`` is as for `lwrite`.
         """
         out = self._coords(outcells, None, "outcells")
         out_labels = self._labels(out_pair, len(out))
@@ -91,7 +106,7 @@ class Context:
                                    f"has no payload (got {n_pairs} payloads)")
             self._pay.append((out, out_labels, _per_cell_payloads(payload, n_pairs, self.op_name)))
             return
-        ins = [self._coords(c, i, f"incells[{i}]") for i, c in enumerate(incells)]
+        ins = [self._coords(c, i, f"incells[{i}]", in_global) for i, c in enumerate(incells)]
         if len(ins) != len(self._input_shapes) or in_pair is None or len(in_pair) != len(ins):
             raise LineageError(f"{self.op_name}: lwrite_many needs one cell array and one in_pair per input")
         self._full.append((out, out_labels, ins, [self._labels(p, len(c)) for p, c in zip(in_pair, ins)]))
@@ -142,7 +157,21 @@ class Context:
         return PayloadPairs(ids, ptr, [b for b, k in zip(payloads, keep) if k])
 
     # -- helpers -----------------------------------------------------------------------
-    def _coords(self, cells, i: int | None, what: str) -> np.ndarray:
+    def _coords(self, cells, i: int | None, what: str, in_global: bool = False) -> np.ndarray:
+        if in_global and i is not None:  # checked against the whole input, kept relative to the frame
+            arr = np.asarray(cells)
+            shape = self._input_shapes[i]
+            if arr.size == 0:
+                return np.empty((0, len(shape)), np.int64)
+            if arr.dtype.kind not in "iu" or arr.ndim != 2 or arr.shape[1] != len(shape):
+                raise LineageError(f"{self.op_name}: lwrite {what} must be an (N, {len(shape)}) integer coordinate "
+                                   f"array, got {arr.dtype} array of shape {arr.shape}")
+            arr = arr.astype(np.int64)
+            bad = np.any((arr < 0) | (arr >= np.asarray(shape)), axis=1)
+            if bad.any():
+                raise LineageError(f"{self.op_name}: lwrite {what} has cell {tuple(arr[np.argmax(bad)].tolist())} "
+                                   f"outside input {i} of shape {shape}")
+            return arr - np.array([lo for lo, _ in self.input_boxes[i]], np.int64)
         shape = self._frame_shape(i)
         arr = np.asarray(cells)
         if arr.size == 0:

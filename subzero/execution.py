@@ -31,7 +31,7 @@ from subzero.modes import Strategy
 from subzero.operator import Operator
 from subzero.pickling import dump_operator, dumps_with_operator
 from subzero.planning import default_strategies, resolve_pinned
-from subzero.runtime import NodeTask, TileMeta, run_tile
+from subzero.runtime import NodeTask, TileMeta, prepare_tile, run_tile
 from subzero.store import FileStore
 from subzero.store.arrays import ExternalArray, write_array
 from subzero.tiling import Elementwise, Tile, Whole, default_chunks, tile_grid, tile_lens
@@ -71,28 +71,35 @@ class LocalExecutor:
         self.threads = threads or (int(env) if env else min(os.cpu_count() or 1, 4))
 
     def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Progress = Progress()) -> list[TileMeta]:
+        metas = self._map(run_tile, task, tiles, progress)
+        if metas and task.operator.output_shape is None:
+            task.operator.output_shape = metas[0].shape
+        return metas
+
+    def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list:
+        """The first pass of a two-pass operator: every tile's summary, in tile order."""
+        return self._map(prepare_tile, task, tiles, Progress())
+
+    def _map(self, fn, task: NodeTask, tiles: list[Tile], progress: Progress) -> list:
         try:
             if len(tiles) == 1 or self.threads == 1:
                 out = []
                 for tile in tiles:
-                    out.append(run_tile(task, tile))
+                    out.append(fn(task, tile))
                     progress.tiles_done(task.node, 1)
                 return out
             payload = dumps_with_operator(task, task.operator, task.node)
             local = threading.local()
 
-            def one(tile: Tile) -> TileMeta:
+            def one(tile: Tile):
                 if not hasattr(local, "task"):
                     local.task = pickle.loads(payload)
-                meta = run_tile(local.task, tile)
+                got = fn(local.task, tile)
                 progress.tiles_done(task.node, 1)
-                return meta
+                return got
 
             with ThreadPoolExecutor(self.threads, thread_name_prefix="subzero-tile") as pool:
-                metas = list(pool.map(one, tiles))
-            if metas and task.operator.output_shape is None:
-                task.operator.output_shape = metas[0].shape
-            return metas
+                return list(pool.map(one, tiles))
         except SubZeroError:
             raise
         except Exception as exc:
@@ -234,7 +241,18 @@ class _Execution:
         """Bind, run every tile (encoding ``strategies``), commit the output array."""
         bind_shapes(node, tuple(self.arrays[i.name].shape for i in node.inputs))
         op = node.operator
-        metas, wall = self._run(self.task(node, strategies, write_output=True), node_tiles(op, self.tile_shape))
+        tiles = node_tiles(op, self.tile_shape)
+        start = time.perf_counter()
+        if op.two_pass:  # a first pass over the tiles, combined in the driver, before the tiles run
+            try:
+                op.combine(self.runner.map_prepare(self.task(node, (), write_output=False), tiles))
+            except SubZeroError:
+                raise
+            except Exception as exc:
+                raise WorkflowError(f"node {node.name!r} ({type(op).__name__}) failed to combine its tiles' "
+                                    f"summaries: {type(exc).__name__}: {exc}") from exc
+        metas, wall = self._run(self.task(node, strategies, write_output=True), tiles)
+        wall = time.perf_counter() - start
         shape, dtype, chunks = _agreed(node, metas)
         op.output_shape = shape
         self.store.array(node.name).commit(shape, dtype, chunks)

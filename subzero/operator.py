@@ -102,6 +102,33 @@ class Operator:
     def effective_tiling(self) -> Tiling:
         return self.tiling if self.tiling is not None else Whole()
 
+    # -- operators that need the whole array before their tiles run (two passes) -----------
+    def prepare(self, ctx: "Context", *inputs: np.ndarray) -> Any:
+        """Optional first pass over each tile, before any tile runs: return a small summary.
+
+        Operators whose tiles need something global (connected components crossing
+        tiles) override `prepare` and `combine`, as dask reductions split into a chunk
+        step and an aggregate: every tile's summary is sent to the driver, `combine` keeps
+        what ``run`` needs on the operator (it travels with it to the tasks, and is stored
+        with it for re-execution), then the tiles run.  ``ctx`` has the tile's boxes and
+        ``ctx.read_input``; it records no lineage.
+        """
+        return None
+
+    def combine(self, summaries: list) -> None:
+        """Called once, in the driver, with every tile's `prepare` summary (in tile order)."""
+
+    @property
+    def two_pass(self) -> bool:
+        """True when the operator overrides `prepare` (it runs in two passes)."""
+        return type(self).prepare is not Operator.prepare
+
+    def lineage_box(self, out_box, i: int):
+        """The box of input ``i`` holding the lineage of the cells of ``out_box`` (default: the
+        box the tiling reads).  An operator that reads beyond its tile (``ctx.read_input``) says
+        how far; queries use it to find the tiles an input cell may reach."""
+        return self.effective_tiling().input_box(self, out_box, i)
+
     # -- mapping functions (MAP, COMP default) -----------------------------------
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         """Input-``i`` coordinates the output ``cells`` depend on (union), ``(M, ndim_i)``."""

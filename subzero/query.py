@@ -30,17 +30,17 @@ __all__ = ["LineageSource", "TileGrid", "step", "walk", "check_forced"]
 
 
 class TileGrid:
-    """A node's tiles as arrays: output boxes and, per input, the box each tile reads."""
+    """A node's tiles as arrays: output boxes and, per input, the box holding each tile's
+    lineage (`subzero.Operator.lineage_box`: by default the box the tile reads)."""
 
     def __init__(self, tiles: list[Tile], op):
         self.tiles = tiles
         ndim = len(op.output_shape)
         self.out_lo = np.array([[lo for lo, _ in t.box] for t in tiles], np.int64).reshape(len(tiles), ndim)
         self.out_hi = np.array([[hi for _, hi in t.box] for t in tiles], np.int64).reshape(len(tiles), ndim)
-        tiling = op.effective_tiling()
         self.in_lo, self.in_hi = [], []
         for i, shape in enumerate(op.input_shapes):
-            boxes = [tiling.input_box(op, t.box, i) for t in tiles]
+            boxes = [op.lineage_box(t.box, i) for t in tiles]
             self.in_lo.append(np.array([[lo for lo, _ in b] for b in boxes], np.int64).reshape(len(tiles), len(shape)))
             self.in_hi.append(np.array([[hi for _, hi in b] for b in boxes], np.int64).reshape(len(tiles), len(shape)))
 

@@ -30,7 +30,7 @@ from subzero.store.location import Location
 from subzero.store.shards import write_shard
 from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
 
-__all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "trace_tile", "modes_for",
+__all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "trace_tile", "modes_for",
            "derived_full", "expand_payloads"]
 
 
@@ -103,7 +103,8 @@ def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
         else tuple(full_box(s) for s in op.input_shapes)
     result_box = tiling.result_box(op, tile.box, in_boxes) if known else None
     native = modes & op.supported_modes()
-    ctx = Context(task.node, native, tile.box, in_boxes, tuple(op.input_shapes), op.output_shape)
+    ctx = Context(task.node, native, tile.box, in_boxes, tuple(op.input_shapes), op.output_shape,
+                  reader=lambda i, box: task.inputs[i].read(box))
     ctx.set_result_box(result_box)
     out = op.run(ctx, *_load_inputs(task, in_boxes))
     if out is None:
@@ -125,6 +126,16 @@ def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
             f"{out.shape}, expected {tuple(hi - lo for lo, hi in result_box)} for tile {tile.box}")
     trimmed = out[box_slices(tile.box, result_box)]
     return ctx, trimmed, result_box, tile
+
+
+def prepare_tile(task: NodeTask, tile: Tile):
+    """The first pass of a two-pass operator over one tile: its `Operator.prepare` summary."""
+    op = task.operator
+    tiling = op.effective_tiling()
+    in_boxes = tuple(tiling.input_box(op, tile.box, i) for i in range(len(op.input_shapes)))
+    ctx = Context(task.node, frozenset(), tile.box, in_boxes, tuple(op.input_shapes), op.output_shape,
+                  reader=lambda i, box: task.inputs[i].read(box))
+    return op.prepare(ctx, *_load_inputs(task, in_boxes))
 
 
 def one_pair_per_cell(out_ids: np.ndarray, cells: np.ndarray, in_shapes, pairs_fn) -> FullPairs:

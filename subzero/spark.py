@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 
 from subzero.errors import SubZeroError, WorkflowError
 from subzero.pickling import dumps_with_operator
-from subzero.runtime import NodeTask, TileMeta, run_tile
+from subzero.runtime import NodeTask, TileMeta, prepare_tile, run_tile
 from subzero.tiling import Tile
 
 __all__ = ["SparkExecutor", "get_session", "DEFAULT_MASTER"]
@@ -138,6 +138,17 @@ class SparkExecutor:
         return metas
 
 
+    def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list:
+        """The first pass of a two-pass operator: every tile's summary, in tile order."""
+        sc = self.spark.sparkContext
+        sc.setJobDescription(f"subzero node {task.node} (first pass)")
+        payload = dumps_with_operator(task, task.operator, task.node)
+        try:
+            return sc.parallelize(tiles, max(len(tiles), 1)).map(partial(_prepare_pickled, payload)).collect()
+        except Exception as exc:
+            raise WorkflowError(f"node {task.node!r} failed on Spark: {_python_error(exc)}") from None
+
+
 def _watch(sc, group: str, node: str, total: int, progress, stop: threading.Event) -> None:
     """Report finished tasks of the node's job as Spark's status tracker sees them."""
     done = 0
@@ -163,6 +174,13 @@ def _run_pickled(payload: bytes, tile: Tile) -> TileMeta:
     driver can report the Python error alone."""
     try:
         return run_tile(pickle.loads(payload), tile)
+    except Exception as exc:
+        raise RuntimeError(f"{_ERROR_MARK}{type(exc).__name__}: {exc}".replace("\n", " ")) from exc
+
+
+def _prepare_pickled(payload: bytes, tile: Tile):
+    try:
+        return prepare_tile(pickle.loads(payload), tile)
     except Exception as exc:
         raise RuntimeError(f"{_ERROR_MARK}{type(exc).__name__}: {exc}".replace("\n", " ")) from exc
 

@@ -93,11 +93,18 @@ class FullPairs:
 
 @dataclass
 class PayloadPairs:
-    """Region pairs carrying a payload instead of input cells."""
+    """Region pairs carrying a payload instead of input cells.
+
+    ``envelopes``, when known, holds per input ``i`` the half-open bounding box
+    ``(lo, hi)`` (two ``(n_pairs, ndim_i)`` arrays; ``lo == hi`` for no cells) of what
+    ``map_p`` computes for each pair: the encoders index it so that forward queries
+    expand only the payloads that can reach their cells.
+    """
 
     out_ids: np.ndarray
     out_ptr: np.ndarray
     payloads: list[bytes]
+    envelopes: tuple[tuple[np.ndarray, np.ndarray], ...] | None = None
 
     @classmethod
     def empty(cls) -> "PayloadPairs":
@@ -111,22 +118,36 @@ class PayloadPairs:
     def concat(cls, parts: "list[PayloadPairs]") -> "PayloadPairs":
         parts = [p for p in parts if p.n_pairs]
         out_ids, out_ptr = _concat_csr([(p.out_ids, p.out_ptr) for p in parts])
-        return cls(out_ids, out_ptr, [b for p in parts for b in p.payloads])
+        envelopes = None
+        if parts and all(p.envelopes is not None for p in parts):
+            envelopes = tuple((np.concatenate([p.envelopes[i][0] for p in parts]),
+                               np.concatenate([p.envelopes[i][1] for p in parts]))
+                              for i in range(len(parts[0].envelopes)))
+        return cls(out_ids, out_ptr, [b for p in parts for b in p.payloads], envelopes)
 
     def select(self, keep: np.ndarray) -> "PayloadPairs":
+        envelopes = None if self.envelopes is None else tuple((lo[keep], hi[keep]) for lo, hi in self.envelopes)
         return PayloadPairs(
             gather_groups(self.out_ids, self.out_ptr, keep),
             ptr_from_counts(np.diff(self.out_ptr)[keep]),
             [b for b, k in zip(self.payloads, keep) if k],
+            envelopes,
         )
+
+    def groups(self) -> tuple[list[bytes], np.ndarray]:
+        """The distinct payloads and, for each pair, the index of its payload among them."""
+        if not self.payloads:
+            return [], np.empty(0, np.int64)
+        arr = np.empty(len(self.payloads), dtype=object)
+        arr[:] = self.payloads
+        distinct, code = np.unique(arr, return_inverse=True)
+        return [bytes(d) for d in distinct], code.astype(np.int64).reshape(-1)
 
     def by_payload(self) -> list[tuple[bytes, np.ndarray]]:
         """Out cell ids grouped by distinct payload: one `map_p` call per group."""
         if not self.payloads:
             return []
-        arr = np.empty(len(self.payloads), dtype=object)
-        arr[:] = self.payloads
-        distinct, code = np.unique(arr, return_inverse=True)
+        distinct, code = self.groups()
         cell_code = code[owners(self.out_ptr)]
         order = np.argsort(cell_code, kind="stable")
         bounds = np.searchsorted(cell_code[order], np.arange(len(distinct) + 1))

@@ -193,18 +193,25 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
         if isinstance(enc, FullEncoder):
             got = enc.backward(reader, sub, i, shapes) if direction == "backward" else \
                 enc.forward(reader, sub, i, shapes)
-        else:
-            pay = enc.lookup(reader, sub, shapes) if direction == "backward" else enc.load(reader, shapes)
-            got = expand_payloads(op, pay, deadline).backward(sub, i) if direction == "backward" else \
-                expand_payloads(op, pay, deadline).forward(sub, i)
+        elif direction == "backward":
+            pay = enc.lookup(reader, sub, shapes)
+            got = expand_payloads(op, pay, deadline).backward(sub, i)
             overrides.append(pay.out_ids)
+        else:  # only the payloads whose envelope meets the frontier can reach it
+            got = expand_payloads(op, enc.forward_candidates(reader, sub, i, shapes), deadline).forward(sub, i)
         results.append(got)
     result = Frontier.of_ids(np.concatenate(results) if results else np.empty(0, np.int64), target)
     if failed:
         result = result.union(_trace(source, node, [grid.tiles[t] for t in failed], frontier, i, direction, target))
     if s.mode is Mode.COMP:
-        covered = np.concatenate(overrides) if overrides else np.empty(0, np.int64)
-        result = result.union(_comp_default(op, frontier, i, direction, target, covered, failed, grid))
+        if direction == "backward":
+            covered = np.concatenate(overrides) if overrides else np.empty(0, np.int64)
+            rest = Frontier.of_ids(frontier.ids()[~np.isin(frontier.ids(), covered)], frontier.shape, unique=True)
+            default = map_step(op, _outside(rest, grid.out_lo[failed], grid.out_hi[failed]), i, direction, target)
+        else:
+            default = _not_overridden(source, node, enc, s, map_step(op, frontier, i, direction, target), deadline,
+                                      failed, damaged, forced)
+        result = result.union(default)
     return result
 
 
@@ -219,16 +226,32 @@ def _outside(f: Frontier, lo: np.ndarray, hi: np.ndarray) -> Frontier:
     return Frontier.of_ids(f.ids()[~inside], f.shape, unique=True)
 
 
-def _comp_default(op, frontier: Frontier, i, direction, target, covered: np.ndarray, failed, grid) -> Frontier:
-    """The mapping default of a composite strategy, for the out cells without a payload
-    override (cells of re-run tiles were answered whole by the re-run)."""
-    if direction == "backward":
-        rest = Frontier.of_ids(frontier.ids()[~np.isin(frontier.ids(), covered)], frontier.shape, unique=True)
-        return map_step(op, _outside(rest, grid.out_lo[failed], grid.out_hi[failed]), i, direction, target)
-    default = map_step(op, frontier, i, direction, target)
+def _not_overridden(source, node, enc, s: Strategy, default: Frontier, deadline, failed: list[int], damaged,
+                    forced) -> Frontier:
+    """The out cells of a composite's mapping default that carry no payload override (those
+    answered by their payload instead), looked up in the shards of their own tiles."""
+    grid = source.grid(node)
+    shapes = (tuple(node.operator.output_shape), tuple(node.operator.input_shapes))
+    covered = []
+    for tile, sub in grid.split(default, None):
+        if tile in failed:
+            continue
+        try:
+            reader = source.shard_reader(node, s.name, tile, deadline)
+        except StoreError as exc:
+            if forced:
+                raise
+            if damaged is not None:
+                damaged.append(str(exc))
+            failed.append(tile)  # its cells come from the re-run of the tile
+            continue
+        if reader is not None:
+            covered.append(enc.lookup(reader, sub, shapes).out_ids)
     ids = default.ids()
-    default = Frontier.of_ids(ids[~np.isin(ids, covered)], target, unique=True)
-    return _outside(default, grid.out_lo[failed], grid.out_hi[failed])
+    if covered:
+        ids = ids[~np.isin(ids, np.concatenate(covered))]
+    kept = Frontier.of_ids(ids, default.shape, unique=True)
+    return _outside(kept, grid.out_lo[failed], grid.out_hi[failed])
 
 
 def map_step(op, frontier: Frontier, i: int, direction: str, target) -> Frontier:

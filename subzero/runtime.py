@@ -24,7 +24,7 @@ from subzero.encoders import encoder_for, merge_tiles
 from subzero.errors import LookupTimeout, WorkflowError
 from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
-from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
+from subzero.pairs import FullPairs, PayloadPairs, owners, ptr_from_counts
 from subzero.store.arrays import ArrayRef
 from subzero.store.location import Location
 from subzero.store.shards import write_shard
@@ -208,6 +208,8 @@ def run_tile(task: NodeTask, tile: Tile) -> TileMeta:
         strategy = Strategy.parse(name)
         t0 = time.perf_counter()
         pairs = capture.pairs_for(strategy)
+        if strategy.mode is not Mode.FULL:
+            pairs = with_envelopes(op, pairs)
         batch = merge_tiles([encoder_for(strategy).encode(pairs, capture.tile.index, task.shapes)])
         encode_seconds = time.perf_counter() - t0
         n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
@@ -250,6 +252,50 @@ def trace_tile(task: NodeTask, tile: Tile) -> FullPairs:
         return expanded
     default = derived_full(op, tile.box)
     return FullPairs.concat([default.select(~np.isin(default.out_ids, pay.out_ids)), expanded], len(op.input_shapes))
+
+
+def with_envelopes(op: Operator, pay: PayloadPairs) -> PayloadPairs:
+    """``pay`` with the input envelope of every pair (see `PayloadPairs`): from the operator's
+    vectorized ``map_p_envelope`` when it has one, else one ``map_p_pairs`` call per distinct
+    payload, reduced per pair with numpy."""
+    if pay.envelopes is not None:
+        return pay
+    n = pay.n_pairs
+    envelopes = []
+    for i, shape in enumerate(op.input_shapes):
+        ndim = len(shape)
+        if n == 0:
+            envelopes.append((np.zeros((0, ndim), np.int64), np.zeros((0, ndim), np.int64)))
+            continue
+        hook = getattr(op, "map_p_envelope", None)
+        if hook is not None:
+            cells = [to_coords(pay.out_ids[a:b], op.output_shape)
+                     for a, b in zip(pay.out_ptr[:-1].tolist(), pay.out_ptr[1:].tolist())]
+            lo, hi = hook(pay.payloads, i, cells)
+            envelopes.append((np.asarray(lo, np.int64).reshape(n, ndim), np.asarray(hi, np.int64).reshape(n, ndim)))
+            continue
+        lo = np.full((n, ndim), np.iinfo(np.int64).max, np.int64)
+        hi = np.full((n, ndim), np.iinfo(np.int64).min, np.int64)
+        distinct, code = pay.groups()
+        pair_of_cell = owners(pay.out_ptr)
+        cell_code = code[pair_of_cell]
+        order = np.argsort(cell_code, kind="stable")
+        bounds = np.searchsorted(cell_code[order], np.arange(len(distinct) + 1))
+        for k, payload in enumerate(distinct):
+            rows = order[bounds[k]:bounds[k + 1]]
+            if not len(rows):
+                continue
+            owner, got = op.map_p_pairs(to_coords(pay.out_ids[rows], op.output_shape), payload, i)
+            got = np.asarray(got, np.int64).reshape(-1, ndim)
+            if not len(got):
+                continue
+            pair = pair_of_cell[rows][np.asarray(owner, np.int64)]
+            np.minimum.at(lo, pair, got)
+            np.maximum.at(hi, pair, got + 1)
+        empty = hi[:, 0] < lo[:, 0] if ndim else np.zeros(n, bool)
+        lo[empty], hi[empty] = 0, 0
+        envelopes.append((lo, hi))
+    return PayloadPairs(pay.out_ids, pay.out_ptr, pay.payloads, tuple(envelopes))
 
 
 def all_to_all_pairs(op: Operator, tile_box: Box) -> FullPairs:

@@ -387,6 +387,36 @@ class PayloadStrategyTests(StrategyTests):
         expected = {(c, b) for c, b in per_cell(memory) if c in set(query.tolist())}
         assert per_cell(self.encoder.lookup(reader, mask(OUT_SHAPE, query), SHAPES)) == expected
 
+    @conformance
+    @given(data=st.data(), pairs=random_payload_pairs())
+    def test_forward_candidates_are_the_pairs_whose_envelope_meets_the_frontier(self, store, data, pairs):
+        """Forward steps read only the payloads whose input envelope meets the frontier."""
+        memory = payload_pairs(pairs)
+        shape = IN_SHAPES[0]
+        envelopes = []
+        for s in IN_SHAPES:
+            lo = np.array([[data.draw(st.integers(0, n - 1)) for n in s] for _ in range(memory.n_pairs)],
+                          np.int64).reshape(-1, len(s))
+            hi = lo + np.array([[data.draw(st.integers(0, 2)) for _ in s] for _ in range(memory.n_pairs)],
+                               np.int64).reshape(-1, len(s))
+            envelopes.append((lo, np.minimum(hi, s)))
+        with_env = PayloadPairs(memory.out_ids, memory.out_ptr, memory.payloads, tuple(envelopes))
+        stem = f"n{next(_nodes)}"
+        files, _ = write_shard(store, "shards", stem, merge_tiles([self.encoder.encode(with_env, 0, SHAPES)]))
+        reader = ShardReader(store, "shards", ShardRecord(0, stem, files), NDIMS)
+        query = np.unique(np.array(data.draw(cells_of(shape, 6)), np.int64))
+        frontier = mask(shape, query)
+        got = self.encoder.forward_candidates(reader, frontier, 0, SHAPES)
+        coords = np.stack(np.unravel_index(query, shape), axis=1) if len(query) else np.zeros((0, 1), np.int64)
+        lo, hi = envelopes[0]
+        meets = [bool(np.any(np.all((coords >= lo[k]) & (coords < hi[k]), axis=1))) for k in range(memory.n_pairs)]
+        expected = {(c, memory.payloads[k]) for k in range(memory.n_pairs) if meets[k]
+                    for c in memory.out_ids[memory.out_ptr[k]:memory.out_ptr[k + 1]].tolist()}
+        # never miss a pair that may reach the frontier; PayOne indexes distinct payloads, a coarser unit
+        assert expected <= per_cell(got) <= per_cell(memory)
+        if self.strategy == "PayMany/backward":
+            assert per_cell(got) == expected
+
     def test_two_payloads_of_one_cell(self, store):
         reader = self.write_pay(store, [([3, 4], b"a"), ([4], b"b"), ([4], b"")], [(0, 0, 3)])
         got = self.encoder.lookup(reader, mask(OUT_SHAPE, [4]), SHAPES)

@@ -10,13 +10,17 @@ from subzero.optimizer.plan import build_problem, optimize
 from subzero.optimizer.workload import parse_workload
 
 
-def udf_profile(name: str) -> NodeProfile:
+def udf_profile(name: str, payload: bool = True) -> NodeProfile:
+    """A UDF with fan 20; ``payload`` False for one that only writes region pairs (FULL), whose
+    backward-keyed lineage answers forward queries by scanning (payload lineage has an envelope
+    index for them)."""
     strategies = {
         "FullOne/backward": StrategyProfile(bytes=8e6, encode_seconds=1.0, pairs=2e5, out_cells=2e5, in_cells=4e6, keys=4e5),
         "FullOne/forward": StrategyProfile(bytes=3e7, encode_seconds=1.5, pairs=2e5, out_cells=2e5, in_cells=4e6, keys=4.2e6),
         "FullMany/backward": StrategyProfile(bytes=6e6, encode_seconds=1.2, pairs=2e5, out_cells=2e5, in_cells=4e6, keys=2e5),
-        "PayOne/backward": StrategyProfile(bytes=2e6, encode_seconds=0.3, pairs=2e5, out_cells=2e5, keys=2e5),
     }
+    if payload:
+        strategies["PayOne/backward"] = StrategyProfile(bytes=2e6, encode_seconds=0.3, pairs=2e5, out_cells=2e5, keys=2e5)
     return NodeProfile(name, tiles=8, op_seconds=4.0, trace_seconds=2.0, out_size=2 * 10**5, in_sizes=[2 * 10**5],
                        fan_backward=20.0, fan_forward=20.0, strategies=strategies)
 
@@ -30,7 +34,7 @@ def workflow():
     return wf
 
 
-PROFILES = {"e": udf_profile("e"), "f": udf_profile("f"),
+PROFILES = {"e": udf_profile("e", payload=False), "f": udf_profile("f"),
             "t": NodeProfile("t", mapping=True, out_size=2 * 10**5, in_sizes=[2 * 10**5])}
 WORKLOAD = [{"direction": "backward", "node": "t", "to": "x", "cells": [[0, 0]]},
             {"direction": "forward", "node": "x", "to": "t", "cells": [[1, 1]]}]

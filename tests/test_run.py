@@ -162,9 +162,11 @@ def test_rerunning_on_backward_lineage_reproduces_the_cell(tmp_path_factory, dat
             masked[name] = arr
             continue
         keep = run.backward_mask(last, [o], to=name)
-        masked[name] = np.where(keep, arr, 1e6 + np.arange(arr.size).reshape(arr.shape))
+        # sentinels far from the data, yet small enough that moving-sum filters (scipy's
+        # uniform_filter) keep their rounding error far below any change a missed cell makes
+        masked[name] = np.where(keep, arr, 1e3 + np.arange(arr.size).reshape(arr.shape))
     rerun = build(spec).run(masked, store=tmp_path_factory.mktemp("rerun") / "r", executor="local")
-    np.testing.assert_allclose(rerun.output(last)[o], run.output(last)[o], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(rerun.output(last)[o], run.output(last)[o], rtol=1e-7, atol=1e-7)
 
 
 # -- the API contract ---------------------------------------------------------------------------

@@ -30,6 +30,9 @@ class Reader(Protocol):
     def scan(self, kind: int) -> tuple[np.ndarray, list[bytes]]:
         """Every entry of one key kind."""
 
+    def scan_ranges(self, starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+        """Every entry whose key lies in one of the ranges ``[starts[k], stops[k])``."""
+
     def intersect(self, slot: int, mins: np.ndarray, maxs: np.ndarray) -> np.ndarray:
         """Pair ids whose bounding box in ``slot`` meets any of the boxes."""
 
@@ -69,6 +72,25 @@ class Batch:
     def index_bytes_bound(self) -> int:
         """An upper bound of the bytes of this batch's R-tree files."""
         return sum(index_bytes_bound(len(ids)) for ids, _, _ in self.boxes.values())
+
+
+def envelope_boxes(ids: np.ndarray, envelopes) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """R-tree entries (closed boxes) of the non-empty input envelopes of payload pairs, per input."""
+    boxes = {}
+    for i, (lo, hi) in enumerate(envelopes or ()):
+        keep = np.all(hi > lo, axis=1) if lo.shape[1] else np.ones(len(lo), bool)
+        boxes[i] = (ids[keep], lo[keep].astype(np.float64), (hi[keep] - 1).astype(np.float64))
+    return boxes
+
+
+def decode_payload_pairs(values: list[bytes]) -> PayloadPairs:
+    """PayloadPairs from values of the form ``pack_groups([(out cells)], tails=payloads)``."""
+    from subzero.encoders.codec import unpack_groups
+
+    if not values:
+        return PayloadPairs.empty()
+    ((ids, ptr),), tails = unpack_groups(values, with_tails=True)
+    return PayloadPairs(ids, ptr, tails)
 
 
 def index_bytes_bound(entries: float) -> int:
@@ -206,6 +228,18 @@ class PayloadEncoder(Encoder):
     @abstractmethod
     def lookup(self, reader: Reader, frontier, shapes) -> PayloadPairs:
         """Pairs holding out cells of ``frontier`` (over the output), restricted to those cells."""
+
+    def forward_candidates(self, reader: Reader, frontier, i: int, shapes) -> PayloadPairs:
+        """Pairs whose input-``i`` envelope meets ``frontier`` (over input ``i``): the only
+        ones whose payload can reach it, found in the envelope R-tree without expanding any."""
+        from subzero.encoders.codec import PAIR, make_keys
+
+        if frontier.is_empty:
+            return PayloadPairs.empty()
+        mins, maxs = frontier_boxes(frontier)
+        ids = np.unique(reader.intersect(i, mins, maxs))
+        _, values = reader.get_many(make_keys(PAIR, 0, ids))
+        return decode_payload_pairs(values)
 
     def load(self, reader: Reader, shapes) -> PayloadPairs:  # pragma: no cover - abstract
         raise NotImplementedError

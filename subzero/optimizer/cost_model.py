@@ -110,16 +110,18 @@ def step_cost(profile: NodeProfile, strategy: str, direction: str, cells: float)
     sp = profile.strategies.get(s.name, StrategyProfile())
     keyed = "forward" if s.direction == "forward" else "backward"
     payload = s.mode in (Mode.PAY, Mode.COMP)
-    if direction != keyed:  # mismatched index: every entry is read and decoded
-        cost = sp.keys * KEY_LOOKUP + sp.pairs * PAIR_DECODE + (sp.out_cells + sp.in_cells) * CELL
-        if payload:  # payloads are expanded through map_p for every stored pair
-            cost += sp.pairs * PAYLOAD_CALL / 8 + sp.out_cells * profile.fan_backward * MAP_CELL
+    if direction != keyed and not payload:  # mismatched index: every entry of the touched tiles is read
+        share = min(profile.tiles, max(1.0, cells)) / max(profile.tiles, 1)
+        cost = (sp.keys * KEY_LOOKUP + sp.pairs * PAIR_DECODE + (sp.out_cells + sp.in_cells) * CELL) * share
         return STEP_OVERHEAD + cost
-    if s.encoding == "One":
+    per_pair = sp.out_cells / sp.pairs if sp.pairs else 1.0
+    if payload and direction == "forward":  # the R-tree of payload envelopes picks what to expand
+        pairs_hit = min(sp.pairs, cells * profile.fan_forward / max(per_pair, 1.0) + 1)
+        cost = min(cells, 4096) * RTREE_BOX + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + out * CELL
+    elif s.encoding == "One":
         pairs_hit = min(sp.pairs, cells)
         cost = cells * KEY_LOOKUP + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + out * CELL
     else:
-        per_pair = sp.out_cells / sp.pairs if sp.pairs else 1.0
         pairs_hit = min(sp.pairs, cells / max(per_pair, 1.0) + 1)
         cost = min(cells, 4096) * RTREE_BOX + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + out * CELL
     if payload:

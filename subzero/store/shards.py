@@ -247,6 +247,26 @@ class ShardReader:
             raise StoreError(f"{self._where}: read failed ({exc}); the store is damaged") from exc
         return bytes_to_keys(keys), values
 
+    def scan_ranges(self, starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+        lo = np.asarray(starts, ">u8").tobytes()
+        hi = np.asarray(stops, ">u8").tobytes()
+        keys, values = [], []
+        try:
+            with self._opened.env.begin() as txn, txn.cursor() as cur:
+                for k in range(0, len(lo), 8):
+                    if k % (8 * _CHUNK) == 0:
+                        self._check()
+                    stop = hi[k:k + 8]
+                    if cur.set_range(lo[k:k + 8]):
+                        for key, v in cur:
+                            if key >= stop:
+                                break
+                            keys.append(key)
+                            values.append(v)
+        except lmdb.Error as exc:
+            raise StoreError(f"{self._where}: read failed ({exc}); the store is damaged") from exc
+        return bytes_to_keys(keys), values
+
     def intersect(self, slot: int, mins: np.ndarray, maxs: np.ndarray) -> np.ndarray:
         indexes = self._opened.indexes
         if slot not in indexes:

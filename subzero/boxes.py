@@ -333,8 +333,12 @@ class BoxIndex:
     def __len__(self) -> int:
         return len(self.lo)
 
-    def query(self, q_lo: np.ndarray, q_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Pairs ``(query index, box index)`` of non-empty intersections, sorted by query."""
+    def query(self, q_lo: np.ndarray, q_hi: np.ndarray, max_candidates: int | None = None):
+        """Pairs ``(query index, box index)`` of non-empty intersections, sorted by query.
+
+        ``max_candidates`` bounds the work: when the boxes to test exceed it (heavily
+        overlapping boxes), None is returned instead.
+        """
         q_lo, q_hi = np.asarray(q_lo, np.int64), np.asarray(q_hi, np.int64)
         empty = (np.empty(0, np.int64), np.empty(0, np.int64))
         if len(q_lo) == 0 or len(self.live) == 0:
@@ -342,11 +346,15 @@ class BoxIndex:
         if self.ndim == 0:
             return np.repeat(np.arange(len(q_lo)), len(self.live)), np.tile(self.live, len(q_lo))
         q_live = np.flatnonzero(np.all(q_hi > q_lo, axis=1))
-        qs, bs = [], []
+        windows = []
         for members, starts, max_ext in self.buckets:
             a = np.searchsorted(starts, q_lo[q_live, 0] - max_ext + 1, side="left")
             b = np.searchsorted(starts, q_hi[q_live, 0], side="left")
-            counts = b - a
+            windows.append((members, a, b - a))
+        if max_candidates is not None and sum(int(c.sum()) for _, _, c in windows) > max_candidates:
+            return None
+        qs, bs = [], []
+        for members, a, counts in windows:
             total = int(counts.sum())
             if total == 0:
                 continue

@@ -541,3 +541,17 @@ def test_errors_name_the_problem():
         compress(FullPairs.empty(2), (3,), [(3,)])
     with pytest.raises(sz.LineageError, match="rule ids"):
         table.select([5])
+    with pytest.raises(sz.LineageError, match="input 0 cell id 12"):
+        compress(FullPairs(np.array([0]), np.array([0, 1]), (np.array([12]),), (np.array([0, 1]),)), (4, 3), [(3, 4)])
+
+
+@pytest.mark.parametrize("module", ["subzero.boxes", "subzero.encoders.ranges", "subzero.encoders.ranges.table",
+                                    "subzero.encoders.ranges.terms", "subzero.encoders.ranges.compress",
+                                    "subzero.encoders.ranges.merge", "subzero.encoders.ranges.codec",
+                                    "subzero.encoders.ranges.lists"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0

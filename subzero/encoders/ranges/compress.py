@@ -50,7 +50,7 @@ def compress(pairs: FullPairs, out_shape: Shape, in_shapes, *, sample: int = 256
     (3, True)
     """
     out_shape, in_shapes = check_shapes(out_shape, in_shapes)
-    _check_pairs(pairs, in_shapes)
+    _check_pairs(pairs, out_shape, in_shapes)
     n_out = np.diff(pairs.out_ptr)
     single = n_out == 1
     parts = [RangeRules.empty(out_shape, in_shapes)]
@@ -78,7 +78,7 @@ def explicit(pairs: FullPairs, out_shape: Shape, in_shapes) -> RangeRules:
     8
     """
     out_shape, in_shapes = check_shapes(out_shape, in_shapes)
-    _check_pairs(pairs, in_shapes)
+    _check_pairs(pairs, out_shape, in_shapes)
     return _absolute_rules(pairs, out_shape, in_shapes)
 
 
@@ -294,9 +294,16 @@ def _split_small(g: np.ndarray, lo: np.ndarray, hi: np.ndarray, max_cells: int =
             np.concatenate([hi[~small], cells + 1]))
 
 
-def _check_pairs(pairs: FullPairs, in_shapes) -> None:
+def _check_pairs(pairs: FullPairs, out_shape: Shape, in_shapes) -> None:
     if pairs.n_inputs != len(in_shapes):
         raise LineageError(f"pairs have {pairs.n_inputs} input(s) but {len(in_shapes)} input shape(s) were given")
+    sides = [("output", pairs.out_ids, out_shape)] + [(f"input {i}", a, s) for i, (a, s) in
+                                                      enumerate(zip(pairs.in_ids, in_shapes))]
+    for what, ids, shape in sides:
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= int(np.prod(shape))):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise LineageError(f"pairs name {what} cell id {bad}, outside the array of shape {shape} "
+                               f"(ids are flat C-order indices in [0, {int(np.prod(shape))}))")
 
 
 def demo_pairs(n: int = 8) -> FullPairs:

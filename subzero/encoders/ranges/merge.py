@@ -13,22 +13,31 @@ from subzero.encoders.ranges.terms import ABS, TERM, rewrites_to
 
 __all__ = ["merge"]
 
+#: rounds of adoption (a chain of thin tiles needs one round per link)
+ADOPT_ROUNDS = 8
+#: candidate (rule, neighbour) pairs tested per rule before adoption gives up (irregular tables)
+ADOPT_BUDGET = 16
+#: above this many rules, a merge that joins under 5% of them is skipped (irregular lineage)
+IRREGULAR_RULES = 4096
+
 
 def merge(table: RangeRules) -> RangeRules:
     """The rules of ``table`` merged (see `RangeRules.merge`): same lineage, fewer rules."""
     if table.n_rules < 2:
         return table
     label = group_lists([term_rows(table, i) for i in range(table.n_inputs)], table.n_rules)
-    table = relabel(table, np.unique(label, return_index=True)[1][label])
+    first = np.unique(label, return_index=True)[1]
+    joined = table.n_rules - len(first)
+    if table.n_rules > IRREGULAR_RULES and joined < table.n_rules // 20:
+        return table  # (nearly) every rule distinct: irregular lineage, merging would not pay
+    if joined:
+        table = relabel(table, first[label])
     for _ in range(ADOPT_ROUNDS):
         target = adoptions(table)
         if target is None:
             break
         table = relabel(table, target)
     return table
-
-
-ADOPT_ROUNDS = 8
 
 
 def term_rows(table: RangeRules, i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -68,7 +77,10 @@ def adoptions(table: RangeRules) -> np.ndarray | None:
         relative[table.term_rule(i)[rel]] = True
     if n < 2 or not relative.any():
         return None
-    t_idx, s = BoxIndex(env_lo[relative] - 1, env_hi[relative] + 1).query(env_lo, env_hi)
+    found = BoxIndex(env_lo[relative] - 1, env_hi[relative] + 1).query(env_lo, env_hi, ADOPT_BUDGET * n + 1024)
+    if found is None:  # envelopes overlap everywhere: irregular lineage, nothing to adopt
+        return None
+    t_idx, s = found
     s = np.flatnonzero(relative)[s]
     size = np.prod(env_hi - env_lo, axis=1)
     keep = (t_idx != s) & ((size[s] > size[t_idx]) | ((size[s] == size[t_idx]) & (s < t_idx)))

@@ -28,6 +28,7 @@ ABS = -1
 
 
 def check_shapes(out_shape, in_shapes) -> tuple[Shape, tuple[Shape, ...]]:
+    """Shapes as tuples of ints; a `subzero.LineageError` for rank 0 or negative sizes."""
     out_shape = tuple(int(n) for n in out_shape)
     in_shapes = tuple(tuple(int(n) for n in s) for s in in_shapes)
     for what, s in [("output", out_shape)] + [(f"input {i}", s) for i, s in enumerate(in_shapes)]:
@@ -37,16 +38,19 @@ def check_shapes(out_shape, in_shapes) -> tuple[Shape, tuple[Shape, ...]]:
 
 
 def abs_terms(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Absolute terms of the boxes ``[lo, hi)``."""
     t = np.zeros(lo.shape, TERM)
     t["ref"], t["mul"], t["div"], t["a"], t["b"] = ABS, 1, 1, lo, hi
     return t
 
 
 def unit_boxes(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per box: it holds one cell (stored as a flat id)."""
     return np.all(hi - lo == 1, axis=1)
 
 
 def unit_abs(terms: np.ndarray) -> np.ndarray:
+    """Per term: absolute and one cell (stored as a flat id)."""
     return np.all((terms["ref"] == ABS) & (terms["b"] - terms["a"] == 1), axis=1)
 
 
@@ -59,8 +63,16 @@ def images(terms: np.ndarray, x_lo: np.ndarray, x_hi: np.ndarray, exact: bool) -
     """Row ``k``: the input box term ``k`` gives over the out box ``[x_lo[k], x_hi[k])``.
 
     With ``exact`` the result is the exact union (rows whose union is not one box, a
-    strided or diagonal term, are split along the out axes involved first); otherwise
-    a bounding box.
+    strided or diagonal term, are split along the out axes involved first, so the rows
+    of the result no longer match the input rows); otherwise a bounding box.
+
+    Examples
+    --------
+    >>> t = np.zeros((1, 2), TERM); t["mul"], t["div"] = 1, 1
+    >>> t["ref"], t["a"], t["b"] = [[1, 0]], [[0, -1]], [[1, 2]]   # transpose, 3 wide along axis 1
+    >>> lo, hi = images(t, np.array([[2, 5]]), np.array([[4, 6]]), exact=True)
+    >>> lo.tolist(), hi.tolist()
+    ([[5, 1]], [[6, 5]])
     """
     if exact and len(terms):
         x_lo, x_hi, row = _split_for_exact(terms, x_lo, x_hi)
@@ -116,7 +128,15 @@ def _split_for_exact(terms: np.ndarray, x_lo: np.ndarray, x_hi: np.ndarray):
 def preimages(terms: np.ndarray, q_lo: np.ndarray, q_hi: np.ndarray, env_lo: np.ndarray,
                env_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Row ``k``: the out box (within ``env``) of the cells whose term-``k`` box meets the
-    query box ``[q_lo[k], q_hi[k])``; empty rows have ``hi <= lo`` somewhere."""
+    query box ``[q_lo[k], q_hi[k])``; empty rows have ``hi <= lo`` somewhere.
+
+    Examples
+    --------
+    >>> t = np.zeros((1, 1), TERM); t["ref"], t["mul"], t["div"], t["a"], t["b"] = 0, -1, 1, 9, 10  # a flip
+    >>> lo, hi = preimages(t, np.array([[3]]), np.array([[5]]), np.array([[0]]), np.array([[10]]))
+    >>> lo.tolist(), hi.tolist()
+    ([[5]], [[7]])
+    """
     c_lo, c_hi = env_lo.copy(), env_hi.copy()
     n = len(terms)
     rows = np.arange(n)
@@ -145,7 +165,16 @@ def preimages(terms: np.ndarray, q_lo: np.ndarray, q_hi: np.ndarray, env_lo: np.
 
 def rewrites_to(t: np.ndarray, s: np.ndarray, o_lo: np.ndarray, o_hi: np.ndarray) -> np.ndarray:
     """Per row: term ``t``, on the out cells ``[o_lo, o_hi)`` of its rule, equals term ``s``
-    (all axes; each reference's base evaluated at the range's ends)."""
+    (all axes; each reference's base evaluated at the range's ends).
+
+    Examples
+    --------
+    >>> t, s = np.zeros((1, 1), TERM), np.zeros((1, 1), TERM)
+    >>> t["ref"], t["mul"], t["div"], t["a"], t["b"] = ABS, 1, 1, 7, 8   # row 7 of a one-row rule
+    >>> s["ref"], s["mul"], s["div"], s["a"], s["b"] = 0, 1, 1, 0, 1     # "my own row"
+    >>> rewrites_to(t, s, np.array([[7, 0]]), np.array([[8, 5]])).tolist()
+    [True]
+    """
     def base(terms, k):
         lo = (terms["mul"] * np.take_along_axis(o_lo, k, axis=1)) // terms["div"]
         hi = (terms["mul"] * (np.take_along_axis(o_hi, k, axis=1) - 1)) // terms["div"]

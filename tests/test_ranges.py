@@ -22,7 +22,7 @@ import subzero as sz
 from subzero import boxes
 from subzero import operators as ops
 from subzero.context import Context
-from subzero.encoders import FullMany
+from subzero.encoders import FullMany, FullOne, merge_tiles
 from subzero.encoders.ranges import ABS, TERM, RangeRules, compress, explicit, fullmany_nbytes, to_ids
 from subzero.modes import Mode
 from subzero.pairs import FullPairs, owners, ptr_from_counts
@@ -121,6 +121,12 @@ def check_tiles(op, tile, rng, n_queries: int = 12) -> RangeRules:
     assert_answers_like([merged, RangeRules.concat(tables), back,
                          compress(whole, op.output_shape, op.input_shapes)], whole, rng, n_queries)
     return merged
+
+
+def fullone_bytes(pairs: FullPairs, out_shape, in_shapes) -> int:
+    """Today's FullOne bytes of the pairs (pair entries and merged cell keys)."""
+    shapes = (tuple(out_shape), tuple(map(tuple, in_shapes)))
+    return merge_tiles([FullOne("backward").encode(pairs, 0, shapes)]).nbytes
 
 
 def fullmany_bytes(pairs: FullPairs, out_shape, in_shapes) -> int:
@@ -372,7 +378,7 @@ def random_pairs(draw, max_pairs: int = 12):
         counts = rng.integers(lo, 4 if many else 2, n_pairs) if n_cells else np.zeros(n_pairs, np.int64)
         return rng.integers(0, max(n_cells, 1), int(counts.sum())), ptr_from_counts(counts)
 
-    out_ids, out_ptr = groups(size(out_shape), 1)
+    out_ids, out_ptr = groups(size(out_shape), draw(st.sampled_from([0, 1, 1])))  # 0: some pairs without out cells
     ins = [groups(size(s), 0) for s in in_shapes]
     pairs = FullPairs(out_ids.astype(np.int64), out_ptr, tuple(a.astype(np.int64) for a, _ in ins),
                       tuple(p for _, p in ins))
@@ -392,8 +398,20 @@ def test_random_pairs_are_exact_and_never_larger_than_fullmany(case):
     assert_answers_like([table, back, RangeRules.merge(halves), plain], pairs, rng, n_queries=6)
     bound = fullmany_bytes(pairs, out_shape, in_shapes)
     assert bound == fullmany_nbytes(pairs)
+    bound = min(bound, fullone_bytes(pairs, out_shape, in_shapes))
     assert table.nbytes <= bound + HEADER_SLACK
     assert plain.nbytes <= bound + HEADER_SLACK
+
+
+def test_offsets_too_wide_for_one_key_are_numbered(monkeypatch):
+    import importlib
+
+    compress_module = importlib.import_module("subzero.encoders.ranges.compressor")
+
+    monkeypatch.setattr(compress_module, "KEY_SPAN", 4)
+    rng = np.random.default_rng(8)
+    op = bind(ops.Correlate(_kernel(rng, 2), "wrap"), [(9, 8)])
+    check_tiles(op, 4, rng, n_queries=6)
 
 
 @pytest.mark.parametrize("fanin, density", [(1, 1.0), (5, 1.0), (20, 0.3)])
@@ -546,7 +564,7 @@ def test_errors_name_the_problem():
 
 
 @pytest.mark.parametrize("module", ["subzero.boxes", "subzero.encoders.ranges", "subzero.encoders.ranges.table",
-                                    "subzero.encoders.ranges.terms", "subzero.encoders.ranges.compress",
+                                    "subzero.encoders.ranges.terms", "subzero.encoders.ranges.compressor",
                                     "subzero.encoders.ranges.merge", "subzero.encoders.ranges.codec",
                                     "subzero.encoders.ranges.lists"])
 def test_docstring_examples_run(module):

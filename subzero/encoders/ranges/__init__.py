@@ -28,7 +28,14 @@ stored as flat ids), never larger than the FullMany encoding of the same pairs.
 Queries (`RangeRules.backward`, `RangeRules.forward`) map boxes to boxes, costing the
 rules and boxes they touch, not the cells of the query.
 
-Modules: `terms` (term arithmetic), `table` (`RangeRules` and its queries), `compress`
+Stored as a strategy: a task compresses its tile's pairs (`compress`) and stores
+`RangeRules.to_bytes`; `RangeRules.out_envelopes` and `RangeRules.in_envelopes` are the
+R-tree entries (one structure indexes both directions, keyed by rule id); a query reads
+the tables the R-tree names (`RangeRules.from_bytes`) and calls `RangeRules.backward` /
+`RangeRules.forward` with those rule ids.  The driver may merge small tile tables into
+one per node (`RangeRules.merge`).
+
+Modules: `terms` (term arithmetic), `table` (`RangeRules` and its queries), `compressor`
 (pairs -> rules), `merge` (tables -> one table), `codec` (bytes), `lists` (CSR helpers).
 Pure numpy: no store, index or Spark here.
 
@@ -45,7 +52,7 @@ Examples
 from __future__ import annotations
 
 from subzero.boxes import normalize
-from subzero.encoders.ranges.compress import compress, demo_pairs, explicit, fullmany_nbytes
+from subzero.encoders.ranges.compressor import compress, demo_pairs, explicit, fullmany_nbytes
 from subzero.encoders.ranges.table import RangeRules, to_ids
 from subzero.encoders.ranges.terms import ABS, TERM
 

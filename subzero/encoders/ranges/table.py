@@ -7,7 +7,7 @@ from functools import cached_property
 
 import numpy as np
 
-from subzero.boxes import BoxIndex, check_boxes, ids_in_boxes, lexsort
+from subzero.boxes import BoxIndex, check_boxes, ids_in_boxes, lexsort, unique_boxes
 from subzero.cells import to_coords
 from subzero.cells import to_ids as flat_ids
 from subzero.encoders.ranges.lists import box_cells, csr_gather, expand_csr
@@ -300,7 +300,7 @@ class RangeRules:
         lo, hi = images(self.terms[i][t_pos], x_lo[x_row], x_hi[x_row], exact=True)
         n = np.asarray(self.in_shapes[i], np.int64)
         lo, hi = np.clip(lo, 0, n), np.clip(hi, 0, n)
-        return _distinct_boxes(lo, hi)
+        return unique_boxes(lo, hi)
 
     def forward(self, q_lo, q_hi, i: int, rule_ids=None) -> tuple[np.ndarray, np.ndarray]:
         """Boxes of the out cells whose input-``i`` lineage meets the query boxes.
@@ -337,7 +337,7 @@ class RangeRules:
         lo = np.maximum(self.out_lo[b_pos], c_lo[c_row])
         hi = np.minimum(self.out_hi[b_pos], c_hi[c_row])
         live = np.all(hi > lo, axis=1)
-        return _distinct_boxes(lo[live], hi[live])
+        return unique_boxes(lo[live], hi[live])
 
     def _check_input(self, i: int) -> None:
         if not isinstance(i, (int, np.integer)) or not 0 <= i < self.n_inputs:
@@ -437,16 +437,6 @@ class RangeRules:
         from subzero.encoders.ranges.codec import deserialize
 
         return deserialize(buf)
-
-
-def _distinct_boxes(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    live = np.all(hi > lo, axis=1)
-    lo, hi = lo[live], hi[live]
-    if len(lo) > 1:
-        rows = np.unique(np.concatenate([lo, hi], axis=1), axis=0)
-        d = lo.shape[1]
-        lo, hi = rows[:, :d], rows[:, d:]
-    return lo, hi
 
 
 def to_ids(lo: np.ndarray, hi: np.ndarray, shape: Shape) -> np.ndarray:

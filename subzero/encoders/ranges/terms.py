@@ -74,11 +74,16 @@ def images(terms: np.ndarray, x_lo: np.ndarray, x_hi: np.ndarray, exact: bool) -
     >>> lo.tolist(), hi.tolist()
     ([[5, 1]], [[6, 5]])
     """
-    if exact and len(terms):
-        x_lo, x_hi, row = _split_for_exact(terms, x_lo, x_hi)
-        terms = terms[row]
     ref = terms["ref"].astype(np.int64)
     rel = ref != ABS
+    if not rel.any():  # absolute terms: the same box for every out cell
+        return terms["a"].copy(), terms["b"].copy()
+    if exact:
+        x_lo, x_hi, row = _split_for_exact(terms, x_lo, x_hi)
+        if len(row) != len(terms):
+            terms = terms[row]
+            ref = terms["ref"].astype(np.int64)
+            rel = ref != ABS
     k = np.where(rel, ref, 0)
     ol = np.take_along_axis(x_lo, k, axis=1) if x_lo.shape[1] else np.zeros_like(k)
     oh = (np.take_along_axis(x_hi, k, axis=1) - 1) if x_hi.shape[1] else np.zeros_like(k)

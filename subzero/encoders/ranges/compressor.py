@@ -22,6 +22,10 @@ from subzero.pairs import FullPairs, owners, ptr_from_counts
 
 __all__ = ["compress", "explicit", "fullmany_nbytes", "demo_pairs"]
 
+#: offsets of one input cell are coded as one int64 key when their ranges multiply below
+#: this; beyond (arrays of ~2**60 cells) the distinct offset rows are numbered instead
+KEY_SPAN = 1 << 62
+
 
 def compress(pairs: FullPairs, out_shape: Shape, in_shapes, *, sample: int = 256) -> RangeRules:
     """Compress region pairs into range rules (exact: same lineage as ``pairs``).
@@ -175,7 +179,7 @@ class _Slot:
         else:
             self.vmin, radix = np.zeros(len(shape), np.int64), np.ones(len(shape), np.int64)
         self.radix = tuple(int(r) for r in radix)
-        if int(np.prod(self.radix, dtype=object)) < (1 << 62):
+        if int(np.prod(self.radix, dtype=object)) < KEY_SPAN:
             self.table = None
             keys = np.zeros(len(ids), np.int64)
             for x, lo, r in zip(v, self.vmin, self.radix):

@@ -16,7 +16,7 @@ from subzero.boxes import cover_coords, cover_ids
 from subzero.cells import to_coords
 from subzero.encoders.ranges.lists import box_cells, csr_gather, group_lists, mix, segment_sums
 from subzero.encoders.ranges.table import RangeRules
-from subzero.encoders.ranges.terms import ABS, TERM, Shape, abs_terms, check_shapes, images
+from subzero.encoders.ranges.terms import ABS, TERM, Shape, abs_terms, check_shapes
 from subzero.errors import LineageError
 from subzero.pairs import FullPairs, owners, ptr_from_counts
 
@@ -136,14 +136,14 @@ def _compress_cellwise(pairs: FullPairs, out_shape: Shape, in_shapes, sample: in
     size = np.bincount(label, minlength=n_groups)
     g, lo, hi = cover_ids(cells, out_shape, groups=label)
     g, lo, hi = _split_small(g, lo, hi)
-    rep_coords = to_coords(cells[rep], out_shape)
+    shared, alone = np.flatnonzero(size > 1), np.flatnonzero(size == 1)
     term_rule, terms = [], []
     for s in slots:
-        r, t = s.pattern_terms(rep)
-        # a pattern of one out cell is stored absolute: flat cell ids, mergeable across tiles
-        r, t = _absolutize(r, t, size == 1, rep_coords[r])
-        term_rule.append(r)
-        terms.append(t)
+        r, t = s.pattern_terms(rep[shared])
+        # a pattern of one out cell is stored absolute (flat cell ids, mergeable across tiles)
+        ar, alo, ahi = _split_small(*s.absolute_boxes(rep[alone]))
+        term_rule.append(np.concatenate([shared[r], alone[ar]]))
+        terms.append(np.concatenate([t, abs_terms(alo, ahi)]))
     return RangeRules.build(out_shape, in_shapes, n_groups, g, lo, hi, term_rule, terms)
 
 
@@ -167,6 +167,7 @@ class _Slot:
                  out_shape: Shape, sample: int):
         n_cells = len(ptr) - 1
         counts = np.diff(ptr)
+        self.ids, self.ids_ptr, self.shape = ids, ptr, shape
         cols = _columns(ids, shape)
         self.refs = _choose_refs(ptr, cols, out_cols, out_shape, shape, sample)
         v = []
@@ -208,6 +209,11 @@ class _Slot:
         if self.table is not None:
             return self.table[keys]
         return to_coords(keys, self.radix) + self.vmin
+
+    def absolute_boxes(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(index into cells, lo, hi)``: a cover of each out cell's input cells."""
+        pos, ptr = csr_gather(self.ids_ptr, cells)
+        return cover_ids(self.ids[pos], self.shape, groups=owners(ptr))
 
     def pattern_terms(self, rep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Terms of each group's pattern (that of its representative cell)."""
@@ -272,18 +278,6 @@ def _candidates(j: int, out_shape: Shape, shape: Shape) -> list[tuple[int, int, 
             if f >= 2:
                 cands += [(k, 1, f), (k, -1, f)]
     return cands
-
-
-def _absolutize(rule: np.ndarray, terms: np.ndarray, single: np.ndarray, cell: np.ndarray):
-    """Terms of rules with one out cell (``single[rule]``), evaluated at that ``cell``:
-    absolute, and unit boxes split out so they serialize as flat ids."""
-    flip = single[rule]
-    if not flip.any():
-        return rule, terms
-    t = terms[flip].copy()
-    lo, hi = images(t, cell[flip], cell[flip] + 1, exact=False)
-    g, lo, hi = _split_small(rule[flip], lo, hi)
-    return np.concatenate([rule[~flip], g]), np.concatenate([terms[~flip], abs_terms(lo, hi)])
 
 
 def _split_small(g: np.ndarray, lo: np.ndarray, hi: np.ndarray, max_cells: int = 2):

@@ -24,16 +24,12 @@ from subzero.pairs import ptr_from_counts
 __all__ = ["serialize", "deserialize"]
 
 
-_MAGIC = 0xA7
-
-
-_VERSION = 1
-
-
-_ZLIB = 0x80
+#: first byte of every table; the second is the version, with ``_ZLIB`` set when compressed
+_MAGIC, _VERSION, _ZLIB = 0xA7, 1, 0x80
 
 
 def serialize(table: RangeRules) -> bytes:
+    """The bytes of ``table`` (see the module docstring for the layout)."""
     w = _Writer()
     w.shape(table.out_shape)
     w.varint(table.n_inputs)
@@ -75,10 +71,17 @@ def serialize(table: RangeRules) -> bytes:
 
 
 def deserialize(buf: bytes) -> RangeRules:
+    """The table `serialize` wrote; a `subzero.LineageError` for anything else."""
     if len(buf) < 2 or buf[0] != _MAGIC or (buf[1] & ~_ZLIB) != _VERSION:
         raise LineageError("not a range-rules byte string (bad magic or version)")
-    body = zlib.decompress(bytes(buf[2:])) if buf[1] & _ZLIB else bytes(buf[2:])
-    r = _Reader(body)
+    try:
+        body = zlib.decompress(bytes(buf[2:])) if buf[1] & _ZLIB else bytes(buf[2:])
+        return _read(_Reader(body))
+    except (zlib.error, IndexError) as exc:
+        raise LineageError(f"range-rules byte string is corrupt ({exc})") from None
+
+
+def _read(r: "_Reader") -> RangeRules:
     out_shape = r.shape()
     in_shapes = tuple(r.shape() for _ in range(r.varint()))
     n = r.varint()

@@ -41,6 +41,7 @@ def merge(table: RangeRules) -> RangeRules:
 
 
 def term_rows(table: RangeRules, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """Input ``i``'s terms as int64 rows (every field, every axis) in CSR per rule."""
     t = table.terms[i]
     rows = np.concatenate([t[f].astype(np.int64) for f in TERM.names], axis=1) if t.size \
         else np.zeros((len(t), 0), np.int64)
@@ -70,7 +71,9 @@ def adoptions(table: RangeRules) -> np.ndarray | None:
     rewritten terms equal that rule's exactly.  Returns ``target`` (see `relabel`) or None.
     """
     n = table.n_rules
-    env_lo, env_hi = table._rule_envelopes
+    rules, lo, hi = table.out_envelopes()
+    env_lo, env_hi = np.zeros((n, lo.shape[1]), np.int64), np.zeros((n, lo.shape[1]), np.int64)
+    env_lo[rules], env_hi[rules] = lo, hi
     relative = np.zeros(n, bool)
     for i, t in enumerate(table.terms):
         rel = np.any(t["ref"] != ABS, axis=1) if t.size else np.zeros(len(t), bool)

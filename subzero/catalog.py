@@ -89,22 +89,33 @@ class ShardRecord:
 
 @dataclass(frozen=True)
 class Manifest:
-    """The committed shards of one node: strategy name -> one `ShardRecord` per tile."""
+    """The committed shards of one node: strategy name -> one `ShardRecord` per tile.
+
+    ``inline`` holds, per strategy, lineage small enough to live in the manifest itself
+    (a node's merged FullRange table): its tiles then have no shard.
+    """
 
     node: str
     shards: dict[str, tuple[ShardRecord, ...]] = field(default_factory=dict)
+    inline: dict[str, bytes] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        import base64
+
         return {"format": FORMAT, "node": self.node,
-                "shards": {s: [r.to_dict() for r in recs] for s, recs in self.shards.items()}}
+                "shards": {s: [r.to_dict() for r in recs] for s, recs in self.shards.items()},
+                "inline": {s: base64.b64encode(b).decode() for s, b in self.inline.items()}}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Manifest":
+        import base64
+
         if data.get("format") != FORMAT:
             raise StoreError(f"manifest of node {data.get('node')!r} has format {data.get('format')!r}, "
                              f"this subzero reads format {FORMAT}; re-run the workflow into a new store")
         return cls(str(data["node"]), {s: tuple(ShardRecord.from_dict(r) for r in recs)
-                                       for s, recs in data.get("shards", {}).items()})
+                                       for s, recs in data.get("shards", {}).items()},
+                   {s: base64.b64decode(b) for s, b in data.get("inline", {}).items()})
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+from dataclasses import replace
 import pickle
 import threading
 import time
@@ -270,11 +271,16 @@ class _Execution:
         op = node.operator
         stored = [s for s in strategies if Strategy.parse(s).stored]
         shards = {s: tuple(sorted((m.shards[s] for m in metas), key=lambda r: r.tile)) for s in stored}
-        sizes = {s: sum(r.nbytes + r.index_bytes for r in recs) for s, recs in shards.items()}
+        inline = self._merge_inline(node, stored, metas)
+        for s in inline:  # the node's merged table replaces its tiles' shards
+            shards[s] = tuple(replace(r, name=None, files=(), index_bytes=0) for r in shards[s])
+        sizes = {s: (len(inline[s]) if s in inline else sum(r.nbytes + r.index_bytes for r in recs))
+                 for s, recs in shards.items()}
         dropped = self._fit_budget(sizes)
         kept = tuple(s for s in strategies if s not in dropped) or ("BlackBox",)
         start = time.perf_counter()
-        manifest = Manifest(node.name, {s: recs for s, recs in shards.items() if s not in dropped})
+        manifest = Manifest(node.name, {s: recs for s, recs in shards.items() if s not in dropped},
+                            {s: b for s, b in inline.items() if s not in dropped})
         self.store.write_manifest(manifest)
         kept_sizes = {s: v for s, v in sizes.items() if s not in dropped}
         if self.disk_left is not None:
@@ -298,6 +304,22 @@ class _Execution:
         self._commit_record(record)
         self.store.remove_uncommitted(node.name, manifest)
         return record
+
+    def _merge_inline(self, node: Node, stored: list[str], metas: list[TileMeta]) -> dict[str, bytes]:
+        """Per strategy whose tiles all reported a small summary, the node-level merge of them."""
+        from subzero.encoders import encoder_for
+
+        out = {}
+        op = node.operator
+        shapes = (tuple(op.output_shape), tuple(op.input_shapes))
+        for s in stored:
+            merge = getattr(encoder_for(Strategy.parse(s)), "merge_inline", None)
+            if merge is None or not all(s in m.inline for m in metas):
+                continue
+            merged = merge([m.inline[s] for m in metas], shapes)
+            if merged is not None:
+                out[s] = merged
+        return out
 
     def _commit_record(self, record: NodeRecord) -> None:
         self.catalog = self.catalog.with_node(record)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from subzero.boxes import cover_ids, ids_in_boxes
 from subzero.cells import to_coords, to_ids
 
 __all__ = ["Frontier", "ids_in_boxes", "cover_ids", "DENSE_FRACTION", "MAX_BOX_EXPANSION"]
@@ -34,88 +35,6 @@ MAX_BOX_EXPANSION = 1 << 24
 
 def _size(shape: Shape) -> int:
     return int(np.prod(shape, dtype=np.int64)) if shape else 1
-
-
-def ids_in_boxes(lo: np.ndarray, hi: np.ndarray, shape: Shape) -> np.ndarray:
-    """Sorted unique flat ids of the cells of the half-open boxes ``[lo, hi)``.
-
-    Examples
-    --------
-    >>> ids_in_boxes(np.array([[0, 1]]), np.array([[2, 3]]), (3, 4)).tolist()
-    [1, 2, 5, 6]
-    """
-    if not shape:
-        return np.zeros(1 if len(np.asarray(lo)) else 0, np.int64)
-    lo, hi = np.asarray(lo, np.int64).reshape(-1, len(shape)), np.asarray(hi, np.int64).reshape(-1, len(shape))
-    ext = np.maximum(hi - lo, 0)
-    keep = np.all(ext > 0, axis=1)
-    lo, ext = lo[keep], ext[keep]
-    if not len(lo):
-        return _EMPTY_IDS
-    strides = np.array([_size(shape[k + 1:]) for k in range(len(shape))], np.int64)
-    # one run of consecutive ids per box row along the last axis
-    rows_per_box = np.prod(ext[:, :-1], axis=1) if len(shape) > 1 else np.ones(len(lo), np.int64)
-    box_of_row = np.repeat(np.arange(len(lo)), rows_per_box)
-    k = np.arange(len(box_of_row)) - np.repeat(np.cumsum(rows_per_box) - rows_per_box, rows_per_box)
-    starts = np.zeros(len(box_of_row), np.int64)
-    for axis in range(len(shape) - 2, -1, -1):  # mixed-radix digits of the row within its box
-        e = ext[box_of_row, axis]
-        starts += (lo[box_of_row, axis] + k % e) * strides[axis]
-        k //= e
-    starts += lo[box_of_row, -1]
-    lengths = ext[box_of_row, -1]
-    ids = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
-    return np.unique(ids) if len(lo) > 1 else ids
-
-
-def cover_ids(ids: np.ndarray, shape: Shape) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint boxes covering exactly the sorted unique flat ``ids``: runs along the last
-    axis, merged across consecutive positions of the other axes when identical.
-
-    Examples
-    --------
-    >>> lo, hi = cover_ids(np.array([1, 2, 5, 6]), (3, 4))
-    >>> lo.tolist(), hi.tolist()
-    ([[0, 1]], [[2, 3]])
-    """
-    ndim = len(shape)
-    ids = np.asarray(ids, np.int64)
-    if not len(ids):
-        z = np.empty((0, ndim), np.int64)
-        return z, z.copy()
-    if not ndim:
-        return np.empty((1, 0), np.int64), np.empty((1, 0), np.int64)
-    brk = np.flatnonzero(np.diff(ids) != 1) + 1
-    starts, ends = ids[np.r_[0, brk]], ids[np.r_[brk, len(ids)] - 1] + 1
-    # split runs at the end of each last-axis line
-    n_last = shape[-1]
-    first_line, last_line = starts // n_last, (ends - 1) // n_last
-    pieces = last_line - first_line + 1
-    line = np.repeat(first_line, pieces) + np.arange(int(pieces.sum())) - np.repeat(np.cumsum(pieces) - pieces, pieces)
-    s = np.maximum(np.repeat(starts, pieces), line * n_last)
-    e = np.minimum(np.repeat(ends, pieces), (line + 1) * n_last)
-    lo = np.empty((len(s), ndim), np.int64)
-    lo[:, -1] = s % n_last
-    if ndim > 1:
-        lo[:, :-1] = to_coords(line, shape[:-1])
-    hi = lo + 1
-    hi[:, -1] = lo[:, -1] + (e - s)
-    for axis in range(ndim - 2, -1, -1):  # merge boxes identical but for consecutive positions on `axis`
-        lo, hi = _merge_along(lo, hi, axis)
-    return lo, hi
-
-
-def _merge_along(lo: np.ndarray, hi: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    other = [a for a in range(lo.shape[1]) if a != axis]
-    keys = np.concatenate([lo[:, other], hi[:, other]], axis=1)
-    order = np.lexsort((lo[:, axis],) + tuple(keys.T[::-1]))
-    lo, hi, keys = lo[order], hi[order], keys[order]
-    same = np.all(keys[1:] == keys[:-1], axis=1) & (lo[1:, axis] == hi[:-1, axis])
-    first = np.flatnonzero(np.r_[True, ~same])
-    last = np.r_[first[1:], len(lo)] - 1
-    new_lo, new_hi = lo[first].copy(), hi[first].copy()
-    new_hi[:, axis] = hi[last, axis]
-    return new_lo, new_hi
 
 
 class Frontier:

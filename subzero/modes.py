@@ -34,6 +34,7 @@ _BASES = {
     "Map": (Mode.MAP, None),
     "FullOne": (Mode.FULL, "One"),
     "FullMany": (Mode.FULL, "Many"),
+    "FullRange": (Mode.FULL, "Range"),
     "PayOne": (Mode.PAY, "One"),
     "PayMany": (Mode.PAY, "Many"),
     "CompOne": (Mode.COMP, "One"),
@@ -79,8 +80,8 @@ class Strategy:
                 f"unknown direction {direction!r} in strategy {name!r}; use '/backward' or '/forward'"
             )
         mode = _BASES[base][0]
-        if mode in (Mode.MAP, Mode.BLACKBOX):
-            direction = "backward"  # nothing is stored, so nothing is keyed
+        if mode in (Mode.MAP, Mode.BLACKBOX) or _BASES[base][1] == "Range":
+            direction = "backward"  # nothing is keyed: nothing stored, or both directions indexed
         elif mode in (Mode.PAY, Mode.COMP) and direction == "forward":
             raise WorkflowError(
                 f"strategy {name!r} is impossible: payload lineage stores no input cells to key "
@@ -104,8 +105,13 @@ class Strategy:
         return self.encoding is not None
 
     @property
+    def both_directions(self) -> bool:
+        """True when the strategy indexes both directions (FullRange), so has no direction."""
+        return self.encoding == "Range"
+
+    @property
     def name(self) -> str:
-        return f"{self.base}/{self.direction}" if self.stored else self.base
+        return f"{self.base}/{self.direction}" if self.stored and not self.both_directions else self.base
 
     def __str__(self) -> str:
         return self.name

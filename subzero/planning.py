@@ -21,11 +21,11 @@ def supported_strategies(op: Operator) -> list[str]:
     """Every strategy name the operator can store (both directions where they exist)."""
     names = []
     modes = _modes_enabling(op)
-    for base in ("BlackBox", "Map", "FullOne", "FullMany", "PayOne", "PayMany", "CompOne", "CompMany"):
+    for base in ("BlackBox", "Map", "FullOne", "FullMany", "FullRange", "PayOne", "PayMany", "CompOne", "CompMany"):
         s = Strategy.parse(base)
         if s.mode in modes:
             names.append(s.name)
-            if s.mode is Mode.FULL:
+            if s.mode is Mode.FULL and not s.both_directions:
                 names.append(Strategy(base, "forward").name)
     return names
 

@@ -83,6 +83,9 @@ class LineageSource(Protocol):
         """A reader of the lineage ``tile`` stored under ``strategy``, or None when the tile
         stored none; raises `subzero.errors.StoreError` when the shard cannot be read."""
 
+    def inline(self, node, strategy: str) -> bytes | None:
+        """The node's lineage under ``strategy`` kept whole in its manifest, if any."""
+
     def tile_task(self, node) -> NodeTask:
         """The task that re-runs the node's tiles from its stored inputs (tracing mode)."""
 
@@ -175,7 +178,16 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
     grid = source.grid(node)
     enc = encoder_for(s)
     shapes = (tuple(op.output_shape), tuple(op.input_shapes))
+    try:
+        whole = source.inline(node, s.name)
+    except StoreError:
+        if forced:
+            raise
+        whole = None
+    if whole is not None:  # the node's lineage is one small table: no shard to open
+        return enc.query_inline(whole, frontier, i, direction, shapes)
     results: list[np.ndarray] = []
+    frontiers: list[Frontier] = []
     failed: list[int] = []
     overrides: list[np.ndarray] = []
     for tile, sub in grid.split(frontier, None if direction == "backward" else i):
@@ -199,8 +211,13 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
             overrides.append(pay.out_ids)
         else:  # only the payloads whose envelope meets the frontier can reach it
             got = expand_payloads(op, enc.forward_candidates(reader, sub, i, shapes), deadline).forward(sub, i)
-        results.append(got)
+        if isinstance(got, Frontier):
+            frontiers.append(got)
+        else:
+            results.append(got)
     result = Frontier.of_ids(np.concatenate(results) if results else np.empty(0, np.int64), target)
+    for got in frontiers:
+        result = result.union(got)
     if failed:
         result = result.union(_trace(source, node, [grid.tiles[t] for t in failed], frontier, i, direction, target))
     if s.mode is Mode.COMP:

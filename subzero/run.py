@@ -118,6 +118,10 @@ class Run:
             return None
         return self.store.shard_reader(node.name, strategy, record, self.ndims(node), deadline)
 
+    def inline(self, node: Node, strategy: str) -> bytes | None:
+        """A node's lineage kept in its manifest (a merged FullRange table), if any."""
+        return self.manifest(node).inline.get(strategy)
+
     def tile_task(self, node: Node) -> NodeTask:
         return NodeTask(node.name, node.operator, tuple(self.store.array(n.name) for n in node.inputs))
 

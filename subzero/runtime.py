@@ -79,6 +79,7 @@ class TileMeta:
     write_seconds: float = 0.0
     array_bytes: int = 0
     shards: dict[str, ShardRecord] = field(default_factory=dict)
+    inline: dict[str, bytes] = field(default_factory=dict)
 
 
 def modes_for(strategies) -> list[frozenset[Mode]]:
@@ -210,7 +211,10 @@ def run_tile(task: NodeTask, tile: Tile) -> TileMeta:
         pairs = capture.pairs_for(strategy)
         if strategy.mode is not Mode.FULL:
             pairs = with_envelopes(op, pairs)
-        batch = merge_tiles([encoder_for(strategy).encode(pairs, capture.tile.index, task.shapes)])
+        encoded = encoder_for(strategy).encode(pairs, capture.tile.index, task.shapes)
+        if encoded.inline is not None:
+            meta.inline[name] = encoded.inline
+        batch = merge_tiles([encoded])
         encode_seconds = time.perf_counter() - t0
         n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
         counts = dict(keys=len(batch.keys), nbytes=batch.nbytes, pairs=pairs.n_pairs, out_cells=len(pairs.out_ids),

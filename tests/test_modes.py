@@ -17,11 +17,20 @@ EXPECTED = {  # name -> (mode, encoding)
     "FullOne": (Mode.FULL, "One"), "FullMany": (Mode.FULL, "Many"),
     "PayOne": (Mode.PAY, "One"), "PayMany": (Mode.PAY, "Many"),
     "CompOne": (Mode.COMP, "One"), "CompMany": (Mode.COMP, "Many"),
+    "FullRange": (Mode.FULL, "Range"),
 }
 
 
-def test_the_eight_names_of_the_design():
+def test_the_eight_names_of_the_design_and_range_rules():
     assert sorted(STRATEGY_NAMES) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", ["FullRange", "FullRange/backward", "FullRange/forward"])
+def test_full_range_has_no_direction(name):
+    """Range rules index both directions: any suffix names the one strategy."""
+    s = Strategy.parse(name)
+    assert s.name == "FullRange" and s.stored and s.both_directions and s.mode is Mode.FULL
+    assert s == Strategy.parse("FullRange")
 
 
 @pytest.mark.parametrize("base", STORED)

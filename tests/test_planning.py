@@ -17,7 +17,8 @@ class Opaque(sz.Operator):
 def test_supported_strategies_follow_the_modes():
     assert supported_strategies(Opaque()) == ["BlackBox"]
     mapping = supported_strategies(ops.Transpose())
-    assert mapping == ["BlackBox", "Map", "FullOne/backward", "FullOne/forward", "FullMany/backward", "FullMany/forward"]
+    assert mapping == ["BlackBox", "Map", "FullOne/backward", "FullOne/forward", "FullMany/backward", "FullMany/forward",
+                       "FullRange"]  # range rules index both directions: no '/forward' twin
     crd = supported_strategies(ops.CosmicRayDetect())
     assert "CompOne/backward" in crd and "PayMany/backward" in crd and "Map" not in crd
 

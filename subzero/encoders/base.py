@@ -52,6 +52,7 @@ class EncodedTile:
     cell_pairs: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     boxes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
     n_pairs: int = 0
+    inline: bytes | None = None  # a small summary the driver may merge over tiles (FullRange)
 
 
 @dataclass

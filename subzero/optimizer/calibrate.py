@@ -15,7 +15,7 @@ from subzero.encoders import encoder_for, merge_tiles
 from subzero.encoders.base import index_bytes_bound
 from subzero.modes import Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
-from subzero.runtime import NodeTask, capture_tile, derived_full
+from subzero.runtime import NodeTask, capture_tile, derived_full, with_envelopes
 from subzero.tiling import Tile
 
 __all__ = ["profile_node", "profile_from_run"]
@@ -58,9 +58,14 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
     for name in stored:
         strategy = Strategy.parse(name)
         encoder = encoder_for(strategy)
+        if strategy.both_directions:  # range rules: regular lineage must not be subsampled
+            profile.strategies[name] = _profile_ranges(encoder, captures, task.shapes, scale)
+            continue
         totals, boxes = np.zeros(6), {}
         for c in captures:
             pairs = c.pairs_for(strategy)
+            if strategy.mode is not Mode.FULL:
+                pairs = with_envelopes(op, pairs)
             part = _subsample(pairs, max_pairs)
             t0 = time.perf_counter()
             batch = merge_tiles([encoder.encode(part, c.tile.index, task.shapes)])
@@ -75,6 +80,29 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         totals[0] += sum(index_bytes_bound(n * scale) for n in boxes.values())
         profile.strategies[name] = StrategyProfile(*totals.tolist())
     return profile
+
+
+def _profile_ranges(encoder, captures, shapes, scale: float) -> StrategyProfile:
+    """FullRange on whole sample tiles: when their tables are small the node keeps one merged
+    table (about the size of the samples' merge, whatever the array size), else per-tile
+    tables scale with the tiles."""
+    encoded, seconds = [], 0.0
+    for c in captures:
+        t0 = time.perf_counter()
+        encoded.append(encoder.encode(c.full, c.tile.index, shapes))
+        seconds += time.perf_counter() - t0
+    pairs = sum(c.full.n_pairs for c in captures)
+    outs = sum(len(c.full.out_ids) for c in captures)
+    ins = sum(sum(len(a) for a in c.full.in_ids) for c in captures)
+    merged = encoder.merge_inline([e.inline for e in encoded], shapes) \
+        if all(e.inline is not None for e in encoded) else None
+    if merged is not None:
+        nbytes, keys = float(len(merged)), 0.0
+    else:
+        batches = [merge_tiles([e]) for e in encoded]
+        nbytes = scale * sum(b.nbytes + b.index_bytes_bound for b in batches)
+        keys = scale * sum(len(b.keys) for b in batches)
+    return StrategyProfile(nbytes, seconds * scale, pairs * scale, outs * scale, ins * scale, keys)
 
 
 def _subsample(pairs, max_pairs: int):

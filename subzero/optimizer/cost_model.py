@@ -108,6 +108,9 @@ def step_cost(profile: NodeProfile, strategy: str, direction: str, cells: float)
     if s.mode is Mode.MAP:
         return STEP_OVERHEAD + (cells + out) * MAP_CELL
     sp = profile.strategies.get(s.name, StrategyProfile())
+    if s.both_directions:  # range rules: boxes in, boxes out, a few rules per frontier box
+        return STEP_OVERHEAD + min(cells, 4096) * RTREE_BOX + (0 if not sp.keys else 2 * KEY_LOOKUP) + \
+            min(out, 4096) * CELL
     keyed = "forward" if s.direction == "forward" else "backward"
     payload = s.mode in (Mode.PAY, Mode.COMP)
     if direction != keyed and not payload:  # mismatched index: every entry of the touched tiles is read

@@ -243,7 +243,9 @@ def _choose_refs(ptr: np.ndarray, cols: list[np.ndarray], out_cols: list[np.ndar
     refs = (np.full(d_in, ABS, np.int8), np.ones(d_in, np.int64), np.ones(d_in, np.int64))
     if n_cells == 0 or ptr[-1] == 0:
         return refs
-    picks = np.unique(np.linspace(0, n_cells - 1, min(sample, n_cells)).astype(np.int64))
+    # a seeded random sample: evenly spaced picks alias with the tile's width (a 256-wide tile
+    # sampled every 257 cells is its diagonal, where every output axis looks alike)
+    picks = np.sort(np.random.default_rng(n_cells).choice(n_cells, min(sample, n_cells), replace=False))
     pos, sptr = csr_gather(ptr, picks)
     row_owner = picks[owners(sptr)]
     o = [col[row_owner] for col in out_cols]

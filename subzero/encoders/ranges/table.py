@@ -371,7 +371,8 @@ class RangeRules:
         --------
         >>> from subzero.encoders.ranges import compress, demo_pairs
         >>> p = compress(demo_pairs(), (8,), [(8,)]).to_pairs()
-        >>> p.backward(np.arange(8) == 0, 0).tolist()
+        >>> from subzero.frontier import Frontier
+        >>> p.backward(Frontier.of_ids(np.array([0]), (8,)), 0).tolist()
         [0, 1]
         """
         fixed = np.ones(self.n_rules, bool)

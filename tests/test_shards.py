@@ -140,7 +140,8 @@ def test_payload_shards_answer_like_the_pairs_in_memory(loc, strategy):
     r = reader(loc, record)
 
     def per_cell(p):
-        return sorted((int(c), p.payloads[k]) for k in range(p.n_pairs) for c in p.out_ids[p.out_ptr[k]:p.out_ptr[k + 1]])
+        return sorted((int(c), p.payloads[k]) for k in range(p.n_pairs)
+                      for c in p.out_ids[p.out_ptr[k]:p.out_ptr[k + 1]])
     assert per_cell(enc.load(r, SHAPES)) == per_cell(payload_pairs())
     got = enc.lookup(r, Frontier.of_ids(np.array([7, 8]), OUT_SHAPE), SHAPES)
     assert per_cell(got) == [(7, b"a"), (7, b"bb")]

@@ -191,7 +191,7 @@ class FileStore(Store):
                              "damaged (queries re-run the operator instead)") from None
         try:
             return Manifest.from_dict(json.loads(raw))
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StoreError(f"the manifest of node {node!r} in store {self.url!r} is damaged ({exc}); queries "
                              "re-run the operator instead") from exc
 

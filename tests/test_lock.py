@@ -21,6 +21,7 @@ import pytest
 import subzero as sz
 from subzero.catalog import RunRecord
 from subzero.store import FileStore, resolve
+from subzero.store import lock as lock_mod
 from subzero.store.lock import LOCK_NAME, WriterLock, holder
 
 HELD = re.compile(r"being written by another run \(pid (\d+) on host (\S+), started (\S+)\)")
@@ -259,11 +260,11 @@ def test_a_killed_writer_leaves_a_stale_lock_taken_only_with_overwrite(tmp_path)
     assert not (path / LOCK_NAME).exists()
 
 
-@pytest.mark.parametrize("content", [b"", b"{\"pid\": 12", b"\x00\xff", b"[1, 2]"],
-                         ids=["empty", "torn", "binary", "not-an-object"])
-def test_a_lock_file_left_unwritten_by_a_killed_writer_is_stale(tmp_path, content):
+@pytest.mark.parametrize("content", [b"", b"{\"pid\": 12", b"[1, 2]"], ids=["empty", "torn", "not-an-object"])
+def test_a_lock_file_left_unwritten_by_a_killed_writer_is_stale(tmp_path, monkeypatch, content):
     """A writer killed between creating the lock file and writing it leaves an unreadable lock: it is
     stale (nobody holds it), so overwrite takes it; it must not block the store forever."""
+    monkeypatch.setattr(lock_mod, "_WRITE_WAIT", 0.05)  # how long a reader waits for the contents
     FileStore.create(tmp_path / "s", record("old")).close()
     (tmp_path / "s" / LOCK_NAME).write_bytes(content)
     loc = resolve(tmp_path / "s")

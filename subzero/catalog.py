@@ -266,6 +266,6 @@ class RunRecord:
             values = {k: v for k, v in data.items() if k in known}
             values["nodes"] = {name: NodeRecord.from_dict(rec) for name, rec in data.get("nodes", {}).items()}
             return cls(**values)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StoreError(f"{where} has a damaged catalog.json ({type(exc).__name__}: {exc}); "
                              "re-run the workflow into a new store") from exc

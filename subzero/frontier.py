@@ -241,7 +241,7 @@ class Frontier:
 
     def within(self, lo, hi) -> "Frontier":
         """The frontier's cells inside the half-open box ``[lo, hi)`` (same array)."""
-        lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        lo, hi = (np.maximum(np.asarray(b, np.int64), 0) for b in (lo, hi))  # negative bounds would wrap slices
         if self._boxes is not None:
             blo, bhi = self._boxes
             return Frontier.of_boxes(np.maximum(blo, lo), np.minimum(bhi, hi), self.shape)
@@ -256,7 +256,7 @@ class Frontier:
 
     def meets(self, lo, hi) -> bool:
         """True when some cell of the frontier lies in the half-open box ``[lo, hi)``."""
-        lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        lo, hi = (np.maximum(np.asarray(b, np.int64), 0) for b in (lo, hi))
         if np.any(hi <= lo):
             return False
         if self._boxes is not None:

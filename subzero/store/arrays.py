@@ -116,8 +116,9 @@ def _chunk_key(coords: tuple[int, ...]) -> str:
 def _pipeline(meta: dict) -> str | None:
     """Which of our pipelines a ``zarr.json`` describes (None: another one; read through zarr)."""
     names = [c.get("name") for c in meta.get("codecs", ())]
-    if meta.get("chunk_key_encoding", {}).get("configuration", {}).get("separator", "/") != "/":
-        return None
+    keys = meta.get("chunk_key_encoding", {})
+    if keys.get("name", "default") != "default" or keys.get("configuration", {}).get("separator", "/") != "/":
+        return None  # chunk files not named c/i/j: zarr finds them
     endian = (meta.get("codecs") or [{}])[0].get("configuration", {}).get("endian", "little")
     if endian != "little" or not names or names[0] != "bytes" or names[-1] != "crc32c":
         return None
@@ -194,9 +195,9 @@ class ArrayRef:
                 part = full
             data = encode_chunk(part, compressor)
             key = _chunk_key(coords)
-            parent = key.rsplit("/", 1)[0] if "/" in key else ""
-            if parent and parent not in made:
-                self.location.makedirs(self.path, parent)
+            parent = key.rsplit("/", 1)[0] if "/" in key else ""  # "": the array's own directory (0-d)
+            if parent not in made:
+                self.location.makedirs(self.path, *([parent] if parent else []))
                 made.add(parent)
             self.location.write_bytes(data, self.path, key, durable=False)
             written += len(data)
@@ -247,6 +248,8 @@ class ArrayRef:
         shape, chunks, dtype, pipeline = self.layout()
         if box is None:
             box = tuple((0, n) for n in shape)
+        if len(box) != len(shape) or any(lo < 0 or hi > n for (lo, hi), n in zip(box, shape)):
+            raise StoreError(f"box {box} is outside array {self.url!r} of shape {shape}")  # not edge padding
         if any(hi <= lo for lo, hi in box) or pipeline is None:
             if pipeline is None and all(hi > lo for lo, hi in box):
                 return self._read_with_zarr(box)
@@ -282,21 +285,23 @@ class ArrayRef:
             shape = tuple(int(n) for n in meta["shape"])
             chunks = tuple(int(n) for n in meta["chunk_grid"]["configuration"]["chunk_shape"])
             dtype = np.dtype(meta["data_type"])
+            pipeline = _pipeline(meta)
         except FileNotFoundError:
             raise StoreError(f"array {self.url!r} is missing (no zarr.json): the run did not commit it or the "
                              "store was damaged; re-run the workflow") from None
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StoreError(f"array {self.url!r} has damaged metadata ({type(exc).__name__}: {exc}); re-run "
                              "the workflow") from exc
-        got = (shape, chunks, dtype, _pipeline(meta))
+        got = (shape, chunks, dtype, pipeline)
         with _OPEN_LOCK:
             _OPEN[key] = got
         return got
 
     def _read_with_zarr(self, box: Box) -> np.ndarray:
+        arr = self.open()
         try:
-            return np.asarray(self.open()[tuple(slice(lo, hi) for lo, hi in box)])
-        except ValueError as exc:
+            return np.asarray(arr[tuple(slice(lo, hi) for lo, hi in box)])
+        except Exception as exc:  # zarr's codecs raise ValueError, RuntimeError, EOFError... on damaged chunks
             raise StoreError(f"array {self.url!r} has a damaged chunk in box {box} ({exc}); re-run the "
                              "workflow to rebuild it") from exc
 

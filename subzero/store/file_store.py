@@ -69,6 +69,9 @@ class FileStore(Store):
                 for name in location.listdir():
                     if name != LOCK_NAME:
                         location.remove(name)
+            elif [name for name in location.listdir() if name != LOCK_NAME]:  # filled since _check_free
+                raise StoreError(f"store {location.url!r} already exists and is not empty; runs are never "
+                                 "overwritten silently: choose a new store, or pass overwrite=True (--overwrite)")
             for sub in _SUBDIRS:
                 location.makedirs(sub)
             made = {"format": FORMAT, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
@@ -188,7 +191,7 @@ class FileStore(Store):
                              "damaged (queries re-run the operator instead)") from None
         try:
             return Manifest.from_dict(json.loads(raw))
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StoreError(f"the manifest of node {node!r} in store {self.url!r} is damaged ({exc}); queries "
                              "re-run the operator instead") from exc
 

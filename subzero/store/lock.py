@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import socket
+import time
 from dataclasses import dataclass
 
 from subzero.errors import StoreError
@@ -23,6 +24,7 @@ from subzero.store.location import Location
 __all__ = ["WriterLock", "LOCK_NAME", "holder"]
 
 LOCK_NAME = ".writer"
+_WRITE_WAIT = 0.5  # seconds a lock file may take to get its contents (created, then written)
 
 
 @dataclass(frozen=True)
@@ -53,13 +55,24 @@ def _pid_alive(pid: int) -> bool:
 
 
 def holder(location: Location) -> Holder | None:
-    """The holder named in the store's lock file, or None when there is no lock."""
-    try:
-        info = json.loads(location.read_bytes(LOCK_NAME))
-    except FileNotFoundError:
-        return None
-    except (ValueError, OSError):
-        return Holder(-1, "?", "?", None)
+    """The holder named in the store's lock file, or None when there is no lock.
+
+    A lock file is created, then written: one without readable contents is waited for
+    briefly; if it stays unreadable its writer died in between (stale unless its lock is held).
+    """
+    deadline = time.monotonic() + _WRITE_WAIT
+    while True:
+        try:
+            info = json.loads(location.read_bytes(LOCK_NAME))
+        except FileNotFoundError:
+            return None
+        except (ValueError, OSError):
+            info = None
+        if isinstance(info, dict) or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    if not isinstance(info, dict):
+        return Holder(-1, "?", "?", _flock_held(location.path(LOCK_NAME)) if location.is_local else None)
     alive = None
     if location.is_local:
         alive = _flock_held(location.path(LOCK_NAME))
@@ -128,7 +141,7 @@ class WriterLock:
                 raise
             import fcntl
 
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # ours alone; waits out another's momentary liveness probe
             os.write(fd, payload)
             os.fsync(fd)
             return cls(location, fd)

@@ -180,9 +180,14 @@ def _open(location: Location, directory: str, record: ShardRecord, where: str) -
         _verify(path, f, where)
     try:
         opened = _Opened(mdb, os.path.join(local, record.name))
+        pages = (opened.env.info()["last_pgno"] + 1) * opened.env.stat()["psize"]
     except lmdb.Error as exc:
         raise StoreError(f"{where}: shard {mdb!r} cannot be opened ({exc}); the store is damaged: re-run "
                          "the workflow") from exc
+    if pages > os.path.getsize(mdb):  # a cut file whose manifest agrees: reading its lost pages is SIGBUS
+        opened.close()
+        raise StoreError(f"{where}: shard {mdb!r} has {os.path.getsize(mdb)} bytes but its database spans "
+                         f"{pages} (truncated); the store is damaged: re-run the workflow")
     with _LOCK:
         _CACHE[mdb] = opened
         while len(_CACHE) > CACHE_SIZE:

@@ -202,6 +202,10 @@ def cover_ids(ids: np.ndarray, shape: Shape, groups: np.ndarray | None = None):
     ([0, 1], [[0, 0], [1, 0]])
     """
     ids = np.asarray(ids, np.int64)
+    if not len(shape):  # a 0-d array: its one cell is the empty box
+        n = 1 if len(ids) else 0
+        z = np.zeros((n, 0), np.int64)
+        return (z, z.copy()) if groups is None else (np.asarray(groups, np.int64)[:n], z, z.copy())
     if groups is None:
         if len(ids) > 1 and not np.all(ids[1:] > ids[:-1]):
             ids = np.unique(ids)
@@ -226,6 +230,8 @@ def ids_in_boxes(lo: np.ndarray, hi: np.ndarray, shape: Shape) -> np.ndarray:
     >>> ids_in_boxes(np.array([[0, 0], [0, 1]]), np.array([[1, 2], [2, 3]]), (2, 3)).tolist()
     [0, 1, 2, 4, 5]
     """
+    if not len(shape):
+        return np.zeros(1 if len(np.asarray(lo)) else 0, np.int64)
     lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
     ext = np.maximum(hi - lo, 0)
     keep = np.all(ext > 0, axis=1)

@@ -41,6 +41,11 @@ MARKER = "subzero-store.json"
 _SUBDIRS = ("arrays", "operators", "manifests", "lineage")
 
 
+def _entries(location: Location) -> list[str]:
+    """What a store directory holds, leaving out writers' lock files in the making."""
+    return [n for n in location.listdir() if not (n.startswith(LOCK_NAME + ".") and n.endswith(".tmp"))]
+
+
 def strategy_dirname(strategy: str) -> str:
     return strategy.replace("/", "-")
 
@@ -66,10 +71,10 @@ class FileStore(Store):
         try:
             if overwrite:
                 forget_store(location.url)
-                for name in location.listdir():
+                for name in _entries(location):
                     if name != LOCK_NAME:
                         location.remove(name)
-            elif [name for name in location.listdir() if name != LOCK_NAME]:  # filled since _check_free
+            elif [name for name in _entries(location) if name != LOCK_NAME]:  # filled since _check_free
                 raise StoreError(f"store {location.url!r} already exists and is not empty; runs are never "
                                  "overwritten silently: choose a new store, or pass overwrite=True (--overwrite)")
             for sub in _SUBDIRS:
@@ -98,7 +103,7 @@ class FileStore(Store):
                 except OSError as exc:
                     raise StoreError(f"cannot create store directory {location.url!r} ({exc.strerror}); check "
                                      "the path and its permissions") from exc
-        names = [n for n in location.listdir()]
+        names = _entries(location)
         if not names:
             location.makedirs()
             return

@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass
 
@@ -125,7 +126,7 @@ class WriterLock:
         path = location.path(LOCK_NAME)
         for _ in range(2):
             try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                fd = _locked_file(path, payload)
             except FileExistsError:
                 current = holder(location)
                 if current is None:
@@ -139,11 +140,6 @@ class WriterLock:
                     raise StoreError(f"store {location.url!r} is not writable ({exc.strerror}); choose a store "
                                      "directory you can write") from exc
                 raise
-            import fcntl
-
-            fcntl.flock(fd, fcntl.LOCK_EX)  # ours alone; waits out another's momentary liveness probe
-            os.write(fd, payload)
-            os.fsync(fd)
             return cls(location, fd)
         raise StoreError(f"store {location.url!r}: could not take the writer lock; try again")
 
@@ -155,6 +151,28 @@ class WriterLock:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def _locked_file(path: str, payload: bytes) -> int:
+    """Create ``path`` exclusively, already written and already ``flock``-ed: the contents go
+    to a private file that is locked, then hard-linked into place (``link`` fails if the
+    path exists), so no reader ever sees the lock file empty or unlocked.  Returns the
+    descriptor that holds the lock."""
+    import fcntl
+
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    try:
+        os.write(fd, payload)
+        os.fsync(fd)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the lock belongs to the file, so to every name it has
+        os.link(tmp, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    finally:
+        os.unlink(tmp)
+    return fd
 
 
 def _held(location: Location, current: Holder) -> StoreError:

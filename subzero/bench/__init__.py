@@ -27,7 +27,7 @@ from subzero.errors import SubZeroError
 
 __all__ = ["main", "run_bench", "render_dir", "write_summary", "BENCHES"]
 
-BENCHES = ("astronomy", "genomics", "micro")
+BENCHES = ("astronomy", "genomics", "micro", "scale")
 
 
 def _runner(name: str) -> Callable[..., dict[str, Any]]:
@@ -40,12 +40,16 @@ def _runner(name: str) -> Callable[..., dict[str, Any]]:
     if name == "micro":
         from subzero.bench.micro import run_micro
         return lambda quick, root, size, **kw: run_micro(quick, root, size=size, **kw)
+    if name == "scale":
+        from subzero.bench.scale import run_scale
+        return lambda quick, root, size, log=print, max_=False, **kw: run_scale(quick, root, sides=size, log=log,
+                                                                                 max_=max_)
     raise SubZeroError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHES)}")
 
 
 def run_bench(name: str, quick: bool, out_dir: str | Path, size=None, executor: str = "spark",
               spark=None, command: str | None = None, log: Callable[[str], None] | None = None,
-              use_optimizer: bool | None = None) -> dict[str, Any]:
+              use_optimizer: bool | None = None, **options) -> dict[str, Any]:
     """Run benchmark ``name`` and write its results, report and figures into ``out_dir``.
 
     Parameters
@@ -77,14 +81,16 @@ def run_bench(name: str, quick: bool, out_dir: str | Path, size=None, executor: 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = log or (lambda line: print(line, flush=True))
-    if executor == "spark" and spark is None:
+    if executor == "spark" and spark is None and name != "scale":  # scale runs each configuration in a new process
         from subzero.spark import get_session
 
         spark = get_session()
     stores = Path(tempfile.mkdtemp(prefix="stores-", dir=out))
     start = time.perf_counter()
     try:
-        extra = {} if use_optimizer is None or name == "micro" else {"use_optimizer": use_optimizer}
+        extra = {} if use_optimizer is None or name in ("micro", "scale") else {"use_optimizer": use_optimizer}
+        if name == "scale":
+            extra["max_"] = bool(options.get("max_", False))
         body = runner(quick, stores, size, executor=executor, spark=spark, log=log, **extra)
     finally:
         shutil.rmtree(stores, ignore_errors=True)

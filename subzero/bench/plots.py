@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
 
-__all__ = ["plot", "plot_astronomy", "plot_genomics", "plot_micro"]
+__all__ = ["plot", "plot_astronomy", "plot_genomics", "plot_micro", "plot_scale"]
 
 
 def _bars(ax, groups: list[str], series: dict[str, list[float]], ylabel: str, log: bool = True) -> None:
@@ -131,7 +131,27 @@ def plot_micro(doc: dict[str, Any], out_dir: Path) -> list[str]:
     return names
 
 
+def plot_scale(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    """Wall time, driver memory and query latency against array size, one line per configuration."""
+    figs = doc["figures"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for ax, key, label in zip(axes, ("wall", "driver_rss", "backward_ms"),
+                              ("run wall time (s)", "driver peak RSS (GB)", "1-cell backward query (ms)")):
+        for config, values in figs[key]["values"].items():
+            points = [(int(c), v) for c, v in values.items() if v is not None]
+            if points:
+                xs, ys = zip(*sorted(points))
+                ax.plot(xs, ys, marker="o", label=config)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("cells")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    return [_save(fig, out_dir, "fig_scale.png")]
+
+
 def plot(doc: dict[str, Any], out_dir: str | Path) -> list[str]:
     """Draw the figures of a results document into ``out_dir``; return the file names."""
-    return {"astronomy": plot_astronomy, "genomics": plot_genomics, "micro": plot_micro}[doc["bench"]](
-        doc, Path(out_dir))
+    return {"astronomy": plot_astronomy, "genomics": plot_genomics, "micro": plot_micro,
+            "scale": plot_scale}[doc["bench"]](doc, Path(out_dir))

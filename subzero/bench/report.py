@@ -195,12 +195,37 @@ def _micro(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _scale(doc: dict[str, Any]) -> list[str]:
+    setup, raw, figs = doc["setup"], doc["raw"], doc["figures"]
+    out = [f"Workflow: {setup['workflow']} on two float32 images per size; Spark with driver memory "
+           f"{setup['driver_memory']}; every configuration in its own process.", ""]
+    rows = []
+    for side, cells in zip(setup["sides"], setup["cells"]):
+        for config in setup["configs"]:
+            r = raw.get(f"{config}@{side}")
+            if r is None:
+                continue
+            if "error" in r:
+                rows.append([f"{cells:.1e}", config, "failed: " + r["error"].splitlines()[-1][:80]] + [""] * 8)
+                continue
+            ratio = figs["wall_vs_numpy"]["values"].get(config, {}).get(str(cells))
+            rows.append([f"{cells:.1e}", config, r["wall"], ratio, r["driver_rss"] / 1e9,
+                         (r.get("executor_rss") or 0) / 1e9 or None, r.get("array_bytes", 0) / 1e9 or None,
+                         r.get("lineage_bytes", 0) / 1e6 if "lineage_bytes" in r else None,
+                         r.get("backward_seconds", 0) * 1e3 or None, r.get("forward_seconds", 0) * 1e3 or None])
+    out += [_table(["cells", "configuration", "wall (s)", "x numpy", "driver peak RSS (GB)",
+                    "executor peak RSS (GB)", "arrays (GB)", "lineage (MB)", "backward (ms)", "forward (ms)"],
+                   rows), ""]
+    return out
+
+
 def render(doc: dict[str, Any], plots: list[str]) -> str:
     """The REPORT.md of one results document."""
     title = {"astronomy": "Astronomy benchmark (SubZero VIII-A, Fig. 5)",
              "genomics": "Genomics benchmark (SubZero VIII-B, Figs. 6-7)",
-             "micro": "Microbenchmark (SubZero VIII-C, Figs. 8-9)"}[doc["bench"]]
-    body = {"astronomy": _astronomy, "genomics": _genomics, "micro": _micro}[doc["bench"]](doc)
+             "micro": "Microbenchmark (SubZero VIII-C, Figs. 8-9)",
+             "scale": "Scale benchmark: 1e6 to 1e9 cells (issue 9)"}[doc["bench"]]
+    body = {"astronomy": _astronomy, "genomics": _genomics, "micro": _micro, "scale": _scale}[doc["bench"]](doc)
     figures = ["## Figures", ""] + [f"![{p}]({p})" for p in plots] + [""]
     notes = WHY.get(doc["bench"], {}).get("_general")
     general = ["## Notes", "", notes, ""] if notes else []

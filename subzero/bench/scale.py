@@ -1,0 +1,257 @@
+"""``subzero bench scale``: the data plane from 1e6 to 1e9 cells (issue 9).
+
+The workflow is ``subtract -> 3x3 Convolve -> Threshold -> Label`` on two random float32
+images (an exposure and a dark frame), run for each size by
+
+- ``numpy``: plain numpy/scipy on whole in-memory arrays (the same functions and dtypes
+  the operators use), while the arrays fit in memory;
+- ``local`` / ``spark``: subzero's in-process executor and Spark (the embedded
+  ``local[*]`` session, ``spark.driver.memory=1g``), without stored lineage (the default
+  plan: Map for the mapping operators, BlackBox for Label) and with it (``+lineage``:
+  Label stores CompOne, a UDF-style composite strategy).
+
+Every configuration runs in a fresh process, so its peak memory is its own: the driver's
+peak RSS is the Python process's (plus, for Spark, the driver JVM's, where local-mode
+executors also live), the executors' peak is that of Spark's Python workers.  Inputs
+are generated tile by tile into Zarr arrays (seeded per tile) before any timing and
+passed to ``wf.run`` as Zarr arrays, so no process ever holds a whole input.  After
+each run, a 1-cell backward query (a labelled cell of Label back to the exposure) and
+a 1-pixel forward query (the exposure to Label) are timed in the same process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from subzero.bench.results import figure
+from subzero.bench.timing import dir_bytes
+
+__all__ = ["run_scale", "SIDES", "MAX_SIDE", "CONFIGS", "workflow"]
+
+SIDES = (1000, 4000, 8000, 16125)        # 1e6, 1.6e7, 6.4e7, 2.6e8 cells
+MAX_SIDE = 31623                          # 1e9 cells, with --max
+QUICK_SIDES = (500, 1000)
+CONFIGS = ("numpy", "local", "local+lineage", "spark", "spark+lineage")
+NUMPY_MAX_CELLS = 3 * 10**8               # plain numpy holds six arrays: beyond this it does not fit
+THRESHOLD = 0.5
+
+
+def workflow():
+    """The scale workflow: subtract a dark frame, a 3x3 box blur, a threshold, connected components."""
+    import subzero as sz
+    from subzero import operators as ops
+
+    wf = sz.Workflow("scale")
+    x, dark = wf.input("x"), wf.input("dark")
+    sub = wf.add(ops.Subtract(), x, dark, name="sub")
+    blur = wf.add(ops.Convolve(np.ones((3, 3)) / 9.0), sub, name="blur")
+    mask = wf.add(ops.Threshold(THRESHOLD), blur, name="mask")
+    wf.add(ops.Label(), mask, name="label")
+    return wf
+
+
+def plain(x: np.ndarray, dark: np.ndarray) -> np.ndarray:
+    """The same computation in plain numpy/scipy (the operators' functions and dtypes)."""
+    from scipy import ndimage
+
+    blur = ndimage.convolve(np.asarray(x - dark, dtype=np.float64), np.ones((3, 3)) / 9.0, mode="reflect")
+    labels, _ = ndimage.label(blur > THRESHOLD)
+    return labels
+
+
+def make_inputs(root: Path, side: int, chunk: int = 2048) -> dict[str, str]:
+    """Random float32 exposure and dark frame of ``side x side`` cells as Zarr arrays under
+    ``root``, written chunk by chunk (seeded per chunk); returns their paths."""
+    import zarr
+
+    paths = {}
+    for name, scale in (("x", 1.0), ("dark", 0.1)):
+        path = root / f"{name}-{side}.zarr"
+        paths[name] = str(path)
+        if (path / "zarr.json").exists():
+            continue
+        arr = zarr.create_array(str(path), shape=(side, side), chunks=(chunk, chunk), dtype="float32",
+                                compressors=None, overwrite=True)
+        for r in range(0, side, chunk):
+            for c in range(0, side, chunk):
+                rng = np.random.default_rng([side, r, c, int(scale * 10)])
+                block = rng.normal(size=(min(chunk, side - r), min(chunk, side - c))) * scale
+                arr[r:r + chunk, c:c + chunk] = block.astype(np.float32)
+    return paths
+
+
+# -- one configuration, in its own process ---------------------------------------------------------------
+class _Sampler:
+    """Peak RSS of the Spark driver JVM and of Spark's Python workers, polled every 50 ms."""
+
+    def __init__(self):
+        import psutil
+
+        self.me = psutil.Process()
+        self.jvm = 0
+        self.workers = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        import psutil
+
+        while not self._stop.wait(0.05):
+            jvm = workers = 0
+            try:
+                for child in self.me.children(recursive=True):
+                    try:
+                        rss = child.memory_info().rss
+                        if "java" in child.name():
+                            jvm += rss
+                        else:
+                            workers += rss
+                    except psutil.Error:
+                        continue
+            except psutil.Error:
+                continue
+            self.jvm, self.workers = max(self.jvm, jvm), max(self.workers, workers)
+
+    def stop(self) -> tuple[int, int]:
+        self._stop.set()
+        self._thread.join()
+        return self.jvm, self.workers
+
+
+def _python_peak() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def worker(config: str, side: int, inputs: dict[str, str], store: str) -> dict[str, Any]:
+    """Run one configuration at one size in this (fresh) process; return its measurements."""
+    import zarr
+
+    arrays = {name: zarr.open_array(path, mode="r") for name, path in inputs.items()}
+    if config == "numpy":
+        x, dark = np.asarray(arrays["x"][:]), np.asarray(arrays["dark"][:])
+        base = _python_peak()
+        start = time.perf_counter()
+        plain(x, dark)
+        return {"wall": time.perf_counter() - start, "driver_rss": _python_peak(), "inputs_rss": base}
+    executor = config.split("+")[0]
+    lineage = config.endswith("+lineage")
+    sampler = _Sampler()
+    spark = None
+    if executor == "spark":
+        from subzero.spark import get_session
+
+        spark = get_session()
+        spark.range(4).count()  # the JVM is up before the clock starts
+    wf = workflow()
+    start = time.perf_counter()
+    run = wf.run(arrays, store=store, executor=executor, spark=spark,
+                 strategies={"label": "CompOne"} if lineage else None)
+    wall = time.perf_counter() - start
+    nodes = {n: {"wall": r.stats.wall_seconds, "op": r.stats.op_seconds, "lineage": r.stats.lineage_seconds,
+                 "write": r.stats.write_seconds, "tiles": r.stats.tiles}
+             for n, r in run.catalog.nodes.items() if r.stats}
+    lineage_bytes = sum(sum(r.stats.bytes.values()) for r in run.catalog.nodes.values() if r.stats)
+    queries = _queries(run, side)
+    jvm, workers = sampler.stop()
+    if spark is not None:
+        spark.stop()
+    return {"wall": wall, "driver_rss": _python_peak() + jvm, "driver_python_rss": _python_peak(),
+            "driver_jvm_rss": jvm, "executor_rss": workers if executor == "spark" else None,
+            "array_bytes": dir_bytes(Path(store) / "arrays"), "lineage_bytes": lineage_bytes,
+            "lineage_file_bytes": dir_bytes(Path(store) / "lineage"), "nodes": nodes, **queries}
+
+
+def _queries(run, side: int) -> dict[str, Any]:
+    """A 1-cell backward query from a labelled cell near the middle and a 1-pixel forward query."""
+    middle = side // 2
+    window = np.asarray(run.output("label")[middle:middle + 64, middle:middle + 64])
+    hit = np.argwhere(window > 0)
+    cell = (middle + int(hit[0][0]), middle + int(hit[0][1])) if len(hit) else (middle, middle)
+    out = {}
+    for direction, (node, to, cells) in {"backward": ("label", "x", [cell]),
+                                         "forward": ("x", "label", [cell])}.items():
+        query = run.backward if direction == "backward" else run.forward
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            got = query(node, cells, to=to)
+            times.append(time.perf_counter() - t0)
+        out[f"{direction}_seconds"] = min(times)
+        out[f"{direction}_first_seconds"] = times[0]
+        out[f"{direction}_cells"] = int(len(got))
+    return out
+
+
+# -- the benchmark ------------------------------------------------------------------------------------------
+def run_scale(quick: bool, root: Path, sides=None, configs=CONFIGS, log=print, max_: bool = False,
+              timeout: float = 3 * 3600) -> dict[str, Any]:
+    """Run every configuration at every size, each in a fresh process; returns the results body."""
+    sides = list(sides or (QUICK_SIDES if quick else SIDES + ((MAX_SIDE,) if max_ else ())))
+    data = Path(os.environ.get("SUBZERO_SCALE_DATA", root / "inputs"))
+    data.mkdir(parents=True, exist_ok=True)
+    raw: dict[str, dict[str, Any]] = {}
+    for side in sides:
+        inputs = make_inputs(data, side)
+        for config in configs:
+            if config == "numpy" and side * side > NUMPY_MAX_CELLS:
+                continue
+            store = root / f"store-{config.replace('+', '-')}-{side}"
+            shutil.rmtree(store, ignore_errors=True)
+            env = dict(os.environ, SUBZERO_DRIVER_MEMORY="1g")
+            cmd = [sys.executable, "-m", "subzero.bench.scale", config, str(side), json.dumps(inputs), str(store)]
+            start = time.perf_counter()
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+            if done.returncode != 0:
+                tail = (done.stderr or "").strip().splitlines()[-5:]
+                log(f"scale: {config} at {side}^2 failed: {' | '.join(tail)}")
+                raw[f"{config}@{side}"] = {"error": "\n".join(tail)}
+                continue
+            got = json.loads(done.stdout.strip().splitlines()[-1])
+            got["process_seconds"] = time.perf_counter() - start
+            raw[f"{config}@{side}"] = got
+            log(f"scale: {config:>14} at {side * side:.1e} cells: {got['wall']:.2f} s, driver "
+                f"{got['driver_rss'] / 1e9:.2f} GB" + (f", backward {got['backward_seconds'] * 1e3:.1f} ms, "
+                                                       f"forward {got['forward_seconds'] * 1e3:.1f} ms"
+                                                       if "backward_seconds" in got else ""))
+            shutil.rmtree(store, ignore_errors=True)
+    return {"setup": {"sides": sides, "cells": [s * s for s in sides], "configs": list(configs),
+                      "workflow": "subtract -> Convolve 3x3 -> Threshold -> Label",
+                      "driver_memory": "1g"},
+            "figures": _figures(raw, sides, configs), "raw": raw}
+
+
+def _figures(raw: dict[str, Any], sides, configs) -> dict[str, Any]:
+    def values(key, scale=1.0):
+        return {c: {str(s * s): (raw[f"{c}@{s}"][key] * scale if raw.get(f"{c}@{s}", {}).get(key) is not None
+                                 else None) for s in sides} for c in configs}
+
+    ratio = {c: {str(s * s): (raw[f"{c}@{s}"]["wall"] / raw[f"numpy@{s}"]["wall"]
+                              if "wall" in raw.get(f"{c}@{s}", {}) and "wall" in raw.get(f"numpy@{s}", {})
+                              else None) for s in sides} for c in configs if c != "numpy"}
+    return {
+        "wall": figure("s", None, values("wall"), "wall time of the run (inputs already on disk)"),
+        "wall_vs_numpy": figure("x", "numpy", ratio, "run time relative to plain numpy/scipy at the same size"),
+        "driver_rss": figure("GB", None, values("driver_rss", 1e-9),
+                             "peak RSS of the driver: the Python process, plus the JVM for Spark"),
+        "executor_rss": figure("GB", None, values("executor_rss", 1e-9), "peak RSS of Spark's Python workers"),
+        "array_bytes": figure("GB", None, values("array_bytes", 1e-9), "bytes of the stored arrays"),
+        "lineage_bytes": figure("MB", None, values("lineage_bytes", 1e-6), "bytes of stored lineage"),
+        "backward_ms": figure("ms", None, values("backward_seconds", 1e3), "1-cell backward query, label -> x"),
+        "forward_ms": figure("ms", None, values("forward_seconds", 1e3), "1-pixel forward query, x -> label"),
+    }
+
+
+if __name__ == "__main__":  # one configuration: python -m subzero.bench.scale CONFIG SIDE INPUTS_JSON STORE
+    print(json.dumps(worker(sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4])))

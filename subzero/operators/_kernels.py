@@ -203,9 +203,11 @@ def encode_regions(coords: np.ndarray, region: np.ndarray, lo: np.ndarray, hi: n
     strides = np.ones((m, ndim), np.int64)
     if ndim > 1:
         strides[:, :-1] = np.cumprod(extent[:, :0:-1], axis=1)[:, ::-1]
-    offset = np.einsum("ij,ij->i", coords - lo[region], strides[region]) if len(coords) else np.zeros(0, np.int64)
+    position = (start[region] + head) * 8
+    for a in range(ndim):
+        position += (coords[:, a] - lo[region, a]) * strides[region, a]
     bits = np.zeros(int(nbytes.sum()) * 8, bool)
-    bits[(start[region] + head) * 8 + offset] = True
+    bits[position] = True
     buf = np.packbits(bits)
     buf[start[:, None] + np.arange(head)] = np.concatenate([lo, extent], axis=1).astype("<i8").view(np.uint8) \
         .reshape(m, head)

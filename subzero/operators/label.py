@@ -401,11 +401,14 @@ def canonical_ids(labels: np.ndarray, n: int, origin, shape) -> np.ndarray:
 def _boxes(coords: np.ndarray, group: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Half-open bounding boxes of ``n`` groups of cells (rows of groups without cells: empty)."""
     ndim = coords.shape[1]
-    lo = np.full((n, ndim), np.iinfo(np.int64).max)
-    hi = np.full((n, ndim), -1, np.int64)
-    np.minimum.at(lo, group, coords)  # numpy >= 1.25: a fast indexed loop, no sort
-    np.maximum.at(hi, group, coords)
-    return lo, hi + 1
+    lo = np.full((ndim, n), np.iinfo(np.int64).max)
+    hi = np.full((ndim, n), -1, np.int64)
+    group = np.ascontiguousarray(group, np.intp)
+    for a in range(ndim):  # 1-D ufunc.at: numpy >= 1.25 runs it as a fast indexed loop, no sort
+        axis = np.ascontiguousarray(coords[:, a], np.int64)
+        np.minimum.at(lo[a], group, axis)
+        np.maximum.at(hi[a], group, axis)
+    return lo.T.copy(), hi.T + 1
 
 
 def _inner_face_cells(labels: np.ndarray, box: Box, shape: tuple[int, ...]) -> np.ndarray:

@@ -65,18 +65,25 @@ class SeamIndex:
     ``part_ids`` (sorted) are the local canonical ids of the parts of components that
     cross a seam, ``part_global`` the global canonical id of each; ``global_ids``
     (sorted) are those components, ``global_lo``/``global_hi`` their half-open bounding
-    boxes; ``reach`` maps each tile box touching one of them to the box holding the
-    tile's lineage; ``tiles`` is every tile box of the first pass.
+    boxes, and ``span_tiles[span_ptr[k]:span_ptr[k + 1]]`` the tiles component ``k``
+    has parts in.  ``tiles`` maps every tile box of the first pass to its index in
+    ``tile_lo``/``tile_hi``; ``reach_lo``/``reach_hi`` are the boxes holding each tile's
+    lineage (its box grown by the seam components it has parts of).
     """
 
     shape: tuple[int, ...]
-    tiles: frozenset
+    tiles: dict
+    tile_lo: np.ndarray
+    tile_hi: np.ndarray
+    reach_lo: np.ndarray
+    reach_hi: np.ndarray
     part_ids: np.ndarray
     part_global: np.ndarray
     global_ids: np.ndarray
     global_lo: np.ndarray
     global_hi: np.ndarray
-    reach: dict
+    span_ptr: np.ndarray
+    span_tiles: np.ndarray
 
 
 class Label(IdentityMapping, Operator):
@@ -207,28 +214,32 @@ class Label(IdentityMapping, Operator):
         np.minimum.at(glo, group, part_lo)
         np.maximum.at(ghi, group, part_hi)
         multi = np.flatnonzero(size > 1)
-        gorder = np.argsort(gmin[multi])
-        multi = multi[gorder]
+        multi = multi[np.argsort(gmin[multi])]
+        rank = np.full(n_groups, -1, np.int64)
+        rank[multi] = np.arange(len(multi))
+        # the tiles each seam component has parts in (CSR, in global_ids order)
+        span = np.unique(np.stack([rank[group[crossing]], part_tile[crossing]], axis=1), axis=0) \
+            if crossing.any() else np.zeros((0, 2), np.int64)
+        span_ptr = np.concatenate([[0], np.cumsum(np.bincount(span[:, 0], minlength=len(multi)))]).astype(np.int64)
         # per tile: its box grown by the boxes of the seam components it holds parts of
-        reach = {}
-        cross_tiles = part_tile[crossing]
-        for t in np.unique(cross_tiles).tolist():
-            g = group[crossing][cross_tiles == t]
-            tlo = np.array([lo for lo, _ in tiles[t]], np.int64)
-            thi = np.array([hi for _, hi in tiles[t]], np.int64)
-            lo, hi = np.minimum(glo[g].min(axis=0), tlo), np.maximum(ghi[g].max(axis=0), thi)
-            reach[tiles[t]] = tuple(zip(lo.tolist(), hi.tolist()))
-        self._seams = SeamIndex(shape, frozenset(tiles), parts[crossing], gmin[group[crossing]], gmin[multi],
-                                glo[multi], ghi[multi], reach)
+        tile_lo = np.array([[lo for lo, _ in t] for t in tiles], np.int64).reshape(len(tiles), ndim)
+        tile_hi = np.array([[hi for _, hi in t] for t in tiles], np.int64).reshape(len(tiles), ndim)
+        reach_lo, reach_hi = tile_lo.copy(), tile_hi.copy()
+        np.minimum.at(reach_lo, span[:, 1], glo[multi][span[:, 0]])
+        np.maximum.at(reach_hi, span[:, 1], ghi[multi][span[:, 0]])
+        self._seams = SeamIndex(shape, {t: k for k, t in enumerate(tiles)}, tile_lo, tile_hi, reach_lo, reach_hi,
+                                parts[crossing], gmin[group[crossing]], gmin[multi], glo[multi], ghi[multi],
+                                span_ptr, span[:, 1].astype(np.int64))
 
     def lineage_box(self, out_box, i):
         """The tile's box grown by the bounding boxes of the seam components it holds parts of."""
         seams = self._seams
-        key = tuple((int(lo), int(hi)) for lo, hi in out_box)
-        if seams is None or seams.shape != tuple(self.input_shapes[0]) or key in seams.tiles and key not in seams.reach:
+        if seams is None or seams.shape != tuple(self.input_shapes[0]):
             return super().lineage_box(out_box, i)
-        if key in seams.reach:
-            return seams.reach[key]
+        key = tuple((int(lo), int(hi)) for lo, hi in out_box)
+        if key in seams.tiles:
+            t = seams.tiles[key]
+            return tuple(zip(seams.reach_lo[t].tolist(), seams.reach_hi[t].tolist()))
         # a box the first pass did not see: every seam component whose box meets it
         lo, hi = np.array([a for a, _ in key], np.int64), np.array([b for _, b in key], np.int64)
         meets = np.all((seams.global_lo < hi) & (seams.global_hi > lo), axis=1)
@@ -269,27 +280,27 @@ class Label(IdentityMapping, Operator):
     def _write_lineage(self, ctx, labels: np.ndarray, canon: np.ndarray, crossing: np.ndarray, origin: np.ndarray,
                        shape: tuple[int, ...]) -> None:
         """Every mode in ``ctx.modes``: components inside the tile from the tile, all at once;
-        seam components from their bounding boxes read from the store, one by one."""
+        seam components from the store (`_seam_regions`), one by one."""
         ndim = labels.ndim
         n = len(canon)
         flat = labels.reshape(-1)
         fg = np.flatnonzero(flat)
         lab = flat[fg].astype(np.int64) - 1
         inner = ~crossing[lab]
-        in_fg, in_lab = fg[inner], lab[inner]
-        in_cells = np.stack(np.unravel_index(in_fg, labels.shape), axis=1).reshape(-1, ndim)
-        # seam components: one pair per global component (parts in one tile merge)
+        in_lab = lab[inner]
+        in_cells = np.stack(np.unravel_index(fg[inner], labels.shape), axis=1).reshape(-1, ndim)
+        # seam components: one pair per global component (its parts in this tile merge)
         seam_ids = np.unique(canon[crossing])
         seam_cells = np.stack(np.unravel_index(fg[~inner], labels.shape), axis=1).reshape(-1, ndim)
         seam_pair = np.searchsorted(seam_ids, canon[lab[~inner]])
-        regions = self._seam_regions(ctx, seam_ids, shape) if len(seam_ids) else []
+        regions = self._seam_regions(ctx, seam_ids, shape, Mode.FULL in ctx.modes) if len(seam_ids) else []
         if Mode.FULL in ctx.modes:
             bg = np.flatnonzero(flat == 0)
             cells = np.concatenate([in_cells, np.stack(np.unravel_index(bg, labels.shape), axis=1).reshape(-1, ndim)])
             pair = np.concatenate([in_lab, n + np.arange(len(bg), dtype=np.int64)])
             ctx.lwrite_many(cells, cells, out_pair=pair, in_pair=[pair])
             if len(seam_ids):
-                ins = [np.argwhere(mask) + lo for lo, mask in regions]
+                ins = [r.cells for r in regions]
                 ctx.lwrite_many(seam_cells, np.concatenate(ins), out_pair=seam_pair,
                                 in_pair=[np.repeat(np.arange(len(ins)), [len(c) for c in ins])], in_global=True)
         if ctx.modes & {Mode.PAY, Mode.COMP}:
@@ -299,44 +310,62 @@ class Label(IdentityMapping, Operator):
                 payloads = encode_regions(in_cells + origin, region, lo + origin, hi + origin)
                 ctx.lwrite_many(in_cells, out_pair=region, payload=payloads)
             if len(seam_ids):
-                payloads = [np.concatenate([lo, mask.shape]).astype("<i8").tobytes() + np.packbits(mask.reshape(-1))
-                            .tobytes() for lo, mask in regions]
-                ctx.lwrite_many(seam_cells, out_pair=seam_pair, payload=payloads)
+                ctx.lwrite_many(seam_cells, out_pair=seam_pair, payload=[r.payload() for r in regions])
         if Mode.PAY in ctx.modes:
             ctx.lwrite(np.argwhere(labels == 0), payload=b"")
 
-    def _seam_regions(self, ctx, seam_ids: np.ndarray, shape: tuple[int, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Each seam component as (lo, mask over its bounding box), in global coordinates.
+    def _seam_regions(self, ctx, seam_ids: np.ndarray, shape: tuple[int, ...], with_cells: bool) -> list["_Region"]:
+        """Each seam component as a `_Region` (its box, bitmask and, ``with_cells``, its cells).
 
-        The task reads a box ``R`` holding the component's bounding box ``B`` from the
-        store, labels ``R`` alone and keeps the crop component containing the component's
-        first cell (its canonical id - 1).  That is exactly the global component ``C``:
-        ``C`` lies in ``B`` within ``R`` and is connected through its own cells, so the
-        crop component holds all of ``C``; and a path inside ``R`` is a path in the whole
-        array, so it holds nothing more.  Components near the tile (boxes within the tile
-        grown by half its size) share one read; the others are read one by one.
+        Components near the tile (boxes within the tile grown by half its size per side)
+        come from one box ``R`` read from the store around them: label ``R`` alone and keep
+        the crop component containing the component's first cell (canonical id - 1).  That
+        is exactly the global component ``C``: ``C`` lies in its bounding box, within ``R``,
+        and is connected through its own cells, so the crop component holds all of ``C``;
+        a path inside ``R`` is a path in the whole array, so it holds nothing more.
+
+        A component reaching further (up to the whole array) is assembled tile by tile
+        from the tiles it spans instead, so no task holds more than a tile of the input:
+        each such tile is read and labelled once, its parts renamed through the seam index,
+        and the cells named by the component's global id set its bits.  Those parts are
+        all of ``C`` (every part of a component crossing a seam touches a shared face, so
+        the first pass saw it, and ``combine`` united exactly the parts of ``C``).
         """
         seams = self._seams
         k = np.searchsorted(seams.global_ids, seam_ids)
         glo, ghi = seams.global_lo[k], seams.global_hi[k]
+        regions = [_Region(glo[j], ghi[j], with_cells) for j in range(len(seam_ids))]
         tlo = np.array([lo for lo, _ in ctx.input_boxes[0]], np.int64)
         thi = np.array([hi for _, hi in ctx.input_boxes[0]], np.int64)
         grow = np.maximum((thi - tlo) // 2, 1)
         near = np.all((glo >= tlo - grow) & (ghi <= thi + grow), axis=1)
-        groups = ([np.flatnonzero(near)] if near.any() else []) + [np.array([j]) for j in np.flatnonzero(~near)]
         structure = self._structure(len(shape))
-        regions: list = [None] * len(seam_ids)
-        for g in groups:
+        if near.any():
+            g = np.flatnonzero(near)
             rlo, rhi = glo[g].min(axis=0), ghi[g].max(axis=0)
             crop, _ = ndimage.label(ctx.read_input(0, tuple(zip(rlo.tolist(), rhi.tolist()))) != 0, structure)
             for j in g.tolist():
                 seed = tuple(np.array(np.unravel_index(int(seam_ids[j]) - 1, shape)) - rlo)
                 if crop[seed] == 0:
                     raise LineageError(f"Label: the stored input has no foreground at cell "
-                                       f"{tuple(int(v) for v in np.add(seed, rlo))}, the first cell of a component of "
-                                       "the first pass; the input changed between the passes")
+                                       f"{tuple(int(v) for v in np.add(seed, rlo))}, the first cell of a component "
+                                       "of the first pass; the input changed between the passes")
                 inside = box_slices(tuple(zip(glo[j].tolist(), ghi[j].tolist())), tuple(zip(rlo.tolist(), rhi.tolist())))
-                regions[j] = (glo[j], crop[inside] == crop[seed])
+                regions[j].add(np.argwhere(crop[inside] == crop[seed]) + glo[j])
+        far = np.flatnonzero(~near)
+        if len(far):
+            spans = [seams.span_tiles[seams.span_ptr[c]:seams.span_ptr[c + 1]] for c in k[far].tolist()]
+            owner = np.repeat(far, [len(t) for t in spans])
+            spanned = np.concatenate(spans)
+            for t in np.unique(spanned).tolist():
+                box = tuple(zip(seams.tile_lo[t].tolist(), seams.tile_hi[t].tolist()))
+                labels, n = ndimage.label(ctx.read_input(0, box) != 0, structure)
+                canon = canonical_ids(labels, n, seams.tile_lo[t], shape)
+                pos = np.minimum(np.searchsorted(seams.part_ids, canon), len(seams.part_ids) - 1)
+                named = np.where(seams.part_ids[pos] == canon, seams.part_global[pos], canon)
+                for j in owner[spanned == t].tolist():
+                    hit = np.flatnonzero(named == seam_ids[j]) + 1
+                    regions[j].add(np.argwhere(np.isin(labels, hit)) + seams.tile_lo[t])
         return regions
 
     # -- the mapping default of COMP (a background cell reads itself) and payloads --------
@@ -447,3 +476,28 @@ def _cell_boxes(cells, which: np.ndarray, ndim: int) -> tuple[np.ndarray, np.nda
     none = hi[:, 0] <= 0
     lo[none], hi[none] = 0, 0
     return lo, hi
+
+
+class _Region:
+    """A seam component being assembled: its half-open box, a packed bitmask over the box
+    (`encode_region`'s layout, 1 bit per box cell) and, when asked, its cells."""
+
+    def __init__(self, lo: np.ndarray, hi: np.ndarray, with_cells: bool):
+        self.lo, self.hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        self.bits = np.zeros((int(np.prod(self.hi - self.lo)) + 7) // 8, np.uint8)
+        self._cells: list[np.ndarray] | None = [] if with_cells else None
+
+    def add(self, coords: np.ndarray) -> None:
+        """Set the bits of ``coords`` (global, inside the box)."""
+        at = np.ravel_multi_index(tuple((coords - self.lo).T), tuple((self.hi - self.lo).tolist()))
+        np.bitwise_or.at(self.bits, at >> 3, (128 >> (at & 7)).astype(np.uint8))
+        if self._cells is not None:
+            self._cells.append(np.asarray(coords, np.int64))
+
+    @property
+    def cells(self) -> np.ndarray:
+        return np.concatenate(self._cells + [np.zeros((0, len(self.lo)), np.int64)])
+
+    def payload(self) -> bytes:
+        """The region as `encode_region` writes it."""
+        return np.concatenate([self.lo, self.hi - self.lo]).astype("<i8").tobytes() + self.bits.tobytes()

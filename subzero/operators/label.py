@@ -97,9 +97,10 @@ class Label(IdentityMapping, Operator):
     ``structure`` is scipy's: a symmetric ``(3,) * ndim`` boolean array (default: the
     cross, `scipy.ndimage.generate_binary_structure` ``(ndim, 1)``).
 
-    Tiled in two passes (see the module docstring): no task holds more than its tile,
-    the bounding boxes of the components it stores lineage for, and the driver only the
-    cells on the tiles' shared faces.
+    Tiled in two passes (see the module docstring): the driver holds only the cells on
+    the tiles' shared faces, and a task its tile (grown by at most half a tile per side
+    when it stores the lineage of components crossing its seams), plus the lineage it
+    writes.
 
     Lineage: a labelled cell depends on every cell of its component; a background cell
     on itself.  Modes:
@@ -148,8 +149,12 @@ class Label(IdentityMapping, Operator):
         """Label the tile; return its boundary components (`TileSummary`, O(perimeter))."""
         shape = tuple(self.input_shapes[0])
         box = tuple(ctx.input_boxes[0])
+        ndim = len(shape)
+        if box == full_box(shape):  # one tile: no faces shared, nothing to label yet
+            none = np.zeros(0, np.int64)
+            return TileSummary(box, none, none, none, np.zeros((0, ndim), np.int64), np.zeros((0, ndim), np.int64))
         origin = np.array([lo for lo, _ in box], np.int64)
-        labels, n = ndimage.label(np.asarray(x) != 0, self._structure(len(shape)))
+        labels, n = ndimage.label(np.asarray(x) != 0, self._structure(ndim))
         canon = canonical_ids(labels, n, origin, shape)
         flat = labels.reshape(-1)
         face = _inner_face_cells(labels, box, shape)
@@ -384,7 +389,11 @@ class Label(IdentityMapping, Operator):
         ("the cell itself") gets the box of its pair's ``cells``, or the whole input when
         ``cells`` is not given."""
         shape = tuple(self.input_shapes[0])
-        lo, hi, empty = region_envelopes(payloads, len(shape))
+        try:
+            lo, hi, empty = region_envelopes(payloads, len(shape))
+        except ValueError as exc:
+            raise LineageError(f"Label.map_p_envelope: {exc}; these are not Label payloads of a "
+                               f"{len(shape)}-D input") from None
         if empty.any():
             if cells is None:
                 hi[empty] = shape
@@ -404,6 +413,11 @@ def first_cells(flat: np.ndarray, n: int) -> np.ndarray:
     cell gets a new provisional label, smaller than every later one, and the final
     numbering keeps that order), so the first cells are where the running maximum grows.
     This is checked: when the record positions are not exactly ``n``, a sort answers.
+
+    Examples
+    --------
+    >>> first_cells(np.array([0, 1, 1, 2, 0, 3, 2]), 3).tolist()
+    [1, 3, 5]
     """
     if n == 0:
         return np.zeros(0, np.int64)
@@ -421,7 +435,13 @@ def first_cells(flat: np.ndarray, n: int) -> np.ndarray:
 def canonical_ids(labels: np.ndarray, n: int, origin, shape) -> np.ndarray:
     """``1 +`` the global flat index of each local component's first cell, for labels ``1..n``
     of a tile at ``origin`` in an array of ``shape`` (raster order is the same in the tile
-    and in the array, so the tile's first cell is the component's first cell in the tile)."""
+    and in the array, so the tile's first cell is the component's first cell in the tile).
+
+    Examples
+    --------
+    >>> canonical_ids(np.array([[0, 1], [2, 2]]), 2, origin=(3, 4), shape=(10, 10)).tolist()
+    [36, 45]
+    """
     first = first_cells(labels.reshape(-1), n)
     coords = np.unravel_index(first, labels.shape)
     return np.ravel_multi_index(tuple(c + int(o) for c, o in zip(coords, origin)), tuple(shape)).astype(np.int64) + 1

@@ -121,10 +121,11 @@ class Label(IdentityMapping, Operator):
 
     tiling = Elementwise()
     entire_array_safe = True
+    #: set by `combine` (None: no first pass yet, or an operator pickled before Label was tiled)
+    _seams: SeamIndex | None = None
 
     def __init__(self, structure=None):
         self.structure = None if structure is None else np.asarray(structure, dtype=bool)
-        self._seams: SeamIndex | None = None
 
     def supported_modes(self):
         return {Mode.FULL, Mode.PAY, Mode.COMP}

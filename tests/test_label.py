@@ -407,3 +407,16 @@ def test_default_map_p_envelope_needs_the_cells():
     op = bound(ops.Label(), (4, 4))
     with pytest.raises(sz.LineageError, match="needs the pairs' out cells"):
         sz.Operator.map_p_envelope(op, [b""], 0)
+
+
+def test_lineage_box_of_a_box_the_first_pass_did_not_see_holds_its_lineage():
+    rng = np.random.default_rng(9)
+    mask = rng.random((30, 30)) < 0.55
+    op = bound(ops.Label(), mask.shape)
+    expected = two_pass(op, mask, (10, 10))[0]
+    for box in [((3, 7), (12, 19)), ((0, 30), (25, 26)), ((14, 15), (4, 5))]:
+        lo, hi = (np.array(v) for v in zip(*op.lineage_box(box, 0)))
+        reach = related(expected, np.argwhere(np.ones(mask.shape, bool))[
+            np.all((np.argwhere(np.ones(mask.shape, bool)) >= [a for a, _ in box]) &
+                   (np.argwhere(np.ones(mask.shape, bool)) < [b for _, b in box]), axis=1)])
+        assert np.all((reach >= lo) & (reach < hi)), box

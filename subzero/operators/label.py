@@ -246,11 +246,11 @@ class Label(IdentityMapping, Operator):
         if key in seams.tiles:
             t = seams.tiles[key]
             return tuple(zip(seams.reach_lo[t].tolist(), seams.reach_hi[t].tolist()))
-        # a box the first pass did not see: every seam component whose box meets it
+        # a box the first pass did not see: the reach of every tile it meets
         lo, hi = np.array([a for a, _ in key], np.int64), np.array([b for _, b in key], np.int64)
-        meets = np.all((seams.global_lo < hi) & (seams.global_hi > lo), axis=1)
+        meets = np.all((seams.tile_lo < hi) & (seams.tile_hi > lo), axis=1)
         if meets.any():
-            lo, hi = np.minimum(lo, seams.global_lo[meets].min(axis=0)), np.maximum(hi, seams.global_hi[meets].max(axis=0))
+            lo, hi = np.minimum(lo, seams.reach_lo[meets].min(axis=0)), np.maximum(hi, seams.reach_hi[meets].max(axis=0))
         return tuple(zip(lo.tolist(), hi.tolist()))
 
     # -- pass 2: relabel the tile and write its lineage ---------------------------------------

@@ -255,6 +255,8 @@ class Label(IdentityMapping, Operator):
 
     # -- pass 2: relabel the tile and write its lineage ---------------------------------------
     def run(self, ctx, x):
+        """Label the tile, rename the parts of seam components with their global ids, and
+        write the lineage ``ctx.modes`` asks for; a whole-array call needs no first pass."""
         shape = tuple(self.input_shapes[0]) if self.input_shapes else tuple(np.shape(x))
         box = tuple(ctx.input_boxes[0]) if ctx is not None and ctx.input_boxes else full_box(np.shape(x))
         origin = np.array([lo for lo, _ in box], np.int64)

@@ -138,8 +138,9 @@ class Label(IdentityMapping, Operator):
                 raise WorkflowError(f"Label: structure is {s.ndim}-D (shape {s.shape}), the input is {len(shape)}-D "
                                     f"(shape {shape}); they must match")
             if s.shape != (3,) * s.ndim or not np.array_equal(s, s[(slice(None, None, -1),) * s.ndim]):
-                raise WorkflowError(f"Label: structure must be a symmetric {(3,) * s.ndim} array (scipy.ndimage.label's "
-                                    f"rule), got shape {s.shape}; e.g. ndimage.generate_binary_structure({s.ndim}, 1)")
+                raise WorkflowError(f"Label: structure must be a symmetric {(3,) * s.ndim} array "
+                                    f"(scipy.ndimage.label's rule), got shape {s.shape}; e.g. "
+                                    f"ndimage.generate_binary_structure({s.ndim}, 1)")
         return shape
 
     def _structure(self, ndim: int) -> np.ndarray:
@@ -250,7 +251,8 @@ class Label(IdentityMapping, Operator):
         lo, hi = np.array([a for a, _ in key], np.int64), np.array([b for _, b in key], np.int64)
         meets = np.all((seams.tile_lo < hi) & (seams.tile_hi > lo), axis=1)
         if meets.any():
-            lo, hi = np.minimum(lo, seams.reach_lo[meets].min(axis=0)), np.maximum(hi, seams.reach_hi[meets].max(axis=0))
+            lo = np.minimum(lo, seams.reach_lo[meets].min(axis=0))
+            hi = np.maximum(hi, seams.reach_hi[meets].max(axis=0))
         return tuple(zip(lo.tolist(), hi.tolist()))
 
     # -- pass 2: relabel the tile and write its lineage ---------------------------------------
@@ -358,7 +360,8 @@ class Label(IdentityMapping, Operator):
                     raise LineageError(f"Label: the stored input has no foreground at cell "
                                        f"{tuple(int(v) for v in np.add(seed, rlo))}, the first cell of a component "
                                        "of the first pass; the input changed between the passes")
-                inside = box_slices(tuple(zip(glo[j].tolist(), ghi[j].tolist())), tuple(zip(rlo.tolist(), rhi.tolist())))
+                inside = box_slices(tuple(zip(glo[j].tolist(), ghi[j].tolist())),
+                                    tuple(zip(rlo.tolist(), rhi.tolist())))
                 regions[j].add(np.argwhere(crop[inside] == crop[seed]) + glo[j])
         far = np.flatnonzero(~near)
         if len(far):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from subzero.errors import LineageError
 from subzero.modes import Mode
 from subzero.tiling import Tiling, Whole
 
@@ -141,6 +142,48 @@ class Operator:
     def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
         """Input-``i`` coordinates the output ``cells`` (sharing ``payload``) depend on."""
         raise NotImplementedError(f"{type(self).__name__} has no payload function map_p")
+
+    def map_p_envelope(self, payloads: "list[bytes]", i: int, cells=None) -> tuple[np.ndarray, np.ndarray]:
+        """The bounding box of each payload's input-``i`` lineage (for an index over payloads).
+
+        Parameters
+        ----------
+        payloads : list of bytes
+            ``P`` payloads, as stored.
+        i : int
+            The input.
+        cells : sequence of arrays or array, optional
+            The out cells of the pair carrying each payload: one ``(N_k, ndim_out)`` array
+            per payload, or a ``(P, ndim_out)`` array of one cell each (PayOne entries).
+
+        Returns
+        -------
+        lo, hi : (P, ndim_i) int64
+            Half-open boxes: every cell of ``map_p(cells[k], payloads[k], i)`` lies in
+            ``[lo[k], hi[k])``.  A box may be larger than the lineage (an index only
+            pre-filters), never smaller; an empty lineage gets ``lo == hi``.
+
+        The default calls `map_p` once per payload, so it needs ``cells`` (payload lineage
+        may depend on the out cells) and costs a Python call per payload; an operator whose
+        payloads say their extent overrides it vectorized (`subzero.operators.Label` reads
+        its payloads' headers in one join and one gather, and needs ``cells`` only for the
+        empty "the cell itself" payload).
+        """
+        ndim = len(self.input_shapes[i])
+        if cells is None:
+            raise LineageError(f"{type(self).__name__}.map_p_envelope needs the pairs' out cells (cells=) to call "
+                               "map_p; pass them, or override map_p_envelope to read the payloads alone")
+        if len(cells) != len(payloads):
+            raise LineageError(f"{type(self).__name__}.map_p_envelope got {len(cells)} cell arrays for "
+                               f"{len(payloads)} payloads; give one per payload")
+        out_ndim = len(self.output_shape) if self.output_shape is not None else ndim
+        lo, hi = np.zeros((len(payloads), ndim), np.int64), np.zeros((len(payloads), ndim), np.int64)
+        for k, payload in enumerate(payloads):
+            own = np.asarray(cells[k], np.int64).reshape(-1, out_ndim)
+            got = np.asarray(self.map_p(own, payload, i), np.int64).reshape(-1, ndim)
+            if len(got):
+                lo[k], hi[k] = got.min(axis=0), got.max(axis=0) + 1
+        return lo, hi
 
     def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         """Optional mask form of `map_b`: a boolean mask over input ``i``, or None."""

@@ -165,3 +165,35 @@ def test_bad_budgets_and_workloads_are_workflow_errors(tmp_path):
     with pytest.raises(sz.WorkflowError, match="unknown node 'nowhere'"):
         wf.run({"x": image()}, store=tmp_path / "c", executor="local",
                workload=[{"direction": "backward", "node": "nowhere", "to": "x"}])
+
+
+class MinusGlobalMean(sz.Operator):
+    """A toy two-pass operator: ``x - mean(x)``, tiled; the first pass sums each tile."""
+
+    tiling = sz.Elementwise()
+
+    def infer_output_shape(self, input_shapes):
+        return tuple(input_shapes[0])
+
+    def prepare(self, ctx, x):
+        return float(np.sum(x)), int(np.size(x)), ctx.tile_box
+
+    def combine(self, summaries):
+        self._boxes = [box for _, _, box in summaries]
+        self._mean = sum(s for s, _, _ in summaries) / sum(n for _, n, _ in summaries)
+
+    def run(self, ctx, x):
+        return x - self._mean
+
+
+def test_two_pass_operators_prepare_every_tile_then_combine_then_run(tmp_path):
+    x = np.arange(35, dtype=float).reshape(7, 5) ** 1.5
+    wf = sz.Workflow("centred")
+    node = wf.add(MinusGlobalMean(), wf.input("x"), name="centred")
+    run = wf.run({"x": x}, store=tmp_path / "run", executor="local", tile_shape=3)
+    assert run.node_record("centred").stats.tiles == 6
+    assert np.allclose(run.output("centred"), x - x.mean())
+    assert node.operator._boxes == [t.box for t in sz.tiling.tile_grid((7, 5), (0, 1), 3)], "summaries in tile order"
+    again = sz.open_run(tmp_path / "run")  # what combine kept is stored with the operator
+    assert again.node("centred").operator._mean == pytest.approx(x.mean())
+    assert len(again.backward("centred", [(0, 0)], to="x")) == 35  # all-to-all

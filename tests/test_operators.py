@@ -568,11 +568,23 @@ def execute(op, inputs, modes=frozenset(), tile_shape=None):
     trimming); returns (output, FULL pairs, payload pairs) in global cell ids."""
     tiling = op.effective_tiling()
     out, fulls, pays = None, [], []
-    for tile in tile_grid(op.output_shape, tiling.split_axes(op), tile_shape):
+    tiles = tile_grid(op.output_shape, tiling.split_axes(op), tile_shape)
+
+    def read(i, box):
+        return np.asarray(inputs[i])[box_slices(box)]
+
+    if op.two_pass:  # the first pass over every tile, combined, as the executor does
+        summaries = []
+        for tile in tiles:
+            in_boxes = tuple(tiling.input_box(op, tile.box, i) for i in range(len(inputs)))
+            ctx = Context("op", (), tile.box, in_boxes, op.input_shapes, op.output_shape, reader=read)
+            summaries.append(op.prepare(ctx, *[read(i, b) for i, b in enumerate(in_boxes)]))
+        op.combine(summaries)
+    for tile in tiles:
         in_boxes = tuple(tiling.input_box(op, tile.box, i) for i in range(len(inputs)))
         result_box = tiling.result_box(op, tile.box, in_boxes)
         ctx = Context("op", frozenset(modes) & op.supported_modes(), tile.box, in_boxes, op.input_shapes,
-                      op.output_shape)
+                      op.output_shape, reader=read)
         ctx.set_result_box(result_box)
         with np.errstate(all="ignore"):
             got = np.asarray(op.run(ctx, *[np.asarray(x)[box_slices(b)] for x, b in zip(inputs, in_boxes)]))

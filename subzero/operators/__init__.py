@@ -19,7 +19,8 @@ from subzero.operators.reductions import AxisReduction, Count, GlobalMean, Globa
 from subzero.operators.resampling import Downsample, Upsample
 from subzero.operators.shape import Concatenate, Flip, Pad, Reshape, Shift, Slice, Stack, Tile, Transpose
 from subzero.operators.sorting import ArgSort, LineOperator, Sort
-from subzero.operators.value import Compress, Filter, Histogram, Label
+from subzero.operators.label import Label
+from subzero.operators.value import Compress, Filter, Histogram
 
 __all__ = [
     "IdentityMapping",

@@ -13,6 +13,7 @@ __all__ = [
     "BOUNDARY_MODES", "unique_rows", "corner_offsets", "box_offsets", "boundary_map", "boundary_index",
     "boundary_preimages", "shift_or", "stencil_pairs", "gather_axis", "scatter_or", "repeat_pairs",
     "encode_region", "decode_region",
+    "encode_regions", "region_envelopes",
 ]
 
 
@@ -161,3 +162,85 @@ def decode_region(payload: bytes, ndim: int) -> np.ndarray:
         return np.empty((0, ndim), np.int64)
     bits = np.unpackbits(np.frombuffer(payload[16 * ndim:], np.uint8), count=count).astype(bool)
     return np.argwhere(bits.reshape(tuple(extent))).astype(np.int64) + lo
+
+
+def encode_regions(coords: np.ndarray, region: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list[bytes]:
+    """`encode_region` of many cell sets at once, byte for byte: no Python loop per cell.
+
+    Parameters
+    ----------
+    coords : (N, ndim) int64
+        The cells of every set, in any order.
+    region : (N,) int64
+        The set (``0 .. m-1``) each cell belongs to; every set has at least one cell.
+    lo, hi : (m, ndim) int64
+        Each set's bounding box, half-open (``hi = max + 1``).
+
+    Returns
+    -------
+    list of bytes
+        ``m`` payloads.  All are laid out in one buffer, each starting on a byte boundary,
+        so a single `numpy.packbits` packs every bitmask.
+
+    Examples
+    --------
+    >>> cells = np.array([[0, 0], [1, 1], [5, 5]])
+    >>> got = encode_regions(cells, np.array([0, 0, 1]), np.array([[0, 0], [5, 5]]), np.array([[2, 2], [6, 6]]))
+    >>> got == [encode_region(cells[:2], 2), encode_region(cells[2:], 2)]
+    True
+    """
+    coords = np.asarray(coords, np.int64)
+    region = np.asarray(region, np.int64)
+    lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+    m, ndim = lo.shape
+    if m == 0:
+        return []
+    extent = hi - lo
+    head = 16 * ndim
+    nbytes = head + (np.prod(extent, axis=1) + 7) // 8
+    start = np.cumsum(nbytes) - nbytes
+    # C-order strides inside each set's box: the bit of a cell is its flat index in the box
+    strides = np.ones((m, ndim), np.int64)
+    if ndim > 1:
+        strides[:, :-1] = np.cumprod(extent[:, :0:-1], axis=1)[:, ::-1]
+    position = (start[region] + head) * 8
+    for a in range(ndim):
+        position += (coords[:, a] - lo[region, a]) * strides[region, a]
+    bits = np.zeros(int(nbytes.sum()) * 8, bool)
+    bits[position] = True
+    buf = np.packbits(bits)
+    buf[start[:, None] + np.arange(head)] = np.concatenate([lo, extent], axis=1).astype("<i8").view(np.uint8) \
+        .reshape(m, head)
+    data = buf.tobytes()
+    return [data[a:b] for a, b in zip(start.tolist(), (start + nbytes).tolist())]
+
+
+def region_envelopes(payloads: "list[bytes]", ndim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The bounding boxes of many `encode_region` payloads, read from their headers at once.
+
+    Returns ``(lo, hi, empty)``: half-open boxes ``(P, ndim)`` and a mask of the payloads
+    that hold no header at all (``b""``, which an operator may give a meaning of its own,
+    e.g. Label's "the cell itself"); their rows are zero.  One join and one gather, no
+    Python work per payload.
+
+    Examples
+    --------
+    >>> lo, hi, empty = region_envelopes([encode_region(np.array([[2, 3], [4, 1]]), 2), b""], 2)
+    >>> lo.tolist(), hi.tolist(), empty.tolist()
+    ([[2, 1], [0, 0]], [[5, 4], [0, 0]], [False, True])
+    """
+    n = len(payloads)
+    head = 16 * ndim
+    lengths = np.fromiter(map(len, payloads), np.int64, count=n)
+    lo, hi = np.zeros((n, ndim), np.int64), np.zeros((n, ndim), np.int64)
+    empty = lengths == 0
+    if n == 0 or empty.all():
+        return lo, hi, empty
+    if np.any(lengths[~empty] < head):
+        raise ValueError(f"a region payload is shorter than its {head}-byte header")
+    buf = np.frombuffer(b"".join(payloads), np.uint8)
+    start = (np.cumsum(lengths) - lengths)[~empty]
+    header = buf[start[:, None] + np.arange(head)].view("<i8").reshape(-1, 2 * ndim).astype(np.int64)
+    lo[~empty] = header[:, :ndim]
+    hi[~empty] = header[:, :ndim] + header[:, ndim:]
+    return lo, hi, empty

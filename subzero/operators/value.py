@@ -14,83 +14,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy import ndimage
 
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
-from subzero.operators.identity import IdentityMapping
 from subzero.operators._args import normalize_axis
 from subzero.operators._kernels import corner_offsets, decode_region, encode_region, repeat_pairs
+from subzero.operators.label import Label  # moved to label.py (tiled, two passes); re-exported here
 
 __all__ = ["Label", "Histogram", "Filter", "Compress"]
 
 
 def _all_cells(shape: tuple[int, ...]) -> np.ndarray:
     return np.argwhere(np.ones(shape, bool)).astype(np.int64)
-
-
-class Label(IdentityMapping, Operator):
-    """Connected components of the non-zero cells (``scipy.ndimage.label``), with canonical ids.
-
-    A cell of a component is labelled ``1 +`` the flat (C order) index of the component's
-    first cell; background cells are 0.  Unlike scipy's 1..n numbering, which counts the
-    components before it, a component's id depends on that component alone, so it is
-    reproduced from the component's cells.
-
-    Lineage: a labelled cell depends on every cell of its component; a background cell
-    on itself.  Modes:
-
-    - ``FULL``: one region pair per component (its cells on both sides), one per
-      background cell;
-    - ``PAY``: a component's cells share one payload, the component encoded as its
-      bounding box and a bitmask over it (``16 * ndim`` bytes + 1 bit per box cell);
-      background cells carry the empty payload, meaning "itself";
-    - ``COMP``: the identity mapping by default, component payloads as overrides.
-    """
-
-    entire_array_safe = True
-
-    def __init__(self, structure=None):
-        self.structure = None if structure is None else np.asarray(structure, dtype=bool)
-
-    def supported_modes(self):
-        return {Mode.FULL, Mode.PAY, Mode.COMP}
-
-    def infer_output_shape(self, input_shapes):
-        shape = tuple(input_shapes[0])
-        if self.structure is not None and self.structure.ndim != len(shape):
-            raise WorkflowError(f"Label: structure is {self.structure.ndim}-D (shape {self.structure.shape}), "
-                                f"the input is {len(shape)}-D (shape {shape}); they must match")
-        return shape
-
-    def run(self, ctx, x):
-        labels, n = ndimage.label(np.asarray(x) != 0, self.structure)
-        flat = labels.reshape(-1)
-        first = np.full(n + 1, flat.size, np.int64)
-        np.minimum.at(first, flat, np.arange(flat.size, dtype=np.int64))
-        if Mode.FULL in ctx.modes:
-            cells = _all_cells(labels.shape)
-            pair = np.where(flat > 0, flat - 1, n + np.arange(flat.size, dtype=np.int64))
-            ctx.lwrite_many(cells, cells, out_pair=pair, in_pair=[pair])
-        if ctx.modes & {Mode.PAY, Mode.COMP}:
-            for k, box in enumerate(ndimage.find_objects(labels)):
-                cells = np.argwhere(labels[box] == k + 1) + np.array([s.start for s in box], np.int64)
-                ctx.lwrite(cells, payload=encode_region(cells, labels.ndim))
-        if Mode.PAY in ctx.modes:
-            ctx.lwrite(np.argwhere(labels == 0), payload=b"")
-        return np.where(flat > 0, first[flat] + 1, 0).reshape(labels.shape)
-
-    # -- the mapping default of COMP (a background cell reads itself) and payloads --------
-    def map_p(self, cells, payload, i):
-        if not payload or not len(cells):
-            return np.asarray(cells, np.int64)
-        return decode_region(payload, len(self.input_shapes[0]))
-
-    def map_p_pairs(self, cells, payload, i):
-        if not payload:
-            return self.map_b_pairs(cells, i)
-        return repeat_pairs(len(cells), decode_region(payload, len(self.input_shapes[0])))
 
 
 class Histogram(Operator):

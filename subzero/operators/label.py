@@ -1,0 +1,529 @@
+"""Label: connected components with canonical ids, tiled in two passes.
+
+A component's id is ``1 +`` the flat (C order) index of its first cell, so it depends
+on that component alone and every tile can name it.  The operator runs as one task per
+tile in two passes (`subzero.Operator.prepare` / `subzero.Operator.combine`):
+
+1. ``prepare`` labels a tile locally and returns what its neighbours need: the
+   foreground cells on the faces it shares with other tiles, each with the canonical id
+   of its local component, and the bounding box of every such *boundary* component;
+   O(tile perimeter).
+2. ``combine`` (in the driver) joins the faces: two boundary cells adjacent under the
+   structure, in different tiles, unite their components (a graph over the boundary
+   components, scipy's ``connected_components``).  It keeps, for the *seam components*
+   (global components made of several local parts), the map local id -> global id, their
+   bounding boxes, and per tile the box its lineage may reach (`Label.lineage_box`).
+3. ``run`` labels its tile again, renames the parts of seam components, and writes
+   lineage; the input cells of a seam component lie partly in other tiles, so the task
+   reads them from the store (`subzero.context.Context.read_input`).
+
+Run untiled (one tile covering the array), nothing crosses a seam and ``run`` is the
+whole-array operator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import ndimage
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from subzero.errors import LineageError, WorkflowError
+from subzero.modes import Mode
+from subzero.operator import Operator
+from subzero.operators.identity import IdentityMapping
+from subzero.operators._kernels import decode_region, encode_regions, region_envelopes, repeat_pairs
+from subzero.tiling import Box, Elementwise, box_slices, full_box
+
+__all__ = ["Label", "TileSummary", "SeamIndex", "canonical_ids", "first_cells"]
+
+
+@dataclass(frozen=True)
+class TileSummary:
+    """What `Label.prepare` sends to the driver for one tile: O(its perimeter).
+
+    ``cells`` are the global flat ids of the tile's foreground cells on faces it shares
+    with another tile, ``comp`` the canonical id of each one's local component;
+    ``parts`` are those components (canonical ids, unique), ``lo``/``hi`` their
+    half-open bounding boxes in global coordinates.
+    """
+
+    box: Box
+    cells: np.ndarray
+    comp: np.ndarray
+    parts: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+@dataclass(frozen=True)
+class SeamIndex:
+    """What `Label.combine` keeps for the tiles: O(seam components + tiles).
+
+    ``part_ids`` (sorted) are the local canonical ids of the parts of components that
+    cross a seam, ``part_global`` the global canonical id of each; ``global_ids``
+    (sorted) are those components, ``global_lo``/``global_hi`` their half-open bounding
+    boxes, and ``span_tiles[span_ptr[k]:span_ptr[k + 1]]`` the tiles component ``k``
+    has parts in.  ``tiles`` maps every tile box of the first pass to its index in
+    ``tile_lo``/``tile_hi``; ``reach_lo``/``reach_hi`` are the boxes holding each tile's
+    lineage (its box grown by the seam components it has parts of).
+    """
+
+    shape: tuple[int, ...]
+    tiles: dict
+    tile_lo: np.ndarray
+    tile_hi: np.ndarray
+    reach_lo: np.ndarray
+    reach_hi: np.ndarray
+    part_ids: np.ndarray
+    part_global: np.ndarray
+    global_ids: np.ndarray
+    global_lo: np.ndarray
+    global_hi: np.ndarray
+    span_ptr: np.ndarray
+    span_tiles: np.ndarray
+
+
+class Label(IdentityMapping, Operator):
+    """Connected components of the non-zero cells (``scipy.ndimage.label``), with canonical ids.
+
+    A cell of a component is labelled ``1 +`` the flat (C order) index of the component's
+    first cell; background cells are 0.  Unlike scipy's 1..n numbering, which counts the
+    components before it, a component's id depends on that component alone, so it is
+    reproduced from the component's cells, and tiles agree on it.
+
+    ``structure`` is scipy's: a symmetric ``(3,) * ndim`` boolean array (default: the
+    cross, `scipy.ndimage.generate_binary_structure` ``(ndim, 1)``).
+
+    Tiled in two passes (see the module docstring): the driver holds only the cells on
+    the tiles' shared faces, and a task its tile (grown by at most half a tile per side
+    when it stores the lineage of components crossing its seams), plus the lineage it
+    writes.
+
+    Lineage: a labelled cell depends on every cell of its component; a background cell
+    on itself.  Modes:
+
+    - ``FULL``: one region pair per component per tile (the component's cells in the
+      tile on the out side, all its cells on the in side), one per background cell;
+    - ``PAY``: a component's cells share one payload, the component encoded as its
+      bounding box and a bitmask over it (``16 * ndim`` bytes + 1 bit per box cell);
+      background cells carry the empty payload, meaning "itself";
+    - ``COMP``: the identity mapping by default, component payloads as overrides.
+
+    Examples
+    --------
+    >>> import subzero as sz
+    >>> wf = sz.Workflow("blobs")
+    >>> node = wf.add(Label(), wf.input("mask"))
+    """
+
+    tiling = Elementwise()
+    entire_array_safe = True
+    #: set by `combine` (None: no first pass yet, or an operator pickled before Label was tiled)
+    _seams: SeamIndex | None = None
+
+    def __init__(self, structure=None):
+        self.structure = None if structure is None else np.asarray(structure, dtype=bool)
+
+    def supported_modes(self):
+        return {Mode.FULL, Mode.PAY, Mode.COMP}
+
+    def infer_output_shape(self, input_shapes):
+        shape = tuple(input_shapes[0])
+        s = self.structure
+        if s is not None:
+            if s.ndim != len(shape):
+                raise WorkflowError(f"Label: structure is {s.ndim}-D (shape {s.shape}), the input is {len(shape)}-D "
+                                    f"(shape {shape}); they must match")
+            if s.shape != (3,) * s.ndim or not np.array_equal(s, s[(slice(None, None, -1),) * s.ndim]):
+                raise WorkflowError(f"Label: structure must be a symmetric {(3,) * s.ndim} array "
+                                    f"(scipy.ndimage.label's rule), got shape {s.shape}; e.g. "
+                                    f"ndimage.generate_binary_structure({s.ndim}, 1)")
+        return shape
+
+    def _structure(self, ndim: int) -> np.ndarray:
+        return ndimage.generate_binary_structure(ndim, 1) if self.structure is None else self.structure
+
+    # -- pass 1: each tile's faces ----------------------------------------------------------
+    def prepare(self, ctx, x) -> TileSummary:
+        """Label the tile; return its boundary components (`TileSummary`, O(perimeter))."""
+        shape = tuple(self.input_shapes[0])
+        box = tuple(ctx.input_boxes[0])
+        ndim = len(shape)
+        if box == full_box(shape):  # one tile: no faces shared, nothing to label yet
+            none = np.zeros(0, np.int64)
+            return TileSummary(box, none, none, none, np.zeros((0, ndim), np.int64), np.zeros((0, ndim), np.int64))
+        origin = np.array([lo for lo, _ in box], np.int64)
+        labels, n = ndimage.label(np.asarray(x) != 0, self._structure(ndim))
+        canon = canonical_ids(labels, n, origin, shape)
+        flat = labels.reshape(-1)
+        face = _inner_face_cells(labels, box, shape)
+        comp = flat[face].astype(np.int64) - 1
+        parts = np.unique(comp)
+        boundary = np.zeros(n, bool)
+        boundary[parts] = True
+        fg = np.flatnonzero(flat)
+        lab = flat[fg].astype(np.int64) - 1
+        keep = boundary[lab]
+        lo, hi = _boxes(np.stack(np.unravel_index(fg[keep], labels.shape), axis=1).reshape(-1, len(shape)),
+                        lab[keep], n)
+        cells = np.ravel_multi_index(tuple((np.stack(np.unravel_index(face, labels.shape), axis=1) + origin).T),
+                                     shape) if len(face) else np.zeros(0, np.int64)
+        return TileSummary(box, np.asarray(cells, np.int64), canon[comp], canon[parts], lo[parts] + origin,
+                           hi[parts] + origin)
+
+    def combine(self, summaries: list) -> None:
+        """Unite boundary components across the tiles' shared faces; keep a `SeamIndex`."""
+        shape = tuple(self.input_shapes[0])
+        ndim = len(shape)
+        tiles = [tuple(tuple(int(v) for v in r) for r in s.box) for s in summaries]
+        cells = np.concatenate([s.cells for s in summaries] + [np.zeros(0, np.int64)])
+        comp = np.concatenate([s.comp for s in summaries] + [np.zeros(0, np.int64)])
+        parts = np.concatenate([s.parts for s in summaries] + [np.zeros(0, np.int64)])
+        part_lo = np.concatenate([s.lo.reshape(-1, ndim) for s in summaries] + [np.zeros((0, ndim), np.int64)])
+        part_hi = np.concatenate([s.hi.reshape(-1, ndim) for s in summaries] + [np.zeros((0, ndim), np.int64)])
+        part_tile = np.repeat(np.arange(len(summaries)), [len(s.parts) for s in summaries])
+        # edges: boundary cells that are neighbours under the structure (one offset of each
+        # symmetric pair, since the graph is undirected)
+        order = np.argsort(cells, kind="stable")
+        cells, comp = cells[order], comp[order]
+        coords = np.stack(np.unravel_index(cells, shape), axis=1).reshape(-1, ndim) if len(cells) \
+            else np.zeros((0, ndim), np.int64)
+        us, vs = [], []
+        for d in _half_offsets(self._structure(ndim)):
+            near = coords + d
+            ok = np.all((near >= 0) & (near < np.asarray(shape)), axis=1)
+            ids = np.ravel_multi_index(tuple(near[ok].T), shape) if ok.any() else np.zeros(0, np.int64)
+            pos = np.minimum(np.searchsorted(cells, ids), max(len(cells) - 1, 0))
+            hit = cells[pos] == ids if len(cells) else np.zeros(0, bool)
+            us.append(comp[ok][hit])
+            vs.append(comp[pos[hit]])
+        u, v = np.concatenate(us + [np.zeros(0, np.int64)]), np.concatenate(vs + [np.zeros(0, np.int64)])
+        # components of the graph over boundary components (canonical ids are unique across tiles)
+        porder = np.argsort(parts, kind="stable")
+        parts, part_lo, part_hi, part_tile = parts[porder], part_lo[porder], part_hi[porder], part_tile[porder]
+        n_parts = len(parts)
+        graph = coo_matrix((np.ones(len(u), np.int8), (np.searchsorted(parts, u), np.searchsorted(parts, v))),
+                           shape=(n_parts, n_parts)).tocsr()
+        n_groups, group = connected_components(graph, directed=False) if n_parts else (0, np.zeros(0, np.int64))
+        size = np.bincount(group, minlength=n_groups)
+        crossing = size[group] > 1
+        # the global canonical id is the smallest part id (its first cell comes first)
+        by_group = np.lexsort((parts, group))
+        first = np.flatnonzero(np.r_[True, group[by_group][1:] != group[by_group][:-1]]) if n_parts \
+            else np.zeros(0, np.int64)
+        gmin = np.zeros(n_groups, np.int64)
+        gmin[group[by_group][first]] = parts[by_group][first]
+        glo = np.full((n_groups, ndim), np.iinfo(np.int64).max)
+        ghi = np.full((n_groups, ndim), np.iinfo(np.int64).min)
+        np.minimum.at(glo, group, part_lo)
+        np.maximum.at(ghi, group, part_hi)
+        multi = np.flatnonzero(size > 1)
+        multi = multi[np.argsort(gmin[multi])]
+        rank = np.full(n_groups, -1, np.int64)
+        rank[multi] = np.arange(len(multi))
+        # the tiles each seam component has parts in (CSR, in global_ids order)
+        span = np.unique(np.stack([rank[group[crossing]], part_tile[crossing]], axis=1), axis=0) \
+            if crossing.any() else np.zeros((0, 2), np.int64)
+        span_ptr = np.concatenate([[0], np.cumsum(np.bincount(span[:, 0], minlength=len(multi)))]).astype(np.int64)
+        # per tile: its box grown by the boxes of the seam components it holds parts of
+        tile_lo = np.array([[lo for lo, _ in t] for t in tiles], np.int64).reshape(len(tiles), ndim)
+        tile_hi = np.array([[hi for _, hi in t] for t in tiles], np.int64).reshape(len(tiles), ndim)
+        reach_lo, reach_hi = tile_lo.copy(), tile_hi.copy()
+        np.minimum.at(reach_lo, span[:, 1], glo[multi][span[:, 0]])
+        np.maximum.at(reach_hi, span[:, 1], ghi[multi][span[:, 0]])
+        self._seams = SeamIndex(shape, {t: k for k, t in enumerate(tiles)}, tile_lo, tile_hi, reach_lo, reach_hi,
+                                parts[crossing], gmin[group[crossing]], gmin[multi], glo[multi], ghi[multi],
+                                span_ptr, span[:, 1].astype(np.int64))
+
+    def lineage_box(self, out_box, i):
+        """The tile's box grown by the bounding boxes of the seam components it holds parts of."""
+        seams = self._seams
+        if seams is None or seams.shape != tuple(self.input_shapes[0]):
+            return super().lineage_box(out_box, i)
+        key = tuple((int(lo), int(hi)) for lo, hi in out_box)
+        if key in seams.tiles:
+            t = seams.tiles[key]
+            return tuple(zip(seams.reach_lo[t].tolist(), seams.reach_hi[t].tolist()))
+        # a box the first pass did not see: the reach of every tile it meets
+        lo, hi = np.array([a for a, _ in key], np.int64), np.array([b for _, b in key], np.int64)
+        meets = np.all((seams.tile_lo < hi) & (seams.tile_hi > lo), axis=1)
+        if meets.any():
+            lo = np.minimum(lo, seams.reach_lo[meets].min(axis=0))
+            hi = np.maximum(hi, seams.reach_hi[meets].max(axis=0))
+        return tuple(zip(lo.tolist(), hi.tolist()))
+
+    # -- pass 2: relabel the tile and write its lineage ---------------------------------------
+    def run(self, ctx, x):
+        """Label the tile, rename the parts of seam components with their global ids, and
+        write the lineage ``ctx.modes`` asks for; a whole-array call needs no first pass."""
+        shape = tuple(self.input_shapes[0]) if self.input_shapes else tuple(np.shape(x))
+        box = tuple(ctx.input_boxes[0]) if ctx is not None and ctx.input_boxes else full_box(np.shape(x))
+        origin = np.array([lo for lo, _ in box], np.int64)
+        seams = self._seams_for(box, shape)
+        labels, n = ndimage.label(np.asarray(x) != 0, self._structure(len(shape)))
+        canon = canonical_ids(labels, n, origin, shape)
+        crossing = np.zeros(n, bool)
+        if seams is not None and n and len(seams.part_ids):
+            pos = np.minimum(np.searchsorted(seams.part_ids, canon), len(seams.part_ids) - 1)
+            crossing = seams.part_ids[pos] == canon
+            canon[crossing] = seams.part_global[pos[crossing]]
+        if ctx is not None and ctx.modes & {Mode.FULL, Mode.PAY, Mode.COMP}:
+            self._write_lineage(ctx, labels, canon, crossing, origin, shape)
+        return np.concatenate([np.zeros(1, np.int64), canon])[labels]
+
+    def _seams_for(self, box: Box, shape: tuple[int, ...]) -> SeamIndex | None:
+        """The first pass's seam index for this tile, or None for a whole-array call."""
+        if box == full_box(shape):
+            return None
+        seams = self._seams
+        key = tuple((int(lo), int(hi)) for lo, hi in box)
+        if seams is None or seams.shape != shape or key not in seams.tiles:
+            raise WorkflowError(
+                f"Label: tile {key} of an input of shape {shape} was not in the first pass; Label runs in two "
+                "passes (prepare on every tile, then combine in the driver) before its tiles run, as the executor "
+                "does; run it on the whole array or call prepare/combine over the same tiles first")
+        return seams
+
+    def _write_lineage(self, ctx, labels: np.ndarray, canon: np.ndarray, crossing: np.ndarray, origin: np.ndarray,
+                       shape: tuple[int, ...]) -> None:
+        """Every mode in ``ctx.modes``: components inside the tile from the tile, all at once;
+        seam components from the store (`_seam_regions`), one by one."""
+        ndim = labels.ndim
+        n = len(canon)
+        flat = labels.reshape(-1)
+        fg = np.flatnonzero(flat)
+        lab = flat[fg].astype(np.int64) - 1
+        inner = ~crossing[lab]
+        in_lab = lab[inner]
+        in_cells = np.stack(np.unravel_index(fg[inner], labels.shape), axis=1).reshape(-1, ndim)
+        # seam components: one pair per global component (its parts in this tile merge)
+        seam_ids = np.unique(canon[crossing])
+        seam_cells = np.stack(np.unravel_index(fg[~inner], labels.shape), axis=1).reshape(-1, ndim)
+        seam_pair = np.searchsorted(seam_ids, canon[lab[~inner]])
+        regions = self._seam_regions(ctx, seam_ids, shape, Mode.FULL in ctx.modes) if len(seam_ids) else []
+        if Mode.FULL in ctx.modes:
+            bg = np.flatnonzero(flat == 0)
+            cells = np.concatenate([in_cells, np.stack(np.unravel_index(bg, labels.shape), axis=1).reshape(-1, ndim)])
+            pair = np.concatenate([in_lab, n + np.arange(len(bg), dtype=np.int64)])
+            ctx.lwrite_many(cells, cells, out_pair=pair, in_pair=[pair])
+            if len(seam_ids):
+                ins = [r.cells for r in regions]
+                ctx.lwrite_many(seam_cells, np.concatenate(ins), out_pair=seam_pair,
+                                in_pair=[np.repeat(np.arange(len(ins)), [len(c) for c in ins])], in_global=True)
+        if ctx.modes & {Mode.PAY, Mode.COMP}:
+            if len(in_lab):
+                used, region = np.unique(in_lab, return_inverse=True)
+                lo, hi = _boxes(in_cells, region, len(used))
+                payloads = encode_regions(in_cells + origin, region, lo + origin, hi + origin)
+                ctx.lwrite_many(in_cells, out_pair=region, payload=payloads)
+            if len(seam_ids):
+                ctx.lwrite_many(seam_cells, out_pair=seam_pair, payload=[r.payload() for r in regions])
+        if Mode.PAY in ctx.modes:
+            ctx.lwrite(np.argwhere(labels == 0), payload=b"")
+
+    def _seam_regions(self, ctx, seam_ids: np.ndarray, shape: tuple[int, ...], with_cells: bool) -> list["_Region"]:
+        """Each seam component as a `_Region` (its box, bitmask and, ``with_cells``, its cells).
+
+        Components near the tile (boxes within the tile grown by half its size per side)
+        come from one box ``R`` read from the store around them: label ``R`` alone and keep
+        the crop component containing the component's first cell (canonical id - 1).  That
+        is exactly the global component ``C``: ``C`` lies in its bounding box, within ``R``,
+        and is connected through its own cells, so the crop component holds all of ``C``;
+        a path inside ``R`` is a path in the whole array, so it holds nothing more.
+
+        A component reaching further (up to the whole array) is assembled tile by tile
+        from the tiles it spans instead, so no task holds more than a tile of the input:
+        each such tile is read and labelled once, its parts renamed through the seam index,
+        and the cells named by the component's global id set its bits.  Those parts are
+        all of ``C`` (every part of a component crossing a seam touches a shared face, so
+        the first pass saw it, and ``combine`` united exactly the parts of ``C``).
+        """
+        seams = self._seams
+        k = np.searchsorted(seams.global_ids, seam_ids)
+        glo, ghi = seams.global_lo[k], seams.global_hi[k]
+        regions = [_Region(glo[j], ghi[j], with_cells) for j in range(len(seam_ids))]
+        tlo = np.array([lo for lo, _ in ctx.input_boxes[0]], np.int64)
+        thi = np.array([hi for _, hi in ctx.input_boxes[0]], np.int64)
+        grow = np.maximum((thi - tlo) // 2, 1)
+        near = np.all((glo >= tlo - grow) & (ghi <= thi + grow), axis=1)
+        structure = self._structure(len(shape))
+        if near.any():
+            g = np.flatnonzero(near)
+            rlo, rhi = glo[g].min(axis=0), ghi[g].max(axis=0)
+            crop, _ = ndimage.label(ctx.read_input(0, tuple(zip(rlo.tolist(), rhi.tolist()))) != 0, structure)
+            for j in g.tolist():
+                seed = tuple(np.array(np.unravel_index(int(seam_ids[j]) - 1, shape)) - rlo)
+                if crop[seed] == 0:
+                    raise LineageError(f"Label: the stored input has no foreground at cell "
+                                       f"{tuple(int(v) for v in np.add(seed, rlo))}, the first cell of a component "
+                                       "of the first pass; the input changed between the passes")
+                inside = box_slices(tuple(zip(glo[j].tolist(), ghi[j].tolist())),
+                                    tuple(zip(rlo.tolist(), rhi.tolist())))
+                regions[j].add(np.argwhere(crop[inside] == crop[seed]) + glo[j])
+        far = np.flatnonzero(~near)
+        if len(far):
+            spans = [seams.span_tiles[seams.span_ptr[c]:seams.span_ptr[c + 1]] for c in k[far].tolist()]
+            owner = np.repeat(far, [len(t) for t in spans])
+            spanned = np.concatenate(spans)
+            for t in np.unique(spanned).tolist():
+                box = tuple(zip(seams.tile_lo[t].tolist(), seams.tile_hi[t].tolist()))
+                labels, n = ndimage.label(ctx.read_input(0, box) != 0, structure)
+                canon = canonical_ids(labels, n, seams.tile_lo[t], shape)
+                pos = np.minimum(np.searchsorted(seams.part_ids, canon), len(seams.part_ids) - 1)
+                named = np.where(seams.part_ids[pos] == canon, seams.part_global[pos], canon)
+                for j in owner[spanned == t].tolist():
+                    hit = np.flatnonzero(named == seam_ids[j]) + 1
+                    regions[j].add(np.argwhere(np.isin(labels, hit)) + seams.tile_lo[t])
+        return regions
+
+    # -- the mapping default of COMP (a background cell reads itself) and payloads --------
+    def map_p(self, cells, payload, i):
+        if not payload or not len(cells):
+            return np.asarray(cells, np.int64)
+        return decode_region(payload, len(self.input_shapes[0]))
+
+    def map_p_pairs(self, cells, payload, i):
+        if not payload:
+            return self.map_b_pairs(cells, i)
+        return repeat_pairs(len(cells), decode_region(payload, len(self.input_shapes[0])))
+
+    def map_p_envelope(self, payloads, i, cells=None):
+        """The component boxes, read from the payloads' headers at once; the empty payload
+        ("the cell itself") gets the box of its pair's ``cells``, or the whole input when
+        ``cells`` is not given."""
+        shape = tuple(self.input_shapes[0])
+        try:
+            lo, hi, empty = region_envelopes(payloads, len(shape))
+        except ValueError as exc:
+            raise LineageError(f"Label.map_p_envelope: {exc}; these are not Label payloads of a "
+                               f"{len(shape)}-D input") from None
+        if empty.any():
+            if cells is None:
+                hi[empty] = shape
+            else:
+                own = _cell_boxes(cells, np.flatnonzero(empty), len(shape))
+                lo[empty], hi[empty] = own
+        return lo, hi
+
+
+# =====================================================================================
+# Kernels (vectorized over cells; loops only over axes, offsets or tiles)
+# =====================================================================================
+def first_cells(flat: np.ndarray, n: int) -> np.ndarray:
+    """The flat index of the first cell of each label ``1..n`` in ``flat`` (0 = background).
+
+    scipy numbers components in raster order of their first cell (a component's first
+    cell gets a new provisional label, smaller than every later one, and the final
+    numbering keeps that order), so the first cells are where the running maximum grows.
+    This is checked: when the record positions are not exactly ``n``, a sort answers.
+
+    Examples
+    --------
+    >>> first_cells(np.array([0, 1, 1, 2, 0, 3, 2]), 3).tolist()
+    [1, 3, 5]
+    """
+    if n == 0:
+        return np.zeros(0, np.int64)
+    running = np.maximum.accumulate(flat)
+    grows = np.empty(flat.size, bool)
+    grows[0] = flat[0] > 0
+    np.greater(flat[1:], running[:-1], out=grows[1:])
+    first = np.flatnonzero(grows)
+    if len(first) == n:  # n records, strictly increasing values in 1..n: exactly 1, 2, ..., n
+        return first
+    values, index = np.unique(flat, return_index=True)
+    return index[values > 0]
+
+
+def canonical_ids(labels: np.ndarray, n: int, origin, shape) -> np.ndarray:
+    """``1 +`` the global flat index of each local component's first cell, for labels ``1..n``
+    of a tile at ``origin`` in an array of ``shape`` (raster order is the same in the tile
+    and in the array, so the tile's first cell is the component's first cell in the tile).
+
+    Examples
+    --------
+    >>> canonical_ids(np.array([[0, 1], [2, 2]]), 2, origin=(3, 4), shape=(10, 10)).tolist()
+    [36, 45]
+    """
+    first = first_cells(labels.reshape(-1), n)
+    coords = np.unravel_index(first, labels.shape)
+    return np.ravel_multi_index(tuple(c + int(o) for c, o in zip(coords, origin)), tuple(shape)).astype(np.int64) + 1
+
+
+def _boxes(coords: np.ndarray, group: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Half-open bounding boxes of ``n`` groups of cells (rows of groups without cells: empty)."""
+    ndim = coords.shape[1]
+    lo = np.full((ndim, n), np.iinfo(np.int64).max)
+    hi = np.full((ndim, n), -1, np.int64)
+    group = np.ascontiguousarray(group, np.intp)
+    for a in range(ndim):  # 1-D ufunc.at: numpy >= 1.25 runs it as a fast indexed loop, no sort
+        axis = np.ascontiguousarray(coords[:, a], np.int64)
+        np.minimum.at(lo[a], group, axis)
+        np.maximum.at(hi[a], group, axis)
+    return lo.T.copy(), hi.T + 1
+
+
+def _inner_face_cells(labels: np.ndarray, box: Box, shape: tuple[int, ...]) -> np.ndarray:
+    """Local flat indices (sorted, unique) of the foreground cells on the faces the tile
+    ``box`` shares with other tiles (faces on the array's border are left out)."""
+    found = []
+    for a, ((lo, hi), n) in enumerate(zip(box, shape)):
+        for shared, at in ((lo > 0, 0), (hi < n, labels.shape[a] - 1)):
+            if not shared or labels.shape[a] == 0:
+                continue
+            index = [slice(None)] * labels.ndim
+            index[a] = slice(at, at + 1)
+            hit = list(np.nonzero(labels[tuple(index)]))
+            hit[a] = hit[a] + at
+            found.append(np.ravel_multi_index(tuple(hit), labels.shape))
+    return np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
+
+
+def _half_offsets(structure: np.ndarray) -> np.ndarray:
+    """The neighbour offsets of a symmetric structure after its centre in raster order (one
+    of each pair ``d``, ``-d``)."""
+    offsets = np.argwhere(structure) - 1
+    after = np.array([tuple(d) > (0,) * structure.ndim for d in offsets.tolist()], bool)
+    return offsets[after] if len(offsets) else offsets
+
+
+def _cell_boxes(cells, which: np.ndarray, ndim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Half-open boxes of the cell sets ``cells[k]`` for ``k`` in ``which``; ``cells`` is
+    one ``(N_k, ndim)`` array per payload, or an ``(P, ndim)`` array of one cell each."""
+    if isinstance(cells, np.ndarray) and cells.ndim == 2:
+        own = cells[which].astype(np.int64)
+        return own, own + 1
+    sets = [np.asarray(cells[k], np.int64).reshape(-1, ndim) for k in which.tolist()]
+    owner = np.repeat(np.arange(len(sets)), [len(s) for s in sets])
+    lo, hi = _boxes(np.concatenate(sets + [np.zeros((0, ndim), np.int64)]), owner, len(sets))
+    none = hi[:, 0] <= 0
+    lo[none], hi[none] = 0, 0
+    return lo, hi
+
+
+class _Region:
+    """A seam component being assembled: its half-open box, a packed bitmask over the box
+    (`encode_region`'s layout, 1 bit per box cell) and, when asked, its cells."""
+
+    def __init__(self, lo: np.ndarray, hi: np.ndarray, with_cells: bool):
+        self.lo, self.hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        self.bits = np.zeros((int(np.prod(self.hi - self.lo)) + 7) // 8, np.uint8)
+        self._cells: list[np.ndarray] | None = [] if with_cells else None
+
+    def add(self, coords: np.ndarray) -> None:
+        """Set the bits of ``coords`` (global, inside the box)."""
+        at = np.ravel_multi_index(tuple((coords - self.lo).T), tuple((self.hi - self.lo).tolist()))
+        np.bitwise_or.at(self.bits, at >> 3, (128 >> (at & 7)).astype(np.uint8))
+        if self._cells is not None:
+            self._cells.append(np.asarray(coords, np.int64))
+
+    @property
+    def cells(self) -> np.ndarray:
+        return np.concatenate(self._cells + [np.zeros((0, len(self.lo)), np.int64)])
+
+    def payload(self) -> bytes:
+        """The region as `encode_region` writes it."""
+        return np.concatenate([self.lo, self.hi - self.lo]).astype("<i8").tobytes() + self.bits.tobytes()

@@ -1,0 +1,423 @@
+"""Tests of Label (subzero/operators/label.py): tiled in two passes, it is exactly the
+whole-array operator.
+
+The reference is ``scipy.ndimage.label`` on the whole mask, renumbered with canonical ids
+(``1 +`` the flat index of a component's first cell, found by ``np.unique``), and its
+lineage the component relation (a labelled cell reads its component, a background cell
+itself).  Tiled runs go through an in-process copy of the executor's two passes (fast,
+for hypothesis) and through ``wf.run`` (local executor, and Spark once), under every
+strategy.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy import ndimage
+
+import subzero as sz
+from subzero import operators as ops
+from subzero.cells import to_coords, to_ids
+from subzero.context import Context
+from subzero.modes import Mode
+from subzero.operators._kernels import decode_region, encode_region, encode_regions, region_envelopes
+from subzero.operators.label import SeamIndex, TileSummary, canonical_ids, first_cells
+from subzero.pairs import FullPairs, PayloadPairs
+from subzero.runtime import expand_payloads
+from subzero.tiling import box_slices, full_box, tile_grid
+
+STRATEGIES = ["FullOne", "FullMany", "FullOne/forward", "FullMany/forward", "PayOne", "PayMany", "CompOne", "CompMany"]
+USING = ["BlackBox", "FullOne", "FullMany", "FullOne/forward", "FullMany/forward", "PayOne", "PayMany", "CompOne",
+         "CompMany"]
+
+
+def examples(n: int) -> settings:
+    return settings(max_examples=n, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# =====================================================================================
+# References and an in-process copy of the executor's two passes
+# =====================================================================================
+def reference(mask: np.ndarray, structure=None) -> np.ndarray:
+    """Canonical labels of the whole mask: scipy's components, renamed by their first cell."""
+    labels, n = ndimage.label(mask, structure)
+    values, first = np.unique(labels.reshape(-1), return_index=True)
+    table = np.zeros(n + 1, np.int64)
+    table[values[values > 0]] = first[values > 0] + 1
+    return table[labels]
+
+
+def related(expected: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """The lineage of ``cells`` (either direction: the relation is symmetric), sorted coords."""
+    ids = to_ids(cells, expected.shape)
+    flat = expected.reshape(-1)
+    hit = np.isin(flat, flat[ids][flat[ids] > 0]) & (flat > 0)
+    hit[ids[flat[ids] == 0]] = True
+    return np.argwhere(hit.reshape(expected.shape))
+
+
+def bound(op: ops.Label, shape) -> ops.Label:
+    op = copy.copy(op)
+    op.input_shapes = (tuple(shape),)
+    op.output_shape = op.infer_output_shape(op.input_shapes)
+    return op
+
+
+def two_pass(op: ops.Label, x: np.ndarray, tile_shape, modes=()):
+    """Run a bound Label as the executor does: prepare every tile, combine, run every tile.
+    Returns (output, FULL pairs, payload pairs, summaries)."""
+    tiles = tile_grid(x.shape, op.effective_tiling().split_axes(op), tile_shape)
+
+    def read(i, box):
+        return x[box_slices(box)]
+
+    def context(tile, m=()):
+        ctx = Context("label", frozenset(m), tile.box, (tile.box,), op.input_shapes, op.output_shape, reader=read)
+        ctx.set_result_box(tile.box)
+        return ctx
+
+    summaries = [op.prepare(context(t), read(0, t.box)) for t in tiles]
+    op.combine(summaries)
+    out = np.zeros(x.shape, np.int64)
+    fulls, pays = [], []
+    for t in tiles:
+        ctx = context(t, modes)
+        got = op.run(ctx, read(0, t.box))
+        assert got.dtype == np.int64 and got.shape == tuple(hi - lo for lo, hi in t.box)
+        out[box_slices(t.box)] = got
+        fulls.append(ctx.full_pairs(t.box))
+        pays.append(ctx.payload_pairs(t.box))
+    return out, FullPairs.concat(fulls, 1), PayloadPairs.concat(pays), summaries
+
+
+def symmetric_structure(rng, ndim: int) -> np.ndarray:
+    s = rng.random((3,) * ndim) < 0.5
+    s |= s[(slice(None, None, -1),) * ndim]
+    s[(1,) * ndim] = True
+    return s
+
+
+@st.composite
+def cases(draw, max_side: int = 12):
+    """A random mask (1-3 D), a structure (None, full, random symmetric) and a tile shape."""
+    ndim = draw(st.integers(1, 3))
+    side = max_side if ndim < 3 else max_side // 2
+    shape = tuple(draw(st.lists(st.integers(1, side), min_size=ndim, max_size=ndim)))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    mask = rng.random(shape) < draw(st.floats(0.1, 0.9))
+    structure = [None, ndimage.generate_binary_structure(ndim, ndim), symmetric_structure(rng, ndim)][
+        draw(st.integers(0, 2))]
+    tile = tuple(draw(st.lists(st.integers(1, side), min_size=ndim, max_size=ndim)))
+    return mask, structure, tile
+
+
+# =====================================================================================
+# Values: tiled labels are the whole-array canonical labels
+# =====================================================================================
+@examples(150)
+@given(case=cases())
+def test_tiled_labels_are_scipy_canonical_labels(case):
+    mask, structure, tile = case
+    op = bound(ops.Label(structure), mask.shape)
+    out = two_pass(op, mask, tile)[0]
+    assert np.array_equal(out, reference(mask, structure))
+    assert np.array_equal(op.run(Context("label", (), None, (full_box(mask.shape),), op.input_shapes,
+                                         op.output_shape), mask), out), "whole-array run"
+
+
+def snake(n: int) -> np.ndarray:
+    """One component winding through every row of an n x n array (spans every tile)."""
+    x = np.zeros((n, n), bool)
+    x[::2] = True
+    x[1::4, -1] = True
+    x[3::4, 0] = True
+    return x
+
+
+def corner_ring() -> np.ndarray:
+    """A ring around the corner where four 4x4 tiles meet: one component in four tiles,
+    and two cells that only touch diagonally across that corner."""
+    x = np.zeros((8, 8), bool)
+    x[2, 2:6] = x[5, 2:6] = x[2:6, 2] = x[2:6, 5] = True
+    x[0, 3], x[1, 4] = True, True  # diagonal neighbours across the tiles' vertical seam
+    return x
+
+
+def u_shape() -> np.ndarray:
+    """Two arms in tile (0, 0) joined only in tile (1, 0): two parts of one component in one tile."""
+    x = np.zeros((8, 8), bool)
+    x[0:6, 0] = x[0:6, 3] = x[5, 0:4] = True
+    return x
+
+
+LAYOUTS = [
+    ("snake", snake(16), None, (3, 5)),
+    ("snake-1x1", snake(6), None, (1, 1)),
+    ("corner ring, cross", corner_ring(), None, (4, 4)),
+    ("corner ring, full", corner_ring(), np.ones((3, 3), bool), (4, 4)),
+    ("diagonal chain, full", np.eye(9, dtype=bool), np.ones((3, 3), bool), (2, 2)),
+    ("diagonal chain, cross", np.eye(9, dtype=bool), None, (2, 2)),
+    ("u shape", u_shape(), None, (4, 4)),
+    ("all foreground", np.ones((7, 5), bool), None, (2, 3)),
+    ("empty", np.zeros((5, 7), bool), None, (2, 2)),
+    ("3-D tube", np.pad(np.ones((6, 1, 1), bool), 1), np.ones((3, 3, 3), bool), (2, 2, 2)),
+    ("1-D", np.array([1, 1, 0, 1, 1, 1, 1, 0, 1], bool), None, (2,)),
+]
+
+
+@pytest.mark.parametrize("name, mask, structure, tile", LAYOUTS, ids=[l[0] for l in LAYOUTS])
+def test_components_crossing_tiles_every_way(name, mask, structure, tile):
+    op = bound(ops.Label(structure), mask.shape)
+    out, full, pay, _ = two_pass(op, mask, tile, {Mode.FULL, Mode.PAY})
+    expected = reference(mask, structure)
+    assert np.array_equal(out, expected)
+    whole = bound(ops.Label(structure), mask.shape)
+    _, wfull, wpay, _ = two_pass(whole, mask, None, {Mode.FULL, Mode.PAY})
+    assert relation(full) == relation(wfull)
+    assert payload_map(pay) == payload_map(wpay), "a component's payload does not depend on the tiling"
+
+
+def relation(pairs: FullPairs) -> set[tuple[int, int]]:
+    out, ins = pairs.out_ids, pairs.in_ids[0]
+    got = set()
+    for p in range(pairs.n_pairs):
+        o = out[pairs.out_ptr[p]:pairs.out_ptr[p + 1]]
+        i = ins[pairs.in_ptr[0][p]:pairs.in_ptr[0][p + 1]]
+        got |= set(itertools.product(o.tolist(), i.tolist()))
+    return got
+
+
+def payload_map(pay: PayloadPairs) -> dict[int, bytes]:
+    return {int(c): p for p, ids in pay.by_payload() for c in ids.tolist()}
+
+
+def test_a_component_spanning_many_tiles_is_one_label_and_one_payload():
+    mask = snake(16)
+    op = bound(ops.Label(), mask.shape)
+    out, _, pay, _ = two_pass(op, mask, (3, 3), {Mode.PAY})
+    assert len(np.unique(out[mask])) == 1 and out[0, 0] == 1
+    assert len(op._seams.global_ids) == 1
+    assert {p for p, _ in pay.by_payload() if p} == {encode_region(np.argwhere(mask), 2)}
+
+
+# =====================================================================================
+# Lineage: every mode, the same as the whole-array run, and within lineage_box
+# =====================================================================================
+@examples(60)
+@given(case=cases(max_side=9))
+def test_lineage_of_every_mode_is_the_component_relation(case):
+    mask, structure, tile = case
+    op = bound(ops.Label(structure), mask.shape)
+    expected = reference(mask, structure)
+    cells = np.argwhere(np.ones(mask.shape, bool))
+    truth = {(int(o), int(i)) for o, c in zip(to_ids(cells, mask.shape), cells)
+             for i in to_ids(related(expected, c[None]), mask.shape)}
+    _, full, _, _ = two_pass(op, mask, tile, {Mode.FULL})
+    assert relation(full) == truth
+    for mode in (Mode.PAY, Mode.COMP):
+        _, _, pay, _ = two_pass(op, mask, tile, {mode})
+        got = relation(expand_payloads(op, pay))
+        if mode is Mode.COMP:  # the identity default answers background cells
+            assert set(pay.out_ids.tolist()) == set(to_ids(np.argwhere(mask), mask.shape).tolist())
+            got |= {(int(c), int(c)) for c in to_ids(np.argwhere(~mask), mask.shape)}
+        assert got == truth, mode
+    # every tile's lineage lies in its lineage box
+    for t in tile_grid(mask.shape, tuple(range(mask.ndim)), tile):
+        lo, hi = (np.array(v) for v in zip(*op.lineage_box(t.box, 0)))
+        inside = np.all((cells >= [a for a, _ in t.box]) & (cells < [b for _, b in t.box]), axis=1)
+        reach = related(expected, cells[inside]) if inside.any() else np.zeros((0, mask.ndim), np.int64)
+        assert np.all((reach >= lo) & (reach < hi)), f"tile {t.box}: lineage outside {op.lineage_box(t.box, 0)}"
+
+
+def label_workflow(structure=None, name="label"):
+    wf = sz.Workflow("labels")
+    node = wf.add(ops.Label(structure), wf.input("x"), name=name)
+    return wf, node
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_strategy_answers_like_the_component_relation(seed, tmp_path):
+    rng = np.random.default_rng(seed)
+    shape = [(23, 17), (9, 8, 7), (61,)][seed]
+    mask = rng.random(shape) < [0.45, 0.3, 0.6][seed]
+    if seed == 0:
+        mask[3:20, 5] = True  # a long component across the tiles
+    structure = [None, np.ones((3, 3, 3), bool), None][seed]
+    wf, _ = label_workflow(structure)
+    run = wf.run({"x": mask}, store=tmp_path / "run", strategies={"label": STRATEGIES}, executor="local",
+                 tile_shape=[(5, 4), (3, 4, 2), (7,)][seed])
+    expected = reference(mask, structure)
+    assert np.array_equal(run.output("label"), expected)
+    cells = np.argwhere(np.ones(shape, bool))
+    picks = [cells[rng.choice(len(cells), 1)], cells[rng.choice(len(cells), 6, replace=False)],
+             np.argwhere(mask)[:1]]
+    for pick in picks:
+        want = related(expected, pick)
+        for strategy in USING:
+            assert np.array_equal(run.backward("label", pick, to="x", using={"label": strategy}), want), strategy
+            assert np.array_equal(run.forward("x", pick, to="label", using={"label": strategy}), want), strategy
+    again = sz.open_run(tmp_path / "run")  # the seam index travels with the stored operator
+    for strategy in ("BlackBox", "CompOne"):
+        assert np.array_equal(again.forward("x", picks[1], to="label", using={"label": strategy}),
+                              related(expected, picks[1]))
+
+
+@examples(25)
+@given(case=cases(max_side=9), data=st.data())
+def test_rerun_on_the_backward_lineage_reproduces_the_value(case, data):
+    mask, structure, tile = case
+    expected = reference(mask, structure)
+    cell = tuple(data.draw(st.integers(0, n - 1)) for n in mask.shape)
+    keep = np.zeros(mask.shape, bool)
+    keep[tuple(related(expected, np.array([cell])).T)] = True
+    rerun = bound(ops.Label(structure), mask.shape)
+    assert two_pass(rerun, np.where(keep, mask, False), tile)[0][cell] == expected[cell]
+
+
+def test_workflow_runs_on_spark_like_local(spark, tmp_path):
+    rng = np.random.default_rng(7)
+    mask = rng.random((40, 30)) < 0.5
+    mask[2:38, 11] = True
+    wf, _ = label_workflow(np.ones((3, 3), bool))
+    run = wf.run({"x": mask}, store=tmp_path / "spark", strategies={"label": ["CompOne", "FullOne"]},
+                 executor="spark", spark=spark, tile_shape=(8, 7))
+    expected = reference(mask, np.ones((3, 3), bool))
+    assert np.array_equal(run.output("label"), expected)
+    cell = np.array([[20, 11]])
+    for strategy in ("CompOne", "FullOne", "BlackBox"):
+        assert np.array_equal(run.backward("label", cell, to="x", using={"label": strategy}), related(expected, cell))
+
+
+def test_untiled_label_keeps_the_whole_array_behaviour(tmp_path):
+    class WholeLabel(ops.Label):
+        tiling = None
+
+    rng = np.random.default_rng(3)
+    mask = rng.random((12, 9)) < 0.5
+    wf = sz.Workflow("whole")
+    wf.add(WholeLabel(), wf.input("x"), name="label")
+    run = wf.run({"x": mask}, store=tmp_path / "run", strategies={"label": ["PayMany", "FullOne"]},
+                 executor="local", tile_shape=3)
+    assert run.node_record("label").stats.tiles == 1
+    expected = reference(mask)
+    assert np.array_equal(run.output("label"), expected)
+    cell = np.argwhere(mask)[:2]
+    for strategy in ("PayMany", "FullOne", "BlackBox"):
+        assert np.array_equal(run.backward("label", cell, to="x", using={"label": strategy}), related(expected, cell))
+
+
+# =====================================================================================
+# The first pass: summaries are O(perimeter), the seam index O(seam components)
+# =====================================================================================
+def test_summaries_hold_only_the_shared_faces():
+    rng = np.random.default_rng(4)
+    mask = rng.random((60, 50)) < 0.5
+    op = bound(ops.Label(), mask.shape)
+    _, _, _, summaries = two_pass(op, mask, (20, 25))
+    for s in summaries:
+        assert isinstance(s, TileSummary)
+        (r0, r1), (c0, c1) = s.box
+        perimeter = 2 * ((r1 - r0) + (c1 - c0))
+        assert len(s.cells) <= perimeter and len(s.parts) <= len(s.cells)
+        coords = to_coords(s.cells, mask.shape)
+        on_shared_face = ((coords[:, 0] == r0) & (r0 > 0)) | ((coords[:, 0] == r1 - 1) & (r1 < 60)) | \
+                         ((coords[:, 1] == c0) & (c0 > 0)) | ((coords[:, 1] == c1 - 1) & (c1 < 50))
+        assert on_shared_face.all() and mask[tuple(coords.T)].all()
+    assert isinstance(op._seams, SeamIndex)
+    assert len(op._seams.part_ids) <= sum(len(s.parts) for s in summaries)
+    assert op.params() == {"structure": None}, "the seam index is no operator argument"
+
+
+def test_a_tile_without_the_first_pass_is_refused():
+    mask = np.ones((4, 4), bool)
+    op = bound(ops.Label(), mask.shape)
+    box = ((0, 2), (0, 2))
+    with pytest.raises(sz.WorkflowError, match=r"tile \(\(0, 2\), \(0, 2\)\) .* was not in the first pass"):
+        op.run(Context("label", (), box, (box,), op.input_shapes, op.output_shape), mask[:2, :2])
+
+
+@pytest.mark.parametrize("structure, message", [
+    (np.ones((3, 3)), "structure is 2-D"),
+    (np.ones((5,)), r"symmetric \(3,\) array"),
+    (np.array([1, 1, 0]), r"symmetric \(3,\) array"),
+])
+def test_bad_structures_are_workflow_errors(structure, message):
+    with pytest.raises(sz.WorkflowError, match=message):
+        ops.Label(structure).infer_output_shape(((5,),))
+
+
+# =====================================================================================
+# Kernels: first cells, canonical ids, payloads of many regions at once, envelopes
+# =====================================================================================
+def test_first_cells_take_the_fast_path_and_the_fallback():
+    flat = np.array([0, 1, 1, 2, 0, 3, 2, 1], np.int32)
+    assert first_cells(flat, 3).tolist() == [1, 3, 5]
+    shuffled = np.array([0, 2, 1, 2, 3, 1], np.int32)  # not numbered in raster order
+    assert first_cells(shuffled, 3).tolist() == [2, 1, 4]
+    labels = np.array([[0, 1], [2, 2]], np.int32)
+    assert canonical_ids(labels, 2, (3, 4), (10, 10)).tolist() == [36, 45]  # 1 + flat index of (3, 5), (4, 4)
+
+
+@examples(100)
+@given(seed=st.integers(0, 2**32 - 1), ndim=st.integers(1, 3), m=st.integers(1, 6))
+def test_encode_regions_is_encode_region_for_each(seed, ndim, m):
+    rng = np.random.default_rng(seed)
+    sets = [np.unique(rng.integers(0, 7, (int(rng.integers(1, 9)), ndim)), axis=0) + rng.integers(0, 50, ndim)
+            for _ in range(m)]
+    coords = np.concatenate(sets)
+    region = np.repeat(np.arange(m), [len(s) for s in sets])
+    order = rng.permutation(len(coords))
+    lo = np.array([s.min(axis=0) for s in sets])
+    hi = np.array([s.max(axis=0) + 1 for s in sets])
+    got = encode_regions(coords[order], region[order], lo, hi)
+    assert got == [encode_region(s, ndim) for s in sets]
+    assert all(np.array_equal(decode_region(p, ndim), s) for p, s in zip(got, sets))
+    elo, ehi, empty = region_envelopes(got + [b""], ndim)
+    assert np.array_equal(elo[:m], lo) and np.array_equal(ehi[:m], hi) and empty.tolist() == [False] * m + [True]
+
+
+def test_map_p_envelope_reads_the_headers():
+    mask = corner_ring()
+    op = bound(ops.Label(), mask.shape)
+    _, _, pay, _ = two_pass(op, mask, (4, 4), {Mode.PAY})
+    payloads = [p for p, _ in pay.by_payload()]
+    lo, hi = op.map_p_envelope(payloads, 0)
+    for p, a, b in zip(payloads, lo, hi):
+        if p:
+            cells = decode_region(p, 2)
+            assert np.array_equal(a, cells.min(axis=0)) and np.array_equal(b, cells.max(axis=0) + 1)
+        else:  # "the cell itself", cells unknown: the whole input
+            assert a.tolist() == [0, 0] and b.tolist() == [8, 8]
+    owned = [to_coords(ids, mask.shape) for _, ids in pay.by_payload()]
+    lo, hi = op.map_p_envelope(payloads, 0, cells=owned)
+    base_lo, base_hi = sz.Operator.map_p_envelope(op, payloads, 0, cells=owned)  # the default, from map_p
+    assert np.array_equal(lo, base_lo) and np.array_equal(hi, base_hi)
+    one = np.array([[1, 1], [6, 7]])
+    lo, hi = op.map_p_envelope([b"", b""], 0, cells=one)
+    assert lo.tolist() == one.tolist() and hi.tolist() == (one + 1).tolist()
+
+
+def test_default_map_p_envelope_needs_the_cells():
+    op = bound(ops.Label(), (4, 4))
+    with pytest.raises(sz.LineageError, match="needs the pairs' out cells"):
+        sz.Operator.map_p_envelope(op, [b""], 0)
+
+
+def test_lineage_box_of_a_box_the_first_pass_did_not_see_holds_its_lineage():
+    mask = np.zeros((20, 20), bool)
+    mask[2, 1:9] = True  # inside tile (0, 0)
+    mask[5:15, 7] = True  # across tiles (0, 0) and (1, 0)
+    op = bound(ops.Label(), mask.shape)
+    expected = two_pass(op, mask, (10, 10))[0]
+    cells = np.argwhere(np.ones(mask.shape, bool))
+    for box in [((2, 3), (1, 2)), ((12, 13), (7, 8)), ((0, 20), (15, 16)), ((1, 6), (0, 12))]:
+        lo, hi = (np.array(v) for v in zip(*op.lineage_box(box, 0)))
+        inside = np.all((cells >= [a for a, _ in box]) & (cells < [b for _, b in box]), axis=1)
+        reach = related(expected, cells[inside])
+        assert np.all((reach >= lo) & (reach < hi)), box

@@ -193,6 +193,17 @@ class Operator:
         """Optional mask form of `map_f`: a boolean mask over the output, or None."""
         return None
 
+    def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Optional box form of `map_b`: half-open output boxes ``(lo, hi)`` (``(N, ndim)``
+        each) to input-``i`` boxes covering exactly their lineage, or None.  Queries given
+        a box keep it a box through operators that have this form (a stencil grows it by
+        its halo), so their cost does not grow with the box."""
+        return None
+
+    def map_f_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Optional box form of `map_f`: input-``i`` boxes to output boxes, or None."""
+        return None
+
     def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Per-cell backward lineage: ``(owner, coords)`` with ``owner`` indexing ``cells``."""
         return _per_cell(lambda c: self.map_b(c, i), cells)

@@ -260,8 +260,8 @@ def trace_tile(task: NodeTask, tile: Tile) -> FullPairs:
 
 def with_envelopes(op: Operator, pay: PayloadPairs) -> PayloadPairs:
     """``pay`` with the input envelope of every pair (see `PayloadPairs`): from the operator's
-    vectorized ``map_p_envelope`` when it has one, else one ``map_p_pairs`` call per distinct
-    payload, reduced per pair with numpy."""
+    own ``map_p_envelope`` when it overrides it, else one ``map_p_pairs`` call per distinct
+    payload (not per pair, as `Operator.map_p_envelope` would), reduced per pair with numpy."""
     if pay.envelopes is not None:
         return pay
     n = pay.n_pairs
@@ -271,11 +271,10 @@ def with_envelopes(op: Operator, pay: PayloadPairs) -> PayloadPairs:
         if n == 0:
             envelopes.append((np.zeros((0, ndim), np.int64), np.zeros((0, ndim), np.int64)))
             continue
-        hook = getattr(op, "map_p_envelope", None)
-        if hook is not None:
+        if type(op).map_p_envelope is not Operator.map_p_envelope:  # the operator's own, vectorized
             cells = [to_coords(pay.out_ids[a:b], op.output_shape)
                      for a, b in zip(pay.out_ptr[:-1].tolist(), pay.out_ptr[1:].tolist())]
-            lo, hi = hook(pay.payloads, i, cells)
+            lo, hi = op.map_p_envelope(pay.payloads, i, cells)
             envelopes.append((np.asarray(lo, np.int64).reshape(n, ndim), np.asarray(hi, np.int64).reshape(n, ndim)))
             continue
         lo = np.full((n, ndim), np.iinfo(np.int64).max, np.int64)

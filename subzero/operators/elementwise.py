@@ -68,10 +68,41 @@ class ElementwiseOperator(Operator):
     def map_b_pairs(self, cells, i):
         return np.arange(len(cells), dtype=np.int64), self._to_input(cells, i)
 
+    def _broadcast_axes(self, i: int) -> tuple[int, list[int]]:
+        """(leading output axes input ``i`` lacks, output axes it broadcasts along)."""
+        shape, out = self.input_shapes[i], self.output_shape
+        lead = len(out) - len(shape)
+        return lead, [a for a in range(len(out)) if a < lead or (shape[a - lead] == 1 and out[a] != 1)]
+
     def map_f(self, cells, i):
-        mask = np.zeros(self.input_shapes[i], bool)
-        mask[tuple(np.asarray(cells, np.int64).T)] = True
-        return np.argwhere(self.map_f_mask(mask, i))
+        cells = np.asarray(cells, np.int64)
+        lead, free = self._broadcast_axes(i)
+        out = np.zeros((len(cells), len(self.output_shape)), np.int64)
+        out[:, lead:] = cells
+        if not free:
+            return unique_rows(out)
+        grid = np.stack(np.meshgrid(*[np.arange(self.output_shape[a]) for a in free], indexing="ij"),
+                        axis=-1).reshape(-1, len(free))
+        out = np.repeat(out, len(grid), axis=0)
+        out[:, free] = np.tile(grid, (len(cells), 1))
+        return unique_rows(out)
+
+    def map_b_boxes(self, lo, hi, i):
+        shape = self.input_shapes[i]
+        lead = len(self.output_shape) - len(shape)
+        lo, hi = np.array(lo[:, lead:], np.int64), np.array(hi[:, lead:], np.int64)
+        ones = [k for k, n in enumerate(shape) if n == 1]
+        lo[:, ones], hi[:, ones] = 0, 1
+        return lo, hi
+
+    def map_f_boxes(self, lo, hi, i):
+        lead, free = self._broadcast_axes(i)
+        out_lo = np.zeros((len(lo), len(self.output_shape)), np.int64)
+        out_hi = np.tile(np.asarray(self.output_shape, np.int64), (len(lo), 1))
+        out_lo[:, lead:], out_hi[:, lead:] = lo, hi
+        out_lo[:, free] = 0
+        out_hi[:, free] = np.asarray(self.output_shape, np.int64)[free]
+        return out_lo, out_hi
 
     def map_b_mask(self, mask, i):
         shape = self.input_shapes[i]

@@ -12,7 +12,6 @@ import functools
 
 import numpy as np
 
-from subzero.cells import mask_from_coords
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._kernels import gather_axis, scatter_or, unique_rows
@@ -21,6 +20,15 @@ from subzero.operators.tilings import IndexMapped
 __all__ = ["IndexMapOperator"]
 
 Shape = tuple[int, ...]
+
+
+def _runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Half-open intervals ``[starts, stops)`` covering the distinct ``values``."""
+    v = np.unique(np.asarray(values, np.int64))
+    if not len(v):
+        return v, v
+    brk = np.flatnonzero(np.diff(v) != 1) + 1
+    return v[np.r_[0, brk]], v[np.r_[brk, len(v)] - 1] + 1
 
 
 class IndexMapOperator(Operator):
@@ -81,7 +89,51 @@ class IndexMapOperator(Operator):
         return unique_rows(self.map_b_pairs(cells, i)[1])
 
     def map_f(self, cells, i):
-        return np.argwhere(self.map_f_mask(mask_from_coords(cells, self.input_shapes[0]), i))
+        # per axis, the output indices reading each input index (a sorted inverse of the map)
+        cells = np.asarray(cells, np.int64)
+        out = np.zeros((len(cells), 0), np.int64)
+        owner = np.arange(len(cells))
+        for k, m in enumerate(self.axis_maps()):
+            order = np.argsort(m, kind="stable")
+            values = m[order]
+            v = cells[owner, k]
+            a, b = np.searchsorted(values, v, "left"), np.searchsorted(values, v, "right")
+            count = b - a
+            rows = np.repeat(np.arange(len(owner)), count)
+            pos = np.repeat(a - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
+            out = np.concatenate([out[rows], order[pos][:, None]], axis=1)
+            owner = owner[rows]
+        return unique_rows(out)
+
+    def map_b_boxes(self, lo, hi, i):
+        return self._boxes(lo, hi, [lambda lo_k, hi_k, m=m: _runs(m[lo_k:hi_k][m[lo_k:hi_k] >= 0])
+                                    for m in self.axis_maps()])
+
+    def map_f_boxes(self, lo, hi, i):
+        return self._boxes(lo, hi, [lambda lo_k, hi_k, m=m: _runs(np.flatnonzero((m >= lo_k) & (m < hi_k)))
+                                    for m in self.axis_maps()])
+
+    @staticmethod
+    def _boxes(lo, hi, per_axis, limit: int = 4096):
+        """Boxes from per-axis interval lists, box by box (None when they would be too many:
+        strided maps make one interval per index)."""
+        out_lo, out_hi = [], []
+        for b_lo, b_hi in zip(np.asarray(lo, np.int64), np.asarray(hi, np.int64)):
+            runs = [f(int(a), int(z)) for f, a, z in zip(per_axis, b_lo, b_hi)]
+            if any(len(r[0]) == 0 for r in runs):
+                continue
+            if int(np.prod([len(r[0]) for r in runs])) > limit:
+                return None
+            grid = np.meshgrid(*[np.arange(len(r[0])) for r in runs], indexing="ij")
+            pick = [g.reshape(-1) for g in grid]
+            out_lo.append(np.stack([r[0][p] for r, p in zip(runs, pick)], axis=1))
+            out_hi.append(np.stack([r[1][p] for r, p in zip(runs, pick)], axis=1))
+            if sum(len(x) for x in out_lo) > limit:
+                return None
+        ndim = len(per_axis)
+        if not out_lo:
+            return np.empty((0, ndim), np.int64), np.empty((0, ndim), np.int64)
+        return np.concatenate(out_lo), np.concatenate(out_hi)
 
     def map_b_mask(self, mask, i):
         for k, (m, n) in enumerate(zip(self.axis_maps(), self.input_shapes[0])):

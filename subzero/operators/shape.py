@@ -60,6 +60,16 @@ class Transpose(Operator):
     def map_f(self, cells, i):
         return cells[:, list(self._axes())]
 
+    def map_b_boxes(self, lo, hi, i):
+        axes = list(self._axes())
+        out_lo, out_hi = np.empty_like(lo), np.empty_like(hi)
+        out_lo[:, axes], out_hi[:, axes] = lo, hi
+        return out_lo, out_hi
+
+    def map_f_boxes(self, lo, hi, i):
+        axes = list(self._axes())
+        return lo[:, axes], hi[:, axes]
+
     def map_b_pairs(self, cells, i):
         return np.arange(len(cells), dtype=np.int64), self.map_b(cells, i)
 

@@ -20,7 +20,7 @@ from subzero.errors import LineageError, StoreError, SubZeroError, WorkflowError
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["main", "build_parser", "parse_cells"]
+__all__ = ["main", "build_parser", "parse_cells", "parse_boxes"]
 
 log = logging.getLogger(__name__)
 
@@ -126,12 +126,40 @@ def cmd_run(args) -> int:
 
 # -- queries ------------------------------------------------------------------------------------
 
+def parse_boxes(boxes: list[str] | None, fits: bool = False) -> list[list[tuple[int, int]]]:
+    """Boxes from ``--box 0:2,5:8`` (half-open, numpy order) as ``[[(lo, hi), ...], ...]``.
+
+    With ``fits``, a box is an inclusive 1-based FITS section ``X0:X1,Y0:Y1`` (x along
+    columns), converted to numpy order.
+
+    Examples
+    --------
+    >>> parse_boxes(["0:2,5:8"])
+    [[(0, 2), (5, 8)]]
+    >>> parse_boxes(["6:8,1:2"], fits=True)
+    [[(0, 2), (5, 8)]]
+    """
+    out = []
+    for text in boxes or []:
+        try:
+            pairs = [(int(a), int(b)) for a, b in (r.split(":") for r in text.split(","))]
+        except ValueError:
+            hint = "X0:X1,Y0:Y1 (1-based, inclusive), e.g. 10:20,5:8" if fits else "LO:HI per axis, e.g. 0:2,5:8"
+            raise LineageError(f"box {text!r} must be {hint}") from None
+        if fits:
+            if any(lo < 1 for lo, _ in pairs):
+                raise LineageError(f"box {text!r}: with --fits-coords, coordinates count from 1")
+            pairs = [(lo - 1, hi) for lo, hi in reversed(pairs)]
+        out.append(pairs)
+    return out
+
+
 def parse_cells(cells: list[str] | None, boxes: list[str] | None, fits: bool = False) -> "np.ndarray":
-    """Cells from ``--cells 1,2 --cells 3,4`` (or ``--cells "1,2;3,4"``) and half-open boxes
-    ``--box 0:2,5:8``, as ``(N, ndim)`` numpy coordinates.
+    """Cells from ``--cells 1,2 --cells 3,4`` (or ``--cells "1,2;3,4"``) and the cells of the
+    half-open boxes ``--box 0:2,5:8``, as ``(N, ndim)`` numpy coordinates.
 
     With ``fits``, cells are 1-based ``x,y`` (DS9/FITS order: x along columns) and boxes are
-    inclusive 1-based FITS sections ``X0:X1,Y0:Y1``; both are converted to numpy order.
+    inclusive 1-based FITS sections ``X0:X1,Y0:Y1`` (see `parse_boxes`).
 
     Examples
     --------
@@ -157,16 +185,8 @@ def parse_cells(cells: list[str] | None, boxes: list[str] | None, fits: bool = F
                     raise LineageError(f"cell {chunk!r}: with --fits-coords, coordinates count from 1 ({example})")
                 row = [v - 1 for v in reversed(row)]
             rows.append(row)
-    for text in boxes or []:
-        try:
-            lo, hi = zip(*[(int(a), int(b)) for a, b in (r.split(":") for r in text.split(","))])
-        except ValueError:
-            hint = "X0:X1,Y0:Y1 (1-based, inclusive), e.g. 10:20,5:8" if fits else "LO:HI per axis, e.g. 0:2,5:8"
-            raise LineageError(f"box {text!r} must be {hint}") from None
-        if fits:
-            if any(v < 1 for v in lo):
-                raise LineageError(f"box {text!r}: with --fits-coords, coordinates count from 1")
-            lo, hi = tuple(v - 1 for v in reversed(lo)), tuple(reversed(hi))
+    for pairs in parse_boxes(boxes, fits):
+        lo, hi = zip(*pairs)
         rows.extend(box_cells(lo, hi).tolist())
     if not rows:
         raise LineageError(f"give cells with --cells {example} (repeatable, or several as 'A,B;C,D') "
@@ -174,6 +194,13 @@ def parse_cells(cells: list[str] | None, boxes: list[str] | None, fits: bool = F
     if len({len(r) for r in rows}) != 1:
         raise LineageError("all cells must have the same number of coordinates")
     return np.array(rows, dtype=np.int64)
+
+
+def _query_start(args) -> dict[str, Any]:
+    """``cells=`` or, for boxes alone, ``box=`` (never expanded into cells) for a Run query."""
+    if args.box and not args.cells:
+        return {"box": parse_boxes(args.box, args.fits_coords)}
+    return {"cells": parse_cells(args.cells, args.box, args.fits_coords)}
 
 
 def _fits_header(run, node: str):
@@ -206,16 +233,20 @@ def _check_query_outputs(args, run) -> None:
                                f"{args.to!r} has shape {run.shape(args.to)} (use --mask or --json instead)")
 
 
-def _plot(args, run, cells, mask, count: int) -> None:
+def _plot(args, run, start: dict[str, Any], mask, count: int) -> None:
     import numpy as np
 
     from subzero.export import Panel, plot_panels
 
     panels = []
-    start = np.zeros(run.shape(args.node), dtype=bool)
-    start[tuple(cells.T)] = True
+    first = np.zeros(run.shape(args.node), dtype=bool)
+    if "box" in start:
+        for pairs in start["box"]:
+            first[tuple(slice(lo, hi) for lo, hi in pairs)] = True
+    else:
+        first[tuple(start["cells"].T)] = True
     what = f"{args.direction} lineage"
-    for node, m, title in ((args.node, start, f"{args.node}: {len(np.unique(cells, axis=0))} cell(s) queried"),
+    for node, m, title in ((args.node, first, f"{args.node}: {int(first.sum())} cell(s) queried"),
                            (args.to, mask, f"{args.to}: {count} cell(s), {what} of {args.node}")):
         if len(run.shape(node)) != 2:
             log.warning("--plot: %s has shape %s, not 2-D: not drawn", node, run.shape(node))
@@ -230,11 +261,11 @@ def cmd_query(args) -> int:
     from subzero.run import open_run
 
     run = open_run(args.store)
-    cells = parse_cells(args.cells, args.box, fits=args.fits_coords)
+    start = _query_start(args)
     using = {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
     _check_query_outputs(args, run)
     query = run.backward_mask if args.direction == "backward" else run.forward_mask
-    mask = np.asarray(query(args.node, cells, to=args.to, using=using), dtype=bool)
+    mask = np.asarray(query(args.node, to=args.to, using=using, **start), dtype=bool)
     result = np.argwhere(mask)
     shown = result
     if args.fits_coords:
@@ -253,7 +284,7 @@ def cmd_query(args) -> int:
 
         written.append(str(write_regions(args.regions, mask, text=f"{args.to}: {args.direction} of {args.node}")))
     if args.plot:
-        _plot(args, run, cells, mask, len(result))
+        _plot(args, run, start, mask, len(result))
         written.append(str(args.plot))
     if args.json:
         print(json.dumps({"direction": args.direction, "from": args.node, "to": args.to,
@@ -435,7 +466,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0, 2 for a user error, 130 when interrupted)."""
+    """Run the command line; returns the exit code (0; 2 for a user error; 130 when interrupted;
+    141 when stdout's reader went away, as in ``subzero query ... | head``)."""
     from subzero.progress import configure_logging
 
     args = build_parser().parse_args(argv)
@@ -446,6 +478,10 @@ def main(argv: list[str] | None = None) -> int:
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark(\..*)?$")
     try:
         return args.func(args)
+    except BrokenPipeError:  # `subzero query ... | head`: the reader left; no error message
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # keep Python's exit-time flush of stdout quiet
+        return 141
     except (SubZeroError, OSError, json.JSONDecodeError) as exc:
         print(f"subzero: error: {_one_line(exc)}", file=sys.stderr)
         return 2

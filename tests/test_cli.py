@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import subzero as sz
-from subzero.cli import main, parse_cells
+from subzero.cli import main, parse_boxes, parse_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 fits = pytest.importorskip("astropy.io.fits")
@@ -70,6 +70,18 @@ def test_fits_coordinates_in_and_out(store, capsys):
     assert sorted(fits_order["cells"]) == sorted([[c + 1, r + 1] for r, c in numpy_order["cells"]])
     # an inclusive FITS section x 1..2, y 1..3 is the numpy box rows 0:3, cols 0:2
     np.testing.assert_array_equal(parse_cells(None, ["1:2,1:3"], fits=True), parse_cells(None, ["0:3,0:2"]))
+    assert parse_boxes(["1:2,1:3"], fits=True) == parse_boxes(["0:3,0:2"]) == [[(0, 3), (0, 2)]]
+
+
+def test_boxes_go_to_the_query_unexpanded_and_match_their_cells(store, capsys):
+    base = ["query", str(store), "backward", "blur", "--to", "exposure_a", "--json"]
+    assert main(base + ["--box", "0:3,0:2", "--box", "10:12,5:9"]) == 0
+    boxes = json.loads(capsys.readouterr().out)
+    cells = ";".join(f"{r},{c}" for r, c in parse_cells(None, ["0:3,0:2", "10:12,5:9"]).tolist())
+    assert main(base + ["--cells", cells]) == 0
+    assert json.loads(capsys.readouterr().out) == boxes
+    done = run_cli(*base[:-1], "--box", "0:49,0:64")
+    one_line_error(done, "out of bounds")
 
 
 def test_explain_shows_strategies_and_costs(store, capsys):
@@ -381,3 +393,22 @@ def test_readme_documents_the_command_line():
     assert "--cells R,C ..." not in section
     for method in ("backward_mask", "forward_mask", "run.output"):
         assert method in text, method
+
+
+def test_a_fits_mask_carries_the_header_kept_with_the_node(tmp_path):
+    """The header of an input read from FITS, kept in its catalog record's metadata, is written
+    back with a FITS mask of that node (the WCS comes along)."""
+    from types import SimpleNamespace
+
+    from subzero.cli import _fits_header
+    from subzero.export import write_mask
+    from subzero.inputs import header_to_text
+
+    header = fits.Header({"OBJECT": "M31", "CTYPE1": "RA---TAN", "CRPIX1": 3.0})
+    records = {"raw": SimpleNamespace(metadata={"fits_header": header_to_text(header)}),
+               "dark": SimpleNamespace(metadata={})}
+    run = SimpleNamespace(catalog=SimpleNamespace(nodes=records), node=lambda ref: SimpleNamespace(name=ref))
+    assert _fits_header(run, "dark") is None and _fits_header(run, "missing") is None
+    write_mask(tmp_path / "m.fits", np.eye(3, dtype=bool), _fits_header(run, "raw"))
+    written = fits.getheader(tmp_path / "m.fits")
+    assert written["OBJECT"] == "M31" and written["CTYPE1"] == "RA---TAN" and written["CRPIX1"] == 3.0

@@ -80,11 +80,13 @@ def _quiet_spark_launch(verbosity: int) -> None:
 
 
 def _run_with_progress(args, wf, inputs: dict, **kwargs):
-    from subzero.progress import choose_reporter, reporting
+    import contextlib
+
+    from subzero.progress import choose_reporter
 
     if kwargs.get("executor", "spark") == "spark":
         _quiet_spark_launch(args.verbose)
-    with reporting(choose_reporter(sys.stderr, args.quiet, verbose=args.verbose > 0)) as reporter:
+    with contextlib.closing(choose_reporter(sys.stderr, args.quiet, verbose=args.verbose > 0)) as reporter:
         reporter.run_started(wf.name, len(wf.nodes))  # inputs too: storing them is reported as a node
         ok = False
         try:

@@ -1,38 +1,30 @@
-"""Progress of a run and diagnostics: the reporter executors call, logging, Spark's log level.
+"""Progress of a run and diagnostics: progress reporters, logging, Spark's log level.
 
-Executors report progress through a tiny interface, whatever displays it::
+A run reports progress to the object given as ``wf.run(..., progress=reporter)``; the
+executor calls, from any thread::
 
-    from subzero import progress
+    reporter.node_started("blur", 16)      # a node starts, as 16 tiles (Spark tasks)
+    reporter.tiles_done("blur", 1)         # more tiles finished
+    reporter.node_finished("blur")         # done (``ok=False``: it failed)
 
-    reporter = progress.get_reporter()          # a no-op unless the CLI installed one
-    reporter.node_started("blur", n_tiles=16)
-    reporter.tiles_done("blur", 1)              # any thread; once per finished tile (or n at once)
-    reporter.node_finished("blur")              # or node_finished("blur", ok=False) if it failed
-
-or, for an executor that can only poll (a Spark job's status tracker)::
-
-    with progress.track("blur", 16, poll=lambda: tasks_succeeded()):
-        ...                                      # run the job; the poll runs on a daemon thread
-
-The command line installs a `TerminalReporter` (one bar per node: tiles done / total,
-elapsed) when stderr is a terminal and ``--quiet`` is not given, else a `LoggingReporter`
-(one INFO line per node, shown with ``-v``). Diagnostics go through `logging` under the
-``subzero`` logger; the command's results stay on stdout.
+`Reporter` is the no-op base. The command line picks one with `choose_reporter`: a
+`TerminalReporter` (a live display: an overall bar, one bar per running node with tiles
+done / total and elapsed time) when stderr is a terminal and ``--quiet`` is not given, else
+a `LoggingReporter` (one INFO line per node, shown with ``-v``). Diagnostics go through
+`logging` under the ``subzero`` logger (`configure_logging`); results stay on stdout.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 __all__ = [
-    "Reporter", "LoggingReporter", "TerminalReporter", "get_reporter", "set_reporter", "reporting", "track",
-    "choose_reporter", "configure_logging", "current_verbosity", "spark_log_level", "spark_conf", "LOGGER",
+    "Reporter", "LoggingReporter", "TerminalReporter", "choose_reporter", "configure_logging", "current_verbosity",
+    "spark_log_level", "spark_conf", "LOGGER",
 ]
 
 LOGGER = "subzero"
@@ -62,7 +54,7 @@ class Reporter:
         """Node ``name`` finished: all its tiles (``ok``), or it failed (``ok=False``)."""
 
     def close(self) -> None:
-        """The run is over: release the display."""
+        """The run is over: release the display (the reporter is not used again)."""
 
 
 class LoggingReporter(Reporter):
@@ -72,14 +64,14 @@ class LoggingReporter(Reporter):
         self._log = logger or logging.getLogger(f"{LOGGER}.progress")
         self._lock = threading.Lock()
         self._nodes: dict[str, list] = {}  # name -> [tiles done, total, start]
+        self._run_start = time.perf_counter()
 
     def run_started(self, workflow: str, n_nodes: int) -> None:
-        self._start = time.perf_counter()
+        self._run_start = time.perf_counter()
         self._log.info("running workflow %r: %d node(s)", workflow, n_nodes)
 
     def run_finished(self, ok: bool = True) -> None:
-        elapsed = time.perf_counter() - getattr(self, "_start", time.perf_counter())
-        self._log.info("run %s after %.1f s", "finished" if ok else "stopped", elapsed)
+        self._log.info("run %s after %.1f s", "finished" if ok else "stopped", time.perf_counter() - self._run_start)
 
     def node_started(self, name: str, n_tiles: int) -> None:
         with self._lock:
@@ -187,102 +179,6 @@ class TerminalReporter(Reporter):
             if self._started:
                 self._progress.stop()
                 self._started = False
-
-
-_NULL = Reporter()
-_current: Reporter = _NULL
-_current_lock = threading.Lock()
-
-
-def get_reporter() -> Reporter:
-    """The reporter to tell about progress now (a no-op `Reporter` unless one is installed).
-
-    Examples
-    --------
-    >>> get_reporter().node_started("blur", 4)
-    """
-    return _current
-
-
-def set_reporter(reporter: Reporter | None) -> Reporter:
-    """Install ``reporter`` (``None``: the no-op default); returns the previous one."""
-    global _current
-    with _current_lock:
-        previous, _current = _current, (reporter if reporter is not None else _NULL)
-    return previous
-
-
-@contextlib.contextmanager
-def reporting(reporter: Reporter) -> Iterator[Reporter]:
-    """Install ``reporter`` for the duration of a block, then close it and restore the previous one.
-
-    Examples
-    --------
-    >>> with reporting(LoggingReporter()) as r:
-    ...     r.node_started("blur", 2); r.tiles_done("blur", 2); r.node_finished("blur")
-    """
-    previous = set_reporter(reporter)
-    try:
-        yield reporter
-    finally:
-        set_reporter(previous)
-        reporter.close()
-
-
-@contextlib.contextmanager
-def track(name: str, n_tiles: int, poll: Callable[[], int] | None = None,
-          interval: float = 0.25) -> Iterator[Reporter]:
-    """Report node ``name`` as started on entry and finished on exit (``ok=False`` on an error).
-
-    Parameters
-    ----------
-    name, n_tiles
-        The node and how many tiles it runs as.
-    poll
-        Optional: returns how many tiles are done so far (e.g. succeeded tasks of the
-        node's Spark job, from ``SparkContext.statusTracker()``); called every ``interval``
-        seconds on a daemon thread, and once more on exit; the increases are reported.
-        Without it, the caller reports ``tiles_done`` itself.
-
-    Examples
-    --------
-    >>> with track("blur", 3) as reporter:
-    ...     for tile in range(3):
-    ...         reporter.tiles_done("blur")
-    """
-    reporter = get_reporter()
-    reporter.node_started(name, n_tiles)
-    stop = threading.Event()
-    seen = [0]
-
-    def report() -> None:
-        try:
-            done = min(int(poll()), int(n_tiles))
-        except Exception:  # a status poll must never break a run
-            log.debug("progress poll for node %s failed", name, exc_info=True)
-            return
-        if done > seen[0]:
-            reporter.tiles_done(name, done - seen[0])
-            seen[0] = done
-
-    def loop() -> None:
-        while not stop.wait(interval):
-            report()
-
-    thread = None
-    if poll is not None:
-        thread = threading.Thread(target=loop, name=f"subzero-progress-{name}", daemon=True)
-        thread.start()
-    ok = False
-    try:
-        yield reporter
-        ok = True
-    finally:
-        if thread is not None:
-            stop.set()
-            thread.join()
-            report()
-        reporter.node_finished(name, ok=ok)
 
 
 def choose_reporter(stream: TextIO | None = None, quiet: bool = False, verbose: bool = False) -> Reporter:

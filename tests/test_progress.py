@@ -6,39 +6,14 @@ import io
 import re
 import logging
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from subzero import progress
 from subzero.progress import (
-    LoggingReporter, Reporter, TerminalReporter, choose_reporter, configure_logging, get_reporter, reporting,
-    set_reporter, spark_conf, spark_log_level, track,
+    LoggingReporter, Reporter, TerminalReporter, choose_reporter, configure_logging, spark_conf, spark_log_level,
 )
-
-
-class Recorder(Reporter):
-    def __init__(self):
-        self.events = []
-        self.closed = False
-        self._lock = threading.Lock()
-
-    def node_started(self, name, n_tiles):
-        self.events.append(("start", name, n_tiles))
-
-    def tiles_done(self, name, n=1):
-        with self._lock:
-            self.events.append(("tiles", name, n))
-
-    def node_finished(self, name, ok=True):
-        self.events.append(("finish", name, ok))
-
-    def close(self):
-        self.closed = True
-
-    def tiles(self, name):
-        return sum(e[2] for e in self.events if e[0] == "tiles" and e[1] == name)
 
 
 class FakeTerminal(io.StringIO):
@@ -47,39 +22,14 @@ class FakeTerminal(io.StringIO):
 
 
 def test_the_default_reporter_does_nothing():
-    reporter = get_reporter()
-    assert type(reporter) is Reporter
+    reporter = Reporter()
     reporter.run_started("w", 3)
     reporter.node_started("a", 2)
     reporter.tiles_done("a", 2)
     reporter.node_finished("a")
+    reporter.node_finished("b", ok=False)
+    reporter.run_finished(ok=False)
     reporter.close()
-
-
-def test_reporting_installs_then_restores_and_closes():
-    before = get_reporter()
-    with reporting(Recorder()) as recorder:
-        assert get_reporter() is recorder
-    assert get_reporter() is before and recorder.closed
-    previous = set_reporter(recorder)
-    assert set_reporter(None) is recorder and type(get_reporter()) is Reporter
-    set_reporter(previous)
-
-
-def test_track_polls_from_a_thread_and_reports_failures():
-    done = [0]
-    with reporting(Recorder()) as recorder:
-        with track("blur", 5, poll=lambda: done[0], interval=0.01):
-            for _ in range(5):
-                done[0] += 1
-                time.sleep(0.02)
-        assert recorder.tiles("blur") == 5
-        assert recorder.events[0] == ("start", "blur", 5) and recorder.events[-1] == ("finish", "blur", True)
-        with pytest.raises(RuntimeError):
-            with track("crd", 2, poll=lambda: 1 / 0, interval=0.01):  # a broken poll never breaks a run
-                time.sleep(0.03)
-                raise RuntimeError("operator failed")
-        assert recorder.events[-1] == ("finish", "crd", False)
 
 
 def test_tiles_done_from_many_threads():

@@ -412,3 +412,23 @@ def test_a_fits_mask_carries_the_header_kept_with_the_node(tmp_path):
     write_mask(tmp_path / "m.fits", np.eye(3, dtype=bool), _fits_header(run, "raw"))
     written = fits.getheader(tmp_path / "m.fits")
     assert written["OBJECT"] == "M31" and written["CTYPE1"] == "RA---TAN" and written["CRPIX1"] == 3.0
+
+
+def test_spark_keeps_its_log_out_of_the_terminal(tmp_path):
+    """A failing operator on Spark: the Python error in one line, none of log4j's ~200 lines."""
+    script = tmp_path / "fail.py"
+    script.write_text("import numpy as np, subzero as sz\n"
+                      "class Boom(sz.operators.Transpose):\n"
+                      "    def run(self, ctx, x):\n"
+                      "        raise ValueError('bad pixel at 3,4')\n"
+                      "def build():\n"
+                      "    wf = sz.Workflow('fail')\n"
+                      "    wf.add(Boom(), wf.input('x'), name='boom')\n"
+                      "    return wf, {'x': np.ones((2, 3))}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_SUBMIT_ARGS", "PYSPARK_GATEWAY_PORT")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-m", "subzero", "run", str(script), "--store", str(tmp_path / "s"),
+                           "--master", "local[1]"], capture_output=True, text=True, env=env)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if "incubator modules" not in line]  # the JVM's own
+    assert lines == ["subzero: error: node 'boom' failed on Spark: ValueError: bad pixel at 3,4"], done.stderr

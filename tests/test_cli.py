@@ -161,21 +161,11 @@ def test_demo_runs_the_astronomy_workflow_and_prints_both_queries(tmp_path, caps
 
 # -- a scientist's own files ----------------------------------------------------------------------
 
-FLOW = '''\
-import subzero as sz
-from subzero import operators as ops
-
-
-def build(inputs, threshold: float = 40.0, sigma: float = 1.0):
-    """dark-subtract, smooth, threshold, label: the stars of an exposure."""
-    wf = sz.Workflow("stars")
-    raw, dark = wf.input("raw"), wf.input("dark")
-    clean = wf.add(ops.Subtract(), raw, dark, name="clean")
-    smooth = wf.add(ops.GaussianFilter(sigma), clean, name="smooth")
-    bright = wf.add(ops.Threshold(threshold), smooth, name="bright")
-    wf.add(ops.Label(), bright, name="stars")
-    return wf
-'''
+def readme_flow() -> tuple[str, list[str]]:
+    """The README's workflow file (stars.py) and the `subzero run` command in its first line."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```python\n(# stars.py: (subzero run .*?)\n.*?)```", text, re.S)
+    return block.group(1), block.group(2).split()
 
 
 def exposure(shape=(48, 80), seed=3):
@@ -198,11 +188,13 @@ def own_data(tmp_path_factory):
                        "CRPIX2": 24.0, "CRVAL1": 150.1, "CRVAL2": 2.2, "CDELT1": -1e-4, "CDELT2": 1e-4})
     fits.HDUList([fits.PrimaryHDU(), sci]).writeto(root / "exposure.fits")
     np.save(root / "dark.npy", dark)
-    (root / "flow.py").write_text(FLOW)
-    done = run_cli("run", str(root / "flow.py"), "--input", f"raw={root / 'exposure.fits'}[SCI]",
-                   "--input", f"dark={root / 'dark.npy'}", "--param", "threshold=50", "--store", str(root / "run"),
-                   "--executor", "local", "-v")
+    flow, command = readme_flow()
+    (root / "flow.py").write_text(flow)
+    (root / "stars.py").write_text(flow)
+    assert command[:2] == ["subzero", "run"] and "--param" in command
+    done = run_cli(*command[1:], "--executor", "local", "-v", cwd=root)  # the README's command, as written
     assert done.returncode == 0, done.stderr
+    (root / "runs" / "stars").rename(root / "run")
     assert "stored in" in done.stdout and "subzero: input raw:" in done.stderr  # -v: diagnostics on stderr
     return root
 
@@ -265,7 +257,7 @@ def test_fits_mask_of_a_query(own_data, capsys):
     (["--input", "raw=exposure.fits"], "needs input 'dark': give --input dark=PATH"),
     (["--input", "raw=exposure.fits", "--input", "dark=dark.npy", "--param", "treshold=3"],
      "unknown --param 'treshold'"),
-    (["--input", "raw=exposure.fits", "--input", "dark=dark.npy", "--param", "sigma=wide"], "expects float"),
+    (["--input", "raw=exposure.fits", "--input", "dark=dark.npy", "--param", "threshold=wide"], "expects float"),
     (["--input", "raw=dark.txt"], "unknown format '.txt'"),
 ])
 def test_bad_inputs_are_one_line_and_write_nothing(own_data, extra, fragment):

@@ -292,10 +292,14 @@ def call_build(build: Callable, where: str, inputs: Mapping[str, Any], params: M
 
     Examples
     --------
+    >>> import subzero as sz
     >>> def build(inputs, sigma: float = 1.0):
-    ...     return "wf", dict(inputs)
-    >>> call_build(build, "flow.py", {"x": 1}, {"sigma": "2"})
-    ('wf', {'x': 1})
+    ...     wf = sz.Workflow(f"blur{sigma}")
+    ...     wf.add(sz.operators.GaussianFilter(sigma), wf.input("x"), name="blur")
+    ...     return wf
+    >>> wf, inputs = call_build(build, "flow.py", {"x": [[1.0]]}, {"sigma": "2"})
+    >>> wf.name, inputs
+    ('blur2.0', {'x': [[1.0]]})
     """
     try:
         sig = inspect.signature(build, eval_str=True)

@@ -424,3 +424,11 @@ def test_spark_keeps_its_log_out_of_the_terminal(tmp_path):
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if "incubator modules" not in line]  # the JVM's own
     assert lines == ["subzero: error: node 'boom' failed on Spark: ValueError: bad pixel at 3,4"], done.stderr
+
+
+def test_docstring_examples():
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module("subzero.cli"), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0

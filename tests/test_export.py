@@ -153,3 +153,11 @@ def test_a_plot_refuses_arrays_that_are_not_2d(tmp_path):
     with pytest.raises(sz.LineageError, match=r"ending in \.png"):
         plot_panels(tmp_path / "p.gif", [Panel("a", np.zeros((2, 3)), np.zeros((2, 3), bool))])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_docstring_examples():
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module("subzero.export"), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0

@@ -196,3 +196,11 @@ def test_check_bound():
         check_bound(wf, {"x": 1, "y": 2}, {"y": "y.npy"})
     with pytest.raises(sz.WorkflowError, match="needs input 'x': give --input x=PATH"):
         check_bound(wf, {}, {})
+
+
+def test_docstring_examples():
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module("subzero.inputs"), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0

@@ -109,3 +109,11 @@ def test_spark_log_level_and_conf():
     assert config.name == "log4j2.properties" and "${sys:subzero.log.level:-off}" in text
     assert "ThresholdFilter" in text
     assert progress.LOGGER == "subzero"
+
+
+
+def test_docstring_examples():
+    import doctest
+
+    result = doctest.testmod(progress, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0

@@ -393,11 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     # -v/-q work before or after the command: the sub-commands' copies only override when given
     parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="more diagnostics on stderr (-vv: debug, and Spark's own log)")
+                        help="more diagnostics on stderr, repeatable (-v: with Spark's warnings; -vv: debug)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress display, errors only")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
-                        help="more diagnostics on stderr (-vv: debug, and Spark's own log)")
+                        help="more diagnostics on stderr, repeatable (-v: with Spark's warnings; -vv: debug)")
     common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                         help="no progress display, errors only")
     sub = parser.add_subparsers(dest="command", required=True)

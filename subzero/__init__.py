@@ -1,19 +1,17 @@
 """subzero: fine-grained lineage for array workflows on Spark (after SubZero, ICDE 2013).
 
+The public names are imported on first use (PEP 562), so ``import subzero`` loads
+neither scipy, pyspark, astropy nor the operator modules: a cold ``subzero query``
+only pays for the modules it touches.
+
 >>> import subzero as sz
 >>> wf = sz.Workflow("demo")
 """
 
 from __future__ import annotations
 
-from subzero.context import Context
-from subzero.errors import LineageError, StoreError, SubZeroError, WorkflowError
-from subzero.modes import Mode, Strategy
-from subzero.operator import Operator
-from subzero.run import Run, open_run
-from subzero.tiling import Elementwise, Halo, Permuted, Reduced, RowBlocks, Tiling, Whole
-from subzero.workflow import Node, Workflow
-from subzero import operators
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "Context", "LineageError", "StoreError", "SubZeroError", "WorkflowError", "Mode", "Strategy",
@@ -21,3 +19,42 @@ __all__ = [
     "RowBlocks", "Node", "Workflow", "operators",
 ]
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_LAZY = {
+    "Context": "subzero.context",
+    "LineageError": "subzero.errors", "StoreError": "subzero.errors", "SubZeroError": "subzero.errors",
+    "WorkflowError": "subzero.errors",
+    "Mode": "subzero.modes", "Strategy": "subzero.modes",
+    "Operator": "subzero.operator",
+    "Run": "subzero.run", "open_run": "subzero.run",
+    "Tiling": "subzero.tiling", "Whole": "subzero.tiling", "Elementwise": "subzero.tiling",
+    "Halo": "subzero.tiling", "Permuted": "subzero.tiling", "Reduced": "subzero.tiling",
+    "RowBlocks": "subzero.tiling",
+    "Node": "subzero.workflow", "Workflow": "subzero.workflow",
+}
+
+if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
+    from subzero import operators
+    from subzero.context import Context
+    from subzero.errors import LineageError, StoreError, SubZeroError, WorkflowError
+    from subzero.modes import Mode, Strategy
+    from subzero.operator import Operator
+    from subzero.run import Run, open_run
+    from subzero.tiling import Elementwise, Halo, Permuted, Reduced, RowBlocks, Tiling, Whole
+    from subzero.workflow import Node, Workflow
+
+
+def __getattr__(name: str) -> Any:
+    if name == "operators":
+        return importlib.import_module("subzero.operators")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'subzero' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,39 +1,55 @@
-"""The ``subzero`` command line: run workflows, query their lineage.
+"""The ``subzero`` command line (also ``python -m subzero``): run workflows, query their lineage.
 
-Errors a user can fix print one line on stderr and exit with code 2.
+Results go to stdout; progress and diagnostics (`logging`, ``-v``/``-q``) to stderr.
+Errors a user can fix print one line on stderr and exit with code 2, having written nothing.
+Imports are deferred to the command that needs them, so a query starts fast.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import runpy
+import logging
+import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from subzero.errors import LineageError, StoreError, SubZeroError, WorkflowError
 
-from subzero.errors import LineageError, SubZeroError, WorkflowError
+if TYPE_CHECKING:
+    import numpy as np
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser", "parse_cells", "parse_boxes"]
+
+log = logging.getLogger(__name__)
 
 
-def _load_workflow(ref: str, quick: bool):
-    from subzero.workflows import BUILTIN, load_builtin
+# -- workflows and their inputs ---------------------------------------------------------------
+
+def _load_workflow(ref: str, files: dict[str, Any], params: dict[str, str], quick: bool):
+    """(workflow, inputs) from a built-in name or a Python file defining ``build``."""
+    import importlib
+    import runpy
+
+    from subzero.inputs import call_build
+    from subzero.workflows import BUILTIN
 
     if ref in BUILTIN:
-        return load_builtin(ref, quick=quick)
+        return call_build(importlib.import_module(BUILTIN[ref]).build, f"built-in workflow {ref!r}", files, params,
+                          quick)
     path = Path(ref)
     if not path.is_file():
-        raise WorkflowError(f"workflow {ref!r} is neither a built-in ({', '.join(sorted(BUILTIN))}) nor a file")
+        raise WorkflowError(
+            f"workflow {ref!r} is neither a built-in ({', '.join(sorted(BUILTIN))}) nor a file")
     namespace = runpy.run_path(str(path), run_name="subzero_workflow")
     build = namespace.get("build")
     if not callable(build):
         raise WorkflowError(f"{ref} must define build() returning (workflow, inputs)")
-    return build()
+    return call_build(build, ref, files, params, quick)
 
 
-def _parse_assignments(items: list[str], what: str) -> dict[str, list[str]]:
+def _parse_strategies(items: list[str] | None, what: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for item in items or []:
         node, sep, value = item.partition("=")
@@ -43,64 +59,247 @@ def _parse_assignments(items: list[str], what: str) -> dict[str, list[str]]:
     return out
 
 
-def parse_cells(cells: list[str] | None, boxes: list[str] | None) -> np.ndarray:
-    """Cells from ``--cells 1,2 --cells 3,4`` and boxes from ``--box 0:2,5:8`` (half-open)."""
-    from subzero.cells import box_cells
+def _check_new_store(path: str) -> None:
+    """Fail before reading inputs or running anything if the store directory is taken."""
+    root = Path(path)
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise StoreError(
+            f"store {path!r} already exists and is not empty; runs are never overwritten: "
+            "choose a new directory (or delete the old run yourself)")
 
-    rows = []
-    for text in cells or []:
-        for chunk in text.split(";"):
-            try:
-                rows.append([int(v) for v in chunk.split(",") if v.strip() != ""])
-            except ValueError:
-                raise LineageError(f"cell {chunk!r} must be comma-separated integers, e.g. 3,4") from None
-    for text in boxes or []:
+
+def _quiet_spark_launch(verbosity: int) -> None:
+    """Keep Spark's log4j output out of the terminal from JVM start (unless ``-v``), for a
+    session subzero starts itself; a session made by spark-submit or the user is untouched."""
+    from subzero.progress import spark_conf
+
+    if "PYSPARK_SUBMIT_ARGS" in os.environ or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    options = spark_conf(verbosity)["spark.driver.extraJavaOptions"]
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f'--driver-java-options "{options}" pyspark-shell'
+
+
+def _run_with_progress(args, wf, inputs: dict, **kwargs):
+    import contextlib
+
+    from subzero.progress import choose_reporter
+
+    if kwargs.get("executor", "spark") == "spark":
+        _quiet_spark_launch(args.verbose)
+    with contextlib.closing(choose_reporter(sys.stderr, args.quiet, verbose=args.verbose > 0)) as reporter:
+        reporter.run_started(wf.name, len(wf.nodes))  # inputs too: storing them is reported as a node
+        ok = False
         try:
-            lo, hi = zip(*[(int(a), int(b)) for a, b in (r.split(":") for r in text.split(","))])
-        except ValueError:
-            raise LineageError(f"box {text!r} must be LO:HI per axis, e.g. 0:2,5:8") from None
-        rows.extend(box_cells(lo, hi).tolist())
-    if not rows:
-        raise LineageError("give cells with --cells R,C (repeatable) or --box LO:HI,LO:HI")
-    if len({len(r) for r in rows}) != 1:
-        raise LineageError("all cells must have the same number of coordinates")
-    return np.array(rows, dtype=np.int64)
+            run = wf.run(inputs, progress=reporter, **kwargs)
+            ok = True
+        finally:
+            reporter.run_finished(ok)
+    return run
 
 
 def cmd_run(args) -> int:
-    wf, inputs = _load_workflow(args.workflow, args.quick)
-    strategies = _parse_assignments(args.strategy, "--strategy")
+    from subzero.inputs import check_bound, parse_assignments, read_inputs
+
+    files = parse_assignments(args.input, "--input", "NAME=PATH")
+    params = parse_assignments(args.param, "--param", "KEY=VALUE")
+    strategies = _parse_strategies(args.strategy, "--strategy")
     workload = json.loads(Path(args.workload).read_text()) if args.workload else None
+    _check_new_store(args.store)
+    arrays, headers = read_inputs(files)  # every file is checked before the store exists
+    wf, inputs = _load_workflow(args.workflow, arrays, params, args.quick)
+    check_bound(wf, inputs, files)
+    if headers:  # kept for FITS export once the catalog stores them (see subzero.inputs.header_to_text)
+        log.debug("FITS headers read for input(s) %s", ", ".join(headers))
     spark = None
     if args.executor == "spark" and args.master:
+        _quiet_spark_launch(args.verbose)
+        from subzero.progress import spark_log_level
         from subzero.spark import get_session
 
-        spark = get_session(args.master)
-    run = wf.run(inputs, store=args.store, strategies=strategies or None, executor=args.executor,
-                 spark=spark, tile_shape=args.tile, max_disk=args.max_disk, max_runtime=args.max_runtime,
-                 workload=workload)
+        spark = get_session(args.master, log_level=spark_log_level(args.verbose))
+    run = _run_with_progress(args, wf, inputs, store=args.store, strategies=strategies or None,
+                             executor=args.executor, spark=spark, tile_shape=args.tile, max_disk=args.max_disk,
+                             max_runtime=args.max_runtime, workload=workload)
     for node, stored in run.strategies.items():
         print(f"{node:>16}  {', '.join(stored)}")
     print(f"stored in {run.path}")
     return 0
 
 
+# -- queries ------------------------------------------------------------------------------------
+
+def parse_boxes(boxes: list[str] | None, fits: bool = False) -> list[list[tuple[int, int]]]:
+    """Boxes from ``--box 0:2,5:8`` (half-open, numpy order) as ``[[(lo, hi), ...], ...]``.
+
+    With ``fits``, a box is an inclusive 1-based FITS section ``X0:X1,Y0:Y1`` (x along
+    columns), converted to numpy order.
+
+    Examples
+    --------
+    >>> parse_boxes(["0:2,5:8"])
+    [[(0, 2), (5, 8)]]
+    >>> parse_boxes(["6:8,1:2"], fits=True)
+    [[(0, 2), (5, 8)]]
+    """
+    out = []
+    for text in boxes or []:
+        try:
+            pairs = [(int(a), int(b)) for a, b in (r.split(":") for r in text.split(","))]
+        except ValueError:
+            hint = "X0:X1,Y0:Y1 (1-based, inclusive), e.g. 10:20,5:8" if fits else "LO:HI per axis, e.g. 0:2,5:8"
+            raise LineageError(f"box {text!r} must be {hint}") from None
+        if fits:
+            if any(lo < 1 for lo, _ in pairs):
+                raise LineageError(f"box {text!r}: with --fits-coords, coordinates count from 1")
+            pairs = [(lo - 1, hi) for lo, hi in reversed(pairs)]
+        out.append(pairs)
+    return out
+
+
+def parse_cells(cells: list[str] | None, boxes: list[str] | None, fits: bool = False) -> "np.ndarray":
+    """Cells from ``--cells 1,2 --cells 3,4`` (or ``--cells "1,2;3,4"``) and the cells of the
+    half-open boxes ``--box 0:2,5:8``, as ``(N, ndim)`` numpy coordinates.
+
+    With ``fits``, cells are 1-based ``x,y`` (DS9/FITS order: x along columns) and boxes are
+    inclusive 1-based FITS sections ``X0:X1,Y0:Y1`` (see `parse_boxes`).
+
+    Examples
+    --------
+    >>> parse_cells(["1,2;3,4"], None).tolist()
+    [[1, 2], [3, 4]]
+    >>> parse_cells(["6,3"], ["1:2,1:1"], fits=True).tolist()
+    [[2, 5], [0, 0], [0, 1]]
+    """
+    import numpy as np
+
+    from subzero.cells import box_cells
+
+    rows = []
+    example = "X,Y (1-based)" if fits else "R,C"
+    for text in cells or []:
+        for chunk in text.split(";"):
+            try:
+                row = [int(v) for v in chunk.split(",") if v.strip() != ""]
+            except ValueError:
+                raise LineageError(f"cell {chunk!r} must be comma-separated integers, e.g. 3,4") from None
+            if fits:
+                if any(v < 1 for v in row):
+                    raise LineageError(f"cell {chunk!r}: with --fits-coords, coordinates count from 1 ({example})")
+                row = [v - 1 for v in reversed(row)]
+            rows.append(row)
+    for pairs in parse_boxes(boxes, fits):
+        lo, hi = zip(*pairs)
+        rows.extend(box_cells(lo, hi).tolist())
+    if not rows:
+        raise LineageError(f"give cells with --cells {example} (repeatable, or several as 'A,B;C,D') "
+                           f"or --box {'X0:X1,Y0:Y1' if fits else 'R0:R1,C0:C1'}")
+    if len({len(r) for r in rows}) != 1:
+        raise LineageError("all cells must have the same number of coordinates")
+    return np.array(rows, dtype=np.int64)
+
+
+def _query_start(args) -> dict[str, Any]:
+    """``cells=`` or, for boxes alone, ``box=`` (never expanded into cells) for a Run query."""
+    if args.box and not args.cells:
+        return {"box": parse_boxes(args.box, args.fits_coords)}
+    return {"cells": parse_cells(args.cells, args.box, args.fits_coords)}
+
+
+def _fits_header(run, node: str):
+    """The FITS header kept with ``node`` (an input read from FITS): the text in its catalog
+    record's ``metadata["fits_header"]`` (`subzero.inputs.header_to_text`), if any."""
+    record = run.catalog.nodes.get(run.node(node).name)
+    text = record.metadata.get("fits_header") if record is not None else None
+    if not text:
+        return None
+    from subzero.inputs import header_from_text
+
+    return header_from_text(text)
+
+
+def _check_query_outputs(args, run) -> None:
+    """Refuse bad output files before the query runs, so an error writes nothing."""
+    from subzero.export import MASK_SUFFIXES, PLOT_SUFFIXES, REGION_SUFFIXES, check_output
+
+    if args.mask:
+        check_output(args.mask, MASK_SUFFIXES, "--mask")
+    if args.regions:
+        check_output(args.regions, REGION_SUFFIXES, "--regions")
+        if len(run.shape(args.to)) != 2:
+            raise LineageError(f"--regions: node {args.to!r} has shape {run.shape(args.to)}; DS9 regions are for "
+                               "2-D images (use --mask for other ranks)")
+    if args.plot:
+        check_output(args.plot, PLOT_SUFFIXES, "--plot")
+        if all(len(run.shape(n)) != 2 for n in (args.node, args.to)):
+            raise LineageError(f"--plot draws 2-D arrays; {args.node!r} has shape {run.shape(args.node)} and "
+                               f"{args.to!r} has shape {run.shape(args.to)} (use --mask or --json instead)")
+
+
+def _plot(args, run, start: dict[str, Any], mask, count: int) -> None:
+    import numpy as np
+
+    from subzero.export import Panel, plot_panels
+
+    panels = []
+    first = np.zeros(run.shape(args.node), dtype=bool)
+    if "box" in start:
+        for pairs in start["box"]:
+            first[tuple(slice(lo, hi) for lo, hi in pairs)] = True
+    else:
+        first[tuple(start["cells"].T)] = True
+    what = f"{args.direction} lineage"
+    for node, m, title in ((args.node, first, f"{args.node}: {int(first.sum())} cell(s) queried"),
+                           (args.to, mask, f"{args.to}: {count} cell(s), {what} of {args.node}")):
+        if len(run.shape(node)) != 2:
+            log.warning("--plot: %s has shape %s, not 2-D: not drawn", node, run.shape(node))
+            continue
+        panels.append(Panel(title, np.asarray(run.output(node)), m))
+    plot_panels(args.plot, panels, origin="lower" if args.fits_coords else "upper")
+
+
 def cmd_query(args) -> int:
+    import numpy as np
+
     from subzero.run import open_run
 
     run = open_run(args.store)
-    cells = parse_cells(args.cells, args.box)
-    using = {k: v[-1] for k, v in _parse_assignments(args.using, "--using").items()} or None
-    query = run.backward if args.direction == "backward" else run.forward
-    result = query(args.node, cells, to=args.to, using=using)
+    start = _query_start(args)
+    using = {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
+    _check_query_outputs(args, run)
+    query = run.backward_mask if args.direction == "backward" else run.forward_mask
+    mask = np.asarray(query(args.node, to=args.to, using=using, **start), dtype=bool)
+    result = np.argwhere(mask)
+    shown = result
+    if args.fits_coords:
+        from subzero.export import to_fits_coords
+
+        shown = to_fits_coords(result)
+    written = []
+    if args.mask:
+        from subzero.export import write_mask
+
+        header = _fits_header(run, args.to)
+        written.append(str(write_mask(args.mask, mask, header, history=f"subzero {args.direction} lineage of "
+                                      f"{args.node} in {args.to}: {len(result)} cells")))
+    if args.regions:
+        from subzero.export import write_regions
+
+        written.append(str(write_regions(args.regions, mask, text=f"{args.to}: {args.direction} of {args.node}")))
+    if args.plot:
+        _plot(args, run, start, mask, len(result))
+        written.append(str(args.plot))
     if args.json:
         print(json.dumps({"direction": args.direction, "from": args.node, "to": args.to,
-                          "count": len(result), "cells": result.tolist()}))
+                          "shape": list(run.shape(args.to)), "coords": "fits" if args.fits_coords else "numpy",
+                          "count": len(result), "cells": shown.tolist(), "written": written}))
+    elif written:
+        print(f"{args.direction} {args.node} -> {args.to}: {len(result)} cell(s); wrote {', '.join(written)}")
     else:
-        for row in result.tolist():
-            print(",".join(map(str, row)))
+        sys.stdout.write("".join(",".join(map(str, row)) + "\n" for row in shown.tolist()))
     return 0
 
+
+# -- the demo, explain, bench ------------------------------------------------------------------
 
 DEMO_MARKER = "MADE_BY_SUBZERO_DEMO"
 
@@ -112,6 +311,8 @@ def cmd_demo(args) -> int:
     against re-executing every operator (BlackBox)."""
     import shutil
     import time
+
+    import numpy as np
 
     from subzero.workflows import load_builtin
     from subzero.workflows.astronomy import UDFS
@@ -125,7 +326,7 @@ def cmd_demo(args) -> int:
     workload = [{"direction": "backward", "node": "stars", "to": "exposure_1", "cells": middle},
                 {"direction": "forward", "node": "exposure_1", "to": "clean", "cells": middle}]
     start = time.perf_counter()
-    run = wf.run(inputs, store=store, workload=workload, max_disk="2x", executor=args.executor)
+    run = _run_with_progress(args, wf, inputs, store=store, workload=workload, max_disk="2x", executor=args.executor)
     marker.write_text("made by `subzero demo`, which rebuilds this store on every run\n")
     shape = "x".join(map(str, inputs["exposure_1"].shape))
     print(f"ran the astronomy workflow ({len(run.strategies)} operators, {shape} exposures) on {args.executor} "
@@ -159,10 +360,17 @@ def cmd_demo(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from subzero.explain import explain
     from subzero.run import open_run
 
-    print(explain(open_run(args.store)))
+    run = open_run(args.store)
+    if args.json:
+        from subzero.describe import explain_data
+
+        print(json.dumps(explain_data(run), indent=2))
+        return 0
+    from subzero.explain import explain
+
+    print(explain(run))
     return 0
 
 
@@ -172,13 +380,38 @@ def cmd_bench(args) -> int:
     return bench_main(args.name, quick=args.quick, out_dir=args.out or f"benchmarks/results/{args.name}")
 
 
+# -- the parser -------------------------------------------------------------------------------
+
+def _version() -> str:
+    from subzero import __version__
+
+    return f"subzero {__version__}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="subzero", description="Fine-grained lineage for array workflows on Spark.")
+    parser.add_argument("--version", action="version", version=_version())
+    # -v/-q work before or after the command: the sub-commands' copies only override when given
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more diagnostics on stderr, repeatable (-v: with Spark's warnings; -vv: debug)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress display, errors only")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="more diagnostics on stderr, repeatable (-v: with Spark's warnings; -vv: debug)")
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress display, errors only")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run a workflow and store its lineage")
+    run = sub.add_parser("run", parents=[common], help="run a workflow and store its lineage",
+                         description="Run a workflow (a built-in name or a Python file defining build()) and store "
+                                     "its arrays and lineage in a new directory.")
     run.add_argument("workflow", help="built-in workflow name or a Python file defining build()")
     run.add_argument("--store", required=True, help="new directory for the run")
+    run.add_argument("--input", action="append", metavar="NAME=PATH",
+                     help="bind workflow input NAME to a file: .npy, FITS (file.fits, file.fits[1], file.fits[SCI]) "
+                          "or a Zarr array (repeatable)")
+    run.add_argument("--param", action="append", metavar="KEY=VALUE",
+                     help="pass KEY=VALUE to the workflow file's build() (repeatable)")
     run.add_argument("--strategy", action="append", metavar="NODE=STRATEGY[,STRATEGY]",
                      help="pin strategies for a node (repeatable)")
     run.add_argument("--executor", choices=["spark", "local"], default="spark")
@@ -187,30 +420,41 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-disk", help="lineage disk budget: bytes ('50MB') or input multiple ('2x')")
     run.add_argument("--max-runtime", help="runtime budget: seconds ('30s') or multiple of the plain run ('1.5x')")
     run.add_argument("--workload", help="JSON file of sample queries for the optimizer")
-    run.add_argument("--quick", action="store_true", help="small inputs for built-in workflows")
+    run.add_argument("--quick", action="store_true",
+                     help="small inputs (built-in workflows; a file's build() must take a 'quick' parameter)")
     run.set_defaults(func=cmd_run)
 
-    query = sub.add_parser("query", help="backward or forward lineage of cells of a stored run")
+    query = sub.add_parser("query", parents=[common], help="backward or forward lineage of cells of a stored run")
     query.add_argument("store")
     query.add_argument("direction", choices=["backward", "forward"])
     query.add_argument("node", help="the node the cells belong to")
     query.add_argument("--to", required=True, help="the node to trace to")
-    query.add_argument("--cells", action="append", help="a cell 'R,C' or several 'R,C;R,C' (repeatable)")
-    query.add_argument("--box", action="append", help="a half-open box 'R0:R1,C0:C1' (repeatable)")
+    query.add_argument("--cells", action="append", metavar="R,C[;R,C...]",
+                       help="one cell 'R,C' or several 'R,C;R,C' (repeatable)")
+    query.add_argument("--box", action="append", metavar="R0:R1,C0:C1", help="a half-open box (repeatable)")
+    query.add_argument("--fits-coords", action="store_true",
+                       help="cells are 1-based X,Y and boxes inclusive X0:X1,Y0:Y1 (DS9/FITS); output likewise")
     query.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
     query.add_argument("--json", action="store_true", help="print JSON instead of one cell per line")
+    query.add_argument("--plot", metavar="FILE.png", help="draw the traced cells over the arrays (PNG, PDF, SVG)")
+    query.add_argument("--mask", metavar="FILE.npy|FILE.fits", help="write the traced cells as a boolean mask")
+    query.add_argument("--regions", metavar="FILE.reg", help="write the traced cells as DS9 regions (2-D)")
     query.set_defaults(func=cmd_query)
 
-    demo = sub.add_parser("demo", help="the main job: the astronomy workflow on Spark and two lineage queries")
+    demo = sub.add_parser("demo", parents=[common],
+                          help="the main job: the astronomy workflow on Spark and two lineage queries")
     demo.add_argument("--store", default="runs/demo")
     demo.add_argument("--executor", choices=["spark", "local"], default="spark")
     demo.add_argument("--quick", action="store_true", help="128 x 500 exposures instead of 512 x 2000")
     demo.set_defaults(func=cmd_demo)
-    explain = sub.add_parser("explain", help="the chosen strategy per node, predicted and measured costs, and why")
+    explain = sub.add_parser("explain", parents=[common],
+                             help="the chosen strategy per node, predicted and measured costs, and why")
     explain.add_argument("store")
+    explain.add_argument("--json", action="store_true", help="print JSON")
     explain.set_defaults(func=cmd_explain)
 
-    bench = sub.add_parser("bench", help="reproduce the paper's experiments side by side with baselines")
+    bench = sub.add_parser("bench", parents=[common],
+                           help="reproduce the paper's experiments side by side with baselines")
     bench.add_argument("name", choices=["astronomy", "genomics", "micro"])
     bench.add_argument("--quick", action="store_true", help="small sizes: under two minutes")
     bench.add_argument("--out", help="output directory (default benchmarks/results/NAME)")
@@ -218,17 +462,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(part.strip() for part in str(exc).strip().splitlines() if part.strip())
+    return text or type(exc).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run the command line; returns the exit code (0; 2 for a user error; 130 when interrupted;
+    141 when stdout's reader went away, as in ``subzero query ... | head``)."""
+    from subzero.progress import configure_logging
+
+    args = build_parser().parse_args(argv)
+    configure_logging(args.verbose, args.quiet)
+    if args.verbose < 2:
+        import warnings
+
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark(\..*)?$")
     try:
         return args.func(args)
-    except SubZeroError as exc:
-        print(f"subzero: error: {exc}", file=sys.stderr)
+    except BrokenPipeError:  # `subzero query ... | head`: the reader left; no error message
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # keep Python's exit-time flush of stdout quiet
+        return 141
+    except (SubZeroError, OSError, json.JSONDecodeError) as exc:
+        print(f"subzero: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"subzero: error: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("subzero: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,19 +1,34 @@
-"""The command line: run, query, explain, demo; user errors are one line and exit code 2."""
+"""The command line: run, query, explain, demo; input files, pictures, masks, regions, JSON;
+user errors are one line and exit code 2, with nothing written."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from subzero.cli import main, parse_cells
+import subzero as sz
+from subzero.cli import main, parse_boxes, parse_cells
+
+ROOT = Path(__file__).resolve().parents[1]
+fits = pytest.importorskip("astropy.io.fits")
 
 
-def run_cli(*args: str):
-    return subprocess.run([sys.executable, "-m", "subzero.cli", *args], capture_output=True, text=True)
+def run_cli(*args: str, cwd: str | Path | None = None):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "subzero", *args], capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def one_line_error(done, fragment: str) -> None:
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("subzero: error: "), done.stderr
+    assert fragment in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +43,10 @@ def test_run_then_query_backward_and_forward(store, capsys):
     assert main(["query", str(store), "backward", "blur", "--to", "exposure_a", "--cells", "0,0", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["count"] == 4 and out["cells"] == [[0, 0], [0, 1], [1, 0], [1, 1]]
+    assert out["coords"] == "numpy" and out["shape"] == [48, 64]
     assert main(["query", str(store), "forward", "exposure_b", "--to", "merge", "--cells", "3,4;5,6"]) == 0
+    assert capsys.readouterr().out.split() == ["3,4", "5,6"]
+    assert main(["query", str(store), "forward", "exposure_b", "--to", "merge", "--cells", "3,4", "--cells", "5,6"]) == 0
     assert capsys.readouterr().out.split() == ["3,4", "5,6"]
 
 
@@ -41,6 +59,31 @@ def test_boxes_and_forced_strategies(store, capsys):
     np.testing.assert_array_equal(parse_cells(None, ["0:2,0:3"]), [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]])
 
 
+def test_fits_coordinates_in_and_out(store, capsys):
+    assert main(["query", str(store), "backward", "blur", "--to", "exposure_a", "--cells", "3,2", "--json"]) == 0
+    numpy_order = json.loads(capsys.readouterr().out)
+    # the same cell as DS9 sees it: x = col + 1 = 3, y = row + 1 = 4
+    assert main(["query", str(store), "backward", "blur", "--to", "exposure_a", "--cells", "3,4", "--fits-coords",
+                 "--json"]) == 0
+    fits_order = json.loads(capsys.readouterr().out)
+    assert fits_order["coords"] == "fits" and fits_order["count"] == numpy_order["count"] == 9
+    assert sorted(fits_order["cells"]) == sorted([[c + 1, r + 1] for r, c in numpy_order["cells"]])
+    # an inclusive FITS section x 1..2, y 1..3 is the numpy box rows 0:3, cols 0:2
+    np.testing.assert_array_equal(parse_cells(None, ["1:2,1:3"], fits=True), parse_cells(None, ["0:3,0:2"]))
+    assert parse_boxes(["1:2,1:3"], fits=True) == parse_boxes(["0:3,0:2"]) == [[(0, 3), (0, 2)]]
+
+
+def test_boxes_go_to_the_query_unexpanded_and_match_their_cells(store, capsys):
+    base = ["query", str(store), "backward", "blur", "--to", "exposure_a", "--json"]
+    assert main(base + ["--box", "0:3,0:2", "--box", "10:12,5:9"]) == 0
+    boxes = json.loads(capsys.readouterr().out)
+    cells = ";".join(f"{r},{c}" for r, c in parse_cells(None, ["0:3,0:2", "10:12,5:9"]).tolist())
+    assert main(base + ["--cells", cells]) == 0
+    assert json.loads(capsys.readouterr().out) == boxes
+    done = run_cli(*base[:-1], "--box", "0:49,0:64")
+    one_line_error(done, "out of bounds")
+
+
 def test_explain_shows_strategies_and_costs(store, capsys):
     assert main(["explain", str(store)]) == 0
     text = capsys.readouterr().out
@@ -48,30 +91,43 @@ def test_explain_shows_strategies_and_costs(store, capsys):
     assert "measured: disk" in text and "total lineage stored" in text
 
 
+def test_explain_json(store, capsys):
+    assert main(["explain", str(store), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    nodes = {n["name"]: n for n in data["nodes"]}
+    assert data["workflow"] == "demo" and data["status"] == "done" and data["optimizer"] is None
+    assert nodes["exposure_a"]["kind"] == "input" and nodes["exposure_a"]["shape"] == [48, 64]
+    assert nodes["crd_a"]["operator"] == "CosmicRayDetect"
+    assert nodes["crd_a"]["strategies"] == ["CompOne/backward", "FullMany/backward"]
+    assert nodes["blur"]["inputs"] == ["merge"] and nodes["crd_a"]["measured"]["disk_bytes"] > 0
+    assert data["total_lineage_bytes"] == sum(n.get("measured", {}).get("disk_bytes", 0) for n in data["nodes"])
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["query", "/nonexistent/store", "backward", "a", "--to", "b", "--cells", "1,1"], "does not exist"),
     (["run", "no-such-workflow", "--store", "x"], "neither a built-in"),
-    (["run", "demo", "--store", "STORE", "--strategy", "crd_a"], "must look like NODE=STRATEGY"),
+    (["run", "demo", "--store", "NEW", "--strategy", "crd_a"], "must look like NODE=STRATEGY"),
+    (["run", "demo", "--store", "STORE"], "already exists"),
 ])
-def test_user_errors_are_one_line_with_exit_code_2(args, fragment, store):
-    args = [str(store) if a == "STORE" else a for a in args]
-    done = run_cli(*args)
-    assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and fragment in done.stderr and "Traceback" not in done.stderr
+def test_user_errors_are_one_line_with_exit_code_2(args, fragment, store, tmp_path):
+    args = [str(store) if a == "STORE" else str(tmp_path / "new") if a == "NEW" else a for a in args]
+    one_line_error(run_cli(*args), fragment)
+    assert not (tmp_path / "new").exists()
 
 
 def test_bad_cells_from_the_cli(store):
     done = run_cli("query", str(store), "backward", "blur", "--to", "exposure_a", "--cells", "999,0")
-    assert done.returncode == 2 and "out of bounds" in done.stderr and "Traceback" not in done.stderr
+    one_line_error(done, "out of bounds")
     done = run_cli("query", str(store), "backward", "blur", "--to", "exposure_a", "--cells", "a,b")
-    assert done.returncode == 2 and "comma-separated integers" in done.stderr
+    one_line_error(done, "comma-separated integers")
+    done = run_cli("query", str(store), "backward", "blur", "--to", "exposure_a", "--cells", "0,5", "--fits-coords")
+    one_line_error(done, "count from 1")
 
 
 def test_corrupt_store_is_a_clear_error(tmp_path):
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "catalog.json").write_text("{not json")
-    done = run_cli("explain", str(tmp_path / "bad"))
-    assert done.returncode == 2 and "corrupt catalog.json" in done.stderr
+    one_line_error(run_cli("explain", str(tmp_path / "bad")), "corrupt catalog.json")
 
 
 def test_workflow_from_a_python_file(tmp_path, capsys):
@@ -86,6 +142,10 @@ def test_workflow_from_a_python_file(tmp_path, capsys):
     assert main(["run", str(script), "--store", str(tmp_path / "s"), "--executor", "local"]) == 0
     assert main(["query", str(tmp_path / "s"), "backward", "t", "--to", "x", "--cells", "2,1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["cells"] == [[1, 2]]
+    # --quick means nothing to this build(): refused, not ignored
+    one_line_error(run_cli("run", str(script), "--store", str(tmp_path / "q"), "--executor", "local", "--quick"),
+                   "takes no 'quick' parameter")
+    assert not (tmp_path / "q").exists()
 
 
 def test_demo_runs_the_astronomy_workflow_and_prints_both_queries(tmp_path, capsys, store):
@@ -97,3 +157,278 @@ def test_demo_runs_the_astronomy_workflow_and_prints_both_queries(tmp_path, caps
     before = (store / "catalog.json").read_bytes()
     assert main(["demo", "--quick", "--executor", "local", "--store", str(store)]) == 2  # not the demo's
     assert (store / "catalog.json").read_bytes() == before
+
+
+# -- a scientist's own files ----------------------------------------------------------------------
+
+def readme_flow() -> tuple[str, list[str]]:
+    """The README's workflow file (stars.py) and the `subzero run` command in its first line."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```python\n(# stars.py: (subzero run .*?)\n.*?)```", text, re.S)
+    return block.group(1), block.group(2).split()
+
+
+def exposure(shape=(48, 80), seed=3):
+    """A star field: sky, noise and three Gaussian stars; and a dark frame."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:shape[0], 0:shape[1]]
+    image = 100 + rng.normal(0, 3, shape)
+    for r, c, flux in ((12, 20, 400), (30, 55, 250), (40, 10, 300)):
+        image += flux * np.exp(-((yy - r) ** 2 + (xx - c) ** 2) / 4.0)
+    return image.astype(np.float32), np.full(shape, 100, dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def own_data(tmp_path_factory):
+    """A FITS exposure (SCI extension, with WCS), a .npy dark frame, the workflow file, a run."""
+    root = tmp_path_factory.mktemp("own")
+    image, dark = exposure()
+    sci = fits.ImageHDU(image, name="SCI")
+    sci.header.update({"OBJECT": "test field", "CTYPE1": "RA---TAN", "CTYPE2": "DEC--TAN", "CRPIX1": 40.0,
+                       "CRPIX2": 24.0, "CRVAL1": 150.1, "CRVAL2": 2.2, "CDELT1": -1e-4, "CDELT2": 1e-4})
+    fits.HDUList([fits.PrimaryHDU(), sci]).writeto(root / "exposure.fits")
+    np.save(root / "dark.npy", dark)
+    flow, command = readme_flow()
+    (root / "flow.py").write_text(flow)
+    (root / "stars.py").write_text(flow)
+    assert command[:2] == ["subzero", "run"] and "--param" in command
+    done = run_cli(*command[1:], "--executor", "local", "-v", cwd=root)  # the README's command, as written
+    assert done.returncode == 0, done.stderr
+    (root / "runs" / "stars").rename(root / "run")
+    assert "stored in" in done.stdout and "subzero: input raw:" in done.stderr  # -v: diagnostics on stderr
+    return root
+
+
+def test_inputs_from_files_reach_the_workflow(own_data):
+    run = sz.open_run(own_data / "run")
+    image, dark = exposure()
+    np.testing.assert_allclose(np.asarray(run.output("clean")), image - dark)
+    labels = np.asarray(run.output("stars"))
+    assert len(np.unique(labels[labels > 0])) == 3  # three stars above threshold=50 (given with --param)
+
+
+def test_query_writes_mask_regions_and_plot(own_data, capsys):
+    run = sz.open_run(own_data / "run")
+    labels = np.asarray(run.output("stars"))
+    star = np.argwhere(labels == labels[12, 20])  # the brightest star's pixels
+    expected = run.backward_mask("stars", star, to="raw")
+    cells = ";".join(f"{r},{c}" for r, c in star)
+    out = own_data / "out"
+    out.mkdir()
+    assert main(["query", str(own_data / "run"), "backward", "stars", "--to", "raw", "--cells", cells,
+                 "--mask", str(out / "star.npy"), "--regions", str(out / "star.reg"),
+                 "--plot", str(out / "star.png")]) == 0
+    summary = capsys.readouterr().out
+    assert summary.startswith(f"backward stars -> raw: {int(expected.sum())} cell(s); wrote ")
+    np.testing.assert_array_equal(np.load(out / "star.npy"), expected)  # exactly the traced cells
+
+    from regions import Regions
+
+    cover = np.zeros(expected.shape, dtype=bool)
+    for region in Regions.read(str(out / "star.reg"), format="ds9"):
+        cover |= region.to_mask(mode="center").to_image(expected.shape).astype(bool)
+    np.testing.assert_array_equal(cover, expected)
+
+    from matplotlib.image import imread
+
+    height, width = imread(str(out / "star.png")).shape[:2]
+    rows, cols = expected.shape
+    gap = max(1, round(0.02 * cols))
+    assert abs(width / height - (2 * cols + gap) / rows) < 0.03  # both ends, side by side, the image's aspect
+
+
+def test_fits_mask_of_a_query(own_data, capsys):
+    out = own_data / "fitsmask"
+    out.mkdir()
+    assert main(["query", str(own_data / "run"), "forward", "raw", "--to", "smooth", "--cells", "20,12",
+                 "--fits-coords", "--mask", str(out / "m.fits"), "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    data = fits.getdata(out / "m.fits")
+    assert data.dtype == np.uint8 and int(data.sum()) == answer["count"]
+    assert sorted(answer["cells"]) == sorted((np.argwhere(data)[:, ::-1] + 1).tolist())
+    assert answer["written"] == [str(out / "m.fits")]
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--input", "raw=missing.fits"], "input file 'missing.fits' does not exist"),
+    (["--input", "raw=exposure.fits[3]"], "has no extension [3]; it has: [0] PRIMARY PrimaryHDU; [1] SCI"),
+    (["--input", "raw=exposure.fits[0]"], "[0] holds no image"),
+    (["--input", "raw=exposure.fits", "--input", "flat=dark.npy"], "workflow 'stars' has no input 'flat'"),
+    (["--input", "raw=exposure.fits"], "needs input 'dark': give --input dark=PATH"),
+    (["--input", "raw=exposure.fits", "--input", "dark=dark.npy", "--param", "treshold=3"],
+     "unknown --param 'treshold'"),
+    (["--input", "raw=exposure.fits", "--input", "dark=dark.npy", "--param", "threshold=wide"], "expects float"),
+    (["--input", "raw=dark.txt"], "unknown format '.txt'"),
+])
+def test_bad_inputs_are_one_line_and_write_nothing(own_data, extra, fragment):
+    (own_data / "dark.txt").write_text("0")
+    done = run_cli("run", "flow.py", "--store", "fresh", "--executor", "local", *extra, cwd=own_data)
+    one_line_error(done, fragment)
+    assert not (own_data / "fresh").exists()
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--plot", "x.gif"], "--plot 'x.gif': give a file ending in .png, .pdf, .svg"),
+    (["--mask", "x.csv"], "--mask 'x.csv': give a file ending in .npy"),
+    (["--regions", "nodir/x.reg"], "directory 'nodir' does not exist"),
+])
+def test_bad_outputs_are_refused_before_the_query(own_data, extra, fragment):
+    before = sorted(p.name for p in own_data.iterdir())
+    done = run_cli("query", "run", "backward", "stars", "--to", "raw", "--cells", "12,20", *extra, cwd=own_data)
+    one_line_error(done, fragment)
+    assert sorted(p.name for p in own_data.iterdir()) == before
+
+
+def test_plot_and_regions_of_arrays_that_are_not_2d(store, tmp_path, capsys):
+    # column_total is 1-D: regions are refused; a plot draws the 2-D end only
+    done = run_cli("query", str(store), "backward", "column_total", "--to", "exposure_a", "--cells", "3",
+                   "--regions", str(tmp_path / "x.reg"))
+    assert done.returncode == 0 and (tmp_path / "x.reg").exists()  # exposure_a is 2-D
+    done = run_cli("query", str(store), "forward", "exposure_a", "--to", "column_total", "--cells", "3,3",
+                   "--regions", str(tmp_path / "y.reg"))
+    one_line_error(done, "DS9 regions are for 2-D images")
+    assert main(["query", str(store), "backward", "column_total", "--to", "exposure_a", "--cells", "3",
+                 "--plot", str(tmp_path / "p.png")]) == 0
+    assert "column_total has shape (64,), not 2-D: not drawn" in capsys.readouterr().err
+    from matplotlib.image import imread
+
+    height, width = imread(str(tmp_path / "p.png")).shape[:2]
+    assert abs(width / height - 64 / 48) < 0.02  # only exposure_a
+    done = run_cli("query", str(store), "forward", "column_total", "--to", "column_total", "--cells", "3",
+                   "--plot", str(tmp_path / "q.png"))
+    one_line_error(done, "--plot draws 2-D arrays")
+    assert not (tmp_path / "q.png").exists() and not (tmp_path / "y.reg").exists()
+
+
+# -- the command itself ---------------------------------------------------------------------------
+
+def test_version_and_python_dash_m():
+    done = run_cli("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"subzero {sz.__version__}"
+    done = run_cli("query", "--help")
+    assert done.returncode == 0 and "--fits-coords" in done.stdout and "R,C[;R,C...]" in done.stdout
+
+
+def test_quiet_and_verbose(tmp_path, capsys):
+    script = tmp_path / "flow.py"
+    script.write_text("import numpy as np, subzero as sz\n"
+                      "def build(inputs):\n"
+                      "    wf = sz.Workflow('v')\n"
+                      "    wf.add(sz.operators.Transpose(), wf.input('x'), name='t')\n"
+                      "    return wf\n")
+    np.save(tmp_path / "x.npy", np.ones((2, 3)))
+    assert main(["-v", "run", str(script), "--input", f"x={tmp_path / 'x.npy'}", "--store", str(tmp_path / "a"),
+                 "--executor", "local"]) == 0
+    captured = capsys.readouterr()
+    assert "subzero: running workflow 'v': 2 node(s)" in captured.err
+    assert "stored in" in captured.out and "subzero:" not in captured.out
+    assert main(["run", str(script), "--input", f"x={tmp_path / 'x.npy'}", "--store", str(tmp_path / "b"),
+                 "--executor", "local", "-q"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_import_subzero_is_light():
+    code = ("import sys, subzero, subzero.cli\n"
+            "heavy = ('numpy', 'scipy', 'pyspark', 'matplotlib', 'astropy', 'regions', 'rich', 'zarr', 'lmdb')\n"
+            "print([m for m in sys.modules if m.split('.')[0] in heavy or m.startswith('subzero.operators.')])\n"
+            "from subzero.operators import Transpose\n"
+            "import subzero as sz\n"
+            "assert sz.operators.Add and sz.Workflow and 'Workflow' in dir(sz) and 'Label' in dir(sz.operators)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('subzero.operators.')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.splitlines()
+    assert first == "[]"
+    assert "subzero.operators.shape" in second and "subzero.operators.value" not in second
+
+
+def test_a_local_run_and_a_query_import_no_plotting_astronomy_or_spark(tmp_path):
+    script = tmp_path / "flow.py"
+    script.write_text("import numpy as np, subzero as sz\n"
+                      "def build():\n"
+                      "    wf = sz.Workflow('q')\n"
+                      "    wf.add(sz.operators.Transpose(), wf.input('x'), name='t')\n"
+                      "    return wf, {'x': np.ones((2, 3))}\n")
+    heavy = "('scipy', 'pyspark', 'matplotlib', 'astropy', 'regions', 'rich')"  # zarr: the store's arrays
+    for code in (f"main(['run', {str(script)!r}, '--store', {str(tmp_path / 's')!r}, '--executor', 'local', '-q'])",
+                 f"main(['query', {str(tmp_path / 's')!r}, 'backward', 't', '--to', 'x', '--cells', '1,1'])"):
+        done = subprocess.run([sys.executable, "-c", f"import sys\nfrom subzero.cli import main\nassert {code} == 0\n"
+                               f"print([m for m in sys.modules if m.split('.')[0] in {heavy}])\n"],
+                              capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1] == "[]"
+    assert done.stdout.splitlines() == ["1,1", "[]"]
+
+
+def test_readme_python_example_runs_after_the_quick_start(tmp_path):
+    text = (ROOT / "README.md").read_text()
+    example = re.search(r"```python\n(import numpy as np\nimport subzero as sz\n.*?)```", text, re.S).group(1)
+    assert 'store="runs/demo"' not in example  # the demo's own store: taken after the quick start
+    (tmp_path / "runs" / "demo").mkdir(parents=True)
+    (tmp_path / "runs" / "demo" / "catalog.json").write_text("{}")  # as left by `subzero demo`
+    # in-process here (executor="local" records exactly the lineage Spark does), to keep the test fast
+    example = example.replace('store="runs/example")', 'store="runs/example", executor="local")')
+    example += ("assert run.backward(t, [(1, 2)], to=x).tolist() == [[2, 1]]\n"
+                "assert run.backward_mask(t, [(1, 2)], to=x).sum() == 1 and run.output(t).shape == (4, 3)\n")
+    done = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+
+
+def test_readme_documents_the_command_line():
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Command line", 1)[1].split("\n## ", 1)[0]
+    for flag in ("--input NAME=PATH", "--param KEY=VALUE", "--cells R,C[;R,C...]", "--plot", "--mask", "--regions",
+                 "--fits-coords", "--json", "python -m subzero", "--version", "-v", "--quiet"):
+        assert flag in section, flag
+    assert "--cells R,C ..." not in section
+    for method in ("backward_mask", "forward_mask", "run.output"):
+        assert method in text, method
+
+
+def test_a_fits_mask_carries_the_header_kept_with_the_node(tmp_path):
+    """The header of an input read from FITS, kept in its catalog record's metadata, is written
+    back with a FITS mask of that node (the WCS comes along)."""
+    from types import SimpleNamespace
+
+    from subzero.cli import _fits_header
+    from subzero.export import write_mask
+    from subzero.inputs import header_to_text
+
+    header = fits.Header({"OBJECT": "M31", "CTYPE1": "RA---TAN", "CRPIX1": 3.0})
+    records = {"raw": SimpleNamespace(metadata={"fits_header": header_to_text(header)}),
+               "dark": SimpleNamespace(metadata={})}
+    run = SimpleNamespace(catalog=SimpleNamespace(nodes=records), node=lambda ref: SimpleNamespace(name=ref))
+    assert _fits_header(run, "dark") is None and _fits_header(run, "missing") is None
+    write_mask(tmp_path / "m.fits", np.eye(3, dtype=bool), _fits_header(run, "raw"))
+    written = fits.getheader(tmp_path / "m.fits")
+    assert written["OBJECT"] == "M31" and written["CTYPE1"] == "RA---TAN" and written["CRPIX1"] == 3.0
+
+
+def test_spark_keeps_its_log_out_of_the_terminal(tmp_path):
+    """A failing operator on Spark: the Python error in one line, none of log4j's ~200 lines."""
+    script = tmp_path / "fail.py"
+    script.write_text("import numpy as np, subzero as sz\n"
+                      "class Boom(sz.operators.Transpose):\n"
+                      "    def run(self, ctx, x):\n"
+                      "        raise ValueError('bad pixel at 3,4')\n"
+                      "def build():\n"
+                      "    wf = sz.Workflow('fail')\n"
+                      "    wf.add(Boom(), wf.input('x'), name='boom')\n"
+                      "    return wf, {'x': np.ones((2, 3))}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_SUBMIT_ARGS", "PYSPARK_GATEWAY_PORT")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-m", "subzero", "run", str(script), "--store", str(tmp_path / "s"),
+                           "--master", "local[1]"], capture_output=True, text=True, env=env)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if "incubator modules" not in line]  # the JVM's own
+    assert lines == ["subzero: error: node 'boom' failed on Spark: ValueError: bad pixel at 3,4"], done.stderr
+
+
+def test_docstring_examples():
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module("subzero.cli"), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0

@@ -1,26 +1,14 @@
-"""Built-in operators, each with exact, vectorized lineage (the README has the overview table)."""
+"""Built-in operators, each with exact, vectorized lineage (the README has the overview table).
+
+Each operator's module is imported on first use (PEP 562): ``sz.operators.Transpose`` and
+``from subzero.operators import Transpose`` work as before, and an unused operator family
+(e.g. the scipy-backed filters) costs nothing at import time.
+"""
 
 from __future__ import annotations
 
-from subzero.operators.cosmic import CosmicRayDetect
-from subzero.operators.elementwise import (
-    Add, AddScalar, Apply, BinaryOperator, Clip, Divide, DivideScalar, ElementwiseOperator, Maximum, Minimum,
-    Multiply, MultiplyScalar, Power, PowerScalar, ScalarOperator, Subtract, SubtractScalar, Threshold, Where,
-)
-from subzero.operators.identity import IdentityMapping
-from subzero.operators.indexmap import IndexMapOperator
-from subzero.operators.linalg import Dot, Inverse, MatMul, Outer
-from subzero.operators.morphology import BinaryDilation, BinaryErosion
-from subzero.operators.neighbourhood import (
-    Convolve, Correlate, GaussianFilter, Laplace, MaximumFilter, MedianFilter, MinimumFilter, Sobel,
-    StencilOperator, UniformFilter,
-)
-from subzero.operators.reductions import AxisReduction, Count, GlobalMean, GlobalStd, Max, Mean, Min, Std, Sum
-from subzero.operators.resampling import Downsample, Upsample
-from subzero.operators.shape import Concatenate, Flip, Pad, Reshape, Shift, Slice, Stack, Tile, Transpose
-from subzero.operators.sorting import ArgSort, LineOperator, Sort
-from subzero.operators.label import Label
-from subzero.operators.value import Compress, Filter, Histogram
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "IdentityMapping",
@@ -44,3 +32,58 @@ __all__ = [
     # composite (the paper's example)
     "CosmicRayDetect",
 ]
+
+# module (under subzero.operators) -> the public names it defines
+_MODULES = {
+    "cosmic": ["CosmicRayDetect"],
+    "elementwise": ["Add", "AddScalar", "Apply", "BinaryOperator", "Clip", "Divide", "DivideScalar",
+                    "ElementwiseOperator", "Maximum", "Minimum", "Multiply", "MultiplyScalar", "Power",
+                    "PowerScalar", "ScalarOperator", "Subtract", "SubtractScalar", "Threshold", "Where"],
+    "identity": ["IdentityMapping"],
+    "indexmap": ["IndexMapOperator"],
+    "linalg": ["Dot", "Inverse", "MatMul", "Outer"],
+    "morphology": ["BinaryDilation", "BinaryErosion"],
+    "neighbourhood": ["Convolve", "Correlate", "GaussianFilter", "Laplace", "MaximumFilter", "MedianFilter",
+                      "MinimumFilter", "Sobel", "StencilOperator", "UniformFilter"],
+    "reductions": ["AxisReduction", "Count", "GlobalMean", "GlobalStd", "Max", "Mean", "Min", "Std", "Sum"],
+    "resampling": ["Downsample", "Upsample"],
+    "shape": ["Concatenate", "Flip", "Pad", "Reshape", "Shift", "Slice", "Stack", "Tile", "Transpose"],
+    "sorting": ["ArgSort", "LineOperator", "Sort"],
+    "label": ["Label"],
+    "value": ["Compress", "Filter", "Histogram"],
+}
+_LAZY = {name: f"{__name__}.{module}" for module, names in _MODULES.items() for name in names}
+
+if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
+    from subzero.operators.cosmic import CosmicRayDetect
+    from subzero.operators.elementwise import (
+        Add, AddScalar, Apply, BinaryOperator, Clip, Divide, DivideScalar, ElementwiseOperator, Maximum, Minimum,
+        Multiply, MultiplyScalar, Power, PowerScalar, ScalarOperator, Subtract, SubtractScalar, Threshold, Where,
+    )
+    from subzero.operators.identity import IdentityMapping
+    from subzero.operators.indexmap import IndexMapOperator
+    from subzero.operators.linalg import Dot, Inverse, MatMul, Outer
+    from subzero.operators.morphology import BinaryDilation, BinaryErosion
+    from subzero.operators.neighbourhood import (
+        Convolve, Correlate, GaussianFilter, Laplace, MaximumFilter, MedianFilter, MinimumFilter, Sobel,
+        StencilOperator, UniformFilter,
+    )
+    from subzero.operators.reductions import AxisReduction, Count, GlobalMean, GlobalStd, Max, Mean, Min, Std, Sum
+    from subzero.operators.resampling import Downsample, Upsample
+    from subzero.operators.shape import Concatenate, Flip, Pad, Reshape, Shift, Slice, Stack, Tile, Transpose
+    from subzero.operators.sorting import ArgSort, LineOperator, Sort
+    from subzero.operators.label import Label
+    from subzero.operators.value import Compress, Filter, Histogram
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,78 @@
+"""Machine-readable descriptions of a stored run, for ``--json`` (``subzero explain --json``).
+
+Built from the public `Run` API (its workflow and path) and the run's typed catalog
+(`subzero.catalog.RunRecord`): a node that is not committed is listed as such.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from subzero.run import Run
+
+__all__ = ["explain_data", "jsonable"]
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with numpy scalars/arrays and tuples turned into JSON types (recursively).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> jsonable({"n": np.int64(3), "shape": (2, 3)})
+    {'n': 3, 'shape': [2, 3]}
+    """
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return value.tolist()
+    return value
+
+
+def explain_data(run: "Run") -> dict[str, Any]:
+    """What ``subzero explain`` prints, as a dict: per node, the strategies it stored and
+    why, measured statistics next to the optimizer's predictions.
+
+    Returns
+    -------
+    dict
+        ``{"store", "workflow", "status", "executor", "created", "wall_seconds",
+        "input_bytes", "optimizer", "nodes": [...], "total_lineage_bytes"}``; each node is
+        ``{"name", "kind", "inputs", "committed", "shape", "dtype"}`` plus, for an operator,
+        ``{"operator", "strategies", "reason", "measured", "predicted", "pruned",
+        "dropped"}``; ``optimizer`` is ``None`` when strategies were pinned or defaulted.
+    """
+    cat = run.catalog
+    nodes = []
+    total = 0
+    for node in run.workflow.nodes:
+        record = cat.nodes.get(node.name)
+        item: dict[str, Any] = {"name": node.name, "kind": "input" if node.is_input else "operator",
+                                "inputs": [i.name for i in node.inputs], "committed": record is not None,
+                                "shape": list(record.shape) if record is not None else None,
+                                "dtype": record.dtype if record is not None else None}
+        if not node.is_input:
+            item["operator"] = type(node.operator).__name__
+        if record is not None and not node.is_input:
+            stats = record.stats
+            disk = sum(stats.bytes.values()) if stats is not None else 0
+            total += disk
+            item.update({
+                "strategies": list(record.strategies),
+                "reason": record.reason,
+                "measured": {"disk_bytes": disk, "bytes": dict(stats.bytes) if stats else {},
+                             "op_seconds": stats.op_seconds if stats else None,
+                             "lineage_seconds": stats.lineage_seconds if stats else None,
+                             "write_seconds": stats.write_seconds if stats else None,
+                             "tiles": stats.tiles if stats else None},
+                "predicted": record.predicted, "pruned": record.pruned, "dropped": record.dropped,
+            })
+        nodes.append(item)
+    return jsonable({
+        "store": run.path, "workflow": run.workflow.name, "status": cat.status, "executor": cat.executor,
+        "created": cat.created, "wall_seconds": cat.wall_seconds, "input_bytes": cat.input_bytes,
+        "optimizer": cat.optimizer or None, "nodes": nodes, "total_lineage_bytes": total,
+    })

@@ -1,0 +1,163 @@
+"""Masks, DS9 regions and pictures of traced cells: each file is what it claims to be."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+import subzero as sz
+from subzero.export import (
+    Panel, check_output, from_fits_coords, mask_boxes, plot_panels, to_fits_coords, write_fits_mask, write_mask,
+    write_regions,
+)
+
+fits = pytest.importorskip("astropy.io.fits")
+regions = pytest.importorskip("regions")
+image_io = pytest.importorskip("matplotlib.image")
+
+
+def star_mask(shape=(40, 60)):
+    mask = np.zeros(shape, dtype=bool)
+    mask[10:14, 20:23] = True
+    mask[12, 23] = True
+    mask[30, 5] = True
+    return mask
+
+
+def test_fits_coordinates_are_reversed_and_one_based():
+    cells = np.array([[0, 0], [2, 5]])
+    np.testing.assert_array_equal(to_fits_coords(cells), [[1, 1], [6, 3]])
+    np.testing.assert_array_equal(from_fits_coords(to_fits_coords(cells)), cells)
+    np.testing.assert_array_equal(to_fits_coords(np.array([[1, 2, 3]])), [[4, 3, 2]])
+
+
+@given(arrays(bool, st.tuples(st.integers(1, 12), st.integers(1, 12))))
+def test_mask_boxes_cover_the_mask_exactly_once(mask):
+    cover = np.zeros(mask.shape, dtype=np.int64)
+    for r0, r1, c0, c1 in mask_boxes(mask):
+        assert r0 < r1 and c0 < c1
+        cover[r0:r1, c0:c1] += 1
+    np.testing.assert_array_equal(cover, mask.astype(np.int64))
+
+
+def test_mask_boxes_merge_a_block_into_one_box():
+    assert mask_boxes(star_mask()) == [(10, 12, 20, 23), (12, 13, 20, 24), (13, 14, 20, 23), (30, 31, 5, 6)]
+
+
+def test_npy_mask_has_exactly_the_cells(tmp_path):
+    mask = star_mask()
+    write_mask(tmp_path / "m.npy", mask)
+    back = np.load(tmp_path / "m.npy")
+    assert back.dtype == bool
+    np.testing.assert_array_equal(back, mask)
+
+
+def test_fits_mask_keeps_the_header_and_wcs(tmp_path):
+    mask = star_mask()
+    header = fits.ImageHDU(np.zeros(mask.shape, np.int16), name="SCI").header
+    header.update({"OBJECT": "M31", "CTYPE1": "RA---TAN", "CTYPE2": "DEC--TAN", "CRPIX1": 30.0, "CRPIX2": 20.0,
+                   "CRVAL1": 10.68, "CRVAL2": 41.27, "CDELT1": -1e-4, "CDELT2": 1e-4, "BSCALE": 2.0, "BZERO": 100})
+    header.add_history("flat-fielded")
+    write_fits_mask(tmp_path / "m.fits", mask, header, history="subzero backward lineage of stars")
+    with fits.open(tmp_path / "m.fits") as hdus:
+        (hdu,) = hdus
+        np.testing.assert_array_equal(hdu.data.astype(bool), mask)
+        assert hdu.data.dtype == np.uint8 and hdu.header["OBJECT"] == "M31" and hdu.header["CRPIX1"] == 30.0
+        assert "BSCALE" not in hdu.header and "XTENSION" not in hdu.header
+        history = [str(h) for h in hdu.header["HISTORY"]]
+        assert history == ["flat-fielded", "subzero backward lineage of stars"]
+    from astropy.wcs import WCS
+
+    assert WCS(fits.getheader(tmp_path / "m.fits")).wcs.ctype[0] == "RA---TAN"
+
+
+def test_regions_parse_back_to_the_traced_cells(tmp_path):
+    mask = star_mask()
+    write_regions(tmp_path / "m.reg", mask, text="stars")
+    text = (tmp_path / "m.reg").read_text()
+    assert "image" in text.splitlines()[1:3] and "box(6.00000000,31.00000000,1.00000000,1.00000000" in text
+    cover = np.zeros(mask.shape, dtype=bool)
+    for region in regions.Regions.read(str(tmp_path / "m.reg"), format="ds9"):
+        assert isinstance(region, regions.RectanglePixelRegion)
+        cover |= region.to_mask(mode="center").to_image(mask.shape).astype(bool)
+    np.testing.assert_array_equal(cover, mask)
+
+
+@pytest.mark.parametrize("path, fragment", [
+    ("m.txt", "give a file ending in .npy, .fits"),
+    ("nodir/m.npy", "directory"),
+])
+def test_check_output(tmp_path, path, fragment):
+    with pytest.raises(sz.LineageError, match=fragment):
+        check_output(tmp_path / path, (".npy", ".fits"), "--mask")
+
+
+def test_regions_refuse_other_ranks(tmp_path):
+    with pytest.raises(sz.LineageError, match="2-D"):
+        write_regions(tmp_path / "m.reg", np.zeros((2, 2, 2), bool))
+    assert list(tmp_path.iterdir()) == []
+
+
+def png(path):
+    return image_io.imread(str(path))
+
+
+def test_a_plot_has_the_array_aspect_and_shows_the_cells(tmp_path):
+    rng = np.random.default_rng(0)
+    image = rng.normal(100, 5, (40, 60))
+    mask = star_mask()
+    plot_panels(tmp_path / "p.png", [Panel("stars", image, mask)])
+    pixels = png(tmp_path / "p.png")
+    height, width = pixels.shape[:2]
+    assert abs(width / height - 60 / 40) < 0.02
+    per_cell = width / 60
+
+    def rgb(row, col):
+        return pixels[int((row + 0.5) * per_cell), int((col + 0.5) * per_cell), :3]
+
+    traced, other = rgb(11, 21), rgb(25, 40)
+    assert traced[0] > traced[1] + 0.2 and abs(other[0] - other[1]) < 0.05  # red over the cells only
+
+
+def test_side_by_side_and_origin_lower(tmp_path):
+    image = np.arange(40 * 60, dtype=float).reshape(40, 60)
+    small = np.arange(20 * 30).reshape(20, 30)
+    mask = star_mask()
+    plot_panels(tmp_path / "p.png", [Panel("a", image, mask), Panel("b", small, np.zeros((20, 30), bool))],
+                origin="lower")
+    height, width = png(tmp_path / "p.png").shape[:2]
+    gap = 1  # one cell between panels (2% of 60, at least 1)
+    assert abs(width / height - (60 + gap + 30) / 40) < 0.03
+    pixels = png(tmp_path / "p.png")
+    per_cell = height / 40
+    # origin lower: row 11 is drawn 11 cells up from the bottom
+    r, g = pixels[int(height - (11 + 0.5) * per_cell), int(21.5 * per_cell), :2]
+    assert r > g + 0.2
+
+
+def test_plots_of_labels_tiny_and_constant_arrays(tmp_path):
+    labels = np.zeros((5, 7), dtype=np.int32)
+    labels[1:3, 2:4] = 1
+    plot_panels(tmp_path / "l.png", [Panel("labels", labels, labels > 0),
+                                      Panel("flat", np.ones((5, 7)), np.ones((5, 7), bool)),
+                                      Panel("nan", np.full((5, 7), np.nan), np.zeros((5, 7), bool))])
+    assert png(tmp_path / "l.png").shape[1] >= 300  # tiny arrays are scaled up
+
+
+def test_a_plot_refuses_arrays_that_are_not_2d(tmp_path):
+    with pytest.raises(sz.LineageError, match=r"only 2-D arrays"):
+        plot_panels(tmp_path / "p.png", [Panel("cube", np.zeros((2, 3, 4)), np.zeros((2, 3, 4), bool))])
+    with pytest.raises(sz.LineageError, match=r"ending in \.png"):
+        plot_panels(tmp_path / "p.gif", [Panel("a", np.zeros((2, 3)), np.zeros((2, 3), bool))])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_docstring_examples():
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module("subzero.export"), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0

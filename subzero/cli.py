@@ -108,8 +108,9 @@ def cmd_run(args) -> int:
     arrays, headers = read_inputs(files)  # every file is checked before the store exists
     wf, inputs = _load_workflow(args.workflow, arrays, params, args.quick)
     check_bound(wf, inputs, files)
-    if headers:  # kept for FITS export once the catalog stores them (see subzero.inputs.header_to_text)
-        log.debug("FITS headers read for input(s) %s", ", ".join(headers))
+    from subzero.inputs import header_to_text
+
+    metadata = {name: {"fits_header": header_to_text(h)} for name, h in headers.items() if name in inputs}
     spark = None
     if args.executor == "spark" and args.master:
         _quiet_spark_launch(args.verbose)
@@ -119,7 +120,7 @@ def cmd_run(args) -> int:
         spark = get_session(args.master, log_level=spark_log_level(args.verbose))
     run = _run_with_progress(args, wf, inputs, store=args.store, strategies=strategies or None,
                              executor=args.executor, spark=spark, tile_shape=args.tile, max_disk=args.max_disk,
-                             max_runtime=args.max_runtime, workload=workload)
+                             max_runtime=args.max_runtime, workload=workload, input_metadata=metadata or None)
     for node, stored in run.strategies.items():
         print(f"{node:>16}  {', '.join(stored)}")
     print(f"stored in {run.path}")

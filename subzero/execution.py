@@ -32,30 +32,14 @@ from subzero.modes import Strategy
 from subzero.operator import Operator
 from subzero.pickling import dump_operator, dumps_with_operator
 from subzero.planning import default_strategies, resolve_pinned
+from subzero.progress import Reporter
 from subzero.runtime import NodeTask, TileMeta, prepare_tile, run_tile
 from subzero.store import FileStore
 from subzero.store.arrays import ExternalArray, write_array
 from subzero.tiling import Elementwise, Tile, Whole, default_chunks, tile_grid, tile_lens
 from subzero.workflow import Node, Workflow
 
-__all__ = ["execute", "LocalExecutor", "make_executor", "bind_shapes", "node_tiles", "node_chunks", "Progress"]
-
-
-class Progress:
-    """What the executor reports while it runs (the default reports nothing).
-
-    The command line passes a terminal progress display with the same three methods;
-    ``tiles_done`` may be called from another thread.
-    """
-
-    def node_started(self, name: str, n_tiles: int) -> None:
-        pass
-
-    def tiles_done(self, name: str, n: int) -> None:
-        pass
-
-    def node_finished(self, name: str) -> None:
-        pass
+__all__ = ["execute", "LocalExecutor", "make_executor", "bind_shapes", "node_tiles", "node_chunks"]
 
 
 class LocalExecutor:
@@ -71,7 +55,7 @@ class LocalExecutor:
         env = os.environ.get("SUBZERO_LOCAL_THREADS")
         self.threads = threads or (int(env) if env else min(os.cpu_count() or 1, 4))
 
-    def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Progress = Progress()) -> list[TileMeta]:
+    def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Reporter = Reporter()) -> list[TileMeta]:
         metas = self._map(run_tile, task, tiles, progress)
         if metas and task.operator.output_shape is None:
             task.operator.output_shape = metas[0].shape
@@ -79,9 +63,9 @@ class LocalExecutor:
 
     def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list:
         """The first pass of a two-pass operator: every tile's summary, in tile order."""
-        return self._map(prepare_tile, task, tiles, Progress())
+        return self._map(prepare_tile, task, tiles, Reporter())
 
-    def _map(self, fn, task: NodeTask, tiles: list[Tile], progress: Progress) -> list:
+    def _map(self, fn, task: NodeTask, tiles: list[Tile], progress: Reporter) -> list:
         try:
             if len(tiles) == 1 or self.threads == 1:
                 out = []
@@ -195,14 +179,14 @@ class _Execution:
     """One run in progress: the store, the executor, the catalog so far, the disk budget left."""
 
     def __init__(self, wf: Workflow, store: FileStore, catalog: RunRecord, runner, tile_shape,
-                 max_disk: float | None, progress: Progress):
+                 max_disk: float | None, progress: Reporter):
         self.wf, self.store, self.catalog, self.runner = wf, store, catalog, runner
         self.tile_shape, self.progress = tile_shape, progress
         self.disk_left = max_disk
         self.arrays: dict[str, ArrayRecord] = {}
 
     # -- inputs ---------------------------------------------------------------------------
-    def save_input(self, node: Node, value) -> None:
+    def save_input(self, node: Node, value, metadata: dict | None = None) -> None:
         shape = tuple(int(n) for n in value.shape)
         chunks = default_chunks(shape)
         ref = self.store.array(node.name)
@@ -218,7 +202,7 @@ class _Execution:
             self.progress.node_finished(node.name)
         dtype = str(value.dtype)
         self.arrays[node.name] = _array_record(shape, dtype, chunks)
-        self._commit_record(NodeRecord(node.name, "input", self.arrays[node.name]))
+        self._commit_record(NodeRecord(node.name, "input", self.arrays[node.name], metadata=dict(metadata or {})))
 
     # -- operators ----------------------------------------------------------------------------
     def task(self, node: Node, strategies: tuple[str, ...], write_output: bool) -> NodeTask:
@@ -234,8 +218,10 @@ class _Execution:
         start = time.perf_counter()
         try:
             metas = self.runner.map_tiles(task, tiles, self.progress)
-        finally:
-            self.progress.node_finished(task.node)
+        except BaseException:
+            self.progress.node_finished(task.node, ok=False)
+            raise
+        self.progress.node_finished(task.node)
         return metas, time.perf_counter() - start
 
     def compute(self, node: Node, strategies: tuple[str, ...]) -> tuple[list[TileMeta], float]:
@@ -355,15 +341,16 @@ def _agreed(node: Node, metas: list[TileMeta]) -> tuple[tuple[int, ...], str, tu
 
 def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_runtime=None,
             workload=None, executor="spark", spark=None, tile_shape=None, overwrite: bool = False,
-            progress: Progress | None = None):
+            progress: Reporter | None = None, input_metadata: dict | None = None):
     """Run ``wf`` on ``inputs`` into a new ``store``; see `Workflow.run`."""
     from subzero.optimizer.budgets import parse_disk_budget, parse_runtime_budget
     from subzero.optimizer.workload import parse_workload
     from subzero.run import Run
     from subzero.store.location import resolve
 
-    progress = progress or Progress()
+    progress = progress or Reporter()
     arrays = _check_inputs(wf, inputs)
+    input_metadata = _check_metadata(wf, input_metadata)
     pinned = resolve_pinned(wf, strategies)
     queries = parse_workload(wf, workload)
     _check_tile_shape(tile_shape)
@@ -388,7 +375,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
         started = time.perf_counter()
         try:
             for node in wf.inputs:
-                run.save_input(node, arrays[node.name])
+                run.save_input(node, arrays[node.name], input_metadata.get(node.name))
             if optimized:
                 _two_phase(run, operators, pinned, queries, max_runtime)
             else:
@@ -409,6 +396,27 @@ def _replace(record: RunRecord, **changes) -> RunRecord:
     from dataclasses import replace
 
     return replace(record, **changes)
+
+
+def _check_metadata(wf: Workflow, metadata) -> dict[str, dict]:
+    """``input_metadata``: input name -> a JSON-able dict kept in the input's catalog record
+    (e.g. the FITS header of an image read from a file)."""
+    if metadata is None:
+        return {}
+    import json
+
+    names = {n.name for n in wf.inputs}
+    if not isinstance(metadata, dict) or not all(isinstance(v, dict) for v in metadata.values()):
+        raise WorkflowError("input_metadata must be a dict of input name -> dict")
+    unknown = sorted(set(metadata) - names)
+    if unknown:
+        raise WorkflowError(f"input_metadata names {unknown}, which are not inputs of workflow {wf.name!r} "
+                            f"(its inputs: {sorted(names)})")
+    try:
+        json.dumps(metadata)
+    except (TypeError, ValueError) as exc:
+        raise WorkflowError(f"input_metadata must be JSON-serializable ({exc})") from None
+    return metadata
 
 
 def _check_tile_shape(tile_shape) -> None:

@@ -190,7 +190,7 @@ class Workflow:
     # -- running --------------------------------------------------------------------------
     def run(self, inputs: dict[str, Any], store, strategies=None, max_disk=None, max_runtime=None,
             workload=None, executor: str = "spark", spark=None, tile_shape=None, overwrite: bool = False,
-            progress=None) -> "Run":
+            progress=None, input_metadata: dict | None = None) -> "Run":
         """Execute the workflow, record lineage, and return the `Run` to query.
 
         Parameters
@@ -216,9 +216,11 @@ class Workflow:
         overwrite : bool
             Replace a store subzero made (never a directory it did not make, nor one a
             live run is writing).
-        progress : optional
-            An object with ``node_started(name, n_tiles)``, ``tiles_done(name, n)`` and
-            ``node_finished(name)``, told how the run advances.
+        progress : subzero.progress.Reporter, optional
+            Told how the run advances (``node_started``, ``tiles_done``, ``node_finished``).
+        input_metadata : dict, optional
+            Input name -> a JSON-able dict kept with that input in the catalog (the command
+            line keeps a FITS input's header there, and writes it back on FITS export).
 
         Notes
         -----
@@ -229,7 +231,8 @@ class Workflow:
 
         return execute(self, inputs, store, strategies=strategies, max_disk=max_disk,
                        max_runtime=max_runtime, workload=workload, executor=executor,
-                       spark=spark, tile_shape=tile_shape, overwrite=overwrite, progress=progress)
+                       spark=spark, tile_shape=tile_shape, overwrite=overwrite, progress=progress,
+                       input_metadata=input_metadata)
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, nodes={list(self._nodes)})"

@@ -247,6 +247,10 @@ def test_fits_mask_of_a_query(own_data, capsys):
     assert data.dtype == np.uint8 and int(data.sum()) == answer["count"]
     assert sorted(answer["cells"]) == sorted((np.argwhere(data)[:, ::-1] + 1).tolist())
     assert answer["written"] == [str(out / "m.fits")]
+    assert main(["query", str(own_data / "run"), "backward", "smooth", "--to", "raw", "--cells", "20,12",
+                 "--mask", str(out / "back.fits")]) == 0
+    header = fits.getheader(out / "back.fits")  # the exposure's own header, kept in the store by `run`
+    assert header["OBJECT"] == "test field" and header["CTYPE1"] == "RA---TAN" and header["CRVAL1"] == 150.1
 
 
 @pytest.mark.parametrize("extra, fragment", [

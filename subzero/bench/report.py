@@ -192,6 +192,10 @@ def _micro(doc: dict[str, Any]) -> list[str]:
                            [[fo] + list(row) for fo, row in zip(fans["fanout"], grid)]), ""]
     out += ["## Beside the paper", "", f"The paper (no exact table): {ref['source']}.", ""]
     out += [f"- {line}" for line in doc["figures"]["claims"]["values"]] + [""]
+    if "dslog" in doc.get("raw", {}):
+        from subzero.bench.dslog import dslog_section
+
+        out += dslog_section(doc["raw"]["dslog"])
     return out
 
 

@@ -18,23 +18,24 @@ from subzero import operators as ops
 from subzero.store import FileStore
 
 
-def build(flaky_marker: str | None = None) -> sz.Workflow:
+def build(flaky_marker: str | None = None, kill: bool = False) -> sz.Workflow:
     wf = sz.Workflow("sp")
     x = wf.input("x")
     y = wf.input("y")
     blur = wf.add(ops.Convolve(np.ones((3, 3)), mode="reflect"), x, name="blur")
     crd = wf.add(ops.CosmicRayDetect(threshold=50.0, radius=1), x, name="crd")
-    add = FlakyAdd(flaky_marker) if flaky_marker else ops.Add()
+    add = FlakyAdd(flaky_marker, kill) if flaky_marker else ops.Add()
     wf.add(add, blur, y, name="sum")
     wf.add(ops.MatMul(), crd, y, name="mm")
     return wf
 
 
 class FlakyAdd(ops.Add):
-    """Add with explicit FULL lineage that fails the first attempt of its first tile."""
+    """Add with explicit FULL lineage whose first attempt of its first tile fails: raises, or
+    (``kill``) ends its Python worker at once, as a killed executor would."""
 
-    def __init__(self, marker: str):
-        self.marker = marker
+    def __init__(self, marker: str, kill: bool = False):
+        self.marker, self.kill = marker, kill
 
     def supported_modes(self):
         return {sz.Mode.MAP, sz.Mode.FULL}
@@ -46,6 +47,8 @@ class FlakyAdd(ops.Add):
             ctx.lwrite_many(cells, cells, cells, out_pair=n, in_pair=[n, n])
         if ctx.tile_box[0][0] == 0 and ctx.tile_box[1][0] == 0 and not os.path.exists(self.marker):
             Path(self.marker).write_text("failed once")
+            if self.kill:
+                os._exit(1)
             raise RuntimeError("injected failure on the first attempt")
         return np.add(x, y)
 
@@ -97,9 +100,10 @@ def test_spark_records_exactly_the_lineage_of_the_local_executor(spark, tmp_path
                                   local.backward("sum", [(4, 4)], to="x"))
 
 
-def test_a_retried_task_neither_duplicates_nor_loses_lineage(spark, tmp_path):
+@pytest.mark.parametrize("kill", [False, True], ids=["raised", "killed"])
+def test_a_retried_task_neither_duplicates_nor_loses_lineage(spark, tmp_path, kill):
     marker = tmp_path / "marker"
-    run = build(str(marker)).run(inputs(), store=tmp_path / "flaky", strategies=PINS, spark=spark, tile_shape=4)
+    run = build(str(marker), kill).run(inputs(), store=tmp_path / "flaky", strategies=PINS, spark=spark, tile_shape=4)
     assert marker.read_text() == "failed once"  # the first attempt really failed
     (tmp_path / "already-failed").write_text("so the reference run never fails")
     build(str(tmp_path / "already-failed")).run(inputs(), store=tmp_path / "clean", strategies=PINS,

@@ -220,6 +220,11 @@ def _scale(doc: dict[str, Any]) -> list[str]:
     out += [_table(["cells", "configuration", "wall (s)", "x numpy", "driver peak RSS (GB)",
                     "executor peak RSS (GB)", "arrays (GB)", "lineage (MB)", "backward (ms)", "forward (ms)"],
                    rows), ""]
+    codecs = raw.get("codecs")
+    if codecs:
+        out += [f"Chunk compressors (local run without lineage, {setup.get('codec_cells', 0):.1e} cells):", "",
+                _table(["compressor", "wall (s)", "arrays (GB)"],
+                       [[c, r.get("wall"), (r.get("array_bytes") or 0) / 1e9] for c, r in codecs.items()]), ""]
     return out
 
 

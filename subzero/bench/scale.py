@@ -207,28 +207,23 @@ def run_scale(quick: bool, root: Path, sides=None, configs=CONFIGS, log=print, m
         for config in configs:
             if config == "numpy" and side * side > NUMPY_MAX_CELLS:
                 continue
-            store = root / f"store-{config.replace('+', '-')}-{side}"
-            shutil.rmtree(store, ignore_errors=True)
-            env = dict(os.environ, SUBZERO_DRIVER_MEMORY="1g")
-            cmd = [sys.executable, "-m", "subzero.bench.scale", config, str(side), json.dumps(inputs), str(store)]
-            start = time.perf_counter()
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-            if done.returncode != 0:
-                tail = (done.stderr or "").strip().splitlines()[-5:]
-                log(f"scale: {config} at {side}^2 failed: {' | '.join(tail)}")
-                raw[f"{config}@{side}"] = {"error": "\n".join(tail)}
-                continue
-            got = json.loads(done.stdout.strip().splitlines()[-1])
-            got["process_seconds"] = time.perf_counter() - start
+            got = _one(config, side, inputs, root / f"store-{config.replace('+', '-')}-{side}", timeout)
             raw[f"{config}@{side}"] = got
+            if "error" in got:
+                log(f"scale: {config} at {side}^2 failed: {got['error'].splitlines()[-1] if got['error'] else '?'}")
+                continue
             log(f"scale: {config:>14} at {side * side:.1e} cells: {got['wall']:.2f} s, driver "
                 f"{got['driver_rss'] / 1e9:.2f} GB" + (f", backward {got['backward_seconds'] * 1e3:.1f} ms, "
                                                        f"forward {got['forward_seconds'] * 1e3:.1f} ms"
                                                        if "backward_seconds" in got else ""))
-            shutil.rmtree(store, ignore_errors=True)
+    codec_side = sides[min(1, len(sides) - 1)]
+    raw["codecs"] = compressor_sweep(root, codec_side, make_inputs(data, codec_side), timeout)
+    log("scale: compressors at " + f"{codec_side * codec_side:.1e} cells: " + ", ".join(
+        f"{c} {r.get('wall', float('nan')):.2f} s / {r.get('array_bytes', 0) / 1e9:.2f} GB"
+        for c, r in raw["codecs"].items()))
     return {"setup": {"sides": sides, "cells": [s * s for s in sides], "configs": list(configs),
-                      "workflow": "subtract -> Convolve 3x3 -> Threshold -> Label",
-                      "driver_memory": "1g"},
+                      "codec_cells": codec_side * codec_side,
+                      "workflow": "subtract -> Convolve 3x3 -> Threshold -> Label", "driver_memory": "1g"},
             "figures": _figures(raw, sides, configs), "raw": raw}
 
 

@@ -195,6 +195,29 @@ def _queries(run, side: int) -> dict[str, Any]:
 
 
 # -- the benchmark ------------------------------------------------------------------------------------------
+def _one(config: str, side: int, inputs: dict[str, str], store: Path, timeout: float,
+         env_extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """One configuration at one size in a fresh process (its measurements, or its error)."""
+    shutil.rmtree(store, ignore_errors=True)
+    env = dict(os.environ, SUBZERO_DRIVER_MEMORY="1g", **(env_extra or {}))
+    cmd = [sys.executable, "-m", "subzero.bench.scale", config, str(side), json.dumps(inputs), str(store)]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    shutil.rmtree(store, ignore_errors=True)
+    if done.returncode != 0:
+        return {"error": "\n".join((done.stderr or "").strip().splitlines()[-5:])}
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got["process_seconds"] = time.perf_counter() - start
+    return got
+
+
+def compressor_sweep(root: Path, side: int, inputs: dict[str, str], timeout: float) -> dict[str, Any]:
+    """The local run without lineage at one size under each chunk compressor: wall time and
+    bytes of the stored arrays (random float images compress little; masks and labels a lot)."""
+    return {codec: _one("local", side, inputs, root / f"store-codec-{codec}", timeout,
+                        {"SUBZERO_COMPRESSOR": codec}) for codec in ("none", "lz4", "zstd")}
+
+
 def run_scale(quick: bool, root: Path, sides=None, configs=CONFIGS, log=print, max_: bool = False,
               timeout: float = 3 * 3600) -> dict[str, Any]:
     """Run every configuration at every size, each in a fresh process; returns the results body."""

@@ -150,3 +150,23 @@ def test_genomics_bench_sweeps_disk_budgets_with_the_optimizer(tmp_path):
 def test_unknown_bench_is_an_error(tmp_path):
     with pytest.raises(sz.SubZeroError, match="unknown benchmark"):
         bench.main("nope", out_dir=str(tmp_path))
+
+
+def test_scale_bench_measures_each_configuration_in_its_own_process(tmp_path):
+    from subzero.bench.report import render
+    from subzero.bench.scale import run_scale
+
+    body = run_scale(False, tmp_path, sides=[64, 96], configs=("numpy", "local", "local+lineage"), log=lambda s: None)
+    raw = body["raw"]
+    for side in (64, 96):
+        assert raw[f"numpy@{side}"]["wall"] > 0
+        local, lineage = raw[f"local@{side}"], raw[f"local+lineage@{side}"]
+        assert local["driver_rss"] > 0 and local["array_bytes"] > 0 and local["lineage_bytes"] == 0
+        assert lineage["lineage_bytes"] > 0  # Label stored CompOne
+        assert local["backward_cells"] == lineage["backward_cells"] > 0  # same answer with and without lineage
+        assert local["forward_cells"] == lineage["forward_cells"] > 0
+    assert set(raw["codecs"]) == {"none", "lz4", "zstd"} and all("wall" in r for r in raw["codecs"].values())
+    doc = {"bench": "scale", "quick": False, "date": "now", "command": "test", "seconds": 1.0,
+           "machine": {"cpu": "x", "nproc": 2, "memory_gb": 1, "os": "linux", "python": "3"}} | body
+    text = render(doc, ["fig_scale.png"])
+    assert "| 4.1e+03 | local+lineage |" in text and "Chunk compressors" in text

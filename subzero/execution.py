@@ -65,6 +65,10 @@ class LocalExecutor:
         """The first pass of a two-pass operator: every tile's summary, in tile order."""
         return self._map(prepare_tile, task, tiles, Reporter())
 
+    def map_calls(self, fn, task: NodeTask, tiles: list[Tile]) -> list:
+        """``fn(task, tile)`` for every tile, in tile order (e.g. calibration's `profile_tile`)."""
+        return self._map(fn, task, tiles, Reporter())
+
     def _map(self, fn, task: NodeTask, tiles: list[Tile], progress: Reporter) -> list:
         try:
             if len(tiles) == 1 or self.threads == 1:
@@ -445,7 +449,8 @@ def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runt
         start = time.perf_counter()
         profiles[node.name] = profile_node(run.task(node, (), write_output=False),
                                            node_tiles(node.operator, run.tile_shape),
-                                           _candidates(node, pinned), sum(m.op_seconds for m in metas))
+                                           _candidates(node, pinned), sum(m.op_seconds for m in metas),
+                                           runner=run.runner)
         calibration += time.perf_counter() - start
     runtime_budget = parse_runtime_budget(max_runtime, base)
     try:

@@ -140,11 +140,16 @@ class SparkExecutor:
 
     def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list:
         """The first pass of a two-pass operator: every tile's summary, in tile order."""
+        return self.map_calls(prepare_tile, task, tiles)
+
+    def map_calls(self, fn, task: NodeTask, tiles: list[Tile]) -> list:
+        """``fn(task, tile)`` for every tile as Spark tasks, in tile order; ``fn`` is a module-level
+        function (pickled by reference) whose results are small (summaries, measurements)."""
         sc = self.spark.sparkContext
-        sc.setJobDescription(f"subzero node {task.node} (first pass)")
+        sc.setJobDescription(f"subzero node {task.node} ({fn.__name__})")
         payload = dumps_with_operator(task, task.operator, task.node)
         try:
-            return sc.parallelize(tiles, max(len(tiles), 1)).map(partial(_prepare_pickled, payload)).collect()
+            return sc.parallelize(tiles, max(len(tiles), 1)).map(partial(_call_pickled, fn, payload)).collect()
         except Exception as exc:
             raise WorkflowError(f"node {task.node!r} failed on Spark: {_python_error(exc)}") from None
 
@@ -178,9 +183,9 @@ def _run_pickled(payload: bytes, tile: Tile) -> TileMeta:
         raise RuntimeError(f"{_ERROR_MARK}{type(exc).__name__}: {exc}".replace("\n", " ")) from exc
 
 
-def _prepare_pickled(payload: bytes, tile: Tile):
+def _call_pickled(fn, payload: bytes, tile: Tile):
     try:
-        return prepare_tile(pickle.loads(payload), tile)
+        return fn(pickle.loads(payload), tile)
     except Exception as exc:
         raise RuntimeError(f"{_ERROR_MARK}{type(exc).__name__}: {exc}".replace("\n", " ")) from exc
 

@@ -31,8 +31,14 @@ __all__ = ["run_astronomy", "CONFIGS", "QUERY_CONFIGS"]
 CONFIGS = ("NoLineage", "BlackBox", "BlackBoxOpt", "FullOne", "FullMany", "SubZero")
 #: configurations whose queries are timed (CellPairs answers from its Parquet files)
 QUERY_CONFIGS = ("BlackBox", "BlackBoxOpt", "FullOne", "FullMany", "SubZero", "CellPairs")
-PAPER_PLAN = {"crmask_1": "CompOne", "crmask_2": "CompOne", "clean": "CompOne", "stars": "PayOne"}
+#: the paper's plan: composite A-C, payload D.  D is now composite too (a pixel below the
+#: threshold depends on itself: PayOne would store an entry per background pixel)
+PAPER_PLAN = {"crmask_1": "CompOne", "crmask_2": "CompOne", "clean": "CompOne", "stars": "CompOne"}
 DISK_BUDGET, RUNTIME_BUDGET = "3x", "2x"
+#: A and B depend on a radius-8 window per pixel (289 cells): as region pairs that is 289
+#: cell ids per pixel, about 1.2 GB per exposure at 512 x 2000, so the Full configurations
+#: store their composite lineage instead (the same cells, from the window)
+FULL_INSTEAD = {u: {"FullOne": "CompOne", "FullMany": "CompMany"} for u in ("crmask_1", "crmask_2")}
 
 
 def pins(wf, config: str, use_optimizer: bool = USE_OPTIMIZER) -> dict[str, list[str]] | None:
@@ -43,7 +49,7 @@ def pins(wf, config: str, use_optimizer: bool = USE_OPTIMIZER) -> dict[str, list
     if config == "BlackBoxOpt":
         return configuration(wf, {u: "BlackBox" for u in udfs})
     if config in ("FullOne", "FullMany"):
-        return configuration(wf, {u: config for u in udfs})
+        return configuration(wf, {u: FULL_INSTEAD.get(u, {}).get(config, config) for u in udfs})
     if config == "SubZero":
         return None if use_optimizer else configuration(wf, PAPER_PLAN)
     if config == "SubZeroPaper":
@@ -61,8 +67,8 @@ def queries(run: Run, quick: bool) -> list[QuerySpec]:
     """BQ0-BQ4, FQ0 and FQ0Slow, placed on features of the run's outputs."""
     half = 8 if quick else 16
     stars = np.asarray(run.output("stars"))
-    areas = np.bincount(stars.reshape(-1))[1:]
-    label = 1 + int(np.argmin(np.abs(areas - np.percentile(areas, 90))))
+    ids, areas = np.unique(stars[stars > 0], return_counts=True)   # canonical labels, not 1..n
+    label = int(ids[np.argmin(np.abs(areas - np.percentile(areas, 90)))])
     star = np.argwhere(stars == label)
     center = np.round(star.mean(axis=0)).astype(int)
     repaired = np.abs(np.asarray(run.output("clean"), float) - np.asarray(run.output("merged"), float))

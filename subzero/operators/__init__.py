@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from subzero.operators.astro import CosmicRays, DetectStars, RepairCosmics
+from subzero.operators.composite import WindowLineage
 from subzero.operators.cosmic import CosmicRayDetect
 from subzero.operators.elementwise import (
     Add, AddScalar, Apply, BinaryOperator, Clip, Divide, DivideScalar, ElementwiseOperator, Maximum, Minimum,
@@ -40,6 +42,6 @@ __all__ = [
     "AxisReduction", "Sum", "Mean", "Std", "Min", "Max", "Count", "GlobalMean", "GlobalStd", "Histogram",
     # sorting and value-dependent
     "LineOperator", "Sort", "ArgSort", "Label", "Filter", "Compress",
-    # composite (the paper's example)
-    "CosmicRayDetect",
+    # composite: the paper's example, window lineage, astronomy (astroscrappy, sep)
+    "WindowLineage", "CosmicRayDetect", "CosmicRays", "RepairCosmics", "DetectStars",
 ]

@@ -17,13 +17,13 @@ from scipy import ndimage
 from subzero.modes import Mode
 from subzero.operators._kernels import box_offsets, repeat_pairs, stencil_pairs, unique_rows
 
-__all__ = ["WindowLineage", "WHOLE"]
+__all__ = ["WindowLineage", "WHOLE", "dilate"]
 
 #: the payload byte meaning "every cell of the input"
 WHOLE = 255
 
 
-def _dilate(mask: np.ndarray, radius: int) -> np.ndarray:
+def dilate(mask: np.ndarray, radius: int) -> np.ndarray:
     """Cells within ``radius`` (Chebyshev) of a set cell, inside the array."""
     if radius <= 0 or not mask.any():
         return mask.copy()
@@ -92,10 +92,10 @@ class WindowLineage:
         return self._via_mask(cells, self.input_shapes[i], self.window(i))
 
     def map_b_mask(self, mask, i):
-        return _dilate(np.asarray(mask, bool), self.window(i))
+        return dilate(np.asarray(mask, bool), self.window(i))
 
     def map_f_mask(self, mask, i):
-        return _dilate(np.asarray(mask, bool), self.window(i))
+        return dilate(np.asarray(mask, bool), self.window(i))
 
     @staticmethod
     def _via_mask(cells, shape, radius: int) -> np.ndarray:
@@ -103,7 +103,7 @@ class WindowLineage:
         cells = np.asarray(cells, np.int64).reshape(-1, len(shape))
         if len(cells):
             mask[tuple(cells.T)] = True
-        return np.argwhere(_dilate(mask, radius)).astype(np.int64)
+        return np.argwhere(dilate(mask, radius)).astype(np.int64)
 
     # -- payload overrides ----------------------------------------------------------------
     def map_p_pairs(self, cells, payload, i):

@@ -104,6 +104,19 @@ def evaluate_operator(op: Operator, arrays: Sequence[np.ndarray]) -> np.ndarray:
         return np.asarray(bound.run(_PlainContext(bound.input_shapes, bound.output_shape), *arrays))
 
 
+class _Rejected(Exception):
+    """An operator (or reference) raised on perturbed inputs: the value was refused."""
+
+
+def _rerun(fn: Callable[..., np.ndarray], *args) -> np.ndarray:
+    """``fn(*args)``, any exception it raises turned into `_Rejected` (the oracle's own
+    errors are not caught by that name, so they surface)."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        raise _Rejected(f"{type(exc).__name__}: {exc}") from exc
+
+
 def _identity(op: Operator, arrays: Sequence[np.ndarray]) -> np.ndarray | None:
     """The operator's output identity keys on ``arrays`` (None: cells are their positions)."""
     fn = getattr(op, "output_identity", None)
@@ -115,17 +128,22 @@ def _identity(op: Operator, arrays: Sequence[np.ndarray]) -> np.ndarray | None:
     return None if keys is None else np.asarray(keys, np.int64)
 
 
-def _align(base_keys: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+def _align(base_keys: np.ndarray, keys: np.ndarray, values: np.ndarray,
+           fill: np.ndarray | None = None) -> np.ndarray:
     """``values`` (keyed by ``keys``) laid out like the unperturbed output (keyed by
-    ``base_keys``): a cell whose key vanished becomes NaN; cells with new keys are left out."""
+    ``base_keys``): a cell whose key vanished becomes NaN (or its value in ``fill``); cells
+    with new keys are left out."""
     flat_keys, flat_values = keys.reshape(-1), np.asarray(values).reshape(-1)
     order = np.argsort(flat_keys, kind="stable")
     sorted_keys = flat_keys[order]
     want = base_keys.reshape(-1)
     at = np.minimum(np.searchsorted(sorted_keys, want), max(len(sorted_keys) - 1, 0))
     found = (sorted_keys[at] == want) if len(sorted_keys) else np.zeros(len(want), bool)
-    dtype = np.result_type(flat_values.dtype, np.float64) if not found.all() else flat_values.dtype
-    out = np.full(len(want), np.nan, dtype=dtype)
+    if fill is not None:
+        out = np.array(fill, dtype=np.result_type(flat_values.dtype, np.asarray(fill).dtype)).reshape(-1)
+    else:
+        dtype = np.result_type(flat_values.dtype, np.float64) if not found.all() else flat_values.dtype
+        out = np.full(len(want), np.nan, dtype=dtype)
     if len(sorted_keys):
         out[found] = flat_values[order[at[found]]]
     return out.reshape(base_keys.shape)
@@ -152,24 +170,38 @@ class _Evaluator:
             self.keys[node.name] = _identity(node.operator, arrays)
 
     def perturbed(self, source: str, array: np.ndarray, targets: Sequence[str]) -> dict[str, np.ndarray]:
-        """The ``targets``' outputs with input ``source`` replaced by ``array``."""
+        """The ``targets``' outputs with input ``source`` replaced by ``array``.
+
+        A cell that a selection dropped is NaN for the operators below it; if one of them
+        refuses the NaN, the run is repeated with the dropped cells at their unperturbed
+        values (the drop itself is then compared at the selection only)."""
+        try:
+            return self._perturbed(source, array, targets, refill=False)
+        except _Rejected:
+            if not any(k is not None for k in self.keys.values()):
+                raise
+            return self._perturbed(source, array, targets, refill=True)
+
+    def _perturbed(self, source: str, array: np.ndarray, targets: Sequence[str], refill: bool) -> dict[str, np.ndarray]:
         wf = self.wf
         below = wf.descendants(wf.node(source))
         needed = set()
         for t in targets:
             node = wf.node(t)
             needed |= {n for n in wf.ancestors(node) | {node} if n in below}
-        values = {source: array}
+        values, shown = {source: array}, {}
         for node in wf.nodes:
-            if node not in needed:
+            if node.is_input or node not in needed:
                 continue
             arrays = [values.get(n.name, self.base[n.name]) for n in node.inputs]
-            out = evaluate_operator(node.operator, arrays)
+            out = _rerun(evaluate_operator, node.operator, arrays)
             base_keys = self.keys[node.name]
             if base_keys is not None:
-                out = _align(base_keys, _identity(node.operator, arrays), out)
+                keys = _rerun(_identity, node.operator, arrays)
+                shown[node.name] = _align(base_keys, keys, out)
+                out = _align(base_keys, keys, out, fill=self.base[node.name]) if refill else shown[node.name]
             values[node.name] = out
-        return {t: values.get(t, self.base[t]) for t in targets}
+        return {t: shown.get(t, values.get(t, self.base[t])) for t in targets}
 
 
 # =====================================================================================
@@ -300,6 +332,11 @@ class OracleReport:
         Changed pairs missing from the lineage (forward and backward checks together).
     extras : int
         Lineage pairs no perturbation changed (information, not an error).
+    forward_queries, backward_checked : int
+        Lineage queries asked (forward per perturbed cell and target; backward per
+        sampled changed cell).
+    missed_by_target : dict
+        ``missed`` per target node.
     misses : list of Miss
         The first misses, for the report.
     mismatches : list of str
@@ -314,7 +351,9 @@ class OracleReport:
     lineage: int = 0
     missed: int = 0
     extras: int = 0
+    forward_queries: int = 0
     backward_checked: int = 0
+    missed_by_target: dict[str, int] = field(default_factory=dict)
     misses: list[Miss] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -328,7 +367,9 @@ class OracleReport:
         """The counts as a JSON-able dict."""
         return {"subject": self.subject, "cells": self.cells, "trials": self.trials, "rejected": self.rejected,
                 "changed_pairs": self.changed, "lineage_pairs": self.lineage, "misses": self.missed,
-                "extras": self.extras, "backward_checked": self.backward_checked,
+                "extras": self.extras, "forward_queries": self.forward_queries,
+                "backward_queries": self.backward_checked,
+                "misses_by_target": dict(self.missed_by_target),
                 "output_mismatches": list(self.mismatches), "first_misses": [str(m) for m in self.misses[:5]]}
 
     def raise_if_unsound(self) -> None:
@@ -368,7 +409,8 @@ def _mask(coords: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 def _oracle(report: OracleReport, run, evaluator: Callable[[str, np.ndarray], dict[str, np.ndarray]],
             base: dict[str, np.ndarray], sources: dict[str, np.ndarray], targets: Sequence[str],
-            cells, kinds: Sequence[str], usings: Sequence[dict | None], backward: int, seed: int) -> OracleReport:
+            cells, kinds: Sequence[str], usings: Sequence[dict | None], backward: int, seed: int,
+            reaches: Callable[[str, str], bool] = lambda source, target: True) -> OracleReport:
     rng = np.random.default_rng(seed)
     for t in targets:
         stored = np.asarray(run.output(t))
@@ -389,10 +431,10 @@ def _oracle(report: OracleReport, run, evaluator: Callable[[str, np.ndarray], di
                 report.trials += 1
                 try:
                     outs = evaluator(source, y)
-                except Exception as exc:  # the operator refused the value: not a change
+                except _Rejected as exc:  # the operator refused the value: not a change
                     report.rejected += 1
                     if len(report.errors) < 5:
-                        report.errors.append(f"{source}{coord} {kind}: {type(exc).__name__}: {exc}")
+                        report.errors.append(f"{source}{coord} {kind}: {exc}")
                     continue
                 for t in targets:
                     hit = _changed(base[t], outs[t])
@@ -402,13 +444,15 @@ def _oracle(report: OracleReport, run, evaluator: Callable[[str, np.ndarray], di
             for t in targets:
                 report.changed += int(changed[t].sum())
                 for using in usings:
-                    got = run.forward(source, [coord], to=t, using=using)
+                    got = run.forward(source, [coord], to=t, using=using) if reaches(source, t) else []
+                    report.forward_queries += bool(reaches(source, t))
                     lineage = _mask(got, base[t].shape)
                     miss = changed[t] & ~lineage
                     report.lineage += int(lineage.sum())
                     report.extras += int((lineage & ~changed[t]).sum())
                     if miss.any():
                         report.missed += int(miss.sum())
+                        report.missed_by_target[t] = report.missed_by_target.get(t, 0) + int(miss.sum())
                         if len(report.misses) < _KEEP_MISSES:
                             which = tuple(k for k, hit in kinds_hit[t] if (hit & miss).any())
                             outs_ = tuple(tuple(int(v) for v in c) for c in np.argwhere(miss)[:5])
@@ -416,7 +460,8 @@ def _oracle(report: OracleReport, run, evaluator: Callable[[str, np.ndarray], di
                 if changed[t].any():
                     pairs[t].append((int(index), np.flatnonzero(changed[t])))
         if backward:
-            _check_backward(report, run, source, x.shape, targets, base, pairs, usings, backward, rng)
+            _check_backward(report, run, source, x.shape, [t for t in targets if reaches(source, t)], base, pairs,
+                            usings, backward, rng)
     return report
 
 
@@ -440,6 +485,7 @@ def _check_backward(report, run, source, shape, targets, base, pairs, usings, bu
                 report.backward_checked += 1
                 if len(lost):
                     report.missed += len(lost)
+                    report.missed_by_target[t] = report.missed_by_target.get(t, 0) + len(lost)
                     if len(report.misses) < _KEEP_MISSES:
                         for c in lost[:3]:
                             coord = tuple(int(v) for v in np.unravel_index(int(c), shape))
@@ -510,8 +556,8 @@ def check_operator(op: Operator, inputs: Sequence[np.ndarray], *, tile_shape=Non
 
     def evaluate(source: str, array: np.ndarray) -> dict[str, np.ndarray]:
         now = [array if n == source else a for n, a in zip(names, arrays)]
-        out = reference(*now) if reference is not None else evaluate_operator(op, now)
-        keys = _identity(op, now) if base_keys is not None else None
+        out = _rerun(reference, *now) if reference is not None else _rerun(evaluate_operator, op, now)
+        keys = _rerun(_identity, op, now) if base_keys is not None else None
         return {"op": np.asarray(out) if keys is None else _align(base_keys, keys, out)}
 
     base_keys = _identity(op, arrays)
@@ -561,5 +607,6 @@ def check_workflow(run, wf: Workflow, inputs: dict[str, np.ndarray], *, sources:
     base = {t: evaluator.base[t] for t in targets}
     report = OracleReport(f"workflow {wf.name!r}")
     arrays = {s: np.asarray(inputs[s]) for s in sources}
+    below = {s: {n.name for n in wf.descendants(wf.node(s))} for s in sources}
     return _oracle(report, run, lambda s, a: evaluator.perturbed(s, a, targets), base, arrays, targets,
-                   cells, kinds, [using], backward, seed)
+                   cells, kinds, [using], backward, seed, reaches=lambda s, t: t in below[s])

@@ -34,7 +34,7 @@ from subzero.operators.reductions import Mean, Std
 from subzero.operators.value import Filter
 from subzero.workflow import Workflow
 
-__all__ = ["build", "patients", "CompleteCases", "NaiveBayes", "Predict", "discretize", "complete_rows", "UDFS",
+__all__ = ["build", "build_gse7390", "gse7390", "er_positive", "GSE7390_UDFS", "patients", "CompleteCases", "NaiveBayes", "Predict", "discretize", "complete_rows", "UDFS",
            "COLUMNS", "KINDS", "LEVELS"]
 
 N_PATIENTS, N_EXPRESSION, N_ABNORMAL = 96, 30, 24
@@ -288,4 +288,91 @@ def build(quick: bool = False, scale: int | None = None) -> tuple[Workflow, dict
     score = wf.add(Predict(), model, te_d, name="score")                     # UDF H
     prob = wf.add(Apply(special.expit), score, name="probability")
     wf.add(Threshold(0.5), prob, name="relapse")
+    return wf, inputs
+
+
+# -- real data: GSE7390 (scikit-survival) -------------------------------------------------------
+#: GSE7390's node name -> role (E-H as in the synthetic workflow)
+GSE7390_UDFS = UDFS
+#: the columns before the gene expression levels: outcome, grade, ER status, age, tumour size
+GSE7390_CLINICAL = ("e.tdm", "grade", "er", "age", "size")
+_GRADES = {"well differentiated": 0.0, "intermediate": 1.0, "poorly differentiated": 2.0}
+ER_COLUMN = 2
+
+
+def gse7390() -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """GSE7390 (198 breast-cancer patients, Desmedt et al. 2007) as loaded by scikit-survival:
+    ``(matrix, kinds, names)``.  Column 0 is the distant-metastasis event (``e.tdm``), then
+    the histological grade (0-2; "unkown" is missing: NaN), ER status (0/1), age, tumour
+    size and the 76 genes of the signature (log2 expression).  The categorical columns are
+    encoded as numbers here: as scikit-survival gives them (categories, a structured
+    outcome array) they are not workflow inputs (`subzero.inputs_check`)."""
+    import pandas as pd
+    from sksurv.datasets import load_breast_cancer
+
+    from subzero.inputs_check import check_input_array
+
+    features, outcome = load_breast_cancer()
+    genes = [c for c in features.columns if c not in GSE7390_CLINICAL]
+    frame = pd.DataFrame({
+        "e.tdm": outcome["e.tdm"].astype(float),
+        "grade": features["grade"].astype(str).map(_GRADES).astype(float),   # "unkown" -> NaN
+        "er": (features["er"].astype(str) == "positive").astype(float),
+        "age": features["age"].astype(float),
+        "size": features["size"].astype(float),
+    })
+    frame = pd.concat([frame, features[genes].astype(float)], axis=1)
+    kinds = [OUTCOME, CATEGORICAL, BINARY] + [EXPRESSION] * (frame.shape[1] - 3)
+    return check_input_array("GSE7390", frame), np.array([kinds], np.float64), list(frame.columns)
+
+
+def er_positive(x: np.ndarray) -> np.ndarray:
+    """One bool per patient (row of a standardised matrix): is the tumour ER-positive?"""
+    return np.asarray(x)[:, ER_COLUMN] > 0
+
+
+def build_gse7390() -> tuple[Workflow, dict[str, np.ndarray]]:
+    """The real-data workflow: 17 operators on GSE7390, split into even (training) and odd
+    (test) patients.
+
+    The synthetic workflow's steps (complete cases, standardisation with the training
+    statistics, discretisation, the naive Bayes model, its predictions), plus a signature
+    score of the ER-positive test patients: a `Filter` on ER status, the 76 genes
+    (`Slice`), and a `MatMul` with the signature's weights (each gene's sign of association
+    with metastasis in the training half, over 76: the fourth input).
+
+    Examples
+    --------
+    >>> wf, inputs = build_gse7390()
+    >>> inputs["train"].shape, len([n for n in wf.nodes if not n.is_input])
+    ((99, 81), 17)
+    """
+    from subzero.operators import MatMul, Slice
+
+    data, kinds, _ = gse7390()
+    train, test = data[0::2], data[1::2]
+    genes = slice(len(GSE7390_CLINICAL), data.shape[1])
+    complete = train[complete_rows(train)]
+    events = complete[:, 0] != 0
+    direction = np.sign(complete[events, genes].mean(axis=0) - complete[~events, genes].mean(axis=0))
+    n_genes = data.shape[1] - len(GSE7390_CLINICAL)
+    inputs = {"train": train, "test": test, "kinds": kinds,
+              "signature": (direction / n_genes).reshape(-1, 1)}
+    wf = Workflow("gse7390")
+    tr_in, te_in, kinds_in, weights = (wf.input(n) for n in ("train", "test", "kinds", "signature"))
+    tr = wf.add(CompleteCases(), tr_in, name="train_cases")                  # E
+    mu = wf.add(Mean(axis=0), tr, name="train_mean")
+    sd = wf.add(Std(axis=0), tr, name="train_std")
+    tr_z = wf.add(Divide(), wf.add(Subtract(), tr, mu, name="train_centred"), sd, name="train_z")
+    tr_d = wf.add(Apply(discretize, nin=3), tr_z, tr, kinds_in, name="train_discrete")
+    model = wf.add(NaiveBayes(), tr_d, name="model")                         # F
+    te = wf.add(CompleteCases(), te_in, name="test_cases")                   # G
+    te_z = wf.add(Divide(), wf.add(Subtract(), te, mu, name="test_centred"), sd, name="test_z")
+    te_d = wf.add(Apply(discretize, nin=3), te_z, te, kinds_in, name="test_discrete")
+    score = wf.add(Predict(), model, te_d, name="score")                     # H
+    prob = wf.add(Apply(special.expit), score, name="probability")
+    wf.add(Threshold(0.5), prob, name="relapse")
+    positive = wf.add(Filter(er_positive), te_z, name="er_positive")
+    signature = wf.add(Slice(start=(None, len(GSE7390_CLINICAL))), positive, name="signature_genes")
+    wf.add(MatMul(), signature, weights, name="risk")
     return wf, inputs

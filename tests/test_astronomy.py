@@ -10,6 +10,7 @@ from subzero.bench.astronomy import CONFIGS, pins, queries
 from subzero.bench.configs import operator_nodes, static_using
 from subzero.bench.harness import check_same_cells
 from subzero.errors import WorkflowError
+from subzero.oracle import check_workflow
 from subzero.workflows import astronomy as astro
 
 SHAPE = (32, 64)
@@ -108,3 +109,47 @@ def test_star_lineage_is_the_star_and_its_ring(runs):
     assert np.array_equal(again == stars[pixel], star)
     background = tuple(np.argwhere(stars == 0)[0])
     assert run.backward("stars", [background], to="snr").tolist() == [list(background)]
+
+
+# =====================================================================================
+# Real data: astroscrappy's GMOS frame, held to the perturbation oracle
+# =====================================================================================
+@pytest.fixture(scope="module")
+def gmos(tmp_path_factory):
+    wf, inputs = astro.build_gmos()
+    strategies = {"crmask": ["CompOne"], "crd": ["CompOne"], "clean": ["CompOne"], "stars": ["CompOne"],
+                  "labels": ["CompOne"]}
+    run = wf.run(inputs, store=tmp_path_factory.mktemp("gmos") / "run", strategies=strategies,
+                 executor="local", tile_shape=64)
+    return wf, inputs, run
+
+
+def test_gmos_inputs_come_from_the_fits_file_with_the_header_gain():
+    inputs, calib = astro.gmos_frame()
+    assert {k: v.shape for k, v in inputs.items()} == {"sci": (150, 200), "sky": (150, 200), "var": (150, 200)}
+    assert all(v.dtype == np.float32 and v.dtype.isnative for v in inputs.values())   # FITS is big-endian
+    assert calib["gain"] == 1.0                     # DRAGONS converted the frame to electrons (ADUTOELE)
+    assert astro.header_gain({"GAIN": 1.933}) == 1.933
+    with pytest.raises(WorkflowError, match="no gain"):
+        astro.header_gain({})
+
+
+def test_gmos_finds_the_two_cosmic_rays_and_canonical_stars(gmos):
+    _, _, run = gmos
+    crmask = np.asarray(run.output("crmask")).astype(bool)
+    assert ndimage.label(crmask, np.ones((3, 3)))[1] == 2         # astroscrappy's test: two cosmic rays
+    stars = np.asarray(run.output("stars"))
+    for label in np.unique(stars[stars > 0]):
+        assert label == 1 + np.flatnonzero(stars.reshape(-1) == label)[0]
+
+
+def test_gmos_lineage_passes_the_oracle_at_the_pixels_that_broke_it(gmos):
+    """Issue 12, causes 1-3 on real data: sci(0, 140) renumbered a far-away star under sep's
+    ids; sci(36, 141) unflagged crmask(40, 144) beyond the guessed radius 3."""
+    wf, inputs, run = gmos
+    assert [40, 144] in run.forward("sci", [(36, 141)], to="crmask").tolist()
+    cells = {"sci": [(0, 140), (36, 141), (40, 144), (75, 100), (120, 38)]}
+    report = check_workflow(run, wf, inputs, sources=["sci"], cells=cells, backward=8,
+                            targets=["crmask", "crd", "clean", "stars", "spectrum"])
+    assert report.ok, str(report)
+    assert report.changed > 0 and report.rejected == 0

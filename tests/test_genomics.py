@@ -14,7 +14,7 @@ from subzero.bench.configs import configuration, static_using
 from subzero.bench.genomics import CONFIGS, queries
 from subzero.bench.harness import check_same_cells
 from subzero.errors import WorkflowError
-from subzero.oracle import check_operator, evaluate_operator
+from subzero.oracle import check_operator, check_workflow, evaluate_operator
 from subzero.workflows import genomics as gen
 
 
@@ -169,3 +169,37 @@ def test_prediction_lineage_is_the_patient_and_its_model_cells(runs):
     assert row.tolist() == [[4, c] for c in range(1, gen.COLUMNS)]
     score = np.asarray(run.output("model"))[0, 0] + sum(np.asarray(run.output("model"))[k] for k in want[1:])
     assert np.isclose(np.asarray(run.output("score"))[4], score)
+
+
+# =====================================================================================
+# Real data: GSE7390 (scikit-survival), held to the perturbation oracle
+# =====================================================================================
+def test_gse7390_is_encoded_numbers_and_its_raw_form_is_refused():
+    pytest.importorskip("sksurv")
+    from sksurv.datasets import load_breast_cancer
+
+    from subzero.inputs_check import check_input_array
+
+    data, kinds, names = gen.gse7390()
+    assert data.shape == (198, 81) and names[:5] == list(gen.GSE7390_CLINICAL)
+    assert set(np.unique(data[:, 0])) == {0.0, 1.0} and np.isnan(data[:, 1]).sum() >= 1   # "unkown" grade
+    features, outcome = load_breast_cancer()
+    with pytest.raises(sz.WorkflowError, match=r"non-numeric column\(s\) 'er' \(category\), 'grade' \(category\)"):
+        check_input_array("features", features)
+    with pytest.raises(sz.WorkflowError, match="structured array with fields 'e.tdm'"):
+        check_input_array("outcome", outcome)
+
+
+def test_gse7390_workflow_passes_the_oracle(tmp_path):
+    pytest.importorskip("sksurv")
+    wf, inputs = gen.build_gse7390()
+    assert len([n for n in wf.nodes if not n.is_input]) == 17
+    strategies = configuration(wf, {u: ["PayOne", "FullOne/forward"] for u in gen.GSE7390_UDFS})
+    run = wf.run(inputs, store=tmp_path / "run", strategies=strategies, executor="local")
+    incomplete = np.argwhere(np.isnan(inputs["test"]))[:1]
+    cells = {"train": np.argwhere(np.ones(inputs["train"].shape, bool))[::211],
+             "test": np.concatenate([np.argwhere(np.ones(inputs["test"].shape, bool))[::257], incomplete])}
+    report = check_workflow(run, wf, inputs, sources=["train", "test"], cells=cells, backward=8,
+                            targets=["train_cases", "test_cases", "model", "score", "er_positive", "risk"])
+    assert report.ok, str(report)
+    assert report.changed > 0

@@ -419,7 +419,7 @@ def _oracle(report: OracleReport, run, evaluator: Callable[[str, np.ndarray], di
     if report.mismatches:
         return report
     for source, x in sources.items():
-        chosen = cells.get(source) if isinstance(cells, dict) else cells
+        chosen = cells.get(source, ()) if isinstance(cells, dict) else cells  # not named: not perturbed
         indices = _sample(x.shape, chosen, rng)
         scale = _scale(x)
         pairs: dict[str, list[tuple[int, np.ndarray]]] = {t: [] for t in targets}
@@ -526,7 +526,8 @@ def check_operator(op: Operator, inputs: Sequence[np.ndarray], *, tile_shape=Non
     kinds : sequence of str
         Perturbations (`KINDS`).
     cells : int, dict or None
-        At most this many cells per input (a seeded sample), or ``{"x0": coords}``; None: all.
+        At most this many cells per input (a seeded sample), or ``{"x0": coords or a count}`` (inputs
+        not named are not perturbed); None: all.
     backward : int
         Changed output cells per input whose backward lineage is checked too (0: none).
     reference : callable, optional
@@ -590,7 +591,8 @@ def check_workflow(run, wf: Workflow, inputs: dict[str, np.ndarray], *, sources:
     sources, targets : sequence of node names, optional
         Inputs to perturb (default: all) and nodes to compare (default: the outputs).
     cells : int, dict or None
-        Cells per source: a seeded sample of this many, ``{source: coords}``, or None (all).
+        Cells per source: a seeded sample of this many, ``{source: coords or a count}`` (sources
+        not named are not perturbed), or None (all).
 
     Returns
     -------

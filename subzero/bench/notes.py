@@ -45,7 +45,7 @@ WHY: dict[str, dict[str, str]] = {
             "CompOne copies a payload into the entry of every pixel that has one: D's group payload "
             "(bounding box and bits) into every pixel of every group above the threshold"),
         "_general": (
-            "Lineage is exact (the perturbation oracle below finds no miss): A and B (L.A.Cosmic, one "
+            "Lineage is exact (the perturbation oracle, above, finds no miss): A and B (L.A.Cosmic, one "
             "iteration) make every pixel depend on the 17 x 17 window around it, a stencil (their Full "
             "configurations store the composite instead: 289 cell ids per pixel would be about 1.2 GB "
             "per exposure), C's clean pixels on their 3 x 3 detection window, D's pixels above the "
@@ -74,7 +74,7 @@ WHY: dict[str, dict[str, str]] = {
         "disk PayBoth": "the forward FullOne half stores one key per distinct input cell",
         "disk FullBoth": "both FullOne halves store one key per cell and one entry per pair",
         "_general": (
-            "Lineage is exact (the perturbation oracle below finds no miss): E and G name the whole "
+            "Lineage is exact (the perturbation oracle, above, finds no miss): E and G name the whole "
             "source row of a cell (a NaN anywhere drops it), F is a mapping (a model cell reads its "
             "feature's column and every outcome: the class totals), so it stores nothing in every "
             "configuration but FullOne/FullMany/FullForw/FullBoth, which derive its pairs. "

@@ -142,7 +142,7 @@ def _astronomy(doc: dict[str, Any]) -> list[str]:
 def _cellpairs_note(raw: dict[str, Any]) -> str:
     if raw.get("capture_seconds") is None:
         return (f"CellPairs was skipped: the run's exact lineage is about {raw.get('estimate', 0):,} cell pairs "
-                "(A and B alone read 289 pixels each), more than the baseline writes.")
+                "(A and B read 289 pixels per pixel), more than the baseline writes.")
     return (f"CellPairs captured {sum(raw['rows'].values()):,} cell pairs in {_fmt(raw['capture_seconds'])} s "
             "(its runtime is NoLineage plus that capture).")
 

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import subzero as sz
+from subzero.bench.genomics import CONFIGS
 import subzero.bench as bench
 from subzero.bench.cellpairs import CellPairs, expand_cell_pairs, write_cellpairs
 from subzero.bench.configs import configuration, static_using
@@ -145,6 +146,12 @@ def test_genomics_bench_sweeps_disk_budgets_with_the_optimizer(tmp_path):
     assert all(v["disk_mb"] <= int(b.split()[0]) for b, v in sweep.items())
     assert {"static_seconds", "dynamic_seconds", "disk", "runtime"} <= set(doc["figures"])
     assert "fig7_sweep.png" in (tmp_path / "REPORT.md").read_text()
+    # real data beside the synthetic inputs, and the perturbation oracle on both: no miss
+    real = doc["real"]
+    assert real["setup"]["inputs"]["train"] == [99, 81] and set(real["figures"]["disk"]["values"]) == set(CONFIGS)
+    assert doc["oracle"]["misses"] == 0 and real["oracle"]["misses"] == 0 and real["oracle"]["cells"] > 0
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "## Real data: GSE7390" in report and "## Perturbation oracle" in report
 
 
 def test_unknown_bench_is_an_error(tmp_path):

@@ -174,7 +174,8 @@ class GaussianFilter(StencilOperator):
 
 class UniformFilter(StencilOperator):
     """``scipy.ndimage.uniform_filter(x, size, mode, cval)``: the mean over a box of ``size``
-    cells per axis (element ``j`` of the box reads offset ``j - size // 2``)."""
+    cells per axis (element ``j`` of the box reads offset ``j - size // 2``), computed as one
+    explicit sum per cell so that a NaN stays inside the boxes that hold it."""
 
     def __init__(self, size: int | tuple[int, ...] = 3, mode: str = "reflect", cval: float = 0.0):
         super().__init__(mode, cval)
@@ -184,7 +185,13 @@ class UniformFilter(StencilOperator):
         return kernel_offsets(np.ones(per_axis(self.size, ndim, "UniformFilter", "size", minimum=1), bool))
 
     def run(self, ctx, x):
-        return ndimage.uniform_filter(np.asarray(x, dtype=np.float64), self.size, mode=self.mode, cval=self.cval)
+        # one explicit sum per cell and axis (correlate1d), not uniform_filter's running sum:
+        # a running sum carries a NaN or an infinity to every later cell of the line
+        out = np.asarray(x, dtype=np.float64)
+        for axis, n in enumerate(per_axis(self.size, out.ndim, "UniformFilter", "size", minimum=1)):
+            if n > 1:
+                out = ndimage.correlate1d(out, np.full(n, 1.0 / n), axis=axis, mode=self.mode, cval=self.cval)
+        return out
 
 
 class _RankFilter(StencilOperator):
@@ -251,7 +258,8 @@ class Laplace(StencilOperator):
 
 class Sobel(StencilOperator):
     """``scipy.ndimage.sobel(x, axis, mode, cval)``: a cell reads its 3**ndim box except the
-    plane through itself normal to ``axis`` (where the derivative weight is zero)."""
+    plane through itself normal to ``axis`` (where the derivative weight is zero; the
+    difference is taken without touching that plane, so a NaN there does not leak in)."""
 
     def __init__(self, axis: int = -1, mode: str = "reflect", cval: float = 0.0):
         super().__init__(mode, cval)
@@ -262,4 +270,22 @@ class Sobel(StencilOperator):
         return box[box[:, normalize_axis(self.axis, ndim, "Sobel")] != 0]
 
     def run(self, ctx, x):
-        return ndimage.sobel(np.asarray(x, dtype=np.float64), axis=self.axis, mode=self.mode, cval=self.cval)
+        # the derivative as a difference of the two neighbours (scipy multiplies the centre
+        # by its zero weight, so a NaN or an infinity there would leak into the result)
+        x = np.asarray(x, dtype=np.float64)
+        axis = normalize_axis(self.axis, x.ndim, "Sobel")
+        n = x.shape[axis]
+        positions = np.arange(n, dtype=np.int64)
+        after, before = (boundary_index(positions + d, n, self.mode) for d in (1, -1))
+        out = self._side(x, axis, after) - self._side(x, axis, before)
+        for other in range(x.ndim):
+            if other != axis:
+                out = ndimage.correlate1d(out, [1.0, 2.0, 1.0], axis=other, mode=self.mode, cval=self.cval)
+        return out
+
+    def _side(self, x: np.ndarray, axis: int, index: np.ndarray) -> np.ndarray:
+        """``x`` re-indexed along ``axis`` (``cval`` where the boundary supplies the value)."""
+        got = np.take(x, np.maximum(index, 0), axis=axis)
+        shape = [1] * x.ndim
+        shape[axis] = len(index)
+        return np.where((index >= 0).reshape(shape), got, self.cval)

@@ -28,6 +28,7 @@ import numpy as np
 
 from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, RunRecord
 from subzero.errors import StoreError, SubZeroError, WorkflowError
+from subzero.inputs_check import check_input_array
 from subzero.modes import Strategy
 from subzero.operator import Operator
 from subzero.pickling import dump_operator, dumps_with_operator
@@ -140,11 +141,7 @@ def _check_inputs(wf: Workflow, inputs: dict[str, Any]) -> dict[str, Any]:
         if ExternalArray.accepts(value):
             arrays[name] = ExternalArray(value, name)
             continue
-        arr = np.asarray(value)
-        if arr.dtype == object or arr.dtype.names is not None or arr.dtype.kind not in "biufcmM":
-            raise WorkflowError(f"input {name!r} must be a numeric numpy array, got dtype {arr.dtype}; convert "
-                                "it with np.asarray(..., dtype=float) first")
-        arrays[name] = arr
+        arrays[name] = check_input_array(name, value)
     return arrays
 
 

@@ -97,6 +97,33 @@ class StencilOperator(Operator):
         out = (virtual.reshape(-1, 1, ndim) - self.offsets()[None, :, :]).reshape(-1, ndim)
         return unique_rows(out[np.all((out >= 0) & (out < np.array(self.output_shape)), axis=1)])
 
+    def _box_radius(self) -> np.ndarray | None:
+        """Per-axis radius when the stencil reads a full box centred on the cell and the mode
+        does not wrap: then every cell within the radius is read directly and a reflected,
+        mirrored or clamped read stays within it, so the lineage of a box, either way, is the
+        box grown by the radius and clipped to the array.  None otherwise."""
+        if "wrap" in self.mode:
+            return None
+        off = self.offsets()
+        if not len(off):
+            return None
+        lo, hi = off.min(axis=0), off.max(axis=0)
+        if np.any(lo != -hi) or len(unique_rows(off)) != int(np.prod(hi - lo + 1)):
+            return None
+        return hi
+
+    def map_b_boxes(self, lo, hi, i):
+        r = self._box_radius()
+        if r is None:
+            return None
+        return np.maximum(lo - r, 0), np.minimum(hi + r, np.asarray(self.input_shapes[0], np.int64))
+
+    def map_f_boxes(self, lo, hi, i):
+        r = self._box_radius()
+        if r is None:
+            return None
+        return np.maximum(lo - r, 0), np.minimum(hi + r, np.asarray(self.output_shape, np.int64))
+
     def _virtual_index(self) -> list[np.ndarray]:
         """Per axis, the input index each position of the grid grown by the radius reads."""
         return [boundary_index(np.arange(-r, n + r), n, self.mode) for n, r in zip(self.input_shapes[0], self.radius())]

@@ -120,6 +120,6 @@ def explain_data(run: "Run") -> dict[str, Any]:
     return jsonable({
         "store": run.path, "workflow": run.workflow.name, "status": cat.status, "executor": cat.executor,
         "created": cat.created, "wall_seconds": cat.wall_seconds, "input_bytes": cat.input_bytes,
-        "optimizer": cat.optimizer or None, "committed": list(cat.nodes), "nodes": nodes,
+        "optimizer": cat.optimizer or None, "committed": run.committed, "nodes": nodes,
         "total_lineage_bytes": total,
     })

@@ -27,7 +27,7 @@ def explain(run: Run) -> str:
     cat = run.catalog
     where = f"executor {cat.executor}" + (f" ({cat.master})" if cat.master else "")
     lines = [f"run {run.workflow.name!r} in {run.path}: "
-             f"{committed_summary(cat.status, list(cat.nodes), [n.name for n in run.workflow.nodes])}, "
+             f"{committed_summary(cat.status, run.committed, [n.name for n in run.workflow.nodes])}, "
              f"{where}, wall {_fmt_s(cat.wall_seconds)}"]
     opt = cat.optimizer
     if opt:

@@ -585,6 +585,8 @@ def _forward_lineage(old: "Run", new: "Run", changed_inputs: dict[str, Frontier]
                 continue
             got = run.forward_many(name, cells, to=sorted(pending), as_="frontier")
             for o, f in got.items():
+                if f.shape != changed[o].shape:  # the output's shape changed: only the new run's lineage fits
+                    continue
                 reach[o] = reach[o].union(f) if o in reach else f
         for o in sorted(pending):
             if o in reach and bool(np.all(reach[o].contains(changed[o].ids()))):

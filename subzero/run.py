@@ -73,8 +73,8 @@ class Run:
 
     @property
     def committed(self) -> list[str]:
-        """Names of the nodes the store committed (every node, once the run is done)."""
-        return list(self.record.nodes)
+        """Names of the nodes the store committed, in workflow order (every node, once the run is done)."""
+        return [n.name for n in self.workflow.nodes if n.name in self.record.nodes]
 
     def node(self, ref) -> Node:
         try:
@@ -83,7 +83,7 @@ class Run:
             raise LineageError(str(exc)) from None
         if node.name not in self.record.nodes:  # a store opened with partial=True
             raise LineageError(f"node {node.name!r} is not committed in store {self.path!r} (the run is "
-                               f"{self.record.status}); committed nodes: {', '.join(self.record.nodes) or 'none'}")
+                               f"{self.record.status}); committed nodes: {', '.join(self.committed) or 'none'}")
         return node
 
     def node_record(self, ref) -> NodeRecord:

@@ -237,9 +237,11 @@ class Run:
         shape = self.shape(node)
         where = f"node {node.name!r}"
         if isinstance(cells, Frontier):  # an answer carried on (brushing, replay): already checked
-            if cells.shape != tuple(shape) or box is not None:
+            if box is not None:
+                raise LineageError(f"give cells or box for {where}, not both")
+            if cells.shape != tuple(shape):
                 raise LineageError(f"a Frontier of shape {cells.shape} cannot start a query at {where} of shape "
-                                   f"{tuple(shape)}" + (" (and give cells or box, not both)" if box is not None else ""))
+                                   f"{tuple(shape)}")
             return cells
         if box is not None:
             if cells is not None:

@@ -365,6 +365,18 @@ def test_a_local_run_and_a_query_import_no_plotting_astronomy_or_spark(tmp_path)
     assert done.stdout.splitlines() == ["1,1", "[]"]
 
 
+def test_a_query_through_stencils_imports_no_scipy(own_data):
+    """Operators import scipy on first use: a query answered by mapping functions never does."""
+    code = ("import sys\nfrom subzero.cli import main\n"
+            f"assert main(['query', {str(own_data / 'run')!r}, 'backward', 'smooth', '--to', 'raw', '--cells', '3,4',"
+            " '--json']) == 0\n"
+            "print([m for m in sys.modules if m.split('.')[0] in ('scipy', 'pyspark', 'matplotlib', 'astropy')])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["count"] > 1 and done.stdout.splitlines()[-1] == "[]"
+
+
 def test_readme_python_example_runs_after_the_quick_start(tmp_path):
     text = (ROOT / "README.md").read_text()
     example = re.search(r"```python\n(import numpy as np\nimport subzero as sz\n.*?)```", text, re.S).group(1)

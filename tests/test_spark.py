@@ -212,7 +212,8 @@ def test_python_error_of_a_worker_traceback():
     assert _python_error(PythonException(message=trace)) == "KeyError: 'ccd 3'"
     marked = trace + "\nRuntimeError: subzero-task-error: ValueError: bad pixel at 3,4"
     assert _python_error(PythonException(message=marked)) == "ValueError: bad pixel at 3,4"
-    assert _python_error(RuntimeError("Job aborted: executor lost\n\tat org.apache.spark.Foo")) == "Job aborted: executor lost"
+    lost = RuntimeError("Job aborted: executor lost\n\tat org.apache.spark.Foo")
+    assert _python_error(lost) == "Job aborted: executor lost"
 
 
 def _job_file(cwd: Path) -> None:
@@ -265,8 +266,8 @@ for k in range({count}):  # random workflows, as tests/test_run.py draws them
         spec.append((f"n{{j}}", kind, [str(rng.choice(names)) for _ in range(2 if kind in BINARY else 1)]))
         names.append(f"n{{j}}")
     pins = {{node.name: supported_strategies(node.operator) for node in build(spec).nodes if not node.is_input}}
-    runs = [build(spec).run(inputs_for(n, k), store=f"{{where}}/{{k}}-{{executor}}", strategies=pins, spark=spark,
-                            executor=executor, tile_shape=3) for executor, where in (("spark", {out!r}), ("local", {out!r}))]
+    runs = [build(spec).run(inputs_for(n, k), store=f"{out}/{{k}}-{{executor}}", strategies=pins, spark=spark,
+                            executor=executor, tile_shape=3) for executor in ("spark", "local")]
     assert dump_lineage(runs[0].path) == dump_lineage(runs[1].path), spec
     last = spec[-1][0]
     for node in pins:

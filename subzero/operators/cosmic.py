@@ -9,13 +9,15 @@ radius); any other pixel depends only on itself, which the mapping functions say
 from __future__ import annotations
 
 import numpy as np
-from scipy import ndimage
 
+from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._kernels import box_offsets, stencil_pairs, unique_rows
 from subzero.operators.identity import IdentityMapping
 from subzero.tiling import Halo
+
+ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
 __all__ = ["CosmicRayDetect"]
 

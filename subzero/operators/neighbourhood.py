@@ -9,9 +9,9 @@ radius; the ``wrap`` modes need the far edge, so they run on whole arrays.
 from __future__ import annotations
 
 import numpy as np
-from scipy import ndimage
 
 from subzero.errors import WorkflowError
+from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._args import check_choice, normalize_axis, per_axis
@@ -20,6 +20,8 @@ from subzero.operators._kernels import (
     stencil_pairs, unique_rows,
 )
 from subzero.tiling import Halo
+
+ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
 __all__ = [
     "StencilOperator", "Convolve", "Correlate", "GaussianFilter", "UniformFilter", "MedianFilter",
@@ -217,7 +219,7 @@ class UniformFilter(StencilOperator):
 class _RankFilter(StencilOperator):
     """A rank filter over a box of ``size`` cells per axis, or over a boolean ``footprint``."""
 
-    fn = staticmethod(ndimage.median_filter)
+    fn = "median_filter"  # the scipy.ndimage function, by name (scipy is imported on first use)
 
     def __init__(self, size: int | tuple[int, ...] | None = 3, footprint=None, mode: str = "reflect",
                  cval: float = 0.0):
@@ -240,29 +242,30 @@ class _RankFilter(StencilOperator):
 
     def run(self, ctx, x):
         x = np.asarray(x)
+        fn = getattr(ndimage, type(self).fn)
         if self.footprint is None:
-            return type(self).fn(x, self.size, mode=self.mode, cval=self.cval)
+            return fn(x, self.size, mode=self.mode, cval=self.cval)
         if x.ndim == 1:  # scipy's 1-D fast path ignores the holes of a footprint: go through 2-D
-            return type(self).fn(x[None], footprint=self.footprint[None], mode=self.mode, cval=self.cval)[0]
-        return type(self).fn(x, footprint=self.footprint, mode=self.mode, cval=self.cval)
+            return fn(x[None], footprint=self.footprint[None], mode=self.mode, cval=self.cval)[0]
+        return fn(x, footprint=self.footprint, mode=self.mode, cval=self.cval)
 
 
 class MedianFilter(_RankFilter):
     """``scipy.ndimage.median_filter(x, size | footprint, mode, cval)``."""
 
-    fn = staticmethod(ndimage.median_filter)
+    fn = "median_filter"
 
 
 class MaximumFilter(_RankFilter):
     """``scipy.ndimage.maximum_filter(x, size | footprint, mode, cval)``."""
 
-    fn = staticmethod(ndimage.maximum_filter)
+    fn = "maximum_filter"
 
 
 class MinimumFilter(_RankFilter):
     """``scipy.ndimage.minimum_filter(x, size | footprint, mode, cval)``."""
 
-    fn = staticmethod(ndimage.minimum_filter)
+    fn = "minimum_filter"
 
 
 class Laplace(StencilOperator):

@@ -29,9 +29,9 @@ import math
 import warnings
 
 import numpy as np
-from scipy import ndimage
 
 from subzero.errors import WorkflowError
+from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators.elementwise import (Add, Clip, Divide, MultiplyScalar, Multiply, Subtract,
@@ -41,6 +41,8 @@ from subzero.operators.neighbourhood import GaussianFilter
 from subzero.operators.resampling import Downsample, Upsample
 from subzero.tiling import Halo
 from subzero.workflow import Workflow
+
+ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
 __all__ = ["build", "CosmicRays", "RepairCosmics", "DetectStars", "UDFS", "SHAPE", "QUICK_SHAPE",
            "sky_image", "exposures"]

@@ -11,9 +11,9 @@ by the user) is used as it is; otherwise an embedded ``local[*, 4]`` session is 
 (four attempts per task, so a failed task is retried as on a cluster), or one for
 ``master`` (``spark://host:7077``).  A standalone master fails fast and says why, in one
 line: its address is tried with a socket before a JVM starts (`CONNECT_TIMEOUT`), the
-application must be accepted within `START_TIMEOUT` of the call (a port that answers but
-is no Spark master), and a first executor must register within `EXECUTOR_TIMEOUT` (a
-master without free workers would leave every job waiting, silently).
+application must be accepted within `START_TIMEOUT` of the JVM's start (a port that
+answers but is no Spark master), and a first executor must register within
+`EXECUTOR_TIMEOUT` (a master without free workers would leave every job waiting, silently).
 
 A task's error reaches the driver as pyspark's ``PythonException`` (its text is the
 worker's traceback); the driver reports the operator's own error, ``ValueError: ...``,
@@ -43,8 +43,8 @@ __all__ = ["SparkExecutor", "get_session", "DEFAULT_MASTER"]
 DEFAULT_MASTER = "local[*, 4]"
 #: seconds to reach a standalone master's address before giving up
 CONNECT_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_CONNECT_TIMEOUT", 10))
-#: seconds from `get_session` until a standalone master has accepted the application
-START_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_START_TIMEOUT", 20))
+#: seconds, once the driver's JVM runs, for a standalone master to accept the application
+START_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_START_TIMEOUT", 15))
 #: seconds for a standalone master to give the application its first executor
 EXECUTOR_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_EXECUTOR_TIMEOUT", 120))
 _ERROR_MARK = "subzero-task-error: "
@@ -79,11 +79,14 @@ def _standalone(master: str | None) -> bool:
     return bool(master) and master.startswith("spark://")
 
 
-def _create(builder, master: str | None, started: float):
-    """``builder.getOrCreate()``; for a standalone master, given until `START_TIMEOUT` after
-    ``started`` (Spark itself would wait a minute per attempt for a master that never answers)."""
+def _create(builder, master: str | None):
+    """``builder.getOrCreate()``; for a standalone master, given `START_TIMEOUT` once the
+    driver's JVM runs (its start is this machine's business, however long it takes; Spark
+    itself would wait a minute per attempt for a master that never answers)."""
     if not _standalone(master):
         return builder.getOrCreate()
+    from pyspark import SparkContext
+
     box: dict = {}
 
     def create() -> None:
@@ -94,7 +97,9 @@ def _create(builder, master: str | None, started: float):
 
     worker = threading.Thread(target=create, name="subzero-spark-start", daemon=True)
     worker.start()
-    worker.join(max(START_TIMEOUT - (time.monotonic() - started), 1.0))
+    while worker.is_alive() and SparkContext._gateway is None:  # the JVM starting
+        worker.join(0.1)
+    worker.join(START_TIMEOUT)
     if worker.is_alive():
         raise SubZeroError(f"Spark master {master} answers but did not accept the application within "
                            f"{START_TIMEOUT:.0f} s; check that this is the master's URL (spark://host:7077, not the "
@@ -132,7 +137,6 @@ def get_session(master: str | None = None, log_level: str = "ERROR"):
     A session that exists already (``spark-submit``, or one the user made) is returned as
     it is, whatever ``master`` says: its master was chosen by whoever made it.
     """
-    started = time.monotonic()
     _check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -159,7 +163,7 @@ def get_session(master: str | None = None, log_level: str = "ERROR"):
                    .config("spark.python.worker.reuse", "true"))
     builder = builder.config("spark.driver.maxResultSize", "512m")
     try:
-        spark = _create(builder, chosen, started)
+        spark = _create(builder, chosen)
     except SubZeroError:
         raise
     except Exception as exc:

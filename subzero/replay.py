@@ -425,6 +425,11 @@ class _Replayer:
     def _record(old: NodeRecord, manifest: Manifest, shape, dtype: str, chunks, rerun: int, tiles: int,
                 seconds: float) -> NodeRecord:
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        layout = (tuple(shape), str(dtype), tuple(chunks))
+        if layout == (tuple(old.array.shape), str(old.array.dtype), tuple(old.array.chunks)):
+            array = old.array  # the same layout: the same array metadata (and whatever the record says of it)
+        else:
+            array = ArrayRecord(tuple(shape), dtype, tuple(chunks), nbytes)
         stats = old.stats
         if stats is not None:
             recs = manifest.shards
@@ -434,7 +439,7 @@ class _Replayer:
                             pairs={s: (sum(r.pairs for r in recs[s]), sum(r.out_cells for r in recs[s]),
                                        sum(r.in_cells for r in recs[s])) for s in recs},
                             file_bytes={s: sum(r.disk_bytes for r in recs[s]) for s in recs})
-        return replace(old, array=ArrayRecord(tuple(shape), dtype, tuple(chunks), nbytes), stats=stats,
+        return replace(old, array=array, stats=stats,
                        metadata={**old.metadata, "replayed": {"tiles": rerun, "of": tiles, "seconds": seconds}})
 
 

@@ -408,8 +408,10 @@ def _replay_text(result, fits: bool) -> str:
     seconds = result.seconds
     lines = [f"replayed workflow {result.run.workflow.name!r} from {result.source} into {result.run.path} in "
              f"{seconds:.2f} s ({result.executor})"]
+    patched = {r.name: r for r in result.nodes if r.how == "patched"}
     for name, (replaced, changed) in result.inputs.items():
-        lines.append(f"  {name}: {replaced} cell(s) replaced, {changed} changed")
+        lines.append(f"  {name}: {replaced} cell(s) replaced, {changed} changed ({patched[name].rerun} of "
+                     f"{patched[name].tiles} chunk(s) written)")
     rows = [("node", "re-ran", "changed cells")]
     linked = []
     for r in result.nodes:

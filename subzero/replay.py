@@ -84,8 +84,9 @@ class Patch:
 
 @dataclass(frozen=True)
 class NodeReplay:
-    """What replaying did to one node: ``how`` is ``"linked"``, ``"patched"`` (an input),
-    ``"tiles"`` (some tiles re-ran) or ``"whole"`` (every tile re-ran, and ``why``)."""
+    """What replaying did to one node: ``how`` is ``"linked"``, ``"patched"`` (an input:
+    ``rerun`` of its ``tiles`` chunks written), ``"tiles"`` (some tiles re-ran) or ``"whole"``
+    (every tile re-ran, and ``why``); ``changed`` counts the cells whose value changed."""
 
     name: str
     how: str
@@ -234,9 +235,10 @@ def _check_value(value, dtype: np.dtype, name: str):
     return cast
 
 
-def _patch_input(old: FileStore, new: FileStore, patch: Patch, shape, dtype: np.dtype) -> tuple[int, Frontier]:
+def _patch_input(old: FileStore, new: FileStore, patch: Patch, shape, dtype: np.dtype
+                 ) -> tuple[int, Frontier, int, int]:
     """Write the patched input into the new store, chunk by chunk (untouched chunks linked);
-    returns (cells replaced, the cells whose value changed)."""
+    returns (cells replaced, the cells whose value changed, chunks written, chunks)."""
     src_ref, dst_ref = old.array(patch.input), new.array(patch.input)
     _, chunks, _, _ = src_ref.layout()
     _share(old, new, "arrays", patch.input)
@@ -247,7 +249,7 @@ def _patch_input(old: FileStore, new: FileStore, patch: Patch, shape, dtype: np.
     cells = patch.cells
     grouped = _group_by_chunk(cells, chunks)
     changed: list[np.ndarray] = []
-    replaced = 0
+    replaced = written = 0
     for t, tile in enumerate(grid):
         if cells is not None and not cells.meets(lo[t], hi[t]):
             continue
@@ -264,10 +266,11 @@ def _patch_input(old: FileStore, new: FileStore, patch: Patch, shape, dtype: np.
         diff = _differs(block, fresh)
         if diff.any():
             dst_ref.write_block(tile.box, fresh, tuple(shape), chunks)
+            written += 1
             changed.append(to_ids(np.argwhere(diff) + lo[t], tuple(shape)))
     dst_ref.forget()
     ids = np.concatenate(changed) if changed else np.empty(0, np.int64)
-    return replaced, Frontier.of_ids(ids, tuple(shape))
+    return replaced, Frontier.of_ids(ids, tuple(shape)), written, len(grid)
 
 
 def _changed_cells(old: FileStore, new: FileStore, name: str, tiles: list[Tile], shape) -> Frontier:
@@ -313,12 +316,14 @@ class _Replayer:
     def patch(self, node: "Node", patch: Patch, start: float) -> tuple[int, Frontier]:
         record = self.run.catalog.nodes[node.name]
         self.progress.node_started(node.name, 1)
-        replaced, changed = _patch_input(self.old, self.fs, patch, record.shape, np.dtype(record.dtype))
+        replaced, changed, written, chunks = _patch_input(self.old, self.fs, patch, record.shape,
+                                                          np.dtype(record.dtype))
         self.commit(record)
         self.progress.tiles_done(node.name, 1)
         self.progress.node_finished(node.name)
         self.changed[node.name] = changed
-        self.report.append(NodeReplay(node.name, "patched", 1, 1, changed.count, time.perf_counter() - start))
+        self.report.append(NodeReplay(node.name, "patched", chunks, written, changed.count,
+                                      time.perf_counter() - start))
         return replaced, changed
 
     def rerun(self, node: "Node", start: float) -> None:

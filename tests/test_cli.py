@@ -505,7 +505,8 @@ def test_replay_from_the_command_line(own_data, capsys):
     assert main(["replay", str(own_data / "run"), "--input", f"raw={own_data / 'fixed.npy'}", "--store",
                  str(own_data / "fixed")]) == 0
     text = capsys.readouterr().out
-    assert f"  raw: {fixed.size} cell(s) replaced, 6 changed" in text and "within the forward lineage" in text
+    assert f"  raw: {fixed.size} cell(s) replaced, 6 changed (1 of 1 chunk(s) written)" in text
+    assert "within the forward lineage" in text
     assert "unchanged, linked from the old store: dark" in text
 
 

@@ -373,6 +373,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
     try:
         runner = make_executor(executor, spark)
         run = _Execution(wf, fs, catalog, runner, tile_shape, disk_budget, progress)
+        run.catalog = _replace(run.catalog, master=getattr(runner, "master", None))  # the session's, as it is
         started = time.perf_counter()
         try:
             for node in wf.inputs:

@@ -83,6 +83,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        if f"{__name__}.{name}" in set(_LAZY.values()):  # a submodule, e.g. ops.neighbourhood.MODES
+            return importlib.import_module(f"{__name__}.{name}")
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip __getattr__

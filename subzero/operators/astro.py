@@ -22,9 +22,9 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy import ndimage
 
 from subzero.errors import WorkflowError
+from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._args import check_choice
@@ -32,6 +32,8 @@ from subzero.operators._kernels import decode_region, encode_region, repeat_pair
 from subzero.operators.composite import WHOLE, WindowLineage, dilate
 from subzero.operators.identity import IdentityMapping
 from subzero.tiling import Halo
+
+ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
 __all__ = ["CosmicRays", "RepairCosmics", "DetectStars", "lacosmic_reach", "window_pairs"]
 

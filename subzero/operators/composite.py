@@ -12,10 +12,12 @@ input (a global statistic entered the value).  The payload 0 means "the default 
 from __future__ import annotations
 
 import numpy as np
-from scipy import ndimage
 
+from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operators._kernels import box_offsets, repeat_pairs, stencil_pairs, unique_rows
+
+ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
 __all__ = ["WindowLineage", "WHOLE", "dilate"]
 

@@ -19,13 +19,15 @@ and zeroing ``x[1, 1]`` flags it), so it is not offered.
 from __future__ import annotations
 
 import numpy as np
-from scipy import ndimage
 
 from subzero.errors import WorkflowError
+from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators.composite import WindowLineage
 from subzero.tiling import Halo
+
+ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
 __all__ = ["CosmicRayDetect"]
 

@@ -9,9 +9,9 @@ radius; the ``wrap`` modes need the far edge, so they run on whole arrays.
 from __future__ import annotations
 
 import numpy as np
-from scipy import ndimage
 
 from subzero.errors import WorkflowError
+from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._args import check_choice, normalize_axis, per_axis
@@ -20,6 +20,8 @@ from subzero.operators._kernels import (
     stencil_pairs, unique_rows,
 )
 from subzero.tiling import Halo
+
+ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
 __all__ = [
     "StencilOperator", "Convolve", "Correlate", "GaussianFilter", "UniformFilter", "MedianFilter",
@@ -96,6 +98,33 @@ class StencilOperator(Operator):
             virtual[:, :, k] = np.tile(options, (1, virtual.shape[1] // options.shape[1]))
         out = (virtual.reshape(-1, 1, ndim) - self.offsets()[None, :, :]).reshape(-1, ndim)
         return unique_rows(out[np.all((out >= 0) & (out < np.array(self.output_shape)), axis=1)])
+
+    def _box_radius(self) -> np.ndarray | None:
+        """Per-axis radius when the stencil reads a full box centred on the cell and the mode
+        does not wrap: then every cell within the radius is read directly and a reflected,
+        mirrored or clamped read stays within it, so the lineage of a box, either way, is the
+        box grown by the radius and clipped to the array.  None otherwise."""
+        if "wrap" in self.mode:
+            return None
+        off = self.offsets()
+        if not len(off):
+            return None
+        lo, hi = off.min(axis=0), off.max(axis=0)
+        if np.any(lo != -hi) or len(unique_rows(off)) != int(np.prod(hi - lo + 1)):
+            return None
+        return hi
+
+    def map_b_boxes(self, lo, hi, i):
+        r = self._box_radius()
+        if r is None:
+            return None
+        return np.maximum(lo - r, 0), np.minimum(hi + r, np.asarray(self.input_shapes[0], np.int64))
+
+    def map_f_boxes(self, lo, hi, i):
+        r = self._box_radius()
+        if r is None:
+            return None
+        return np.maximum(lo - r, 0), np.minimum(hi + r, np.asarray(self.output_shape, np.int64))
 
     def _virtual_index(self) -> list[np.ndarray]:
         """Per axis, the input index each position of the grid grown by the radius reads."""
@@ -197,7 +226,7 @@ class UniformFilter(StencilOperator):
 class _RankFilter(StencilOperator):
     """A rank filter over a box of ``size`` cells per axis, or over a boolean ``footprint``."""
 
-    fn = staticmethod(ndimage.median_filter)
+    fn = "median_filter"  # the scipy.ndimage function, by name (scipy is imported on first use)
 
     def __init__(self, size: int | tuple[int, ...] | None = 3, footprint=None, mode: str = "reflect",
                  cval: float = 0.0):
@@ -220,29 +249,30 @@ class _RankFilter(StencilOperator):
 
     def run(self, ctx, x):
         x = np.asarray(x)
+        fn = getattr(ndimage, type(self).fn)
         if self.footprint is None:
-            return type(self).fn(x, self.size, mode=self.mode, cval=self.cval)
+            return fn(x, self.size, mode=self.mode, cval=self.cval)
         if x.ndim == 1:  # scipy's 1-D fast path ignores the holes of a footprint: go through 2-D
-            return type(self).fn(x[None], footprint=self.footprint[None], mode=self.mode, cval=self.cval)[0]
-        return type(self).fn(x, footprint=self.footprint, mode=self.mode, cval=self.cval)
+            return fn(x[None], footprint=self.footprint[None], mode=self.mode, cval=self.cval)[0]
+        return fn(x, footprint=self.footprint, mode=self.mode, cval=self.cval)
 
 
 class MedianFilter(_RankFilter):
     """``scipy.ndimage.median_filter(x, size | footprint, mode, cval)``."""
 
-    fn = staticmethod(ndimage.median_filter)
+    fn = "median_filter"
 
 
 class MaximumFilter(_RankFilter):
     """``scipy.ndimage.maximum_filter(x, size | footprint, mode, cval)``."""
 
-    fn = staticmethod(ndimage.maximum_filter)
+    fn = "maximum_filter"
 
 
 class MinimumFilter(_RankFilter):
     """``scipy.ndimage.minimum_filter(x, size | footprint, mode, cval)``."""
 
-    fn = staticmethod(ndimage.minimum_filter)
+    fn = "minimum_filter"
 
 
 class Laplace(StencilOperator):

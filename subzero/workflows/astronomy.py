@@ -31,15 +31,17 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import ndimage
 
 from subzero.errors import WorkflowError
+from subzero.lazy import LazyModule
 from subzero.operators.astro import CosmicRays, DetectStars, RepairCosmics
 from subzero.operators.elementwise import (Add, Clip, Divide, MultiplyScalar, Multiply, Subtract,
                                            SubtractScalar)
 from subzero.operators.neighbourhood import GaussianFilter
 from subzero.operators.resampling import Downsample, Upsample
 from subzero.workflow import Workflow
+
+ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
 __all__ = ["build", "build_gmos", "gmos_frame", "gmos_path", "header_gain", "GMOS_UDFS", "cosmic_rays_udf",
            "CosmicRays", "RepairCosmics", "DetectStars", "UDFS", "SHAPE", "QUICK_SHAPE",

@@ -105,14 +105,17 @@ class Label(IdentityMapping, Operator):
     when it stores the lineage of components crossing its seams), plus the lineage it
     writes.
 
-    Lineage: a labelled cell depends on every cell of its component; a background cell
-    on itself.  Modes:
+    Lineage: a labelled cell depends on every cell of its component and of its *ring*
+    (the background cells adjacent to it under the structure: one of them turned on joins
+    the component, perhaps to another, and can change its first cell, so its id); a
+    background cell on itself.  Modes:
 
     - ``FULL``: one region pair per component per tile (the component's cells in the
-      tile on the out side, all its cells on the in side), one per background cell;
-    - ``PAY``: a component's cells share one payload, the component encoded as its
-      bounding box and a bitmask over it (``16 * ndim`` bytes + 1 bit per box cell);
-      background cells carry the empty payload, meaning "itself";
+      tile on the out side, all its cells and its ring on the in side), one per
+      background cell;
+    - ``PAY``: a component's cells share one payload, the component and its ring encoded
+      as their bounding box and a bitmask over it (``16 * ndim`` bytes + 1 bit per box
+      cell); background cells carry the empty payload, meaning "itself";
     - ``COMP``: the identity mapping by default, component payloads as overrides.
 
     Examples
@@ -242,20 +245,23 @@ class Label(IdentityMapping, Operator):
                                 span_ptr, span[:, 1].astype(np.int64))
 
     def lineage_box(self, out_box, i):
-        """The tile's box grown by the bounding boxes of the seam components it holds parts of."""
+        """The tile's box grown by the bounding boxes of the seam components it holds parts of,
+        and by one cell for the components' rings."""
         seams = self._seams
-        if seams is None or seams.shape != tuple(self.input_shapes[0]):
-            return super().lineage_box(out_box, i)
-        key = tuple((int(lo), int(hi)) for lo, hi in out_box)
-        if key in seams.tiles:
-            t = seams.tiles[key]
-            return tuple(zip(seams.reach_lo[t].tolist(), seams.reach_hi[t].tolist()))
-        # a box the first pass did not see: the reach of every tile it meets
-        lo, hi = np.array([a for a, _ in key], np.int64), np.array([b for _, b in key], np.int64)
-        meets = np.all((seams.tile_lo < hi) & (seams.tile_hi > lo), axis=1)
-        if meets.any():
-            lo = np.minimum(lo, seams.reach_lo[meets].min(axis=0))
-            hi = np.maximum(hi, seams.reach_hi[meets].max(axis=0))
+        shape = np.asarray(self.input_shapes[0], np.int64)
+        lo = np.array([a for a, _ in out_box], np.int64)
+        hi = np.array([b for _, b in out_box], np.int64)
+        if seams is not None and seams.shape == tuple(self.input_shapes[0]):
+            key = tuple((int(a), int(b)) for a, b in out_box)
+            if key in seams.tiles:
+                t = seams.tiles[key]
+                lo, hi = seams.reach_lo[t].copy(), seams.reach_hi[t].copy()
+            else:  # a box the first pass did not see: the reach of every tile it meets
+                meets = np.all((seams.tile_lo < hi) & (seams.tile_hi > lo), axis=1)
+                if meets.any():
+                    lo = np.minimum(lo, seams.reach_lo[meets].min(axis=0))
+                    hi = np.maximum(hi, seams.reach_hi[meets].max(axis=0))
+        lo, hi = np.maximum(lo - 1, 0), np.minimum(hi + 1, shape)
         return tuple(zip(lo.tolist(), hi.tolist()))
 
     # -- pass 2: relabel the tile and write its lineage ---------------------------------------
@@ -302,6 +308,10 @@ class Label(IdentityMapping, Operator):
         inner = ~crossing[lab]
         in_lab = lab[inner]
         in_cells = np.stack(np.unravel_index(fg[inner], labels.shape), axis=1).reshape(-1, ndim)
+        # each inner component and its ring, in global coordinates (its reads)
+        ring, ring_lab = ring_cells(in_cells + origin, in_lab, self._structure(ndim), shape, labels, origin)
+        reads = np.concatenate([in_cells + origin, ring])
+        reads_lab = np.concatenate([in_lab, ring_lab])
         # seam components: one pair per global component (its parts in this tile merge)
         seam_ids = np.unique(canon[crossing])
         seam_cells = np.stack(np.unravel_index(fg[~inner], labels.shape), axis=1).reshape(-1, ndim)
@@ -309,9 +319,11 @@ class Label(IdentityMapping, Operator):
         regions = self._seam_regions(ctx, seam_ids, shape, Mode.FULL in ctx.modes) if len(seam_ids) else []
         if Mode.FULL in ctx.modes:
             bg = np.flatnonzero(flat == 0)
-            cells = np.concatenate([in_cells, np.stack(np.unravel_index(bg, labels.shape), axis=1).reshape(-1, ndim)])
-            pair = np.concatenate([in_lab, n + np.arange(len(bg), dtype=np.int64)])
-            ctx.lwrite_many(cells, cells, out_pair=pair, in_pair=[pair])
+            bg_cells = np.stack(np.unravel_index(bg, labels.shape), axis=1).reshape(-1, ndim)
+            bg_pair = n + np.arange(len(bg), dtype=np.int64)
+            ctx.lwrite_many(np.concatenate([in_cells, bg_cells]), np.concatenate([reads, bg_cells + origin]),
+                            out_pair=np.concatenate([in_lab, bg_pair]), in_pair=[np.concatenate([reads_lab, bg_pair])],
+                            in_global=True)
             if len(seam_ids):
                 ins = [r.cells for r in regions]
                 ctx.lwrite_many(seam_cells, np.concatenate(ins), out_pair=seam_pair,
@@ -319,8 +331,9 @@ class Label(IdentityMapping, Operator):
         if ctx.modes & {Mode.PAY, Mode.COMP}:
             if len(in_lab):
                 used, region = np.unique(in_lab, return_inverse=True)
-                lo, hi = _boxes(in_cells, region, len(used))
-                payloads = encode_regions(in_cells + origin, region, lo + origin, hi + origin)
+                reads_region = np.searchsorted(used, reads_lab)
+                lo, hi = _boxes(reads, reads_region, len(used))
+                payloads = encode_regions(reads, reads_region, lo, hi)
                 ctx.lwrite_many(in_cells, out_pair=region, payload=payloads)
             if len(seam_ids):
                 ctx.lwrite_many(seam_cells, out_pair=seam_pair, payload=[r.payload() for r in regions])
@@ -347,7 +360,9 @@ class Label(IdentityMapping, Operator):
         seams = self._seams
         k = np.searchsorted(seams.global_ids, seam_ids)
         glo, ghi = seams.global_lo[k], seams.global_hi[k]
-        regions = [_Region(glo[j], ghi[j], with_cells) for j in range(len(seam_ids))]
+        limit = np.asarray(shape, np.int64)
+        regions = [_Region(np.maximum(glo[j] - 1, 0), np.minimum(ghi[j] + 1, limit), with_cells)  # with the ring
+                   for j in range(len(seam_ids))]
         tlo = np.array([lo for lo, _ in ctx.input_boxes[0]], np.int64)
         thi = np.array([hi for _, hi in ctx.input_boxes[0]], np.int64)
         grow = np.maximum((thi - tlo) // 2, 1)
@@ -380,6 +395,10 @@ class Label(IdentityMapping, Operator):
                 for j in owner[spanned == t].tolist():
                     hit = np.flatnonzero(named == seam_ids[j]) + 1
                     regions[j].add(np.argwhere(np.isin(labels, hit)) + seams.tile_lo[t])
+        for region in regions:  # every cell next to a component but not in it is background: its ring
+            cells = region.cells if region.has_cells else region.set_cells()
+            ring, _ = ring_cells(cells, np.zeros(len(cells), np.int64), structure, shape)
+            region.add(ring)
         return regions
 
     # -- the mapping default of COMP (a background cell reads itself) and payloads --------
@@ -507,6 +526,44 @@ def _cell_boxes(cells, which: np.ndarray, ndim: int) -> tuple[np.ndarray, np.nda
     return lo, hi
 
 
+def ring_cells(cells: np.ndarray, group: np.ndarray, structure: np.ndarray, shape, labels: np.ndarray | None = None,
+               origin: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The ring of each group of component cells: the cells next to it under ``structure``,
+    inside the array, that are not in it (so background: a foreground neighbour would be in
+    the component).  ``cells`` are global coordinates; with ``labels`` (a tile labelled
+    from ``origin``), a neighbour inside the tile is a ring cell only where the tile holds
+    background (it may hold another group's cells, never the same component's neighbour).
+    Returns the ring cells and their groups, unique."""
+    ndim = len(shape)
+    cells = np.asarray(cells, np.int64).reshape(-1, ndim)
+    group = np.asarray(group, np.int64)
+    size = int(np.prod(shape, dtype=np.int64))
+    offsets = np.argwhere(structure) - np.asarray(structure.shape) // 2
+    offsets = offsets[np.any(offsets != 0, axis=1)]
+    own = group * size + np.ravel_multi_index(tuple(cells.T), shape) if len(cells) else np.zeros(0, np.int64)
+    found, found_group = [], []
+    for d in offsets:
+        near = cells + d
+        ok = np.all((near >= 0) & (near < np.asarray(shape)), axis=1)
+        near, g = near[ok], group[ok]
+        if labels is not None and len(near):
+            local = near - origin
+            inside = np.all((local >= 0) & (local < np.asarray(labels.shape)), axis=1)
+            free = np.ones(len(near), bool)
+            free[inside] = labels[tuple(local[inside].T)] == 0
+            near, g = near[free], g[free]
+        found.append(near)
+        found_group.append(g)
+    near = np.concatenate(found + [np.zeros((0, ndim), np.int64)])
+    g = np.concatenate(found_group + [np.zeros(0, np.int64)])
+    if not len(near):
+        return near, g
+    key = g * size + np.ravel_multi_index(tuple(near.T), shape)
+    key, first = np.unique(key, return_index=True)
+    keep = ~np.isin(key, own)
+    return near[first][keep], g[first][keep]
+
+
 class _Region:
     """A seam component being assembled: its half-open box, a packed bitmask over the box
     (`encode_region`'s layout, 1 bit per box cell) and, when asked, its cells."""
@@ -524,8 +581,17 @@ class _Region:
             self._cells.append(np.asarray(coords, np.int64))
 
     @property
+    def has_cells(self) -> bool:
+        return self._cells is not None
+
+    @property
     def cells(self) -> np.ndarray:
         return np.concatenate(self._cells + [np.zeros((0, len(self.lo)), np.int64)])
+
+    def set_cells(self) -> np.ndarray:
+        """The cells whose bits are set (when they were not kept)."""
+        bits = np.unpackbits(self.bits)[: int(np.prod(self.hi - self.lo))]
+        return np.stack(np.unravel_index(np.flatnonzero(bits), tuple((self.hi - self.lo).tolist())), axis=1) + self.lo
 
     def payload(self) -> bytes:
         """The region as `encode_region` writes it."""

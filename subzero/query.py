@@ -334,6 +334,6 @@ def _trace(source, node, tiles: list[Tile], frontier: Frontier, i: int, directio
     task = source.tile_task(node)
     parts = []
     for tile in tiles:
-        pairs = trace_tile(task, tile)
+        pairs = trace_tile(task, tile, frontier, i, direction)
         parts.append(pairs.backward(frontier, i) if direction == "backward" else pairs.forward(frontier, i))
     return Frontier.of_ids(np.concatenate(parts) if parts else np.empty(0, np.int64), target)

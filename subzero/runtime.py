@@ -232,30 +232,85 @@ def run_tile(task: NodeTask, tile: Tile) -> TileMeta:
     return meta
 
 
-def trace_tile(task: NodeTask, tile: Tile) -> FullPairs:
+def trace_tile(task: NodeTask, tile: Tile, frontier=None, i: int = 0, direction: str = "backward") -> FullPairs:
     """Re-run one tile in tracing mode and return its lineage as full region pairs.
 
-    The operator produces the richest lineage it supports (FULL, else mapping, else
-    payloads expanded by ``map_p``); an all-to-all operator's lineage needs no re-run.
+    Without ``frontier``, the lineage of every cell of the tile: the operator produces
+    the richest lineage it supports (FULL, else mapping, else payloads expanded by
+    ``map_p``).  With the frontier of a query step (a `subzero.frontier.Frontier` over the
+    output for ``direction="backward"``, over input ``i`` for ``"forward"``), only the
+    lineage that step can use: mapping functions and a composite's default are asked
+    about the frontier's cells alone (backward: its cells in the tile; forward: the tile's
+    cells they map to), and payloads are expanded only for those cells (backward) or for
+    the pairs whose envelope meets the frontier (forward), so a step costs its frontier,
+    not the tile.  Every mode gives the same lineage, so the cheapest is used.  An
+    all-to-all operator's lineage needs no re-run.
     """
     op = task.operator
     supported = op.supported_modes()
     if op.all_to_all:  # every output cell of the tile reads every input cell: no re-run needed
         return all_to_all_pairs(op, tile.box)
-    if Mode.FULL in supported:
-        ctx, _, result_box, tile = _call(task, tile, frozenset({Mode.FULL}))
-        return ctx.full_pairs(result_box)
-    if Mode.MAP in supported:
+    if frontier is None or not (supported & {Mode.MAP, Mode.COMP, Mode.PAY}):
+        if Mode.FULL in supported:
+            ctx, _, result_box, tile = _call(task, tile, frozenset({Mode.FULL}))
+            return ctx.full_pairs(result_box)
+        if Mode.MAP in supported:
+            _call(task, tile, frozenset())
+            return derived_full(op, tile.box)
+    mode = Mode.MAP if Mode.MAP in supported else (
+        Mode.PAY if Mode.PAY in supported and Mode.COMP not in supported else Mode.COMP)
+    # the cells whose mapping lineage (MAP, or COMP's default) the step needs
+    wanted = None if frontier is None or mode is Mode.PAY else _wanted(op, tile.box, frontier, i, direction)
+    if mode is Mode.MAP:
         _call(task, tile, frozenset())
-        return derived_full(op, tile.box)
-    mode = Mode.PAY if Mode.PAY in supported else Mode.COMP
+        return _derived(op, tile.box, wanted)
     ctx, _, result_box, tile = _call(task, tile, frozenset({mode}))
     pay = ctx.payload_pairs(result_box)
+    if frontier is not None:
+        pay = _payloads_for(op, pay, frontier, i, direction)
     expanded = expand_payloads(op, pay)
     if mode is Mode.PAY:
         return expanded
-    default = derived_full(op, tile.box)
+    default = _derived(op, tile.box, wanted)
     return FullPairs.concat([default.select(~np.isin(default.out_ids, pay.out_ids)), expanded], len(op.input_shapes))
+
+
+def _wanted(op: Operator, box: Box, frontier, i: int, direction: str) -> np.ndarray:
+    """The out cells of the tile ``box`` whose mapping lineage a step from ``frontier`` needs."""
+    lo = np.array([a for a, _ in box], np.int64)
+    hi = np.array([b for _, b in box], np.int64)
+    if direction == "backward":
+        return frontier.within(lo, hi).coords()
+    reach = op.lineage_box(box, i)
+    cells = frontier.within([a for a, _ in reach], [b for _, b in reach]).coords()
+    if not len(cells):
+        return np.zeros((0, len(box)), np.int64)
+    out = np.asarray(op.map_f(cells, i), np.int64).reshape(-1, len(box))
+    return out[np.all((out >= lo) & (out < hi), axis=1)]
+
+
+def _derived(op: Operator, box: Box, cells: np.ndarray | None) -> FullPairs:
+    """Mapping lineage of the tile's cells, or of ``cells`` only: one pair per out cell."""
+    if cells is None:
+        return derived_full(op, box)
+    return one_pair_per_cell(to_ids(cells, op.output_shape), cells, op.input_shapes, op.map_b_pairs)
+
+
+def _payloads_for(op: Operator, pay: PayloadPairs, frontier, i: int, direction: str) -> PayloadPairs:
+    """The payload pairs a step from ``frontier`` needs: backward, the pairs' cells in the
+    frontier; forward, the pairs whose input envelope meets it."""
+    if direction == "backward":
+        wanted = frontier.contains(pay.out_ids)
+        counts = np.bincount(owners(pay.out_ptr)[wanted], minlength=pay.n_pairs)
+        kept = PayloadPairs(pay.out_ids[wanted], ptr_from_counts(counts), pay.payloads)
+        return kept.select(counts > 0)
+    lo, hi = with_envelopes(op, pay).envelopes[i]
+    box = frontier.bbox()
+    if box is None:
+        return pay.select(np.zeros(pay.n_pairs, bool))
+    near = np.all((lo < box[1]) & (hi > box[0]), axis=1) if lo.shape[1] else np.ones(pay.n_pairs, bool)
+    near &= np.all(hi > lo, axis=1) if lo.shape[1] else True
+    return pay.select(near)
 
 
 def with_envelopes(op: Operator, pay: PayloadPairs) -> PayloadPairs:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+
+import subzero as sz
 
 from subzero import operators as ops
 from subzero.modes import Mode
@@ -85,3 +88,32 @@ def test_expand_payloads_calls_map_p_once_per_distinct_payload():
     full = expand_payloads(op, pay)
     sizes = {int(o): int(n) for o, n in zip(full.out_ids, np.diff(full.in_ptr[0]))}
     assert sizes == {0: 4, 12: 9, 24: 4}  # payload 0: the default 3x3 window
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ops.Convolve(np.ones((3, 3)), mode="reflect"),
+    lambda: ops.CosmicRayDetect(threshold=3.0, radius=1),
+    lambda: ops.Filter(lambda x: x.sum(axis=1) > 0),
+    lambda: ops.Transpose(),
+], ids=["map", "comp", "pay", "permuted"])
+@pytest.mark.parametrize("direction", ["backward", "forward"])
+def test_tracing_for_a_frontier_answers_like_tracing_the_whole_tile(tmp_path, make, direction):
+    """A black-box step asks only about its frontier's cells; the answer is the same."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(9, 8))
+    x[2, 3] = x[6, 6] = 40.0
+    wf = sz.Workflow("t")
+    wf.add(make(), wf.input("x"), name="n")
+    run = wf.run({"x": x}, store=tmp_path / "s", executor="local", tile_shape=4)
+    node = run.node("n")
+    task = run.tile_task(node)
+    side = node.operator.output_shape if direction == "backward" else node.operator.input_shapes[0]
+    for _ in range(4):
+        ids = rng.choice(int(np.prod(side)), size=int(rng.integers(1, 6)), replace=False)
+        frontier = Frontier.of_ids(ids, tuple(side))
+        for tile in run.grid(node).tiles:
+            whole, part = trace_tile(task, tile), trace_tile(task, tile, frontier, 0, direction)
+            if direction == "backward":
+                assert set(part.backward(frontier, 0).tolist()) == set(whole.backward(frontier, 0).tolist())
+            else:
+                assert set(part.forward(frontier, 0).tolist()) == set(whole.forward(frontier, 0).tolist())

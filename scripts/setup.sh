@@ -30,5 +30,5 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,bench]" 2>&1 \
   | grep -v -e "^WARNING: Location" -e "is ignored" || true
-.venv/bin/python -c "import subzero, pyspark, lmdb, rtree, pulp" \
+.venv/bin/python -c "import subzero.store, subzero.run, pyspark, lmdb, rtree, pulp, zarr, xxhash" \
   || { echo "setup: the package did not install; see the pip output above" >&2; exit 1; }

@@ -83,8 +83,16 @@ class Run:
         return self.node_record(ref).shape
 
     def output(self, ref):
-        """The stored array of a node: a read-only Zarr array (slice it, or ``np.asarray`` it)."""
-        return self.store.array(self.node(ref).name).open()
+        """The stored array of a node, read-only (`subzero.store.StoredArray`): index it like a
+        numpy array (reading only the chunks the index covers) or ``np.asarray`` it; its
+        chunks' checksums are checked on every read (``.zarr`` gives the Zarr array)."""
+        from subzero.store.arrays import StoredArray
+
+        return StoredArray(self.array(self.node(ref).name))
+
+    def array(self, name: str):
+        """The `subzero.store.ArrayRef` of a committed node, checked against the catalog."""
+        return self.store.array(name, self.record.node(name).array.meta_xxh3)
 
     def ndims(self, node: Node) -> dict[int, int]:
         op = node.operator
@@ -123,7 +131,7 @@ class Run:
         return self.manifest(node).inline.get(strategy)
 
     def tile_task(self, node: Node) -> NodeTask:
-        return NodeTask(node.name, node.operator, tuple(self.store.array(n.name) for n in node.inputs))
+        return NodeTask(node.name, node.operator, tuple(self.array(n.name) for n in node.inputs))
 
     # -- queries ------------------------------------------------------------------------
     def backward(self, node, cells=None, to=None, using: dict | None = None, entire_array: bool = True,

@@ -428,6 +428,11 @@ def cmd_explain(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.name == "faults":
+        from subzero.bench.faults import run_faults
+
+        doc = run_faults(args.out or "benchmarks/results/faults", quick=args.quick)
+        return 0 if doc["ok"] else 1
     from subzero.bench import main as bench_main
 
     return bench_main(args.name, quick=args.quick, out_dir=args.out or f"benchmarks/results/{args.name}")
@@ -513,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", parents=[common],
                            help="reproduce the paper's experiments side by side with baselines")
-    bench.add_argument("name", choices=["astronomy", "genomics", "micro"])
+    bench.add_argument("name", choices=["astronomy", "genomics", "micro", "faults"])
     bench.add_argument("--quick", action="store_true", help="small sizes: under two minutes")
     bench.add_argument("--out", help="output directory (default benchmarks/results/NAME)")
     bench.set_defaults(func=cmd_bench)

@@ -192,10 +192,18 @@ class _Execution:
 
     def __init__(self, wf: Workflow, store: FileStore, catalog: RunRecord, runner, tile_shape,
                  max_disk: float | None, progress: Reporter):
-        self.wf, self.store, self.catalog, self.runner = wf, store, catalog, runner
+        self.wf, self.store, self.catalog = wf, store, catalog
+        self._runner = runner  # an executor, or a function making one when it is first needed
         self.tile_shape, self.progress = tile_shape, progress
         self.disk_left = max_disk
         self.arrays: dict[str, ArrayRecord] = {}
+
+    @property
+    def runner(self):
+        """The executor (a Spark session starts only when a task has to run)."""
+        if callable(self._runner) and not hasattr(self._runner, "map_tiles"):
+            self._runner = self._runner()
+        return self._runner
 
     def ref(self, name: str):
         """The stored array of a committed (or computed) node, checked against its metadata checksum."""
@@ -488,8 +496,8 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
             differ = differences(stored.fingerprint, fingerprint)
             if differ:
                 raise StoreError(_not_the_same(fs, differ))
-        runner = make_executor(executor, spark)
-        run = _Execution(wf, fs, stored or catalog, runner, tile_shape, disk_budget, progress)
+        run = _Execution(wf, fs, stored or catalog, lambda: make_executor(executor, spark), tile_shape, disk_budget,
+                         progress)
         started = time.perf_counter()
         if stored is not None:
             run.prepare_resume(arrays, clean=stored.status != "done")

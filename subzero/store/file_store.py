@@ -50,6 +50,15 @@ def _entries(location: Location) -> list[str]:
     return [n for n in location.listdir() if not (n.startswith(LOCK_NAME + ".") and n.endswith(".tmp"))]
 
 
+def _status(location: Location) -> str | None:
+    """The status a store's catalog gives (unchecked: only to word an error), or None."""
+    try:
+        data = json.loads(location.read_bytes("catalog.json"))
+    except (OSError, ValueError):
+        return None
+    return data.get("status") if isinstance(data, dict) and isinstance(data.get("status"), str) else None
+
+
 def strategy_dirname(strategy: str) -> str:
     return strategy.replace("/", "-")
 
@@ -218,6 +227,10 @@ class FileStore(Store):
                 from subzero.store.lock import _held
 
                 raise _held(location, current)
+        status = _status(location) if ours else None
+        if status is not None and status != "done":
+            raise StoreError(f"store {location.url!r} holds a run that did not finish (status {status!r}); continue "
+                             "it with resume=True (--resume), or replace it with overwrite=True (--overwrite)")
         raise StoreError(f"store {location.url!r} already exists and is not empty; runs are never overwritten "
                          "silently: choose a new store, or pass overwrite=True (--overwrite) to replace a store "
                          "subzero made")

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from subzero.errors import LineageError, StoreError, SubZeroError, WorkflowError
+from subzero.errors import LineageError, SubZeroError, WorkflowError
 
 if TYPE_CHECKING:
     import numpy as np

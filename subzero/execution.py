@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, RunRecord
-from subzero.errors import LineageError, StoreError, SubZeroError, WorkflowError
+from subzero.errors import StoreError, SubZeroError, WorkflowError
 from subzero.fingerprint import array_digest, combine_digests, differences, run_fingerprint
 from subzero.modes import Strategy
 from subzero.operator import Operator

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -22,6 +23,8 @@ from subzero.tiling import tile_grid
 from subzero.workflow import Node, Workflow
 
 __all__ = ["Run", "open_run", "RESULT_FORMS"]
+
+logger = logging.getLogger(__name__)
 
 #: what ``as_`` may ask a query to return
 RESULT_FORMS = ("coords", "boxes", "mask", "frontier")
@@ -44,6 +47,7 @@ class Run:
         self._manifests: dict[str, Manifest] = {}
         self._lock = threading.Lock()
         self.last_query: list[dict] = []
+        self._warned: set[str] = set()  # damaged lineage already reported
         for node in workflow.nodes:  # operators unpickled from the store know their shapes again
             if not node.is_input and node.name in self.record.nodes:
                 op = node.operator
@@ -262,6 +266,10 @@ class Run:
         except LookupTimeout:
             switched = True
             result = step(self, node, frontier, i, direction, "BlackBox", entire_array)
+        for problem in damaged:
+            if problem not in self._warned:  # once per damaged shard, not once per query
+                self._warned.add(problem)
+                logger.warning("%s; answering by re-running %s instead", problem, node.name)
         log.append({"node": node.name, "input": i, "direction": direction, "strategy": strategy,
                     "switched_to_blackbox": switched, "damaged_lineage": "; ".join(damaged) or None,
                     "cells_in": cells, "cells_out": result.estimate(), "seconds": time.perf_counter() - start,

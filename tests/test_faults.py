@@ -25,7 +25,6 @@ import subzero as sz
 from subzero import operators as ops
 from subzero.bench import faults as F
 from subzero.cli import main
-from subzero.store import FileStore
 from subzero.store.lock import LOCK_NAME
 from subzero.store.sealed import seal_json
 from subzero.store.shards import close_all
@@ -87,15 +86,19 @@ CASES = [("catalog", "catalog.json"), ("marker", "subzero-store.json"), ("manife
          ("array metadata", "arrays/blur/zarr.json"), ("array chunk", "arrays/blur/c/1/2"),
          ("array chunk", "arrays/diff/c/0/0"), ("lock file", LOCK_NAME), ("shard", "bright/FullMany-backward/.mdb"),
          ("shard", "bright/FullMany-backward/.255.dat"), ("shard", "bright/FullMany-backward/.255.idx"),
-         ("shard", "stars/CompMany-backward/.mdb"), ("shard", "rays/FullMany-forward/.0.idx"),
+         ("shard", "stars/CompMany-backward/STAR.mdb"), ("shard", "stars/PayOne-backward/STAR.mdb"),
+         ("shard", "rays/FullMany-forward/.0.idx"),
          ("shard", "diff/FullOne-backward/.mdb")]
 
 
-def _resolve(store: Path, rel: str) -> str:
-    """A case's file: shards are named per attempt, so ``NODE/STRATEGY/.SUFFIX`` picks the first one."""
+def _resolve(store: Path, rel: str, ref: F.Reference | None = None) -> str:
+    """A case's file: shards are named per attempt, so ``NODE/STRATEGY/.SUFFIX`` picks the first one,
+    and ``NODE/STRATEGY/STAR.SUFFIX`` the one of the tile holding the queried star."""
     if not rel.startswith(("bright/", "stars/", "rays/", "diff/")):
         return rel
     node_dir, suffix = rel.rsplit("/", 1)
+    if suffix.startswith("STAR"):
+        suffix = f"{F.star_tile(ref):06d}-*" + suffix[4:]
     found = sorted((store / "lineage" / node_dir).glob("t*" + suffix))
     assert found, rel
     return str(found[0].relative_to(store))
@@ -107,9 +110,11 @@ def test_a_damaged_file_never_gives_a_wrong_answer(clean, kind, rel, how):
     """Every query (forced and chosen strategies) and every output read answers exactly or refuses with a
     StoreError; nothing crashes; the queries leave the damaged store's files as they were."""
     root, store, ref = clean
-    case = F.damage_trial(store, root, ref, kind, _resolve(store, rel), how)
+    case = F.damage_trial(store, root, ref, kind, _resolve(store, rel, ref), how)
     assert case.wrong == 0 and case.crashed == 0, case
     assert case.untouched, "queries wrote to the store"
+    if rel in ("stars/CompMany-backward/STAR.mdb", "manifests/stars.json"):  # what the chosen strategy reads
+        assert case.reexecuted > 0, case
     if kind in ("catalog", "operator"):
         assert case.outcome == "refused", case
     if kind in ("marker", "lock file"):  # not read by queries at all
@@ -143,6 +148,21 @@ def test_damaged_lineage_is_re_executed_unless_forced(clean, tmp_path):
     frontier = Frontier.of_boxes(np.array([[20, 30]]), np.array([[60, 90]]), run.shape("bright"))
     result = step(run, node, frontier, 0, "backward", "FullMany/backward", damaged=damaged)
     assert np.array_equal(result.coords(), want) and len(damaged) >= 1 and ".255.dat" in damaged[0]
+
+
+def test_damaged_lineage_is_reported_once(clean, tmp_path, caplog):
+    _, store, ref = clean
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    F.damage(copy / "manifests" / "stars.json", "flip middle byte")
+    close_all()
+    run = sz.open_run(copy)
+    with caplog.at_level("WARNING", logger="subzero.run"):
+        for _ in range(3):  # the stars' stored lineage is chosen, found damaged, and the tiles re-run
+            assert np.array_equal(F.ask(run, F.QUERIES[0], ref.cells, forced=False), ref.answers[0])
+    warnings = [r for r in caplog.records if "manifest of node 'stars'" in r.getMessage()]
+    assert len(warnings) == 1 and "re-running stars" in warnings[0].getMessage()
+    assert "manifest of node 'stars'" in run.last_query[0]["damaged_lineage"]
 
 
 def test_a_damaged_store_on_the_command_line_is_one_line(clean, tmp_path, capsys):

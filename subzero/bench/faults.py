@@ -125,6 +125,12 @@ def _cells(ref_outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {"star": star[:50], "ray": rays[:3] if len(rays) else np.array([[10, 10]])}
 
 
+def star_tile(ref: Reference) -> int:
+    """The tile (index in the stars node's tile grid) holding the first cell of the queried star."""
+    r, c = (int(v) for v in ref.cells["star"][0])
+    return (r // TILE) * -(-SHAPE[1] // TILE) + c // TILE
+
+
 def ask(run, query, cells: dict[str, np.ndarray], forced: bool = True) -> np.ndarray:
     """One query of `QUERIES` on ``run`` (``forced=False`` drops its ``using``)."""
     direction, node, to, start, using = query
@@ -245,10 +251,12 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def start_child(store: str | Path, executor: str, plan: str, resume: bool = False) -> subprocess.Popen:
-    """A child process running the workflow into ``store``; it prints ``started`` once imported."""
+def start_child(store: str | Path, executor: str, plan: str, resume: bool = False,
+                go: str | Path | None = None) -> subprocess.Popen:
+    """A child process running the workflow into ``store``; it prints ``started`` once imported
+    (and, given ``go``, then waits for that file to exist before it runs)."""
     args = [sys.executable, "-m", "subzero.bench.faults", "child", str(store), executor, plan] + \
-        (["--resume"] if resume else [])
+        (["--resume"] if resume else []) + (["--go", str(go)] if go is not None else [])
     return subprocess.Popen(args, env=_child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -395,8 +403,9 @@ DAMAGES = ("flip first byte", "flip middle byte", "flip last byte", "truncate to
            "cut last byte")
 
 
-def damage_cases(store: str | Path) -> list[tuple[str, str]]:
-    """(kind, path relative to the store) of one or two files of every kind in a finished store."""
+def damage_cases(store: str | Path, ref: Reference | None = None) -> list[tuple[str, str]]:
+    """(kind, path relative to the store) of one or two files of every kind in a finished store
+    (with ``ref``, the stars' shards of the tile holding the queried star: the ones queries read)."""
     root = Path(store)
     rel = lambda p: str(p.relative_to(root))  # noqa: E731
     shards = sorted((root / "lineage").rglob("*.mdb"))
@@ -407,8 +416,10 @@ def damage_cases(store: str | Path) -> list[tuple[str, str]]:
              ("operator (mapping)", "operators/blur.pkl"), ("operator (two-pass)", "operators/stars.pkl"),
              ("array metadata (input)", "arrays/x/zarr.json"), ("array metadata (node)", "arrays/blur/zarr.json"),
              ("array chunk", rel(chunks[len(chunks) // 2])), ("lock file left behind", ".writer")]
+    star = f"t{star_tile(ref):06d}-" if ref is not None else "t"
     for kind, files in (("LMDB shard", shards), ("R-tree data", dats), ("R-tree index", idxs)):
-        picks = [f for f in files if "bright" in str(f)][:1] + [f for f in files if "stars" in str(f)][:1]
+        picks = [f for f in files if "bright" in str(f)][:1] + \
+            [f for f in files if "stars" in str(f) and f.name.startswith(star)][:2]
         cases += [(kind, rel(f)) for f in (picks or files[:1])]
     return cases
 
@@ -496,10 +507,12 @@ def race_round(root: str | Path, reader_store: str | Path, ref: Reference, execu
 
     start = time.monotonic()
     store = Path(tempfile.mkdtemp(prefix="race-", dir=root)) / "store"
-    procs = [start_child(store, executor, "pinned") for _ in range(2)]
+    go = store.parent / "go"
+    procs = [start_child(store, executor, "pinned", go=go) for _ in range(2)]
     for p in procs:
         _wait_started(p)
     run = sz.open_run(str(reader_store))
+    go.touch()
     asked = exact = 0
     while any(p.poll() is None for p in procs):
         for q, want in zip(QUERIES, ref.answers):
@@ -564,7 +577,7 @@ def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8,
                 doc["kills"].append(asdict(trial) | {"ok": trial.ok})
                 log(f"faults: kill {executor} {plan} after {trial.delay:.2f} s x{trial.kills}: {trial.state}; "
                     f"open {trial.open}; resume {trial.resume}{'' if trial.ok else '  <-- NOT OK'}")
-        for kind, rel in damage_cases(root / "clean-pinned"):
+        for kind, rel in damage_cases(root / "clean-pinned", ref):
             for how in damages:
                 case = damage_trial(root / "clean-pinned", root, ref, kind, rel, how)
                 doc["damage"].append(asdict(case) | {"ok": case.ok})
@@ -630,9 +643,13 @@ def _child(argv: list[str]) -> int:
     import subzero as sz  # noqa: F401 - imported before "started", so kills land in the run
 
     if executor == "spark":
-        import pyspark  # noqa: F401
+        import subzero.spark  # noqa: F401 - pyspark, imported before "started" too
     wf, data = build(), inputs()
     print("started", flush=True)
+    if "--go" in argv:  # wait for the signal to start (racing runs start together)
+        go = argv[argv.index("--go") + 1]
+        while not os.path.exists(go):
+            time.sleep(0.001)
     try:
         wf.run(data, store=store, executor=executor, resume=resume, **run_options(plan))
     except sz.SubZeroError as exc:

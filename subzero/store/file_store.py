@@ -35,7 +35,7 @@ from subzero.errors import StoreError
 from subzero.store.arrays import ArrayRef, forget_store
 from subzero.store.base import Store
 from subzero.store.location import Location, resolve
-from subzero.store.lock import LOCK_NAME, WriterLock, holder
+from subzero.store.lock import LOCK_NAME, WriterLock, dead_temporaries, holder
 from subzero.store.sealed import parse_json, seal_json, seal_pickle, unseal_json, unseal_pickle
 from subzero.store.shards import ShardReader, close_all
 
@@ -99,6 +99,8 @@ class FileStore(Store):
     def _start(cls, location: Location, lock: WriterLock, record: RunRecord, made_by: str | None) -> "FileStore":
         made = {"format": FORMAT, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "made_by": made_by}
+        for name in dead_temporaries(location):  # a lock file a killed writer was making
+            location.remove(name)
         location.write_bytes(json.dumps(made).encode(), MARKER)  # first: from now on the directory is ours
         for sub in _SUBDIRS:
             location.makedirs(sub)
@@ -114,7 +116,7 @@ class FileStore(Store):
         forget_store(location.url)
         close_all()
         location.remove("catalog.json")
-        for name in _entries(location):
+        for name in _entries(location) + dead_temporaries(location):
             if name not in (LOCK_NAME, MARKER):
                 location.remove(name)
 
@@ -353,6 +355,9 @@ class FileStore(Store):
         except FileNotFoundError:
             leftovers = []
         lock_temp = self.location.path(LOCK_NAME) + "."
+        for name in dead_temporaries(self.location):  # a lock file a killed writer was making
+            self.location.remove(name)
+            removed += 1
         for path in leftovers:  # a killed writer's half-written files (a racing writer's lock file is its own)
             if not path.startswith(lock_temp):
                 try:

@@ -409,3 +409,16 @@ def test_resume_checks_zarr_inputs_through_the_tasks(tmp_path, monkeypatch, clea
     run = resumable().run({"x": zarr.open_array(str(tmp_path / "x.zarr"), mode="r")}, store=path, executor="local",
                           tile_shape=16, strategies=PINS, resume=True)
     same_run(run, clean_run)
+
+
+def test_resume_leaves_the_shards_of_a_damaged_manifest_alone(tmp_path, monkeypatch, clean_run):
+    path = tmp_path / "s"
+    failed_run(path, monkeypatch, strategies={**PINS, "blur": "FullOne"})
+    shards = sorted(p.name for p in (path / "lineage" / "blur").rglob("*.mdb"))
+    assert shards
+    manifest = path / "manifests" / "blur.json"
+    manifest.write_bytes(manifest.read_bytes()[:-1])  # damaged after it was committed
+    run = resumable().run({"x": field()}, store=path, executor="local", strategies={**PINS, "blur": "FullOne"},
+                          tile_shape=16, resume=True)
+    assert sorted(p.name for p in (path / "lineage" / "blur").rglob("*.mdb")) == shards
+    same_run(run, clean_run)  # the damaged lineage is re-executed

@@ -343,6 +343,24 @@ def _leftovers(store: Path) -> list[str]:
     return bad
 
 
+def _committed_files(store: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime) of every file of the nodes the catalog says are committed: a resumed run must
+    keep them as they are."""
+    try:
+        nodes = json.loads((store / "catalog.json").read_text()).get("nodes", {})
+    except (OSError, ValueError):
+        return {}
+    files = []
+    for node in nodes:
+        files += [p for p in (store / "arrays" / node).rglob("*") if p.is_file()]
+        files += [store / "operators" / f"{node}.pkl", store / "manifests" / f"{node}.json"]
+        manifest = store / "manifests" / f"{node}.json"
+        if manifest.exists():
+            names = {r["name"] for recs in json.loads(manifest.read_text())["shards"].values() for r in recs if r["name"]}
+            files += [p for p in (store / "lineage" / node).rglob("*") if p.name.split(".", 1)[0] in names]
+    return {str(p.relative_to(store)): (p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.exists()}
+
+
 @dataclass
 class KillTrial:
     executor: str
@@ -356,13 +374,14 @@ class KillTrial:
     final: str
     leaked: bool
     leftovers: int
+    committed_kept: bool
     seconds: float
     message: str = ""
 
     @property
     def ok(self) -> bool:
         return (self.open in ("refused", "exact") and self.resume in ("exact", "refused") and not self.leaked
-                and self.leftovers == 0 and (self.resume != "exact" or self.final == "exact"))
+                and self.leftovers == 0 and self.committed_kept and (self.resume != "exact" or self.final == "exact"))
 
 
 def kill_trial(root: str | Path, ref: Reference, executor: str, plan: str, duration: float, rng: random.Random,
@@ -380,11 +399,14 @@ def kill_trial(root: str | Path, ref: Reference, executor: str, plan: str, durat
         was_killed, was_leaked = _kill(proc, delays[-1])
         killed, leaked = killed or was_killed, leaked or was_leaked
     state = _catalog_state(store)
+    committed = _committed_files(store)
     opened = judge_store(store, ref)
     open_outcome = opened.summary if opened.opened else ("refused" if "crash" not in opened.message else "CRASH")
     status, message = _resume(store, resume_executor or executor, plan)
     final = "-"
     leftovers = 0
+    after = _committed_files(store)
+    kept = all(after.get(k) == v for k, v in committed.items())
     if status == "ok":
         verdict = judge_store(store, ref)
         final = verdict.summary
@@ -394,7 +416,7 @@ def kill_trial(root: str | Path, ref: Reference, executor: str, plan: str, durat
         message = message or "; ".join(left)[:300]
     shutil.rmtree(store.parent, ignore_errors=True)
     return KillTrial(executor, plan, round(sum(delays), 2), kills, killed, state, open_outcome, status, final,
-                     leaked, leftovers, round(time.monotonic() - start, 1), message or opened.message[:200])
+                     leaked, leftovers, kept, round(time.monotonic() - start, 1), message or opened.message[:200])
 
 
 # -- damaged files ------------------------------------------------------------------------------------------------
@@ -607,11 +629,11 @@ def render(doc: dict) -> str:
     if kills:
         lines += ["## kill -9 at a random moment", "",
                   "| executor | plan | killed after (s) | kills | store left | queries of it | resume | "
-                  "leaked processes | ok |", "|---|---|---|---|---|---|---|---|---|"]
+                  "committed files kept | leaked processes | ok |", "|---|---|---|---|---|---|---|---|---|---|"]
         for t in kills:
             lines.append(f"| {t['executor']} | {t['plan']} | {t['delay']:.2f} | {t['kills']} | {t['state']} | "
-                         f"{t['open']} | {t['resume']} | {'yes' if t['leaked'] else 'no'} | "
-                         f"{'yes' if t['ok'] else '**no**'} |")
+                         f"{t['open']} | {t['resume']} | {'yes' if t['committed_kept'] else '**no**'} | "
+                         f"{'yes' if t['leaked'] else 'no'} | {'yes' if t['ok'] else '**no**'} |")
         resumed = sum(t["resume"] == "exact" for t in kills)
         lines += ["", f"{sum(t['ok'] for t in kills)}/{len(kills)} ok: {resumed} resumed to the clean run's "
                       f"outputs and answers, {sum(t['resume'] == 'refused' for t in kills)} refused clearly, "

@@ -349,7 +349,11 @@ class FileStore(Store):
                     removed += 1
         for node in keep:
             if self.location.exists("manifests", f"{node}.json"):
-                removed += self.remove_uncommitted(node, self.read_manifest(node))
+                try:
+                    manifest = self.read_manifest(node)
+                except StoreError:  # damaged: its shards cannot be told apart, so none is removed
+                    continue
+                removed += self.remove_uncommitted(node, manifest)
         try:
             leftovers = [p for p in self.location.fs.find(self.location.root) if p.endswith(".tmp")]
         except FileNotFoundError:

@@ -69,13 +69,15 @@ def test_kill_local_runs_at_random_moments_then_resume(clean):
 
 
 def test_kill_a_spark_run_then_resume(clean, tmp_path):
-    """A Spark run (its JVM and Python workers included) killed while it runs: nothing is left running,
-    the store refuses queries, and a resumed run (local: the lineage is the same) is exact."""
+    """A Spark run (its JVM and Python workers included) killed while it computes (0.26 s after its
+    fifth node committed): nothing is left running, the store refuses queries, its committed nodes
+    survive, and a resumed run (local: the lineage is the same) is exact."""
     root, _, ref = clean
-    rng = random.Random(3)
-    trial = F.kill_trial(root, ref, "spark", "pinned", 9.0, rng, resume_executor="local")
+    rng = random.Random(5)
+    trial = F.kill_trial(root, ref, "spark", "pinned", 8.0, rng, resume_executor="local", by_progress=True)
     assert trial.ok, trial
-    assert not trial.leaked and trial.resume == "exact" and trial.final == "exact", trial
+    assert trial.moment == "5 node(s) + 0.26 s" and trial.killed and trial.state.startswith("running, 5"), trial
+    assert not trial.leaked and trial.committed_kept and trial.resume == "exact" and trial.final == "exact", trial
 
 
 # -- damaged files -------------------------------------------------------------------------------------------------

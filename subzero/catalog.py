@@ -222,6 +222,11 @@ class NodeRecord:
 class RunRecord:
     """The catalog of one run (``STORE/catalog.json``).
 
+    ``master`` is the Spark master the run's session used (``local[*, 4]``,
+    ``spark://host:7077``...; None for the in-process executor); ``replayed_from``
+    describes the run a selective replay (`subzero.replay`) started from: its store, the
+    changed input cells, what each node did.
+
     ``status`` is ``"running"``, ``"failed"`` or ``"done"``; ``nodes`` holds the
     committed nodes only, in the order they were committed.  ``fingerprint`` holds the
     digests a resumed run is checked against (`subzero.fingerprint`); ``resumed`` the
@@ -239,6 +244,8 @@ class RunRecord:
     budgets: dict[str, Any] = field(default_factory=dict)
     optimizer: dict[str, Any] | None = None
     wall_seconds: float | None = None
+    master: str | None = None
+    replayed_from: dict[str, Any] | None = None
     fingerprint: dict[str, str] = field(default_factory=dict)
     resumed: list[str] = field(default_factory=list)
     nodes: dict[str, NodeRecord] = field(default_factory=dict)

@@ -114,6 +114,19 @@ def _quiet_spark_launch(verbosity: int) -> None:
     os.environ["PYSPARK_SUBMIT_ARGS"] = f'--driver-java-options "{options}" pyspark-shell'
 
 
+def _spark_session(args):
+    """The session for ``--executor spark``: with ``--master``, made for that master unless a
+    session exists already (spark-submit's, used as it is); else None (the executor makes or
+    finds one itself)."""
+    if args.executor != "spark" or not args.master:
+        return None
+    _quiet_spark_launch(args.verbose)
+    from subzero.progress import spark_log_level
+    from subzero.spark import get_session
+
+    return get_session(args.master, log_level=spark_log_level(args.verbose))
+
+
 def _run_with_progress(args, wf, inputs: dict, **kwargs):
     import contextlib
 
@@ -148,13 +161,7 @@ def cmd_run(args) -> int:
     from subzero.inputs import header_to_text
 
     metadata = {name: {"fits_header": header_to_text(h)} for name, h in headers.items() if name in inputs}
-    spark = None
-    if args.executor == "spark" and args.master:
-        _quiet_spark_launch(args.verbose)
-        from subzero.progress import spark_log_level
-        from subzero.spark import get_session
-
-        spark = get_session(args.master, log_level=spark_log_level(args.verbose))
+    spark = _spark_session(args)
     run = _run_with_progress(args, wf, inputs, store=args.store, strategies=strategies or None,
                              executor=args.executor, spark=spark, tile_shape=args.tile, max_disk=args.max_disk,
                              max_runtime=args.max_runtime, workload=workload, input_metadata=metadata or None,
@@ -261,44 +268,54 @@ def _fits_header(run, node: str):
     return header_from_text(text)
 
 
-def _check_query_outputs(args, run) -> None:
-    """Refuse bad output files before the query runs, so an error writes nothing."""
+def _check_outputs(args, run, mask_node: str, drawn: list[str]) -> None:
+    """Refuse bad output files before the query runs, so an error writes nothing: ``--mask``
+    and ``--regions`` are of ``mask_node``, ``--plot`` draws the 2-D ones of ``drawn``."""
     from subzero.export import MASK_SUFFIXES, PLOT_SUFFIXES, REGION_SUFFIXES, check_output
 
     if args.mask:
         check_output(args.mask, MASK_SUFFIXES, "--mask")
     if args.regions:
         check_output(args.regions, REGION_SUFFIXES, "--regions")
-        if len(run.shape(args.to)) != 2:
-            raise LineageError(f"--regions: node {args.to!r} has shape {run.shape(args.to)}; DS9 regions are for "
+        if len(run.shape(mask_node)) != 2:
+            raise LineageError(f"--regions: node {mask_node!r} has shape {run.shape(mask_node)}; DS9 regions are for "
                                "2-D images (use --mask for other ranks)")
     if args.plot:
         check_output(args.plot, PLOT_SUFFIXES, "--plot")
-        if all(len(run.shape(n)) != 2 for n in (args.node, args.to)):
-            raise LineageError(f"--plot draws 2-D arrays; {args.node!r} has shape {run.shape(args.node)} and "
-                               f"{args.to!r} has shape {run.shape(args.to)} (use --mask or --json instead)")
+        if all(len(run.shape(n)) != 2 for n in drawn):
+            shapes = " and ".join(f"{n!r} has shape {run.shape(n)}" for n in dict.fromkeys(drawn))
+            raise LineageError(f"--plot draws 2-D arrays; {shapes} (use --mask or --json instead)")
 
 
-def _plot(args, run, start: dict[str, Any], mask, count: int) -> None:
+def _plot(args, run, ends: list[tuple[str, Any, str]]) -> None:
+    """Draw ``(node, cells, title)`` panels side by side (cells: a mask or a `Frontier`);
+    an end that is not 2-D is left out with a warning."""
     import numpy as np
 
     from subzero.export import Panel, plot_panels
 
     panels = []
-    first = np.zeros(run.shape(args.node), dtype=bool)
-    if "box" in start:
-        for pairs in start["box"]:
-            first[tuple(slice(lo, hi) for lo, hi in pairs)] = True
-    else:
-        first[tuple(start["cells"].T)] = True
-    what = f"{args.direction} lineage"
-    for node, m, title in ((args.node, first, f"{args.node}: {int(first.sum())} cell(s) queried"),
-                           (args.to, mask, f"{args.to}: {count} cell(s), {what} of {args.node}")):
+    for node, cells, title in ends:
         if len(run.shape(node)) != 2:
             log.warning("--plot: %s has shape %s, not 2-D: not drawn", node, run.shape(node))
             continue
-        panels.append(Panel(title, np.asarray(run.output(node)), m))
+        mask = cells if isinstance(cells, np.ndarray) else cells.mask()
+        panels.append(Panel(title, np.asarray(run.output(node)), mask))
     plot_panels(args.plot, panels, origin="lower" if args.fits_coords else "upper")
+
+
+def _write_files(args, run, node: str, mask, history: str, text: str) -> list[str]:
+    """``--mask`` and ``--regions`` of ``mask`` (cells of ``node``); the paths written."""
+    written = []
+    if args.mask:
+        from subzero.export import write_mask
+
+        written.append(str(write_mask(args.mask, mask, _fits_header(run, node), history=history)))
+    if args.regions:
+        from subzero.export import write_regions
+
+        written.append(str(write_regions(args.regions, mask, text=text)))
+    return written
 
 
 def cmd_query(args) -> int:
@@ -309,7 +326,7 @@ def cmd_query(args) -> int:
     run = open_run(args.store)
     start = _query_start(args)
     using = {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
-    _check_query_outputs(args, run)
+    _check_outputs(args, run, args.to, [args.node, args.to])
     query = run.backward_mask if args.direction == "backward" else run.forward_mask
     mask = np.asarray(query(args.node, to=args.to, using=using, **start), dtype=bool)
     result = np.argwhere(mask)
@@ -318,19 +335,14 @@ def cmd_query(args) -> int:
         from subzero.export import to_fits_coords
 
         shown = to_fits_coords(result)
-    written = []
-    if args.mask:
-        from subzero.export import write_mask
-
-        header = _fits_header(run, args.to)
-        written.append(str(write_mask(args.mask, mask, header, history=f"subzero {args.direction} lineage of "
-                                      f"{args.node} in {args.to}: {len(result)} cells")))
-    if args.regions:
-        from subzero.export import write_regions
-
-        written.append(str(write_regions(args.regions, mask, text=f"{args.to}: {args.direction} of {args.node}")))
+    written = _write_files(args, run, args.to, mask,
+                           f"subzero {args.direction} lineage of {args.node} in {args.to}: {len(result)} cells",
+                           f"{args.to}: {args.direction} of {args.node}")
     if args.plot:
-        _plot(args, run, start, mask, len(result))
+        first = run.frontier(args.node, **start)
+        what = f"{args.direction} lineage"
+        _plot(args, run, [(args.node, first, f"{args.node}: {first.count} cell(s) queried"),
+                          (args.to, mask, f"{args.to}: {len(result)} cell(s), {what} of {args.node}")])
         written.append(str(args.plot))
     if args.json:
         print(json.dumps({"direction": args.direction, "from": args.node, "to": args.to,
@@ -340,6 +352,173 @@ def cmd_query(args) -> int:
         print(f"{args.direction} {args.node} -> {args.to}: {len(result)} cell(s); wrote {', '.join(written)}")
     else:
         sys.stdout.write("".join(",".join(map(str, row)) + "\n" for row in shown.tolist()))
+    return 0
+
+
+def _bbox_text(frontier, fits: bool) -> str:
+    """A frontier's bounding box: ``rows 3:9, cols 10:12`` (numpy) or ``[11:12,4:9]`` (FITS)."""
+    box = frontier.bbox()
+    if box is None:
+        return "none"
+    lo, hi = box
+    if fits:
+        return "[" + ",".join(f"{int(a) + 1}:{int(b)}" for a, b in zip(lo[::-1], hi[::-1])) + "]"
+    return "[" + ", ".join(f"{int(a)}:{int(b)}" for a, b in zip(lo, hi)) + "]"
+
+
+def cmd_brush(args) -> int:
+    from subzero.brush import brush, brush_data, default_source
+    from subzero.run import open_run
+
+    run = open_run(args.store)
+    start = _query_start(args)
+    using = {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
+    to = args.to or default_source(run, args.node)
+    outputs = [o for item in args.outputs or [] for o in item.split(",") if o] or None
+    names = [run.node(o).name for o in outputs] if outputs else [n.name for n in run.workflow.outputs]
+    _check_outputs(args, run, to, [args.node, to, *names])
+    result = brush(run, args.node, to=to, outputs=names, using=using, **start)
+    written = _write_files(args, run, to, result.traced.mask() if (args.mask or args.regions) else None,
+                           f"subzero brush: lineage of {result.brushed.count} cells of {args.node} in {to}: "
+                           f"{result.traced.count} cells", f"{to}: lineage of the brush on {args.node}")
+    if args.plot:
+        ends = [(args.node, result.brushed, f"{args.node}: {result.brushed.count} cell(s) brushed"),
+                (to, result.traced, f"{to}: {result.traced.count} cell(s) they come from")]
+        ends += [(name, f, f"{name}: {f.count} cell(s) they reach") for name, f in result.linked.items()]
+        _plot(args, run, ends)
+        written.append(str(args.plot))
+    if args.json:
+        data = brush_data(result, fits=args.fits_coords)
+        print(json.dumps(data | {"written": written}))
+        return 0
+    fits = args.fits_coords
+    lines = [f"brushed {args.node}: {result.brushed.count} cell(s) in {_bbox_text(result.brushed, fits)}",
+             f"  <- {to}: {result.traced.count} cell(s) in {_bbox_text(result.traced, fits)}"]
+    lines += [f"  -> {name}: {f.count} cell(s) in {_bbox_text(f, fits)}" for name, f in result.linked.items()]
+    lines.append(f"in {1000 * result.seconds:.1f} ms (backward {1000 * result.backward_seconds:.1f} ms, forward "
+                 f"{1000 * result.forward_seconds:.1f} ms)" + (f"; wrote {', '.join(written)}" if written else ""))
+    print("\n".join(lines))
+    return 0
+
+
+# -- replay ----------------------------------------------------------------------------------------
+
+def _replay_patches(args, run) -> list:
+    """The `subzero.replay.Patch` es of ``subzero replay``'s flags, every file read and every
+    cell checked before anything is written."""
+    from subzero.brush import default_source
+    from subzero.inputs import parse_assignments, read_input
+    from subzero.replay import Patch
+
+    files = parse_assignments(args.input, "--input", "NAME=PATH")
+    if (args.set is None) == (not files):
+        raise WorkflowError("give the new values: --set VALUE (one value for every replaced cell) or "
+                            "--input NAME=PATH (a file to take them from), one of the two")
+    value = None
+    if args.set is not None:
+        try:
+            value = float(args.set)
+        except ValueError:
+            raise WorkflowError(f"--set {args.set!r} must be a number (e.g. 0, 100.5, nan)") from None
+    for name in files:
+        if not run.node(name).is_input:
+            raise WorkflowError(f"--input {name}=...: {name!r} is not an input of workflow {run.workflow.name!r}; its "
+                                f"inputs are {', '.join(n.name for n in run.workflow.inputs)}")
+    if args.from_node is None:
+        if args.cells or args.box or value is not None:
+            raise WorkflowError("--cells/--box/--set need --from NODE: the node the cells belong to (an input, or "
+                                "an output whose lineage is traced back to --to INPUT)")
+        return [Patch(name, None, source=read_input(path)[0]) for name, path in files.items()]
+    if not (args.cells or args.box):
+        raise WorkflowError(f"--from {args.from_node}: give its cells with --cells or --box")
+    node = run.node(args.from_node)
+    start = _query_start(args)
+    if node.is_input:
+        if args.to and run.node(args.to) is not node:
+            raise WorkflowError(f"--from {node.name} is an input: its cells are replaced as they are; drop --to")
+        target, cells = node.name, run.frontier(node, **start)
+    else:
+        target = run.node(args.to).name if args.to else default_source(run, node.name)
+        cells = run.backward(node, to=target, as_="frontier", **start)
+    if files and set(files) != {target}:
+        raise WorkflowError(f"the replaced cells are cells of {target!r}; --input gives {', '.join(files)}: give "
+                            f"--input {target}=PATH")
+    source = read_input(files[target])[0] if files else None
+    return [Patch(target, cells, value=value, source=source)]
+
+
+def _replay_text(result, fits: bool) -> str:
+    seconds = result.seconds
+    lines = [f"replayed workflow {result.run.workflow.name!r} from {result.source} into {result.run.path} in "
+             f"{seconds:.2f} s ({result.executor})"]
+    patched = {r.name: r for r in result.nodes if r.how == "patched"}
+    for name, (replaced, changed) in result.inputs.items():
+        lines.append(f"  {name}: {replaced} cell(s) replaced, {changed} changed ({patched[name].rerun} of "
+                     f"{patched[name].tiles} chunk(s) written)")
+    rows = [("node", "re-ran", "changed cells")]
+    linked = []
+    for r in result.nodes:
+        if r.how == "linked":
+            linked.append(r.name)
+        elif r.how != "patched":
+            what = f"{r.rerun} of {r.tiles} tile(s)" + (f" ({r.why})" if r.why else "")
+            rows.append((r.name, what, str(r.changed)))
+    widths = [max(len(row[k]) for row in rows) for k in range(3)]
+    if len(rows) > 1:
+        lines.extend("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+    if linked:
+        lines.append(f"  unchanged, linked from the old store: {', '.join(linked)}")
+    lines.append("outputs:")
+    for name, out in result.outputs.items():
+        text = f"  {name}: {out.changed.count} cell(s) changed"
+        if out.changed.count:
+            text += f" in {_bbox_text(out.changed, fits)}"
+        if out.within_lineage is True:
+            text += "; within the forward lineage of the changed input cells"
+        elif out.within_lineage is False:
+            text += "; NOT within the forward lineage of the changed input cells: an operator's lineage is wrong"
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def cmd_replay(args) -> int:
+    import contextlib
+
+    from subzero.progress import choose_reporter
+    from subzero.replay import replay
+    from subzero.run import open_run
+
+    run = open_run(args.store)
+    _check_store(args.out, overwrite=False, resume=False)
+    patches = _replay_patches(args, run)
+    outputs = [o for item in args.outputs or [] for o in item.split(",") if o] or None
+    spark = _spark_session(args)
+    if args.executor == "spark":
+        _quiet_spark_launch(args.verbose)
+    with contextlib.closing(choose_reporter(sys.stderr, args.quiet, verbose=args.verbose > 0)) as reporter:
+        reporter.run_started(f"{run.workflow.name} (replay)", len(run.workflow.nodes))
+        ok = False
+        try:
+            result = replay(run, patches, args.out, executor=args.executor, spark=spark, progress=reporter,
+                            outputs=outputs, check=not args.no_check)
+            ok = True
+        finally:
+            reporter.run_finished(ok)
+    if args.json:
+        from subzero.describe import frontier_data
+
+        print(json.dumps({
+            "source": result.source, "store": result.run.path, "executor": result.executor,
+            "seconds": result.seconds, "check_seconds": result.check_seconds,
+            "inputs": {k: {"replaced": a, "changed": b} for k, (a, b) in result.inputs.items()},
+            "nodes": [{"name": r.name, "how": r.how, "tiles": r.tiles, "rerun": r.rerun, "changed": r.changed,
+                       "seconds": r.seconds, "why": r.why or None} for r in result.nodes],
+            "outputs": {k: frontier_data(o.changed, args.fits_coords) | {"within_lineage": o.within_lineage}
+                        for k, o in result.outputs.items()}}))
+    else:
+        print(_replay_text(result, args.fits_coords))
+    if any(o.within_lineage is False for o in result.outputs.values()):
+        log.warning("some changed output cells lie outside the forward lineage of the changed input cells")
     return 0
 
 
@@ -415,7 +594,7 @@ def cmd_demo(args) -> int:
 def cmd_explain(args) -> int:
     from subzero.run import open_run
 
-    run = open_run(args.store)
+    run = open_run(args.store, partial=True)  # a failed or running store: what it committed
     if args.json:
         from subzero.describe import explain_data
 
@@ -424,6 +603,14 @@ def cmd_explain(args) -> int:
     from subzero.explain import explain
 
     print(explain(run))
+    return 0
+
+
+def cmd_info(args) -> int:
+    from subzero.info import info_data, info_text
+
+    data = info_data(args.store)
+    print(json.dumps(data, indent=2) if args.json else info_text(data))
     return 0
 
 
@@ -504,6 +691,59 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--regions", metavar="FILE.reg", help="write the traced cells as DS9 regions (2-D)")
     query.set_defaults(func=cmd_query)
 
+    brush = sub.add_parser("brush", parents=[common],
+                           help="linked brushing: cells of a node back to an input and forward to every output",
+                           description="Trace the brushed cells of NODE back to an input (--to; default: NODE's only "
+                                       "input) and those input cells forward to every output of the workflow, in "
+                                       "one call (Smoke's linked brushing).")
+    brush.add_argument("store")
+    brush.add_argument("node", help="the node the brushed cells belong to")
+    brush.add_argument("--to", help="the input to trace back to (default: the node's only input)")
+    brush.add_argument("--outputs", action="append", metavar="NODE[,NODE]",
+                       help="the nodes to trace forward to (default: the workflow's outputs)")
+    brush.add_argument("--cells", action="append", metavar="R,C[;R,C...]",
+                       help="one cell 'R,C' or several 'R,C;R,C' (repeatable)")
+    brush.add_argument("--box", action="append", metavar="R0:R1,C0:C1", help="a half-open box (repeatable)")
+    brush.add_argument("--fits-coords", action="store_true",
+                       help="cells are 1-based X,Y and boxes inclusive X0:X1,Y0:Y1 (DS9/FITS); output likewise")
+    brush.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
+    brush.add_argument("--json", action="store_true", help="print JSON: counts and disjoint boxes of every answer")
+    brush.add_argument("--plot", metavar="FILE.png", help="draw the brush, the input cells and every output's cells")
+    brush.add_argument("--mask", metavar="FILE.npy|FILE.fits", help="write the traced input cells as a boolean mask")
+    brush.add_argument("--regions", metavar="FILE.reg", help="write the traced input cells as DS9 regions (2-D)")
+    brush.set_defaults(func=cmd_brush)
+
+    replay = sub.add_parser("replay", parents=[common],
+                            help="what-if: replace input cells and re-run only what they reach, into a new store",
+                            description="Selective replay (Titian): replace cells of an input (given directly with "
+                                        "--from INPUT, or traced back from an output's cells with --from NODE --to "
+                                        "INPUT) by --set VALUE or by the values of --input NAME=PATH, re-run only "
+                                        "the tiles the change reaches into a new store, and report which output "
+                                        "cells changed.  --input alone replaces the whole input: only the cells "
+                                        "that differ count as changed.")
+    replay.add_argument("store", help="the finished run to start from")
+    replay.add_argument("--store", dest="out", required=True, metavar="NEW", help="new directory for the replayed run")
+    replay.add_argument("--from", dest="from_node", metavar="NODE",
+                        help="the node --cells/--box belong to: an input, or an output traced back to --to")
+    replay.add_argument("--to", metavar="INPUT", help="the input whose cells are replaced (default: NODE's only input)")
+    replay.add_argument("--cells", action="append", metavar="R,C[;R,C...]",
+                        help="one cell 'R,C' or several 'R,C;R,C' (repeatable)")
+    replay.add_argument("--box", action="append", metavar="R0:R1,C0:C1", help="a half-open box (repeatable)")
+    replay.add_argument("--fits-coords", action="store_true",
+                        help="cells are 1-based X,Y and boxes inclusive X0:X1,Y0:Y1 (DS9/FITS); output likewise")
+    replay.add_argument("--set", metavar="VALUE", help="the new value of every replaced cell (e.g. 0, 1e3, nan)")
+    replay.add_argument("--input", action="append", metavar="NAME=PATH",
+                        help="take the new values from a file of the input's shape (.npy, FITS, Zarr)")
+    replay.add_argument("--outputs", action="append", metavar="NODE[,NODE]",
+                        help="the nodes to report changes of (default: the workflow's outputs)")
+    replay.add_argument("--executor", choices=["local", "spark"], default="local",
+                        help="where re-run tiles run (default: in this process; a replay re-runs few tiles)")
+    replay.add_argument("--master", help="Spark master URL, with --executor spark")
+    replay.add_argument("--no-check", action="store_true",
+                        help="skip checking the changed outputs against the forward lineage of the changed inputs")
+    replay.add_argument("--json", action="store_true", help="print JSON")
+    replay.set_defaults(func=cmd_replay)
+
     demo = sub.add_parser("demo", parents=[common],
                           help="the main job: the astronomy workflow on Spark and two lineage queries")
     demo.add_argument("--store", default="runs/demo")
@@ -516,6 +756,15 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true", help="print JSON")
     explain.set_defaults(func=cmd_explain)
 
+    info = sub.add_parser("info", parents=[common],
+                          help="what a store holds: nodes, shapes, dtypes, strategies, sizes, status",
+                          description="Describe a store from its catalog: its nodes (inputs and operators), their "
+                                      "shapes, dtypes, chunks, strategies and sizes, and the run's status (also for "
+                                      "a run that failed or is still running).")
+    info.add_argument("store")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(func=cmd_info)
+
     bench = sub.add_parser("bench", parents=[common],
                            help="reproduce the paper's experiments side by side with baselines")
     bench.add_argument("name", choices=["astronomy", "genomics", "micro", "faults"])
@@ -527,7 +776,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: options whose value may start with "-" (a negative cell or a negative budget is refused by the
 #: option itself, with its own message, not by argparse as "expected one argument")
-_VALUE_OPTIONS = ("--cells", "--box", "--max-disk", "--max-runtime", "--tile")
+_VALUE_OPTIONS = ("--cells", "--box", "--max-disk", "--max-runtime", "--tile", "--set")
 
 
 def _attach_negative_values(argv: list[str]) -> list[str]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from subzero.run import Run
 
-__all__ = ["explain_data", "jsonable"]
+__all__ = ["explain_data", "jsonable", "operator_name", "committed_summary", "frontier_data"]
 
 
 def jsonable(value: Any) -> Any:
@@ -30,6 +30,52 @@ def jsonable(value: Any) -> Any:
     if hasattr(value, "tolist"):  # numpy scalars and arrays
         return value.tolist()
     return value
+
+
+def frontier_data(frontier, fits: bool = False) -> dict[str, Any]:
+    """A set of cells (a `subzero.frontier.Frontier`) as JSON-able data: its shape, count and
+    disjoint boxes, numpy's half-open ``[[lo, hi], ...]`` per axis or, with ``fits``,
+    inclusive 1-based FITS sections ``"X0:X1,Y0:Y1"``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from subzero.frontier import Frontier
+    >>> f = Frontier.of_boxes(np.array([[2, 5]]), np.array([[4, 8]]), (10, 10))
+    >>> frontier_data(f)["boxes"], frontier_data(f, fits=True)["boxes"]
+    ([[[2, 4], [5, 8]]], ['6:8,3:4'])
+    """
+    lo, hi = frontier.boxes() if not frontier.is_empty else ([], [])
+    if fits:
+        boxes: list = [",".join(f"{int(a) + 1}:{int(b)}" for a, b in zip(l[::-1], h[::-1])) for l, h in zip(lo, hi)]
+    else:
+        boxes = [[[int(a), int(b)] for a, b in zip(l, h)] for l, h in zip(lo, hi)]
+    return {"shape": list(frontier.shape), "count": int(frontier.count), "boxes": boxes}
+
+
+def operator_name(node) -> str:
+    """The class name of a node's operator (of the stand-in's declared operator for a node a
+    partial store did not commit), ``"-"`` for an input."""
+    from subzero.run import Uncommitted
+
+    if node.is_input:
+        return "-"
+    return node.operator.name if isinstance(node.operator, Uncommitted) else type(node.operator).__name__
+
+
+def committed_summary(status: str, committed: list[str], nodes: list[str]) -> str:
+    """``"status done"``, or for a run that did not finish which of its nodes are committed.
+
+    Examples
+    --------
+    >>> committed_summary("failed", ["x", "a"], ["x", "a", "b", "c"])
+    'status failed: 2 of 4 nodes committed (x, a); not committed: b, c'
+    """
+    if status == "done" and len(committed) == len(nodes):
+        return f"status {status}"
+    missing = [n for n in nodes if n not in committed]
+    return (f"status {status}: {len(committed)} of {len(nodes)} nodes committed ({', '.join(committed) or 'none'})"
+            + (f"; not committed: {', '.join(missing)}" if missing else ""))
 
 
 def explain_data(run: "Run") -> dict[str, Any]:
@@ -55,7 +101,7 @@ def explain_data(run: "Run") -> dict[str, Any]:
                                 "shape": list(record.shape) if record is not None else None,
                                 "dtype": record.dtype if record is not None else None}
         if not node.is_input:
-            item["operator"] = type(node.operator).__name__
+            item["operator"] = operator_name(node)
         if record is not None and not node.is_input:
             stats = record.stats
             disk = sum(stats.bytes.values()) if stats is not None else 0
@@ -74,5 +120,6 @@ def explain_data(run: "Run") -> dict[str, Any]:
     return jsonable({
         "store": run.path, "workflow": run.workflow.name, "status": cat.status, "executor": cat.executor,
         "created": cat.created, "wall_seconds": cat.wall_seconds, "input_bytes": cat.input_bytes,
-        "optimizer": cat.optimizer or None, "nodes": nodes, "total_lineage_bytes": total,
+        "optimizer": cat.optimizer or None, "committed": run.committed, "nodes": nodes,
+        "total_lineage_bytes": total,
     })

@@ -38,6 +38,7 @@ import numpy as np
 from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, RunRecord
 from subzero.errors import StoreError, SubZeroError, WorkflowError
 from subzero.fingerprint import array_digest, combine_digests, differences, run_fingerprint
+from subzero.inputs_check import check_input_array
 from subzero.modes import Strategy
 from subzero.operator import Operator
 from subzero.pickling import dump_operator, dumps_with_operator
@@ -76,6 +77,10 @@ class LocalExecutor:
     def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list:
         """The first pass of a two-pass operator: every tile's summary, in tile order."""
         return self._map(prepare_tile, task, tiles, Reporter())
+
+    def map_calls(self, fn, task: NodeTask, tiles: list[Tile]) -> list:
+        """``fn(task, tile)`` for every tile, in tile order (e.g. calibration's `profile_tile`)."""
+        return self._map(fn, task, tiles, Reporter())
 
     def _map(self, fn, task: NodeTask, tiles: list[Tile], progress: Reporter) -> list:
         try:
@@ -148,11 +153,7 @@ def _check_inputs(wf: Workflow, inputs: dict[str, Any]) -> dict[str, Any]:
         if ExternalArray.accepts(value):
             arrays[name] = ExternalArray(value, name)
             continue
-        arr = np.asarray(value)
-        if arr.dtype == object or arr.dtype.names is not None or arr.dtype.kind not in "biufcmM":
-            raise WorkflowError(f"input {name!r} must be a numeric numpy array, got dtype {arr.dtype}; convert "
-                                "it with np.asarray(..., dtype=float) first")
-        arrays[name] = arr
+        arrays[name] = check_input_array(name, value)
     return arrays
 
 
@@ -200,9 +201,11 @@ class _Execution:
 
     @property
     def runner(self):
-        """The executor (a Spark session starts only when a task has to run)."""
+        """The executor (a Spark session starts only when a task has to run; the catalog then
+        records its master, as the session has it)."""
         if callable(self._runner) and not hasattr(self._runner, "map_tiles"):
             self._runner = self._runner()
+            self.catalog = _replace(self.catalog, master=getattr(self._runner, "master", None))
         return self._runner
 
     def ref(self, name: str):
@@ -626,7 +629,8 @@ def _plan(run: _Execution, operators: list[Node], pinned, queries, max_runtime) 
         start = time.perf_counter()
         profiles[node.name] = profile_node(run.task(node, (), write_output=False),
                                            node_tiles(node.operator, run.tile_shape),
-                                           _candidates(node, pinned), sum(m.op_seconds for m in metas))
+                                           _candidates(node, pinned), sum(m.op_seconds for m in metas),
+                                           runner=run.runner)
         calibration += time.perf_counter() - start
     runtime_budget = parse_runtime_budget(max_runtime, base)
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from subzero.describe import committed_summary, operator_name
 from subzero.run import Run
 
 __all__ = ["explain"]
@@ -24,8 +25,10 @@ def _fmt_s(x: float | None) -> str:
 def explain(run: Run) -> str:
     """A plain-text report of a run's plan: one block per node."""
     cat = run.catalog
-    lines = [f"run {run.workflow.name!r} in {run.path}: status {cat.status}, "
-             f"executor {cat.executor}, wall {_fmt_s(cat.wall_seconds)}"]
+    where = f"executor {cat.executor}" + (f" ({cat.master})" if cat.master else "")
+    lines = [f"run {run.workflow.name!r} in {run.path}: "
+             f"{committed_summary(cat.status, run.committed, [n.name for n in run.workflow.nodes])}, "
+             f"{where}, wall {_fmt_s(cat.wall_seconds)}"]
     opt = cat.optimizer
     if opt:
         lines.append(
@@ -40,12 +43,15 @@ def explain(run: Run) -> str:
     total_disk = 0.0
     for node in run.workflow.nodes:
         name, entry = node.name, cat.nodes.get(node.name)
+        if entry is None and not node.is_input:
+            lines.append(f"\n{name} ({operator_name(node)}): not committed")
+            continue
         if entry is None or entry.kind != "operator":
             continue
         stats = entry.stats
         disk = sum(stats.bytes.values())
         total_disk += disk
-        lines.append(f"\n{name} ({type(run.node(name).operator).__name__}, shape {tuple(entry.shape)}): "
+        lines.append(f"\n{name} ({operator_name(node)}, shape {tuple(entry.shape)}): "
                      f"{', '.join(entry.strategies)}  [{entry.reason}]")
         lines.append(f"  measured: disk {_fmt_bytes(disk)}, operator {_fmt_s(stats.op_seconds)}, "
                      f"lineage {_fmt_s(stats.lineage_seconds)}, write {_fmt_s(stats.write_seconds)}, "

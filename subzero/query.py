@@ -26,7 +26,7 @@ from subzero.modes import Mode, Strategy
 from subzero.runtime import NodeTask, expand_payloads, trace_tile
 from subzero.tiling import Tile
 
-__all__ = ["LineageSource", "TileGrid", "step", "walk", "check_forced"]
+__all__ = ["LineageSource", "TileGrid", "step", "walk", "walk_many", "check_forced"]
 
 
 class TileGrid:
@@ -100,16 +100,31 @@ def walk(wf, src, dst, direction: str, start: Frontier, step_fn) -> Frontier:
     if src is dst:
         return start
     up, down = (dst, src) if direction == "backward" else (src, dst)
-    order = wf.between(up, down)
-    if up not in order:
+    if up not in wf.ancestors(down):
         raise LineageError(f"no path from {src.name!r} {direction} to {dst.name!r}: "
                            f"{dst.name!r} is not {'an ancestor' if direction == 'backward' else 'a descendant'} "
                            f"of {src.name!r}")
-    on_path = set(order)
+    return walk_many(wf, src, [dst], direction, start, step_fn)[dst]
+
+
+def walk_many(wf, src, dsts, direction: str, start: Frontier, step_fn) -> dict:
+    """`walk` to several nodes at once: every node on a path from ``src`` to one of ``dsts``
+    steps once (Smoke's linked brushing: one pass, however many views).
+
+    Returns node -> frontier for every node of ``dsts``; a node no path reaches maps to
+    None (its answer is empty).
+    """
+    reach = wf.descendants(src) if direction == "forward" else wf.ancestors(src)
+    wanted: set = set()
+    for dst in dsts:
+        if dst in reach:
+            wanted |= wf.ancestors(dst) if direction == "forward" else wf.descendants(dst)
+    on_path = reach & wanted
+    order = [n for n in wf.nodes if n in on_path]
     frontiers: dict = {src: start}
     if direction == "backward":
         for node in reversed(order):
-            if node is dst or node not in frontiers:
+            if node not in frontiers:
                 continue
             for i, parent in enumerate(node.inputs):
                 if parent in on_path:
@@ -123,7 +138,7 @@ def walk(wf, src, dst, direction: str, start: Frontier, step_fn) -> Frontier:
                 if parent in frontiers:
                     got = step_fn(node, frontiers[parent], i)
                     frontiers[node] = frontiers[node].union(got) if node in frontiers else got
-    return frontiers[dst]
+    return {dst: frontiers.get(dst) for dst in dsts}
 
 
 def check_forced(node, stored: tuple[str, ...], using) -> str:

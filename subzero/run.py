@@ -16,13 +16,14 @@ from subzero.errors import LineageError, LookupTimeout, StoreError, WorkflowErro
 from subzero.frontier import Frontier
 from subzero.modes import Mode
 from subzero.optimizer.query_time import choose_step
-from subzero.query import TileGrid, check_forced, step, walk
+from subzero.operator import Operator
+from subzero.query import TileGrid, check_forced, step, walk, walk_many
 from subzero.runtime import NodeTask
 from subzero.store import FileStore
 from subzero.tiling import tile_grid
 from subzero.workflow import Node, Workflow
 
-__all__ = ["Run", "open_run", "RESULT_FORMS"]
+__all__ = ["Run", "open_run", "RESULT_FORMS", "Uncommitted"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,11 +75,20 @@ class Run:
         """The run's catalog (`subzero.catalog.RunRecord`)."""
         return self.record
 
+    @property
+    def committed(self) -> list[str]:
+        """Names of the nodes the store committed, in workflow order (every node, once the run is done)."""
+        return [n.name for n in self.workflow.nodes if n.name in self.record.nodes]
+
     def node(self, ref) -> Node:
         try:
-            return self.workflow.node(ref)
+            node = self.workflow.node(ref)
         except WorkflowError as exc:
             raise LineageError(str(exc)) from None
+        if node.name not in self.record.nodes:  # a store opened with partial=True
+            raise LineageError(f"node {node.name!r} is not committed in store {self.path!r} (the run is "
+                               f"{self.record.status}); committed nodes: {', '.join(self.committed) or 'none'}")
+        return node
 
     def node_record(self, ref) -> NodeRecord:
         return self.record.node(self.node(ref).name)
@@ -97,6 +107,10 @@ class Run:
     def array(self, name: str):
         """The `subzero.store.ArrayRef` of a committed node, checked against the catalog."""
         return self.store.array(name, self.record.node(name).array.meta_xxh3)
+
+    def frontier(self, ref, cells=None, box=None) -> Frontier:
+        """The ``cells`` (or ``box``) of a node, checked, as the `Frontier` a query carries."""
+        return self._start(self.node(ref), cells, box)
 
     def ndims(self, node: Node) -> dict[int, int]:
         op = node.operator
@@ -147,7 +161,8 @@ class Run:
         node, to : Node or str
             Where the query starts and the ancestor it traces to.
         cells : array-like, optional
-            ``(N, ndim)`` coordinates, a list of tuples, or a boolean mask of ``node``'s array.
+            ``(N, ndim)`` coordinates, a list of tuples, a boolean mask of ``node``'s array, or
+            a `Frontier` over it (an earlier answer, in the form it has).
         box : optional
             A half-open box ``[(lo, hi), ...]`` (one pair per axis) or a list of them, instead
             of ``cells``: never expanded into cells where the steps can work on boxes.
@@ -169,6 +184,20 @@ class Run:
         """Cells of ``to`` whose lineage contains the ``cells`` (or ``box``) of ``node``, over every
         path; the parameters are those of `backward`."""
         return _form(self._walk(node, cells, box, to, "forward", using, entire_array), as_)
+
+    def forward_many(self, node, cells=None, to=(), using: dict | None = None, entire_array: bool = True,
+                     box=None, as_: str = "frontier") -> dict:
+        """`forward` to several nodes in one walk, each node stepping once (linked brushing).
+
+        Returns ``{name: answer}`` for each node of ``to`` (default ``as_``: the `Frontier`);
+        a node that is not a descendant of ``node`` gets an empty answer.
+        """
+        return self._walk_many(node, cells, box, to, "forward", using, entire_array, as_)
+
+    def backward_many(self, node, cells=None, to=(), using: dict | None = None, entire_array: bool = True,
+                      box=None, as_: str = "frontier") -> dict:
+        """`backward` to several nodes in one walk; see `forward_many`."""
+        return self._walk_many(node, cells, box, to, "backward", using, entire_array, as_)
 
     def backward_mask(self, node, cells=None, to=None, using=None, entire_array=True, box=None) -> np.ndarray:
         """`backward` as a boolean mask over ``to``'s array."""
@@ -219,6 +248,13 @@ class Run:
     def _start(self, node: Node, cells, box) -> Frontier:
         shape = self.shape(node)
         where = f"node {node.name!r}"
+        if isinstance(cells, Frontier):  # an answer carried on (brushing, replay): already checked
+            if box is not None:
+                raise LineageError(f"give cells or box for {where}, not both")
+            if cells.shape != tuple(shape):
+                raise LineageError(f"a Frontier of shape {cells.shape} cannot start a query at {where} of shape "
+                                   f"{tuple(shape)}")
+            return cells
         if box is not None:
             if cells is not None:
                 raise LineageError(f"give cells or box for {where}, not both")
@@ -289,9 +325,21 @@ class Run:
             self._record(direction, src, dst, log)
         return result
 
-    def _record(self, direction: str, src: Node, dst: Node, log: list[dict]) -> None:
+    def _walk_many(self, src, cells, box, dsts, direction, using, entire_array, as_) -> dict:
+        _check_form(as_)
+        src, dsts = self.node(src), [self.node(d) for d in dsts]
+        using = self._check_using(using)
+        start = self._start(src, cells, box)
+        log: list[dict] = []
+        got = walk_many(self.workflow, src, dsts, direction, start,
+                        lambda node, f, i: self._step(node, f, i, direction, using, entire_array, log))
+        self._record(direction, src, dsts, log)
+        return {d.name: _form(f if f is not None else Frontier.empty(self.shape(d)), as_) for d, f in got.items()}
+
+    def _record(self, direction: str, src: Node, dst: "Node | list[Node]", log: list[dict]) -> None:
         self.last_query = log
-        self.store.log_query({"direction": direction, "from": src.name, "to": dst.name, "steps": log})
+        to = [d.name for d in dst] if isinstance(dst, list) else dst.name
+        self.store.log_query({"direction": direction, "from": src.name, "to": to, "steps": log})
 
     def query_log(self) -> list[dict]:
         """The queries run on this store from this machine (per-step statistics)."""
@@ -347,8 +395,33 @@ def _form(frontier: Frontier, as_: str):
     return frontier
 
 
-def open_run(path: "str | os.PathLike") -> Run:
-    """Reopen a finished run from its store (a directory or an fsspec URL), in any process.
+class Uncommitted(Operator):
+    """Stands in for the operator of a node that a partial store never committed
+    (`open_run` with ``partial=True``): it names the operator, and cannot run or map."""
+
+    def __init__(self, declared: str):
+        self.declared = declared
+
+    @property
+    def name(self) -> str:
+        """The operator's class name, as the workflow description gives it."""
+        return self.declared.rsplit(".", 1)[-1]
+
+    def run(self, ctx, *inputs):
+        raise StoreError(f"the operator {self.declared} was not committed to this store; re-run the workflow")
+
+
+def open_run(path: "str | os.PathLike", partial: bool = False) -> Run:
+    """Reopen a run from its store (a directory or an fsspec URL), in any process.
+
+    Parameters
+    ----------
+    path
+        The store given to `Workflow.run`.
+    partial
+        Also open a run that did not finish (failed, interrupted, or still running): the
+        `Run` then answers over its committed nodes only (`Run.committed`; a query that
+        names another node is a `LineageError`).  Without it, such a store is refused.
 
     Examples
     --------
@@ -356,17 +429,23 @@ def open_run(path: "str | os.PathLike") -> Run:
     """
     store = FileStore.open(path)
     catalog = store.read_catalog()
-    if catalog.status != "done":
+    if catalog.status != "done" and not partial:
         raise StoreError(f"run in {store.url!r} did not finish (status {catalog.status!r}); its lineage is "
-                         "incomplete: resume it (--resume) or re-run the workflow")
+                         "incomplete: resume it (--resume) or re-run the workflow (`subzero info` and "
+                         "`subzero explain` show what it committed)")
     spec = catalog.workflow
     try:
-        operators = {n["name"]: store.load_operator(n["name"]) for n in spec["nodes"] if n.get("inputs")}
+        operators = {n["name"]: store.load_operator(n["name"]) if n["name"] in catalog.nodes or not partial
+                     else Uncommitted(str(n.get("operator", "?"))) for n in spec["nodes"] if n.get("inputs")}
         wf = Workflow.from_spec(spec["name"], spec["nodes"], operators)
     except (KeyError, TypeError) as exc:
         raise StoreError(f"store {store.url!r} has a corrupt workflow description ({exc})") from exc
     missing = [n.name for n in wf.nodes if n.name not in catalog.nodes]
-    if missing:
+    if missing and catalog.status == "done":
         raise StoreError(f"store {store.url!r} is marked done but its catalog lacks node(s) {missing}; the store "
                          "is damaged: re-run the workflow")
+    orphans = [n.name for n in wf.nodes if n.name in catalog.nodes and any(i.name not in catalog.nodes for i in n.inputs)]
+    if orphans:  # nodes commit after their inputs: anything else is a damaged catalog
+        raise StoreError(f"store {store.url!r} has node(s) {orphans} committed without their inputs; the store is "
+                         "damaged: re-run the workflow")
     return Run(store, wf, catalog)

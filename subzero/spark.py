@@ -9,17 +9,27 @@ retried or speculative attempts are removed at commit.
 Sessions, the pyspark way: a session that already exists (made by ``spark-submit`` or
 by the user) is used as it is; otherwise an embedded ``local[*, 4]`` session is made
 (four attempts per task, so a failed task is retried as on a cluster), or one for
-``master`` (``spark://host:7077``), whose reachability is checked before a JVM starts.
+``master`` (``spark://host:7077``).  A standalone master fails fast and says why, in one
+line: its address is tried with a socket before a JVM starts (`CONNECT_TIMEOUT`), the
+application must be accepted within `START_TIMEOUT` of the JVM's start (a port that
+answers but is no Spark master), and a first executor must register within
+`EXECUTOR_TIMEOUT` (a master without free workers would leave every job waiting, silently).
+
+A task's error reaches the driver as pyspark's ``PythonException`` (its text is the
+worker's traceback); the driver reports the operator's own error, ``ValueError: ...``,
+from it, not the JVM's stack.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import shutil
 import socket
 import sys
 import threading
+import time
 from functools import partial
 from urllib.parse import urlparse
 
@@ -31,8 +41,14 @@ from subzero.tiling import Tile
 __all__ = ["SparkExecutor", "get_session", "DEFAULT_MASTER"]
 
 DEFAULT_MASTER = "local[*, 4]"
-CONNECT_TIMEOUT = 10.0   # seconds to reach a standalone master before giving up
+#: seconds to reach a standalone master's address before giving up
+CONNECT_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_CONNECT_TIMEOUT", 10))
+#: seconds, once the driver's JVM runs, for a standalone master to accept the application
+START_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_START_TIMEOUT", 15))
+#: seconds for a standalone master to give the application its first executor
+EXECUTOR_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_EXECUTOR_TIMEOUT", 120))
 _ERROR_MARK = "subzero-task-error: "
+log = logging.getLogger(__name__)
 
 
 def _check_java() -> None:
@@ -59,6 +75,56 @@ def _check_reachable(master: str) -> None:
                        "that the master runs, the host and port (default 7077), and the firewall")
 
 
+def _standalone(master: str | None) -> bool:
+    return bool(master) and master.startswith("spark://")
+
+
+def _create(builder, master: str | None):
+    """``builder.getOrCreate()``; for a standalone master, given `START_TIMEOUT` once the
+    driver's JVM runs (its start is this machine's business, however long it takes; Spark
+    itself would wait a minute per attempt for a master that never answers)."""
+    if not _standalone(master):
+        return builder.getOrCreate()
+    from pyspark import SparkContext
+
+    box: dict = {}
+
+    def create() -> None:
+        try:
+            box["session"] = builder.getOrCreate()
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=create, name="subzero-spark-start", daemon=True)
+    worker.start()
+    while worker.is_alive() and SparkContext._gateway is None:  # the JVM starting
+        worker.join(0.1)
+    worker.join(START_TIMEOUT)
+    if worker.is_alive():
+        raise SubZeroError(f"Spark master {master} answers but did not accept the application within "
+                           f"{START_TIMEOUT:.0f} s; check that this is the master's URL (spark://host:7077, not the "
+                           "web UI's port 8080) and that it runs the Spark version of this pyspark")
+    if "error" in box:
+        raise box["error"]
+    return box["session"]
+
+
+def _wait_for_executors(spark, master: str) -> None:
+    """Return once a standalone application has an executor, or fail saying to check workers."""
+    sc = spark.sparkContext
+    deadline = time.monotonic() + EXECUTOR_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            if sc._jsc.sc().getExecutorMemoryStatus().size() > 1:  # the driver counts as one
+                return
+        except Exception:  # the context died (the master dropped the application)
+            break
+        time.sleep(0.25)
+    raise SubZeroError(f"Spark master {master} gave this application no executor within {EXECUTOR_TIMEOUT:.0f} s; "
+                       "check that workers are registered with it and have free cores and memory (its web UI "
+                       "lists them), or raise SUBZERO_SPARK_EXECUTOR_TIMEOUT")
+
+
 def _active_session():
     from pyspark.sql import SparkSession
 
@@ -76,11 +142,17 @@ def get_session(master: str | None = None, log_level: str = "ERROR"):
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     active = _active_session()
     if active is not None:
+        if master and master != active.sparkContext.master:
+            log.warning("master %s ignored: a Spark session exists already, with master %s", master,
+                        active.sparkContext.master)
         return active
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("subzero")
     under_submit = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))  # spark-submit started the JVM and chose a master
+    chosen = None
+    if under_submit and master:
+        log.warning("master %s ignored: spark-submit chose the master (its --master)", master)
     if not under_submit:
         chosen = master or os.environ.get("SUBZERO_SPARK_MASTER", DEFAULT_MASTER)
         _check_reachable(chosen)
@@ -91,11 +163,17 @@ def get_session(master: str | None = None, log_level: str = "ERROR"):
                    .config("spark.python.worker.reuse", "true"))
     builder = builder.config("spark.driver.maxResultSize", "512m")
     try:
-        spark = builder.getOrCreate()
+        spark = _create(builder, chosen)
+    except SubZeroError:
+        raise
     except Exception as exc:
-        raise SubZeroError(f"Spark could not start ({type(exc).__name__}: {str(exc).splitlines()[0][:300]}); "
-                           "check the master URL and the Java installation, or use executor='local'") from None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise SubZeroError(f"Spark could not start{f' with master {chosen}' if chosen else ''} "
+                           f"({type(exc).__name__}: {first}); check the master URL and the Java installation, or "
+                           "use executor='local' (--executor local)") from None
     spark.sparkContext.setLogLevel(log_level)
+    if _standalone(spark.sparkContext.master):
+        _wait_for_executors(spark, spark.sparkContext.master)
     return spark
 
 
@@ -140,11 +218,16 @@ class SparkExecutor:
 
     def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list:
         """The first pass of a two-pass operator: every tile's summary, in tile order."""
+        return self.map_calls(prepare_tile, task, tiles)
+
+    def map_calls(self, fn, task: NodeTask, tiles: list[Tile]) -> list:
+        """``fn(task, tile)`` for every tile as Spark tasks, in tile order; ``fn`` is a module-level
+        function (pickled by reference) whose results are small (summaries, measurements)."""
         sc = self.spark.sparkContext
-        sc.setJobDescription(f"subzero node {task.node} (first pass)")
+        sc.setJobDescription(f"subzero node {task.node} ({fn.__name__})")
         payload = dumps_with_operator(task, task.operator, task.node)
         try:
-            return sc.parallelize(tiles, max(len(tiles), 1)).map(partial(_prepare_pickled, payload)).collect()
+            return sc.parallelize(tiles, max(len(tiles), 1)).map(partial(_call_pickled, fn, payload)).collect()
         except Exception as exc:
             raise WorkflowError(f"node {task.node!r} failed on Spark: {_python_error(exc)}") from None
 
@@ -178,21 +261,38 @@ def _run_pickled(payload: bytes, tile: Tile) -> TileMeta:
         raise RuntimeError(f"{_ERROR_MARK}{type(exc).__name__}: {exc}".replace("\n", " ")) from exc
 
 
-def _prepare_pickled(payload: bytes, tile: Tile):
+def _call_pickled(fn, payload: bytes, tile: Tile):
     try:
-        return prepare_tile(pickle.loads(payload), tile)
+        return fn(pickle.loads(payload), tile)
     except Exception as exc:
         raise RuntimeError(f"{_ERROR_MARK}{type(exc).__name__}: {exc}".replace("\n", " ")) from exc
 
 
 def _python_error(exc: Exception) -> str:
+    """The operator's own error from a failed Spark job: the marked line our task body
+    raised, else the last exception line of the worker's traceback (pyspark's
+    ``PythonException`` carries it), else the first line of the JVM's error."""
     text = str(exc)
-    for line in text.splitlines():
+    for line in reversed(text.splitlines()):
         if _ERROR_MARK in line:
             return line.split(_ERROR_MARK, 1)[1].strip()[:500]
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if _is_python_exception(exc):  # the worker's traceback: its last exception line
+        tail = [ln for ln in lines if not ln.startswith(("File ", "Traceback", "^", "~"))]
+        for ln in reversed(tail):
+            head = ln.split(":")[0]
+            if head.replace(".", "").replace("_", "").isalnum() and ("Error" in head or "Exception" in head):
+                return ln[:500]
     for ln in reversed(lines):
         head = ln.split(":")[0]
         if ("Error" in head or "Exception" in head) and not ln.startswith(("at ", "org.apache", "py4j")):
             return ln[:500]
-    return (lines[-1] if lines else type(exc).__name__)[:500]
+    return (lines[0] if lines else type(exc).__name__)[:500]
+
+
+def _is_python_exception(exc: Exception) -> bool:
+    try:
+        from pyspark.errors import PythonException
+    except ImportError:  # pragma: no cover - pyspark < 3.4
+        return "PythonException" in type(exc).__name__
+    return isinstance(exc, PythonException)

@@ -170,7 +170,9 @@ class Workflow:
         wf = cls(name)
         pending = {spec["name"]: spec for spec in nodes}
         while pending:
-            ready = [s for s in pending.values() if all(i in wf._nodes for i in s.get("inputs", []))]
+            # the first node whose inputs exist: a description in topological order keeps its order
+            ready = [next((s for s in pending.values() if all(i in wf._nodes for i in s.get("inputs", []))), None)]
+            ready = [s for s in ready if s is not None]
             if not ready:
                 unknown = sorted({i for s in pending.values() for i in s.get("inputs", [])} - set(pending) - set(wf._nodes))
                 if unknown:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 
+# astroscrappy's OpenMP threads spin-wait: on the tiny images of the tests (and 2 cores
+# shared with Spark) one thread is 5x faster per call; set before anything loads OpenMP
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
 from hypothesis import HealthCheck, settings
 

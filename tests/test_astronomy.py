@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import ndimage
 
 from subzero.bench.astronomy import CONFIGS, pins, queries
 from subzero.bench.configs import operator_nodes, static_using
 from subzero.bench.harness import check_same_cells
 from subzero.errors import WorkflowError
+from subzero.oracle import check_workflow
 from subzero.workflows import astronomy as astro
 
 SHAPE = (32, 64)
@@ -63,16 +65,19 @@ def test_every_strategy_returns_the_same_cells_for_every_query(runs):
         assert len(answers["BlackBox"])
 
 
-def test_composite_lineage_is_the_pixel_itself_unless_flagged(runs):
+def test_cosmic_ray_lineage_is_the_derived_window_flagged_or_not(runs):
+    """Issue 12, causes 2 and 3: a mask pixel, flagged or clean, depends on the window of
+    radius 8 (one L.A.Cosmic iteration) around it, not on itself or a guessed radius 3."""
     _, _, out = runs
     run = out["SubZero"]
     flags = np.asarray(run.output("crmask_1")).astype(bool)
-    clean = tuple(np.argwhere(~flags)[0])
-    assert run.backward("crmask_1", [clean], to="elec_1").tolist() == [list(clean)]
-    ray = np.argwhere(flags)[0]
-    got = run.backward("crmask_1", [tuple(ray)], to="elec_1")
-    lo, hi = np.maximum(ray - 3, 0), np.minimum(ray + 4, SHAPE)
-    assert len(got) == np.prod(hi - lo) and got.min(axis=0).tolist() == lo.tolist()
+    assert flags.any() and (~flags).any()
+    reach = astro.cosmic_rays_udf().reach
+    assert reach == 8
+    for pixel in (np.argwhere(~flags)[0], np.argwhere(flags)[0]):
+        got = run.backward("crmask_1", [tuple(pixel)], to="elec_1")
+        lo, hi = np.maximum(pixel - reach, 0), np.minimum(pixel + reach + 1, SHAPE)
+        assert len(got) == np.prod(hi - lo) and got.min(axis=0).tolist() == lo.tolist()
 
 
 def test_repair_is_exact_on_tiles_with_its_halo(runs, tmp_path):
@@ -85,21 +90,66 @@ def test_repair_is_exact_on_tiles_with_its_halo(runs, tmp_path):
                           out["FullOne"].backward("clean", cells, to="merged"))
 
 
-def test_star_lineage_reproduces_the_star(runs):
+def test_star_lineage_is_the_star_and_its_ring(runs):
+    """Issue 12, cause 1: labels are canonical (a star's first pixel), so re-running on
+    the star's lineage alone gives the same label; the lineage is the star and the ring
+    of pixels around it."""
     _, _, out = runs
     run = out["SubZero"]
     stars = np.asarray(run.output("stars"))
     pixel = tuple(np.argwhere(stars > 0)[0])
+    star = stars == stars[pixel]
+    assert stars[pixel] == 1 + np.flatnonzero(star.reshape(-1))[0]
     lineage = run.backward("stars", [pixel], to="snr")
-    assert len(lineage) == (stars == stars[pixel]).sum()
+    ring = ndimage.binary_dilation(star, np.ones((3, 3), bool))
+    assert np.array_equal(lineage, np.argwhere(ring))
     only = np.zeros(SHAPE)
     only[tuple(lineage.T)] = np.asarray(run.output("snr"))[tuple(lineage.T)]
     again = astro.DetectStars(threshold=5.0, minarea=5).labels(only)
-    assert np.array_equal(np.argwhere(again == again[pixel]), lineage)   # same star, any label
+    assert np.array_equal(again == stars[pixel], star)
+    background = tuple(np.argwhere(stars == 0)[0])
+    assert run.backward("stars", [background], to="snr").tolist() == [list(background)]
 
 
-def test_star_payload_round_trips():
-    footprint = np.array([[0, 1, 1], [1, 1, 0]], bool)
-    payload = astro.DetectStars.encode(7, np.array([10, 20]), footprint)
-    label, cells = astro.DetectStars.decode(payload)
-    assert label == 7 and cells.tolist() == [[10, 21], [10, 22], [11, 20], [11, 21]]
+# =====================================================================================
+# Real data: astroscrappy's GMOS frame, held to the perturbation oracle
+# =====================================================================================
+@pytest.fixture(scope="module")
+def gmos(tmp_path_factory):
+    wf, inputs = astro.build_gmos()
+    strategies = {"crmask": ["CompOne"], "crd": ["CompOne"], "clean": ["CompOne"], "stars": ["CompOne"],
+                  "labels": ["CompOne"]}
+    run = wf.run(inputs, store=tmp_path_factory.mktemp("gmos") / "run", strategies=strategies,
+                 executor="local", tile_shape=64)
+    return wf, inputs, run
+
+
+def test_gmos_inputs_come_from_the_fits_file_with_the_header_gain():
+    inputs, calib = astro.gmos_frame()
+    assert {k: v.shape for k, v in inputs.items()} == {"sci": (150, 200), "sky": (150, 200), "var": (150, 200)}
+    assert all(v.dtype == np.float32 and v.dtype.isnative for v in inputs.values())   # FITS is big-endian
+    assert calib["gain"] == 1.0                     # DRAGONS converted the frame to electrons (ADUTOELE)
+    assert astro.header_gain({"GAIN": 1.933}) == 1.933
+    with pytest.raises(WorkflowError, match="no gain"):
+        astro.header_gain({})
+
+
+def test_gmos_finds_the_two_cosmic_rays_and_canonical_stars(gmos):
+    _, _, run = gmos
+    crmask = np.asarray(run.output("crmask")).astype(bool)
+    assert ndimage.label(crmask, np.ones((3, 3)))[1] == 2         # astroscrappy's test: two cosmic rays
+    stars = np.asarray(run.output("stars"))
+    for label in np.unique(stars[stars > 0]):
+        assert label == 1 + np.flatnonzero(stars.reshape(-1) == label)[0]
+
+
+def test_gmos_lineage_passes_the_oracle_at_the_pixels_that_broke_it(gmos):
+    """Issue 12, causes 1-3 on real data: sci(0, 140) renumbered a far-away star under sep's
+    ids; sci(36, 141) unflagged crmask(40, 144) beyond the guessed radius 3."""
+    wf, inputs, run = gmos
+    assert [40, 144] in run.forward("sci", [(36, 141)], to="crmask").tolist()
+    cells = {"sci": [(0, 140), (36, 141), (40, 144), (75, 100), (120, 38)]}
+    report = check_workflow(run, wf, inputs, sources=["sci"], cells=cells, backward=8,
+                            targets=["crmask", "crd", "clean", "stars", "spectrum"])
+    assert report.ok, str(report)
+    assert report.changed > 0 and report.rejected == 0

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import subzero as sz
+from subzero.bench.genomics import CONFIGS
 import subzero.bench as bench
 from subzero.bench.cellpairs import CellPairs, expand_cell_pairs, write_cellpairs
 from subzero.bench.configs import configuration, static_using
@@ -145,8 +146,34 @@ def test_genomics_bench_sweeps_disk_budgets_with_the_optimizer(tmp_path):
     assert all(v["disk_mb"] <= int(b.split()[0]) for b, v in sweep.items())
     assert {"static_seconds", "dynamic_seconds", "disk", "runtime"} <= set(doc["figures"])
     assert "fig7_sweep.png" in (tmp_path / "REPORT.md").read_text()
+    # real data beside the synthetic inputs, and the perturbation oracle on both: no miss
+    real = doc["real"]
+    assert real["setup"]["inputs"]["train"] == [99, 81] and set(real["figures"]["disk"]["values"]) == set(CONFIGS)
+    assert doc["oracle"]["misses"] == 0 and real["oracle"]["misses"] == 0 and real["oracle"]["cells"] > 0
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "## Real data: GSE7390" in report and "## Perturbation oracle" in report
 
 
 def test_unknown_bench_is_an_error(tmp_path):
     with pytest.raises(sz.SubZeroError, match="unknown benchmark"):
         bench.main("nope", out_dir=str(tmp_path))
+
+
+def test_scale_bench_measures_each_configuration_in_its_own_process(tmp_path):
+    from subzero.bench.report import render
+    from subzero.bench.scale import run_scale
+
+    body = run_scale(False, tmp_path, sides=[64, 96], configs=("numpy", "local", "local+lineage"), log=lambda s: None)
+    raw = body["raw"]
+    for side in (64, 96):
+        assert raw[f"numpy@{side}"]["wall"] > 0
+        local, lineage = raw[f"local@{side}"], raw[f"local+lineage@{side}"]
+        assert local["driver_rss"] > 0 and local["array_bytes"] > 0 and local["lineage_bytes"] == 0
+        assert lineage["lineage_bytes"] > 0  # Label stored CompOne
+        assert local["backward_cells"] == lineage["backward_cells"] > 0  # same answer with and without lineage
+        assert local["forward_cells"] == lineage["forward_cells"] > 0
+    assert set(raw["codecs"]) == {"none", "lz4", "zstd"} and all("wall" in r for r in raw["codecs"].values())
+    doc = {"bench": "scale", "quick": False, "date": "now", "command": "test", "seconds": 1.0,
+           "machine": {"cpu": "x", "nproc": 2, "memory_gb": 1, "os": "linux", "python": "3"}} | body
+    text = render(doc, ["fig_scale.png"])
+    assert "| 4.1e+03 | local+lineage |" in text and "Chunk compressors" in text

@@ -31,3 +31,26 @@ def test_profile_scales_sample_tiles_to_the_node(tmp_path):
         # the R-tree part is an upper bound (budgets rely on it), so within 2x
         assert measured[name] / 2 <= profile.strategies[name].bytes <= 2 * measured[name]
         assert profile.strategies[name].pairs == pytest.approx(1600, rel=0.05)
+
+
+def test_sample_tiles_are_measured_by_the_executors_tasks(spark, tmp_path):
+    """Calibration runs as tasks (here Spark's) that send back measurements only; the profile
+    equals the one measured in this process."""
+    from subzero.execution import LocalExecutor
+    from subzero.spark import SparkExecutor
+
+    wf = sz.Workflow("c")
+    x = wf.input("x")
+    wf.add(ops.CosmicRayDetect(threshold=5.0, radius=1), x, name="crd")
+    image = np.random.default_rng(1).normal(size=(40, 40))
+    image[5, 5] = image[25, 30] = image[0, 12] = 100.0  # cosmic rays in the sampled tiles
+    run = wf.run({"x": image}, store=tmp_path / "c", executor="local", tile_shape=10)
+    node = run.node("crd")
+    task = NodeTask("crd", node.operator, (run.store.array("x"),))
+    names = ["FullOne/backward", "FullRange", "CompOne/backward", "PayMany/backward"]
+    here = profile_node(task, node_tiles(node.operator, 10), names, op_seconds=0.01, runner=LocalExecutor(threads=1))
+    there = profile_node(task, node_tiles(node.operator, 10), names, op_seconds=0.01, runner=SparkExecutor(spark))
+    for name in names:
+        assert there.strategies[name].bytes == pytest.approx(here.strategies[name].bytes)
+        assert there.strategies[name].pairs == here.strategies[name].pairs > 0
+    assert there.fan_backward == pytest.approx(here.fan_backward)

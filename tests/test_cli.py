@@ -365,6 +365,18 @@ def test_a_local_run_and_a_query_import_no_plotting_astronomy_or_spark(tmp_path)
     assert done.stdout.splitlines() == ["1,1", "[]"]
 
 
+def test_a_query_through_stencils_imports_no_scipy(own_data):
+    """Operators import scipy on first use: a query answered by mapping functions never does."""
+    code = ("import sys\nfrom subzero.cli import main\n"
+            f"assert main(['query', {str(own_data / 'run')!r}, 'backward', 'smooth', '--to', 'raw', '--cells', '3,4',"
+            " '--json']) == 0\n"
+            "print([m for m in sys.modules if m.split('.')[0] in ('scipy', 'pyspark', 'matplotlib', 'astropy')])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["count"] > 1 and done.stdout.splitlines()[-1] == "[]"
+
+
 def test_readme_python_example_runs_after_the_quick_start(tmp_path):
     text = (ROOT / "README.md").read_text()
     example = re.search(r"```python\n(import numpy as np\nimport subzero as sz\n.*?)```", text, re.S).group(1)
@@ -513,3 +525,178 @@ def test_demo_rebuilds_its_own_store_after_a_crash(tmp_path, capsys):
     assert main(["demo", "--quick", "--executor", "local", "--store", str(killed)]) == 0
     assert "backward: a star of" in capsys.readouterr().out
     assert sz.open_run(killed).catalog.status == "done" and FileStore.made_by(killed) == DEMO
+
+
+# -- brush, replay, info, partial stores -------------------------------------------------------------
+
+def test_brush_from_the_command_line(own_data, capsys):
+    run = sz.open_run(own_data / "run")
+    out = own_data / "brushed"
+    out.mkdir()
+    assert main(["brush", str(own_data / "run"), "stars", "--box", "10:15,18:23", "--to", "raw", "--json",
+                 "--plot", str(out / "b.png"), "--mask", str(out / "b.npy")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    traced = run.backward_mask("stars", box=[(10, 15), (18, 23)], to="raw")
+    assert data["traced"]["count"] == int(traced.sum()) and data["brushed"]["count"] == 25
+    np.testing.assert_array_equal(np.load(out / "b.npy"), traced)  # exactly the traced cells
+    linked = run.forward_mask("raw", traced, to="stars")
+    assert list(data["outputs"]) == ["stars"] and data["outputs"]["stars"]["count"] == int(linked.sum())
+    cover = np.zeros(linked.shape, bool)
+    for (r0, r1), (c0, c1) in data["outputs"]["stars"]["boxes"]:
+        cover[r0:r1, c0:c1] = True
+    np.testing.assert_array_equal(cover, linked)
+    from matplotlib.image import imread
+
+    height, width = imread(str(out / "b.png")).shape[:2]
+    rows, cols = traced.shape
+    assert abs(width / height - (3 * cols + 2 * max(1, round(0.02 * cols))) / rows) < 0.03  # three panels
+    assert main(["brush", str(own_data / "run"), "stars", "--cells", "21,13", "--fits-coords", "--to", "raw"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].startswith("brushed stars: 1 cell(s) in [21:21,13:13]") and text[1].startswith("  <- raw: ")
+    assert text[2].startswith("  -> stars: ") and text[3].startswith("in ") and "backward" in text[3]
+    one_line_error(run_cli("brush", "run", "stars", "--cells", "12,20", cwd=own_data), "inputs raw, dark; say which")
+
+
+def test_replay_from_the_command_line(own_data, capsys):
+    run = sz.open_run(own_data / "run")
+    labels = np.asarray(run.output("stars"))
+    assert main(["replay", str(own_data / "run"), "--from", "stars", "--cells", "12,20", "--to", "raw", "--set", "100",
+                 "--store", str(own_data / "what-if"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    traced = run.backward_mask("stars", [(12, 20)], to="raw")
+    assert data["inputs"] == {"raw": {"replaced": int(traced.sum()), "changed": int(traced.sum())}}
+    new = sz.open_run(own_data / "what-if")
+    raw = np.asarray(new.output("raw"))
+    assert np.all(raw[traced] == 100) and np.array_equal(raw[~traced], np.asarray(run.output("raw"))[~traced])
+    changed = np.asarray(new.output("stars")) != labels
+    assert data["outputs"]["stars"]["count"] == int(changed.sum()) > 0
+    assert data["outputs"]["stars"]["within_lineage"] is True
+    assert not np.any(np.asarray(new.output("stars"))[labels == labels[12, 20]])  # the star is gone
+    nodes = {n["name"]: n for n in data["nodes"]}
+    assert nodes["dark"]["how"] == "linked" and nodes["stars"]["how"] == "whole" and nodes["clean"]["rerun"] >= 1
+    assert new.catalog.replayed_from["store"] == str(own_data / "run")
+    # a whole replacement file: only the cells that differ count
+    fixed = np.array(run.output("raw"))
+    fixed[0:2, 0:3] = 0
+    np.save(own_data / "fixed.npy", fixed)
+    assert main(["replay", str(own_data / "run"), "--input", f"raw={own_data / 'fixed.npy'}", "--store",
+                 str(own_data / "fixed")]) == 0
+    text = capsys.readouterr().out
+    assert f"  raw: {fixed.size} cell(s) replaced, 6 changed (1 of 1 chunk(s) written)" in text
+    assert "within the forward lineage" in text
+    assert "unchanged, linked from the old store: dark" in text
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--set", "100"], "--cells/--box/--set need --from NODE"),
+    (["--from", "stars", "--to", "raw", "--set", "1"], "give its cells with --cells or --box"),
+    (["--from", "stars", "--cells", "12,20", "--to", "raw"], "give the new values: --set VALUE"),
+    (["--from", "stars", "--cells", "12,20", "--to", "raw", "--set", "lots"], "--set 'lots' must be a number"),
+    (["--from", "stars", "--cells", "12,20", "--set", "1"], "computed from inputs raw, dark"),
+    (["--from", "raw", "--cells", "99,0", "--set", "1"], "out of bounds"),
+    (["--input", "flat=dark.npy"], "'flat'"),
+    (["--input", "raw=missing.npy"], "does not exist"),
+    (["--from", "stars", "--cells", "12,20", "--to", "raw", "--input", "dark=dark.npy"], "give --input raw=PATH"),
+])
+def test_bad_replays_are_one_line_and_write_nothing(own_data, extra, fragment):
+    done = run_cli("replay", "run", "--store", "never", *extra, cwd=own_data)
+    one_line_error(done, fragment)
+    assert not (own_data / "never").exists()
+
+
+def test_info_from_the_command_line(own_data, capsys):
+    assert main(["info", str(own_data / "run")]) == 0
+    text = capsys.readouterr().out
+    assert "workflow 'stars', status done" in text and "inputs: raw, dark; outputs: stars" in text
+    assert "float32 +FITS header" in text and "Label" in text and "48x80" in text
+    assert main(["info", str(own_data / "run"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    nodes = {n["name"]: n for n in data["nodes"]}
+    assert nodes["raw"]["metadata"] == ["fits_header"] and nodes["stars"]["operator"] == "Label"
+    assert nodes["stars"]["shape"] == [48, 80] and nodes["stars"]["dtype"] == "int64"
+
+
+def test_explain_and_info_of_a_failed_run(tmp_path):
+    script = tmp_path / "half.py"
+    script.write_text("import numpy as np, subzero as sz\n"
+                      "class Boom(sz.operators.Transpose):\n"
+                      "    def run(self, ctx, x):\n"
+                      "        raise ValueError('no calibration for this chip')\n"
+                      "def build():\n"
+                      "    wf = sz.Workflow('half')\n"
+                      "    t = wf.add(sz.operators.Transpose(), wf.input('x'), name='t')\n"
+                      "    wf.add(Boom(), t, name='boom')\n"
+                      "    return wf, {'x': np.ones((2, 3))}\n")
+    done = run_cli("run", str(script), "--store", str(tmp_path / "s"), "--executor", "local")
+    one_line_error(done, "no calibration for this chip")
+    done = run_cli("explain", str(tmp_path / "s"))
+    assert done.returncode == 0, done.stderr
+    assert "status failed: 2 of 3 nodes committed (x, t); not committed: boom" in done.stdout
+    assert "boom (Boom): not committed" in done.stdout and "t (Transpose, shape (3, 2))" in done.stdout
+    done = run_cli("info", str(tmp_path / "s"), "--json")
+    assert json.loads(done.stdout)["committed"] == ["x", "t"]
+    one_line_error(run_cli("query", str(tmp_path / "s"), "backward", "t", "--to", "x", "--cells", "0,0"),
+                   "did not finish (status 'failed')")
+
+
+# -- the README walkthrough: a FITS file to a traced star, every command as written ----------------
+
+def readme_commands(section: str) -> list[str]:
+    """The lines of the ```bash blocks of a README section."""
+    text = (ROOT / "README.md").read_text()
+    body = text.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
+    return [line.strip() for block in re.findall(r"```bash\n(.*?)```", body, re.S)
+            for line in block.splitlines() if line.strip()]
+
+
+def as_argv(line: str) -> list[str]:
+    import shlex
+
+    argv = shlex.split(line)
+    assert argv[0] == "subzero", line
+    return [sys.executable, "-m", "subzero", *argv[1:]]
+
+
+def test_the_readme_walkthrough_runs_as_written(tmp_path):
+    image, dark = exposure()
+    sci = fits.ImageHDU(image, name="SCI")
+    sci.header.update({"OBJECT": "test field", "CTYPE1": "RA---TAN", "CTYPE2": "DEC--TAN", "CRVAL1": 150.1})
+    fits.HDUList([fits.PrimaryHDU(), sci]).writeto(tmp_path / "exposure.fits")
+    np.save(tmp_path / "dark.npy", dark)
+    flow, _ = readme_flow()
+    (tmp_path / "stars.py").write_text(flow)
+    commands = readme_commands("Your own data")
+    assert [c.split()[1] for c in commands] == ["run", "info", "query", "brush", "replay"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_SUBMIT_ARGS", "PYSPARK_GATEWAY_PORT")}
+    env["PYTHONPATH"] = str(ROOT)
+    outs = []
+    for line in commands:  # the run goes on the embedded Spark session, as the README says
+        done = subprocess.run(as_argv(line), capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+        assert done.returncode == 0, (line, done.stderr[-2000:])
+        outs.append(done.stdout)
+    run = sz.open_run(tmp_path / "runs" / "stars")
+    assert run.catalog.executor == "spark" and run.catalog.master.startswith("local[")
+    assert "stars" in outs[1] and "Label" in outs[1] and "status done" in outs[1]
+    traced = run.backward_mask("stars", [(12, 20)], to="raw")  # DS9's x = 21, y = 13
+    labels = np.asarray(run.output("stars"))
+    star = labels == labels[12, 20]
+    assert traced.sum() > star.sum() > 1 and traced[star].all()  # the whole star, and the smoothing around it
+    mask = fits.getdata(tmp_path / "star.fits")
+    np.testing.assert_array_equal(mask.astype(bool), traced)  # exactly the traced cells
+    assert fits.getheader(tmp_path / "star.fits")["OBJECT"] == "test field"
+    from regions import Regions
+
+    cover = np.zeros(traced.shape, dtype=bool)
+    for region in Regions.read(str(tmp_path / "star.reg"), format="ds9"):
+        cover |= region.to_mask(mode="center").to_image(traced.shape).astype(bool)
+    np.testing.assert_array_equal(cover, traced)
+    from matplotlib.image import imread
+
+    rows, cols = traced.shape
+    gap = max(1, round(0.02 * cols))
+    for name, panels in (("star.png", 2), ("brush.png", 3)):
+        height, width = imread(str(tmp_path / name)).shape[:2]
+        assert abs(width / height - (panels * cols + (panels - 1) * gap) / rows) < 0.03, name
+    assert "-> stars: " in outs[3]
+    after = np.asarray(sz.open_run(tmp_path / "runs" / "no-star").output("stars"))
+    assert not after[star].any() and "within the forward lineage" in outs[4]

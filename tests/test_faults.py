@@ -350,6 +350,11 @@ def test_a_catalog_missing_a_node_entry(small, tmp_path, capsys):
     with pytest.raises(sz.StoreError, match=r"lacks node\(s\) \['bright'\]"):
         sz.open_run(copy)
     cli_error(capsys, ["explain", str(copy)], "lacks node(s) ['bright']")
+    data["status"] = "failed"  # a partial store may lack nodes, but never the inputs of one it has
+    (copy / "catalog.json").write_bytes(seal_json(data, indent=1))
+    with pytest.raises(sz.StoreError, match=r"node\(s\) \['stars'\] committed without their inputs"):
+        sz.open_run(copy, partial=True)
+    cli_error(capsys, ["explain", str(copy)], "committed without their inputs")
 
 
 class ReturnsNone(sz.Operator):

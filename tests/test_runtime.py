@@ -75,7 +75,8 @@ def test_trace_tile_of_a_composite_operator_is_default_plus_overrides(tmp_path):
     flagged = Frontier.of_coords(np.array([[3, 3]]), (7, 7))
     assert sorted(pairs.backward(flagged, 0).tolist()) == sorted(
         np.ravel_multi_index((r, c), (7, 7)) for r in (2, 3, 4) for c in (2, 3, 4))
-    assert pairs.backward(Frontier.of_coords(np.array([[0, 0]]), (7, 7)), 0).tolist() == [0]
+    clean = Frontier.of_coords(np.array([[0, 0]]), (7, 7))  # a clean pixel: the default, its 3x3 detection window
+    assert sorted(pairs.backward(clean, 0).tolist()) == [0, 1, 7, 8]  # (clipped)
 
 
 def test_expand_payloads_calls_map_p_once_per_distinct_payload():
@@ -83,4 +84,4 @@ def test_expand_payloads_calls_map_p_once_per_distinct_payload():
     pay = PayloadPairs(np.array([0, 12, 24]), np.array([0, 1, 2, 3]), [b"\x01", b"\x00", b"\x01"])
     full = expand_payloads(op, pay)
     sizes = {int(o): int(n) for o, n in zip(full.out_ids, np.diff(full.in_ptr[0]))}
-    assert sizes == {0: 4, 12: 1, 24: 4}
+    assert sizes == {0: 4, 12: 9, 24: 4}  # payload 0: the default 3x3 window

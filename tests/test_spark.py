@@ -18,23 +18,24 @@ from subzero import operators as ops
 from subzero.store import FileStore
 
 
-def build(flaky_marker: str | None = None) -> sz.Workflow:
+def build(flaky_marker: str | None = None, kill: bool = False) -> sz.Workflow:
     wf = sz.Workflow("sp")
     x = wf.input("x")
     y = wf.input("y")
     blur = wf.add(ops.Convolve(np.ones((3, 3)), mode="reflect"), x, name="blur")
     crd = wf.add(ops.CosmicRayDetect(threshold=50.0, radius=1), x, name="crd")
-    add = FlakyAdd(flaky_marker) if flaky_marker else ops.Add()
+    add = FlakyAdd(flaky_marker, kill) if flaky_marker else ops.Add()
     wf.add(add, blur, y, name="sum")
     wf.add(ops.MatMul(), crd, y, name="mm")
     return wf
 
 
 class FlakyAdd(ops.Add):
-    """Add with explicit FULL lineage that fails the first attempt of its first tile."""
+    """Add with explicit FULL lineage whose first attempt of its first tile fails: raises, or
+    (``kill``) ends its Python worker at once, as a killed executor would."""
 
-    def __init__(self, marker: str):
-        self.marker = marker
+    def __init__(self, marker: str, kill: bool = False):
+        self.marker, self.kill = marker, kill
 
     def supported_modes(self):
         return {sz.Mode.MAP, sz.Mode.FULL}
@@ -46,6 +47,8 @@ class FlakyAdd(ops.Add):
             ctx.lwrite_many(cells, cells, cells, out_pair=n, in_pair=[n, n])
         if ctx.tile_box[0][0] == 0 and ctx.tile_box[1][0] == 0 and not os.path.exists(self.marker):
             Path(self.marker).write_text("failed once")
+            if self.kill:
+                os._exit(1)
             raise RuntimeError("injected failure on the first attempt")
         return np.add(x, y)
 
@@ -97,9 +100,10 @@ def test_spark_records_exactly_the_lineage_of_the_local_executor(spark, tmp_path
                                   local.backward("sum", [(4, 4)], to="x"))
 
 
-def test_a_retried_task_neither_duplicates_nor_loses_lineage(spark, tmp_path):
+@pytest.mark.parametrize("kill", [False, True], ids=["raised", "killed"])
+def test_a_retried_task_neither_duplicates_nor_loses_lineage(spark, tmp_path, kill):
     marker = tmp_path / "marker"
-    run = build(str(marker)).run(inputs(), store=tmp_path / "flaky", strategies=PINS, spark=spark, tile_shape=4)
+    run = build(str(marker), kill).run(inputs(), store=tmp_path / "flaky", strategies=PINS, spark=spark, tile_shape=4)
     assert marker.read_text() == "failed once"  # the first attempt really failed
     (tmp_path / "already-failed").write_text("so the reference run never fails")
     build(str(tmp_path / "already-failed")).run(inputs(), store=tmp_path / "clean", strategies=PINS,
@@ -137,21 +141,182 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_standalone_cluster_on_loopback(tmp_path):
-    """A real standalone master and worker (pyspark's bin/spark-class) and the CLI as a client."""
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env(**extra) -> dict:
+    """The environment of a command a user types: no spark-submit session around, subzero importable."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_SUBMIT_ARGS", "PYSPARK_GATEWAY_PORT",
+                                                             "PYSPARK_GATEWAY_SECRET")}
+    env.update(PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", **extra)
+    return env
+
+
+def _one_line(done, fragment: str) -> None:
+    lines = [line for line in done.stderr.splitlines() if "incubator modules" not in line]  # the JVM's own
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("subzero: error: "), done.stderr
+    assert fragment in lines[0], lines[0]
+
+
+def test_a_master_that_cannot_be_reached_fails_in_one_line_within_30_s(tmp_path):
+    port = _free_port()  # nothing listens there
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "subzero", "run", "demo", "--quick", "--store", str(tmp_path / "s"),
+                           "--master", f"spark://127.0.0.1:{port}"], capture_output=True, text=True, env=_env(),
+                          timeout=60)
+    assert time.monotonic() - start < 30
+    _one_line(done, f"Spark master spark://127.0.0.1:{port} cannot be reached")
+    assert "check that the master runs" in done.stderr and not (tmp_path / "s").exists()
+
+
+def test_a_port_that_is_no_spark_master_fails_in_one_line(tmp_path):
+    """Something answers on the port, but it is not a Spark master: refused, not waited for."""
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        server.settimeout(0.5)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])  # accept and say nothing
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "subzero", "run", "demo", "--quick", "--store",
+                               str(tmp_path / "s"), "--master", f"spark://127.0.0.1:{port}"],
+                              capture_output=True, text=True, env=_env(), timeout=120)
+        elapsed = time.monotonic() - start
+    finally:
+        stop.set()
+        thread.join(2)
+        for conn in held:
+            conn.close()
+        server.close()
+    _one_line(done, f"Spark master spark://127.0.0.1:{port} answers but did not accept the application")
+    assert elapsed < 60 and not (tmp_path / "s").exists()  # the JVM's start, then 15 s
+
+
+def test_python_error_of_a_worker_traceback():
+    from pyspark.errors import PythonException
+
+    from subzero.spark import _python_error
+
+    trace = ("An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"
+             '  File "/x/worker.py", line 12, in run\n    raise KeyError("ccd 3")\nKeyError: \'ccd 3\'')
+    assert _python_error(PythonException(message=trace)) == "KeyError: 'ccd 3'"
+    marked = trace + "\nRuntimeError: subzero-task-error: ValueError: bad pixel at 3,4"
+    assert _python_error(PythonException(message=marked)) == "ValueError: bad pixel at 3,4"
+    lost = RuntimeError("Job aborted: executor lost\n\tat org.apache.spark.Foo")
+    assert _python_error(lost) == "Job aborted: executor lost"
+
+
+def _job_file(cwd: Path) -> None:
+    """The README's data (a FITS exposure and a dark frame), workflow file and spark-submit job file."""
+    import re
+
+    from test_cli import exposure, readme_flow
+
+    fits = pytest.importorskip("astropy.io.fits")
+    image, dark = exposure()
+    fits.HDUList([fits.PrimaryHDU(), fits.ImageHDU(image, name="SCI")]).writeto(cwd / "exposure.fits")
+    np.save(cwd / "dark.npy", dark)
+    (cwd / "stars.py").write_text(readme_flow()[0])
+    text = (ROOT / "README.md").read_text()
+    (cwd / "stars_job.py").write_text(re.search(r"```python\n(# stars_job.py: .*?)```", text, re.S).group(1))
+
+
+def test_spark_submit_runs_a_workflow_with_its_own_master(tmp_path):
+    """The README's job file under ``spark-submit --master local[1]``: the run uses that session."""
     import pyspark
 
+    from subzero.info import info_data
+
+    _job_file(tmp_path)
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    done = subprocess.run([str(submit), "--master", "local[1]", "stars_job.py"], cwd=tmp_path, capture_output=True,
+                          text=True, env=_env(SPARK_HOME=str(submit.parents[1])), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    info = info_data(tmp_path / "runs" / "stars-submitted")
+    assert info["status"] == "done" and info["executor"] == "spark" and info["master"] == "local[1]"
+    assert "stored in" in done.stdout
+
+
+RANDOM_ON_CLUSTER = r"""
+import sys
+sys.path[:0] = [{root!r}, {tests!r}]
+import numpy as np
+from subzero.planning import supported_strategies
+from subzero.spark import get_session
+from test_run import BINARY, UNARY, build, inputs_for
+from test_spark import dump_lineage
+
+spark = get_session({master!r})
+rng = np.random.default_rng(11)
+for k in range({count}):  # random workflows, as tests/test_run.py draws them
+    n, count = int(rng.integers(3, 7)), int(rng.integers(3, 6))
+    names, spec, binary_at = ["x", "y"], [], int(rng.integers(0, count))
+    for j in range(count):
+        kind = str(rng.choice(BINARY if j == binary_at else UNARY + BINARY))
+        spec.append((f"n{{j}}", kind, [str(rng.choice(names)) for _ in range(2 if kind in BINARY else 1)]))
+        names.append(f"n{{j}}")
+    pins = {{node.name: supported_strategies(node.operator) for node in build(spec).nodes if not node.is_input}}
+    runs = [build(spec).run(inputs_for(n, k), store=f"{out}/{{k}}-{{executor}}", strategies=pins, spark=spark,
+                            executor=executor, tile_shape=3) for executor in ("spark", "local")]
+    assert dump_lineage(runs[0].path) == dump_lineage(runs[1].path), spec
+    last = spec[-1][0]
+    for node in pins:
+        assert np.array_equal(runs[0].output(node), runs[1].output(node), equal_nan=True), (spec, node)
+    cells = [tuple(int(rng.integers(0, s)) for s in runs[0].shape(last)) for _ in range(3)]
+    for to in ("x", "y"):
+        if to in {{a.name for a in runs[0].workflow.ancestors(runs[0].node(last))}}:
+            assert np.array_equal(runs[0].backward(last, cells, to=to), runs[1].backward(last, cells, to=to))
+    print(k, [s[1] for s in spec], "same lineage on the cluster", flush=True)
+print("master", spark.sparkContext.master)
+"""
+
+
+def test_standalone_cluster_on_loopback(tmp_path):
+    """The README's standalone cluster on loopback (pyspark's spark-class), every README command
+    of its section as written (the port aside); a master without workers fails in one line; and
+    random workflows record on the cluster exactly the lineage of the in-process executor."""
+    import re
+    import shlex
+
+    import pyspark
+
+    from subzero.info import info_data
+
     home = Path(pyspark.__file__).parent
-    port = _free_port()
-    env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-    spark_class = str(home / "bin" / "spark-class")
-    master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", str(port), "--webui-port", str(_free_port())],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    worker = subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
-                               "--host", "127.0.0.1", "--cores", "2", "--memory", "1g",
-                               "--webui-port", str(_free_port()), "--work-dir", str(tmp_path / "work")],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port, webui = _free_port(), _free_port()
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Clusters and spark-submit", 1)[1].split("\n## ", 1)[0]
+    lines = [ln.strip() for block in re.findall(r"```bash\n(.*?)```", section, re.S) for ln in block.splitlines()
+             if ln.strip()]
+    lines = [ln.replace("7077", str(port)).replace("8080", str(webui)) for ln in lines]
+    assert [ln.split()[0] for ln in lines] == ["spark-class", "spark-class", "subzero", "spark-submit"]
+    env = _env(SPARK_HOME=str(home), SPARK_WORKER_DIR=str(tmp_path / "work"))
+    bindir = Path(sys.executable).parent  # where pip put spark-class and spark-submit
+
+    def argv(line: str) -> list[str]:
+        args = shlex.split(line.rstrip("& "))
+        if args[0] == "subzero":
+            return [sys.executable, "-m", "subzero", *args[1:]]
+        tool = bindir / args[0]
+        return [str(tool if tool.exists() else home / "bin" / args[0]), *args[1:]]
+
+    _job_file(tmp_path)
+    procs = [subprocess.Popen(argv(lines[0]), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)]
     try:
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -160,23 +325,34 @@ def test_standalone_cluster_on_loopback(tmp_path):
                 break
             except OSError:
                 time.sleep(0.5)
-        cli = [sys.executable, "-m", "subzero.cli"]
-        store = tmp_path / "cluster"
-        ran = subprocess.run(cli + ["run", "demo", "--quick", "--store", str(store), "--master",
-                                    f"spark://127.0.0.1:{port}", "--strategy", "crd_a=CompOne"],
-                             env=env, capture_output=True, text=True, timeout=300)
-        assert ran.returncode == 0, ran.stderr[-2000:]
-        query = subprocess.run(cli + ["query", str(store), "backward", "column_total", "--to", "exposure_a",
-                                      "--cells", "5", "--json"], env=env, capture_output=True, text=True)
-        assert query.returncode == 0, query.stderr
-        local = subprocess.run(cli + ["run", "demo", "--quick", "--store", str(tmp_path / "local"),
-                                      "--executor", "local", "--strategy", "crd_a=CompOne"],
-                               capture_output=True, text=True)
+        master = f"spark://127.0.0.1:{port}"
+        # no worker yet: the run stops in one line instead of waiting forever
+        lonely = subprocess.run([sys.executable, "-m", "subzero", "run", "demo", "--quick", "--store",
+                                 str(tmp_path / "lonely"), "--master", master], cwd=tmp_path, capture_output=True,
+                                text=True, env=dict(env, SUBZERO_SPARK_EXECUTOR_TIMEOUT="3"), timeout=300)
+        _one_line(lonely, f"Spark master {master} gave this application no executor within 3 s")
+        assert not (tmp_path / "lonely").exists()
+        procs.append(subprocess.Popen(argv(lines[1]), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        for line in lines[2:]:
+            done = subprocess.run(argv(line), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, (line, done.stderr[-3000:])
+        for name in ("stars-cluster", "stars-submitted"):
+            info = info_data(tmp_path / "runs" / name)
+            assert info["status"] == "done" and info["master"] == master, name
+        local = subprocess.run([sys.executable, "-m", "subzero", "run", "stars.py", "--input", "raw=exposure.fits[SCI]",
+                                "--input", "dark=dark.npy", "--store", "runs/stars-local", "--executor", "local"],
+                               env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert local.returncode == 0, local.stderr
-        assert dump_lineage(store) == dump_lineage(tmp_path / "local")
-        assert json.loads(query.stdout)["count"] == 48 * 3  # a 3x3 blur: columns 4-6, every row
+        assert dump_lineage(tmp_path / "runs" / "stars-cluster") == dump_lineage(tmp_path / "runs" / "stars-local")
+        script = RANDOM_ON_CLUSTER.format(root=str(ROOT), tests=str(ROOT / "tests"), master=master, count=4,
+                                          out=str(tmp_path / "random"))
+        done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.count("same lineage on the cluster") == 4 and f"master {master}" in done.stdout
     finally:
-        for proc in (worker, master):
+        for proc in reversed(procs):
             proc.terminate()
             try:
                 proc.wait(timeout=20)

@@ -27,10 +27,12 @@ from subzero.query import walk
 from subzero.runtime import trace_tile
 from subzero.workflow import Node
 
-__all__ = ["write_cellpairs", "CellPairs", "expand_cell_pairs"]
+__all__ = ["write_cellpairs", "estimate_cellpairs", "CellPairs", "expand_cell_pairs", "MAX_PAIRS"]
 
 ROW_GROUP = 1 << 20
 MAX_ALL_TO_ALL = 1 << 27
+#: the benches skip this baseline when a run's lineage has more cell pairs (memory, minutes)
+MAX_PAIRS = 200_000_000
 
 
 def expand_cell_pairs(pairs: FullPairs, i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -76,6 +78,27 @@ def _node_pairs(run: Run, node: Node) -> FullPairs:
 
 def _path(root: Path, node: str, i: int) -> Path:
     return root / f"{node}.{i}.parquet"
+
+
+def estimate_cellpairs(run: Run) -> int:
+    """About how many cell pairs `write_cellpairs` would write: each node's first tile,
+    traced, scaled to the node's output."""
+    total = 0
+    for node in run.workflow.nodes:
+        if node.is_input:
+            continue
+        op = node.operator
+        n_out = int(np.prod(op.output_shape))
+        if op.all_to_all:
+            total += n_out * sum(int(np.prod(s)) for s in op.input_shapes)
+            continue
+        task = NodeTask(node.name, op, tuple(run.store.array_path(n.name) for n in node.inputs), ())
+        tile = tile_grid(op.output_shape, op.effective_tiling().split_axes(op), run.tile_shape)[0]
+        pairs = trace_tile(task, tile)
+        cells = max(int(np.prod([hi - lo for lo, hi in tile.box])), 1) if tile.box is not None else n_out
+        per_tile = sum(int((np.diff(pairs.out_ptr) * np.diff(pairs.in_ptr[i])).sum()) for i in range(len(node.inputs)))
+        total += per_tile * n_out // cells
+    return total
 
 
 def write_cellpairs(run: Run, root: str | Path) -> dict[str, int]:

@@ -10,7 +10,7 @@ from subzero.errors import WorkflowError
 from subzero.modes import Mode, Strategy
 from subzero.workflow import Workflow
 
-__all__ = ["USE_OPTIMIZER", "operator_nodes", "mapping_nodes", "configuration", "static_using"]
+__all__ = ["USE_OPTIMIZER", "operator_nodes", "mapping_nodes", "configuration", "static_using", "can_store"]
 
 #: SWITCH.  True: "SubZero" is the strategy optimizer's plan (SubZero VII: the run is given
 #: ``strategies=None, workload=..., max_disk=..., max_runtime=...``), the paper's plan runs
@@ -30,11 +30,25 @@ def mapping_nodes(wf: Workflow) -> set[str]:
     return {n.name for n in wf.nodes if not n.is_input and Mode.MAP in n.operator.supported_modes()}
 
 
+def can_store(op, strategy: str) -> bool:
+    """Can ``op`` store ``strategy`` (FULL is derived from mapping functions too)?
+
+    Examples
+    --------
+    >>> from subzero import operators as ops
+    >>> can_store(ops.Transpose(), "FullOne"), can_store(ops.Transpose(), "PayOne")
+    (True, False)
+    """
+    mode, modes = Strategy.parse(strategy).mode, op.supported_modes()
+    return mode in modes or mode is Mode.BLACKBOX or (mode is Mode.FULL and Mode.MAP in modes)
+
+
 def configuration(wf: Workflow, udfs: dict[str, str | list[str]], builtin: str = "Map") -> dict[str, list[str]]:
     """Strategies per node (paper Table II): ``udfs[name]`` for each UDF; for every other
     node ``builtin`` when its operator has mapping functions, else ``"BlackBox"`` (an
     all-to-all built-in, e.g. a global statistic, stores nothing: a query step through
-    it is the whole array).
+    it is the whole array).  A UDF that cannot store its ``udfs`` strategies (a mapping
+    UDF given payload strategies) is configured like a built-in.
 
     Examples
     --------
@@ -52,6 +66,9 @@ def configuration(wf: Workflow, udfs: dict[str, str | list[str]], builtin: str =
     for name in operator_nodes(wf):
         if name in udfs:
             choice = udfs[name]
+            names = [choice] if isinstance(choice, str) else list(choice)
+            if not all(can_store(wf.node(name).operator, c) for c in names):
+                choice = builtin if name in mapping else "BlackBox"  # a mapping UDF stores what built-ins do
         else:
             choice = builtin if name in mapping or builtin == "BlackBox" else "BlackBox"
         out[name] = [choice] if isinstance(choice, str) else list(choice)

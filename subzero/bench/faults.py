@@ -52,7 +52,7 @@ CHILD_TIMEOUT = 600
 
 def build():
     """The workflow every trial runs: mapping, FULL, PAY and COMP lineage, a two-pass
-    operator (Label), a whole-array one (Histogram) and a halo one (CosmicRayDetect)."""
+    operator (Label), a whole-array black box (Histogram) and a halo one (CosmicRayDetect)."""
     import subzero as sz
     from subzero import operators as ops
 
@@ -78,7 +78,7 @@ def strategies(plan: str) -> dict[str, Any]:
     """Pinned strategies (every node: no optimizer), or a few pins and the optimizer for the rest."""
     if plan == "pinned":
         return {"diff": "FullOne", "bright": ["FullMany", "FullRange", "FullOne/forward"],
-                "stars": ["PayOne", "CompMany"], "hist": "PayMany", "rays": ["CompOne", "FullMany/forward"]}
+                "stars": ["PayOne", "CompMany"], "rays": ["CompOne", "PayMany", "FullMany/forward"]}
     return {"stars": "PayOne"}
 
 
@@ -100,9 +100,10 @@ QUERIES: list[tuple[str, str, str, Any, dict | None]] = [
     ("forward", "x", "stars", [(40, 60), (41, 61)], None),
     ("forward", "diff", "bright", [(5, 5), (70, 100)], {"bright": "FullOne/forward"}),
     ("forward", "diff", "stars", [(50, 64)], {"bright": "FullRange", "stars": "BlackBox"}),
-    ("backward", "hist", "diff", [(3,)], {"hist": "PayMany"}),
+    ("backward", "hist", "diff", [(3,)], {"hist": "BlackBox"}),
     ("backward", "hist", "y", [(5,)], None),
     ("backward", "rays", "x", "ray", {"rays": "CompOne"}),
+    ("backward", "rays", "x", "ray", {"rays": "PayMany"}),
     ("forward", "x", "rays", "ray", {"rays": "FullMany/forward"}),
     ("forward", "x", "hist", [(0, 0)], None),
 ]

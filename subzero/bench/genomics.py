@@ -4,7 +4,9 @@ the UDF strategies of Table II plus the cell-level baseline; four queries run *s
 then, with the optimizer switched on, a sweep of disk budgets (Fig. 7).
 
 Runtime is relative to the BlackBox run (UDFs black-box, built-ins mapping: nothing
-stored); disk is the lineage stored relative to the input matrices.
+stored); disk is the lineage stored relative to the input matrices.  Then the same
+configurations on real data (GSE7390, scikit-survival), and the perturbation oracle on both
+workflows.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import numpy as np
 from subzero.bench.cellpairs import CellPairs, write_cellpairs
 from subzero.bench.configs import USE_OPTIMIZER, configuration, static_using
 from subzero.bench.harness import Harness, QuerySpec, RunRecord, check_same_cells, overhead_ratios
+from subzero.bench.realdata import oracle_section, run_section, sample_cells
 from subzero.bench.results import figure
 from subzero.bench.timing import best_of, dir_bytes, timed
+from subzero.oracle import check_workflow
 from subzero.workflows import genomics as workflow
 
-__all__ = ["run_genomics", "CONFIGS", "BUDGETS_MB"]
+__all__ = ["run_genomics", "run_gse7390", "synthetic_oracle", "CONFIGS", "BUDGETS_MB"]
 
 #: Table II (genomics): what every UDF stores; built-ins store mapping lineage
 CONFIGS: dict[str, list[str]] = {
@@ -91,8 +95,74 @@ def run_genomics(quick: bool, root: Path, executor: str = "spark", spark=None,
             ", ".join(f"{c} {v:.3f}" for c, v in static[spec.name].items()))
     sweep = _sweep(harness, specs, reference, log) if use_optimizer else {}
     counts = {q: len(cells) for q, cells in reference.items()}
-    return _document(harness, runs, specs, static, dynamic, counts, sweep, capture, rows,
-                     dir_bytes(cell_root), use_optimizer)
+    doc = _document(harness, runs, specs, static, dynamic, counts, sweep, capture, rows,
+                    dir_bytes(cell_root), use_optimizer)
+    doc["oracle"] = synthetic_oracle(root / "oracle", quick, log)
+    doc["real"] = run_gse7390(root / "gse7390", quick, executor, spark, log)
+    return doc
+
+
+# -- the perturbation oracle on the synthetic workflow -----------------------------------------------
+ORACLE_TARGETS = ["train_cases", "test_cases", "model", "score", "relapse"]
+
+
+def synthetic_oracle(root: Path, quick: bool, log=print) -> dict[str, Any]:
+    """The perturbation oracle over the synthetic workflow at scale 1 (96 patients), the
+    UDFs' payload lineage stored (PayOne; the model is a mapping), run locally."""
+    wf, inputs = workflow.build(scale=1)
+    run = wf.run(inputs, store=root / "run", strategies=configuration(wf, {u: "PayOne" for u in workflow.UDFS}),
+                 executor="local")
+    n = 24 if quick else 96
+    cells = {"train": sample_cells(inputs["train"].shape, n, seed=1), "test": sample_cells(inputs["test"].shape, n, seed=2)}
+    report, spent = timed(lambda: check_workflow(run, wf, inputs, sources=list(cells), cells=cells,
+                                                 targets=ORACLE_TARGETS, backward=32))
+    log(f"genomics oracle (synthetic, 96 patients): {report.missed} missed pairs over {report.cells} cells "
+        f"({spent:.0f} s)")
+    return oracle_section(report, spent, "PayOne UDFs, 96 patients, run locally")
+
+
+# -- real data: GSE7390 ---------------------------------------------------------------------------
+def gse7390_queries(inputs: dict[str, np.ndarray], wf) -> list[QuerySpec]:
+    """The four queries of section II-B on GSE7390, and two through the signature score."""
+    train, test = inputs["train"], inputs["test"]
+    patient = int(np.flatnonzero(~np.isnan(train).any(axis=1))[0])
+    values = np.array([(patient, c) for c in range(5, 10)])
+    positive = np.flatnonzero((test[:, workflow.ER_COLUMN] > 0) & ~np.isnan(test).any(axis=1))
+    levels = wf.node("model").operator.levels
+    return [
+        QuerySpec("BQ0", "backward", "relapse", "train", np.array([[0]]),
+                  description="a relapse prediction back to the training matrix"),
+        QuerySpec("BQ1", "backward", "model", "train", np.array([(5, v) for v in range(levels)]),
+                  description="a model feature (every value of the first gene) back to the training matrix"),
+        QuerySpec("BQ2", "backward", "risk", "test", np.array([[0, 0]]),
+                  description="the first ER-positive patient's signature score back to the test matrix"),
+        QuerySpec("FQ0", "forward", "train", "model", values,
+                  description=f"{len(values)} gene levels of training patient {patient} forward to the model"),
+        QuerySpec("FQ1", "forward", "train", "relapse", values,
+                  description="the same training values forward to the predictions"),
+        QuerySpec("FQ2", "forward", "test", "risk", np.array([(int(positive[0]), c) for c in range(5, 10)]),
+                  description="5 gene levels of an ER-positive test patient forward to the signature scores"),
+    ]
+
+
+def run_gse7390(root: Path, quick: bool, executor: str = "spark", spark=None, log=print) -> dict[str, Any]:
+    """The genomics benchmark on GSE7390 (scikit-survival): Table II's configurations, the
+    queries, and the perturbation oracle on the PayBoth run."""
+    wf, inputs = workflow.build_gse7390()
+    pins = {c: configuration(wf, {u: s for u in workflow.GSE7390_UDFS}) for c, s in CONFIGS.items()}
+    n = 24 if quick else 160
+    cells = {"train": sample_cells(inputs["train"].shape, n, seed=3),
+             "test": sample_cells(inputs["test"].shape, n, seed=4)}
+    return run_section(
+        "GSE7390", wf, inputs, root, configs=list(CONFIGS), pins=lambda c: pins[c],
+        queries=lambda record: gse7390_queries(inputs, wf), optimizer={}, repeat=1 if quick else 2,
+        executor=executor, spark=spark, tile_shape=None, log=log, oracle_config="PayBoth",
+        oracle={"sources": list(cells), "cells": cells, "backward": 16 if quick else 48,
+                "targets": ORACLE_TARGETS + ["er_positive", "risk"]},
+        description=("GSE7390 as scikit-survival loads it (198 breast-cancer patients: distant metastasis, grade, ER "
+                     "status, age, size and the 76-gene signature), even patients training, odd test; 17 operators: "
+                     "the synthetic workflow's UDFs E-H and built-ins, plus a Filter of the ER-positive test "
+                     "patients, a Slice of their genes and a MatMul with the signature's weights"))
 
 
 def _sweep(harness: Harness, specs: list[QuerySpec], reference: dict[str, np.ndarray], log) -> dict[str, Any]:

@@ -117,13 +117,15 @@ def lineage_bytes(run: Run) -> int:
     return int(sum(sum(rec.stats.bytes.values()) for rec in run.catalog.nodes.values() if rec.stats))
 
 
-def overhead_ratios(runs: dict[str, "RunRecord"], base: "RunRecord", input_bytes: int, cell_bytes: int,
-                    capture_seconds: float) -> tuple[dict[str, float], dict[str, float]]:
+def overhead_ratios(runs: dict[str, "RunRecord"], base: "RunRecord", input_bytes: int, cell_bytes: int | None,
+                    capture_seconds: float | None) -> tuple[dict[str, float], dict[str, float]]:
     """Lineage disk relative to the input and wall time relative to ``base``, per configuration,
     CellPairs included (its runtime is the base run plus capturing every cell pair)."""
-    disk = {c: r.lineage_bytes / input_bytes for c, r in runs.items()} | {"CellPairs": cell_bytes / input_bytes}
-    runtime = {c: r.wall_seconds / base.wall_seconds for c, r in runs.items()} | \
-        {"CellPairs": (base.wall_seconds + capture_seconds) / base.wall_seconds}
+    disk = {c: r.lineage_bytes / input_bytes for c, r in runs.items()}
+    runtime = {c: r.wall_seconds / base.wall_seconds for c, r in runs.items()}
+    if cell_bytes is not None:  # None: the CellPairs baseline was skipped
+        disk["CellPairs"] = cell_bytes / input_bytes
+        runtime["CellPairs"] = (base.wall_seconds + capture_seconds) / base.wall_seconds
     return disk, runtime
 
 

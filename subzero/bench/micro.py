@@ -24,8 +24,9 @@ __all__ = ["run_micro", "FANS", "QUICK_FANS", "BACKWARD", "FORWARD", "STRATEGIES
 FANS = (1, 10, 50, 100)
 QUICK_FANS = (1, 100)
 SIZE, QUICK_SIZE = 1000, 300
-BACKWARD = ("FullMany", "FullOne", "PayMany", "PayOne")
+BACKWARD = ("FullMany", "FullOne", "FullRange", "PayMany", "PayOne")
 FORWARD = ("FullOne/forward",)
+BOTH = ("FullRange",)  # indexed both ways: queried forward too
 STRATEGIES = BACKWARD + FORWARD + ("BlackBox",)
 QUERY_CELLS = 1000
 NODE = "synthetic"
@@ -67,7 +68,7 @@ def run_micro(quick: bool, root: Path, executor: str = "spark", spark=None,
             runs = {s: harness.execute(s, {NODE: s}, repeat=2) for s in STRATEGIES}
             back, fwd = _queries(wf.node(NODE).operator, x.shape, QUERY_CELLS)
             timings: dict[str, dict[str, float]] = {"backward": {}, "forward": {}}
-            for spec, names in ((back, BACKWARD + FORWARD + ("BlackBox",)), (fwd, FORWARD + ("BlackBox",))):
+            for spec, names in ((back, BACKWARD + FORWARD + ("BlackBox",)), (fwd, FORWARD + BOTH + ("BlackBox",))):
                 answers = {}
                 for s in names:
                     rec = harness.query(runs[s], spec, using={NODE: s})
@@ -84,6 +85,10 @@ def run_micro(quick: bool, root: Path, executor: str = "spark", spark=None,
             log(f"micro {key}: " + ", ".join(
                 f"{s} {runs[s].lineage_bytes / 1e6:.1f} MB/{runs[s].wall_seconds - base:+.2f} s"
                 for s in STRATEGIES if s != "BlackBox"))
+    from subzero.bench.dslog import run_dslog
+
+    raw["dslog"] = run_dslog(root / "dslog", executor=executor, spark=spark,
+                             n=n if size is not None else (200 if quick else 1000), repeat=3 if quick else 7, log=log)
     setup = {"size": [n, n], "input_bytes": int(x.nbytes), "fanin": list(fans), "fanout": list(fans),
              "fraction": 0.1, "query_cells": QUERY_CELLS, "strategies": list(STRATEGIES), "executor": executor}
     return {"setup": setup, "figures": _figures(raw, fans), "raw": raw}
@@ -106,7 +111,7 @@ def _figures(raw: dict[str, Any], fans) -> dict[str, Any]:
     bw = {s: [[raw[f"fanin={fi},fanout={fo}"]["query_seconds"]["backward"][s] for fi in fans] for fo in fans]
           for s in BACKWARD + FORWARD + ("BlackBox",)}
     fw = {s: [[raw[f"fanin={fi},fanout={fo}"]["query_seconds"]["forward"][s] for fi in fans] for fo in fans]
-          for s in FORWARD + ("BlackBox",)}
+          for s in FORWARD + BOTH + ("BlackBox",)}
     speed = {s: [[bw["BlackBox"][a][b] / max(bw[s][a][b], 1e-9) for b in range(len(fans))]
                  for a in range(len(fans))] for s in BACKWARD}
     return {

@@ -42,10 +42,16 @@ WHY: dict[str, dict[str, str]] = {
         "entire-array speed-up (SubZeroPaper)": _CHEAP_SLOW_PATH,
         "runtime SubZeroPaper": "per-node Spark job and catalog overheads dominate a plan that stores little",
         "disk SubZeroPaper": (
-            "PayOne copies D's payload (label, bounding box, footprint bits) into every star pixel's "
-            "entry"),
+            "CompOne copies a payload into the entry of every pixel that has one: D's group payload "
+            "(bounding box and bits) into every pixel of every group above the threshold"),
         "_general": (
-            "SubZeroPaper is the paper's plan pinned (CompOne for A-C, PayOne for D); SubZero is what "
+            "Lineage is exact (the perturbation oracle, above, finds no miss): A and B (L.A.Cosmic, one "
+            "iteration) make every pixel depend on the 17 x 17 window around it, a stencil (their Full "
+            "configurations store the composite instead: 289 cell ids per pixel would be about 1.2 GB "
+            "per exposure), C's clean pixels on their 3 x 3 detection window, D's pixels above the "
+            "threshold on their group and its ring. "
+            "SubZeroPaper is the paper's plan pinned (composite for A-D: D is composite now, a pixel "
+            "below the threshold depending on itself); SubZero is what "
             "our optimizer chose for the workload of these queries within the disk and runtime budgets. "
             f"BQ0 reaches {MESH} x {MESH} background-mesh blocks of the exposure (the background map is "
             "a block mean), so it returns more than the star's own pixels. CellPairs is the cell-level "
@@ -68,6 +74,10 @@ WHY: dict[str, dict[str, str]] = {
         "disk PayBoth": "the forward FullOne half stores one key per distinct input cell",
         "disk FullBoth": "both FullOne halves store one key per cell and one entry per pair",
         "_general": (
+            "Lineage is exact (the perturbation oracle, above, finds no miss): E and G name the whole "
+            "source row of a cell (a NaN anywhere drops it), F is a mapping (a model cell reads its "
+            "feature's column and every outcome: the class totals), so it stores nothing in every "
+            "configuration but FullOne/FullMany/FullForw/FullBoth, which derive its pairs. "
             "Static runs force every UDF's stored strategy with `using` (the strategy indexed for the "
             "query's direction when two are stored); dynamic runs let the query-time optimizer pick a "
             "stored strategy or re-execution per step. The sweep runs the strategy optimizer with "

@@ -121,9 +121,7 @@ def _astronomy(doc: dict[str, Any]) -> list[str]:
            "SubZero's UDF strategies: " + "; ".join(f"{s['udfs'][u]} ({u}) {', '.join(v)}"
                                                     for u, v in s["subzero_strategies"].items()) + ".", "",
            f"Stored arrays are {_fmt(f['arrays']['values'])}x the input (paper: {ref['arrays_vs_input']}x). "
-           f"NoLineage ran in {_fmt(doc['raw']['base_wall_seconds'])} s; CellPairs captured "
-           f"{sum(doc['raw']['cellpairs']['rows'].values()):,} cell pairs in "
-           f"{_fmt(doc['raw']['cellpairs']['capture_seconds'])} s (its runtime is NoLineage plus that capture).", "",
+           f"NoLineage ran in {_fmt(doc['raw']['base_wall_seconds'])} s; " + _cellpairs_note(doc['raw']['cellpairs']), "",
            "## Queries (Fig. 5b)", ""]
     seconds = f["query_seconds"]["values"]
     qconfigs = list(next(iter(seconds.values())))
@@ -138,6 +136,57 @@ def _astronomy(doc: dict[str, Any]) -> list[str]:
             "Entire-array optimization (FQ0Slow seconds / FQ0 seconds; paper: "
             f"{ref['entire_array_speedup']:.0f}x):", "",
             _table(qconfigs, [[f["entire_array_speedup"]["values"][c] for c in qconfigs]]), ""]
+    return out
+
+
+def _cellpairs_note(raw: dict[str, Any]) -> str:
+    if raw.get("capture_seconds") is None:
+        return (f"CellPairs was skipped: the run's exact lineage is about {raw.get('estimate', 0):,} cell pairs "
+                "(A and B read 289 pixels per pixel), more than the baseline writes.")
+    return (f"CellPairs captured {sum(raw['rows'].values()):,} cell pairs in {_fmt(raw['capture_seconds'])} s "
+            "(its runtime is NoLineage plus that capture).")
+
+
+def _oracle_section(doc: dict[str, Any]) -> list[str]:
+    """The perturbation oracle's counts, for the synthetic and the real-data workflows."""
+    found = [(name, o) for name, o in (("synthetic", doc.get("oracle")), ("real data", doc.get("real", {}).get("oracle")))
+             if o]
+    if not found:
+        return []
+    rows = [[name, o["what"], o["cells"], f"{o['trials']:,} ({o['rejected']:,})", o.get("forward_queries", 0),
+             o.get("backward_queries", 0), o["changed_pairs"], o["lineage_pairs"], o["misses"],
+             ", ".join(f"{k}: {v:,}" for k, v in o.get("misses_by_target", {}).items()) or "-", o["seconds"]]
+            for name, o in found]
+    return ["## Perturbation oracle", "",
+            "Each sampled input cell is changed six ways (a tiny step, +-5 sigma, a spike, NaN, zero), the "
+            "workflow below it re-run plainly, and every output cell that changed must be in the cell's forward "
+            "lineage (and the cell in the changed cell's backward lineage, on a sample): a changed cell outside it "
+            "is a miss (`subzero.oracle.check_workflow`).", "",
+            _table(["workflow", "run", "cells perturbed", "re-runs (rejected)", "forward queries", "backward checks",
+                    "changed pairs", "lineage pairs", "misses", "misses per node", "seconds"], rows), ""]
+
+
+def _real_section(doc: dict[str, Any]) -> list[str]:
+    """The real-data half of a benchmark: overheads and query times per configuration."""
+    real = doc.get("real")
+    if not real:
+        return []
+    f, s = real["figures"], real["setup"]
+    configs = list(f["disk"]["values"])
+    seconds = f["query_seconds"]["values"]
+    qconfigs = list(next(iter(seconds.values()))) if seconds else []
+    inputs = ", ".join(f"{k} {' x '.join(map(str, v))}" for k, v in s["inputs"].items())
+    out = [f"## Real data: {real['title']}", "", f"{real['description']} (inputs: {inputs}; "
+           f"{s['input_bytes'] / 1e6:.2f} MB; {s['nodes']} operator nodes).", "",
+           _table(["configuration", "lineage disk (x input)", f"runtime (x {s['base']})", "runtime (s)"],
+                  [[c, f["disk"]["values"][c], f["runtime"]["values"][c], f["runtime_seconds"]["values"][c]]
+                   for c in configs]), ""]
+    if "SubZero" in s["strategies"]:
+        chosen = {k: v for k, v in s["strategies"]["SubZero"].items() if v != ["Map"]}
+        out += ["SubZero stored: " + "; ".join(f"{k} {', '.join(v)}" for k, v in chosen.items()) + ".", ""]
+    out += [_table(["query", "what", "result cells"] + [f"{c} (s)" for c in qconfigs],
+                   [[q, s["queries"][q]["description"], s["queries"][q]["result_cells"]] +
+                    [seconds[q][c] for c in qconfigs] for q in seconds]), ""]
     return out
 
 
@@ -192,6 +241,10 @@ def _micro(doc: dict[str, Any]) -> list[str]:
                            [[fo] + list(row) for fo, row in zip(fans["fanout"], grid)]), ""]
     out += ["## Beside the paper", "", f"The paper (no exact table): {ref['source']}.", ""]
     out += [f"- {line}" for line in doc["figures"]["claims"]["values"]] + [""]
+    if "dslog" in doc.get("raw", {}):
+        from subzero.bench.dslog import dslog_section
+
+        out += dslog_section(doc["raw"]["dslog"])
     return out
 
 
@@ -216,6 +269,11 @@ def _scale(doc: dict[str, Any]) -> list[str]:
     out += [_table(["cells", "configuration", "wall (s)", "x numpy", "driver peak RSS (GB)",
                     "executor peak RSS (GB)", "arrays (GB)", "lineage (MB)", "backward (ms)", "forward (ms)"],
                    rows), ""]
+    codecs = raw.get("codecs")
+    if codecs:
+        out += [f"Chunk compressors (local run without lineage, {setup.get('codec_cells', 0):.1e} cells):", "",
+                _table(["compressor", "wall (s)", "arrays (GB)"],
+                       [[c, r.get("wall"), (r.get("array_bytes") or 0) / 1e9] for c, r in codecs.items()]), ""]
     return out
 
 
@@ -229,7 +287,8 @@ def render(doc: dict[str, Any], plots: list[str]) -> str:
     figures = ["## Figures", ""] + [f"![{p}]({p})" for p in plots] + [""]
     notes = WHY.get(doc["bench"], {}).get("_general")
     general = ["## Notes", "", notes, ""] if notes else []
-    return "\n".join(_header(doc, title) + body + _comparison_section(doc) + general + figures)
+    extra = _real_section(doc) + _oracle_section(doc)
+    return "\n".join(_header(doc, title) + body + _comparison_section(doc) + extra + general + figures)
 
 
 def render_summary(docs: list[dict[str, Any]], reports: list[Path], base: Path, preface: str = "") -> str:

@@ -195,6 +195,29 @@ def _queries(run, side: int) -> dict[str, Any]:
 
 
 # -- the benchmark ------------------------------------------------------------------------------------------
+def _one(config: str, side: int, inputs: dict[str, str], store: Path, timeout: float,
+         env_extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """One configuration at one size in a fresh process (its measurements, or its error)."""
+    shutil.rmtree(store, ignore_errors=True)
+    env = dict(os.environ, SUBZERO_DRIVER_MEMORY="1g", **(env_extra or {}))
+    cmd = [sys.executable, "-m", "subzero.bench.scale", config, str(side), json.dumps(inputs), str(store)]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    shutil.rmtree(store, ignore_errors=True)
+    if done.returncode != 0:
+        return {"error": "\n".join((done.stderr or "").strip().splitlines()[-5:])}
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got["process_seconds"] = time.perf_counter() - start
+    return got
+
+
+def compressor_sweep(root: Path, side: int, inputs: dict[str, str], timeout: float) -> dict[str, Any]:
+    """The local run without lineage at one size under each chunk compressor: wall time and
+    bytes of the stored arrays (random float images compress little; masks and labels a lot)."""
+    return {codec: _one("local", side, inputs, root / f"store-codec-{codec}", timeout,
+                        {"SUBZERO_COMPRESSOR": codec}) for codec in ("none", "lz4", "zstd")}
+
+
 def run_scale(quick: bool, root: Path, sides=None, configs=CONFIGS, log=print, max_: bool = False,
               timeout: float = 3 * 3600) -> dict[str, Any]:
     """Run every configuration at every size, each in a fresh process; returns the results body."""
@@ -207,28 +230,23 @@ def run_scale(quick: bool, root: Path, sides=None, configs=CONFIGS, log=print, m
         for config in configs:
             if config == "numpy" and side * side > NUMPY_MAX_CELLS:
                 continue
-            store = root / f"store-{config.replace('+', '-')}-{side}"
-            shutil.rmtree(store, ignore_errors=True)
-            env = dict(os.environ, SUBZERO_DRIVER_MEMORY="1g")
-            cmd = [sys.executable, "-m", "subzero.bench.scale", config, str(side), json.dumps(inputs), str(store)]
-            start = time.perf_counter()
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-            if done.returncode != 0:
-                tail = (done.stderr or "").strip().splitlines()[-5:]
-                log(f"scale: {config} at {side}^2 failed: {' | '.join(tail)}")
-                raw[f"{config}@{side}"] = {"error": "\n".join(tail)}
-                continue
-            got = json.loads(done.stdout.strip().splitlines()[-1])
-            got["process_seconds"] = time.perf_counter() - start
+            got = _one(config, side, inputs, root / f"store-{config.replace('+', '-')}-{side}", timeout)
             raw[f"{config}@{side}"] = got
+            if "error" in got:
+                log(f"scale: {config} at {side}^2 failed: {got['error'].splitlines()[-1] if got['error'] else '?'}")
+                continue
             log(f"scale: {config:>14} at {side * side:.1e} cells: {got['wall']:.2f} s, driver "
                 f"{got['driver_rss'] / 1e9:.2f} GB" + (f", backward {got['backward_seconds'] * 1e3:.1f} ms, "
                                                        f"forward {got['forward_seconds'] * 1e3:.1f} ms"
                                                        if "backward_seconds" in got else ""))
-            shutil.rmtree(store, ignore_errors=True)
+    codec_side = sides[min(1, len(sides) - 1)]
+    raw["codecs"] = compressor_sweep(root, codec_side, make_inputs(data, codec_side), timeout)
+    log("scale: compressors at " + f"{codec_side * codec_side:.1e} cells: " + ", ".join(
+        f"{c} {r.get('wall', float('nan')):.2f} s / {r.get('array_bytes', 0) / 1e9:.2f} GB"
+        for c, r in raw["codecs"].items()))
     return {"setup": {"sides": sides, "cells": [s * s for s in sides], "configs": list(configs),
-                      "workflow": "subtract -> Convolve 3x3 -> Threshold -> Label",
-                      "driver_memory": "1g"},
+                      "codec_cells": codec_side * codec_side,
+                      "workflow": "subtract -> Convolve 3x3 -> Threshold -> Label", "driver_memory": "1g"},
             "figures": _figures(raw, sides, configs), "raw": raw}
 
 

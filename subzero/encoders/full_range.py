@@ -15,6 +15,8 @@ read at all.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from subzero.encoders.base import EncodedTile, FullEncoder, Reader
@@ -110,5 +112,13 @@ class FullRange(FullEncoder):
         return data if len(data) <= limit else None
 
     def query_inline(self, data: bytes, frontier: Frontier, i: int, direction: str, shapes) -> Frontier:
-        """A step answered from a node's merged table (see `merge_inline`)."""
-        return self._step([RangeRules.from_bytes(data)], frontier, i, direction, shapes)
+        """A step answered from a node's merged table (see `merge_inline`), decoded once per
+        process (its box indexes are built on first use and kept with it)."""
+        return self._step([_inline_table(data)], frontier, i, direction, shapes)
+
+
+@functools.lru_cache(maxsize=64)
+def _inline_table(data: bytes) -> RangeRules:
+    """A merged table from its bytes, kept: a node's table is read by every query through it
+    (stores never change, so equal bytes are the same table)."""
+    return RangeRules.from_bytes(data)

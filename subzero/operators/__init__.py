@@ -29,12 +29,14 @@ __all__ = [
     "AxisReduction", "Sum", "Mean", "Std", "Min", "Max", "Count", "GlobalMean", "GlobalStd", "Histogram",
     # sorting and value-dependent
     "LineOperator", "Sort", "ArgSort", "Label", "Filter", "Compress",
-    # composite (the paper's example)
-    "CosmicRayDetect",
+    # composite: the paper's example, window lineage, astronomy (astroscrappy, sep)
+    "WindowLineage", "CosmicRayDetect", "CosmicRays", "RepairCosmics", "DetectStars",
 ]
 
 # module (under subzero.operators) -> the public names it defines
 _MODULES = {
+    "astro": ["CosmicRays", "DetectStars", "RepairCosmics"],
+    "composite": ["WindowLineage"],
     "cosmic": ["CosmicRayDetect"],
     "elementwise": ["Add", "AddScalar", "Apply", "BinaryOperator", "Clip", "Divide", "DivideScalar",
                     "ElementwiseOperator", "Maximum", "Minimum", "Multiply", "MultiplyScalar", "Power",
@@ -55,6 +57,8 @@ _MODULES = {
 _LAZY = {name: f"{__name__}.{module}" for module, names in _MODULES.items() for name in names}
 
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
+    from subzero.operators.astro import CosmicRays, DetectStars, RepairCosmics
+    from subzero.operators.composite import WindowLineage
     from subzero.operators.cosmic import CosmicRayDetect
     from subzero.operators.elementwise import (
         Add, AddScalar, Apply, BinaryOperator, Clip, Divide, DivideScalar, ElementwiseOperator, Maximum, Minimum,
@@ -79,6 +83,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        if f"{__name__}.{name}" in set(_LAZY.values()):  # a submodule, e.g. ops.neighbourhood.MODES
+            return importlib.import_module(f"{__name__}.{name}")
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip __getattr__

@@ -26,16 +26,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import ndimage
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from subzero.errors import LineageError, WorkflowError
+from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators.identity import IdentityMapping
 from subzero.operators._kernels import decode_region, encode_regions, region_envelopes, repeat_pairs
 from subzero.tiling import Box, Elementwise, box_slices, full_box
+
+# imported on first use: a query answered from stored lineage needs no scipy
+ndimage = LazyModule("scipy.ndimage")
+sparse = LazyModule("scipy.sparse")
+csgraph = LazyModule("scipy.sparse.csgraph")
 
 __all__ = ["Label", "TileSummary", "SeamIndex", "canonical_ids", "first_cells"]
 
@@ -205,9 +208,9 @@ class Label(IdentityMapping, Operator):
         porder = np.argsort(parts, kind="stable")
         parts, part_lo, part_hi, part_tile = parts[porder], part_lo[porder], part_hi[porder], part_tile[porder]
         n_parts = len(parts)
-        graph = coo_matrix((np.ones(len(u), np.int8), (np.searchsorted(parts, u), np.searchsorted(parts, v))),
+        graph = sparse.coo_matrix((np.ones(len(u), np.int8), (np.searchsorted(parts, u), np.searchsorted(parts, v))),
                            shape=(n_parts, n_parts)).tocsr()
-        n_groups, group = connected_components(graph, directed=False) if n_parts else (0, np.zeros(0, np.int64))
+        n_groups, group = csgraph.connected_components(graph, directed=False) if n_parts else (0, np.zeros(0, np.int64))
         size = np.bincount(group, minlength=n_groups)
         crossing = size[group] > 1
         # the global canonical id is the smallest part id (its first cell comes first)

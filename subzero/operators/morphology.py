@@ -8,20 +8,23 @@ itself ``iterations`` times (Minkowski sum), and tiles carry a halo that wide.
 from __future__ import annotations
 
 import numpy as np
-from scipy import ndimage
 
 from subzero.errors import WorkflowError
+from subzero.lazy import LazyModule
 from subzero.operators._kernels import unique_rows
 from subzero.operators.neighbourhood import StencilOperator, kernel_offsets
+
+ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
 __all__ = ["BinaryDilation", "BinaryErosion"]
 
 
 class _BinaryMorphology(StencilOperator):
-    """``fn(x != 0, structure, iterations, border_value=...)``; subclasses set ``fn`` and
-    ``flip`` (dilation reads the structure mirrored, as a convolution does)."""
+    """``fn(x != 0, structure, iterations, border_value=...)``; subclasses set ``fn`` (the name
+    of the scipy.ndimage function) and ``flip`` (dilation reads the structure mirrored, as a
+    convolution does)."""
 
-    fn = staticmethod(ndimage.binary_dilation)
+    fn = "binary_dilation"  # the scipy.ndimage function, by name (scipy is imported on first use)
     flip = True
 
     def __init__(self, structure=None, iterations: int = 1, border_value: int = 0):
@@ -49,19 +52,19 @@ class _BinaryMorphology(StencilOperator):
         return offsets
 
     def run(self, ctx, x):
-        return type(self).fn(np.asarray(x) != 0, self._structure(np.ndim(x)), self.iterations,
+        return getattr(ndimage, type(self).fn)(np.asarray(x) != 0, self._structure(np.ndim(x)), self.iterations,
                              border_value=self.border_value)
 
 
 class BinaryDilation(_BinaryMorphology):
     """``scipy.ndimage.binary_dilation(x, structure, iterations, border_value=...)``."""
 
-    fn = staticmethod(ndimage.binary_dilation)
+    fn = "binary_dilation"
     flip = True
 
 
 class BinaryErosion(_BinaryMorphology):
     """``scipy.ndimage.binary_erosion(x, structure, iterations, border_value=...)``."""
 
-    fn = staticmethod(ndimage.binary_erosion)
+    fn = "binary_erosion"
     flip = False

@@ -9,9 +9,9 @@ radius; the ``wrap`` modes need the far edge, so they run on whole arrays.
 from __future__ import annotations
 
 import numpy as np
-from scipy import ndimage
 
 from subzero.errors import WorkflowError
+from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._args import check_choice, normalize_axis, per_axis
@@ -20,6 +20,8 @@ from subzero.operators._kernels import (
     stencil_pairs, unique_rows,
 )
 from subzero.tiling import Halo
+
+ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
 __all__ = [
     "StencilOperator", "Convolve", "Correlate", "GaussianFilter", "UniformFilter", "MedianFilter",
@@ -96,6 +98,33 @@ class StencilOperator(Operator):
             virtual[:, :, k] = np.tile(options, (1, virtual.shape[1] // options.shape[1]))
         out = (virtual.reshape(-1, 1, ndim) - self.offsets()[None, :, :]).reshape(-1, ndim)
         return unique_rows(out[np.all((out >= 0) & (out < np.array(self.output_shape)), axis=1)])
+
+    def _box_radius(self) -> np.ndarray | None:
+        """Per-axis radius when the stencil reads a full box centred on the cell and the mode
+        does not wrap: then every cell within the radius is read directly and a reflected,
+        mirrored or clamped read stays within it, so the lineage of a box, either way, is the
+        box grown by the radius and clipped to the array.  None otherwise."""
+        if "wrap" in self.mode:
+            return None
+        off = self.offsets()
+        if not len(off):
+            return None
+        lo, hi = off.min(axis=0), off.max(axis=0)
+        if np.any(lo != -hi) or len(unique_rows(off)) != int(np.prod(hi - lo + 1)):
+            return None
+        return hi
+
+    def map_b_boxes(self, lo, hi, i):
+        r = self._box_radius()
+        if r is None:
+            return None
+        return np.maximum(lo - r, 0), np.minimum(hi + r, np.asarray(self.input_shapes[0], np.int64))
+
+    def map_f_boxes(self, lo, hi, i):
+        r = self._box_radius()
+        if r is None:
+            return None
+        return np.maximum(lo - r, 0), np.minimum(hi + r, np.asarray(self.output_shape, np.int64))
 
     def _virtual_index(self) -> list[np.ndarray]:
         """Per axis, the input index each position of the grid grown by the radius reads."""
@@ -174,7 +203,8 @@ class GaussianFilter(StencilOperator):
 
 class UniformFilter(StencilOperator):
     """``scipy.ndimage.uniform_filter(x, size, mode, cval)``: the mean over a box of ``size``
-    cells per axis (element ``j`` of the box reads offset ``j - size // 2``)."""
+    cells per axis (element ``j`` of the box reads offset ``j - size // 2``), computed as one
+    explicit sum per cell so that a NaN stays inside the boxes that hold it."""
 
     def __init__(self, size: int | tuple[int, ...] = 3, mode: str = "reflect", cval: float = 0.0):
         super().__init__(mode, cval)
@@ -184,13 +214,19 @@ class UniformFilter(StencilOperator):
         return kernel_offsets(np.ones(per_axis(self.size, ndim, "UniformFilter", "size", minimum=1), bool))
 
     def run(self, ctx, x):
-        return ndimage.uniform_filter(np.asarray(x, dtype=np.float64), self.size, mode=self.mode, cval=self.cval)
+        # one explicit sum per cell and axis (correlate1d), not uniform_filter's running sum:
+        # a running sum carries a NaN or an infinity to every later cell of the line
+        out = np.asarray(x, dtype=np.float64)
+        for axis, n in enumerate(per_axis(self.size, out.ndim, "UniformFilter", "size", minimum=1)):
+            if n > 1:
+                out = ndimage.correlate1d(out, np.full(n, 1.0 / n), axis=axis, mode=self.mode, cval=self.cval)
+        return out
 
 
 class _RankFilter(StencilOperator):
     """A rank filter over a box of ``size`` cells per axis, or over a boolean ``footprint``."""
 
-    fn = staticmethod(ndimage.median_filter)
+    fn = "median_filter"  # the scipy.ndimage function, by name (scipy is imported on first use)
 
     def __init__(self, size: int | tuple[int, ...] | None = 3, footprint=None, mode: str = "reflect",
                  cval: float = 0.0):
@@ -213,29 +249,30 @@ class _RankFilter(StencilOperator):
 
     def run(self, ctx, x):
         x = np.asarray(x)
+        fn = getattr(ndimage, type(self).fn)
         if self.footprint is None:
-            return type(self).fn(x, self.size, mode=self.mode, cval=self.cval)
+            return fn(x, self.size, mode=self.mode, cval=self.cval)
         if x.ndim == 1:  # scipy's 1-D fast path ignores the holes of a footprint: go through 2-D
-            return type(self).fn(x[None], footprint=self.footprint[None], mode=self.mode, cval=self.cval)[0]
-        return type(self).fn(x, footprint=self.footprint, mode=self.mode, cval=self.cval)
+            return fn(x[None], footprint=self.footprint[None], mode=self.mode, cval=self.cval)[0]
+        return fn(x, footprint=self.footprint, mode=self.mode, cval=self.cval)
 
 
 class MedianFilter(_RankFilter):
     """``scipy.ndimage.median_filter(x, size | footprint, mode, cval)``."""
 
-    fn = staticmethod(ndimage.median_filter)
+    fn = "median_filter"
 
 
 class MaximumFilter(_RankFilter):
     """``scipy.ndimage.maximum_filter(x, size | footprint, mode, cval)``."""
 
-    fn = staticmethod(ndimage.maximum_filter)
+    fn = "maximum_filter"
 
 
 class MinimumFilter(_RankFilter):
     """``scipy.ndimage.minimum_filter(x, size | footprint, mode, cval)``."""
 
-    fn = staticmethod(ndimage.minimum_filter)
+    fn = "minimum_filter"
 
 
 class Laplace(StencilOperator):
@@ -251,7 +288,8 @@ class Laplace(StencilOperator):
 
 class Sobel(StencilOperator):
     """``scipy.ndimage.sobel(x, axis, mode, cval)``: a cell reads its 3**ndim box except the
-    plane through itself normal to ``axis`` (where the derivative weight is zero)."""
+    plane through itself normal to ``axis`` (where the derivative weight is zero; the
+    difference is taken without touching that plane, so a NaN there does not leak in)."""
 
     def __init__(self, axis: int = -1, mode: str = "reflect", cval: float = 0.0):
         super().__init__(mode, cval)
@@ -262,4 +300,22 @@ class Sobel(StencilOperator):
         return box[box[:, normalize_axis(self.axis, ndim, "Sobel")] != 0]
 
     def run(self, ctx, x):
-        return ndimage.sobel(np.asarray(x, dtype=np.float64), axis=self.axis, mode=self.mode, cval=self.cval)
+        # the derivative as a difference of the two neighbours (scipy multiplies the centre
+        # by its zero weight, so a NaN or an infinity there would leak into the result)
+        x = np.asarray(x, dtype=np.float64)
+        axis = normalize_axis(self.axis, x.ndim, "Sobel")
+        n = x.shape[axis]
+        positions = np.arange(n, dtype=np.int64)
+        after, before = (boundary_index(positions + d, n, self.mode) for d in (1, -1))
+        out = self._side(x, axis, after) - self._side(x, axis, before)
+        for other in range(x.ndim):
+            if other != axis:
+                out = ndimage.correlate1d(out, [1.0, 2.0, 1.0], axis=other, mode=self.mode, cval=self.cval)
+        return out
+
+    def _side(self, x: np.ndarray, axis: int, index: np.ndarray) -> np.ndarray:
+        """``x`` re-indexed along ``axis`` (``cval`` where the boundary supplies the value)."""
+        got = np.take(x, np.maximum(index, 0), axis=axis)
+        shape = [1] * x.ndim
+        shape[axis] = len(index)
+        return np.where((index >= 0).reshape(shape), got, self.cval)

@@ -1,13 +1,17 @@
 """Calibration: measure a node on a sample of its tiles under every candidate strategy.
 
-Runs in the driver after the node's output is computed (so its inputs exist), on at
-most ``sample`` tiles spread over the array, and scales the measurements to the whole
-node.  This is how the first run of a workflow already gets a good plan.
+After the node's output is computed (so its inputs exist), a few tiles spread over the
+array run again, as executor tasks (`profile_tile`), with every mode the candidates need;
+each task encodes its tile's lineage under every candidate and returns measurements only
+(bytes, encode seconds, pairs, keys, fans).  The driver (`profile_node`) scales them to
+the whole node: no lineage and no tile reaches it.  This is how the first run of a
+workflow already gets a good plan.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -18,24 +22,83 @@ from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.runtime import NodeTask, capture_tile, derived_full, with_envelopes
 from subzero.tiling import Tile
 
-__all__ = ["profile_node", "profile_from_run"]
+__all__ = ["profile_node", "profile_tile", "sample_tiles", "TileProfile", "profile_from_run"]
+
+MAX_PAIRS = 20_000   # pairs per sample tile a candidate encodes (the sizes scale with the count)
+
+
+@dataclass
+class TileProfile:
+    """What one sample tile measured: small, sent from the task to the driver.
+
+    ``strategies[name]`` holds (bytes, encode seconds, pairs, out cells, in cells, keys,
+    R-tree entries) scaled to the tile's pairs; ``inline`` the tile's FullRange table when
+    small (the driver merges them as the commit would).
+    """
+
+    cells: int
+    seconds: float
+    fanout: float = 0.0       # out cells summed over pairs
+    links: float = 0.0        # sum over pairs of out cells x in cells
+    distinct_in: int = 0
+    strategies: dict[str, tuple] = field(default_factory=dict)
+    inline: dict[str, bytes] = field(default_factory=dict)
 
 
 def _cells(tile: Tile) -> int:
     return int(np.prod([hi - lo for lo, hi in tile.box])) if tile.box is not None else 1
 
 
-def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_seconds: float,
-                 sample: int = 2, max_pairs: int = 20_000) -> NodeProfile:
-    """Profile ``task``'s node on ``sample`` tiles spread over it.
+def sample_tiles(tiles: list[Tile], sample: int = 2) -> list[Tile]:
+    """The tiles calibration measures: the first and one from the middle of the array."""
+    return [tiles[k] for k in sorted({0, len(tiles) // 2, len(tiles) - 1})[:sample]]
 
-    The tiles run once with every mode the stored candidates need; each candidate then
-    encodes at most ``max_pairs`` of those pairs, and bytes and encode time are scaled to
-    the whole node (pairs are alike within a node: sizes scale with their count).
+
+def profile_tile(task: NodeTask, tile: Tile) -> TileProfile:
+    """Measure one tile under every strategy of ``task`` (task side: run by the executor).
+
+    The tile runs once with every mode the strategies need, plus FULL (its pairs give the
+    fans, and re-execution in tracing mode produces them); each strategy encodes at most
+    `MAX_PAIRS` of those pairs and its sizes are scaled to the tile's pairs (FullRange
+    encodes them all: regular lineage must not be subsampled).
     """
     op = task.operator
-    picks = sorted({0, len(tiles) // 2, len(tiles) - 1})[:sample]
-    chosen = [tiles[k] for k in picks]
+    stored = tuple(s for s in task.strategies if Strategy.parse(s).stored)
+    start = time.perf_counter()
+    capture = capture_tile(NodeTask(task.node, op, task.inputs, stored + ("FullOne",)), tile)
+    out = TileProfile(_cells(capture.tile), time.perf_counter() - start)
+    full = capture.full
+    fanout = np.diff(full.out_ptr)
+    fanin = sum(np.diff(ptr) for ptr in full.in_ptr) if full.in_ptr else np.zeros(full.n_pairs)
+    out.fanout, out.links = float(fanout.sum()), float(np.sum(fanout * fanin))
+    out.distinct_in = sum(len(np.unique(a)) for a in full.in_ids)
+    for name in stored:
+        strategy = Strategy.parse(name)
+        encoder = encoder_for(strategy)
+        pairs = capture.pairs_for(strategy)
+        if strategy.mode is not Mode.FULL:
+            pairs = with_envelopes(op, pairs)
+        part = pairs if strategy.both_directions else _subsample(pairs, MAX_PAIRS)
+        t0 = time.perf_counter()
+        encoded = encoder.encode(part, capture.tile.index, task.shapes)
+        seconds = time.perf_counter() - t0
+        if encoded.inline is not None:
+            out.inline[name] = encoded.inline
+        batch = merge_tiles([encoded])
+        factor = pairs.n_pairs / max(part.n_pairs, 1)
+        n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
+        boxes = sum(len(ids) for ids, _, _ in batch.boxes.values())
+        out.strategies[name] = (batch.nbytes * factor, seconds * factor, pairs.n_pairs, len(pairs.out_ids), n_in,
+                                len(batch.keys) * factor, boxes * factor)
+    return out
+
+
+def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_seconds: float,
+                 runner=None, sample: int = 2) -> NodeProfile:
+    """Profile ``task``'s node from ``sample`` tiles spread over it, measured by ``runner``'s
+    tasks (`profile_tile`; in this process when ``runner`` is None), scaled to the node."""
+    op = task.operator
+    chosen = sample_tiles(tiles, sample)
     scale = (sum(_cells(t) for t in tiles) or 1) / (sum(_cells(t) for t in chosen) or 1)
     stored = tuple(c for c in candidates if Strategy.parse(c).stored)
     profile = NodeProfile(
@@ -49,60 +112,26 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         profile.trace_seconds = op_seconds
         profile.fan_backward, profile.fan_forward = _fans([derived_full(op, corner)])
         return profile
-    start = time.perf_counter()
-    # FULL always: its pairs give the fans, and re-execution in tracing mode produces them
-    sampler = NodeTask(task.node, op, task.inputs, stored + ("FullOne",))
-    captures = [capture_tile(sampler, t) for t in chosen]
-    profile.trace_seconds = (time.perf_counter() - start) * scale
-    profile.fan_backward, profile.fan_forward = _fans([c.full for c in captures])
+    sampler = NodeTask(task.node, op, task.inputs, stored)
+    measured = runner.map_calls(profile_tile, sampler, chosen) if runner is not None else \
+        [profile_tile(sampler, t) for t in chosen]
+    profile.trace_seconds = sum(m.seconds for m in measured) * scale
+    fanout, links, distinct = (sum(getattr(m, k) for m in measured) for k in ("fanout", "links", "distinct_in"))
+    profile.fan_backward = max(links / fanout, 1.0) if fanout else 1.0
+    profile.fan_forward = max(links / distinct, 1.0) if distinct else 1.0
     for name in stored:
-        strategy = Strategy.parse(name)
-        encoder = encoder_for(strategy)
-        if strategy.both_directions:  # range rules: regular lineage must not be subsampled
-            profile.strategies[name] = _profile_ranges(encoder, captures, task.shapes, scale)
-            continue
-        totals, boxes = np.zeros(6), {}
-        for c in captures:
-            pairs = c.pairs_for(strategy)
-            if strategy.mode is not Mode.FULL:
-                pairs = with_envelopes(op, pairs)
-            part = _subsample(pairs, max_pairs)
-            t0 = time.perf_counter()
-            batch = merge_tiles([encoder.encode(part, c.tile.index, task.shapes)])
-            seconds = time.perf_counter() - t0
-            factor = pairs.n_pairs / max(part.n_pairs, 1)
-            n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
-            totals += [batch.nbytes * factor, seconds * factor, pairs.n_pairs, len(pairs.out_ids), n_in,
-                       len(batch.keys) * factor]
-            for slot, (ids, _, _) in batch.boxes.items():
-                boxes[slot] = boxes.get(slot, 0.0) + len(ids) * factor
-        totals *= scale
-        totals[0] += sum(index_bytes_bound(n * scale) for n in boxes.values())
-        profile.strategies[name] = StrategyProfile(*totals.tolist())
+        nbytes, seconds, pairs, outs, ins, keys, boxes = np.array([m.strategies[name] for m in measured]).sum(axis=0)
+        merge = getattr(encoder_for(Strategy.parse(name)), "merge_inline", None)
+        if merge is not None and all(name in m.inline for m in measured):
+            merged = merge([m.inline[name] for m in measured], task.shapes)
+            if merged is not None:  # the node keeps one merged table, about this size whatever its size
+                profile.strategies[name] = StrategyProfile(float(len(merged)), seconds * scale, pairs * scale,
+                                                           outs * scale, ins * scale, 0.0)
+                continue
+        profile.strategies[name] = StrategyProfile(
+            nbytes * scale + index_bytes_bound(boxes * scale), seconds * scale, pairs * scale, outs * scale,
+            ins * scale, keys * scale)
     return profile
-
-
-def _profile_ranges(encoder, captures, shapes, scale: float) -> StrategyProfile:
-    """FullRange on whole sample tiles: when their tables are small the node keeps one merged
-    table (about the size of the samples' merge, whatever the array size), else per-tile
-    tables scale with the tiles."""
-    encoded, seconds = [], 0.0
-    for c in captures:
-        t0 = time.perf_counter()
-        encoded.append(encoder.encode(c.full, c.tile.index, shapes))
-        seconds += time.perf_counter() - t0
-    pairs = sum(c.full.n_pairs for c in captures)
-    outs = sum(len(c.full.out_ids) for c in captures)
-    ins = sum(sum(len(a) for a in c.full.in_ids) for c in captures)
-    merged = encoder.merge_inline([e.inline for e in encoded], shapes) \
-        if all(e.inline is not None for e in encoded) else None
-    if merged is not None:
-        nbytes, keys = float(len(merged)), 0.0
-    else:
-        batches = [merge_tiles([e]) for e in encoded]
-        nbytes = scale * sum(b.nbytes + b.index_bytes_bound for b in batches)
-        keys = scale * sum(len(b.keys) for b in batches)
-    return StrategyProfile(nbytes, seconds * scale, pairs * scale, outs * scale, ins * scale, keys)
 
 
 def _subsample(pairs, max_pairs: int):

@@ -14,35 +14,37 @@ sky, so objects are the brightest 3% of it).  A flat-field frame is the third in
 flat is normalised by its global mean (an all-to-all statistic: a mapping operator, the
 mean of one block that is the whole frame), the path of the forward query FQ0.
 
-Lineage of the UDFs (paper section V):
+The UDFs live in `subzero.operators.astro`, with their lineage (exact: the perturbation
+oracle holds them to it):
 
-- A, B, C are composite: a pixel depends on itself (the mapping default) unless it is
-  flagged, then on the ``(2r+1)^2`` window around it (payload: the radius ``r``).
-- D is a payload operator: a star pixel depends on every pixel of its star; the
-  payload (label, bounding box, footprint bits) lets ``map_p`` recover those pixels.
-  Background pixels carry no lineage (they are the absence of a star).
+- A, B (`CosmicRays`, L.A.Cosmic, one iteration): every pixel, flagged or not, depends on
+  the window of radius 8 around it (`lacosmic_reach`: the Laplacian, the medians of the
+  noise model and fine structure, two growth steps): a stencil, so they run on tiles.
+- C (`RepairCosmics`): composite: a pixel depends on the 3x3 window its flag reads; a
+  repaired pixel on the window it was interpolated from (payload: the radius, 3).
+- D (`DetectStars`): composite: a pixel above the threshold depends on its group and the
+  ring around it (payload: the group); any other pixel on itself.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
-from scipy import ndimage
 
 from subzero.errors import WorkflowError
-from subzero.modes import Mode
-from subzero.operator import Operator
+from subzero.lazy import LazyModule
+from subzero.operators.astro import CosmicRays, DetectStars, RepairCosmics
 from subzero.operators.elementwise import (Add, Clip, Divide, MultiplyScalar, Multiply, Subtract,
                                            SubtractScalar)
-from subzero.operators.identity import IdentityMapping
 from subzero.operators.neighbourhood import GaussianFilter
 from subzero.operators.resampling import Downsample, Upsample
-from subzero.tiling import Halo
 from subzero.workflow import Workflow
 
-__all__ = ["build", "CosmicRays", "RepairCosmics", "DetectStars", "UDFS", "SHAPE", "QUICK_SHAPE",
+ndimage = LazyModule("scipy.ndimage")  # imported on first use
+
+__all__ = ["build", "build_gmos", "gmos_frame", "gmos_path", "header_gain", "GMOS_UDFS", "cosmic_rays_udf",
+           "CosmicRays", "RepairCosmics", "DetectStars", "UDFS", "SHAPE", "QUICK_SHAPE",
            "sky_image", "exposures"]
 
 SHAPE, QUICK_SHAPE = (512, 2000), (128, 512)
@@ -112,199 +114,15 @@ def exposures(shape: tuple[int, int]) -> dict[str, np.ndarray]:
     return out
 
 
-# -- composite lineage shared by A, B and C ---------------------------------------------------
-def window_pairs(cells: np.ndarray, radius: int, shape) -> tuple[np.ndarray, np.ndarray]:
-    """Per-cell ``(owner, coords)`` of the ``(2r+1)^2`` windows around ``cells``, clipped to ``shape``."""
-    side = np.arange(-radius, radius + 1)
-    offsets = np.stack(np.meshgrid(side, side, indexing="ij"), axis=-1).reshape(-1, 2)
-    coords = (np.asarray(cells, np.int64)[:, None, :] + offsets[None]).reshape(-1, 2)
-    owner = np.repeat(np.arange(len(cells), dtype=np.int64), len(offsets))
-    inside = np.all((coords >= 0) & (coords < np.asarray(shape)), axis=1)
-    return owner[inside], coords[inside]
-
-
-class _Composite(IdentityMapping, Operator):
-    """Composite lineage (COMP): every output pixel depends on the same pixel of each input
-    (the `IdentityMapping` default), except flagged pixels, which depend on the window of
-    radius ``radius`` (the payload)."""
-
-    entire_array_safe = True
-    radius: int = 3
-
-    def supported_modes(self):
-        return {Mode.COMP, Mode.FULL}
-
-    def infer_output_shape(self, input_shapes):
-        if len({tuple(s) for s in input_shapes}) != 1 or len(input_shapes[0]) != 2:
-            raise WorkflowError(f"{type(self).__name__} takes 2-D inputs of one shape, got {list(input_shapes)}")
-        return tuple(input_shapes[0])
-
-    def write_lineage(self, ctx, flags: np.ndarray) -> None:
-        """``lwrite`` the lineage of an output whose flagged pixels are ``flags``."""
-        n_in = len(self.input_shapes)
-        if Mode.FULL in ctx.modes:
-            cells = np.argwhere(np.ones(flags.shape, bool))
-            ids = np.arange(len(cells), dtype=np.int64)
-            plain = ~flags.reshape(-1)
-            owner, near = window_pairs(cells[~plain], self.radius, flags.shape)
-            ins = np.concatenate([cells[plain], near])
-            pair = np.concatenate([ids[plain], ids[~plain][owner]])
-            ctx.lwrite_many(cells, *[ins] * n_in, out_pair=ids, in_pair=[pair] * n_in)
-        if Mode.COMP in ctx.modes:
-            flagged = np.argwhere(flags)
-            ctx.lwrite(flagged, payload=np.full((len(flagged), 1), self.radius, np.uint8))
-
-    # payload override: the window
-    def map_p_pairs(self, cells, payload, i):
-        return window_pairs(np.asarray(cells, np.int64), int(payload[0]), self.input_shapes[i])
-
-    def map_p(self, cells, payload, i):
-        coords = self.map_p_pairs(cells, payload, i)[1]
-        return np.unique(coords, axis=0) if len(coords) else coords
-
-
-class CosmicRays(_Composite):
-    """UDFs A and B: the L.A.Cosmic cosmic-ray mask (``astroscrappy.detect_cosmics``) of one
-    exposure in electrons; 1 marks a cosmic-ray pixel.
-
-    L.A.Cosmic iterates Laplacian and median filters over the whole image, so the operator
-    runs on whole images (no tiling: a tile with a halo would not be exact).
-    """
-
-    def __init__(self, sigclip: float = 5.0, objlim: float = 8.0, readnoise: float = READ_NOISE,
-                 niter: int = 2, radius: int = 3):
-        self.sigclip, self.objlim, self.readnoise = float(sigclip), float(objlim), float(readnoise)
-        self.niter, self.radius = int(niter), int(radius)
-
-    def mask(self, x: np.ndarray) -> np.ndarray:
-        import astroscrappy
-
-        mask, _ = astroscrappy.detect_cosmics(np.ascontiguousarray(x, np.float32), sigclip=self.sigclip,
-                                              objlim=self.objlim, gain=1.0, readnoise=self.readnoise,
-                                              satlevel=1e9, niter=self.niter, verbose=False)
-        return np.asarray(mask, bool)
-
-    def run(self, ctx, x):
-        flags = self.mask(x)
-        self.write_lineage(ctx, flags)
-        return flags.astype(np.uint8)
-
-
-class RepairCosmics(_Composite):
-    """UDF C: repair the merged image.  Inputs: the merged image and the coverage (how many
-    exposures were free of cosmic rays at each pixel).
-
-    A pixel is flagged when no exposure covers it, or when it is a residual cosmic ray (it
-    exceeds the median of its 3x3 neighbourhood by ``nsigma * sigma`` and by twice that
-    median).  A flagged pixel becomes the median of the unflagged pixels of its
-    ``(2 * window + 1)^2`` window.  Flags read a 3x3 neighbourhood, so an output pixel reads
-    at most ``window + 1`` pixels away: that is the payload radius and the tiles' halo.
-    """
-
-    def __init__(self, sigma: float, nsigma: float = 8.0, window: int = 2):
-        self.sigma, self.nsigma, self.window = float(sigma), float(nsigma), int(window)
-        self.radius = self.window + 1
-
-    @property
-    def tiling(self):
-        return Halo(self.radius)
-
-    def flags(self, merged: np.ndarray, cover: np.ndarray) -> np.ndarray:
-        x = np.asarray(merged, np.float64)
-        median = ndimage.median_filter(x, size=3, mode="reflect")
-        excess = x - median
-        return (np.asarray(cover) <= 0) | ((excess > self.nsigma * self.sigma) & (excess > 2 * np.abs(median)))
-
-    def run(self, ctx, merged, cover):
-        flags = self.flags(merged, cover)
-        out = np.array(merged, np.float64)
-        bad = np.argwhere(flags)
-        if len(bad):
-            owner, near = window_pairs(bad, self.window, flags.shape)
-            values = np.where(flags[tuple(near.T)], np.nan, out[tuple(near.T)])
-            table = np.full((len(bad), (2 * self.window + 1) ** 2), np.nan)
-            slot = np.arange(len(owner)) - np.searchsorted(owner, owner)
-            table[owner, slot] = values
-            with warnings.catch_warnings():  # a window with no unflagged pixel repairs to 0
-                warnings.simplefilter("ignore", RuntimeWarning)
-                fixed = np.nanmedian(table, axis=1)
-            out[tuple(bad.T)] = np.where(np.isnan(fixed), 0.0, fixed)
-        self.write_lineage(ctx, flags)
-        return out
-
-
-class DetectStars(Operator):
-    """UDF D: detect and label stars (``sep.extract``, no filtering, no deblending): pixels
-    above ``threshold`` (in units of the input, a signal-to-noise image) that form a
-    connected group of at least ``minarea`` pixels; each group gets a label 1, 2, ...
-
-    Stars have no size limit, so the operator runs on whole images.
-    """
-
-    entire_array_safe = False  # the forward lineage of the whole input is only the star pixels
-    HEADER = np.dtype([("label", "<i4"), ("r0", "<i4"), ("c0", "<i4"), ("h", "<u2"), ("w", "<u2")])
-
-    def __init__(self, threshold: float = 5.0, minarea: int = 5):
-        self.threshold, self.minarea = float(threshold), int(minarea)
-
-    def supported_modes(self):
-        return {Mode.PAY, Mode.FULL}
-
-    def infer_output_shape(self, input_shapes):
-        if len(input_shapes[0]) != 2:
-            raise WorkflowError(f"DetectStars takes a 2-D image, got shape {input_shapes[0]}")
-        return tuple(input_shapes[0])
-
-    def labels(self, snr: np.ndarray) -> np.ndarray:
-        import sep
-
-        data = np.array(snr, dtype=np.float64, order="C")  # sep writes into its input buffer
-        sep.set_extract_pixstack(max(300_000, data.size))
-        _, seg = sep.extract(data, self.threshold, minarea=self.minarea, filter_kernel=None,
-                             deblend_cont=1.0, clean=False, segmentation_map=True)
-        return np.asarray(seg, np.int32)
-
-    def run(self, ctx, snr):
-        labels = self.labels(snr)
-        star = labels > 0
-        if Mode.FULL in ctx.modes:
-            cells = np.argwhere(star)
-            pair = labels[star].astype(np.int64) - 1
-            ctx.lwrite_many(cells, cells, out_pair=pair, in_pair=[pair])
-        if Mode.PAY in ctx.modes:  # one payload per star: its label, box and footprint
-            payloads = [b""] * (int(labels.max()) if labels.size else 0)
-            for k, box in enumerate(ndimage.find_objects(labels), start=1):
-                if box is not None:
-                    origin = np.array([box[0].start, box[1].start])
-                    payloads[k - 1] = self.encode(k, origin, labels[box] == k)
-            ctx.lwrite_many(np.argwhere(star), out_pair=labels[star].astype(np.int64) - 1, payload=payloads)
-        return labels
-
-    # -- payload: label, bounding box, footprint bits ---------------------------------------
-    @classmethod
-    def encode(cls, label: int, origin: np.ndarray, footprint: np.ndarray) -> bytes:
-        head = np.array([(label, origin[0], origin[1], footprint.shape[0], footprint.shape[1])], cls.HEADER)
-        return head.tobytes() + np.packbits(footprint.reshape(-1)).tobytes()
-
-    @classmethod
-    def decode(cls, payload: bytes) -> tuple[int, np.ndarray]:
-        """(label, star pixel coordinates) of a payload."""
-        head = np.frombuffer(payload[:cls.HEADER.itemsize], cls.HEADER)[0]
-        bits = np.unpackbits(np.frombuffer(payload[cls.HEADER.itemsize:], np.uint8),
-                             count=int(head["h"]) * int(head["w"]))
-        cells = np.argwhere(bits.reshape(int(head["h"]), int(head["w"]))) + [int(head["r0"]), int(head["c0"])]
-        return int(head["label"]), cells.astype(np.int64)
-
-    def map_p_pairs(self, cells, payload, i):
-        _, star = self.decode(payload)
-        owner = np.repeat(np.arange(len(cells), dtype=np.int64), len(star))
-        return owner, np.tile(star, (len(cells), 1))
-
-    def map_p(self, cells, payload, i):
-        return self.decode(payload)[1]
-
-
 # -- the workflow -------------------------------------------------------------------------
+def cosmic_rays_udf() -> CosmicRays:
+    """UDFs A and B: L.A.Cosmic on one exposure in electrons (no saturation: the synthetic
+    exposures have none), one iteration: a stencil of radius 8 that runs on tiles.  (Two
+    iterations reach 18 pixels through a cleaning round and need whole images, since
+    astroscrappy cleans large hits with the global median.)"""
+    return CosmicRays(sigclip=5.0, objlim=8.0, gain=1.0, readnoise=READ_NOISE, satlevel=np.inf, niter=1)
+
+
 def noise_sigma() -> float:
     """The sky noise of the merged image in electrons: Poisson sky plus read noise, two exposures."""
     return math.sqrt((SKY + READ_NOISE**2) / 2.0)
@@ -333,7 +151,7 @@ def build(quick: bool = False, shape: tuple[int, int] | None = None) -> tuple[Wo
         raw = wf.input(f"exposure_{k}")
         bias = wf.add(SubtractScalar(BIAS), raw, name=f"bias_{k}")
         elec = wf.add(Divide(), bias, flat_norm, name=f"elec_{k}")
-        crmask = wf.add(CosmicRays(), elec, name=f"crmask_{k}")            # UDF A / B
+        crmask = wf.add(cosmic_rays_udf(), elec, name=f"crmask_{k}")       # UDF A / B
         good_k = wf.add(SubtractScalar(1.0, reverse=True), crmask, name=f"good_{k}")
         mesh = wf.add(Downsample(MESH, how="mean"), elec, name=f"mesh_{k}")
         back = wf.add(Upsample(MESH), mesh, name=f"back_{k}")
@@ -350,3 +168,98 @@ def build(quick: bool = False, shape: tuple[int, int] | None = None) -> tuple[Wo
     snr = wf.add(MultiplyScalar(1.0 / psf_noise), smooth, name="snr")
     wf.add(DetectStars(threshold=5.0, minarea=5), snr, name="stars")         # UDF D
     return wf, exposures(shape)
+
+
+# -- real data: astroscrappy's GMOS frame -----------------------------------------------------
+#: node name -> role, for the real-data workflow (`build_gmos`)
+GMOS_UDFS = {"crmask": "A", "clean": "C", "stars": "D"}
+#: astroscrappy's test cutout of a GMOS-S long-slit frame (S20190808S0048, reduced with DRAGONS)
+GMOS_FILE = ("tests", "data", "gmos.fits")
+
+
+def gmos_path() -> str:
+    """The path of ``gmos.fits`` inside the installed astroscrappy package."""
+    import os
+
+    import astroscrappy
+
+    path = os.path.join(os.path.dirname(astroscrappy.__file__), *GMOS_FILE)
+    if not os.path.exists(path):
+        raise WorkflowError(f"astroscrappy's test frame is missing at {path}; reinstall astroscrappy>=1.1 "
+                            "(its wheel ships tests/data/gmos.fits)")
+    return path
+
+
+def header_gain(header) -> float:
+    """Electrons per count of a FITS frame: ``GAIN`` if the header has it; 1.0 when the
+    frame was already converted to electrons (DRAGONS records ``ADUTOELE``)."""
+    for key in ("GAIN", "EGAIN"):
+        if key in header:
+            return float(header[key])
+    if "ADUTOELE" in header:
+        return 1.0
+    raise WorkflowError("the FITS header gives no gain (GAIN, EGAIN) and no ADU-to-electrons conversion "
+                        "(ADUTOELE); pass the gain explicitly")
+
+
+def gmos_frame() -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """The GMOS frame's SCI, SKYFIT and VAR extensions (native float32, electrons) and its
+    calibration: the gain (from the header), the read noise (the header's, else the value
+    astroscrappy's test uses for this frame; L.A.Cosmic ignores it when given the variance)
+    and the median noise."""
+    from astropy.io import fits
+
+    from subzero.inputs_check import check_input_array
+
+    with fits.open(gmos_path()) as hdul:
+        header = hdul[0].header
+        arrays = {name: check_input_array(name, np.asarray(hdul[ext].data))
+                  for name, ext in (("sci", "SCI"), ("sky", "SKYFIT"), ("var", "VAR"))}
+    readnoise = float(header.get("RDNOISE", header.get("READNOIS", 4.24)))
+    calib = {"gain": header_gain(header), "readnoise": readnoise,
+             "sigma": float(np.median(np.sqrt(np.clip(arrays["var"], 0, None))))}
+    return arrays, calib
+
+
+def build_gmos() -> tuple[Workflow, dict[str, np.ndarray]]:
+    """The real-data workflow: 17 operators on astroscrappy's GMOS frame (150 x 200).
+
+    L.A.Cosmic gets the sky background and the variance the reduction produced (as a real
+    pipeline passes them) and the gain from the header; the paper's CRD flags what it
+    missed in the sky-subtracted frame; a per-column mean removes the residual background;
+    the flagged pixels are repaired; the frame is smoothed, divided by its noise, and
+    searched for sources (sep) and labelled (connected components of the bright pixels);
+    the repaired frame is summed into a spatial profile and a spectrum.
+
+    Examples
+    --------
+    >>> wf, inputs = build_gmos()
+    >>> sorted(inputs), len([n for n in wf.nodes if not n.is_input])
+    (['sci', 'sky', 'var'], 17)
+    """
+    from subzero.operators import Apply, CosmicRayDetect, Label, Maximum, Mean, Sum, Threshold
+
+    inputs, calib = gmos_frame()
+    sigma = calib["sigma"]
+    wf = Workflow("gmos")
+    sci, sky, var = wf.input("sci"), wf.input("sky"), wf.input("var")
+    crmask = wf.add(CosmicRays(sigclip=4.5, sigfrac=0.3, objlim=5.0, gain=calib["gain"],
+                               readnoise=calib["readnoise"], satlevel=np.inf, niter=1,
+                               background=True, variance=True), sci, sky, var, name="crmask")     # A
+    sub = wf.add(Subtract(), sci, sky, name="sub")
+    crd = wf.add(CosmicRayDetect(threshold=15 * sigma, radius=3), sub, name="crd")
+    flags = wf.add(Maximum(), crmask, crd, name="flags")
+    cover = wf.add(SubtractScalar(1.0, reverse=True), flags, name="cover")
+    column = wf.add(Mean(axis=0), sub, name="column_bg")                      # per-column background
+    resid = wf.add(Subtract(), sub, column, name="resid")
+    clean = wf.add(RepairCosmics(sigma, nsigma=8.0, window=2), resid, cover, name="clean")          # C
+    smooth = wf.add(GaussianFilter(1.0, truncate=2.0), clean, name="smooth")
+    noise = wf.add(Apply(np.sqrt), var, name="noise")
+    ratio = wf.add(Divide(), smooth, noise, name="ratio")
+    snr = wf.add(MultiplyScalar(math.sqrt(4 * math.pi)), ratio, name="snr")   # unit noise after smoothing
+    wf.add(DetectStars(threshold=5.0, minarea=5), snr, name="stars")                                # D
+    bright = wf.add(Threshold(5.0, ">"), snr, name="bright")
+    wf.add(Label(), bright, name="labels")
+    wf.add(Sum(axis=1), clean, name="profile")
+    wf.add(Sum(axis=0), clean, name="spectrum")
+    return wf, inputs

@@ -1,0 +1,119 @@
+"""Window lineage: the composite lineage of detectors that read a square neighbourhood.
+
+A detector (a cosmic-ray flagger, a repair) decides every output cell from a window of
+the input around it, so the *mapping default* of a cell is that window: a stencil,
+``window(i)`` cells (Chebyshev distance) around the cell in input ``i``, clipped at the
+border.  Cells the detector flags may read further (a repair reads the window it
+interpolates from); they carry a one-byte *payload*, a radius, that overrides the
+default with a larger window (``payload_window(r, i)``), or `WHOLE` for every cell of the
+input (a global statistic entered the value).  The payload 0 means "the default window".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from subzero.lazy import LazyModule
+from subzero.modes import Mode
+from subzero.operators._kernels import box_offsets, repeat_pairs, stencil_pairs, unique_rows
+
+ndimage = LazyModule("scipy.ndimage")  # imported on first use
+
+__all__ = ["WindowLineage", "WHOLE", "dilate"]
+
+#: the payload byte meaning "every cell of the input"
+WHOLE = 255
+
+
+def dilate(mask: np.ndarray, radius: int) -> np.ndarray:
+    """Cells within ``radius`` (Chebyshev) of a set cell, inside the array."""
+    if radius <= 0 or not mask.any():
+        return mask.copy()
+    grown = ndimage.maximum_filter(mask.astype(np.uint8), size=2 * radius + 1, mode="constant", cval=0)
+    return grown.astype(bool)
+
+
+class WindowLineage:
+    """Mixin: square-window composite lineage for operators whose inputs and output share
+    one shape.  Subclasses give ``window(i)`` (the default radius for input ``i``) and may
+    override ``payload_window(r, i)`` (the radius a payload ``r`` stands for)."""
+
+    entire_array_safe = True
+
+    def window(self, i: int) -> int:
+        """The default window radius of input ``i`` (every output cell reads it)."""
+        raise NotImplementedError
+
+    def payload_window(self, r: int, i: int) -> int | None:
+        """The radius payload ``r`` stands for in input ``i`` (None: the whole input)."""
+        if r == WHOLE:
+            return None
+        return self.window(i) if r == 0 else int(r)
+
+    # -- writing lineage from run -------------------------------------------------------
+    def write_window_lineage(self, ctx, payload: np.ndarray) -> None:
+        """``lwrite`` the lineage of an output whose per-cell payload radii are ``payload``
+        (uint8, the output's shape, 0 = the default window) for ``ctx.modes``."""
+        payload = np.asarray(payload, np.uint8)
+        shape = payload.shape
+        if Mode.FULL in ctx.modes:
+            cells = np.argwhere(np.ones(shape, bool)).astype(np.int64)
+            flat = payload.reshape(-1)
+            ins, pairs = [], []
+            for i in range(len(self.input_shapes)):
+                owner_parts, coord_parts = [], []
+                for r in np.unique(flat):
+                    which = np.flatnonzero(flat == r)
+                    owner, coords = self._window_pairs(cells[which], self.payload_window(int(r), i), shape)
+                    owner_parts.append(which[owner])
+                    coord_parts.append(coords)
+                pairs.append(np.concatenate(owner_parts))
+                ins.append(np.concatenate(coord_parts))
+            ctx.lwrite_many(cells, *ins, out_pair=np.arange(len(cells), dtype=np.int64), in_pair=pairs)
+        if Mode.COMP in ctx.modes:
+            flagged = np.argwhere(payload > 0)
+            ctx.lwrite(flagged, payload=payload[payload > 0].reshape(-1, 1))
+        if Mode.PAY in ctx.modes:
+            ctx.lwrite(np.argwhere(np.ones(shape, bool)), payload=payload.reshape(-1, 1))
+
+    @staticmethod
+    def _window_pairs(cells: np.ndarray, radius: int | None, shape) -> tuple[np.ndarray, np.ndarray]:
+        cells = np.asarray(cells, np.int64).reshape(-1, len(shape))
+        if radius is None:
+            return repeat_pairs(len(cells), np.argwhere(np.ones(shape, bool)).astype(np.int64))
+        return stencil_pairs(cells, box_offsets((int(radius),) * len(shape)), tuple(shape), "constant")
+
+    # -- the mapping default: a window ------------------------------------------------
+    def map_b_pairs(self, cells, i):
+        return self._window_pairs(cells, self.window(i), self.input_shapes[i])
+
+    def map_b(self, cells, i):
+        return self._via_mask(cells, self.output_shape, self.window(i))
+
+    def map_f(self, cells, i):
+        return self._via_mask(cells, self.input_shapes[i], self.window(i))
+
+    def map_b_mask(self, mask, i):
+        return dilate(np.asarray(mask, bool), self.window(i))
+
+    def map_f_mask(self, mask, i):
+        return dilate(np.asarray(mask, bool), self.window(i))
+
+    @staticmethod
+    def _via_mask(cells, shape, radius: int) -> np.ndarray:
+        mask = np.zeros(shape, bool)
+        cells = np.asarray(cells, np.int64).reshape(-1, len(shape))
+        if len(cells):
+            mask[tuple(cells.T)] = True
+        return np.argwhere(dilate(mask, radius)).astype(np.int64)
+
+    # -- payload overrides ----------------------------------------------------------------
+    def map_p_pairs(self, cells, payload, i):
+        return self._window_pairs(cells, self.payload_window(int(payload[0]), i), self.input_shapes[i])
+
+    def map_p(self, cells, payload, i):
+        radius = self.payload_window(int(payload[0]), i)
+        if radius is None:
+            return np.argwhere(np.ones(self.input_shapes[i], bool)).astype(np.int64)
+        return self._via_mask(cells, self.input_shapes[i], radius) if len(cells) else \
+            unique_rows(np.empty((0, len(self.input_shapes[i])), np.int64))

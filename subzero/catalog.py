@@ -23,8 +23,10 @@ from subzero.errors import StoreError
 __all__ = ["FORMAT", "FileRecord", "ShardRecord", "Manifest", "ArrayRecord", "NodeStats", "NodeRecord",
            "RunRecord"]
 
-#: version of the store layout and of these records (1: .npy arrays and one LMDB environment)
-FORMAT = 2
+#: version of the store layout and of these records (1: .npy arrays and one LMDB environment;
+#: 2: Zarr arrays and per-tile shards; 3: the catalog, manifests and operators checksummed, and
+#: the run's fingerprint, so a killed run can be resumed)
+FORMAT = 3
 
 Box = tuple[tuple[int, int], ...]
 
@@ -275,7 +277,7 @@ class RunRecord:
             raise StoreError(f"{where} has a catalog.json that is not a subzero catalog; re-run the workflow")
         if data.get("format") != FORMAT:
             raise StoreError(f"{where} was written in store format {data.get('format')!r}; this subzero reads "
-                             f"format {FORMAT} (chunked Zarr arrays and per-tile lineage shards). Re-run the "
+                             f"format {FORMAT} (chunked Zarr arrays, per-tile lineage shards, checksummed records). Re-run the "
                              "workflow into a new store to query it")
 
     @classmethod

@@ -23,8 +23,10 @@ from subzero.errors import StoreError
 __all__ = ["FORMAT", "FileRecord", "ShardRecord", "Manifest", "ArrayRecord", "NodeStats", "NodeRecord",
            "RunRecord"]
 
-#: version of the store layout and of these records (1: .npy arrays and one LMDB environment)
-FORMAT = 2
+#: version of the store layout and of these records (1: .npy arrays and one LMDB environment;
+#: 2: Zarr arrays and per-tile shards; 3: the catalog, manifests and operators checksummed, and
+#: the run's fingerprint, so a killed run can be resumed)
+FORMAT = 3
 
 Box = tuple[tuple[int, int], ...]
 
@@ -120,20 +122,26 @@ class Manifest:
 
 @dataclass(frozen=True)
 class ArrayRecord:
-    """A stored chunked array: shape, dtype and chunk shape (the tiles of its node)."""
+    """A stored chunked array: shape, dtype and chunk shape (the tiles of its node), and the
+    xxh3-64 checksum of its ``zarr.json`` (readers check the metadata against it; the chunks
+    carry their own CRC32C)."""
 
     shape: tuple[int, ...]
     dtype: str
     chunks: tuple[int, ...]
     nbytes: int = 0
+    meta_xxh3: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"shape": list(self.shape), "dtype": self.dtype, "chunks": list(self.chunks), "nbytes": self.nbytes}
+        return {"shape": list(self.shape), "dtype": self.dtype, "chunks": list(self.chunks), "nbytes": self.nbytes,
+                "meta_xxh3": self.meta_xxh3}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ArrayRecord":
+        meta = data.get("meta_xxh3")
         return cls(tuple(int(n) for n in data["shape"]), str(data["dtype"]),
-                   tuple(int(n) for n in data["chunks"]), int(data.get("nbytes", 0)))
+                   tuple(int(n) for n in data["chunks"]), int(data.get("nbytes", 0)),
+                   str(meta) if meta is not None else None)
 
 
 @dataclass(frozen=True)
@@ -222,7 +230,9 @@ class RunRecord:
     changed input cells, what each node did.
 
     ``status`` is ``"running"``, ``"failed"`` or ``"done"``; ``nodes`` holds the
-    committed nodes only, in the order they were committed.
+    committed nodes only, in the order they were committed.  ``fingerprint`` holds the
+    digests a resumed run is checked against (`subzero.fingerprint`); ``resumed`` the
+    times the run was resumed.
     """
 
     workflow: dict[str, Any]
@@ -239,6 +249,7 @@ class RunRecord:
     master: str | None = None
     replayed_from: dict[str, Any] | None = None
     fingerprint: dict[str, str] = field(default_factory=dict)
+    resumed: list[str] = field(default_factory=list)
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     format: int = FORMAT
 
@@ -259,15 +270,20 @@ class RunRecord:
         data["nodes"] = {name: rec.to_dict() for name, rec in self.nodes.items()}
         return data
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "the store") -> "RunRecord":
-        """Parse a catalog; an old or unknown format is a `StoreError` saying to re-run."""
+    @staticmethod
+    def check_format(data: Any, where: str = "the store") -> None:
+        """Refuse what is not a catalog of this format (a `StoreError` saying to re-run)."""
         if not isinstance(data, dict) or "workflow" not in data:
             raise StoreError(f"{where} has a catalog.json that is not a subzero catalog; re-run the workflow")
         if data.get("format") != FORMAT:
             raise StoreError(f"{where} was written in store format {data.get('format')!r}; this subzero reads "
-                             f"format {FORMAT} (chunked Zarr arrays and per-tile lineage shards). Re-run the "
+                             f"format {FORMAT} (chunked Zarr arrays, per-tile lineage shards, checksummed records). Re-run the "
                              "workflow into a new store to query it")
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "the store") -> "RunRecord":
+        """Parse a catalog; an old or unknown format is a `StoreError` saying to re-run."""
+        cls.check_format(data, where)
         try:
             known = {f.name for f in fields(cls)}
             values = {k: v for k, v in data.items() if k in known}

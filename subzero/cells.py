@@ -53,6 +53,11 @@ def as_coords(cells: Any, shape: Shape, where: str) -> np.ndarray:
             raise LineageError(f"cells for {where} (shape {tuple(shape)}) must have {ndim} coordinates each, "
                                f"got {len(arr)} cell(s) with {arr.shape[1]}")
         return np.zeros((len(arr) if arr.ndim == 2 else 0, ndim), dtype=np.int64)
+    if arr.dtype == object and arr.size and all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in arr.reshape(-1)):
+        # Python ints numpy could not fit in int64 (an object array arises only on this error path)
+        raise LineageError(f"cell coordinate {max(arr.reshape(-1).tolist(), key=abs)} is out of bounds for {where} "
+                           f"of shape {tuple(shape)}; valid coordinates are 0 <= c < shape")
     if arr.dtype.kind == "u" and int(arr.max()) >= 2**63:
         raise LineageError(f"cell coordinate {int(arr.max())} is out of bounds for {where} of shape {tuple(shape)}; "
                            "valid coordinates are 0 <= c < shape")

@@ -11,11 +11,12 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from subzero.errors import LineageError, StoreError, SubZeroError, WorkflowError
+from subzero.errors import LineageError, SubZeroError, WorkflowError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -59,13 +60,47 @@ def _parse_strategies(items: list[str] | None, what: str) -> dict[str, list[str]
     return out
 
 
-def _check_new_store(path: str) -> None:
-    """Fail before reading inputs or running anything if the store directory is taken."""
-    root = Path(path)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise StoreError(
-            f"store {path!r} already exists and is not empty; runs are never overwritten: "
-            "choose a new directory (or delete the old run yourself)")
+def _check_store(path: str, overwrite: bool, resume: bool) -> None:
+    """Fail before reading inputs or starting Spark if the store cannot be taken: a regular
+    file, a directory that holds anything (without --overwrite or --resume), a store a live
+    run is writing."""
+    from subzero.store import FileStore
+
+    if overwrite and resume:
+        raise WorkflowError("give --resume (continue the run in the store) or --overwrite (replace it), not both")
+    if resume:
+        FileStore.check_resumable(path)
+    else:
+        FileStore.check_new(path, overwrite=overwrite, create=False)
+
+
+def _read_workload(path: str) -> Any:
+    """The queries of a ``--workload`` file; a missing or malformed file is an error naming it."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise WorkflowError(f"--workload {path!r} does not exist; give a JSON file of sample queries") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkflowError(f"--workload {path!r} cannot be read ({exc})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WorkflowError(f"--workload {path!r} is not valid JSON ({exc.msg} at line {exc.lineno}, column "
+                            f"{exc.colno}); it must be a list of queries such as "
+                            '[{"direction": "backward", "node": "stars", "to": "raw", "cells": [[3, 4]]}]') from None
+
+
+def _check_workload(path: str | None, workload: Any, wf, inputs: dict) -> None:
+    """Check the workload against the workflow before anything runs, naming the file."""
+    if workload is None:
+        return
+    from subzero.execution import static_shapes
+    from subzero.optimizer.workload import parse_workload
+
+    try:
+        parse_workload(wf, workload, static_shapes(wf, {k: v for k, v in inputs.items() if hasattr(v, "shape")}))
+    except WorkflowError as exc:
+        raise WorkflowError(f"--workload {path!r}: {exc}") from None
 
 
 def _quiet_spark_launch(verbosity: int) -> None:
@@ -95,6 +130,7 @@ def _spark_session(args):
 def _run_with_progress(args, wf, inputs: dict, **kwargs):
     import contextlib
 
+    from subzero.execution import execute
     from subzero.progress import choose_reporter
 
     if kwargs.get("executor", "spark") == "spark":
@@ -103,7 +139,7 @@ def _run_with_progress(args, wf, inputs: dict, **kwargs):
         reporter.run_started(wf.name, len(wf.nodes))  # inputs too: storing them is reported as a node
         ok = False
         try:
-            run = wf.run(inputs, progress=reporter, **kwargs)
+            run = execute(wf, inputs, progress=reporter, **kwargs)
             ok = True
         finally:
             reporter.run_finished(ok)
@@ -116,18 +152,20 @@ def cmd_run(args) -> int:
     files = parse_assignments(args.input, "--input", "NAME=PATH")
     params = parse_assignments(args.param, "--param", "KEY=VALUE")
     strategies = _parse_strategies(args.strategy, "--strategy")
-    workload = json.loads(Path(args.workload).read_text()) if args.workload else None
-    _check_new_store(args.store)
+    workload = _read_workload(args.workload) if args.workload else None
+    _check_store(args.store, args.overwrite, args.resume)
     arrays, headers = read_inputs(files)  # every file is checked before the store exists
     wf, inputs = _load_workflow(args.workflow, arrays, params, args.quick)
     check_bound(wf, inputs, files)
+    _check_workload(args.workload, workload, wf, inputs)
     from subzero.inputs import header_to_text
 
     metadata = {name: {"fits_header": header_to_text(h)} for name, h in headers.items() if name in inputs}
     spark = _spark_session(args)
     run = _run_with_progress(args, wf, inputs, store=args.store, strategies=strategies or None,
                              executor=args.executor, spark=spark, tile_shape=args.tile, max_disk=args.max_disk,
-                             max_runtime=args.max_runtime, workload=workload, input_metadata=metadata or None)
+                             max_runtime=args.max_runtime, workload=workload, input_metadata=metadata or None,
+                             overwrite=args.overwrite, resume=args.resume)
     for node, stored in run.strategies.items():
         print(f"{node:>16}  {', '.join(stored)}")
     print(f"stored in {run.path}")
@@ -156,6 +194,8 @@ def parse_boxes(boxes: list[str] | None, fits: bool = False) -> list[list[tuple[
         except ValueError:
             hint = "X0:X1,Y0:Y1 (1-based, inclusive), e.g. 10:20,5:8" if fits else "LO:HI per axis, e.g. 0:2,5:8"
             raise LineageError(f"box {text!r} must be {hint}") from None
+        if any(abs(v) >= 2**62 for p in pairs for v in p):
+            raise LineageError(f"box {text!r} is out of bounds: a coordinate is larger than any array")
         if fits:
             if any(lo < 1 for lo, _ in pairs):
                 raise LineageError(f"box {text!r}: with --fits-coords, coordinates count from 1")
@@ -190,6 +230,9 @@ def parse_cells(cells: list[str] | None, boxes: list[str] | None, fits: bool = F
                 row = [int(v) for v in chunk.split(",") if v.strip() != ""]
             except ValueError:
                 raise LineageError(f"cell {chunk!r} must be comma-separated integers, e.g. 3,4") from None
+            if any(abs(v) >= 2**62 for v in row):
+                raise LineageError(f"cell {chunk!r} is out of bounds: a coordinate is larger than any array "
+                                   "(coordinates count from 0 up to the node's shape)")
             if fits:
                 if any(v < 1 for v in row):
                     raise LineageError(f"cell {chunk!r}: with --fits-coords, coordinates count from 1 ({example})")
@@ -446,7 +489,7 @@ def cmd_replay(args) -> int:
     from subzero.run import open_run
 
     run = open_run(args.store)
-    _check_new_store(args.out)
+    _check_store(args.out, overwrite=False, resume=False)
     patches = _replay_patches(args, run)
     outputs = [o for item in args.outputs or [] for o in item.split(",") if o] or None
     spark = _spark_session(args)
@@ -481,7 +524,19 @@ def cmd_replay(args) -> int:
 
 # -- the demo, explain, bench ------------------------------------------------------------------
 
-DEMO_MARKER = "MADE_BY_SUBZERO_DEMO"
+DEMO_MARKER = "MADE_BY_SUBZERO_DEMO"  # in stores of older demos
+DEMO = "subzero demo"  # the ``made_by`` of the demo's stores
+
+
+def _made_by_demo(store: Path) -> bool:
+    """True for a store ``subzero demo`` made (finished, failed or killed at any point)."""
+    from subzero.store import FileStore
+    from subzero.store.lock import LOCK_NAME
+
+    if not store.is_dir():
+        return False
+    names = [p.name for p in store.iterdir() if not (p.name.startswith(LOCK_NAME + ".") and p.name.endswith(".tmp"))]
+    return FileStore.made_by(store) == DEMO or DEMO_MARKER in names or names == [LOCK_NAME]
 
 
 def cmd_demo(args) -> int:
@@ -489,7 +544,6 @@ def cmd_demo(args) -> int:
     small workload, then a backward query (a star back to the raw pixels of exposure 1) and a
     forward one (a cosmic-ray pixel of exposure 1 forward to the repaired image), each timed
     against re-executing every operator (BlackBox)."""
-    import shutil
     import time
 
     import numpy as np
@@ -498,16 +552,14 @@ def cmd_demo(args) -> int:
     from subzero.workflows.astronomy import UDFS
 
     store = Path(args.store)
-    marker = store / DEMO_MARKER
-    if marker.exists():
-        shutil.rmtree(store)  # a store an earlier demo made: rebuilt on every demo run
+    ours = _made_by_demo(store)  # a store an earlier demo made, even one it was killed making: rebuilt
     wf, inputs = load_builtin("astronomy", quick=args.quick)
     middle = [[n // 2 for n in inputs["exposure_1"].shape]]
     workload = [{"direction": "backward", "node": "stars", "to": "exposure_1", "cells": middle},
                 {"direction": "forward", "node": "exposure_1", "to": "clean", "cells": middle}]
     start = time.perf_counter()
-    run = _run_with_progress(args, wf, inputs, store=store, workload=workload, max_disk="2x", executor=args.executor)
-    marker.write_text("made by `subzero demo`, which rebuilds this store on every run\n")
+    run = _run_with_progress(args, wf, inputs, store=store, workload=workload, max_disk="2x", executor=args.executor,
+                             overwrite=ours, made_by=DEMO)
     shape = "x".join(map(str, inputs["exposure_1"].shape))
     print(f"ran the astronomy workflow ({len(run.strategies)} operators, {shape} exposures) on {args.executor} "
           f"in {time.perf_counter() - start:.1f} s into {run.path}")
@@ -563,6 +615,11 @@ def cmd_info(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.name == "faults":
+        from subzero.bench.faults import run_faults
+
+        doc = run_faults(args.out or "benchmarks/results/faults", quick=args.quick)
+        return 0 if doc["ok"] else 1
     from subzero.bench import main as bench_main
 
     return bench_main(args.name, quick=args.quick, out_dir=args.out or f"benchmarks/results/{args.name}")
@@ -610,6 +667,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workload", help="JSON file of sample queries for the optimizer")
     run.add_argument("--quick", action="store_true",
                      help="small inputs (built-in workflows; a file's build() must take a 'quick' parameter)")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the run a crash or failure left in --store (the same workflow, inputs and "
+                          "options): committed nodes are kept, the others run")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the run in --store (a store subzero made that no live run is writing)")
     run.set_defaults(func=cmd_run)
 
     query = sub.add_parser("query", parents=[common], help="backward or forward lineage of cells of a stored run")
@@ -705,11 +767,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", parents=[common],
                            help="reproduce the paper's experiments side by side with baselines")
-    bench.add_argument("name", choices=["astronomy", "genomics", "micro"])
+    bench.add_argument("name", choices=["astronomy", "genomics", "micro", "faults"])
     bench.add_argument("--quick", action="store_true", help="small sizes: under two minutes")
     bench.add_argument("--out", help="output directory (default benchmarks/results/NAME)")
     bench.set_defaults(func=cmd_bench)
     return parser
+
+
+#: options whose value may start with "-" (a negative cell or a negative budget is refused by the
+#: option itself, with its own message, not by argparse as "expected one argument")
+_VALUE_OPTIONS = ("--cells", "--box", "--max-disk", "--max-runtime", "--tile", "--set")
+
+
+def _attach_negative_values(argv: list[str]) -> list[str]:
+    """``--cells -1,0`` -> ``--cells=-1,0``: argparse reads a value starting with "-" as an option.
+
+    Examples
+    --------
+    >>> _attach_negative_values(["query", "--cells", "-1,0", "--max-disk", "-5MB", "-v"])
+    ['query', '--cells=-1,0', '--max-disk=-5MB', '-v']
+    """
+    out: list[str] = []
+    k = 0
+    while k < len(argv):
+        item = argv[k]
+        if item in _VALUE_OPTIONS and k + 1 < len(argv) and re.match(r"^-[\d.]", argv[k + 1]):
+            out.append(f"{item}={argv[k + 1]}")
+            k += 2
+            continue
+        out.append(item)
+        k += 1
+    return out
 
 
 def _one_line(exc: BaseException) -> str:
@@ -722,7 +810,7 @@ def main(argv: list[str] | None = None) -> int:
     141 when stdout's reader went away, as in ``subzero query ... | head``)."""
     from subzero.progress import configure_logging
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
     configure_logging(args.verbose, args.quiet)
     if args.verbose < 2:
         import warnings

@@ -8,14 +8,23 @@ only, O(tiles) per node, never cells.
 
 When the optimizer chooses strategies (a workload or a budget is given and not every
 node is pinned), the run has two phases: first every node is computed without lineage
-and profiled on sample tiles; the integer program then picks strategies; second, only
-the nodes that store lineage re-run their tiles to capture it.  The first phase is the
-workflow's own cost, the base of relative runtime budgets.
+and profiled on sample tiles; the integer program then picks strategies (the plan is
+written to the catalog); second, only the nodes that store lineage re-run their tiles
+to capture it.  The first phase is the workflow's own cost, the base of relative
+runtime budgets.
+
+A run killed or failed part way is continued with ``resume=True``: once the workflow,
+its operators, settings and inputs are checked to be the same (`subzero.fingerprint`),
+the committed nodes are kept (arrays, lineage, catalog entries) and everything else the
+run left is removed; then the remaining nodes run.  A two-phase run killed before its
+plan was written computes its operators again; one killed after keeps the plan and the
+first phase's arrays and captures the lineage of the nodes not committed yet.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import os
 from dataclasses import replace
 import pickle
@@ -28,6 +37,7 @@ import numpy as np
 
 from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, RunRecord
 from subzero.errors import StoreError, SubZeroError, WorkflowError
+from subzero.fingerprint import array_digest, combine_digests, differences, run_fingerprint
 from subzero.inputs_check import check_input_array
 from subzero.modes import Strategy
 from subzero.operator import Operator
@@ -39,6 +49,8 @@ from subzero.store import FileStore
 from subzero.store.arrays import ExternalArray, write_array
 from subzero.tiling import Elementwise, Tile, Whole, default_chunks, tile_grid, tile_lens
 from subzero.workflow import Node, Workflow
+
+log = logging.getLogger(__name__)
 
 __all__ = ["execute", "LocalExecutor", "make_executor", "bind_shapes", "node_tiles", "node_chunks"]
 
@@ -181,35 +193,103 @@ class _Execution:
 
     def __init__(self, wf: Workflow, store: FileStore, catalog: RunRecord, runner, tile_shape,
                  max_disk: float | None, progress: Reporter):
-        self.wf, self.store, self.catalog, self.runner = wf, store, catalog, runner
+        self.wf, self.store, self.catalog = wf, store, catalog
+        self._runner = runner  # an executor, or a function making one when it is first needed
         self.tile_shape, self.progress = tile_shape, progress
         self.disk_left = max_disk
         self.arrays: dict[str, ArrayRecord] = {}
 
+    @property
+    def runner(self):
+        """The executor (a Spark session starts only when a task has to run; the catalog then
+        records its master, as the session has it)."""
+        if callable(self._runner) and not hasattr(self._runner, "map_tiles"):
+            self._runner = self._runner()
+            self.catalog = _replace(self.catalog, master=getattr(self._runner, "master", None))
+        return self._runner
+
+    def ref(self, name: str):
+        """The stored array of a committed (or computed) node, checked against its metadata checksum."""
+        record = self.arrays.get(name)
+        return self.store.array(name, record.meta_xxh3 if record is not None else None)
+
     # -- inputs ---------------------------------------------------------------------------
     def save_input(self, node: Node, value, metadata: dict | None = None) -> None:
+        """Store an input, tile by tile, digesting its tiles as they are written; commit it."""
         shape = tuple(int(n) for n in value.shape)
         chunks = default_chunks(shape)
         ref = self.store.array(node.name)
         if isinstance(value, ExternalArray):  # the executor's tasks copy it, tile by tile
-            op = _Source()
-            op.input_shapes, op.output_shape = (shape,), shape
-            task = NodeTask(node.name, op, (value,), output=ref, chunks=chunks)
-            self._run(task, tile_grid(shape, tuple(range(len(shape))), chunks))
-            ref.commit(shape, str(value.dtype), chunks)
+            metas, _ = self._run(self._source_task(node, value, chunks, ref), _input_tiles(shape, chunks))
+            digests = [m.digest for m in sorted(metas, key=lambda m: m.tile.index)]
+            meta_xxh3 = ref.commit(shape, str(value.dtype), chunks)
         else:
             self.progress.node_started(node.name, 1)
-            write_array(ref, value, chunks)
+            digests = []
+            write_array(ref, value, chunks, digests=digests)
+            meta_xxh3 = _meta_checksum(ref)
             self.progress.node_finished(node.name)
         dtype = str(value.dtype)
-        self.arrays[node.name] = _array_record(shape, dtype, chunks)
+        self.arrays[node.name] = _array_record(shape, dtype, chunks, meta_xxh3)
+        fingerprint = {**self.catalog.fingerprint, f"input:{node.name}": combine_digests(shape, dtype, digests)}
+        self.catalog = _replace(self.catalog, fingerprint=fingerprint)
         self._commit_record(NodeRecord(node.name, "input", self.arrays[node.name], metadata=dict(metadata or {})))
+
+    def _source_task(self, node: Node, value: ExternalArray, chunks, output) -> NodeTask:
+        op = _Source()
+        shape = tuple(int(n) for n in value.shape)
+        op.input_shapes, op.output_shape = (shape,), shape
+        return NodeTask(node.name, op, (value,), output=output, chunks=chunks, digest=True)
+
+    def input_digest(self, node: Node, value) -> str:
+        """The digest of an input as `save_input` computes it, without storing anything."""
+        shape = tuple(int(n) for n in value.shape)
+        chunks = default_chunks(shape)
+        if not isinstance(value, ExternalArray):
+            return array_digest(value, chunks)
+        metas = self.runner.map_tiles(self._source_task(node, value, chunks, None), _input_tiles(shape, chunks))
+        return combine_digests(shape, value.dtype, [m.digest for m in sorted(metas, key=lambda m: m.tile.index)])
+
+    # -- resuming -----------------------------------------------------------------------------
+    def prepare_resume(self, arrays: dict[str, Any], clean: bool = True) -> None:
+        """Continue the stored run: check its inputs are the ones given, remove what it did not
+        commit (unless not ``clean``: a finished run is left as it is), and take its committed
+        nodes (arrays, stored operators) as this run's."""
+        catalog = self.catalog
+        differ = []
+        for node in self.wf.inputs:
+            record = catalog.nodes.get(node.name)
+            if record is None:
+                continue
+            value = arrays[node.name]
+            same_layout = tuple(int(n) for n in value.shape) == record.shape and str(value.dtype) == record.dtype
+            if not same_layout or self.input_digest(node, value) != catalog.fingerprint.get(f"input:{node.name}"):
+                differ.append(f"input {node.name!r} (its values, shape or dtype)")
+        if differ:
+            raise StoreError(_not_the_same(self.store, differ))
+        pending = (catalog.optimizer or {}).get("pending") or {}
+        if clean:
+            removed = self.store.remove_uncommitted_nodes(set(catalog.nodes), set(pending))
+            log.info("resuming %s: %d committed node(s) kept, %d leftover(s) removed", self.store.url,
+                     len(catalog.nodes), removed)
+        for node in self.wf.nodes:
+            record = catalog.nodes.get(node.name)
+            if record is not None:
+                self.arrays[node.name] = record.array
+            elif node.name in pending:
+                self.arrays[node.name] = ArrayRecord.from_dict(pending[node.name]["array"])
+            else:
+                continue
+            if not node.is_input:  # the operator that made the stored array (bound, with its run state)
+                node.operator = self.store.load_operator(node.name)
+        if self.disk_left is not None:
+            self.disk_left -= sum(sum(r.stats.bytes.values()) for r in catalog.nodes.values() if r.stats)
 
     # -- operators ----------------------------------------------------------------------------
     def task(self, node: Node, strategies: tuple[str, ...], write_output: bool) -> NodeTask:
         op = node.operator
         stored = tuple(s for s in strategies if Strategy.parse(s).stored)
-        return NodeTask(node.name, op, tuple(self.store.array(i.name) for i in node.inputs), stored,
+        return NodeTask(node.name, op, tuple(self.ref(i.name) for i in node.inputs), stored,
                         output=self.store.array(node.name) if write_output else None,
                         chunks=node_chunks(op, self.tile_shape), location=self.store.location,
                         shard_dirs=tuple((s, self.store.shard_directory(node.name, s)) for s in stored))
@@ -243,9 +323,9 @@ class _Execution:
         wall = time.perf_counter() - start
         shape, dtype, chunks = _agreed(node, metas)
         op.output_shape = shape
-        self.store.array(node.name).commit(shape, dtype, chunks)
+        meta_xxh3 = self.store.array(node.name).commit(shape, dtype, chunks)
         self.store.save_operator(node.name, dump_operator(op, node.name))
-        self.arrays[node.name] = _array_record(shape, dtype, chunks)
+        self.arrays[node.name] = _array_record(shape, dtype, chunks, meta_xxh3)
         return metas, wall
 
     def capture(self, node: Node, strategies: tuple[str, ...]) -> tuple[list[TileMeta], float]:
@@ -253,8 +333,12 @@ class _Execution:
         return self._run(self.task(node, strategies, write_output=False), node_tiles(node.operator, self.tile_shape))
 
     def commit(self, node: Node, strategies: tuple[str, ...], metas: list[TileMeta], wall: float,
-               extra: dict | None = None) -> NodeRecord:
-        """Commit the node: the manifest of its shards (within the disk budget), then its catalog entry."""
+               extra: dict | None = None, measured: dict | None = None) -> NodeRecord:
+        """Commit the node: the manifest of its shards (within the disk budget), then its catalog entry.
+
+        ``measured`` (`_measured` of the tiles that computed the node) stands in for ``metas``
+        in the statistics of a node whose lineage was not captured in this pass.
+        """
         op = node.operator
         stored = [s for s in strategies if Strategy.parse(s).stored]
         shards = {s: tuple(sorted((m.shards[s] for m in metas), key=lambda r: r.tile)) for s in stored}
@@ -272,10 +356,11 @@ class _Execution:
         kept_sizes = {s: v for s, v in sizes.items() if s not in dropped}
         if self.disk_left is not None:
             self.disk_left -= sum(kept_sizes.values())
+        measured = measured or _measured(metas, wall)
         stats = NodeStats(
-            tiles=len(metas), wall_seconds=wall, op_seconds=sum(m.op_seconds for m in metas),
-            lineage_seconds=sum(m.lineage_seconds for m in metas),
-            write_seconds=sum(m.write_seconds for m in metas) + time.perf_counter() - start,
+            tiles=measured["tiles"], wall_seconds=wall, op_seconds=measured["op_seconds"],
+            lineage_seconds=measured["lineage_seconds"],
+            write_seconds=measured["write_seconds"] + time.perf_counter() - start,
             bytes=kept_sizes, keys={s: sum(r.keys for r in shards[s]) for s in kept_sizes},
             encode_seconds={s: sum(r.encode_seconds for r in shards[s]) for s in kept_sizes},
             pairs={s: (sum(r.pairs for r in shards[s]), sum(r.out_cells for r in shards[s]),
@@ -325,8 +410,31 @@ class _Execution:
         return dropped
 
 
-def _array_record(shape, dtype: str, chunks) -> ArrayRecord:
-    return ArrayRecord(tuple(shape), dtype, tuple(chunks), int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+def _array_record(shape, dtype: str, chunks, meta_xxh3: str | None = None) -> ArrayRecord:
+    return ArrayRecord(tuple(shape), dtype, tuple(chunks), int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize,
+                       meta_xxh3)
+
+
+def _meta_checksum(ref) -> str:
+    import xxhash
+
+    return xxhash.xxh3_64_hexdigest(ref.location.read_bytes(ref.path, "zarr.json"))
+
+
+def _input_tiles(shape: tuple[int, ...], chunks: tuple[int, ...]) -> list[Tile]:
+    return tile_grid(shape, tuple(range(len(shape))), chunks)
+
+
+def _measured(metas: list[TileMeta], wall: float) -> dict[str, float]:
+    """What a node's tiles measured, summed (kept in the plan for the nodes phase 2 does not re-run)."""
+    return {"tiles": len(metas), "wall": wall, "op_seconds": sum(m.op_seconds for m in metas),
+            "lineage_seconds": sum(m.lineage_seconds for m in metas),
+            "write_seconds": sum(m.write_seconds for m in metas)}
+
+
+def _not_the_same(store: FileStore, differ: list[str]) -> str:
+    return (f"cannot resume the run in {store.url!r}: this run differs from the stored one in {'; '.join(differ)}. "
+            "Run it into a new store, or replace the old one with overwrite=True (--overwrite)")
 
 
 def _agreed(node: Node, metas: list[TileMeta]) -> tuple[tuple[int, ...], str, tuple[int, ...]]:
@@ -342,19 +450,24 @@ def _agreed(node: Node, metas: list[TileMeta]) -> tuple[tuple[int, ...], str, tu
 
 def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_runtime=None,
             workload=None, executor="spark", spark=None, tile_shape=None, overwrite: bool = False,
-            progress: Reporter | None = None, input_metadata: dict | None = None):
-    """Run ``wf`` on ``inputs`` into a new ``store``; see `Workflow.run`."""
+            resume: bool = False, progress: Reporter | None = None, input_metadata: dict | None = None,
+            made_by: str | None = None):
+    """Run ``wf`` on ``inputs`` into a new ``store`` (or continue the run in it: ``resume``);
+    see `Workflow.run`.  ``made_by`` is kept in the store's marker (``subzero demo``)."""
     from subzero.optimizer.budgets import parse_disk_budget, parse_runtime_budget
     from subzero.optimizer.workload import parse_workload
     from subzero.run import Run
     from subzero.store.location import resolve
 
     progress = progress or Reporter()
+    if overwrite and resume:
+        raise WorkflowError("give resume=True (continue the run in the store) or overwrite=True (replace it), "
+                            "not both")
     arrays = _check_inputs(wf, inputs)
     input_metadata = _check_metadata(wf, input_metadata)
     pinned = resolve_pinned(wf, strategies)
-    queries = parse_workload(wf, workload)
     _check_tile_shape(tile_shape)
+    queries = parse_workload(wf, workload, static_shapes(wf, arrays))
     input_bytes = int(sum(int(np.prod(a.shape, dtype=np.int64)) * a.dtype.itemsize for a in arrays.values()))
     disk_budget = parse_disk_budget(max_disk, input_bytes)
     parse_runtime_budget(max_runtime, 1.0)  # reject a malformed budget before anything runs
@@ -363,35 +476,80 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
     operators = [n for n in wf.nodes if not n.is_input]
     optimized = bool(queries or max_disk is not None or max_runtime is not None) and \
         any(n.name not in pinned for n in operators)
+    settings = {"tile_shape": list(tile_shape) if isinstance(tile_shape, tuple) else tile_shape,
+                "pinned": {k: list(v) for k, v in sorted(pinned.items())}, "workload": workload,
+                "max_disk": max_disk, "max_runtime": max_runtime}
+    fingerprint = run_fingerprint(wf, settings)
     catalog = RunRecord(
-        workflow=wf.to_dict(), created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        workflow=wf.to_dict(), created=_now(),
         executor=executor, tile_shape=list(tile_shape) if isinstance(tile_shape, tuple) else tile_shape,
         pinned={k: list(v) for k, v in pinned.items()}, input_bytes=input_bytes,
         workload=workload if isinstance(workload, list) else None,
-        budgets={"max_disk": max_disk, "max_runtime": max_runtime})
-    fs = FileStore.create(location, catalog, overwrite=overwrite)  # exclusive: before Spark starts
+        budgets={"max_disk": max_disk, "max_runtime": max_runtime}, fingerprint=fingerprint)
+    # exclusive, before Spark starts: a second writer is refused at once
+    if resume:
+        fs, stored = FileStore.resume(location, catalog, made_by)
+    else:
+        fs, stored = FileStore.create(location, catalog, overwrite=overwrite, made_by=made_by), None
     try:
-        runner = make_executor(executor, spark)
-        run = _Execution(wf, fs, catalog, runner, tile_shape, disk_budget, progress)
-        run.catalog = _replace(run.catalog, master=getattr(runner, "master", None))  # the session's, as it is
+        if stored is not None:
+            if not stored.fingerprint:
+                raise StoreError(f"cannot resume the run in {fs.url!r}: its catalog has no fingerprint (it was "
+                                 "made by an older subzero); replace it with overwrite=True (--overwrite)")
+            differ = differences(stored.fingerprint, fingerprint)
+            if differ:
+                raise StoreError(_not_the_same(fs, differ))
+        run = _Execution(wf, fs, stored or catalog, lambda: make_executor(executor, spark), tile_shape, disk_budget,
+                         progress)
         started = time.perf_counter()
+        if stored is not None:
+            run.prepare_resume(arrays, clean=stored.status != "done")
+            if stored.status == "done":  # nothing left to do
+                return Run(FileStore.open(location), wf)
+            run.catalog = _replace(run.catalog, status="running", resumed=[*run.catalog.resumed, _now()])
+            fs.write_catalog(run.catalog)
         try:
             for node in wf.inputs:
-                run.save_input(node, arrays[node.name], input_metadata.get(node.name))
+                if node.name not in run.catalog.nodes:
+                    run.save_input(node, arrays[node.name], input_metadata.get(node.name))
             if optimized:
                 _two_phase(run, operators, pinned, queries, max_runtime)
             else:
                 for node in operators:
+                    if node.name in run.catalog.nodes:
+                        continue  # committed before the run was resumed
                     chosen = pinned.get(node.name) or default_strategies(node)
                     metas, wall = run.compute(node, chosen)
                     run.commit(node, chosen, metas, wall, {"reason": "pinned" if node.name in pinned else "default"})
         except BaseException:
-            fs.write_catalog(_replace(run.catalog, status="failed"))
+            try:
+                fs.write_catalog(_replace(run.catalog, status="failed"))
+            except OSError:  # the store itself failed (disk full, gone): the error that did it is the one to show
+                pass
             raise
         fs.write_catalog(_replace(run.catalog, status="done", wall_seconds=time.perf_counter() - started))
     finally:
         fs.close()
     return Run(FileStore.open(location), wf)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def static_shapes(wf: Workflow, arrays: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The shapes known before anything runs: the inputs', and those operators infer from them."""
+    shapes = {name: tuple(int(n) for n in a.shape) for name, a in arrays.items()}
+    for node in wf.nodes:
+        if node.is_input or any(i.name not in shapes for i in node.inputs):
+            continue
+        try:
+            shape = node.operator.infer_output_shape(tuple(shapes[i.name] for i in node.inputs))
+        except Exception:  # a mismatch is reported, with its node, when the node is bound
+            continue
+        if shape is not None:
+            shapes[node.name] = tuple(int(n) for n in shape)
+    return shapes
 
 
 def _replace(record: RunRecord, **changes) -> RunRecord:
@@ -435,6 +593,30 @@ def _check_tile_shape(tile_shape) -> None:
 
 
 def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runtime) -> None:
+    """Phase 1 and the plan (unless a resumed run's catalog holds them), then phase 2 for
+    every node not committed yet."""
+    pending = (run.catalog.optimizer or {}).get("pending")
+    if pending is None:
+        pending = _plan(run, operators, pinned, queries, max_runtime)
+    for node in operators:
+        if node.name in run.catalog.nodes:
+            continue  # committed before the run was resumed
+        item = pending[node.name]
+        chosen = tuple(item["strategies"])
+        stored = tuple(s for s in chosen if Strategy.parse(s).stored)
+        if stored:
+            metas, wall = run.capture(node, stored)
+            measured = None
+        else:
+            metas, wall, measured = [], item["measured"]["wall"], item["measured"]
+        run.commit(node, chosen, metas, wall, dict(item["extra"]), measured=measured)
+    optimizer = {k: v for k, v in (run.catalog.optimizer or {}).items() if k != "pending"}
+    run.catalog = _replace(run.catalog, optimizer=optimizer)
+
+
+def _plan(run: _Execution, operators: list[Node], pinned, queries, max_runtime) -> dict[str, dict]:
+    """Phase 1 (every node computed without lineage and profiled), then the integer program;
+    the plan goes to the catalog before phase 2 starts, so a resumed run keeps it."""
     from subzero.optimizer.budgets import parse_runtime_budget
     from subzero.optimizer.calibrate import profile_node
     from subzero.optimizer.plan import optimize
@@ -443,7 +625,7 @@ def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runt
     for node in operators:
         metas, wall = run.compute(node, ())
         base += wall
-        computed[node.name] = (metas, wall)
+        computed[node.name] = _measured(metas, wall)
         start = time.perf_counter()
         profiles[node.name] = profile_node(run.task(node, (), write_output=False),
                                            node_tiles(node.operator, run.tile_shape),
@@ -457,24 +639,26 @@ def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runt
     except WorkflowError as exc:  # pins alone break a budget: plan the rest, pins fall back at commit
         plan, problem = optimize(run.wf, profiles, queries, run.disk_left, runtime_budget, {})
         over_budget = str(exc)
+    pending = {}
+    for node in operators:
+        chosen = pinned.get(node.name) or tuple(plan.chosen.get(node.name, ("BlackBox",)))
+        predicted = {c.strategy: {"disk": c.disk, "runtime": c.runtime, "query": dict(c.query_cost)}
+                     for c in problem.candidates if c.node == node.name}
+        pending[node.name] = {
+            "strategies": list(chosen), "measured": computed[node.name],
+            "array": run.arrays[node.name].to_dict(),
+            "extra": {"reason": "pinned" if node.name in pinned else plan.reasons.get(node.name, ""),
+                      "predicted": predicted, "profile": profiles[node.name].to_dict(),
+                      "pruned": {s: why for (n, s), why in plan.pruned.items() if n == node.name},
+                      "compute_seconds": computed[node.name]["wall"]}}
     run.catalog = _replace(run.catalog, optimizer={
         "base_seconds": base, "calibration_seconds": calibration, "solve_seconds": plan.solve_seconds,
         "objective": plan.objective, "status": plan.status, "max_disk_bytes": run.disk_left,
         "max_runtime_seconds": runtime_budget, "predicted_disk": plan.disk, "predicted_runtime": plan.runtime,
-        "pins_over_budget": over_budget,
+        "pins_over_budget": over_budget, "pending": pending,
     })
-    for node in operators:
-        chosen = pinned.get(node.name) or tuple(plan.chosen.get(node.name, ("BlackBox",)))
-        stored = tuple(s for s in chosen if Strategy.parse(s).stored)
-        metas, wall = run.capture(node, stored) if stored else computed[node.name]
-        predicted = {c.strategy: {"disk": c.disk, "runtime": c.runtime, "query": dict(c.query_cost)}
-                     for c in problem.candidates if c.node == node.name}
-        run.commit(node, chosen, metas, wall, {
-            "reason": "pinned" if node.name in pinned else plan.reasons.get(node.name, ""), "predicted": predicted,
-            "profile": profiles[node.name].to_dict(),
-            "pruned": {s: why for (n, s), why in plan.pruned.items() if n == node.name},
-            "compute_seconds": computed[node.name][1],
-        })
+    run.store.write_catalog(run.catalog)
+    return pending
 
 
 def _candidates(node: Node, pinned: dict[str, tuple[str, ...]]) -> list[str]:

@@ -385,15 +385,14 @@ class _Replayer:
             raise WorkflowError(f"node {node.name!r} ({type(op).__name__}): run() returned dtype {dtype} on replay, "
                                 f"{old_record.dtype} in the run; an operator must return one dtype for every tile")
         ref = self.fs.array(node.name)
-        if whole:
-            ref.commit(shape, dtype, chunks)
+        meta_xxh3 = ref.commit(shape, dtype, chunks) if whole else None
         ref.forget()
         self.fs.save_operator(node.name, dump_operator(op, node.name))
         new_manifest = self._manifest(node, op, manifest, stored, metas, whole)
         self.fs.write_manifest(new_manifest)
         self.fs.remove_uncommitted(node.name, new_manifest)
         record = self._record(old_record, new_manifest, shape, dtype, chunks, len(chosen), len(tiles),
-                              time.perf_counter() - start)
+                              time.perf_counter() - start, meta_xxh3)
         self.commit(record)
         if shape != tuple(old_record.shape):
             changed = Frontier.full(shape)
@@ -428,13 +427,15 @@ class _Replayer:
 
     @staticmethod
     def _record(old: NodeRecord, manifest: Manifest, shape, dtype: str, chunks, rerun: int, tiles: int,
-                seconds: float) -> NodeRecord:
+                seconds: float, meta_xxh3: str | None = None) -> NodeRecord:
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         layout = (tuple(shape), str(dtype), tuple(chunks))
         if layout == (tuple(old.array.shape), str(old.array.dtype), tuple(old.array.chunks)):
             array = old.array  # the same layout: the same array metadata (and whatever the record says of it)
+            if meta_xxh3 is not None and meta_xxh3 != old.array.meta_xxh3:
+                array = replace(array, meta_xxh3=meta_xxh3)
         else:
-            array = ArrayRecord(tuple(shape), dtype, tuple(chunks), nbytes)
+            array = ArrayRecord(tuple(shape), dtype, tuple(chunks), nbytes, meta_xxh3)
         stats = old.stats
         if stats is not None:
             recs = manifest.shards
@@ -532,6 +533,7 @@ def replay(run: "Run", patches: "Patch | list[Patch]", store, executor: str = "l
         raise StoreError(f"replay writes a new store; {location.url!r} is the run it replays")
     record = replace(run.catalog, created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                      status="running", nodes={}, wall_seconds=None, executor=executor, master=None,
+                     fingerprint={},  # not the old run's: a replayed store is not resumed as that run
                      replayed_from={"store": run.path, "created": run.catalog.created})
     fs = FileStore.create(location, record)
     inputs: dict[str, tuple[int, int]] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -24,6 +25,8 @@ from subzero.workflow import Node, Workflow
 
 __all__ = ["Run", "open_run", "RESULT_FORMS", "Uncommitted"]
 
+logger = logging.getLogger(__name__)
+
 #: what ``as_`` may ask a query to return
 RESULT_FORMS = ("coords", "boxes", "mask", "frontier")
 
@@ -45,6 +48,7 @@ class Run:
         self._manifests: dict[str, Manifest] = {}
         self._lock = threading.Lock()
         self.last_query: list[dict] = []
+        self._warned: set[str] = set()  # damaged lineage already reported
         for node in workflow.nodes:  # operators unpickled from the store know their shapes again
             if not node.is_input and node.name in self.record.nodes:
                 op = node.operator
@@ -93,8 +97,16 @@ class Run:
         return self.node_record(ref).shape
 
     def output(self, ref):
-        """The stored array of a node: a read-only Zarr array (slice it, or ``np.asarray`` it)."""
-        return self.store.array(self.node(ref).name).open()
+        """The stored array of a node, read-only (`subzero.store.StoredArray`): index it like a
+        numpy array (reading only the chunks the index covers) or ``np.asarray`` it; its
+        chunks' checksums are checked on every read (``.zarr`` gives the Zarr array)."""
+        from subzero.store.arrays import StoredArray
+
+        return StoredArray(self.array(self.node(ref).name))
+
+    def array(self, name: str):
+        """The `subzero.store.ArrayRef` of a committed node, checked against the catalog."""
+        return self.store.array(name, self.record.node(name).array.meta_xxh3)
 
     def frontier(self, ref, cells=None, box=None) -> Frontier:
         """The ``cells`` (or ``box``) of a node, checked, as the `Frontier` a query carries."""
@@ -137,7 +149,7 @@ class Run:
         return self.manifest(node).inline.get(strategy)
 
     def tile_task(self, node: Node) -> NodeTask:
-        return NodeTask(node.name, node.operator, tuple(self.store.array(n.name) for n in node.inputs))
+        return NodeTask(node.name, node.operator, tuple(self.array(n.name) for n in node.inputs))
 
     # -- queries ------------------------------------------------------------------------
     def backward(self, node, cells=None, to=None, using: dict | None = None, entire_array: bool = True,
@@ -290,6 +302,10 @@ class Run:
         except LookupTimeout:
             switched = True
             result = step(self, node, frontier, i, direction, "BlackBox", entire_array)
+        for problem in damaged:
+            if problem not in self._warned:  # once per damaged shard, not once per query
+                self._warned.add(problem)
+                logger.warning("%s; answering by re-running %s instead", problem, node.name)
         log.append({"node": node.name, "input": i, "direction": direction, "strategy": strategy,
                     "switched_to_blackbox": switched, "damaged_lineage": "; ".join(damaged) or None,
                     "cells_in": cells, "cells_out": result.estimate(), "seconds": time.perf_counter() - start,
@@ -425,7 +441,11 @@ def open_run(path: "str | os.PathLike", partial: bool = False) -> Run:
     except (KeyError, TypeError) as exc:
         raise StoreError(f"store {store.url!r} has a corrupt workflow description ({exc})") from exc
     missing = [n.name for n in wf.nodes if n.name not in catalog.nodes]
-    if missing and not partial:
+    if missing and catalog.status == "done":
         raise StoreError(f"store {store.url!r} is marked done but its catalog lacks node(s) {missing}; the store "
                          "is damaged: re-run the workflow")
+    orphans = [n.name for n in wf.nodes if n.name in catalog.nodes and any(i.name not in catalog.nodes for i in n.inputs)]
+    if orphans:  # nodes commit after their inputs: anything else is a damaged catalog
+        raise StoreError(f"store {store.url!r} has node(s) {orphans} committed without their inputs; the store is "
+                         "damaged: re-run the workflow")
     return Run(store, wf, catalog)

@@ -41,7 +41,8 @@ class NodeTask:
     ``inputs`` are the arrays the operator reads; ``output`` is where tiles are written
     (None when the output is already stored, or at query time); ``chunks`` is the
     output's chunk shape (None: derived from the shape once running tells it);
-    ``shard_dirs`` maps each stored strategy to its shard directory in ``location``.
+    ``shard_dirs`` maps each stored strategy to its shard directory in ``location``;
+    ``digest`` asks each tile for the digest of its values (an input's fingerprint).
     """
 
     node: str
@@ -52,6 +53,7 @@ class NodeTask:
     chunks: tuple[int, ...] | None = None
     location: Location | None = None
     shard_dirs: tuple[tuple[str, str], ...] = ()
+    digest: bool = False
 
     @property
     def shapes(self):
@@ -67,7 +69,8 @@ class TileMeta:
     """What a task sends back to the driver: small metadata, never cells.
 
     ``shape``/``dtype``/``chunks`` describe the output as this tile saw it (the driver
-    checks that every tile agrees); ``shards`` holds one record per stored strategy.
+    checks that every tile agrees); ``shards`` holds one record per stored strategy;
+    ``digest`` the `subzero.fingerprint.block_digest` of the tile's values when asked.
     """
 
     tile: Tile
@@ -80,6 +83,7 @@ class TileMeta:
     array_bytes: int = 0
     shards: dict[str, ShardRecord] = field(default_factory=dict)
     inline: dict[str, bytes] = field(default_factory=dict)
+    digest: str | None = None
 
 
 def modes_for(strategies) -> list[frozenset[Mode]]:
@@ -199,6 +203,10 @@ def run_tile(task: NodeTask, tile: Tile) -> TileMeta:
     shape = tuple(op.output_shape)
     chunks = task.chunks if task.chunks is not None else default_chunks(shape)
     meta = TileMeta(capture.tile, shape, str(capture.output.dtype), tuple(chunks), op_seconds=capture.op_seconds)
+    if task.digest:
+        from subzero.fingerprint import block_digest
+
+        meta.digest = block_digest(capture.output)
     write_start = time.perf_counter()
     if task.output is not None:
         meta.array_bytes = task.output.write_block(capture.tile.box, capture.output, shape, meta.chunks)

@@ -192,7 +192,7 @@ class Workflow:
     # -- running --------------------------------------------------------------------------
     def run(self, inputs: dict[str, Any], store, strategies=None, max_disk=None, max_runtime=None,
             workload=None, executor: str = "spark", spark=None, tile_shape=None, overwrite: bool = False,
-            progress=None, input_metadata: dict | None = None) -> "Run":
+            resume: bool = False, progress=None, input_metadata: dict | None = None) -> "Run":
         """Execute the workflow, record lineage, and return the `Run` to query.
 
         Parameters
@@ -218,6 +218,13 @@ class Workflow:
         overwrite : bool
             Replace a store subzero made (never a directory it did not make, nor one a
             live run is writing).
+        resume : bool
+            Continue the run a crash, a ``kill`` or a failure left in ``store``: its
+            committed nodes (arrays, lineage) are kept and only the others run.  Refused,
+            naming what differs, unless the workflow (its nodes, operators' code and
+            arguments), the settings (tile shape, strategies, workload, budgets) and the
+            inputs' values are those of the stored run.  A store with nothing to continue
+            (none yet, or empty) starts afresh; a finished run is returned as it is.
         progress : subzero.progress.Reporter, optional
             Told how the run advances (``node_started``, ``tiles_done``, ``node_finished``).
         input_metadata : dict, optional
@@ -233,8 +240,8 @@ class Workflow:
 
         return execute(self, inputs, store, strategies=strategies, max_disk=max_disk,
                        max_runtime=max_runtime, workload=workload, executor=executor,
-                       spark=spark, tile_shape=tile_shape, overwrite=overwrite, progress=progress,
-                       input_metadata=input_metadata)
+                       spark=spark, tile_shape=tile_shape, overwrite=overwrite, resume=resume,
+                       progress=progress, input_metadata=input_metadata)
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, nodes={list(self._nodes)})"

@@ -450,6 +450,83 @@ def test_docstring_examples():
     assert result.failed == 0 and result.attempted > 0
 
 
+# -- resume, overwrite, the demo's own store --------------------------------------------------------------------
+
+FLAKY_FLOW = """
+import os
+import numpy as np
+import subzero as sz
+from subzero import operators as ops
+
+
+class Flaky(ops.GaussianFilter):
+    def run(self, ctx, x):
+        if os.environ.get("SUBZERO_TEST_FAIL") and ctx.tile_box[0][0] > 0:
+            raise ArithmeticError("sensor overflow")
+        return super().run(ctx, x)
+
+
+def build():
+    wf = sz.Workflow("flaky")
+    b = wf.add(ops.GaussianFilter(1.0), wf.input("x"), name="blur")
+    wf.add(ops.Label(), wf.add(ops.Threshold(0.5), wf.add(Flaky(1.0), b, name="flaky"), name="bright"),
+           name="stars")
+    return wf, {"x": np.random.default_rng(0).random((40, 48))}
+"""
+
+
+def test_run_resume_and_overwrite(tmp_path, monkeypatch, capsys):
+    (tmp_path / "flow.py").write_text(FLAKY_FLOW)
+    base = ["run", str(tmp_path / "flow.py"), "--executor", "local", "--tile", "16", "--strategy", "stars=FullMany"]
+    assert main([*base, "--store", str(tmp_path / "clean")]) == 0
+    monkeypatch.setenv("SUBZERO_TEST_FAIL", "1")
+    assert main([*base, "--store", str(tmp_path / "s")]) == 2
+    assert "sensor overflow" in capsys.readouterr().err
+    monkeypatch.delenv("SUBZERO_TEST_FAIL")
+    assert main([*base, "--store", str(tmp_path / "s")]) == 2
+    assert "--resume" in capsys.readouterr().err  # the failed run's store says how to go on
+    assert main([*base, "--store", str(tmp_path / "s"), "--resume"]) == 0
+    assert "stored in" in capsys.readouterr().out
+    run, clean = sz.open_run(tmp_path / "s"), sz.open_run(tmp_path / "clean")
+    assert len(run.catalog.resumed) == 1
+    for node in ("blur", "flaky", "stars"):
+        np.testing.assert_array_equal(np.asarray(run.output(node)), np.asarray(clean.output(node)))
+    assert np.array_equal(run.backward("stars", [(20, 20)], to="x"), clean.backward("stars", [(20, 20)], to="x"))
+    done = run_cli("run", str(tmp_path / "flow.py"), "--executor", "local", "--store", str(tmp_path / "s"),
+                   "--resume", "--tile", "8")
+    one_line_error(done, "this run differs from the stored one in the run's settings")
+    assert main([*base, "--store", str(tmp_path / "s"), "--overwrite", "--strategy", "bright=FullOne"]) == 0
+    assert sz.open_run(tmp_path / "s").strategies["bright"] == ("FullOne/backward",)
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "thesis.tex").write_text("mine")
+    one_line_error(run_cli(*base[:2], "--executor", "local", "--store", str(tmp_path / "theirs"), "--overwrite"),
+                   "was not made by subzero")
+    assert (tmp_path / "theirs" / "thesis.tex").read_text() == "mine"
+
+
+def test_demo_rebuilds_its_own_store_after_a_crash(tmp_path, capsys):
+    from subzero.catalog import RunRecord
+    from subzero.cli import DEMO, _made_by_demo
+    from subzero.store import FileStore
+
+    killed = tmp_path / "demo"
+    store = FileStore.create(killed, RunRecord(workflow={"name": "astronomy", "nodes": []}, created="now",
+                                               executor="local"), made_by=DEMO)
+    store.close()
+    (killed / "arrays" / "half").mkdir()
+    (killed / ".writer").write_text('{"pid": 999999, "host": "%s", "started": "x"}' % __import__("socket").gethostname())
+    assert _made_by_demo(killed)
+    (tmp_path / "begun").mkdir()
+    (tmp_path / "begun" / ".writer").write_text("")  # killed as it took the store
+    assert _made_by_demo(tmp_path / "begun")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "catalog.json").write_text("{}")
+    assert not _made_by_demo(tmp_path / "other") and not _made_by_demo(tmp_path / "missing")
+    assert main(["demo", "--quick", "--executor", "local", "--store", str(killed)]) == 0
+    assert "backward: a star of" in capsys.readouterr().out
+    assert sz.open_run(killed).catalog.status == "done" and FileStore.made_by(killed) == DEMO
+
+
 # -- brush, replay, info, partial stores -------------------------------------------------------------
 
 def test_brush_from_the_command_line(own_data, capsys):

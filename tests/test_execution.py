@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
 
 import subzero as sz
 from subzero import operators as ops
+from subzero.store import FileStore
 
 
 def small_workflow() -> sz.Workflow:
@@ -197,6 +199,229 @@ def test_two_pass_operators_prepare_every_tile_then_combine_then_run(tmp_path):
     again = sz.open_run(tmp_path / "run")  # what combine kept is stored with the operator
     assert again.node("centred").operator._mean == pytest.approx(x.mean())
     assert len(again.backward("centred", [(0, 0)], to="x")) == 35  # all-to-all
+
+
+# -- resume ----------------------------------------------------------------------------------------------------------
+
+class Flaky(ops.GaussianFilter):
+    """Fails on its second row of tiles while ``SUBZERO_TEST_FAIL`` says so: the class's code and
+    arguments, so the run's fingerprint, stay the same."""
+
+    def run(self, ctx, x):
+        when = os.environ.get("SUBZERO_TEST_FAIL")
+        if when == "run" and ctx.tile_box[0][0] > 0:
+            raise ArithmeticError("sensor overflow")
+        return super().run(ctx, x)
+
+
+def resumable() -> sz.Workflow:
+    wf = sz.Workflow("resumable")
+    x = wf.input("x")
+    blur = wf.add(ops.GaussianFilter(1.0), x, name="blur")
+    flaky = wf.add(Flaky(1.0), blur, name="flaky")
+    bright = wf.add(ops.Threshold(0.5), flaky, name="bright")
+    wf.add(ops.Label(), bright, name="stars")
+    return wf
+
+
+PINS = {"flaky": "FullMany", "stars": ["PayOne", "FullOne"], "bright": "FullOne/forward"}
+
+
+def field(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).random((40, 48))
+
+
+def mtimes(path) -> dict[str, int]:
+    return {str(p.relative_to(path)): p.stat().st_mtime_ns for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def same_run(run, clean) -> None:
+    for name in ("x", "blur", "flaky", "bright", "stars"):
+        np.testing.assert_array_equal(np.asarray(run.output(name)), np.asarray(clean.output(name)))
+    cells = np.argwhere(np.asarray(clean.output("stars")) > 0)[:40]
+    want = clean.backward("stars", cells, to="x", using={n: "BlackBox" for n in clean.strategies})
+    for using in (None, {"stars": "PayOne", "flaky": "FullMany"}, {"stars": "FullOne"}):
+        if using and not all(sz.modes.Strategy.parse(s).name in run.strategies[n] for n, s in using.items()):
+            continue  # an optimized run chose other strategies
+        assert np.array_equal(run.backward("stars", cells, to="x", using=using), want)
+    using = {"bright": "FullOne/forward"} if "FullOne/forward" in run.strategies["bright"] else None
+    assert np.array_equal(run.forward("x", [(20, 20)], to="stars", using=using),
+                          clean.forward("x", [(20, 20)], to="stars"))
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory):
+    return resumable().run({"x": field()}, store=tmp_path_factory.mktemp("clean") / "s", executor="local",
+                           strategies=PINS, tile_shape=16)
+
+
+def failed_run(path, monkeypatch, when="run", **options):
+    monkeypatch.setenv("SUBZERO_TEST_FAIL", when)
+    with pytest.raises(sz.WorkflowError, match="sensor overflow"):
+        resumable().run({"x": field()}, store=path, executor="local", tile_shape=16, **options)
+    monkeypatch.delenv("SUBZERO_TEST_FAIL")
+
+
+def test_resume_keeps_the_committed_nodes_and_runs_the_rest(tmp_path, monkeypatch, clean_run):
+    path = tmp_path / "s"
+    failed_run(path, monkeypatch, strategies=PINS)
+    catalog = FileStore.open(path).read_catalog()
+    assert catalog.status == "failed" and set(catalog.nodes) == {"x", "blur"}
+    kept = {k: v for k, v in mtimes(path).items() if k.startswith(("arrays/x/", "arrays/blur/"))}
+    (path / "lineage" / "flaky" / "FullMany-backward" / "t000099-dead.mdb").parent.mkdir(parents=True, exist_ok=True)
+    (path / "lineage" / "flaky" / "FullMany-backward" / "t000099-dead.mdb").write_bytes(b"half")  # a killed task's
+    (path / "arrays" / "blur" / "c" / "0" / "0.ab12.tmp").write_bytes(b"half")  # a killed writer's temporary
+    run = resumable().run({"x": field()}, store=path, executor="local", strategies=PINS, tile_shape=16, resume=True)
+    assert run.catalog.status == "done" and len(run.catalog.resumed) == 1
+    assert {k: v for k, v in mtimes(path).items() if k in kept} == kept  # committed arrays were not rewritten
+    assert not list(path.rglob("*.tmp")) and not (path / "lineage" / "flaky" / "FullMany-backward" /
+                                                  "t000099-dead.mdb").exists()
+    same_run(run, clean_run)
+    same_run(sz.open_run(path), clean_run)  # and from another process's point of view
+
+
+def test_resume_refuses_another_workflow_settings_or_inputs_naming_what_differs(tmp_path, monkeypatch):
+    path = tmp_path / "s"
+    failed_run(path, monkeypatch, strategies=PINS)
+    before = mtimes(path)
+    other_sigma = resumable()
+    other_sigma.node("blur").operator.sigma = 2.0
+    cases = [
+        (resumable(), {"x": field(1)}, {"strategies": PINS, "tile_shape": 16}, "input 'x' (its values"),
+        (resumable(), {"x": field()[:, :40]}, {"strategies": PINS, "tile_shape": 16}, "input 'x'"),
+        (other_sigma, {"x": field()}, {"strategies": PINS, "tile_shape": 16}, "the operator of node 'blur'"),
+        (resumable(), {"x": field()}, {"strategies": PINS, "tile_shape": 8}, "the run's settings"),
+        (resumable(), {"x": field()}, {"strategies": {"stars": "PayOne"}, "tile_shape": 16}, "the run's settings"),
+        (small_workflow(), {"x": field()}, {}, "node 'crd' (not in the stored run)"),
+    ]
+    for wf, data, options, fragment in cases:
+        with pytest.raises(sz.StoreError, match="cannot resume the run in") as err:
+            wf.run(data, store=path, executor="local", resume=True, **options)
+        assert fragment in str(err.value) and "--overwrite" in str(err.value), str(err.value)
+    assert mtimes(path) == before  # a refused resume changes nothing
+    assert not (path / ".writer").exists()
+
+
+def test_resume_of_a_finished_run_returns_it_untouched(tmp_path, clean_run):
+    path = tmp_path / "s"
+    resumable().run({"x": field()}, store=path, executor="local", strategies=PINS, tile_shape=16)
+    before = {k: (p.read_bytes(), p.stat().st_mtime_ns) for k, p in ((str(p), p) for p in path.rglob("*"))
+              if p.is_file()}
+    run = resumable().run({"x": field()}, store=path, executor="local", strategies=PINS, tile_shape=16, resume=True)
+    same_run(run, clean_run)
+    after = {k: (p.read_bytes(), p.stat().st_mtime_ns) for k, p in ((str(p), p) for p in path.rglob("*"))
+             if p.is_file()}
+    assert after == before
+
+
+def test_resume_without_a_store_starts_one(tmp_path, clean_run):
+    run = resumable().run({"x": field()}, store=tmp_path / "new", executor="local", strategies=PINS, tile_shape=16,
+                          resume=True)
+    assert run.catalog.resumed == []
+    same_run(run, clean_run)
+    (tmp_path / "lock-only").mkdir()
+    (tmp_path / "lock-only" / ".writer").write_text('{"pid": 999999, "host": "nowhere", "started": "x"}')
+    resumable().run({"x": field()}, store=tmp_path / "lock-only", executor="local", strategies=PINS, tile_shape=16,
+                    resume=True)  # killed as it began: nothing to keep
+
+
+def test_resume_refuses_what_it_cannot_continue(tmp_path):
+    wf = resumable()
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "notes.txt").write_text("mine")
+    with pytest.raises(sz.StoreError, match="is not a store subzero made"):
+        wf.run({"x": field()}, store=tmp_path / "theirs", executor="local", resume=True)
+    with pytest.raises(sz.WorkflowError, match="not both"):
+        wf.run({"x": field()}, store=tmp_path / "s", executor="local", resume=True, overwrite=True)
+    live = FileStore.create(tmp_path / "live", sz.catalog.RunRecord(workflow={"name": "r", "nodes": []},
+                                                                    created="now", executor="local"))
+    with pytest.raises(sz.StoreError, match="being written by another run"):
+        wf.run({"x": field()}, store=tmp_path / "live", executor="local", resume=True)
+    live.close()
+    with pytest.raises(sz.StoreError, match="no fingerprint"):  # a store of an older subzero
+        wf.run({"x": field()}, store=tmp_path / "live", executor="local", resume=True)
+
+
+def test_resume_a_two_phase_run_killed_after_its_plan(tmp_path, monkeypatch, clean_run):
+    """Phase 2 failed: the resumed run keeps the plan and phase 1's arrays and operators, and
+    captures the lineage of the nodes not committed yet."""
+    path = tmp_path / "s"
+    options = {"strategies": {"stars": "PayOne"}, "max_disk": "1000x",
+               "workload": [{"direction": "backward", "node": "stars", "to": "x", "cells": [[20, 20]]}]}
+    from subzero import execution
+
+    real, captured = execution._Execution.capture, []
+
+    def capture_then_die(self, node, strategies):
+        captured.append(node.name)
+        if len(captured) == 2:
+            raise RuntimeError("killed in phase 2")
+        return real(self, node, strategies)
+
+    monkeypatch.setattr(execution._Execution, "capture", capture_then_die)
+    with pytest.raises(RuntimeError, match="killed in phase 2"):
+        resumable().run({"x": field()}, store=path, executor="local", tile_shape=16,
+                        **(options | {"strategies": {"stars": "PayOne", "flaky": "FullMany"}}))
+    monkeypatch.setattr(execution._Execution, "capture", real)
+    catalog = FileStore.open(path).read_catalog()
+    assert catalog.status == "failed" and "pending" in catalog.optimizer and captured[0] in catalog.nodes
+    arrays = {k: v for k, v in mtimes(path).items() if k.startswith("arrays/")}
+    run = resumable().run({"x": field()}, store=path, executor="local", tile_shape=16, resume=True,
+                          **(options | {"strategies": {"stars": "PayOne", "flaky": "FullMany"}}))
+    assert {k: v for k, v in mtimes(path).items() if k.startswith("arrays/")} == arrays  # phase 1 kept
+    assert "pending" not in run.catalog.optimizer and run.catalog.status == "done"
+    assert run.strategies["flaky"] == ("FullMany/backward",)
+    same_run(run, clean_run)
+
+
+def test_resume_a_two_phase_run_that_failed_before_its_plan(tmp_path, monkeypatch, clean_run):
+    path = tmp_path / "s"
+    options = {"strategies": {"stars": "PayOne"}, "max_disk": "20x"}
+    failed_run(path, monkeypatch, **options)
+    assert FileStore.open(path).read_catalog().optimizer is None
+    run = resumable().run({"x": field()}, store=path, executor="local", tile_shape=16, resume=True, **options)
+    assert run.catalog.optimizer["status"] and "pending" not in run.catalog.optimizer
+    same_run(run, clean_run)
+
+
+def test_resume_checks_zarr_inputs_through_the_tasks(tmp_path, monkeypatch, clean_run):
+    import zarr
+
+    source = zarr.create_array(str(tmp_path / "x.zarr"), shape=(40, 48), chunks=(16, 16), dtype="float64")
+    source[:] = field()
+    path = tmp_path / "s"
+    monkeypatch.setenv("SUBZERO_TEST_FAIL", "run")
+    with pytest.raises(sz.WorkflowError):
+        resumable().run({"x": zarr.open_array(str(tmp_path / "x.zarr"), mode="r")}, store=path, executor="local",
+                        tile_shape=16, strategies=PINS)
+    monkeypatch.delenv("SUBZERO_TEST_FAIL")
+    stored = FileStore.open(path).read_catalog().fingerprint["input:x"]
+    from subzero.fingerprint import array_digest
+    from subzero.tiling import default_chunks
+
+    assert stored == array_digest(field(), default_chunks((40, 48)))  # a Zarr input digests like numpy
+    changed = zarr.open_array(str(tmp_path / "x.zarr"), mode="r+")
+    changed[3, 3] = -1.0
+    with pytest.raises(sz.StoreError, match="input 'x'"):
+        resumable().run({"x": zarr.open_array(str(tmp_path / "x.zarr"), mode="r")}, store=path, executor="local",
+                        tile_shape=16, strategies=PINS, resume=True)
+    changed[3, 3] = field()[3, 3]
+    run = resumable().run({"x": zarr.open_array(str(tmp_path / "x.zarr"), mode="r")}, store=path, executor="local",
+                          tile_shape=16, strategies=PINS, resume=True)
+    same_run(run, clean_run)
+
+
+def test_resume_leaves_the_shards_of_a_damaged_manifest_alone(tmp_path, monkeypatch, clean_run):
+    path = tmp_path / "s"
+    failed_run(path, monkeypatch, strategies={**PINS, "blur": "FullOne"})
+    shards = sorted(p.name for p in (path / "lineage" / "blur").rglob("*.mdb"))
+    assert shards
+    manifest = path / "manifests" / "blur.json"
+    manifest.write_bytes(manifest.read_bytes()[:-1])  # damaged after it was committed
+    run = resumable().run({"x": field()}, store=path, executor="local", strategies={**PINS, "blur": "FullOne"},
+                          tile_shape=16, resume=True)
+    assert sorted(p.name for p in (path / "lineage" / "blur").rglob("*.mdb")) == shards
+    same_run(run, clean_run)  # the damaged lineage is re-executed
 
 
 def test_commit_keeps_one_attempt_per_tile_and_removes_the_others(tmp_path):

@@ -303,3 +303,18 @@ def test_a_remote_store_lock_names_its_holder(tmp_path):
         assert holder(loc) is None and not loc.exists(LOCK_NAME)
     finally:
         loc.remove()
+
+
+def test_a_lock_file_a_killed_writer_was_making_is_cleaned_up(tmp_path):
+    """A writer killed inside `_locked_file` leaves ``.writer.PID.THREAD.tmp``: the next run into the
+    store removes it once that pid is gone; a live racer's is left alone."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    dead = tmp_path / "s" / f"{LOCK_NAME}.{proc.pid}.1.tmp"
+    live = tmp_path / "s" / f"{LOCK_NAME}.{os.getppid()}.1.tmp"
+    dead.parent.mkdir()
+    dead.write_text("{}")
+    live.write_text("{}")
+    assert lock_mod.dead_temporaries(resolve(tmp_path / "s")) == [dead.name]
+    FileStore.create(tmp_path / "s", record()).close()  # the directory counts as empty, and is cleaned
+    assert not dead.exists() and live.exists()

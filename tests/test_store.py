@@ -5,6 +5,7 @@ keeps query statistics out of the store."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import os
 import pickle
 
@@ -98,9 +99,12 @@ def test_create_refuses_a_non_empty_directory_and_touches_nothing(tmp_path):
 def test_create_refuses_an_existing_run_unless_overwrite(store, tmp_path):
     store.close()
     before = tree(tmp_path / "s")
-    with pytest.raises(sz.StoreError, match="never overwritten"):
+    with pytest.raises(sz.StoreError, match=r"did not finish \(status 'running'\); continue it with resume=True"):
         FileStore.create(tmp_path / "s", record("other"))
     assert tree(tmp_path / "s") == before
+    FileStore.open(tmp_path / "s").write_catalog(replace(record(), status="done"))
+    with pytest.raises(sz.StoreError, match="never overwritten"):
+        FileStore.create(tmp_path / "s", record("other"))
     FileStore.create(tmp_path / "s", record("other"), overwrite=True).close()
     assert FileStore.open(tmp_path / "s").read_catalog().workflow["name"] == "other"
 

@@ -27,8 +27,13 @@ class Query:
     n_cells: int
 
 
-def parse_workload(wf: Workflow, workload) -> list[Query]:
-    """Validate a workload against ``wf``; raises `WorkflowError` naming the bad query."""
+def parse_workload(wf: Workflow, workload, shapes: dict[str, tuple[int, ...]] | None = None) -> list[Query]:
+    """Validate a workload against ``wf``; raises `WorkflowError` naming the bad query.
+
+    ``cells`` must be a list of integer coordinate lists of one rank; with ``shapes``
+    (node name -> shape, for the nodes whose shape is known before the run) they are
+    also checked against the shape of the query's node.
+    """
     if workload is None:
         return []
     if not isinstance(workload, (list, tuple)):
@@ -41,10 +46,38 @@ def parse_workload(wf: Workflow, workload) -> list[Query]:
         if item["direction"] not in DIRECTIONS:
             raise WorkflowError(f"workload query {k}: direction must be 'backward' or 'forward', "
                                 f"got {item['direction']!r}")
-        node, to = wf.node(item["node"]), wf.node(item["to"])
-        cells = item.get("cells") or [None]
-        queries.append(Query(item["direction"], node.name, to.name, max(len(cells), 1)))
+        try:
+            node, to = wf.node(item["node"]), wf.node(item["to"])
+        except WorkflowError as exc:
+            raise WorkflowError(f"workload query {k}: {exc}") from None
+        cells = item.get("cells")
+        n = 1 if cells is None else _check_cells(cells, k, node.name, (shapes or {}).get(node.name))
+        queries.append(Query(item["direction"], node.name, to.name, max(n, 1)))
     return queries
+
+
+def _check_cells(cells, k: int, node: str, shape: tuple[int, ...] | None) -> int:
+    """The number of cells of a workload query, once they are checked."""
+    import numpy as np
+
+    from subzero.cells import as_coords
+    from subzero.errors import LineageError
+
+    ok = isinstance(cells, (list, tuple)) and all(
+        isinstance(c, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in c) for c in cells)
+    if not ok or len({len(c) for c in cells}) > 1:
+        raise WorkflowError(f"workload query {k}: cells must be a list of integer coordinates of node {node!r}, "
+                            f"e.g. [[3, 4], [5, 6]], got {cells!r:.200}")
+    bad = next((c for c in cells for v in c if v < 0 or v >= 2**62), None)
+    if bad is not None:
+        raise WorkflowError(f"workload query {k}: cell {tuple(bad)} of node {node!r} is out of bounds; "
+                            f"coordinates count from 0{f' and stay below {tuple(shape)}' if shape else ''}")
+    if shape is None or not cells:
+        return len(cells)
+    try:
+        return len(as_coords(np.array(cells, dtype=np.int64), shape, f"node {node!r}"))
+    except LineageError as exc:
+        raise WorkflowError(f"workload query {k}: {exc}") from None
 
 
 def step_sizes(wf: Workflow, queries: list[Query], fan: Callable[[str, str, float], float]):

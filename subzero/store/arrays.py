@@ -30,7 +30,7 @@ import numpy as np
 from subzero.errors import StoreError
 from subzero.store.location import Location
 
-__all__ = ["ArrayRef", "ExternalArray", "write_array", "COMPRESSOR", "chunk_boxes"]
+__all__ = ["ArrayRef", "StoredArray", "ExternalArray", "write_array", "COMPRESSOR", "chunk_boxes"]
 
 #: chunk compression: "none", "lz4" (Blosc LZ4, byte shuffle) or "zstd" (level 1); see the README
 COMPRESSOR = os.environ.get("SUBZERO_COMPRESSOR", "lz4")
@@ -162,10 +162,14 @@ class ArrayRef:
         The store's root.
     path : str
         The array's directory under the root, e.g. ``"arrays/blur"``.
+    meta_xxh3 : str, optional
+        The xxh3-64 checksum of its ``zarr.json`` as committed (from the catalog): when
+        given, metadata that does not match is a `StoreError`, never a wrong shape.
     """
 
     location: Location
     path: str
+    meta_xxh3: str | None = None
 
     @property
     def url(self) -> str:
@@ -204,11 +208,20 @@ class ArrayRef:
         return written
 
     def commit(self, shape: tuple[int, ...], dtype: str, chunks: tuple[int, ...],
-               compressor: str = COMPRESSOR) -> None:
-        """Write the array's metadata: from now on it opens as a Zarr array."""
+               compressor: str = COMPRESSOR) -> str:
+        """Write the array's metadata: from now on it opens as a Zarr array.  Returns the
+        metadata's xxh3-64 checksum (kept in the catalog, see ``meta_xxh3``)."""
+        import xxhash
+
         self.forget()
         self.location.makedirs(self.path)
-        self.location.write_bytes(_metadata(tuple(shape), tuple(chunks), dtype, compressor), self.path, "zarr.json")
+        meta = _metadata(tuple(shape), tuple(chunks), dtype, compressor)
+        self.location.write_bytes(meta, self.path, "zarr.json")
+        return xxhash.xxh3_64_hexdigest(meta)
+
+    def checked(self, meta_xxh3: str | None) -> "ArrayRef":
+        """This array, read only if its metadata matches ``meta_xxh3``."""
+        return ArrayRef(self.location, self.path, meta_xxh3)
 
     # -- reading ----------------------------------------------------------------------------
     def open(self):
@@ -220,6 +233,7 @@ class ArrayRef:
             return arr
         import zarr
 
+        self.layout()  # the metadata checked against the catalog first
         try:
             if self.location.is_local:
                 from zarr.storage import LocalStore
@@ -273,7 +287,7 @@ class ArrayRef:
 
     def layout(self) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype, str | None]:
         """(shape, chunks, dtype, pipeline) from the array's ``zarr.json``, read once per process."""
-        key = (self.location.url, self.path, "layout")
+        key = (self.location.url, self.path, "layout", self.meta_xxh3)
         with _OPEN_LOCK:
             got = _OPEN.get(key)
         if got is not None:
@@ -281,7 +295,14 @@ class ArrayRef:
         import json
 
         try:
-            meta = json.loads(self.location.read_bytes(self.path, "zarr.json"))
+            raw = self.location.read_bytes(self.path, "zarr.json")
+            if self.meta_xxh3 is not None:
+                import xxhash
+
+                if xxhash.xxh3_64_hexdigest(raw) != self.meta_xxh3:
+                    raise StoreError(f"array {self.url!r}: its zarr.json does not match the checksum in the catalog "
+                                     "(its bytes were changed); the store is damaged: re-run the workflow")
+            meta = json.loads(raw)
             shape = tuple(int(n) for n in meta["shape"])
             chunks = tuple(int(n) for n in meta["chunk_grid"]["configuration"]["chunk_shape"])
             dtype = np.dtype(meta["data_type"])
@@ -289,6 +310,8 @@ class ArrayRef:
         except FileNotFoundError:
             raise StoreError(f"array {self.url!r} is missing (no zarr.json): the run did not commit it or the "
                              "store was damaged; re-run the workflow") from None
+        except StoreError:
+            raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StoreError(f"array {self.url!r} has damaged metadata ({type(exc).__name__}: {exc}); re-run "
                              "the workflow") from exc
@@ -308,8 +331,81 @@ class ArrayRef:
     def forget(self) -> None:
         """Drop this array from the per-process caches."""
         with _OPEN_LOCK:
-            _OPEN.pop((self.location.url, self.path), None)
-            _OPEN.pop((self.location.url, self.path, "layout"), None)
+            for key in [k for k in _OPEN if k[:2] == (self.location.url, self.path)]:
+                del _OPEN[key]
+
+
+class StoredArray:
+    """A stored array as users read it (`subzero.Run.output`): read-only, numpy-like.
+
+    Indexing with ints and slices reads only the chunks it covers; ``np.asarray`` reads
+    everything.  Every read checks the chunks' checksums, so damage is a `StoreError`,
+    never wrong values.  ``.zarr`` gives the Zarr array itself.
+
+    Examples
+    --------
+    >>> run.output("blur")[10:20, 5]            # doctest: +SKIP
+    """
+
+    def __init__(self, ref: ArrayRef):
+        self._ref = ref
+        self.shape, self.chunks, self.dtype, _ = ref.layout()
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def zarr(self):
+        """The Zarr array (its metadata checked first)."""
+        return self._ref.open()
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self._ref.read()
+        return out if dtype is None else out.astype(dtype)
+
+    def __getitem__(self, key) -> np.ndarray:
+        items = key if isinstance(key, tuple) else (key,)
+        if any(k is Ellipsis for k in items):
+            at = next(i for i, k in enumerate(items) if k is Ellipsis)
+            items = items[:at] + (slice(None),) * (self.ndim - len(items) + 1) + items[at + 1:]
+        basic = len(items) <= self.ndim and all(
+            isinstance(k, slice) or (isinstance(k, (int, np.integer)) and not isinstance(k, bool)) for k in items)
+        if not basic:  # fancy indexing: numpy decides, on the whole array
+            return np.asarray(self)[key]
+        items = items + (slice(None),) * (self.ndim - len(items))
+        box, local = [], []
+        for k, n in zip(items, self.shape):
+            if isinstance(k, slice):
+                start, stop, step = k.indices(n)
+                idx = range(start, stop, step)
+                if not len(idx):
+                    box.append((0, 0))
+                    local.append(slice(0, 0))
+                    continue
+                lo, hi = min(idx[0], idx[-1]), max(idx[0], idx[-1]) + 1
+                box.append((lo, hi))
+                local.append(slice(idx[0] - lo, (idx[-1] - lo) + (1 if step > 0 else -1) or None, step)
+                             if step > 0 else slice(idx[0] - lo, None if idx[-1] - lo == 0 else idx[-1] - lo - 1, step))
+            else:
+                i = int(k) + (n if k < 0 else 0)
+                if not 0 <= i < n:
+                    raise IndexError(f"index {int(k)} is out of bounds for an axis of length {n}")
+                box.append((i, i + 1))
+                local.append(0)
+        return self._ref.read(tuple(box))[tuple(local)]
+
+    def __repr__(self) -> str:
+        return f"<StoredArray {self._ref.url!r} shape={self.shape} dtype={self.dtype}>"
 
 
 class ExternalArray:
@@ -346,14 +442,23 @@ class ExternalArray:
 
 
 def write_array(ref: ArrayRef, array: np.ndarray, chunks: tuple[int, ...] | None = None,
-                compressor: str = COMPRESSOR) -> tuple[int, ...]:
-    """Store an in-memory array under ``ref``, chunk by chunk, and commit it; returns its chunks."""
+                compressor: str = COMPRESSOR, digests: list[str] | None = None) -> tuple[int, ...]:
+    """Store an in-memory array under ``ref``, chunk by chunk, and commit it; returns its chunks.
+
+    ``digests``, when given, receives the `subzero.fingerprint.block_digest` of every chunk
+    as it is written (in chunk order), for the input's fingerprint.
+    """
     from subzero.tiling import default_chunks, tile_grid
 
     array = np.asarray(array)
     shape = tuple(int(n) for n in array.shape)
     chunks = tuple(chunks) if chunks is not None else default_chunks(shape)
+    if digests is not None:
+        from subzero.fingerprint import block_digest
     for tile in tile_grid(shape, tuple(range(len(shape))), chunks):
-        ref.write_block(tile.box, array[tuple(slice(lo, hi) for lo, hi in tile.box)], shape, chunks, compressor)
+        block = array[tuple(slice(lo, hi) for lo, hi in tile.box)]
+        ref.write_block(tile.box, block, shape, chunks, compressor)
+        if digests is not None:
+            digests.append(block_digest(block))
     ref.commit(shape, str(array.dtype), chunks, compressor)
     return chunks

@@ -3,17 +3,20 @@
 Layout::
 
     STORE/.writer                       the writer lock (while a run writes the store)
-    STORE/subzero-store.json            marks a directory subzero made (format, creation time)
-    STORE/catalog.json                  the run's catalog (`subzero.catalog.RunRecord`), atomic
-    STORE/arrays/NODE/                  Zarr v3 arrays, one chunk per tile
-    STORE/operators/NODE.pkl            each node's operator (cloudpickle)
-    STORE/manifests/NODE.json           committed shards per strategy and tile
+    STORE/subzero-store.json            marks a directory subzero made (format, creation time, made by)
+    STORE/catalog.json                  the run's catalog (`subzero.catalog.RunRecord`), atomic, checksummed
+    STORE/arrays/NODE/                  Zarr v3 arrays, one chunk per tile (CRC32C per chunk)
+    STORE/operators/NODE.pkl            each node's operator (cloudpickle, checksummed)
+    STORE/manifests/NODE.json           committed shards per strategy and tile (checksummed)
     STORE/lineage/NODE/STRATEGY/tTILE-ATTEMPT.mdb (+ .SLOT.dat/.idx)   LMDB shards and R-trees
 
 A node is committed when its manifest and then its catalog entry are written; shards a
 manifest does not name (failed, retried or speculative attempts) are never read and
-are removed when the node commits.  Readers never write to the store: query
-statistics go to the user's cache directory.
+are removed when the node commits.  Every file is checked before it is used (see
+`subzero.store.sealed`).  Readers never write to the store: query statistics go to
+the user's cache directory.  A run that was killed is continued with `FileStore.resume`
+(which keeps the committed nodes and removes everything else) or replaced with
+``create(..., overwrite=True)``.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ from subzero.errors import StoreError
 from subzero.store.arrays import ArrayRef, forget_store
 from subzero.store.base import Store
 from subzero.store.location import Location, resolve
-from subzero.store.lock import LOCK_NAME, WriterLock, holder
-from subzero.store.shards import ShardReader
+from subzero.store.lock import LOCK_NAME, WriterLock, dead_temporaries, holder
+from subzero.store.sealed import parse_json, seal_json, seal_pickle, unseal_json, unseal_pickle
+from subzero.store.shards import ShardReader, close_all
 
 __all__ = ["FileStore", "MARKER", "strategy_dirname"]
 
@@ -44,6 +48,15 @@ _SUBDIRS = ("arrays", "operators", "manifests", "lineage")
 def _entries(location: Location) -> list[str]:
     """What a store directory holds, leaving out writers' lock files in the making."""
     return [n for n in location.listdir() if not (n.startswith(LOCK_NAME + ".") and n.endswith(".tmp"))]
+
+
+def _status(location: Location) -> str | None:
+    """The status a store's catalog gives (unchecked: only to word an error), or None."""
+    try:
+        data = json.loads(location.read_bytes("catalog.json"))
+    except (OSError, ValueError):
+        return None
+    return data.get("status") if isinstance(data, dict) and isinstance(data.get("status"), str) else None
 
 
 def strategy_dirname(strategy: str) -> str:
@@ -59,55 +72,148 @@ class FileStore(Store):
 
     # -- lifecycle ----------------------------------------------------------------------------
     @classmethod
-    def create(cls, store, record: RunRecord, overwrite: bool = False) -> "FileStore":
+    def create(cls, store, record: RunRecord, overwrite: bool = False, made_by: str | None = None) -> "FileStore":
         """Take a new store for a run and write its first catalog.
 
         Refuses a store path that holds anything, unless ``overwrite`` is set and the
-        directory is a store subzero made that no live run is writing.
+        directory is a store subzero made that no live run is writing.  ``made_by`` is
+        kept in the store's marker (`made_by` reads it back: ``subzero demo`` replaces
+        only stores it made).
         """
         location = resolve(store)
-        cls._check_free(location, overwrite)
+        cls.check_new(location, overwrite)
         lock = WriterLock.acquire(location, take_stale=overwrite)
         try:
             if overwrite:
-                forget_store(location.url)
-                for name in _entries(location):
-                    if name != LOCK_NAME:
-                        location.remove(name)
-            elif [name for name in _entries(location) if name != LOCK_NAME]:  # filled since _check_free
+                cls._clear(location)
+            elif [name for name in _entries(location) if name != LOCK_NAME]:  # filled since check_new
                 raise StoreError(f"store {location.url!r} already exists and is not empty; runs are never "
                                  "overwritten silently: choose a new store, or pass overwrite=True (--overwrite)")
-            for sub in _SUBDIRS:
-                location.makedirs(sub)
-            made = {"format": FORMAT, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-            location.write_bytes(json.dumps(made).encode(), MARKER)
-            out = cls(location, lock)
-            out.write_catalog(record)
+            out = cls._start(location, lock, record, made_by)
         except BaseException:
             lock.release()
             raise
         return out
 
+    @classmethod
+    def _start(cls, location: Location, lock: WriterLock, record: RunRecord, made_by: str | None) -> "FileStore":
+        made = {"format": FORMAT, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "made_by": made_by}
+        for name in dead_temporaries(location):  # a lock file a killed writer was making
+            location.remove(name)
+        location.write_bytes(json.dumps(made).encode(), MARKER)  # first: from now on the directory is ours
+        for sub in _SUBDIRS:
+            location.makedirs(sub)
+        out = cls(location, lock)
+        out.write_catalog(record)
+        return out
+
     @staticmethod
-    def _check_free(location: Location, overwrite: bool) -> None:
+    def _clear(location: Location) -> None:
+        """Remove everything but the writer lock (its holder is this process) and the marker
+        (rewritten next): the catalog first, so a run killed while clearing leaves a store
+        that is still recognisably subzero's and holds no run to read."""
+        forget_store(location.url)
+        close_all()
+        location.remove("catalog.json")
+        for name in _entries(location) + dead_temporaries(location):
+            if name not in (LOCK_NAME, MARKER):
+                location.remove(name)
+
+    @classmethod
+    def resume(cls, store, record: RunRecord, made_by: str | None = None) -> "tuple[FileStore, RunRecord | None]":
+        """Take a store back to continue the run a crash or a failure left in it.
+
+        Returns the store (its writer lock held) and the catalog as stored, or ``None``
+        when there was nothing to continue (no store yet, an empty directory, or a store
+        killed before its first catalog): then the store was started afresh with
+        ``record``, as `create` does.  The lock of a run that no longer runs is taken
+        over; a live run's is not.  Nothing is removed here: `remove_uncommitted_nodes`
+        does that once the caller has checked that the run is the same.
+        """
+        location = resolve(store)
+        if not cls.check_resumable(location):
+            return cls.create(location, record, made_by=made_by), None
+        lock = WriterLock.acquire(location, take_stale=True)
+        try:
+            if not location.exists("catalog.json"):  # killed before it wrote anything to keep
+                cls._clear(location)
+                return cls._start(location, lock, record, made_by), None
+            out = cls(location, lock)
+            try:
+                stored = out.read_catalog()
+            except StoreError as exc:
+                raise StoreError(f"cannot resume the run in {location.url!r}: {exc}; replace it with "
+                                 "overwrite=True (--overwrite)") from None
+        except BaseException:
+            lock.release()
+            raise
+        return out, stored
+
+    @classmethod
+    def check_resumable(cls, store) -> bool:
+        """Refuse a store path a resumed run cannot take (a regular file, a directory subzero
+        did not make, a store a live run is writing); False when there is nothing to resume
+        (no directory, or an empty one)."""
+        location = resolve(store)
+        cls._check_path(location)
+        names = [n for n in _entries(location) if n != LOCK_NAME] if location.isdir() else []
+        if not names and not location.exists(LOCK_NAME):
+            return False
+        if names and MARKER not in names and "catalog.json" not in names:
+            raise StoreError(f"store {location.url!r} is not a store subzero made (no {MARKER} or catalog.json): "
+                             "there is no run to resume; choose another directory")
+        current = holder(location)
+        if current is not None and current.alive:
+            from subzero.store.lock import _held
+
+            raise _held(location, current)
+        return True
+
+    @staticmethod
+    def made_by(store) -> str | None:
+        """Who made a store (the ``made_by`` given to `create`), or None when unknown."""
+        location = resolve(store)
+        try:
+            info = json.loads(location.read_bytes(MARKER))
+        except (OSError, ValueError):
+            return None
+        return info.get("made_by") if isinstance(info, dict) and isinstance(info.get("made_by"), str) else None
+
+    @staticmethod
+    def _check_path(location: Location) -> None:
         if location.is_local:
             path = Path(location.root)
             if path.exists() and not path.is_dir():
                 raise StoreError(f"store {location.url!r} is a regular file, not a directory; choose a directory "
                                  "path for the run")
+
+    @classmethod
+    def check_new(cls, store, overwrite: bool = False, create: bool = True) -> None:
+        """Refuse a store path a new run cannot take: a regular file, a directory that is not
+        writable, one that holds anything (unless ``overwrite`` of a store subzero made
+        that no live run writes), or one a run is writing.  ``create=False`` checks
+        without making the directory (the command line checks before it reads inputs)."""
+        location = resolve(store)
+        cls._check_path(location)
+        if location.is_local:
+            path = Path(location.root)
             if path.exists() and not os.access(path, os.W_OK):
                 raise StoreError(f"store {location.url!r} is not writable; choose a directory you can write")
+            if not path.exists() and not create:
+                return
             if not path.exists():
                 try:
                     path.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
                     raise StoreError(f"cannot create store directory {location.url!r} ({exc.strerror}); check "
                                      "the path and its permissions") from exc
-        names = _entries(location)
+        names = _entries(location) if location.isdir() else []
         if not names:
-            location.makedirs()
+            if create:
+                location.makedirs()
             return
-        ours = MARKER in names or "catalog.json" in names
+        ours = MARKER in names or "catalog.json" in names or names == [LOCK_NAME]  # a run killed as it began
         if overwrite and ours:
             current = holder(location)
             if current is not None and current.alive:
@@ -123,6 +229,10 @@ class FileStore(Store):
                 from subzero.store.lock import _held
 
                 raise _held(location, current)
+        status = _status(location) if ours else None
+        if status is not None and status != "done":
+            raise StoreError(f"store {location.url!r} holds a run that did not finish (status {status!r}); continue "
+                             "it with resume=True (--resume), or replace it with overwrite=True (--overwrite)")
         raise StoreError(f"store {location.url!r} already exists and is not empty; runs are never overwritten "
                          "silently: choose a new store, or pass overwrite=True (--overwrite) to replace a store "
                          "subzero made")
@@ -158,23 +268,31 @@ class FileStore(Store):
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise StoreError(f"store {self.url!r} has a corrupt catalog.json ({exc}); re-run the workflow into "
                              "a new store") from exc
-        return RunRecord.from_dict(data, where=f"store {self.url!r}")
+        where = f"store {self.url!r}"
+        RunRecord.check_format(data, where)
+        try:
+            data = unseal_json(data, "its catalog.json")
+        except StoreError as exc:
+            raise StoreError(f"store {self.url!r} has a damaged catalog.json ({exc}); re-run the workflow into a "
+                             "new store") from None
+        return RunRecord.from_dict(data, where=where)
 
     def write_catalog(self, record: RunRecord) -> None:
-        self.location.write_bytes(json.dumps(record.to_dict(), indent=1, sort_keys=True).encode(), "catalog.json")
+        self.location.write_bytes(seal_json(record.to_dict(), indent=1), "catalog.json")
 
     # -- arrays and operators -----------------------------------------------------------------
-    def array(self, node: str) -> ArrayRef:
-        return ArrayRef(self.location, f"arrays/{node}")
+    def array(self, node: str, meta_xxh3: str | None = None) -> ArrayRef:
+        return ArrayRef(self.location, f"arrays/{node}", meta_xxh3)
 
     def save_operator(self, node: str, payload: bytes) -> None:
-        self.location.write_bytes(payload, "operators", f"{node}.pkl")
+        self.location.write_bytes(seal_pickle(payload), "operators", f"{node}.pkl")
 
     def load_operator(self, node: str) -> Any:
         try:
             raw = self.location.read_bytes("operators", f"{node}.pkl")
         except FileNotFoundError as exc:
             raise StoreError(f"operator of node {node!r} is missing from store {self.url!r}") from exc
+        raw = unseal_pickle(raw, f"the operator of node {node!r} in store {self.url!r}")
         try:
             return pickle.loads(raw)
         except Exception as exc:
@@ -186,23 +304,74 @@ class FileStore(Store):
         return f"lineage/{node}/{strategy_dirname(strategy)}"
 
     def write_manifest(self, manifest: Manifest) -> None:
-        self.location.write_bytes(json.dumps(manifest.to_dict()).encode(), "manifests", f"{manifest.node}.json")
+        self.location.write_bytes(seal_json(manifest.to_dict()), "manifests", f"{manifest.node}.json")
 
     def read_manifest(self, node: str) -> Manifest:
+        where = f"the manifest of node {node!r} in store {self.url!r}"
         try:
             raw = self.location.read_bytes("manifests", f"{node}.json")
         except FileNotFoundError:
             raise StoreError(f"the manifest of node {node!r} is missing from store {self.url!r}; the store is "
                              "damaged (queries re-run the operator instead)") from None
         try:
-            return Manifest.from_dict(json.loads(raw))
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise StoreError(f"the manifest of node {node!r} in store {self.url!r} is damaged ({exc}); queries "
-                             "re-run the operator instead") from exc
+            data = parse_json(raw, where)
+            if isinstance(data, dict) and data.get("format") != FORMAT:
+                return Manifest.from_dict(data)  # raises: another format
+            manifest = Manifest.from_dict(unseal_json(data, where))
+        except StoreError as exc:
+            if "re-run the workflow" in str(exc):
+                raise
+            raise StoreError(f"{exc}; queries re-run the operator instead") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise StoreError(f"{where} is damaged ({exc}); queries re-run the operator instead") from exc
+        if manifest.node != node:
+            raise StoreError(f"{where} names node {manifest.node!r}; the store is damaged (queries re-run the "
+                             "operator instead)")
+        return manifest
 
     def shard_reader(self, node: str, strategy: str, record: ShardRecord, ndims: dict[int, int],
                      deadline: float | None = None) -> ShardReader:
         return ShardReader(self.location, self.shard_directory(node, strategy), record, ndims, deadline)
+
+    def remove_uncommitted_nodes(self, keep: set[str], keep_arrays: set[str] = frozenset()) -> int:
+        """Before a resumed run continues: remove what the killed run left of nodes not in
+        ``keep`` (their arrays, unless in ``keep_arrays``; operators; manifests; shards), the
+        shards of kept nodes their manifests do not name, and every temporary file.
+        Returns how many entries were removed."""
+        removed = 0
+        arrays = set(keep) | set(keep_arrays)
+        for sub, keeps, strip in (("arrays", arrays, ""), ("operators", arrays, ".pkl"),
+                                  ("manifests", keep, ".json"), ("lineage", keep, "")):
+            for name in self.location.listdir(sub):
+                stem = name[: -len(strip)] if strip and name.endswith(strip) else name
+                if stem not in keeps or (strip and not name.endswith(strip)):
+                    self.location.remove(sub, name)
+                    removed += 1
+        for node in keep:
+            if self.location.exists("manifests", f"{node}.json"):
+                try:
+                    manifest = self.read_manifest(node)
+                except StoreError:  # damaged: its shards cannot be told apart, so none is removed
+                    continue
+                removed += self.remove_uncommitted(node, manifest)
+        try:
+            leftovers = [p for p in self.location.fs.find(self.location.root) if p.endswith(".tmp")]
+        except FileNotFoundError:
+            leftovers = []
+        lock_temp = self.location.path(LOCK_NAME) + "."
+        for name in dead_temporaries(self.location):  # a lock file a killed writer was making
+            self.location.remove(name)
+            removed += 1
+        for path in leftovers:  # a killed writer's half-written files (a racing writer's lock file is its own)
+            if not path.startswith(lock_temp):
+                try:
+                    self.location.fs.rm(path)
+                    removed += 1
+                except FileNotFoundError:
+                    pass
+        forget_store(self.url)
+        close_all()
+        return removed
 
     def remove_uncommitted(self, node: str, manifest: Manifest | None) -> int:
         keep = {(strategy_dirname(s), r.name) for s, recs in (manifest.shards if manifest else {}).items()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from subzero.errors import StoreError
 from subzero.store.location import Location
 
-__all__ = ["WriterLock", "LOCK_NAME", "holder"]
+__all__ = ["WriterLock", "LOCK_NAME", "holder", "dead_temporaries"]
 
 LOCK_NAME = ".writer"
 _WRITE_WAIT = 0.5  # seconds a lock file may take to get its contents (created, then written)
@@ -173,6 +173,23 @@ def _locked_file(path: str, payload: bytes) -> int:
     finally:
         os.unlink(tmp)
     return fd
+
+
+def dead_temporaries(location: Location) -> list[str]:
+    """Names of lock files in the making (``.writer.PID.THREAD.tmp``) whose writer is gone: a
+    process killed while it took the lock.  Those of live processes (racing writers) are left."""
+    out = []
+    for name in location.listdir():
+        parts = name.split(".")
+        if not (name.startswith(LOCK_NAME + ".") and name.endswith(".tmp") and len(parts) == 5):
+            continue
+        try:
+            pid = int(parts[2])
+        except ValueError:
+            continue
+        if pid != os.getpid() and not _pid_alive(pid):
+            out.append(name)
+    return out
 
 
 def _held(location: Location, current: Holder) -> StoreError:

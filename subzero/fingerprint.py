@@ -1,0 +1,217 @@
+"""Fingerprints of a run: what must not change for a killed run to be resumed.
+
+A run's catalog keeps (``RunRecord.fingerprint``) the xxh3-64 digests of
+
+- ``workflow``: its structure (node names, inputs, operator classes and arguments);
+- ``operator:NODE``: each operator, its class's code (every method's bytecode and
+  constants, along its class hierarchy) and its public attributes (those not starting
+  with ``_``; private attributes are state the run itself sets, e.g. a two-pass
+  operator's seams);
+- ``settings``: the tile shape, pinned strategies, workload and budgets;
+- ``input:NAME``: each input's contents, shape and dtype, added when the input is stored.
+  The contents are digested tile by tile as they are written (one digest per chunk,
+  then one over the chunk digests), so a numpy input and a Zarr input holding the same
+  values have the same digest, and a Zarr input is digested by the tasks that copy it.
+
+`Workflow.run(..., resume=True)` recomputes these and refuses to continue a run whose
+workflow, operators, settings or inputs differ (`differences` says which).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import types
+from typing import Any, Iterable
+
+import numpy as np
+import xxhash
+
+__all__ = ["block_digest", "combine_digests", "array_digest", "operator_digest", "run_fingerprint",
+           "differences"]
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_BOUND = ("input_shapes", "output_shape")
+
+
+def block_digest(block: np.ndarray) -> str:
+    """The digest of one tile's values (little-endian, C order).
+
+    Examples
+    --------
+    >>> block_digest(np.arange(3, dtype=">i4")) == block_digest(np.arange(3, dtype="<i4"))
+    True
+    """
+    block = np.asarray(block)
+    data = np.ascontiguousarray(block, dtype=block.dtype.newbyteorder("<"))
+    return xxhash.xxh3_64_hexdigest(memoryview(data).cast("B") if data.size else b"")
+
+
+def combine_digests(shape: tuple[int, ...], dtype, digests: Iterable[str]) -> str:
+    """One digest of an array from its tiles' digests (in tile order), its shape and dtype."""
+    h = xxhash.xxh3_64()
+    h.update(f"{tuple(int(n) for n in shape)}|{np.dtype(dtype).str.replace('>', '<')}|".encode())
+    for d in digests:
+        h.update(d.encode())
+    return h.hexdigest()
+
+
+def array_digest(array: np.ndarray, chunks: tuple[int, ...]) -> str:
+    """The digest of an in-memory (or memory-mapped) array, read one chunk at a time."""
+    from subzero.tiling import tile_grid
+
+    array = np.asarray(array) if not isinstance(array, np.ndarray) else array
+    shape = tuple(int(n) for n in array.shape)
+    tiles = tile_grid(shape, tuple(range(len(shape))), tuple(chunks))
+    return combine_digests(shape, array.dtype,
+                           (block_digest(array[tuple(slice(lo, hi) for lo, hi in t.box)]) for t in tiles))
+
+
+# -- operators -----------------------------------------------------------------------------------------------------
+
+def _canon(value: Any, h, depth: int = 0, seen: set[int] | None = None) -> None:
+    """Feed a canonical description of ``value`` to the hash ``h`` (the same in every process:
+    no addresses, no hash-seed-dependent set order)."""
+    seen = seen if seen is not None else set()
+    if depth > 12:
+        h.update(b"<deep>")
+        return
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        h.update(f"{type(value).__name__}:{value!r};".encode())
+    elif isinstance(value, np.ndarray):
+        h.update(f"nd{value.shape}{value.dtype.str};".encode())
+        h.update(block_digest(value).encode() if value.dtype != object else repr(value.tolist()).encode())
+    elif isinstance(value, np.generic):
+        h.update(f"np:{value.dtype.str}:{value.item()!r};".encode())
+    elif isinstance(value, enum.Enum):
+        h.update(f"enum:{type(value).__qualname__}.{value.name};".encode())
+    elif isinstance(value, (list, tuple)):
+        h.update(f"{type(value).__name__}[".encode())
+        for v in value:
+            _canon(v, h, depth + 1, seen)
+        h.update(b"]")
+    elif isinstance(value, (set, frozenset)):
+        parts = []
+        for v in value:
+            sub = xxhash.xxh3_64()
+            _canon(v, sub, depth + 1, seen)
+            parts.append(sub.hexdigest())
+        h.update(f"set{sorted(parts)};".encode())
+    elif isinstance(value, dict):
+        h.update(b"{")
+        for k in sorted(value, key=repr):
+            _canon(k, h, depth + 1, seen)
+            _canon(value[k], h, depth + 1, seen)
+        h.update(b"}")
+    elif isinstance(value, types.CodeType):
+        _code(value, h, depth, seen)
+    elif isinstance(value, types.FunctionType):
+        _function(value, h, depth, seen)
+    elif isinstance(value, type):
+        _class(value, h, depth, seen)
+    elif id(value) in seen:
+        h.update(b"<cycle>")
+    elif hasattr(value, "__dict__") and not isinstance(value, types.ModuleType):
+        seen.add(id(value))
+        cls = type(value)
+        h.update(f"obj:{cls.__module__}.{cls.__qualname__}".encode())
+        _canon({k: v for k, v in vars(value).items()}, h, depth + 1, seen)
+    else:
+        h.update(_ADDRESS.sub("", f"{type(value).__module__}.{type(value).__qualname__}:{value!r}").encode())
+
+
+def _code(code: types.CodeType, h, depth: int, seen: set[int]) -> None:
+    h.update(code.co_code)
+    h.update(repr((code.co_names, code.co_varnames, code.co_argcount, code.co_kwonlyargcount)).encode())
+    for const in code.co_consts:
+        _canon(const, h, depth + 1, seen)
+
+
+def _function(fn: types.FunctionType, h, depth: int, seen: set[int]) -> None:
+    h.update(f"fn:{fn.__qualname__};".encode())
+    _code(fn.__code__, h, depth, seen)
+    _canon(fn.__defaults__, h, depth + 1, seen)
+    _canon(fn.__kwdefaults__, h, depth + 1, seen)
+    if fn.__closure__:
+        for cell in fn.__closure__:
+            try:
+                _canon(cell.cell_contents, h, depth + 1, seen)
+            except ValueError:  # an empty cell
+                h.update(b"<empty>")
+
+
+def _class(cls: type, h, depth: int, seen: set[int]) -> None:
+    """A class's code: the attributes its own body defines, for every class of its hierarchy."""
+    for klass in cls.__mro__:
+        if klass is object or klass.__module__ == "builtins":
+            continue
+        key = id(klass)
+        h.update(f"class:{klass.__module__}.{klass.__qualname__};".encode())
+        if key in seen:
+            continue
+        seen.add(key)
+        for name in sorted(vars(klass)):
+            if name in ("__dict__", "__weakref__", "__doc__", "__module__", "__qualname__", "__annotations__",
+                        "__firstlineno__", "__static_attributes__", "__slotnames__", "__abstractmethods__",
+                        "_abc_impl"):
+                continue
+            attr = vars(klass)[name]
+            if isinstance(attr, (staticmethod, classmethod)):
+                attr = attr.__func__
+            if isinstance(attr, property):
+                attr = (attr.fget, attr.fset, attr.fdel)
+            h.update(f"{name}=".encode())
+            _canon(attr, h, depth + 1, seen)
+
+
+def operator_digest(op) -> str:
+    """The digest of an operator: its class's code and its public attributes (not the
+    shapes the runtime binds, nor private state a run sets)."""
+    h = xxhash.xxh3_64()
+    seen: set[int] = set()
+    _class(type(op), h, 0, seen)
+    state = {k: v for k, v in vars(op).items() if not k.startswith("_") and k not in _BOUND}
+    _canon(state, h, 0, seen)
+    return h.hexdigest()
+
+
+# -- a run ---------------------------------------------------------------------------------------------------------
+
+def run_fingerprint(wf, settings: dict[str, Any]) -> dict[str, str]:
+    """The fingerprint of a run before it stores anything: workflow, operators and settings
+    (`subzero.catalog.RunRecord.fingerprint`; inputs are added as they are stored)."""
+    out = {"workflow": xxhash.xxh3_64_hexdigest(json.dumps(wf.to_dict(), sort_keys=True, default=repr).encode()),
+           "settings": xxhash.xxh3_64_hexdigest(json.dumps(settings, sort_keys=True, default=repr).encode())}
+    for node in wf.nodes:
+        if not node.is_input:
+            out[f"operator:{node.name}"] = operator_digest(node.operator)
+    return out
+
+
+_WHAT = {"workflow": "the workflow's nodes, inputs or operator arguments",
+         "settings": "the run's settings (tile shape, pinned strategies, workload or budgets)"}
+
+
+def differences(stored: dict[str, str], current: dict[str, str]) -> list[str]:
+    """What differs between a stored fingerprint and the current one, in words (empty: the same).
+
+    Only keys present in ``current`` are compared; inputs are compared by the caller
+    once their digests are known.
+    """
+    out = []
+    for key in sorted(current):
+        if stored.get(key) == current[key]:
+            continue
+        kind, _, name = key.partition(":")
+        if kind == "operator":
+            out.append(f"the operator of node {name!r} (its code or arguments)" if key in stored
+                       else f"node {name!r} (not in the stored run)")
+        elif kind == "input":
+            out.append(f"input {name!r} (its values, shape or dtype)")
+        else:
+            out.append(_WHAT.get(key, key))
+    extra = sorted(k.partition(":")[2] for k in stored if k.startswith("operator:") and k not in current)
+    if extra:
+        out.append(f"node(s) {', '.join(map(repr, extra))} (in the stored run, not in this workflow)")
+    return out

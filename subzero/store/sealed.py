@@ -1,0 +1,95 @@
+"""Checksummed metadata: the JSON records and pickles a store keeps besides chunks and shards.
+
+Array chunks carry CRC32C (`subzero.store.arrays`) and shard files are checked against
+the xxh3 checksums of their manifest (`subzero.store.shards`); the records that say
+what those are (the catalog, the manifests, the store's marker) and the operators are
+sealed here, so a changed byte anywhere in a store is refused instead of read:
+
+- a JSON record carries ``"checksum": "xxh3-64:<hex>"``, the digest of its canonical form
+  (keys sorted, no spaces), so the checksum is of what the record says, not of its layout;
+- a pickle is framed as ``SZPK1`` + the 8-byte xxh3-64 digest of the payload + the payload.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import xxhash
+
+from subzero.errors import StoreError
+
+__all__ = ["seal_json", "unseal_json", "seal_pickle", "unseal_pickle", "CHECKSUM_KEY"]
+
+CHECKSUM_KEY = "checksum"
+_PREFIX = "xxh3-64:"
+_MAGIC = b"SZPK1"
+
+
+def _canonical(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def seal_json(data: dict[str, Any], indent: int | None = None) -> bytes:
+    """``data`` as JSON bytes carrying the checksum of its contents.
+
+    Examples
+    --------
+    >>> unseal_json(seal_json({"a": [1, 2.5]}), "x")
+    {'a': [1, 2.5]}
+    """
+    if CHECKSUM_KEY in data:
+        raise ValueError(f"a sealed record cannot hold its own {CHECKSUM_KEY!r} key")
+    sealed = dict(data)
+    sealed[CHECKSUM_KEY] = _PREFIX + xxhash.xxh3_64_hexdigest(_canonical(data))
+    return json.dumps(sealed, indent=indent, sort_keys=True).encode()
+
+
+def parse_json(raw: bytes, where: str) -> Any:
+    """JSON bytes parsed; undecodable bytes are a `StoreError` naming ``where``."""
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise StoreError(f"{where} is corrupt ({type(exc).__name__}: {exc}); the store is damaged") from exc
+
+
+def unseal_json(data: Any, where: str) -> dict[str, Any]:
+    """A parsed sealed record without its checksum, once the checksum matches.
+
+    ``data`` may be the raw bytes or the already parsed object (callers that look at a
+    record's format first parse it themselves).  A missing or wrong checksum is a
+    `StoreError` naming ``where``.
+    """
+    if isinstance(data, (bytes, bytearray)):
+        data = parse_json(bytes(data), where)
+    if not isinstance(data, dict):
+        raise StoreError(f"{where} is damaged (not a JSON object)")
+    data = dict(data)
+    got = data.pop(CHECKSUM_KEY, None)
+    if not isinstance(got, str):
+        raise StoreError(f"{where} is damaged: it carries no checksum")
+    if got != _PREFIX + xxhash.xxh3_64_hexdigest(_canonical(data)):
+        raise StoreError(f"{where} does not match its checksum (its bytes were changed); the store is damaged")
+    return data
+
+
+def seal_pickle(payload: bytes) -> bytes:
+    """A pickle framed with its checksum.
+
+    Examples
+    --------
+    >>> unseal_pickle(seal_pickle(b"abc"), "x")
+    b'abc'
+    """
+    return _MAGIC + xxhash.xxh3_64_digest(payload) + payload
+
+
+def unseal_pickle(raw: bytes, where: str) -> bytes:
+    """The payload of `seal_pickle`; a wrong frame or checksum is a `StoreError` naming ``where``."""
+    head = len(_MAGIC) + 8
+    if len(raw) < head or not raw.startswith(_MAGIC):
+        raise StoreError(f"{where} is damaged (not a checksummed subzero pickle)")
+    payload = raw[head:]
+    if xxhash.xxh3_64_digest(payload) != raw[len(_MAGIC):head]:
+        raise StoreError(f"{where} does not match its checksum (its bytes were changed or cut); the store is damaged")
+    return payload

@@ -622,7 +622,8 @@ def cmd_bench(args) -> int:
         return 0 if doc["ok"] else 1
     from subzero.bench import main as bench_main
 
-    return bench_main(args.name, quick=args.quick, out_dir=args.out or f"benchmarks/results/{args.name}")
+    extra = {"max_": args.max} if args.name == "scale" else {}
+    return bench_main(args.name, quick=args.quick, out_dir=args.out or f"benchmarks/results/{args.name}", **extra)
 
 
 # -- the parser -------------------------------------------------------------------------------
@@ -767,8 +768,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", parents=[common],
                            help="reproduce the paper's experiments side by side with baselines")
-    bench.add_argument("name", choices=["astronomy", "genomics", "micro", "faults"])
+    bench.add_argument("name", choices=["astronomy", "genomics", "micro", "scale", "faults"])
     bench.add_argument("--quick", action="store_true", help="small sizes: under two minutes")
+    bench.add_argument("--max", action="store_true",
+                       help="scale: also 1e9 cells (Spark only; about an hour and 40 GB of disk)")
     bench.add_argument("--out", help="output directory (default benchmarks/results/NAME)")
     bench.set_defaults(func=cmd_bench)
     return parser

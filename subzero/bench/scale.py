@@ -44,6 +44,7 @@ MAX_SIDE = 31623                          # 1e9 cells, with --max
 QUICK_SIDES = (500, 1000)
 CONFIGS = ("numpy", "local", "local+lineage", "spark", "spark+lineage")
 NUMPY_MAX_CELLS = 3 * 10**8               # plain numpy holds six arrays: beyond this it does not fit
+MAX_CONFIGS = ("spark", "spark+lineage")  # at MAX_SIDE: the configurations the 1e9 target is about
 THRESHOLD = 0.5
 
 
@@ -229,6 +230,8 @@ def run_scale(quick: bool, root: Path, sides=None, configs=CONFIGS, log=print, m
         inputs = make_inputs(data, side)
         for config in configs:
             if config == "numpy" and side * side > NUMPY_MAX_CELLS:
+                continue
+            if side == MAX_SIDE and config not in MAX_CONFIGS:
                 continue
             got = _one(config, side, inputs, root / f"store-{config.replace('+', '-')}-{side}", timeout)
             raw[f"{config}@{side}"] = got

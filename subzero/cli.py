@@ -118,7 +118,10 @@ def _spark_session(args):
     """The session for ``--executor spark``: with ``--master``, made for that master unless a
     session exists already (spark-submit's, used as it is); else None (the executor makes or
     finds one itself)."""
-    if args.executor != "spark" or not args.master:
+    if args.master and args.executor != "spark":
+        raise WorkflowError(f"--master {args.master} is for --executor spark; the {args.executor} executor "
+                            "runs in this process (drop --master or use --executor spark)")
+    if not args.master:
         return None
     _quiet_spark_launch(args.verbose)
     from subzero.progress import spark_log_level
@@ -238,15 +241,15 @@ def parse_cells(cells: list[str] | None, boxes: list[str] | None, fits: bool = F
                     raise LineageError(f"cell {chunk!r}: with --fits-coords, coordinates count from 1 ({example})")
                 row = [v - 1 for v in reversed(row)]
             rows.append(row)
-    for pairs in parse_boxes(boxes, fits):
-        lo, hi = zip(*pairs)
-        rows.extend(box_cells(lo, hi).tolist())
-    if not rows:
+    blocks = [box_cells(*zip(*pairs)) for pairs in parse_boxes(boxes, fits)]  # arrays, not Python rows
+    if not rows and not blocks:
         raise LineageError(f"give cells with --cells {example} (repeatable, or several as 'A,B;C,D') "
                            f"or --box {'X0:X1,Y0:Y1' if fits else 'R0:R1,C0:C1'}")
-    if len({len(r) for r in rows}) != 1:
+    if len({len(r) for r in rows} | {b.shape[1] for b in blocks}) != 1:
         raise LineageError("all cells must have the same number of coordinates")
-    return np.array(rows, dtype=np.int64)
+    if rows:
+        blocks.insert(0, np.array(rows, dtype=np.int64))
+    return np.concatenate(blocks).astype(np.int64, copy=False)
 
 
 def _query_start(args) -> dict[str, Any]:
@@ -319,17 +322,16 @@ def _write_files(args, run, node: str, mask, history: str, text: str) -> list[st
 
 
 def cmd_query(args) -> int:
-    import numpy as np
-
     from subzero.run import open_run
 
     run = open_run(args.store)
     start = _query_start(args)
     using = {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
     _check_outputs(args, run, args.to, [args.node, args.to])
-    query = run.backward_mask if args.direction == "backward" else run.forward_mask
-    mask = np.asarray(query(args.node, to=args.to, using=using, **start), dtype=bool)
-    result = np.argwhere(mask)
+    query = run.backward if args.direction == "backward" else run.forward
+    answer = query(args.node, to=args.to, using=using, as_="frontier", **start)
+    result = answer.coords()  # the answer's cells; a mask of the array only for the files that need one
+    mask = answer.mask() if (args.mask or args.regions) else None
     shown = result
     if args.fits_coords:
         from subzero.export import to_fits_coords
@@ -342,7 +344,7 @@ def cmd_query(args) -> int:
         first = run.frontier(args.node, **start)
         what = f"{args.direction} lineage"
         _plot(args, run, [(args.node, first, f"{args.node}: {first.count} cell(s) queried"),
-                          (args.to, mask, f"{args.to}: {len(result)} cell(s), {what} of {args.node}")])
+                          (args.to, answer, f"{args.to}: {len(result)} cell(s), {what} of {args.node}")])
         written.append(str(args.plot))
     if args.json:
         print(json.dumps({"direction": args.direction, "from": args.node, "to": args.to,
@@ -489,7 +491,7 @@ def cmd_replay(args) -> int:
     from subzero.run import open_run
 
     run = open_run(args.store)
-    _check_store(args.out, overwrite=False, resume=False)
+    _check_store(args.out, overwrite=args.overwrite, resume=False)
     patches = _replay_patches(args, run)
     outputs = [o for item in args.outputs or [] for o in item.split(",") if o] or None
     spark = _spark_session(args)
@@ -500,7 +502,7 @@ def cmd_replay(args) -> int:
         ok = False
         try:
             result = replay(run, patches, args.out, executor=args.executor, spark=spark, progress=reporter,
-                            outputs=outputs, check=not args.no_check)
+                            outputs=outputs, check=not args.no_check, overwrite=args.overwrite)
             ok = True
         finally:
             reporter.run_finished(ok)
@@ -577,18 +579,27 @@ def cmd_demo(args) -> int:
     star = np.argwhere(labels == 1 + int(np.argmax(sizes))) if len(sizes) else np.array([middle[0]])
     back, t = timed(run.backward, "stars", star, to="exposure_1")
     again, t_bb = timed(run.backward, "stars", star, to="exposure_1", using=blackbox)
-    assert np.array_equal(back, again)
+    _check_same(back, again, "backward")
     print(f"backward: a star of {len(star)} pixels <- {len(back)} pixels of exposure_1 in {1000 * t:.1f} ms "
           f"({t_bb / t:.0f}x faster than re-running the workflow's operators: {1000 * t_bb:.0f} ms)")
     rays = np.argwhere(np.asarray(run.output("crmask_1")) > 0)
     ray = [tuple(int(v) for v in rays[len(rays) // 2])] if len(rays) else middle
     fwd, t = timed(run.forward, "exposure_1", ray, to="clean")
     again, t_bb = timed(run.forward, "exposure_1", ray, to="clean", using=blackbox)
-    assert np.array_equal(fwd, again)
+    _check_same(fwd, again, "forward")
     print(f"forward: cosmic-ray pixel {list(ray[0])} of exposure_1 -> {len(fwd)} pixels of the repaired image "
           f"in {1000 * t:.1f} ms ({t_bb / t:.0f}x faster than re-execution: {1000 * t_bb:.0f} ms)")
     print(f"explain the plan: subzero explain {run.path}")
     return 0
+
+
+def _check_same(stored, re_executed, direction: str) -> None:
+    """The demo's correctness check: stored lineage and re-execution give the same cells."""
+    import numpy as np
+
+    if not np.array_equal(stored, re_executed):
+        raise LineageError(f"the demo's {direction} query gave {len(stored)} cell(s) from stored lineage but "
+                           f"{len(re_executed)} by re-execution; this is a bug in subzero, please report it")
 
 
 def cmd_explain(args) -> int:
@@ -740,6 +751,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--executor", choices=["local", "spark"], default="local",
                         help="where re-run tiles run (default: in this process; a replay re-runs few tiles)")
     replay.add_argument("--master", help="Spark master URL, with --executor spark")
+    replay.add_argument("--overwrite", action="store_true",
+                        help="replace NEW if it is a store subzero made (a failed replay's) and no run is writing it")
     replay.add_argument("--no-check", action="store_true",
                         help="skip checking the changed outputs against the forward lineage of the changed inputs")
     replay.add_argument("--json", action="store_true", help="print JSON")
@@ -825,6 +838,10 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # keep Python's exit-time flush of stdout quiet
         return 141
+    except ModuleNotFoundError as exc:  # an optional package (the astronomy operators', the benches')
+        print(f"subzero: error: {exc}; install it (pip install 'subzero[bench]' brings the astronomy and "
+              "benchmark packages, or run scripts/setup.sh)", file=sys.stderr)
+        return 2
     except (SubZeroError, OSError, json.JSONDecodeError) as exc:
         print(f"subzero: error: {_one_line(exc)}", file=sys.stderr)
         return 2

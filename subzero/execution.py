@@ -455,7 +455,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
     """Run ``wf`` on ``inputs`` into a new ``store`` (or continue the run in it: ``resume``);
     see `Workflow.run`.  ``made_by`` is kept in the store's marker (``subzero demo``)."""
     from subzero.optimizer.budgets import parse_disk_budget, parse_runtime_budget
-    from subzero.optimizer.workload import parse_workload
+    from subzero.optimizer.workload import parse_workload, workload_record
     from subzero.run import Run
     from subzero.store.location import resolve
 
@@ -468,6 +468,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
     pinned = resolve_pinned(wf, strategies)
     _check_tile_shape(tile_shape)
     queries = parse_workload(wf, workload, static_shapes(wf, arrays))
+    workload = workload_record(wf, workload)  # names and ints: JSON for the catalog and the fingerprint
     input_bytes = int(sum(int(np.prod(a.shape, dtype=np.int64)) * a.dtype.itemsize for a in arrays.values()))
     disk_budget = parse_disk_budget(max_disk, input_bytes)
     parse_runtime_budget(max_runtime, 1.0)  # reject a malformed budget before anything runs

@@ -246,10 +246,17 @@ class Frontier:
             blo, bhi = self._boxes
             return Frontier.of_boxes(np.maximum(blo, lo), np.minimum(bhi, hi), self.shape)
         if self._mask is not None:
-            sub = np.zeros(self.shape, bool)
             sel = tuple(slice(a, b) for a, b in zip(lo, hi))
-            sub[sel] = self._mask[sel]
-            return Frontier.of_mask(sub)
+            part = self._mask[sel]
+            count = int(np.count_nonzero(part))
+            if not self.shape or (count > DENSE_FRACTION * self._mask.size and count > 64):
+                sub = np.zeros(self.shape, bool)
+                sub[sel] = part
+                return Frontier.of_mask(sub)
+            # the box's cells as sorted ids: the cost of the box, not of the array
+            local = np.nonzero(part)
+            ids = np.ravel_multi_index(tuple(k + a for k, a in zip(local, lo)), self.shape)
+            return Frontier(self.shape, ids=np.asarray(ids, np.int64), count=count)
         c = self.coords()
         inside = np.all((c >= lo) & (c < hi), axis=1)
         return Frontier(self.shape, ids=self._ids[inside], count=int(inside.sum()))

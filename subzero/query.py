@@ -298,7 +298,9 @@ def map_step(op, frontier: Frontier, i: int, direction: str, target) -> Frontier
         if got is not None:
             return Frontier.of_boxes(got[0], got[1], target)
         if frontier.estimate() > MAX_BOX_EXPANSION:
-            return _mask_step(op, frontier.mask(), i, direction, target)
+            got = _mask_step(op, frontier.mask(), i, direction, target)
+            if got is not None:
+                return got
     if frontier.kind == "mask":
         got = _mask_step(op, frontier.mask(), i, direction, target)
         if got is not None:

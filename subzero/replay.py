@@ -488,7 +488,8 @@ def _check_patches(run: "Run", patches: list[Patch]) -> dict[str, Patch]:
 
 
 def replay(run: "Run", patches: "Patch | list[Patch]", store, executor: str = "local", spark=None,
-           progress: Reporter | None = None, outputs=None, check: bool = True) -> ReplayResult:
+           progress: Reporter | None = None, outputs=None, check: bool = True,
+           overwrite: bool = False) -> ReplayResult:
     """Re-run ``run``'s workflow with some input cells replaced, into the new ``store``,
     re-running only what the change reaches (see the module docs).
 
@@ -510,6 +511,9 @@ def replay(run: "Run", patches: "Patch | list[Patch]", store, executor: str = "l
     check
         Check that every changed output cell lies within the forward lineage of the
         changed input cells (a forward query per changed input, old run and new).
+    overwrite
+        Replace ``store`` if it is a store subzero made (a failed replay's, say) that no
+        live run is writing.
 
     Returns
     -------
@@ -535,10 +539,14 @@ def replay(run: "Run", patches: "Patch | list[Patch]", store, executor: str = "l
                      status="running", nodes={}, wall_seconds=None, executor=executor, master=None,
                      fingerprint={},  # not the old run's: a replayed store is not resumed as that run
                      replayed_from={"store": run.path, "created": run.catalog.created})
-    fs = FileStore.create(location, record)
+    fs = FileStore.create(location, record, overwrite=overwrite)
     inputs: dict[str, tuple[int, int]] = {}
     try:
-        runner = make_executor(executor, spark)
+        try:
+            runner = make_executor(executor, spark)
+        except BaseException:
+            fs.write_catalog(replace(record, status="failed"))
+            raise
         work = _Replayer(run, fs, runner, progress)
         work.catalog = replace(work.catalog, master=getattr(runner, "master", None))
         try:

@@ -274,13 +274,14 @@ def trace_tile(task: NodeTask, tile: Tile, frontier=None, i: int = 0, direction:
         return _derived(op, tile.box, wanted)
     ctx, _, result_box, tile = _call(task, tile, frozenset({mode}))
     pay = ctx.payload_pairs(result_box)
+    overridden = pay.out_ids  # every cell with a payload: its default lineage does not hold
     if frontier is not None:
         pay = _payloads_for(op, pay, frontier, i, direction)
     expanded = expand_payloads(op, pay)
     if mode is Mode.PAY:
         return expanded
     default = _derived(op, tile.box, wanted)
-    return FullPairs.concat([default.select(~np.isin(default.out_ids, pay.out_ids)), expanded], len(op.input_shapes))
+    return FullPairs.concat([default.select(~np.isin(default.out_ids, overridden)), expanded], len(op.input_shapes))
 
 
 def _wanted(op: Operator, box: Box, frontier, i: int, direction: str) -> np.ndarray:

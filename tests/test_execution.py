@@ -155,6 +155,15 @@ def test_relative_budgets_are_recorded(tmp_path):
     assert lineage_bytes(run) <= 2 * image().nbytes
 
 
+def test_a_workload_may_name_its_nodes_by_object(tmp_path):
+    wf = small_workflow()
+    hits, x = wf.node("hits"), wf.node("x")
+    workload = [{"direction": "backward", "node": hits, "to": x, "cells": [(3, 4)]}]
+    run = wf.run({"x": image()}, store=tmp_path / "w", workload=workload, executor="local")
+    assert run.catalog.workload == [{"direction": "backward", "node": "hits", "to": "x", "cells": [[3, 4]]}]
+    assert sz.open_run(tmp_path / "w").catalog.workload == run.catalog.workload
+
+
 def test_bad_budgets_and_workloads_are_workflow_errors(tmp_path):
     wf = small_workflow()
     with pytest.raises(sz.WorkflowError, match="max_disk"):

@@ -296,11 +296,26 @@ def test_a_remote_store_lock_names_its_holder(tmp_path):
     try:
         lock = WriterLock.acquire(loc)
         h = holder(loc)
-        assert (h.pid, h.host, h.alive) == (os.getpid(), socket.gethostname(), None)  # liveness unknown
+        assert (h.pid, h.host, h.alive) == (os.getpid(), socket.gethostname(), True)  # this machine: pid checked
         with pytest.raises(sz.StoreError, match=HELD):
             WriterLock.acquire(loc)
+        with pytest.raises(sz.StoreError, match=HELD):
+            WriterLock.acquire(loc, take_stale=True)  # a live run's lock is never taken
         lock.release()
         assert holder(loc) is None and not loc.exists(LOCK_NAME)
+    finally:
+        loc.remove()
+
+
+def test_a_remote_lock_from_another_machine_is_never_taken(tmp_path):
+    """On an object store there is no lock to test: a holder on another host may live, so
+    resume and overwrite refuse and say how to clear a lock the user knows is stale."""
+    loc = resolve(f"memory://test-lock-far-{os.getpid()}/run")
+    try:
+        loc.write_bytes(json.dumps({"pid": 1, "host": "far-away", "started": "then"}).encode(), LOCK_NAME)
+        assert holder(loc).alive is None
+        with pytest.raises(sz.StoreError, match=r"cannot tell from here .* delete .*\.writer"):
+            WriterLock.acquire(loc, take_stale=True)
     finally:
         loc.remove()
 

@@ -90,12 +90,41 @@ def test_expand_payloads_calls_map_p_once_per_distinct_payload():
     assert sizes == {0: 4, 12: 9, 24: 4}  # payload 0: the default 3x3 window
 
 
+class FarPayload(sz.Operator):
+    """A composite whose payload points away from the cell: every cell copies itself (the
+    identity default) except each multiple-of-four cell of the first row, which copies the
+    cell four rows below it (a payload naming that row offset)."""
+
+    def supported_modes(self):
+        return {Mode.COMP}
+
+    def infer_output_shape(self, input_shapes):
+        return tuple(input_shapes[0])
+
+    def run(self, ctx, x):
+        out = np.array(x, dtype=np.float64)
+        cols = np.arange(0, x.shape[1], 4)
+        out[0, cols] = x[4, cols]
+        ctx.lwrite(np.stack([np.zeros_like(cols), cols], axis=1), payload=np.full((len(cols), 1), 4, np.uint8))
+        return out
+
+    def map_b(self, cells, i):
+        return np.asarray(cells, np.int64)
+
+    def map_f(self, cells, i):
+        return np.asarray(cells, np.int64)
+
+    def map_p(self, cells, payload, i):
+        return np.asarray(cells, np.int64) + np.array([int(payload[0]), 0])
+
+
 @pytest.mark.parametrize("make", [
     lambda: ops.Convolve(np.ones((3, 3)), mode="reflect"),
     lambda: ops.CosmicRayDetect(threshold=3.0, radius=1),
     lambda: ops.Filter(lambda x: x.sum(axis=1) > 0),
     lambda: ops.Transpose(),
-], ids=["map", "comp", "pay", "permuted"])
+    FarPayload,
+], ids=["map", "comp", "pay", "permuted", "far-payload"])
 @pytest.mark.parametrize("direction", ["backward", "forward"])
 def test_tracing_for_a_frontier_answers_like_tracing_the_whole_tile(tmp_path, make, direction):
     """A black-box step asks only about its frontier's cells; the answer is the same."""
@@ -108,8 +137,8 @@ def test_tracing_for_a_frontier_answers_like_tracing_the_whole_tile(tmp_path, ma
     node = run.node("n")
     task = run.tile_task(node)
     side = node.operator.output_shape if direction == "backward" else node.operator.input_shapes[0]
-    for _ in range(4):
-        ids = rng.choice(int(np.prod(side)), size=int(rng.integers(1, 6)), replace=False)
+    picks = [rng.choice(int(np.prod(side)), size=int(rng.integers(1, 6)), replace=False) for _ in range(4)]
+    for ids in [np.array([0, 4])] + picks:  # first: cells of the first row (FarPayload's overridden cells)
         frontier = Frontier.of_ids(ids, tuple(side))
         for tile in run.grid(node).tiles:
             whole, part = trace_tile(task, tile), trace_tile(task, tile, frontier, 0, direction)

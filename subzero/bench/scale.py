@@ -6,7 +6,7 @@ images (an exposure and a dark frame), run for each size by
 - ``numpy``: plain numpy/scipy on whole in-memory arrays (the same functions and dtypes
   the operators use), while the arrays fit in memory;
 - ``local`` / ``spark``: subzero's in-process executor and Spark (the embedded
-  ``local[*]`` session, ``spark.driver.memory=1g``), without stored lineage (the default
+  ``local[*, 4]`` session, ``spark.driver.memory=1g``), without stored lineage (the default
   plan: Map for the mapping operators, BlackBox for Label) and with it (``+lineage``:
   Label stores CompOne, a UDF-style composite strategy).
 
@@ -205,8 +205,12 @@ def _one(config: str, side: int, inputs: dict[str, str], store: Path, timeout: f
     env = dict(os.environ, SUBZERO_DRIVER_MEMORY="1g", **(env_extra or {}))
     cmd = [sys.executable, "-m", "subzero.bench.scale", config, str(side), json.dumps(inputs), str(store)]
     start = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    shutil.rmtree(store, ignore_errors=True)
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"did not finish within {timeout:.0f} s"}
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
     if done.returncode != 0:
         return {"error": "\n".join((done.stderr or "").strip().splitlines()[-5:])}
     got = json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,4 +1,5 @@
-"""Encodings of stored lineage (paper Fig. 4): FullOne, FullMany, PayOne, PayMany."""
+"""Encodings of stored lineage: the paper's FullOne, FullMany, PayOne, PayMany (Fig. 4) and
+FullRange (range rules, after ProvRC)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""The encoder interface and the driver-side merge of per-tile encodings.
+"""The encoder interface and the sorted batch a shard is written from.
 
 An encoder turns one task's region pairs into LMDB entries (`EncodedTile`), inside the
-task; the driver merges every tile of a node into one sorted `Batch` and writes it in
-one transaction.  At query time the encoder answers one step of a lineage query from a
-`Reader` over what it stored.
+task; the task sorts its tile's entries into a `Batch` (`merge_tiles`, which also merges
+several tiles' entries, as a test or a tool may) and writes them as its own shard in one
+transaction.  At query time the encoder answers one step of a lineage query from a
+`Reader` over a shard.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class EncodedTile:
 
 @dataclass
 class Batch:
-    """A node's merged lineage for one strategy: sorted entries and R-tree boxes."""
+    """One shard's lineage for one strategy: sorted entries and R-tree boxes."""
 
     keys: list[bytes]
     values: list[bytes]

@@ -24,6 +24,9 @@ __all__ = ["WindowLineage", "WHOLE", "dilate"]
 #: the payload byte meaning "every cell of the input"
 WHOLE = 255
 
+#: window cells a mapping step enumerates before it dilates a mask of the array instead
+MAX_WINDOW_CELLS = 1 << 21
+
 
 def dilate(mask: np.ndarray, radius: int) -> np.ndarray:
     """Cells within ``radius`` (Chebyshev) of a set cell, inside the array."""
@@ -88,10 +91,18 @@ class WindowLineage:
         return self._window_pairs(cells, self.window(i), self.input_shapes[i])
 
     def map_b(self, cells, i):
-        return self._via_mask(cells, self.output_shape, self.window(i))
+        return self._window_cells(cells, self.input_shapes[i], self.window(i))
 
     def map_f(self, cells, i):
-        return self._via_mask(cells, self.input_shapes[i], self.window(i))
+        return self._window_cells(cells, self.output_shape, self.window(i))
+
+    def map_b_boxes(self, lo, hi, i):
+        r = self.window(i)  # a window around every cell of a box: the box grown by r, clipped
+        return np.maximum(lo - r, 0), np.minimum(hi + r, np.asarray(self.input_shapes[i], np.int64))
+
+    def map_f_boxes(self, lo, hi, i):
+        r = self.window(i)
+        return np.maximum(lo - r, 0), np.minimum(hi + r, np.asarray(self.output_shape, np.int64))
 
     def map_b_mask(self, mask, i):
         return dilate(np.asarray(mask, bool), self.window(i))
@@ -99,12 +110,15 @@ class WindowLineage:
     def map_f_mask(self, mask, i):
         return dilate(np.asarray(mask, bool), self.window(i))
 
-    @staticmethod
-    def _via_mask(cells, shape, radius: int) -> np.ndarray:
-        mask = np.zeros(shape, bool)
+    @classmethod
+    def _window_cells(cls, cells, shape, radius: int) -> np.ndarray:
+        """The distinct cells within ``radius`` of ``cells``, sorted: from the windows' cells
+        when there are few (the cost of the answer), by dilating a mask when there are many."""
         cells = np.asarray(cells, np.int64).reshape(-1, len(shape))
-        if len(cells):
-            mask[tuple(cells.T)] = True
+        if len(cells) * (2 * radius + 1) ** len(shape) <= MAX_WINDOW_CELLS:
+            return unique_rows(cls._window_pairs(cells, radius, shape)[1])
+        mask = np.zeros(shape, bool)
+        mask[tuple(cells.T)] = True
         return np.argwhere(dilate(mask, radius)).astype(np.int64)
 
     # -- payload overrides ----------------------------------------------------------------
@@ -115,5 +129,4 @@ class WindowLineage:
         radius = self.payload_window(int(payload[0]), i)
         if radius is None:
             return np.argwhere(np.ones(self.input_shapes[i], bool)).astype(np.int64)
-        return self._via_mask(cells, self.input_shapes[i], radius) if len(cells) else \
-            unique_rows(np.empty((0, len(self.input_shapes[i])), np.int64))
+        return self._window_cells(cells, self.input_shapes[i], radius)

@@ -121,8 +121,12 @@ class Histogram(Operator):
             ctx.lwrite_many(np.arange(nb, dtype=np.int64)[:, None], cells,
                             out_pair=np.arange(nb, dtype=np.int64), in_pair=[pair])
         if Mode.PAY in ctx.modes:
-            for b in range(nb):
-                ids = np.flatnonzero((index == b) | extremes)
+            binned = np.flatnonzero(index >= 0)
+            order = binned[np.argsort(index[binned], kind="stable")]  # every bin's cells, in id order
+            bounds = np.searchsorted(index[order], np.arange(nb + 1))
+            fixed = np.flatnonzero(extremes)
+            for b in range(nb):  # one payload per bin: O(cells + bins), not O(cells x bins)
+                ids = np.union1d(order[bounds[b]:bounds[b + 1]], fixed)
                 cells = np.stack(np.unravel_index(ids, np.shape(x)), axis=1).reshape(len(ids), np.ndim(x))
                 ctx.lwrite(np.array([[b]], np.int64), payload=encode_region(cells, np.ndim(x)))
         return np.bincount(index[index >= 0], minlength=nb).astype(np.int64)

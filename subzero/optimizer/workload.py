@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from subzero.errors import WorkflowError
 from subzero.workflow import Workflow
 
-__all__ = ["Query", "parse_workload", "step_sizes"]
+__all__ = ["Query", "parse_workload", "workload_record", "step_sizes"]
 
 DIRECTIONS = ("backward", "forward")
 
@@ -54,6 +54,20 @@ def parse_workload(wf: Workflow, workload, shapes: dict[str, tuple[int, ...]] | 
         n = 1 if cells is None else _check_cells(cells, k, node.name, (shapes or {}).get(node.name))
         queries.append(Query(item["direction"], node.name, to.name, max(n, 1)))
     return queries
+
+
+def workload_record(wf: Workflow, workload) -> list[dict] | None:
+    """A checked workload (see `parse_workload`) as plain JSON: node names for nodes given as
+    `Node` objects, cells as lists of ints; for the catalog and the run's fingerprint."""
+    if workload is None:
+        return None
+    out = []
+    for item in workload:
+        entry = {"direction": item["direction"], "node": wf.node(item["node"]).name, "to": wf.node(item["to"]).name}
+        if item.get("cells") is not None:
+            entry["cells"] = [[int(v) for v in row] for row in item["cells"]]
+        out.append(entry)
+    return out
 
 
 def _check_cells(cells, k: int, node: str, shape: tuple[int, ...] | None) -> int:

@@ -33,7 +33,7 @@ from subzero.store.location import Location
 __all__ = ["ArrayRef", "StoredArray", "ExternalArray", "write_array", "COMPRESSOR", "chunk_boxes"]
 
 #: chunk compression: "none", "lz4" (Blosc LZ4, byte shuffle) or "zstd" (level 1); see the README
-COMPRESSOR = os.environ.get("SUBZERO_COMPRESSOR", "lz4")
+COMPRESSOR = os.environ.get("SUBZERO_COMPRESSOR", "zstd")
 
 Box = tuple[tuple[int, int], ...]
 
@@ -101,7 +101,11 @@ def decode_chunk(data: bytes, shape: tuple[int, ...], dtype, compressor: str, wh
     body = data[:-4]
     codec = _codec(compressor, dtype.itemsize)
     if codec is not None:
-        body = codec.decode(body)
+        try:
+            body = codec.decode(body)
+        except Exception as exc:  # numcodecs' own errors: a chunk its metadata does not describe
+            raise StoreError(f"{where} cannot be decoded as {compressor} ({type(exc).__name__}: {exc}); the store "
+                             "is damaged or was written with another compressor: re-run the workflow") from exc
     try:
         return np.frombuffer(body, dtype=dtype.newbyteorder("<")).reshape(shape)
     except ValueError as exc:
@@ -165,11 +169,15 @@ class ArrayRef:
     meta_xxh3 : str, optional
         The xxh3-64 checksum of its ``zarr.json`` as committed (from the catalog): when
         given, metadata that does not match is a `StoreError`, never a wrong shape.
+    compressor : str
+        How its chunks are compressed: the driver's choice (`COMPRESSOR`), carried to the
+        tasks with the handle, so chunks and metadata agree whatever a worker's environment.
     """
 
     location: Location
     path: str
     meta_xxh3: str | None = None
+    compressor: str = COMPRESSOR
 
     @property
     def url(self) -> str:
@@ -177,13 +185,14 @@ class ArrayRef:
 
     # -- writing (tasks) and committing (driver) -------------------------------------------
     def write_block(self, box: Box, block: np.ndarray, shape: tuple[int, ...], chunks: tuple[int, ...],
-                    compressor: str = COMPRESSOR) -> int:
+                    compressor: str | None = None) -> int:
         """Write the chunks covering ``box`` (chunk-aligned) from ``block``; returns bytes written.
 
         Each chunk is encoded as a Zarr v3 chunk and written as one file (atomically on a
         local disk), so a retried task simply writes it again.
         """
         block = np.asarray(block)
+        compressor = compressor or self.compressor
         if not shape:  # a 0-d array is one chunk
             parts = [((), ())]
             box = ()
@@ -208,20 +217,20 @@ class ArrayRef:
         return written
 
     def commit(self, shape: tuple[int, ...], dtype: str, chunks: tuple[int, ...],
-               compressor: str = COMPRESSOR) -> str:
+               compressor: str | None = None) -> str:
         """Write the array's metadata: from now on it opens as a Zarr array.  Returns the
         metadata's xxh3-64 checksum (kept in the catalog, see ``meta_xxh3``)."""
         import xxhash
 
         self.forget()
         self.location.makedirs(self.path)
-        meta = _metadata(tuple(shape), tuple(chunks), dtype, compressor)
+        meta = _metadata(tuple(shape), tuple(chunks), dtype, compressor or self.compressor)
         self.location.write_bytes(meta, self.path, "zarr.json")
         return xxhash.xxh3_64_hexdigest(meta)
 
     def checked(self, meta_xxh3: str | None) -> "ArrayRef":
         """This array, read only if its metadata matches ``meta_xxh3``."""
-        return ArrayRef(self.location, self.path, meta_xxh3)
+        return ArrayRef(self.location, self.path, meta_xxh3, self.compressor)
 
     # -- reading ----------------------------------------------------------------------------
     def open(self):
@@ -442,7 +451,7 @@ class ExternalArray:
 
 
 def write_array(ref: ArrayRef, array: np.ndarray, chunks: tuple[int, ...] | None = None,
-                compressor: str = COMPRESSOR, digests: list[str] | None = None) -> tuple[int, ...]:
+                compressor: str | None = None, digests: list[str] | None = None) -> tuple[int, ...]:
     """Store an in-memory array under ``ref``, chunk by chunk, and commit it; returns its chunks.
 
     ``digests``, when given, receives the `subzero.fingerprint.block_digest` of every chunk

@@ -164,7 +164,7 @@ class FileStore(Store):
             raise StoreError(f"store {location.url!r} is not a store subzero made (no {MARKER} or catalog.json): "
                              "there is no run to resume; choose another directory")
         current = holder(location)
-        if current is not None and current.alive:
+        if current is not None and current.alive is not False:
             from subzero.store.lock import _held
 
             raise _held(location, current)
@@ -216,9 +216,10 @@ class FileStore(Store):
         ours = MARKER in names or "catalog.json" in names or names == [LOCK_NAME]  # a run killed as it began
         if overwrite and ours:
             current = holder(location)
-            if current is not None and current.alive:
-                raise StoreError(f"store {location.url!r} is being written by another run "
-                                 f"({current.describe()}); it cannot be overwritten while that run lives")
+            if current is not None and current.alive is not False:
+                from subzero.store.lock import _held
+
+                raise _held(location, current)
             return
         if overwrite:
             raise StoreError(f"store {location.url!r} is not empty and was not made by subzero; --overwrite only "

@@ -74,11 +74,9 @@ def holder(location: Location) -> Holder | None:
         time.sleep(0.01)
     if not isinstance(info, dict):
         return Holder(-1, "?", "?", _flock_held(location.path(LOCK_NAME)) if location.is_local else None)
-    alive = None
-    if location.is_local:
-        alive = _flock_held(location.path(LOCK_NAME))
-        if alive is None and info.get("host") == socket.gethostname():
-            alive = _pid_alive(int(info.get("pid", -1)))
+    alive = _flock_held(location.path(LOCK_NAME)) if location.is_local else None
+    if alive is None and info.get("host") == socket.gethostname():
+        alive = _pid_alive(int(info.get("pid", -1)))  # an object store: a holder on this machine can be checked
     return Holder(int(info.get("pid", -1)), str(info.get("host", "?")), str(info.get("started", "?")), alive)
 
 
@@ -119,7 +117,7 @@ class WriterLock:
         payload = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": _now()}).encode()
         if not location.is_local:
             current = holder(location)
-            if current is not None and not take_stale:
+            if current is not None and (not take_stale or current.alive is not False):
                 raise _held(location, current)
             location.write_bytes(payload, LOCK_NAME)
             return cls(location, None)
@@ -197,5 +195,9 @@ def _held(location: Location, current: Holder) -> StoreError:
         return StoreError(f"store {location.url!r} was being written by {current.describe()}, which is no longer "
                           "running (the run was killed); continue it with resume (--resume) or replace it with "
                           "overwrite (--overwrite)")
+    if current.alive is None:  # an object store written from another machine: no lock to test
+        return StoreError(f"store {location.url!r} is marked as being written by {current.describe()}, and subzero "
+                          f"cannot tell from here whether that run still lives; if it does not, delete "
+                          f"{location.child_url(LOCK_NAME)} and try again, else choose another store")
     return StoreError(f"store {location.url!r} is being written by another run ({current.describe()}); wait for it "
                       "to finish or choose another store")

@@ -2,8 +2,9 @@
 
 Array chunks carry CRC32C (`subzero.store.arrays`) and shard files are checked against
 the xxh3 checksums of their manifest (`subzero.store.shards`); the records that say
-what those are (the catalog, the manifests, the store's marker) and the operators are
-sealed here, so a changed byte anywhere in a store is refused instead of read:
+what those are (the catalog and the manifests) and the operators are sealed here, so a
+changed byte in any of them is refused instead of read (the store's marker,
+``subzero-store.json``, only says a directory is a store and is not sealed):
 
 - a JSON record carries ``"checksum": "xxh3-64:<hex>"``, the digest of its canonical form
   (keys sorted, no spaces), so the checksum is of what the record says, not of its layout;

@@ -639,6 +639,15 @@ def cmd_bench(args) -> int:
 
 # -- the parser -------------------------------------------------------------------------------
 
+def _add_cell_options(parser) -> None:
+    """``--cells``, ``--box`` and ``--fits-coords``: the cells a query, brush or replay starts from."""
+    parser.add_argument("--cells", action="append", metavar="R,C[;R,C...]",
+                        help="one cell 'R,C' or several 'R,C;R,C' (repeatable)")
+    parser.add_argument("--box", action="append", metavar="R0:R1,C0:C1", help="a half-open box (repeatable)")
+    parser.add_argument("--fits-coords", action="store_true",
+                        help="cells are 1-based X,Y and boxes inclusive X0:X1,Y0:Y1 (DS9/FITS); output likewise")
+
+
 def _version() -> str:
     from subzero import __version__
 
@@ -691,11 +700,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("direction", choices=["backward", "forward"])
     query.add_argument("node", help="the node the cells belong to")
     query.add_argument("--to", required=True, help="the node to trace to")
-    query.add_argument("--cells", action="append", metavar="R,C[;R,C...]",
-                       help="one cell 'R,C' or several 'R,C;R,C' (repeatable)")
-    query.add_argument("--box", action="append", metavar="R0:R1,C0:C1", help="a half-open box (repeatable)")
-    query.add_argument("--fits-coords", action="store_true",
-                       help="cells are 1-based X,Y and boxes inclusive X0:X1,Y0:Y1 (DS9/FITS); output likewise")
+    _add_cell_options(query)
     query.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
     query.add_argument("--json", action="store_true", help="print JSON instead of one cell per line")
     query.add_argument("--plot", metavar="FILE.png", help="draw the traced cells over the arrays (PNG, PDF, SVG)")
@@ -713,11 +718,7 @@ def build_parser() -> argparse.ArgumentParser:
     brush.add_argument("--to", help="the input to trace back to (default: the node's only input)")
     brush.add_argument("--outputs", action="append", metavar="NODE[,NODE]",
                        help="the nodes to trace forward to (default: the workflow's outputs)")
-    brush.add_argument("--cells", action="append", metavar="R,C[;R,C...]",
-                       help="one cell 'R,C' or several 'R,C;R,C' (repeatable)")
-    brush.add_argument("--box", action="append", metavar="R0:R1,C0:C1", help="a half-open box (repeatable)")
-    brush.add_argument("--fits-coords", action="store_true",
-                       help="cells are 1-based X,Y and boxes inclusive X0:X1,Y0:Y1 (DS9/FITS); output likewise")
+    _add_cell_options(brush)
     brush.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
     brush.add_argument("--json", action="store_true", help="print JSON: counts and disjoint boxes of every answer")
     brush.add_argument("--plot", metavar="FILE.png", help="draw the brush, the input cells and every output's cells")
@@ -738,11 +739,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--from", dest="from_node", metavar="NODE",
                         help="the node --cells/--box belong to: an input, or an output traced back to --to")
     replay.add_argument("--to", metavar="INPUT", help="the input whose cells are replaced (default: NODE's only input)")
-    replay.add_argument("--cells", action="append", metavar="R,C[;R,C...]",
-                        help="one cell 'R,C' or several 'R,C;R,C' (repeatable)")
-    replay.add_argument("--box", action="append", metavar="R0:R1,C0:C1", help="a half-open box (repeatable)")
-    replay.add_argument("--fits-coords", action="store_true",
-                        help="cells are 1-based X,Y and boxes inclusive X0:X1,Y0:Y1 (DS9/FITS); output likewise")
+    _add_cell_options(replay)
     replay.add_argument("--set", metavar="VALUE", help="the new value of every replaced cell (e.g. 0, 1e3, nan)")
     replay.add_argument("--input", action="append", metavar="NAME=PATH",
                         help="take the new values from a file of the input's shape (.npy, FITS, Zarr)")

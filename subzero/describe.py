@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from subzero.run import Run
 
-__all__ = ["explain_data", "jsonable", "operator_name", "committed_summary", "frontier_data"]
+__all__ = ["explain_data", "jsonable", "operator_name", "committed_summary", "frontier_data", "human_bytes"]
 
 
 def jsonable(value: Any) -> Any:
@@ -51,6 +51,17 @@ def frontier_data(frontier, fits: bool = False) -> dict[str, Any]:
     else:
         boxes = [[[int(a), int(b)] for a, b in zip(l, h)] for l, h in zip(lo, hi)]
     return {"shape": list(frontier.shape), "count": int(frontier.count), "boxes": boxes}
+
+
+def human_bytes(n: float | None) -> str:
+    """``1.5 MB``-style text for a byte count (decimal units); ``-`` for None."""
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
 
 
 def operator_name(node) -> str:

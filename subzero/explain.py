@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from subzero.describe import committed_summary, operator_name
+from subzero.describe import committed_summary, human_bytes, operator_name
 from subzero.run import Run
 
 __all__ = ["explain"]
 
 
-def _fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"
 
 
 def _fmt_s(x: float | None) -> str:
@@ -33,9 +25,9 @@ def explain(run: Run) -> str:
     if opt:
         lines.append(
             f"optimizer: {opt['status']}, solved in {_fmt_s(opt['solve_seconds'])}, objective "
-            f"{opt['objective']:.6g}; budgets disk {_fmt_bytes(opt.get('max_disk_bytes'))}, runtime "
+            f"{opt['objective']:.6g}; budgets disk {human_bytes(opt.get('max_disk_bytes'))}, runtime "
             f"{_fmt_s(opt.get('max_runtime_seconds'))}; workflow alone {_fmt_s(opt['base_seconds'])}, "
-            f"calibration {_fmt_s(opt['calibration_seconds'])}; predicted disk {_fmt_bytes(opt['predicted_disk'])}, "
+            f"calibration {_fmt_s(opt['calibration_seconds'])}; predicted disk {human_bytes(opt['predicted_disk'])}, "
             f"runtime {_fmt_s(opt['predicted_runtime'])}")
     else:
         lines.append("optimizer: not used (strategies pinned or defaulted; give a workload or a budget)")
@@ -53,15 +45,15 @@ def explain(run: Run) -> str:
         total_disk += disk
         lines.append(f"\n{name} ({operator_name(node)}, shape {tuple(entry.shape)}): "
                      f"{', '.join(entry.strategies)}  [{entry.reason}]")
-        lines.append(f"  measured: disk {_fmt_bytes(disk)}, operator {_fmt_s(stats.op_seconds)}, "
+        lines.append(f"  measured: disk {human_bytes(disk)}, operator {_fmt_s(stats.op_seconds)}, "
                      f"lineage {_fmt_s(stats.lineage_seconds)}, write {_fmt_s(stats.write_seconds)}, "
                      f"{stats.tiles} tile(s)")
         for strategy, pred in sorted(entry.predicted.items()):
             mark = "*" if strategy in entry.strategies else " "
             got = stats.bytes.get(strategy)
             q = ", ".join(f"{d} {_fmt_s(v)}" for d, v in sorted(pred["query"].items()))
-            lines.append(f"  {mark} {strategy:<18} predicted disk {_fmt_bytes(pred['disk']):>9} "
-                         f"(measured {_fmt_bytes(got) if got is not None else '-':>9}), runtime "
+            lines.append(f"  {mark} {strategy:<18} predicted disk {human_bytes(pred['disk']):>9} "
+                         f"(measured {human_bytes(got) if got is not None else '-':>9}), runtime "
                          f"{_fmt_s(pred['runtime'])}, query step {q}")
         for strategy, why in sorted(entry.pruned.items()):
             lines.append(f"    pruned {strategy}: {why}")
@@ -69,7 +61,7 @@ def explain(run: Run) -> str:
             lines.append(f"    dropped {strategy}: {why}")
         for (direction, strategy), (count, seconds) in sorted(measured_steps.get(name, {}).items()):
             lines.append(f"  queries: {count} {direction} step(s) via {strategy}, mean {_fmt_s(seconds / count)}")
-    lines.append(f"\ntotal lineage stored: {_fmt_bytes(total_disk)} "
+    lines.append(f"\ntotal lineage stored: {human_bytes(total_disk)} "
                  f"({total_disk / max(cat.input_bytes or 1, 1):.2f}x the input size)")
     return "\n".join(lines)
 

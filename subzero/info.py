@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from subzero.catalog import NodeRecord, RunRecord
-from subzero.describe import committed_summary, jsonable
+from subzero.describe import committed_summary, human_bytes, jsonable
 
 __all__ = ["info_data", "info_text"]
 
@@ -109,14 +109,6 @@ def info_data(path) -> dict[str, Any]:
     })
 
 
-def _size(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"  # pragma: no cover
 
 
 def info_text(data: dict[str, Any]) -> str:
@@ -144,13 +136,13 @@ def info_text(data: dict[str, Any]) -> str:
             continue
         extra = " +FITS header" if "fits_header" in n["metadata"] else ""
         rows.append((n["name"], n["operator"] or "input", "x".join(map(str, n["shape"])) or "()", n["dtype"] + extra,
-                     str(n["tiles"] or "-"), ", ".join(n["strategies"]) or "-", _size(n["array_bytes"]),
-                     _size(n["array_disk_bytes"]), _size(n["lineage_bytes"]) if n["kind"] == "operator" else "-"))
+                     str(n["tiles"] or "-"), ", ".join(n["strategies"]) or "-", human_bytes(n["array_bytes"]),
+                     human_bytes(n["array_disk_bytes"]), human_bytes(n["lineage_bytes"]) if n["kind"] == "operator" else "-"))
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
     lines.append("")
     lines.extend("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
     t = data["totals"]
     ratio = t["lineage_bytes"] / t["input_bytes"] if t["input_bytes"] else 0.0
-    lines.append(f"\ntotal: arrays {_size(t['array_bytes'])} ({_size(t['array_disk_bytes'])} on disk), lineage "
-                 f"{_size(t['lineage_bytes'])} ({ratio:.2f}x the input), store {_size(t['store_disk_bytes'])}")
+    lines.append(f"\ntotal: arrays {human_bytes(t['array_bytes'])} ({human_bytes(t['array_disk_bytes'])} on disk), lineage "
+                 f"{human_bytes(t['lineage_bytes'])} ({ratio:.2f}x the input), store {human_bytes(t['store_disk_bytes'])}")
     return "\n".join(lines)

@@ -45,3 +45,10 @@ def test_docstring_examples():
 
     result = doctest.testmod(describe, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_human_bytes():
+    from subzero.describe import human_bytes
+
+    assert [human_bytes(n) for n in (None, 0, 999, 1500, 2.5e6, 2.5e9, 3e12)] == [
+        "-", "0 B", "999 B", "1.5 KB", "2.5 MB", "2.5 GB", "3000.0 GB"]

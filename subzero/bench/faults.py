@@ -16,8 +16,8 @@ and backward and forward queries by every stored strategy, forced and chosen):
 - **race**: two runs start into one store path at once: one wins, the other is refused
   with a message naming the winner, while this process keeps querying another store.
 
-`subzero bench faults [--quick] [--out DIR]` runs the full form (22 kill trials, 96 damaged
-stores, 5 races: about ten minutes on two cores) and writes ``results.json`` and
+`subzero bench faults [--quick] [--out DIR]` runs the full form (22 kill trials, 114 damaged
+stores, 22 races: about ten minutes on two cores) and writes ``results.json`` and
 ``REPORT.md``; ``tests/test_faults.py`` runs a few trials of each.  The child process is
 ``python -m subzero.bench.faults child STORE EXECUTOR PLAN [--resume]``.
 """
@@ -591,7 +591,7 @@ def race_round(root: str | Path, reader_store: str | Path, ref: Reference, execu
 
 # -- the bench ----------------------------------------------------------------------------------------------------
 
-def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8, races: int = 5,
+def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8, races: int = 22,
                damages: tuple[str, ...] = DAMAGES, seed: int = 0, quick: bool = False,
                log: Callable[[str], None] | None = None) -> dict:
     """The full fault-injection bench; writes ``results.json`` and ``REPORT.md`` into ``out_dir``.
@@ -621,7 +621,11 @@ def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8,
     root = Path(tempfile.mkdtemp(prefix="faults-", dir=out))
     rng = random.Random(seed)
     started = time.monotonic()
-    doc: dict[str, Any] = {"bench": "faults", "seed": seed, "kills": [], "damage": [], "races": []}
+    from subzero.bench.timing import machine_info, now_iso
+
+    doc: dict[str, Any] = {"bench": "faults", "quick": bool(quick), "date": now_iso(), "machine": machine_info(),
+                           "command": "subzero bench faults" + (" --quick" if quick else ""),
+                           "seed": seed, "kills": [], "damage": [], "races": []}
     try:
         ref = reference(root / "clean-pinned")
         for executor, n in (("local", kills_local), ("spark", kills_spark)):

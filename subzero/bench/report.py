@@ -296,13 +296,14 @@ def render_summary(docs: list[dict[str, Any]], reports: list[Path], base: Path, 
     benchmark's report, its figure links made relative to ``base``."""
     if not docs:
         return "# Benchmark results\n\nNo results documents given.\n"
-    m = docs[0]["machine"]
-    out = ["# Benchmark results", "",
-           f"- machine: {m['cpu']} ({m['nproc']} cores), {m['memory_gb']} GB memory, {m['os']}, "
-           f"Python {m['python']}", ""]
+    m = next(d["machine"] for d in docs if "machine" in d) if any("machine" in d for d in docs) else None
+    out = ["# Benchmark results", ""]
+    if m is not None:
+        out += [f"- machine: {m['cpu']} ({m['nproc']} cores), {m['memory_gb']} GB memory, {m['os']}, "
+                f"Python {m['python']}", ""]
     out += [_table(["bench", "mode", "date", "time (s)", "command"],
-                   [[d["bench"], "quick" if d["quick"] else "full", d["date"], d["seconds"], f"`{d['command']}`"]
-                    for d in docs]), ""]
+                   [[d["bench"], "quick" if d.get("quick") else "full", d.get("date", "-"), d.get("seconds", "-"),
+                     f"`{d['command']}`" if d.get("command") else "-"] for d in docs]), ""]
     if preface:
         out += [preface, ""]
     for report in reports:

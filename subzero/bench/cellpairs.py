@@ -92,9 +92,8 @@ def estimate_cellpairs(run: Run) -> int:
         if op.all_to_all:
             total += n_out * sum(int(np.prod(s)) for s in op.input_shapes)
             continue
-        task = NodeTask(node.name, op, tuple(run.store.array_path(n.name) for n in node.inputs), ())
-        tile = tile_grid(op.output_shape, op.effective_tiling().split_axes(op), run.tile_shape)[0]
-        pairs = trace_tile(task, tile)
+        tile = run.grid(node).tiles[0]
+        pairs = trace_tile(run.tile_task(node), tile)
         cells = max(int(np.prod([hi - lo for lo, hi in tile.box])), 1) if tile.box is not None else n_out
         per_tile = sum(int((np.diff(pairs.out_ptr) * np.diff(pairs.in_ptr[i])).sum()) for i in range(len(node.inputs)))
         total += per_tile * n_out // cells

@@ -1,8 +1,10 @@
-"""The Spark executor: one Spark task per tile (the only module that imports pyspark).
+"""The Spark executor: a node's tiles as Spark tasks (the only module that imports pyspark).
 
-A task receives the pickled node task and one tile, reads its tile of the inputs from
-the store, writes its output chunk and lineage shards into the store, and returns a
-`subzero.runtime.TileMeta`: a few hundred bytes.  Only the metadata of successful
+A task receives the pickled node task and a few neighbouring tiles (`TASKS_PER_CORE`
+tasks per core of the session, so Spark's per-task cost is paid per core, not per tile);
+for each tile it reads its tile of the inputs from the store, writes its output chunk and
+lineage shards into the store, and returns a `subzero.runtime.TileMeta`: a few hundred
+bytes.  Only the metadata of successful
 attempts reaches the driver, which commits exactly one shard per tile; shards of failed,
 retried or speculative attempts are removed at commit.
 
@@ -48,6 +50,9 @@ START_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_START_TIMEOUT", 15))
 #: seconds for a standalone master to give the application its first executor
 EXECUTOR_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_EXECUTOR_TIMEOUT", 120))
 _ERROR_MARK = "subzero-task-error: "
+#: Spark tasks per core of the session: a task runs several tiles in turn, so a node's stage
+#: pays Spark's per-task cost a few times per core, not once per tile
+TASKS_PER_CORE = int(os.environ.get("SUBZERO_TASKS_PER_CORE", 4))
 log = logging.getLogger(__name__)
 
 
@@ -197,11 +202,13 @@ class SparkExecutor:
         stop = threading.Event()
         watcher = None
         if progress is not None:
-            watcher = threading.Thread(target=_watch, args=(sc, group, task.node, len(tiles), progress, stop),
+            watcher = threading.Thread(target=_watch, args=(sc, group, task.node, len(tiles), _slices(sc, len(tiles)),
+                                                            progress, stop),
                                        daemon=True)
             watcher.start()
         try:
-            metas = sc.parallelize(tiles, max(len(tiles), 1)).map(partial(_run_pickled, payload)).collect()
+            metas = sc.parallelize(tiles, _slices(sc, len(tiles))).mapPartitions(
+                partial(_call_partition, run_tile, payload)).collect()
         except KeyboardInterrupt:
             sc.cancelJobGroup(group)
             raise
@@ -227,13 +234,15 @@ class SparkExecutor:
         sc.setJobDescription(f"subzero node {task.node} ({fn.__name__})")
         payload = dumps_with_operator(task, task.operator, task.node)
         try:
-            return sc.parallelize(tiles, max(len(tiles), 1)).map(partial(_call_pickled, fn, payload)).collect()
+            return sc.parallelize(tiles, _slices(sc, len(tiles))).mapPartitions(
+                partial(_call_partition, fn, payload)).collect()
         except Exception as exc:
             raise WorkflowError(f"node {task.node!r} failed on Spark: {_python_error(exc)}") from None
 
 
-def _watch(sc, group: str, node: str, total: int, progress, stop: threading.Event) -> None:
-    """Report finished tasks of the node's job as Spark's status tracker sees them."""
+def _watch(sc, group: str, node: str, total: int, tasks: int, progress, stop: threading.Event) -> None:
+    """Report the tiles of the node's finished tasks (``total`` tiles in ``tasks`` tasks) as
+    Spark's status tracker sees them."""
     done = 0
     tracker = sc.statusTracker()
     while not stop.wait(0.25):
@@ -246,24 +255,26 @@ def _watch(sc, group: str, node: str, total: int, progress, stop: threading.Even
                     finished += st.numCompletedTasks if st else 0
         except Exception:
             return
+        finished = min(total, finished * total // max(tasks, 1))
         if finished > done:
-            progress.tiles_done(node, min(finished, total) - done)
-            done = min(finished, total)
+            progress.tiles_done(node, finished - done)
+            done = finished
 
 
-def _run_pickled(payload: bytes, tile: Tile) -> TileMeta:
-    """Task body: the task travels as our own pickle, so operators defined in any user
-    module (not importable on the workers) still run.  Errors carry a marker so the
+def _slices(sc, n_tiles: int) -> int:
+    """How many Spark tasks run a node's ``n_tiles`` tiles (each task some neighbouring tiles)."""
+    return max(1, min(n_tiles, TASKS_PER_CORE * max(1, sc.defaultParallelism)))
+
+
+def _call_partition(fn, payload: bytes, tiles):
+    """Task body: ``fn(task, tile)`` for each tile of the partition, in order.  The task
+    travels as our own pickle (loaded once per Spark task), so operators defined in any
+    user module (not importable on the workers) still run.  Errors carry a marker so the
     driver can report the Python error alone."""
     try:
-        return run_tile(pickle.loads(payload), tile)
-    except Exception as exc:
-        raise RuntimeError(f"{_ERROR_MARK}{type(exc).__name__}: {exc}".replace("\n", " ")) from exc
-
-
-def _call_pickled(fn, payload: bytes, tile: Tile):
-    try:
-        return fn(pickle.loads(payload), tile)
+        task = pickle.loads(payload)
+        for tile in tiles:
+            yield fn(task, tile)
     except Exception as exc:
         raise RuntimeError(f"{_ERROR_MARK}{type(exc).__name__}: {exc}".replace("\n", " ")) from exc
 

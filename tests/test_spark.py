@@ -100,6 +100,15 @@ def test_spark_records_exactly_the_lineage_of_the_local_executor(spark, tmp_path
                                   local.backward("sum", [(4, 4)], to="x"))
 
 
+def test_a_task_runs_several_tiles_once_there_are_more_tiles_than_slots(spark):
+    from subzero.spark import TASKS_PER_CORE, _slices
+
+    sc = spark.sparkContext
+    slots = TASKS_PER_CORE * sc.defaultParallelism
+    assert _slices(sc, 3) == min(3, slots) and _slices(sc, 10 * slots) == slots and _slices(sc, 0) == 1
+    # 9 tiles in the runs below: on 2 cores, 8 tasks, one of which runs two tiles (and is retried whole)
+
+
 @pytest.mark.parametrize("kill", [False, True], ids=["raised", "killed"])
 def test_a_retried_task_neither_duplicates_nor_loses_lineage(spark, tmp_path, kill):
     marker = tmp_path / "marker"

@@ -354,11 +354,16 @@ def with_envelopes(op: Operator, pay: PayloadPairs) -> PayloadPairs:
                 continue
             owner, got = op.map_p_pairs(to_coords(pay.out_ids[rows], op.output_shape), payload, i)
             got = np.asarray(got, np.int64).reshape(-1, ndim)
-            if not len(got):
+            if not len(got) or not ndim:
                 continue
             pair = pair_of_cell[rows][np.asarray(owner, np.int64)]
-            np.minimum.at(lo, pair, got)
-            np.maximum.at(hi, pair, got + 1)
+            if np.all(pair[1:] >= pair[:-1]):  # owners in order (as map_p_pairs gives them): segment reductions
+                starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
+                lo[pair[starts]] = np.minimum(lo[pair[starts]], np.minimum.reduceat(got, starts, axis=0))
+                hi[pair[starts]] = np.maximum(hi[pair[starts]], np.maximum.reduceat(got, starts, axis=0) + 1)
+            else:
+                np.minimum.at(lo, pair, got)
+                np.maximum.at(hi, pair, got + 1)
         empty = hi[:, 0] < lo[:, 0] if ndim else np.zeros(n, bool)
         lo[empty], hi[empty] = 0, 0
         envelopes.append((lo, hi))

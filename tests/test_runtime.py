@@ -11,7 +11,7 @@ from subzero import operators as ops
 from subzero.modes import Mode
 from subzero.pairs import PayloadPairs
 from subzero.frontier import Frontier
-from subzero.runtime import NodeTask, derived_full, expand_payloads, modes_for, run_tile, trace_tile
+from subzero.runtime import NodeTask, derived_full, expand_payloads, modes_for, run_tile, trace_tile, with_envelopes
 from subzero.store import ArrayRef, resolve
 from subzero.store.arrays import write_array
 from subzero.tiling import Tile
@@ -116,6 +116,26 @@ class FarPayload(sz.Operator):
 
     def map_p(self, cells, payload, i):
         return np.asarray(cells, np.int64) + np.array([int(payload[0]), 0])
+
+
+class ReversedOwners(ops.CosmicRayDetect):
+    """The same lineage, its pairs listed last owner first (the envelopes' unordered path)."""
+
+    def map_p_pairs(self, cells, payload, i):
+        owner, coords = super().map_p_pairs(cells, payload, i)
+        return owner[::-1], coords[::-1]
+
+
+@pytest.mark.parametrize("cls", [ops.CosmicRayDetect, ReversedOwners])
+def test_envelopes_bound_each_pairs_expanded_cells(cls):
+    op = bound(cls(radius=1), (6, 6))
+    pay = PayloadPairs(np.array([0, 12, 24, 7, 8, 35]), np.array([0, 1, 2, 3, 5, 6]),
+                       [b"\x01", b"\x00", b"\x02", b"\x01", b"\x02"])
+    lo, hi = with_envelopes(op, pay).envelopes[0]
+    for k in range(pay.n_pairs):
+        cells = np.stack(np.unravel_index(pay.out_ids[pay.out_ptr[k]:pay.out_ptr[k + 1]], (6, 6)), axis=1)
+        expanded = np.asarray(op.map_p(cells, pay.payloads[k], 0))
+        assert lo[k].tolist() == expanded.min(axis=0).tolist() and hi[k].tolist() == (expanded.max(axis=0) + 1).tolist()
 
 
 @pytest.mark.parametrize("make", [

@@ -72,12 +72,15 @@ def profile_tile(task: NodeTask, tile: Tile) -> TileProfile:
     fanin = sum(np.diff(ptr) for ptr in full.in_ptr) if full.in_ptr else np.zeros(full.n_pairs)
     out.fanout, out.links = float(fanout.sum()), float(np.sum(fanout * fanin))
     out.distinct_in = sum(len(np.unique(a)) for a in full.in_ids)
+    enveloped = {}  # payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
     for name in stored:
         strategy = Strategy.parse(name)
         encoder = encoder_for(strategy)
         pairs = capture.pairs_for(strategy)
         if strategy.mode is not Mode.FULL:
-            pairs = with_envelopes(op, pairs)
+            if strategy.mode not in enveloped:
+                enveloped[strategy.mode] = with_envelopes(op, pairs)
+            pairs = enveloped[strategy.mode]
         part = pairs if strategy.both_directions else _subsample(pairs, MAX_PAIRS)
         t0 = time.perf_counter()
         encoded = encoder.encode(part, capture.tile.index, task.shapes)

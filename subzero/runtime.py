@@ -295,7 +295,8 @@ def _wanted(op: Operator, box: Box, frontier, i: int, direction: str) -> np.ndar
     if not len(cells):
         return np.zeros((0, len(box)), np.int64)
     out = np.asarray(op.map_f(cells, i), np.int64).reshape(-1, len(box))
-    return out[np.all((out >= lo) & (out < hi), axis=1)]
+    out = out[np.all((out >= lo) & (out < hi), axis=1)]
+    return np.unique(out, axis=0) if len(out) else out  # one pair per out cell
 
 
 def _derived(op: Operator, box: Box, cells: np.ndarray | None) -> FullPairs:

@@ -59,6 +59,14 @@ def test_boxes_and_forced_strategies(store, capsys):
     np.testing.assert_array_equal(parse_cells(None, ["0:2,0:3"]), [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]])
 
 
+def test_cells_and_boxes_together():
+    np.testing.assert_array_equal(parse_cells(["7,7"], ["0:1,0:2"]), [[7, 7], [0, 0], [0, 1]])
+    with pytest.raises(sz.LineageError, match="is empty"):
+        parse_cells(["7,7"], ["3:3,0:2"])
+    with pytest.raises(sz.LineageError, match="same number of coordinates"):
+        parse_cells(["7,7,7"], ["0:1,0:2"])
+
+
 def test_fits_coordinates_in_and_out(store, capsys):
     assert main(["query", str(store), "backward", "blur", "--to", "exposure_a", "--cells", "3,2", "--json"]) == 0
     numpy_order = json.loads(capsys.readouterr().out)

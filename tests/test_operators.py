@@ -1310,3 +1310,20 @@ def test_readme_table_lists_every_operator():
         table = f.read()
     missing = [n for n in EXPORTED if f"| {n} " not in table and f"| {n}(" not in table]
     assert missing == []
+
+
+@pytest.mark.parametrize("n_cells", [1, 5, 400])  # few cells: their windows enumerated; many: a dilated mask
+def test_window_lineage_of_cells_is_the_dilation_of_their_mask(n_cells):
+    from scipy import ndimage
+
+    op = ops.CosmicRayDetect(radius=2)
+    op.input_shapes, op.output_shape = ((40, 40),), (40, 40)
+    ids = np.random.default_rng(n_cells).choice(1600, size=n_cells, replace=False)
+    cells = np.stack(np.unravel_index(ids, (40, 40)), axis=1)
+    mask = np.zeros((40, 40), bool)
+    mask[tuple(cells.T)] = True
+    expected = np.argwhere(ndimage.binary_dilation(mask, np.ones((3, 3), bool)))
+    np.testing.assert_array_equal(op.map_b(cells, 0), expected)
+    np.testing.assert_array_equal(op.map_f(cells, 0), expected)
+    np.testing.assert_array_equal(op.map_p(cells, b"\x02", 0),
+                                  np.argwhere(ndimage.binary_dilation(mask, np.ones((5, 5), bool))))

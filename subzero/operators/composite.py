@@ -24,7 +24,8 @@ __all__ = ["WindowLineage", "WHOLE", "dilate"]
 #: the payload byte meaning "every cell of the input"
 WHOLE = 255
 
-#: window cells a mapping step enumerates before it dilates a mask of the array instead
+#: window cells a mapping step enumerates (at most an eighth of the array's cells) before it
+#: dilates a mask of the array instead
 MAX_WINDOW_CELLS = 1 << 21
 
 
@@ -115,8 +116,13 @@ class WindowLineage:
         """The distinct cells within ``radius`` of ``cells``, sorted: from the windows' cells
         when there are few (the cost of the answer), by dilating a mask when there are many."""
         cells = np.asarray(cells, np.int64).reshape(-1, len(shape))
-        if len(cells) * (2 * radius + 1) ** len(shape) <= MAX_WINDOW_CELLS:
-            return unique_rows(cls._window_pairs(cells, radius, shape)[1])
+        size = int(np.prod(shape, dtype=np.int64))
+        if not len(shape) or len(cells) * (2 * radius + 1) ** len(shape) <= min(MAX_WINDOW_CELLS, size // 8):
+            coords = cls._window_pairs(cells, radius, shape)[1]
+            if not len(shape) or not len(coords):
+                return unique_rows(coords)
+            ids = np.unique(np.ravel_multi_index(tuple(coords.T), shape))  # flat ids sort fast; rows do not
+            return np.stack(np.unravel_index(ids, shape), axis=1).astype(np.int64)
         mask = np.zeros(shape, bool)
         mask[tuple(cells.T)] = True
         return np.argwhere(dilate(mask, radius)).astype(np.int64)

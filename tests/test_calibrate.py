@@ -54,3 +54,35 @@ def test_sample_tiles_are_measured_by_the_executors_tasks(spark, tmp_path):
         assert there.strategies[name].bytes == pytest.approx(here.strategies[name].bytes)
         assert there.strategies[name].pairs == here.strategies[name].pairs > 0
     assert there.fan_backward == pytest.approx(here.fan_backward)
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda: ops.Convolve(np.ones((3, 3)), mode="constant"), (12, 9)),
+    (lambda: ops.Downsample((4, 3), how="mean"), (12, 9)),
+    (lambda: ops.Downsample((12, 9), how="mean"), (12, 9)),   # one out cell reads the whole input
+    (lambda: ops.Transpose(), (7, 5)),
+])
+def test_mapping_fans_count_what_the_derived_pairs_hold(make, shape):
+    """The fans of a mapping node, counted from ``map_b_pairs``, equal those of its
+    derived FULL pairs: input cells per output cell, output cells per distinct input cell."""
+    from subzero.optimizer.calibrate import mapping_fans
+    from subzero.runtime import derived_full
+
+    op = make()
+    op.input_shapes = (shape,)
+    op.output_shape = op.infer_output_shape(op.input_shapes)
+    box = tuple((0, min(n, 4)) for n in op.output_shape)
+    pairs = derived_full(op, box)
+    links = sum(len(ids) for ids in pairs.in_ids)
+    back, forward = mapping_fans(op, box)
+    assert back == pytest.approx(max(links / pairs.n_pairs, 1.0))
+    assert forward == pytest.approx(max(links / len(np.unique(pairs.in_ids[0])), 1.0))
+
+
+@pytest.mark.parametrize("size", [10, 1 << 30])
+def test_distinct_count_by_bitmap_or_sort(size):
+    from subzero.optimizer.calibrate import distinct_count
+
+    ids = np.random.default_rng(1).integers(0, min(size, 1000), 500) * (size // min(size, 1000))
+    assert distinct_count(ids, size) == len(np.unique(ids))
+    assert distinct_count(ids[:0], size) == 0

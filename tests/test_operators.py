@@ -1074,6 +1074,29 @@ def test_payloads_are_small():
         assert {len(p) for p in pay.payloads} == {8}
 
 
+ENVELOPED = [n for n in NAMES if type(SPECS[n](np.random.default_rng(0), 2, 4).op).map_p_envelope
+             is not sz.Operator.map_p_envelope]
+
+
+@pytest.mark.parametrize("name", ENVELOPED)
+@examples(25)
+@given(**CASE_ARGS)
+def test_vectorized_payload_envelopes_equal_the_default(name, seed, ndim, side):
+    """An operator's own ``map_p_envelope`` gives the boxes the default gives from ``map_p``:
+    with the pairs' cells, and with none (a box that holds the lineage whatever the cells)."""
+    case = build(name, seed, ndim, side)
+    for mode in sorted(case.op.supported_modes() & {Mode.PAY, Mode.COMP}, key=str):
+        pay = execute(case.op, case.inputs, {mode})[2]
+        payloads = [p for p, _ in pay.by_payload()]
+        cells = [to_coords(ids, case.op.output_shape) for _, ids in pay.by_payload()]
+        for i in range(len(case.inputs)):
+            lo, hi = case.op.map_p_envelope(payloads, i, cells=cells)
+            base_lo, base_hi = sz.Operator.map_p_envelope(case.op, payloads, i, cells=cells)
+            assert np.array_equal(lo, base_lo) and np.array_equal(hi, base_hi), mode
+            lo, hi = case.op.map_p_envelope(payloads, i)
+            assert np.all(lo <= base_lo) and np.all(hi >= base_hi), mode
+
+
 # =====================================================================================
 # Re-running on only the backward lineage reproduces the value
 # =====================================================================================

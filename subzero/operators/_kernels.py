@@ -13,7 +13,7 @@ __all__ = [
     "BOUNDARY_MODES", "unique_rows", "corner_offsets", "box_offsets", "boundary_map", "boundary_index",
     "boundary_preimages", "shift_or", "stencil_pairs", "gather_axis", "scatter_or", "repeat_pairs",
     "encode_region", "decode_region",
-    "encode_regions", "region_envelopes",
+    "encode_regions", "region_envelopes", "group_boxes", "cell_set_boxes",
 ]
 
 
@@ -244,3 +244,30 @@ def region_envelopes(payloads: "list[bytes]", ndim: int) -> tuple[np.ndarray, np
     lo[~empty] = header[:, :ndim]
     hi[~empty] = header[:, :ndim] + header[:, ndim:]
     return lo, hi, empty
+
+
+def group_boxes(coords: np.ndarray, group: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Half-open bounding boxes of ``n`` groups of cells (rows of groups without cells: empty)."""
+    ndim = coords.shape[1]
+    lo = np.full((ndim, n), np.iinfo(np.int64).max)
+    hi = np.full((ndim, n), -1, np.int64)
+    group = np.ascontiguousarray(group, np.intp)
+    for a in range(ndim):  # 1-D ufunc.at: numpy >= 1.25 runs it as a fast indexed loop, no sort
+        axis = np.ascontiguousarray(coords[:, a], np.int64)
+        np.minimum.at(lo[a], group, axis)
+        np.maximum.at(hi[a], group, axis)
+    return lo.T.copy(), hi.T + 1
+
+
+def cell_set_boxes(cells, which: np.ndarray, ndim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Half-open boxes of the cell sets ``cells[k]`` for ``k`` in ``which``; ``cells`` is
+    one ``(N_k, ndim)`` array per payload, or an ``(P, ndim)`` array of one cell each."""
+    if isinstance(cells, np.ndarray) and cells.ndim == 2:
+        own = cells[which].astype(np.int64)
+        return own, own + 1
+    sets = [np.asarray(cells[k], np.int64).reshape(-1, ndim) for k in which.tolist()]
+    owner = np.repeat(np.arange(len(sets)), [len(s) for s in sets])
+    lo, hi = group_boxes(np.concatenate(sets + [np.zeros((0, ndim), np.int64)]), owner, len(sets))
+    none = hi[:, 0] <= 0
+    lo[none], hi[none] = 0, 0
+    return lo, hi

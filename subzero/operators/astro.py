@@ -23,12 +23,12 @@ import warnings
 
 import numpy as np
 
-from subzero.errors import WorkflowError
+from subzero.errors import LineageError, WorkflowError
 from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._args import check_choice
-from subzero.operators._kernels import decode_region, encode_region, repeat_pairs
+from subzero.operators._kernels import cell_set_boxes, decode_region, encode_region, region_envelopes, repeat_pairs
 from subzero.operators.composite import WHOLE, WindowLineage, dilate
 from subzero.operators.identity import IdentityMapping
 from subzero.tiling import Halo
@@ -388,3 +388,22 @@ class DetectStars(IdentityMapping, Operator):
         if not payload:
             return self.map_b_pairs(cells, i)
         return repeat_pairs(len(cells), self._region(payload))
+
+    def map_p_envelope(self, payloads, i, cells=None):
+        """The groups' boxes, read from the payloads' headers at once and grown by one pixel
+        (the ring, clipped to the image); the empty payload ("the pixel itself") gets the box
+        of its pair's ``cells``, or the whole image when ``cells`` is not given."""
+        shape = np.asarray(self.input_shapes[0], np.int64)
+        try:
+            lo, hi, empty = region_envelopes(payloads, 2)
+        except ValueError as exc:
+            raise LineageError(f"DetectStars.map_p_envelope: {exc}; these are not DetectStars payloads") from None
+        none = np.any(hi <= lo, axis=1) & ~empty
+        lo, hi = np.maximum(lo - 1, 0), np.minimum(hi + 1, shape)
+        lo[none], hi[none] = 0, 0
+        if empty.any():
+            if cells is None:
+                lo[empty], hi[empty] = 0, shape
+            else:
+                lo[empty], hi[empty] = cell_set_boxes(cells, np.flatnonzero(empty), 2)
+        return lo, hi

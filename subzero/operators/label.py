@@ -32,7 +32,8 @@ from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators.identity import IdentityMapping
-from subzero.operators._kernels import decode_region, encode_regions, region_envelopes, repeat_pairs
+from subzero.operators._kernels import (cell_set_boxes, decode_region, encode_regions, group_boxes, region_envelopes,
+                                       repeat_pairs)
 from subzero.tiling import Box, Elementwise, box_slices, full_box
 
 # imported on first use: a query answered from stored lineage needs no scipy
@@ -173,7 +174,7 @@ class Label(IdentityMapping, Operator):
         fg = np.flatnonzero(flat)
         lab = flat[fg].astype(np.int64) - 1
         keep = boundary[lab]
-        lo, hi = _boxes(np.stack(np.unravel_index(fg[keep], labels.shape), axis=1).reshape(-1, len(shape)),
+        lo, hi = group_boxes(np.stack(np.unravel_index(fg[keep], labels.shape), axis=1).reshape(-1, len(shape)),
                         lab[keep], n)
         cells = np.ravel_multi_index(tuple((np.stack(np.unravel_index(face, labels.shape), axis=1) + origin).T),
                                      shape) if len(face) else np.zeros(0, np.int64)
@@ -332,7 +333,7 @@ class Label(IdentityMapping, Operator):
             if len(in_lab):
                 used, region = np.unique(in_lab, return_inverse=True)
                 reads_region = np.searchsorted(used, reads_lab)
-                lo, hi = _boxes(reads, reads_region, len(used))
+                lo, hi = group_boxes(reads, reads_region, len(used))
                 payloads = encode_regions(reads, reads_region, lo, hi)
                 ctx.lwrite_many(in_cells, out_pair=region, payload=payloads)
             if len(seam_ids):
@@ -426,7 +427,7 @@ class Label(IdentityMapping, Operator):
             if cells is None:
                 hi[empty] = shape
             else:
-                own = _cell_boxes(cells, np.flatnonzero(empty), len(shape))
+                own = cell_set_boxes(cells, np.flatnonzero(empty), len(shape))
                 lo[empty], hi[empty] = own
         return lo, hi
 
@@ -475,19 +476,6 @@ def canonical_ids(labels: np.ndarray, n: int, origin, shape) -> np.ndarray:
     return np.ravel_multi_index(tuple(c + int(o) for c, o in zip(coords, origin)), tuple(shape)).astype(np.int64) + 1
 
 
-def _boxes(coords: np.ndarray, group: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Half-open bounding boxes of ``n`` groups of cells (rows of groups without cells: empty)."""
-    ndim = coords.shape[1]
-    lo = np.full((ndim, n), np.iinfo(np.int64).max)
-    hi = np.full((ndim, n), -1, np.int64)
-    group = np.ascontiguousarray(group, np.intp)
-    for a in range(ndim):  # 1-D ufunc.at: numpy >= 1.25 runs it as a fast indexed loop, no sort
-        axis = np.ascontiguousarray(coords[:, a], np.int64)
-        np.minimum.at(lo[a], group, axis)
-        np.maximum.at(hi[a], group, axis)
-    return lo.T.copy(), hi.T + 1
-
-
 def _inner_face_cells(labels: np.ndarray, box: Box, shape: tuple[int, ...]) -> np.ndarray:
     """Local flat indices (sorted, unique) of the foreground cells on the faces the tile
     ``box`` shares with other tiles (faces on the array's border are left out)."""
@@ -510,20 +498,6 @@ def _half_offsets(structure: np.ndarray) -> np.ndarray:
     offsets = np.argwhere(structure) - 1
     after = np.array([tuple(d) > (0,) * structure.ndim for d in offsets.tolist()], bool)
     return offsets[after] if len(offsets) else offsets
-
-
-def _cell_boxes(cells, which: np.ndarray, ndim: int) -> tuple[np.ndarray, np.ndarray]:
-    """Half-open boxes of the cell sets ``cells[k]`` for ``k`` in ``which``; ``cells`` is
-    one ``(N_k, ndim)`` array per payload, or an ``(P, ndim)`` array of one cell each."""
-    if isinstance(cells, np.ndarray) and cells.ndim == 2:
-        own = cells[which].astype(np.int64)
-        return own, own + 1
-    sets = [np.asarray(cells[k], np.int64).reshape(-1, ndim) for k in which.tolist()]
-    owner = np.repeat(np.arange(len(sets)), [len(s) for s in sets])
-    lo, hi = _boxes(np.concatenate(sets + [np.zeros((0, ndim), np.int64)]), owner, len(sets))
-    none = hi[:, 0] <= 0
-    lo[none], hi[none] = 0, 0
-    return lo, hi
 
 
 def ring_cells(cells: np.ndarray, group: np.ndarray, structure: np.ndarray, shape, labels: np.ndarray | None = None,

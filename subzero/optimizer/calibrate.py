@@ -19,7 +19,8 @@ from subzero.encoders import encoder_for, merge_tiles
 from subzero.encoders.base import index_bytes_bound
 from subzero.modes import Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
-from subzero.runtime import NodeTask, capture_tile, derived_full, with_envelopes
+from subzero.cells import box_cells, to_ids
+from subzero.runtime import NodeTask, capture_tile, with_envelopes
 from subzero.tiling import Tile
 
 __all__ = ["profile_node", "profile_tile", "sample_tiles", "TileProfile", "profile_from_run"]
@@ -71,7 +72,7 @@ def profile_tile(task: NodeTask, tile: Tile) -> TileProfile:
     fanout = np.diff(full.out_ptr)
     fanin = sum(np.diff(ptr) for ptr in full.in_ptr) if full.in_ptr else np.zeros(full.n_pairs)
     out.fanout, out.links = float(fanout.sum()), float(np.sum(fanout * fanin))
-    out.distinct_in = sum(len(np.unique(a)) for a in full.in_ids)
+    out.distinct_in = sum(distinct_count(a, int(np.prod(shape))) for a, shape in zip(full.in_ids, op.input_shapes))
     enveloped = {}  # payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
     for name in stored:
         strategy = Strategy.parse(name)
@@ -113,7 +114,7 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
     if not stored and profile.mapping:  # fans from the mapping functions on a corner of a tile
         corner = tuple((lo, min(hi, lo + 32)) for lo, hi in chosen[0].box)
         profile.trace_seconds = op_seconds
-        profile.fan_backward, profile.fan_forward = _fans([derived_full(op, corner)])
+        profile.fan_backward, profile.fan_forward = mapping_fans(op, corner)
         return profile
     sampler = NodeTask(task.node, op, task.inputs, stored)
     measured = runner.map_calls(profile_tile, sampler, chosen) if runner is not None else \
@@ -146,19 +147,31 @@ def _subsample(pairs, max_pairs: int):
     return pairs.select(keep)
 
 
-def _fans(traced) -> tuple[float, float]:
-    """Mean input cells per output cell, and output cells per distinct input cell, of full pairs."""
-    if not traced:
-        return 1.0, 1.0
-    fanout = np.concatenate([np.diff(p.out_ptr) for p in traced])
-    fanin = np.concatenate([sum(np.diff(ptr) for ptr in p.in_ptr) if p.in_ptr else np.zeros(p.n_pairs)
-                            for p in traced])
-    links = float(np.sum(fanout * fanin))
-    distinct_in = sum(len(np.unique(np.concatenate([p.in_ids[i] for p in traced])))
-                      for i in range(traced[0].n_inputs))
-    back = links / fanout.sum() if fanout.sum() else 1.0
-    fwd = links / distinct_in if distinct_in else 1.0
+def mapping_fans(op, box) -> tuple[float, float]:
+    """Mean input cells per output cell, and output cells per distinct input cell, of a
+    mapping operator's cells in ``box`` (from ``map_b_pairs``: counted, never sorted)."""
+    cells = box_cells(tuple(lo for lo, _ in box), tuple(hi for _, hi in box))
+    links = distinct = 0
+    for i, shape in enumerate(op.input_shapes):
+        owner, coords = op.map_b_pairs(cells, i)
+        links += len(owner)
+        distinct += distinct_count(to_ids(np.asarray(coords, np.int64).reshape(len(owner), len(shape)), shape),
+                                   int(np.prod(shape)))
+    back = links / len(cells) if len(cells) else 1.0
+    fwd = links / distinct if distinct else 1.0
     return max(back, 1.0), max(fwd, 1.0)
+
+
+def distinct_count(ids: np.ndarray, size: int) -> int:
+    """How many distinct values ``ids`` (cell ids below ``size``) holds: a bitmap when the
+    array is small next to the ids, else a sort."""
+    if len(ids) == 0:
+        return 0
+    if size <= max(8 * len(ids), 1 << 20):
+        seen = np.zeros(size, bool)
+        seen[ids] = True
+        return int(np.count_nonzero(seen))
+    return len(np.unique(ids))
 
 
 def profile_from_run(node: str, op, stats) -> NodeProfile:

@@ -279,7 +279,7 @@ class FileStore(Store):
         return RunRecord.from_dict(data, where=where)
 
     def write_catalog(self, record: RunRecord) -> None:
-        self.location.write_bytes(seal_json(record.to_dict(), indent=1), "catalog.json")
+        self.location.write_bytes(seal_json(record.to_dict()), "catalog.json")
 
     # -- arrays and operators -----------------------------------------------------------------
     def array(self, node: str, meta_xxh3: str | None = None) -> ArrayRef:

@@ -41,8 +41,13 @@ def seal_json(data: dict[str, Any], indent: int | None = None) -> bytes:
     """
     if CHECKSUM_KEY in data:
         raise ValueError(f"a sealed record cannot hold its own {CHECKSUM_KEY!r} key")
+    canonical = _canonical(data)
+    checksum = _PREFIX + xxhash.xxh3_64_hexdigest(canonical)
+    if indent is None:  # the canonical form itself, the checksum first: serialized once, by json's C encoder
+        return b'{"%s":"%s"%s' % (CHECKSUM_KEY.encode(), checksum.encode(), b"}" if canonical == b"{}" else
+                                  b"," + canonical[1:])
     sealed = dict(data)
-    sealed[CHECKSUM_KEY] = _PREFIX + xxhash.xxh3_64_hexdigest(_canonical(data))
+    sealed[CHECKSUM_KEY] = checksum
     return json.dumps(sealed, indent=indent, sort_keys=True).encode()
 
 

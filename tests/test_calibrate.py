@@ -86,3 +86,34 @@ def test_distinct_count_by_bitmap_or_sort(size):
     ids = np.random.default_rng(1).integers(0, min(size, 1000), 500) * (size // min(size, 1000))
     assert distinct_count(ids, size) == len(np.unique(ids))
     assert distinct_count(ids[:0], size) == 0
+
+
+def test_a_node_of_one_tile_is_measured_by_two_tasks_like_one(tmp_path):
+    """A whole-array node's FULL and payload strategies are measured by two tasks at once;
+    the profile is the one a single task measures."""
+    from subzero.execution import LocalExecutor
+    from subzero.optimizer.calibrate import profile_tile
+
+    wf = sz.Workflow("c")
+    x = wf.input("x")
+    wf.add(ops.CosmicRayDetect(threshold=5.0, radius=1), x, name="crd")
+    image = np.random.default_rng(2).normal(size=(30, 30))
+    image[5, 5] = image[20, 12] = 100.0
+    run = wf.run({"x": image}, store=tmp_path / "c", executor="local", tile_shape=30)
+    node = run.node("crd")
+    tiles = node_tiles(node.operator, 30)
+    assert len(tiles) == 1
+    task = NodeTask("crd", node.operator, (run.store.array("x"),))
+    names = ["FullOne/backward", "FullMany/forward", "FullRange", "CompOne/backward", "PayOne/backward",
+             "PayMany/backward"]
+    split = profile_node(task, tiles, names, op_seconds=0.01, runner=LocalExecutor(threads=2))
+    whole = profile_tile(NodeTask("crd", node.operator, task.inputs, tuple(names)), tiles[0])
+    for name in names:
+        nbytes, _, pairs, outs, ins, keys, _ = whole.strategies[name]
+        got = split.strategies[name]
+        assert (got.pairs, got.out_cells, got.in_cells) == (pairs, outs, ins), name
+        if name != "FullRange":  # FullRange keeps its merged inline table
+            assert got.keys == pytest.approx(keys) and got.bytes >= nbytes, name
+    assert split.fan_backward == pytest.approx(max(whole.links / whole.fanout, 1.0))
+    assert split.fan_forward == pytest.approx(max(whole.links / whole.distinct_in, 1.0))
+    assert split.trace_seconds > 0

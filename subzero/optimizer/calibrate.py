@@ -1,8 +1,9 @@
 """Calibration: measure a node on a sample of its tiles under every candidate strategy.
 
 After the node's output is computed (so its inputs exist), a few tiles spread over the
-array run again, as executor tasks (`profile_tile`), with every mode the candidates need;
-each task encodes its tile's lineage under every candidate and returns measurements only
+array run again, as executor tasks (`profile_tile`), with every mode the candidates need
+(a node of one tile is measured by two tasks, its FULL and its payload candidates apart);
+each task encodes its tile's lineage under its candidates and returns measurements only
 (bytes, encode seconds, pairs, keys, fans).  The driver (`profile_node`) scales them to
 the whole node: no lineage and no tile reaches it.  This is how the first run of a
 workflow already gets a good plan.
@@ -23,7 +24,7 @@ from subzero.cells import box_cells, to_ids
 from subzero.runtime import NodeTask, capture_tile, with_envelopes
 from subzero.tiling import Tile
 
-__all__ = ["profile_node", "profile_tile", "sample_tiles", "TileProfile", "profile_from_run"]
+__all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "TileProfile", "profile_from_run"]
 
 MAX_PAIRS = 20_000   # pairs per sample tile a candidate encodes (the sizes scale with the count)
 
@@ -63,16 +64,24 @@ def profile_tile(task: NodeTask, tile: Tile) -> TileProfile:
     `MAX_PAIRS` of those pairs and its sizes are scaled to the tile's pairs (FullRange
     encodes them all: regular lineage must not be subsampled).
     """
+    return profile_part(task, (tile, tuple(task.strategies), True))
+
+
+def profile_part(task: NodeTask, part: tuple[Tile, tuple[str, ...], bool]) -> TileProfile:
+    """`profile_tile` of the tile ``part[0]`` under the strategies ``part[1]`` only; the fans
+    (and the tracing time) are measured when ``part[2]`` says so."""
+    tile, names, fans = part
     op = task.operator
-    stored = tuple(s for s in task.strategies if Strategy.parse(s).stored)
+    stored = tuple(s for s in names if Strategy.parse(s).stored)
     start = time.perf_counter()
-    capture = capture_tile(NodeTask(task.node, op, task.inputs, stored + ("FullOne",)), tile)
-    out = TileProfile(_cells(capture.tile), time.perf_counter() - start)
-    full = capture.full
-    fanout = np.diff(full.out_ptr)
-    fanin = sum(np.diff(ptr) for ptr in full.in_ptr) if full.in_ptr else np.zeros(full.n_pairs)
-    out.fanout, out.links = float(fanout.sum()), float(np.sum(fanout * fanin))
-    out.distinct_in = sum(distinct_count(a, int(np.prod(shape))) for a, shape in zip(full.in_ids, op.input_shapes))
+    capture = capture_tile(NodeTask(task.node, op, task.inputs, stored + (("FullOne",) if fans else ())), tile)
+    out = TileProfile(_cells(capture.tile), time.perf_counter() - start if fans else 0.0)
+    if fans:
+        full = capture.full
+        fanout = np.diff(full.out_ptr)
+        fanin = sum(np.diff(ptr) for ptr in full.in_ptr) if full.in_ptr else np.zeros(full.n_pairs)
+        out.fanout, out.links = float(fanout.sum()), float(np.sum(fanout * fanin))
+        out.distinct_in = sum(distinct_count(a, int(np.prod(shape))) for a, shape in zip(full.in_ids, op.input_shapes))
     enveloped = {}  # payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
     for name in stored:
         strategy = Strategy.parse(name)
@@ -82,14 +91,14 @@ def profile_tile(task: NodeTask, tile: Tile) -> TileProfile:
             if strategy.mode not in enveloped:
                 enveloped[strategy.mode] = with_envelopes(op, pairs)
             pairs = enveloped[strategy.mode]
-        part = pairs if strategy.both_directions else _subsample(pairs, MAX_PAIRS)
+        sample = pairs if strategy.both_directions else _subsample(pairs, MAX_PAIRS)
         t0 = time.perf_counter()
-        encoded = encoder.encode(part, capture.tile.index, task.shapes)
+        encoded = encoder.encode(sample, capture.tile.index, task.shapes)
         seconds = time.perf_counter() - t0
         if encoded.inline is not None:
             out.inline[name] = encoded.inline
         batch = merge_tiles([encoded])
-        factor = pairs.n_pairs / max(part.n_pairs, 1)
+        factor = pairs.n_pairs / max(sample.n_pairs, 1)
         n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
         boxes = sum(len(ids) for ids, _, _ in batch.boxes.values())
         out.strategies[name] = (batch.nbytes * factor, seconds * factor, pairs.n_pairs, len(pairs.out_ids), n_in,
@@ -117,17 +126,19 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         profile.fan_backward, profile.fan_forward = mapping_fans(op, corner)
         return profile
     sampler = NodeTask(task.node, op, task.inputs, stored)
-    measured = runner.map_calls(profile_tile, sampler, chosen) if runner is not None else \
-        [profile_tile(sampler, t) for t in chosen]
+    parts = [(t, group, k == 0) for t in chosen for k, group in enumerate(_groups(stored, len(chosen)))]
+    measured = runner.map_calls(profile_part, sampler, parts) if runner is not None else \
+        [profile_part(sampler, p) for p in parts]
     profile.trace_seconds = sum(m.seconds for m in measured) * scale
     fanout, links, distinct = (sum(getattr(m, k) for m in measured) for k in ("fanout", "links", "distinct_in"))
     profile.fan_backward = max(links / fanout, 1.0) if fanout else 1.0
     profile.fan_forward = max(links / distinct, 1.0) if distinct else 1.0
     for name in stored:
-        nbytes, seconds, pairs, outs, ins, keys, boxes = np.array([m.strategies[name] for m in measured]).sum(axis=0)
+        tiles_of = [m for m in measured if name in m.strategies]  # one part per sample tile measured it
+        nbytes, seconds, pairs, outs, ins, keys, boxes = np.array([m.strategies[name] for m in tiles_of]).sum(axis=0)
         merge = getattr(encoder_for(Strategy.parse(name)), "merge_inline", None)
-        if merge is not None and all(name in m.inline for m in measured):
-            merged = merge([m.inline[name] for m in measured], task.shapes)
+        if merge is not None and all(name in m.inline for m in tiles_of):
+            merged = merge([m.inline[name] for m in tiles_of], task.shapes)
             if merged is not None:  # the node keeps one merged table, about this size whatever its size
                 profile.strategies[name] = StrategyProfile(float(len(merged)), seconds * scale, pairs * scale,
                                                            outs * scale, ins * scale, 0.0)
@@ -136,6 +147,16 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
             nbytes * scale + index_bytes_bound(boxes * scale), seconds * scale, pairs * scale, outs * scale,
             ins * scale, keys * scale)
     return profile
+
+
+def _groups(stored: tuple[str, ...], n_tiles: int) -> list[tuple[str, ...]]:
+    """The strategies each task of a sample tile measures: all in one task, except for a
+    node sampled on one tile (a whole-array operator), whose FULL strategies and payload
+    strategies are measured by two tasks at once, so that a second core does not idle
+    (the operator then runs once more in all: FULL and PAY no longer share a call)."""
+    full = tuple(s for s in stored if Strategy.parse(s).mode is Mode.FULL)
+    payload = tuple(s for s in stored if s not in full)
+    return [full, payload] if n_tiles == 1 and full and payload else [stored]
 
 
 def _subsample(pairs, max_pairs: int):

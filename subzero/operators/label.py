@@ -175,7 +175,7 @@ class Label(IdentityMapping, Operator):
         lab = flat[fg].astype(np.int64) - 1
         keep = boundary[lab]
         lo, hi = group_boxes(np.stack(np.unravel_index(fg[keep], labels.shape), axis=1).reshape(-1, len(shape)),
-                        lab[keep], n)
+                             lab[keep], n)
         cells = np.ravel_multi_index(tuple((np.stack(np.unravel_index(face, labels.shape), axis=1) + origin).T),
                                      shape) if len(face) else np.zeros(0, np.int64)
         return TileSummary(box, np.asarray(cells, np.int64), canon[comp], canon[parts], lo[parts] + origin,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from subzero.cells import to_coords, to_ids
+from subzero.cells import to_coords, to_ids, unique_ids
 from subzero.errors import LineageError
 
 __all__ = [
@@ -255,12 +255,7 @@ def ids_in_boxes(lo: np.ndarray, hi: np.ndarray, shape: Shape) -> np.ndarray:
     cells = np.repeat(first - np.cumsum(lens) + lens, lens) + np.arange(total, dtype=np.int64)
     if len(lo) == 1:
         return cells
-    size = int(np.prod(shape))
-    if total * 16 > size:
-        mask = np.zeros(size, bool)
-        mask[cells] = True
-        return np.flatnonzero(mask)
-    return np.unique(cells)
+    return unique_ids(cells, int(np.prod(shape)))
 
 
 def normalize(lo: np.ndarray, hi: np.ndarray, shape: Shape) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,8 @@ import numpy as np
 
 from subzero.errors import LineageError
 
-__all__ = ["as_coords", "as_boxes", "to_ids", "to_coords", "mask_from_coords", "coords_from_mask", "box_cells"]
+__all__ = ["as_coords", "as_boxes", "to_ids", "to_coords", "mask_from_coords", "coords_from_mask", "box_cells",
+           "unique_ids"]
 
 Shape = tuple[int, ...]
 
@@ -92,6 +93,23 @@ def as_coords(cells: Any, shape: Shape, where: str) -> np.ndarray:
             f"({int(bad.sum())} bad cell(s)); valid coordinates are 0 <= c < shape"
         )
     return arr
+
+
+def unique_ids(ids: np.ndarray, size: int) -> np.ndarray:
+    """The sorted distinct values of flat cell ``ids`` below ``size``: through a bitmap of the
+    array when the ids are dense in it (no sort), else `numpy.unique`.
+
+    Examples
+    --------
+    >>> unique_ids(np.array([3, 1, 3, 0]), 4).tolist()
+    [0, 1, 3]
+    """
+    ids = np.asarray(ids, np.int64)
+    if len(ids) * 16 > size:
+        seen = np.zeros(size, bool)
+        seen[ids] = True
+        return np.flatnonzero(seen)
+    return np.unique(ids)
 
 
 def to_ids(coords: np.ndarray, shape: Shape) -> np.ndarray:

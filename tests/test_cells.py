@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import subzero as sz
-from subzero.cells import as_coords, box_cells, coords_from_mask, mask_from_coords, to_coords, to_ids
+from subzero.cells import as_coords, box_cells, coords_from_mask, mask_from_coords, to_coords, to_ids, unique_ids
 
 shapes = st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple)
 
@@ -226,3 +226,10 @@ def test_box_cells_of_an_empty_and_a_zero_dimensional_box():
     assert box_cells((1, 2), (1, 5)).shape == (0, 2)
     assert box_cells((), ()).shape == (1, 0)
     assert box_cells((2, 1), (4, 3)).tolist() == [[2, 1], [2, 2], [3, 1], [3, 2]]
+
+
+@pytest.mark.parametrize("size", [50, 1 << 30])
+def test_unique_ids_by_bitmap_or_sort(size):
+    ids = np.random.default_rng(3).integers(0, 50, 200) * (size // 50)
+    assert unique_ids(ids, size).tolist() == np.unique(ids).tolist()
+    assert unique_ids(ids[:0], size).tolist() == []

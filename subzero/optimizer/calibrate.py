@@ -20,7 +20,7 @@ from subzero.encoders import encoder_for, merge_tiles
 from subzero.encoders.base import index_bytes_bound
 from subzero.modes import Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
-from subzero.cells import box_cells, to_ids
+from subzero.cells import box_cells, to_ids, unique_ids
 from subzero.runtime import NodeTask, capture_tile, with_envelopes
 from subzero.tiling import Tile
 
@@ -184,15 +184,8 @@ def mapping_fans(op, box) -> tuple[float, float]:
 
 
 def distinct_count(ids: np.ndarray, size: int) -> int:
-    """How many distinct values ``ids`` (cell ids below ``size``) holds: a bitmap when the
-    array is small next to the ids, else a sort."""
-    if len(ids) == 0:
-        return 0
-    if size <= max(8 * len(ids), 1 << 20):
-        seen = np.zeros(size, bool)
-        seen[ids] = True
-        return int(np.count_nonzero(seen))
-    return len(np.unique(ids))
+    """How many distinct values ``ids`` (cell ids below ``size``) holds."""
+    return len(unique_ids(ids, size))
 
 
 def profile_from_run(node: str, op, stats) -> NodeProfile:

@@ -1,0 +1,415 @@
+"""The layering of docs/architecture.md, checked on the source: no new import cycle, no
+import across a layer the page forbids, one home per heavy dependency.
+
+The import graph is read from the AST of every module under ``subzero/`` (nothing is
+imported): module-level imports, imports inside functions (lazy) and imports under
+``TYPE_CHECKING`` all count, relative imports are resolved, and ``from subzero import x``
+is an edge to the submodule ``subzero.x`` when there is one.  Module names below are
+relative to ``subzero`` (``store.shards`` is ``subzero.store.shards``).
+
+Each pinned exception is a debt named in docs/architecture.md ("Known debts"); pins are
+exact, so a debt paid off must be unpinned here too.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "subzero"
+DOC = "docs/architecture.md"
+
+#: import cycles (strongly connected components of more than one module) that exist today
+ALLOWED_CYCLES = {
+    frozenset({"encoders.ranges.codec", "encoders.ranges.merge", "encoders.ranges.table"}),
+    frozenset({"execution", "optimizer.plan", "optimizer.workload", "planning", "run", "workflow"}),
+}
+
+#: the bottom layer: may import each other only
+FOUNDATIONS = {"errors", "tiling", "cells", "boxes", "pairs", "frontier", "modes", "catalog", "spatial_index",
+               "lazy", "progress", "inputs_check", "fingerprint"}
+MODEL = {"operator", "context"}
+
+#: third-party package -> the only modules that may import it
+HEAVY_HOMES = {
+    "pyspark": {"spark"},
+    "pulp": {"optimizer.ilp"},
+    "lmdb": {"store.shards"},
+    "rtree": {"spatial_index"},
+    "cloudpickle": {"pickling"},
+    "fsspec": {"store.location"},
+    "zarr": {"store.arrays", "inputs", "bench.scale"},  # inputs: a user's .zarr file; the scale bench
+}
+
+#: modules that assign ``op.output_shape`` / ``op.input_shapes`` at run time (debt 2)
+SHAPE_MUTATORS = {"execution", "oracle", "run", "runtime", "spark"}
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One import of a subzero module: where it is and how it runs."""
+
+    source: str
+    target: str
+    line: int
+    kind: str  # "top" (module level), "lazy" (inside a function) or "type" (under TYPE_CHECKING)
+
+    def __str__(self) -> str:
+        return f"subzero/{self.source.replace('.', '/')}.py:{self.line} imports {self.target} ({self.kind})"
+
+
+@dataclass
+class Source:
+    """What the walk found: modules, edges between them, third-party imports, shape mutations."""
+
+    modules: dict[str, Path]
+    edges: list[Edge]
+    external: dict[str, set[str]]  # top-level package -> importing modules
+    shape_mutations: dict[str, list[int]]  # module -> lines assigning .output_shape/.input_shapes
+
+    def targets(self, module: str) -> set[str]:
+        return {e.target for e in self.edges if e.source == module}
+
+    def importers(self, target: str) -> set[str]:
+        return {e.source for e in self.edges if e.target == target}
+
+    def edges_from(self, module: str, targets: set[str]) -> list[str]:
+        return sorted(str(e) for e in self.edges if e.source == module and e.target in targets)
+
+
+def _module_name(path: Path) -> tuple[str, bool]:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts = parts[:-1]
+    return ".".join(parts) or "subzero", is_package
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+class _Walker(ast.NodeVisitor):
+    """Collects (dotted name, names imported from it or None, line, kind) of every import."""
+
+    def __init__(self) -> None:
+        self.functions = 0
+        self.type_only = 0
+        self.found: list[tuple[str, int, tuple[str, ...] | None, int, str]] = []
+        self.shape_lines: list[int] = []
+
+    def _kind(self) -> str:
+        return "type" if self.type_only else ("lazy" if self.functions else "top")
+
+    def visit_FunctionDef(self, node: ast.AST) -> None:
+        self.functions += 1
+        self.generic_visit(node)
+        self.functions -= 1
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+    visit_Lambda = visit_FunctionDef
+
+    def visit_If(self, node: ast.If) -> None:
+        if not _is_type_checking(node.test):
+            self.generic_visit(node)
+            return
+        self.type_only += 1
+        for stmt in node.body:
+            self.visit(stmt)
+        self.type_only -= 1
+        for stmt in node.orelse:
+            self.visit(stmt)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self.found.append((alias.name, 0, None, node.lineno, self._kind()))
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        self.found.append((node.module or "", node.level, tuple(a.name for a in node.names), node.lineno,
+                           self._kind()))
+
+    def _assigned(self, targets: list[ast.expr], line: int) -> None:
+        for target in targets:
+            for part in ast.walk(target):
+                if isinstance(part, ast.Attribute) and part.attr in ("output_shape", "input_shapes"):
+                    self.shape_lines.append(line)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self._assigned(node.targets, node.lineno)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._assigned([node.target], node.lineno)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._assigned([node.target], node.lineno)
+        self.generic_visit(node)
+
+
+@functools.lru_cache(maxsize=1)
+def source() -> Source:
+    paths = {}
+    packages = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name, is_package = _module_name(path)
+        paths[name] = path
+        if is_package:
+            packages.add(name)
+    full = {("subzero" if n == "subzero" else f"subzero.{n}"): n for n in paths}
+
+    def known(dotted: str) -> str | None:
+        """The longest prefix of ``dotted`` that is a subzero module, by its short name."""
+        while dotted:
+            if dotted in full:
+                return full[dotted]
+            dotted = dotted.rpartition(".")[0]
+        return None
+
+    edges: list[Edge] = []
+    external: dict[str, set[str]] = {}
+    mutations: dict[str, list[int]] = {}
+    for name, path in paths.items():
+        walker = _Walker()
+        walker.visit(ast.parse(path.read_text(), filename=str(path)))
+        dotted_self = "subzero" if name == "subzero" else f"subzero.{name}"
+        package = dotted_self if name in packages else dotted_self.rpartition(".")[0]
+        for module, level, names, line, kind in walker.found:
+            if level:  # relative: from the package, up level - 1
+                base = package.split(".")
+                base = base[:len(base) - (level - 1)]
+                module = ".".join(base + ([module] if module else []))
+            if module.split(".")[0] != "subzero":
+                external.setdefault(module.split(".")[0], set()).add(name)
+                continue
+            targets = [known(f"{module}.{n}") if f"{module}.{n}" in full else known(module)
+                       for n in names] if names else [known(module)]
+            for target in dict.fromkeys(t for t in targets if t is not None and t != name):
+                edges.append(Edge(name, target, line, kind))
+        if walker.shape_lines:
+            mutations[name] = walker.shape_lines
+    return Source(paths, edges, external, mutations)
+
+
+def cycles(src: Source) -> set[frozenset[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    graph = {m: sorted(src.targets(m)) for m in src.modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: set[frozenset[str]] = set()
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(graph) + 100))
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.add(frozenset(component))
+
+    try:
+        for v in graph:
+            if v not in index:
+                connect(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return found
+
+
+def _under(prefix: str, src: Source) -> list[str]:
+    return sorted(m for m in src.modules if m == prefix or m.startswith(prefix + "."))
+
+
+def _fail(rule: str, section: str, lines: list[str]) -> str:
+    return (f"{rule} (docs: {DOC}, \"{section}\"). Offending imports:\n  " + "\n  ".join(lines) +
+            "\nMove the code to the layer it belongs to, or invert the dependency (pass a value or a "
+            "protocol in); if the rule itself must change, change the page and this test together.")
+
+
+# -- the walker itself ---------------------------------------------------------------------------
+
+def test_the_walk_sees_every_kind_of_import():
+    src = source()
+    assert len(src.modules) > 80 and "store.shards" in src.modules and "subzero" in src.modules
+    kinds = {(e.source, e.target): e.kind for e in src.edges}
+    assert kinds[("run", "query")] == "top"
+    assert kinds[("workflow", "execution")] == "lazy"  # Workflow.run's import
+    assert kinds[("workflow", "run")] == "type"  # under TYPE_CHECKING
+    assert ("encoders", "encoders.full_one") in kinds  # relative to absolute, package __init__
+    assert ("store", "store.file_store") in kinds
+    assert ("cli", "subzero") in kinds  # `import subzero as sz`
+    assert "pyspark" in src.external and "numpy" in src.external
+
+
+def test_from_package_import_name_resolves_submodules():
+    walker = _Walker()
+    walker.visit(ast.parse("from subzero import operators\nfrom . import codec\n"
+                           "def f():\n    import subzero.store.shards as s\n"))
+    assert [(m, lvl, n, k) for m, lvl, n, _, k in walker.found] == [
+        ("subzero", 0, ("operators",), "top"), ("", 1, ("codec",), "top"), ("subzero.store.shards", 0, None, "lazy")]
+    src = source()
+    assert ("cli", "store.lock") in {(e.source, e.target) for e in src.edges}  # from subzero.store.lock import ...
+
+
+# -- cycles --------------------------------------------------------------------------------------
+
+def test_import_cycles_are_exactly_the_pinned_ones():
+    src = source()
+    found = cycles(src)
+    new = [sorted(c) for c in found - ALLOWED_CYCLES]
+    gone = [sorted(c) for c in ALLOWED_CYCLES - found]
+    detail = []
+    for component in found - ALLOWED_CYCLES:
+        detail += [str(e) for e in src.edges if e.source in component and e.target in component]
+    assert not new, _fail(f"new import cycle(s) {new}; lazy and TYPE_CHECKING imports count too",
+                          "Packages and modules", sorted(detail))
+    assert not gone, (f"the pinned cycle(s) {gone} are gone: remove them from ALLOWED_CYCLES in "
+                      f"{Path(__file__).name} and from \"Known debts\" in {DOC}")
+
+
+# -- layers --------------------------------------------------------------------------------------
+
+def _check_allowed(src: Source, modules: list[str], allowed, pinned: set[tuple[str, str]], rule: str) -> None:
+    bad, used = [], set()
+    for m in modules:
+        for e in src.edges:
+            if e.source != m or allowed(e.target):
+                continue
+            if (m, e.target) in pinned:
+                used.add((m, e.target))
+                continue
+            bad.append(str(e))
+    assert not bad, _fail(rule, "Packages and modules", sorted(bad))
+    assert used == pinned, (f"pinned exception(s) {sorted(pinned - used)} no longer occur: unpin them in "
+                            f"{Path(__file__).name} and strike them from \"Known debts\" in {DOC}")
+
+
+def _in(*prefixes: str):
+    return lambda m: any(m == p or m.startswith(p + ".") for p in prefixes)
+
+
+def test_store_imports_nothing_above_it():
+    src = source()
+    allowed = lambda m: m in FOUNDATIONS or _in("store")(m)  # noqa: E731
+    _check_allowed(src, _under("store", src), allowed,
+                   {("store.shards", "encoders.base"), ("store.shards", "encoders.codec")},
+                   "the store (store/*) imports only the foundations and itself; the key layout belongs to "
+                   "the encoders")
+
+
+def test_encoders_import_no_store_and_nothing_above_them():
+    src = source()
+    allowed = lambda m: m in FOUNDATIONS or _in("encoders")(m)  # noqa: E731
+    _check_allowed(src, _under("encoders", src), allowed, set(),
+                   "encoders (encoders/*) import only the foundations and each other: never the store, the "
+                   "runtime, the driver, queries or operators")
+
+
+def test_operators_import_only_the_model_and_the_foundations():
+    src = source()
+    allowed = lambda m: m in FOUNDATIONS or m in MODEL or _in("operators")(m)  # noqa: E731
+    _check_allowed(src, _under("operators", src), allowed, set(),
+                   "operators (operators/*) import only operator, context and the foundations: no run, CLI, "
+                   "store, encoders, runtime, query or optimizer")
+
+
+def test_foundations_import_only_foundations():
+    src = source()
+    _check_allowed(src, sorted(FOUNDATIONS), lambda m: m in FOUNDATIONS, set(),
+                   f"the foundations ({', '.join(sorted(FOUNDATIONS))}) import only each other")
+
+
+def test_the_model_imports_only_the_foundations():
+    src = source()
+    _check_allowed(src, sorted(MODEL | {"pickling"}), lambda m: m in FOUNDATIONS or m in MODEL, set(),
+                   "operator, context and pickling import only the model and the foundations")
+
+
+def test_optimizer_imports_no_driver_query_store_or_cli():
+    src = source()
+    forbidden = _in("execution", "run", "query", "replay", "cli", "spark", "store", "bench", "workflows")
+    _check_allowed(src, _under("optimizer", src), lambda m: not forbidden(m), set(),
+                   "the optimizer (optimizer/*) never imports the driver (execution), run, query, replay, "
+                   "spark, the store or the CLI")
+
+
+def test_query_reads_runs_through_its_protocol():
+    src = source()
+    forbidden = _in("run", "execution", "replay", "cli", "store", "spark")
+    _check_allowed(src, ["query"], lambda m: not forbidden(m), set(),
+                   "query imports neither run, execution nor the store: it reads a run through LineageSource")
+
+
+def test_runtime_and_the_executors_never_import_the_driver_or_queries():
+    src = source()
+    forbidden = _in("execution", "run", "query", "replay", "cli", "workflow", "planning", "optimizer")
+    _check_allowed(src, ["runtime", "spark"], lambda m: not forbidden(m), set(),
+                   "the task side (runtime, spark) never imports the driver, queries, the workflow or the "
+                   "optimizer")
+
+
+def test_workflow_imports_only_the_model():
+    src = source()
+    _check_allowed(src, ["workflow"], lambda m: m in {"operator", "errors"},
+                   {("workflow", "execution"), ("workflow", "run")},
+                   "workflow imports only operator and errors (Workflow.run is a thin entry into execution)")
+
+
+def test_only_the_front_ends_import_the_cli_benchmarks_and_workflows():
+    src = source()
+    bad = []
+    for target in src.modules:
+        if target == "cli":
+            ok = lambda m: m == "__main__"  # noqa: E731
+        elif _in("bench")(target):
+            ok = _in("bench", "cli")
+        elif _in("workflows")(target):
+            ok = _in("workflows", "bench", "cli")
+        else:
+            continue
+        bad += [str(e) for e in src.edges if e.target == target and not ok(e.source)]
+    assert not bad, _fail("only the front ends (cli, bench, workflows) import cli, bench/* and workflows/*",
+                          "Packages and modules", sorted(bad))
+
+
+@pytest.mark.parametrize("package", sorted(HEAVY_HOMES))
+def test_each_heavy_dependency_has_one_home(package):
+    src = source()
+    users = src.external.get(package, set())
+    assert users <= HEAVY_HOMES[package], (
+        f"{package} is imported by {sorted(users - HEAVY_HOMES[package])}; only {sorted(HEAVY_HOMES[package])} "
+        f"may import it (docs: {DOC}, \"Packages and modules\"): go through that module instead")
+
+
+def test_no_new_output_shape_mutation_sites():
+    src = source()
+    mutators = set(src.shape_mutations)
+    new = {m: src.shape_mutations[m] for m in sorted(mutators - SHAPE_MUTATORS)}
+    assert not new, (f"new run-time assignments of op.output_shape / op.input_shapes: {new} (docs: {DOC}, "
+                     "\"Known debts\" 2): shapes are data; pass them in the task's records instead")
+    gone = SHAPE_MUTATORS - mutators
+    assert not gone, (f"{sorted(gone)} no longer assign operator shapes: remove them from SHAPE_MUTATORS in "
+                      f"{Path(__file__).name} and from \"Known debts\" in {DOC}")

@@ -413,3 +413,39 @@ def test_no_new_output_shape_mutation_sites():
     gone = SHAPE_MUTATORS - mutators
     assert not gone, (f"{sorted(gone)} no longer assign operator shapes: remove them from SHAPE_MUTATORS in "
                       f"{Path(__file__).name} and from \"Known debts\" in {DOC}")
+
+
+# -- the page itself -------------------------------------------------------------------------------
+
+def test_the_page_names_every_module_and_package():
+    """Every top-level module, every store module and every package has its line in the page,
+    so a new one (or a renamed one) is described where a newcomer looks."""
+    text = (ROOT / DOC).read_text()
+    missing = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        if path.stem != "__init__" and f"`{path.stem}`" not in text and f"`{path.stem}.py" not in text:
+            missing.append(f"subzero/{path.name}")
+    for path in sorted(PACKAGE.glob("store/*.py")):
+        if path.stem != "__init__" and f"`store/{path.stem}`" not in text and f"`store/{path.stem}.py" not in text:
+            missing.append(f"subzero/store/{path.name}")
+    for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
+        if f"`{folder.name}/" not in text:
+            missing.append(f"subzero/{folder.name}/")
+    assert not missing, (f"{DOC} does not describe {missing}: add each to the table under \"Packages and "
+                         "modules\" (its job and what it may import)")
+
+
+def test_the_pages_line_references_point_into_existing_files():
+    import re
+
+    text = (ROOT / DOC).read_text()
+    refs = re.findall(r"`([\w/]+\.py):(\d+)`", text)
+    assert refs
+    bad = []
+    for rel, line in refs:
+        path = PACKAGE / rel
+        if not path.exists():
+            bad.append(f"{rel} (no such file)")
+        elif int(line) > len(path.read_text().splitlines()):
+            bad.append(f"{rel}:{line} (past its end)")
+    assert not bad, f"{DOC} refers to {bad}; bring \"Known debts\" up to date"

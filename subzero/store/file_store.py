@@ -120,6 +120,8 @@ class FileStore(Store):
         for name in _entries(location) + dead_temporaries(location):
             if name not in (LOCK_NAME, MARKER):
                 location.remove(name)
+        if location.isdir(MARKER):  # a directory where the marker belongs (damage): the marker is rewritten next
+            location.remove(MARKER)
 
     @classmethod
     def resume(cls, store, record: RunRecord, made_by: str | None = None) -> "tuple[FileStore, RunRecord | None]":

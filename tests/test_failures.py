@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,44 @@ def test_every_damage_answers_exactly_or_refuses_with_our_error(clean, tmp_path,
     else:
         assert opened == "opened", messages
         assert set(outcomes) <= {"exact", "refused"}, outcomes
+
+
+UNREADABLE = ["catalog.json", "manifests/blur.json", "operators/crd_a.pkl", "arrays/blur/c/0/0",
+              "blur/FullMany-backward/.mdb", "blur/FullMany-backward/.255.dat", "crd_a/PayOne-backward/.0.idx",
+              "lineage/blur", "arrays/exposure_a"]
+
+
+@pytest.mark.parametrize("rel", UNREADABLE)
+def test_a_file_or_directory_the_reader_may_not_read(clean, rel):
+    """chmod 000 on one file or directory, queried by a reader without the right (``nobody``, as root ignores
+    permission bits): our error saying to grant read access, or the exact answer (lineage re-executed)."""
+    clean_store, cells, answers, outputs = clean
+    base = Path(tempfile.mkdtemp(prefix="subzero-perm-"))  # outside pytest's private (0700) tree
+    try:
+        store = base / "store"
+        shutil.copytree(clean_store, store)
+        for p in [base, *store.rglob("*"), store]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        _path(store, rel).chmod(0)
+        close_all()
+        got = F.as_nobody(lambda: _outcomes(store, cells, answers, outputs)) if os.geteuid() == 0 else \
+            ("ok", _outcomes(store, cells, answers, outputs))
+        if got[0] == "no setuid":
+            pytest.skip(f"running as root and cannot drop privileges here ({got[1]})")
+        assert got[0] == "ok", got
+        opened, outcomes, messages = got[1]
+        assert "WRONG" not in outcomes and messages, (outcomes, messages)
+        for m in messages:
+            assert "[Errno" not in m and "Traceback" not in m, m
+        assert any("permission denied" in m and "give this user read access" in m for m in messages), messages
+        if rel.startswith(("lineage", "blur/", "crd_a/", "manifests")):
+            forced = [q[4] is not None for q in QUERIES] + [False] * len(OUTPUTS)
+            assert opened == "opened" and {o for o, f in zip(outcomes, forced) if not f} == {"exact"}, outcomes
+    finally:
+        for p in [*base.rglob("*")]:
+            if not p.is_symlink():
+                p.chmod(0o755)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.parametrize("rel, how", [("catalog.json", "replace by a directory"), ("catalog.json", "delete"),

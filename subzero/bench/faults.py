@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["build", "inputs", "strategies", "QUERIES", "Reference", "reference", "kill_trial", "damage_cases",
-           "damage", "snapshot", "judge_store", "race_round", "run_faults", "render"]
+           "damage", "snapshot", "as_nobody", "judge_store", "race_round", "run_faults", "render"]
 
 SHAPE = (96, 128)
 TILE = 32
@@ -564,6 +564,36 @@ def damage_trial(clean: str | Path, root: str | Path, ref: Reference, kind: str,
     return DamageCase(kind, rel, how, verdict.summary, o.count("exact"), o.count("refused") + (not verdict.opened),
                       o.count("wrong"), sum(x.startswith("crash") for x in o), verdict.reexecuted, untouched,
                       verdict.message.splitlines()[0][:200] if verdict.message else "")
+
+
+def as_nobody(fn: Callable[[], Any], timeout: float = 120.0) -> tuple[str, Any]:
+    """``fn()`` in a forked child that first drops to user ``nobody`` (as root, permission bits are
+    ignored, so a reader denied access is played by ``nobody``).  Returns ``("ok", result)``,
+    ``("no setuid", why)`` where privileges cannot be dropped, or ``("error", repr)``."""
+    import multiprocessing
+
+    def child(conn) -> None:
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+        except OSError as exc:
+            conn.send(("no setuid", repr(exc)))
+            return
+        try:
+            conn.send(("ok", fn()))
+        except BaseException as exc:  # everything goes back to the parent
+            conn.send(("error", repr(exc)))
+        finally:
+            conn.close()
+
+    ctx = multiprocessing.get_context("fork")
+    parent, end = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=child, args=(end,))
+    proc.start()
+    end.close()
+    got = parent.recv() if parent.poll(timeout) else ("error", "no answer")
+    proc.join(30)
+    return got
 
 
 # -- racing writers -----------------------------------------------------------------------------------------------

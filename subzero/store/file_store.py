@@ -178,8 +178,9 @@ class FileStore(Store):
         """Who made a store (the ``made_by`` given to `create`), or None when unknown."""
         location = resolve(store)
         try:
-            info = json.loads(location.read_bytes(MARKER))
-        except (OSError, ValueError):
+            with reading("the store's marker", location.child_url(MARKER)):
+                info = json.loads(location.read_bytes(MARKER))
+        except (StoreError, ValueError):  # no marker, or a damaged one: the maker is unknown
             return None
         return info.get("made_by") if isinstance(info, dict) and isinstance(info.get("made_by"), str) else None
 

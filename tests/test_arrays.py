@@ -386,7 +386,7 @@ def test_missing_metadata_is_a_store_error(loc):
     with pytest.raises(sz.StoreError, match=r"the metadata of array .* is missing \(.*zarr.json\)"):
         ref.read()
     ref.write_block(((0, 4),), np.arange(4.0), (4,), (4,))  # written by a task, never committed
-    with pytest.raises(sz.StoreError, match="the run did not commit it"):
+    with pytest.raises(sz.StoreError, match="the run did not commit the array"):
         ref.read()
     with pytest.raises(sz.StoreError):
         ref.open()

@@ -110,7 +110,8 @@ def test_every_odd_dtype_is_named(cells, fragment):
 def test_every_accepted_dtype_gives_the_same_cells(rows, form):
     want = as_coords(rows, (48, 64), "x")
     cast = {"int": lambda r: np.array(r), "object": lambda r: np.array(r, dtype=object),
-            "float": lambda r: np.array(r, dtype=float), "object float": lambda r: np.array(r, dtype=float).astype(object)}
+            "float": lambda r: np.array(r, dtype=float),
+            "object float": lambda r: np.array(r, dtype=float).astype(object)}
     got = as_coords(cast[form](rows), (48, 64), "x")
     assert got.dtype == np.int64 and np.array_equal(got, want)
 

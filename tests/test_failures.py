@@ -206,16 +206,19 @@ def test_a_file_or_directory_the_reader_may_not_read(clean, rel):
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.mark.parametrize("rel, how", [("catalog.json", "replace by a directory"), ("catalog.json", "delete"),
-                                      ("lineage", "replace by a file"), ("manifests/blur.json", "replace by a directory")])
+HOLES = [("catalog.json", "replace by a directory"), ("catalog.json", "delete"), ("lineage", "replace by a file"),
+         ("manifests/blur.json", "replace by a directory")]
+
+
+@pytest.mark.parametrize("rel, how", HOLES)
 def test_the_four_holes_of_issue_24(clean, tmp_path, rel, how):
     """The cases that leaked a raw OSError: each is now a StoreError naming the file and the fix, and lineage
     that is absent in any way is re-executed exactly unless its strategy is forced."""
     clean_store, cells, answers, _ = clean
     store = _damaged(clean_store, tmp_path, rel, how)
     if rel == "catalog.json":
-        with pytest.raises(sz.StoreError, match=r"(the catalog is a directory where a file belongs|lost its catalog\.json)"
-                                                r".*re-run the workflow into a new store") as err:
+        with pytest.raises(sz.StoreError, match=r"(the catalog is a directory where a file belongs|lost its "
+                                                r"catalog\.json).*re-run the workflow into a new store") as err:
             sz.open_run(store)
         assert "catalog.json" in str(err.value)
         return
@@ -238,8 +241,9 @@ CLI_CASES = [
      "the manifest of node 'blur' is a directory where a file belongs"),
     ("operators/blur.pkl", "delete", ["query", "backward", "blur", "--to", "exposure_a", "--cells", "10,10"],
      "the operator of node 'blur' is missing"),
-    ("arrays/blur/c/0/0", "replace by a directory", ["query", "backward", "hits", "--to", "blur", "--cells", "1,1",
-                                                     "--using", "hits=BlackBox"], "is a directory where a file belongs"),
+    ("arrays/blur/c/0/0", "replace by a directory",
+     ["query", "backward", "hits", "--to", "blur", "--cells", "1,1", "--using", "hits=BlackBox"],
+     "is a directory where a file belongs"),
     ("arrays/blur/zarr.json", "delete", ["query", "backward", "hits", "--to", "blur", "--cells", "1,1",
                                          "--using", "hits=BlackBox"], "the metadata of array"),
     ("blur/FullMany-backward/.255.dat", "replace by a directory",

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from subzero.errors import StoreError
-from subzero.store.failures import REBUILD, reading
+from subzero.store.failures import REBUILD, REBUILD_ARRAY, reading
 from subzero.store.location import Location
 
 __all__ = ["ArrayRef", "StoredArray", "ExternalArray", "write_array", "COMPRESSOR", "chunk_boxes"]
@@ -303,7 +303,7 @@ class ArrayRef:
 
         try:
             with reading(f"the metadata of array {self.url!r}", self.location.child_url(self.path, "zarr.json"),
-                         REBUILD):
+                         REBUILD_ARRAY):
                 raw = self.location.read_bytes(self.path, "zarr.json")
             if self.meta_xxh3 is not None:
                 import xxhash

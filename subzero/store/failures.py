@@ -21,12 +21,16 @@ from typing import Iterator
 
 from subzero.errors import StoreError
 
-__all__ = ["reading", "store_file_error", "why", "REBUILD", "REBUILD_LINEAGE"]
+__all__ = ["reading", "store_file_error", "why", "REBUILD", "REBUILD_ARRAY", "REBUILD_LINEAGE"]
 
-#: the fix for damage to what a run computed (catalog, operators, arrays)
-REBUILD = "re-run the workflow into a new store (or replace this one with --overwrite)"
-#: the fix for damage to stored lineage, which is a cache
-REBUILD_LINEAGE = "queries not forcing its strategy re-run the operator instead; re-run the workflow to rebuild it"
+_REPLACE = "re-run the workflow into a new store (or replace this one with --overwrite)"
+#: what damage to what a run computed (catalog, operators, arrays) means, and the fix
+REBUILD = f"the store is damaged: {_REPLACE}"
+#: ... of an array's metadata, which a run that failed before the array committed never wrote
+REBUILD_ARRAY = f"the run did not commit the array or the store is damaged: {_REPLACE}"
+#: ... of stored lineage, which is a cache
+REBUILD_LINEAGE = ("the store is damaged: queries not forcing its strategy re-run the operator instead; re-run the "
+                   "workflow to rebuild it")
 
 
 def why(exc: OSError) -> str:
@@ -60,7 +64,8 @@ def store_file_error(exc: OSError, what: str, path: str, fix: str = REBUILD) -> 
     path : str
         Where it is (a path or URL), named in the message.
     fix : str
-        What to do about a damaged file; a permission failure says to grant access instead.
+        What the failure means and what to do (`REBUILD`, `REBUILD_ARRAY`, `REBUILD_LINEAGE`); a
+        permission failure says to grant access instead.
 
     Examples
     --------
@@ -69,7 +74,7 @@ def store_file_error(exc: OSError, what: str, path: str, fix: str = REBUILD) -> 
     """
     if isinstance(exc, PermissionError):
         return StoreError(f"{what} {why(exc)} ({path}); give this user read access to the store")
-    return StoreError(f"{what} {why(exc)} ({path}); the store is damaged: {fix}")
+    return StoreError(f"{what} {why(exc)} ({path}); {fix}")
 
 
 @contextlib.contextmanager

@@ -254,7 +254,7 @@ class FileStore(Store):
             raise StoreError(f"store {location.url!r} does not exist; pass the store given to wf.run (--store)")
         if not location.exists("catalog.json"):
             if location.exists(MARKER):  # subzero made it: the catalog was lost
-                raise StoreError(f"store {location.url!r} has lost its catalog.json; the store is damaged: {REBUILD}")
+                raise StoreError(f"store {location.url!r} has lost its catalog.json; {REBUILD}")
             raise StoreError(f"{location.url!r} is not a subzero store (no catalog.json)")
         return cls(location)
 

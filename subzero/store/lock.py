@@ -70,8 +70,8 @@ def holder(location: Location) -> Holder | None:
             return None
         except (IsADirectoryError, NotADirectoryError, PermissionError) as exc:  # never a lock file in the making
             raise store_file_error(exc, "the writer lock", location.child_url(LOCK_NAME),
-                                   f"if no run writes this store, delete {location.child_url(LOCK_NAME)} and try "
-                                   "again") from exc
+                                   f"the store is damaged: if no run writes this store, delete "
+                                   f"{location.child_url(LOCK_NAME)} and try again") from exc
         except (ValueError, OSError):
             info = None
         if isinstance(info, dict) or time.monotonic() > deadline:

@@ -20,7 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from stat import S_ISREG
+from stat import S_ISDIR, S_ISREG
 
 import lmdb
 import numpy as np
@@ -139,8 +139,10 @@ def _verify(path: str, record: FileRecord, where: str) -> None:
     """Size, then checksum, of one file against the manifest (once per process and file version)."""
     with reading(where, path, REBUILD_LINEAGE):
         stat = os.stat(path)
-        if not S_ISREG(stat.st_mode):  # a directory (or anything else) where the file belongs
+        if S_ISDIR(stat.st_mode):  # a directory where the file belongs: worded by `reading`
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not S_ISREG(stat.st_mode):  # a pipe, a device...
+            raise OSError(errno.EINVAL, "not a regular file", path)
         key = (path, record.xxh3, stat.st_size, stat.st_mtime)
         if key in _VERIFIED:
             return

@@ -7,6 +7,8 @@ query frontier is a boolean mask.  Every conversion is vectorized.
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -22,11 +24,18 @@ Shape = tuple[int, ...]
 def as_coords(cells: Any, shape: Shape, where: str) -> np.ndarray:
     """Validate user cells against an array shape and return ``(N, ndim)`` int64 coordinates.
 
+    The one place user coordinates are normalised.  Accepted: a list of coordinate tuples
+    (or nested lists), an ``(N, ndim)`` array or pandas DataFrame (one column per axis) of
+    integers, of floats with integral values (``3.0`` is cell 3; ``3.5`` is refused), or
+    of Python objects that are such numbers (what pandas and JSON readers give); a single
+    coordinate tuple (a single integer for a 1-d array); a boolean mask of the array's
+    shape.  Anything else (bools among numbers of an object array, strings, ``None``/NaN, complex or
+    date values, ragged or too deeply nested lists) is a `LineageError` naming what came.
+
     Parameters
     ----------
     cells
-        A list of coordinate tuples, an ``(N, ndim)`` integer array, a single coordinate
-        tuple (for arrays of rank > 1), or a boolean mask of the array's shape.
+        The cells, in one of the forms above.
     shape
         The shape of the array the cells belong to.
     where
@@ -36,55 +45,36 @@ def as_coords(cells: Any, shape: Shape, where: str) -> np.ndarray:
     --------
     >>> as_coords([(1, 2)], (3, 4), "x").tolist()
     [[1, 2]]
+    >>> as_coords(np.array([[1, 2.0]], dtype=object), (3, 4), "x").tolist()
+    [[1, 2]]
     """
     ndim = len(shape)
-    try:
-        arr = np.asarray(cells)
-    except ValueError:
-        raise LineageError(f"cells for {where} (shape {tuple(shape)}) must all have {ndim} coordinates; "
-                           "got cells of different lengths") from None
+    arr = _as_array(cells, shape, where)
     if arr.dtype == bool:
         if arr.shape != tuple(shape):
-            raise LineageError(
-                f"boolean cell mask for {where} has shape {arr.shape}, expected {tuple(shape)}"
-            )
+            raise LineageError(f"boolean cell mask for {where} has shape {arr.shape}, expected {tuple(shape)}; pass "
+                               f"a mask of the array's shape, or integer coordinates")
         return np.argwhere(arr).astype(np.int64)
     if arr.size == 0:
         if arr.ndim == 2 and len(arr) and arr.shape[1] != ndim:
             raise LineageError(f"cells for {where} (shape {tuple(shape)}) must have {ndim} coordinates each, "
                                f"got {len(arr)} cell(s) with {arr.shape[1]}")
         return np.zeros((len(arr) if arr.ndim == 2 else 0, ndim), dtype=np.int64)
-    if arr.dtype == object and arr.size and all(
-            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in arr.reshape(-1)):
-        # Python ints numpy could not fit in int64 (an object array arises only on this error path)
-        raise LineageError(f"cell coordinate {max(arr.reshape(-1).tolist(), key=abs)} is out of bounds for {where} "
-                           f"of shape {tuple(shape)}; valid coordinates are 0 <= c < shape")
-    if arr.dtype.kind == "u" and int(arr.max()) >= 2**63:
-        raise LineageError(f"cell coordinate {int(arr.max())} is out of bounds for {where} of shape {tuple(shape)}; "
-                           "valid coordinates are 0 <= c < shape")
-    if arr.dtype.kind not in "iu":
-        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-            huge = np.abs(arr) >= 2.0**62
-            if huge.any():
-                raise LineageError(
-                    f"cell {np.asarray(cells).reshape(-1)[np.argmax(huge.reshape(-1))]!r} is out of bounds "
-                    f"for {where} of shape {tuple(shape)}; valid coordinates are 0 <= c < shape")
-            arr = arr.astype(np.int64)
-        else:
-            raise LineageError(
-                f"cells for {where} (shape {tuple(shape)}) must be integer coordinates, "
-                f"got {np.asarray(cells).tolist()!r:.200}"
-            )
-    if arr.ndim == 1:
+    arr = _integers(arr, shape, where)
+    if arr.ndim == 0 and ndim == 1:
+        arr = arr.reshape(1, 1)
+    elif arr.ndim == 1:
         arr = arr.reshape(-1, 1) if ndim == 1 else arr.reshape(1, -1)
     if arr.ndim != 2 or arr.shape[1] != ndim:
+        if arr.ndim > 2:
+            raise LineageError(f"cells for {where} (shape {tuple(shape)}) must have {ndim} coordinates each, as a "
+                               f"list of {ndim}-tuples or an (N, {ndim}) array; got nesting of shape {arr.shape}")
         first = arr.reshape(-1)[: max(ndim + 1, 1)].tolist() if arr.ndim else arr.tolist()
         raise LineageError(
             f"cells for {where} (shape {tuple(shape)}) must have {ndim} coordinates each, "
-            f"got rank-{arr.shape[-1] if arr.ndim else 0} cells starting {first}; "
+            f"got {'a single number' if arr.ndim == 0 else f'cells of {arr.shape[-1]} starting {first}'}; "
             f"pass a list of {ndim}-tuples"
         )
-    arr = arr.astype(np.int64, copy=False)
     bad = np.any((arr < 0) | (arr >= np.asarray(shape, dtype=np.int64)), axis=1)
     if bad.any():
         cell = tuple(int(v) for v in arr[np.argmax(bad)])
@@ -93,6 +83,81 @@ def as_coords(cells: Any, shape: Shape, where: str) -> np.ndarray:
             f"({int(bad.sum())} bad cell(s)); valid coordinates are 0 <= c < shape"
         )
     return arr
+
+
+_HUGE = 2**62  # beyond any array's extent: reported as out of bounds before it could overflow int64
+
+
+def _as_array(cells: Any, shape: Shape, where: str) -> np.ndarray:
+    """``cells`` as a numpy array (pandas frames and series through their values); a Python
+    object array of sequences (a pandas Series of tuples) is unpacked into its numbers."""
+    ndim = len(shape)
+    try:
+        arr = np.asarray(cells)
+        if arr.dtype == object and arr.size and all(isinstance(v, (list, tuple, np.ndarray))
+                                                    for v in arr.reshape(-1)[:1]):
+            arr = np.asarray(arr.tolist())
+    except (ValueError, TypeError):
+        raise LineageError(f"cells for {where} (shape {tuple(shape)}) must all have {ndim} coordinates; "
+                           "got cells of different lengths") from None
+    return arr
+
+
+def _integers(arr: np.ndarray, shape: Shape, where: str) -> np.ndarray:
+    """A numeric ``arr`` as int64, or the `LineageError` saying which value is not a coordinate."""
+    kind = arr.dtype.kind
+    if kind == "i":
+        return arr.astype(np.int64, copy=False)
+    if kind == "u":
+        if int(arr.max()) >= 2**63:
+            _out_of_bounds(int(arr.max()), shape, where)
+        return arr.astype(np.int64, copy=False)
+    if kind == "f":
+        flat = arr.reshape(-1)
+        bad = ~np.isfinite(flat)
+        bad[~bad] = flat[~bad] != np.round(flat[~bad])
+        if bad.any():
+            _not_integer(flat[np.argmax(bad)].item(), shape, where)
+        huge = np.abs(flat) >= _HUGE
+        if huge.any():
+            _out_of_bounds(flat[np.argmax(huge)].item(), shape, where)
+        return arr.astype(np.int64)
+    if kind == "O":
+        values = [_object_coordinate(v, shape, where) for v in arr.reshape(-1).tolist()]
+        big = [v for v in values if abs(v) >= _HUGE]
+        if big:  # Python ints numpy could not fit in int64, or beyond any array
+            _out_of_bounds(max(big, key=abs), shape, where)
+        return np.array(values, dtype=np.int64).reshape(arr.shape)
+    what = {"U": "strings", "S": "bytes", "c": "complex numbers", "M": "dates", "m": "time spans"}.get(kind, "values")
+    raise LineageError(f"cells for {where} (shape {tuple(shape)}) must be integer coordinates, got {what} (dtype "
+                       f"{arr.dtype}) starting {arr.reshape(-1)[:3].tolist()!r:.100}; convert them to integers first")
+
+
+def _object_coordinate(v: Any, shape: Shape, where: str) -> int:
+    """One element of an object array as an integer coordinate: integers and integral floats
+    are; bools, strings, None, NaN and the rest are refused, naming the value."""
+    if isinstance(v, (bool, np.bool_)):
+        raise LineageError(f"cells for {where} (shape {tuple(shape)}) hold the bool {v!r} among coordinates; pass "
+                           "integer coordinates, or a boolean mask of the array's shape")
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    if isinstance(v, numbers.Real):
+        f = float(v)
+        if math.isfinite(f) and f.is_integer():
+            return int(f)
+        _not_integer(v, shape, where)
+    raise LineageError(f"cells for {where} (shape {tuple(shape)}) must be integer coordinates, got {v!r:.60} "
+                       f"({type(v).__name__}); convert them to integers first")
+
+
+def _not_integer(v: Any, shape: Shape, where: str) -> None:
+    raise LineageError(f"cells for {where} (shape {tuple(shape)}) must be integer coordinates, got {v!r} (floats are "
+                       "accepted only with integral values, such as 3.0)")
+
+
+def _out_of_bounds(v: Any, shape: Shape, where: str) -> None:
+    raise LineageError(f"cell coordinate {v!r} is out of bounds for {where} of shape {tuple(shape)}; valid "
+                       "coordinates are 0 <= c < shape")
 
 
 def unique_ids(ids: np.ndarray, size: int) -> np.ndarray:

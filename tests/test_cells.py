@@ -63,6 +63,59 @@ def test_integral_floats_are_accepted():
     assert got.dtype == np.int64 and got.tolist() == [[1, 2]]
 
 
+def test_object_arrays_of_integers_are_integers():
+    """What pandas and JSON readers give (issue 24: this was called out of bounds)."""
+    assert as_coords(np.array([[1, 2]], dtype=object), (48, 64), "x").tolist() == [[1, 2]]
+    mixed = np.array([[np.int32(3), 2.0], [7, np.uint8(5)]], dtype=object)
+    assert as_coords(mixed, (48, 64), "x").tolist() == [[3, 2], [7, 5]]
+    assert as_coords(np.array([4], dtype=object), (10,), "x").tolist() == [[4]]
+
+
+def test_pandas_frames_and_series_of_tuples():
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"row": [1, 2], "col": [3.0, 4.0]})
+    assert as_coords(frame, (5, 5), "x").tolist() == [[1, 3], [2, 4]]
+    assert as_coords(pd.Series([(1, 2), (3, 4)]), (5, 5), "x").tolist() == [[1, 2], [3, 4]]
+    assert as_coords(pd.DataFrame(np.eye(3, dtype=bool)), (3, 3), "x").tolist() == [[0, 0], [1, 1], [2, 2]]
+    with pytest.raises(sz.LineageError, match=r"must be integer coordinates, got <NA>"):
+        as_coords(pd.DataFrame({"row": pd.array([1, None], dtype="Int64"), "col": [3, 4]}), (5, 5), "x")
+
+
+def test_a_single_integer_is_a_cell_of_a_one_dimensional_array():
+    assert as_coords(3, (5,), "x").tolist() == [[3]]
+    with pytest.raises(sz.LineageError, match="got a single number; pass a list of 2-tuples"):
+        as_coords(3, (5, 5), "x")
+
+
+@pytest.mark.parametrize("cells, fragment", [
+    (np.array([[1, True]], dtype=object), "hold the bool True among coordinates"),
+    (np.array([[1, "2"]], dtype=object), "got '2' (str)"),
+    (np.array([[1, None]], dtype=object), "got None (NoneType)"),
+    (np.array([[1, 2.5]], dtype=object), "got 2.5 (floats are accepted only with integral values"),
+    (np.array([[1, float("nan")]], dtype=object), "got nan"),
+    ([["1", "2"]], "got strings (dtype <U1)"),
+    (np.array(["2020-01-01"], dtype="M8[D]"), "got dates"),
+    ([[[1, 2]]], "got nesting of shape (1, 1, 2)"),
+    (np.array([[1, 2**70]], dtype=object), "cell coordinate 1180591620717411303424 is out of bounds"),
+    (np.array([[1, -2**70]], dtype=object), "cell coordinate -1180591620717411303424 is out of bounds"),
+])
+def test_every_odd_dtype_is_named(cells, fragment):
+    with pytest.raises(sz.LineageError) as err:
+        as_coords(cells, (48, 64), "node 'blur'")
+    assert fragment in str(err.value) and "node 'blur'" in str(err.value), str(err.value)
+
+
+@given(st.lists(st.tuples(st.integers(0, 47), st.integers(0, 63)), min_size=1, max_size=10),
+       st.sampled_from(["int", "object", "float", "object float"]))
+def test_every_accepted_dtype_gives_the_same_cells(rows, form):
+    want = as_coords(rows, (48, 64), "x")
+    cast = {"int": lambda r: np.array(r), "object": lambda r: np.array(r, dtype=object),
+            "float": lambda r: np.array(r, dtype=float),
+            "object float": lambda r: np.array(r, dtype=float).astype(object)}
+    got = as_coords(cast[form](rows), (48, 64), "x")
+    assert got.dtype == np.int64 and np.array_equal(got, want)
+
+
 # -- as_coords: rejected forms -------------------------------------------------------------
 
 @pytest.mark.parametrize("cells", [[(0.5, 1)], [(np.nan, 1)], [(np.inf, 0)], "ab", [None], [(1j, 0)]])

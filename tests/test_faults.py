@@ -9,7 +9,6 @@ The full form (>= 20 kill trials, every damage) is ``subzero bench faults``
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import random
 import shutil
@@ -229,21 +228,6 @@ def _hundred_queries(store: str, ref: F.Reference) -> list[str]:
     return problems
 
 
-def _as_nobody(store: str, ref, conn) -> None:
-    try:
-        os.setgid(65534)
-        os.setuid(65534)
-    except OSError as exc:
-        conn.send(("no setuid", repr(exc)))
-        return
-    try:
-        conn.send(("ok", os.access(store, os.W_OK), _hundred_queries(store, ref)))
-    except BaseException as exc:  # everything goes back to the parent
-        conn.send(("error", repr(exc)))
-    finally:
-        conn.close()
-
-
 def test_a_read_only_store_answers_every_query_from_stored_lineage(clean):
     """chmod -R a-w; 100 queries by stored strategies, all exact, none re-executed; the files are
     byte-identical (and keep their times) afterwards.  As root, the reader is a child that drops to
@@ -262,18 +246,12 @@ def test_a_read_only_store_answers_every_query_from_stored_lineage(clean):
         if os.geteuid() != 0:
             assert _hundred_queries(str(ro), ref) == []
         else:
-            ctx = multiprocessing.get_context("fork")
-            parent, child = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_as_nobody, args=(str(ro), ref, child))
-            proc.start()
-            child.close()
-            got = parent.recv() if parent.poll(120) else ("error", "no answer")
-            proc.join(30)
+            got = F.as_nobody(lambda: (os.access(ro, os.W_OK), _hundred_queries(str(ro), ref)))
             if got[0] == "no setuid":
                 pytest.skip(f"running as root and cannot drop privileges here ({got[1]})")
             assert got[0] == "ok", got
-            assert got[1] is False, "the store should not be writable for the reader"
-            assert got[2] == [], got[2][:5]
+            assert got[1][0] is False, "the store should not be writable for the reader"
+            assert got[1][1] == [], got[1][1][:5]
         assert _snapshot(ro) == before
     finally:
         for dirpath, _, _ in os.walk(ro):

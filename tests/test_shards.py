@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -204,7 +205,7 @@ def test_shards_on_an_fsspec_store_are_read_through_a_local_copy(tmp_path):
         close_all()
         loc.remove("lineage/n/s", record.name + ".0.idx")
         missing = ShardRecord(0, "other", record.files)
-        with pytest.raises(sz.StoreError, match=r"shard file 'other.mdb' is missing from 'memory://"):
+        with pytest.raises(sz.StoreError, match=r"lineage shard .*other is missing \(memory://"):
             reader(loc, missing)
     finally:
         close_all()
@@ -267,9 +268,10 @@ MESSAGES = {"delete": r"is missing", "flip": r"does not match its checksum",
 def test_every_damaged_file_is_a_store_error(loc, suffix, how):
     record, _ = write(loc, "FullMany/backward")
     damage(loc.path("lineage/n/s", record.name + suffix), how)
-    with pytest.raises(sz.StoreError, match=rf"lineage shard lineage/n/s/{record.name}: file .*{suffix}'? "
-                                            rf"{MESSAGES[how]}.*re-run") as err:
+    with pytest.raises(sz.StoreError, match=rf"lineage shard lineage/n/s/{record.name}\b") as err:
         reader(loc, record)
+    message = str(err.value)
+    assert re.search(MESSAGES[how], message) and suffix in message and "re-run" in message, message
     assert isinstance(err.value, OSError)
 
 

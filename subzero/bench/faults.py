@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["build", "inputs", "strategies", "QUERIES", "Reference", "reference", "kill_trial", "damage_cases",
-           "damage", "judge_store", "race_round", "run_faults", "render"]
+           "damage", "snapshot", "as_nobody", "judge_store", "race_round", "run_faults", "render"]
 
 SHAPE = (96, 128)
 TILE = 32
@@ -476,10 +476,30 @@ def damage_cases(store: str | Path, ref: Reference | None = None) -> list[tuple[
     return cases
 
 
+#: damages of a file that take it away rather than change its bytes (a careless hand, a sync gone wrong)
+REMOVALS = ("delete", "replace by a directory")
+#: damages of a directory of the store
+DIRECTORY_DAMAGES = ("delete", "replace by a file")
+
+
 def damage(path: Path, how: str) -> None:
-    """Damage one file in place, as a disk or a careless copy would."""
+    """Damage one file (a `DAMAGES` or `REMOVALS` way) or directory (a `DIRECTORY_DAMAGES` way)
+    in place, as a disk, a careless copy or a careless hand would."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+        if how == "replace by a file":
+            path.write_bytes(b"not a directory\n")
+        elif how != "delete":
+            raise ValueError(f"a directory is damaged by {DIRECTORY_DAMAGES}, not {how!r}")
+        return
     if not path.exists():  # the lock file of a finished store: one left behind by a crash
         path.write_text(json.dumps({"pid": 999999, "host": "elsewhere", "started": "2020-01-01T00:00:00+00:00"}))
+    if how in REMOVALS:
+        path.unlink()
+        if how == "replace by a directory":
+            path.mkdir()
+        return
     data = bytearray(path.read_bytes())
     if how.startswith("flip"):
         if not data:
@@ -495,9 +515,10 @@ def damage(path: Path, how: str) -> None:
     path.write_bytes(bytes(data))
 
 
-def _snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))
-            if p.is_file()}
+def snapshot(root: Path) -> dict[str, tuple[bytes, int] | None]:
+    """Every file of a store (its bytes and mtime) and every directory (None): what queries must leave as it was."""
+    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) if p.is_file() else None
+            for p in sorted(Path(root).rglob("*"))}
 
 
 @dataclass
@@ -526,7 +547,7 @@ def damage_trial(clean: str | Path, root: str | Path, ref: Reference, kind: str,
     store = Path(tempfile.mkdtemp(prefix="damage-", dir=root)) / "store"
     shutil.copytree(clean, store)
     damage(store / rel, how)
-    before = _snapshot(store)
+    before = snapshot(store)
     close_all()
     import logging
 
@@ -537,12 +558,42 @@ def damage_trial(clean: str | Path, root: str | Path, ref: Reference, kind: str,
     finally:
         quiet.level = level
     close_all()
-    untouched = _snapshot(store) == before
+    untouched = snapshot(store) == before
     shutil.rmtree(store.parent, ignore_errors=True)
     o = verdict.outcomes
     return DamageCase(kind, rel, how, verdict.summary, o.count("exact"), o.count("refused") + (not verdict.opened),
                       o.count("wrong"), sum(x.startswith("crash") for x in o), verdict.reexecuted, untouched,
                       verdict.message.splitlines()[0][:200] if verdict.message else "")
+
+
+def as_nobody(fn: Callable[[], Any], timeout: float = 120.0) -> tuple[str, Any]:
+    """``fn()`` in a forked child that first drops to user ``nobody`` (as root, permission bits are
+    ignored, so a reader denied access is played by ``nobody``).  Returns ``("ok", result)``,
+    ``("no setuid", why)`` where privileges cannot be dropped, or ``("error", repr)``."""
+    import multiprocessing
+
+    def child(conn) -> None:
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+        except OSError as exc:
+            conn.send(("no setuid", repr(exc)))
+            return
+        try:
+            conn.send(("ok", fn()))
+        except BaseException as exc:  # everything goes back to the parent
+            conn.send(("error", repr(exc)))
+        finally:
+            conn.close()
+
+    ctx = multiprocessing.get_context("fork")
+    parent, end = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=child, args=(end,))
+    proc.start()
+    end.close()
+    got = parent.recv() if parent.poll(timeout) else ("error", "no answer")
+    proc.join(30)
+    return got
 
 
 # -- racing writers -----------------------------------------------------------------------------------------------

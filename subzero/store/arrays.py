@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from subzero.errors import StoreError
+from subzero.store.failures import REBUILD, REBUILD_ARRAY, reading
 from subzero.store.location import Location
 
 __all__ = ["ArrayRef", "StoredArray", "ExternalArray", "write_array", "COMPRESSOR", "chunk_boxes"]
@@ -282,11 +283,8 @@ class ArrayRef:
         for coords, cbox in (chunk_boxes(aligned, chunks) if shape else [((), ())]):
             key = _chunk_key(coords)
             where = f"chunk {key!r} of array {self.url!r}"
-            try:
+            with reading(f"chunk {key!r} of array {self.url!r}", self.location.child_url(self.path, key), REBUILD):
                 data = self.location.read_bytes(self.path, key)
-            except FileNotFoundError:
-                raise StoreError(f"array {self.url!r} is missing chunk {key!r}; the store is damaged: re-run "
-                                 "the workflow to rebuild it") from None
             chunk = decode_chunk(data, tuple(chunks), dtype, pipeline, where)
             lo = [max(a, b) for (a, _), (b, _) in zip(cbox, box)]
             hi = [min(a, b) for (_, a), (_, b) in zip(cbox, box)]
@@ -304,7 +302,9 @@ class ArrayRef:
         import json
 
         try:
-            raw = self.location.read_bytes(self.path, "zarr.json")
+            with reading(f"the metadata of array {self.url!r}", self.location.child_url(self.path, "zarr.json"),
+                         REBUILD_ARRAY):
+                raw = self.location.read_bytes(self.path, "zarr.json")
             if self.meta_xxh3 is not None:
                 import xxhash
 
@@ -316,9 +316,6 @@ class ArrayRef:
             chunks = tuple(int(n) for n in meta["chunk_grid"]["configuration"]["chunk_shape"])
             dtype = np.dtype(meta["data_type"])
             pipeline = _pipeline(meta)
-        except FileNotFoundError:
-            raise StoreError(f"array {self.url!r} is missing (no zarr.json): the run did not commit it or the "
-                             "store was damaged; re-run the workflow") from None
         except StoreError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

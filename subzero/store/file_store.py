@@ -34,6 +34,7 @@ from subzero.catalog import FORMAT, Manifest, RunRecord, ShardRecord
 from subzero.errors import StoreError
 from subzero.store.arrays import ArrayRef, forget_store
 from subzero.store.base import Store
+from subzero.store.failures import REBUILD, REBUILD_LINEAGE, reading
 from subzero.store.location import Location, resolve
 from subzero.store.lock import LOCK_NAME, WriterLock, dead_temporaries, holder
 from subzero.store.sealed import parse_json, seal_json, seal_pickle, unseal_json, unseal_pickle
@@ -119,6 +120,8 @@ class FileStore(Store):
         for name in _entries(location) + dead_temporaries(location):
             if name not in (LOCK_NAME, MARKER):
                 location.remove(name)
+        if location.isdir(MARKER):  # a directory where the marker belongs (damage): the marker is rewritten next
+            location.remove(MARKER)
 
     @classmethod
     def resume(cls, store, record: RunRecord, made_by: str | None = None) -> "tuple[FileStore, RunRecord | None]":
@@ -175,8 +178,9 @@ class FileStore(Store):
         """Who made a store (the ``made_by`` given to `create`), or None when unknown."""
         location = resolve(store)
         try:
-            info = json.loads(location.read_bytes(MARKER))
-        except (OSError, ValueError):
+            with reading("the store's marker", location.child_url(MARKER)):
+                info = json.loads(location.read_bytes(MARKER))
+        except (StoreError, ValueError):  # no marker, or a damaged one: the maker is unknown
             return None
         return info.get("made_by") if isinstance(info, dict) and isinstance(info.get("made_by"), str) else None
 
@@ -249,6 +253,8 @@ class FileStore(Store):
         if not location.isdir():
             raise StoreError(f"store {location.url!r} does not exist; pass the store given to wf.run (--store)")
         if not location.exists("catalog.json"):
+            if location.exists(MARKER):  # subzero made it: the catalog was lost
+                raise StoreError(f"store {location.url!r} has lost its catalog.json; {REBUILD}")
             raise StoreError(f"{location.url!r} is not a subzero store (no catalog.json)")
         return cls(location)
 
@@ -260,10 +266,8 @@ class FileStore(Store):
 
     # -- catalog ------------------------------------------------------------------------------
     def read_catalog(self) -> RunRecord:
-        try:
+        with reading("the catalog", self.location.child_url("catalog.json"), REBUILD):
             raw = self.location.read_bytes("catalog.json")
-        except FileNotFoundError:
-            raise StoreError(f"{self.url!r} is not a subzero store (no catalog.json)") from None
         try:
             data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -289,10 +293,8 @@ class FileStore(Store):
         self.location.write_bytes(seal_pickle(payload), "operators", f"{node}.pkl")
 
     def load_operator(self, node: str) -> Any:
-        try:
+        with reading(f"the operator of node {node!r}", self.location.child_url("operators", f"{node}.pkl"), REBUILD):
             raw = self.location.read_bytes("operators", f"{node}.pkl")
-        except FileNotFoundError as exc:
-            raise StoreError(f"operator of node {node!r} is missing from store {self.url!r}") from exc
         raw = unseal_pickle(raw, f"the operator of node {node!r} in store {self.url!r}")
         try:
             return pickle.loads(raw)
@@ -309,11 +311,9 @@ class FileStore(Store):
 
     def read_manifest(self, node: str) -> Manifest:
         where = f"the manifest of node {node!r} in store {self.url!r}"
-        try:
+        with reading(f"the manifest of node {node!r}", self.location.child_url("manifests", f"{node}.json"),
+                     REBUILD_LINEAGE):
             raw = self.location.read_bytes("manifests", f"{node}.json")
-        except FileNotFoundError:
-            raise StoreError(f"the manifest of node {node!r} is missing from store {self.url!r}; the store is "
-                             "damaged (queries re-run the operator instead)") from None
         try:
             data = parse_json(raw, where)
             if isinstance(data, dict) and data.get("format") != FORMAT:

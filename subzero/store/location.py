@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from subzero.errors import StoreError
+from subzero.store.failures import store_file_error
 
 __all__ = ["Location", "resolve"]
 
@@ -97,15 +98,14 @@ class Location:
     def listdir(self, *parts: str) -> list[str]:
         """Names in a directory (empty if it does not exist)."""
         path = self.path(*parts)
-        if self.is_local:
-            try:
-                return sorted(os.listdir(path))
-            except FileNotFoundError:
-                return []
         try:
+            if self.is_local:
+                return sorted(os.listdir(path))
             return sorted(posixpath.basename(p.rstrip("/")) for p in self.fs.ls(path, detail=False))
         except FileNotFoundError:
             return []
+        except OSError as exc:  # a file where the directory belongs, no permission...
+            raise store_file_error(exc, "the directory", self.child_url(*parts)) from exc
 
     def makedirs(self, *parts: str) -> None:
         try:

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from subzero.errors import StoreError
+from subzero.store.failures import store_file_error
 from subzero.store.location import Location
 
 __all__ = ["WriterLock", "LOCK_NAME", "holder", "dead_temporaries"]
@@ -67,6 +68,10 @@ def holder(location: Location) -> Holder | None:
             info = json.loads(location.read_bytes(LOCK_NAME))
         except FileNotFoundError:
             return None
+        except (IsADirectoryError, NotADirectoryError, PermissionError) as exc:  # never a lock file in the making
+            raise store_file_error(exc, "the writer lock", location.child_url(LOCK_NAME),
+                                   f"the store is damaged: if no run writes this store, delete "
+                                   f"{location.child_url(LOCK_NAME)} and try again") from exc
         except (ValueError, OSError):
             info = None
         if isinstance(info, dict) or time.monotonic() > deadline:

@@ -12,6 +12,7 @@ a crash or a wrong answer.  Open shards are kept in a small per-process cache.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
@@ -19,6 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 
 import lmdb
 import numpy as np
@@ -29,6 +31,7 @@ from subzero.encoders.base import Batch
 from subzero.encoders.codec import bytes_to_keys, make_keys
 from subzero.errors import LookupTimeout, StoreError
 from subzero.spatial_index import INDEX_SUFFIXES, SpatialIndex, build_index
+from subzero.store.failures import REBUILD_LINEAGE, reading
 from subzero.store.location import Location
 
 __all__ = ["write_shard", "ShardReader", "file_checksum", "close_all", "CACHE_SIZE"]
@@ -134,18 +137,20 @@ def close_all() -> None:
 
 def _verify(path: str, record: FileRecord, where: str) -> None:
     """Size, then checksum, of one file against the manifest (once per process and file version)."""
-    try:
+    with reading(where, path, REBUILD_LINEAGE):
         stat = os.stat(path)
-    except FileNotFoundError:
-        raise StoreError(f"{where}: file {path!r} is missing; the store is damaged (queries re-run the "
-                         "operator instead; re-run the workflow to rebuild the lineage)") from None
-    key = (path, record.xxh3, stat.st_size, stat.st_mtime)
-    if key in _VERIFIED:
-        return
-    if stat.st_size != record.size:
-        raise StoreError(f"{where}: file {path!r} has {stat.st_size} bytes, the manifest says {record.size} "
-                         "(truncated or overwritten); the store is damaged: re-run the workflow")
-    if file_checksum(path) != record.xxh3:
+        if S_ISDIR(stat.st_mode):  # a directory where the file belongs: worded by `reading`
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not S_ISREG(stat.st_mode):  # a pipe, a device...
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        key = (path, record.xxh3, stat.st_size, stat.st_mtime)
+        if key in _VERIFIED:
+            return
+        if stat.st_size != record.size:
+            raise StoreError(f"{where}: file {path!r} has {stat.st_size} bytes, the manifest says {record.size} "
+                             "(truncated or overwritten); the store is damaged: re-run the workflow")
+        checksum = file_checksum(path)
+    if checksum != record.xxh3:
         raise StoreError(f"{where}: file {path!r} does not match its checksum (its bytes were changed); the "
                          "store is damaged: re-run the workflow")
     _VERIFIED.add(key)
@@ -171,15 +176,13 @@ def _open(location: Location, directory: str, record: ShardRecord, where: str) -
         path = os.path.join(local, record.name + f.suffix)
         if not location.is_local and not (os.path.exists(path) and os.path.getsize(path) == f.size):
             os.makedirs(local, exist_ok=True)
-            try:
+            with reading(where, location.child_url(directory, record.name + f.suffix), REBUILD_LINEAGE):
                 location.get_file(path + ".part", directory, record.name + f.suffix)
-            except FileNotFoundError:
-                raise StoreError(f"{where}: shard file {record.name + f.suffix!r} is missing from "
-                                 f"{location.url!r}; the store is damaged") from None
             os.replace(path + ".part", path)
         _verify(path, f, where)
     try:
-        opened = _Opened(mdb, os.path.join(local, record.name))
+        with reading(where, mdb, REBUILD_LINEAGE):
+            opened = _Opened(mdb, os.path.join(local, record.name))
         pages = (opened.env.info()["last_pgno"] + 1) * opened.env.stat()["psize"]
     except lmdb.Error as exc:
         raise StoreError(f"{where}: shard {mdb!r} cannot be opened ({exc}); the store is damaged: re-run "

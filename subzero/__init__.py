@@ -17,6 +17,8 @@ __all__ = [
     "Context", "LineageError", "StoreError", "SubZeroError", "WorkflowError", "Mode", "Strategy",
     "Operator", "Run", "open_run", "Tiling", "Whole", "Elementwise", "Halo", "Permuted", "Reduced",
     "RowBlocks", "Node", "Workflow", "operators",
+    # the numpy front end
+    "workflow", "name", "apply", "udf", "Window", "Lines", "check_lineage", "ndimage",
 ]
 __version__ = "0.1.0"
 
@@ -32,6 +34,8 @@ _LAZY = {
     "Halo": "subzero.tiling", "Permuted": "subzero.tiling", "Reduced": "subzero.tiling",
     "RowBlocks": "subzero.tiling",
     "Node": "subzero.workflow", "Workflow": "subzero.workflow",
+    "workflow": "subzero.trace", "name": "subzero.trace", "apply": "subzero.trace",
+    "udf": "subzero.udf", "Window": "subzero.udf", "Lines": "subzero.udf", "check_lineage": "subzero.udf",
 }
 
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
@@ -46,8 +50,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
 
 
 def __getattr__(name: str) -> Any:
-    if name == "operators":
-        return importlib.import_module("subzero.operators")
+    if name in ("operators", "ndimage"):
+        return importlib.import_module(f"subzero.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'subzero' has no attribute {name!r}")

@@ -11,6 +11,8 @@ only pays for the modules it touches.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
@@ -58,6 +60,20 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
+
+
+class _Package(types.ModuleType):
+    """``sz.workflow`` is the decorator (`subzero.trace.workflow`), though a submodule is
+    named ``subzero.workflow`` too: importing that submodule must not replace the
+    decorator on the package (``from subzero.workflow import Workflow`` works as before)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "workflow" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __dir__() -> list[str]:

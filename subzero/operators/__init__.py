@@ -33,7 +33,7 @@ __all__ = [
     "WindowLineage", "CosmicRayDetect", "CosmicRays", "RepairCosmics", "DetectStars",
     # for the numpy front end: whole-array and nan reductions, histogram edges, scipy label numbers
     "GlobalReduction", "NanSum", "NanMean", "NanStd", "NanMin", "NanMax", "AnyOf", "AllOf", "HistogramEdges",
-    "Relabel",
+    "Relabel", "NearestZoom",
 ]
 
 # module (under subzero.operators) -> the public names it defines
@@ -49,7 +49,7 @@ _MODULES = {
     "linalg": ["Dot", "Inverse", "MatMul", "Outer"],
     "morphology": ["BinaryDilation", "BinaryErosion"],
     "numeric": ["AllOf", "AnyOf", "GlobalReduction", "HistogramEdges", "NanMax", "NanMean", "NanMin", "NanStd",
-                "NanSum", "Relabel"],
+                "NanSum", "NearestZoom", "Relabel"],
     "neighbourhood": ["Convolve", "Correlate", "GaussianFilter", "Laplace", "MaximumFilter", "MedianFilter",
                       "MinimumFilter", "Sobel", "StencilOperator", "UniformFilter"],
     "reductions": ["AxisReduction", "Count", "GlobalMean", "GlobalStd", "Max", "Mean", "Min", "Std", "Sum"],
@@ -74,7 +74,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from subzero.operators.linalg import Dot, Inverse, MatMul, Outer
     from subzero.operators.morphology import BinaryDilation, BinaryErosion
     from subzero.operators.numeric import (
-        AllOf, AnyOf, GlobalReduction, HistogramEdges, NanMax, NanMean, NanMin, NanStd, NanSum, Relabel,
+        AllOf, AnyOf, GlobalReduction, HistogramEdges, NanMax, NanMean, NanMin, NanStd, NanSum, NearestZoom,
+        Relabel,
     )
     from subzero.operators.neighbourhood import (
         Convolve, Correlate, GaussianFilter, Laplace, MaximumFilter, MedianFilter, MinimumFilter, Sobel,

@@ -18,10 +18,11 @@ from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._args import check_choice
 from subzero.operators.identity import IdentityMapping
+from subzero.operators.indexmap import IndexMapOperator
 from subzero.operators.reductions import AxisReduction
 
 __all__ = ["GlobalReduction", "REDUCTIONS", "NanSum", "NanMean", "NanStd", "NanMin", "NanMax", "AnyOf", "AllOf",
-           "HistogramEdges", "Relabel", "RELABEL_LINEAGES"]
+           "HistogramEdges", "Relabel", "RELABEL_LINEAGES", "NearestZoom"]
 
 #: the reductions `GlobalReduction` computes: name -> numpy function
 REDUCTIONS = {"sum": np.sum, "mean": np.mean, "std": np.std, "var": np.var, "min": np.min, "max": np.max,
@@ -174,3 +175,29 @@ class Relabel(IdentityMapping, Operator):
         ids = np.unique(x[x != 0])
         out = np.searchsorted(ids, x) + 1
         return np.where(x != 0, out, 0).astype(np.int32)
+
+
+class NearestZoom(IndexMapOperator):
+    """``scipy.ndimage.zoom(x, zoom, order=0, mode, cval, grid_mode)``: nearest-neighbour
+    resampling, so each output cell copies one input cell (or ``cval``); the per-axis maps
+    are scipy's own, read from zooming an index line."""
+
+    def __init__(self, zoom: float | Sequence[float], mode: str = "constant", cval: float = 0.0,
+                 grid_mode: bool = False):
+        self.zoom = tuple(float(z) for z in zoom) if isinstance(zoom, Sequence) else float(zoom)
+        self.mode, self.fill, self.grid_mode = str(mode), cval, bool(grid_mode)
+
+    def maps_for(self, shape):
+        from scipy import ndimage
+
+        zooms = self.zoom if isinstance(self.zoom, tuple) else (self.zoom,) * len(shape)
+        if len(zooms) != len(shape) or any(z <= 0 for z in zooms):
+            raise WorkflowError(f"NearestZoom: zoom must be one positive factor or one per axis of the "
+                                f"{len(shape)}-D input, got {self.zoom!r}")
+        maps = []
+        for n, z in zip(shape, zooms):
+            line = np.arange(1, n + 1, dtype=np.float64)
+            with np.errstate(all="ignore"):
+                probe = ndimage.zoom(line, z, order=0, mode=self.mode, cval=0.0, grid_mode=self.grid_mode)
+            maps.append(np.rint(probe).astype(np.int64) - 1)
+        return maps

@@ -185,6 +185,11 @@ def apply_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
         raise InPlaceError(f"np.{ufunc.__name__}(..., out=...) writes into an existing array, which a workflow "
                            "cannot record; use the returned array")
     kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+    if method == "__call__" and ufunc is np.matmul:
+        return _matmul(*inputs, **kwargs)
+    if method == "__call__" and ufunc.signature is not None:
+        raise UnsupportedCallError(f"np.{ufunc.__name__} (a generalized ufunc, {ufunc.signature}) is not supported "
+                                   "on symbolic arrays; wrap it with sz.udf(fn, lineage=...)")
     if method == "__call__":
         if ufunc.nout != 1:
             raise UnsupportedCallError(f"np.{ufunc.__name__} returns {ufunc.nout} arrays; wrap it with "

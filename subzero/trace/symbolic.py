@@ -252,7 +252,7 @@ class SymbolicArray:
         return np.round(self, decimals)
 
     def __getattr__(self, name: str) -> Any:
-        if hasattr(np.ndarray, name):
+        if not name.startswith("__") and hasattr(np.ndarray, name):
             raise UnsupportedCallError(f"ndarray.{name} is not supported on a symbolic array; wrap the code that "
                                        "needs it with sz.udf(fn, lineage=...)")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

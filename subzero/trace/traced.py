@@ -169,6 +169,10 @@ def _name_outputs(tracer: Tracer, result, where: str) -> None:
         if not isinstance(key, str):
             raise TraceError(f"@sz.workflow {where}: output keys must be strings, got {key!r}", line="")
         entry = value.entry
+        clash = next((e for e in tracer.entries if e.name == key and e is not entry), None)
+        if clash is not None and clash.op is None:
+            raise TraceError(f"@sz.workflow {where}: output {key!r} has the name of the input {key!r}; rename the "
+                             "output (outputs and inputs share one namespace of node names)", line="")
         if entry.op is None or (entry.name is not None and entry.name != key) or \
                 any(e.name == key and e is not entry for e in tracer.entries):
             value = _copy(value)

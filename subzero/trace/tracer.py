@@ -67,7 +67,10 @@ class Tracer:
         return entry
 
     def build(self) -> Workflow:
-        """The workflow of every entry, in call order, named (see the module docstring)."""
+        """The workflow of the entries the named ones need (the outputs, `subzero.name`d
+        nodes, the inputs), in call order, named (see the module docstring): a value the
+        function computed but did not use is left out."""
+        self.entries = _needed(self.entries)
         taken = {e.name for e in self.entries if e.name is not None}
         counts: dict[str, int] = {}
         names: dict[int, str] = {}
@@ -100,6 +103,14 @@ class Tracer:
 
     def __exit__(self, *exc) -> None:
         _CURRENT.reset(self._token)
+
+
+def _needed(entries: list[Entry]) -> list[Entry]:
+    keep = {id(e) for e in entries if e.name is not None}
+    for e in reversed(entries):  # call order is topological: consumers come after their inputs
+        if id(e) in keep:
+            keep.update(id(i) for i in e.inputs)
+    return [e for e in entries if id(e) in keep]
 
 
 def current_tracer() -> Tracer | None:

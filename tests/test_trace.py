@@ -1,0 +1,279 @@
+"""The numpy front end: traced functions give numpy's values, shapes and dtypes, stable
+names, parameters, and trace-time errors that name the user's line and the fix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import subzero as sz
+from subzero.errors import WorkflowError
+from subzero.oracle import check_workflow, evaluate_workflow
+from subzero.trace import ControlFlowError, ConversionError, InPlaceError, TraceError, UnsupportedCallError
+
+RNG = np.random.default_rng(7)
+X = np.round(RNG.normal(size=(5, 6)), 3)
+Y = np.round(RNG.uniform(0.5, 2.0, size=(5, 6)), 3)
+V = np.round(RNG.normal(size=6), 3)
+F32 = RNG.normal(size=(5, 6)).astype(np.float32)
+I32 = RNG.integers(-5, 6, size=(5, 6)).astype(np.int32)
+NANS = np.where(RNG.random((5, 6)) < 0.2, np.nan, X)
+
+
+def outputs_of(fn, inputs, params=None):
+    """(traced outputs by name, eager outputs by name) of a traced function."""
+    wf = fn.trace(inputs, params)
+    values = evaluate_workflow(wf, inputs)
+    eager = fn(**inputs, **(params or {}))
+    if isinstance(eager, dict):
+        named = eager
+    elif isinstance(eager, (tuple, list)):
+        named = {f"out{k}": v for k, v in enumerate(eager)}
+    else:
+        named = {"out": eager}
+    return {k: values[k] for k in named}, named
+
+
+def assert_same(fn, inputs, params=None, exact=True):
+    traced, eager = outputs_of(fn, inputs, params)
+    for key, want in eager.items():
+        want, got = np.asarray(want), traced[key]
+        assert got.dtype == want.dtype, (key, got.dtype, want.dtype)
+        if want.ndim == 0:  # a 0-d output is stored as one cell
+            assert got.size == 1, key
+            got = got.reshape(())
+        assert got.shape == want.shape, (key, got.shape, want.shape)
+        if exact:
+            np.testing.assert_array_equal(got, want, err_msg=key)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=key)
+
+
+# -- values, shapes, dtypes ---------------------------------------------------------------------------
+@sz.workflow
+def arithmetic(x, y, f, i):
+    return {"a": x + y * 2 - 1 / y, "b": 2 ** (x / 4) - 3 % y, "c": -x // y, "d": abs(x) ** 0.5,
+            "e": f * 3, "ff": f + x, "g": i / 2, "h": i * 3, "k": f - np.mean(f), "m": i - np.mean(i),
+            "n": x - np.mean(x), "o": (x - np.mean(x)) / np.std(x), "p": i + np.float64(1.5), "q": f + 1}
+
+
+@sz.workflow
+def logic(x, y):
+    big = x > 0.5
+    return {"and": big & (y < 1), "or": (x <= y) | ~big, "eq": x == y, "ne": 0 != x, "rev": 1 < x,
+            "land": np.logical_and(big, y >= 1.0), "xor": np.logical_xor(big, x < 0)}
+
+
+@sz.workflow
+def ufuncs(x, y, n):
+    return {"sqrt": np.sqrt(y), "log": np.log(y), "exp": np.exp(x), "abs": np.abs(x), "isnan": np.isnan(n),
+            "isfinite": np.isfinite(n / x), "max": np.maximum(x, y), "min": np.minimum(x, 0.0),
+            "where": np.where(np.isfinite(n), n, 0.0), "where3": np.where(x > 0, x, y),
+            "clip": np.clip(x, -0.5, 0.5), "clip_lo": np.clip(x, 0, None), "nan_to_num": np.nan_to_num(n, nan=-1.0),
+            "hypot": np.hypot(x, y), "round": np.round(x, 1)}
+
+
+@sz.workflow
+def reductions(x, n, i):
+    return {"sum": np.sum(x), "sum0": np.sum(x, axis=0), "mean1": x.mean(axis=1), "std": np.std(x, axis=0, ddof=1),
+            "min": np.min(x, axis=-1), "max": x.max(), "count": np.count_nonzero(x > 0, axis=1),
+            "count_all": np.count_nonzero(i), "keep": np.sum(x, axis=1, keepdims=True), "keep_all": np.mean(x, keepdims=True),
+            "nansum": np.nansum(n, axis=0), "nanmean": np.nanmean(n), "nanmax": np.nanmax(n, axis=1),
+            "nanstd": np.nanstd(n, axis=0), "nanmin": np.nanmin(n), "isum": np.sum(i, axis=0), "imean": np.mean(i),
+            "any": np.any(x > 2, axis=0), "all": np.all(x > -5), "var": np.var(x), "prod": np.prod(x)}
+
+
+@sz.workflow
+def shapes(x, y, v):
+    return {"T": x.T, "tr": np.transpose(x[None], (1, 0, 2)), "reshape": x.reshape(3, -1), "ravel": np.ravel(x),
+            "cat": np.concatenate([x, y], axis=1), "cat_none": np.concatenate([x, y], axis=None),
+            "stack": np.stack([x, y], axis=-1), "flip": np.flip(x, 0), "fliplr": np.fliplr(x),
+            "pad": np.pad(x, ((1, 2), (0, 3)), constant_values=9.0), "pad_edge": np.pad(x, 2, mode="edge"),
+            "pad_reflect": np.pad(x, 1, mode="reflect"), "roll": np.roll(x, 2, axis=1), "roll_flat": np.roll(x, -3),
+            "roll2": np.roll(x, (1, -2), axis=(0, 1)), "tile": np.tile(v, (2, 3)), "repeat": np.repeat(x, 2, axis=0),
+            "squeeze": np.squeeze(x[:, :1]), "expand": np.expand_dims(v, 0), "swap": np.swapaxes(x, 0, 1),
+            "moveaxis": np.moveaxis(x[None], 0, -1)}
+
+
+@sz.workflow
+def products(x, y, v):
+    return {"matmul": x @ y.T, "np_matmul": np.matmul(x.T, y), "dot": np.dot(x, v), "vdot": np.dot(v, v),
+            "mv": y @ v, "outer": np.outer(v, v[:4]), "mouter": np.multiply.outer(v, v), "vm": v[:5] @ x}
+
+
+@sz.workflow
+def ordering(x, i):
+    counts, edges = np.histogram(x, bins=4)
+    fixed, fixed_edges = np.histogram(x, bins=5, range=(-1.0, 1.0))
+    assert np.array_equal(fixed_edges, np.linspace(-1.0, 1.0, 6))  # edges from the range are constants
+    return {"sort": np.sort(x, axis=0), "sort_none": np.sort(x, axis=None), "argsort": np.argsort(x),
+            "isort": np.sort(i), "counts": counts, "edges": edges, "fixed": fixed}
+
+
+@sz.workflow
+def casting(x, f, i):
+    return {"f32": x.astype(np.float32), "as_int": x.astype(int), "back": f.astype(np.float64) + i,
+            "bool": i.astype(bool) & (f > 0), "same": f.astype(np.float32) * 2}
+
+
+@sz.workflow
+def indexing(x):
+    return {"row": x[1], "neg": x[-1, ::2], "steps": x[4:0:-2, 1::3], "ellipsis": x[..., 2], "none": x[None, 1:3],
+            "cell": x[2, 3] * 2, "mixed": x[:, None, -2:], "full": x[...], "iter": sum(row for row in x[:2])}
+
+
+@pytest.mark.parametrize("fn, inputs, exact", [
+    (arithmetic, {"x": X, "y": Y, "f": F32, "i": I32}, True),
+    (logic, {"x": X, "y": Y}, True),
+    (ufuncs, {"x": X, "y": Y, "n": NANS}, True),
+    (reductions, {"x": X, "n": NANS, "i": I32}, True),
+    (shapes, {"x": X, "y": Y, "v": V}, True),
+    (products, {"x": X, "y": Y, "v": V}, False),
+    (ordering, {"x": X, "i": I32}, True),
+    (casting, {"x": X, "f": F32, "i": I32}, True),
+    (indexing, {"x": X}, True),
+], ids=lambda v: getattr(v, "name", ""))
+def test_traced_values_shapes_and_dtypes_are_numpys(fn, inputs, exact):
+    assert_same(fn, inputs, exact=exact)
+
+
+def test_a_run_stores_numpys_values_and_its_lineage_passes_the_oracle(tmp_path):
+    @sz.workflow
+    def centred(x, y, scale: float = 1.0):
+        c = (x - np.mean(x)) * scale
+        return {"c": c, "smooth": np.sort(c, axis=1)[:, 1:] + y[:, ::2].sum(axis=1, keepdims=True)}
+
+    inputs = {"x": X, "y": Y}
+    run = centred.run(inputs, store=tmp_path / "r", executor="local", params={"scale": 2.0})
+    eager = centred(X, Y, scale=2.0)
+    for key in eager:
+        np.testing.assert_array_equal(np.asarray(run.output(key)), eager[key])
+    wf = centred.trace(inputs, {"scale": 2.0})
+    report = check_workflow(run, wf, inputs, cells=12, backward=8)
+    assert report.ok, str(report)
+    assert run.backward("smooth", [(1, 0)], to="y").tolist() == [[1, 0], [1, 2], [1, 4]]
+
+
+# -- names, outputs, parameters ------------------------------------------------------------------------------
+def test_automatic_names_are_stable_and_sz_name_names_a_node():
+    @sz.workflow
+    def f(x):
+        a = np.sqrt(np.abs(x))
+        b = np.sqrt(a + 1)
+        return sz.name(b, "root") * 2
+
+    names = [n.name for n in f.trace({"x": X}).nodes]
+    assert names == ["x", "absolute", "sqrt", "add", "root", "out"]
+    assert [n.name for n in f.trace({"x": X * 2}).nodes] == names
+
+
+def test_outputs_are_dict_keys_or_out_k_and_unused_values_are_left_out():
+    @sz.workflow
+    def pair(x, y):
+        np.exp(x)  # unused: not in the workflow
+        return x + y, x
+
+    wf = pair.trace({"x": X, "y": Y})
+    assert [n.name for n in wf.nodes] == ["x", "y", "out0", "out1"]
+    assert type(wf.node("out1").operator).__name__ == "Apply"  # an input returned is copied under its name
+
+
+def test_parameters_retrace_and_command_line_strings_take_the_defaults_type():
+    @sz.workflow
+    def f(x, k: int = 2, scale=1.5, flag: bool = False):
+        return {"y": np.roll(x, k, axis=1) * scale + (1 if flag else 0)}
+
+    assert f.parameters({"k": "3", "flag": "true"}) == {"k": 3, "scale": 1.5, "flag": True}
+    assert_same(f, {"x": X}, {"k": 3, "scale": 0.5})
+    with pytest.raises(WorkflowError, match="no parameter 'size'"):
+        f.trace({"x": X}, {"size": 3})
+    with pytest.raises(WorkflowError, match="expected a int"):
+        f.parameters({"k": "three"})
+    with pytest.raises(WorkflowError, match=r"needs input\(s\) \['x'\]"):
+        f.trace({}, {})
+
+
+# -- trace-time errors ----------------------------------------------------------------------------------------------
+def _raises(fn, inputs, cls, *fragments):
+    with pytest.raises(cls) as info:
+        fn.trace(inputs)
+    assert isinstance(info.value, WorkflowError) and isinstance(info.value, TraceError)
+    message = str(info.value)
+    assert "test_trace.py:" in message, message  # the user's line
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def test_control_flow_on_a_symbolic_value_names_the_line_and_np_where():
+    @sz.workflow
+    def f(x):
+        if x.max() > 3:
+            return x
+        return -x
+
+    message = _raises(f, {"x": X}, ControlFlowError, "np.where", "sz.udf")
+    assert "if x.max() > 3" in message
+    assert isinstance(ControlFlowError("m", line=""), TypeError)
+
+
+def test_converting_to_numpy_and_calling_scipy_directly_are_refused():
+    from scipy import ndimage
+
+    @sz.workflow
+    def f(x):
+        return np.asarray(x) + 1
+
+    _raises(f, {"x": X}, ConversionError, "np.asarray", "no values at trace time")
+
+    @sz.workflow
+    def g(x):
+        return ndimage.gaussian_filter(x, 2.0)
+
+    _raises(g, {"x": X}, ConversionError, "subzero.ndimage.gaussian_filter")
+
+
+def test_in_place_updates_are_refused_with_the_rewrite():
+    @sz.workflow
+    def setitem(x):
+        x[0] = 1.0
+        return x
+
+    _raises(setitem, {"x": X}, InPlaceError, "np.where")
+
+    @sz.workflow
+    def iadd(x):
+        x += 1
+        return x
+
+    _raises(iadd, {"x": X}, InPlaceError, "x = x + y")
+
+    @sz.workflow
+    def out(x):
+        y = x * 1
+        np.add(x, 1, out=y)
+        return y
+
+    _raises(out, {"x": X}, InPlaceError, "out=")
+
+
+def test_unsupported_functions_are_named_with_how_to_wrap_them():
+    @sz.workflow
+    def f(x):
+        return np.cumsum(x, axis=0)
+
+    _raises(f, {"x": X}, UnsupportedCallError, "np.cumsum", "sz.udf(")
+
+    @sz.workflow
+    def g(x):
+        return x[x > 0]
+
+    _raises(g, {"x": X}, UnsupportedCallError, "np.where(mask, x, fill)")
+
+
+def test_shape_errors_fail_at_trace_time_on_the_users_line():
+    @sz.workflow
+    def f(x, v):
+        return x @ v[:4]
+
+    _raises(f, {"x": X, "v": V}, TraceError, "not aligned")

@@ -138,19 +138,21 @@ binary_dilation = _morphology("binary_dilation", ops.BinaryDilation)
 binary_erosion = _morphology("binary_erosion", ops.BinaryErosion)
 
 
-def label(input, structure=None, output=None):
+def label(input, structure=None, output=None, *, lineage="component"):
     """``scipy.ndimage.label``: ``(labels, n)`` numbered 1..n in raster order, as scipy does.
 
     Two nodes: ``label`` (`subzero.operators.Label`: canonical ids, a cell depends on its
     component and the ring around it) and ``label_numbers`` (`subzero.operators.Relabel`:
-    scipy's numbers, int32, the component reading).  ``n`` is a 0-d node (the largest
+    scipy's numbers, int32).  ``lineage`` is Relabel's reading: ``"component"`` (a number
+    names its component: lineage through the component) or ``"dependence"`` (a number
+    counts the components before it: every cell).  ``n`` is a 0-d node (the largest
     number); it is in the workflow only if the function uses it.
     """
     if not isinstance(input, SymbolicArray):
         return _scipy("label", input, structure, output)
     _check("label", output=output)
     ids = add_node(ops.Label(structure), [input], "label", dtype=np.dtype(np.int64))
-    numbers = add_node(numeric.Relabel(), [ids], "label_numbers", dtype=np.dtype(np.int32))
+    numbers = add_node(numeric.Relabel(lineage), [ids], "label_numbers", dtype=np.dtype(np.int32))
     count = add_node(numeric.GlobalReduction("max"), [numbers], "label_count", dtype=np.dtype(np.int32))
     return numbers, SymbolicArray(count.tracer, count.entry, (), count.dtype)
 

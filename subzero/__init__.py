@@ -63,12 +63,13 @@ def __getattr__(name: str) -> Any:
 
 
 class _Package(types.ModuleType):
-    """``sz.workflow`` is the decorator (`subzero.trace.workflow`), though a submodule is
-    named ``subzero.workflow`` too: importing that submodule must not replace the
-    decorator on the package (``from subzero.workflow import Workflow`` works as before)."""
+    """``sz.workflow`` and ``sz.udf`` are functions, though submodules are named
+    ``subzero.workflow`` and ``subzero.udf`` too: importing those submodules must not
+    replace the functions on the package (``from subzero.workflow import Workflow``
+    works as before)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "workflow" and isinstance(value, types.ModuleType):
+        if name in _LAZY and isinstance(value, types.ModuleType):
             return
         super().__setattr__(name, value)
 

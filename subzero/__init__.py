@@ -10,6 +10,7 @@ only pays for the modules it touches.
 
 from __future__ import annotations
 
+import copyreg
 import importlib
 import sys
 import types
@@ -75,6 +76,8 @@ class _Package(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Package
+# pickled by name, as modules are (cloudpickle's table knows types.ModuleType, not subclasses)
+copyreg.pickle(_Package, lambda module: (importlib.import_module, (module.__name__,)))
 
 
 def __dir__() -> list[str]:

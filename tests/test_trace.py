@@ -277,3 +277,52 @@ def test_shape_errors_fail_at_trace_time_on_the_users_line():
         return x @ v[:4]
 
     _raises(f, {"x": X, "v": V}, TraceError, "not aligned")
+
+
+# -- the command line ---------------------------------------------------------------------------------------------
+PIPELINE = '''
+import numpy as np
+import subzero as sz
+from subzero import ndimage as szi
+
+
+@sz.workflow
+def reduce(raw, dark, threshold: float = 5.0):
+    x = raw - dark
+    stars, n = szi.label(szi.gaussian_filter(x, 1.0) > threshold)
+    return {"clean": x, "stars": stars}
+
+
+@sz.workflow
+def root(raw):
+    return np.sqrt(np.abs(raw))
+'''
+
+
+def test_subzero_run_takes_a_file_of_workflow_functions(tmp_path, capsys):
+    from subzero.cli import main
+
+    script = tmp_path / "pipeline.py"
+    script.write_text(PIPELINE)
+    raw, dark = np.round(RNG.normal(size=(12, 10)) * 3, 2), np.zeros((12, 10))
+    np.save(tmp_path / "raw.npy", raw)
+    np.save(tmp_path / "dark.npy", dark)
+    files = ["--input", f"raw={tmp_path / 'raw.npy'}", "--input", f"dark={tmp_path / 'dark.npy'}"]
+    assert main(["run", str(script), *files, "--store", str(tmp_path / "a"), "--executor", "local"]) == 2
+    assert "several @sz.workflow functions (reduce, root); pick one with --workflow NAME" in capsys.readouterr().err
+    assert main(["run", str(script), "--workflow", "reduce", *files, "--param", "threshold=1.5",
+                 "--store", str(tmp_path / "a"), "--executor", "local", "-q"]) == 0
+    from scipy import ndimage
+
+    run = sz.open_run(tmp_path / "a")
+    want = ndimage.label(ndimage.gaussian_filter(raw, 1.0) > 1.5)[0]
+    np.testing.assert_array_equal(np.asarray(run.output("stars")), want)
+    cell = tuple(np.argwhere(want)[0])
+    assert len(run.backward("stars", [cell], to="raw")) > 9
+    assert main(["run", str(script), "--workflow", "root", files[0], files[1], "--store", str(tmp_path / "b"),
+                 "--executor", "local", "-q"]) == 0
+    assert main(["run", str(script), "--workflow", "reduce", files[0], files[1], "--store", str(tmp_path / "c"),
+                 "--executor", "local"]) == 2
+    assert "needs input 'dark': give --input dark=PATH" in capsys.readouterr().err
+    assert main(["run", str(script), "--workflow", "nope", *files, "--store", str(tmp_path / "d")]) == 2
+    assert "no @sz.workflow function named 'nope'" in capsys.readouterr().err

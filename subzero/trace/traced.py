@@ -206,3 +206,46 @@ def _coerce(key: str, value: Any, default: Any, annotation: Any) -> Any:
         raise WorkflowError(f"parameter {key}={value!r}: expected a {kind.__name__} (its default is "
                             f"{default!r})") from None
     return value
+
+
+def from_namespace(namespace: Mapping[str, Any], where: str, files: Mapping[str, Any], params: Mapping[str, str],
+                   quick: bool = False, choice: str | None = None) -> tuple[Workflow, dict[str, Any]] | None:
+    """``(workflow, inputs)`` from a workflow file's globals that define ``@sz.workflow``
+    functions (``subzero run pipeline.py``), or None when they define none.
+
+    ``choice`` (``--workflow NAME``) picks one of several; ``files`` are the ``--input``
+    arrays, ``params`` the ``--param`` strings.
+    """
+    traced = {}
+    for key, value in namespace.items():
+        if isinstance(value, TracedWorkflow):
+            traced.setdefault(value.name, value)
+            traced.setdefault(key, value)
+    if not traced:
+        if choice is not None:
+            raise WorkflowError(f"--workflow {choice}: {where} defines no @sz.workflow function")
+        return None
+    distinct = list({id(v): v for v in traced.values()}.values())
+    if choice is not None:
+        if choice not in traced:
+            raise WorkflowError(f"--workflow {choice}: {where} defines no @sz.workflow function named {choice!r}; it "
+                                f"defines {', '.join(sorted(v.name for v in distinct))}")
+        fn = traced[choice]
+    elif len(distinct) > 1:
+        raise WorkflowError(f"{where} defines several @sz.workflow functions "
+                            f"({', '.join(sorted(v.name for v in distinct))}); pick one with --workflow NAME")
+    else:
+        fn = distinct[0]
+    if quick:
+        raise WorkflowError(f"--quick: {where} defines @sz.workflow {fn.name}, which takes its inputs from --input; "
+                            "drop --quick")
+    unknown = [k for k in files if k not in fn.input_names]
+    if unknown:
+        raise WorkflowError(f"--input {unknown[0]}=...: workflow {fn.name!r} has no input {unknown[0]!r}; its inputs "
+                            f"are {', '.join(fn.input_names)}")
+    missing = [n for n in fn.input_names if n not in files]
+    if missing:
+        raise WorkflowError(f"workflow {fn.name!r} needs input {missing[0]!r}: give --input {missing[0]}=PATH "
+                            "(.npy, .fits[EXT] or Zarr)")
+    arrays = {n: files[n] for n in fn.input_names}
+    return fn.trace(arrays, params), arrays

@@ -3,6 +3,8 @@ names, parameters, and trace-time errors that name the user's line and the fix."
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -281,6 +283,8 @@ def test_shape_errors_fail_at_trace_time_on_the_users_line():
 
 # -- the command line ---------------------------------------------------------------------------------------------
 PIPELINE = '''
+import os
+
 import numpy as np
 import subzero as sz
 from subzero import ndimage as szi
@@ -326,3 +330,116 @@ def test_subzero_run_takes_a_file_of_workflow_functions(tmp_path, capsys):
     assert "needs input 'dark': give --input dark=PATH" in capsys.readouterr().err
     assert main(["run", str(script), "--workflow", "nope", *files, "--store", str(tmp_path / "d")]) == 2
     assert "no @sz.workflow function named 'nope'" in capsys.readouterr().err
+
+
+# -- random programs (hypothesis) -------------------------------------------------------------------------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from subzero import ndimage as szi  # noqa: E402
+
+N = 5  # square arrays: transposes and products keep the shape, so any step can feed any other
+
+
+def _pad_shift(a, b, k):
+    return np.pad(a[1:, :], ((0, 1), (0, 0)), mode="edge") + b * 0.5
+
+
+#: steps over two (N, N) float arrays to one (N, N) float array; work on numpy and symbolic arrays alike
+STEPS = [
+    ("add", lambda a, b, k: a + b), ("sub_scalar", lambda a, b, k: a - 0.25 * k), ("mul", lambda a, b, k: a * b),
+    ("rdiv", lambda a, b, k: 1.0 / (np.abs(a) + 1.0)), ("maximum", lambda a, b, k: np.maximum(a, b)),
+    ("sqrt_abs", lambda a, b, k: np.sqrt(np.abs(a))), ("exp_clip", lambda a, b, k: np.exp(np.clip(a, -3, 3))),
+    ("where", lambda a, b, k: np.where(a > b, a, b - 1.0)), ("centre", lambda a, b, k: a - np.mean(b)),
+    ("scale", lambda a, b, k: a / (np.std(a) + 1.0)), ("axis_mean", lambda a, b, k: np.mean(a, axis=k % 2, keepdims=True) + b),
+    ("sum_max", lambda a, b, k: np.max(a, axis=1)[:, None] * 0.1 + np.sum(b, axis=0) * 0.1),
+    ("T", lambda a, b, k: a.T), ("flip", lambda a, b, k: np.flip(a, k % 2)), ("roll", lambda a, b, k: np.roll(a, k, axis=1)),
+    ("pad_shift", _pad_shift), ("sort", lambda a, b, k: np.sort(a, axis=k % 2)),
+    ("matmul", lambda a, b, k: (a @ b) * 0.2), ("cat", lambda a, b, k: np.concatenate([a[:, :2], b[:, 2:]], axis=1)),
+    ("reshape", lambda a, b, k: a.reshape(-1)[::-1].reshape(N, N)), ("step_slice", lambda a, b, k: np.tile(a[::2, ::2], (2, 2))[:N, :N]),
+    ("gaussian", lambda a, b, k: szi.gaussian_filter(a, 0.7, truncate=2.0) if _symbolic(a) else _scipy_gauss(a)),
+    ("median", lambda a, b, k: szi.median_filter(a, 3)),
+    ("nan_to_num", lambda a, b, k: np.nan_to_num(np.where(a > 1.5, np.nan, a), nan=-1.0)),
+]
+
+
+def _symbolic(a) -> bool:
+    return type(a).__name__ == "SymbolicArray"
+
+
+def _scipy_gauss(a):
+    from scipy import ndimage
+
+    return ndimage.gaussian_filter(a, 0.7, truncate=2.0)
+
+
+def program(steps):
+    """A traced function of (x, y) applying ``steps`` ((step index, input a, input b, k) each)."""
+    def fn(x, y):
+        values = [x, y]
+        for index, i, j, k in steps:
+            values.append(STEPS[index][1](values[i % len(values)], values[j % len(values)], k))
+        return {"out": values[-1], "mid": values[2 + len(steps) // 2]}
+    return sz.workflow(fn, name="program")
+
+
+PROGRAMS = st.lists(st.tuples(st.integers(0, len(STEPS) - 1), st.integers(0, 99), st.integers(0, 99),
+                              st.integers(1, 3)), min_size=1, max_size=7)
+INPUTS = st.integers(0, 2**31 - 1).map(lambda seed: {
+    name: np.round(np.random.default_rng(seed + k).normal(size=(N, N)), 2) for k, name in enumerate("xy")})
+QUICK = settings(max_examples=int(os.environ.get("SUBZERO_TRACE_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SLOW = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@QUICK
+@given(steps=PROGRAMS, inputs=INPUTS)
+def test_random_programs_trace_to_numpys_values(steps, inputs):
+    fn = program(steps)
+    eager = fn(**inputs)
+    values = evaluate_workflow(fn.trace(inputs), inputs)
+    for key in ("out", "mid"):
+        assert values[key].dtype == eager[key].dtype and values[key].shape == eager[key].shape
+        np.testing.assert_allclose(values[key], eager[key], rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+@SLOW
+@given(steps=PROGRAMS, inputs=INPUTS)
+def test_random_programs_have_oracle_exact_lineage_under_every_strategy(tmp_path_factory, steps, inputs):
+    from subzero.bench.configs import configuration
+
+    fn = program(steps)
+    wf = fn.trace(inputs)
+    root = tmp_path_factory.mktemp("program")
+    runs = {builtin: wf.run(inputs, store=root / builtin, executor="local", strategies=configuration(wf, {}, builtin))
+            for builtin in ("Map", "FullOne", "BlackBox")}
+    report = check_workflow(runs["Map"], wf, inputs, cells=6, backward=4)
+    assert report.ok, str(report)
+    rng = np.random.default_rng(len(steps))
+    reaching = [n.name for n in wf.ancestors(wf.node("out")) if n.is_input]
+    for cell in map(tuple, rng.integers(0, N, size=(3, 2))):
+        for source in reaching:
+            answers = [(run.backward("out", [cell], to=source), run.forward(source, [cell], to="out"))
+                       for run in runs.values()]
+            for back, forward in answers[1:]:
+                np.testing.assert_array_equal(back, answers[0][0])
+                np.testing.assert_array_equal(forward, answers[0][1])
+
+
+def test_a_traced_workflow_runs_on_spark_as_locally(tmp_path, spark):
+    @sz.workflow
+    def pipeline(raw, dark, level: float = 0.3):
+        x = (raw - dark) / np.std(raw)
+        smooth = szi.gaussian_filter(np.where(np.isfinite(x), x, 0.0), 1.0, truncate=2.0)
+        stars, _ = szi.label(szi.binary_dilation(smooth > level))
+        return {"smooth": smooth, "stars": stars, "rows": np.sort(smooth, axis=1)[:, -2:]}
+
+    raw = np.round(np.random.default_rng(1).normal(size=(24, 20)) * 2, 2)
+    inputs = {"raw": raw, "dark": np.zeros_like(raw)}
+    local = pipeline.run(inputs, store=tmp_path / "local", executor="local", tile_shape=8)
+    remote = pipeline.run(inputs, store=tmp_path / "spark", executor="spark", spark=spark, tile_shape=8)
+    for key in ("smooth", "stars", "rows"):
+        np.testing.assert_array_equal(np.asarray(remote.output(key)), np.asarray(local.output(key)))
+    star = tuple(np.argwhere(np.asarray(local.output("stars")) > 0)[0])
+    for cell in (star, (3, 4)):
+        np.testing.assert_array_equal(remote.backward("stars", [cell], to="raw"), local.backward("stars", [cell], to="raw"))
+        np.testing.assert_array_equal(remote.forward("dark", [cell], to="rows"), local.forward("dark", [cell], to="rows"))

@@ -86,3 +86,19 @@ def test_infer_refuses_when_no_pattern_fits():
 def test_bad_declarations_are_refused(kwargs, fragment):
     with pytest.raises(WorkflowError, match=fragment):
         sz.udf(np.sin, **kwargs)
+
+
+def test_info_and_explain_say_the_lineage_was_inferred(tmp_path, capsys):
+    from subzero.cli import main
+
+    despike = sz.udf(lambda x: ndimage.median_filter(x, 3, mode="nearest"), lineage="infer", name="despike")
+
+    @sz.workflow
+    def f(x):
+        return {"clean": despike(x) - 1.0}
+
+    f.run({"x": X}, store=tmp_path / "r", executor="local")
+    assert main(["info", str(tmp_path / "r")]) == 0
+    assert "UdfWindow (lineage inferred: window(radius=1))" in capsys.readouterr().out
+    assert main(["explain", str(tmp_path / "r")]) == 0
+    assert "despike (UdfWindow, lineage inferred: window(radius=1)" in capsys.readouterr().out

@@ -443,3 +443,23 @@ def test_a_traced_workflow_runs_on_spark_as_locally(tmp_path, spark):
     for cell in (star, (3, 4)):
         np.testing.assert_array_equal(remote.backward("stars", [cell], to="raw"), local.backward("stars", [cell], to="raw"))
         np.testing.assert_array_equal(remote.forward("dark", [cell], to="rows"), local.forward("dark", [cell], to="rows"))
+
+
+def test_readme_numpy_example_runs_and_says_true(tmp_path):
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "README.md").read_text()
+    example = re.search(r"```python\n(import numpy as np\nimport subzero as sz\nfrom subzero import ndimage.*?)```",
+                        text, re.S).group(1)
+    example = example.replace('params={"threshold": 2.0})', 'params={"threshold": 2.0}, executor="local")')
+    example += ("assert run.backward('clean', [(12, 31)], to='raw').tolist() == [[12, 31]]\n"
+                "assert len(run.backward('gaussian_filter', [(12, 31)], to='raw')) == 13 * 13\n"
+                "assert len(run.forward('dark', [(12, 31)], to='stars')) == 64 * 64\n"
+                "assert (reduce(**frames, threshold=2.0)['stars'] == run.output('stars')[:]).all()\n")
+    done = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(root)))
+    assert done.returncode == 0, done.stderr

@@ -10,7 +10,6 @@ only pays for the modules it touches.
 
 from __future__ import annotations
 
-import copyreg
 import importlib
 import sys
 import types
@@ -74,10 +73,11 @@ class _Package(types.ModuleType):
             return
         super().__setattr__(name, value)
 
+    def __reduce__(self):  # pickled by name, as modules are (cloudpickle knows types.ModuleType only)
+        return importlib.import_module, (self.__name__,)
+
 
 sys.modules[__name__].__class__ = _Package
-# pickled by name, as modules are (cloudpickle's table knows types.ModuleType, not subclasses)
-copyreg.pickle(_Package, lambda module: (importlib.import_module, (module.__name__,)))
 
 
 def __dir__() -> list[str]:

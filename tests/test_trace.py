@@ -72,7 +72,7 @@ def ufuncs(x, y, n):
             "isfinite": np.isfinite(n / x), "max": np.maximum(x, y), "min": np.minimum(x, 0.0),
             "where": np.where(np.isfinite(n), n, 0.0), "where3": np.where(x > 0, x, y),
             "clip": np.clip(x, -0.5, 0.5), "clip_lo": np.clip(x, 0, None), "nan_to_num": np.nan_to_num(n, nan=-1.0),
-            "hypot": np.hypot(x, y), "round": np.round(x, 1)}
+            "hypot": np.hypot(x, y), "round": np.round(x, 1), "list": np.maximum(x, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])}
 
 
 @sz.workflow
@@ -431,7 +431,8 @@ def test_a_traced_workflow_runs_on_spark_as_locally(tmp_path, spark):
         x = (raw - dark) / np.std(raw)
         smooth = szi.gaussian_filter(np.where(np.isfinite(x), x, 0.0), 1.0, truncate=2.0)
         stars, _ = szi.label(szi.binary_dilation(smooth > level))
-        return {"smooth": smooth, "stars": stars, "rows": np.sort(smooth, axis=1)[:, -2:]}
+        squash = sz.udf(lambda v: np.tanh(v) * 2, lineage="elementwise")  # a udf travels to the workers too
+        return {"smooth": smooth, "stars": stars, "rows": np.sort(squash(smooth), axis=1)[:, -2:]}
 
     raw = np.round(np.random.default_rng(1).normal(size=(24, 20)) * 2, 2)
     inputs = {"raw": raw, "dark": np.zeros_like(raw)}

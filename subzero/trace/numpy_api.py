@@ -115,6 +115,7 @@ def elementwise(fn: Callable, args: Sequence, kwargs: dict | None = None, base: 
     """``fn(*args, **kwargs)`` for an elementwise ``fn`` (broadcasting), as one node."""
     kwargs = dict(kwargs or {})
     base = base or getattr(fn, "__name__", "apply")
+    args = [np.asarray(a) if isinstance(a, (list, tuple)) else a for a in args]  # constants given as lists
     values = list(args) + list(kwargs.values())
     tracer = _tracer_of(values)
     for v in values:

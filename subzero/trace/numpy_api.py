@@ -62,7 +62,7 @@ def add_node(op, inputs: Sequence[SymbolicArray], base: str, shape: tuple[int, .
 
 
 def _plain(x: SymbolicArray) -> SymbolicArray:
-    """``x`` as a node of its own shape (a 0-d value becomes a ``(1,)`` array... refused)."""
+    """``x``, refused when it is a 0-d value (a call that needs the node's exact shape)."""
     if x.lead:
         raise TraceError(f"this call on the 0-d value {x!r} is not supported; reshape it first "
                          "(x.reshape(1)) or keep it in elementwise arithmetic")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 
@@ -34,7 +34,6 @@ class Entry:
     shape: tuple[int, ...] = ()
     name: str | None = None          # fixed by the user (or an input's parameter name)
     line: str = ""                   # the user's line that made it
-    extra: dict = field(default_factory=dict)
 
 
 class Tracer:

@@ -22,7 +22,7 @@ def name(x: SymbolicArray, label: str) -> SymbolicArray:
     ... def f(x):
     ...     return sz.name(np.sqrt(x), "root") + 1
     >>> [n.name for n in f.trace({"x": np.ones(3)}).nodes]
-    ['x', 'root', 'add']
+    ['x', 'root', 'out']
     """
     if not isinstance(x, SymbolicArray):
         raise TraceError(f"sz.name() names a symbolic array of a traced function, got {type(x).__name__}")

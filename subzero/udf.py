@@ -40,7 +40,7 @@ from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators import Apply
-from subzero.operators._args import normalize_axis, per_axis
+from subzero.operators._args import per_axis
 from subzero.operators._kernels import box_offsets
 from subzero.operators.neighbourhood import StencilOperator
 from subzero.operators.sorting import LineOperator

@@ -79,7 +79,8 @@ def ufuncs(x, y, n):
 def reductions(x, n, i):
     return {"sum": np.sum(x), "sum0": np.sum(x, axis=0), "mean1": x.mean(axis=1), "std": np.std(x, axis=0, ddof=1),
             "min": np.min(x, axis=-1), "max": x.max(), "count": np.count_nonzero(x > 0, axis=1),
-            "count_all": np.count_nonzero(i), "keep": np.sum(x, axis=1, keepdims=True), "keep_all": np.mean(x, keepdims=True),
+            "count_all": np.count_nonzero(i), "keep": np.sum(x, axis=1, keepdims=True),
+            "keep_all": np.mean(x, keepdims=True),
             "nansum": np.nansum(n, axis=0), "nanmean": np.nanmean(n), "nanmax": np.nanmax(n, axis=1),
             "nanstd": np.nanstd(n, axis=0), "nanmin": np.nanmin(n), "isum": np.sum(i, axis=0), "imean": np.mean(i),
             "any": np.any(x > 2, axis=0), "all": np.all(x > -5), "var": np.var(x), "prod": np.prod(x)}
@@ -347,16 +348,27 @@ def _pad_shift(a, b, k):
 
 #: steps over two (N, N) float arrays to one (N, N) float array; work on numpy and symbolic arrays alike
 STEPS = [
-    ("add", lambda a, b, k: a + b), ("sub_scalar", lambda a, b, k: a - 0.25 * k), ("mul", lambda a, b, k: a * b),
-    ("rdiv", lambda a, b, k: 1.0 / (np.abs(a) + 1.0)), ("maximum", lambda a, b, k: np.maximum(a, b)),
-    ("sqrt_abs", lambda a, b, k: np.sqrt(np.abs(a))), ("exp_clip", lambda a, b, k: np.exp(np.clip(a, -3, 3))),
-    ("where", lambda a, b, k: np.where(a > b, a, b - 1.0)), ("centre", lambda a, b, k: a - np.mean(b)),
-    ("scale", lambda a, b, k: a / (np.std(a) + 1.0)), ("axis_mean", lambda a, b, k: np.mean(a, axis=k % 2, keepdims=True) + b),
+    ("add", lambda a, b, k: a + b),
+    ("sub_scalar", lambda a, b, k: a - 0.25 * k),
+    ("mul", lambda a, b, k: a * b),
+    ("rdiv", lambda a, b, k: 1.0 / (np.abs(a) + 1.0)),
+    ("maximum", lambda a, b, k: np.maximum(a, b)),
+    ("sqrt_abs", lambda a, b, k: np.sqrt(np.abs(a))),
+    ("exp_clip", lambda a, b, k: np.exp(np.clip(a, -3, 3))),
+    ("where", lambda a, b, k: np.where(a > b, a, b - 1.0)),
+    ("centre", lambda a, b, k: a - np.mean(b)),
+    ("scale", lambda a, b, k: a / (np.std(a) + 1.0)),
+    ("axis_mean", lambda a, b, k: np.mean(a, axis=k % 2, keepdims=True) + b),
     ("sum_max", lambda a, b, k: np.max(a, axis=1)[:, None] * 0.1 + np.sum(b, axis=0) * 0.1),
-    ("T", lambda a, b, k: a.T), ("flip", lambda a, b, k: np.flip(a, k % 2)), ("roll", lambda a, b, k: np.roll(a, k, axis=1)),
-    ("pad_shift", _pad_shift), ("sort", lambda a, b, k: np.sort(a, axis=k % 2)),
-    ("matmul", lambda a, b, k: (a @ b) * 0.2), ("cat", lambda a, b, k: np.concatenate([a[:, :2], b[:, 2:]], axis=1)),
-    ("reshape", lambda a, b, k: a.reshape(-1)[::-1].reshape(N, N)), ("step_slice", lambda a, b, k: np.tile(a[::2, ::2], (2, 2))[:N, :N]),
+    ("T", lambda a, b, k: a.T),
+    ("flip", lambda a, b, k: np.flip(a, k % 2)),
+    ("roll", lambda a, b, k: np.roll(a, k, axis=1)),
+    ("pad_shift", _pad_shift),
+    ("sort", lambda a, b, k: np.sort(a, axis=k % 2)),
+    ("matmul", lambda a, b, k: (a @ b) * 0.2),
+    ("cat", lambda a, b, k: np.concatenate([a[:, :2], b[:, 2:]], axis=1)),
+    ("reshape", lambda a, b, k: a.reshape(-1)[::-1].reshape(N, N)),
+    ("step_slice", lambda a, b, k: np.tile(a[::2, ::2], (2, 2))[:N, :N]),
     ("gaussian", lambda a, b, k: szi.gaussian_filter(a, 0.7, truncate=2.0) if _symbolic(a) else _scipy_gauss(a)),
     ("median", lambda a, b, k: szi.median_filter(a, 3)),
     ("nan_to_num", lambda a, b, k: np.nan_to_num(np.where(a > 1.5, np.nan, a), nan=-1.0)),
@@ -387,8 +399,10 @@ PROGRAMS = st.lists(st.tuples(st.integers(0, len(STEPS) - 1), st.integers(0, 99)
                               st.integers(1, 3)), min_size=1, max_size=7)
 INPUTS = st.integers(0, 2**31 - 1).map(lambda seed: {
     name: np.round(np.random.default_rng(seed + k).normal(size=(N, N)), 2) for k, name in enumerate("xy")})
-QUICK = settings(max_examples=int(os.environ.get("SUBZERO_TRACE_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-SLOW = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+QUICK = settings(max_examples=int(os.environ.get("SUBZERO_TRACE_EXAMPLES", 60)), deadline=None,
+                 suppress_health_check=[HealthCheck.too_slow])
+SLOW = settings(max_examples=15, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 @QUICK
@@ -442,8 +456,8 @@ def test_a_traced_workflow_runs_on_spark_as_locally(tmp_path, spark):
         np.testing.assert_array_equal(np.asarray(remote.output(key)), np.asarray(local.output(key)))
     star = tuple(np.argwhere(np.asarray(local.output("stars")) > 0)[0])
     for cell in (star, (3, 4)):
-        np.testing.assert_array_equal(remote.backward("stars", [cell], to="raw"), local.backward("stars", [cell], to="raw"))
-        np.testing.assert_array_equal(remote.forward("dark", [cell], to="rows"), local.forward("dark", [cell], to="rows"))
+        for ask, node, to in (("backward", "stars", "raw"), ("forward", "dark", "rows")):
+            np.testing.assert_array_equal(getattr(remote, ask)(node, [cell], to=to), getattr(local, ask)(node, [cell], to=to))
 
 
 def test_readme_numpy_example_runs_and_says_true(tmp_path):

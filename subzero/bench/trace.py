@@ -143,8 +143,8 @@ def render_trace(doc: dict[str, Any]) -> list[str]:
             "## Run time: traced numpy vs the hand-built DAG", "",
             f"Astronomy workflow, {s['shape'][0]} x {s['shape'][1]} images, executor {s['executor']}, the paper's "
             f"plan pinned on both ({s['nodes']['DAG']} and {s['nodes']['traced']} nodes with inputs), "
-            f"{s['repeats']} runs each after a warm-up run, interleaved.  Load (uptime 1/5/15 min): before {s['load']['before']}, "
-            f"after {s['load']['after']}; other sessions share the 2 cores.", "",
+            f"{s['repeats']} runs each after a warm-up run, interleaved.  Load (uptime 1/5/15 min): before "
+            f"{s['load']['before']}, after {s['load']['after']}; other sessions share the 2 cores.", "",
             "| workflow | median (s) | runs (s) | spread |", "| --- | --- | --- | --- |"]
     for name in ("DAG", "traced"):
         out.append(f"| {name} | {runs['median'][name]:.2f} | {', '.join(f'{w:.2f}' for w in runs['all'][name])} | "

@@ -143,7 +143,8 @@ def elementwise(fn: Callable, args: Sequence, kwargs: dict | None = None, base: 
             syms = [fixed.get(id(s), s) for s in syms]
     phys = tuple(np.broadcast_shapes(*[s.entry.shape for s in syms]))
     if depth and phys != logical:
-        raise TraceError(f"np.{base}: a constant array of shape {[np.shape(v) for v in values if isinstance(v, np.ndarray)]} "
+        constants = [np.shape(v) for v in values if isinstance(v, np.ndarray)]
+        raise TraceError(f"np.{base}: a constant array of shape {constants} "
                          f"broadcasts the result beyond the symbolic arrays (shape {phys}); give constants that "
                          "broadcast to the arrays' shape")
     op, inputs = _elementwise_op(fn, args, kwargs, syms)

@@ -76,14 +76,14 @@ class SymbolicArray:
 
     def __array__(self, dtype=None, copy=None):
         caller = _library_caller()
-        hint = ""
+        hint = "; compute with numpy calls on it, or wrap the code that needs values with sz.udf(fn, lineage=...)"
         if caller.startswith("scipy.ndimage."):
             hint = f"; use subzero.ndimage.{caller.rsplit('.', 1)[1]} (same name and signature)"
         elif caller:
             hint = f" (inside {caller}); wrap the call with sz.udf(fn, lineage=...)"
         raise ConversionError(
             f"{self!r} has no values at trace time: np.asarray() / np.array() / a library that converts its "
-            f"input cannot turn it into a numpy array{hint or '; compute with numpy calls on it, or wrap the code that needs values with sz.udf(fn, lineage=...)'}")
+            f"input cannot turn it into a numpy array{hint}")
 
     # -- Python control flow and conversions: values are unknown while tracing -------------------
     def _no_value(self, what: str):

@@ -178,9 +178,9 @@ class SymbolicArray:
 
     # -- methods -----------------------------------------------------------------------------------
     def __getitem__(self, key):
-        from subzero.trace import numpy_api
+        from subzero.trace.numpy_shapes import getitem
 
-        return numpy_api.getitem(self, key)
+        return getitem(self, key)
 
     @property
     def T(self):

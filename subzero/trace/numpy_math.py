@@ -12,7 +12,7 @@ from subzero import operators as ops
 from subzero.operators import numeric
 from subzero.trace.errors import TraceError, UnsupportedCallError
 from subzero.trace.numpy_api import HANDLED, _as_logical, _axes_of, _no_out, _plain, _reshaped, add_node, implements
-from subzero.trace.numpy_shapes import ravel
+from subzero.trace import numpy_shapes
 from subzero.trace.symbolic import SymbolicArray
 
 __all__ = ["matmul", "outer"]
@@ -104,7 +104,7 @@ def _dot(a, b, out=None, base="dot"):
 def _np_outer(a, b, out=None):
     _no_out(out, "outer")
     a, b = _both_symbolic(a, b, "outer")
-    return outer(ravel(a), ravel(b))
+    return outer(numpy_shapes.ravel(a), numpy_shapes.ravel(b))
 
 
 def outer(a, b):
@@ -125,7 +125,7 @@ def _sort(a, axis=-1, kind=None, order=None, *, stable=None):
     if order is not None:
         raise UnsupportedCallError("np.sort(..., order=) (structured arrays) is not supported")
     if axis is None:
-        a, axis = ravel(a), 0
+        a, axis = numpy_shapes.ravel(a), 0
     return add_node(ops.Sort(int(axis)), [_plain(a)], "sort", dtype=a.dtype)
 
 
@@ -134,7 +134,7 @@ def _argsort(a, axis=-1, kind=None, order=None, *, stable=None):
     if order is not None:
         raise UnsupportedCallError("np.argsort(..., order=) (structured arrays) is not supported")
     if axis is None:
-        a, axis = ravel(a), 0
+        a, axis = numpy_shapes.ravel(a), 0
     return add_node(ops.ArgSort(int(axis)), [_plain(a)], "argsort", dtype=np.dtype(np.intp))
 
 

@@ -11,12 +11,16 @@ only pays for the modules it touches.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "Context", "LineageError", "StoreError", "SubZeroError", "WorkflowError", "Mode", "Strategy",
     "Operator", "Run", "open_run", "Tiling", "Whole", "Elementwise", "Halo", "Permuted", "Reduced",
     "RowBlocks", "Node", "Workflow", "operators",
+    # the numpy front end
+    "workflow", "name", "apply", "udf", "Window", "Lines", "check_lineage", "ndimage",
 ]
 __version__ = "0.1.0"
 
@@ -32,6 +36,8 @@ _LAZY = {
     "Halo": "subzero.tiling", "Permuted": "subzero.tiling", "Reduced": "subzero.tiling",
     "RowBlocks": "subzero.tiling",
     "Node": "subzero.workflow", "Workflow": "subzero.workflow",
+    "workflow": "subzero.trace", "name": "subzero.trace", "apply": "subzero.trace",
+    "udf": "subzero.udf", "Window": "subzero.udf", "Lines": "subzero.udf", "check_lineage": "subzero.udf",
 }
 
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
@@ -46,14 +52,32 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
 
 
 def __getattr__(name: str) -> Any:
-    if name == "operators":
-        return importlib.import_module("subzero.operators")
+    if name in ("operators", "ndimage"):
+        return importlib.import_module(f"subzero.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'subzero' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
+
+
+class _Package(types.ModuleType):
+    """``sz.workflow`` and ``sz.udf`` are functions, though submodules are named
+    ``subzero.workflow`` and ``subzero.udf`` too: importing those submodules must not
+    replace the functions on the package (``from subzero.workflow import Workflow``
+    works as before)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+    def __reduce__(self):  # pickled by name, as modules are (cloudpickle knows types.ModuleType only)
+        return importlib.import_module, (self.__name__,)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __dir__() -> list[str]:

@@ -28,8 +28,10 @@ log = logging.getLogger(__name__)
 
 # -- workflows and their inputs ---------------------------------------------------------------
 
-def _load_workflow(ref: str, files: dict[str, Any], params: dict[str, str], quick: bool):
-    """(workflow, inputs) from a built-in name or a Python file defining ``build``."""
+def _load_workflow(ref: str, files: dict[str, Any], params: dict[str, str], quick: bool,
+                   choice: str | None = None):
+    """(workflow, inputs) from a built-in name or a Python file defining ``build`` or
+    ``@sz.workflow`` functions (``choice``: which one, ``--workflow NAME``)."""
     import importlib
     import runpy
 
@@ -45,8 +47,14 @@ def _load_workflow(ref: str, files: dict[str, Any], params: dict[str, str], quic
             f"workflow {ref!r} is neither a built-in ({', '.join(sorted(BUILTIN))}) nor a file")
     namespace = runpy.run_path(str(path), run_name="subzero_workflow")
     build = namespace.get("build")
+    if choice is not None or not callable(build):
+        from subzero.trace.traced import from_namespace
+
+        traced = from_namespace(namespace, ref, files, params, quick, choice)
+        if traced is not None:
+            return traced
     if not callable(build):
-        raise WorkflowError(f"{ref} must define build() returning (workflow, inputs)")
+        raise WorkflowError(f"{ref} must define build() returning (workflow, inputs), or an @sz.workflow function")
     return call_build(build, ref, files, params, quick)
 
 
@@ -158,7 +166,7 @@ def cmd_run(args) -> int:
     workload = _read_workload(args.workload) if args.workload else None
     _check_store(args.store, args.overwrite, args.resume)
     arrays, headers = read_inputs(files)  # every file is checked before the store exists
-    wf, inputs = _load_workflow(args.workflow, arrays, params, args.quick)
+    wf, inputs = _load_workflow(args.workflow, arrays, params, args.quick, args.workflow_name)
     check_bound(wf, inputs, files)
     _check_workload(args.workload, workload, wf, inputs)
     from subzero.inputs import header_to_text
@@ -676,13 +684,17 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[common], help="run a workflow and store its lineage",
                          description="Run a workflow (a built-in name or a Python file defining build()) and store "
                                      "its arrays and lineage in a new directory.")
-    run.add_argument("workflow", help="built-in workflow name or a Python file defining build()")
+    run.add_argument("workflow", help="built-in workflow name, or a Python file defining build() or an "
+                                      "@sz.workflow function")
+    run.add_argument("--workflow", dest="workflow_name", metavar="NAME",
+                     help="the @sz.workflow function to run, when the file defines several")
     run.add_argument("--store", required=True, help="new directory for the run")
     run.add_argument("--input", action="append", metavar="NAME=PATH",
                      help="bind workflow input NAME to a file: .npy, FITS (file.fits, file.fits[1], file.fits[SCI]) "
                           "or a Zarr array (repeatable)")
     run.add_argument("--param", action="append", metavar="KEY=VALUE",
-                     help="pass KEY=VALUE to the workflow file's build() (repeatable)")
+                     help="pass KEY=VALUE to the workflow file's build(), or set the @sz.workflow function's "
+                          "parameter KEY (repeatable)")
     run.add_argument("--strategy", action="append", metavar="NODE=STRATEGY[,STRATEGY]",
                      help="pin strategies for a node (repeatable)")
     run.add_argument("--executor", choices=["spark", "local"], default="spark")
@@ -783,7 +795,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", parents=[common],
                            help="reproduce the paper's experiments side by side with baselines")
-    bench.add_argument("name", choices=["astronomy", "genomics", "micro", "scale", "faults"])
+    bench.add_argument("name", choices=["astronomy", "genomics", "micro", "scale", "faults", "trace"])
     bench.add_argument("--quick", action="store_true", help="small sizes: under two minutes")
     bench.add_argument("--max", action="store_true",
                        help="scale: also 1e9 cells (Spark only; about 20 minutes on 2 cores and 40 GB of disk)")

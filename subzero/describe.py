@@ -71,7 +71,12 @@ def operator_name(node) -> str:
 
     if node.is_input:
         return "-"
-    return node.operator.name if isinstance(node.operator, Uncommitted) else type(node.operator).__name__
+    if isinstance(node.operator, Uncommitted):
+        return node.operator.name
+    name = type(node.operator).__name__
+    if getattr(node.operator, "lineage_source", None) == "inferred":  # sz.udf(lineage="infer")
+        return f"{name}, lineage inferred: {node.operator.lineage}"
+    return name
 
 
 def committed_summary(status: str, committed: list[str], nodes: list[str]) -> str:

@@ -46,6 +46,9 @@ def _node(spec: dict[str, Any], record: NodeRecord | None, location) -> dict[str
         "inputs": list(spec.get("inputs", [])), "operator": str(spec.get("operator", "")).rsplit(".", 1)[-1] or None,
         "committed": record is not None,
     }
+    params = spec.get("params") or {}
+    if params.get("lineage_source") == "inferred":  # sz.udf(lineage="infer"): say it was inferred
+        item["operator"] = f"{item['operator']} (lineage inferred: {params.get('lineage')})"
     if record is None:
         return item
     stats = record.stats

@@ -387,7 +387,8 @@ def test_a_query_through_stencils_imports_no_scipy(own_data):
 
 def test_readme_python_example_runs_after_the_quick_start(tmp_path):
     text = (ROOT / "README.md").read_text()
-    example = re.search(r"```python\n(import numpy as np\nimport subzero as sz\n.*?)```", text, re.S).group(1)
+    example = re.search(r"```python\n(import numpy as np\nimport subzero as sz\n\nclass Transpose.*?)```", text,
+                        re.S).group(1)
     assert 'store="runs/demo"' not in example  # the demo's own store: taken after the quick start
     (tmp_path / "runs" / "demo").mkdir(parents=True)
     (tmp_path / "runs" / "demo" / "catalog.json").write_text("{}")  # as left by `subzero demo`

@@ -27,7 +27,7 @@ from subzero.errors import SubZeroError
 
 __all__ = ["main", "run_bench", "render_dir", "write_summary", "BENCHES"]
 
-BENCHES = ("astronomy", "genomics", "micro", "scale")
+BENCHES = ("astronomy", "genomics", "micro", "scale", "trace")
 
 
 def _runner(name: str) -> Callable[..., dict[str, Any]]:
@@ -44,6 +44,9 @@ def _runner(name: str) -> Callable[..., dict[str, Any]]:
         from subzero.bench.scale import run_scale
         return lambda quick, root, size, log=print, max_=False, **kw: run_scale(quick, root, sides=size, log=log,
                                                                                  max_=max_)
+    if name == "trace":
+        from subzero.bench.trace import run_trace
+        return lambda quick, root, size, **kw: run_trace(quick, root, size=size, **kw)
     raise SubZeroError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHES)}")
 
 

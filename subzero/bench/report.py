@@ -277,13 +277,21 @@ def _scale(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _trace(doc: dict[str, Any]) -> list[str]:
+    from subzero.bench.trace import render_trace
+
+    return render_trace(doc)
+
+
 def render(doc: dict[str, Any], plots: list[str]) -> str:
     """The REPORT.md of one results document."""
     title = {"astronomy": "Astronomy benchmark (SubZero VIII-A, Fig. 5)",
              "genomics": "Genomics benchmark (SubZero VIII-B, Figs. 6-7)",
              "micro": "Microbenchmark (SubZero VIII-C, Figs. 8-9)",
-             "scale": "Scale benchmark: 1e6 to 1e9 cells (issue 9)"}[doc["bench"]]
-    body = {"astronomy": _astronomy, "genomics": _genomics, "micro": _micro, "scale": _scale}[doc["bench"]](doc)
+             "scale": "Scale benchmark: 1e6 to 1e9 cells (issue 9)",
+             "trace": "Trace benchmark: numpy code traced into workflows (issue 18)"}[doc["bench"]]
+    body = {"astronomy": _astronomy, "genomics": _genomics, "micro": _micro, "scale": _scale,
+            "trace": _trace}[doc["bench"]](doc)
     figures = ["## Figures", ""] + [f"![{p}]({p})" for p in plots] + [""]
     notes = WHY.get(doc["bench"], {}).get("_general")
     general = ["## Notes", "", notes, ""] if notes else []

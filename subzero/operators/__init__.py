@@ -31,6 +31,9 @@ __all__ = [
     "LineOperator", "Sort", "ArgSort", "Label", "Filter", "Compress",
     # composite: the paper's example, window lineage, astronomy (astroscrappy, sep)
     "WindowLineage", "CosmicRayDetect", "CosmicRays", "RepairCosmics", "DetectStars",
+    # for the numpy front end: whole-array and nan reductions, histogram edges, scipy label numbers
+    "GlobalReduction", "NanSum", "NanMean", "NanStd", "NanMin", "NanMax", "AnyOf", "AllOf", "HistogramEdges",
+    "Relabel", "NearestZoom",
 ]
 
 # module (under subzero.operators) -> the public names it defines
@@ -45,6 +48,8 @@ _MODULES = {
     "indexmap": ["IndexMapOperator"],
     "linalg": ["Dot", "Inverse", "MatMul", "Outer"],
     "morphology": ["BinaryDilation", "BinaryErosion"],
+    "numeric": ["AllOf", "AnyOf", "GlobalReduction", "HistogramEdges", "NanMax", "NanMean", "NanMin", "NanStd",
+                "NanSum", "NearestZoom", "Relabel"],
     "neighbourhood": ["Convolve", "Correlate", "GaussianFilter", "Laplace", "MaximumFilter", "MedianFilter",
                       "MinimumFilter", "Sobel", "StencilOperator", "UniformFilter"],
     "reductions": ["AxisReduction", "Count", "GlobalMean", "GlobalStd", "Max", "Mean", "Min", "Std", "Sum"],
@@ -68,6 +73,10 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from subzero.operators.indexmap import IndexMapOperator
     from subzero.operators.linalg import Dot, Inverse, MatMul, Outer
     from subzero.operators.morphology import BinaryDilation, BinaryErosion
+    from subzero.operators.numeric import (
+        AllOf, AnyOf, GlobalReduction, HistogramEdges, NanMax, NanMean, NanMin, NanStd, NanSum, NearestZoom,
+        Relabel,
+    )
     from subzero.operators.neighbourhood import (
         Convolve, Correlate, GaussianFilter, Laplace, MaximumFilter, MedianFilter, MinimumFilter, Sobel,
         StencilOperator, UniformFilter,

@@ -11,6 +11,7 @@ __all__ = ["BUILTIN", "load_builtin"]
 BUILTIN = {
     "demo": "subzero.workflows.demo",
     "astronomy": "subzero.workflows.astronomy",
+    "astronomy-numpy": "subzero.workflows.astronomy_numpy",
     "genomics": "subzero.workflows.genomics",
 }
 

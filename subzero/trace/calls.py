@@ -1,0 +1,62 @@
+"""Picklable numpy calls with constants, for `subzero.operators.Apply` nodes.
+
+A traced ``np.where(m, x, 0.0)`` becomes ``Apply(NumpyCall(np.where, (ARG, ARG, 0.0)), nin=2)``:
+the call's symbolic arguments are the node's inputs, in order; everything else is kept
+as given (Python scalars stay Python scalars, so numpy's dtype rules are the eager ones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ARG", "NumpyCall", "astype"]
+
+
+class _Arg:
+    """Placeholder for the next input array of a `NumpyCall`."""
+
+    def __repr__(self) -> str:
+        return "ARG"
+
+    def __reduce__(self):
+        return "ARG"
+
+
+ARG = _Arg()
+
+
+def astype(x: np.ndarray, dtype: str) -> np.ndarray:
+    """``x.astype(dtype)`` as a function (for `NumpyCall`)."""
+    return np.asarray(x).astype(dtype)
+
+
+class NumpyCall:
+    """``fn(*args, **kwargs)`` with each `ARG` in ``args`` (or ``kwargs`` values) replaced by
+    the next array given.
+
+    Examples
+    --------
+    >>> NumpyCall(np.clip, (ARG, 0.0, None))(np.array([-1.0, 2.0]))
+    array([0., 2.])
+    """
+
+    def __init__(self, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None):
+        self.fn, self.args, self.kwargs = fn, tuple(args), dict(kwargs or {})
+        self.nin = sum(a is ARG for a in self.args) + sum(v is ARG for v in self.kwargs.values())
+
+    def __call__(self, *arrays: np.ndarray) -> Any:
+        it = iter(arrays)
+        args = [next(it) if a is ARG else a for a in self.args]
+        kwargs = {k: next(it) if v is ARG else v for k, v in self.kwargs.items()}
+        return self.fn(*args, **kwargs)
+
+    @property
+    def __name__(self) -> str:  # Apply's repr and error messages
+        return getattr(self.fn, "__name__", type(self.fn).__name__)
+
+    def __repr__(self) -> str:
+        parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{self.__name__}({', '.join(parts)})"

@@ -1,0 +1,199 @@
+"""Labelled lineage: many objects' lineages carried through a workflow in one pass.
+
+A union query carries one frontier; here every cell carries the objects (labels) whose
+lineage holds it, as sorted unique int64 keys ``label * size + cell`` (`LabelledCells`).
+Each step takes the per-cell relation of the step (`subzero.stats.relation`) for the
+union of the cells and joins it with the labelled cells: ``(label, out cell)`` ->
+``(label, group)`` (deduplicated) -> ``(label, in cell)`` (deduplicated).  Cost follows
+the total size of the objects' lineages, never one query per object.
+
+Operators whose mapping functions work on boxes (stencils, resampling, elementwise) step
+each label's cells as boxes instead (`subzero.boxes.cover_ids` per label, then
+``map_b_boxes``), so a stencil grows a label's region by its halo once rather than once
+per cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from subzero.boxes import cover_ids
+from subzero.cells import to_ids, unique_ids
+from subzero.encoders.ranges.lists import box_cells, expand_csr
+from subzero.errors import LineageError
+from subzero.frontier import Frontier
+from subzero.modes import Mode, Strategy
+from subzero.operator import Operator
+from subzero.pairs import owners
+from subzero.stats.relation import Groups, backward_groups, forward_groups
+
+__all__ = ["LabelledCells", "propagate", "pick_strategy"]
+
+#: preferred stored strategies for per-cell relations, best first (after Map)
+_PREFERENCE = ("FullOne/backward", "FullMany/backward", "PayOne", "PayMany", "CompOne", "CompMany",
+               "FullRange", "FullOne/forward", "FullMany/forward")
+
+
+@dataclass
+class LabelledCells:
+    """Cells of an array of ``shape``, each with the labels (0..n_labels-1) that hold it:
+    sorted unique keys ``label * size + cell``."""
+
+    shape: tuple[int, ...]
+    keys: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @classmethod
+    def of(cls, labels: np.ndarray, cells: np.ndarray, shape) -> "LabelledCells":
+        shape = tuple(int(n) for n in shape)
+        size = int(np.prod(shape, dtype=np.int64))
+        return cls(shape, np.unique(np.asarray(labels, np.int64) * size + np.asarray(cells, np.int64)))
+
+    @classmethod
+    def empty(cls, shape) -> "LabelledCells":
+        return cls(tuple(shape), np.empty(0, np.int64))
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.keys // self.size
+
+    @property
+    def cells(self) -> np.ndarray:
+        return self.keys % self.size
+
+    def frontier(self) -> Frontier:
+        """The union of every label's cells."""
+        return Frontier.of_ids(unique_ids(self.cells, self.size), self.shape, unique=True)
+
+    def union(self, other: "LabelledCells") -> "LabelledCells":
+        return LabelledCells(self.shape, np.union1d(self.keys, other.keys))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def pick_strategy(node, stored: tuple[str, ...], forced: str | None = None) -> str:
+    """The strategy a labelled step reads: the forced one, else Map (vectorized, no I/O), else
+    the first stored strategy by `_PREFERENCE`, else re-execution."""
+    if forced is not None:
+        return forced
+    if Mode.MAP in node.operator.supported_modes():
+        return "Map"
+    names = {Strategy.parse(s).name: s for s in stored}
+    for name in _PREFERENCE:
+        if name in names:
+            return names[name]
+    return "BlackBox"
+
+
+# -- one step ----------------------------------------------------------------------------
+def _join(labelled: LabelledCells, cells_side: tuple[np.ndarray, np.ndarray], other_side: tuple[np.ndarray, np.ndarray],
+          n_groups: int, target: tuple[int, ...]) -> LabelledCells:
+    """(label, cell) joined with groups' ``cells_side`` (ids, ptr), carried to ``other_side``."""
+    ids, ptr = cells_side
+    if not len(labelled) or not len(ids):
+        return LabelledCells.empty(target)
+    group = owners(ptr)
+    lab, cell = labelled.labels, labelled.cells
+    order = np.argsort(cell, kind="stable")
+    cell, lab = cell[order], lab[order]
+    a = np.searchsorted(cell, ids, "left")
+    b = np.searchsorted(cell, ids, "right")
+    n = b - a
+    hit = n > 0
+    a, n, group = a[hit], n[hit], group[hit]
+    total = int(n.sum())
+    pos = np.repeat(a - np.cumsum(n) + n, n) + np.arange(total, dtype=np.int64)
+    lab_group = np.unique(lab[pos] * n_groups + np.repeat(group, n))
+    lab_u, group_u = lab_group // n_groups, lab_group % n_groups
+    out_ids, out_ptr = other_side
+    where, row = expand_csr(out_ptr, group_u)
+    size = int(np.prod(target, dtype=np.int64))
+    return LabelledCells(target, np.unique(lab_u[row] * size + out_ids[where]))
+
+
+def step_backward(source, node, labelled: LabelledCells, i: int, strategy: str) -> LabelledCells:
+    """The labelled cells of ``node``'s output carried to its input ``i``."""
+    op = node.operator
+    target = tuple(op.input_shapes[i])
+    if not len(labelled):
+        return LabelledCells.empty(target)
+    if Strategy.parse(strategy).mode is Mode.MAP and not op.all_to_all:
+        got = _box_step(op, labelled, i, target)
+        if got is not None:
+            return got
+    groups = backward_groups(source, node, labelled.frontier(), i, strategy)
+    return _join(labelled, (groups.out_ids, groups.out_ptr), (groups.in_ids, groups.in_ptr), groups.n_groups, target)
+
+
+def step_forward(source, node, labelled: LabelledCells, i: int, strategy: str) -> LabelledCells:
+    """The labelled cells of ``node``'s input ``i`` carried to its output."""
+    op = node.operator
+    target = tuple(op.output_shape)
+    if not len(labelled):
+        return LabelledCells.empty(target)
+    groups = forward_groups(source, node, labelled.frontier(), i, strategy)
+    return _join(labelled, (groups.in_ids, groups.in_ptr), (groups.out_ids, groups.out_ptr), groups.n_groups, target)
+
+
+def _box_step(op, labelled: LabelledCells, i: int, target) -> LabelledCells | None:
+    """Each label's cells as boxes through ``map_b_boxes``, or None when the operator has no box form."""
+    if type(op).map_b_boxes is Operator.map_b_boxes:
+        return None
+    label, lo, hi = cover_ids(labelled.cells, labelled.shape, groups=labelled.labels)
+    got = op.map_b_boxes(lo, hi, i)
+    if got is None:
+        return None
+    in_lo, in_hi = (np.asarray(b, np.int64).reshape(-1, len(target)) for b in got)
+    if len(in_lo) != len(lo):
+        return None  # not one box per box: the per-cell relation keeps labels apart
+    box, coords = box_cells(in_lo, np.maximum(in_hi, in_lo))
+    if len(coords) and (coords.min() < 0 or np.any(coords.max(axis=0) >= np.asarray(target))):
+        raise LineageError(f"{type(op).__name__}.map_b_boxes returned boxes outside the array of shape {target}")
+    size = int(np.prod(target, dtype=np.int64))
+    return LabelledCells(target, np.unique(label[box] * size + to_ids(coords, target)))
+
+
+# -- a walk --------------------------------------------------------------------------------
+def propagate(run, src, dst, start: LabelledCells, direction: str, using: dict | None = None) -> LabelledCells:
+    """Carry labelled cells of ``src`` to ``dst`` along every path of the workflow, each node
+    stepping once per input; labelled cells arriving by several paths are united (set
+    semantics: a cell reached by one label through two paths is held once)."""
+    wf = run.workflow
+    using = using or {}
+    if src is dst:
+        return start
+    reach = wf.descendants(src) if direction == "forward" else wf.ancestors(src)
+    wanted = wf.ancestors(dst) if direction == "forward" else wf.descendants(dst)
+    if dst not in reach:
+        raise LineageError(f"no path from {src.name!r} {direction} to {dst.name!r}: {dst.name!r} is not "
+                           f"{'a descendant' if direction == 'forward' else 'an ancestor'} of {src.name!r}")
+    on_path = (reach & wanted) | {src, dst}
+    order = [n for n in wf.nodes if n in on_path]
+    held: dict = {src: start}
+    if direction == "backward":
+        for node in reversed(order):
+            if node not in held or node.is_input:
+                continue
+            strategy = pick_strategy(node, run.strategies.get(node.name, ()), using.get(node))
+            for i, parent in enumerate(node.inputs):
+                if parent in on_path:
+                    got = step_backward(run, node, held[node], i, strategy)
+                    held[parent] = held[parent].union(got) if parent in held else got
+            if node is not src and node is not dst:
+                del held[node]  # each node steps once: its labelled cells are done
+    else:
+        for node in order:
+            if node is src:
+                continue
+            strategy = pick_strategy(node, run.strategies.get(node.name, ()), using.get(node))
+            for i, parent in enumerate(node.inputs):
+                if parent in held:
+                    got = step_forward(run, node, held[parent], i, strategy)
+                    held[node] = held[node].union(got) if node in held else got
+    return held.get(dst, LabelledCells.empty(run.shape(dst)))

@@ -1,0 +1,126 @@
+"""Per-object lineage statistics: one row per object of a label array (`lineage_table`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from subzero.errors import LineageError
+from subzero.stats.labelled import LabelledCells, propagate
+
+__all__ = ["lineage_table", "object_labels", "array_over"]
+
+
+def object_labels(run, node, objects=None) -> np.ndarray:
+    """The label array of ``node``: ``objects`` when given (checked against its shape), else the
+    node's stored array, which must hold integers (0 = background)."""
+    shape = tuple(run.shape(node))
+    if objects is None:
+        labels = np.asarray(run.output(node))
+        where = f"node {node.name!r}"
+        fix = f"give objects= (an int label array of shape {shape}) or a node that holds labels"
+    else:
+        labels = np.asarray(objects)
+        where = "objects="
+        fix = f"give an int label array of node {node.name!r}'s shape {shape}"
+        if labels.shape != shape:
+            raise LineageError(f"objects= has shape {labels.shape}, node {node.name!r} has shape {shape}; {fix}")
+    if labels.dtype == bool or not np.issubdtype(labels.dtype, np.integer):
+        if np.issubdtype(labels.dtype, np.floating) and np.all(np.isfinite(labels)) and \
+                np.array_equal(labels, np.round(labels)):
+            labels = labels.astype(np.int64)  # labels stored as floats (e.g. from FITS): whole numbers only
+        else:
+            raise LineageError(f"{where} holds {labels.dtype} values, not object labels (int, 0 = background); {fix}")
+    if labels.size and labels.min() < 0:
+        raise LineageError(f"{where} holds negative labels; labels are ints >= 1 for objects, 0 for background")
+    return labels.astype(np.int64, copy=False)
+
+
+def array_over(run, over, arg, what: str) -> np.ndarray:
+    """``arg`` (an array of ``over``'s shape, or a stored node's name) as an array of ``over``'s shape."""
+    shape = tuple(run.shape(over))
+    if isinstance(arg, str):
+        ref = run.node(arg)
+        arr = np.asarray(run.output(ref))
+        source = f"node {ref.name!r}"
+    else:
+        arr = np.asarray(arg)
+        source = f"{what}="
+    if arr.shape != shape:
+        raise LineageError(f"{source} has shape {arr.shape}, but {what} must cover node {over.name!r} of shape "
+                           f"{shape}; give an array (or node) of that shape")
+    return arr
+
+
+def _axis_names(ndim: int) -> list[str]:
+    return ["r", "c"] if ndim == 2 else (["i"] if ndim == 1 else [f"a{k}" for k in range(ndim)])
+
+
+def _geometry(labels: np.ndarray):
+    """Per object (in label order): label, area, half-open bbox and centroid, and the start of
+    the labelled walk (object index, cell)."""
+    flat = labels.reshape(-1)
+    cells = np.flatnonzero(flat).astype(np.int64)
+    label_ids, index = np.unique(flat[cells], return_inverse=True)
+    index = index.astype(np.int64).reshape(-1)
+    n = len(label_ids)
+    coords = np.stack(np.unravel_index(cells, labels.shape), axis=1).astype(np.int64) if labels.ndim else \
+        np.zeros((len(cells), 0), np.int64)
+    area = np.bincount(index, minlength=n)
+    lo = np.full((n, labels.ndim), np.iinfo(np.int64).max, np.int64)
+    hi = np.full((n, labels.ndim), -1, np.int64)
+    centroid = np.zeros((n, labels.ndim))
+    for axis in range(labels.ndim):
+        np.minimum.at(lo[:, axis], index, coords[:, axis])
+        np.maximum.at(hi[:, axis], index, coords[:, axis] + 1)
+        centroid[:, axis] = np.bincount(index, coords[:, axis], minlength=n) / np.maximum(area, 1)
+    return label_ids, area, lo, hi, centroid, index, cells
+
+
+def lineage_table(run, node, over, flags=None, values=None, objects=None, using: dict | None = None):
+    """Per-object statistics of the objects' backward lineage in ``over`` (see `Run.lineage_table`)."""
+    from astropy.table import Table
+
+    node, over = run.node(node), run.node(over)
+    if over not in run.workflow.ancestors(node):
+        raise LineageError(f"over={over.name!r} is not an ancestor of {node.name!r}: give a node that "
+                           f"{node.name!r} is computed from")
+    labels = object_labels(run, node, objects)
+    flag_arr = array_over(run, over, flags, "flags") if flags is not None else None
+    value_arr = array_over(run, over, values, "values") if values is not None else None
+    if value_arr is not None and not (np.issubdtype(value_arr.dtype, np.number) or value_arr.dtype == bool):
+        raise LineageError(f"values= holds {value_arr.dtype} data; give numbers")
+    label_ids, area, lo, hi, centroid, index, cells = _geometry(labels)
+    n = len(label_ids)
+    using = run._check_using(using)
+    start = LabelledCells.of(index, cells, labels.shape)
+    reached = propagate(run, node, over, start, "backward", using)
+    lab, cell = reached.labels, reached.cells
+    n_lineage = np.bincount(lab, minlength=n)
+    columns: dict = {"label": label_ids, "area": area}
+    names = _axis_names(labels.ndim)
+    for axis, name in enumerate(names):
+        columns[f"bbox_{name}0"] = lo[:, axis]
+        columns[f"bbox_{name}1"] = hi[:, axis]
+    for axis, name in enumerate(names):
+        columns[f"centroid_{name}"] = centroid[:, axis]
+    columns["n_lineage"] = n_lineage
+    if flag_arr is not None:
+        flagged = flag_arr.reshape(-1)[cell] != 0
+        n_flagged = np.bincount(lab, weights=flagged, minlength=n).astype(np.int64)
+        columns["n_flagged"] = n_flagged
+        columns["flagged_fraction"] = np.divide(n_flagged, n_lineage, out=np.zeros(n), where=n_lineage > 0)
+    if value_arr is not None:
+        v = value_arr.reshape(-1)[cell].astype(np.float64)
+        total = np.bincount(lab, weights=v, minlength=n)
+        columns["values_sum"] = total
+        columns["values_mean"] = np.divide(total, n_lineage, out=np.full(n, np.nan), where=n_lineage > 0)
+        vmax = np.full(n, np.nan)
+        if len(v):  # keys are sorted by label: one segment per object
+            starts = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]])
+            vmax[lab[starts]] = np.maximum.reduceat(v, starts)
+        columns["values_max"] = vmax
+    table = Table(columns)
+    table.meta.update({"node": node.name, "over": over.name, "store": str(run.path),
+                       "flags": flags if isinstance(flags, str) else ("array" if flags is not None else None),
+                       "values": values if isinstance(values, str) else ("array" if values is not None else None)})
+    return table

@@ -86,8 +86,8 @@ def pick_strategy(node, stored: tuple[str, ...], forced: str | None = None) -> s
         return "Map"
     names = {Strategy.parse(s).name: s for s in stored}
     for name in _PREFERENCE:
-        if name in names:
-            return names[name]
+        if Strategy.parse(name).name in names:
+            return names[Strategy.parse(name).name]
     return "BlackBox"
 
 

@@ -781,6 +781,10 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=cmd_info)
 
+    from subzero.cli_stats import add_parsers as add_stats_parsers
+
+    add_stats_parsers(sub, common)  # catalog, contaminate
+
     bench = sub.add_parser("bench", parents=[common],
                            help="reproduce the paper's experiments side by side with baselines")
     bench.add_argument("name", choices=["astronomy", "genomics", "micro", "scale", "faults"])

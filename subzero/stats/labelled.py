@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from subzero.boxes import cover_ids
-from subzero.cells import to_ids, unique_ids
+from subzero.cells import sorted_unique, to_coords, to_ids, unique_ids
 from subzero.encoders.ranges.lists import box_cells, expand_csr
 from subzero.errors import LineageError
 from subzero.frontier import Frontier
@@ -52,7 +52,7 @@ class LabelledCells:
     def of(cls, labels: np.ndarray, cells: np.ndarray, shape) -> "LabelledCells":
         shape = tuple(int(n) for n in shape)
         size = int(np.prod(shape, dtype=np.int64))
-        return cls(shape, np.unique(np.asarray(labels, np.int64) * size + np.asarray(cells, np.int64)))
+        return cls(shape, sorted_unique(np.asarray(labels, np.int64) * size + np.asarray(cells, np.int64)))
 
     @classmethod
     def empty(cls, shape) -> "LabelledCells":
@@ -71,7 +71,7 @@ class LabelledCells:
         return Frontier.of_ids(unique_ids(self.cells, self.size), self.shape, unique=True)
 
     def union(self, other: "LabelledCells") -> "LabelledCells":
-        return LabelledCells(self.shape, np.union1d(self.keys, other.keys))
+        return LabelledCells(self.shape, sorted_unique(np.concatenate([self.keys, other.keys]), runs=True))
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -109,12 +109,12 @@ def _join(labelled: LabelledCells, cells_side: tuple[np.ndarray, np.ndarray], ot
     a, n, group = a[hit], n[hit], group[hit]
     total = int(n.sum())
     pos = np.repeat(a - np.cumsum(n) + n, n) + np.arange(total, dtype=np.int64)
-    lab_group = np.unique(lab[pos] * n_groups + np.repeat(group, n))
+    lab_group = sorted_unique(lab[pos] * n_groups + np.repeat(group, n))
     lab_u, group_u = lab_group // n_groups, lab_group % n_groups
     out_ids, out_ptr = other_side
     where, row = expand_csr(out_ptr, group_u)
     size = int(np.prod(target, dtype=np.int64))
-    return LabelledCells(target, np.unique(lab_u[row] * size + out_ids[where]))
+    return LabelledCells(target, sorted_unique(lab_u[row] * size + out_ids[where]))
 
 
 def step_backward(source, node, labelled: LabelledCells, i: int, strategy: str) -> LabelledCells:
@@ -123,11 +123,16 @@ def step_backward(source, node, labelled: LabelledCells, i: int, strategy: str) 
     target = tuple(op.input_shapes[i])
     if not len(labelled):
         return LabelledCells.empty(target)
+    frontier = labelled.frontier()
     if Strategy.parse(strategy).mode is Mode.MAP and not op.all_to_all:
-        got = _box_step(op, labelled, i, target)
+        got = None
+        if _reads_one_cell(op, frontier.ids()[:64], i):
+            got = _function_step(op, labelled, frontier.ids(), i, target)
+        if got is None:
+            got = _box_step(op, labelled, i, target, "backward")
         if got is not None:
             return got
-    groups = backward_groups(source, node, labelled.frontier(), i, strategy)
+    groups = backward_groups(source, node, frontier, i, strategy)
     return _join(labelled, (groups.out_ids, groups.out_ptr), (groups.in_ids, groups.in_ptr), groups.n_groups, target)
 
 
@@ -137,26 +142,65 @@ def step_forward(source, node, labelled: LabelledCells, i: int, strategy: str) -
     target = tuple(op.output_shape)
     if not len(labelled):
         return LabelledCells.empty(target)
-    groups = forward_groups(source, node, labelled.frontier(), i, strategy)
+    frontier = labelled.frontier()
+    if Strategy.parse(strategy).mode is Mode.MAP and not op.all_to_all:
+        corner = np.arange(min(64, int(np.prod(target, dtype=np.int64))), dtype=np.int64)
+        if not _reads_one_cell(op, corner, i):
+            got = _box_step(op, labelled, i, target, "forward")
+            if got is not None:
+                return got
+        if frontier.kind == "ids" and type(op).map_f_boxes is not Operator.map_f_boxes:
+            frontier = Frontier.of_boxes(*frontier.boxes(), frontier.shape, disjoint=True)  # a box-wise union step
+    groups = forward_groups(source, node, frontier, i, strategy)
     return _join(labelled, (groups.in_ids, groups.in_ptr), (groups.out_ids, groups.out_ptr), groups.n_groups, target)
 
 
-def _box_step(op, labelled: LabelledCells, i: int, target) -> LabelledCells | None:
-    """Each label's cells as boxes through ``map_b_boxes``, or None when the operator has no box form."""
-    if type(op).map_b_boxes is Operator.map_b_boxes:
+def _reads_one_cell(op, sample: np.ndarray, i: int) -> bool:
+    """True when each out cell of ``sample`` reads at most one input cell (elementwise, index maps)."""
+    owner, _ = op.map_b_pairs(to_coords(sample, tuple(op.output_shape)), i)
+    owner = np.asarray(owner, np.int64)
+    return len(owner) <= len(sample) and bool(np.all(owner[1:] > owner[:-1]))
+
+
+def _function_step(op, labelled: LabelledCells, cells: np.ndarray, i: int, target) -> LabelledCells | None:
+    """A backward step where every out cell reads at most one input cell: each labelled cell is
+    replaced by the cell it reads (or dropped when it reads none), no join needed; None when
+    some cell reads several."""
+    owner, coords = op.map_b_pairs(to_coords(cells, tuple(op.output_shape)), i)
+    owner = np.asarray(owner, np.int64)
+    if len(owner) > len(cells) or np.any(owner[1:] <= owner[:-1]):
+        return None
+    coords = np.asarray(coords, np.int64).reshape(len(owner), len(target))
+    if len(coords) and (coords.min() < 0 or np.any(coords.max(axis=0) >= np.asarray(target))):
+        raise LineageError(f"{type(op).__name__}.map_b_pairs returned cells outside the array of shape {target}")
+    read = np.full(len(cells), -1, np.int64)
+    read[owner] = to_ids(coords, target)
+    if tuple(target) == labelled.shape and np.array_equal(read, cells):  # elementwise: the same cells
+        return LabelledCells(target, labelled.keys)
+    where = read[np.searchsorted(cells, labelled.cells)]
+    keep = where >= 0
+    size = int(np.prod(target, dtype=np.int64))
+    return LabelledCells(target, sorted_unique(labelled.labels[keep] * size + where[keep]))
+
+
+def _box_step(op, labelled: LabelledCells, i: int, target, direction: str) -> LabelledCells | None:
+    """Each label's cells as boxes through ``map_b_boxes`` (``map_f_boxes`` forward), or None
+    when the operator has no box form or does not map one box to one box."""
+    name = "map_b_boxes" if direction == "backward" else "map_f_boxes"
+    if getattr(type(op), name) is getattr(Operator, name):
         return None
     label, lo, hi = cover_ids(labelled.cells, labelled.shape, groups=labelled.labels)
-    got = op.map_b_boxes(lo, hi, i)
+    got = getattr(op, name)(lo, hi, i)
     if got is None:
         return None
-    in_lo, in_hi = (np.asarray(b, np.int64).reshape(-1, len(target)) for b in got)
-    if len(in_lo) != len(lo):
+    new_lo, new_hi = (np.asarray(b, np.int64).reshape(-1, len(target)) for b in got)
+    if len(new_lo) != len(lo):
         return None  # not one box per box: the per-cell relation keeps labels apart
-    box, coords = box_cells(in_lo, np.maximum(in_hi, in_lo))
+    box, coords = box_cells(new_lo, np.maximum(new_hi, new_lo))
     if len(coords) and (coords.min() < 0 or np.any(coords.max(axis=0) >= np.asarray(target))):
-        raise LineageError(f"{type(op).__name__}.map_b_boxes returned boxes outside the array of shape {target}")
+        raise LineageError(f"{type(op).__name__}.{name} returned boxes outside the array of shape {target}")
     size = int(np.prod(target, dtype=np.int64))
-    return LabelledCells(target, np.unique(label[box] * size + to_ids(coords, target)))
+    return LabelledCells(target, sorted_unique(label[box] * size + to_ids(coords, target)))
 
 
 # -- a walk --------------------------------------------------------------------------------

@@ -60,8 +60,13 @@ def _geometry(labels: np.ndarray):
     the labelled walk (object index, cell)."""
     flat = labels.reshape(-1)
     cells = np.flatnonzero(flat).astype(np.int64)
-    label_ids, index = np.unique(flat[cells], return_inverse=True)
-    index = index.astype(np.int64).reshape(-1)
+    values = flat[cells]
+    order = np.argsort(values, kind="stable")
+    ranked = values[order]
+    first = np.r_[True, ranked[1:] != ranked[:-1]] if len(ranked) else np.zeros(0, bool)
+    label_ids = ranked[first]
+    index = np.empty(len(cells), np.int64)
+    index[order] = np.cumsum(first) - 1
     n = len(label_ids)
     coords = np.stack(np.unravel_index(cells, labels.shape), axis=1).astype(np.int64) if labels.ndim else \
         np.zeros((len(cells), 0), np.int64)

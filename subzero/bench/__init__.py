@@ -27,7 +27,7 @@ from subzero.errors import SubZeroError
 
 __all__ = ["main", "run_bench", "render_dir", "write_summary", "BENCHES"]
 
-BENCHES = ("astronomy", "genomics", "micro", "scale")
+BENCHES = ("astronomy", "genomics", "micro", "scale", "stats")
 
 
 def _runner(name: str) -> Callable[..., dict[str, Any]]:
@@ -44,6 +44,9 @@ def _runner(name: str) -> Callable[..., dict[str, Any]]:
         from subzero.bench.scale import run_scale
         return lambda quick, root, size, log=print, max_=False, **kw: run_scale(quick, root, sides=size, log=log,
                                                                                  max_=max_)
+    if name == "stats":
+        from subzero.bench.stats import run_stats
+        return lambda quick, root, size, log=print, **kw: run_stats(quick, root, side=size, log=log)
     raise SubZeroError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHES)}")
 
 
@@ -81,7 +84,7 @@ def run_bench(name: str, quick: bool, out_dir: str | Path, size=None, executor: 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = log or (lambda line: print(line, flush=True))
-    if executor == "spark" and spark is None and name != "scale":  # scale runs each configuration in a new process
+    if executor == "spark" and spark is None and name not in ("scale", "stats"):  # scale runs each configuration in a new process
         from subzero.spark import get_session
 
         spark = get_session()

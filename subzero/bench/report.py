@@ -277,13 +277,37 @@ def _scale(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _stats(doc: dict[str, Any]) -> list[str]:
+    setup, r = doc["setup"], doc["raw"]
+    load = ", ".join(f"{v:.2f}" for v in r["load_before"])
+    out = [f"Workflow: {setup['workflow']}; {r['cells']:,} cells ({r['side']} x {r['side']}), {r['objects']:,} "
+           f"objects, {r['flagged']:,} flagged pixels (cosmic-ray hits); {setup['executor']} executor, tiles of "
+           f"{setup['tile']}; load average before the queries: {load} (other jobs shared the 2 cores).", "",
+           _table(["question", "ours (s)", "baseline", "baseline (s)", "ratio", "target", "exact"], [
+               ["lineage table of every object", r["table_seconds"], "one backward query per object "
+                f"(mean of {r['sample']}, x {r['objects']:,})", r["per_object_all_seconds"],
+                r["table_seconds"] / r["per_object_all_seconds"], "<= 10 s",
+                f"{r['sample'] - r['table_mismatches']}/{r['sample']} objects match"],
+               ["contamination count (--count)", r["count_seconds"], "union forward query of the same flags",
+                r["forward_seconds"], r["count_seconds"] / r["forward_seconds"], "<= 2x forward",
+                f"{r['sample'] - r['count_mismatches']}/{r['sample']} cells match; mask "
+                f"{'agrees' if r['count_mask_agrees'] else 'DIFFERS'}"],
+           ]), "",
+           f"The objects' lineages hold {r['lineage_cells_total']:,} (object, cell) pairs in the raw exposure; "
+           f"{r['objects_flagged']:,} objects have a flagged pixel in theirs; {r['contaminated_cells']:,} label "
+           f"cells depend on a flagged pixel, at most {r['count_max']} distinct ones each.", ""]
+    return out
+
+
 def render(doc: dict[str, Any], plots: list[str]) -> str:
     """The REPORT.md of one results document."""
     title = {"astronomy": "Astronomy benchmark (SubZero VIII-A, Fig. 5)",
              "genomics": "Genomics benchmark (SubZero VIII-B, Figs. 6-7)",
              "micro": "Microbenchmark (SubZero VIII-C, Figs. 8-9)",
-             "scale": "Scale benchmark: 1e6 to 1e9 cells (issue 9)"}[doc["bench"]]
-    body = {"astronomy": _astronomy, "genomics": _genomics, "micro": _micro, "scale": _scale}[doc["bench"]](doc)
+             "scale": "Scale benchmark: 1e6 to 1e9 cells (issue 9)",
+             "stats": "Lineage statistics: per-object tables and contamination counts (issue 20)"}[doc["bench"]]
+    body = {"astronomy": _astronomy, "genomics": _genomics, "micro": _micro, "scale": _scale,
+            "stats": _stats}[doc["bench"]](doc)
     figures = ["## Figures", ""] + [f"![{p}]({p})" for p in plots] + [""]
     notes = WHY.get(doc["bench"], {}).get("_general")
     general = ["## Notes", "", notes, ""] if notes else []

@@ -210,3 +210,33 @@ def test_lineage_table_function_and_method_agree(labelled):
     a = lineage_table(run, "objects", "x", flags=image > 0)
     b = run.lineage_table("objects", over="x", flags=image > 0)
     assert a.colnames == b.colnames and all(np.array_equal(a[c], b[c]) for c in a.colnames)
+
+
+# -- the README's star catalog ----------------------------------------------------------------
+def test_readme_star_catalog_numbers(tmp_path):
+    """The README's example: the quick astronomy run, the injected cosmic rays of exposure 1 as
+    flags; its printed rows and counts are what the table gives, and each shown row is what one
+    backward query per star gives."""
+    from pathlib import Path
+
+    from subzero.workflows import astronomy
+
+    wf, inputs = astronomy.build(quick=True)
+    run = wf.run(inputs, store=tmp_path / "astro", executor="local")
+    hits = astronomy.cosmic_ray_masks(run.shape("exposure_1"))["exposure_1"]
+    table = run.lineage_table("stars", over="exposure_1", flags=hits, values="exposure_1")
+    flagged = table[table["n_flagged"] > 0]
+    flagged.sort(["n_flagged", "label"], reverse=True)
+    flagged["flagged_fraction"].info.format = ".4f"
+    shown = flagged[:5]["label", "area", "bbox_r0", "bbox_c0", "n_lineage", "n_flagged", "flagged_fraction"]
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert "\n".join(shown.pformat(max_lines=-1, max_width=-1)) in readme
+    assert f"{len(flagged)} of the {len(table)} stars have a cosmic-ray pixel" in readme
+    assert f"{len(table)} object(s), {len(flagged)} with flagged cells" in readme
+    labels = np.asarray(run.output("stars"))
+    for row in shown:
+        lineage = run.backward_mask("stars", labels == row["label"], to="exposure_1")
+        assert (lineage.sum(), (lineage & hits).sum()) == (row["n_lineage"], row["n_flagged"])
+    counts = contamination_count(run, "exposure_1", hits, "stars")
+    assert f"{int(hits.sum())} flagged cell(s) of exposure_1 (hits.npy); {int((counts > 0).sum())} cell(s) of stars " \
+           f"depend on them, at most {int(counts.max())} each" in readme

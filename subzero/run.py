@@ -232,7 +232,8 @@ class Run:
         return _form(frontier, as_)
 
     # -- questions built on lineage ------------------------------------------------------------
-    def lineage_table(self, node, over, flags=None, values=None, objects=None, using: dict | None = None):
+    def lineage_table(self, node, over, flags=None, values=None, objects=None, using: dict | None = None,
+                      batch_objects: int | None = None):
         """Per-object statistics of each object's backward lineage in ``over``: one labelled pass.
 
         Parameters
@@ -248,6 +249,9 @@ class Run:
             A label array of ``node``'s shape, instead of its stored array.
         using : dict, optional
             Node -> strategy to read for that node's step (as in `backward`).
+        batch_objects : int, optional
+            Carry at most this many objects at a time (neighbouring objects together), so memory
+            follows one batch's lineage instead of all objects' (default: all in one pass).
 
         Returns
         -------
@@ -262,7 +266,8 @@ class Run:
         """
         from subzero.stats import lineage_table
 
-        return lineage_table(self, node, over, flags=flags, values=values, objects=objects, using=using)
+        return lineage_table(self, node, over, flags=flags, values=values, objects=objects, using=using,
+                             batch_objects=batch_objects)
 
     # -- helpers --------------------------------------------------------------------------
     def profile(self, node: Node):

@@ -145,6 +145,7 @@ def test_tables_and_counts_match_one_query_per_object_and_cell_for_every_strateg
         np.testing.assert_array_equal(got, expected_count, err_msg=f"count via {name}")
     np.testing.assert_array_equal(contamination_mask(run, over, flags, last), expected_count > 0)
     check_table(run.lineage_table(last, over=over, flags=flags, values=values, objects=labels), rows)
+    check_table(run.lineage_table(last, over=over, flags=flags, values=values, objects=labels, batch_objects=1), rows)
 
 
 # -- a label node, geometry, stored flags -------------------------------------------------------
@@ -192,6 +193,7 @@ def test_a_label_node_gives_one_row_per_object_with_its_geometry(labelled):
     (dict(node="objects", over="x", objects=np.zeros((3, 3), int)), "objects= has shape"),
     (dict(node="objects", over="x", objects=-np.ones((12, 16), int)), "negative labels"),
     (dict(node="objects", over="x", flags="nope"), "nope"),
+    (dict(node="objects", over="x", batch_objects=0), "batch_objects"),
 ])
 def test_bad_arguments_are_lineage_errors(labelled, kwargs, fragment):
     run, _ = labelled

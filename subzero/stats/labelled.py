@@ -31,6 +31,9 @@ from subzero.stats.relation import Groups, backward_groups, forward_groups
 
 __all__ = ["LabelledCells", "propagate", "pick_strategy"]
 
+#: the most (object, cell) pairs one step may expand to (16 GB of int64 keys)
+MAX_PAIRS = 2**31
+
 #: preferred stored strategies for per-cell relations, best first (after Map)
 _PREFERENCE = ("FullOne/backward", "FullMany/backward", "PayOne", "PayMany", "CompOne", "CompMany",
                "FullRange", "FullOne/forward", "FullMany/forward")
@@ -112,6 +115,11 @@ def _join(labelled: LabelledCells, cells_side: tuple[np.ndarray, np.ndarray], ot
     lab_group = sorted_unique(lab[pos] * n_groups + np.repeat(group, n))
     lab_u, group_u = lab_group // n_groups, lab_group % n_groups
     out_ids, out_ptr = other_side
+    total = int((out_ptr[group_u + 1] - out_ptr[group_u]).sum())
+    if total > MAX_PAIRS:
+        raise LineageError(f"this step would hold {total:,} (object, cell) pairs, more than {MAX_PAIRS:,}: the "
+                           "objects' lineages are too large to carry together (an all-to-all step gives every "
+                           "object the whole array); ask about fewer objects, or a nearer ancestor as over=")
     where, row = expand_csr(out_ptr, group_u)
     size = int(np.prod(target, dtype=np.int64))
     return LabelledCells(target, sorted_unique(lab_u[row] * size + out_ids[where]))

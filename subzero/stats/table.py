@@ -81,8 +81,28 @@ def _geometry(labels: np.ndarray):
     return label_ids, area, lo, hi, centroid, index, cells
 
 
-def lineage_table(run, node, over, flags=None, values=None, objects=None, using: dict | None = None):
-    """Per-object statistics of the objects' backward lineage in ``over`` (see `Run.lineage_table`)."""
+def _batches(index: np.ndarray, cells: np.ndarray, n: int, batch_objects: int | None) -> list[np.ndarray]:
+    """Positions of the labelled cells, split into groups of at most ``batch_objects`` objects that
+    lie near each other (objects ordered by their first cell, so a group touches few tiles)."""
+    if batch_objects is None or n <= batch_objects:
+        return [np.arange(len(cells))]
+    if batch_objects < 1:
+        raise LineageError(f"batch_objects must be a positive number of objects, got {batch_objects}")
+    first = np.full(n, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first, index, cells)
+    rank = np.empty(n, np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(n)
+    group = rank[index] // batch_objects
+    order = np.argsort(group, kind="stable")
+    bounds = np.searchsorted(group[order], np.arange(int(group.max()) + 2))
+    return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def lineage_table(run, node, over, flags=None, values=None, objects=None, using: dict | None = None,
+                  batch_objects: int | None = None):
+    """Per-object statistics of the objects' backward lineage in ``over`` (see `Run.lineage_table`);
+    ``batch_objects`` carries at most that many objects at a time (neighbours together), so
+    memory follows the lineage of one batch."""
     from astropy.table import Table
 
     node, over = run.node(node), run.node(over)
@@ -97,10 +117,24 @@ def lineage_table(run, node, over, flags=None, values=None, objects=None, using:
     label_ids, area, lo, hi, centroid, index, cells = _geometry(labels)
     n = len(label_ids)
     using = run._check_using(using)
-    start = LabelledCells.of(index, cells, labels.shape)
-    reached = propagate(run, node, over, start, "backward", using)
-    lab, cell = reached.labels, reached.cells
-    n_lineage = np.bincount(lab, minlength=n)
+    n_lineage = np.zeros(n, np.int64)
+    n_flagged = np.zeros(n, np.int64)
+    total = np.zeros(n)
+    vmax = np.full(n, np.nan)
+    flat_flags = flag_arr.reshape(-1) if flag_arr is not None else None
+    flat_values = value_arr.reshape(-1) if value_arr is not None else None
+    for batch in _batches(index, cells, n, batch_objects):
+        start = LabelledCells.of(index[batch], cells[batch], labels.shape)
+        reached = propagate(run, node, over, start, "backward", using)
+        lab, cell = reached.labels, reached.cells
+        n_lineage += np.bincount(lab, minlength=n)
+        if flat_flags is not None:
+            n_flagged += np.bincount(lab, weights=flat_flags[cell] != 0, minlength=n).astype(np.int64)
+        if flat_values is not None and len(cell):
+            v = flat_values[cell].astype(np.float64)
+            total += np.bincount(lab, weights=v, minlength=n)
+            starts = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]])  # keys sorted by label: one run each
+            vmax[lab[starts]] = np.maximum.reduceat(v, starts)
     columns: dict = {"label": label_ids, "area": area}
     names = _axis_names(labels.ndim)
     for axis, name in enumerate(names):
@@ -110,19 +144,11 @@ def lineage_table(run, node, over, flags=None, values=None, objects=None, using:
         columns[f"centroid_{name}"] = centroid[:, axis]
     columns["n_lineage"] = n_lineage
     if flag_arr is not None:
-        flagged = flag_arr.reshape(-1)[cell] != 0
-        n_flagged = np.bincount(lab, weights=flagged, minlength=n).astype(np.int64)
         columns["n_flagged"] = n_flagged
         columns["flagged_fraction"] = np.divide(n_flagged, n_lineage, out=np.zeros(n), where=n_lineage > 0)
     if value_arr is not None:
-        v = value_arr.reshape(-1)[cell].astype(np.float64)
-        total = np.bincount(lab, weights=v, minlength=n)
         columns["values_sum"] = total
         columns["values_mean"] = np.divide(total, n_lineage, out=np.full(n, np.nan), where=n_lineage > 0)
-        vmax = np.full(n, np.nan)
-        if len(v):  # keys are sorted by label: one segment per object
-            starts = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]])
-            vmax[lab[starts]] = np.maximum.reduceat(v, starts)
         columns["values_max"] = vmax
     table = Table(columns)
     table.meta.update({"node": node.name, "over": over.name, "store": str(run.path),

@@ -242,3 +242,36 @@ def test_readme_star_catalog_numbers(tmp_path):
     counts = contamination_count(run, "exposure_1", hits, "stars")
     assert f"{int(hits.sum())} flagged cell(s) of exposure_1 (hits.npy); {int((counts > 0).sum())} cell(s) of stars " \
            f"depend on them, at most {int(counts.max())} each" in readme
+
+
+PAYLOAD_STRATEGIES = ["PayOne", "PayMany", "CompOne", "CompMany"]
+
+
+@pytest.mark.parametrize("strategy", PAYLOAD_STRATEGIES + ["FullOne", "FullMany/forward", "FullRange", "BlackBox"])
+def test_payload_and_component_steps_match_per_object_queries(tmp_path_factory, strategy):
+    """Label and CosmicRayDetect read payloads per component (and per repaired pixel): objects
+    overlapping several components, and components shared by several objects."""
+    rng = np.random.default_rng(3)
+    wf = sz.Workflow("components")
+    x = wf.input("x")
+    crd = wf.add(ops.CosmicRayDetect(threshold=20.0, radius=1), x, name="crd")
+    blur = wf.add(ops.Convolve(np.ones((3, 3)) / 9, mode="constant"), x, name="blur")
+    comp = wf.add(ops.Label(), wf.add(ops.Threshold(0.6), blur, name="bright"), name="comp")
+    wf.add(ops.Add(), comp, crd, name="both")
+    image = (rng.random((10, 12)) < 0.3) * 5.0
+    image[4, 4] = 400.0
+    stored = [strategy] if strategy != "BlackBox" else ["FullOne"]
+    pins = {"crd": stored, "comp": stored}
+    run = wf.run({"x": image}, store=tmp_path_factory.mktemp("pay") / "run", executor="local", tile_shape=4,
+                 strategies=pins)
+    using = {"crd": strategy, "comp": strategy} if strategy == "BlackBox" else None
+    labels = nested_labels(rng, (10, 12), 4)
+    flags = (rng.random((10, 12)) < 0.25).astype(np.int8)
+    values = rng.normal(size=(10, 12))
+    reference = {"crd": "BlackBox", "comp": "BlackBox"}
+    rows = brute_table(run, "both", "x", labels, flags, values, reference)
+    check_table(run.lineage_table("both", over="x", flags=flags, values=values, objects=labels, using=using), rows)
+    expected = np.zeros((10, 12), np.int64)
+    for cell in np.argwhere(np.ones((10, 12), bool)):
+        expected[tuple(cell)] = (run.backward_mask("both", [tuple(cell)], to="x", using=reference) & (flags != 0)).sum()
+    np.testing.assert_array_equal(contamination_count(run, "x", flags, "both", using=using), expected)

@@ -27,7 +27,7 @@ from subzero.frontier import Frontier
 from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
 from subzero.pairs import owners
-from subzero.stats.relation import Groups, backward_groups, forward_groups
+from subzero.stats.relation import backward_groups, forward_groups, payload_lookup
 
 __all__ = ["LabelledCells", "propagate", "pick_strategy"]
 
@@ -140,8 +140,50 @@ def step_backward(source, node, labelled: LabelledCells, i: int, strategy: str) 
             got = _box_step(op, labelled, i, target, "backward")
         if got is not None:
             return got
+    if Strategy.parse(strategy).mode in (Mode.PAY, Mode.COMP) and not op.all_to_all:
+        return _payload_step(source, node, labelled, frontier, i, strategy, target)
     groups = backward_groups(source, node, frontier, i, strategy)
     return _join(labelled, (groups.out_ids, groups.out_ptr), (groups.in_ids, groups.in_ptr), groups.n_groups, target)
+
+
+def _payload_step(source, node, labelled: LabelledCells, frontier: Frontier, i: int, strategy: str,
+                  target) -> LabelledCells:
+    """A Pay/Comp backward step: one ``map_p`` call per (payload, label) on that label's cells
+    holding the payload (the union of their lineage, exactly what the label needs), instead
+    of expanding every cell's lineage (a component's payload read by each of its cells would
+    cost the component's area squared); the other cells through the joined groups."""
+    op = node.operator
+    pay, rest = payload_lookup(source, node, frontier, i, strategy)
+    size = int(np.prod(target, dtype=np.int64))
+    parts = [_join(labelled, (rest.out_ids, rest.out_ptr), (rest.in_ids, rest.in_ptr), rest.n_groups, target).keys]
+    if pay.n_pairs:
+        distinct, code = pay.groups()
+        cell_code = code[owners(pay.out_ptr)]
+        order = np.argsort(pay.out_ids, kind="stable")
+        pay_cells, pay_code = pay.out_ids[order], cell_code[order]
+        lab, cell = labelled.labels, labelled.cells
+        pos = np.searchsorted(pay_cells, cell)
+        pos = np.minimum(pos, max(len(pay_cells) - 1, 0))
+        hit = pay_cells[pos] == cell
+        # a cell keyed by two pairs with different payloads carries both: expand by every match
+        lo = np.searchsorted(pay_cells, cell[hit], "left")
+        hi = np.searchsorted(pay_cells, cell[hit], "right")
+        n = hi - lo
+        rows = np.repeat(np.arange(len(lo)), n)
+        at = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(int(n.sum()), dtype=np.int64)
+        seg_lab, seg_cell, seg_code = lab[hit][rows], cell[hit][rows], pay_code[at]
+        seg_order = np.lexsort((seg_cell, seg_lab, seg_code))
+        seg_lab, seg_cell, seg_code = seg_lab[seg_order], seg_cell[seg_order], seg_code[seg_order]
+        starts = np.flatnonzero(np.r_[True, (seg_code[1:] != seg_code[:-1]) | (seg_lab[1:] != seg_lab[:-1])])
+        ends = np.r_[starts[1:], len(seg_code)]
+        out_shape = tuple(op.output_shape)
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            got = np.asarray(op.map_p(to_coords(seg_cell[a:b], out_shape), distinct[seg_code[a]], i), np.int64)
+            got = got.reshape(-1, len(target))
+            if len(got) and (got.min() < 0 or np.any(got.max(axis=0) >= np.asarray(target))):
+                raise LineageError(f"{type(op).__name__}.map_p returned cells outside the array of shape {target}")
+            parts.append(seg_lab[a] * size + to_ids(got, target))
+    return LabelledCells(target, sorted_unique(np.concatenate(parts)))
 
 
 def step_forward(source, node, labelled: LabelledCells, i: int, strategy: str) -> LabelledCells:

@@ -33,10 +33,10 @@ from subzero.encoders.ranges.terms import images
 from subzero.errors import LineageError, StoreError
 from subzero.frontier import Frontier
 from subzero.modes import Mode, Strategy
-from subzero.pairs import FullPairs, ptr_from_counts
+from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
 from subzero.runtime import expand_payloads, trace_tile
 
-__all__ = ["Groups", "backward_groups", "forward_groups"]
+__all__ = ["Groups", "backward_groups", "forward_groups", "payload_lookup"]
 
 _EMPTY = np.empty(0, np.int64)
 
@@ -152,6 +152,31 @@ def _stored(source, node, frontier: Frontier, i: int, s: Strategy) -> Groups:
     if failed:
         parts.append(_traced(source, node, failed, frontier, i))
     return Groups.concat(parts)
+
+
+def payload_lookup(source, node, frontier: Frontier, i: int, strategy: str) -> tuple[PayloadPairs, Groups]:
+    """For a Pay or Comp step: the payload pairs of the frontier's cells (restricted to them),
+    and as `Groups` the lineage of its other cells (Comp's mapping default, and the cells of
+    tiles whose shard cannot be read, re-run in tracing mode)."""
+    op = node.operator
+    s = Strategy.parse(strategy)
+    enc = encoder_for(s)
+    shapes = (tuple(op.output_shape), tuple(op.input_shapes))
+    pays, parts, failed = [], [], []
+    for tile, sub in source.grid(node).split(frontier, None):
+        try:
+            reader = source.shard_reader(node, s.name, tile, None)
+        except StoreError:
+            failed.append(tile)
+            continue
+        pay = enc.lookup(reader, sub, shapes) if reader is not None else PayloadPairs.empty()
+        pays.append(pay)
+        if s.mode is Mode.COMP:
+            ids = sub.ids()
+            parts.append(_map_groups(op, ids[~np.isin(ids, pay.out_ids)], i))
+    if failed:
+        parts.append(_traced(source, node, failed, frontier, i))
+    return PayloadPairs.concat(pays), Groups.concat(parts)
 
 
 def _shard_groups(op, enc, s: Strategy, reader, sub: Frontier, i: int, shapes) -> Groups:

@@ -23,7 +23,8 @@ def add_parsers(sub, common: argparse.ArgumentParser) -> None:
                     "over them; one labelled pass over all objects.")
     catalog.add_argument("store")
     catalog.add_argument("--objects", required=True, help="the node whose array labels the objects")
-    catalog.add_argument("--over", required=True, help="the ancestor the lineage is measured in (e.g. an input)")
+    catalog.add_argument("--over", help="the ancestor the lineage is measured in (default: the one input --objects "
+                                        "is computed from)")
     catalog.add_argument("--flags", help="flagged cells of --over: a file (.npy, .fits, .fits[EXT], .zarr), a node, "
                                          "or an expression such as 'raw>60000' (nonzero = flagged)")
     catalog.add_argument("--values", help="values of --over's cells to sum, average and maximise: a file or a node")
@@ -72,7 +73,9 @@ def cmd_catalog(args) -> int:
 
     fmt = _table_format(args.out)
     run = open_run(args.store)
-    over = run.node(args.over)
+    from subzero.stats.table import default_over
+
+    over = run.node(args.over) if args.over else default_over(run, run.node(args.objects))
     flags = parse_flags(run, args.flags, run.shape(over)) if args.flags else None
     values = read_array_spec(run, args.values, "--values") if args.values else None
     table = run.lineage_table(args.objects, over=over.name, flags=flags, values=values, using=_using(args))

@@ -232,7 +232,7 @@ class Run:
         return _form(frontier, as_)
 
     # -- questions built on lineage ------------------------------------------------------------
-    def lineage_table(self, node, over, flags=None, values=None, objects=None, using: dict | None = None,
+    def lineage_table(self, node, over=None, flags=None, values=None, objects=None, using: dict | None = None,
                       batch_objects: int | None = None):
         """Per-object statistics of each object's backward lineage in ``over``: one labelled pass.
 
@@ -240,8 +240,9 @@ class Run:
         ----------
         node : Node or str
             A node whose array labels objects (ints, 0 = background), or any node with ``objects``.
-        over : Node or str
-            The ancestor the lineage is measured in (an input, typically).
+        over : Node or str, optional
+            The ancestor the lineage is measured in (default: the one input ``node`` is computed
+            from; a workflow with several inputs must name one).
         flags, values : array or str, optional
             Arrays of ``over``'s shape, or names of stored nodes of that shape: ``flags``
             nonzero = flagged; ``values`` summed, averaged and maximised over each lineage.

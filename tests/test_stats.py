@@ -181,6 +181,7 @@ def test_a_label_node_gives_one_row_per_object_with_its_geometry(labelled):
         assert row["values_sum"] == pytest.approx(image[lineage].sum())
     assert table.meta["node"] == "objects" and table.meta["values"] == "x"
     assert list(table.to_pandas().columns)[:4] == ["label", "area", "bbox_r0", "bbox_r1"]
+    assert list(run.lineage_table("objects")["n_lineage"]) == list(table["n_lineage"])  # over: the only input
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
@@ -275,3 +276,13 @@ def test_payload_and_component_steps_match_per_object_queries(tmp_path_factory, 
     for cell in np.argwhere(np.ones((10, 12), bool)):
         expected[tuple(cell)] = (run.backward_mask("both", [tuple(cell)], to="x", using=reference) & (flags != 0)).sum()
     np.testing.assert_array_equal(contamination_count(run, "x", flags, "both", using=using), expected)
+
+
+def test_over_must_be_named_when_there_are_several_inputs(tmp_path):
+    wf = sz.Workflow("two")
+    wf.add(ops.Add(), wf.input("x"), wf.input("y"), name="total")
+    run = wf.run({"x": np.ones((3, 3)), "y": np.ones((3, 3))}, store=tmp_path / "run", executor="local")
+    objects = np.arange(9).reshape(3, 3)
+    with pytest.raises(sz.LineageError, match="give over=.*x, y"):
+        run.lineage_table("total", objects=objects)
+    assert list(run.lineage_table("total", over="y", objects=objects)["n_lineage"]) == [1] * 8

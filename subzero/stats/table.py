@@ -7,7 +7,7 @@ import numpy as np
 from subzero.errors import LineageError
 from subzero.stats.labelled import LabelledCells, propagate
 
-__all__ = ["lineage_table", "object_labels", "array_over"]
+__all__ = ["lineage_table", "object_labels", "array_over", "default_over"]
 
 
 def object_labels(run, node, objects=None) -> np.ndarray:
@@ -49,6 +49,15 @@ def array_over(run, over, arg, what: str) -> np.ndarray:
         raise LineageError(f"{source} has shape {arr.shape}, but {what} must cover node {over.name!r} of shape "
                            f"{shape}; give an array (or node) of that shape")
     return arr
+
+
+def default_over(run, node):
+    """The one input array ``node`` is computed from (the default ``over``)."""
+    inputs = [n for n in run.workflow.nodes if n.is_input and n in run.workflow.ancestors(node)]
+    if len(inputs) != 1:
+        raise LineageError(f"give over=: node {node.name!r} is computed from the inputs "
+                           f"{', '.join(n.name for n in inputs) or '(none)'}; name the one to measure lineage in")
+    return inputs[0]
 
 
 def _axis_names(ndim: int) -> list[str]:
@@ -98,14 +107,15 @@ def _batches(index: np.ndarray, cells: np.ndarray, n: int, batch_objects: int | 
     return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
-def lineage_table(run, node, over, flags=None, values=None, objects=None, using: dict | None = None,
+def lineage_table(run, node, over=None, flags=None, values=None, objects=None, using: dict | None = None,
                   batch_objects: int | None = None):
     """Per-object statistics of the objects' backward lineage in ``over`` (see `Run.lineage_table`);
     ``batch_objects`` carries at most that many objects at a time (neighbours together), so
     memory follows the lineage of one batch."""
     from astropy.table import Table
 
-    node, over = run.node(node), run.node(over)
+    node = run.node(node)
+    over = run.node(over) if over is not None else default_over(run, node)
     if over not in run.workflow.ancestors(node):
         raise LineageError(f"over={over.name!r} is not an ancestor of {node.name!r}: give a node that "
                            f"{node.name!r} is computed from")

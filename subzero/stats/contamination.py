@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.errors import LineageError
+from subzero.stats.chunks import nonzero_cells
 from subzero.stats.labelled import LabelledCells, propagate
 from subzero.stats.table import array_over
 
@@ -13,8 +14,8 @@ __all__ = ["contamination_mask", "contamination_count"]
 
 
 def _flag_ids(run, src, flags) -> np.ndarray:
-    arr = array_over(run, src, flags, "flags")
-    return np.flatnonzero(arr.reshape(-1) != 0).astype(np.int64)
+    """Flat ids of the flagged (nonzero) cells, read chunk by chunk from a stored node."""
+    return nonzero_cells(array_over(run, src, flags, "flags"))[1]
 
 
 def _check_path(run, src, to):

@@ -5,17 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.errors import LineageError
+from subzero.stats.chunks import gather, nonzero_cells
 from subzero.stats.labelled import LabelledCells, propagate
 
 __all__ = ["lineage_table", "object_labels", "array_over", "default_over"]
 
 
-def object_labels(run, node, objects=None) -> np.ndarray:
+def object_labels(run, node, objects=None):
     """The label array of ``node``: ``objects`` when given (checked against its shape), else the
-    node's stored array, which must hold integers (0 = background)."""
+    node's stored array (read chunk by chunk later), which must hold integers (0 = background)."""
     shape = tuple(run.shape(node))
     if objects is None:
-        labels = np.asarray(run.output(node))
+        labels = run.output(node)
         where = f"node {node.name!r}"
         fix = f"give objects= (an int label array of shape {shape}) or a node that holds labels"
     else:
@@ -24,15 +25,22 @@ def object_labels(run, node, objects=None) -> np.ndarray:
         fix = f"give an int label array of node {node.name!r}'s shape {shape}"
         if labels.shape != shape:
             raise LineageError(f"objects= has shape {labels.shape}, node {node.name!r} has shape {shape}; {fix}")
-    if labels.dtype == bool or not np.issubdtype(labels.dtype, np.integer):
-        if np.issubdtype(labels.dtype, np.floating) and np.all(np.isfinite(labels)) and \
-                np.array_equal(labels, np.round(labels)):
-            labels = labels.astype(np.int64)  # labels stored as floats (e.g. from FITS): whole numbers only
-        else:
-            raise LineageError(f"{where} holds {labels.dtype} values, not object labels (int, 0 = background); {fix}")
-    if labels.size and labels.min() < 0:
+    dtype = np.dtype(labels.dtype)
+    if dtype == bool or not (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)):
+        raise LineageError(f"{where} holds {dtype} values, not object labels (int, 0 = background); {fix}")
+    return labels, where, fix
+
+
+def _label_cells(labels, where: str, fix: str) -> tuple[np.ndarray, np.ndarray]:
+    """The labelled cells: (int64 labels, flat ids), checked: whole numbers >= 0."""
+    values, cells = nonzero_cells(labels)
+    if np.issubdtype(values.dtype, np.floating):  # labels stored as floats (e.g. from FITS): whole numbers only
+        if not (np.all(np.isfinite(values)) and np.array_equal(values, np.round(values))):
+            raise LineageError(f"{where} holds {values.dtype} values, not object labels (int, 0 = background); {fix}")
+    values = values.astype(np.int64)
+    if len(values) and values.min() < 0:
         raise LineageError(f"{where} holds negative labels; labels are ints >= 1 for objects, 0 for background")
-    return labels.astype(np.int64, copy=False)
+    return values, cells
 
 
 def array_over(run, over, arg, what: str) -> np.ndarray:
@@ -40,13 +48,13 @@ def array_over(run, over, arg, what: str) -> np.ndarray:
     shape = tuple(run.shape(over))
     if isinstance(arg, str):
         ref = run.node(arg)
-        arr = np.asarray(run.output(ref))
+        arr = run.output(ref)  # read chunk by chunk, where the lineage lies
         source = f"node {ref.name!r}"
     else:
         arr = np.asarray(arg)
         source = f"{what}="
-    if arr.shape != shape:
-        raise LineageError(f"{source} has shape {arr.shape}, but {what} must cover node {over.name!r} of shape "
+    if tuple(arr.shape) != shape:
+        raise LineageError(f"{source} has shape {tuple(arr.shape)}, but {what} must cover node {over.name!r} of shape "
                            f"{shape}; give an array (or node) of that shape")
     return arr
 
@@ -64,12 +72,10 @@ def _axis_names(ndim: int) -> list[str]:
     return ["r", "c"] if ndim == 2 else (["i"] if ndim == 1 else [f"a{k}" for k in range(ndim)])
 
 
-def _geometry(labels: np.ndarray):
-    """Per object (in label order): label, area, half-open bbox and centroid, and the start of
-    the labelled walk (object index, cell)."""
-    flat = labels.reshape(-1)
-    cells = np.flatnonzero(flat).astype(np.int64)
-    values = flat[cells]
+def _geometry(values: np.ndarray, cells: np.ndarray, shape):
+    """Per object (in label order): label, area, half-open bbox and centroid, and each labelled
+    cell's object index."""
+    ndim = len(shape)
     order = np.argsort(values, kind="stable")
     ranked = values[order]
     first = np.r_[True, ranked[1:] != ranked[:-1]] if len(ranked) else np.zeros(0, bool)
@@ -77,17 +83,17 @@ def _geometry(labels: np.ndarray):
     index = np.empty(len(cells), np.int64)
     index[order] = np.cumsum(first) - 1
     n = len(label_ids)
-    coords = np.stack(np.unravel_index(cells, labels.shape), axis=1).astype(np.int64) if labels.ndim else \
+    coords = np.stack(np.unravel_index(cells, shape), axis=1).astype(np.int64) if ndim else \
         np.zeros((len(cells), 0), np.int64)
     area = np.bincount(index, minlength=n)
-    lo = np.full((n, labels.ndim), np.iinfo(np.int64).max, np.int64)
-    hi = np.full((n, labels.ndim), -1, np.int64)
-    centroid = np.zeros((n, labels.ndim))
-    for axis in range(labels.ndim):
+    lo = np.full((n, ndim), np.iinfo(np.int64).max, np.int64)
+    hi = np.full((n, ndim), -1, np.int64)
+    centroid = np.zeros((n, ndim))
+    for axis in range(ndim):
         np.minimum.at(lo[:, axis], index, coords[:, axis])
         np.maximum.at(hi[:, axis], index, coords[:, axis] + 1)
         centroid[:, axis] = np.bincount(index, coords[:, axis], minlength=n) / np.maximum(area, 1)
-    return label_ids, area, lo, hi, centroid, index, cells
+    return label_ids, area, lo, hi, centroid, index
 
 
 def _batches(index: np.ndarray, cells: np.ndarray, n: int, batch_objects: int | None) -> list[np.ndarray]:
@@ -119,34 +125,34 @@ def lineage_table(run, node, over=None, flags=None, values=None, objects=None, u
     if over not in run.workflow.ancestors(node):
         raise LineageError(f"over={over.name!r} is not an ancestor of {node.name!r}: give a node that "
                            f"{node.name!r} is computed from")
-    labels = object_labels(run, node, objects)
+    labels, where, fix = object_labels(run, node, objects)
     flag_arr = array_over(run, over, flags, "flags") if flags is not None else None
     value_arr = array_over(run, over, values, "values") if values is not None else None
     if value_arr is not None and not (np.issubdtype(value_arr.dtype, np.number) or value_arr.dtype == bool):
         raise LineageError(f"values= holds {value_arr.dtype} data; give numbers")
-    label_ids, area, lo, hi, centroid, index, cells = _geometry(labels)
+    shape = tuple(labels.shape)
+    label_values, cells = _label_cells(labels, where, fix)
+    label_ids, area, lo, hi, centroid, index = _geometry(label_values, cells, shape)
     n = len(label_ids)
     using = run._check_using(using)
     n_lineage = np.zeros(n, np.int64)
     n_flagged = np.zeros(n, np.int64)
     total = np.zeros(n)
     vmax = np.full(n, np.nan)
-    flat_flags = flag_arr.reshape(-1) if flag_arr is not None else None
-    flat_values = value_arr.reshape(-1) if value_arr is not None else None
     for batch in _batches(index, cells, n, batch_objects):
-        start = LabelledCells.of(index[batch], cells[batch], labels.shape)
+        start = LabelledCells.of(index[batch], cells[batch], shape)
         reached = propagate(run, node, over, start, "backward", using)
         lab, cell = reached.labels, reached.cells
         n_lineage += np.bincount(lab, minlength=n)
-        if flat_flags is not None:
-            n_flagged += np.bincount(lab, weights=flat_flags[cell] != 0, minlength=n).astype(np.int64)
-        if flat_values is not None and len(cell):
-            v = flat_values[cell].astype(np.float64)
+        if flag_arr is not None:
+            n_flagged += np.bincount(lab, weights=gather(flag_arr, cell) != 0, minlength=n).astype(np.int64)
+        if value_arr is not None and len(cell):
+            v = gather(value_arr, cell).astype(np.float64)
             total += np.bincount(lab, weights=v, minlength=n)
             starts = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]])  # keys sorted by label: one run each
             vmax[lab[starts]] = np.maximum.reduceat(v, starts)
     columns: dict = {"label": label_ids, "area": area}
-    names = _axis_names(labels.ndim)
+    names = _axis_names(len(shape))
     for axis, name in enumerate(names):
         columns[f"bbox_{name}0"] = lo[:, axis]
         columns[f"bbox_{name}1"] = hi[:, axis]

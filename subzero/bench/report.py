@@ -295,10 +295,23 @@ def _stats(doc: dict[str, Any]) -> list[str]:
            ]), "",
            f"The objects' lineages hold {r['lineage_cells_total']:,} (object, cell) pairs in the raw exposure; "
            f"{r['objects_flagged']:,} objects have a flagged pixel in theirs; {r['contaminated_cells']:,} label "
-           f"cells depend on a flagged pixel, at most {r['count_max']} distinct ones each.", "",
-           "Not measured: the issue's 1e9-cell row on Spark with a driver of at most 1 GB. The table and the "
-           "count run in the calling process, which reads the label array (and the flags and values) whole: "
-           "8 GB of int64 labels at 1e9 cells; a labelled pass per tile on the executors is not built.", ""]
+           f"cells depend on a flagged pixel, at most {r['count_max']} distinct ones each.", ""]
+    if "table_peak_bytes" in r:
+        out += [_table(["question", "seconds", "peak memory (MB)", "x the raw array"], [
+            ["table, one pass", r["table_seconds"], r["table_peak_bytes"] / 1e6,
+             r["table_peak_bytes"] / r["array_bytes"]],
+            [f"table, batches of {r['batch_objects']:,} objects", r["batched_seconds"],
+             r["batched_peak_bytes"] / 1e6, r["batched_peak_bytes"] / r["array_bytes"]],
+            ["count", r["count_seconds"], r["count_peak_bytes"] / 1e6, r["count_peak_bytes"] / r["array_bytes"]],
+        ]), "", "Peak memory: what numpy and Python allocate during the call (tracemalloc), against the raw "
+            f"exposure's {r['array_bytes'] / 1e6:.0f} MB (float32); the batched table is "
+            f"{'the same' if r.get('batched_same') else 'NOT the same'} as the one-pass table.", ""]
+    out += [
+
+           "Not measured: the issue's 1e9-cell row on Spark with a driver of at most 1 GB. The labelled pass "
+           "runs in the calling process (labels, flags and values read chunk by chunk; batch_objects bounds the "
+           "lineage held at once), not per tile on Spark's executors, and no 1e9-cell run of this workflow was "
+           "made.", ""]
     return out
 
 

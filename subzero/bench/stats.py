@@ -83,6 +83,21 @@ def sky(side: int, seed: int = 20) -> tuple[np.ndarray, np.ndarray]:
     return (image + BIAS).astype(np.float32), hits
 
 
+def _peak_bytes(fn) -> int:
+    """Peak bytes numpy and Python allocate while ``fn`` runs (tracemalloc: numpy reports its
+    buffers to it), beyond what was held before."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        fn()
+        return int(tracemalloc.get_traced_memory()[1] - base)
+    finally:
+        tracemalloc.stop()
+
+
 def _uptime() -> str:
     try:
         return Path("/proc/loadavg").read_text().split()[:3].__str__()
@@ -109,6 +124,16 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
     table = run.lineage_table("stars", over="raw", flags=hits, values="raw")
     table_seconds = time.perf_counter() - t0
     log(f"stats: table of {len(table)} objects in {table_seconds:.2f} s")
+    table_peak = _peak_bytes(lambda: run.lineage_table("stars", over="raw", flags=hits, values="raw"))
+    batch = max(1, len(ids) // 10)
+    t0 = time.perf_counter()
+    batched = run.lineage_table("stars", over="raw", flags=hits, values="raw", batch_objects=batch)
+    batched_seconds = time.perf_counter() - t0
+    batched_peak = _peak_bytes(lambda: run.lineage_table("stars", over="raw", flags=hits, values="raw",
+                                                         batch_objects=batch))
+    batched_same = all(np.array_equal(table[c], batched[c], equal_nan=True) for c in table.colnames)
+    log(f"stats: peak memory {table_peak / 1e6:.0f} MB; in batches of {batch} objects {batched_seconds:.2f} s, "
+        f"peak {batched_peak / 1e6:.0f} MB, same table: {batched_same}")
     # baseline: one backward query per object, on a sample, checked against the table
     rng = np.random.default_rng(0)
     sample = rng.choice(len(ids), size=min(SAMPLE, len(ids)), replace=False)
@@ -135,6 +160,7 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
     t0 = time.perf_counter()
     count = contamination_count(run, "raw", hits, "stars")
     count_seconds = time.perf_counter() - t0
+    count_peak = _peak_bytes(lambda: contamination_count(run, "raw", hits, "stars"))
     agree = bool(np.array_equal(count > 0, counts))
     touched = np.argwhere(count > 0)
     pick = touched[rng.choice(len(touched), size=min(SAMPLE, len(touched)), replace=False)] if len(touched) else touched
@@ -154,6 +180,9 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
                "contaminated_cells": int((count > 0).sum()),
                "objects_flagged": int((np.asarray(table["n_flagged"]) > 0).sum()),
                "lineage_cells_total": int(np.asarray(table["n_lineage"]).sum()),
+               "table_peak_bytes": table_peak, "batch_objects": batch, "batched_seconds": batched_seconds,
+               "batched_peak_bytes": batched_peak, "batched_same": batched_same, "count_peak_bytes": count_peak,
+               "array_bytes": cells * 4,
                "load_before": list(load_before), "load_after": list(load_after)}
     key = str(cells)
     return {

@@ -233,7 +233,7 @@ class Run:
 
     # -- questions built on lineage ------------------------------------------------------------
     def lineage_table(self, node, over=None, flags=None, values=None, objects=None, using: dict | None = None,
-                      batch_objects: int | None = None):
+                      batch_objects: int | None = 2048, executor: str | None = None):
         """Per-object statistics of each object's backward lineage in ``over``: one labelled pass.
 
         Parameters
@@ -250,9 +250,12 @@ class Run:
             A label array of ``node``'s shape, instead of its stored array.
         using : dict, optional
             Node -> strategy to read for that node's step (as in `backward`).
-        batch_objects : int, optional
+        batch_objects : int or None
             Carry at most this many objects at a time (neighbouring objects together), so memory
-            follows one batch's lineage instead of all objects' (default: all in one pass).
+            follows one batch's lineage (None: all objects in one pass).
+        executor : {"local", "spark"}, optional
+            Where the batches run: this process, or Spark tasks (default: Spark when the run used
+            Spark and the label array has at least 1e8 cells).
 
         Returns
         -------
@@ -268,7 +271,7 @@ class Run:
         from subzero.stats import lineage_table
 
         return lineage_table(self, node, over, flags=flags, values=values, objects=objects, using=using,
-                             batch_objects=batch_objects)
+                             batch_objects=batch_objects, executor=executor)
 
     # -- helpers --------------------------------------------------------------------------
     def profile(self, node: Node):

@@ -286,3 +286,14 @@ def test_over_must_be_named_when_there_are_several_inputs(tmp_path):
     with pytest.raises(sz.LineageError, match="give over=.*x, y"):
         run.lineage_table("total", objects=objects)
     assert list(run.lineage_table("total", over="y", objects=objects)["n_lineage"]) == [1] * 8
+
+
+def test_batches_on_spark_executors_give_the_same_table(labelled, spark):
+    run, image = labelled
+    local = run.lineage_table("objects", over="x", flags=image > 0, values="x", batch_objects=None)
+    on_spark = run.lineage_table("objects", over="x", flags=image > 0, values="x", batch_objects=1,
+                                 executor="spark")
+    assert on_spark.meta["executor"] == "spark" and on_spark.meta["batches"] == len(local)
+    assert all(np.array_equal(local[c], on_spark[c], equal_nan=True) for c in local.colnames)
+    with pytest.raises(sz.LineageError, match="executor='gpu'"):
+        run.lineage_table("objects", over="x", executor="gpu")

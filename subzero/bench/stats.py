@@ -73,7 +73,8 @@ def sky(side: int, seed: int = 20) -> tuple[np.ndarray, np.ndarray]:
     r = np.clip(base[:, :1] + dr.ravel()[None], 0, side - 1)
     c = np.clip(base[:, 1:] + dc.ravel()[None], 0, side - 1)
     d2 = (r + 0.5 - pos[:, :1]) ** 2 + (c + 0.5 - pos[:, 1:]) ** 2
-    np.add.at(image, (r.ravel(), c.ravel()), (flux[:, None] * np.exp(-d2 / (2 * 1.5**2)) / (2 * np.pi * 1.5**2)).ravel())
+    psf = flux[:, None] * np.exp(-d2 / (2 * 1.5**2)) / (2 * np.pi * 1.5**2)
+    np.add.at(image, (r.ravel(), c.ravel()), psf.ravel())
     cells, energy = cosmic_rays((side, side), rng)
     keep = rng.random(len(cells)) < CR_RATE / (1 / 2000)  # astronomy's rate is 1/2000: keep a tenth
     cells, energy = cells[keep], energy[keep]

@@ -7,10 +7,15 @@ union of the cells and joins it with the labelled cells: ``(label, out cell)`` -
 ``(label, group)`` (deduplicated) -> ``(label, in cell)`` (deduplicated).  Cost follows
 the total size of the objects' lineages, never one query per object.
 
-Operators whose mapping functions work on boxes (stencils, resampling, elementwise) step
-each label's cells as boxes instead (`subzero.boxes.cover_ids` per label, then
-``map_b_boxes``), so a stencil grows a label's region by its halo once rather than once
-per cell.
+Three steps avoid the per-cell expansion where it would multiply the work:
+
+- mapping operators whose out cells read at most one cell each (elementwise, index maps)
+  replace every labelled cell by the cell it reads, without a join;
+- other mapping operators with a box form (stencils) step each label's cells as boxes
+  (`subzero.boxes.cover_ids` per label, then ``map_b_boxes``/``map_f_boxes``), so a stencil
+  grows a label's region by its halo once rather than once per cell;
+- payload steps (Pay, Comp) call ``map_p`` once per (payload, label) on that label's cells,
+  not once per cell (a component read by each of its cells would cost its area squared).
 """
 
 from __future__ import annotations

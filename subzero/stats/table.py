@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from subzero.errors import LineageError
@@ -113,11 +116,88 @@ def _batches(index: np.ndarray, cells: np.ndarray, n: int, batch_objects: int | 
     return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
+#: objects carried together by default: neighbours, so a batch touches few tiles and its sorts stay in cache
+BATCH_OBJECTS = 2048
+#: label arrays at least this large are answered on Spark's executors when the run used Spark
+SPARK_CELLS = 10**8
+
+
+@dataclass(frozen=True)
+class Question:
+    """What every batch of objects asks (picklable: it travels to Spark's executors)."""
+
+    store: str
+    node: str
+    over: str
+    shape: tuple[int, ...]
+    flags: Any = None       # a node's name, an array of ``over``'s shape, or None
+    values: Any = None
+    using: tuple[tuple[str, str], ...] = ()
+
+
+_RUNS: dict[str, Any] = {}
+
+
+def _opened(store: str):
+    """The run of ``store``, opened once per process (Spark's Python workers keep it)."""
+    if store not in _RUNS:
+        from subzero.run import open_run
+
+        _RUNS[store] = open_run(store)
+    return _RUNS[store]
+
+
+def batch_statistics(question: Question, batch: tuple[np.ndarray, np.ndarray], run=None):
+    """Lineage statistics of one batch of objects: ``batch`` is (object index, flat cell) of
+    their cells; returns the batch's object indices and, for each, n_lineage, n_flagged,
+    values sum and max (arrays aligned with the indices)."""
+    run = run if run is not None else _opened(question.store)
+    index, cells = batch
+    ids, local = np.unique(index, return_inverse=True)
+    local = local.astype(np.int64).reshape(-1)
+    k = len(ids)
+    node, over = run.node(question.node), run.node(question.over)
+    flags = run.output(question.flags) if isinstance(question.flags, str) else question.flags
+    values = run.output(question.values) if isinstance(question.values, str) else question.values
+    reached = propagate(run, node, over, LabelledCells.of(local, cells, question.shape), "backward",
+                        {run.node(n): st for n, st in question.using})
+    lab, cell = reached.labels, reached.cells
+    n_lineage = np.bincount(lab, minlength=k)
+    n_flagged = np.zeros(k, np.int64)
+    total, vmax = np.zeros(k), np.full(k, np.nan)
+    if flags is not None:
+        n_flagged = np.bincount(lab, weights=gather(flags, cell) != 0, minlength=k).astype(np.int64)
+    if values is not None and len(cell):
+        v = gather(values, cell).astype(np.float64)
+        total = np.bincount(lab, weights=v, minlength=k)
+        starts = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]])  # keys sorted by label: one run each
+        vmax[lab[starts]] = np.maximum.reduceat(v, starts)
+    return ids, n_lineage, n_flagged, total, vmax
+
+
+def _spark_batch(question: Question, batch):
+    return batch_statistics(question, batch)
+
+
+def _executor_for(run, executor: str | None, size: int) -> str:
+    if executor is None:
+        return "spark" if run.catalog.executor == "spark" and size >= SPARK_CELLS else "local"
+    if executor not in ("local", "spark"):
+        raise LineageError(f"executor={executor!r}: use 'local' (this process), 'spark' (the executors) or None "
+                           "(Spark for large arrays of runs made on Spark)")
+    return executor
+
+
 def lineage_table(run, node, over=None, flags=None, values=None, objects=None, using: dict | None = None,
-                  batch_objects: int | None = None):
-    """Per-object statistics of the objects' backward lineage in ``over`` (see `Run.lineage_table`);
-    ``batch_objects`` carries at most that many objects at a time (neighbours together), so
-    memory follows the lineage of one batch."""
+                  batch_objects: int | None = BATCH_OBJECTS, executor: str | None = None, spark=None):
+    """Per-object statistics of the objects' backward lineage in ``over`` (see `Run.lineage_table`).
+
+    Objects are carried in batches of at most ``batch_objects`` neighbouring objects (None:
+    all at once), so memory follows one batch's lineage; each batch runs in this process
+    (``executor="local"``) or as a Spark task (``"spark"``; default: Spark when the run used
+    Spark and the label array has at least `SPARK_CELLS` cells).  An object lies in one
+    batch, so batches need no merging.
+    """
     from astropy.table import Table
 
     node = run.node(node)
@@ -134,23 +214,24 @@ def lineage_table(run, node, over=None, flags=None, values=None, objects=None, u
     label_values, cells = _label_cells(labels, where, fix)
     label_ids, area, lo, hi, centroid, index = _geometry(label_values, cells, shape)
     n = len(label_ids)
-    using = run._check_using(using)
-    n_lineage = np.zeros(n, np.int64)
-    n_flagged = np.zeros(n, np.int64)
-    total = np.zeros(n)
-    vmax = np.full(n, np.nan)
-    for batch in _batches(index, cells, n, batch_objects):
-        start = LabelledCells.of(index[batch], cells[batch], shape)
-        reached = propagate(run, node, over, start, "backward", using)
-        lab, cell = reached.labels, reached.cells
-        n_lineage += np.bincount(lab, minlength=n)
-        if flag_arr is not None:
-            n_flagged += np.bincount(lab, weights=gather(flag_arr, cell) != 0, minlength=n).astype(np.int64)
-        if value_arr is not None and len(cell):
-            v = gather(value_arr, cell).astype(np.float64)
-            total += np.bincount(lab, weights=v, minlength=n)
-            starts = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]])  # keys sorted by label: one run each
-            vmax[lab[starts]] = np.maximum.reduceat(v, starts)
+    checked = run._check_using(using)
+    mode = _executor_for(run, executor, int(np.prod(shape, dtype=np.int64)))
+    question = Question(str(run.path), node.name, over.name, shape,
+                        flags if isinstance(flags, str) or flags is None else np.asarray(flag_arr),
+                        values if isinstance(values, str) or values is None else np.asarray(value_arr),
+                        tuple((nd.name, st) for nd, st in checked.items()))
+    batches = [(index[b], cells[b]) for b in _batches(index, cells, n, batch_objects)]
+    if mode == "spark":
+        from subzero.spark import SparkExecutor
+
+        parts = SparkExecutor(spark).map_items(_spark_batch, question, batches,
+                                               f"subzero lineage table of {node.name} over {over.name}")
+    else:
+        parts = [batch_statistics(question, b, run) for b in batches]
+    n_lineage, n_flagged = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    total, vmax = np.zeros(n), np.full(n, np.nan)
+    for ids, part_lineage, part_flagged, part_total, part_max in parts:
+        n_lineage[ids], n_flagged[ids], total[ids], vmax[ids] = part_lineage, part_flagged, part_total, part_max
     columns: dict = {"label": label_ids, "area": area}
     names = _axis_names(len(shape))
     for axis, name in enumerate(names):
@@ -167,7 +248,8 @@ def lineage_table(run, node, over=None, flags=None, values=None, objects=None, u
         columns["values_mean"] = np.divide(total, n_lineage, out=np.full(n, np.nan), where=n_lineage > 0)
         columns["values_max"] = vmax
     table = Table(columns)
-    table.meta.update({"node": node.name, "over": over.name, "store": str(run.path),
+    table.meta.update({"node": node.name, "over": over.name, "store": str(run.path), "batches": len(batches),
+                       "executor": mode,
                        "flags": flags if isinstance(flags, str) else ("array" if flags is not None else None),
                        "values": values if isinstance(values, str) else ("array" if values is not None else None)})
     return table

@@ -180,7 +180,8 @@ def test_scale_bench_measures_each_configuration_in_its_own_process(tmp_path):
 
 
 def test_stats_bench_checks_its_table_and_counts_against_single_queries(tmp_path):
-    assert bench.main("stats", quick=True, out_dir=str(tmp_path), size=160, log=lambda line: None) == 0
+    assert bench.main("stats", quick=True, out_dir=str(tmp_path), size=160, executor="local",
+                      log=lambda line: None) == 0
     doc = json.loads((tmp_path / "results.json").read_text())
     raw = doc["raw"]
     assert doc["bench"] == "stats" and raw["cells"] == 160 * 160 and raw["objects"] >= 10

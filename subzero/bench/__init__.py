@@ -46,7 +46,8 @@ def _runner(name: str) -> Callable[..., dict[str, Any]]:
                                                                                  max_=max_)
     if name == "stats":
         from subzero.bench.stats import run_stats
-        return lambda quick, root, size, log=print, **kw: run_stats(quick, root, side=size, log=log)
+        return lambda quick, root, size, log=print, executor="spark", **kw: run_stats(
+            quick, root, side=size, log=log, spark=executor == "spark")
     raise SubZeroError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHES)}")
 
 

@@ -143,6 +143,7 @@ def test_tables_and_counts_match_one_query_per_object_and_cell_for_every_strateg
         check_table(table, rows)
         got = contamination_count(run, over, flags, last, using=using)
         np.testing.assert_array_equal(got, expected_count, err_msg=f"count via {name}")
+    np.testing.assert_array_equal(contamination_count(run, over, flags, last, batch_cells=2), expected_count)
     np.testing.assert_array_equal(contamination_mask(run, over, flags, last), expected_count > 0)
     check_table(run.lineage_table(last, over=over, flags=flags, values=values, objects=labels), rows)
     check_table(run.lineage_table(last, over=over, flags=flags, values=values, objects=labels, batch_objects=1), rows)

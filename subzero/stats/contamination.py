@@ -40,25 +40,39 @@ def contamination_mask(run, src, flags, to, using: dict | None = None) -> np.nda
     return run.forward_mask(src, np.stack(np.unravel_index(ids, shape), axis=1), to=to, using=using)
 
 
-def contamination_count(run, src, flags, to, using: dict | None = None) -> np.ndarray:
+#: flagged cells carried together by default (each is its own label)
+BATCH_CELLS = 1 << 16
+
+
+def contamination_count(run, src, flags, to, using: dict | None = None,
+                        batch_cells: int | None = BATCH_CELLS) -> np.ndarray:
     """For each cell of ``to``, the number of distinct flagged cells of ``src`` in its backward
     lineage (set semantics: a flagged cell reached through two paths counts once).
 
     Every flagged cell is its own label, carried forward through each step with the
     labelled join (`subzero.stats.labelled`): the cost is the total size of the flagged
-    cells' forward lineages, never a query per cell.
+    cells' forward lineages, never a query per cell.  Flagged cells travel in batches of
+    ``batch_cells`` (None: all at once); a cell is in one batch, so the counts add up.
     """
     src, to = _check_path(run, src, to)
     ids = _flag_ids(run, src, flags)
     to_shape = tuple(run.shape(to))
     size_src = int(np.prod(run.shape(src), dtype=np.int64))
     size_to = int(np.prod(to_shape, dtype=np.int64))
+    counts = np.zeros(size_to, np.int64)
     if not len(ids):
-        return np.zeros(to_shape, np.int64)
+        return counts.reshape(to_shape)
+    if batch_cells is not None and batch_cells < 1:
+        raise LineageError(f"batch_cells must be a positive number of flagged cells, got {batch_cells}")
+    step = len(ids) if batch_cells is None else batch_cells
     biggest = max(size_src, size_to, *(int(np.prod(run.shape(n), dtype=np.int64)) for n in run.workflow.nodes))
-    if len(ids) * biggest >= 2**63:
-        raise LineageError(f"{len(ids)} flagged cells over arrays of {biggest} cells overflow the labelled keys; "
-                           "flag fewer cells or use the mask (without --count)")
-    start = LabelledCells(tuple(run.shape(src)), np.arange(len(ids), dtype=np.int64) * size_src + ids)
-    reached = propagate(run, src, to, start, "forward", run._check_using(using))
-    return np.bincount(reached.cells, minlength=size_to).reshape(to_shape).astype(np.int64)
+    if min(step, len(ids)) * biggest >= 2**63:
+        raise LineageError(f"{min(step, len(ids))} flagged cells over arrays of {biggest} cells overflow the labelled "
+                           "keys; give a smaller batch_cells")
+    checked = run._check_using(using)
+    for a in range(0, len(ids), step):
+        part = ids[a:a + step]
+        start = LabelledCells(tuple(run.shape(src)), np.arange(len(part), dtype=np.int64) * size_src + part)
+        reached = propagate(run, src, to, start, "forward", checked)
+        counts += np.bincount(reached.cells, minlength=size_to)
+    return counts.reshape(to_shape)

@@ -20,7 +20,7 @@ def add_parsers(sub, common: argparse.ArgumentParser) -> None:
         "catalog", parents=[common], help="per-object lineage statistics of a label array (one row per object)",
         description="For every object of a label array (a node holding ints, 0 = background), the size of its "
                     "backward lineage in --over, how many of those cells are flagged, and statistics of --values "
-                    "over them; one labelled pass over all objects.")
+                    "over them; all objects carried together (in batches of neighbours), never a query per object.")
     catalog.add_argument("store")
     catalog.add_argument("--objects", required=True, help="the node whose array labels the objects")
     catalog.add_argument("--over", help="the ancestor the lineage is measured in (default: the one input --objects "

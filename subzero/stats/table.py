@@ -66,7 +66,7 @@ def default_over(run, node):
     """The one input array ``node`` is computed from (the default ``over``)."""
     inputs = [n for n in run.workflow.nodes if n.is_input and n in run.workflow.ancestors(node)]
     if len(inputs) != 1:
-        raise LineageError(f"give over=: node {node.name!r} is computed from the inputs "
+        raise LineageError(f"give over= (--over): node {node.name!r} is computed from the inputs "
                            f"{', '.join(n.name for n in inputs) or '(none)'}; name the one to measure lineage in")
     return inputs[0]
 

@@ -122,12 +122,12 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
     log(f"stats: {side}x{side} run in {run_seconds:.1f} s, {len(ids)} objects, {int(hits.sum())} flagged pixels "
         f"(load {_uptime()})")
     load_before = os.getloadavg()
-    table_seconds = []
+    calls: list[float] = []
     for _ in range(2):  # the first call also imports astropy and opens the store's shards
         t0 = time.perf_counter()
         table = run.lineage_table("stars", over="raw", flags=hits, values="raw")
-        table_seconds.append(time.perf_counter() - t0)
-    cold_seconds, table_seconds = table_seconds[0], min(table_seconds)
+        calls.append(time.perf_counter() - t0)
+    cold_seconds, table_seconds = calls[0], min(calls)
     log(f"stats: table of {len(table)} objects in {table_seconds:.2f} s (first call {cold_seconds:.2f} s)")
     table_peak = _peak_bytes(lambda: run.lineage_table("stars", over="raw", flags=hits, values="raw"))
     batch = BATCH_OBJECTS
@@ -188,8 +188,8 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
     log(f"stats: count in {count_seconds:.2f} s vs forward query {forward_seconds:.2f} s "
         f"({count_seconds / forward_seconds:.2f}x); mask agrees: {agree}; {count_mismatches} count mismatches")
     load_after = os.getloadavg()
-    cells = side * side
-    raw_doc = {"side": side, "cells": cells, "objects": int(len(ids)), "flagged": int(hits.sum()),
+    n_cells = side * side
+    raw_doc = {"side": side, "cells": n_cells, "objects": int(len(ids)), "flagged": int(hits.sum()),
                "run_seconds": run_seconds, "table_seconds": table_seconds, "table_first_call_seconds": cold_seconds,
                "per_object_seconds": per_object,
                "per_object_all_seconds": per_object * len(ids), "sample": int(len(sample)),
@@ -201,9 +201,9 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
                "table_peak_bytes": table_peak, "batch_objects": batch, "one_pass_seconds": whole_seconds,
                "one_pass_peak_bytes": whole_peak, "one_pass_same": whole_same, "count_peak_bytes": count_peak,
                "spark_seconds": spark_seconds, "spark_same": spark_same,
-               "array_bytes": cells * 4,
+               "array_bytes": n_cells * 4,
                "load_before": list(load_before), "load_after": list(load_after)}
-    key = str(cells)
+    key = str(n_cells)
     return {
         "setup": {"workflow": "raw -> bias -> mesh 16x16 mean -> upsample -> subtract -> Gaussian (sigma 1, "
                               "truncate 2) -> threshold -> Label (CompOne)", "side": side, "executor": "local",

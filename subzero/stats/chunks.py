@@ -35,17 +35,18 @@ def nonzero_cells(arr) -> tuple[np.ndarray, np.ndarray]:
         flat = np.asarray(arr).reshape(-1)
         cells = np.flatnonzero(flat).astype(np.int64)
         return flat[cells], cells
-    values, cells = [], []
+    value_parts: list[np.ndarray] = []
+    cell_parts: list[np.ndarray] = []
     for lo, box in _chunk_boxes(shape, tuple(arr.chunks)):
         block = np.asarray(arr[box])
         local = np.nonzero(block)
         if not len(local[0]):
             continue
-        values.append(block[local])
-        cells.append(np.ravel_multi_index(tuple(k + a for k, a in zip(local, lo)), shape).astype(np.int64))
-    if not cells:
+        value_parts.append(block[local])
+        cell_parts.append(np.ravel_multi_index(tuple(k + a for k, a in zip(local, lo)), shape).astype(np.int64))
+    if not cell_parts:
         return np.empty(0, arr.dtype), np.empty(0, np.int64)
-    values, cells = np.concatenate(values), np.concatenate(cells)
+    values, cells = np.concatenate(value_parts), np.concatenate(cell_parts)
     order = np.argsort(cells, kind="stable")
     return values[order], cells[order]
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from subzero.cells import to_coords, to_ids
 from subzero.encoders import encoder_for
+from subzero.encoders.base import PayloadEncoder
 from subzero.encoders.codec import CELL, OUT, PAIR, make_keys, split_keys, unpack_groups
 from subzero.encoders.ranges.lists import box_cells, expand_csr
 from subzero.encoders.ranges.terms import images
@@ -161,6 +162,8 @@ def payload_lookup(source, node, frontier: Frontier, i: int, strategy: str) -> t
     op = node.operator
     s = Strategy.parse(strategy)
     enc = encoder_for(s)
+    if not isinstance(enc, PayloadEncoder):
+        raise LineageError(f"{strategy} is not a payload strategy (PayOne, PayMany, CompOne, CompMany)")
     shapes = (tuple(op.output_shape), tuple(op.input_shapes))
     pays, parts, failed = [], [], []
     for tile, sub in source.grid(node).split(frontier, None):

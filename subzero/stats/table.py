@@ -169,7 +169,7 @@ def batch_statistics(question: Question, batch: tuple[np.ndarray, np.ndarray], r
         n_flagged = np.bincount(lab, weights=gather(flags, cell) != 0, minlength=k).astype(np.int64)
     if values is not None and len(cell):
         v = gather(values, cell).astype(np.float64)
-        total = np.bincount(lab, weights=v, minlength=k)
+        total = np.bincount(lab, weights=v, minlength=k).astype(np.float64)
         starts = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]])  # keys sorted by label: one run each
         vmax[lab[starts]] = np.maximum.reduceat(v, starts)
     return ids, n_lineage, n_flagged, total, vmax

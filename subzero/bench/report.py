@@ -309,6 +309,16 @@ def _stats(doc: dict[str, Any]) -> list[str]:
                 "Peak memory: what numpy and Python allocate in this process during the call (tracemalloc), "
                 f"against the raw exposure's {r['array_bytes'] / 1e6:.0f} MB (float32); the one-pass table is "
                 f"{'the same' if r.get('one_pass_same') else 'NOT the same'} as the batched one.", ""]
+    if r.get("scaling"):
+        rows = [[f"{r['cells']:.1e}", r["objects"], r["lineage_cells_total"], r["table_seconds"],
+                 r.get("table_peak_bytes", 0) / 1e6, r["count_seconds"], r["forward_seconds"],
+                 ", ".join(f"{v:.1f}" for v in r["load_before"])]]
+        rows += [[f"{x['cells']:.1e}", x["objects"], x["lineage_cells_total"], x["table_seconds"],
+                  x["table_peak_bytes"] / 1e6, x["count_seconds"], x["forward_seconds"],
+                  ", ".join(f"{v:.1f}" for v in x["load_before"])] for x in r["scaling"]]
+        out += ["Larger skies (same star density; no per-object baseline):", "",
+                _table(["cells", "objects", "(object, cell) pairs", "table (s)", "table peak (MB)", "count (s)",
+                        "forward query (s)", "load"], rows), ""]
     out += ["Not measured: the issue's 1e9-cell row on Spark with a driver of at most 1 GB (no 1e9-cell run of "
             "this workflow was made). The driver holds the objects' cells and geometry (labels are read chunk by "
             "chunk) and each batch's result; a batch's lineage is held by whoever runs it (this process or a "

@@ -37,6 +37,7 @@ BIAS, SKY, READ_NOISE = 400.0, 150.0, 5.0
 CR_RATE = 1 / 20000     # cosmic-ray hits per pixel
 THRESHOLD = 25.0        # smoothed electrons (about 7 sigma of the smoothed sky noise)
 SAMPLE = 100            # objects (and cells) queried one by one for the baselines
+SCALING_SIDES = (8000,)  # full mode: a larger sky too (6.4e7 cells), without the per-object baseline
 
 
 def workflow():
@@ -100,6 +101,43 @@ def _peak_bytes(fn) -> int:
         tracemalloc.stop()
 
 
+def _scaling_row(root: Path, side: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """A larger sky: the run, the table (default batches) and its peak memory, the count and
+    the forward query, without the per-object baseline."""
+    raw, hits = sky(side)
+    t0 = time.perf_counter()
+    run = run_workflow(raw, root / f"stats-{side}")
+    run_seconds = time.perf_counter() - t0
+    del raw
+    load = list(os.getloadavg())
+    t0 = time.perf_counter()
+    table = run.lineage_table("stars", over="raw", flags=hits, values="raw")
+    table_seconds = time.perf_counter() - t0
+    peak = _peak_bytes(lambda: run.lineage_table("stars", over="raw", flags=hits, values="raw"))
+    from subzero.stats import contamination_count
+
+    t0 = time.perf_counter()
+    count = contamination_count(run, "raw", hits, "stars")
+    count_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    forward = run.forward_mask("raw", hits, to="stars")
+    forward_seconds = time.perf_counter() - t0
+    row = {"side": side, "cells": side * side, "objects": len(table), "flagged": int(hits.sum()),
+           "run_seconds": run_seconds, "table_seconds": table_seconds, "table_peak_bytes": peak,
+           "lineage_cells_total": int(np.asarray(table["n_lineage"]).sum()), "count_seconds": count_seconds,
+           "forward_seconds": forward_seconds, "count_mask_agrees": bool(np.array_equal(count > 0, forward)),
+           "load_before": load}
+    log(f"stats: {side}x{side}: {len(table)} objects, table {table_seconds:.2f} s (peak {peak / 1e6:.0f} MB), "
+        f"count {count_seconds:.2f} s vs forward {forward_seconds:.2f} s")
+    return row
+
+
+def run_workflow(raw: np.ndarray, store: Path):
+    """The workflow run locally into ``store`` (Label storing CompOne)."""
+    return workflow().run({"raw": raw}, store=store, executor="local", tile_shape=1000,
+                          strategies={"stars": ["CompOne"]})
+
+
 def _uptime() -> str:
     try:
         return Path("/proc/loadavg").read_text().split()[:3].__str__()
@@ -112,10 +150,8 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
     """Run the workflow, then time the table, the per-object baseline, the count and the forward query."""
     side = side or (QUICK_SIDE if quick else SIDE)
     raw, hits = sky(side)
-    wf = workflow()
     t0 = time.perf_counter()
-    run = wf.run({"raw": raw}, store=root / f"stats-{side}", executor="local", tile_shape=1000,
-                 strategies={"stars": ["CompOne"]})
+    run = run_workflow(raw, root / f"stats-{side}")
     run_seconds = time.perf_counter() - t0
     labels = np.asarray(run.output("stars"))
     ids = np.unique(labels[labels > 0])
@@ -204,6 +240,9 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
                "array_bytes": n_cells * 4,
                "load_before": list(load_before), "load_after": list(load_after)}
     key = str(n_cells)
+    scaling = [_scaling_row(root, big, log) for big in (SCALING_SIDES if not quick and side == SIDE else ())]
+    if scaling:
+        raw_doc["scaling"] = scaling
     return {
         "setup": {"workflow": "raw -> bias -> mesh 16x16 mean -> upsample -> subtract -> Gaussian (sigma 1, "
                               "truncate 2) -> threshold -> Label (CompOne)", "side": side, "executor": "local",

@@ -236,6 +236,8 @@ def test_readme_star_catalog_numbers(tmp_path):
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert "\n".join(shown.pformat(max_lines=-1, max_width=-1)) in readme
     assert f"{len(flagged)} of the {len(table)} stars have a cosmic-ray pixel" in readme
+    masked = int((hits & (np.asarray(run.output("crmask_1")) > 0)).sum())
+    assert f"L.A.Cosmic flagged {masked} of the {int(hits.sum())} hits" in readme
     assert f"{len(table)} object(s), {len(flagged)} with flagged cells" in readme
     labels = np.asarray(run.output("stars"))
     for row in shown:

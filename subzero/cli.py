@@ -793,9 +793,13 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=cmd_info)
 
+    from subzero.cli_stats import add_parsers as add_stats_parsers
+
+    add_stats_parsers(sub, common)  # catalog, contaminate
+
     bench = sub.add_parser("bench", parents=[common],
                            help="reproduce the paper's experiments side by side with baselines")
-    bench.add_argument("name", choices=["astronomy", "genomics", "micro", "scale", "faults", "trace"])
+    bench.add_argument("name", choices=["astronomy", "genomics", "micro", "scale", "faults", "trace", "stats"])
     bench.add_argument("--quick", action="store_true", help="small sizes: under two minutes")
     bench.add_argument("--max", action="store_true",
                        help="scale: also 1e9 cells (Spark only; about 20 minutes on 2 cores and 40 GB of disk)")

@@ -231,6 +231,48 @@ class Run:
         self._record(direction, steps[0][0], steps[-1][0], log)
         return _form(frontier, as_)
 
+    # -- questions built on lineage ------------------------------------------------------------
+    def lineage_table(self, node, over=None, flags=None, values=None, objects=None, using: dict | None = None,
+                      batch_objects: int | None = 2048, executor: str | None = None):
+        """Per-object statistics of each object's backward lineage in ``over``: one labelled pass.
+
+        Parameters
+        ----------
+        node : Node or str
+            A node whose array labels objects (ints, 0 = background), or any node with ``objects``.
+        over : Node or str, optional
+            The ancestor the lineage is measured in (default: the one input ``node`` is computed
+            from; a workflow with several inputs must name one).
+        flags, values : array or str, optional
+            Arrays of ``over``'s shape, or names of stored nodes of that shape: ``flags``
+            nonzero = flagged; ``values`` summed, averaged and maximised over each lineage.
+        objects : array, optional
+            A label array of ``node``'s shape, instead of its stored array.
+        using : dict, optional
+            Node -> strategy to read for that node's step (as in `backward`).
+        batch_objects : int or None
+            Carry at most this many objects at a time (neighbouring objects together), so memory
+            follows one batch's lineage (None: all objects in one pass).
+        executor : {"local", "spark"}, optional
+            Where the batches run: this process, or Spark tasks (default: Spark when the run used
+            Spark and the label array has at least 1e8 cells).
+
+        Returns
+        -------
+        astropy.table.Table
+            One row per label: ``label, area, bbox_r0, bbox_r1, bbox_c0, bbox_c1`` (half-open),
+            ``centroid_r, centroid_c, n_lineage``, and ``n_flagged, flagged_fraction`` with
+            ``flags``, ``values_sum, values_mean, values_max`` with ``values`` (``.to_pandas()``).
+
+        Examples
+        --------
+        >>> run.lineage_table("stars", over="exposure_1", flags=cosmic_mask)   # doctest: +SKIP
+        """
+        from subzero.stats import lineage_table
+
+        return lineage_table(self, node, over, flags=flags, values=values, objects=objects, using=using,
+                             batch_objects=batch_objects, executor=executor)
+
     # -- helpers --------------------------------------------------------------------------
     def profile(self, node: Node):
         """The cost-model profile of a node: calibrated, or derived from its run statistics."""

@@ -240,6 +240,20 @@ class SparkExecutor:
             raise WorkflowError(f"node {task.node!r} failed on Spark: {_python_error(exc)}") from None
 
 
+    def map_items(self, fn, context, items: list, what: str) -> list:
+        """``fn(context, item)`` for every item as Spark tasks, in order: ``fn`` a module-level
+        function, ``context`` pickled once per task, results small (lineage statistics per
+        batch of objects)."""
+        sc = self.spark.sparkContext
+        sc.setJobDescription(what)
+        payload = pickle.dumps(context)
+        try:
+            return sc.parallelize(items, _slices(sc, len(items))).mapPartitions(
+                partial(_call_partition, fn, payload)).collect()
+        except Exception as exc:
+            raise WorkflowError(f"{what} failed on Spark: {_python_error(exc)}") from None
+
+
 def _watch(sc, group: str, node: str, total: int, tasks: int, progress, stop: threading.Event) -> None:
     """Report the tiles of the node's finished tasks (``total`` tiles in ``tasks`` tasks) as
     Spark's status tracker sees them."""

@@ -177,3 +177,16 @@ def test_scale_bench_measures_each_configuration_in_its_own_process(tmp_path):
            "machine": {"cpu": "x", "nproc": 2, "memory_gb": 1, "os": "linux", "python": "3"}} | body
     text = render(doc, ["fig_scale.png"])
     assert "| 4.1e+03 | local+lineage |" in text and "Chunk compressors" in text
+
+
+def test_stats_bench_checks_its_table_and_counts_against_single_queries(tmp_path):
+    assert bench.main("stats", quick=True, out_dir=str(tmp_path), size=160, executor="local",
+                      log=lambda line: None) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    raw = doc["raw"]
+    assert doc["bench"] == "stats" and raw["cells"] == 160 * 160 and raw["objects"] >= 10
+    assert raw["table_mismatches"] == 0 and raw["count_mismatches"] == 0 and raw["count_mask_agrees"]
+    assert set(doc["figures"]["count"]["values"]) == {"forward query", "count"}
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "Lineage statistics" in report and "one backward query per object" in report
+    assert not list(tmp_path.glob("stores-*"))

@@ -27,7 +27,7 @@ from subzero.errors import SubZeroError
 
 __all__ = ["main", "run_bench", "render_dir", "write_summary", "BENCHES"]
 
-BENCHES = ("astronomy", "genomics", "micro", "scale", "trace")
+BENCHES = ("astronomy", "genomics", "micro", "scale", "trace", "stats")
 
 
 def _runner(name: str) -> Callable[..., dict[str, Any]]:
@@ -47,6 +47,10 @@ def _runner(name: str) -> Callable[..., dict[str, Any]]:
     if name == "trace":
         from subzero.bench.trace import run_trace
         return lambda quick, root, size, **kw: run_trace(quick, root, size=size, **kw)
+    if name == "stats":
+        from subzero.bench.stats import run_stats
+        return lambda quick, root, size, log=print, executor="spark", **kw: run_stats(
+            quick, root, side=size, log=log, spark=executor == "spark")
     raise SubZeroError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHES)}")
 
 
@@ -84,7 +88,7 @@ def run_bench(name: str, quick: bool, out_dir: str | Path, size=None, executor: 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = log or (lambda line: print(line, flush=True))
-    if executor == "spark" and spark is None and name != "scale":  # scale runs each configuration in a new process
+    if executor == "spark" and spark is None and name not in ("scale", "stats"):  # scale runs each configuration in a new process
         from subzero.spark import get_session
 
         spark = get_session()

@@ -281,6 +281,53 @@ def _trace(doc: dict[str, Any]) -> list[str]:
     from subzero.bench.trace import render_trace
 
     return render_trace(doc)
+def _stats(doc: dict[str, Any]) -> list[str]:
+    setup, r = doc["setup"], doc["raw"]
+    load = ", ".join(f"{v:.2f}" for v in r["load_before"])
+    out = [f"Workflow: {setup['workflow']}; {r['cells']:,} cells ({r['side']} x {r['side']}), {r['objects']:,} "
+           f"objects, {r['flagged']:,} flagged pixels (cosmic-ray hits); {setup['executor']} executor, tiles of "
+           f"{setup['tile']}; load average before the queries: {load} (other jobs shared the 2 cores).", "",
+           _table(["question", "ours (s)", "baseline", "baseline (s)", "ratio", "target", "exact"], [
+               ["lineage table of every object (best of 2)", r["table_seconds"], "one backward query per object "
+                f"(mean of {r['sample']}, x {r['objects']:,})", r["per_object_all_seconds"],
+                r["table_seconds"] / r["per_object_all_seconds"], "<= 10 s",
+                f"{r['sample'] - r['table_mismatches']}/{r['sample']} objects match"],
+               ["contamination count (--count)", r["count_seconds"], "union forward query of the same flags",
+                r["forward_seconds"], r["count_seconds"] / r["forward_seconds"], "<= 2x forward",
+                f"{r['sample'] - r['count_mismatches']}/{r['sample']} cells match; mask "
+                f"{'agrees' if r['count_mask_agrees'] else 'DIFFERS'}"],
+           ]), "",
+           f"The objects' lineages hold {r['lineage_cells_total']:,} (object, cell) pairs in the raw exposure; "
+           f"{r['objects_flagged']:,} objects have a flagged pixel in theirs; {r['contaminated_cells']:,} label "
+           f"cells depend on a flagged pixel, at most {r['count_max']} distinct ones each.", ""]
+    if "table_peak_bytes" in r:
+        rows = [[f"table, batches of {r['batch_objects']:,} objects (the default)", r["table_seconds"],
+                 r["table_peak_bytes"] / 1e6, r["table_peak_bytes"] / r["array_bytes"]],
+                ["table, all objects in one pass", r["one_pass_seconds"], r["one_pass_peak_bytes"] / 1e6,
+                 r["one_pass_peak_bytes"] / r["array_bytes"]],
+                ["count", r["count_seconds"], r["count_peak_bytes"] / 1e6, r["count_peak_bytes"] / r["array_bytes"]]]
+        if r.get("spark_seconds") is not None:
+            rows.append([f"table, batches as Spark tasks ({'same table' if r.get('spark_same') else 'DIFFERENT'})",
+                         r["spark_seconds"], None, None])
+        out += [_table(["question", "seconds", "peak memory (MB)", "x the raw array"], rows), "",
+                "Peak memory: what numpy and Python allocate in this process during the call (tracemalloc), "
+                f"against the raw exposure's {r['array_bytes'] / 1e6:.0f} MB (float32); the one-pass table is "
+                f"{'the same' if r.get('one_pass_same') else 'NOT the same'} as the batched one.", ""]
+    if r.get("scaling"):
+        rows = [[f"{r['cells']:.1e}", r["objects"], r["lineage_cells_total"], r["table_seconds"],
+                 r.get("table_peak_bytes", 0) / 1e6, r["count_seconds"], r["forward_seconds"],
+                 ", ".join(f"{v:.1f}" for v in r["load_before"])]]
+        rows += [[f"{x['cells']:.1e}", x["objects"], x["lineage_cells_total"], x["table_seconds"],
+                  x["table_peak_bytes"] / 1e6, x["count_seconds"], x["forward_seconds"],
+                  ", ".join(f"{v:.1f}" for v in x["load_before"])] for x in r["scaling"]]
+        out += ["Larger skies (same star density; no per-object baseline):", "",
+                _table(["cells", "objects", "(object, cell) pairs", "table (s)", "table peak (MB)", "count (s)",
+                        "forward query (s)", "load"], rows), ""]
+    out += ["Not measured: the issue's 1e9-cell row on Spark with a driver of at most 1 GB (no 1e9-cell run of "
+            "this workflow was made). The driver holds the objects' cells and geometry (labels are read chunk by "
+            "chunk) and each batch's result; a batch's lineage is held by whoever runs it (this process or a "
+            "Spark task).", ""]
+    return out
 
 
 def render(doc: dict[str, Any], plots: list[str]) -> str:
@@ -289,9 +336,10 @@ def render(doc: dict[str, Any], plots: list[str]) -> str:
              "genomics": "Genomics benchmark (SubZero VIII-B, Figs. 6-7)",
              "micro": "Microbenchmark (SubZero VIII-C, Figs. 8-9)",
              "scale": "Scale benchmark: 1e6 to 1e9 cells (issue 9)",
-             "trace": "Trace benchmark: numpy code traced into workflows (issue 18)"}[doc["bench"]]
+             "trace": "Trace benchmark: numpy code traced into workflows (issue 18)",
+             "stats": "Lineage statistics: per-object tables and contamination counts (issue 20)"}[doc["bench"]]
     body = {"astronomy": _astronomy, "genomics": _genomics, "micro": _micro, "scale": _scale,
-            "trace": _trace}[doc["bench"]](doc)
+            "trace": _trace, "stats": _stats}[doc["bench"]](doc)
     figures = ["## Figures", ""] + [f"![{p}]({p})" for p in plots] + [""]
     notes = WHY.get(doc["bench"], {}).get("_general")
     general = ["## Notes", "", notes, ""] if notes else []

@@ -45,7 +45,7 @@ ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
 __all__ = ["build", "build_gmos", "gmos_frame", "gmos_path", "header_gain", "GMOS_UDFS", "cosmic_rays_udf",
            "CosmicRays", "RepairCosmics", "DetectStars", "UDFS", "SHAPE", "QUICK_SHAPE",
-           "sky_image", "exposures"]
+           "sky_image", "exposures", "cosmic_ray_masks"]
 
 SHAPE, QUICK_SHAPE = (512, 2000), (128, 512)
 BIAS = 400.0          # ADU added by the read-out electronics
@@ -100,18 +100,38 @@ def cosmic_rays(shape: tuple[int, int], rng: np.random.Generator) -> tuple[np.nd
 
 def exposures(shape: tuple[int, int]) -> dict[str, np.ndarray]:
     """The workflow's inputs: two exposures (ADU, float32) and the flat field."""
+    return _simulate(shape)[0]
+
+
+def cosmic_ray_masks(shape: tuple[int, int]) -> dict[str, np.ndarray]:
+    """The cosmic-ray hits injected into each exposure of `exposures` (same seeds), as
+    boolean masks keyed by input name: the ground truth flags of the workflow.
+
+    Examples
+    --------
+    >>> masks = cosmic_ray_masks((32, 64))
+    >>> sorted(masks), masks["exposure_1"].dtype
+    (['exposure_1', 'exposure_2'], dtype('bool'))
+    """
+    return _simulate(shape)[1]
+
+
+def _simulate(shape: tuple[int, int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     field = sky_image(shape)
     objects = np.clip(field - np.percentile(field, OBJECT_PERCENTILE), 0.0, None)
     sky = SKY + SCALE / max(objects.max(), 1e-9) * ndimage.gaussian_filter(objects, PSF_SIGMA)
     flat = flat_field(shape)
-    out = {"flat": flat}
+    out, hits = {"flat": flat}, {}
     for k, seed in ((1, 11), (2, 22)):
         rng = np.random.default_rng(seed)
         image = rng.poisson(sky * flat).astype(np.float64) + rng.normal(0.0, READ_NOISE, shape)
         cells, energy = cosmic_rays(shape, rng)
         np.add.at(image, tuple(cells.T), energy)
         out[f"exposure_{k}"] = (image + BIAS).astype(np.float32)
-    return out
+        hit = np.zeros(shape, bool)
+        hit[tuple(cells.T)] = True
+        hits[f"exposure_{k}"] = hit
+    return out, hits
 
 
 # -- the workflow -------------------------------------------------------------------------

@@ -1,0 +1,259 @@
+"""``python -m subzero.bench stats``: per-object lineage statistics and contamination counts (issue 20).
+
+An astronomy-style workflow on a ``side x side`` float32 exposure (4000 x 4000 = 1.6e7
+cells by default): bias subtraction, a 16 x 16 background mesh (mean, then upsampled)
+subtracted, a Gaussian smoothing, a threshold and connected components (`Label`, the
+star catalog's label array).  The sky holds about 1e4 stars on a jittered grid plus
+cosmic-ray hits (single pixels and streaks), whose mask is the flags.
+
+Measured in one process, on the stored run (local executor):
+
+- ``table``: `Run.lineage_table` of every object over the raw exposure, with the
+  cosmic-ray flags and the raw values: one labelled pass;
+- ``per-object queries``: the baseline, one ``run.backward_mask`` per object, timed on a
+  sample of objects and extrapolated to all (its rows are also checked against the table);
+- ``count``: `contamination_count` of the cosmic-ray hits in the label array, against
+  ``forward``: the union forward query of the same hits (`Run.forward_mask`), and checked
+  per cell on a sample against one backward query per cell.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from subzero.bench.results import figure
+from subzero.stats.table import BATCH_OBJECTS
+
+__all__ = ["run_stats", "workflow", "sky", "SIDE", "QUICK_SIDE"]
+
+SIDE, QUICK_SIDE = 4000, 800
+SPACING = 40            # pixels between stars: (SIDE / SPACING)^2 = 1e4 stars
+BIAS, SKY, READ_NOISE = 400.0, 150.0, 5.0
+CR_RATE = 1 / 20000     # cosmic-ray hits per pixel
+THRESHOLD = 25.0        # smoothed electrons (about 7 sigma of the smoothed sky noise)
+SAMPLE = 100            # objects (and cells) queried one by one for the baselines
+SCALING_SIDES = (8000,)  # full mode: a larger sky too (6.4e7 cells), without the per-object baseline
+
+
+def workflow():
+    """raw -> bias -> (mesh mean -> upsample) subtracted -> Gaussian -> threshold -> Label."""
+    import subzero as sz
+    from subzero import operators as ops
+
+    wf = sz.Workflow("stats")
+    raw = wf.input("raw")
+    bias = wf.add(ops.SubtractScalar(BIAS), raw, name="bias")
+    mesh = wf.add(ops.Downsample(16, how="mean"), bias, name="mesh")
+    back = wf.add(ops.Upsample(16), mesh, name="back")
+    sub = wf.add(ops.Subtract(), bias, back, name="sub")
+    smooth = wf.add(ops.GaussianFilter(1.0, truncate=2.0), sub, name="smooth")
+    bright = wf.add(ops.Threshold(THRESHOLD), smooth, name="bright")
+    wf.add(ops.Label(), bright, name="stars")
+    return wf
+
+
+def sky(side: int, seed: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """(raw exposure in ADU, cosmic-ray mask): stars with a Gaussian PSF (sigma 1.5) on a
+    jittered grid, Poisson sky and read noise, cosmic-ray hits."""
+    from subzero.workflows.astronomy import cosmic_rays
+
+    rng = np.random.default_rng(seed)
+    n = side // SPACING
+    centre = (np.arange(n) + 0.5) * SPACING
+    rows, cols = np.meshgrid(centre, centre, indexing="ij")
+    pos = np.stack([rows.ravel(), cols.ravel()], axis=1) + rng.uniform(-8, 8, size=(n * n, 2))
+    flux = rng.uniform(300.0, 3000.0, size=n * n)
+    image = rng.poisson(SKY, size=(side, side)).astype(np.float64) + rng.normal(0.0, READ_NOISE, (side, side))
+    stamp = np.arange(-6, 7)
+    dr, dc = np.meshgrid(stamp, stamp, indexing="ij")
+    base = np.floor(pos).astype(np.int64)
+    r = np.clip(base[:, :1] + dr.ravel()[None], 0, side - 1)
+    c = np.clip(base[:, 1:] + dc.ravel()[None], 0, side - 1)
+    d2 = (r + 0.5 - pos[:, :1]) ** 2 + (c + 0.5 - pos[:, 1:]) ** 2
+    psf = flux[:, None] * np.exp(-d2 / (2 * 1.5**2)) / (2 * np.pi * 1.5**2)
+    np.add.at(image, (r.ravel(), c.ravel()), psf.ravel())
+    cells, energy = cosmic_rays((side, side), rng)
+    keep = rng.random(len(cells)) < CR_RATE / (1 / 2000)  # astronomy's rate is 1/2000: keep a tenth
+    cells, energy = cells[keep], energy[keep]
+    np.add.at(image, tuple(cells.T), energy)
+    hits = np.zeros((side, side), bool)
+    hits[tuple(cells.T)] = True
+    return (image + BIAS).astype(np.float32), hits
+
+
+def _peak_bytes(fn) -> int:
+    """Peak bytes numpy and Python allocate while ``fn`` runs (tracemalloc: numpy reports its
+    buffers to it), beyond what was held before."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        fn()
+        return int(tracemalloc.get_traced_memory()[1] - base)
+    finally:
+        tracemalloc.stop()
+
+
+def _scaling_row(root: Path, side: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """A larger sky: the run, the table (default batches) and its peak memory, the count and
+    the forward query, without the per-object baseline."""
+    raw, hits = sky(side)
+    t0 = time.perf_counter()
+    run = run_workflow(raw, root / f"stats-{side}")
+    run_seconds = time.perf_counter() - t0
+    del raw
+    load = list(os.getloadavg())
+    t0 = time.perf_counter()
+    table = run.lineage_table("stars", over="raw", flags=hits, values="raw")
+    table_seconds = time.perf_counter() - t0
+    peak = _peak_bytes(lambda: run.lineage_table("stars", over="raw", flags=hits, values="raw"))
+    from subzero.stats import contamination_count
+
+    t0 = time.perf_counter()
+    count = contamination_count(run, "raw", hits, "stars")
+    count_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    forward = run.forward_mask("raw", hits, to="stars")
+    forward_seconds = time.perf_counter() - t0
+    row = {"side": side, "cells": side * side, "objects": len(table), "flagged": int(hits.sum()),
+           "run_seconds": run_seconds, "table_seconds": table_seconds, "table_peak_bytes": peak,
+           "lineage_cells_total": int(np.asarray(table["n_lineage"]).sum()), "count_seconds": count_seconds,
+           "forward_seconds": forward_seconds, "count_mask_agrees": bool(np.array_equal(count > 0, forward)),
+           "load_before": load}
+    log(f"stats: {side}x{side}: {len(table)} objects, table {table_seconds:.2f} s (peak {peak / 1e6:.0f} MB), "
+        f"count {count_seconds:.2f} s vs forward {forward_seconds:.2f} s")
+    return row
+
+
+def run_workflow(raw: np.ndarray, store: Path):
+    """The workflow run locally into ``store`` (Label storing CompOne)."""
+    return workflow().run({"raw": raw}, store=store, executor="local", tile_shape=1000,
+                          strategies={"stars": ["CompOne"]})
+
+
+def _uptime() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().split()[:3].__str__()
+    except OSError:  # pragma: no cover
+        return "?"
+
+
+def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[str], None] = print,
+              spark: bool = True, **_ignored) -> dict[str, Any]:
+    """Run the workflow, then time the table, the per-object baseline, the count and the forward query."""
+    side = side or (QUICK_SIDE if quick else SIDE)
+    raw, hits = sky(side)
+    t0 = time.perf_counter()
+    run = run_workflow(raw, root / f"stats-{side}")
+    run_seconds = time.perf_counter() - t0
+    labels = np.asarray(run.output("stars"))
+    ids = np.unique(labels[labels > 0])
+    log(f"stats: {side}x{side} run in {run_seconds:.1f} s, {len(ids)} objects, {int(hits.sum())} flagged pixels "
+        f"(load {_uptime()})")
+    load_before = os.getloadavg()
+    calls: list[float] = []
+    for _ in range(2):  # the first call also imports astropy and opens the store's shards
+        t0 = time.perf_counter()
+        table = run.lineage_table("stars", over="raw", flags=hits, values="raw")
+        calls.append(time.perf_counter() - t0)
+    cold_seconds, table_seconds = calls[0], min(calls)
+    log(f"stats: table of {len(table)} objects in {table_seconds:.2f} s (first call {cold_seconds:.2f} s)")
+    table_peak = _peak_bytes(lambda: run.lineage_table("stars", over="raw", flags=hits, values="raw"))
+    batch = BATCH_OBJECTS
+    t0 = time.perf_counter()
+    whole = run.lineage_table("stars", over="raw", flags=hits, values="raw", batch_objects=None)
+    whole_seconds = time.perf_counter() - t0
+    whole_peak = _peak_bytes(lambda: run.lineage_table("stars", over="raw", flags=hits, values="raw",
+                                                       batch_objects=None))
+    whole_same = all(np.array_equal(table[c], whole[c], equal_nan=True) for c in table.colnames)
+    log(f"stats: peak memory {table_peak / 1e6:.0f} MB (batches of {batch}); one pass {whole_seconds:.2f} s, "
+        f"peak {whole_peak / 1e6:.0f} MB, same table: {whole_same}")
+    spark_seconds, spark_same = None, None
+    if spark:
+        from subzero.spark import get_session
+
+        get_session()  # the JVM starts before the clock does
+        run.lineage_table("stars", over="raw", batch_objects=batch, executor="spark")  # workers warm
+        t0 = time.perf_counter()
+        on_spark = run.lineage_table("stars", over="raw", flags=hits, values="raw", batch_objects=batch,
+                                     executor="spark")
+        spark_seconds = time.perf_counter() - t0
+        spark_same = all(np.array_equal(table[c], on_spark[c], equal_nan=True) for c in table.colnames)
+        log(f"stats: on Spark's executors, batches of {batch}: {spark_seconds:.2f} s, same table: {spark_same}")
+    # baseline: one backward query per object, on a sample, checked against the table
+    rng = np.random.default_rng(0)
+    sample = rng.choice(len(ids), size=min(SAMPLE, len(ids)), replace=False)
+    coords = np.argwhere(labels > 0)
+    flat_labels = labels[tuple(coords.T)]
+    order = np.argsort(flat_labels, kind="stable")
+    starts = np.searchsorted(flat_labels[order], ids)
+    ends = np.searchsorted(flat_labels[order], ids, "right")
+    mismatches = 0
+    t0 = time.perf_counter()
+    for k in sample.tolist():
+        cells = coords[order[starts[k]:ends[k]]]
+        mask = run.backward_mask("stars", cells, to="raw")
+        mismatches += int(mask.sum() != table["n_lineage"][k] or (mask & hits).sum() != table["n_flagged"][k])
+    per_object = (time.perf_counter() - t0) / len(sample)
+    log(f"stats: per-object queries {per_object * 1e3:.1f} ms each ({per_object * len(ids):.1f} s for all), "
+        f"{mismatches} mismatches")
+    # contamination: labelled forward count vs the union forward query
+    t0 = time.perf_counter()
+    counts = run.forward_mask("raw", hits, to="stars")
+    forward_seconds = time.perf_counter() - t0
+    from subzero.stats import contamination_count
+
+    t0 = time.perf_counter()
+    count = contamination_count(run, "raw", hits, "stars")
+    count_seconds = time.perf_counter() - t0
+    count_peak = _peak_bytes(lambda: contamination_count(run, "raw", hits, "stars"))
+    agree = bool(np.array_equal(count > 0, counts))
+    touched = np.argwhere(count > 0)
+    pick = touched[rng.choice(len(touched), size=min(SAMPLE, len(touched)), replace=False)] if len(touched) else touched
+    count_mismatches = 0
+    for cell in pick:
+        b = run.backward_mask("stars", [tuple(cell)], to="raw")
+        count_mismatches += int((b & hits).sum() != count[tuple(cell)])
+    log(f"stats: count in {count_seconds:.2f} s vs forward query {forward_seconds:.2f} s "
+        f"({count_seconds / forward_seconds:.2f}x); mask agrees: {agree}; {count_mismatches} count mismatches")
+    load_after = os.getloadavg()
+    n_cells = side * side
+    raw_doc = {"side": side, "cells": n_cells, "objects": int(len(ids)), "flagged": int(hits.sum()),
+               "run_seconds": run_seconds, "table_seconds": table_seconds, "table_first_call_seconds": cold_seconds,
+               "per_object_seconds": per_object,
+               "per_object_all_seconds": per_object * len(ids), "sample": int(len(sample)),
+               "table_mismatches": mismatches, "forward_seconds": forward_seconds, "count_seconds": count_seconds,
+               "count_mask_agrees": agree, "count_mismatches": count_mismatches, "count_max": int(count.max()),
+               "contaminated_cells": int((count > 0).sum()),
+               "objects_flagged": int((np.asarray(table["n_flagged"]) > 0).sum()),
+               "lineage_cells_total": int(np.asarray(table["n_lineage"]).sum()),
+               "table_peak_bytes": table_peak, "batch_objects": batch, "one_pass_seconds": whole_seconds,
+               "one_pass_peak_bytes": whole_peak, "one_pass_same": whole_same, "count_peak_bytes": count_peak,
+               "spark_seconds": spark_seconds, "spark_same": spark_same,
+               "array_bytes": n_cells * 4,
+               "load_before": list(load_before), "load_after": list(load_after)}
+    key = str(n_cells)
+    scaling = [_scaling_row(root, big, log) for big in (SCALING_SIDES if not quick and side == SIDE else ())]
+    if scaling:
+        raw_doc["scaling"] = scaling
+    return {
+        "setup": {"workflow": "raw -> bias -> mesh 16x16 mean -> upsample -> subtract -> Gaussian (sigma 1, "
+                              "truncate 2) -> threshold -> Label (CompOne)", "side": side, "executor": "local",
+                  "tile": 1000, "sample": SAMPLE},
+        "figures": {
+            "table": figure("s", None, {"labelled pass": {key: table_seconds},
+                                        "one query per object": {key: per_object * len(ids)}},
+                            "lineage table of every object (extrapolated from a sample for the baseline)"),
+            "count": figure("s", "forward query", {"forward query": {key: forward_seconds},
+                                                   "count": {key: count_seconds}},
+                            "contamination count vs the union forward query of the same flags"),
+        },
+        "raw": raw_doc,
+    }

@@ -1,0 +1,158 @@
+"""The ``subzero catalog`` and ``subzero contaminate`` commands (lineage statistics)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from subzero.errors import LineageError
+
+__all__ = ["add_parsers", "cmd_catalog", "cmd_contaminate"]
+
+TABLE_FORMATS = {".ecsv": "ascii.ecsv", ".csv": "ascii.csv", ".fits": "fits", ".fit": "fits", ".fts": "fits"}
+
+
+def add_parsers(sub, common: argparse.ArgumentParser) -> None:
+    """Register both commands on the CLI's sub-parsers."""
+    catalog = sub.add_parser(
+        "catalog", parents=[common], help="per-object lineage statistics of a label array (one row per object)",
+        description="For every object of a label array (a node holding ints, 0 = background), the size of its "
+                    "backward lineage in --over, how many of those cells are flagged, and statistics of --values "
+                    "over them; all objects carried together (in batches of neighbours), never a query per object.")
+    catalog.add_argument("store")
+    catalog.add_argument("--objects", required=True, help="the node whose array labels the objects")
+    catalog.add_argument("--over", help="the ancestor the lineage is measured in (default: the one input --objects "
+                                        "is computed from)")
+    catalog.add_argument("--flags", help="flagged cells of --over: a file (.npy, .fits, .fits[EXT], .zarr), a node, "
+                                         "or an expression such as 'raw>60000' (nonzero = flagged)")
+    catalog.add_argument("--values", help="values of --over's cells to sum, average and maximise: a file or a node")
+    catalog.add_argument("--out", required=True, metavar="FILE.ecsv|FILE.fits|FILE.csv", help="the table to write")
+    catalog.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
+    catalog.set_defaults(func=cmd_catalog)
+
+    cont = sub.add_parser(
+        "contaminate", parents=[common], help="where flagged input cells end up (and, with --count, how many)",
+        description="The forward lineage of every flagged cell of --from in --to, as a mask; with --count, for "
+                    "each cell of --to the number of distinct flagged cells in its backward lineage.")
+    cont.add_argument("store")
+    cont.add_argument("--from", dest="source", required=True, help="the node the flags are on (e.g. an input)")
+    cont.add_argument("--flags", required=True,
+                      help="flagged cells: a file (.npy, .fits, .fits[EXT], .zarr), a node, or 'raw>60000'")
+    cont.add_argument("--to", required=True, help="the descendant to map the contamination in")
+    cont.add_argument("--out", required=True, metavar="FILE.fits|FILE.npy",
+                      help="the mask (uint8 0/1), or with --count the counts (int32), of --to's shape")
+    cont.add_argument("--count", action="store_true",
+                      help="count distinct flagged cells per cell (set semantics) instead of a mask")
+    cont.add_argument("--plot", metavar="FILE.png", help="draw the flags and the contamination (PNG, PDF, SVG)")
+    cont.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
+    cont.set_defaults(func=cmd_contaminate)
+
+
+def _using(args) -> dict | None:
+    from subzero.cli import _parse_strategies
+
+    return {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
+
+
+def _table_format(path: str) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix not in TABLE_FORMATS:
+        raise LineageError(f"--out {path!r}: give a file ending in {', '.join(TABLE_FORMATS)}")
+    from subzero.export import check_output
+
+    check_output(path, tuple(TABLE_FORMATS), "--out")
+    return TABLE_FORMATS[suffix]
+
+
+def cmd_catalog(args) -> int:
+    from subzero.export import _atomic
+    from subzero.run import open_run
+    from subzero.stats.spec import parse_flags, read_array_spec
+
+    fmt = _table_format(args.out)
+    run = open_run(args.store)
+    from subzero.stats.table import default_over
+
+    over = run.node(args.over) if args.over else default_over(run, run.node(args.objects))
+    flags = parse_flags(run, args.flags, run.shape(over)) if args.flags else None
+    values = read_array_spec(run, args.values, "--values") if args.values else None
+    table = run.lineage_table(args.objects, over=over.name, flags=flags, values=values, using=_using(args))
+    table.meta = {k: v for k, v in table.meta.items() if v is not None}
+    if args.flags:
+        table.meta["flags"] = args.flags
+    if args.values:
+        table.meta["values"] = args.values
+    out = Path(args.out)
+    with _atomic(out) as tmp:
+        table.write(tmp, format=fmt, overwrite=True)
+    flagged = int(np.count_nonzero(table["n_flagged"])) if "n_flagged" in table.colnames else None
+    extra = f", {flagged} with flagged cells in their lineage" if flagged is not None else ""
+    print(f"catalog {args.objects} over {over.name}: {len(table)} object(s){extra}; wrote {out}")
+    return 0
+
+
+def _write_counts(path: Path, counts: np.ndarray, header, history: str) -> None:
+    from subzero.export import _atomic
+
+    if path.suffix.lower() == ".npy":
+        with _atomic(path) as tmp:
+            np.save(tmp, counts)
+        return
+    from astropy.io import fits
+
+    from subzero.export import write_fits_mask
+
+    write_fits_mask(path, counts > 0, header, history)  # the header handling, then the counts as data
+    with fits.open(path) as hdus:
+        out = fits.PrimaryHDU(counts.astype(np.int32), header=hdus[0].header)
+    with _atomic(path) as tmp:
+        out.writeto(tmp, overwrite=True, output_verify="silentfix")
+
+
+def cmd_contaminate(args) -> int:
+    from subzero.cli import _fits_header
+    from subzero.export import MASK_SUFFIXES, PLOT_SUFFIXES, Panel, check_output, plot_panels, write_mask
+    from subzero.run import open_run
+    from subzero.stats import contamination_count, contamination_mask
+    from subzero.stats.spec import parse_flags
+
+    out = check_output(args.out, MASK_SUFFIXES, "--out")
+    if args.plot:
+        check_output(args.plot, PLOT_SUFFIXES, "--plot")
+    run = open_run(args.store)
+    src, to = run.node(args.source), run.node(args.to)
+    flags = parse_flags(run, args.flags, run.shape(src))
+    using = _using(args)
+    flag_mask = (np.asarray(run.output(flags)) if isinstance(flags, str) else np.asarray(flags)) != 0
+    if flag_mask.shape != tuple(run.shape(src)):
+        raise LineageError(f"--flags has shape {flag_mask.shape}, node {src.name!r} has shape {tuple(run.shape(src))}; "
+                           "give flags of that shape")
+    n_flags = int(np.count_nonzero(flag_mask))
+    what = f"{n_flags} flagged cell(s) of {src.name} ({args.flags})"
+    if args.count:
+        counts = contamination_count(run, src.name, flag_mask, to.name, using=using)
+        mask = counts > 0
+        _write_counts(out, counts, _fits_header(run, to.name), f"subzero contaminate --count: {what} in {to.name}")
+        summary = f"{int(mask.sum())} cell(s) of {to.name} depend on them, at most {int(counts.max(initial=0))} each"
+    else:
+        mask = contamination_mask(run, src.name, flag_mask, to.name, using=using)
+        write_mask(out, mask, _fits_header(run, to.name), history=f"subzero contaminate: {what} in {to.name}")
+        summary = f"{int(mask.sum())} cell(s) of {to.name} depend on them"
+    written = [str(out)]
+    if args.plot:
+        panels = []
+        if len(run.shape(src)) == 2:
+            panels.append(Panel(f"{src.name}: {n_flags} flagged cell(s)", np.asarray(run.output(src)), flag_mask))
+        if len(run.shape(to)) == 2:
+            panels.append(Panel(f"{to.name}: {int(mask.sum())} contaminated cell(s)", np.asarray(run.output(to)), mask))
+            if args.count:
+                panels.append(Panel(f"distinct flagged cells per cell of {to.name} (max {int(counts.max(initial=0))})",
+                                    counts, np.zeros(counts.shape, bool)))
+        if not panels:
+            raise LineageError(f"--plot draws 2-D arrays; {src.name!r} and {to.name!r} are not 2-D")
+        plot_panels(args.plot, panels)
+        written.append(str(args.plot))
+    print(f"contaminate {src.name} -> {to.name}: {what}; {summary}; wrote {', '.join(written)}")
+    return 0

@@ -1,0 +1,298 @@
+"""Labelled lineage: many objects' lineages carried through a workflow in one pass.
+
+A union query carries one frontier; here every cell carries the objects (labels) whose
+lineage holds it, as sorted unique int64 keys ``label * size + cell`` (`LabelledCells`).
+Each step takes the per-cell relation of the step (`subzero.stats.relation`) for the
+union of the cells and joins it with the labelled cells: ``(label, out cell)`` ->
+``(label, group)`` (deduplicated) -> ``(label, in cell)`` (deduplicated).  Cost follows
+the total size of the objects' lineages, never one query per object.
+
+Three steps avoid the per-cell expansion where it would multiply the work:
+
+- mapping operators whose out cells read at most one cell each (elementwise, index maps)
+  replace every labelled cell by the cell it reads, without a join;
+- other mapping operators with a box form (stencils) step each label's cells as boxes
+  (`subzero.boxes.cover_ids` per label, then ``map_b_boxes``/``map_f_boxes``), so a stencil
+  grows a label's region by its halo once rather than once per cell;
+- payload steps (Pay, Comp) call ``map_p`` once per (payload, label) on that label's cells,
+  not once per cell (a component read by each of its cells would cost its area squared).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from subzero.boxes import cover_ids
+from subzero.cells import sorted_unique, to_coords, to_ids, unique_ids
+from subzero.encoders.ranges.lists import box_cells, expand_csr
+from subzero.errors import LineageError
+from subzero.frontier import Frontier
+from subzero.modes import Mode, Strategy
+from subzero.operator import Operator
+from subzero.pairs import owners
+from subzero.stats.relation import backward_groups, forward_groups, payload_lookup
+
+__all__ = ["LabelledCells", "propagate", "pick_strategy"]
+
+#: the most (object, cell) pairs one step may expand to (16 GB of int64 keys)
+MAX_PAIRS = 2**31
+
+#: preferred stored strategies for per-cell relations, best first (after Map)
+_PREFERENCE = ("FullOne/backward", "FullMany/backward", "PayOne", "PayMany", "CompOne", "CompMany",
+               "FullRange", "FullOne/forward", "FullMany/forward")
+
+
+@dataclass
+class LabelledCells:
+    """Cells of an array of ``shape``, each with the labels (0..n_labels-1) that hold it:
+    sorted unique keys ``label * size + cell``."""
+
+    shape: tuple[int, ...]
+    keys: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @classmethod
+    def of(cls, labels: np.ndarray, cells: np.ndarray, shape) -> "LabelledCells":
+        shape = tuple(int(n) for n in shape)
+        size = int(np.prod(shape, dtype=np.int64))
+        return cls(shape, sorted_unique(np.asarray(labels, np.int64) * size + np.asarray(cells, np.int64)))
+
+    @classmethod
+    def empty(cls, shape) -> "LabelledCells":
+        return cls(tuple(shape), np.empty(0, np.int64))
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.keys // self.size
+
+    @property
+    def cells(self) -> np.ndarray:
+        return self.keys % self.size
+
+    def frontier(self) -> Frontier:
+        """The union of every label's cells."""
+        return Frontier.of_ids(unique_ids(self.cells, self.size), self.shape, unique=True)
+
+    def union(self, other: "LabelledCells") -> "LabelledCells":
+        return LabelledCells(self.shape, sorted_unique(np.concatenate([self.keys, other.keys]), runs=True))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def pick_strategy(node, stored: tuple[str, ...], forced: str | None = None) -> str:
+    """The strategy a labelled step reads: the forced one, else Map (vectorized, no I/O), else
+    the first stored strategy by `_PREFERENCE`, else re-execution."""
+    if forced is not None:
+        return forced
+    if Mode.MAP in node.operator.supported_modes():
+        return "Map"
+    names = {Strategy.parse(s).name: s for s in stored}
+    for name in _PREFERENCE:
+        if Strategy.parse(name).name in names:
+            return names[Strategy.parse(name).name]
+    return "BlackBox"
+
+
+# -- one step ----------------------------------------------------------------------------
+def _join(labelled: LabelledCells, cells_side: tuple[np.ndarray, np.ndarray], other_side: tuple[np.ndarray, np.ndarray],
+          n_groups: int, target: tuple[int, ...]) -> LabelledCells:
+    """(label, cell) joined with groups' ``cells_side`` (ids, ptr), carried to ``other_side``."""
+    ids, ptr = cells_side
+    if not len(labelled) or not len(ids):
+        return LabelledCells.empty(target)
+    group = owners(ptr)
+    lab, cell = labelled.labels, labelled.cells
+    order = np.argsort(cell, kind="stable")
+    cell, lab = cell[order], lab[order]
+    a = np.searchsorted(cell, ids, "left")
+    b = np.searchsorted(cell, ids, "right")
+    n = b - a
+    hit = n > 0
+    a, n, group = a[hit], n[hit], group[hit]
+    total = int(n.sum())
+    pos = np.repeat(a - np.cumsum(n) + n, n) + np.arange(total, dtype=np.int64)
+    lab_group = sorted_unique(lab[pos] * n_groups + np.repeat(group, n))
+    lab_u, group_u = lab_group // n_groups, lab_group % n_groups
+    out_ids, out_ptr = other_side
+    total = int((out_ptr[group_u + 1] - out_ptr[group_u]).sum())
+    if total > MAX_PAIRS:
+        raise LineageError(f"this step would hold {total:,} (object, cell) pairs, more than {MAX_PAIRS:,}: the "
+                           "objects' lineages are too large to carry together (an all-to-all step gives every "
+                           "object the whole array); ask about fewer objects, or a nearer ancestor as over=")
+    where, row = expand_csr(out_ptr, group_u)
+    size = int(np.prod(target, dtype=np.int64))
+    return LabelledCells(target, sorted_unique(lab_u[row] * size + out_ids[where]))
+
+
+def step_backward(source, node, labelled: LabelledCells, i: int, strategy: str) -> LabelledCells:
+    """The labelled cells of ``node``'s output carried to its input ``i``."""
+    op = node.operator
+    target = tuple(op.input_shapes[i])
+    if not len(labelled):
+        return LabelledCells.empty(target)
+    frontier = labelled.frontier()
+    if Strategy.parse(strategy).mode is Mode.MAP and not op.all_to_all:
+        got = None
+        if _reads_one_cell(op, frontier.ids()[:64], i):
+            got = _function_step(op, labelled, frontier.ids(), i, target)
+        if got is None:
+            got = _box_step(op, labelled, i, target, "backward")
+        if got is not None:
+            return got
+    if Strategy.parse(strategy).mode in (Mode.PAY, Mode.COMP) and not op.all_to_all:
+        return _payload_step(source, node, labelled, frontier, i, strategy, target)
+    groups = backward_groups(source, node, frontier, i, strategy)
+    return _join(labelled, (groups.out_ids, groups.out_ptr), (groups.in_ids, groups.in_ptr), groups.n_groups, target)
+
+
+def _payload_step(source, node, labelled: LabelledCells, frontier: Frontier, i: int, strategy: str,
+                  target) -> LabelledCells:
+    """A Pay/Comp backward step: one ``map_p`` call per (payload, label) on that label's cells
+    holding the payload (the union of their lineage, exactly what the label needs), instead
+    of expanding every cell's lineage (a component's payload read by each of its cells would
+    cost the component's area squared); the other cells through the joined groups."""
+    op = node.operator
+    pay, rest = payload_lookup(source, node, frontier, i, strategy)
+    size = int(np.prod(target, dtype=np.int64))
+    parts = [_join(labelled, (rest.out_ids, rest.out_ptr), (rest.in_ids, rest.in_ptr), rest.n_groups, target).keys]
+    if pay.n_pairs:
+        distinct, code = pay.groups()
+        cell_code = code[owners(pay.out_ptr)]
+        order = np.argsort(pay.out_ids, kind="stable")
+        pay_cells, pay_code = pay.out_ids[order], cell_code[order]
+        lab, cell = labelled.labels, labelled.cells
+        pos = np.searchsorted(pay_cells, cell)
+        pos = np.minimum(pos, max(len(pay_cells) - 1, 0))
+        hit = pay_cells[pos] == cell
+        # a cell keyed by two pairs with different payloads carries both: expand by every match
+        lo = np.searchsorted(pay_cells, cell[hit], "left")
+        hi = np.searchsorted(pay_cells, cell[hit], "right")
+        n = hi - lo
+        rows = np.repeat(np.arange(len(lo)), n)
+        at = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(int(n.sum()), dtype=np.int64)
+        seg_lab, seg_cell, seg_code = lab[hit][rows], cell[hit][rows], pay_code[at]
+        seg_order = np.lexsort((seg_cell, seg_lab, seg_code))
+        seg_lab, seg_cell, seg_code = seg_lab[seg_order], seg_cell[seg_order], seg_code[seg_order]
+        starts = np.flatnonzero(np.r_[True, (seg_code[1:] != seg_code[:-1]) | (seg_lab[1:] != seg_lab[:-1])])
+        ends = np.r_[starts[1:], len(seg_code)]
+        out_shape = tuple(op.output_shape)
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            got = np.asarray(op.map_p(to_coords(seg_cell[a:b], out_shape), distinct[seg_code[a]], i), np.int64)
+            got = got.reshape(-1, len(target))
+            if len(got) and (got.min() < 0 or np.any(got.max(axis=0) >= np.asarray(target))):
+                raise LineageError(f"{type(op).__name__}.map_p returned cells outside the array of shape {target}")
+            parts.append(seg_lab[a] * size + to_ids(got, target))
+    return LabelledCells(target, sorted_unique(np.concatenate(parts)))
+
+
+def step_forward(source, node, labelled: LabelledCells, i: int, strategy: str) -> LabelledCells:
+    """The labelled cells of ``node``'s input ``i`` carried to its output."""
+    op = node.operator
+    target = tuple(op.output_shape)
+    if not len(labelled):
+        return LabelledCells.empty(target)
+    frontier = labelled.frontier()
+    if Strategy.parse(strategy).mode is Mode.MAP and not op.all_to_all:
+        corner = np.arange(min(64, int(np.prod(target, dtype=np.int64))), dtype=np.int64)
+        if not _reads_one_cell(op, corner, i):
+            got = _box_step(op, labelled, i, target, "forward")
+            if got is not None:
+                return got
+        if frontier.kind == "ids" and type(op).map_f_boxes is not Operator.map_f_boxes:
+            frontier = Frontier.of_boxes(*frontier.boxes(), frontier.shape, disjoint=True)  # a box-wise union step
+    groups = forward_groups(source, node, frontier, i, strategy)
+    return _join(labelled, (groups.in_ids, groups.in_ptr), (groups.out_ids, groups.out_ptr), groups.n_groups, target)
+
+
+def _reads_one_cell(op, sample: np.ndarray, i: int) -> bool:
+    """True when each out cell of ``sample`` reads at most one input cell (elementwise, index maps)."""
+    owner, _ = op.map_b_pairs(to_coords(sample, tuple(op.output_shape)), i)
+    owner = np.asarray(owner, np.int64)
+    return len(owner) <= len(sample) and bool(np.all(owner[1:] > owner[:-1]))
+
+
+def _function_step(op, labelled: LabelledCells, cells: np.ndarray, i: int, target) -> LabelledCells | None:
+    """A backward step where every out cell reads at most one input cell: each labelled cell is
+    replaced by the cell it reads (or dropped when it reads none), no join needed; None when
+    some cell reads several."""
+    owner, coords = op.map_b_pairs(to_coords(cells, tuple(op.output_shape)), i)
+    owner = np.asarray(owner, np.int64)
+    if len(owner) > len(cells) or np.any(owner[1:] <= owner[:-1]):
+        return None
+    coords = np.asarray(coords, np.int64).reshape(len(owner), len(target))
+    if len(coords) and (coords.min() < 0 or np.any(coords.max(axis=0) >= np.asarray(target))):
+        raise LineageError(f"{type(op).__name__}.map_b_pairs returned cells outside the array of shape {target}")
+    read = np.full(len(cells), -1, np.int64)
+    read[owner] = to_ids(coords, target)
+    if tuple(target) == labelled.shape and np.array_equal(read, cells):  # elementwise: the same cells
+        return LabelledCells(target, labelled.keys)
+    where = read[np.searchsorted(cells, labelled.cells)]
+    keep = where >= 0
+    size = int(np.prod(target, dtype=np.int64))
+    return LabelledCells(target, sorted_unique(labelled.labels[keep] * size + where[keep]))
+
+
+def _box_step(op, labelled: LabelledCells, i: int, target, direction: str) -> LabelledCells | None:
+    """Each label's cells as boxes through ``map_b_boxes`` (``map_f_boxes`` forward), or None
+    when the operator has no box form or does not map one box to one box."""
+    name = "map_b_boxes" if direction == "backward" else "map_f_boxes"
+    if getattr(type(op), name) is getattr(Operator, name):
+        return None
+    label, lo, hi = cover_ids(labelled.cells, labelled.shape, groups=labelled.labels)
+    got = getattr(op, name)(lo, hi, i)
+    if got is None:
+        return None
+    new_lo, new_hi = (np.asarray(b, np.int64).reshape(-1, len(target)) for b in got)
+    if len(new_lo) != len(lo):
+        return None  # not one box per box: the per-cell relation keeps labels apart
+    box, coords = box_cells(new_lo, np.maximum(new_hi, new_lo))
+    if len(coords) and (coords.min() < 0 or np.any(coords.max(axis=0) >= np.asarray(target))):
+        raise LineageError(f"{type(op).__name__}.{name} returned boxes outside the array of shape {target}")
+    size = int(np.prod(target, dtype=np.int64))
+    return LabelledCells(target, sorted_unique(label[box] * size + to_ids(coords, target)))
+
+
+# -- a walk --------------------------------------------------------------------------------
+def propagate(run, src, dst, start: LabelledCells, direction: str, using: dict | None = None) -> LabelledCells:
+    """Carry labelled cells of ``src`` to ``dst`` along every path of the workflow, each node
+    stepping once per input; labelled cells arriving by several paths are united (set
+    semantics: a cell reached by one label through two paths is held once)."""
+    wf = run.workflow
+    using = using or {}
+    if src is dst:
+        return start
+    reach = wf.descendants(src) if direction == "forward" else wf.ancestors(src)
+    wanted = wf.ancestors(dst) if direction == "forward" else wf.descendants(dst)
+    if dst not in reach:
+        raise LineageError(f"no path from {src.name!r} {direction} to {dst.name!r}: {dst.name!r} is not "
+                           f"{'a descendant' if direction == 'forward' else 'an ancestor'} of {src.name!r}")
+    on_path = (reach & wanted) | {src, dst}
+    order = [n for n in wf.nodes if n in on_path]
+    held: dict = {src: start}
+    if direction == "backward":
+        for node in reversed(order):
+            if node not in held or node.is_input:
+                continue
+            strategy = pick_strategy(node, run.strategies.get(node.name, ()), using.get(node))
+            for i, parent in enumerate(node.inputs):
+                if parent in on_path:
+                    got = step_backward(run, node, held[node], i, strategy)
+                    held[parent] = held[parent].union(got) if parent in held else got
+            if node is not src and node is not dst:
+                del held[node]  # each node steps once: its labelled cells are done
+    else:
+        for node in order:
+            if node is src:
+                continue
+            strategy = pick_strategy(node, run.strategies.get(node.name, ()), using.get(node))
+            for i, parent in enumerate(node.inputs):
+                if parent in held:
+                    got = step_forward(run, node, held[parent], i, strategy)
+                    held[node] = held[node].union(got) if node in held else got
+    return held.get(dst, LabelledCells.empty(run.shape(dst)))

@@ -630,6 +630,13 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_view(args) -> int:
+    from subzero.view.server import serve
+
+    serve(args.store, host=args.host, port=args.port, open_browser=args.open)
+    return 0
+
+
 def cmd_bench(args) -> int:
     if args.name == "faults":
         from subzero.bench.faults import run_faults
@@ -780,6 +787,16 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("store")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=cmd_info)
+
+    view = sub.add_parser("view", parents=[common], help="browse a store in a web page, with linked brushing",
+                          description="Serve a page showing every node of a stored run (2-D nodes as pan/zoom "
+                                      "images) where brushing cells of one node highlights their backward lineage "
+                                      "upstream and forward lineage downstream; read-only; Ctrl-C stops it.")
+    view.add_argument("store")
+    view.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    view.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    view.add_argument("--open", action="store_true", help="open the page in a web browser")
+    view.set_defaults(func=cmd_view)
 
     bench = sub.add_parser("bench", parents=[common],
                            help="reproduce the paper's experiments side by side with baselines")

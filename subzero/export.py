@@ -186,8 +186,10 @@ def write_fits_mask(path: str | os.PathLike, mask: np.ndarray, header: "Header |
     return p
 
 
-def write_regions(path: str | os.PathLike, mask: np.ndarray, color: str = "red", text: str | None = None) -> Path:
-    """Write the cells of a 2-D mask as a DS9 region file in image coordinates.
+def write_regions(path: str | os.PathLike, mask: np.ndarray, color: str = "red", text: str | None = None,
+                  wcs: Any = None) -> Path:
+    """Write the cells of a 2-D mask as a DS9 region file in image coordinates, or in fk5
+    (degrees) through ``wcs`` (an astropy celestial WCS of the mask's pixel grid).
 
     Cells merge into rectangles (`mask_boxes`), so a star is a handful of boxes, not one
     region per pixel; DS9 places pixel ``(row, col)`` at ``x = col + 1, y = row + 1``.
@@ -210,8 +212,12 @@ def write_regions(path: str | os.PathLike, mask: np.ndarray, color: str = "red",
     shapes = []
     for i, (r0, r1, c0, c1) in enumerate(mask_boxes(mask)):
         meta = {"text": text} if text and i == 0 else {}
-        shapes.append(RectanglePixelRegion(PixCoord(x=(c0 + c1 - 1) / 2, y=(r0 + r1 - 1) / 2), width=c1 - c0,
-                                           height=r1 - r0, meta=meta, visual={"color": color}))
+        region = RectanglePixelRegion(PixCoord(x=(c0 + c1 - 1) / 2, y=(r0 + r1 - 1) / 2), width=c1 - c0,
+                                      height=r1 - r0, meta=meta, visual={"color": color})
+        if wcs is not None:  # fk5: DS9's default sky frame; the rectangle keeps its pixel extent
+            region = region.to_sky(wcs)
+            region.center = region.center.transform_to("fk5")
+        shapes.append(region)
     with _atomic(p) as tmp:
         Regions(shapes).write(str(tmp), format="ds9", overwrite=True)
     return p

@@ -218,8 +218,11 @@ def write_regions(path: str | os.PathLike, mask: np.ndarray, color: str = "red",
             region = region.to_sky(wcs)
             region.center = region.center.transform_to("fk5")
         shapes.append(region)
+    text = Regions(shapes).serialize(format="ds9")
+    if wcs is not None:  # astropy-regions names FK5 J2000 "j2000"; DS9 and the world call it fk5
+        text = text.replace("\nj2000\n", "\nfk5\n", 1)
     with _atomic(p) as tmp:
-        Regions(shapes).write(str(tmp), format="ds9", overwrite=True)
+        tmp.write_text(text)
     return p
 
 

@@ -59,4 +59,8 @@ def serve(store: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, open_b
         log.warning("listening on %s: anyone who can reach this address can read the store's arrays", host)
     if open_browser:
         threading.Timer(0.5, webbrowser.open, args=(url,)).start()
-    server.run()
+    try:
+        server.run()  # on Ctrl-C uvicorn finishes open requests, then re-raises the signal
+    except KeyboardInterrupt:
+        pass
+    print("subzero view: stopped", flush=True)

@@ -97,7 +97,8 @@ def as_coords(cells: Any, shape: Shape, where: str) -> np.ndarray:
 
 def unique_ids(ids: np.ndarray, size: int) -> np.ndarray:
     """The sorted distinct values of flat cell ``ids`` below ``size``: through a bitmap of the
-    array when the ids are dense in it (no sort), else `numpy.unique`.
+    array when the ids are dense in it (no sort), else a sort and a comparison of neighbours
+    (numpy 2.4's hash-based `numpy.unique` is 30-170x slower on 1e4-1e6 int64 ids).
 
     Examples
     --------
@@ -109,7 +110,13 @@ def unique_ids(ids: np.ndarray, size: int) -> np.ndarray:
         seen = np.zeros(size, bool)
         seen[ids] = True
         return np.flatnonzero(seen)
-    return np.unique(ids)
+    if len(ids) < 2:
+        return ids.copy()
+    ids = np.sort(ids)
+    keep = np.empty(len(ids), bool)
+    keep[0] = True
+    np.not_equal(ids[1:], ids[:-1], out=keep[1:])
+    return ids[keep]
 
 
 def to_ids(coords: np.ndarray, shape: Shape) -> np.ndarray:

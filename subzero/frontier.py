@@ -71,9 +71,9 @@ class Frontier:
     def of_ids(cls, ids: np.ndarray, shape: Shape, unique: bool = False) -> "Frontier":
         """The cells of flat ``ids`` (duplicates allowed unless ``unique``)."""
         ids = np.asarray(ids, np.int64).reshape(-1)
-        if not unique and len(ids) > 1:
-            ids = np.unique(ids)
         size = _size(tuple(shape))
+        if not unique and len(ids) > 1:
+            ids = unique_ids(ids, size)
         if len(ids) > DENSE_FRACTION * size and len(ids) > 64:
             mask = np.zeros(size, bool)
             mask[ids] = True

@@ -94,7 +94,7 @@ def render(values: np.ndarray, display: str, limits: tuple[float, float] | None)
         scaled = np.clip((v - lo) / (hi - lo if hi > lo else 1.0), 0.0, 1.0)
     finite = np.isfinite(scaled)
     scaled = np.where(finite, scaled, 0.0)
-    grey = (AsinhStretch(0.1)(scaled, clip=True) * 255 + 0.5).astype(np.uint8)
+    grey = (AsinhStretch(0.5)(scaled, clip=True) * 255 + 0.5).astype(np.uint8)
     rgb = np.repeat(grey[..., None], 3, axis=-1)
     rgb[~finite] = NAN_RGB
     return rgb

@@ -19,8 +19,11 @@ the store.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +48,7 @@ __all__ = ["create_app", "STATIC", "EXPORT_FORMATS"]
 
 STATIC = Path(__file__).parent / "static"
 EXPORT_FORMATS = {"npy": ".npy", "fits": ".fits", "reg": ".reg", "reg-fk5": ".reg"}
+log = logging.getLogger("subzero.view")
 
 
 class _NotFound(Exception):
@@ -74,10 +78,28 @@ class Viewer:
         self.wcs = node_wcs(run)
         self.nodes = node_list(run, {name: True for name in self.wcs})
         self._pyramids: dict[str, TilePyramid] = {}
+        self.warmed = threading.Event()
+        self.warm_seconds: float | None = None
         for entry in self.nodes:
             if len(entry["shape"]) == 2:
                 entry["tile"] = TILE
                 entry["levels"] = self.pyramid(entry["name"]).top + 1
+
+    def warm(self) -> None:
+        """Make every 2-D node's stretch limits and overview tile (the page's first view), so
+        the slow tiles, those that read a whole array, are made once, before they are asked for."""
+        t0 = time.perf_counter()
+        for entry in self.nodes:
+            if len(entry["shape"]) != 2:
+                continue
+            try:
+                pyramid = self.pyramid(entry["name"])
+                pyramid.limits()
+                pyramid.png(pyramid.top, 0, 0)
+            except Exception as exc:  # a damaged chunk: its tile requests will report it  # noqa: BLE001
+                log.warning("view: could not prepare the overview of %s: %s", entry["name"], exc)
+        self.warm_seconds = time.perf_counter() - t0
+        self.warmed.set()
 
     def pyramid(self, name: str) -> TilePyramid:
         if name not in self._pyramids:
@@ -89,10 +111,13 @@ class Viewer:
         return self._pyramids[name]
 
 
-def create_app(run: "Run", cache_dir: Path | None = None) -> Starlette:
+def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True) -> Starlette:
     """The viewer app over ``run`` (`subzero.open_run`); tiles cached under ``cache_dir``
-    (default `subzero.view.tiles.run_cache_dir`)."""
+    (default `subzero.view.tiles.run_cache_dir`). With ``warm``, a background thread makes
+    every node's overview tile at once (`Viewer.warm`)."""
     viewer = Viewer(run, cache_dir)
+    if warm:
+        threading.Thread(target=viewer.warm, name="subzero-view-warm", daemon=True).start()
 
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
@@ -220,6 +245,8 @@ def _export_file(viewer: Viewer, req, target: str, fmt: str) -> tuple[bytes, str
 
                 text = run.catalog.node(target).metadata.get("fits_header")
                 header = header_from_text(text) if text else None
+                if header is None and target in viewer.wcs:  # a node on a FITS input's pixel grid
+                    header = viewer.wcs[target].to_header()
             write_mask(path, mask, header, history=f"subzero view: {what}")
         else:
             write_regions(path, mask, text=what, wcs=wcs)

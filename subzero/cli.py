@@ -302,13 +302,18 @@ def _plot(args, run, ends: list[tuple[str, Any, str]]) -> None:
 
     from subzero.export import Panel, plot_panels
 
+    from subzero.view.lineage import display_kind
+    from subzero.view.sky import node_wcs
+
     panels = []
+    grids = node_wcs(run)
     for node, cells, title in ends:
         if len(run.shape(node)) != 2:
             log.warning("--plot: %s has shape %s, not 2-D: not drawn", node, run.shape(node))
             continue
-        mask = cells if isinstance(cells, np.ndarray) else cells.mask()
-        panels.append(Panel(title, np.asarray(run.output(node)), mask))
+        # the stored array itself: only the cutout around the cells is read
+        panels.append(Panel(title, run.output(node), cells, wcs=grids.get(run.node(node).name),
+                            display=display_kind(run, run.node(node).name)))
     plot_panels(args.plot, panels, origin="lower" if args.fits_coords else "upper")
 
 

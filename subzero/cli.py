@@ -257,6 +257,23 @@ def parse_cells(cells: list[str] | None, boxes: list[str] | None, fits: bool = F
     return np.concatenate(blocks).astype(np.int64, copy=False)
 
 
+def _add_sky_cells(args, run, node: str) -> None:
+    """``--sky "RA DEC"`` (repeatable): each position becomes the cell of ``node`` holding it,
+    through the WCS of its pixel grid (a FITS input's, or that of a node on its grid), added
+    to ``args.cells`` in the convention of the other cells (numpy, or FITS with --fits-coords)."""
+    if not getattr(args, "sky", None):
+        return
+    from subzero.view.sky import node_wcs, parse_sky, sky_to_pixel
+
+    wcs = node_wcs(run).get(run.node(node).name)
+    if wcs is None:
+        raise LineageError(f"--sky: node {node!r} has no WCS (only FITS inputs with a celestial WCS, and nodes on "
+                           "their pixel grid, have one); give --cells or --box instead")
+    for text in args.sky:
+        row, col = sky_to_pixel(wcs, parse_sky(text), run.shape(node))
+        args.cells = (args.cells or []) + [f"{col + 1},{row + 1}" if args.fits_coords else f"{row},{col}"]
+
+
 def _query_start(args) -> dict[str, Any]:
     """``cells=`` or, for boxes alone, ``box=`` (never expanded into cells) for a Run query."""
     if args.box and not args.cells:
@@ -288,6 +305,12 @@ def _check_outputs(args, run, mask_node: str, drawn: list[str]) -> None:
         if len(run.shape(mask_node)) != 2:
             raise LineageError(f"--regions: node {mask_node!r} has shape {run.shape(mask_node)}; DS9 regions are for "
                                "2-D images (use --mask for other ranks)")
+        if getattr(args, "regions_frame", "image") == "fk5":
+            from subzero.view.sky import node_wcs
+
+            if run.node(mask_node).name not in node_wcs(run):
+                raise LineageError(f"--regions-frame fk5: node {mask_node!r} has no WCS (not a FITS input with one, "
+                                   "nor on its pixel grid); write image regions instead")
     if args.plot:
         check_output(args.plot, PLOT_SUFFIXES, "--plot")
         if all(len(run.shape(n)) != 2 for n in drawn):
@@ -327,7 +350,15 @@ def _write_files(args, run, node: str, mask, history: str, text: str) -> list[st
     if args.regions:
         from subzero.export import write_regions
 
-        written.append(str(write_regions(args.regions, mask, text=text)))
+        wcs = None
+        if getattr(args, "regions_frame", "image") == "fk5":
+            from subzero.view.sky import node_wcs
+
+            wcs = node_wcs(run).get(run.node(node).name)
+            if wcs is None:
+                raise LineageError(f"--regions-frame fk5: node {node!r} has no WCS (not a FITS input with one, nor on "
+                                   "its pixel grid); write image regions instead")
+        written.append(str(write_regions(args.regions, mask, text=text, wcs=wcs)))
     return written
 
 
@@ -335,6 +366,7 @@ def cmd_query(args) -> int:
     from subzero.run import open_run
 
     run = open_run(args.store)
+    _add_sky_cells(args, run, args.node)
     start = _query_start(args)
     using = {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
     _check_outputs(args, run, args.to, [args.node, args.to])
@@ -383,6 +415,7 @@ def cmd_brush(args) -> int:
     from subzero.run import open_run
 
     run = open_run(args.store)
+    _add_sky_cells(args, run, args.node)
     start = _query_start(args)
     using = {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
     to = args.to or default_source(run, args.node)
@@ -723,6 +756,11 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--plot", metavar="FILE.png", help="draw the traced cells over the arrays (PNG, PDF, SVG)")
     query.add_argument("--mask", metavar="FILE.npy|FILE.fits", help="write the traced cells as a boolean mask")
     query.add_argument("--regions", metavar="FILE.reg", help="write the traced cells as DS9 regions (2-D)")
+    query.add_argument("--regions-frame", choices=["image", "fk5"], default="image",
+                       help="--regions in image coordinates (default) or fk5 through the node's WCS")
+    query.add_argument("--sky", action="append", metavar="'RA DEC'",
+                       help="a cell by sky position, degrees or sexagesimal (ICRS/fk5), through the node's WCS "
+                            "(repeatable)")
     query.set_defaults(func=cmd_query)
 
     brush = sub.add_parser("brush", parents=[common],
@@ -741,6 +779,11 @@ def build_parser() -> argparse.ArgumentParser:
     brush.add_argument("--plot", metavar="FILE.png", help="draw the brush, the input cells and every output's cells")
     brush.add_argument("--mask", metavar="FILE.npy|FILE.fits", help="write the traced input cells as a boolean mask")
     brush.add_argument("--regions", metavar="FILE.reg", help="write the traced input cells as DS9 regions (2-D)")
+    brush.add_argument("--regions-frame", choices=["image", "fk5"], default="image",
+                       help="--regions in image coordinates (default) or fk5 through the node's WCS")
+    brush.add_argument("--sky", action="append", metavar="'RA DEC'",
+                       help="a cell by sky position, degrees or sexagesimal (ICRS/fk5), through the node's WCS "
+                            "(repeatable)")
     brush.set_defaults(func=cmd_brush)
 
     replay = sub.add_parser("replay", parents=[common],

@@ -705,3 +705,33 @@ def test_the_readme_walkthrough_runs_as_written(tmp_path):
     assert "-> stars: " in outs[3]
     after = np.asarray(sz.open_run(tmp_path / "runs" / "no-star").output("stars"))
     assert not after[star].any() and "within the forward lineage" in outs[4]
+
+
+def test_sky_positions_and_fk5_regions(own_data, capsys, tmp_path):
+    from astropy.wcs import WCS
+    from regions import Regions
+
+    run = sz.open_run(own_data / "run")
+    header = fits.getheader(own_data / "exposure.fits", "SCI")
+    wcs = WCS(header).celestial
+    sky = wcs.pixel_to_world(20, 12)  # numpy cell (12, 20): the brightest star
+    text = sky.to_string("hmsdms", sep=":", precision=4)
+    assert main(["query", str(own_data / "run"), "backward", "stars", "--to", "raw", "--sky", text, "--json",
+                 "--regions", str(tmp_path / "sky.reg"), "--regions-frame", "fk5"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    expected = run.backward("stars", [(12, 20)], to="raw")
+    assert data["cells"] == expected.tolist()
+    assert "\nfk5\n" in (tmp_path / "sky.reg").read_text()
+    cover = np.zeros(run.shape("raw"), bool)
+    for region in Regions.read(str(tmp_path / "sky.reg"), format="ds9"):
+        cover |= region.to_pixel(wcs).to_mask(mode="center").to_image(cover.shape).astype(bool)
+    np.testing.assert_array_equal(cover, run.backward_mask("stars", [(12, 20)], to="raw"))
+    degrees = f"{sky.ra.deg} {sky.dec.deg}"
+    assert main(["query", str(own_data / "run"), "backward", "stars", "--to", "raw", "--sky", degrees, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cells"] == expected.tolist()
+    for argv, message in ((["--sky", "150.1"], "give 'RA DEC'"), (["--sky", "150.2 2.2"], "outside the array"), (["--sky", "10 -50"], "does not project"),
+                          (["--cells", "1,1", "--regions", str(tmp_path / "d.reg"), "--regions-frame", "fk5",
+                            "--to", "dark"], "'dark' has no WCS")):
+        to = [] if "--to" in argv else ["--to", "raw"]
+        done = run_cli("query", str(own_data / "run"), "backward", "stars", *to, *argv)
+        one_line_error(done, message)

@@ -222,7 +222,9 @@ def render(doc: dict) -> str:
     for node, r in doc["brush"].items():
         lines.append(f"| {node} | {r['server_ms']['n']} | {_f(r['server_ms']['p50'])} | {_f(r['server_ms']['p95'])} | "
                      f"{_f(r['http_ms']['p95'])} | {_f(r['direct_ms']['p95'])} | {_f(r['cells']['p50'], 0)} |")
-    lines += ["", f"All brushes: server p95 **{_f(b['server_ms']['p95'])} ms** (target <= {t['brush']:.0f} ms: "
+    lines += ["", "Backward answers include every cell of the input `flat`: the flat field is normalised by its "
+                  "mean, so every pixel depends on all of it (one box in the answer, never expanded into cells).", "",
+              f"All brushes: server p95 **{_f(b['server_ms']['p95'])} ms** (target <= {t['brush']:.0f} ms: "
                   f"{ok[doc['met']['brush']]}); direct p95 {_f(b['direct_ms']['p95'])} ms, so the API costs "
                   f"{_f(b['server_ms']['p95'] / b['direct_ms']['p95'], 2)}x the walks themselves at p95.", "",
               "## Tiles", "",

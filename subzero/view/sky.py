@@ -114,8 +114,11 @@ def sky_to_pixel(wcs: "WCS", coord, shape: tuple[int, ...]) -> tuple[int, int]:
     LineageError
         The position falls outside the array.
     """
-    x, y = wcs.world_to_pixel(coord)
-    row, col = int(np.floor(float(y) + 0.5)), int(np.floor(float(x) + 0.5))
+    x, y = (float(v) for v in wcs.world_to_pixel(coord))
+    if not (np.isfinite(x) and np.isfinite(y)):
+        raise LineageError(f"sky position {coord.to_string('hmsdms')} does not project onto this image (it is on the "
+                           "far side of the sky from it)")
+    row, col = int(np.floor(y + 0.5)), int(np.floor(x + 0.5))
     if not (0 <= row < shape[0] and 0 <= col < shape[1]):
         raise LineageError(f"sky position {coord.to_string('hmsdms')} is at pixel (row {row}, col {col}), outside "
                            f"the array of shape {tuple(shape)}")

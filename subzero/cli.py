@@ -676,6 +676,11 @@ def cmd_view(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.name == "viewer":
+        from subzero.bench.viewer import run_viewer
+
+        doc = run_viewer(args.out or "benchmarks/results/viewer", quick=args.quick)
+        return 0 if all(doc["met"].values()) else 1
     if args.name == "faults":
         from subzero.bench.faults import run_faults
 
@@ -848,7 +853,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", parents=[common],
                            help="reproduce the paper's experiments side by side with baselines")
-    bench.add_argument("name", choices=["astronomy", "genomics", "micro", "scale", "faults"])
+    bench.add_argument("name", choices=["astronomy", "genomics", "micro", "scale", "faults", "viewer"])
     bench.add_argument("--quick", action="store_true", help="small sizes: under two minutes")
     bench.add_argument("--max", action="store_true",
                        help="scale: also 1e9 cells (Spark only; about 20 minutes on 2 cores and 40 GB of disk)")

@@ -140,8 +140,10 @@ def _tiles(client, app, run, rng: random.Random, count: int, log: Callable[[str]
 
 
 def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | Path | None = None,
-               brushes: int = 40, tiles: int = 40, seed: int = 19, log: Callable[[str], None] | None = None) -> dict:
-    """Run the benchmark and write ``results.json`` and ``REPORT.md`` into ``out_dir``."""
+               brushes: int = 40, tiles: int = 40, seed: int = 19, log: Callable[[str], None] | None = None,
+               quick: bool = False) -> dict:
+    """Run the benchmark and write ``results.json`` and ``REPORT.md`` into ``out_dir``
+    (``quick``: 400 x 4000 images, 8 brushes and 8 tiles per node)."""
     from starlette.testclient import TestClient
 
     from subzero.bench.timing import machine_info, now_iso
@@ -149,6 +151,9 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
     from subzero.view.app import create_app
 
     log = log or (lambda line: print(line, flush=True))
+    shape = (400, 4000) if quick else SHAPE
+    if quick:
+        brushes, tiles = min(brushes, 8), min(tiles, 8)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -157,8 +162,8 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
         build_seconds = None
         if store is None:
             store = tmp / "astronomy"
-            log(f"viewer: building the astronomy workflow at {SHAPE[0]} x {SHAPE[1]} (local executor)")
-            build_seconds = build_store(store)
+            log(f"viewer: building the astronomy workflow at {shape[0]} x {shape[1]} (local executor)")
+            build_seconds = build_store(store, shape)
         run = open_run(str(store))
         load_before = _load()
         app = create_app(run, tmp / "cache", warm=False)
@@ -175,9 +180,10 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
         shutil.rmtree(tmp, ignore_errors=True)
     server = [v for r in brush.values() for v in r["server_ms"]]
     direct = [v for r in brush.values() for v in r["direct_ms"]]
-    doc = {"bench": "viewer", "quick": False, "date": now_iso(), "machine": machine_info(),
+    shape = run.shape("exposure_1")
+    doc = {"bench": "viewer", "quick": bool(quick), "date": now_iso(), "machine": machine_info(),
            "command": " ".join(["python", "-m", "subzero.bench.viewer"] + sys.argv[1:]),
-           "seconds": time.perf_counter() - start, "shape": list(SHAPE), "cells": SHAPE[0] * SHAPE[1],
+           "seconds": time.perf_counter() - start, "shape": list(shape), "cells": shape[0] * shape[1],
            "build_seconds": build_seconds, "warm_seconds": warm_seconds, "load": {"before": load_before, "after": load_after},
            "strategies": {k: list(v) for k, v in run.strategies.items()},
            "brush": {node: {k: _stats(v) for k, v in r.items()} for node, r in brush.items()},
@@ -263,8 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", help="an astronomy store built before (else one is built, then deleted)")
     parser.add_argument("--brushes", type=int, default=40, help="brushes per node")
     parser.add_argument("--tiles", type=int, default=40, help="random tiles per node")
+    parser.add_argument("--quick", action="store_true", help="400 x 4000 images, 8 brushes and tiles per node")
     args = parser.parse_args(argv)
-    run_viewer(args.out, args.store, args.brushes, args.tiles)
+    run_viewer(args.out, args.store, args.brushes, args.tiles, quick=args.quick)
     return 0
 
 

@@ -49,12 +49,12 @@ def _stats(values: list[float]) -> dict[str, float]:
     return {"n": len(values), "p50": _pct(values, 50), "p95": _pct(values, 95), "max": max(values, default=float("nan"))}
 
 
-def build_store(path: str | Path, shape: tuple[int, int] = SHAPE, executor: str = "local") -> float:
+def build_store(path: str | Path, shape: tuple[int, ...] = SHAPE, executor: str = "local") -> float:
     """Run the astronomy workflow at ``shape`` into ``path`` with the paper's plan; seconds."""
     from subzero.bench.astronomy import pins
     from subzero.workflows.astronomy import build
 
-    wf, inputs = build(shape=shape)
+    wf, inputs = build(shape=(int(shape[0]), int(shape[1])))
     t0 = time.perf_counter()
     wf.run(inputs, store=str(path), executor=executor, strategies=pins(wf, "SubZeroPaper"), overwrite=True)
     return time.perf_counter() - t0
@@ -151,7 +151,7 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
     from subzero.view.app import create_app
 
     log = log or (lambda line: print(line, flush=True))
-    shape = (400, 4000) if quick else SHAPE
+    shape: tuple[int, ...] = (400, 4000) if quick else SHAPE
     if quick:
         brushes, tiles = min(brushes, 8), min(tiles, 8)
     out = Path(out_dir)
@@ -180,8 +180,8 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
         shutil.rmtree(tmp, ignore_errors=True)
     server = [v for r in brush.values() for v in r["server_ms"]]
     direct = [v for r in brush.values() for v in r["direct_ms"]]
-    shape = run.shape("exposure_1")
-    doc = {"bench": "viewer", "quick": bool(quick), "date": now_iso(), "machine": machine_info(),
+    shape = tuple(run.shape("exposure_1"))
+    doc: dict[str, Any] = {"bench": "viewer", "quick": bool(quick), "date": now_iso(), "machine": machine_info(),
            "command": " ".join(["python", "-m", "subzero.bench.viewer"] + sys.argv[1:]),
            "seconds": time.perf_counter() - start, "shape": list(shape), "cells": shape[0] * shape[1],
            "build_seconds": build_seconds, "warm_seconds": warm_seconds, "load": {"before": load_before, "after": load_after},

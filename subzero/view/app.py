@@ -193,8 +193,9 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True) -> 
     async def not_found(request: Request, exc: Exception) -> Response:
         return _error(404, str(exc))
 
-    async def http_error(request: Request, exc: HTTPException) -> Response:
-        return _error(exc.status_code, exc.detail if isinstance(exc.detail, str) else str(exc.detail))
+    async def http_error(request: Request, exc: Exception) -> Response:
+        detail = getattr(exc, "detail", str(exc))
+        return _error(getattr(exc, "status_code", 500), detail if isinstance(detail, str) else str(detail))
 
     routes = [
         Route("/", index),

@@ -123,8 +123,8 @@ def _reduce(block: np.ndarray, factor: int, display: str) -> np.ndarray:
         padded[:h, :w] = block
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN blocks stay NaN
-            return np.nanmean(padded.reshape(H // factor, factor, W // factor, factor), axis=(1, 3),
-                              dtype=np.float64).astype(np.float32)
+            return np.asarray(np.nanmean(padded.reshape(H // factor, factor, W // factor, factor), axis=(1, 3),
+                                         dtype=np.float64), dtype=np.float32)
     padded = np.zeros((H, W), block.dtype)
     padded[:h, :w] = block
     return padded.reshape(H // factor, factor, W // factor, factor).max(axis=(1, 3))

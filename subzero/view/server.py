@@ -40,7 +40,7 @@ def make_server(store: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, 
     from subzero.run import open_run
     from subzero.view.app import create_app
 
-    if not 0 <= port <= 65535:
+    if not 1 <= port <= 65535:
         raise LineageError(f"--port {port}: give a port number 1..65535")
     run = open_run(store)
     app = create_app(run, cache_dir)

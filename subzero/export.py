@@ -420,5 +420,6 @@ def plot_panels(path: str | os.PathLike, panels: Sequence[Panel], origin: str = 
         where = "" if whole else (f" [x {c0 + 1}:{c1}, y {r0 + 1}:{r1}]" if fits else f" [rows {r0}:{r1}, cols {c0}:{c1}]")
         ax.set_title(panel.title + (f"\n{where.strip()}" if where else ""), fontsize=9)
     with _atomic(p) as tmp:
-        fig.savefig(tmp, dpi=dpi, format=p.suffix.lstrip(".").lower(), facecolor="white")
+        fig.savefig(tmp, dpi=dpi, format=p.suffix.lstrip(".").lower(), facecolor="white", bbox_inches="tight",
+                    pad_inches=0.1)
     return p

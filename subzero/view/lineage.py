@@ -52,18 +52,30 @@ class LineageRequest:
 
 
 def display_kind(run: "Run", name: str) -> str:
-    """How a node is drawn: ``"mask"`` (booleans: flags), ``"labels"`` (integers from a
-    labelling operator, or small non-negative integers: a categorical colormap) or
-    ``"image"`` (zscale + asinh)."""
+    """How a node is drawn: ``"mask"`` (booleans: flags), ``"labels"`` (a categorical
+    colormap) or ``"image"`` (zscale + asinh).
+
+    Integers are labels when their operator says so (its class name holds ``label``,
+    ``detect`` or ``segment``), or when a 256 x 256 sample from the middle of a 2-D array is
+    non-negative and mostly background (a quarter or more zeros) or holds few distinct values:
+    a segmentation map, not counts.
+    """
     record = run.catalog.node(name)
     dtype = np.dtype(record.dtype)
     if dtype.kind == "b":
         return "mask"
-    if dtype.kind in "iu":
-        node = run.workflow.node(name)
-        if not node.is_input and "label" in type(node.operator).__name__.lower():
-            return "labels"
-        return "labels" if "label" in name.lower() or dtype.itemsize == 1 else "image"
+    if dtype.kind not in "iu":
+        return "image"
+    node = run.workflow.node(name)
+    if not node.is_input and any(w in type(node.operator).__name__.lower() for w in ("label", "detect", "segment")):
+        return "labels"
+    shape = record.shape
+    if len(shape) != 2:
+        return "image"
+    r0, c0 = max(0, shape[0] // 2 - 128), max(0, shape[1] // 2 - 128)
+    sample = np.asarray(run.output(name)[r0:r0 + 256, c0:c0 + 256])
+    if sample.size and sample.min() >= 0 and (np.mean(sample == 0) >= 0.25 or np.unique(sample).size <= 64):
+        return "labels"
     return "image"
 
 

@@ -23,6 +23,18 @@ if ! java_ok; then
   fi
 fi
 
+# the viewer's browser test drives Debian's chromium with its chromedriver (no browser download)
+if ! { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; }; then
+  if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) -eq 0 ]]; then
+    echo "setup: installing chromium and chromium-driver for the viewer's browser test" >&2
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    echo "setup: chromium/chromedriver not found and not root: the viewer's browser test will be skipped" >&2
+    echo "setup: (Debian/Ubuntu: sudo apt-get install chromium chromium-driver)" >&2
+  fi
+fi
+
 PY=${PYTHON:-python3}
 if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
@@ -34,5 +46,5 @@ if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,b
   exit 1
 fi
 .venv/bin/python -c "import subzero.store, subzero.run, pyspark, lmdb, rtree, pulp, zarr, xxhash, \
-astroscrappy, sep, skimage, sksurv, pyarrow, pytest, hypothesis" \
+astroscrappy, sep, skimage, sksurv, pyarrow, pytest, hypothesis, starlette, uvicorn, selenium, httpx2, PIL, subzero.view.app" \
   || { echo "setup: the package did not install; see the pip output above" >&2; exit 1; }

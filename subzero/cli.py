@@ -265,6 +265,23 @@ def parse_cells(cells: list[str] | None, boxes: list[str] | None, fits: bool = F
     return np.concatenate(blocks).astype(np.int64, copy=False)
 
 
+def _add_sky_cells(args, run, node: str) -> None:
+    """``--sky "RA DEC"`` (repeatable): each position becomes the cell of ``node`` holding it,
+    through the WCS of its pixel grid (a FITS input's, or that of a node on its grid), added
+    to ``args.cells`` in the convention of the other cells (numpy, or FITS with --fits-coords)."""
+    if not getattr(args, "sky", None):
+        return
+    from subzero.view.sky import node_wcs, parse_sky, sky_to_pixel
+
+    wcs = node_wcs(run).get(run.node(node).name)
+    if wcs is None:
+        raise LineageError(f"--sky: node {node!r} has no WCS (only FITS inputs with a celestial WCS, and nodes on "
+                           "their pixel grid, have one); give --cells or --box instead")
+    for text in args.sky:
+        row, col = sky_to_pixel(wcs, parse_sky(text), run.shape(node))
+        args.cells = (args.cells or []) + [f"{col + 1},{row + 1}" if args.fits_coords else f"{row},{col}"]
+
+
 def _query_start(args) -> dict[str, Any]:
     """``cells=`` or, for boxes alone, ``box=`` (never expanded into cells) for a Run query."""
     if args.box and not args.cells:
@@ -296,6 +313,12 @@ def _check_outputs(args, run, mask_node: str, drawn: list[str]) -> None:
         if len(run.shape(mask_node)) != 2:
             raise LineageError(f"--regions: node {mask_node!r} has shape {run.shape(mask_node)}; DS9 regions are for "
                                "2-D images (use --mask for other ranks)")
+        if getattr(args, "regions_frame", "image") == "fk5":
+            from subzero.view.sky import node_wcs
+
+            if run.node(mask_node).name not in node_wcs(run):
+                raise LineageError(f"--regions-frame fk5: node {mask_node!r} has no WCS (not a FITS input with one, "
+                                   "nor on its pixel grid); write image regions instead")
     if args.plot:
         check_output(args.plot, PLOT_SUFFIXES, "--plot")
         if all(len(run.shape(n)) != 2 for n in drawn):
@@ -310,13 +333,18 @@ def _plot(args, run, ends: list[tuple[str, Any, str]]) -> None:
 
     from subzero.export import Panel, plot_panels
 
+    from subzero.view.lineage import display_kind
+    from subzero.view.sky import node_wcs
+
     panels = []
+    grids = node_wcs(run)
     for node, cells, title in ends:
         if len(run.shape(node)) != 2:
             log.warning("--plot: %s has shape %s, not 2-D: not drawn", node, run.shape(node))
             continue
-        mask = cells if isinstance(cells, np.ndarray) else cells.mask()
-        panels.append(Panel(title, np.asarray(run.output(node)), mask))
+        # the stored array itself: only the cutout around the cells is read
+        panels.append(Panel(title, run.output(node), cells, wcs=grids.get(run.node(node).name),
+                            display=display_kind(run, run.node(node).name)))
     plot_panels(args.plot, panels, origin="lower" if args.fits_coords else "upper")
 
 
@@ -330,7 +358,15 @@ def _write_files(args, run, node: str, mask, history: str, text: str) -> list[st
     if args.regions:
         from subzero.export import write_regions
 
-        written.append(str(write_regions(args.regions, mask, text=text)))
+        wcs = None
+        if getattr(args, "regions_frame", "image") == "fk5":
+            from subzero.view.sky import node_wcs
+
+            wcs = node_wcs(run).get(run.node(node).name)
+            if wcs is None:
+                raise LineageError(f"--regions-frame fk5: node {node!r} has no WCS (not a FITS input with one, nor on "
+                                   "its pixel grid); write image regions instead")
+        written.append(str(write_regions(args.regions, mask, text=text, wcs=wcs)))
     return written
 
 
@@ -338,6 +374,7 @@ def cmd_query(args) -> int:
     from subzero.run import open_run
 
     run = open_run(args.store)
+    _add_sky_cells(args, run, args.node)
     start = _query_start(args)
     using = {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
     _check_outputs(args, run, args.to, [args.node, args.to])
@@ -386,6 +423,7 @@ def cmd_brush(args) -> int:
     from subzero.run import open_run
 
     run = open_run(args.store)
+    _add_sky_cells(args, run, args.node)
     start = _query_start(args)
     using = {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
     to = args.to or default_source(run, args.node)
@@ -638,7 +676,19 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_view(args) -> int:
+    from subzero.view.server import serve
+
+    serve(args.store, host=args.host, port=args.port, open_browser=args.open)
+    return 0
+
+
 def cmd_bench(args) -> int:
+    if args.name == "viewer":
+        from subzero.bench.viewer import run_viewer
+
+        doc = run_viewer(args.out or "benchmarks/results/viewer", quick=args.quick)
+        return 0 if all(doc["met"].values()) else 1
     if args.name == "faults":
         from subzero.bench.faults import run_faults
 
@@ -723,6 +773,11 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--plot", metavar="FILE.png", help="draw the traced cells over the arrays (PNG, PDF, SVG)")
     query.add_argument("--mask", metavar="FILE.npy|FILE.fits", help="write the traced cells as a boolean mask")
     query.add_argument("--regions", metavar="FILE.reg", help="write the traced cells as DS9 regions (2-D)")
+    query.add_argument("--regions-frame", choices=["image", "fk5"], default="image",
+                       help="--regions in image coordinates (default) or fk5 through the node's WCS")
+    query.add_argument("--sky", action="append", metavar="'RA DEC'",
+                       help="a cell by sky position, degrees or sexagesimal (ICRS/fk5), through the node's WCS "
+                            "(repeatable)")
     query.set_defaults(func=cmd_query)
 
     brush = sub.add_parser("brush", parents=[common],
@@ -741,6 +796,11 @@ def build_parser() -> argparse.ArgumentParser:
     brush.add_argument("--plot", metavar="FILE.png", help="draw the brush, the input cells and every output's cells")
     brush.add_argument("--mask", metavar="FILE.npy|FILE.fits", help="write the traced input cells as a boolean mask")
     brush.add_argument("--regions", metavar="FILE.reg", help="write the traced input cells as DS9 regions (2-D)")
+    brush.add_argument("--regions-frame", choices=["image", "fk5"], default="image",
+                       help="--regions in image coordinates (default) or fk5 through the node's WCS")
+    brush.add_argument("--sky", action="append", metavar="'RA DEC'",
+                       help="a cell by sky position, degrees or sexagesimal (ICRS/fk5), through the node's WCS "
+                            "(repeatable)")
     brush.set_defaults(func=cmd_brush)
 
     replay = sub.add_parser("replay", parents=[common],
@@ -797,9 +857,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_stats_parsers(sub, common)  # catalog, contaminate
 
+    view = sub.add_parser("view", parents=[common], help="browse a store in a web page, with linked brushing",
+                          description="Serve a page showing every node of a stored run (2-D nodes as pan/zoom "
+                                      "images) where brushing cells of one node highlights their backward lineage "
+                                      "upstream and forward lineage downstream; read-only; Ctrl-C stops it.")
+    view.add_argument("store")
+    view.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    view.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    view.add_argument("--open", action="store_true", help="open the page in a web browser")
+    view.set_defaults(func=cmd_view)
+
     bench = sub.add_parser("bench", parents=[common],
                            help="reproduce the paper's experiments side by side with baselines")
-    bench.add_argument("name", choices=["astronomy", "genomics", "micro", "scale", "faults", "trace", "stats"])
+    bench.add_argument("name", choices=["astronomy", "genomics", "micro", "scale", "faults", "trace", "stats",
+                                        "viewer"])
     bench.add_argument("--quick", action="store_true", help="small sizes: under two minutes")
     bench.add_argument("--max", action="store_true",
                        help="scale: also 1e9 cells (Spark only; about 20 minutes on 2 cores and 40 GB of disk)")

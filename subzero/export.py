@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from astropy.io.fits import Header
 
 __all__ = ["to_fits_coords", "from_fits_coords", "mask_boxes", "check_output", "write_mask", "write_fits_mask",
-           "write_regions", "Panel", "plot_panels", "MASK_SUFFIXES", "PLOT_SUFFIXES", "REGION_SUFFIXES"]
+           "write_regions", "Panel", "plot_panels", "panel_window", "window_mask", "display_of", "MASK_SUFFIXES",
+           "PLOT_SUFFIXES", "REGION_SUFFIXES"]
 
 MASK_SUFFIXES = (".npy", ".fits", ".fit", ".fts")
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")
@@ -186,8 +187,10 @@ def write_fits_mask(path: str | os.PathLike, mask: np.ndarray, header: "Header |
     return p
 
 
-def write_regions(path: str | os.PathLike, mask: np.ndarray, color: str = "red", text: str | None = None) -> Path:
-    """Write the cells of a 2-D mask as a DS9 region file in image coordinates.
+def write_regions(path: str | os.PathLike, mask: np.ndarray, color: str = "red", text: str | None = None,
+                  wcs: Any = None) -> Path:
+    """Write the cells of a 2-D mask as a DS9 region file in image coordinates, or in fk5
+    (degrees) through ``wcs`` (an astropy celestial WCS of the mask's pixel grid).
 
     Cells merge into rectangles (`mask_boxes`), so a star is a handful of boxes, not one
     region per pixel; DS9 places pixel ``(row, col)`` at ``x = col + 1, y = row + 1``.
@@ -210,10 +213,17 @@ def write_regions(path: str | os.PathLike, mask: np.ndarray, color: str = "red",
     shapes = []
     for i, (r0, r1, c0, c1) in enumerate(mask_boxes(mask)):
         meta = {"text": text} if text and i == 0 else {}
-        shapes.append(RectanglePixelRegion(PixCoord(x=(c0 + c1 - 1) / 2, y=(r0 + r1 - 1) / 2), width=c1 - c0,
-                                           height=r1 - r0, meta=meta, visual={"color": color}))
+        region = RectanglePixelRegion(PixCoord(x=(c0 + c1 - 1) / 2, y=(r0 + r1 - 1) / 2), width=c1 - c0,
+                                      height=r1 - r0, meta=meta, visual={"color": color})
+        if wcs is not None:  # fk5: DS9's default sky frame; the rectangle keeps its pixel extent
+            region = region.to_sky(wcs)
+            region.center = region.center.transform_to("fk5")
+        shapes.append(region)
+    text = Regions(shapes).serialize(format="ds9")
+    if wcs is not None:  # astropy-regions names FK5 J2000 "j2000"; DS9 and the world call it fk5
+        text = text.replace("\nj2000\n", "\nfk5\n", 1)
     with _atomic(p) as tmp:
-        Regions(shapes).write(str(tmp), format="ds9", overwrite=True)
+        tmp.write_text(text)
     return p
 
 
@@ -221,50 +231,136 @@ def write_regions(path: str | os.PathLike, mask: np.ndarray, color: str = "red",
 
 @dataclass(frozen=True)
 class Panel:
-    """One picture: a 2-D array, the cells to show over it, and a title."""
+    """One picture: a 2-D array, the cells to show over it, and a title.
+
+    ``image`` may be any 2-D array-like (a stored array reads only the window drawn);
+    ``mask`` a boolean array of its shape or a `subzero.frontier.Frontier` over it; ``wcs``
+    the celestial WCS of its pixel grid (sky axes); ``display`` ``"image"``, ``"labels"``
+    or ``"mask"`` (default: from the dtype: booleans are masks, integers labels).
+    """
 
     title: str
     image: Any
-    mask: np.ndarray
+    mask: Any
+    wcs: Any = None
+    display: str | None = None
+
+
+def _bbox(cells: Any) -> tuple[int, int, int, int] | None:
+    """``(r0, r1, c0, c1)`` of a mask or a Frontier's cells, or None when empty."""
+    if hasattr(cells, "bbox"):
+        box = cells.bbox()
+        return None if box is None else (int(box[0][0]), int(box[1][0]), int(box[0][1]), int(box[1][1]))
+    hit = np.argwhere(np.asarray(cells, dtype=bool))
+    if not len(hit):
+        return None
+    (r0, c0), (r1, c1) = hit.min(axis=0), hit.max(axis=0) + 1
+    return int(r0), int(r1), int(c0), int(c1)
+
+
+def panel_window(shape: tuple[int, int], cells: Any, margin: float = 0.5, min_margin: int = 8,
+                 whole: float = 0.5) -> tuple[int, int, int, int]:
+    """The part of an array a picture shows: the cells' bounding box with a margin (half its
+    size, at least ``min_margin`` cells) on every side, clipped to the array; the whole array
+    when that window would cover more than ``whole`` of it, or there are no cells.
+
+    Examples
+    --------
+    >>> mask = np.zeros((1000, 1000), bool); mask[500:504, 300:310] = True
+    >>> panel_window(mask.shape, mask)
+    (492, 512, 292, 318)
+    >>> panel_window((40, 60), np.ones((40, 60), bool))
+    (0, 40, 0, 60)
+    """
+    rows, cols = int(shape[0]), int(shape[1])
+    box = _bbox(cells)
+    if box is None:
+        return 0, rows, 0, cols
+    r0, r1, c0, c1 = box
+    pad = max(min_margin, int(np.ceil(margin * max(r1 - r0, c1 - c0))))
+    r0, r1, c0, c1 = max(0, r0 - pad), min(rows, r1 + pad), max(0, c0 - pad), min(cols, c1 + pad)
+    if (r1 - r0) * (c1 - c0) > whole * rows * cols:
+        return 0, rows, 0, cols
+    return r0, r1, c0, c1
+
+
+def window_mask(cells: Any, window: tuple[int, int, int, int]) -> np.ndarray:
+    """The cells (a mask or a Frontier) inside ``window`` as a boolean mask of the window,
+    without making a mask of the whole array for a Frontier."""
+    r0, r1, c0, c1 = window
+    if not hasattr(cells, "boxes"):
+        return np.asarray(cells, dtype=bool)[r0:r1, c0:c1]
+    out = np.zeros((r1 - r0, c1 - c0), bool)
+    if cells.is_empty:
+        return out
+    inside = cells.within((r0, c0), (r1, c1))
+    if inside.is_empty:
+        return out
+    lo, hi = inside.boxes()
+    for (a, b), (c, d) in zip(lo.tolist(), hi.tolist()):
+        out[max(a, r0) - r0:min(c, r1) - r0, max(b, c0) - c0:min(d, c1) - c0] = True
+    return out
+
+
+def display_of(image: np.ndarray, display: str | None = None) -> str:
+    """``display``, or from the dtype: ``"mask"`` for booleans, ``"labels"`` for integers,
+    else ``"image"``."""
+    if display:
+        return display
+    kind = np.asarray(image).dtype.kind
+    return "mask" if kind == "b" else ("labels" if kind in "iu" else "image")
 
 
 def _norm(image: np.ndarray):
-    """A display normalisation: DS9's zscale for images, min..max for labels and flags."""
+    """A display normalisation: DS9's zscale with an asinh stretch (min..max when zscale
+    cannot tell, e.g. a constant image)."""
     from matplotlib.colors import Normalize
 
     finite = image[np.isfinite(image)] if image.dtype.kind == "f" else image.reshape(-1)
     if finite.size == 0:
         return Normalize(0, 1)
     lo, hi = float(finite.min()), float(finite.max())
-    discrete = image.dtype.kind in "biu" and np.unique(finite[: 1 << 16]).size <= 16
-    if not discrete and finite.size > 16:
-        try:
-            from astropy.visualization import AsinhStretch, ImageNormalize, ZScaleInterval
+    if finite.size > 16:
+        from astropy.visualization import AsinhStretch, ImageNormalize, ZScaleInterval
 
-            zlo, zhi = ZScaleInterval().get_limits(finite)
-            if zhi > zlo:
-                return ImageNormalize(vmin=zlo, vmax=zhi, stretch=AsinhStretch(0.5), clip=True)
-        except ImportError:  # pragma: no cover - astropy is a dependency
-            zlo, zhi = np.percentile(finite, [1, 99.5])
-            if zhi > zlo:
-                return Normalize(float(zlo), float(zhi), clip=True)
+        zlo, zhi = ZScaleInterval().get_limits(finite)
+        if zhi > zlo:
+            return ImageNormalize(vmin=zlo, vmax=zhi, stretch=AsinhStretch(0.5), clip=True)
     return Normalize(lo, hi if hi > lo else lo + 1)
 
 
-def plot_panels(path: str | os.PathLike, panels: Sequence[Panel], origin: str = "upper", color: str = "red",
-                max_inches: tuple[float, float] = (16.0, 9.0), dpi: int = 100) -> Path:
-    """Draw each panel's image with its cells as a translucent overlay and an outline,
-    side by side, and save the figure (PNG, PDF or SVG by the suffix).
+def _rgb(image: np.ndarray, display: str) -> np.ndarray | None:
+    """Labels in a categorical colormap, masks in two colours (``uint8`` RGB); None for images."""
+    if display == "labels":
+        from subzero.view.tiles import label_colors
 
-    The figure is the panels and nothing else (titles sit inside them), so a single
-    panel's picture has the array's aspect: ``width / height == cols / rows``.
+        return label_colors(image)
+    if display == "mask":
+        from subzero.view.tiles import MASK_RGB
+
+        return np.asarray(MASK_RGB, np.uint8)[np.asarray(image, bool).astype(np.intp)]
+    return None
+
+
+def plot_panels(path: str | os.PathLike, panels: Sequence[Panel], origin: str = "upper", color: str = "red",
+                panel_inches: float = 4.5, dpi: int = 100) -> Path:
+    """Draw each panel as a cutout around its cells, with axes, side by side, and save the
+    figure (PNG, PDF or SVG by the suffix).
+
+    Each panel shows `panel_window` of its array (the whole array when the cells span most
+    of it): images with DS9's zscale and an asinh stretch, labels in a categorical colormap,
+    masks in two colours; the cells as a translucent overlay with an outline (and a ring
+    when they are too small to see). Axes count the array's rows and columns (FITS/DS9
+    ``x``, ``y`` from 1 with ``origin="lower"``), or RA and Dec when the panel has a WCS;
+    the title sits above the panel, never on the data.
 
     Parameters
     ----------
     panels
         2-D panels, left to right (e.g. the query's cells, then the traced cells).
     origin
-        ``"upper"``: row 0 at the top (numpy); ``"lower"``: y up, as DS9 shows FITS images.
+        ``"upper"``: row 0 at the top (numpy); ``"lower"``: y up and FITS coordinates, as
+        DS9 shows FITS images.
     """
     from matplotlib.colors import to_rgba
     from matplotlib.figure import Figure  # no pyplot: no global backend, no GUI, nothing to close
@@ -273,40 +369,57 @@ def plot_panels(path: str | os.PathLike, panels: Sequence[Panel], origin: str = 
     if not panels:
         raise LineageError("--plot: nothing to draw")
     for panel in panels:
-        if np.ndim(panel.image) != 2:
+        if len(np.shape(panel.image)) != 2:
             raise LineageError(f"--plot: {panel.title!r} has shape {np.shape(panel.image)}; only 2-D arrays are drawn")
-    rows = max(np.shape(pl.image)[0] for pl in panels)
-    gap = max(1, round(0.02 * max(np.shape(pl.image)[1] for pl in panels)))  # in cells
-    cols = sum(np.shape(pl.image)[1] for pl in panels) + gap * (len(panels) - 1)
-    scale = min(max_inches[0] / cols, max_inches[1] / rows, 0.5)  # inches per cell
-    if scale * max(rows, cols) < 3.0:  # tiny arrays: at least 3 inches on the long side
-        scale = 3.0 / max(rows, cols)
-    fig = Figure(figsize=(cols * scale, rows * scale), dpi=dpi)
-    x = 0
+    windows = [panel_window(np.shape(pl.image), pl.mask) for pl in panels]
+    aspects = [(w[3] - w[2]) / (w[1] - w[0]) for w in windows]  # width / height of each cutout
+    height = panel_inches
+    widths = [min(max(a * height, 1.6), 3 * height) for a in aspects]
+    fig = Figure(figsize=(sum(widths) + 0.9 * len(panels), height + 1.0), dpi=dpi, layout="constrained")
+    grid = fig.add_gridspec(1, len(panels), width_ratios=widths)
     rgba = to_rgba(color)
-    for panel in panels:
-        image = np.asarray(panel.image)
-        mask = np.asarray(panel.mask, dtype=bool)
-        r, c = image.shape
-        ax = fig.add_axes((x / cols, (rows - r) / rows if origin == "upper" else 0.0, c / cols, r / rows))
-        x += c + gap
-        ax.set_axis_off()
-        shown = image.astype(np.float32) if image.dtype.kind == "b" else image
-        ax.imshow(shown, cmap="gray", norm=_norm(np.asarray(shown)), origin=origin,
-                  interpolation="nearest", aspect="auto")
-        overlay = np.zeros((r, c, 4), dtype=np.float32)
+    fits = origin == "lower"
+    for k, (panel, (r0, r1, c0, c1)) in enumerate(zip(panels, windows)):
+        image = np.asarray(panel.image[r0:r1, c0:c1])
+        mask = window_mask(panel.mask, (r0, r1, c0, c1))
+        display = display_of(image, panel.display)
+        wcs = panel.wcs[r0:r1, c0:c1] if panel.wcs is not None else None
+        ax = fig.add_subplot(grid[0, k], projection=wcs) if wcs is not None else fig.add_subplot(grid[0, k])
+        base = 1.0 if fits else 0.0  # FITS pixels count from 1
+        extent = None  # WCS axes draw in the cutout's own pixels, and with north up (origin lower)
+        if wcs is None:
+            x0, x1, y0, y1 = c0 - 0.5 + base, c1 - 0.5 + base, r0 - 0.5 + base, r1 - 0.5 + base
+            extent = (x0, x1, y0, y1) if origin == "lower" else (x0, x1, y1, y0)
+        shown_origin = "lower" if wcs is not None else origin
+        shown = _rgb(image, display)
+        if shown is not None:
+            ax.imshow(shown, origin=shown_origin, interpolation="nearest", extent=extent, aspect="equal")
+        else:
+            values = image.astype(np.float32) if image.dtype.kind == "b" else image
+            ax.imshow(values, cmap="gray", norm=_norm(np.asarray(values)), origin=shown_origin,
+                      interpolation="nearest", extent=extent, aspect="equal")
+        overlay = np.zeros(mask.shape + (4,), dtype=np.float32)
         overlay[mask] = (rgba[0], rgba[1], rgba[2], 0.45)
-        ax.imshow(overlay, origin=origin, interpolation="nearest", aspect="auto")
+        ax.imshow(overlay, origin=shown_origin, interpolation="nearest", extent=extent, aspect="equal")
         if mask.any() and not mask.all():
-            ax.contour(mask.astype(np.float32), levels=[0.5], colors=[color], linewidths=1.0)
-            (r0, c0), (r1, c1) = np.argwhere(mask).min(axis=0), np.argwhere(mask).max(axis=0)
-            if max(r1 - r0 + 1, c1 - c0 + 1) * scale * dpi < 16:  # too small to see: ring it
-                ax.plot([(c0 + c1) / 2], [(r0 + r1) / 2], marker="o", markersize=16, markerfacecolor="none",
-                        markeredgecolor=color, markeredgewidth=1.5)
-        ax.set_xlim(-0.5, c - 0.5)
-        ax.set_ylim((r - 0.5, -0.5) if origin == "upper" else (-0.5, r - 0.5))
-        ax.text(0.01, 0.99, panel.title, transform=ax.transAxes, va="top", ha="left", fontsize=9,
-                color="white", bbox={"facecolor": "black", "alpha": 0.6, "pad": 2, "edgecolor": "none"})
+            xs = np.arange(c0, c1) + (base if extent is not None else -c0)
+            ys = np.arange(r0, r1) + (base if extent is not None else -r0)
+            ax.contour(xs, ys, mask.astype(np.float32), levels=[0.5], colors=[color], linewidths=1.0)
+            (a0, b0), (a1, b1) = np.argwhere(mask).min(axis=0), np.argwhere(mask).max(axis=0)
+            if max(a1 - a0 + 1, b1 - b0 + 1) < 0.02 * max(mask.shape):  # too small to see: ring it
+                ax.plot([xs[(b0 + b1) // 2]], [ys[(a0 + a1) // 2]], marker="o", markersize=16,
+                        markerfacecolor="none", markeredgecolor=color, markeredgewidth=1.5)
+        if wcs is not None:
+            ax.coords[0].set_axislabel("RA")
+            ax.coords[1].set_axislabel("Dec")
+        else:
+            ax.set_xlabel("x (FITS)" if fits else "column")
+            ax.set_ylabel("y (FITS)" if fits else "row")
+        ax.tick_params(labelsize=8)
+        whole = (r0, r1, c0, c1) == (0, np.shape(panel.image)[0], 0, np.shape(panel.image)[1])
+        where = "" if whole else (f" [x {c0 + 1}:{c1}, y {r0 + 1}:{r1}]" if fits else f" [rows {r0}:{r1}, cols {c0}:{c1}]")
+        ax.set_title(panel.title + (f"\n{where.strip()}" if where else ""), fontsize=9)
     with _atomic(p) as tmp:
-        fig.savefig(tmp, dpi=dpi, format=p.suffix.lstrip(".").lower(), facecolor="white")
+        fig.savefig(tmp, dpi=dpi, format=p.suffix.lstrip(".").lower(), facecolor="white", bbox_inches="tight",
+                    pad_inches=0.1)
     return p

@@ -239,10 +239,10 @@ def test_query_writes_mask_regions_and_plot(own_data, capsys):
 
     from matplotlib.image import imread
 
-    height, width = imread(str(out / "star.png")).shape[:2]
-    rows, cols = expected.shape
-    gap = max(1, round(0.02 * cols))
-    assert abs(width / height - (2 * cols + gap) / rows) < 0.03  # both ends, side by side, the image's aspect
+    pixels = imread(str(out / "star.png"))[..., :3]
+    height, width = pixels.shape[:2]
+    assert width > 1.5 * height  # both ends, side by side, each a cutout around its cells
+    assert np.count_nonzero((pixels[..., 0] > pixels[..., 1] + 0.25) & (pixels[..., 0] > pixels[..., 2] + 0.25)) > 500
 
 
 def test_fits_mask_of_a_query(own_data, capsys):
@@ -305,7 +305,7 @@ def test_plot_and_regions_of_arrays_that_are_not_2d(store, tmp_path, capsys):
     from matplotlib.image import imread
 
     height, width = imread(str(tmp_path / "p.png")).shape[:2]
-    assert abs(width / height - 64 / 48) < 0.02  # only exposure_a
+    assert width < 1.6 * height  # only exposure_a: one panel
     done = run_cli("query", str(store), "forward", "column_total", "--to", "column_total", "--cells", "3",
                    "--plot", str(tmp_path / "q.png"))
     one_line_error(done, "--plot draws 2-D arrays")
@@ -557,8 +557,7 @@ def test_brush_from_the_command_line(own_data, capsys):
     from matplotlib.image import imread
 
     height, width = imread(str(out / "b.png")).shape[:2]
-    rows, cols = traced.shape
-    assert abs(width / height - (3 * cols + 2 * max(1, round(0.02 * cols))) / rows) < 0.03  # three panels
+    assert width > 2.2 * height  # three panels side by side
     assert main(["brush", str(own_data / "run"), "stars", "--cells", "21,13", "--fits-coords", "--to", "raw"]) == 0
     text = capsys.readouterr().out.splitlines()
     assert text[0].startswith("brushed stars: 1 cell(s) in [21:21,13:13]") and text[1].startswith("  <- raw: ")
@@ -701,11 +700,39 @@ def test_the_readme_walkthrough_runs_as_written(tmp_path):
     np.testing.assert_array_equal(cover, traced)
     from matplotlib.image import imread
 
-    rows, cols = traced.shape
-    gap = max(1, round(0.02 * cols))
     for name, panels in (("star.png", 2), ("brush.png", 3)):
         height, width = imread(str(tmp_path / name)).shape[:2]
-        assert abs(width / height - (panels * cols + (panels - 1) * gap) / rows) < 0.03, name
+        assert width > (panels - 0.8) * height, name  # the panels side by side
     assert "-> stars: " in outs[3]
     after = np.asarray(sz.open_run(tmp_path / "runs" / "no-star").output("stars"))
     assert not after[star].any() and "within the forward lineage" in outs[4]
+
+
+def test_sky_positions_and_fk5_regions(own_data, capsys, tmp_path):
+    from astropy.wcs import WCS
+    from regions import Regions
+
+    run = sz.open_run(own_data / "run")
+    header = fits.getheader(own_data / "exposure.fits", "SCI")
+    wcs = WCS(header).celestial
+    sky = wcs.pixel_to_world(20, 12)  # numpy cell (12, 20): the brightest star
+    text = sky.to_string("hmsdms", sep=":", precision=4)
+    assert main(["query", str(own_data / "run"), "backward", "stars", "--to", "raw", "--sky", text, "--json",
+                 "--regions", str(tmp_path / "sky.reg"), "--regions-frame", "fk5"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    expected = run.backward("stars", [(12, 20)], to="raw")
+    assert data["cells"] == expected.tolist()
+    assert "\nfk5\n" in (tmp_path / "sky.reg").read_text()
+    cover = np.zeros(run.shape("raw"), bool)
+    for region in Regions.read(str(tmp_path / "sky.reg"), format="ds9"):
+        cover |= region.to_pixel(wcs).to_mask(mode="center").to_image(cover.shape).astype(bool)
+    np.testing.assert_array_equal(cover, run.backward_mask("stars", [(12, 20)], to="raw"))
+    degrees = f"{sky.ra.deg} {sky.dec.deg}"
+    assert main(["query", str(own_data / "run"), "backward", "stars", "--to", "raw", "--sky", degrees, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cells"] == expected.tolist()
+    for argv, message in ((["--sky", "150.1"], "give 'RA DEC'"), (["--sky", "150.2 2.2"], "outside the array"), (["--sky", "10 -50"], "does not project"),
+                          (["--cells", "1,1", "--regions", str(tmp_path / "d.reg"), "--regions-frame", "fk5",
+                            "--to", "dark"], "'dark' has no WCS")):
+        to = [] if "--to" in argv else ["--to", "raw"]
+        done = run_cli("query", str(own_data / "run"), "backward", "stars", *to, *argv)
+        one_line_error(done, message)

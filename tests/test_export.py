@@ -105,46 +105,77 @@ def png(path):
     return image_io.imread(str(path))
 
 
-def test_a_plot_has_the_array_aspect_and_shows_the_cells(tmp_path):
+class Recording:
+    """A 2-D array-like that records the slices read from it (a stored array reads only those)."""
+
+    def __init__(self, array):
+        self.array, self.reads = array, []
+        self.shape, self.dtype = array.shape, array.dtype
+
+    def __getitem__(self, key):
+        self.reads.append(key)
+        return self.array[key]
+
+
+def red_pixels(path) -> int:
+    pixels = png(path)[..., :3]
+    return int(np.count_nonzero((pixels[..., 0] > pixels[..., 1] + 0.25) & (pixels[..., 0] > pixels[..., 2] + 0.25)))
+
+
+def test_a_plot_is_a_cutout_around_the_cells_read_alone(tmp_path):
+    from subzero.export import panel_window
+
     rng = np.random.default_rng(0)
-    image = rng.normal(100, 5, (40, 60))
+    image = Recording(rng.normal(100, 5, (1000, 1200)))
+    mask = np.zeros((1000, 1200), bool)
+    mask[500:506, 300:304] = True
+    assert panel_window(mask.shape, mask) == (492, 514, 292, 312)  # the box, 8 cells of margin at least
+    plot_panels(tmp_path / "p.png", [Panel("star", image, mask)])
+    assert image.reads == [(slice(492, 514), slice(292, 312))]  # never the whole array
+    assert red_pixels(tmp_path / "p.png") > 2000  # the traced cells fill a good part of the picture
+
+
+def test_the_whole_array_when_the_cells_span_it(tmp_path):
+    from subzero.export import panel_window
+    from subzero.frontier import Frontier
+
     mask = star_mask()
-    plot_panels(tmp_path / "p.png", [Panel("stars", image, mask)])
-    pixels = png(tmp_path / "p.png")
-    height, width = pixels.shape[:2]
-    assert abs(width / height - 60 / 40) < 0.02
-    per_cell = width / 60
-
-    def rgb(row, col):
-        return pixels[int((row + 0.5) * per_cell), int((col + 0.5) * per_cell), :3]
-
-    traced, other = rgb(11, 21), rgb(25, 40)
-    assert traced[0] > traced[1] + 0.2 and abs(other[0] - other[1]) < 0.05  # red over the cells only
-
-
-def test_side_by_side_and_origin_lower(tmp_path):
-    image = np.arange(40 * 60, dtype=float).reshape(40, 60)
-    small = np.arange(20 * 30).reshape(20, 30)
-    mask = star_mask()
-    plot_panels(tmp_path / "p.png", [Panel("a", image, mask), Panel("b", small, np.zeros((20, 30), bool))],
+    assert panel_window(mask.shape, mask) == (0, 40, 0, 60)  # a star and a far cell: most of the array
+    assert panel_window((40, 60), np.zeros((40, 60), bool)) == (0, 40, 0, 60)
+    frontier = Frontier.of_boxes(np.array([[100, 200]]), np.array([[110, 220]]), (1000, 1000))
+    assert panel_window(frontier.shape, frontier) == (90, 120, 190, 230)
+    plot_panels(tmp_path / "p.png", [Panel("a", np.arange(2400.0).reshape(40, 60), mask),
+                                     Panel("b", np.arange(600).reshape(20, 30), np.zeros((20, 30), bool))],
                 origin="lower")
     height, width = png(tmp_path / "p.png").shape[:2]
-    gap = 1  # one cell between panels (2% of 60, at least 1)
-    assert abs(width / height - (60 + gap + 30) / 40) < 0.03
-    pixels = png(tmp_path / "p.png")
-    per_cell = height / 40
-    # origin lower: row 11 is drawn 11 cells up from the bottom
-    r, g = pixels[int(height - (11 + 0.5) * per_cell), int(21.5 * per_cell), :2]
-    assert r > g + 0.2
+    assert width > 1.5 * height and red_pixels(tmp_path / "p.png") > 50
 
 
-def test_plots_of_labels_tiny_and_constant_arrays(tmp_path):
-    labels = np.zeros((5, 7), dtype=np.int32)
-    labels[1:3, 2:4] = 1
-    plot_panels(tmp_path / "l.png", [Panel("labels", labels, labels > 0),
-                                      Panel("flat", np.ones((5, 7)), np.ones((5, 7), bool)),
-                                      Panel("nan", np.full((5, 7), np.nan), np.zeros((5, 7), bool))])
-    assert png(tmp_path / "l.png").shape[1] >= 300  # tiny arrays are scaled up
+def test_window_masks_of_frontiers_match_masks():
+    from subzero.export import window_mask
+    from subzero.frontier import Frontier
+
+    mask = star_mask((40, 60))
+    for cells in (Frontier.of_mask(mask), Frontier.of_ids(np.flatnonzero(mask), mask.shape), mask):
+        np.testing.assert_array_equal(window_mask(cells, (8, 20, 18, 30)), mask[8:20, 18:30])
+
+
+def test_labels_in_a_categorical_colormap_and_sky_axes(tmp_path):
+    from astropy.wcs import WCS
+
+    from subzero.export import _rgb, display_of
+
+    labels = np.zeros((50, 70), dtype=np.int32)
+    labels[10:14, 20:24], labels[30:33, 40:44], labels[31, 45] = 1, 2, 3
+    assert display_of(labels) == "labels" and display_of(labels > 0) == "mask" and display_of(labels * 1.0) == "image"
+    colours = _rgb(labels, "labels")
+    assert colours[0, 0].tolist() == [0, 0, 0] and len({tuple(colours[r, c]) for r, c in ((11, 21), (31, 41), (31, 45))}) == 3
+    w = WCS(naxis=2)
+    w.wcs.ctype, w.wcs.crval, w.wcs.crpix, w.wcs.cdelt = ["RA---TAN", "DEC--TAN"], [150, 2], [35, 25], [-1e-4, 1e-4]
+    plot_panels(tmp_path / "l.png", [Panel("labels", labels, labels == 2, wcs=w),
+                                     Panel("flat", np.ones((5, 7)), np.ones((5, 7), bool)),
+                                     Panel("nan", np.full((5, 7), np.nan), np.zeros((5, 7), bool))])
+    assert png(tmp_path / "l.png").shape[1] >= 300
 
 
 def test_a_plot_refuses_arrays_that_are_not_2d(tmp_path):

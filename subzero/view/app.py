@@ -1,0 +1,254 @@
+"""The viewer's web app (Starlette): the page, its tiles and the JSON API over one stored run.
+
+Routes
+------
+``GET /``                                  the page (``static/index.html``)
+``GET /static/...``                        its script and style
+``GET /api/nodes``                         the nodes: ``[{name, operator, shape, dtype, strategies, inputs, ...}]``
+``POST /api/lineage``                      ``{"node", "direction", "boxes", "to"}`` -> ``{"answers": {...}, "ms": M}``
+``POST /api/export``                       the same body plus ``"target"`` and ``"format"``
+                                           (``npy``, ``fits``, ``reg``, ``reg-fk5``): the answer in ``target`` as a file
+``GET /api/pixel/{node}?row=R&col=C``      the cell's value, and its RA/Dec where the node has a WCS
+``GET /tiles/{node}/{z}/{ty}/{tx}.png``    a tile of a 2-D node (`subzero.view.tiles`)
+
+Every error is JSON ``{"error": "..."}``: 400 for a bad request (not JSON, unknown node,
+box outside the array, bad direction...), 404 for what does not exist. The app only reads
+the store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from subzero.errors import LineageError, StoreError
+from subzero.view.lineage import (answer_frontiers, display_kind, lineage_answers, node_list,
+                                  parse_lineage_request)
+from subzero.view.sky import node_wcs, pixel_to_sky
+from subzero.view.tiles import TILE, TilePyramid, run_cache_dir
+
+if TYPE_CHECKING:
+    from subzero.run import Run
+
+__all__ = ["create_app", "STATIC", "EXPORT_FORMATS"]
+
+STATIC = Path(__file__).parent / "static"
+EXPORT_FORMATS = {"npy": ".npy", "fits": ".fits", "reg": ".reg", "reg-fk5": ".reg"}
+log = logging.getLogger("subzero.view")
+
+
+class _NotFound(Exception):
+    """A tile or node that does not exist: HTTP 404."""
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise LineageError(f"the body is not JSON ({exc.msg if hasattr(exc, 'msg') else exc}); send an object such "
+                           'as {"node": "stars", "direction": "backward", "boxes": [[10, 26, 30, 46]], '
+                           '"to": null}') from None
+
+
+class Viewer:
+    """The state of the app: the run, its nodes' WCS and tile pyramids (made on first use)."""
+
+    def __init__(self, run: "Run", cache_dir: Path | None = None):
+        self.run = run
+        self.cache_dir = cache_dir or run_cache_dir(run)
+        self.wcs = node_wcs(run)
+        self.nodes = node_list(run, {name: True for name in self.wcs})
+        self._pyramids: dict[str, TilePyramid] = {}
+        self.warmed = threading.Event()
+        self.warm_seconds: float | None = None
+        for entry in self.nodes:
+            if len(entry["shape"]) == 2:
+                entry["tile"] = TILE
+                entry["levels"] = self.pyramid(entry["name"]).top + 1
+
+    def warm(self) -> None:
+        """Make every 2-D node's stretch limits and overview tile (the page's first view), so
+        the slow tiles, those that read a whole array, are made once, before they are asked for."""
+        t0 = time.perf_counter()
+        for entry in self.nodes:
+            if len(entry["shape"]) != 2:
+                continue
+            try:
+                pyramid = self.pyramid(entry["name"])
+                pyramid.limits()
+                pyramid.png(pyramid.top, 0, 0)
+            except Exception as exc:  # a damaged chunk: its tile requests will report it  # noqa: BLE001
+                log.warning("view: could not prepare the overview of %s: %s", entry["name"], exc)
+        self.warm_seconds = time.perf_counter() - t0
+        self.warmed.set()
+
+    def pyramid(self, name: str) -> TilePyramid:
+        if name not in self._pyramids:
+            if name not in self.run.catalog.nodes:
+                raise _NotFound(f"unknown node {name!r}")
+            if len(self.run.shape(name)) != 2:
+                raise _NotFound(f"node {name!r} has shape {self.run.shape(name)}: only 2-D nodes have tiles")
+            self._pyramids[name] = TilePyramid(self.run, name, self.cache_dir, display_kind(self.run, name))
+        return self._pyramids[name]
+
+
+def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True) -> Starlette:
+    """The viewer app over ``run`` (`subzero.open_run`); tiles cached under ``cache_dir``
+    (default `subzero.view.tiles.run_cache_dir`). With ``warm``, a background thread makes
+    every node's overview tile at once (`Viewer.warm`)."""
+    viewer = Viewer(run, cache_dir)
+    if warm:
+        threading.Thread(target=viewer.warm, name="subzero-view-warm", daemon=True).start()
+
+    async def index(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    async def nodes(request: Request) -> Response:
+        return JSONResponse(viewer.nodes)
+
+    async def info(request: Request) -> Response:
+        return JSONResponse({"store": run.path, "workflow": run.workflow.name, "status": run.catalog.status,
+                             "tile": TILE})
+
+    async def lineage(request: Request) -> Response:
+        body = await _json_body(request)
+        from starlette.concurrency import run_in_threadpool
+
+        req = parse_lineage_request(run, body)
+        return JSONResponse(await run_in_threadpool(lineage_answers, run, req))
+
+    async def export(request: Request) -> Response:
+        body = await _json_body(request)
+        if not isinstance(body, dict):
+            raise LineageError("the body must be a JSON object: the lineage request plus \"target\" and \"format\"")
+        body = dict(body)
+        target, fmt = body.pop("target", None), body.pop("format", None)
+        if fmt not in EXPORT_FORMATS:
+            raise LineageError(f'"format" must be one of {", ".join(EXPORT_FORMATS)}, got {fmt!r}')
+        if not isinstance(target, str):
+            raise LineageError(f'"target" must be the name of the node whose cells to export, got {target!r}')
+        brushed = body.get("node")
+        body["to"] = None if target == brushed else [target]
+        req = parse_lineage_request(run, body)
+        from starlette.concurrency import run_in_threadpool
+
+        data, filename = await run_in_threadpool(_export_file, viewer, req, target, fmt)
+        media = {"npy": "application/octet-stream", "fits": "application/fits"}.get(fmt, "text/plain")
+        return Response(data, media_type=media, headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+
+    async def pixel(request: Request) -> Response:
+        name = request.path_params["node"]
+        if name not in run.catalog.nodes:
+            raise _NotFound(f"unknown node {name!r}")
+        shape = run.shape(name)
+        try:
+            row, col = int(request.query_params["row"]), int(request.query_params["col"])
+        except (KeyError, ValueError):
+            raise LineageError("give ?row=R&col=C (integers)") from None
+        if len(shape) != 2 or not (0 <= row < shape[0] and 0 <= col < shape[1]):
+            raise LineageError(f"cell ({row}, {col}) is outside node {name!r} of shape {tuple(shape)}")
+        from starlette.concurrency import run_in_threadpool
+
+        value = (await run_in_threadpool(run.output(name).__getitem__, (row, col))).item()
+        out: dict[str, Any] = {"node": name, "row": row, "col": col,
+                               "value": None if isinstance(value, float) and not np.isfinite(value) else value}
+        if name in viewer.wcs:
+            out["ra"], out["dec"] = pixel_to_sky(viewer.wcs[name], row, col)
+        return JSONResponse(out)
+
+    async def tile(request: Request) -> Response:
+        p = request.path_params
+        pyramid = viewer.pyramid(p["node"])
+        from starlette.concurrency import run_in_threadpool
+
+        try:
+            pyramid.check(p["z"], p["ty"], p["tx"])
+        except LineageError as exc:
+            raise _NotFound(str(exc)) from None
+        data = await run_in_threadpool(pyramid.png, p["z"], p["ty"], p["tx"])
+        return Response(data, media_type="image/png", headers={"Cache-Control": "max-age=3600"})
+
+    async def bad_request(request: Request, exc: Exception) -> Response:
+        return _error(400, str(exc))
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error(404, str(exc))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        detail = getattr(exc, "detail", str(exc))
+        return _error(getattr(exc, "status_code", 500), detail if isinstance(detail, str) else str(detail))
+
+    routes = [
+        Route("/", index),
+        Route("/api/run", info),
+        Route("/api/nodes", nodes),
+        Route("/api/lineage", lineage, methods=["POST"]),
+        Route("/api/export", export, methods=["POST"]),
+        Route("/api/pixel/{node}", pixel),
+        Route("/tiles/{node}/{z:int}/{ty:int}/{tx:int}.png", tile),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    app = Starlette(routes=routes, exception_handlers={LineageError: bad_request, StoreError: bad_request,
+                                                       _NotFound: not_found, HTTPException: http_error})
+    app.state.viewer = viewer
+    return app
+
+
+def _export_file(viewer: Viewer, req, target: str, fmt: str) -> tuple[bytes, str]:
+    """The answer of ``req`` in ``target`` (or the brush itself when ``target`` is the brushed
+    node) written as ``fmt`` by `subzero.export`; returns the file's bytes and its name."""
+    from subzero.export import write_mask, write_regions
+
+    run = viewer.run
+    if target == req.node:
+        mask = np.zeros(run.shape(target), bool)
+        for lo, hi in zip(req.lo, req.hi):
+            mask[tuple(slice(a, b) for a, b in zip(lo, hi))] = True
+        what = f"cells brushed in {target}"
+    else:
+        frontiers, _ = answer_frontiers(run, req)
+        mask = frontiers[target].mask()
+        what = f"{req.direction} lineage in {target} of {int(np.prod(req.hi - req.lo, axis=1).sum())} cell(s) of {req.node}"
+    if fmt.startswith("reg") and mask.ndim != 2:
+        raise LineageError(f"DS9 regions are for 2-D images; node {target!r} has shape {mask.shape}; export a mask")
+    wcs = None
+    if fmt == "reg-fk5":
+        wcs = viewer.wcs.get(target)
+        if wcs is None:
+            raise LineageError(f"node {target!r} has no WCS (it is not a FITS input with one, nor on its pixel grid); "
+                               "export image regions (reg) instead")
+    name = f"{target}-{req.direction if target != req.node else 'brush'}{EXPORT_FORMATS[fmt]}"
+    with tempfile.TemporaryDirectory(prefix="subzero-view-") as tmp:
+        path = os.path.join(tmp, name)
+        if fmt in ("npy", "fits"):
+            header = None
+            if fmt == "fits":
+                from subzero.inputs import header_from_text
+
+                text = run.catalog.node(target).metadata.get("fits_header")
+                header = header_from_text(text) if text else None
+                if header is None and target in viewer.wcs:  # a node on a FITS input's pixel grid
+                    header = viewer.wcs[target].to_header()
+            write_mask(path, mask, header, history=f"subzero view: {what}")
+        else:
+            write_regions(path, mask, text=what, wcs=wcs)
+        return Path(path).read_bytes(), name

@@ -1,0 +1,230 @@
+"""The viewer's questions over a stored run: the nodes it shows, and the lineage of a brush.
+
+`node_list` describes every node for ``GET /api/nodes``; `parse_lineage_request` checks the
+body of ``POST /api/lineage`` (every mistake a `LineageError` naming it, which the app turns
+into HTTP 400); `lineage_answers` answers it with `Run.backward_many`/`Run.forward_many` in
+the box form (``as_="frontier"``, then disjoint boxes), so a brush is never expanded into
+cells where the steps can work on boxes.
+
+A box is flat, numpy's half-open bounds per axis: ``[r0, r1, c0, c1]`` for a 2-D node
+(``[lo0, hi0, lo1, hi1, ...]`` for any rank).
+
+>>> req = parse_lineage_request(run, {"node": "stars", "direction": "backward",   # doctest: +SKIP
+...                                   "boxes": [[10, 26, 30, 46]], "to": None})
+>>> lineage_answers(run, req)["answers"]["raw"]["cells"]                          # doctest: +SKIP
+484
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from subzero.boxes import normalize
+from subzero.errors import LineageError
+
+if TYPE_CHECKING:
+    from subzero.frontier import Frontier
+    from subzero.run import Run
+
+__all__ = ["LineageRequest", "node_list", "display_kind", "parse_lineage_request", "lineage_answers",
+           "answer_frontiers", "disjoint_boxes", "reachable", "DIRECTIONS"]
+
+DIRECTIONS = ("backward", "forward")
+#: boxes checked pairwise for overlap up to this many; beyond, the cover is rebuilt from the cells
+_PAIRWISE_LIMIT = 2048
+
+
+@dataclass(frozen=True)
+class LineageRequest:
+    """A checked ``POST /api/lineage`` body: the brushed node, the direction, the brush as
+    ``(lo, hi)`` arrays of shape ``(N, ndim)``, and the nodes to answer for."""
+
+    node: str
+    direction: str
+    lo: np.ndarray
+    hi: np.ndarray
+    to: tuple[str, ...]
+
+
+def display_kind(run: "Run", name: str) -> str:
+    """How a node is drawn: ``"mask"`` (booleans: flags), ``"labels"`` (a categorical
+    colormap) or ``"image"`` (zscale + asinh).
+
+    Integers are labels when their operator says so (its class name holds ``label``,
+    ``detect`` or ``segment``), or when a 256 x 256 sample from the middle of a 2-D array is
+    non-negative and mostly background (a quarter or more zeros) or holds few distinct values:
+    a segmentation map, not counts.
+    """
+    record = run.catalog.node(name)
+    dtype = np.dtype(record.dtype)
+    if dtype.kind == "b":
+        return "mask"
+    if dtype.kind not in "iu":
+        return "image"
+    node = run.workflow.node(name)
+    if not node.is_input and any(w in type(node.operator).__name__.lower() for w in ("label", "detect", "segment")):
+        return "labels"
+    shape = record.shape
+    if len(shape) != 2:
+        return "image"
+    r0, c0 = max(0, shape[0] // 2 - 128), max(0, shape[1] // 2 - 128)
+    sample = np.asarray(run.output(name)[r0:r0 + 256, c0:c0 + 256])
+    if sample.size and sample.min() >= 0 and (np.mean(sample == 0) >= 0.25 or np.unique(sample).size <= 64):
+        return "labels"
+    return "image"
+
+
+def reachable(run: "Run", name: str, direction: str) -> list[str]:
+    """The committed nodes ``direction`` reaches from ``name`` (its ancestors backward, its
+    descendants forward), in workflow order."""
+    node = run.node(name)
+    reach = run.workflow.ancestors(node) if direction == "backward" else run.workflow.descendants(node)
+    return [n.name for n in run.workflow.nodes if n in reach and n is not node and n.name in run.catalog.nodes]
+
+
+def node_list(run: "Run", sky: dict[str, bool] | None = None) -> list[dict[str, Any]]:
+    """Every committed node, as ``GET /api/nodes`` lists it: ``name, operator, shape, dtype,
+    strategies, inputs`` (the contract) plus ``kind`` (input/operator), ``display`` (see
+    `display_kind`) and ``wcs`` (whether pixel positions have sky coordinates)."""
+    from subzero.describe import operator_name
+
+    out = []
+    for node in run.workflow.nodes:
+        if node.name not in run.catalog.nodes:
+            continue
+        record = run.catalog.node(node.name)
+        out.append({"name": node.name, "operator": operator_name(node), "shape": list(record.shape),
+                    "dtype": str(record.dtype), "strategies": list(record.strategies),
+                    "inputs": [i.name for i in node.inputs], "kind": record.kind,
+                    "display": display_kind(run, node.name), "wcs": bool((sky or {}).get(node.name, False))})
+    return out
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float)
+                                                                          and not value.is_integer()):
+        raise LineageError(f"{what} must be an integer, got {value!r}")
+    return int(value)
+
+
+def parse_lineage_request(run: "Run", body: Any) -> LineageRequest:
+    """Check a ``POST /api/lineage`` body against the run.
+
+    Raises
+    ------
+    LineageError
+        Not an object, a missing or unknown node, a bad direction, boxes that are not
+        ``[[lo0, hi0, lo1, hi1, ...], ...]`` inside the array with ``lo < hi``, or a ``to``
+        naming a node the direction does not reach; the message says which and what to send.
+    """
+    if not isinstance(body, dict):
+        raise LineageError('the body must be a JSON object: {"node": NAME, "direction": "backward"|"forward", '
+                           '"boxes": [[r0, r1, c0, c1], ...], "to": [NAME, ...] | null}')
+    unknown = set(body) - {"node", "direction", "boxes", "to"}
+    if unknown:
+        raise LineageError(f"unknown field(s) {', '.join(sorted(unknown))}; the fields are node, direction, boxes, to")
+    name = body.get("node")
+    if not isinstance(name, str):
+        raise LineageError(f'"node" must be a node name (a string), got {name!r}')
+    if name not in run.catalog.nodes:
+        raise LineageError(f"unknown node {name!r}; the nodes are {', '.join(run.committed)}")
+    direction = body.get("direction")
+    if direction not in DIRECTIONS:
+        raise LineageError(f'"direction" must be "backward" or "forward", got {direction!r}')
+    shape = run.shape(name)
+    boxes = body.get("boxes")
+    if not isinstance(boxes, list) or not boxes:
+        raise LineageError(f'"boxes" must be a non-empty list of half-open boxes [[r0, r1, c0, c1], ...], got {boxes!r}')
+    lo = np.empty((len(boxes), len(shape)), np.int64)
+    hi = np.empty_like(lo)
+    for k, box in enumerate(boxes):
+        if not isinstance(box, list) or len(box) != 2 * len(shape):
+            raise LineageError(f"box {box!r}: node {name!r} has shape {tuple(shape)}, so a box is "
+                               f"{2 * len(shape)} integers [lo, hi) per axis, e.g. {[0, 1] * len(shape)}")
+        for axis, n in enumerate(shape):
+            a, b = _int(box[2 * axis], f"box {box!r}: bound"), _int(box[2 * axis + 1], f"box {box!r}: bound")
+            if not 0 <= a < b <= n:
+                raise LineageError(f"box {box!r} is outside node {name!r} of shape {tuple(shape)} or empty: axis "
+                                   f"{axis} needs 0 <= lo < hi <= {n}, got [{a}, {b})")
+            lo[k, axis], hi[k, axis] = a, b
+    reach = reachable(run, name, direction)
+    to = body.get("to")
+    if to is None:
+        targets = tuple(reach)
+    else:
+        if not isinstance(to, list) or not all(isinstance(t, str) for t in to):
+            raise LineageError(f'"to" must be a list of node names or null (every node reached), got {to!r}')
+        for t in to:
+            if t not in run.catalog.nodes:
+                raise LineageError(f"unknown node {t!r} in \"to\"; the nodes are {', '.join(run.committed)}")
+            if t not in reach:
+                where = "upstream" if direction == "backward" else "downstream"
+                raise LineageError(f"node {t!r} is not {where} of {name!r}, so it has no {direction} lineage from it; "
+                                   f"{where} nodes: {', '.join(reach) or 'none'}")
+        targets = tuple(dict.fromkeys(to))
+    return LineageRequest(name, direction, lo, hi, targets)
+
+
+def disjoint_boxes(frontier: "Frontier") -> tuple[np.ndarray, np.ndarray]:
+    """A frontier as disjoint half-open boxes ``(lo, hi)`` whose union is exactly its cells.
+
+    A frontier built from boxes keeps them as given, and the union of two walks concatenates
+    them, so boxes may overlap: they are checked pairwise (vectorized) and, where any
+    overlap, rebuilt from the cells (`subzero.boxes.normalize`).
+    """
+    nd = len(frontier.shape)
+    if frontier.is_empty or nd == 0:
+        n = 0 if frontier.is_empty else 1
+        return np.zeros((n, nd), np.int64), np.zeros((n, nd), np.int64)
+    lo, hi = (np.asarray(b, np.int64) for b in frontier.boxes())
+    if frontier.kind != "boxes" or len(lo) < 2:
+        return lo, hi
+    if len(lo) <= _PAIRWISE_LIMIT:
+        meet = np.all((lo[:, None, :] < hi[None, :, :]) & (lo[None, :, :] < hi[:, None, :]), axis=2)
+        np.fill_diagonal(meet, False)
+        if not meet.any():
+            return lo, hi
+    return normalize(lo, hi, frontier.shape)
+
+
+_walk_lock = threading.Lock()  # a Run's query state (shard caches, last_query) is per process, not per thread
+
+
+def answer_frontiers(run: "Run", request: LineageRequest) -> tuple[dict[str, "Frontier"], float]:
+    """The answer of each node of ``request.to`` as a `Frontier`, and the seconds the walk took."""
+    if not request.to:
+        return {}, 0.0
+    box = [list(zip(lo.tolist(), hi.tolist())) for lo, hi in zip(request.lo, request.hi)]
+    walk = run.backward_many if request.direction == "backward" else run.forward_many
+    with _walk_lock:
+        t0 = time.perf_counter()
+        got = walk(request.node, box=box, to=list(request.to), as_="frontier")
+        seconds = time.perf_counter() - t0
+    return got, seconds
+
+
+def lineage_answers(run: "Run", request: LineageRequest) -> dict[str, Any]:
+    """``{"answers": {NAME: {"boxes": [[r0, r1, c0, c1], ...], "cells": N, "bbox": [...] | null}},
+    "ms": M}``: per node disjoint flat boxes whose union is exactly the answer of
+    `Run.backward`/`Run.forward`, its cell count and bounding box; ``ms`` is the server time
+    of the walk and of making the boxes."""
+    t0 = time.perf_counter()
+    frontiers, _ = answer_frontiers(run, request)
+    answers = {}
+    for name, frontier in frontiers.items():
+        lo, hi = disjoint_boxes(frontier)
+        flat = np.empty((len(lo), 2 * lo.shape[1]), np.int64)
+        flat[:, 0::2], flat[:, 1::2] = lo, hi
+        cells = int(np.prod(hi - lo, axis=1).sum()) if len(lo) else 0
+        bbox = None
+        if len(lo):
+            bbox = np.empty(2 * lo.shape[1], np.int64)
+            bbox[0::2], bbox[1::2] = lo.min(axis=0), hi.max(axis=0)
+            bbox = bbox.tolist()
+        answers[name] = {"boxes": flat.tolist(), "cells": cells, "bbox": bbox}
+    return {"answers": answers, "ms": round(1000 * (time.perf_counter() - t0), 3)}

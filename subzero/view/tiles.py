@@ -1,0 +1,260 @@
+"""Image tiles of a stored 2-D array, made lazily, as a pyramid, from the stored chunks.
+
+Level 0 is the array itself; level ``z`` halves level ``z - 1`` along both axes (a NaN-aware
+mean for images, the maximum for labels, any for masks: a star or a flagged pixel stays
+visible zoomed out). Each level is cut into `TILE` x `TILE` tiles. A tile is made from one
+read of the array where its footprint is at most `DIRECT_READ` cells on a side (only the
+chunks it covers are read), else from its four children, so no more than a tile's footprint
+of one of those reads is ever in memory, however large the array.
+
+Rendered PNGs, and the values of the tiles above level 0, are cached under a directory of
+the caller's choosing (`cache_root`: ``$SUBZERO_CACHE/view`` or ``~/.cache/subzero/view``),
+never in the store, keyed by the store's location, its run's creation time and each array's
+metadata checksum. Files appear by atomic rename, so concurrent requests never read half a
+tile.
+
+>>> pyramid = TilePyramid(run, "raw", cache_root())          # doctest: +SKIP
+>>> png = pyramid.png(pyramid.top, 0, 0)                      # the whole array in one tile
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import re
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from subzero.errors import LineageError
+
+if TYPE_CHECKING:
+    from subzero.run import Run
+
+__all__ = ["TILE", "DIRECT_READ", "TilePyramid", "cache_root", "run_cache_dir", "render", "label_colors"]
+
+TILE = 256
+DIRECT_READ = 2048
+NAN_RGB = (40, 40, 120)  # NaN pixels: dark blue, unlike any grey
+MASK_RGB = ((24, 24, 24), (255, 176, 0))  # False, True (flags: amber)
+
+
+def cache_root() -> Path:
+    """``$SUBZERO_CACHE/view``, else ``~/.cache/subzero/view``."""
+    root = os.environ.get("SUBZERO_CACHE") or os.path.join(Path.home(), ".cache", "subzero")
+    return Path(root) / "view"
+
+
+def run_cache_dir(run: "Run", root: Path | None = None) -> Path:
+    """The cache directory of one stored run: its location and creation time, hashed."""
+    import xxhash
+
+    key = f"{os.path.realpath(run.path) if '://' not in run.path else run.path}|{run.catalog.created}"
+    return (root or cache_root()) / xxhash.xxh3_64_hexdigest(key.encode())
+
+
+def label_colors(labels: np.ndarray) -> np.ndarray:
+    """A categorical colormap: label 0 black, every other label a bright colour of its own
+    (hues spread by the golden ratio, so neighbouring labels differ), as ``uint8`` RGB.
+
+    Examples
+    --------
+    >>> label_colors(np.array([0, 1, 2])).tolist()[0], len({tuple(c) for c in label_colors(np.arange(1, 9)).tolist()})
+    ([0, 0, 0], 8)
+    """
+    from matplotlib.colors import hsv_to_rgb
+
+    v = np.asarray(labels).astype(np.int64)
+    hue = np.mod(v * 0.6180339887498949, 1.0)
+    sat = 0.55 + 0.35 * np.mod(v * 0.37, 1.0)
+    hsv = np.stack([hue, sat, np.full(v.shape, 0.95)], axis=-1)
+    rgb = (hsv_to_rgb(hsv) * 255).astype(np.uint8)
+    rgb[v == 0] = 0
+    return rgb
+
+
+def render(values: np.ndarray, display: str, limits: tuple[float, float] | None) -> np.ndarray:
+    """Tile values as ``uint8`` RGB: masks in two colours, labels categorical, images grey
+    between ``limits`` (zscale) with an asinh stretch, NaN in `NAN_RGB`."""
+    if display == "mask":
+        return np.asarray(MASK_RGB, np.uint8)[values.astype(bool).astype(np.intp)]
+    if display == "labels":
+        return label_colors(values)
+    from astropy.visualization import AsinhStretch
+
+    lo, hi = limits if limits is not None else (0.0, 1.0)
+    v = values.astype(np.float32, copy=False)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scaled = np.clip((v - lo) / (hi - lo if hi > lo else 1.0), 0.0, 1.0)
+    finite = np.isfinite(scaled)
+    scaled = np.where(finite, scaled, 0.0)
+    grey = (AsinhStretch(0.5)(scaled, clip=True) * 255 + 0.5).astype(np.uint8)
+    rgb = np.repeat(grey[..., None], 3, axis=-1)
+    rgb[~finite] = NAN_RGB
+    return rgb
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _reduce(block: np.ndarray, factor: int, display: str) -> np.ndarray:
+    """Downsample a 2-D block by ``factor`` on both axes (edges padded)."""
+    if factor == 1:
+        return block
+    h, w = block.shape
+    H, W = -(-h // factor) * factor, -(-w // factor) * factor
+    if display == "image":
+        padded = np.full((H, W), np.nan, np.float32)
+        padded[:h, :w] = block
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN blocks stay NaN
+            return np.asarray(np.nanmean(padded.reshape(H // factor, factor, W // factor, factor), axis=(1, 3),
+                                         dtype=np.float64), dtype=np.float32)
+    padded = np.zeros((H, W), block.dtype)
+    padded[:h, :w] = block
+    return padded.reshape(H // factor, factor, W // factor, factor).max(axis=(1, 3))
+
+
+class TilePyramid:
+    """The tiles of one 2-D node (see the module's docstring).
+
+    Parameters
+    ----------
+    run
+        The stored run (read-only).
+    name
+        A committed 2-D node.
+    root
+        The run's cache directory (`run_cache_dir`).
+    display
+        ``"image"``, ``"labels"`` or ``"mask"`` (`subzero.view.lineage.display_kind`).
+    """
+
+    def __init__(self, run: "Run", name: str, root: Path, display: str):
+        self.name = name
+        self.array = run.output(name)
+        if self.array.ndim != 2:
+            raise LineageError(f"node {name!r} has shape {self.array.shape}; only 2-D nodes have tiles")
+        self.shape = tuple(int(n) for n in self.array.shape)
+        self.display = display
+        meta = run.catalog.node(name).array.meta_xxh3 or "nometa"
+        self.dir = root / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}-{meta[:16]}-{display}"
+        self.top = max(0, math.ceil(math.log2(max(self.shape) / TILE))) if max(self.shape) > TILE else 0
+        self._limits: tuple[float, float] | None = None
+        self._lock = threading.Lock()
+
+    # -- geometry ---------------------------------------------------------------------------
+    def level_shape(self, z: int) -> tuple[int, int]:
+        """The array's shape at level ``z``."""
+        return tuple(-(-n // (1 << z)) for n in self.shape)  # type: ignore[return-value]
+
+    def grid(self, z: int) -> tuple[int, int]:
+        """Tiles along each axis at level ``z``."""
+        return tuple(-(-n // TILE) for n in self.level_shape(z))  # type: ignore[return-value]
+
+    def check(self, z: int, ty: int, tx: int) -> None:
+        """A `LineageError` unless tile ``(z, ty, tx)`` exists."""
+        if not 0 <= z <= self.top:
+            raise LineageError(f"node {self.name!r} has tile levels 0..{self.top}, not {z}")
+        gy, gx = self.grid(z)
+        if not (0 <= ty < gy and 0 <= tx < gx):
+            raise LineageError(f"node {self.name!r} level {z} has tiles 0..{gy - 1} x 0..{gx - 1}, not ({ty}, {tx})")
+
+    # -- values -----------------------------------------------------------------------------
+    def values(self, z: int, ty: int, tx: int) -> np.ndarray:
+        """The values of tile ``(z, ty, tx)``: one read of the array when its footprint is
+        small, else its four children (cached as ``.npy`` above level 0)."""
+        self.check(z, ty, tx)
+        f = 1 << z
+        if TILE * f <= DIRECT_READ:
+            r0, c0 = ty * TILE * f, tx * TILE * f
+            block = self.array[r0:min(r0 + TILE * f, self.shape[0]), c0:min(c0 + TILE * f, self.shape[1])]
+            if self.display == "image":
+                block = block.astype(np.float32, copy=False)
+            return _reduce(block, f, self.display)
+        path = self.dir / "values" / str(z) / f"{ty}_{tx}.npy"
+        if path.exists():
+            try:
+                return np.load(path)
+            except (OSError, ValueError):  # a damaged cache file: make it again
+                pass
+        hz, wz = self.level_shape(z)
+        h, w = min(TILE, hz - ty * TILE), min(TILE, wz - tx * TILE)
+        gy, gx = self.grid(z - 1)
+        parts = []
+        for cy in (2 * ty, 2 * ty + 1):
+            row = [self.values(z - 1, cy, cx) for cx in (2 * tx, 2 * tx + 1) if cy < gy and cx < gx]
+            if cy < gy and row:
+                parts.append(np.concatenate(row, axis=1))
+        out = _reduce(np.concatenate(parts, axis=0), 2, self.display)[:h, :w]
+        buf = io.BytesIO()
+        np.save(buf, out)
+        _atomic_write(path, buf.getvalue())
+        return out
+
+    # -- pictures ---------------------------------------------------------------------------
+    def limits(self) -> tuple[float, float] | None:
+        """The zscale limits of an image node, from up to nine level-0 tiles spread over the
+        array (cached); None for labels and masks."""
+        if self.display != "image":
+            return None
+        with self._lock:
+            if self._limits is not None:
+                return self._limits
+            path = self.dir / "stretch.json"
+            if path.exists():
+                try:
+                    self._limits = tuple(json.loads(path.read_text())["zscale"])  # type: ignore[assignment]
+                    return self._limits
+                except (OSError, ValueError, KeyError):
+                    pass
+            from astropy.visualization import ZScaleInterval
+
+            gy, gx = self.grid(0)
+            ys = sorted({int(round(v)) for v in np.linspace(0, gy - 1, min(3, gy))})
+            xs = sorted({int(round(v)) for v in np.linspace(0, gx - 1, min(3, gx))})
+            sample = np.concatenate([self.values(0, y, x).reshape(-1) for y in ys for x in xs])
+            sample = sample[np.isfinite(sample)]
+            lo, hi = (0.0, 1.0) if not sample.size else (float(sample.min()), float(sample.max()))
+            if sample.size > 16:
+                zlo, zhi = ZScaleInterval().get_limits(sample)
+                if zhi > zlo:
+                    lo, hi = float(zlo), float(zhi)
+            self._limits = (lo, hi if hi > lo else lo + 1.0)
+            _atomic_write(path, json.dumps({"zscale": list(self._limits)}).encode())
+            return self._limits
+
+    def png_path(self, z: int, ty: int, tx: int) -> Path:
+        return self.dir / "png" / str(z) / f"{ty}_{tx}.png"
+
+    def png(self, z: int, ty: int, tx: int) -> bytes:
+        """The PNG of tile ``(z, ty, tx)``, from the cache or made now (and cached)."""
+        self.check(z, ty, tx)
+        path = self.png_path(z, ty, tx)
+        try:
+            return path.read_bytes()
+        except OSError:
+            pass
+        from PIL import Image
+
+        rgb = render(self.values(z, ty, tx), self.display, self.limits())
+        buf = io.BytesIO()
+        Image.fromarray(rgb, "RGB").save(buf, format="PNG", compress_level=1)
+        data = buf.getvalue()
+        _atomic_write(path, data)
+        return data

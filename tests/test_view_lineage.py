@@ -1,0 +1,123 @@
+"""The viewer's lineage API logic: answers are disjoint boxes whose union is exactly
+`run.backward`/`run.forward`, for random brushes on every node, in both directions, under
+every strategy; bad requests are `LineageError`s naming the mistake."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import subzero as sz
+from subzero.frontier import Frontier
+from subzero.view.lineage import (disjoint_boxes, lineage_answers, node_list, parse_lineage_request,
+                                  reachable)
+
+from view_store import SHAPE, STRATEGIES, make_run
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("viewlineage")
+    return {s: make_run(root / s.replace("/", "-"), s) for s in STRATEGIES}
+
+
+def _cells(boxes: list[list[int]], shape) -> np.ndarray:
+    """The sorted unique coordinates of flat boxes, and a check that the boxes are disjoint."""
+    mask = np.zeros(shape, np.int32)
+    for b in boxes:
+        mask[tuple(slice(b[2 * k], b[2 * k + 1]) for k in range(len(shape)))] += 1
+    assert mask.max(initial=0) <= 1, "answer boxes overlap"
+    return np.argwhere(mask > 0)
+
+
+NODES = ("x", "y", "blur", "bright", "stars", "mixed", "flipped")
+
+
+@st.composite
+def brushes(draw):
+    node = draw(st.sampled_from(NODES))
+    rows, cols = SHAPE[::-1] if node == "flipped" else SHAPE
+    boxes = []
+    for _ in range(draw(st.integers(1, 3))):
+        r0 = draw(st.integers(0, rows - 1))
+        c0 = draw(st.integers(0, cols - 1))
+        boxes.append([r0, draw(st.integers(r0 + 1, min(rows, r0 + 9))), c0, draw(st.integers(c0 + 1, min(cols, c0 + 9)))])
+    return node, draw(st.sampled_from(("backward", "forward"))), boxes
+
+
+@settings(max_examples=60)
+@given(strategy=st.sampled_from(STRATEGIES), brush=brushes())
+def test_answers_are_exactly_the_query_answers(runs, strategy, brush):
+    node, direction, boxes = brush
+    run = runs[strategy]
+    req = parse_lineage_request(run, {"node": node, "direction": direction, "boxes": boxes, "to": None})
+    got = lineage_answers(run, req)
+    assert set(got["answers"]) == set(reachable(run, node, direction)) and got["ms"] >= 0
+    query = run.backward if direction == "backward" else run.forward
+    box = [[(b[0], b[1]), (b[2], b[3])] for b in boxes]
+    for target, answer in got["answers"].items():
+        expected = query(node, box=box, to=target)
+        cells = _cells(answer["boxes"], run.shape(target))
+        np.testing.assert_array_equal(cells, expected)
+        assert answer["cells"] == len(expected)
+        if len(expected):
+            lo, hi = expected.min(axis=0), expected.max(axis=0) + 1
+            assert answer["bbox"] == [lo[0], hi[0], lo[1], hi[1]]
+        else:
+            assert answer["bbox"] is None and answer["boxes"] == []
+        # exact lineage: every strategy answers what the mapping functions (and re-execution) answer
+        np.testing.assert_array_equal(cells, runs["Map"].backward(node, box=box, to=target) if direction == "backward"
+                                      else runs["Map"].forward(node, box=box, to=target))
+
+
+def test_to_names_some_nodes(runs):
+    run = runs["FullOne"]
+    req = parse_lineage_request(run, {"node": "x", "direction": "forward", "boxes": [[3, 5, 4, 6]], "to": ["stars"]})
+    got = lineage_answers(run, req)
+    assert list(got["answers"]) == ["stars"]
+    np.testing.assert_array_equal(_cells(got["answers"]["stars"]["boxes"], SHAPE),
+                                  run.forward("x", box=[(3, 5), (4, 6)], to="stars"))
+    none = parse_lineage_request(run, {"node": "x", "direction": "backward", "boxes": [[0, 1, 0, 1]], "to": None})
+    assert lineage_answers(run, none)["answers"] == {}  # an input has nothing upstream
+
+
+@pytest.mark.parametrize("body, message", [
+    ([1, 2], "must be a JSON object"),
+    ({"node": "nope", "direction": "backward", "boxes": [[0, 1, 0, 1]]}, "unknown node 'nope'"),
+    ({"node": 3, "direction": "backward", "boxes": [[0, 1, 0, 1]]}, "must be a node name"),
+    ({"node": "blur", "direction": "sideways", "boxes": [[0, 1, 0, 1]]}, "must be \"backward\" or \"forward\""),
+    ({"node": "blur", "direction": "backward", "boxes": []}, "non-empty list"),
+    ({"node": "blur", "direction": "backward", "boxes": [[0, 1, 0]]}, "4 integers"),
+    ({"node": "blur", "direction": "backward", "boxes": [[0, 30, 0, 1]]}, "outside node 'blur'"),
+    ({"node": "blur", "direction": "backward", "boxes": [[5, 5, 0, 1]]}, "or empty"),
+    ({"node": "blur", "direction": "backward", "boxes": [[0, 1.5, 0, 1]]}, "must be an integer"),
+    ({"node": "blur", "direction": "backward", "boxes": [[0, True, 0, 1]]}, "must be an integer"),
+    ({"node": "blur", "direction": "backward", "boxes": [[0, 1, 0, 1]], "to": ["stars"]}, "not upstream of 'blur'"),
+    ({"node": "blur", "direction": "backward", "boxes": [[0, 1, 0, 1]], "to": ["zz"]}, "unknown node 'zz'"),
+    ({"node": "blur", "direction": "backward", "boxes": [[0, 1, 0, 1]], "to": "x"}, "list of node names or null"),
+    ({"node": "blur", "direction": "backward", "boxes": [[0, 1, 0, 1]], "cells": 3}, "unknown field"),
+])
+def test_bad_requests_say_what_is_wrong(runs, body, message):
+    with pytest.raises(sz.LineageError, match=message):
+        parse_lineage_request(runs["Map"], body)
+
+
+def test_node_list_has_the_contract_fields(runs):
+    nodes = {n["name"]: n for n in node_list(runs["PayOne"])}
+    assert list(nodes) == ["x", "y", "blur", "bright", "stars", "mixed", "flipped"]
+    assert nodes["stars"]["operator"] == "Label" and nodes["stars"]["strategies"] == ["PayOne/backward"]
+    assert nodes["stars"]["display"] == "labels" and nodes["bright"]["display"] == "mask"
+    assert nodes["mixed"]["inputs"] == ["blur", "y"] and nodes["flipped"]["shape"] == [20, 24]
+    assert nodes["x"] | {} == nodes["x"] and {"name", "operator", "shape", "dtype", "strategies", "inputs"} <= set(nodes["x"])
+
+
+def test_overlapping_boxes_become_disjoint():
+    f = Frontier.of_boxes(np.array([[0, 0], [1, 1], [5, 5]]), np.array([[3, 3], [4, 4], [6, 6]]), (8, 8))
+    lo, hi = disjoint_boxes(f)
+    mask = np.zeros((8, 8), np.int32)
+    for a, b in zip(lo, hi):
+        mask[a[0]:b[0], a[1]:b[1]] += 1
+    assert mask.max() == 1 and np.array_equal(mask.astype(bool), f.mask())
+    assert disjoint_boxes(Frontier.empty((3, 3)))[0].shape == (0, 2)

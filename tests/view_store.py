@@ -1,0 +1,50 @@
+"""A small stored run for the viewer's tests: two inputs, a stencil, a threshold, a labelling,
+a sum of two branches and a transpose; one store per strategy (local executor)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import subzero as sz
+from subzero import operators as ops
+
+STRATEGIES = ("Map", "BlackBox", "FullOne", "FullOne/forward", "FullMany", "FullMany/forward", "FullRange", "PayOne",
+              "PayMany", "CompOne", "CompMany")
+SHAPE = (24, 20)
+
+
+def build() -> sz.Workflow:
+    wf = sz.Workflow("viewtest")
+    x, y = wf.input("x"), wf.input("y")
+    blur = wf.add(ops.GaussianFilter(1.0, truncate=2.0), x, name="blur")
+    bright = wf.add(ops.Threshold(0.55), blur, name="bright")
+    wf.add(ops.Label(), bright, name="stars")
+    wf.add(ops.Add(), blur, y, name="mixed")
+    wf.add(ops.Transpose(), y, name="flipped")
+    return wf
+
+
+def inputs() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return {"x": rng.random(SHAPE).astype(np.float32), "y": rng.random(SHAPE).astype(np.float32)}
+
+
+def pins(wf: sz.Workflow, strategy: str) -> dict[str, list[str]]:
+    """Every operator node that can store ``strategy`` pinned to it (BlackBox: every node)."""
+    from subzero.modes import Strategy
+
+    mode = Strategy.parse(strategy).mode
+    out = {}
+    for node in wf.nodes:
+        if node.is_input:
+            continue
+        if strategy == "BlackBox" or mode in node.operator.supported_modes() or (
+                strategy.startswith("Full") and sz.Mode.MAP in node.operator.supported_modes()):
+            out[node.name] = [strategy]
+    return out
+
+
+def make_run(path, strategy: str = "Map", metadata: dict | None = None):
+    wf = build()
+    return wf.run(inputs(), store=str(path), executor="local", tile_shape=8, strategies=pins(wf, strategy),
+                  input_metadata=metadata)

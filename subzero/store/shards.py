@@ -12,6 +12,7 @@ a crash or a wrong answer.  Open shards are kept in a small per-process cache.
 from __future__ import annotations
 
 import contextlib
+import atexit
 import os
 import shutil
 import tempfile
@@ -130,6 +131,9 @@ def close_all() -> None:
         while _CACHE:
             _CACHE.popitem()[1].close()
         _VERIFIED.clear()
+
+
+atexit.register(close_all)  # LMDB environments and R-trees closed before interpreter teardown
 
 
 def _verify(path: str, record: FileRecord, where: str) -> None:

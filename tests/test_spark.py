@@ -367,3 +367,101 @@ def test_standalone_cluster_on_loopback(tmp_path):
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+SLOW_FLOW = """
+import time
+
+import numpy as np
+import subzero as sz
+from subzero import operators as ops
+from subzero.tiling import Elementwise
+
+
+class Slow(sz.Operator):
+    tiling = Elementwise()
+
+    def supported_modes(self):
+        return {sz.Mode.MAP}
+
+    def infer_output_shape(self, input_shapes):
+        return input_shapes[0]
+
+    def run(self, ctx, x):
+        time.sleep(0.1)
+        return x + 1
+
+    def map_b(self, cells, i):
+        return cells
+
+    def map_f(self, cells, i):
+        return cells
+
+
+def build(inputs):
+    wf = sz.Workflow("slow")
+    a = wf.add(ops.AddScalar(1.0), wf.input("x"), name="a")
+    wf.add(Slow(), a, name="b")
+    return wf, {"x": np.zeros((256, 256))}
+"""
+
+
+def _processes_marked(mark: str) -> list[int]:
+    """Pids of processes whose environment carries ``mark`` (the JVM and workers of one run)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if mark.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the run's processes through /proc")
+def test_ctrl_c_is_one_line_leaves_no_jvm_and_resume_continues(tmp_path):
+    """Ctrl-C during a Spark run, in a directory holding profile.py and types.py (which
+    Spark's Python workers would import instead of the standard modules): one line naming
+    what was committed and --resume, exit 130, no py4j traceback, no JVM left; --resume
+    then finishes the run exactly."""
+    import signal
+    import uuid
+
+    from subzero.info import info_data
+
+    (tmp_path / "slow.py").write_text(SLOW_FLOW)
+    for name in ("profile", "types"):
+        (tmp_path / f"{name}.py").write_text("raise SystemExit('the working directory shadowed a module')\n")
+    mark = f"SUBZERO_TEST_RUN={uuid.uuid4().hex}"
+    env = _env(SUBZERO_TEST_RUN=mark.split("=", 1)[1])
+    command = [sys.executable, "-m", "subzero", "run", "slow.py", "--store", "s", "--tile", "32"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if "a" in info_data(tmp_path / "s")["committed"]:
+                    break
+            except Exception:  # no store or catalog yet
+                pass
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(1.0)  # node b's tasks are running
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.splitlines() == [f"subzero: interrupted; 2 of 3 nodes committed in s (x, a); run the same command "
+                                "with --resume to continue"], err
+    deadline = time.monotonic() + 20
+    while _processes_marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _processes_marked(mark), "a JVM or Python worker outlived the interrupted run"
+    done = subprocess.run(command + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    run = sz.open_run(tmp_path / "s")
+    np.testing.assert_array_equal(np.asarray(run.output("b")), np.full((256, 256), 2.0))

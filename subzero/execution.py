@@ -535,8 +535,13 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
                 pass
             raise
         fs.write_catalog(_replace(run.catalog, status="done", wall_seconds=time.perf_counter() - started))
-    finally:
-        fs.close()
+    except BaseException:
+        try:
+            fs.close()
+        except OSError:  # the store itself failing (an outage): the error that stopped the run is the one to show
+            pass
+        raise
+    fs.close()
     return Run(FileStore.open(location), wf)
 
 

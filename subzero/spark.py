@@ -12,9 +12,10 @@ Sessions, the pyspark way: a session that already exists (made by ``spark-submit
 by the user) is used as it is; otherwise an embedded ``local[*, 4]`` session is made
 (four attempts per task, so a failed task is retried as on a cluster), or one for
 ``master`` (``spark://host:7077``).  A standalone master fails fast and says why, in one
-line: its address is tried with a socket before a JVM starts (`CONNECT_TIMEOUT`), the
-application must be accepted within `START_TIMEOUT` of the JVM's start (a port that
-answers but is no Spark master), and a first executor must register within
+line: its address is tried with a socket before a JVM starts (`CONNECT_TIMEOUT`; a port
+that answers HTTP is a web UI, not a master), the session must start and the master
+register the application within `START_TIMEOUT` (a master that never registers it is no
+Spark master or another version), and a first executor must register within
 `EXECUTOR_TIMEOUT` (a master without free workers would leave every job waiting, silently).
 
 A task's error reaches the driver as pyspark's ``PythonException`` (its text is the
@@ -46,8 +47,10 @@ __all__ = ["SparkExecutor", "get_session", "DEFAULT_MASTER"]
 DEFAULT_MASTER = "local[*, 4]"
 #: seconds to reach a standalone master's address before giving up
 CONNECT_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_CONNECT_TIMEOUT", 10))
-#: seconds, once the driver's JVM runs, for a standalone master to accept the application
-START_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_START_TIMEOUT", 15))
+#: seconds for a session with a standalone master to start: the driver's JVM and SparkContext
+#: (14-18 s on a loaded 2-core machine) and the master registering the application; a master
+#: that never answers the registration is given up by Spark itself after about 60 s
+START_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_START_TIMEOUT", 180))
 #: seconds for a standalone master to give the application its first executor
 EXECUTOR_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_EXECUTOR_TIMEOUT", 120))
 _ERROR_MARK = "subzero-task-error: "
@@ -67,18 +70,48 @@ def _check_java() -> None:
 
 
 def _check_reachable(master: str) -> None:
-    """Fail fast, with one line, when a standalone master's address does not answer."""
+    """Fail fast, with one line, when a standalone master's address does not answer, or
+    answers as no Spark master does (`_probe`)."""
     if not master.startswith("spark://"):
         return
     for hostport in master[len("spark://"):].split(","):
         parsed = urlparse("spark://" + hostport)
         try:
-            with socket.create_connection((parsed.hostname, parsed.port or 7077), timeout=CONNECT_TIMEOUT):
-                return
+            with socket.create_connection((parsed.hostname, parsed.port or 7077), timeout=CONNECT_TIMEOUT) as sock:
+                answer = _probe(sock, parsed.hostname)
         except OSError:
             continue
+        if answer == "http":
+            raise SubZeroError(f"{hostport} answers HTTP: it is a web server (a Spark master's web UI is port "
+                               "8080), not a Spark master; give the master's own URL, spark://host:7077, as its log "
+                               "and web UI show it")
+        if answer != "closed":
+            raise SubZeroError(f"Spark master {master} answers but is no Spark master ({answer}: a Spark master "
+                               "drops a message it cannot read at once); check the host and port (default 7077)")
+        return
     raise SubZeroError(f"Spark master {master} cannot be reached (no answer within {CONNECT_TIMEOUT:.0f} s); check "
                        "that the master runs, the host and port (default 7077), and the firewall")
+
+
+#: seconds a server has to react to `_probe`'s message (a Spark master closes at once)
+PROBE_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_PROBE_TIMEOUT", 5))
+
+
+def _probe(sock: socket.socket, host: str | None) -> str:
+    """How the server behind ``sock`` reacts to an HTTP request: ``"http"`` (a web server),
+    ``"closed"`` (what a Spark master's RPC port does with a frame it cannot read), ``"silent"``
+    (nothing within `PROBE_TIMEOUT`) or ``"other"`` (another protocol's answer)."""
+    try:
+        sock.settimeout(PROBE_TIMEOUT)
+        sock.sendall(f"HEAD / HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+        head = sock.recv(5)
+    except socket.timeout:
+        return "silent"
+    except OSError:  # reset: closed
+        return "closed"
+    if not head:
+        return "closed"
+    return "http" if head == b"HTTP/" else "other"
 
 
 def _standalone(master: str | None) -> bool:
@@ -86,9 +119,15 @@ def _standalone(master: str | None) -> bool:
 
 
 def _create(builder, master: str | None):
-    """``builder.getOrCreate()``; for a standalone master, given `START_TIMEOUT` once the
-    driver's JVM runs (its start is this machine's business, however long it takes; Spark
-    itself would wait a minute per attempt for a master that never answers)."""
+    """``builder.getOrCreate()``; for a standalone master, watched while it starts.
+
+    Starting is the driver's JVM, then the SparkContext, then the master registering the
+    application (``getOrCreate`` returns once it did).  On a busy machine that takes tens of
+    seconds, so no step has a tight limit: the whole is given `START_TIMEOUT`, progress is
+    logged (``-v``) every 15 s, and a master that never registers the application (no Spark
+    master, or another Spark version: its messages are not understood) is reported as such
+    when Spark gives up on it.
+    """
     if not _standalone(master):
         return builder.getOrCreate()
     from pyspark import SparkContext
@@ -101,16 +140,31 @@ def _create(builder, master: str | None):
         except BaseException as exc:  # handed to the caller
             box["error"] = exc
 
+    started = time.monotonic()
     worker = threading.Thread(target=create, name="subzero-spark-start", daemon=True)
     worker.start()
-    while worker.is_alive() and SparkContext._gateway is None:  # the JVM starting
-        worker.join(0.1)
-    worker.join(START_TIMEOUT)
+    said = started
+    while worker.is_alive() and time.monotonic() - started < START_TIMEOUT:
+        worker.join(0.2)
+        if time.monotonic() - said >= 15:
+            said = time.monotonic()
+            step = "the driver's JVM is starting" if SparkContext._gateway is None else \
+                f"waiting for {master} to register the application"
+            log.info("Spark start-up: %s (%.0f s)", step, said - started)
     if worker.is_alive():
-        raise SubZeroError(f"Spark master {master} answers but did not accept the application within "
-                           f"{START_TIMEOUT:.0f} s; check that this is the master's URL (spark://host:7077, not the "
-                           "web UI's port 8080) and that it runs the Spark version of this pyspark")
+        step = "its JVM did not start" if SparkContext._gateway is None else \
+            "the master has not registered the application yet"
+        raise SubZeroError(f"Spark session for {master} still starting after {START_TIMEOUT:.0f} s ({step}); the "
+                           "machine may be overloaded: try again, or raise SUBZERO_SPARK_START_TIMEOUT")
     if "error" in box:
+        text = str(box["error"])
+        if "unresponsive" in text or "Master removed our application" in text or "Failed to connect to" in text:
+            from pyspark import __version__ as version
+
+            raise SubZeroError(f"Spark master {master} answers but never registered this application: it is no "
+                               f"Spark master, or one running another Spark version than this pyspark ({version}); "
+                               "check the URL (spark://host:7077, not the web UI's port) and the master's "
+                               "version (its web UI and log show it)") from None
         raise box["error"]
     return box["session"]
 
@@ -126,8 +180,9 @@ def _wait_for_executors(spark, master: str) -> None:
         except Exception:  # the context died (the master dropped the application)
             break
         time.sleep(0.25)
-    raise SubZeroError(f"Spark master {master} gave this application no executor within {EXECUTOR_TIMEOUT:.0f} s; "
-                       "check that workers are registered with it and have free cores and memory (its web UI "
+    raise SubZeroError(f"Spark master {master} gave this application no executor within {EXECUTOR_TIMEOUT:.0f} s "
+                       "(it registered the application, but no worker has free cores and memory for it); check "
+                       "that workers are registered with it and not busy with other applications (its web UI "
                        "lists them), or raise SUBZERO_SPARK_EXECUTOR_TIMEOUT")
 
 

@@ -211,8 +211,27 @@ def test_a_port_that_is_no_spark_master_fails_in_one_line(tmp_path):
         for conn in held:
             conn.close()
         server.close()
-    _one_line(done, f"Spark master spark://127.0.0.1:{port} answers but did not accept the application")
-    assert elapsed < 60 and not (tmp_path / "s").exists()  # the JVM's start, then 15 s
+    _one_line(done, f"Spark master spark://127.0.0.1:{port} answers but is no Spark master (silent")
+    assert elapsed < 30 and not (tmp_path / "s").exists()  # refused before a JVM starts
+
+
+def test_a_web_server_given_as_the_master_fails_in_one_line(tmp_path):
+    """The master's web UI port (8080) given for its RPC port (7077): said so, at once."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "subzero", "run", "demo", "--quick", "--store",
+                               str(tmp_path / "s"), "--master", f"spark://127.0.0.1:{server.server_address[1]}"],
+                              capture_output=True, text=True, env=_env(), timeout=120, cwd=tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+    _one_line(done, f"127.0.0.1:{server.server_address[1]} answers HTTP: it is a web server")
+    assert "spark://host:7077" in done.stderr and not (tmp_path / "s").exists()
 
 
 def test_python_error_of_a_worker_traceback():

@@ -89,6 +89,8 @@ class FaultProxy:
         half close the connection without an answer.
     seed : int
         For the random choice of the failing requests.
+    outage_after : int, optional
+        From this many requests on, every request fails (the service goes down mid-run).
 
     Attributes
     ----------
@@ -98,9 +100,10 @@ class FaultProxy:
         Counts so far.
     """
 
-    def __init__(self, upstream: str, rate: float = 0.05, seed: int = 0):
+    def __init__(self, upstream: str, rate: float = 0.05, seed: int = 0, outage_after: int | None = None):
         self.upstream = upstream.removeprefix("http://").rstrip("/")
         self.rate = float(rate)
+        self.outage_after = outage_after
         self.requests = self.slowdowns = self.resets = 0
         self._random = random.Random(seed)
         self._lock = threading.Lock()
@@ -158,7 +161,8 @@ class FaultProxy:
     def _choose(self) -> str | None:
         with self._lock:
             self.requests += 1
-            if self._random.random() >= self.rate:
+            down = self.outage_after is not None and self.requests > self.outage_after
+            if not down and self._random.random() >= self.rate:
                 return None
             if self._random.random() < 0.5:
                 self.slowdowns += 1

@@ -81,10 +81,10 @@ def resolve(store: "str | os.PathLike | Location", storage_options: dict[str, An
     or a `Location`; a scheme whose fsspec package is missing is a `StoreError`.
 
     ``storage_options`` go to the file system (fsspec's ``storage_options``: for ``s3://``,
-    ``endpoint_url``, ``key``, ``secret``, ``client_kwargs``...); without them fsspec's
-    configuration and the environment apply (``AWS_ENDPOINT_URL``, ``FSSPEC_S3_*``).  An
-    ``s3://`` store retries transient failures `S3_RETRIES` times unless ``retries`` is given.
-    The options travel with the `Location` to the tasks.
+    ``endpoint_url``, ``key``, ``secret``, ``client_kwargs``, ``config_kwargs``...); without
+    them fsspec's configuration and the environment apply (``AWS_ENDPOINT_URL``,
+    ``FSSPEC_S3_*``).  The options travel with the `Location` to the tasks.  A request to an
+    ``s3://`` store that fails transiently is retried `S3_RETRIES` times with backoff.
     """
     if isinstance(store, Location):
         return store
@@ -101,8 +101,6 @@ def resolve(store: "str | os.PathLike | Location", storage_options: dict[str, An
         path = str(Path(url[7:] if url.startswith("file://") else url).expanduser().absolute())
         return Location(path, fsspec.filesystem("file"), path)
     options = dict(storage_options or {})
-    if scheme in ("s3", "s3a"):
-        options.setdefault("retries", S3_RETRIES)
     try:
         fs, path = fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:
@@ -122,6 +120,8 @@ def _remote(doing: str):
         def call(self: "Location", *args, **kwargs):
             if self.is_local:
                 return method(self, *args, **kwargs)
+            if getattr(self.fs, "retries", S3_RETRIES) != S3_RETRIES:  # s3fs: an attribute, not an option
+                self.fs.retries = S3_RETRIES
             try:
                 return method(self, *args, **kwargs)
             except (FileNotFoundError, StoreError):
@@ -164,8 +164,8 @@ class Location:
         """The `StoreError` of a failing service: names the store, the service and what failed."""
         text = " ".join(str(exc).split()) or type(exc).__name__
         return StoreError(f"store {self.url!r}: {self.service} failed while {doing} ({type(exc).__name__}: "
-                          f"{text[:300]}), after retrying; the run is not marked done: check the service, then "
-                          "continue with --resume")
+                          f"{text[:300]}), after retrying; check the service and try again (a run this stopped is not "
+                          "marked done: continue it with --resume)")
 
     def path(self, *parts: str) -> str:
         """The path of ``parts`` under the root, in the file system's own syntax."""
@@ -180,16 +180,24 @@ class Location:
         return posixpath.join(self.url, *parts)
 
     # -- files ----------------------------------------------------------------------------
+    def _fresh(self, path: str) -> None:
+        """Forget fsspec's cached listings around ``path``: another process may have written
+        the store since (s3fs caches directory listings for the life of the process)."""
+        if not self.is_local:
+            self.fs.invalidate_cache(path)
+
     def exists(self, *parts: str) -> bool:
         try:
+            self._fresh(self.path(*parts))
             return bool(self.fs.exists(self.path(*parts)))
-        except OSError as exc:
+        except Exception as exc:  # botocore's connection errors are not OSErrors
             raise self._unreachable(exc) from exc
 
     def isdir(self, *parts: str) -> bool:
         try:
+            self._fresh(self.path(*parts))
             return bool(self.fs.isdir(self.path(*parts)))
-        except OSError as exc:
+        except Exception as exc:
             raise self._unreachable(exc) from exc
 
     @_remote("listing")
@@ -202,6 +210,7 @@ class Location:
             except FileNotFoundError:
                 return []
         try:
+            self._fresh(path)
             return sorted(posixpath.basename(p.rstrip("/")) for p in self.fs.ls(path, detail=False))
         except FileNotFoundError:
             return []

@@ -69,6 +69,17 @@ def dump_lineage(path: Path) -> dict:
     between runs (they name the task attempt), their contents must not."""
     import lmdb
 
+    if "://" in str(path):  # an object store: a local copy of it first
+        import tempfile
+
+        from subzero.store.location import resolve
+
+        location, local = resolve(str(path)), Path(tempfile.mkdtemp(prefix="subzero-dump-"))
+        for remote in location.fs.find(location.root):
+            target = local / remote[len(location.root):].lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            location.fs.get_file(remote, str(target))
+        path = local
     store = FileStore.open(path)
     out = {}
     for node in store.read_catalog().nodes.values():
@@ -313,27 +324,65 @@ print("master", spark.sparkContext.master)
 """
 
 
-def test_standalone_cluster_on_loopback(tmp_path):
-    """The README's standalone cluster on loopback (pyspark's spark-class), every README command
-    of its section as written (the port aside); a master without workers fails in one line; and
-    random workflows record on the cluster exactly the lineage of the in-process executor."""
+def _wait_for_port(port: int, seconds: float = 90) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.3)
+    raise AssertionError(f"nothing listens on port {port} after {seconds} s")
+
+
+def _executor_jvms(mark: str) -> list[int]:
+    """Pids of the executor JVMs (CoarseGrainedExecutorBackend) started by this test's workers."""
+    pids = []
+    for pid in _processes_marked(mark):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"CoarseGrainedExecutorBackend" in f.read():
+                    pids.append(pid)
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the executors' JVMs through /proc")
+def test_standalone_cluster_on_loopback(tmp_path, monkeypatch):
+    """The README's cluster on loopback, every command of its section as written (ports and
+    directories aside): an S3 service (moto's), a master, two workers with work directories of
+    their own, a run and a spark-submit job whose store is on S3.  A master without workers
+    fails in one line; the cluster records exactly the lineage of the in-process executor, for
+    the README's workflow and random ones; and a run whose executor JVM is killed with kill -9
+    mid-run stores lineage identical to an undisturbed run's."""
     import re
     import shlex
+    import uuid
 
     import pyspark
 
     from subzero.info import info_data
 
+    pytest.importorskip("moto.server")
     home = Path(pyspark.__file__).parent
-    port, webui = _free_port(), _free_port()
+    ports = {"9000": _free_port(), "7077": _free_port(), "8080": _free_port(), "8081": _free_port(),
+             "8082": _free_port()}
     text = (ROOT / "README.md").read_text()
-    section = text.split("## Clusters and spark-submit", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## Clusters and spark-submit", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
     lines = [ln.strip() for block in re.findall(r"```bash\n(.*?)```", section, re.S) for ln in block.splitlines()
              if ln.strip()]
-    lines = [ln.replace("7077", str(port)).replace("8080", str(webui)) for ln in lines]
-    assert [ln.split()[0] for ln in lines] == ["spark-class", "spark-class", "subzero", "spark-submit"]
-    env = _env(SPARK_HOME=str(home), SPARK_WORKER_DIR=str(tmp_path / "work"))
-    bindir = Path(sys.executable).parent  # where pip put spark-class and spark-submit
+    for old, new in ports.items():
+        lines = [ln.replace(old, str(new)) for ln in lines]
+    lines = [ln.replace("/tmp/subzero-worker-", str(tmp_path / "worker-")) for ln in lines]
+    assert [ln.split()[0] for ln in lines] == ["moto_server", "export", "spark-class", "spark-class", "spark-class",
+                                               "subzero", "spark-submit"]
+    mark = uuid.uuid4().hex
+    exported = dict(item.split("=", 1) for item in shlex.split(lines[1])[1:])
+    env = _env(SPARK_HOME=str(home), SUBZERO_TEST_RUN=mark, **exported)
+    for key, value in exported.items():
+        monkeypatch.setenv(key, value)  # this process reads the S3 stores too
+    bindir = Path(sys.executable).parent  # where pip put spark-class, spark-submit and moto_server
 
     def argv(line: str) -> list[str]:
         args = shlex.split(line.rstrip("& "))
@@ -342,43 +391,44 @@ def test_standalone_cluster_on_loopback(tmp_path):
         tool = bindir / args[0]
         return [str(tool if tool.exists() else home / "bin" / args[0]), *args[1:]]
 
+    def start(line: str) -> subprocess.Popen:
+        return subprocess.Popen(argv(line), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
     _job_file(tmp_path)
-    procs = [subprocess.Popen(argv(lines[0]), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)]
+    procs = [start(lines[0])]
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.5)
-        master = f"spark://127.0.0.1:{port}"
+        _wait_for_port(ports["9000"])
+        procs.append(start(lines[2]))
+        _wait_for_port(ports["7077"])
+        master = f"spark://127.0.0.1:{ports['7077']}"
         # no worker yet: the run stops in one line instead of waiting forever
         lonely = subprocess.run([sys.executable, "-m", "subzero", "run", "demo", "--quick", "--store",
                                  str(tmp_path / "lonely"), "--master", master], cwd=tmp_path, capture_output=True,
                                 text=True, env=dict(env, SUBZERO_SPARK_EXECUTOR_TIMEOUT="3"), timeout=300)
         _one_line(lonely, f"Spark master {master} gave this application no executor within 3 s")
         assert not (tmp_path / "lonely").exists()
-        procs.append(subprocess.Popen(argv(lines[1]), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
-        for line in lines[2:]:
+        procs += [start(lines[3]), start(lines[4])]
+        for line in lines[5:]:
             done = subprocess.run(argv(line), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
             assert done.returncode == 0, (line, done.stderr[-3000:])
         for name in ("stars-cluster", "stars-submitted"):
-            info = info_data(tmp_path / "runs" / name)
+            info = info_data(f"s3://runs/{name}")
             assert info["status"] == "done" and info["master"] == master, name
+        for n in (1, 2):  # the workers wrote into their own directories, not into the pyspark package
+            assert any((tmp_path / f"worker-{n}").iterdir()), n
         local = subprocess.run([sys.executable, "-m", "subzero", "run", "stars.py", "--input", "raw=exposure.fits[SCI]",
                                 "--input", "dark=dark.npy", "--store", "runs/stars-local", "--executor", "local"],
                                env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert local.returncode == 0, local.stderr
-        assert dump_lineage(tmp_path / "runs" / "stars-cluster") == dump_lineage(tmp_path / "runs" / "stars-local")
-        script = RANDOM_ON_CLUSTER.format(root=str(ROOT), tests=str(ROOT / "tests"), master=master, count=4,
+        assert dump_lineage("s3://runs/stars-cluster") == dump_lineage(tmp_path / "runs" / "stars-local")
+        script = RANDOM_ON_CLUSTER.format(root=str(ROOT), tests=str(ROOT / "tests"), master=master, count=2,
                                           out=str(tmp_path / "random"))
         done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
                               timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
-        assert done.stdout.count("same lineage on the cluster") == 4 and f"master {master}" in done.stdout
+        assert done.stdout.count("same lineage on the cluster") == 2 and f"master {master}" in done.stdout
+        _kill_an_executor_mid_run(tmp_path, env, master, mark)
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -386,6 +436,43 @@ def test_standalone_cluster_on_loopback(tmp_path):
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def _kill_an_executor_mid_run(tmp_path: Path, env: dict, master: str, mark: str) -> None:
+    """kill -9 of one executor JVM while a node's tasks run: Spark runs them again (on the other
+    worker, or a new executor), and the lineage stored is the in-process executor's, exactly."""
+    (tmp_path / "slow.py").write_text(SLOW_FLOW)
+    args = ["run", "slow.py", "--tile", "32", "--strategy", "a=FullMany", "--strategy", "b=FullOne"]
+    store = "s3://runs/killed-executor"
+    proc = subprocess.Popen([sys.executable, "-m", "subzero", *args, "--store", store, "--master", master],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    killed = None
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None and killed is None:
+            try:
+                committed = sz.open_run(store, partial=True).committed
+            except sz.StoreError:
+                committed = []
+            executors = _executor_jvms(mark)
+            if "a" in committed and len(executors) == 2:
+                time.sleep(0.5)  # node b's tasks are running on both executors
+                killed = executors[0]
+                os.kill(killed, 9)
+            time.sleep(0.2)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert killed is not None, "the run ended before an executor could be killed"
+    assert proc.returncode == 0, err
+    undisturbed = subprocess.run([sys.executable, "-m", "subzero", *args, "--store", "runs/undisturbed",
+                                  "--executor", "local"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                 timeout=300)
+    assert undisturbed.returncode == 0, undisturbed.stderr
+    assert dump_lineage(store) == dump_lineage(tmp_path / "runs" / "undisturbed")
+    run = sz.open_run(store)
+    np.testing.assert_array_equal(np.asarray(run.output("b")), np.full((256, 256), 2.0))
 
 
 SLOW_FLOW = """

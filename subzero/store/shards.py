@@ -29,6 +29,7 @@ from subzero.catalog import FileRecord, ShardRecord
 from subzero.encoders.base import Batch
 from subzero.encoders.codec import bytes_to_keys, make_keys
 from subzero.errors import LookupTimeout, StoreError
+from subzero.store import cache as shard_cache
 from subzero.spatial_index import INDEX_SUFFIXES, SpatialIndex, build_index
 from subzero.store.location import Location
 
@@ -181,6 +182,9 @@ def _open(location: Location, directory: str, record: ShardRecord, where: str) -
                 raise StoreError(f"{where}: shard file {record.name + f.suffix!r} is missing from "
                                  f"{location.url!r}; the store is damaged") from None
             os.replace(path + ".part", path)
+            shard_cache.note_download(os.path.dirname(_cache_dir(location)), f.size)
+        elif not location.is_local:
+            shard_cache.touch(path)
         _verify(path, f, where)
     try:
         opened = _Opened(mdb, os.path.join(local, record.name))

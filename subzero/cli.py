@@ -55,6 +55,9 @@ def _exec_workflow_file(path: Path) -> dict[str, Any]:
     import runpy
     import traceback
 
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:  # its helper modules import; appended, so no file there replaces a module
+        sys.path.append(folder)
     try:
         return runpy.run_path(str(path), run_name="subzero_workflow")
     except SyntaxError as exc:

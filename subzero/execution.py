@@ -498,6 +498,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
         fs, stored = FileStore.resume(location, catalog, made_by)
     else:
         fs, stored = FileStore.create(location, catalog, overwrite=overwrite, made_by=made_by), None
+    failed = False
     try:
         if stored is not None:
             if not stored.fingerprint:
@@ -536,12 +537,14 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
             raise
         fs.write_catalog(_replace(run.catalog, status="done", wall_seconds=time.perf_counter() - started))
     except BaseException:
+        failed = True
+        raise
+    finally:
         try:
             fs.close()
         except OSError:  # the store itself failing (an outage): the error that stopped the run is the one to show
-            pass
-        raise
-    fs.close()
+            if not failed:
+                raise
     return Run(FileStore.open(location), wf)
 
 

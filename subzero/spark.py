@@ -311,6 +311,8 @@ def get_session(master: str | None = None, log_level: str = "ERROR", conf: dict[
                            "master URL and the Java installation, or use executor='local' (--executor local)") from None
     spark.sparkContext.setLogLevel(log_level)
     _take_sigint()
+    for key in conf or {}:  # what the session really has (-v)
+        log.info("Spark setting %s=%s", key, spark.sparkContext.getConf().get(key, None))
     if _standalone(spark.sparkContext.master):
         _wait_for_executors(spark, spark.sparkContext.master)
     return spark

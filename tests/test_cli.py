@@ -315,8 +315,11 @@ def test_modules_in_the_working_directory_cannot_replace_python_s(own_data, tmp_
     there must not replace the modules subzero, numpy or pyspark import."""
     for name in ("profile", "types", "inspect", "cProfile"):
         (tmp_path / f"{name}.py").write_text("raise SystemExit('the working directory shadowed a module')\n")
-    for name in ("flow.py", "exposure.fits", "dark.npy"):
+    for name in ("exposure.fits", "dark.npy"):
         (tmp_path / name).write_bytes((own_data / name).read_bytes())
+    # the workflow's own helper module beside it still imports
+    (tmp_path / "helpers.py").write_text("THRESHOLD_NAME = 'threshold'\n")
+    (tmp_path / "flow.py").write_text("import helpers\n" + (own_data / "flow.py").read_text())
     done = run_cli("run", "flow.py", "--store", "s", "--executor", "local", "--input", "raw=exposure.fits",
                    "--input", "dark=dark.npy", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

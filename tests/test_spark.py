@@ -532,6 +532,7 @@ def test_ctrl_c_is_one_line_leaves_no_jvm_and_resume_continues(tmp_path):
     Spark's Python workers would import instead of the standard modules): one line naming
     what was committed and --resume, exit 130, no py4j traceback, no JVM left; --resume
     then finishes the run exactly."""
+    import re
     import signal
     import uuid
 
@@ -567,7 +568,13 @@ def test_ctrl_c_is_one_line_leaves_no_jvm_and_resume_continues(tmp_path):
     while _processes_marked(mark) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _processes_marked(mark), "a JVM or Python worker outlived the interrupted run"
-    done = subprocess.run(command + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    # resumed with -v and a Spark setting: the setting reaches the session, Spark's start-up is a
+    # line of its own, and -v shows the JVM's own output (kept in the driver log otherwise)
+    done = subprocess.run(command + ["--resume", "-v", "--conf", "spark.subzero.probe=42"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    assert "subzero: Spark setting spark.subzero.probe=42" in done.stderr, done.stderr
+    assert re.search(r"subzero: Spark session local\[\*, 4\] ready in [\d.]+ s", done.stderr), done.stderr
+    assert "Using incubator modules" in done.stderr and "Using incubator modules" not in err
     run = sz.open_run(tmp_path / "s")
     np.testing.assert_array_equal(np.asarray(run.output("b")), np.full((256, 256), 2.0))

@@ -61,7 +61,10 @@ def _one(service, ref, label: str, rate: float, outage: int | None, seed: int, n
     started = time.monotonic()
     saved = dict(fsspec.config.conf.get("s3", {}))
     with FaultProxy(service.endpoint, rate=rate, seed=seed * 1000 + n, outage_after=outage) as proxy:
-        configure_storage_options(store, {"endpoint_url": proxy.endpoint})
+        options: dict[str, Any] = {"endpoint_url": proxy.endpoint}
+        if outage is not None:  # one botocore attempt per s3fs retry: an outage is reported in seconds
+            options["config_kwargs"] = {"retries": {"max_attempts": 1}}
+        configure_storage_options(store, options)
         try:
             try:
                 build().run(inputs(), store=store, executor="local", **run_options("pinned"))
@@ -75,7 +78,7 @@ def _one(service, ref, label: str, rate: float, outage: int | None, seed: int, n
                 except sz.StoreError:
                     marked = False
                 outcome = "refused clearly" if named and not marked else "wrong"
-                detail = " ".join(text.split())[:160] + ("" if not marked else " (store marked done!)")
+                detail = " ".join(text.split())[:400] + ("" if not marked else " (store marked done!)")
             except Exception as exc:  # noqa: BLE001 - an unclear failure counts against us
                 outcome, detail = "wrong", f"unclear error {type(exc).__name__}: {exc}"[:200]
             else:

@@ -218,9 +218,17 @@ class Location:
     def makedirs(self, *parts: str) -> None:
         try:
             self.fs.makedirs(self.path(*parts), exist_ok=True)
+        except StoreError:
+            raise
         except OSError as exc:
+            if not self.is_local:
+                raise self.service_error(exc, f"creating {'/'.join(parts)!r}") from exc
             raise StoreError(f"cannot create {self.child_url(*parts)!r} ({exc}); check that the store "
                              "location is writable") from exc
+        except Exception as exc:  # botocore's connection errors are not OSErrors
+            if self.is_local:
+                raise
+            raise self.service_error(exc, f"creating {'/'.join(parts)!r}") from exc
 
     @_remote("reading")
     def read_bytes(self, *parts: str) -> bytes:

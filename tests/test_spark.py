@@ -280,12 +280,17 @@ def test_spark_submit_runs_a_workflow_with_its_own_master(tmp_path):
 
     from subzero.info import info_data
 
+    pytest.importorskip("moto.server")
+    from subzero.bench.object_store import s3_service
+
     _job_file(tmp_path)
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    done = subprocess.run([str(submit), "--master", "local[1]", "stars_job.py"], cwd=tmp_path, capture_output=True,
-                          text=True, env=_env(SPARK_HOME=str(submit.parents[1])), timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    info = info_data(tmp_path / "runs" / "stars-submitted")
+    with s3_service() as service:  # the README's job stores its run on S3
+        done = subprocess.run([str(submit), "--master", "local[1]", "stars_job.py"], cwd=tmp_path,
+                              capture_output=True, text=True, env=_env(SPARK_HOME=str(submit.parents[1]), **service.env),
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        info = info_data("s3://runs/stars-submitted")
     assert info["status"] == "done" and info["executor"] == "spark" and info["master"] == "local[1]"
     assert "stored in" in done.stdout
 
@@ -578,3 +583,18 @@ def test_ctrl_c_is_one_line_leaves_no_jvm_and_resume_continues(tmp_path):
     assert "Using incubator modules" in done.stderr and "Using incubator modules" not in err
     run = sz.open_run(tmp_path / "s")
     np.testing.assert_array_equal(np.asarray(run.output("b")), np.full((256, 256), 2.0))
+
+
+def test_the_embedded_session_listens_on_loopback_only(spark):
+    """Driver and block manager bound to 127.0.0.1 (unless SPARK_LOCAL_IP says otherwise), no web UI."""
+    psutil = pytest.importorskip("psutil")
+    from pyspark import SparkContext
+
+    conf = spark.sparkContext.getConf()
+    assert conf.get("spark.ui.enabled") == "false"
+    if os.environ.get("SPARK_LOCAL_IP"):
+        pytest.skip("SPARK_LOCAL_IP chooses the interface")
+    assert conf.get("spark.driver.bindAddress") == "127.0.0.1" and conf.get("spark.driver.host") == "127.0.0.1"
+    jvm = psutil.Process(SparkContext._gateway.proc.pid)
+    listening = [c.laddr.ip for c in jvm.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN]
+    assert listening and all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for ip in listening), listening

@@ -46,5 +46,6 @@ if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,b
   exit 1
 fi
 .venv/bin/python -c "import subzero.store, subzero.run, pyspark, lmdb, rtree, pulp, zarr, xxhash, \
-astroscrappy, sep, skimage, sksurv, pyarrow, pytest, hypothesis, starlette, uvicorn, selenium, httpx2, PIL, subzero.view.app" \
+astroscrappy, sep, skimage, sksurv, pyarrow, pytest, hypothesis, starlette, uvicorn, selenium, httpx2, PIL, \
+moto.server, s3fs, subzero.view.app" \
   || { echo "setup: the package did not install; see the pip output above" >&2; exit 1; }

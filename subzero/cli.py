@@ -33,7 +33,6 @@ def _load_workflow(ref: str, files: dict[str, Any], params: dict[str, str], quic
     """(workflow, inputs) from a built-in name or a Python file defining ``build`` or
     ``@sz.workflow`` functions (``choice``: which one, ``--workflow NAME``)."""
     import importlib
-    import runpy
 
     from subzero.inputs import call_build
     from subzero.workflows import BUILTIN
@@ -45,7 +44,7 @@ def _load_workflow(ref: str, files: dict[str, Any], params: dict[str, str], quic
     if not path.is_file():
         raise WorkflowError(
             f"workflow {ref!r} is neither a built-in ({', '.join(sorted(BUILTIN))}) nor a file")
-    namespace = runpy.run_path(str(path), run_name="subzero_workflow")
+    namespace = _exec_workflow_file(path)
     build = namespace.get("build")
     if choice is not None or not callable(build):
         from subzero.trace.traced import from_namespace
@@ -56,6 +55,29 @@ def _load_workflow(ref: str, files: dict[str, Any], params: dict[str, str], quic
     if not callable(build):
         raise WorkflowError(f"{ref} must define build() returning (workflow, inputs), or an @sz.workflow function")
     return call_build(build, ref, files, params, quick)
+
+
+def _exec_workflow_file(path: Path) -> dict[str, Any]:
+    """The namespace of a workflow file; a syntax error or an exception while it runs (an
+    import that fails, a typo) is one `WorkflowError` naming ``file:line`` (``-v``: the traceback)."""
+    import runpy
+    import traceback
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:  # its helper modules import; appended, so no file there replaces a module
+        sys.path.append(folder)
+    try:
+        return runpy.run_path(str(path), run_name="subzero_workflow")
+    except SyntaxError as exc:
+        where = f"{exc.filename or path}:{exc.lineno}" if exc.lineno else str(path)
+        raise WorkflowError(f"{where}: {type(exc).__name__}: {exc.msg}; fix the workflow file "
+                            "(-v shows the traceback)") from exc
+    except Exception as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        mine = [f for f in frames if os.path.realpath(f.filename) == os.path.realpath(path)] or frames[-1:]
+        where = f"{mine[-1].filename}:{mine[-1].lineno}" if mine else str(path)
+        raise WorkflowError(f"{where}: {type(exc).__name__}: {exc} (while loading the workflow file; -v shows "
+                            "the traceback)") from exc
 
 
 def _parse_strategies(items: list[str] | None, what: str) -> dict[str, list[str]]:
@@ -126,16 +148,19 @@ def _spark_session(args):
     """The session for ``--executor spark``: with ``--master``, made for that master unless a
     session exists already (spark-submit's, used as it is); else None (the executor makes or
     finds one itself)."""
+    conf = _spark_conf(getattr(args, "conf", None))
     if args.master and args.executor != "spark":
         raise WorkflowError(f"--master {args.master} is for --executor spark; the {args.executor} executor "
                             "runs in this process (drop --master or use --executor spark)")
-    if not args.master:
+    if conf and args.executor != "spark":
+        raise WorkflowError(f"--conf is for --executor spark; the {args.executor} executor runs no Spark")
+    if not args.master and not conf:
         return None
     _quiet_spark_launch(args.verbose)
     from subzero.progress import spark_log_level
     from subzero.spark import get_session
 
-    return get_session(args.master, log_level=spark_log_level(args.verbose))
+    return get_session(args.master, log_level=spark_log_level(args.verbose), conf=conf)
 
 
 def _run_with_progress(args, wf, inputs: dict, **kwargs):
@@ -173,14 +198,35 @@ def cmd_run(args) -> int:
 
     metadata = {name: {"fits_header": header_to_text(h)} for name, h in headers.items() if name in inputs}
     spark = _spark_session(args)
-    run = _run_with_progress(args, wf, inputs, store=args.store, strategies=strategies or None,
-                             executor=args.executor, spark=spark, tile_shape=args.tile, max_disk=args.max_disk,
-                             max_runtime=args.max_runtime, workload=workload, input_metadata=metadata or None,
-                             overwrite=args.overwrite, resume=args.resume)
+    try:
+        run = _run_with_progress(args, wf, inputs, store=args.store, strategies=strategies or None,
+                                 executor=args.executor, spark=spark, tile_shape=args.tile, max_disk=args.max_disk,
+                                 max_runtime=args.max_runtime, workload=workload, input_metadata=metadata or None,
+                                 overwrite=args.overwrite, resume=args.resume)
+    except KeyboardInterrupt:
+        raise _Interrupted(_committed_text(args.store)) from None
     for node, stored in run.strategies.items():
         print(f"{node:>16}  {', '.join(stored)}")
     print(f"stored in {run.path}")
     return 0
+
+
+class _Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run, with what the store kept."""
+
+
+def _committed_text(store: str) -> str:
+    """What an interrupted run committed, and how to continue it (one line)."""
+    try:
+        from subzero.info import info_data
+
+        data = info_data(store)
+    except Exception:  # nothing was stored yet, or the store cannot be read
+        return "nothing was committed"
+    done = [n["name"] for n in data["nodes"] if n["committed"]]
+    names = ", ".join(done) if len(done) <= 8 else ", ".join(done[:8]) + ", ..."
+    return (f"{len(done)} of {len(data['nodes'])} nodes committed in {store}"
+            f"{f' ({names})' if done else ''}; run the same command with --resume to continue")
 
 
 # -- queries ------------------------------------------------------------------------------------
@@ -729,6 +775,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="more diagnostics on stderr, repeatable (-v: with Spark's warnings; -vv: debug)")
     common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                         help="no progress display, errors only")
+    common.add_argument("--storage-option", action="append", metavar="KEY=VALUE", dest="storage_option",
+                        help="an fsspec option of the store's file system, repeatable (s3://: endpoint_url=URL, "
+                             "key=..., secret=..., client_kwargs.region_name=...)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", parents=[common], help="run a workflow and store its lineage",
@@ -755,6 +804,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workload", help="JSON file of sample queries for the optimizer")
     run.add_argument("--quick", action="store_true",
                      help="small inputs (built-in workflows; a file's build() must take a 'quick' parameter)")
+    run.add_argument("--conf", action="append", metavar="KEY=VALUE",
+                     help="a Spark setting for the session subzero starts, repeatable (e.g. spark.driver.memory=4g)")
     run.add_argument("--resume", action="store_true",
                      help="continue the run a crash or failure left in --store (the same workflow, inputs and "
                           "options): committed nodes are kept, the others run")
@@ -905,6 +956,29 @@ def _attach_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
+def _apply_storage_options(args) -> None:
+    """``--storage-option KEY=VALUE``: fsspec's configuration for the protocol of every store the
+    command names, so each place that opens them (and the tasks they travel to) uses them."""
+    from subzero.store.location import configure_storage_options, parse_storage_options
+
+    options = parse_storage_options(getattr(args, "storage_option", None))
+    for name in ("store", "out"):
+        url = getattr(args, name, None)
+        if options and isinstance(url, str):
+            configure_storage_options(url, options)
+
+
+def _spark_conf(items: list[str] | None) -> dict[str, str]:
+    """``--conf key=value`` (repeatable) as a dict of Spark settings."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise WorkflowError(f"--conf {item!r} must look like KEY=VALUE (e.g. spark.driver.memory=4g)")
+        out[key.strip()] = value
+    return out
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(part.strip() for part in str(exc).strip().splitlines() if part.strip())
     return text or type(exc).__name__
@@ -922,6 +996,7 @@ def main(argv: list[str] | None = None) -> int:
 
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark(\..*)?$")
     try:
+        _apply_storage_options(args)
         return args.func(args)
     except BrokenPipeError:  # `subzero query ... | head`: the reader left; no error message
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -932,10 +1007,14 @@ def main(argv: list[str] | None = None) -> int:
               "benchmark packages, or run scripts/setup.sh)", file=sys.stderr)
         return 2
     except (SubZeroError, OSError, json.JSONDecodeError) as exc:
+        if args.verbose:
+            import traceback
+
+            traceback.print_exception(exc, file=sys.stderr)
         print(f"subzero: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("subzero: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"subzero: interrupted{f'; {exc}' if str(exc) else ''}", file=sys.stderr)
         return 130
 
 

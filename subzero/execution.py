@@ -204,8 +204,12 @@ class _Execution:
         """The executor (a Spark session starts only when a task has to run; the catalog then
         records its master, as the session has it)."""
         if callable(self._runner) and not hasattr(self._runner, "map_tiles"):
+            started = time.perf_counter()
             self._runner = self._runner()
-            self.catalog = _replace(self.catalog, master=getattr(self._runner, "master", None))
+            master = getattr(self._runner, "master", None)
+            self.catalog = _replace(self.catalog, master=master)
+            if master is not None:  # reported on its own, not charged to the first node
+                self.progress.note(f"Spark session {master} ready in {time.perf_counter() - started:.1f} s")
         return self._runner
 
     def ref(self, name: str):
@@ -295,10 +299,11 @@ class _Execution:
                         shard_dirs=tuple((s, self.store.shard_directory(node.name, s)) for s in stored))
 
     def _run(self, task: NodeTask, tiles: list[Tile]) -> tuple[list[TileMeta], float]:
+        runner = self.runner  # a session starting is not the node's time
         self.progress.node_started(task.node, len(tiles))
         start = time.perf_counter()
         try:
-            metas = self.runner.map_tiles(task, tiles, self.progress)
+            metas = runner.map_tiles(task, tiles, self.progress)
         except BaseException:
             self.progress.node_finished(task.node, ok=False)
             raise
@@ -310,10 +315,11 @@ class _Execution:
         bind_shapes(node, tuple(self.arrays[i.name].shape for i in node.inputs))
         op = node.operator
         tiles = node_tiles(op, self.tile_shape)
+        runner = self.runner
         start = time.perf_counter()
         if op.two_pass:  # a first pass over the tiles, combined in the driver, before the tiles run
             try:
-                op.combine(self.runner.map_prepare(self.task(node, (), write_output=False), tiles))
+                op.combine(runner.map_prepare(self.task(node, (), write_output=False), tiles))
             except SubZeroError:
                 raise
             except Exception as exc:
@@ -451,7 +457,7 @@ def _agreed(node: Node, metas: list[TileMeta]) -> tuple[tuple[int, ...], str, tu
 def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_runtime=None,
             workload=None, executor="spark", spark=None, tile_shape=None, overwrite: bool = False,
             resume: bool = False, progress: Reporter | None = None, input_metadata: dict | None = None,
-            made_by: str | None = None):
+            made_by: str | None = None, storage_options: dict | None = None):
     """Run ``wf`` on ``inputs`` into a new ``store`` (or continue the run in it: ``resume``);
     see `Workflow.run`.  ``made_by`` is kept in the store's marker (``subzero demo``)."""
     from subzero.optimizer.budgets import parse_disk_budget, parse_runtime_budget
@@ -467,12 +473,12 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
     input_metadata = _check_metadata(wf, input_metadata)
     pinned = resolve_pinned(wf, strategies)
     _check_tile_shape(tile_shape)
-    queries = parse_workload(wf, workload, static_shapes(wf, arrays))
+    queries = parse_workload(wf, workload, static_shapes(wf, arrays, strict=True))  # before the store exists
     workload = workload_record(wf, workload)  # names and ints: JSON for the catalog and the fingerprint
     input_bytes = int(sum(int(np.prod(a.shape, dtype=np.int64)) * a.dtype.itemsize for a in arrays.values()))
     disk_budget = parse_disk_budget(max_disk, input_bytes)
     parse_runtime_budget(max_runtime, 1.0)  # reject a malformed budget before anything runs
-    location = resolve(store)
+    location = resolve(store, storage_options)
     check_executor(executor, location.url)
     operators = [n for n in wf.nodes if not n.is_input]
     optimized = bool(queries or max_disk is not None or max_runtime is not None) and \
@@ -492,6 +498,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
         fs, stored = FileStore.resume(location, catalog, made_by)
     else:
         fs, stored = FileStore.create(location, catalog, overwrite=overwrite, made_by=made_by), None
+    failed = False
     try:
         if stored is not None:
             if not stored.fingerprint:
@@ -529,8 +536,15 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
                 pass
             raise
         fs.write_catalog(_replace(run.catalog, status="done", wall_seconds=time.perf_counter() - started))
+    except BaseException:
+        failed = True
+        raise
     finally:
-        fs.close()
+        try:
+            fs.close()
+        except OSError:  # the store itself failing (an outage): the error that stopped the run is the one to show
+            if not failed:
+                raise
     return Run(FileStore.open(location), wf)
 
 
@@ -538,14 +552,25 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def static_shapes(wf: Workflow, arrays: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """The shapes known before anything runs: the inputs', and those operators infer from them."""
+def static_shapes(wf: Workflow, arrays: dict[str, Any], strict: bool = False) -> dict[str, tuple[int, ...]]:
+    """The shapes known before anything runs: the inputs', and those operators infer from them.
+
+    With ``strict``, an operator that refuses its input shapes (a `WorkflowError` from
+    ``infer_output_shape``: shapes that do not broadcast, a wrong axis) is an error naming the
+    node, raised before any store exists; otherwise the mismatch is left for when the node is
+    bound.
+    """
     shapes = {name: tuple(int(n) for n in a.shape) for name, a in arrays.items()}
     for node in wf.nodes:
         if node.is_input or any(i.name not in shapes for i in node.inputs):
             continue
         try:
             shape = node.operator.infer_output_shape(tuple(shapes[i.name] for i in node.inputs))
+        except WorkflowError as exc:
+            if strict:
+                raise WorkflowError(f"node {node.name!r} ({type(node.operator).__name__}): {exc}; nothing was "
+                                    "stored") from exc
+            continue
         except Exception:  # a mismatch is reported, with its node, when the node is bound
             continue
         if shape is not None:

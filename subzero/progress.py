@@ -53,6 +53,9 @@ class Reporter:
     def node_finished(self, name: str, ok: bool = True) -> None:
         """Node ``name`` finished: all its tiles (``ok``), or it failed (``ok=False``)."""
 
+    def note(self, text: str) -> None:
+        """A one-line event outside any node (the Spark session started, and how long it took)."""
+
     def close(self) -> None:
         """The run is over: release the display (the reporter is not used again)."""
 
@@ -72,6 +75,9 @@ class LoggingReporter(Reporter):
 
     def run_finished(self, ok: bool = True) -> None:
         self._log.info("run %s after %.1f s", "finished" if ok else "stopped", time.perf_counter() - self._run_start)
+
+    def note(self, text: str) -> None:
+        self._log.info("%s", text)
 
     def node_started(self, name: str, n_tiles: int) -> None:
         with self._lock:
@@ -173,6 +179,11 @@ class TerminalReporter(Reporter):
             if ok and self._overall is not None and name not in self._finished:
                 self._finished.add(name)
                 self._progress.update(self._overall, completed=min(len(self._finished), self._overall_total))
+
+    def note(self, text: str) -> None:
+        with self._lock:
+            self._start()
+            self._progress.console.print(f"{text}", highlight=False)
 
     def close(self) -> None:
         with self._lock:

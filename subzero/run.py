@@ -453,7 +453,7 @@ class Uncommitted(Operator):
         raise StoreError(f"the operator {self.declared} was not committed to this store; re-run the workflow")
 
 
-def open_run(path: "str | os.PathLike", partial: bool = False) -> Run:
+def open_run(path: "str | os.PathLike", partial: bool = False, storage_options: dict | None = None) -> Run:
     """Reopen a run from its store (a directory or an fsspec URL), in any process.
 
     Parameters
@@ -464,12 +464,16 @@ def open_run(path: "str | os.PathLike", partial: bool = False) -> Run:
         Also open a run that did not finish (failed, interrupted, or still running): the
         `Run` then answers over its committed nodes only (`Run.committed`; a query that
         names another node is a `LineageError`).  Without it, such a store is refused.
+    storage_options
+        fsspec options of the store's file system (as given to `Workflow.run`).
 
     Examples
     --------
     >>> run = open_run("runs/demo")       # doctest: +SKIP
     """
-    store = FileStore.open(path)
+    from subzero.store.location import resolve
+
+    store = FileStore.open(resolve(path, storage_options))
     catalog = store.read_catalog()
     if catalog.status != "done" and not partial:
         raise StoreError(f"run in {store.url!r} did not finish (status {catalog.status!r}); its lineage is "

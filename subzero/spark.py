@@ -12,9 +12,10 @@ Sessions, the pyspark way: a session that already exists (made by ``spark-submit
 by the user) is used as it is; otherwise an embedded ``local[*, 4]`` session is made
 (four attempts per task, so a failed task is retried as on a cluster), or one for
 ``master`` (``spark://host:7077``).  A standalone master fails fast and says why, in one
-line: its address is tried with a socket before a JVM starts (`CONNECT_TIMEOUT`), the
-application must be accepted within `START_TIMEOUT` of the JVM's start (a port that
-answers but is no Spark master), and a first executor must register within
+line: its address is tried with a socket before a JVM starts (`CONNECT_TIMEOUT`; a port
+that answers HTTP is a web UI, not a master), the session must start and the master
+register the application within `START_TIMEOUT` (a master that never registers it is no
+Spark master or another version), and a first executor must register within
 `EXECUTOR_TIMEOUT` (a master without free workers would leave every job waiting, silently).
 
 A task's error reaches the driver as pyspark's ``PythonException`` (its text is the
@@ -32,6 +33,7 @@ import socket
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from functools import partial
 from urllib.parse import urlparse
 
@@ -45,8 +47,10 @@ __all__ = ["SparkExecutor", "get_session", "DEFAULT_MASTER"]
 DEFAULT_MASTER = "local[*, 4]"
 #: seconds to reach a standalone master's address before giving up
 CONNECT_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_CONNECT_TIMEOUT", 10))
-#: seconds, once the driver's JVM runs, for a standalone master to accept the application
-START_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_START_TIMEOUT", 15))
+#: seconds for a session with a standalone master to start: the driver's JVM and SparkContext
+#: (14-18 s on a loaded 2-core machine) and the master registering the application; a master
+#: that never answers the registration is given up by Spark itself after about 60 s
+START_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_START_TIMEOUT", 180))
 #: seconds for a standalone master to give the application its first executor
 EXECUTOR_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_EXECUTOR_TIMEOUT", 120))
 _ERROR_MARK = "subzero-task-error: "
@@ -66,18 +70,48 @@ def _check_java() -> None:
 
 
 def _check_reachable(master: str) -> None:
-    """Fail fast, with one line, when a standalone master's address does not answer."""
+    """Fail fast, with one line, when a standalone master's address does not answer, or
+    answers as no Spark master does (`_probe`)."""
     if not master.startswith("spark://"):
         return
     for hostport in master[len("spark://"):].split(","):
         parsed = urlparse("spark://" + hostport)
         try:
-            with socket.create_connection((parsed.hostname, parsed.port or 7077), timeout=CONNECT_TIMEOUT):
-                return
+            with socket.create_connection((parsed.hostname, parsed.port or 7077), timeout=CONNECT_TIMEOUT) as sock:
+                answer = _probe(sock, parsed.hostname)
         except OSError:
             continue
+        if answer == "http":
+            raise SubZeroError(f"{hostport} answers HTTP: it is a web server (a Spark master's web UI is port "
+                               "8080), not a Spark master; give the master's own URL, spark://host:7077, as its log "
+                               "and web UI show it")
+        if answer != "closed":
+            raise SubZeroError(f"Spark master {master} answers but is no Spark master ({answer}: a Spark master "
+                               "drops a message it cannot read at once); check the host and port (default 7077)")
+        return
     raise SubZeroError(f"Spark master {master} cannot be reached (no answer within {CONNECT_TIMEOUT:.0f} s); check "
                        "that the master runs, the host and port (default 7077), and the firewall")
+
+
+#: seconds a server has to react to `_probe`'s message (a Spark master closes at once)
+PROBE_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_PROBE_TIMEOUT", 5))
+
+
+def _probe(sock: socket.socket, host: str | None) -> str:
+    """How the server behind ``sock`` reacts to an HTTP request: ``"http"`` (a web server),
+    ``"closed"`` (what a Spark master's RPC port does with a frame it cannot read), ``"silent"``
+    (nothing within `PROBE_TIMEOUT`) or ``"other"`` (another protocol's answer)."""
+    try:
+        sock.settimeout(PROBE_TIMEOUT)
+        sock.sendall(f"HEAD / HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+        head = sock.recv(5)
+    except socket.timeout:
+        return "silent"
+    except OSError:  # reset: closed
+        return "closed"
+    if not head:
+        return "closed"
+    return "http" if head == b"HTTP/" else "other"
 
 
 def _standalone(master: str | None) -> bool:
@@ -85,9 +119,15 @@ def _standalone(master: str | None) -> bool:
 
 
 def _create(builder, master: str | None):
-    """``builder.getOrCreate()``; for a standalone master, given `START_TIMEOUT` once the
-    driver's JVM runs (its start is this machine's business, however long it takes; Spark
-    itself would wait a minute per attempt for a master that never answers)."""
+    """``builder.getOrCreate()``; for a standalone master, watched while it starts.
+
+    Starting is the driver's JVM, then the SparkContext, then the master registering the
+    application (``getOrCreate`` returns once it did).  On a busy machine that takes tens of
+    seconds, so no step has a tight limit: the whole is given `START_TIMEOUT`, progress is
+    logged (``-v``) every 15 s, and a master that never registers the application (no Spark
+    master, or another Spark version: its messages are not understood) is reported as such
+    when Spark gives up on it.
+    """
     if not _standalone(master):
         return builder.getOrCreate()
     from pyspark import SparkContext
@@ -100,16 +140,31 @@ def _create(builder, master: str | None):
         except BaseException as exc:  # handed to the caller
             box["error"] = exc
 
+    started = time.monotonic()
     worker = threading.Thread(target=create, name="subzero-spark-start", daemon=True)
     worker.start()
-    while worker.is_alive() and SparkContext._gateway is None:  # the JVM starting
-        worker.join(0.1)
-    worker.join(START_TIMEOUT)
+    said = started
+    while worker.is_alive() and time.monotonic() - started < START_TIMEOUT:
+        worker.join(0.2)
+        if time.monotonic() - said >= 15:
+            said = time.monotonic()
+            step = "the driver's JVM is starting" if SparkContext._gateway is None else \
+                f"waiting for {master} to register the application"
+            log.info("Spark start-up: %s (%.0f s)", step, said - started)
     if worker.is_alive():
-        raise SubZeroError(f"Spark master {master} answers but did not accept the application within "
-                           f"{START_TIMEOUT:.0f} s; check that this is the master's URL (spark://host:7077, not the "
-                           "web UI's port 8080) and that it runs the Spark version of this pyspark")
+        step = "its JVM did not start" if SparkContext._gateway is None else \
+            "the master has not registered the application yet"
+        raise SubZeroError(f"Spark session for {master} still starting after {START_TIMEOUT:.0f} s ({step}); the "
+                           "machine may be overloaded: try again, or raise SUBZERO_SPARK_START_TIMEOUT")
     if "error" in box:
+        text = str(box["error"])
+        if "unresponsive" in text or "Master removed our application" in text or "Failed to connect to" in text:
+            from pyspark import __version__ as version
+
+            raise SubZeroError(f"Spark master {master} answers but never registered this application: it is no "
+                               f"Spark master, or one running another Spark version than this pyspark ({version}); "
+                               "check the URL (spark://host:7077, not the web UI's port) and the master's "
+                               "version (its web UI and log show it)") from None
         raise box["error"]
     return box["session"]
 
@@ -125,9 +180,68 @@ def _wait_for_executors(spark, master: str) -> None:
         except Exception:  # the context died (the master dropped the application)
             break
         time.sleep(0.25)
-    raise SubZeroError(f"Spark master {master} gave this application no executor within {EXECUTOR_TIMEOUT:.0f} s; "
-                       "check that workers are registered with it and have free cores and memory (its web UI "
+    raise SubZeroError(f"Spark master {master} gave this application no executor within {EXECUTOR_TIMEOUT:.0f} s "
+                       "(it registered the application, but no worker has free cores and memory for it); check "
+                       "that workers are registered with it and not busy with other applications (its web UI "
                        "lists them), or raise SUBZERO_SPARK_EXECUTOR_TIMEOUT")
+
+
+def driver_log_path() -> str:
+    """Where the JVM of a session subzero starts writes its own output (without ``-v``):
+    ``$SUBZERO_CACHE/spark/driver-PID.log`` (default cache ``~/.cache/subzero``); the most
+    recent `DRIVER_LOGS_KEPT` are kept."""
+    root = os.environ.get("SUBZERO_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "subzero")
+    return os.path.join(root, "spark", f"driver-{os.getpid()}.log")
+
+
+#: how many driver logs of earlier sessions `driver_log_path`'s directory keeps
+DRIVER_LOGS_KEPT = 20
+
+
+@contextmanager
+def _jvm_output_to(path: str | None):
+    """While a session starts, launch its JVM with stdout and stderr going to ``path``: the
+    JVM's own warnings (``Using incubator modules``, native-hadoop, spark-submit notices) and
+    those of the Python workers it starts stay out of the terminal.  ``None``: inherited."""
+    if path is None:
+        yield
+        return
+    from pyspark import SparkContext
+
+    module = sys.modules[SparkContext.__module__]  # pyspark.core.context (4.x) or pyspark.context
+    original = getattr(module, "launch_gateway", None)
+    if original is None:  # pragma: no cover - a pyspark without it: leave the output as it is
+        yield
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    logs = sorted((os.path.join(os.path.dirname(path), f) for f in os.listdir(os.path.dirname(path))),
+                  key=lambda f: os.stat(f).st_mtime)
+    for old in logs[:max(0, len(logs) - DRIVER_LOGS_KEPT)]:
+        try:
+            os.unlink(old)
+        except OSError:
+            pass
+    out = open(path, "ab")
+
+    def launch(conf=None, popen_kwargs=None):
+        kwargs = dict(popen_kwargs or {}, stdout=out, stderr=out)
+        return original(conf, popen_kwargs=kwargs)
+
+    module.launch_gateway = launch
+    try:
+        yield
+    finally:
+        module.launch_gateway = original
+        out.close()  # the JVM holds its own descriptor
+
+
+def _tail(path: str | None, lines: int = 3) -> str:
+    if not path or not os.path.exists(path):
+        return ""
+    with open(path, "rb") as f:
+        text = f.read()[-4000:].decode("utf-8", "replace")
+    kept = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
+    return " | ".join(kept)
 
 
 def _active_session():
@@ -136,11 +250,17 @@ def _active_session():
     return SparkSession.getActiveSession()
 
 
-def get_session(master: str | None = None, log_level: str = "ERROR"):
+def get_session(master: str | None = None, log_level: str = "ERROR", conf: dict[str, str] | None = None):
     """The active Spark session, or a new one for ``master`` (default: embedded ``local[*, 4]``).
 
     A session that exists already (``spark-submit``, or one the user made) is returned as
     it is, whatever ``master`` says: its master was chosen by whoever made it.
+
+    A session subzero makes binds its driver and block manager to 127.0.0.1 when it runs
+    in-process (``local[...]``; ``SPARK_LOCAL_IP`` or ``conf`` choose otherwise), has no web UI
+    (``spark.ui.enabled``), and, unless subzero logs at INFO (``-v``), sends its
+    JVM's own output to `driver_log_path`.  ``conf`` (``--conf key=value``) is passed to
+    Spark last, so it overrides any of these.
     """
     _check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -166,17 +286,33 @@ def get_session(master: str | None = None, log_level: str = "ERROR"):
                    .config("spark.ui.enabled", "false")
                    .config("spark.ui.showConsoleProgress", "false")
                    .config("spark.python.worker.reuse", "true"))
+        if chosen.startswith("local") and not os.environ.get("SPARK_LOCAL_IP"):
+            # in-process: nothing needs to reach the driver from another machine
+            builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     builder = builder.config("spark.driver.maxResultSize", "512m")
+    # Python workers start with `python -m pyspark.daemon` in their working directory, which
+    # puts that directory first on sys.path: a profile.py or types.py there would replace the
+    # module pyspark imports.  PYTHONSAFEPATH (Python 3.11+) keeps it off.
+    builder = builder.config("spark.executorEnv.PYTHONSAFEPATH", "1")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    # the JVM's own output: to a file unless -v (subzero's logger at INFO) asks to see it
+    jvm_log = driver_log_path() if not under_submit and not log.isEnabledFor(logging.INFO) else None
     try:
-        spark = _create(builder, chosen)
+        with _jvm_output_to(jvm_log):
+            spark = _create(builder, chosen)
     except SubZeroError:
         raise
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        tail = _tail(jvm_log)
         raise SubZeroError(f"Spark could not start{f' with master {chosen}' if chosen else ''} "
-                           f"({type(exc).__name__}: {first}); check the master URL and the Java installation, or "
-                           "use executor='local' (--executor local)") from None
+                           f"({type(exc).__name__}: {first}{f'; the JVM said: {tail}' if tail else ''}); check the "
+                           "master URL and the Java installation, or use executor='local' (--executor local)") from None
     spark.sparkContext.setLogLevel(log_level)
+    _take_sigint()
+    for key in conf or {}:  # what the session really has (-v)
+        log.info("Spark setting %s=%s", key, spark.sparkContext.getConf().get(key, None))
     if _standalone(spark.sparkContext.master):
         _wait_for_executors(spark, spark.sparkContext.master)
     return spark
@@ -197,7 +333,6 @@ class SparkExecutor:
     def map_tiles(self, task: NodeTask, tiles: list[Tile], progress=None) -> list[TileMeta]:
         sc = self.spark.sparkContext
         group = f"subzero-{task.node}-{id(task)}"
-        sc.setJobGroup(group, f"subzero node {task.node}", interruptOnCancel=True)
         payload = dumps_with_operator(task, task.operator, task.node)
         stop = threading.Event()
         watcher = None
@@ -207,11 +342,9 @@ class SparkExecutor:
                                        daemon=True)
             watcher.start()
         try:
-            metas = sc.parallelize(tiles, _slices(sc, len(tiles))).mapPartitions(
-                partial(_call_partition, run_tile, payload)).collect()
-        except KeyboardInterrupt:
-            sc.cancelJobGroup(group)
-            raise
+            metas = _collect(sc, group, f"subzero node {task.node}",
+                             lambda: sc.parallelize(tiles, _slices(sc, len(tiles))).mapPartitions(
+                                 partial(_call_partition, run_tile, payload)))
         except Exception as exc:  # the Python error of the task, not the JVM's trace
             raise WorkflowError(f"node {task.node!r} failed on Spark: {_python_error(exc)}") from None
         finally:
@@ -222,7 +355,6 @@ class SparkExecutor:
             task.operator.output_shape = metas[0].shape
         return metas
 
-
     def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list:
         """The first pass of a two-pass operator: every tile's summary, in tile order."""
         return self.map_calls(prepare_tile, task, tiles)
@@ -231,27 +363,84 @@ class SparkExecutor:
         """``fn(task, tile)`` for every tile as Spark tasks, in tile order; ``fn`` is a module-level
         function (pickled by reference) whose results are small (summaries, measurements)."""
         sc = self.spark.sparkContext
-        sc.setJobDescription(f"subzero node {task.node} ({fn.__name__})")
         payload = dumps_with_operator(task, task.operator, task.node)
         try:
-            return sc.parallelize(tiles, _slices(sc, len(tiles))).mapPartitions(
-                partial(_call_partition, fn, payload)).collect()
+            return _collect(sc, f"subzero-{task.node}-{fn.__name__}-{id(task)}", f"subzero node {task.node} "
+                            f"({fn.__name__})", lambda: sc.parallelize(tiles, _slices(sc, len(tiles))).mapPartitions(
+                                partial(_call_partition, fn, payload)))
         except Exception as exc:
             raise WorkflowError(f"node {task.node!r} failed on Spark: {_python_error(exc)}") from None
-
 
     def map_items(self, fn, context, items: list, what: str) -> list:
         """``fn(context, item)`` for every item as Spark tasks, in order: ``fn`` a module-level
         function, ``context`` pickled once per task, results small (lineage statistics per
         batch of objects)."""
         sc = self.spark.sparkContext
-        sc.setJobDescription(what)
         payload = pickle.dumps(context)
         try:
-            return sc.parallelize(items, _slices(sc, len(items))).mapPartitions(
-                partial(_call_partition, fn, payload)).collect()
+            return _collect(sc, f"subzero-items-{id(items)}", what, lambda: sc.parallelize(
+                items, _slices(sc, len(items))).mapPartitions(partial(_call_partition, fn, payload)))
         except Exception as exc:
             raise WorkflowError(f"{what} failed on Spark: {_python_error(exc)}") from None
+
+
+def _collect(sc, group: str, description: str, make_rdd) -> list:
+    """``make_rdd().collect()`` as job group ``group``, run by a thread of its own while this
+    one waits: Ctrl-C then lands here, between two waits, never inside a py4j call (which
+    would leave its connection half-read and fill the terminal with py4j's tracebacks); the
+    job group is cancelled and `KeyboardInterrupt` raised."""
+    box: dict = {}
+
+    def job() -> None:
+        try:
+            sc.setJobGroup(group, description, interruptOnCancel=True)  # per thread (pinned threads)
+            box["result"] = make_rdd().collect()
+        except BaseException as exc:  # handed to the waiting thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=job, name=f"subzero-job-{group}", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+    except KeyboardInterrupt:
+        try:
+            sc.cancelJobGroup(group)
+        except Exception:  # the JVM is going away with this process anyway
+            pass
+        worker.join(5)
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def _take_sigint() -> None:
+    """Make Ctrl-C a plain KeyboardInterrupt again in a session subzero made.
+
+    pyspark's own SIGINT handler calls into the JVM from inside the interrupted py4j call
+    (a reentrant call on the same socket: a screen of py4j tracebacks); subzero cancels
+    its job itself (`_collect`).  py4j's own log lines about the interrupted call are kept
+    for ``-v``.
+    """
+    import signal
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    root = logging.getLogger()
+    if not any(isinstance(f, _Py4JNoise) for f in root.filters):
+        root.addFilter(_Py4JNoise())
+    if not logging.getLogger("subzero").isEnabledFor(logging.INFO):
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)  # its connection shutting down after Ctrl-C
+
+
+class _Py4JNoise(logging.Filter):
+    """Drops py4j's root-logger tracebacks of an interrupted call unless subzero logs at INFO (``-v``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if f"{os.sep}py4j{os.sep}" not in record.pathname:
+            return True
+        return logging.getLogger("subzero").isEnabledFor(logging.INFO)
 
 
 def _watch(sc, group: str, node: str, total: int, tasks: int, progress, stop: threading.Event) -> None:

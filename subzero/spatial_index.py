@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import weakref
 
 import numpy as np
 from rtree import index as rtree_index
@@ -63,6 +64,7 @@ class SpatialIndex:
     def __init__(self, base: str, ndim: int):
         self._idx = None
         self._tmp = None
+        self._finalizer = None
         if not all(os.path.exists(base + ext) for ext in INDEX_SUFFIXES):
             raise StoreError(f"R-tree index {base}.dat is missing; the store is damaged "
                              "(queries re-run the operator instead)")
@@ -76,6 +78,11 @@ class SpatialIndex:
             self.close()
             raise StoreError(f"R-tree index {base}.dat is unreadable ({type(exc).__name__}: {exc}); "
                              "the lineage can be rebuilt by re-running the workflow") from exc
+        # Closed deterministically: by `close`, when the handle is collected, or at interpreter
+        # exit (weakref.finalize runs from atexit, before modules are torn down). Left to
+        # rtree's own __del__ during shutdown's garbage collection, libspatialindex can crash
+        # the process (SIGSEGV in Index.__del__) after every test passed.
+        self._finalizer = weakref.finalize(self, _release, self._idx, self._tmp)
 
     def intersect(self, mins: np.ndarray, maxs: np.ndarray) -> np.ndarray:
         """Ids of boxes meeting any of the closed query boxes ``[mins, maxs]``."""
@@ -88,18 +95,24 @@ class SpatialIndex:
         return np.asarray(ids, np.int64)
 
     def close(self) -> None:
-        if self._idx is not None:
-            self._idx.close()
-            self._idx = None
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        """Close the index and remove its private copy (idempotent)."""
+        if self._finalizer is not None:
+            self._finalizer()  # runs at most once
+            self._finalizer = None
+        else:
+            _release(self._idx, self._tmp)
+        self._idx = None
+        self._tmp = None
 
-    def __del__(self):  # pragma: no cover - best effort
-        try:
-            self.close()
-        except Exception:
-            pass
+
+def _release(idx, tmp: str | None) -> None:
+    """Close an rtree handle and remove its scratch directory; safe to call on closed ones."""
+    try:
+        if idx is not None and idx.handle is not None:
+            idx.close()
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _scratch() -> str | None:

@@ -192,7 +192,8 @@ class Workflow:
     # -- running --------------------------------------------------------------------------
     def run(self, inputs: dict[str, Any], store, strategies=None, max_disk=None, max_runtime=None,
             workload=None, executor: str = "spark", spark=None, tile_shape=None, overwrite: bool = False,
-            resume: bool = False, progress=None, input_metadata: dict | None = None) -> "Run":
+            resume: bool = False, progress=None, input_metadata: dict | None = None,
+            storage_options: dict | None = None) -> "Run":
         """Execute the workflow, record lineage, and return the `Run` to query.
 
         Parameters
@@ -230,6 +231,11 @@ class Workflow:
         input_metadata : dict, optional
             Input name -> a JSON-able dict kept with that input in the catalog (the command
             line keeps a FITS input's header there, and writes it back on FITS export).
+        storage_options : dict, optional
+            fsspec options of the store's file system, e.g. ``{"endpoint_url":
+            "http://127.0.0.1:9000"}`` for an S3-compatible service; they travel with the
+            store to the tasks.  Without them, fsspec's configuration and the environment
+            (``AWS_ENDPOINT_URL``, ``FSSPEC_S3_ENDPOINT_URL``) apply.
 
         Notes
         -----
@@ -241,7 +247,7 @@ class Workflow:
         return execute(self, inputs, store, strategies=strategies, max_disk=max_disk,
                        max_runtime=max_runtime, workload=workload, executor=executor,
                        spark=spark, tile_shape=tile_shape, overwrite=overwrite, resume=resume,
-                       progress=progress, input_metadata=input_metadata)
+                       progress=progress, input_metadata=input_metadata, storage_options=storage_options)
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, nodes={list(self._nodes)})"

@@ -279,6 +279,53 @@ def test_bad_inputs_are_one_line_and_write_nothing(own_data, extra, fragment):
     assert not (own_data / "fresh").exists()
 
 
+def test_a_shape_mismatch_is_refused_before_the_store_exists(own_data):
+    """A 50x50 dark against a 48x80 exposure: one line, nothing stored, and the corrected run
+    into the same --store then works (no failed store asking for --resume)."""
+    np.save(own_data / "dark_small.npy", np.zeros((50, 50), np.float32))
+    args = ["run", "flow.py", "--store", "shapes", "--executor", "local", "--input", "raw=exposure.fits"]
+    done = run_cli(*args, "--input", "dark=dark_small.npy", cwd=own_data)
+    one_line_error(done, "node 'clean' (Subtract): Subtract: input shapes [(48, 80), (50, 50)] do not broadcast")
+    assert "nothing was stored" in done.stderr and "--resume" not in done.stderr
+    assert not (own_data / "shapes").exists()
+    done = run_cli(*args, "--input", "dark=dark.npy", cwd=own_data)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("source, fragment", [
+    ("import subzero as sz\n\ndef build(inputs):\n    x = = 1\n", "broken.py:4: SyntaxError: invalid syntax"),
+    ("import subzero as sz\nimport no_such_module_here\n",
+     "broken.py:2: ModuleNotFoundError: No module named 'no_such_module_here'"),
+    ("import subzero as sz\n\nLIMIT = 1 / 0\n", "broken.py:3: ZeroDivisionError: division by zero"),
+])
+def test_a_broken_workflow_file_is_one_line_with_its_line(tmp_path, monkeypatch, capsys, source, fragment):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken.py").write_text(source)
+    assert main(["run", "broken.py", "--store", "s", "--executor", "local"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("subzero: error: ") and fragment in err, err
+    assert not (tmp_path / "s").exists()
+    assert main(["run", "broken.py", "--store", "s", "--executor", "local", "-v"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and fragment in err
+
+
+def test_modules_in_the_working_directory_cannot_replace_python_s(own_data, tmp_path):
+    """``python -m subzero`` puts the working directory on sys.path: a profile.py or types.py
+    there must not replace the modules subzero, numpy or pyspark import."""
+    for name in ("profile", "types", "inspect", "cProfile"):
+        (tmp_path / f"{name}.py").write_text("raise SystemExit('the working directory shadowed a module')\n")
+    for name in ("exposure.fits", "dark.npy"):
+        (tmp_path / name).write_bytes((own_data / name).read_bytes())
+    # the workflow's own helper module beside it still imports
+    (tmp_path / "helpers.py").write_text("THRESHOLD_NAME = 'threshold'\n")
+    (tmp_path / "flow.py").write_text("import helpers\n" + (own_data / "flow.py").read_text())
+    done = run_cli("run", "flow.py", "--store", "s", "--executor", "local", "--input", "raw=exposure.fits",
+                   "--input", "dark=dark.npy", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert run_cli("info", "s", cwd=tmp_path).returncode == 0
+
+
 @pytest.mark.parametrize("extra, fragment", [
     (["--plot", "x.gif"], "--plot 'x.gif': give a file ending in .png, .pdf, .svg"),
     (["--mask", "x.csv"], "--mask 'x.csv': give a file ending in .npy"),
@@ -447,8 +494,9 @@ def test_spark_keeps_its_log_out_of_the_terminal(tmp_path):
     done = subprocess.run([sys.executable, "-m", "subzero", "run", str(script), "--store", str(tmp_path / "s"),
                            "--master", "local[1]"], capture_output=True, text=True, env=env)
     assert done.returncode == 2
-    lines = [line for line in done.stderr.splitlines() if "incubator modules" not in line]  # the JVM's own
-    assert lines == ["subzero: error: node 'boom' failed on Spark: ValueError: bad pixel at 3,4"], done.stderr
+    # the JVM's own warnings ("Using incubator modules") go to the driver log, not the terminal
+    assert done.stderr.splitlines() == ["subzero: error: node 'boom' failed on Spark: ValueError: bad pixel at 3,4"], \
+        done.stderr
 
 
 def test_docstring_examples():

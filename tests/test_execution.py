@@ -68,6 +68,13 @@ def test_shape_mismatch_names_the_node(tmp_path):
     wf.add(ops.Add(), x, y, name="plus")
     with pytest.raises(sz.WorkflowError, match="node 'plus' \\(Add\\): .*input shapes .* do not broadcast"):
         wf.run({"x": np.ones((3, 4)), "y": np.ones((5, 4))}, store=tmp_path / "s", executor="local")
+    assert not (tmp_path / "s").exists()  # refused from the shapes alone, before the store was made
+    # a mismatch further down the workflow, too: nothing is stored, and the corrected run works
+    t = wf.add(ops.Transpose(), wf.node("plus"), name="t")
+    wf.add(ops.Add(), t, x, name="late")
+    with pytest.raises(sz.WorkflowError, match="node 'late' \\(Add\\): .*nothing was stored"):
+        wf.run({"x": np.ones((3, 4)), "y": np.ones((3, 4))}, store=tmp_path / "s", executor="local")
+    assert not (tmp_path / "s").exists()
 
 
 def test_existing_store_is_never_overwritten(tmp_path):

@@ -180,7 +180,7 @@ def test_a_damaged_store_on_the_command_line_is_one_line(clean, tmp_path, capsys
 def test_the_bench_writes_its_tables(tmp_path):
     """``subzero bench faults`` in small: one kill, every file kind cut by a byte, one race."""
     doc = F.run_faults(tmp_path, kills_local=1, kills_spark=0, races=1, damages=("cut last byte",), seed=1,
-                       log=lambda line: None)
+                       log=lambda line: None, s3_runs=0)  # the object-store trials: tests/test_object_faults.py
     assert doc["ok"], doc
     assert len(doc["kills"]) == 1 and len(doc["damage"]) >= 16 and len(doc["races"]) == 1
     report = (tmp_path / "REPORT.md").read_text()

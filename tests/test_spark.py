@@ -69,6 +69,17 @@ def dump_lineage(path: Path) -> dict:
     between runs (they name the task attempt), their contents must not."""
     import lmdb
 
+    if "://" in str(path):  # an object store: a local copy of it first
+        import tempfile
+
+        from subzero.store.location import resolve
+
+        location, local = resolve(str(path)), Path(tempfile.mkdtemp(prefix="subzero-dump-"))
+        for remote in location.fs.find(location.root):
+            target = local / remote[len(location.root):].lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            location.fs.get_file(remote, str(target))
+        path = local
     store = FileStore.open(path)
     out = {}
     for node in store.read_catalog().nodes.values():
@@ -211,8 +222,27 @@ def test_a_port_that_is_no_spark_master_fails_in_one_line(tmp_path):
         for conn in held:
             conn.close()
         server.close()
-    _one_line(done, f"Spark master spark://127.0.0.1:{port} answers but did not accept the application")
-    assert elapsed < 60 and not (tmp_path / "s").exists()  # the JVM's start, then 15 s
+    _one_line(done, f"Spark master spark://127.0.0.1:{port} answers but is no Spark master (silent")
+    assert elapsed < 30 and not (tmp_path / "s").exists()  # refused before a JVM starts
+
+
+def test_a_web_server_given_as_the_master_fails_in_one_line(tmp_path):
+    """The master's web UI port (8080) given for its RPC port (7077): said so, at once."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "subzero", "run", "demo", "--quick", "--store",
+                               str(tmp_path / "s"), "--master", f"spark://127.0.0.1:{server.server_address[1]}"],
+                              capture_output=True, text=True, env=_env(), timeout=120, cwd=tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+    _one_line(done, f"127.0.0.1:{server.server_address[1]} answers HTTP: it is a web server")
+    assert "spark://host:7077" in done.stderr and not (tmp_path / "s").exists()
 
 
 def test_python_error_of_a_worker_traceback():
@@ -250,12 +280,17 @@ def test_spark_submit_runs_a_workflow_with_its_own_master(tmp_path):
 
     from subzero.info import info_data
 
+    pytest.importorskip("moto.server")
+    from subzero.bench.object_store import s3_service
+
     _job_file(tmp_path)
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    done = subprocess.run([str(submit), "--master", "local[1]", "stars_job.py"], cwd=tmp_path, capture_output=True,
-                          text=True, env=_env(SPARK_HOME=str(submit.parents[1])), timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    info = info_data(tmp_path / "runs" / "stars-submitted")
+    with s3_service() as service:  # the README's job stores its run on S3
+        done = subprocess.run([str(submit), "--master", "local[1]", "stars_job.py"], cwd=tmp_path,
+                              capture_output=True, text=True, env=_env(SPARK_HOME=str(submit.parents[1]), **service.env),
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        info = info_data("s3://runs/stars-submitted")
     assert info["status"] == "done" and info["executor"] == "spark" and info["master"] == "local[1]"
     assert "stored in" in done.stdout
 
@@ -294,27 +329,65 @@ print("master", spark.sparkContext.master)
 """
 
 
-def test_standalone_cluster_on_loopback(tmp_path):
-    """The README's standalone cluster on loopback (pyspark's spark-class), every README command
-    of its section as written (the port aside); a master without workers fails in one line; and
-    random workflows record on the cluster exactly the lineage of the in-process executor."""
+def _wait_for_port(port: int, seconds: float = 90) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.3)
+    raise AssertionError(f"nothing listens on port {port} after {seconds} s")
+
+
+def _executor_jvms(mark: str) -> list[int]:
+    """Pids of the executor JVMs (CoarseGrainedExecutorBackend) started by this test's workers."""
+    pids = []
+    for pid in _processes_marked(mark):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"CoarseGrainedExecutorBackend" in f.read():
+                    pids.append(pid)
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the executors' JVMs through /proc")
+def test_standalone_cluster_on_loopback(tmp_path, monkeypatch):
+    """The README's cluster on loopback, every command of its section as written (ports and
+    directories aside): an S3 service (moto's), a master, two workers with work directories of
+    their own, a run and a spark-submit job whose store is on S3.  A master without workers
+    fails in one line; the cluster records exactly the lineage of the in-process executor, for
+    the README's workflow and random ones; and a run whose executor JVM is killed with kill -9
+    mid-run stores lineage identical to an undisturbed run's."""
     import re
     import shlex
+    import uuid
 
     import pyspark
 
     from subzero.info import info_data
 
+    pytest.importorskip("moto.server")
     home = Path(pyspark.__file__).parent
-    port, webui = _free_port(), _free_port()
+    ports = {"9000": _free_port(), "7077": _free_port(), "8080": _free_port(), "8081": _free_port(),
+             "8082": _free_port()}
     text = (ROOT / "README.md").read_text()
-    section = text.split("## Clusters and spark-submit", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## Clusters and spark-submit", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
     lines = [ln.strip() for block in re.findall(r"```bash\n(.*?)```", section, re.S) for ln in block.splitlines()
              if ln.strip()]
-    lines = [ln.replace("7077", str(port)).replace("8080", str(webui)) for ln in lines]
-    assert [ln.split()[0] for ln in lines] == ["spark-class", "spark-class", "subzero", "spark-submit"]
-    env = _env(SPARK_HOME=str(home), SPARK_WORKER_DIR=str(tmp_path / "work"))
-    bindir = Path(sys.executable).parent  # where pip put spark-class and spark-submit
+    for old, new in ports.items():
+        lines = [ln.replace(old, str(new)) for ln in lines]
+    lines = [ln.replace("/tmp/subzero-worker-", str(tmp_path / "worker-")) for ln in lines]
+    assert [ln.split()[0] for ln in lines] == ["moto_server", "export", "spark-class", "spark-class", "spark-class",
+                                               "subzero", "spark-submit"]
+    mark = uuid.uuid4().hex
+    exported = dict(item.split("=", 1) for item in shlex.split(lines[1])[1:])
+    env = _env(SPARK_HOME=str(home), SUBZERO_TEST_RUN=mark, **exported)
+    for key, value in exported.items():
+        monkeypatch.setenv(key, value)  # this process reads the S3 stores too
+    bindir = Path(sys.executable).parent  # where pip put spark-class, spark-submit and moto_server
 
     def argv(line: str) -> list[str]:
         args = shlex.split(line.rstrip("& "))
@@ -323,43 +396,44 @@ def test_standalone_cluster_on_loopback(tmp_path):
         tool = bindir / args[0]
         return [str(tool if tool.exists() else home / "bin" / args[0]), *args[1:]]
 
+    def start(line: str) -> subprocess.Popen:
+        return subprocess.Popen(argv(line), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
     _job_file(tmp_path)
-    procs = [subprocess.Popen(argv(lines[0]), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)]
+    procs = [start(lines[0])]
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.5)
-        master = f"spark://127.0.0.1:{port}"
+        _wait_for_port(ports["9000"])
+        procs.append(start(lines[2]))
+        _wait_for_port(ports["7077"])
+        master = f"spark://127.0.0.1:{ports['7077']}"
         # no worker yet: the run stops in one line instead of waiting forever
         lonely = subprocess.run([sys.executable, "-m", "subzero", "run", "demo", "--quick", "--store",
                                  str(tmp_path / "lonely"), "--master", master], cwd=tmp_path, capture_output=True,
                                 text=True, env=dict(env, SUBZERO_SPARK_EXECUTOR_TIMEOUT="3"), timeout=300)
         _one_line(lonely, f"Spark master {master} gave this application no executor within 3 s")
         assert not (tmp_path / "lonely").exists()
-        procs.append(subprocess.Popen(argv(lines[1]), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
-        for line in lines[2:]:
+        procs += [start(lines[3]), start(lines[4])]
+        for line in lines[5:]:
             done = subprocess.run(argv(line), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
             assert done.returncode == 0, (line, done.stderr[-3000:])
         for name in ("stars-cluster", "stars-submitted"):
-            info = info_data(tmp_path / "runs" / name)
+            info = info_data(f"s3://runs/{name}")
             assert info["status"] == "done" and info["master"] == master, name
+        for n in (1, 2):  # the workers wrote into their own directories, not into the pyspark package
+            assert any((tmp_path / f"worker-{n}").iterdir()), n
         local = subprocess.run([sys.executable, "-m", "subzero", "run", "stars.py", "--input", "raw=exposure.fits[SCI]",
                                 "--input", "dark=dark.npy", "--store", "runs/stars-local", "--executor", "local"],
                                env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert local.returncode == 0, local.stderr
-        assert dump_lineage(tmp_path / "runs" / "stars-cluster") == dump_lineage(tmp_path / "runs" / "stars-local")
-        script = RANDOM_ON_CLUSTER.format(root=str(ROOT), tests=str(ROOT / "tests"), master=master, count=4,
+        assert dump_lineage("s3://runs/stars-cluster") == dump_lineage(tmp_path / "runs" / "stars-local")
+        script = RANDOM_ON_CLUSTER.format(root=str(ROOT), tests=str(ROOT / "tests"), master=master, count=2,
                                           out=str(tmp_path / "random"))
         done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
                               timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
-        assert done.stdout.count("same lineage on the cluster") == 4 and f"master {master}" in done.stdout
+        assert done.stdout.count("same lineage on the cluster") == 2 and f"master {master}" in done.stdout
+        _kill_an_executor_mid_run(tmp_path, env, master, mark)
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -367,3 +441,160 @@ def test_standalone_cluster_on_loopback(tmp_path):
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def _kill_an_executor_mid_run(tmp_path: Path, env: dict, master: str, mark: str) -> None:
+    """kill -9 of one executor JVM while a node's tasks run: Spark runs them again (on the other
+    worker, or a new executor), and the lineage stored is the in-process executor's, exactly."""
+    (tmp_path / "slow.py").write_text(SLOW_FLOW)
+    args = ["run", "slow.py", "--tile", "32", "--strategy", "a=FullMany", "--strategy", "b=FullOne"]
+    store = "s3://runs/killed-executor"
+    proc = subprocess.Popen([sys.executable, "-m", "subzero", *args, "--store", store, "--master", master],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    killed = None
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None and killed is None:
+            try:
+                committed = sz.open_run(store, partial=True).committed
+            except sz.StoreError:
+                committed = []
+            executors = _executor_jvms(mark)
+            if "a" in committed and len(executors) == 2:
+                time.sleep(0.5)  # node b's tasks are running on both executors
+                killed = executors[0]
+                os.kill(killed, 9)
+            time.sleep(0.2)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert killed is not None, "the run ended before an executor could be killed"
+    assert proc.returncode == 0, err
+    undisturbed = subprocess.run([sys.executable, "-m", "subzero", *args, "--store", "runs/undisturbed",
+                                  "--executor", "local"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                 timeout=300)
+    assert undisturbed.returncode == 0, undisturbed.stderr
+    assert dump_lineage(store) == dump_lineage(tmp_path / "runs" / "undisturbed")
+    run = sz.open_run(store)
+    np.testing.assert_array_equal(np.asarray(run.output("b")), np.full((256, 256), 2.0))
+
+
+SLOW_FLOW = """
+import time
+
+import numpy as np
+import subzero as sz
+from subzero import operators as ops
+from subzero.tiling import Elementwise
+
+
+class Slow(sz.Operator):
+    tiling = Elementwise()
+
+    def supported_modes(self):
+        return {sz.Mode.MAP}
+
+    def infer_output_shape(self, input_shapes):
+        return input_shapes[0]
+
+    def run(self, ctx, x):
+        time.sleep(0.1)
+        return x + 1
+
+    def map_b(self, cells, i):
+        return cells
+
+    def map_f(self, cells, i):
+        return cells
+
+
+def build(inputs):
+    wf = sz.Workflow("slow")
+    a = wf.add(ops.AddScalar(1.0), wf.input("x"), name="a")
+    wf.add(Slow(), a, name="b")
+    return wf, {"x": np.zeros((256, 256))}
+"""
+
+
+def _processes_marked(mark: str) -> list[int]:
+    """Pids of processes whose environment carries ``mark`` (the JVM and workers of one run)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if mark.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the run's processes through /proc")
+def test_ctrl_c_is_one_line_leaves_no_jvm_and_resume_continues(tmp_path):
+    """Ctrl-C during a Spark run, in a directory holding profile.py and types.py (which
+    Spark's Python workers would import instead of the standard modules): one line naming
+    what was committed and --resume, exit 130, no py4j traceback, no JVM left; --resume
+    then finishes the run exactly."""
+    import re
+    import signal
+    import uuid
+
+    from subzero.info import info_data
+
+    (tmp_path / "slow.py").write_text(SLOW_FLOW)
+    for name in ("profile", "types"):
+        (tmp_path / f"{name}.py").write_text("raise SystemExit('the working directory shadowed a module')\n")
+    mark = f"SUBZERO_TEST_RUN={uuid.uuid4().hex}"
+    env = _env(SUBZERO_TEST_RUN=mark.split("=", 1)[1])
+    command = [sys.executable, "-m", "subzero", "run", "slow.py", "--store", "s", "--tile", "32"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if "a" in info_data(tmp_path / "s")["committed"]:
+                    break
+            except Exception:  # no store or catalog yet
+                pass
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(1.0)  # node b's tasks are running
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.splitlines() == [f"subzero: interrupted; 2 of 3 nodes committed in s (x, a); run the same command "
+                                "with --resume to continue"], err
+    deadline = time.monotonic() + 20
+    while _processes_marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _processes_marked(mark), "a JVM or Python worker outlived the interrupted run"
+    # resumed with -v and a Spark setting: the setting reaches the session, Spark's start-up is a
+    # line of its own, and -v shows the JVM's own output (kept in the driver log otherwise)
+    done = subprocess.run(command + ["--resume", "-v", "--conf", "spark.subzero.probe=42"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "subzero: Spark setting spark.subzero.probe=42" in done.stderr, done.stderr
+    assert re.search(r"subzero: Spark session local\[\*, 4\] ready in [\d.]+ s", done.stderr), done.stderr
+    assert "Using incubator modules" in done.stderr and "Using incubator modules" not in err
+    run = sz.open_run(tmp_path / "s")
+    np.testing.assert_array_equal(np.asarray(run.output("b")), np.full((256, 256), 2.0))
+
+
+def test_the_embedded_session_listens_on_loopback_only(spark):
+    """Driver and block manager bound to 127.0.0.1 (unless SPARK_LOCAL_IP says otherwise), no web UI."""
+    psutil = pytest.importorskip("psutil")
+    from pyspark import SparkContext
+
+    conf = spark.sparkContext.getConf()
+    assert conf.get("spark.ui.enabled") == "false"
+    if os.environ.get("SPARK_LOCAL_IP"):
+        pytest.skip("SPARK_LOCAL_IP chooses the interface")
+    assert conf.get("spark.driver.bindAddress") == "127.0.0.1" and conf.get("spark.driver.host") == "127.0.0.1"
+    jvm = psutil.Process(SparkContext._gateway.proc.pid)
+    listening = [c.laddr.ip for c in jvm.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN]
+    assert listening and all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for ip in listening), listening

@@ -102,3 +102,58 @@ def test_an_unreadable_index_is_a_store_error(tmp_path):
             fh.write(b"garbage")
     with pytest.raises(sz.StoreError, match="unreadable"):
         SpatialIndex(base, 2)
+
+
+_USER_MODULE = '''
+import numpy as np
+import pytest
+import subzero as sz
+
+
+class RowPrefix(sz.Operator):
+    """Output (r, c) depends on input cells (r, 0..c): a user-written FULL/PAY operator."""
+    def supported_modes(self):
+        return {sz.Mode.FULL, sz.Mode.PAY}
+
+    def run(self, ctx, x):
+        if sz.Mode.FULL in ctx.modes:
+            for r in range(x.shape[0]):
+                for c in range(x.shape[1]):
+                    ctx.lwrite([(r, c)], [(r, k) for k in range(c + 1)])
+        elif sz.Mode.PAY in ctx.modes:
+            for r in range(x.shape[0]):
+                for c in range(x.shape[1]):
+                    ctx.lwrite([(r, c)], payload=np.int64(c).tobytes())
+        return np.cumsum(x, axis=1)
+
+    def map_p(self, cells, payload, i):
+        c = int(np.frombuffer(payload, np.int64)[0])
+        return np.array([(r, k) for r, _ in cells for k in range(c + 1)])
+
+
+@pytest.mark.parametrize("strategy", ["FullMany", "PayOne", "PayMany"])
+def test_query(tmp_path, strategy):
+    wf = sz.Workflow("w")
+    x = wf.input("x")
+    y = wf.add(RowPrefix(), x, name="y")
+    run = wf.run({"x": np.arange(72.).reshape(8, 9)}, store=str(tmp_path / "s"),
+                 strategies={"y": strategy}, executor="local")
+    assert run.backward(y, [(3, 4)], to=x).tolist() == [[3, k] for k in range(5)]
+    assert run.forward(x, [(3, 4)], to=y).tolist() == [[3, k] for k in range(4, 9)]
+'''
+
+
+def test_a_process_that_queried_r_trees_exits_cleanly(tmp_path):
+    """rtree handles left to garbage collection at shutdown crashed pytest with SIGSEGV (139)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "test_user_operator.py").write_text(_USER_MODULE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(sz.__file__)),
+                                                                   os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-X", "faulthandler", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(tmp_path / "test_user_operator.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert "3 passed" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"

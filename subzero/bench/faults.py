@@ -644,7 +644,7 @@ def race_round(root: str | Path, reader_store: str | Path, ref: Reference, execu
 
 def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8, races: int = 22,
                damages: tuple[str, ...] = DAMAGES, seed: int = 0, quick: bool = False,
-               log: Callable[[str], None] | None = None) -> dict:
+               log: Callable[[str], None] | None = None, s3_runs: int = 3, only_s3: bool = False) -> dict:
     """The full fault-injection bench; writes ``results.json`` and ``REPORT.md`` into ``out_dir``.
 
     Parameters
@@ -657,6 +657,11 @@ def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8,
         The ways each file is damaged (`DAMAGES`).
     quick : bool
         A few trials of each (about two minutes).
+    s3_runs : int
+        Runs per fault setting into ``s3://`` through a proxy failing S3 requests
+        (`subzero.bench.object_faults`); 0 skips them (moto and s3fs missing: skipped too).
+    only_s3 : bool
+        Only the object-store trials.
 
     Returns
     -------
@@ -666,6 +671,10 @@ def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8,
     """
     if quick:
         kills_local, kills_spark, races, damages = 4, 2, 2, ("flip middle byte", "truncate to half")
+        s3_runs = min(s3_runs, 1)
+    if only_s3:
+        kills_local = kills_spark = races = 0
+        damages = ()
     log = log or (lambda line: print(line, flush=True))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -676,7 +685,8 @@ def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8,
 
     doc: dict[str, Any] = {"bench": "faults", "quick": bool(quick), "date": now_iso(), "machine": machine_info(),
                            "command": "subzero bench faults" + (" --quick" if quick else ""),
-                           "seed": seed, "kills": [], "damage": [], "races": []}
+                           "seed": seed, "kills": [], "damage": [], "races": [], "object_store": [],
+                           "load_start": [round(v, 2) for v in os.getloadavg()]}
     try:
         ref = reference(root / "clean-pinned")
         for executor, n in (("local", kills_local), ("spark", kills_spark)):
@@ -692,7 +702,7 @@ def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8,
                 doc["kills"].append(asdict(trial) | {"ok": trial.ok})
                 log(f"faults: kill {executor} {plan} at {trial.moment}: {trial.state}; "
                     f"open {trial.open}; resume {trial.resume}{'' if trial.ok else '  <-- NOT OK'}")
-        for kind, rel in damage_cases(root / "clean-pinned", ref):
+        for kind, rel in (damage_cases(root / "clean-pinned", ref) if damages else []):
             for how in damages:
                 case = damage_trial(root / "clean-pinned", root, ref, kind, rel, how)
                 doc["damage"].append(asdict(case) | {"ok": case.ok})
@@ -703,10 +713,21 @@ def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8,
             r = race_round(root, root / "clean-pinned", ref)
             doc["races"].append(asdict(r) | {"ok": r.ok})
         log(f"faults: {len(doc['races'])} races")
+        if s3_runs:
+            try:
+                import moto.server  # noqa: F401
+                import s3fs  # noqa: F401
+            except ImportError:
+                log("faults: moto[server] or s3fs missing: no object-store trials (pip install 'subzero[test]')")
+            else:
+                from subzero.bench.object_faults import object_store_trials
+
+                doc["object_store"] = object_store_trials(ref, runs=s3_runs, seed=seed, log=log)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     doc["seconds"] = round(time.monotonic() - started, 1)
-    doc["ok"] = all(item["ok"] for kind in ("kills", "damage", "races") for item in doc[kind])
+    doc["load_end"] = [round(v, 2) for v in os.getloadavg()]
+    doc["ok"] = all(item["ok"] for kind in ("kills", "damage", "races", "object_store") for item in doc[kind])
     (out / "results.json").write_text(json.dumps(doc, indent=1))
     (out / "REPORT.md").write_text(render(doc))
     log(f"faults: wrote {out / 'results.json'} and {out / 'REPORT.md'} in {doc['seconds']:.0f} s")
@@ -715,13 +736,18 @@ def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8,
 
 def render(doc: dict) -> str:
     """The bench's report: one table per fault kind, and the totals against the issue's targets."""
+    from subzero.bench.object_faults import render as render_object_store
+
     kills, damages, races = doc["kills"], doc["damage"], doc["races"]
+    objects = doc.get("object_store", [])
     lines = ["# Fault injection", "",
              "A kill lands a uniform random time after the run started, or (\"N node(s) + t s\": every Spark "
              "run, whose first seconds start a JVM, and every fourth local one) a uniform random time after N "
              "nodes were committed; with two moments, the resumed run was killed too, then resumed again.", "",
-             f"{len(kills)} kill -9 trials, {len(damages)} damaged stores, {len(races)} races "
-             f"({doc.get('seconds', 0):.0f} s, seed {doc.get('seed')}).", ""]
+             f"{len(kills)} kill -9 trials, {len(damages)} damaged stores, {len(races)} races, "
+             f"{len(objects)} runs on a failing object store ({doc.get('seconds', 0):.0f} s, seed {doc.get('seed')}; "
+             f"load averages (1, 5, 15 min) {doc.get('load_start')} at the start, {doc.get('load_end')} at the end: "
+             "other jobs shared the 2 cores).", ""]
     if kills:
         lines += ["## kill -9 at a random moment", "",
                   "| executor | plan | killed when | ran (s) | store left | queries of it | resume | "
@@ -750,6 +776,7 @@ def render(doc: dict) -> str:
                   f"{sum(r['ok'] for r in races)}/{len(races)} rounds: one run won, the other was refused naming it; "
                   f"{sum(r['reader_queries'] for r in races)} queries of another store meanwhile, "
                   f"{sum(r['reader_exact'] for r in races)} exact.", ""]
+    lines += render_object_store(objects)
     return "\n".join(lines)
 
 
@@ -783,7 +810,7 @@ def main(argv: list[str] | None = None) -> int:
         return _child(argv[1:])
     paths = [a for a in argv if not a.startswith("--")]
     out = paths[0] if paths else "benchmarks/results/faults"
-    return 0 if run_faults(out, quick="--quick" in argv)["ok"] else 1
+    return 0 if run_faults(out, quick="--quick" in argv, only_s3="--only-s3" in argv)["ok"] else 1
 
 
 if __name__ == "__main__":

@@ -252,7 +252,8 @@ class ArrayRef:
             else:
                 from zarr.storage import FsspecStore
 
-                store = FsspecStore.from_url(self.url, read_only=True)
+                store = FsspecStore.from_url(self.url, storage_options=dict(self.location.fs.storage_options),
+                                             read_only=True)
             arr = zarr.open_array(store, mode="r")
         except FileNotFoundError as exc:
             raise StoreError(f"array {self.url!r} is missing (no zarr.json): the run did not commit it or the "

@@ -237,7 +237,8 @@ class FileStore(Store):
         status = _status(location) if ours else None
         if status is not None and status != "done":
             raise StoreError(f"store {location.url!r} holds a run that did not finish (status {status!r}); continue "
-                             "it with resume=True (--resume), or replace it with overwrite=True (--overwrite)")
+                             "it with resume=True (--resume: the same workflow, inputs and options), or replace "
+                             "it with overwrite=True (--overwrite: after changing any of them)")
         raise StoreError(f"store {location.url!r} already exists and is not empty; runs are never overwritten "
                          "silently: choose a new store, or pass overwrite=True (--overwrite) to replace a store "
                          "subzero made")

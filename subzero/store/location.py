@@ -8,6 +8,8 @@ object and read through a local cache of immutable files.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import posixpath
 import tempfile
@@ -18,16 +20,73 @@ from typing import Any
 from subzero.errors import StoreError
 from subzero.store.failures import store_file_error
 
-__all__ = ["Location", "resolve"]
+__all__ = ["Location", "resolve", "parse_storage_options", "configure_storage_options", "S3_RETRIES"]
+
+#: attempts s3fs makes at a request that failed transiently (503 SlowDown, a connection reset or
+#: timeout), with exponential backoff, before subzero reports the store's service as failing;
+#: botocore retries within each attempt as well
+S3_RETRIES = int(os.environ.get("SUBZERO_S3_RETRIES", 10))
 
 
 def _scheme(url: str) -> str:
     return url.split("://", 1)[0] if "://" in url else "file"
 
 
-def resolve(store: "str | os.PathLike | Location") -> "Location":
+def parse_storage_options(items: "list[str] | None") -> dict[str, Any]:
+    """``["endpoint_url=http://127.0.0.1:9000", "client_kwargs.region_name=eu-west-1", "anon=false"]``
+    -> fsspec storage options: a dotted key is a nested dict, a value is JSON when it parses
+    (``true``, ``3``, ``{...}``), else a string.
+
+    Examples
+    --------
+    >>> parse_storage_options(["endpoint_url=http://127.0.0.1:9000", "client_kwargs.region_name=eu", "anon=true"])
+    {'endpoint_url': 'http://127.0.0.1:9000', 'client_kwargs': {'region_name': 'eu'}, 'anon': True}
+    """
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise StoreError(f"--storage-option {item!r} must look like KEY=VALUE (e.g. endpoint_url=http://host:9000)")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        *parents, last = key.strip().split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise StoreError(f"--storage-option {item!r}: {part!r} is given both as a value and as a group")
+        node[last] = value
+    return out
+
+
+def configure_storage_options(url: str, options: dict[str, Any]) -> None:
+    """Make ``options`` the defaults of every file system of ``url``'s protocol in this process
+    (fsspec's own configuration, as ``FSSPEC_S3_ENDPOINT_URL`` or ``~/.config/fsspec/*.json`` set
+    it): what ``--storage-option`` does, so every command's stores open with them."""
+    if not options:
+        return
+    import fsspec.config
+
+    current = fsspec.config.conf.setdefault(_scheme(url), {})
+    for key, value in options.items():
+        if isinstance(value, dict) and isinstance(current.get(key), dict):
+            current[key] = {**current[key], **value}
+        else:
+            current[key] = value
+
+
+def resolve(store: "str | os.PathLike | Location", storage_options: dict[str, Any] | None = None) -> "Location":
     """The `Location` of a store given as a path, a URL (``file://``, ``s3://``, ``memory://``...)
-    or a `Location`; a scheme whose fsspec package is missing is a `StoreError`."""
+    or a `Location`; a scheme whose fsspec package is missing is a `StoreError`.
+
+    ``storage_options`` go to the file system (fsspec's ``storage_options``: for ``s3://``,
+    ``endpoint_url``, ``key``, ``secret``, ``client_kwargs``, ``config_kwargs``...); without
+    them fsspec's configuration and the environment apply (``AWS_ENDPOINT_URL``,
+    ``FSSPEC_S3_*``).  The options travel with the `Location` to the tasks.  A request to an
+    ``s3://`` store that fails transiently is retried `S3_RETRIES` times with backoff.
+    """
     if isinstance(store, Location):
         return store
     if not isinstance(store, (str, os.PathLike)):
@@ -42,15 +101,37 @@ def resolve(store: "str | os.PathLike | Location") -> "Location":
     if scheme == "file":
         path = str(Path(url[7:] if url.startswith("file://") else url).expanduser().absolute())
         return Location(path, fsspec.filesystem("file"), path)
+    options = dict(storage_options or {})
     try:
-        fs, path = fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:
         raise StoreError(f"store {url!r}: the {scheme!r} file system needs a package that is not installed "
                          f"({exc}); install it (e.g. 'pip install s3fs' for s3://) or use a local directory") from exc
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, TypeError) as exc:
         raise StoreError(f"store {url!r} cannot be reached ({type(exc).__name__}: {exc}); check the URL and "
                          "credentials") from exc
     return Location(url.rstrip("/"), fs, path.rstrip("/"))
+
+
+def _remote(doing: str):
+    """Report a failing object store as a `StoreError` naming the store and its service (a
+    missing file stays `FileNotFoundError`: callers act on it); local files are untouched."""
+    def wrap(method):
+        @functools.wraps(method)
+        def call(self: "Location", *args, **kwargs):
+            if self.is_local:
+                return method(self, *args, **kwargs)
+            if getattr(self.fs, "retries", S3_RETRIES) != S3_RETRIES:  # s3fs: an attribute, not an option
+                self.fs.retries = S3_RETRIES
+            try:
+                return method(self, *args, **kwargs)
+            except (FileNotFoundError, StoreError):
+                raise
+            except Exception as exc:
+                target = "/".join(a for a in args if isinstance(a, str) and not a.startswith("/"))
+                raise self.service_error(exc, f"{doing} {target!r}" if target else doing) from exc
+        return call
+    return wrap
 
 
 @dataclass(frozen=True)
@@ -70,6 +151,23 @@ class Location:
     def scheme(self) -> str:
         return _scheme(self.url)
 
+    @property
+    def service(self) -> str:
+        """The service holding the store, for messages: ``S3 at http://127.0.0.1:9000``."""
+        if self.scheme in ("s3", "s3a"):
+            opts = getattr(self.fs, "client_kwargs", None) or {}
+            endpoint = (getattr(self.fs, "endpoint_url", None) or opts.get("endpoint_url")
+                        or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
+            return f"S3 at {endpoint}" if endpoint else "S3"
+        return f"the {self.scheme}:// file system"
+
+    def service_error(self, exc: BaseException, doing: str) -> StoreError:
+        """The `StoreError` of a failing service: names the store, the service and what failed."""
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        return StoreError(f"store {self.url!r}: {self.service} failed while {doing} ({type(exc).__name__}: "
+                          f"{text[:300]}), after retrying; check the service and try again (a run this stopped is not "
+                          "marked done: continue it with --resume)")
+
     def path(self, *parts: str) -> str:
         """The path of ``parts`` under the root, in the file system's own syntax."""
         if self.is_local:
@@ -83,24 +181,34 @@ class Location:
         return posixpath.join(self.url, *parts)
 
     # -- files ----------------------------------------------------------------------------
+    def _fresh(self, path: str) -> None:
+        """Forget fsspec's cached listings around ``path``: another process may have written
+        the store since (s3fs caches directory listings for the life of the process)."""
+        if not self.is_local:
+            self.fs.invalidate_cache(path)
+
     def exists(self, *parts: str) -> bool:
         try:
+            self._fresh(self.path(*parts))
             return bool(self.fs.exists(self.path(*parts)))
-        except OSError as exc:
+        except Exception as exc:  # botocore's connection errors are not OSErrors
             raise self._unreachable(exc) from exc
 
     def isdir(self, *parts: str) -> bool:
         try:
+            self._fresh(self.path(*parts))
             return bool(self.fs.isdir(self.path(*parts)))
-        except OSError as exc:
+        except Exception as exc:
             raise self._unreachable(exc) from exc
 
+    @_remote("listing")
     def listdir(self, *parts: str) -> list[str]:
         """Names in a directory (empty if it does not exist)."""
         path = self.path(*parts)
         try:
             if self.is_local:
                 return sorted(os.listdir(path))
+            self._fresh(path)
             return sorted(posixpath.basename(p.rstrip("/")) for p in self.fs.ls(path, detail=False))
         except FileNotFoundError:
             return []
@@ -110,13 +218,23 @@ class Location:
     def makedirs(self, *parts: str) -> None:
         try:
             self.fs.makedirs(self.path(*parts), exist_ok=True)
+        except StoreError:
+            raise
         except OSError as exc:
+            if not self.is_local:
+                raise self.service_error(exc, f"creating {'/'.join(parts)!r}") from exc
             raise StoreError(f"cannot create {self.child_url(*parts)!r} ({exc}); check that the store "
                              "location is writable") from exc
+        except Exception as exc:  # botocore's connection errors are not OSErrors
+            if self.is_local:
+                raise
+            raise self.service_error(exc, f"creating {'/'.join(parts)!r}") from exc
 
+    @_remote("reading")
     def read_bytes(self, *parts: str) -> bytes:
         return self.fs.cat_file(self.path(*parts))
 
+    @_remote("writing")
     def write_bytes(self, data: bytes, *parts: str, durable: bool = True) -> None:
         """Write a file atomically: a reader sees the old file or the new one, never a part.
 
@@ -141,30 +259,35 @@ class Location:
                 os.unlink(tmp)
             raise
 
+    @_remote("appending to")
     def append_text(self, text: str, *parts: str) -> None:
         with self.fs.open(self.path(*parts), "a") as fh:
             fh.write(text)
 
+    @_remote("removing")
     def remove(self, *parts: str) -> None:
         try:
             self.fs.rm(self.path(*parts), recursive=True)
         except FileNotFoundError:
             pass
 
+    @_remote("sizing")
     def size(self, *parts: str) -> int:
         return int(self.fs.size(self.path(*parts)))
 
+    @_remote("uploading")
     def put_file(self, local_path: str, *parts: str) -> None:
         """Copy a local file into the store (remote file systems)."""
         self.fs.put_file(local_path, self.path(*parts))
 
+    @_remote("downloading")
     def get_file(self, local_path: str, *parts: str) -> None:
         """Copy a store file to this machine (remote file systems)."""
         self.fs.get_file(self.path(*parts), local_path)
 
     def _unreachable(self, exc: Exception) -> StoreError:
-        return StoreError(f"store {self.url!r} cannot be reached ({type(exc).__name__}: {exc}); check the "
-                          "URL, the network and the credentials")
+        return StoreError(f"store {self.url!r} cannot be reached: {self.service} answered {type(exc).__name__}: "
+                          f"{exc}; check the URL, the network and the credentials")
 
     def __repr__(self) -> str:
         return f"Location({self.url!r})"

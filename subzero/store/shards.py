@@ -11,6 +11,7 @@ a crash or a wrong answer.  Open shards are kept in a small per-process cache.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import os
@@ -30,6 +31,7 @@ from subzero.catalog import FileRecord, ShardRecord
 from subzero.encoders.base import Batch
 from subzero.encoders.codec import bytes_to_keys, make_keys
 from subzero.errors import LookupTimeout, StoreError
+from subzero.store import cache as shard_cache
 from subzero.spatial_index import INDEX_SUFFIXES, SpatialIndex, build_index
 from subzero.store.failures import REBUILD_LINEAGE, reading
 from subzero.store.location import Location
@@ -135,6 +137,9 @@ def close_all() -> None:
         _VERIFIED.clear()
 
 
+atexit.register(close_all)  # LMDB environments and R-trees closed before interpreter teardown
+
+
 def _verify(path: str, record: FileRecord, where: str) -> None:
     """Size, then checksum, of one file against the manifest (once per process and file version)."""
     with reading(where, path, REBUILD_LINEAGE):
@@ -179,6 +184,9 @@ def _open(location: Location, directory: str, record: ShardRecord, where: str) -
             with reading(where, location.child_url(directory, record.name + f.suffix), REBUILD_LINEAGE):
                 location.get_file(path + ".part", directory, record.name + f.suffix)
             os.replace(path + ".part", path)
+            shard_cache.note_download(os.path.dirname(_cache_dir(location)), f.size)
+        elif not location.is_local:
+            shard_cache.touch(path)
         _verify(path, f, where)
     try:
         with reading(where, mdb, REBUILD_LINEAGE):

@@ -1,0 +1,76 @@
+"""A size bound on the readers' local copies of remote shards (``~/.cache/subzero/shards``).
+
+Queries over a store on object storage download the shard files they open and keep them,
+verified, for the next query.  `note_download` counts what arrives; every `TRIM_EVERY_BYTES`
+(or `TRIM_EVERY_FILES` downloads) `trim` removes the least recently used files until the
+cache holds at most `MAX_BYTES`.  A removed file is downloaded again when a query needs it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+__all__ = ["MAX_BYTES", "note_download", "trim", "touch"]
+
+#: the most bytes the shard cache keeps (``SUBZERO_CACHE_MAX_BYTES``, default 2 GB)
+MAX_BYTES = int(float(os.environ.get("SUBZERO_CACHE_MAX_BYTES", 2e9)))
+TRIM_EVERY_FILES = 64
+_lock = threading.Lock()
+_pending = {"files": 0, "bytes": 0}
+
+
+def touch(path: str) -> None:
+    """Mark a cached file as used now (its place in the least-recently-used order)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def note_download(root: str, nbytes: int) -> None:
+    """Count a file downloaded into the cache under ``root``; trim the cache now and then."""
+    with _lock:
+        _pending["files"] += 1
+        _pending["bytes"] += int(nbytes)
+        due = _pending["files"] >= TRIM_EVERY_FILES or _pending["bytes"] >= max(MAX_BYTES // 16, 1)
+        if due:
+            _pending["files"] = _pending["bytes"] = 0
+    if due:
+        trim(root, MAX_BYTES)
+
+
+def trim(root: str, max_bytes: int) -> int:
+    """Remove the least recently used files under ``root`` until at most ``max_bytes`` remain;
+    returns the bytes removed.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> for i in range(3):
+    ...     _ = (d / f"f{i}").write_bytes(b"x" * 10); os.utime(d / f"f{i}", (i, i))
+    >>> trim(str(d), 15), sorted(p.name for p in d.iterdir())
+    (20, ['f2'])
+    """
+    files = []
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue
+            files.append((stat.st_mtime, stat.st_size, path))
+    total = sum(size for _, size, _ in files)
+    removed = 0
+    for _, size, path in sorted(files):
+        if total <= max_bytes:
+            break
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        total -= size
+        removed += size
+    return removed

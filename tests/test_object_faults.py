@@ -1,0 +1,23 @@
+"""The faults bench's object-store trials: runs into s3:// through a proxy failing requests end
+exact or refused clearly, never wrong, and the report says so."""
+
+from __future__ import annotations
+
+import pytest
+
+from subzero.bench import faults as F
+from subzero.bench.object_faults import object_store_trials, render
+
+pytest.importorskip("moto.server")
+pytest.importorskip("s3fs")
+
+
+def test_failing_requests_end_exact_or_refused_clearly(tmp_path):
+    ref = F.reference(tmp_path / "clean")
+    rates = (("5% of requests fail", 0.05, None), ("outage after 150 requests", 0.0, 150))
+    trials = object_store_trials(ref, runs=1, rates=rates, seed=2, log=lambda line: None)
+    assert [t["outcome"] for t in trials] == ["exact", "refused clearly"], trials
+    assert trials[0]["injected"] > 0 and trials[0]["slowdowns"] > 0 and trials[0]["resets"] > 0
+    assert "S3 at http://127.0.0.1:" in trials[1]["detail"] and "s3://faults/" in trials[1]["detail"]
+    report = "\n".join(render(trials))
+    assert "| 5% of requests fail | 1 |" in report and "2 runs" in report and ", 0 wrong." in report

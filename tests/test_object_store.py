@@ -1,0 +1,245 @@
+"""Stores on object storage, for real: an S3 service on loopback (moto's server), runs with the
+local and the Spark executor, queries from new processes, info, explain, resume after kill -9,
+overwrite, replay, the ways to point at an endpoint, and a proxy that fails requests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import subzero as sz
+from subzero import operators as ops
+from subzero.bench.object_store import FaultProxy, s3_service
+
+pytest.importorskip("moto.server")
+pytest.importorskip("s3fs")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FLOW = """
+import numpy as np
+import subzero as sz
+from subzero import operators as ops
+
+
+def build(inputs=None):
+    wf = sz.Workflow("objects")
+    x = wf.input("x")
+    blur = wf.add(ops.Convolve(np.ones((3, 3)), mode="reflect"), x, name="blur")
+    bright = wf.add(ops.Threshold(4.0), blur, name="bright")
+    wf.add(ops.Label(), bright, name="stars")
+    return wf, {"x": image()}
+
+
+def image():
+    rng = np.random.default_rng(7)
+    x = rng.random((48, 40))
+    x[10:13, 5:9] += 2.0
+    x[30:34, 20:22] += 3.0
+    return x
+"""
+
+PINS = {"blur": ["FullOne", "FullMany/forward"], "stars": ["FullMany", "PayOne"]}
+CELLS = [(11, 6), (31, 20), (0, 0), (47, 39)]
+
+
+def flow():
+    namespace: dict = {}
+    exec(compile(FLOW, "flow.py", "exec"), namespace)
+    return namespace["build"]()
+
+
+def answers(run) -> dict:
+    """Every strategy's backward and forward answers over the test cells, and the outputs."""
+    out = {}
+    for node in ("blur", "stars"):
+        out[f"out:{node}"] = np.asarray(run.output(node)).tolist()
+    for using in (None, {"stars": "FullMany"}, {"stars": "PayOne"}, {"blur": "FullOne"}):
+        kw = {"using": using} if using else {}
+        out[f"b:{using}"] = run.backward("stars", CELLS, to="x", **kw).tolist()
+    out["f"] = run.forward("x", CELLS, to="stars").tolist()
+    out["f:blur"] = run.forward("x", CELLS, to="blur", using={"blur": "FullMany/forward"}).tolist()
+    return out
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with s3_service() as service:
+        service.make_bucket("runs")
+        yield service
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    wf, inputs = flow()
+    run = wf.run(inputs, store=tmp_path_factory.mktemp("disk") / "run", strategies=PINS, executor="local")
+    return answers(run)
+
+
+def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300):
+    full = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    return subprocess.run([sys.executable, "-m", "subzero", *args], cwd=cwd, env=full, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_local_runs_to_s3_answer_as_a_disk_store_also_from_a_new_process(s3, reference, tmp_path):
+    wf, inputs = flow()
+    run = wf.run(inputs, store="s3://runs/local", strategies=PINS, executor="local")
+    assert answers(run) == reference
+    assert answers(sz.open_run("s3://runs/local")) == reference
+    (tmp_path / "flow.py").write_text(FLOW)
+    query = cli("query", "s3://runs/local", "backward", "stars", "--to", "x", "--cells", "11,6;31,20;0,0;47,39",
+                "--json", cwd=tmp_path)
+    assert query.returncode == 0, query.stderr
+    assert json.loads(query.stdout)["cells"] == reference["b:None"]
+    info = cli("info", "s3://runs/local", "--json", cwd=tmp_path)
+    assert info.returncode == 0, info.stderr
+    data = json.loads(info.stdout)
+    assert data["status"] == "done" and data["committed"] == ["x", "blur", "bright", "stars"]
+    explain = cli("explain", "s3://runs/local", cwd=tmp_path)
+    assert explain.returncode == 0 and "FullMany" in explain.stdout, explain.stderr
+
+
+def test_spark_runs_to_s3_with_storage_options_answer_as_a_disk_store(s3, reference, spark, monkeypatch):
+    """The session's Python workers may predate AWS_ENDPOINT_URL: storage options travel with
+    the store to every task instead."""
+    options = {"endpoint_url": s3.endpoint, "key": "testing", "secret": "testing"}
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    wf, inputs = flow()
+    run = wf.run(inputs, store="s3://runs/spark", strategies=PINS, spark=spark, executor="spark", tile_shape=16,
+                 storage_options=options)
+    assert answers(run) == reference
+    assert answers(sz.open_run("s3://runs/spark", storage_options=options)) == reference
+    with pytest.raises(sz.StoreError, match="s3://runs/spark"):  # without them: no endpoint, no credentials
+        sz.open_run("s3://runs/spark", storage_options={"endpoint_url": "http://127.0.0.1:9", "key": "x",
+                                                        "secret": "y", "config_kwargs": {"retries": {"max_attempts": 1}}})
+
+
+def test_every_way_to_name_the_endpoint_works_from_the_command_line(s3, tmp_path):
+    """AWS_ENDPOINT_URL, fsspec's configuration (FSSPEC_S3_ENDPOINT_URL) and --storage-option."""
+    (tmp_path / "flow.py").write_text(FLOW)
+    keys = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_ENDPOINT_URL": ""}
+    ways = {"env": ([], {"AWS_ENDPOINT_URL": s3.endpoint}),
+            "fsspec": ([], {**keys, "FSSPEC_S3_ENDPOINT_URL": s3.endpoint}),
+            "flag": (["--storage-option", f"endpoint_url={s3.endpoint}"], keys)}
+    for name, (flags, env) in ways.items():
+        done = cli("run", "flow.py", "--store", f"s3://runs/way-{name}", "--executor", "local", *flags, cwd=tmp_path,
+                   env=env)
+        assert done.returncode == 0, (name, done.stderr)
+        info = cli("info", f"s3://runs/way-{name}", "--json", *flags, cwd=tmp_path, env=env)
+        assert info.returncode == 0 and json.loads(info.stdout)["status"] == "done", (name, info.stderr)
+    bad = cli("info", "s3://runs/way-flag", "--storage-option", "endpoint_url", cwd=tmp_path, env=keys)
+    assert bad.returncode == 2 and bad.stderr.startswith("subzero: error: --storage-option 'endpoint_url' must")
+
+
+SLOW = FLOW.replace("def build(inputs=None):", '''class Slow(ops.AddScalar):
+    def run(self, ctx, x):
+        import time
+        time.sleep(0.15)
+        return super().run(ctx, x)
+
+
+def build(inputs=None):''').replace(
+    '    wf.add(ops.Label(), bright, name="stars")',
+    '    stars = wf.add(ops.Label(), bright, name="stars")\n    wf.add(Slow(1.0), stars, name="late")')
+
+
+def test_kill_9_then_resume_then_overwrite_then_replay_on_s3(s3, tmp_path, monkeypatch, capsys):
+    from subzero.cli import main
+
+    (tmp_path / "flow.py").write_text(SLOW)
+    monkeypatch.chdir(tmp_path)
+    store = "s3://runs/killed"
+    args = ["run", "flow.py", "--store", store, "--executor", "local", "--tile", "8", "--strategy", "stars=FullMany"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "subzero", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if "stars" in sz.open_run(store, partial=True).committed:
+                    break
+            except sz.StoreError:
+                pass
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.stderr.read()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert main(["info", store, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["status"] == "running" and "late" not in info["committed"], info
+    assert main([*args, "--resume"]) == 0
+    assert main([*args[:3], "disk", *args[4:]]) == 0
+    on_s3, on_disk = sz.open_run(store), sz.open_run(tmp_path / "disk")
+    np.testing.assert_array_equal(np.asarray(on_s3.output("late")), np.asarray(on_disk.output("late")))
+    cells = [(11, 6), (31, 20), (3, 3)]
+    assert on_s3.backward("late", cells, to="x").tolist() == on_disk.backward("late", cells, to="x").tolist()
+    assert on_s3.forward("x", cells, to="late").tolist() == on_disk.forward("x", cells, to="late").tolist()
+    assert main([*args, "--overwrite"]) == 0
+    capsys.readouterr()
+    replays = {}
+    for name, source, target in (("s3", store, "s3://runs/replayed"), ("disk", "disk", "replayed")):
+        assert main(["replay", source, "--from", "x", "--cells", "11,6", "--set", "9", "--store", target,
+                     "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        replays[name] = [(n["name"], n["how"], n["tiles"], n["rerun"]) for n in report["nodes"]]
+    assert replays["s3"] == replays["disk"]
+    np.testing.assert_array_equal(np.asarray(sz.open_run("s3://runs/replayed").output("late")),
+                                  np.asarray(sz.open_run(tmp_path / "replayed").output("late")))
+
+
+def test_transient_faults_are_retried_and_answers_stay_exact(s3, reference):
+    """5% of requests fail (503 SlowDown or a reset connection): the run and its queries are exact."""
+    with FaultProxy(s3.endpoint, rate=0.05, seed=3) as proxy:
+        options = {"endpoint_url": proxy.endpoint, "key": "testing", "secret": "testing"}
+        wf, inputs = flow()
+        run = wf.run(inputs, store="s3://runs/faulty", strategies=PINS, executor="local", storage_options=options)
+        from subzero.store import shards
+
+        shards.close_all()  # queries download their shards again, through the proxy
+        assert answers(sz.open_run("s3://runs/faulty", storage_options=options)) == reference
+        assert answers(run) == reference
+    assert proxy.requests > 100 and proxy.slowdowns > 0 and proxy.resets > 0, vars(proxy)
+
+
+@pytest.mark.parametrize("after", [0, 60])
+def test_an_outage_is_a_store_error_naming_the_store_and_the_service(s3, monkeypatch, after):
+    """The service down from the start, or from the 60th request on (mid-run): a StoreError
+    naming the store and the service, and no store claiming to be a finished run."""
+    from subzero.store import location
+
+    monkeypatch.setattr(location, "S3_RETRIES", 2)
+    store = f"s3://runs/outage-{after}"
+    with FaultProxy(s3.endpoint, rate=0.0, outage_after=after) as proxy:
+        options = {"endpoint_url": proxy.endpoint, "key": "testing", "secret": "testing",
+                   "config_kwargs": {"retries": {"max_attempts": 1}}}
+        wf, inputs = flow()
+        with pytest.raises(sz.StoreError) as caught:
+            wf.run(inputs, store=store, strategies=PINS, executor="local", storage_options=options)
+    message = str(caught.value)
+    assert store in message and f"S3 at {proxy.endpoint}" in message, message
+    with pytest.raises(sz.StoreError, match="does not exist|did not finish"):
+        sz.open_run(store)
+
+
+def test_storage_options_parse_nested_keys_and_json_values():
+    from subzero.store.location import parse_storage_options
+
+    assert parse_storage_options(["endpoint_url=http://h:1", "client_kwargs.region_name=eu", "anon=false",
+                                  "retries=3"]) == {"endpoint_url": "http://h:1", "client_kwargs": {"region_name": "eu"},
+                                                    "anon": False, "retries": 3}
+    with pytest.raises(sz.StoreError, match="KEY=VALUE"):
+        parse_storage_options(["endpoint_url"])

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from subzero.operators._args import per_axis
 from subzero.operators._kernels import box_offsets
 from subzero.operators.neighbourhood import StencilOperator
 from subzero.operators.sorting import LineOperator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from subzero.context import Context
 
 __all__ = ["udf", "Udf", "Window", "Lines", "check_lineage", "infer_lineage", "UdfWindow", "UdfLines",
            "UdfBlackBox", "UdfMapped", "MAX_INFERRED_RADIUS"]
@@ -71,11 +74,16 @@ class Lines:
 class _UdfMixin:
     """What every udf operator records: its function, name and how its lineage was chosen."""
 
+    fn: Callable[..., Any]
+    udf_name: str
+    lineage: str
+    lineage_source: str
+
     def _set(self, fn: Callable, lineage: str, source: str) -> None:
-        self.fn, self.udf_name = fn, getattr(fn, "__name__", "udf")
+        self.fn, self.udf_name = fn, str(getattr(fn, "__name__", "udf"))
         self.lineage, self.lineage_source = lineage, source
 
-    def _call(self, *inputs):
+    def _call(self, *inputs: np.ndarray) -> np.ndarray:
         return np.asarray(self.fn(*inputs))
 
 
@@ -90,7 +98,8 @@ class UdfWindow(_UdfMixin, StencilOperator):
     def stencil(self, ndim):
         return box_offsets(per_axis(self.radius_, ndim, "sz.Window", "radius", minimum=0))
 
-    def run(self, ctx, x):
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
+        (x,) = inputs
         return self._call(x)
 
 
@@ -101,7 +110,8 @@ class UdfLines(_UdfMixin, LineOperator):
         super().__init__(axis)
         self._set(fn, f"lines(axis={axis})", source)
 
-    def run(self, ctx, x):
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
+        (x,) = inputs
         return self._call(x)
 
 
@@ -118,7 +128,7 @@ class UdfBlackBox(_UdfMixin, Operator):
     def infer_output_shape(self, input_shapes):
         return self.shape if self.shape is not None else tuple(input_shapes[0])
 
-    def run(self, ctx, *inputs):
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         return self._call(*inputs)
 
 
@@ -138,7 +148,7 @@ class UdfMapped(_UdfMixin, Operator):
     def infer_output_shape(self, input_shapes):
         return self.shape if self.shape is not None else tuple(input_shapes[0])
 
-    def run(self, ctx, *inputs):
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         return self._call(*inputs)
 
     def map_b(self, cells, i):
@@ -150,6 +160,8 @@ class UdfMapped(_UdfMixin, Operator):
 
 class _UdfElementwise(_UdfMixin, Apply):
     """A udf computing each output cell from the same cell of its inputs."""
+
+    fn: Callable[..., Any]  # always set, where ElementwiseOperator's may be None
 
     def __init__(self, fn: Callable, nin: int, source: str = "declared"):
         Apply.__init__(self, fn, nin)
@@ -177,7 +189,7 @@ class Udf:
                                 "sz.Lines(axis=a), 'all', 'infer', or map_b= and map_f=")
         self.fn, self.lineage, self.map_b, self.map_f = fn, lineage, map_b, map_f
         self.shape, self.sample = shape, sample
-        self.name = name or getattr(fn, "__name__", "udf")
+        self.name = name or str(getattr(fn, "__name__", "udf"))
         self.inferred: Any = None  # the pattern "infer" chose (set on first trace or infer_lineage)
         self.__name__ = self.name
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -189,7 +201,7 @@ class Udf:
             if self.inferred is None:
                 infer_lineage(self, *(self.sample or _random_sample(shapes)))
             lineage, source = self.inferred, "inferred"
-        if self.map_b is not None:
+        if self.map_b is not None and self.map_f is not None:  # __init__ takes both or neither
             return UdfMapped(self.fn, self.map_b, self.map_f, self.shape)
         if lineage == "elementwise":
             return _UdfElementwise(self.fn, n_inputs, source)
@@ -295,7 +307,7 @@ def infer_lineage(u: Udf, *samples: np.ndarray, cells: int = 48, seed: int = 0):
             op = _bound(trial.operator(len(arrays)), arrays)
         except WorkflowError:
             continue
-        if tuple(op.output_shape) != base.shape:
+        if op.output_shape is None or tuple(op.output_shape) != base.shape:
             continue
         if all(_covers(op.map_f(cell, i), changed) for i, cell, changed in probes):
             u.inferred = candidate

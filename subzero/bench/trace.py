@@ -29,10 +29,10 @@ __all__ = ["run_trace", "fifty_calls", "render_trace"]
 
 def fifty_calls():
     """A traced function of 50 numpy and subzero.ndimage calls (counted in its body)."""
-    import subzero as sz
     from subzero import ndimage as szi
+    from subzero.trace import workflow as traced_workflow
 
-    @sz.workflow
+    @traced_workflow
     def fifty(x, y, scale: float = 2.0):
         a = (x - y) * scale                                  # 2
         b = np.where(np.isfinite(a), a, 0.0)                 # 2
@@ -99,7 +99,8 @@ def run_trace(quick: bool, root: Path, size=None, executor: str = "spark", spark
     traced_astronomy = _trace_times(astronomy_numpy.astronomy, inputs, 20 if quick else 50)
     log(f"trace: astronomy as numpy, {traced_astronomy['nodes']} nodes, median {traced_astronomy['median_ms']:.2f} ms")
     traced = astronomy_numpy.astronomy.trace(inputs)
-    plans = {"DAG": (dag, configuration(dag, PAPER_PLAN)), "traced": (traced, configuration(traced, PAPER_PLAN))}
+    udfs: dict[str, str | list[str]] = dict(PAPER_PLAN)
+    plans = {"DAG": (dag, configuration(dag, udfs)), "traced": (traced, configuration(traced, udfs))}
     reps = 2 if quick else 4
     walls: dict[str, list[float]] = {name: [] for name in plans}
     for name, (wf, pins) in plans.items():  # warm-up, untimed: the JVM, Python workers, imports

@@ -9,7 +9,8 @@ numpy's shapes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,14 +22,19 @@ from subzero.operators.identity import IdentityMapping
 from subzero.operators.indexmap import IndexMapOperator
 from subzero.operators.reductions import AxisReduction
 
+if TYPE_CHECKING:  # pragma: no cover
+    from subzero.context import Context
+
 __all__ = ["GlobalReduction", "REDUCTIONS", "NanSum", "NanMean", "NanStd", "NanMin", "NanMax", "AnyOf", "AllOf",
            "HistogramEdges", "Relabel", "RELABEL_LINEAGES", "NearestZoom"]
 
 #: the reductions `GlobalReduction` computes: name -> numpy function
-REDUCTIONS = {"sum": np.sum, "mean": np.mean, "std": np.std, "var": np.var, "min": np.min, "max": np.max,
-              "prod": np.prod, "any": np.any, "all": np.all, "count_nonzero": np.count_nonzero,
-              "nansum": np.nansum, "nanmean": np.nanmean, "nanstd": np.nanstd, "nanmin": np.nanmin,
-              "nanmax": np.nanmax}
+REDUCTIONS: dict[str, Callable[..., Any]] = {
+    "sum": np.sum, "mean": np.mean, "std": np.std, "var": np.var, "min": np.min, "max": np.max,
+    "prod": np.prod, "any": np.any, "all": np.all, "count_nonzero": np.count_nonzero,
+    "nansum": np.nansum, "nanmean": np.nanmean, "nanstd": np.nanstd, "nanmin": np.nanmin,
+    "nanmax": np.nanmax,
+}
 
 
 class GlobalReduction(Operator):
@@ -52,7 +58,8 @@ class GlobalReduction(Operator):
             raise WorkflowError("GlobalReduction: expected an array of at least 1 axis, got a 0-d array")
         return (1,) * len(input_shapes[0])
 
-    def run(self, ctx, x):
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
+        (x,) = inputs
         fn = REDUCTIONS[self.how]
         if self.how in ("std", "var", "nanstd"):
             return np.asarray(fn(x, ddof=self.ddof, keepdims=True))
@@ -61,7 +68,14 @@ class GlobalReduction(Operator):
         return np.asarray(fn(x, keepdims=True))
 
 
-class _DdofReduction(AxisReduction):
+class _NumpyReduction(AxisReduction):
+    """An `AxisReduction` whose ``fn`` is any numpy reduction ``fn(x, axis=...)`` (numpy's
+    reductions have distinct overloaded signatures, so ``fn`` is typed loosely)."""
+
+    fn: Callable[..., Any] = staticmethod(np.sum)
+
+
+class _DdofReduction(_NumpyReduction):
     def __init__(self, axis: int | Sequence[int] = 0, ddof: int = 0):
         super().__init__(axis)
         self.ddof = int(ddof)
@@ -70,13 +84,13 @@ class _DdofReduction(AxisReduction):
         return type(self).fn(x, axis=axes, ddof=self.ddof)
 
 
-class NanSum(AxisReduction):
+class NanSum(_NumpyReduction):
     """``np.nansum(x, axis)``."""
 
     fn = staticmethod(np.nansum)
 
 
-class NanMean(AxisReduction):
+class NanMean(_NumpyReduction):
     """``np.nanmean(x, axis)``."""
 
     fn = staticmethod(np.nanmean)
@@ -85,28 +99,28 @@ class NanMean(AxisReduction):
 class NanStd(_DdofReduction):
     """``np.nanstd(x, axis, ddof=ddof)``."""
 
-    fn = staticmethod(np.nanstd)
+    fn: Callable[..., Any] = staticmethod(np.nanstd)  # annotated again: mypy checks it up to AxisReduction.fn
 
 
-class NanMin(AxisReduction):
+class NanMin(_NumpyReduction):
     """``np.nanmin(x, axis)``."""
 
     fn = staticmethod(np.nanmin)
 
 
-class NanMax(AxisReduction):
+class NanMax(_NumpyReduction):
     """``np.nanmax(x, axis)``."""
 
     fn = staticmethod(np.nanmax)
 
 
-class AnyOf(AxisReduction):
+class AnyOf(_NumpyReduction):
     """``np.any(x, axis)``."""
 
     fn = staticmethod(np.any)
 
 
-class AllOf(AxisReduction):
+class AllOf(_NumpyReduction):
     """``np.all(x, axis)``."""
 
     fn = staticmethod(np.all)
@@ -130,7 +144,8 @@ class HistogramEdges(Operator):
     def infer_output_shape(self, input_shapes):
         return (self.bins + 1,)
 
-    def run(self, ctx, x):
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
+        (x,) = inputs
         return np.histogram_bin_edges(np.asarray(x), bins=self.bins, range=self.range)
 
 
@@ -170,7 +185,8 @@ class Relabel(IdentityMapping, Operator):
     def infer_output_shape(self, input_shapes):
         return tuple(input_shapes[0])
 
-    def run(self, ctx, x):
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
+        (x,) = inputs
         x = np.asarray(x)
         ids = np.unique(x[x != 0])
         out = np.searchsorted(ids, x) + 1

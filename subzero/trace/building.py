@@ -111,7 +111,7 @@ def _is_scalar(v) -> bool:
 def elementwise(fn: Callable, args: Sequence, kwargs: dict | None = None, base: str | None = None) -> SymbolicArray:
     """``fn(*args, **kwargs)`` for an elementwise ``fn`` (broadcasting), as one node."""
     kwargs = dict(kwargs or {})
-    base = base or getattr(fn, "__name__", "apply")
+    base = base or str(getattr(fn, "__name__", "apply"))
     args = [np.asarray(a) if isinstance(a, (list, tuple)) else a for a in args]  # constants given as lists
     values = list(args) + list(kwargs.values())
     tracer = _tracer_of(values)

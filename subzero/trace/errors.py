@@ -9,6 +9,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+from types import FrameType
 
 from subzero.errors import WorkflowError
 
@@ -28,7 +29,7 @@ def _is_library(filename: str) -> bool:
 
 def user_line() -> str:
     """``file:line: code`` of the innermost frame outside subzero, numpy and scipy, or ''."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
         if not _is_library(name):

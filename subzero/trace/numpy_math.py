@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from subzero import operators as ops
+from subzero.operator import Operator
 from subzero.operators import numeric
 from subzero.trace.errors import TraceError, UnsupportedCallError
 from subzero.trace.building import HANDLED, _as_logical, _axes_of, _no_out, _plain, _reshaped, add_node, implements
@@ -19,10 +21,12 @@ __all__ = ["matmul", "outer"]
 
 
 # -- reductions ----------------------------------------------------------------------------------------
-_AXIS_OPS = {"sum": ops.Sum, "mean": ops.Mean, "std": ops.Std, "min": ops.Min, "max": ops.Max,
-             "count_nonzero": ops.Count, "nansum": numeric.NanSum, "nanmean": numeric.NanMean,
-             "nanstd": numeric.NanStd, "nanmin": numeric.NanMin, "nanmax": numeric.NanMax, "any": numeric.AnyOf,
-             "all": numeric.AllOf}
+#: the operator of a reduction over some axes: name -> ``cls(axes)``, or ``cls(axes, ddof)`` for `_DDOF`
+_AXIS_OPS: dict[str, Callable[..., Operator]] = {
+    "sum": ops.Sum, "mean": ops.Mean, "std": ops.Std, "min": ops.Min, "max": ops.Max, "count_nonzero": ops.Count,
+    "nansum": numeric.NanSum, "nanmean": numeric.NanMean, "nanstd": numeric.NanStd, "nanmin": numeric.NanMin,
+    "nanmax": numeric.NanMax, "any": numeric.AnyOf, "all": numeric.AllOf,
+}
 _DDOF = ("std", "nanstd", "var")
 
 
@@ -44,8 +48,8 @@ def _reduction(how: str, fn: Callable):
         if how == "count_nonzero" and axis is None:
             dtype_out = np.dtype(np.intp)
         if set(axes) == set(range(ndim)):
-            op = (ops.GlobalMean() if how == "mean" else ops.GlobalStd(ddof) if how == "std"
-                  else numeric.GlobalReduction(how, ddof))
+            op: Operator = (ops.GlobalMean() if how == "mean" else ops.GlobalStd(ddof) if how == "std"
+                            else numeric.GlobalReduction(how, ddof))
             out_node = add_node(op, [a], how, dtype=dtype_out)
             shape = (1,) * ndim if keepdims else ()
             return SymbolicArray(a.tracer, out_node.entry, shape, dtype_out)
@@ -63,11 +67,14 @@ def _reduction(how: str, fn: Callable):
     return handler
 
 
-for _how, _fns in {"sum": [np.sum], "mean": [np.mean], "std": [np.std], "var": [np.var],
-                   "min": [np.min, np.amin], "max": [np.max, np.amax], "prod": [np.prod], "any": [np.any],
-                   "all": [np.all], "count_nonzero": [np.count_nonzero], "nansum": [np.nansum],
-                   "nanmean": [np.nanmean], "nanstd": [np.nanstd], "nanmin": [np.nanmin],
-                   "nanmax": [np.nanmax]}.items():
+#: the numpy functions of each reduction
+_REDUCTION_FUNCTIONS: dict[str, list[Callable[..., Any]]] = {
+    "sum": [np.sum], "mean": [np.mean], "std": [np.std], "var": [np.var], "min": [np.min, np.amin],
+    "max": [np.max, np.amax], "prod": [np.prod], "any": [np.any], "all": [np.all],
+    "count_nonzero": [np.count_nonzero], "nansum": [np.nansum], "nanmean": [np.nanmean], "nanstd": [np.nanstd],
+    "nanmin": [np.nanmin], "nanmax": [np.nanmax],
+}
+for _how, _fns in _REDUCTION_FUNCTIONS.items():
     HANDLED.update({f: _reduction(_how, _fns[0]) for f in _fns})
 
 

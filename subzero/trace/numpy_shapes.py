@@ -128,8 +128,8 @@ def _symbolic_list(arrays, name: str) -> list[SymbolicArray]:
 
 @implements(np.flip)
 def _flip(m, axis=None):
-    return add_node(ops.Flip(axis if axis is None or isinstance(axis, (int, np.integer)) else tuple(axis)),
-                    [_plain(m)], "flip", dtype=m.dtype)
+    axes = None if axis is None else int(axis) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    return add_node(ops.Flip(axes), [_plain(m)], "flip", dtype=m.dtype)
 
 
 @implements(np.fliplr)

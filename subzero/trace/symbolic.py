@@ -15,6 +15,7 @@ leading 1-axes that ``shape`` lacks; numpy's broadcasting makes them invisible.
 from __future__ import annotations
 
 import sys
+from types import FrameType
 from typing import Any, Protocol
 
 import numpy as np
@@ -197,8 +198,8 @@ class SymbolicArray:
     def __le__(self, o): return np.less_equal(self, o)
     def __gt__(self, o): return np.greater(self, o)
     def __ge__(self, o): return np.greater_equal(self, o)
-    def __eq__(self, o): return np.equal(self, o)  # type: ignore[override]
-    def __ne__(self, o): return np.not_equal(self, o)  # type: ignore[override]
+    def __eq__(self, o): return np.equal(self, o)
+    def __ne__(self, o): return np.not_equal(self, o)
     __hash__ = object.__hash__
 
     # -- methods -----------------------------------------------------------------------------------
@@ -281,7 +282,7 @@ class SymbolicArray:
 
 def _library_caller() -> str:
     """``module.function`` of the innermost numpy/scipy frame calling ``__array__``, or ''."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     found = ""
     while frame is not None:
         module = frame.f_globals.get("__name__", "")

@@ -216,7 +216,7 @@ def from_namespace(namespace: Mapping[str, Any], where: str, files: Mapping[str,
     ``choice`` (``--workflow NAME``) picks one of several; ``files`` are the ``--input``
     arrays, ``params`` the ``--param`` strings.
     """
-    traced = {}
+    traced: dict[str, TracedWorkflow] = {}
     for key, value in namespace.items():
         if isinstance(value, TracedWorkflow):
             traced.setdefault(value.name, value)

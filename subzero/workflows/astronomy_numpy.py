@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 import subzero as sz
+from subzero.trace import workflow as traced_workflow
 from subzero import ndimage as szi
 from subzero.errors import WorkflowError
 from subzero.workflows.astronomy import (BIAS, MESH, QUICK_SHAPE, SHAPE, UDFS, DetectStars, RepairCosmics,
@@ -44,7 +45,7 @@ def _background(elec, mesh_name: str, back_name: str):
     return sz.name(np.repeat(np.repeat(mesh, MESH, axis=0), MESH, axis=1), back_name)
 
 
-@sz.workflow
+@traced_workflow
 def astronomy(flat, exposure_1, exposure_2):
     """Two exposures calibrated, cleaned of background and cosmic rays, merged, repaired,
     smoothed and searched for stars (SubZero Fig. 1)."""
@@ -70,8 +71,8 @@ def astronomy(flat, exposure_1, exposure_2):
 
 def build(quick: bool = False, shape: tuple[int, int] | None = None) -> tuple[Workflow, dict[str, np.ndarray]]:
     """The traced workflow and its inputs, as `subzero.workflows.astronomy.build` gives the DAG's."""
-    shape = tuple(shape or (QUICK_SHAPE if quick else SHAPE))
-    if len(shape) != 2 or shape[0] % MESH or shape[1] % MESH:
-        raise WorkflowError(f"astronomy image shape must be 2-D with both axes multiples of {MESH}, got {shape}")
-    inputs = exposures(shape)
+    size = tuple(shape or (QUICK_SHAPE if quick else SHAPE))
+    if len(size) != 2 or size[0] % MESH or size[1] % MESH:
+        raise WorkflowError(f"astronomy image shape must be 2-D with both axes multiples of {MESH}, got {size}")
+    inputs = exposures((size[0], size[1]))
     return astronomy.trace(inputs), inputs

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from astropy.io.fits import Header
 
 __all__ = ["to_fits_coords", "from_fits_coords", "mask_boxes", "check_output", "write_mask", "write_fits_mask",
-           "write_regions", "Panel", "plot_panels", "panel_window", "window_mask", "display_of", "MASK_SUFFIXES",
-           "PLOT_SUFFIXES", "REGION_SUFFIXES"]
+           "write_regions", "Panel", "plot_panels", "panel_window", "window_mask", "display_of", "label_colors",
+           "MASK_RGB", "NAN_RGB", "MASK_SUFFIXES", "PLOT_SUFFIXES", "REGION_SUFFIXES"]
 
 MASK_SUFFIXES = (".npy", ".fits", ".fit", ".fts")
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")
@@ -311,6 +311,30 @@ def display_of(image: np.ndarray, display: str | None = None) -> str:
     return "mask" if kind == "b" else ("labels" if kind in "iu" else "image")
 
 
+NAN_RGB = (40, 40, 120)  # NaN pixels: dark blue, unlike any grey
+MASK_RGB = ((24, 24, 24), (255, 176, 0))  # False, True (flags: amber)
+
+
+def label_colors(labels: np.ndarray) -> np.ndarray:
+    """A categorical colormap: label 0 black, every other label a bright colour of its own
+    (hues spread by the golden ratio, so neighbouring labels differ), as ``uint8`` RGB.
+
+    Examples
+    --------
+    >>> label_colors(np.array([0, 1, 2])).tolist()[0], len({tuple(c) for c in label_colors(np.arange(1, 9)).tolist()})
+    ([0, 0, 0], 8)
+    """
+    from matplotlib.colors import hsv_to_rgb
+
+    v = np.asarray(labels).astype(np.int64)
+    hue = np.mod(v * 0.6180339887498949, 1.0)
+    sat = 0.55 + 0.35 * np.mod(v * 0.37, 1.0)
+    hsv = np.stack([hue, sat, np.full(v.shape, 0.95)], axis=-1)
+    rgb = (hsv_to_rgb(hsv) * 255).astype(np.uint8)
+    rgb[v == 0] = 0
+    return rgb
+
+
 def _norm(image: np.ndarray):
     """A display normalisation: DS9's zscale with an asinh stretch (min..max when zscale
     cannot tell, e.g. a constant image)."""
@@ -332,12 +356,8 @@ def _norm(image: np.ndarray):
 def _rgb(image: np.ndarray, display: str) -> np.ndarray | None:
     """Labels in a categorical colormap, masks in two colours (``uint8`` RGB); None for images."""
     if display == "labels":
-        from subzero.view.tiles import label_colors
-
         return label_colors(image)
     if display == "mask":
-        from subzero.view.tiles import MASK_RGB
-
         return np.asarray(MASK_RGB, np.uint8)[np.asarray(image, bool).astype(np.intp)]
     return None
 

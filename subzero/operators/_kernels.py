@@ -9,6 +9,8 @@ import itertools
 
 import numpy as np
 
+from subzero.cells import unique_ids
+
 __all__ = [
     "BOUNDARY_MODES", "unique_rows", "corner_offsets", "box_offsets", "boundary_map", "boundary_index",
     "boundary_preimages", "shift_or", "stencil_pairs", "gather_axis", "scatter_or", "repeat_pairs",
@@ -22,9 +24,27 @@ BOUNDARY_MODES = ("reflect", "constant", "nearest", "mirror", "wrap", "grid-mirr
 
 
 def unique_rows(coords: np.ndarray) -> np.ndarray:
-    """Sorted distinct rows of an ``(N, ndim)`` coordinate array."""
+    """Sorted distinct rows of an ``(N, ndim)`` coordinate array.
+
+    Rows are packed into one int64 key each (row-major over their bounding box, so keys sort
+    as the rows do), deduplicated by a sort, and unpacked: ``numpy.unique(axis=0)`` costs
+    10-100x more.
+
+    Examples
+    --------
+    >>> unique_rows(np.array([[2, 1], [0, 5], [2, 1], [0, -3]])).tolist()
+    [[0, -3], [0, 5], [2, 1]]
+    """
     coords = np.asarray(coords, np.int64)
-    return np.unique(coords, axis=0) if len(coords) else coords
+    if not len(coords) or coords.ndim != 2 or coords.shape[1] == 0:
+        return np.unique(coords, axis=0) if len(coords) else coords
+    lo = coords.min(axis=0)
+    span = tuple(int(v) for v in coords.max(axis=0) - lo + 1)
+    if float(np.prod(np.asarray(span, float))) >= 2.0 ** 62:
+        return np.unique(coords, axis=0)
+    keys = np.ravel_multi_index(tuple((coords - lo).T), span)
+    keys = unique_ids(keys, int(np.prod(span, dtype=np.int64)))
+    return np.stack(np.unravel_index(keys, span), axis=1).astype(np.int64, copy=False) + lo
 
 
 def corner_offsets(extent: tuple[int, ...]) -> np.ndarray:

@@ -33,16 +33,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from subzero.errors import LineageError
+from subzero.export import MASK_RGB, NAN_RGB, label_colors
 
 if TYPE_CHECKING:
     from subzero.run import Run
 
-__all__ = ["TILE", "DIRECT_READ", "TilePyramid", "cache_root", "run_cache_dir", "render", "label_colors"]
+__all__ = ["TILE", "DIRECT_READ", "TilePyramid", "cache_root", "run_cache_dir", "render", "label_colors", "MASK_RGB",
+           "NAN_RGB"]
 
 TILE = 256
 DIRECT_READ = 2048
-NAN_RGB = (40, 40, 120)  # NaN pixels: dark blue, unlike any grey
-MASK_RGB = ((24, 24, 24), (255, 176, 0))  # False, True (flags: amber)
 
 
 def cache_root() -> Path:
@@ -57,26 +57,6 @@ def run_cache_dir(run: "Run", root: Path | None = None) -> Path:
 
     key = f"{os.path.realpath(run.path) if '://' not in run.path else run.path}|{run.catalog.created}"
     return (root or cache_root()) / xxhash.xxh3_64_hexdigest(key.encode())
-
-
-def label_colors(labels: np.ndarray) -> np.ndarray:
-    """A categorical colormap: label 0 black, every other label a bright colour of its own
-    (hues spread by the golden ratio, so neighbouring labels differ), as ``uint8`` RGB.
-
-    Examples
-    --------
-    >>> label_colors(np.array([0, 1, 2])).tolist()[0], len({tuple(c) for c in label_colors(np.arange(1, 9)).tolist()})
-    ([0, 0, 0], 8)
-    """
-    from matplotlib.colors import hsv_to_rgb
-
-    v = np.asarray(labels).astype(np.int64)
-    hue = np.mod(v * 0.6180339887498949, 1.0)
-    sat = 0.55 + 0.35 * np.mod(v * 0.37, 1.0)
-    hsv = np.stack([hue, sat, np.full(v.shape, 0.95)], axis=-1)
-    rgb = (hsv_to_rgb(hsv) * 255).astype(np.uint8)
-    rgb[v == 0] = 0
-    return rgb
 
 
 def render(values: np.ndarray, display: str, limits: tuple[float, float] | None) -> np.ndarray:

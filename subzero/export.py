@@ -430,8 +430,9 @@ def plot_panels(path: str | os.PathLike, panels: Sequence[Panel], origin: str = 
                 ax.plot([xs[(b0 + b1) // 2]], [ys[(a0 + a1) // 2]], marker="o", markersize=16,
                         markerfacecolor="none", markeredgecolor=color, markeredgewidth=1.5)
         if wcs is not None:
-            ax.coords[0].set_axislabel("RA")
-            ax.coords[1].set_axislabel("Dec")
+            coords = getattr(ax, "coords")  # a WCSAxes (astropy.visualization.wcsaxes)
+            coords[0].set_axislabel("RA")
+            coords[1].set_axislabel("Dec")
         else:
             ax.set_xlabel("x (FITS)" if fits else "column")
             ax.set_ylabel("y (FITS)" if fits else "row")

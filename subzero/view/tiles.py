@@ -199,7 +199,7 @@ class TilePyramid:
             path = self.dir / "stretch.json"
             if path.exists():
                 try:
-                    self._limits = tuple(json.loads(path.read_text())["zscale"])  # type: ignore[assignment]
+                    self._limits = tuple(json.loads(path.read_text())["zscale"])
                     return self._limits
                 except (OSError, ValueError, KeyError):
                     pass

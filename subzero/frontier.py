@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.boxes import cover_ids, ids_in_boxes
-from subzero.cells import to_coords, to_ids, unique_ids
+from subzero.cells import sorted_unique, to_coords, to_ids, unique_ids
 
 __all__ = ["Frontier", "ids_in_boxes", "cover_ids", "DENSE_FRACTION", "MAX_BOX_EXPANSION"]
 
@@ -221,7 +221,8 @@ class Frontier:
         if self._boxes is not None and other._boxes is not None:
             return Frontier.of_boxes(np.concatenate([self._boxes[0], other._boxes[0]]),
                                      np.concatenate([self._boxes[1], other._boxes[1]]), self.shape)
-        return Frontier.of_ids(np.union1d(self.ids(), other.ids()), self.shape, unique=True)
+        return Frontier.of_ids(sorted_unique(np.concatenate([self.ids(), other.ids()]), runs=True), self.shape,
+                               unique=True)
 
     def contains(self, ids: np.ndarray) -> np.ndarray:
         """For flat ``ids``, whether each is in the frontier."""

@@ -88,7 +88,8 @@ def run_bench(name: str, quick: bool, out_dir: str | Path, size=None, executor: 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = log or (lambda line: print(line, flush=True))
-    if executor == "spark" and spark is None and name not in ("scale", "stats"):  # scale runs each configuration in a new process
+    # scale runs each configuration in a new process; stats starts Spark only for its Spark row
+    if executor == "spark" and spark is None and name not in ("scale", "stats"):
         from subzero.spark import get_session
 
         spark = get_session()

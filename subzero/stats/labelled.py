@@ -204,8 +204,8 @@ def step_forward(source, node, labelled: LabelledCells, i: int, strategy: str) -
             got = _box_step(op, labelled, i, target, "forward")
             if got is not None:
                 return got
-        if frontier.kind == "ids" and type(op).map_f_boxes is not Operator.map_f_boxes:
-            frontier = Frontier.of_boxes(*frontier.boxes(), frontier.shape, disjoint=True)  # a box-wise union step
+            if frontier.kind == "ids" and type(op).map_f_boxes is not Operator.map_f_boxes:
+                frontier = Frontier.of_boxes(*frontier.boxes(), frontier.shape, disjoint=True)  # box-wise union step
     groups = forward_groups(source, node, frontier, i, strategy)
     return _join(labelled, (groups.in_ids, groups.in_ptr), (groups.out_ids, groups.out_ptr), groups.n_groups, target)
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from subzero.errors import LineageError, SubZeroError, WorkflowError
+from subzero.inputs import node_fits_header as _fits_header
+from subzero.modes import parse_node_strategies as _parse_strategies
 
 if TYPE_CHECKING:
     import numpy as np
@@ -78,16 +80,6 @@ def _exec_workflow_file(path: Path) -> dict[str, Any]:
         where = f"{mine[-1].filename}:{mine[-1].lineno}" if mine else str(path)
         raise WorkflowError(f"{where}: {type(exc).__name__}: {exc} (while loading the workflow file; -v shows "
                             "the traceback)") from exc
-
-
-def _parse_strategies(items: list[str] | None, what: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for item in items or []:
-        node, sep, value = item.partition("=")
-        if not sep or not node or not value:
-            raise WorkflowError(f"{what} {item!r} must look like NODE=STRATEGY[,STRATEGY]")
-        out.setdefault(node, []).extend(v for v in value.split(",") if v)
-    return out
 
 
 def _check_store(path: str, overwrite: bool, resume: bool) -> None:
@@ -335,18 +327,6 @@ def _query_start(args) -> dict[str, Any]:
     return {"cells": parse_cells(args.cells, args.box, args.fits_coords)}
 
 
-def _fits_header(run, node: str):
-    """The FITS header kept with ``node`` (an input read from FITS): the text in its catalog
-    record's ``metadata["fits_header"]`` (`subzero.inputs.header_to_text`), if any."""
-    record = run.catalog.nodes.get(run.node(node).name)
-    text = record.metadata.get("fits_header") if record is not None else None
-    if not text:
-        return None
-    from subzero.inputs import header_from_text
-
-    return header_from_text(text)
-
-
 def _check_outputs(args, run, mask_node: str, drawn: list[str]) -> None:
     """Refuse bad output files before the query runs, so an error writes nothing: ``--mask``
     and ``--regions`` are of ``mask_node``, ``--plot`` draws the 2-D ones of ``drawn``."""
@@ -375,10 +355,7 @@ def _check_outputs(args, run, mask_node: str, drawn: list[str]) -> None:
 def _plot(args, run, ends: list[tuple[str, Any, str]]) -> None:
     """Draw ``(node, cells, title)`` panels side by side (cells: a mask or a `Frontier`);
     an end that is not 2-D is left out with a warning."""
-    import numpy as np
-
     from subzero.export import Panel, plot_panels
-
     from subzero.view.lineage import display_kind
     from subzero.view.sky import node_wcs
 

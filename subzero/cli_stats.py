@@ -51,9 +51,9 @@ def add_parsers(sub, common: argparse.ArgumentParser) -> None:
 
 
 def _using(args) -> dict | None:
-    from subzero.cli import _parse_strategies
+    from subzero.modes import parse_node_strategies
 
-    return {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
+    return {k: v[-1] for k, v in parse_node_strategies(args.using, "--using").items()} or None
 
 
 def _table_format(path: str) -> str:
@@ -112,7 +112,7 @@ def _write_counts(path: Path, counts: np.ndarray, header, history: str) -> None:
 
 
 def cmd_contaminate(args) -> int:
-    from subzero.cli import _fits_header
+    from subzero.inputs import node_fits_header
     from subzero.export import MASK_SUFFIXES, PLOT_SUFFIXES, Panel, check_output, plot_panels, write_mask
     from subzero.run import open_run
     from subzero.stats import contamination_count, contamination_mask
@@ -134,11 +134,11 @@ def cmd_contaminate(args) -> int:
     if args.count:
         counts = contamination_count(run, src.name, flag_mask, to.name, using=using)
         mask = counts > 0
-        _write_counts(out, counts, _fits_header(run, to.name), f"subzero contaminate --count: {what} in {to.name}")
+        _write_counts(out, counts, node_fits_header(run, to.name), f"subzero contaminate --count: {what} in {to.name}")
         summary = f"{int(mask.sum())} cell(s) of {to.name} depend on them, at most {int(counts.max(initial=0))} each"
     else:
         mask = contamination_mask(run, src.name, flag_mask, to.name, using=using)
-        write_mask(out, mask, _fits_header(run, to.name), history=f"subzero contaminate: {what} in {to.name}")
+        write_mask(out, mask, node_fits_header(run, to.name), history=f"subzero contaminate: {what} in {to.name}")
         summary = f"{int(mask.sum())} cell(s) of {to.name} depend on them"
     written = [str(out)]
     if args.plot:

@@ -235,6 +235,14 @@ def header_from_text(text: str) -> "Header":
     return fits.Header.fromstring(text, sep="\n")
 
 
+def node_fits_header(run: Any, node: str) -> "Header | None":
+    """The FITS header kept with ``node`` of a stored run (an input read from FITS): the text in
+    its catalog record's ``metadata["fits_header"]`` (`header_to_text`), or None."""
+    record = run.catalog.nodes.get(run.node(node).name)
+    text = record.metadata.get("fits_header") if record is not None else None
+    return header_from_text(text) if text else None
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__

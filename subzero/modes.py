@@ -123,3 +123,15 @@ class Strategy:
 def parse_strategy(name: "str | Strategy") -> Strategy:
     """Functional alias of `Strategy.parse`."""
     return Strategy.parse(name)
+
+
+def parse_node_strategies(items: list[str] | None, what: str) -> dict[str, list[str]]:
+    """``NODE=STRATEGY[,STRATEGY]`` items (the CLI's ``--strategy``/``--using``) as strategy names
+    per node, in the order given; a malformed item is a `WorkflowError` naming ``what``."""
+    out: dict[str, list[str]] = {}
+    for item in items or []:
+        node, sep, value = item.partition("=")
+        if not sep or not node or not value:
+            raise WorkflowError(f"{what} {item!r} must look like NODE=STRATEGY[,STRATEGY]")
+        out.setdefault(node, []).extend(v for v in value.split(",") if v)
+    return out

@@ -271,7 +271,7 @@ class Run:
         from subzero.stats import lineage_table
 
         return lineage_table(self, node, over, flags=flags, values=values, objects=objects, using=using,
-                             batch_objects=batch_objects, executor=executor)
+                             batch_objects=batch_objects, executor=executor, opener=open_run)
 
     # -- helpers --------------------------------------------------------------------------
     def profile(self, node: Node):

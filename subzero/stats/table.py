@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -133,25 +134,28 @@ class Question:
     flags: Any = None       # a node's name, an array of ``over``'s shape, or None
     values: Any = None
     using: tuple[tuple[str, str], ...] = ()
+    #: opens the run from its store in a Spark task (`subzero.run.open_run`, pickled by reference:
+    #: passed in, so the statistics, which sit above the run, import nothing of it)
+    opener: Callable[[str], Any] | None = None
 
 
 _RUNS: dict[str, Any] = {}
 
 
-def _opened(store: str):
-    """The run of ``store``, opened once per process (Spark's Python workers keep it)."""
-    if store not in _RUNS:
-        from subzero.run import open_run
-
-        _RUNS[store] = open_run(store)
-    return _RUNS[store]
+def _opened(question: Question):
+    """The run of the question's store, opened once per process (Spark's Python workers keep it)."""
+    if question.store not in _RUNS:
+        if question.opener is None:  # pragma: no cover - lineage_table sends Spark only questions with one
+            raise LineageError("a lineage table batch outside the driver needs the run's opener")
+        _RUNS[question.store] = question.opener(question.store)
+    return _RUNS[question.store]
 
 
 def batch_statistics(question: Question, batch: tuple[np.ndarray, np.ndarray], run=None):
     """Lineage statistics of one batch of objects: ``batch`` is (object index, flat cell) of
     their cells; returns the batch's object indices and, for each, n_lineage, n_flagged,
     values sum and max (arrays aligned with the indices)."""
-    run = run if run is not None else _opened(question.store)
+    run = run if run is not None else _opened(question)
     index, cells = batch
     ids, local = np.unique(index, return_inverse=True)
     local = local.astype(np.int64).reshape(-1)
@@ -189,14 +193,16 @@ def _executor_for(run, executor: str | None, size: int) -> str:
 
 
 def lineage_table(run, node, over=None, flags=None, values=None, objects=None, using: dict | None = None,
-                  batch_objects: int | None = BATCH_OBJECTS, executor: str | None = None, spark=None):
+                  batch_objects: int | None = BATCH_OBJECTS, executor: str | None = None, spark=None,
+                  opener: Callable[[str], Any] | None = None):
     """Per-object statistics of the objects' backward lineage in ``over`` (see `Run.lineage_table`).
 
     Objects are carried in batches of at most ``batch_objects`` neighbouring objects (None:
     all at once), so memory follows one batch's lineage; each batch runs in this process
     (``executor="local"``) or as a Spark task (``"spark"``; default: Spark when the run used
     Spark and the label array has at least `SPARK_CELLS` cells).  An object lies in one
-    batch, so batches need no merging.
+    batch, so batches need no merging.  Spark's tasks open the run with ``opener``
+    (`Run.lineage_table` passes `subzero.run.open_run`); without one, batches run here.
     """
     from astropy.table import Table
 
@@ -215,11 +221,11 @@ def lineage_table(run, node, over=None, flags=None, values=None, objects=None, u
     label_ids, area, lo, hi, centroid, index = _geometry(label_values, cells, shape)
     n = len(label_ids)
     checked = run._check_using(using)
-    mode = _executor_for(run, executor, int(np.prod(shape, dtype=np.int64)))
+    mode = _executor_for(run, executor, int(np.prod(shape, dtype=np.int64))) if opener is not None else "local"
     question = Question(str(run.path), node.name, over.name, shape,
                         flags if isinstance(flags, str) or flags is None else np.asarray(flag_arr),
                         values if isinstance(values, str) or values is None else np.asarray(value_arr),
-                        tuple((nd.name, st) for nd, st in checked.items()))
+                        tuple((nd.name, st) for nd, st in checked.items()), opener)
     batches = [(index[b], cells[b]) for b in _batches(index, cells, n, batch_objects)]
     if mode == "spark":
         from subzero.spark import SparkExecutor

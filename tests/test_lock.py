@@ -133,8 +133,9 @@ RACER = textwrap.dedent("""
             result = f"won {os.getpid()}"
         except StoreError as exc:
             store, result = None, f"lost {exc}"
-        with open(os.path.join(work, f"result{k}-{me}"), "w") as fh:
-            fh.write(result)
+        with open(os.path.join(work, f"result{k}-{me}.tmp"), "w") as fh:  # renamed when written: the test
+            fh.write(result)                                                # never reads a half-written result
+        os.replace(os.path.join(work, f"result{k}-{me}.tmp"), os.path.join(work, f"result{k}-{me}"))
         wait_for(f"release{k}")  # the winner holds the store until both have answered
         if store is not None:
             store.close()

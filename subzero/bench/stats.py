@@ -225,7 +225,8 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
         f"({count_seconds / forward_seconds:.2f}x); mask agrees: {agree}; {count_mismatches} count mismatches")
     load_after = os.getloadavg()
     n_cells = side * side
-    raw_doc: dict[str, Any] = {"side": side, "cells": n_cells, "objects": int(len(ids)), "flagged": int(hits.sum()),
+    raw_doc: dict[str, Any]
+    raw_doc = {"side": side, "cells": n_cells, "objects": int(len(ids)), "flagged": int(hits.sum()),
                "run_seconds": run_seconds, "table_seconds": table_seconds, "table_first_call_seconds": cold_seconds,
                "per_object_seconds": per_object,
                "per_object_all_seconds": per_object * len(ids), "sample": int(len(sample)),

@@ -740,14 +740,15 @@ def render(doc: dict) -> str:
 
     kills, damages, races = doc["kills"], doc["damage"], doc["races"]
     objects = doc.get("object_store", [])
-    lines = ["# Fault injection", "",
-             "A kill lands a uniform random time after the run started, or (\"N node(s) + t s\": every Spark "
-             "run, whose first seconds start a JVM, and every fourth local one) a uniform random time after N "
-             "nodes were committed; with two moments, the resumed run was killed too, then resumed again.", "",
-             f"{len(kills)} kill -9 trials, {len(damages)} damaged stores, {len(races)} races, "
-             f"{len(objects)} runs on a failing object store ({doc.get('seconds', 0):.0f} s, seed {doc.get('seed')}; "
-             f"load averages (1, 5, 15 min) {doc.get('load_start')} at the start, {doc.get('load_end')} at the end: "
-             "other jobs shared the 2 cores).", ""]
+    lines = ["# Fault injection", ""]
+    if kills:
+        lines += ["A kill lands a uniform random time after the run started, or (\"N node(s) + t s\": every Spark "
+                  "run, whose first seconds start a JVM, and every fourth local one) a uniform random time after N "
+                  "nodes were committed; with two moments, the resumed run was killed too, then resumed again.", ""]
+    lines += [f"{len(kills)} kill -9 trials, {len(damages)} damaged stores, {len(races)} races, "
+              f"{len(objects)} runs on a failing object store ({doc.get('seconds', 0):.0f} s, seed {doc.get('seed')}; "
+              f"load averages (1, 5, 15 min) {doc.get('load_start')} at the start, {doc.get('load_end')} at the end: "
+              "other jobs shared the 2 cores).", ""]
     if kills:
         lines += ["## kill -9 at a random moment", "",
                   "| executor | plan | killed when | ran (s) | store left | queries of it | resume | "

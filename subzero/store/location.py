@@ -102,6 +102,8 @@ def resolve(store: "str | os.PathLike | Location", storage_options: dict[str, An
         path = str(Path(url[7:] if url.startswith("file://") else url).expanduser().absolute())
         return Location(path, fsspec.filesystem("file"), path)
     options = dict(storage_options or {})
+    if scheme in ("s3", "s3a"):
+        _endpoint_from_environment(options)
     try:
         fs, path = fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:
@@ -132,6 +134,21 @@ def _remote(doing: str):
                 raise self.service_error(exc, f"{doing} {target!r}" if target else doing) from exc
         return call
     return wrap
+
+
+def _endpoint_from_environment(options: dict[str, Any]) -> None:
+    """Make botocore's ``AWS_ENDPOINT_URL(_S3)`` an explicit option when nothing else names the
+    endpoint: it then travels with the store to the tasks (whose environment may lack it), and
+    fsspec's cache of file systems cannot hand back one made for another endpoint."""
+    import fsspec.config
+
+    if options.get("endpoint_url") or (options.get("client_kwargs") or {}).get("endpoint_url"):
+        return
+    if fsspec.config.conf.get("s3", {}).get("endpoint_url"):
+        return
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        options["endpoint_url"] = endpoint
 
 
 @dataclass(frozen=True)

@@ -227,11 +227,11 @@ def _jvm_output_to(path: str | None):
         kwargs = dict(popen_kwargs or {}, stdout=out, stderr=out)
         return original(conf, popen_kwargs=kwargs)
 
-    module.launch_gateway = launch
+    setattr(module, "launch_gateway", launch)  # the module pyspark reads it from when the session starts
     try:
         yield
     finally:
-        module.launch_gateway = original
+        setattr(module, "launch_gateway", original)
         out.close()  # the JVM holds its own descriptor
 
 

@@ -15,7 +15,7 @@ pytest.importorskip("s3fs")
 def test_failing_requests_end_exact_or_refused_clearly(tmp_path):
     ref = F.reference(tmp_path / "clean")
     rates = (("5% of requests fail", 0.05, None), ("outage after 150 requests", 0.0, 150))
-    trials = object_store_trials(ref, runs=1, rates=rates, seed=2, log=lambda line: None)
+    trials = object_store_trials(ref, F.harness(), runs=1, rates=rates, seed=2, log=lambda line: None)
     assert [t["outcome"] for t in trials] == ["exact", "refused clearly"], trials
     assert trials[0]["injected"] > 0 and trials[0]["slowdowns"] > 0 and trials[0]["resets"] > 0
     assert "S3 at http://127.0.0.1:" in trials[1]["detail"] and "s3://faults/" in trials[1]["detail"]

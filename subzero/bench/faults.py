@@ -35,12 +35,15 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from subzero.bench.object_faults import Harness
+
 __all__ = ["build", "inputs", "strategies", "QUERIES", "Reference", "reference", "kill_trial", "damage_cases",
-           "damage", "snapshot", "as_nobody", "judge_store", "race_round", "run_faults", "render"]
+           "damage", "snapshot", "as_nobody", "judge_store", "race_round", "run_faults", "harness", "render"]
 
 SHAPE = (96, 128)
 TILE = 32
@@ -722,7 +725,7 @@ def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8,
             else:
                 from subzero.bench.object_faults import object_store_trials
 
-                doc["object_store"] = object_store_trials(ref, runs=s3_runs, seed=seed, log=log)
+                doc["object_store"] = object_store_trials(ref, harness(), runs=s3_runs, seed=seed, log=log)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     doc["seconds"] = round(time.monotonic() - started, 1)
@@ -732,6 +735,13 @@ def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8,
     (out / "REPORT.md").write_text(render(doc))
     log(f"faults: wrote {out / 'results.json'} and {out / 'REPORT.md'} in {doc['seconds']:.0f} s")
     return doc
+
+
+def harness() -> "Harness":
+    """This bench's workflow, inputs, run options and judge, for the object-store trials."""
+    from subzero.bench.object_faults import Harness
+
+    return Harness(build, inputs, run_options, judge_store)
 
 
 def render(doc: dict) -> str:

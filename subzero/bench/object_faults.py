@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-__all__ = ["ObjectFaultTrial", "object_store_trials", "RATES"]
+__all__ = ["Harness", "ObjectFaultTrial", "object_store_trials", "RATES"]
 
 #: (label, failure rate, outage after this many requests or None)
 RATES: tuple[tuple[str, float, int | None], ...] = (
@@ -28,6 +28,18 @@ RATES: tuple[tuple[str, float, int | None], ...] = (
     ("10% of requests fail", 0.10, None),
     ("outage after 200 requests", 0.0, 200),
 )
+
+
+@dataclass(frozen=True)
+class Harness:
+    """What the trials take from the fault bench (`subzero.bench.faults`), passed in so this
+    module, which the fault bench calls, imports nothing of it: the workflow, its inputs, the
+    run options of a plan, and the judge of a store against the clean run."""
+
+    build: Callable[[], Any]
+    inputs: Callable[[], dict[str, Any]]
+    run_options: Callable[[str], dict[str, Any]]
+    judge_store: Callable[..., Any]
 
 
 @dataclass
@@ -48,18 +60,15 @@ class ObjectFaultTrial:
         return self.outcome in ("exact", "refused clearly")
 
 
-def _one(service, ref, label: str, rate: float, outage: int | None, seed: int, n: int) -> ObjectFaultTrial:
+def _one(harness: Harness, service, ref, label: str, rate: float, outage: int | None, seed: int, n: int) -> ObjectFaultTrial:
     import subzero as sz
-    from subzero.bench.faults import build, inputs, judge_store, run_options
     from subzero.bench.object_store import FaultProxy
     from subzero.store import shards
-    from subzero.store.location import configure_storage_options
-
-    import fsspec.config
+    from subzero.store.location import configure_storage_options, restore_storage_defaults, storage_defaults
 
     store = f"s3://faults/{seed}-{n}-{int(rate * 1000)}-{outage or 0}"
     started = time.monotonic()
-    saved = dict(fsspec.config.conf.get("s3", {}))
+    saved = storage_defaults(store)
     with FaultProxy(service.endpoint, rate=rate, seed=seed * 1000 + n, outage_after=outage) as proxy:
         options: dict[str, Any] = {"endpoint_url": proxy.endpoint}
         if outage is not None:  # one botocore attempt per s3fs retry: an outage is reported in seconds
@@ -67,11 +76,11 @@ def _one(service, ref, label: str, rate: float, outage: int | None, seed: int, n
         configure_storage_options(store, options)
         try:
             try:
-                build().run(inputs(), store=store, executor="local", **run_options("pinned"))
+                harness.build().run(harness.inputs(), store=store, executor="local", **harness.run_options("pinned"))
             except sz.StoreError as exc:
                 text = str(exc)
                 named = store in text and f"S3 at {proxy.endpoint}" in text
-                fsspec.config.conf["s3"] = dict(saved)  # judge the store directly
+                restore_storage_defaults(store, saved)  # judge the store directly
                 try:
                     sz.open_run(store)
                     marked = True
@@ -83,21 +92,21 @@ def _one(service, ref, label: str, rate: float, outage: int | None, seed: int, n
                 outcome, detail = "wrong", f"unclear error {type(exc).__name__}: {exc}"[:200]
             else:
                 shards.close_all()  # queries fetch their shards again, through the proxy
-                verdict = judge_store(store, ref)
+                verdict = harness.judge_store(store, ref)
                 if verdict.opened and not verdict.wrong and not verdict.crashed and set(verdict.outcomes) == {"exact"}:
                     outcome, detail = "exact", f"{len(verdict.outcomes)} outputs and queries exact"
                 else:
                     outcome, detail = "wrong", f"{verdict.summary}: {verdict.message[:160]}"
         finally:
-            fsspec.config.conf["s3"] = saved
+            restore_storage_defaults(store, saved)
     return ObjectFaultTrial(label, proxy.requests, proxy.faults, proxy.slowdowns, proxy.resets, outcome, detail,
                             round(time.monotonic() - started, 1))
 
 
-def object_store_trials(ref, runs: int = 3, rates=RATES, seed: int = 0,
+def object_store_trials(ref, harness: Harness, runs: int = 3, rates=RATES, seed: int = 0,
                         log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """``runs`` trials per entry of ``rates`` against a fresh moto S3 server; returns the trials
-    as dicts (with ``ok``)."""
+    as dicts (with ``ok``); ``harness`` runs and judges each (`subzero.bench.faults.harness`)."""
     from subzero.bench.object_store import s3_service
     from subzero.store import location
 
@@ -110,7 +119,7 @@ def object_store_trials(ref, runs: int = 3, rates=RATES, seed: int = 0,
             # an outage: a short retry budget, so the trial takes seconds, not minutes
             location.S3_RETRIES = 2 if outage is not None else saved_retries
             for n in range(runs):
-                trial = _one(service, ref, label, rate, outage, seed, n)
+                trial = _one(harness, service, ref, label, rate, outage, seed, n)
                 out.append(asdict(trial) | {"ok": trial.ok})
                 log(f"faults: s3 {label} #{n}: {trial.injected}/{trial.requests} requests failed -> {trial.outcome}"
                     f"{'' if trial.ok else '  <-- NOT OK'}")

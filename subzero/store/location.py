@@ -77,6 +77,21 @@ def configure_storage_options(url: str, options: dict[str, Any]) -> None:
             current[key] = value
 
 
+def storage_defaults(url: str) -> dict[str, Any]:
+    """A copy of the defaults every file system of ``url``'s protocol opens with in this process
+    (fsspec's configuration, which `configure_storage_options` changes)."""
+    import fsspec.config
+
+    return dict(fsspec.config.conf.get(_scheme(url), {}))
+
+
+def restore_storage_defaults(url: str, saved: dict[str, Any]) -> None:
+    """Make ``saved`` (from `storage_defaults`) the defaults of ``url``'s protocol again."""
+    import fsspec.config
+
+    fsspec.config.conf[_scheme(url)] = dict(saved)
+
+
 def resolve(store: "str | os.PathLike | Location", storage_options: dict[str, Any] | None = None) -> "Location":
     """The `Location` of a store given as a path, a URL (``file://``, ``s3://``, ``memory://``...)
     or a `Location`; a scheme whose fsspec package is missing is a `StoreError`.

@@ -149,7 +149,7 @@ def cmd_contaminate(args) -> int:
             panels.append(Panel(f"{to.name}: {int(mask.sum())} contaminated cell(s)", np.asarray(run.output(to)), mask))
             if args.count:
                 panels.append(Panel(f"distinct flagged cells per cell of {to.name} (max {int(counts.max(initial=0))})",
-                                    counts, np.zeros(counts.shape, bool)))
+                                    counts, np.zeros(counts.shape, bool), display="counts"))
         if not panels:
             raise LineageError(f"--plot draws 2-D arrays; {src.name!r} and {to.name!r} are not 2-D")
         plot_panels(args.plot, panels)

@@ -235,8 +235,9 @@ class Panel:
 
     ``image`` may be any 2-D array-like (a stored array reads only the window drawn);
     ``mask`` a boolean array of its shape or a `subzero.frontier.Frontier` over it; ``wcs``
-    the celestial WCS of its pixel grid (sky axes); ``display`` ``"image"``, ``"labels"``
-    or ``"mask"`` (default: from the dtype: booleans are masks, integers labels).
+    the celestial WCS of its pixel grid (sky axes); ``display`` ``"image"``, ``"labels"``,
+    ``"mask"`` or ``"counts"`` (a sequential colormap from 0, with a colour bar; default:
+    from the dtype: booleans are masks, integers labels).
     """
 
     title: str
@@ -414,6 +415,12 @@ def plot_panels(path: str | os.PathLike, panels: Sequence[Panel], origin: str = 
         shown = _rgb(image, display)
         if shown is not None:
             ax.imshow(shown, origin=shown_origin, interpolation="nearest", extent=extent, aspect="equal")
+        elif display == "counts":
+            from matplotlib.colors import Normalize
+
+            drawn = ax.imshow(image, cmap="magma", norm=Normalize(0, max(int(image.max(initial=0)), 1)),
+                              origin=shown_origin, interpolation="nearest", extent=extent, aspect="equal")
+            fig.colorbar(drawn, ax=ax, shrink=0.8)
         else:
             values = image.astype(np.float32) if image.dtype.kind == "b" else image
             ax.imshow(values, cmap="gray", norm=_norm(np.asarray(values)), origin=shown_origin,

@@ -192,3 +192,20 @@ def test_docstring_examples():
 
     result = doctest.testmod(importlib.import_module("subzero.export"), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_counts_are_drawn_on_a_sequential_scale_from_zero(tmp_path):
+    """A count map (``display="counts"``) is not a label array: its largest count gets the top of
+    a sequential colormap (magma's pale yellow), which the categorical label colours never give."""
+    from matplotlib import colormaps
+    from PIL import Image
+
+    counts = np.zeros((40, 60), np.int32)
+    counts[10:30, 20:40] = 3
+    counts[15:25, 25:35] = 12
+    top = np.array(colormaps["magma"](1.0)[:3]) * 255
+    for display, expected in (("counts", True), (None, False)):
+        out = plot_panels(tmp_path / f"{display}.png", [Panel("counts", counts, np.zeros(counts.shape, bool),
+                                                              display=display)])
+        rgb = np.asarray(Image.open(out).convert("RGB"), np.float64)
+        assert (np.abs(rgb - top).max(axis=-1) < 8).any() == expected, display

@@ -21,7 +21,7 @@ fits = pytest.importorskip("astropy.io.fits")
 
 
 def run_cli(*args: str, cwd: str | Path | None = None):
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     return subprocess.run([sys.executable, "-m", "subzero", *args], capture_output=True, text=True, env=env, cwd=cwd)
 
 

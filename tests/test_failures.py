@@ -269,7 +269,7 @@ def test_the_command_line_says_one_line_and_exits_2(clean, tmp_path, capsys, rel
 def test_the_command_line_in_a_fresh_process(clean, tmp_path):
     """Two real processes (the rest run in-process): a directory for a catalog, and forced lineage under a file."""
     clean_store, *_ = clean
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     for n, (rel, how, argv, fragment) in enumerate([CLI_CASES[0], CLI_CASES[2]]):
         store = _damaged(clean_store, tmp_path / str(n), rel, how)
         done = subprocess.run([sys.executable, "-m", "subzero", argv[0], str(store), *argv[1:]], capture_output=True,

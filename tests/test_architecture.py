@@ -365,8 +365,8 @@ def test_query_reads_runs_through_its_protocol():
 def test_runtime_and_the_executors_never_import_the_driver_or_queries():
     src = source()
     forbidden = _in("execution", "run", "query", "replay", "cli", "workflow", "planning", "optimizer")
-    _check_allowed(src, ["runtime", "spark"], lambda m: not forbidden(m), set(),
-                   "the task side (runtime, spark) never imports the driver, queries, the workflow or the "
+    _check_allowed(src, ["runtime", "spark", "executor"], lambda m: not forbidden(m), set(),
+                   "the task side (runtime, executor, spark) never imports the driver, queries, the workflow or the "
                    "optimizer")
 
 

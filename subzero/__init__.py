@@ -80,5 +80,19 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
+def _run_workflow(workflow: Any, inputs: dict[str, Any], store: Any, /, **options: Any) -> Any:
+    """`Workflow.run`'s driver: `subzero.execution.execute`, imported on the first run."""
+    from subzero.execution import execute
+
+    return execute(workflow, inputs, store, **options)
+
+
+# The package is the composition root: Python runs this file before any subzero.* module, so
+# every Workflow.run finds its driver here, and the workflow module never imports the driver.
+from subzero.entry import install_runner  # noqa: E402  (after the class swap: entry is no lazy name)
+
+install_runner(_run_workflow)
+
+
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))

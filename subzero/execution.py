@@ -31,12 +31,13 @@ import pickle
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
 from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, RunRecord
 from subzero.errors import StoreError, SubZeroError, WorkflowError
+from subzero.executor import Executor
 from subzero.fingerprint import array_digest, combine_digests, differences, run_fingerprint
 from subzero.inputs_check import check_input_array
 from subzero.modes import Strategy
@@ -55,7 +56,11 @@ log = logging.getLogger(__name__)
 __all__ = ["execute", "LocalExecutor", "make_executor", "bind_shapes", "node_tiles", "node_chunks"]
 
 
-class LocalExecutor:
+_Item = TypeVar("_Item")
+_Out = TypeVar("_Out")
+
+
+class LocalExecutor(Executor):
     """Runs a node's tiles in this process, on a few threads (numpy and scipy release the GIL).
 
     Each thread works on its own copy of the task, as each Spark worker does, so an
@@ -63,13 +68,14 @@ class LocalExecutor:
     """
 
     name = "local"
+    master = None  # in this process
 
     def __init__(self, threads: int | None = None):
         env = os.environ.get("SUBZERO_LOCAL_THREADS")
         self.threads = threads or (int(env) if env else min(os.cpu_count() or 1, 4))
 
-    def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Reporter = Reporter()) -> list[TileMeta]:
-        metas = self._map(run_tile, task, tiles, progress)
+    def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Reporter | None = None) -> list[TileMeta]:
+        metas = self._map(run_tile, task, tiles, progress if progress is not None else Reporter())
         if metas and task.operator.output_shape is None:
             task.operator.output_shape = metas[0].shape
         return metas
@@ -78,7 +84,7 @@ class LocalExecutor:
         """The first pass of a two-pass operator: every tile's summary, in tile order."""
         return self._map(prepare_tile, task, tiles, Reporter())
 
-    def map_calls(self, fn, task: NodeTask, tiles: list[Tile]) -> list:
+    def map_calls(self, fn: Callable[[NodeTask, _Item], _Out], task: NodeTask, tiles: list[_Item]) -> list[_Out]:
         """``fn(task, tile)`` for every tile, in tile order (e.g. calibration's `profile_tile`)."""
         return self._map(fn, task, tiles, Reporter())
 
@@ -108,7 +114,7 @@ class LocalExecutor:
             raise WorkflowError(f"node {task.node!r} failed: {type(exc).__name__}: {exc}") from exc
 
 
-def make_executor(executor: str, spark=None):
+def make_executor(executor: str, spark=None) -> Executor:
     if executor == "local":
         return LocalExecutor()
     if executor == "spark":
@@ -194,7 +200,7 @@ class _Execution:
     def __init__(self, wf: Workflow, store: FileStore, catalog: RunRecord, runner, tile_shape,
                  max_disk: float | None, progress: Reporter):
         self.wf, self.store, self.catalog = wf, store, catalog
-        self._runner = runner  # an executor, or a function making one when it is first needed
+        self._runner: Executor | Callable[[], Executor] = runner  # or a function making one when first needed
         self.tile_shape, self.progress = tile_shape, progress
         self.disk_left = max_disk
         self.arrays: dict[str, ArrayRecord] = {}
@@ -203,10 +209,10 @@ class _Execution:
     def runner(self):
         """The executor (a Spark session starts only when a task has to run; the catalog then
         records its master, as the session has it)."""
-        if callable(self._runner) and not hasattr(self._runner, "map_tiles"):
+        if not isinstance(self._runner, Executor):  # the factory: make the executor now
             started = time.perf_counter()
             self._runner = self._runner()
-            master = getattr(self._runner, "master", None)
+            master = self._runner.master
             self.catalog = _replace(self.catalog, master=master)
             if master is not None:  # reported on its own, not charged to the first node
                 self.progress.note(f"Spark session {master} ready in {time.perf_counter() - started:.1f} s")

@@ -44,6 +44,7 @@ import numpy as np
 from subzero.catalog import ArrayRecord, Manifest, NodeRecord
 from subzero.cells import to_ids
 from subzero.errors import LineageError, StoreError, WorkflowError
+from subzero.executor import Executor
 from subzero.frontier import Frontier
 from subzero.modes import Strategy
 from subzero.progress import Reporter
@@ -289,7 +290,7 @@ def _changed_cells(old: FileStore, new: FileStore, name: str, tiles: list[Tile],
 class _Replayer:
     """One replay in progress: the old run, the new store, the executor, changed cells so far."""
 
-    def __init__(self, run: "Run", fs: FileStore, runner, progress: Reporter):
+    def __init__(self, run: "Run", fs: FileStore, runner: Executor, progress: Reporter):
         self.run, self.old, self.fs, self.runner, self.progress = run, run.store, fs, runner, progress
         tile_shape = run.catalog.tile_shape
         self.tile_shape = tuple(tile_shape) if isinstance(tile_shape, list) else tile_shape
@@ -548,7 +549,7 @@ def replay(run: "Run", patches: "Patch | list[Patch]", store, executor: str = "l
             fs.write_catalog(replace(record, status="failed"))
             raise
         work = _Replayer(run, fs, runner, progress)
-        work.catalog = replace(work.catalog, master=getattr(runner, "master", None))
+        work.catalog = replace(work.catalog, master=runner.master)
         try:
             for node in run.workflow.nodes:
                 t0 = time.perf_counter()

@@ -35,10 +35,13 @@ import threading
 import time
 from contextlib import contextmanager
 from functools import partial
+from typing import Callable, TypeVar
 from urllib.parse import urlparse
 
 from subzero.errors import SubZeroError, WorkflowError
+from subzero.executor import Executor
 from subzero.pickling import dumps_with_operator
+from subzero.progress import Reporter
 from subzero.runtime import NodeTask, TileMeta, prepare_tile, run_tile
 from subzero.tiling import Tile
 
@@ -318,7 +321,11 @@ def get_session(master: str | None = None, log_level: str = "ERROR", conf: dict[
     return spark
 
 
-class SparkExecutor:
+_Item = TypeVar("_Item")
+_Out = TypeVar("_Out")
+
+
+class SparkExecutor(Executor):
     """Runs a node's tiles as Spark tasks and collects their metadata."""
 
     name = "spark"
@@ -330,7 +337,7 @@ class SparkExecutor:
     def master(self) -> str:
         return self.spark.sparkContext.master
 
-    def map_tiles(self, task: NodeTask, tiles: list[Tile], progress=None) -> list[TileMeta]:
+    def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Reporter | None = None) -> list[TileMeta]:
         sc = self.spark.sparkContext
         group = f"subzero-{task.node}-{id(task)}"
         payload = dumps_with_operator(task, task.operator, task.node)
@@ -359,7 +366,7 @@ class SparkExecutor:
         """The first pass of a two-pass operator: every tile's summary, in tile order."""
         return self.map_calls(prepare_tile, task, tiles)
 
-    def map_calls(self, fn, task: NodeTask, tiles: list[Tile]) -> list:
+    def map_calls(self, fn: Callable[[NodeTask, _Item], _Out], task: NodeTask, tiles: list[_Item]) -> list[_Out]:
         """``fn(task, tile)`` for every tile as Spark tasks, in tile order; ``fn`` is a module-level
         function (pickled by reference) whose results are small (summaries, measurements)."""
         sc = self.spark.sparkContext

@@ -5,13 +5,11 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from subzero.entry import runner
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
-
-if TYPE_CHECKING:  # pragma: no cover
-    from subzero.run import Run
 
 __all__ = ["Node", "Workflow"]
 
@@ -193,7 +191,7 @@ class Workflow:
     def run(self, inputs: dict[str, Any], store, strategies=None, max_disk=None, max_runtime=None,
             workload=None, executor: str = "spark", spark=None, tile_shape=None, overwrite: bool = False,
             resume: bool = False, progress=None, input_metadata: dict | None = None,
-            storage_options: dict | None = None) -> "Run":
+            storage_options: dict | None = None) -> Any:
         """Execute the workflow, record lineage, and return the `Run` to query.
 
         Parameters
@@ -237,17 +235,22 @@ class Workflow:
             store to the tasks.  Without them, fsspec's configuration and the environment
             (``AWS_ENDPOINT_URL``, ``FSSPEC_S3_ENDPOINT_URL``) apply.
 
+        Returns
+        -------
+        subzero.run.Run
+            The finished run, to query (typed ``Any`` here: the workflow module does not
+            import the layers above it).
+
         Notes
         -----
-        This is a convenience entry point: `subzero.execution.execute` runs the workflow
-        (the workflow module does not depend on the executor).
+        This is a convenience entry point: `subzero.execution.execute` runs the workflow.
+        The workflow module does not import the driver: it calls the runner the package
+        installed in `subzero.entry` (see docs/architecture.md, "The run path").
         """
-        from subzero.execution import execute
-
-        return execute(self, inputs, store, strategies=strategies, max_disk=max_disk,
-                       max_runtime=max_runtime, workload=workload, executor=executor,
-                       spark=spark, tile_shape=tile_shape, overwrite=overwrite, resume=resume,
-                       progress=progress, input_metadata=input_metadata, storage_options=storage_options)
+        return runner()(self, inputs, store, strategies=strategies, max_disk=max_disk,
+                        max_runtime=max_runtime, workload=workload, executor=executor,
+                        spark=spark, tile_shape=tile_shape, overwrite=overwrite, resume=resume,
+                        progress=progress, input_metadata=input_metadata, storage_options=storage_options)
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, nodes={list(self._nodes)})"

@@ -18,6 +18,7 @@ import numpy as np
 
 from subzero.encoders import encoder_for, merge_tiles
 from subzero.encoders.base import index_bytes_bound
+from subzero.executor import Executor
 from subzero.modes import Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.cells import box_cells, to_ids, unique_ids
@@ -107,7 +108,7 @@ def profile_part(task: NodeTask, part: tuple[Tile, tuple[str, ...], bool]) -> Ti
 
 
 def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_seconds: float,
-                 runner=None, sample: int = 2) -> NodeProfile:
+                 runner: Executor | None = None, sample: int = 2) -> NodeProfile:
     """Profile ``task``'s node from ``sample`` tiles spread over it, measured by ``runner``'s
     tasks (`profile_tile`; in this process when ``runner`` is None), scaled to the node."""
     op = task.operator

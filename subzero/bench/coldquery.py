@@ -2,13 +2,13 @@
 ``python -c "import numpy"`` (issue 23: <= 0.3 s median).
 
 The store is the demo workflow (``subzero run demo --quick --executor local``) with stored
-lineage pinned on two nodes (``merge=FullOne/backward``, ``blur=FullMany/backward``).  Two
-queries, each in a fresh Python process:
+lineage pinned on four nodes (`PINS`; the others are answered by mapping functions, so no
+query re-executes an operator).  Two queries, each in a fresh Python process:
 
 - ``shards``: ``backward blur --to exposure_a`` forced through both stored strategies (two
   LMDB shards and an R-tree opened);
-- ``auto``: ``backward column_total --to exposure_a``, through six nodes with the strategies the
-  query-time optimizer picks (stored or mapping functions).
+- ``auto``: ``backward column_total --to exposure_a``, through seven nodes with the strategies
+  the query-time optimizer picks (stored shards, an inline FullRange table, mapping functions).
 
 Each is run by this checkout's code ("after") and, when a baseline source tree is given
 (``SUBZERO_COLDQUERY_BASELINE``: a directory holding the older ``subzero`` package; default
@@ -42,7 +42,7 @@ QUERIES: dict[str, list[str]] = {
                "--using", "blur=FullMany/backward", "--using", "merge=FullOne/backward"],
     "auto": ["backward", "column_total", "--cells", "3", "--to", "exposure_a"],
 }
-PINS = ["merge=FullOne/backward", "blur=FullMany/backward"]
+PINS = ["merge=FullOne/backward", "blur=FullMany/backward", "crd_a=FullRange", "crd_b=FullOne/backward"]
 LAUNCHER = "import sys; from subzero.cli import main; sys.exit(main(sys.argv[1:]))"
 GOAL_SECONDS = 0.3
 

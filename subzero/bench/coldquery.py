@@ -141,38 +141,44 @@ def run_coldquery(quick: bool, root: Path, size=None, executor: str = "local", s
             times[label].append(_time(cmd, env, root)[0])
         log(f"coldquery: round {k + 1}/{rounds}: " + ", ".join(f"{lab} {t[-1]:.3f}" for lab, t in times.items()))
     load_after = _uptime()
-    imports = {label: statistics.median(_import_ms(cmd, env, root) for _ in range(3))
+    imports = {label: statistics.median(_import_ms(cmd, env, root) for _ in range(5))
                for label, (cmd, env) in configs.items() if label != "import numpy"}
+    loaded = {label: _loaded(cmd, env, root) for label, (cmd, env) in configs.items() if "-c" in cmd}
     stats = {label: _summary(v) for label, v in times.items()}
     numpy_median = stats["import numpy"]["median"]
     rows: dict[str, dict[str, Any]] = {}
     for label, s in stats.items():
-        rows[label] = dict(s, x_numpy=s["median"] / numpy_median, import_ms=imports.get(label))
+        rows[label] = dict(s, x_numpy=s["median"] / numpy_median, import_ms=imports.get(label),
+                           modules=loaded.get(label, {}).get("modules"), heavy=loaded.get(label, {}).get("heavy"))
         name = label.split(":")[0]
         if label.endswith("after") and f"{name}: before" in stats:
             rows[label]["after_over_before"] = s["median"] / stats[f"{name}: before"]["median"]
     same = {name: answers[f"{name}: after"] == answers[f"{name}: before"] for name in QUERIES
             if f"{name}: before" in answers}
-    modules = _modules(store, env_ours, root)
     return {
         "setup": {"store": "demo --quick, local executor, pinned " + ", ".join(PINS), "queries": QUERIES,
                   "rounds": rounds, "baseline": str(base) if base else None, "ours": str(ours),
                   "python": sys.version.split()[0], "goal_seconds": GOAL_SECONDS,
                   "cells": {name: len(answers[f"{name}: after"].splitlines()) for name in QUERIES}},
         "raw": {"times": times, "load_before": load_before, "load_after": load_after, "same_answer": same,
-                "heavy_modules_loaded": modules},
+                "heavy_modules_loaded": loaded["shards: after"]["heavy"]},
         "figures": {"cold_query": figure("s", "import numpy", rows, "a cold `subzero query` in a new process")},
     }
 
 
-def _modules(store: Path, env: dict[str, str], cwd: Path) -> list[str]:
-    """Which heavy packages a cold query (the ``shards`` one) of this checkout imports."""
-    heavy = ("fsspec", "zarr", "asyncio", "ssl", "pyspark", "matplotlib", "astropy", "scipy", "pulp", "rtree", "lmdb")
-    code = (f"import sys, io, json, contextlib\nfrom subzero.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n"
-            f"    main(['query', {str(store)!r}, *{QUERIES['shards']!r}])\n"
-            f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r}))))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd)
-    return json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else ["?"]
+HEAVY = ("fsspec", "zarr", "asyncio", "ssl", "pyspark", "matplotlib", "astropy", "scipy", "pulp", "rtree", "lmdb")
+
+
+def _loaded(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
+    """How many modules one run of ``cmd`` (a ``python -c CODE ARGS...`` launcher) leaves in
+    ``sys.modules``, and which heavy packages among them (deterministic, unlike import times)."""
+    code = (f"import atexit, json, sys\natexit.register(lambda: sys.stderr.write('\\nMODULES ' + json.dumps("
+            f"[len(sys.modules), sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))]) + '\\n'))\n"
+            + cmd[2])
+    done = subprocess.run([cmd[0], "-c", code, *cmd[3:]], capture_output=True, text=True, env=env, cwd=cwd)
+    line = [x for x in done.stderr.splitlines() if x.startswith("MODULES ")]
+    count, heavy = json.loads(line[-1][8:]) if line else (None, ["?"])
+    return {"modules": count, "heavy": heavy}
 
 
 def render_coldquery(doc: dict[str, Any]) -> list[str]:
@@ -187,17 +193,20 @@ def render_coldquery(doc: dict[str, Any]) -> list[str]:
     out = [f"Store: {s['store']}.  {s['rounds']} rounds, every command once per round, interleaved, each in a new "
            f"process (after two untimed runs: bytecode cached, as installed).  Load (uptime 1/5/15 min): {load}; "
            "other jobs shared the 2 cores.", "",
-           "| command | median (s) | p90 (s) | best (s) | x import numpy | after / before | imports (ms) |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
+           "| command | median (s) | p90 (s) | best (s) | x import numpy | after / before | imports (ms) | modules "
+           "| heavy packages |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for label, v in rows.items():
         out.append(f"| {label} | {v['median']:.3f} | {v['p90']:.3f} | {v['best']:.3f} | {v['x_numpy']:.2f} | "
-                   f"{fmt(v.get('after_over_before'), '.2f')} | {fmt(v.get('import_ms'), '.0f')} |")
+                   f"{fmt(v.get('after_over_before'), '.2f')} | {fmt(v.get('import_ms'), '.0f')} | "
+                   f"{fmt(v.get('modules'), 'd')} | {', '.join(v.get('heavy') or []) or '-'} |")
     out += ["", "Queries (`subzero query STORE ...`): " + "; ".join(
         f"{name}: `{' '.join(args)}` ({s['cells'][name]} cells)" for name, args in s["queries"].items()), "",
         f"\"before\": the code in {s['baseline'] or '(no baseline given)'}; \"after\": this checkout ({s['ours']}); "
         "both through `python -c \"from subzero.cli import main; ...\"`. Same answers before and after: "
         f"{r['same_answer'] or 'not compared'}.  Imports (ms): the sum of `-X importtime`'s top-level "
-        "entries, median of 3 runs.", "",
+        "entries, median of 5 runs (noisy under load); modules: `len(sys.modules)` at exit, and the heavy "
+        f"packages among them ({', '.join(HEAVY)}).", "",
         f"Heavy packages a cold `shards` query imports now: {', '.join(r['heavy_modules_loaded']) or 'none'}.", ""]
     for name in s["queries"]:
         after = rows.get(f"{name}: after")

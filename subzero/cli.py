@@ -330,6 +330,8 @@ def _query_start(args) -> dict[str, Any]:
 def _check_outputs(args, run, mask_node: str, drawn: list[str]) -> None:
     """Refuse bad output files before the query runs, so an error writes nothing: ``--mask``
     and ``--regions`` are of ``mask_node``, ``--plot`` draws the 2-D ones of ``drawn``."""
+    if not (args.mask or args.regions or args.plot):
+        return  # nothing to write: no need for the export module (numpy.ma, astropy on demand)
     from subzero.export import MASK_SUFFIXES, PLOT_SUFFIXES, REGION_SUFFIXES, check_output
 
     if args.mask:
@@ -898,6 +900,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", parents=[common],
                            help="reproduce the paper's experiments side by side with baselines")
     bench.add_argument("name", choices=["astronomy", "genomics", "micro", "scale", "faults", "trace", "stats",
+                                        "coldquery",
                                         "viewer"])
     bench.add_argument("--quick", action="store_true", help="small sizes: under two minutes")
     bench.add_argument("--max", action="store_true",

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from subzero.errors import LineageError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["add_parsers", "cmd_catalog", "cmd_contaminate"]
 
@@ -67,6 +69,8 @@ def _table_format(path: str) -> str:
 
 
 def cmd_catalog(args) -> int:
+    import numpy as np
+
     from subzero.export import _atomic
     from subzero.run import open_run
     from subzero.stats.spec import parse_flags, read_array_spec
@@ -94,6 +98,8 @@ def cmd_catalog(args) -> int:
 
 
 def _write_counts(path: Path, counts: np.ndarray, header, history: str) -> None:
+    import numpy as np
+
     from subzero.export import _atomic
 
     if path.suffix.lower() == ".npy":
@@ -112,6 +118,8 @@ def _write_counts(path: Path, counts: np.ndarray, header, history: str) -> None:
 
 
 def cmd_contaminate(args) -> int:
+    import numpy as np
+
     from subzero.inputs import node_fits_header
     from subzero.export import MASK_SUFFIXES, PLOT_SUFFIXES, Panel, check_output, plot_panels, write_mask
     from subzero.run import open_run

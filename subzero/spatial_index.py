@@ -14,18 +14,30 @@ import shutil
 import tempfile
 import weakref
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
-from rtree import index as rtree_index
 
 from subzero.errors import StoreError
+
+if TYPE_CHECKING:
+    from rtree import index as rtree_index
 
 __all__ = ["build_index", "SpatialIndex", "INDEX_SUFFIXES"]
 
 INDEX_SUFFIXES = (".dat", ".idx")
 
 
-def _props(ndim: int, overwrite: bool = False) -> rtree_index.Property:
-    props = rtree_index.Property()
+def _rtree() -> Any:
+    """rtree's ``index`` module, imported when an index is first built or opened (a query that
+    opens no shard, or a command that queries nothing, does not load libspatialindex)."""
+    from rtree import index
+
+    return index
+
+
+def _props(ndim: int, overwrite: bool = False) -> "rtree_index.Property":
+    props = _rtree().Property()
     props.dimension = max(ndim, 2)
     props.overwrite = overwrite
     return props
@@ -43,9 +55,9 @@ def build_index(base: str, ids: np.ndarray, mins: np.ndarray, maxs: np.ndarray) 
             os.unlink(base + ext)
     props = _props(mins.shape[1], overwrite=True)
     if len(ids) == 0:  # an empty index still exists, so a missing file means a damaged store
-        rtree_index.Index(base, properties=props, interleaved=True).close()
+        _rtree().Index(base, properties=props, interleaved=True).close()
         return
-    idx = rtree_index.Index(base, (np.asarray(ids, np.int64), _pad(mins), _pad(maxs)),
+    idx = _rtree().Index(base, (np.asarray(ids, np.int64), _pad(mins), _pad(maxs)),
                             properties=props, interleaved=True)
     idx.close()
 
@@ -70,10 +82,11 @@ class SpatialIndex:
                              "(queries re-run the operator instead)")
         self._tmp = tempfile.mkdtemp(prefix="subzero-rtree-", dir=_scratch())
         copy = os.path.join(self._tmp, "index")
+        rtree = _rtree()
         try:
             for ext in INDEX_SUFFIXES:
                 shutil.copyfile(base + ext, copy + ext)
-            self._idx = rtree_index.Index(copy, properties=_props(ndim), interleaved=True)
+            self._idx = rtree.Index(copy, properties=_props(ndim), interleaved=True)
         except Exception as exc:  # libspatialindex raises its own RTreeError
             self.close()
             raise StoreError(f"R-tree index {base}.dat is unreadable ({type(exc).__name__}: {exc}); "

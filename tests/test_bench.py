@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -190,3 +191,18 @@ def test_stats_bench_checks_its_table_and_counts_against_single_queries(tmp_path
     report = (tmp_path / "REPORT.md").read_text()
     assert "Lineage statistics" in report and "one backward query per object" in report
     assert not list(tmp_path.glob("stores-*"))
+
+
+def test_coldquery_bench_times_new_processes_against_import_numpy(tmp_path, monkeypatch):
+    monkeypatch.setenv("SUBZERO_COLDQUERY_BASELINE", str(Path(__file__).resolve().parents[1]))  # itself: same answer
+    assert bench.main("coldquery", quick=True, out_dir=str(tmp_path), size=1, executor="local",
+                      log=lambda line: None) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    rows = doc["figures"]["cold_query"]["values"]
+    assert doc["bench"] == "coldquery" and doc["raw"]["same_answer"] == {"shards": True, "auto": True}
+    assert {"import numpy", "shards: before", "shards: after", "auto: after"} <= set(rows)
+    assert rows["import numpy"]["x_numpy"] == 1.0 and rows["shards: after"]["median"] > 0
+    assert rows["shards: after"]["after_over_before"] > 0 and doc["setup"]["cells"]["shards"] > 0
+    assert "fsspec" not in doc["raw"]["heavy_modules_loaded"] and "rtree" in doc["raw"]["heavy_modules_loaded"]
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "Cold query" in report and "| shards: after |" in report and "Load (uptime" in report

@@ -420,6 +420,28 @@ def test_a_local_run_and_a_query_import_no_plotting_astronomy_or_spark(tmp_path)
     assert done.stdout.splitlines() == ["1,1", "[]"]
 
 
+def test_a_cold_query_of_a_local_store_imports_only_what_the_answer_needs(store):
+    """A query of a local directory reads it with `os`: no fsspec (nor asyncio or ssl with it),
+    no zarr, Spark, plotting or astronomy; rtree loads only when an R-tree is opened."""
+    heavy = ("fsspec", "zarr", "asyncio", "ssl", "pyspark", "matplotlib", "astropy", "scipy", "pulp")
+    queries = {  # through stored shards (FullMany R-trees, FullOne) and by mapping functions only
+        "shards": ["backward", "crd_a", "--to", "exposure_a", "--cells", "3,4", "--using", "crd_a=FullMany/backward"],
+        "forward": ["forward", "exposure_a", "--to", "merge", "--cells", "3,4", "--using", "merge=FullOne/forward"],
+        "mapped": ["backward", "column_total", "--to", "merge", "--cells", "3"],
+    }
+    loaded = {}
+    for name, args in queries.items():
+        code = ("import sys, io, contextlib\nfrom subzero.cli import main\n"
+                f"with contextlib.redirect_stdout(io.StringIO()):\n    assert main(['query', {str(store)!r}, *{args!r}]) == 0\n"
+                "print(sorted({m.split('.')[0] for m in sys.modules}))\n")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        assert done.returncode == 0, done.stderr
+        loaded[name] = set(json.loads(done.stdout.splitlines()[-1].replace("'", '"')))
+        assert not loaded[name] & set(heavy), (name, sorted(loaded[name] & set(heavy)))
+    assert "rtree" in loaded["shards"] and "rtree" not in loaded["mapped"]
+
+
 def test_a_query_through_stencils_imports_no_scipy(own_data):
     """Operators import scipy on first use: a query answered by mapping functions never does."""
     code = ("import sys\nfrom subzero.cli import main\n"

@@ -277,6 +277,12 @@ def _scale(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _coldquery(doc: dict[str, Any]) -> list[str]:
+    from subzero.bench.coldquery import render_coldquery
+
+    return render_coldquery(doc)
+
+
 def _trace(doc: dict[str, Any]) -> list[str]:
     from subzero.bench.trace import render_trace
 
@@ -337,9 +343,10 @@ def render(doc: dict[str, Any], plots: list[str]) -> str:
              "micro": "Microbenchmark (SubZero VIII-C, Figs. 8-9)",
              "scale": "Scale benchmark: 1e6 to 1e9 cells (issue 9)",
              "trace": "Trace benchmark: numpy code traced into workflows (issue 18)",
-             "stats": "Lineage statistics: per-object tables and contamination counts (issue 20)"}[doc["bench"]]
+             "stats": "Lineage statistics: per-object tables and contamination counts (issue 20)",
+             "coldquery": "Cold query: a new `subzero query` process against `import numpy` (issue 23)"}[doc["bench"]]
     body = {"astronomy": _astronomy, "genomics": _genomics, "micro": _micro, "scale": _scale,
-            "trace": _trace, "stats": _stats}[doc["bench"]](doc)
+            "trace": _trace, "stats": _stats, "coldquery": _coldquery}[doc["bench"]](doc)
     figures = ["## Figures", ""] + [f"![{p}]({p})" for p in plots] + [""]
     notes = WHY.get(doc["bench"], {}).get("_general")
     general = ["## Notes", "", notes, ""] if notes else []

@@ -110,12 +110,12 @@ def resolve(store: "str | os.PathLike | Location", storage_options: dict[str, An
     url = os.fspath(store)
     if not url:
         raise StoreError("store is empty; give a directory path or an fsspec URL")
-    import fsspec
-
     scheme = _scheme(url)
     if scheme == "file":
         path = str(Path(url[7:] if url.startswith("file://") else url).expanduser().absolute())
-        return Location(path, fsspec.filesystem("file"), path)
+        return Location(path, LocalFiles(), path)
+    import fsspec
+
     options = dict(storage_options or {})
     if scheme in ("s3", "s3a"):
         _endpoint_from_environment(options)
@@ -164,6 +164,48 @@ def _endpoint_from_environment(options: dict[str, Any]) -> None:
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint:
         options["endpoint_url"] = endpoint
+
+
+class LocalFiles:
+    """This machine's file system, standing in for fsspec's ``LocalFileSystem`` without importing
+    fsspec (and asyncio with it): the checks a query makes are answered with `os`, any other
+    method is fsspec's own, imported on first use.  Picklable and equal to every other one."""
+
+    protocol = ("file", "local")
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def isdir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def cat_file(self, path: str) -> bytes:
+        with open(path, "rb") as fh:
+            return fh.read()
+
+    def size(self, path: str) -> int:
+        return os.stat(path).st_size
+
+    @property
+    def files(self) -> Any:
+        """fsspec's local file system (imported here, on first use)."""
+        import fsspec
+
+        return fsspec.filesystem("file")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # pickle's and copy's probes: not fsspec's business
+            raise AttributeError(name)
+        return getattr(self.files, name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LocalFiles)
+
+    def __hash__(self) -> int:
+        return hash(LocalFiles)
+
+    def __repr__(self) -> str:
+        return "LocalFiles()"
 
 
 @dataclass(frozen=True)

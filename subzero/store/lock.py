@@ -14,7 +14,6 @@ import datetime as _dt
 import errno
 import json
 import os
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -80,7 +79,7 @@ def holder(location: Location) -> Holder | None:
     if not isinstance(info, dict):
         return Holder(-1, "?", "?", _flock_held(location.path(LOCK_NAME)) if location.is_local else None)
     alive = _flock_held(location.path(LOCK_NAME)) if location.is_local else None
-    if alive is None and info.get("host") == socket.gethostname():
+    if alive is None and info.get("host") == _hostname():
         alive = _pid_alive(int(info.get("pid", -1)))  # an object store: a holder on this machine can be checked
     return Holder(int(info.get("pid", -1)), str(info.get("host", "?")), str(info.get("started", "?")), alive)
 
@@ -119,7 +118,7 @@ class WriterLock:
         ``take_stale`` takes over the lock of a run that no longer runs (resume, overwrite);
         the lock of a live run is never taken.
         """
-        payload = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": _now()}).encode()
+        payload = json.dumps({"pid": os.getpid(), "host": _hostname(), "started": _now()}).encode()
         if not location.is_local:
             current = holder(location)
             if current is not None and (not take_stale or current.alive is not False):
@@ -206,3 +205,10 @@ def _held(location: Location, current: Holder) -> StoreError:
                           f"{location.child_url(LOCK_NAME)} and try again, else choose another store")
     return StoreError(f"store {location.url!r} is being written by another run ({current.describe()}); wait for it "
                       "to finish or choose another store")
+
+
+def _hostname() -> str:
+    """This machine's name (socket is imported here: a reader that takes no lock never needs it)."""
+    import socket
+
+    return socket.gethostname()

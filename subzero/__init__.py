@@ -11,8 +11,6 @@ only pays for the modules it touches.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
@@ -35,9 +33,9 @@ _LAZY = {
     "Tiling": "subzero.tiling", "Whole": "subzero.tiling", "Elementwise": "subzero.tiling",
     "Halo": "subzero.tiling", "Permuted": "subzero.tiling", "Reduced": "subzero.tiling",
     "RowBlocks": "subzero.tiling",
-    "Node": "subzero.workflow", "Workflow": "subzero.workflow",
+    "Node": "subzero.dag", "Workflow": "subzero.dag",
     "workflow": "subzero.trace", "name": "subzero.trace", "apply": "subzero.trace",
-    "udf": "subzero.udf", "Window": "subzero.udf", "Lines": "subzero.udf", "check_lineage": "subzero.udf",
+    "udf": "subzero.udfs", "Window": "subzero.udfs", "Lines": "subzero.udfs", "check_lineage": "subzero.udfs",
 }
 
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
@@ -48,7 +46,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from subzero.operator import Operator
     from subzero.run import Run, open_run
     from subzero.tiling import Elementwise, Halo, Permuted, Reduced, RowBlocks, Tiling, Whole
-    from subzero.workflow import Node, Workflow
+    from subzero.dag import Node, Workflow
 
 
 def __getattr__(name: str) -> Any:
@@ -62,24 +60,6 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-class _Package(types.ModuleType):
-    """``sz.workflow`` and ``sz.udf`` are functions, though submodules are named
-    ``subzero.workflow`` and ``subzero.udf`` too: importing those submodules must not
-    replace the functions on the package (``from subzero.workflow import Workflow``
-    works as before)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _LAZY and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-    def __reduce__(self):  # pickled by name, as modules are (cloudpickle knows types.ModuleType only)
-        return importlib.import_module, (self.__name__,)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
 def _run_workflow(workflow: Any, inputs: dict[str, Any], store: Any, /, **options: Any) -> Any:
     """`Workflow.run`'s driver: `subzero.execution.execute`, imported on the first run."""
     from subzero.execution import execute
@@ -88,8 +68,8 @@ def _run_workflow(workflow: Any, inputs: dict[str, Any], store: Any, /, **option
 
 
 # The package is the composition root: Python runs this file before any subzero.* module, so
-# every Workflow.run finds its driver here, and the workflow module never imports the driver.
-from subzero.entry import install_runner  # noqa: E402  (after the class swap: entry is no lazy name)
+# every Workflow.run finds its driver here, and the dag module never imports the driver.
+from subzero.entry import install_runner  # noqa: E402
 
 install_runner(_run_workflow)
 

@@ -49,7 +49,7 @@ from subzero.runtime import NodeTask, TileMeta, prepare_tile, run_tile
 from subzero.store import FileStore
 from subzero.store.arrays import ExternalArray, write_array
 from subzero.tiling import Elementwise, Tile, Whole, default_chunks, tile_grid, tile_lens
-from subzero.workflow import Node, Workflow
+from subzero.dag import Node, Workflow
 
 log = logging.getLogger(__name__)
 

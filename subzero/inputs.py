@@ -362,7 +362,7 @@ def call_build(build: Callable, where: str, inputs: Mapping[str, Any], params: M
 
 
 def _unpack(result: Any, where: str, files: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from subzero.workflow import Workflow
+    from subzero.dag import Workflow
 
     if isinstance(result, Workflow):
         wf, arrays = result, {}

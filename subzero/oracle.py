@@ -49,7 +49,7 @@ import numpy as np
 
 from subzero.errors import LineageError, WorkflowError
 from subzero.operator import Operator
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 __all__ = ["KINDS", "Miss", "OracleReport", "check_operator", "check_workflow", "evaluate_operator",
            "evaluate_workflow", "perturbations"]

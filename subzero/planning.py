@@ -5,7 +5,7 @@ from __future__ import annotations
 from subzero.errors import WorkflowError
 from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
-from subzero.workflow import Node, Workflow
+from subzero.dag import Node, Workflow
 
 __all__ = ["supported_strategies", "check_strategy", "resolve_pinned", "default_strategies"]
 

@@ -53,7 +53,7 @@ from subzero.tiling import Tile, box_slices, tile_grid
 
 if TYPE_CHECKING:
     from subzero.run import Run
-    from subzero.workflow import Node
+    from subzero.dag import Node
 
 __all__ = ["Patch", "NodeReplay", "OutputChange", "ReplayResult", "replay"]
 
@@ -333,7 +333,7 @@ class _Replayer:
         from subzero.pickling import dump_operator
         from subzero.query import TileGrid
         from subzero.runtime import NodeTask
-        from subzero.workflow import Node
+        from subzero.dag import Node
 
         old_record = self.run.catalog.nodes[node.name]
         op = self.old.load_operator(node.name)  # a fresh copy: the old run's operator keeps its state

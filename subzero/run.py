@@ -21,7 +21,7 @@ from subzero.query import TileGrid, check_forced, step, walk, walk_many
 from subzero.runtime import NodeTask
 from subzero.store import FileStore
 from subzero.tiling import tile_grid
-from subzero.workflow import Node, Workflow
+from subzero.dag import Node, Workflow
 
 __all__ = ["Run", "open_run", "RESULT_FORMS", "Uncommitted"]
 

@@ -364,7 +364,7 @@ def test_query_reads_runs_through_its_protocol():
 
 def test_runtime_and_the_executors_never_import_the_driver_or_queries():
     src = source()
-    forbidden = _in("execution", "run", "query", "replay", "cli", "workflow", "planning", "optimizer")
+    forbidden = _in("execution", "run", "query", "replay", "cli", "dag", "planning", "optimizer")
     _check_allowed(src, ["runtime", "spark", "executor"], lambda m: not forbidden(m), set(),
                    "the task side (runtime, executor, spark) never imports the driver, queries, the workflow or the "
                    "optimizer")
@@ -372,8 +372,8 @@ def test_runtime_and_the_executors_never_import_the_driver_or_queries():
 
 def test_workflow_imports_only_the_model():
     src = source()
-    _check_allowed(src, ["workflow"], lambda m: m in {"operator", "errors", "entry"}, set(),
-                   "workflow imports only operator, errors and entry (Workflow.run calls the driver the package "
+    _check_allowed(src, ["dag"], lambda m: m in {"operator", "errors", "entry"}, set(),
+                   "dag (the workflow DAG) imports only operator, errors and entry (Workflow.run calls the driver the package "
                    "installed in subzero.entry; it never imports execution or run)")
 
 

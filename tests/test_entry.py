@@ -14,7 +14,7 @@ import subzero
 from subzero import entry
 from subzero.errors import WorkflowError
 from subzero.operators import Transpose
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,10 +54,10 @@ def test_no_runner_is_a_clear_workflow_error(monkeypatch, tmp_path):
 
 
 def test_a_fresh_process_runs_through_the_workflow_module_alone(tmp_path):
-    """`from subzero.workflow import Workflow` then `wf.run(...)`: the package's __init__ ran
+    """`from subzero.dag import Workflow` then `wf.run(...)`: the package's __init__ ran
     first and installed the driver, which imports execution only on the first run."""
     code = ("import sys, numpy as np\n"
-            "from subzero.workflow import Workflow\n"
+            "from subzero.dag import Workflow\n"
             "from subzero.operators import Transpose\n"
             "assert 'subzero.execution' not in sys.modules\n"
             "wf = Workflow('fresh')\n"

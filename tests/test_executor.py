@@ -6,7 +6,7 @@ from subzero.execution import LocalExecutor, make_executor
 from subzero.executor import Executor
 from subzero.operators import Transpose
 from subzero.runtime import NodeTask
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 
 def _double(task: NodeTask, item: int) -> int:

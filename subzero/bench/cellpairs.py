@@ -25,7 +25,7 @@ from subzero.pairs import FullPairs, owners
 from subzero.run import Run
 from subzero.query import walk
 from subzero.runtime import trace_tile
-from subzero.workflow import Node
+from subzero.dag import Node
 
 __all__ = ["write_cellpairs", "estimate_cellpairs", "CellPairs", "expand_cell_pairs", "MAX_PAIRS"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from subzero.errors import WorkflowError
 from subzero.modes import Mode, Strategy
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 __all__ = ["USE_OPTIMIZER", "operator_nodes", "mapping_nodes", "configuration", "static_using", "can_store"]
 

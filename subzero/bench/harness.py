@@ -20,7 +20,7 @@ import numpy as np
 from subzero.bench.timing import best_of, dir_bytes, timed
 from subzero.errors import SubZeroError
 from subzero.run import Run
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 __all__ = ["BenchError", "QuerySpec", "RunRecord", "QueryRecord", "Harness", "check_same_cells", "overhead_ratios",
            "lineage_bytes"]

@@ -17,7 +17,7 @@ import numpy as np
 from subzero.bench.harness import Harness, QuerySpec, check_same_cells
 from subzero.bench.results import figure
 from subzero.bench.synthetic import SyntheticLineage
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 __all__ = ["run_micro", "FANS", "QUICK_FANS", "BACKWARD", "FORWARD", "STRATEGIES", "SIZE", "QUICK_SIZE"]
 

@@ -20,7 +20,7 @@ from subzero.bench.harness import Harness, QuerySpec, RunRecord, check_same_cell
 from subzero.bench.results import figure
 from subzero.bench.timing import timed
 from subzero.oracle import OracleReport, check_workflow
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 __all__ = ["run_section", "oracle_section", "sample_cells"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from subzero.optimizer.cost_model import NodeProfile, disk_cost, runtime_cost, step_cost
 from subzero.optimizer.ilp import Candidate, Plan, Problem, solve
 from subzero.optimizer.workload import Query, step_sizes
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 __all__ = ["build_problem", "optimize", "EPSILON", "BETA"]
 

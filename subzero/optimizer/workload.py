@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from subzero.errors import WorkflowError
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 __all__ = ["Query", "parse_workload", "workload_record", "step_sizes"]
 

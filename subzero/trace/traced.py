@@ -30,7 +30,7 @@ from subzero.errors import WorkflowError
 from subzero.trace.errors import TraceError
 from subzero.trace.symbolic import SymbolicArray
 from subzero.trace.tracer import Tracer
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 __all__ = ["workflow", "TracedWorkflow"]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
 from subzero.trace.errors import TraceError
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 __all__ = ["Entry", "Tracer", "current_tracer"]
 

@@ -39,7 +39,7 @@ from subzero.operators.elementwise import (Add, Clip, Divide, MultiplyScalar, Mu
                                            SubtractScalar)
 from subzero.operators.neighbourhood import GaussianFilter
 from subzero.operators.resampling import Downsample, Upsample
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 

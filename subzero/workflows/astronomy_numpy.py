@@ -32,7 +32,7 @@ from subzero import ndimage as szi
 from subzero.errors import WorkflowError
 from subzero.workflows.astronomy import (BIAS, MESH, QUICK_SHAPE, SHAPE, UDFS, DetectStars, RepairCosmics,
                                          cosmic_rays_udf, exposures, noise_sigma)
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 __all__ = ["astronomy", "build", "UDFS"]
 

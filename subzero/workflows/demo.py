@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from subzero import operators as ops
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 __all__ = ["build"]
 

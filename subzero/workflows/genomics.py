@@ -32,7 +32,7 @@ from subzero.operator import Operator
 from subzero.operators.elementwise import Apply, Divide, Subtract, Threshold
 from subzero.operators.reductions import Mean, Std
 from subzero.operators.value import Filter
-from subzero.workflow import Workflow
+from subzero.dag import Workflow
 
 __all__ = ["build", "build_gse7390", "gse7390", "er_positive", "GSE7390_UDFS", "patients", "CompleteCases", "NaiveBayes", "Predict", "discretize", "complete_rows", "UDFS",
            "COLUMNS", "KINDS", "LEVELS"]

@@ -125,6 +125,19 @@ def _traced(source, node, tiles: list[int], frontier: Frontier, i: int) -> Group
     return Groups.concat(parts)
 
 
+def _tile_readers(source, node, strategy: str, frontier: Frontier, failed: list):
+    """Each tile the frontier touches: its part of the frontier and its shard reader (None when
+    the tile stored no lineage under ``strategy``); a tile whose shard cannot be read is left
+    out and appended to ``failed``, for its cells to be re-run in tracing mode."""
+    for tile, sub in source.grid(node).split(frontier, None):
+        try:
+            reader = source.shard_reader(node, strategy, tile, None)
+        except StoreError:
+            failed.append(tile)
+            continue
+        yield sub, reader
+
+
 def _stored(source, node, frontier: Frontier, i: int, s: Strategy) -> Groups:
     op = node.operator
     enc = encoder_for(s)
@@ -138,13 +151,9 @@ def _stored(source, node, frontier: Frontier, i: int, s: Strategy) -> Groups:
             from subzero.encoders.full_range import _inline_table
 
             return _rule_groups(_inline_table(whole), frontier.ids(), i)
-    parts, failed = [], []
-    for tile, sub in source.grid(node).split(frontier, None):
-        try:
-            reader = source.shard_reader(node, s.name, tile, None)
-        except StoreError:
-            failed.append(tile)
-            continue
+    parts: list[Groups] = []
+    failed: list = []
+    for sub, reader in _tile_readers(source, node, s.name, frontier, failed):
         if reader is None:  # the tile stored no lineage under this strategy
             if s.mode is Mode.COMP:
                 parts.append(_map_groups(op, sub.ids(), i))
@@ -165,13 +174,10 @@ def payload_lookup(source, node, frontier: Frontier, i: int, strategy: str) -> t
     if not isinstance(enc, PayloadEncoder):
         raise LineageError(f"{strategy} is not a payload strategy (PayOne, PayMany, CompOne, CompMany)")
     shapes = (tuple(op.output_shape), tuple(op.input_shapes))
-    pays, parts, failed = [], [], []
-    for tile, sub in source.grid(node).split(frontier, None):
-        try:
-            reader = source.shard_reader(node, s.name, tile, None)
-        except StoreError:
-            failed.append(tile)
-            continue
+    pays: list[PayloadPairs] = []
+    parts: list[Groups] = []
+    failed: list = []
+    for sub, reader in _tile_readers(source, node, s.name, frontier, failed):
         pay = enc.lookup(reader, sub, shapes) if reader is not None else PayloadPairs.empty()
         pays.append(pay)
         if s.mode is Mode.COMP:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from subzero.errors import WorkflowError
 
-__all__ = ["Mode", "Strategy", "STRATEGY_NAMES", "parse_strategy"]
+__all__ = ["Mode", "Direction", "Strategy", "STRATEGY_NAMES", "parse_strategy"]
 
 
 class Mode(enum.Enum):
@@ -41,7 +41,42 @@ _BASES = {
     "CompMany": (Mode.COMP, "Many"),
 }
 STRATEGY_NAMES = tuple(_BASES)
-DIRECTIONS = ("backward", "forward")
+
+
+class Direction(str, enum.Enum):
+    """Which way a lineage step or query goes.
+
+    A ``str`` enum, so a `Direction` equals its name (``Direction.BACKWARD == "backward"``)
+    and serializes as that name; parse user input once with `Direction.parse`.
+    """
+
+    BACKWARD = "backward"
+    FORWARD = "forward"
+
+    @classmethod
+    def parse(cls, value: "str | Direction") -> "Direction":
+        """``"backward"``/``"forward"`` (or a `Direction`) as a `Direction`.
+
+        Raises
+        ------
+        WorkflowError
+            When ``value`` names no direction.
+        """
+        if isinstance(value, Direction):
+            return value
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            raise WorkflowError(f"unknown direction {value!r}; use 'backward' or 'forward'") from None
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Direction.{self.name}"
+
+
+DIRECTIONS = tuple(d.value for d in Direction)
 
 
 @dataclass(frozen=True, order=True)

@@ -132,3 +132,20 @@ def test_workflow_error_is_also_a_value_error():
 
 def test_mode_repr():
     assert repr(Mode.FULL) == "Mode.FULL" and Mode("Pay") is Mode.PAY
+
+
+def test_direction_parses_once_and_equals_its_name():
+    from subzero.modes import Direction
+
+    assert Direction.parse(" Forward ") is Direction.FORWARD
+    assert Direction.parse(Direction.BACKWARD) is Direction.BACKWARD
+    assert Direction.BACKWARD == "backward" and str(Direction.FORWARD) == "forward"
+    assert {"backward": 1}[Direction.BACKWARD] == 1
+
+
+def test_unknown_direction_is_a_workflow_error():
+    from subzero.errors import WorkflowError
+    from subzero.modes import Direction
+
+    with pytest.raises(WorkflowError, match="use 'backward' or 'forward'"):
+        Direction.parse("sideways")

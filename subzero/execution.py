@@ -25,96 +25,34 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import os
-from dataclasses import replace
-import pickle
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, RunRecord
-from subzero.errors import StoreError, SubZeroError, WorkflowError
-from subzero.executor import Executor
+from subzero.errors import StoreError, WorkflowError
+from subzero.executor import Executor, LocalExecutor
 from subzero.fingerprint import array_digest, combine_digests, differences, run_fingerprint
 from subzero.inputs_check import check_input_array
 from subzero.modes import Strategy
 from subzero.operator import Operator
-from subzero.pickling import dump_operator, dumps_with_operator
 from subzero.planning import default_strategies, resolve_pinned
 from subzero.progress import Reporter
-from subzero.runtime import NodeTask, TileMeta, prepare_tile, run_tile
+from subzero.runtime import NodeTask, TileMeta
+from subzero.stage import NodeStage, StageRun, lineage_stats
 from subzero.store import FileStore
 from subzero.store.arrays import ExternalArray, write_array
-from subzero.tiling import Elementwise, Tile, Whole, default_chunks, tile_grid, tile_lens
+from subzero.tiling import Elementwise, Tile, default_chunks, tile_grid
 from subzero.dag import Node, Workflow
 
 log = logging.getLogger(__name__)
 
-__all__ = ["execute", "LocalExecutor", "make_executor", "bind_shapes", "node_tiles", "node_chunks"]
-
-
-_Item = TypeVar("_Item")
-_Out = TypeVar("_Out")
-
-
-class LocalExecutor(Executor):
-    """Runs a node's tiles in this process, on a few threads (numpy and scipy release the GIL).
-
-    Each thread works on its own copy of the task, as each Spark worker does, so an
-    operator never sees two tiles at once.
-    """
-
-    name = "local"
-    master = None  # in this process
-
-    def __init__(self, threads: int | None = None):
-        env = os.environ.get("SUBZERO_LOCAL_THREADS")
-        self.threads = threads or (int(env) if env else min(os.cpu_count() or 1, 4))
-
-    def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Reporter | None = None) -> list[TileMeta]:
-        metas = self._map(run_tile, task, tiles, progress if progress is not None else Reporter())
-        if metas and task.operator.output_shape is None:
-            task.operator.output_shape = metas[0].shape
-        return metas
-
-    def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list:
-        """The first pass of a two-pass operator: every tile's summary, in tile order."""
-        return self._map(prepare_tile, task, tiles, Reporter())
-
-    def map_calls(self, fn: Callable[[NodeTask, _Item], _Out], task: NodeTask, tiles: list[_Item]) -> list[_Out]:
-        """``fn(task, tile)`` for every tile, in tile order (e.g. calibration's `profile_tile`)."""
-        return self._map(fn, task, tiles, Reporter())
-
-    def _map(self, fn, task: NodeTask, tiles: list[Tile], progress: Reporter) -> list:
-        try:
-            if len(tiles) == 1 or self.threads == 1:
-                out = []
-                for tile in tiles:
-                    out.append(fn(task, tile))
-                    progress.tiles_done(task.node, 1)
-                return out
-            payload = dumps_with_operator(task, task.operator, task.node)
-            local = threading.local()
-
-            def one(tile: Tile):
-                if not hasattr(local, "task"):
-                    local.task = pickle.loads(payload)
-                got = fn(local.task, tile)
-                progress.tiles_done(task.node, 1)
-                return got
-
-            with ThreadPoolExecutor(self.threads, thread_name_prefix="subzero-tile") as pool:
-                return list(pool.map(one, tiles))
-        except SubZeroError:
-            raise
-        except Exception as exc:
-            raise WorkflowError(f"node {task.node!r} failed: {type(exc).__name__}: {exc}") from exc
+__all__ = ["execute", "LocalExecutor", "make_executor", "check_executor", "static_shapes"]
 
 
 def make_executor(executor: str, spark=None) -> Executor:
+    """The executor named ``executor`` ("local" or "spark", on ``spark`` or a new session)."""
     if executor == "local":
         return LocalExecutor()
     if executor == "spark":
@@ -163,37 +101,6 @@ def _check_inputs(wf: Workflow, inputs: dict[str, Any]) -> dict[str, Any]:
     return arrays
 
 
-def bind_shapes(node: Node, input_shapes: tuple[tuple[int, ...], ...]) -> None:
-    """Bind ``node.operator`` to its input shapes and (when it can tell) its output shape."""
-    op = node.operator
-    op.input_shapes = tuple(tuple(int(n) for n in s) for s in input_shapes)
-    try:
-        shape = op.infer_output_shape(op.input_shapes)
-    except WorkflowError as exc:
-        raise WorkflowError(f"node {node.name!r} ({type(op).__name__}): {exc}") from exc
-    op.output_shape = None if shape is None else tuple(int(n) for n in shape)
-    if op.output_shape is None and not isinstance(op.effective_tiling(), Whole):
-        raise WorkflowError(f"node {node.name!r}: {type(op).__name__} declares a tiling, so it must "
-                            "implement infer_output_shape(input_shapes)")
-
-
-def node_tiles(op: Operator, tile_shape) -> list[Tile]:
-    """The tiles of a bound operator's output (one unknown tile when only running tells the shape)."""
-    if op.output_shape is None:
-        return [Tile(0, None)]
-    return tile_grid(op.output_shape, op.effective_tiling().split_axes(op), tile_shape)
-
-
-def node_chunks(op: Operator, tile_shape) -> tuple[int, ...] | None:
-    """Chunks of a node's array: its tiles, or the default chunks for a whole-array operator."""
-    if op.output_shape is None:
-        return None
-    split = op.effective_tiling().split_axes(op)
-    if not split:
-        return default_chunks(op.output_shape)
-    return tile_lens(op.output_shape, split, tile_shape)
-
-
 class _Execution:
     """One run in progress: the store, the executor, the catalog so far, the disk budget left."""
 
@@ -230,7 +137,7 @@ class _Execution:
         chunks = default_chunks(shape)
         ref = self.store.array(node.name)
         if isinstance(value, ExternalArray):  # the executor's tasks copy it, tile by tile
-            metas, _ = self._run(self._source_task(node, value, chunks, ref), _input_tiles(shape, chunks))
+            metas = self._copy(node, value, chunks, True)
             digests = [m.digest for m in sorted(metas, key=lambda m: m.tile.index)]
             meta_xxh3 = ref.commit(shape, str(value.dtype), chunks)
         else:
@@ -245,11 +152,12 @@ class _Execution:
         self.catalog = _replace(self.catalog, fingerprint=fingerprint)
         self._commit_record(NodeRecord(node.name, "input", self.arrays[node.name], metadata=dict(metadata or {})))
 
-    def _source_task(self, node: Node, value: ExternalArray, chunks, output) -> NodeTask:
-        op = _Source()
+    def _copy(self, node: Node, value: ExternalArray, chunks, write: bool) -> list[TileMeta]:
+        """The tiles of an external input copied into the store (when ``write``) and digested."""
         shape = tuple(int(n) for n in value.shape)
-        op.input_shapes, op.output_shape = (shape,), shape
-        return NodeTask(node.name, op, (value,), output=output, chunks=chunks, digest=True)
+        stage = NodeStage(node.name, _Source().bound((shape,), shape), (shape,), shape,
+                          tuple(_input_tiles(shape, chunks)), chunks, (value,), self.store, digest=True)
+        return stage.run(self.runner, (), write, progress=self.progress if write else None).metas
 
     def input_digest(self, node: Node, value) -> str:
         """The digest of an input as `save_input` computes it, without storing anything."""
@@ -257,8 +165,8 @@ class _Execution:
         chunks = default_chunks(shape)
         if not isinstance(value, ExternalArray):
             return array_digest(value, chunks)
-        metas = self.runner.map_tiles(self._source_task(node, value, chunks, None), _input_tiles(shape, chunks))
-        return combine_digests(shape, value.dtype, [m.digest for m in sorted(metas, key=lambda m: m.tile.index)])
+        metas = self._copy(node, value, chunks, False)
+        return combine_digests(shape, value.dtype, [str(m.digest) for m in sorted(metas, key=lambda m: m.tile.index)])
 
     # -- resuming -----------------------------------------------------------------------------
     def prepare_resume(self, arrays: dict[str, Any], clean: bool = True) -> None:
@@ -296,114 +204,56 @@ class _Execution:
             self.disk_left -= sum(sum(r.stats.bytes.values()) for r in catalog.nodes.values() if r.stats)
 
     # -- operators ----------------------------------------------------------------------------
-    def task(self, node: Node, strategies: tuple[str, ...], write_output: bool) -> NodeTask:
-        op = node.operator
-        stored = tuple(s for s in strategies if Strategy.parse(s).stored)
-        return NodeTask(node.name, op, tuple(self.ref(i.name) for i in node.inputs), stored,
-                        output=self.store.array(node.name) if write_output else None,
-                        chunks=node_chunks(op, self.tile_shape), location=self.store.location,
-                        shard_dirs=tuple((s, self.store.shard_directory(node.name, s)) for s in stored))
+    def stage(self, node: Node) -> NodeStage:
+        """The node's stage: its operator bound to its inputs' shapes (and to its own, once computed)."""
+        computed = self.arrays.get(node.name)
+        return NodeStage.bind(node.name, node.operator, tuple(self.arrays[i.name].shape for i in node.inputs),
+                              tuple(self.ref(i.name) for i in node.inputs), self.store, self.tile_shape,
+                              computed.shape if computed is not None else None)
 
-    def _run(self, task: NodeTask, tiles: list[Tile]) -> tuple[list[TileMeta], float]:
-        runner = self.runner  # a session starting is not the node's time
-        self.progress.node_started(task.node, len(tiles))
-        start = time.perf_counter()
-        try:
-            metas = runner.map_tiles(task, tiles, self.progress)
-        except BaseException:
-            self.progress.node_finished(task.node, ok=False)
-            raise
-        self.progress.node_finished(task.node)
-        return metas, time.perf_counter() - start
+    def compute(self, node: Node, strategies: tuple[Strategy, ...]) -> tuple[list[TileMeta], float]:
+        """Bind, run every tile (encoding ``strategies``), commit the output array and the operator."""
+        done = self.stage(node).run(self.runner, strategies, write_output=True, progress=self.progress)
+        node.operator = done.stage.operator  # bound, with its run state: the returned run re-executes it
+        self.arrays[node.name] = done.commit_array()
+        return done.metas, done.wall
 
-    def compute(self, node: Node, strategies: tuple[str, ...]) -> tuple[list[TileMeta], float]:
-        """Bind, run every tile (encoding ``strategies``), commit the output array."""
-        bind_shapes(node, tuple(self.arrays[i.name].shape for i in node.inputs))
-        op = node.operator
-        tiles = node_tiles(op, self.tile_shape)
-        runner = self.runner
-        start = time.perf_counter()
-        if op.two_pass:  # a first pass over the tiles, combined in the driver, before the tiles run
-            try:
-                op.combine(runner.map_prepare(self.task(node, (), write_output=False), tiles))
-            except SubZeroError:
-                raise
-            except Exception as exc:
-                raise WorkflowError(f"node {node.name!r} ({type(op).__name__}) failed to combine its tiles' "
-                                    f"summaries: {type(exc).__name__}: {exc}") from exc
-        metas, wall = self._run(self.task(node, strategies, write_output=True), tiles)
-        wall = time.perf_counter() - start
-        shape, dtype, chunks = _agreed(node, metas)
-        op.output_shape = shape
-        meta_xxh3 = self.store.array(node.name).commit(shape, dtype, chunks)
-        self.store.save_operator(node.name, dump_operator(op, node.name))
-        self.arrays[node.name] = _array_record(shape, dtype, chunks, meta_xxh3)
-        return metas, wall
-
-    def capture(self, node: Node, strategies: tuple[str, ...]) -> tuple[list[TileMeta], float]:
+    def capture(self, node: Node, strategies: tuple[Strategy, ...]) -> tuple[list[TileMeta], float]:
         """Re-run a computed node's tiles to capture lineage (its output is already stored)."""
-        return self._run(self.task(node, strategies, write_output=False), node_tiles(node.operator, self.tile_shape))
+        done = self.stage(node).run(self.runner, strategies, write_output=False, progress=self.progress)
+        return done.metas, done.wall
 
-    def commit(self, node: Node, strategies: tuple[str, ...], metas: list[TileMeta], wall: float,
+    def commit(self, node: Node, strategies: tuple[Strategy, ...], metas: list[TileMeta], wall: float,
                extra: dict | None = None, measured: dict | None = None) -> NodeRecord:
         """Commit the node: the manifest of its shards (within the disk budget), then its catalog entry.
 
         ``measured`` (`_measured` of the tiles that computed the node) stands in for ``metas``
         in the statistics of a node whose lineage was not captured in this pass.
         """
-        op = node.operator
-        stored = [s for s in strategies if Strategy.parse(s).stored]
-        shards = {s: tuple(sorted((m.shards[s] for m in metas), key=lambda r: r.tile)) for s in stored}
-        inline = self._merge_inline(node, stored, metas)
-        for s in inline:  # the node's merged table replaces its tiles' shards
-            shards[s] = tuple(replace(r, name=None, files=(), index_bytes=0) for r in shards[s])
-        sizes = {s: (len(inline[s]) if s in inline else sum(r.nbytes + r.index_bytes for r in recs))
-                 for s, recs in shards.items()}
-        dropped = self._fit_budget(sizes)
-        kept = tuple(s for s in strategies if s not in dropped) or ("BlackBox",)
+        stage = self.stage(node)
+        manifest = stage.manifest(strategies, metas)
+        dropped = self._fit_budget(lineage_stats(manifest)["bytes"])
+        kept = tuple(s.name for s in strategies if s.name not in dropped) or ("BlackBox",)
         start = time.perf_counter()
-        manifest = Manifest(node.name, {s: recs for s, recs in shards.items() if s not in dropped},
-                            {s: b for s, b in inline.items() if s not in dropped})
+        manifest = Manifest(node.name, {s: recs for s, recs in manifest.shards.items() if s not in dropped},
+                            {s: b for s, b in manifest.inline.items() if s not in dropped})
         self.store.write_manifest(manifest)
-        kept_sizes = {s: v for s, v in sizes.items() if s not in dropped}
+        lineage = lineage_stats(manifest)
         if self.disk_left is not None:
-            self.disk_left -= sum(kept_sizes.values())
+            self.disk_left -= sum(lineage["bytes"].values())
         measured = measured or _measured(metas, wall)
-        stats = NodeStats(
-            tiles=measured["tiles"], wall_seconds=wall, op_seconds=measured["op_seconds"],
-            lineage_seconds=measured["lineage_seconds"],
-            write_seconds=measured["write_seconds"] + time.perf_counter() - start,
-            bytes=kept_sizes, keys={s: sum(r.keys for r in shards[s]) for s in kept_sizes},
-            encode_seconds={s: sum(r.encode_seconds for r in shards[s]) for s in kept_sizes},
-            pairs={s: (sum(r.pairs for r in shards[s]), sum(r.out_cells for r in shards[s]),
-                       sum(r.in_cells for r in shards[s])) for s in kept_sizes},
-            file_bytes={s: sum(r.disk_bytes for r in shards[s]) for s in kept_sizes})
+        stats = NodeStats(tiles=measured["tiles"], wall_seconds=wall, op_seconds=measured["op_seconds"],
+                          lineage_seconds=measured["lineage_seconds"],
+                          write_seconds=measured["write_seconds"] + time.perf_counter() - start, **lineage)
         extra = dict(extra or {})
         record = NodeRecord(
             node.name, "operator", self.arrays[node.name], strategies=kept,
             reason=extra.pop("reason", ""), stats=stats,
             dropped={s: "over the disk budget at run time" for s in dropped},
-            tile_shape=tile_lens(op.output_shape, op.effective_tiling().split_axes(op), self.tile_shape),
-            **extra)
+            tile_shape=stage.record_tile_shape, **extra)
         self._commit_record(record)
         self.store.remove_uncommitted(node.name, manifest)
         return record
-
-    def _merge_inline(self, node: Node, stored: list[str], metas: list[TileMeta]) -> dict[str, bytes]:
-        """Per strategy whose tiles all reported a small summary, the node-level merge of them."""
-        from subzero.encoders import encoder_for
-
-        out = {}
-        op = node.operator
-        shapes = (tuple(op.output_shape), tuple(op.input_shapes))
-        for s in stored:
-            merge = getattr(encoder_for(Strategy.parse(s)), "merge_inline", None)
-            if merge is None or not all(s in m.inline for m in metas):
-                continue
-            merged = merge([m.inline[s] for m in metas], shapes)
-            if merged is not None:
-                out[s] = merged
-        return out
 
     def _commit_record(self, record: NodeRecord) -> None:
         self.catalog = self.catalog.with_node(record)
@@ -449,15 +299,9 @@ def _not_the_same(store: FileStore, differ: list[str]) -> str:
             "Run it into a new store, or replace the old one with overwrite=True (--overwrite)")
 
 
-def _agreed(node: Node, metas: list[TileMeta]) -> tuple[tuple[int, ...], str, tuple[int, ...]]:
-    """The output shape, dtype and chunks every tile reported (they must agree)."""
-    first = metas[0]
-    for m in metas[1:]:
-        if m.dtype != first.dtype:
-            raise WorkflowError(f"node {node.name!r} ({type(node.operator).__name__}): run() returned dtype "
-                                f"{first.dtype} for tile {first.tile.box} but {m.dtype} for tile {m.tile.box}; "
-                                "an operator must return one dtype for every tile (cast with astype)")
-    return first.shape, first.dtype, first.chunks
+def _strategies(names: Sequence[str]) -> tuple[Strategy, ...]:
+    """Strategy names (pinned, defaults, or the catalog's plan, on read) parsed once, for a node's stage."""
+    return tuple(Strategy.parse(n) for n in names)
 
 
 def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_runtime=None,
@@ -532,7 +376,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
                 for node in operators:
                     if node.name in run.catalog.nodes:
                         continue  # committed before the run was resumed
-                    chosen = pinned.get(node.name) or default_strategies(node)
+                    chosen = _strategies(pinned.get(node.name) or default_strategies(node))
                     metas, wall = run.compute(node, chosen)
                     run.commit(node, chosen, metas, wall, {"reason": "pinned" if node.name in pinned else "default"})
         except BaseException:
@@ -634,8 +478,8 @@ def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runt
         if node.name in run.catalog.nodes:
             continue  # committed before the run was resumed
         item = pending[node.name]
-        chosen = tuple(item["strategies"])
-        stored = tuple(s for s in chosen if Strategy.parse(s).stored)
+        chosen = _strategies(item["strategies"])
+        stored = tuple(s for s in chosen if s.stored)
         if stored:
             metas, wall = run.capture(node, stored)
             measured = None
@@ -659,8 +503,8 @@ def _plan(run: _Execution, operators: list[Node], pinned, queries, max_runtime) 
         base += wall
         computed[node.name] = _measured(metas, wall)
         start = time.perf_counter()
-        profiles[node.name] = profile_node(run.task(node, (), write_output=False),
-                                           node_tiles(node.operator, run.tile_shape),
+        stage = run.stage(node)
+        profiles[node.name] = profile_node(stage.task(), list(stage.tiles),
                                            _candidates(node, pinned), sum(m.op_seconds for m in metas),
                                            runner=run.runner)
         calibration += time.perf_counter() - start

@@ -1,25 +1,34 @@
 """The executor contract: what the driver calls to run a node's tiles somewhere.
 
-Two implementations sit side by side: `subzero.execution.LocalExecutor` (threads in this
-process) and `subzero.spark.SparkExecutor` (Spark tasks).  Both run the same task code
+Two implementations sit side by side: `LocalExecutor` here (threads in this process) and
+`subzero.spark.SparkExecutor` (Spark tasks).  Both run the same task code
 (`runtime.run_tile`, `runtime.prepare_tile` or a given module-level function) on a private
 copy of the task per worker, and return the results in tile order; only small metadata
-comes back.  The driver (`execution`), replay and calibration type their executor as
-`Executor`; a new executor subclasses it (see docs/architecture.md, "Where to add things").
+comes back.  An executor never changes the task it is given: a node's output shape is
+agreed by `subzero.stage.NodeStage` from the returned `TileMeta`s.  The driver, replay,
+calibration and `stats.table` type their executor as `Executor`; a new executor
+subclasses it (see docs/architecture.md, "Where to add things").
 """
 
 from __future__ import annotations
 
+import os
+import pickle
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
+from subzero.errors import SubZeroError, WorkflowError
+from subzero.pickling import dumps_with_operator
 from subzero.progress import Reporter
-from subzero.runtime import NodeTask, TileMeta
+from subzero.runtime import NodeTask, TileMeta, prepare_tile, run_tile
 from subzero.tiling import Tile
 
-__all__ = ["Executor"]
+__all__ = ["Executor", "LocalExecutor"]
 
 _Item = TypeVar("_Item")
 _Out = TypeVar("_Out")
+_Context = TypeVar("_Context")
 
 
 @runtime_checkable
@@ -35,9 +44,7 @@ class Executor(Protocol):
         ...
 
     def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Reporter | None = None) -> list[TileMeta]:
-        """`runtime.run_tile` on every tile: write its chunk and shards, return its `TileMeta`.
-        Sets ``task.operator.output_shape`` from the first `TileMeta` when it was unknown
-        (callers read it afterwards; docs/architecture.md, "Known debts" 2)."""
+        """`runtime.run_tile` on every tile: write its chunk and shards, return its `TileMeta`."""
         ...
 
     def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list[Any]:
@@ -48,3 +55,76 @@ class Executor(Protocol):
         """``fn(task, tile)`` for every tile (or other item, as calibration's parts), in order;
         ``fn`` is module-level (pickled by reference) and its results are small."""
         ...
+
+    def map_items(self, fn: Callable[[_Context, _Item], _Out], context: _Context, items: list[_Item],
+                  what: str) -> list[_Out]:
+        """``fn(context, item)`` for every item, in order, outside any node (``stats.table``'s
+        batches of objects); ``context`` is shipped once per task, ``what`` names the job."""
+        ...
+
+
+class LocalExecutor(Executor):
+    """Runs a node's tiles in this process, on a few threads (numpy and scipy release the GIL).
+
+    Each thread works on its own copy of the task, as each Spark worker does, so an
+    operator never sees two tiles at once.
+
+    Parameters
+    ----------
+    threads
+        How many threads (default: ``SUBZERO_LOCAL_THREADS``, else up to 4 cores).
+    """
+
+    name = "local"
+    master = None  # in this process
+
+    def __init__(self, threads: int | None = None):
+        env = os.environ.get("SUBZERO_LOCAL_THREADS")
+        self.threads = threads or (int(env) if env else min(os.cpu_count() or 1, 4))
+
+    def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Reporter | None = None) -> list[TileMeta]:
+        """`runtime.run_tile` on every tile, in tile order."""
+        return self._map(run_tile, task, tiles, progress if progress is not None else Reporter())
+
+    def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list:
+        """The first pass of a two-pass operator: every tile's summary, in tile order."""
+        return self._map(prepare_tile, task, tiles, Reporter())
+
+    def map_calls(self, fn: Callable[[NodeTask, _Item], _Out], task: NodeTask, tiles: list[_Item]) -> list[_Out]:
+        """``fn(task, tile)`` for every tile, in tile order (e.g. calibration's `profile_part`)."""
+        return self._map(fn, task, tiles, Reporter())
+
+    def map_items(self, fn: Callable[[_Context, _Item], _Out], context: _Context, items: list[_Item],
+                  what: str) -> list[_Out]:
+        """``fn(context, item)`` for every item, in order, in this thread."""
+        try:
+            return [fn(context, item) for item in items]
+        except SubZeroError:
+            raise
+        except Exception as exc:
+            raise WorkflowError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _map(self, fn, task: NodeTask, tiles: list, progress: Reporter) -> list:
+        try:
+            if len(tiles) == 1 or self.threads == 1:
+                out = []
+                for tile in tiles:
+                    out.append(fn(task, tile))
+                    progress.tiles_done(task.node, 1)
+                return out
+            payload = dumps_with_operator(task, task.operator, task.node)
+            local = threading.local()
+
+            def one(tile: Tile):
+                if not hasattr(local, "task"):
+                    local.task = pickle.loads(payload)
+                got = fn(local.task, tile)
+                progress.tiles_done(task.node, 1)
+                return got
+
+            with ThreadPoolExecutor(self.threads, thread_name_prefix="subzero-tile") as pool:
+                return list(pool.map(one, tiles))
+        except SubZeroError:
+            raise
+        except Exception as exc:
+            raise WorkflowError(f"node {task.node!r} failed: {type(exc).__name__}: {exc}") from exc

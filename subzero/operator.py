@@ -13,8 +13,9 @@ hot path override them with vectorized versions.
 
 from __future__ import annotations
 
+import copy
 import inspect
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -57,9 +58,30 @@ class Operator:
     tiling: Tiling | None = None
     entire_array_safe: bool = False
 
-    #: bound by the runtime before any run or mapping call
+    #: set only by `bound` (a copy per node and run), never on a shared operator
     input_shapes: tuple[Shape, ...] = ()
     output_shape: Shape | None = None
+
+    def bound(self, input_shapes: "Sequence[Sequence[int]]", output_shape: "Sequence[int] | None") -> "Operator":
+        """A copy of this operator bound to its shapes (the one place an operator's shapes are set).
+
+        Parameters
+        ----------
+        input_shapes
+            The shape of each input, in the order ``run`` takes them.
+        output_shape
+            The output's shape, or None while only running the operator can tell it.
+
+        Returns
+        -------
+        Operator
+            A shallow copy with ``input_shapes`` and ``output_shape`` set (as ints); ``self``
+            is left as it was.
+        """
+        op = copy.copy(self)
+        op.input_shapes = tuple(tuple(int(n) for n in s) for s in input_shapes)
+        op.output_shape = None if output_shape is None else tuple(int(n) for n in output_shape)
+        return op
 
     # -- what the operator computes -------------------------------------------------
     def run(self, ctx: "Context", *inputs: np.ndarray) -> np.ndarray:
@@ -101,6 +123,7 @@ class Operator:
         return not (self.supported_modes() - {Mode.BLACKBOX})
 
     def effective_tiling(self) -> Tiling:
+        """The operator's tiling, or `Whole` (one task on whole arrays) when it declares none."""
         return self.tiling if self.tiling is not None else Whole()
 
     # -- operators that need the whole array before their tiles run (two passes) -----------

@@ -37,7 +37,6 @@ Examples
 
 from __future__ import annotations
 
-import copy
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
@@ -82,11 +81,8 @@ class _PlainContext:
 
 def _bound(op: Operator, arrays: Sequence[np.ndarray]) -> Operator:
     """A copy of ``op`` bound to the shapes of ``arrays``, as the runtime binds it."""
-    op = copy.copy(op)
-    op.input_shapes = tuple(tuple(int(n) for n in np.shape(a)) for a in arrays)
-    shape = op.infer_output_shape(op.input_shapes)
-    op.output_shape = None if shape is None else tuple(int(n) for n in shape)
-    return op
+    shapes = tuple(tuple(int(n) for n in np.shape(a)) for a in arrays)
+    return op.bound(shapes, op.infer_output_shape(shapes))
 
 
 def evaluate_operator(op: Operator, arrays: Sequence[np.ndarray]) -> np.ndarray:

@@ -22,7 +22,7 @@ def supported_strategies(op: Operator) -> list[str]:
     names = []
     modes = _modes_enabling(op)
     for base in ("BlackBox", "Map", "FullOne", "FullMany", "FullRange", "PayOne", "PayMany", "CompOne", "CompMany"):
-        s = Strategy.parse(base)
+        s = Strategy(base)  # a valid base: its backward (or only) form
         if s.mode in modes:
             names.append(s.name)
             if s.mode is Mode.FULL and not s.both_directions:
@@ -43,7 +43,12 @@ def check_strategy(node: Node, name) -> str:
 
 
 def resolve_pinned(wf: Workflow, strategies) -> dict[str, tuple[str, ...]]:
-    """Normalize ``strategies`` (node or name -> name or list of names) to canonical names."""
+    """Normalize ``strategies`` (node or name -> name or list of names) to canonical names.
+
+    This is where a user's strategies are parsed (`check_strategy`): the names it returns
+    are canonical, so the driver's one parse of them per node (for its stage) and the
+    catalog's copy agree.
+    """
     if strategies is None:
         return {}
     if not isinstance(strategies, dict):

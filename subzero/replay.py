@@ -48,6 +48,7 @@ from subzero.executor import Executor
 from subzero.frontier import Frontier
 from subzero.modes import Strategy
 from subzero.progress import Reporter
+from subzero.stage import NodeStage, lineage_stats
 from subzero.store import FileStore
 from subzero.tiling import Tile, box_slices, tile_grid
 
@@ -329,31 +330,29 @@ class _Replayer:
 
     def rerun(self, node: "Node", start: float) -> None:
         """Re-run the tiles of ``node`` that read changed cells; link the rest."""
-        from subzero.execution import bind_shapes, node_chunks, node_tiles
-        from subzero.pickling import dump_operator
         from subzero.query import TileGrid
-        from subzero.runtime import NodeTask
-        from subzero.dag import Node
 
         old_record = self.run.catalog.nodes[node.name]
-        op = self.old.load_operator(node.name)  # a fresh copy: the old run's operator keeps its state
-        bind_shapes(Node(node.name, op, node.inputs), tuple(self.shapes[i.name] for i in node.inputs))
+        # a fresh copy of the operator: the old run's keeps its state
+        stage = NodeStage.bind(node.name, self.old.load_operator(node.name),
+                               tuple(self.shapes[i.name] for i in node.inputs),
+                               tuple(self.fs.array(i.name) for i in node.inputs), self.fs, self.tile_shape)
         manifest = self.old.read_manifest(node.name)
-        tiles = node_tiles(op, self.tile_shape)
+        tiles = list(stage.tiles)
         why = ""
-        if op.output_shape is None or len(tiles) == 1:
+        if stage.output_shape is None or len(tiles) == 1:
             why = "runs as one task"
-        elif op.two_pass:
+        elif stage.operator.two_pass:
             why = "two-pass: its tiles depend on each other"
         elif manifest.inline:
             why = "its lineage is one table for the whole node"
-        elif tuple(op.output_shape) != tuple(old_record.shape) or \
-                tuple(node_chunks(op, self.tile_shape)) != tuple(old_record.array.chunks):
+        elif stage.output_shape != tuple(old_record.shape) or \
+                tuple(stage.chunks or ()) != tuple(old_record.array.chunks):
             why = "its shape changed"
         if why:
             chosen = tiles
         else:
-            grid = TileGrid(tiles, op)
+            grid = TileGrid(tiles, stage.operator)
             hit: set[int] = set()
             for i, parent in enumerate(node.inputs):
                 changed = self.changed.get(parent.name)
@@ -363,89 +362,41 @@ class _Replayer:
         if not chosen:  # the changed cells reach no tile of this node
             self.link(node, start)
             return
-        stored = tuple(s for s in old_record.strategies if Strategy.parse(s).stored)
+        strategies = tuple(Strategy.parse(s) for s in old_record.strategies)  # the catalog's names, on read
         whole = len(chosen) == len(tiles)
         if not whole:  # the other tiles' chunks and shards: the old ones (re-run tiles' replaced below)
             _share_node(self.old, self.fs, node.name, "operator")
-        task = NodeTask(node.name, op, tuple(self.fs.array(i.name) for i in node.inputs), stored,
-                        output=self.fs.array(node.name), chunks=node_chunks(op, self.tile_shape),
-                        location=self.fs.location,
-                        shard_dirs=tuple((s, self.fs.shard_directory(node.name, s)) for s in stored))
-        self.progress.node_started(node.name, len(chosen))
-        try:
-            if op.two_pass:
-                op.combine(self.runner.map_prepare(
-                    NodeTask(node.name, op, task.inputs, (), chunks=task.chunks, location=task.location), tiles))
-            metas = self.runner.map_tiles(task, chosen, self.progress)
-        except BaseException:
-            self.progress.node_finished(node.name, ok=False)
-            raise
-        self.progress.node_finished(node.name)
-        shape, dtype, chunks = tuple(metas[0].shape), metas[0].dtype, tuple(metas[0].chunks)
-        if any(m.dtype != dtype for m in metas) or (not whole and dtype != old_record.dtype):
-            raise WorkflowError(f"node {node.name!r} ({type(op).__name__}): run() returned dtype {dtype} on replay, "
-                                f"{old_record.dtype} in the run; an operator must return one dtype for every tile")
-        ref = self.fs.array(node.name)
-        meta_xxh3 = ref.commit(shape, dtype, chunks) if whole else None
-        ref.forget()
-        self.fs.save_operator(node.name, dump_operator(op, node.name))
-        new_manifest = self._manifest(node, op, manifest, stored, metas, whole)
+        done = stage.run(self.runner, strategies, write_output=True, tiles=chosen, progress=self.progress)
+        if not whole and done.dtype != old_record.dtype:
+            raise WorkflowError(f"node {node.name!r} ({type(stage.operator).__name__}): run() returned dtype "
+                                f"{done.dtype} on replay, {old_record.dtype} in the run; an operator must return "
+                                "one dtype for every tile")
+        array = done.commit_array(metadata=whole)
+        new_manifest = done.stage.manifest(strategies, done.metas, previous=manifest)
         self.fs.write_manifest(new_manifest)
         self.fs.remove_uncommitted(node.name, new_manifest)
-        record = self._record(old_record, new_manifest, shape, dtype, chunks, len(chosen), len(tiles),
-                              time.perf_counter() - start, meta_xxh3)
-        self.commit(record)
-        if shape != tuple(old_record.shape):
-            changed = Frontier.full(shape)
+        self.commit(self._record(old_record, new_manifest, array, len(chosen), len(tiles),
+                                 time.perf_counter() - start))
+        if done.shape != tuple(old_record.shape):
+            changed = Frontier.full(done.shape)
         else:
-            changed = _changed_cells(self.old, self.fs, node.name, [m.tile for m in metas], shape)
+            changed = _changed_cells(self.old, self.fs, node.name, [m.tile for m in done.metas], done.shape)
         self.changed[node.name] = changed
         self.report.append(NodeReplay(node.name, "whole" if whole else "tiles", len(tiles), len(chosen),
                                       changed.count, time.perf_counter() - start, why))
 
-    def _manifest(self, node, op, manifest: Manifest, stored, metas, whole: bool) -> Manifest:
-        """The old manifest with the re-run tiles' shards in place of theirs (a merged table
-        computed again when every tile re-ran)."""
-        from subzero.encoders import encoder_for
-
-        shards = {}
-        for s in stored:
-            old = {r.tile: r for r in manifest.shards.get(s, ())}
-            for m in metas:
-                old[m.tile.index] = m.shards[s]
-            shards[s] = tuple(old[t] for t in sorted(old))
-        inline = {}
-        if whole:
-            shapes = (tuple(op.output_shape), tuple(op.input_shapes))
-            for s in stored:
-                merge = getattr(encoder_for(Strategy.parse(s)), "merge_inline", None)
-                if merge is not None and s in manifest.inline and all(s in m.inline for m in metas):
-                    merged = merge([m.inline[s] for m in sorted(metas, key=lambda m: m.tile.index)], shapes)
-                    if merged is not None:
-                        inline[s] = merged
-                        shards[s] = tuple(replace(r, name=None, files=(), index_bytes=0) for r in shards[s])
-        return Manifest(node.name, shards, inline)
-
     @staticmethod
-    def _record(old: NodeRecord, manifest: Manifest, shape, dtype: str, chunks, rerun: int, tiles: int,
-                seconds: float, meta_xxh3: str | None = None) -> NodeRecord:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        layout = (tuple(shape), str(dtype), tuple(chunks))
-        if layout == (tuple(old.array.shape), str(old.array.dtype), tuple(old.array.chunks)):
-            array = old.array  # the same layout: the same array metadata (and whatever the record says of it)
-            if meta_xxh3 is not None and meta_xxh3 != old.array.meta_xxh3:
-                array = replace(array, meta_xxh3=meta_xxh3)
-        else:
-            array = ArrayRecord(tuple(shape), dtype, tuple(chunks), nbytes, meta_xxh3)
+    def _record(old: NodeRecord, manifest: Manifest, array: ArrayRecord, rerun: int, tiles: int,
+                seconds: float) -> NodeRecord:
+        """The old node record with the replayed array (the old record of it when the layout
+        is the same), lineage statistics and what was re-run."""
+        if (array.shape, array.dtype, array.chunks) == (tuple(old.array.shape), str(old.array.dtype),
+                                                        tuple(old.array.chunks)):
+            fresh = array.meta_xxh3 is not None and array.meta_xxh3 != old.array.meta_xxh3
+            array = replace(old.array, meta_xxh3=array.meta_xxh3) if fresh else old.array
         stats = old.stats
         if stats is not None:
-            recs = manifest.shards
-            sizes = {s: (len(manifest.inline[s]) if s in manifest.inline else
-                         sum(r.nbytes + r.index_bytes for r in recs[s])) for s in recs}
-            stats = replace(stats, bytes=sizes, keys={s: sum(r.keys for r in recs[s]) for s in recs},
-                            pairs={s: (sum(r.pairs for r in recs[s]), sum(r.out_cells for r in recs[s]),
-                                       sum(r.in_cells for r in recs[s])) for s in recs},
-                            file_bytes={s: sum(r.disk_bytes for r in recs[s]) for s in recs})
+            stats = replace(stats, **{k: v for k, v in lineage_stats(manifest).items() if k != "encode_seconds"})
         return replace(old, array=array, stats=stats,
                        metadata={**old.metadata, "replayed": {"tiles": rerun, "of": tiles, "seconds": seconds}})
 

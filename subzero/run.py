@@ -49,11 +49,10 @@ class Run:
         self._lock = threading.Lock()
         self.last_query: list[dict] = []
         self._warned: set[str] = set()  # damaged lineage already reported
-        for node in workflow.nodes:  # operators unpickled from the store know their shapes again
-            if not node.is_input and node.name in self.record.nodes:
-                op = node.operator
-                op.input_shapes = tuple(self.record.nodes[i.name].shape for i in node.inputs)
-                op.output_shape = self.record.nodes[node.name].shape
+        for node in workflow.nodes:  # operators bound to the shapes their catalog records say
+            if node.operator is not None and node.name in self.record.nodes:
+                node.operator = node.operator.bound(tuple(self.record.nodes[i.name].shape for i in node.inputs),
+                                                    self.record.nodes[node.name].shape)
 
     # -- what the run holds -----------------------------------------------------------
     @property
@@ -149,7 +148,8 @@ class Run:
         return self.manifest(node).inline.get(strategy)
 
     def tile_task(self, node: Node) -> NodeTask:
-        return NodeTask(node.name, node.operator, tuple(self.array(n.name) for n in node.inputs))
+        op = node.operator
+        return NodeTask(node.name, op, tuple(self.array(n.name) for n in node.inputs), op.input_shapes, op.output_shape)
 
     # -- queries ------------------------------------------------------------------------
     def backward(self, node, cells=None, to=None, using: dict | None = None, entire_array: bool = True,

@@ -31,24 +31,29 @@ from subzero.store.shards import write_shard
 from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
 
 __all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "trace_tile", "modes_for",
-           "derived_full", "expand_payloads"]
+           "derived_full", "expand_payloads", "merge_inline"]
 
 
 @dataclass(frozen=True)
 class NodeTask:
     """Everything a task needs to compute one node's tiles (picklable, shipped to Spark).
 
-    ``inputs`` are the arrays the operator reads; ``output`` is where tiles are written
-    (None when the output is already stored, or at query time); ``chunks`` is the
-    output's chunk shape (None: derived from the shape once running tells it);
-    ``shard_dirs`` maps each stored strategy to its shard directory in ``location``;
-    ``digest`` asks each tile for the digest of its values (an input's fingerprint).
+    ``operator`` is bound to ``input_shapes``/``output_shape`` (`Operator.bound`; the
+    output shape is None while only running tells it); ``inputs`` are the arrays the
+    operator reads; ``strategies`` the stored strategies each tile encodes; ``output`` is
+    where tiles are written (None when the output is already stored, or at query time);
+    ``chunks`` is the output's chunk shape (None: derived from the shape once running
+    tells it); ``shard_dirs`` maps each stored strategy's name to its shard directory in
+    ``location``; ``digest`` asks each tile for the digest of its values (an input's
+    fingerprint).
     """
 
     node: str
     operator: Operator
     inputs: tuple[ArrayRef, ...]
-    strategies: tuple[str, ...] = ()
+    input_shapes: tuple[tuple[int, ...], ...]
+    output_shape: tuple[int, ...] | None
+    strategies: tuple[Strategy, ...] = ()
     output: ArrayRef | None = None
     chunks: tuple[int, ...] | None = None
     location: Location | None = None
@@ -56,12 +61,14 @@ class NodeTask:
     digest: bool = False
 
     @property
-    def shapes(self):
-        return self.operator.output_shape, tuple(self.operator.input_shapes)
+    def shapes(self) -> tuple[tuple[int, ...] | None, tuple[tuple[int, ...], ...]]:
+        """``(output_shape, input_shapes)``, as the encoders take them."""
+        return self.output_shape, self.input_shapes
 
     @property
-    def stored(self) -> tuple[str, ...]:
-        return tuple(s for s in self.strategies if Strategy.parse(s).stored)
+    def stored(self) -> tuple[Strategy, ...]:
+        """The strategies that write lineage (``strategies`` without Map and BlackBox)."""
+        return tuple(s for s in self.strategies if s.stored)
 
 
 @dataclass
@@ -86,10 +93,10 @@ class TileMeta:
     digest: str | None = None
 
 
-def modes_for(strategies) -> list[frozenset[Mode]]:
+def modes_for(strategies: "tuple[Strategy, ...] | list[Strategy]") -> list[frozenset[Mode]]:
     """The ``ctx.modes`` of each operator call needed to produce ``strategies`` (PAY and COMP
     both write payloads, so asking for both takes two calls)."""
-    modes = {Strategy.parse(s).mode for s in strategies} & {Mode.FULL, Mode.PAY, Mode.COMP}
+    modes = {s.mode for s in strategies} & {Mode.FULL, Mode.PAY, Mode.COMP}
     if {Mode.PAY, Mode.COMP} <= modes:
         return [frozenset(modes - {Mode.COMP}), frozenset({Mode.COMP})]
     return [frozenset(modes)]
@@ -100,7 +107,9 @@ def _load_inputs(task: NodeTask, boxes: tuple[Box, ...]) -> list[np.ndarray]:
 
 
 def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
-    """Run the operator on one tile with ``modes``; return (context, trimmed output, result box)."""
+    """Run the operator on one tile with ``modes``; return (context, trimmed output, result
+    box, tile, operator): a whole-array operator whose output shape only running tells comes
+    back bound to that shape, and its tile to the whole output."""
     op = task.operator
     tiling = op.effective_tiling()
     known = op.output_shape is not None
@@ -120,8 +129,8 @@ def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
     if out.dtype == object:
         raise WorkflowError(f"node {task.node!r} ({type(op).__name__}): run() returned an array of Python "
                             "objects; return a numeric numpy array")
-    if not known:  # a whole-array operator whose output shape only running tells
-        op.output_shape = tuple(out.shape)
+    if not known:  # a whole-array operator whose output shape only running tells: a copy bound to it
+        op = op.bound(op.input_shapes, out.shape)
         result_box = full_box(out.shape)
         ctx.bind_output(result_box, out.shape)
         tile = Tile(tile.index, result_box)
@@ -130,7 +139,7 @@ def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
             f"node {task.node!r} ({type(op).__name__}): run() returned an array of shape "
             f"{out.shape}, expected {tuple(hi - lo for lo, hi in result_box)} for tile {tile.box}")
     trimmed = out[box_slices(tile.box, result_box)]
-    return ctx, trimmed, result_box, tile
+    return ctx, trimmed, result_box, tile, op
 
 
 def prepare_tile(task: NodeTask, tile: Tile):
@@ -165,25 +174,32 @@ def derived_full(op: Operator, tile_box: Box) -> FullPairs:
 
 @dataclass
 class TileCapture:
-    """One tile computed with its lineage in memory: full pairs and payload pairs per mode."""
+    """One tile computed with its lineage in memory: full pairs and payload pairs per mode;
+    ``operator`` is the task's, bound to the output shape the tile ran with."""
 
     tile: Tile
     output: np.ndarray
     op_seconds: float
+    operator: Operator
     full: FullPairs | None = None
     payloads: dict[Mode, PayloadPairs] = field(default_factory=dict)
 
+    @property
+    def shapes(self) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+        """``(output_shape, input_shapes)`` as this tile ran (the encoders' ``shapes``)."""
+        return tuple(self.operator.output_shape or ()), tuple(self.operator.input_shapes)
+
     def pairs_for(self, strategy: Strategy):
+        """The pairs ``strategy`` encodes: the full pairs, or the payload pairs of its mode."""
         return self.full if strategy.mode is Mode.FULL else self.payloads[strategy.mode]
 
 
 def capture_tile(task: NodeTask, tile: Tile) -> TileCapture:
     """Run one tile with the modes ``task.strategies`` need; lineage of each mode once."""
-    op = task.operator
     calls = modes_for(task.strategies)
     start = time.perf_counter()
-    ctx, output, result_box, tile = _call(task, tile, calls[0])
-    capture = TileCapture(tile, output, time.perf_counter() - start)
+    ctx, output, result_box, tile, op = _call(task, tile, calls[0])
+    capture = TileCapture(tile, output, time.perf_counter() - start, op)
     contexts = [ctx] + [_call(task, tile, m)[0] for m in calls[1:]]
     for c, modes in zip(contexts, calls):
         if Mode.FULL in modes:
@@ -199,8 +215,8 @@ def run_tile(task: NodeTask, tile: Tile) -> TileMeta:
     for every stored strategy, encode its lineage into a new shard; return the metadata."""
     lineage_start = time.perf_counter()
     capture = capture_tile(task, tile)
-    op = task.operator
-    shape = tuple(op.output_shape)
+    op = capture.operator
+    shape = capture.shapes[0]
     chunks = task.chunks if task.chunks is not None else default_chunks(shape)
     meta = TileMeta(capture.tile, shape, str(capture.output.dtype), tuple(chunks), op_seconds=capture.op_seconds)
     if task.digest:
@@ -213,13 +229,13 @@ def run_tile(task: NodeTask, tile: Tile) -> TileMeta:
     write_seconds = time.perf_counter() - write_start
     dirs = dict(task.shard_dirs)
     attempt = uuid.uuid4().hex[:12]
-    for name in task.stored:
-        strategy = Strategy.parse(name)
+    for strategy in task.stored:
+        name = strategy.name
         t0 = time.perf_counter()
         pairs = capture.pairs_for(strategy)
         if strategy.mode is not Mode.FULL:
             pairs = with_envelopes(op, pairs)
-        encoded = encoder_for(strategy).encode(pairs, capture.tile.index, task.shapes)
+        encoded = encoder_for(strategy).encode(pairs, capture.tile.index, capture.shapes)
         if encoded.inline is not None:
             meta.inline[name] = encoded.inline
         batch = merge_tiles([encoded])
@@ -238,6 +254,16 @@ def run_tile(task: NodeTask, tile: Tile) -> TileMeta:
     meta.write_seconds = write_seconds
     meta.lineage_seconds = time.perf_counter() - lineage_start - capture.op_seconds - write_seconds
     return meta
+
+
+def merge_inline(strategy: Strategy, tables: "list[bytes | None]", shapes) -> bytes | None:
+    """The node-level merge of its tiles' inline tables under ``strategy`` (a FullRange
+    table small enough for the manifest), or None: the encoding merges nothing, a tile
+    sent no table (None), or the merge is too large to keep inline."""
+    merge = getattr(encoder_for(strategy), "merge_inline", None)
+    if merge is None or any(t is None for t in tables):
+        return None
+    return merge(tables, shapes)
 
 
 def trace_tile(task: NodeTask, tile: Tile, frontier=None, i: int = 0, direction: str = "backward") -> FullPairs:
@@ -260,7 +286,7 @@ def trace_tile(task: NodeTask, tile: Tile, frontier=None, i: int = 0, direction:
         return all_to_all_pairs(op, tile.box)
     if frontier is None or not (supported & {Mode.MAP, Mode.COMP, Mode.PAY}):
         if Mode.FULL in supported:
-            ctx, _, result_box, tile = _call(task, tile, frozenset({Mode.FULL}))
+            ctx, _, result_box, tile, _ = _call(task, tile, frozenset({Mode.FULL}))
             return ctx.full_pairs(result_box)
         if Mode.MAP in supported:
             _call(task, tile, frozenset())
@@ -272,7 +298,7 @@ def trace_tile(task: NodeTask, tile: Tile, frontier=None, i: int = 0, direction:
     if mode is Mode.MAP:
         _call(task, tile, frozenset())
         return _derived(op, tile.box, wanted)
-    ctx, _, result_box, tile = _call(task, tile, frozenset({mode}))
+    ctx, _, result_box, tile, _ = _call(task, tile, frozenset({mode}))
     pay = ctx.payload_pairs(result_box)
     overridden = pay.out_ids  # every cell with a payload: its default lineage does not hold
     if frontier is not None:

@@ -323,6 +323,7 @@ def get_session(master: str | None = None, log_level: str = "ERROR", conf: dict[
 
 _Item = TypeVar("_Item")
 _Out = TypeVar("_Out")
+_Context = TypeVar("_Context")
 
 
 class SparkExecutor(Executor):
@@ -331,13 +332,17 @@ class SparkExecutor(Executor):
     name = "spark"
 
     def __init__(self, spark=None):
+        """Run on ``spark`` (a `pyspark.sql.SparkSession`), or on `get_session`'s when None."""
         self.spark = spark if spark is not None else get_session()
 
     @property
     def master(self) -> str:
+        """The session's master URL."""
         return self.spark.sparkContext.master
 
     def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Reporter | None = None) -> list[TileMeta]:
+        """`runtime.run_tile` on every tile as Spark tasks, in tile order (``progress`` follows
+        the job's finished tasks)."""
         sc = self.spark.sparkContext
         group = f"subzero-{task.node}-{id(task)}"
         payload = dumps_with_operator(task, task.operator, task.node)
@@ -358,8 +363,6 @@ class SparkExecutor(Executor):
             stop.set()
             if watcher is not None:
                 watcher.join(timeout=2)
-        if metas and task.operator.output_shape is None:
-            task.operator.output_shape = metas[0].shape
         return metas
 
     def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list:
@@ -378,7 +381,8 @@ class SparkExecutor(Executor):
         except Exception as exc:
             raise WorkflowError(f"node {task.node!r} failed on Spark: {_python_error(exc)}") from None
 
-    def map_items(self, fn, context, items: list, what: str) -> list:
+    def map_items(self, fn: Callable[[_Context, _Item], _Out], context: _Context, items: list[_Item],
+                  what: str) -> list[_Out]:
         """``fn(context, item)`` for every item as Spark tasks, in order: ``fn`` a module-level
         function, ``context`` pickled once per task, results small (lineage statistics per
         batch of objects)."""

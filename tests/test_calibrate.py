@@ -7,7 +7,9 @@ import pytest
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.execution import node_tiles
+from subzero.executor import LocalExecutor
+from subzero.modes import Strategy
+from subzero.stage import node_tiles
 from subzero.runtime import NodeTask
 from subzero.optimizer.calibrate import profile_node
 from subzero.planning import supported_strategies
@@ -22,8 +24,9 @@ def test_profile_scales_sample_tiles_to_the_node(tmp_path):
                  strategies={"blur": names})
     node = run.node("blur")
     tiles = node_tiles(node.operator, 10)
-    task = NodeTask("blur", node.operator, (run.store.array("x"),))
-    profile = profile_node(task, tiles, supported_strategies(node.operator), op_seconds=0.01)
+    op = node.operator
+    task = NodeTask("blur", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    profile = profile_node(task, tiles, supported_strategies(op), op_seconds=0.01, runner=LocalExecutor())
     assert profile.tiles == 16 and profile.mapping and not profile.all_to_all
     assert profile.fan_backward == pytest.approx(9, rel=0.15) and profile.fan_forward == pytest.approx(9, rel=0.35)  # halo cells of sampled tiles
     measured = run.catalog.nodes["blur"].stats.bytes
@@ -46,7 +49,8 @@ def test_sample_tiles_are_measured_by_the_executors_tasks(spark, tmp_path):
     image[5, 5] = image[25, 30] = image[0, 12] = 100.0  # cosmic rays in the sampled tiles
     run = wf.run({"x": image}, store=tmp_path / "c", executor="local", tile_shape=10)
     node = run.node("crd")
-    task = NodeTask("crd", node.operator, (run.store.array("x"),))
+    op = node.operator
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
     names = ["FullOne/backward", "FullRange", "CompOne/backward", "PayMany/backward"]
     here = profile_node(task, node_tiles(node.operator, 10), names, op_seconds=0.01, runner=LocalExecutor(threads=1))
     there = profile_node(task, node_tiles(node.operator, 10), names, op_seconds=0.01, runner=SparkExecutor(spark))
@@ -103,11 +107,13 @@ def test_a_node_of_one_tile_is_measured_by_two_tasks_like_one(tmp_path):
     node = run.node("crd")
     tiles = node_tiles(node.operator, 30)
     assert len(tiles) == 1
-    task = NodeTask("crd", node.operator, (run.store.array("x"),))
+    op = node.operator
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
     names = ["FullOne/backward", "FullMany/forward", "FullRange", "CompOne/backward", "PayOne/backward",
              "PayMany/backward"]
     split = profile_node(task, tiles, names, op_seconds=0.01, runner=LocalExecutor(threads=2))
-    whole = profile_tile(NodeTask("crd", node.operator, task.inputs, tuple(names)), tiles[0])
+    whole = profile_tile(NodeTask("crd", op, task.inputs, op.input_shapes, op.output_shape,
+                                  tuple(Strategy.parse(n) for n in names)), tiles[0])
     for name in names:
         nbytes, _, pairs, outs, ins, keys, _ = whole.strategies[name]
         got = split.strategies[name]

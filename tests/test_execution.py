@@ -445,7 +445,8 @@ def test_commit_keeps_one_attempt_per_tile_and_removes_the_others(tmp_path):
     received) leaves a second shard; the manifest names the attempt the driver got, the other
     is removed, and the lineage is that of a clean run."""
     from subzero.catalog import RunRecord
-    from subzero.execution import _Execution, LocalExecutor, node_tiles
+    from subzero.execution import _Execution, LocalExecutor
+    from subzero.modes import Strategy
     from subzero.progress import Reporter
     from subzero.runtime import run_tile
     from subzero.store import FileStore
@@ -456,11 +457,13 @@ def test_commit_keeps_one_attempt_per_tile_and_removes_the_others(tmp_path):
     run = _Execution(wf, store, record, LocalExecutor(threads=1), 4, None, Reporter())
     run.save_input(wf.node("x"), image())
     node = wf.node("blur")
-    metas, wall = run.compute(node, ("FullOne/backward",))
-    duplicate = run_tile(run.task(node, ("FullOne/backward",), write_output=False), node_tiles(node.operator, 4)[0])
+    chosen = (Strategy.parse("FullOne/backward"),)
+    metas, wall = run.compute(node, chosen)
+    stage = run.stage(node)
+    duplicate = run_tile(stage.task(chosen, write_output=False), stage.tiles[0])
     directory = tmp_path / "s" / "lineage" / "blur" / "FullOne-backward"
     assert duplicate.shards["FullOne/backward"].name + ".mdb" in {p.name for p in directory.iterdir()}
-    run.commit(node, ("FullOne/backward",), metas, wall)
+    run.commit(node, chosen, metas, wall)
     store.close()
     names = {p.name.split(".")[0] for p in directory.iterdir()}
     assert names == {m.shards["FullOne/backward"].name for m in metas}  # the duplicate is gone

@@ -8,7 +8,7 @@ import pytest
 import subzero as sz
 
 from subzero import operators as ops
-from subzero.modes import Mode
+from subzero.modes import Mode, Strategy
 from subzero.pairs import PayloadPairs
 from subzero.frontier import Frontier
 from subzero.runtime import NodeTask, derived_full, expand_payloads, modes_for, run_tile, trace_tile, with_envelopes
@@ -18,9 +18,11 @@ from subzero.tiling import Tile
 
 
 def bound(op, *shapes):
-    op.input_shapes = tuple(shapes)
-    op.output_shape = op.infer_output_shape(op.input_shapes)
-    return op
+    return op.bound(shapes, op.infer_output_shape(tuple(shapes)))
+
+
+def typed(*names):
+    return tuple(Strategy.parse(n) for n in names)
 
 
 def saved(tmp_path, name, array) -> ArrayRef:
@@ -30,9 +32,9 @@ def saved(tmp_path, name, array) -> ArrayRef:
 
 
 def test_modes_for_splits_payload_modes_into_separate_calls():
-    assert modes_for(["Map", "BlackBox"]) == [frozenset()]
-    assert modes_for(["FullOne", "CompOne"]) == [frozenset({Mode.FULL, Mode.COMP})]
-    assert modes_for(["PayOne", "CompMany", "FullMany/forward"]) == [
+    assert modes_for(typed("Map", "BlackBox")) == [frozenset()]
+    assert modes_for(typed("FullOne", "CompOne")) == [frozenset({Mode.FULL, Mode.COMP})]
+    assert modes_for(typed("PayOne", "CompMany", "FullMany/forward")) == [
         frozenset({Mode.PAY, Mode.FULL}), frozenset({Mode.COMP})]
 
 
@@ -53,7 +55,8 @@ def test_run_tile_trims_the_halo_and_encodes_each_strategy(tmp_path):
     location = resolve(tmp_path)
     out = ArrayRef(location, "arrays/blur")
     strategies = ("FullOne/backward", "FullMany/forward", "Map")
-    task = NodeTask("blur", op, (saved(tmp_path, "x", x),), strategies, output=out, chunks=(3, 3),
+    task = NodeTask("blur", op, (saved(tmp_path, "x", x),), op.input_shapes, op.output_shape, typed(*strategies),
+                    output=out, chunks=(3, 3),
                     location=location, shard_dirs=tuple((s, f"lineage/{s.replace('/', '-')}") for s in strategies))
     meta = run_tile(task, Tile(3, ((3, 6), (0, 3))))
     from scipy import ndimage
@@ -73,7 +76,7 @@ def test_trace_tile_of_a_composite_operator_is_default_plus_overrides(tmp_path):
     x = np.zeros((7, 7))
     x[3, 3] = 500.0
     op = bound(ops.CosmicRayDetect(threshold=200.0, radius=1), (7, 7))  # 500 < 4 x 200: radius 1
-    task = NodeTask("crd", op, (saved(tmp_path, "x", x),), ())
+    task = NodeTask("crd", op, (saved(tmp_path, "x", x),), op.input_shapes, op.output_shape)
     pairs = trace_tile(task, Tile(0, ((0, 7), (0, 7))))
     flagged = Frontier.of_coords(np.array([[3, 3]]), (7, 7))
     assert sorted(pairs.backward(flagged, 0).tolist()) == sorted(

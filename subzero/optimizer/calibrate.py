@@ -12,7 +12,7 @@ workflow already gets a good plan.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -22,12 +22,13 @@ from subzero.executor import Executor
 from subzero.modes import Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.cells import box_cells, to_ids, unique_ids
-from subzero.runtime import NodeTask, capture_tile, with_envelopes
+from subzero.runtime import NodeTask, capture_tile, merge_inline, with_envelopes
 from subzero.tiling import Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "TileProfile", "profile_from_run"]
 
 MAX_PAIRS = 20_000   # pairs per sample tile a candidate encodes (the sizes scale with the count)
+_FANS = Strategy("FullOne")  # the full pairs whose fans a sample tile measures
 
 
 @dataclass
@@ -65,17 +66,17 @@ def profile_tile(task: NodeTask, tile: Tile) -> TileProfile:
     `MAX_PAIRS` of those pairs and its sizes are scaled to the tile's pairs (FullRange
     encodes them all: regular lineage must not be subsampled).
     """
-    return profile_part(task, (tile, tuple(task.strategies), True))
+    return profile_part(task, (tile, task.strategies, True))
 
 
-def profile_part(task: NodeTask, part: tuple[Tile, tuple[str, ...], bool]) -> TileProfile:
+def profile_part(task: NodeTask, part: tuple[Tile, tuple[Strategy, ...], bool]) -> TileProfile:
     """`profile_tile` of the tile ``part[0]`` under the strategies ``part[1]`` only; the fans
     (and the tracing time) are measured when ``part[2]`` says so."""
-    tile, names, fans = part
+    tile, strategies, fans = part
     op = task.operator
-    stored = tuple(s for s in names if Strategy.parse(s).stored)
+    stored = tuple(s for s in strategies if s.stored)
     start = time.perf_counter()
-    capture = capture_tile(NodeTask(task.node, op, task.inputs, stored + (("FullOne",) if fans else ())), tile)
+    capture = capture_tile(replace(task, strategies=stored + ((_FANS,) if fans else ())), tile)
     out = TileProfile(_cells(capture.tile), time.perf_counter() - start if fans else 0.0)
     if fans:
         full = capture.full
@@ -84,8 +85,8 @@ def profile_part(task: NodeTask, part: tuple[Tile, tuple[str, ...], bool]) -> Ti
         out.fanout, out.links = float(fanout.sum()), float(np.sum(fanout * fanin))
         out.distinct_in = sum(distinct_count(a, int(np.prod(shape))) for a, shape in zip(full.in_ids, op.input_shapes))
     enveloped = {}  # payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
-    for name in stored:
-        strategy = Strategy.parse(name)
+    for strategy in stored:
+        name = strategy.name
         encoder = encoder_for(strategy)
         pairs = capture.pairs_for(strategy)
         if strategy.mode is not Mode.FULL:
@@ -94,7 +95,7 @@ def profile_part(task: NodeTask, part: tuple[Tile, tuple[str, ...], bool]) -> Ti
             pairs = enveloped[strategy.mode]
         sample = pairs if strategy.both_directions else _subsample(pairs, MAX_PAIRS)
         t0 = time.perf_counter()
-        encoded = encoder.encode(sample, capture.tile.index, task.shapes)
+        encoded = encoder.encode(sample, capture.tile.index, capture.shapes)
         seconds = time.perf_counter() - t0
         if encoded.inline is not None:
             out.inline[name] = encoded.inline
@@ -108,13 +109,27 @@ def profile_part(task: NodeTask, part: tuple[Tile, tuple[str, ...], bool]) -> Ti
 
 
 def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_seconds: float,
-                 runner: Executor | None = None, sample: int = 2) -> NodeProfile:
-    """Profile ``task``'s node from ``sample`` tiles spread over it, measured by ``runner``'s
-    tasks (`profile_tile`; in this process when ``runner`` is None), scaled to the node."""
+                 runner: Executor, sample: int = 2) -> NodeProfile:
+    """Profile ``task``'s node from ``sample`` tiles spread over it, scaled to the node.
+
+    Parameters
+    ----------
+    task, tiles
+        The node's task (its stage's, `subzero.stage.NodeStage.task`) and all its tiles.
+    candidates
+        The strategy names to measure (the optimizer's, parsed here).
+    op_seconds
+        What computing the node took.
+    runner
+        The executor whose tasks measure the sample tiles (`profile_part`); a
+        `subzero.executor.LocalExecutor` measures them in this process.
+    sample
+        How many tiles to measure.
+    """
     op = task.operator
     chosen = sample_tiles(tiles, sample)
     scale = (sum(_cells(t) for t in tiles) or 1) / (sum(_cells(t) for t in chosen) or 1)
-    stored = tuple(c for c in candidates if Strategy.parse(c).stored)
+    stored = tuple(s for s in map(Strategy.parse, candidates) if s.stored)
     profile = NodeProfile(
         node=task.node, tiles=len(tiles), op_seconds=op_seconds,
         out_size=int(np.prod(op.output_shape)), in_sizes=[int(np.prod(s)) for s in op.input_shapes],
@@ -126,36 +141,33 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         profile.trace_seconds = op_seconds
         profile.fan_backward, profile.fan_forward = mapping_fans(op, corner)
         return profile
-    sampler = NodeTask(task.node, op, task.inputs, stored)
     parts = [(t, group, k == 0) for t in chosen for k, group in enumerate(_groups(stored, len(chosen)))]
-    measured = runner.map_calls(profile_part, sampler, parts) if runner is not None else \
-        [profile_part(sampler, p) for p in parts]
+    measured = runner.map_calls(profile_part, replace(task, strategies=stored), parts)
     profile.trace_seconds = sum(m.seconds for m in measured) * scale
     fanout, links, distinct = (sum(getattr(m, k) for m in measured) for k in ("fanout", "links", "distinct_in"))
     profile.fan_backward = max(links / fanout, 1.0) if fanout else 1.0
     profile.fan_forward = max(links / distinct, 1.0) if distinct else 1.0
-    for name in stored:
+    for strategy in stored:
+        name = strategy.name
         tiles_of = [m for m in measured if name in m.strategies]  # one part per sample tile measured it
         nbytes, seconds, pairs, outs, ins, keys, boxes = np.array([m.strategies[name] for m in tiles_of]).sum(axis=0)
-        merge = getattr(encoder_for(Strategy.parse(name)), "merge_inline", None)
-        if merge is not None and all(name in m.inline for m in tiles_of):
-            merged = merge([m.inline[name] for m in tiles_of], task.shapes)
-            if merged is not None:  # the node keeps one merged table, about this size whatever its size
-                profile.strategies[name] = StrategyProfile(float(len(merged)), seconds * scale, pairs * scale,
-                                                           outs * scale, ins * scale, 0.0)
-                continue
+        merged = merge_inline(strategy, [m.inline.get(name) for m in tiles_of], task.shapes)
+        if merged is not None:  # the node keeps one merged table, about this size whatever its size
+            profile.strategies[name] = StrategyProfile(float(len(merged)), seconds * scale, pairs * scale,
+                                                       outs * scale, ins * scale, 0.0)
+            continue
         profile.strategies[name] = StrategyProfile(
             nbytes * scale + index_bytes_bound(boxes * scale), seconds * scale, pairs * scale, outs * scale,
             ins * scale, keys * scale)
     return profile
 
 
-def _groups(stored: tuple[str, ...], n_tiles: int) -> list[tuple[str, ...]]:
+def _groups(stored: tuple[Strategy, ...], n_tiles: int) -> list[tuple[Strategy, ...]]:
     """The strategies each task of a sample tile measures: all in one task, except for a
     node sampled on one tile (a whole-array operator), whose FULL strategies and payload
     strategies are measured by two tasks at once, so that a second core does not idle
     (the operator then runs once more in all: FULL and PAY no longer share a call)."""
-    full = tuple(s for s in stored if Strategy.parse(s).mode is Mode.FULL)
+    full = tuple(s for s in stored if s.mode is Mode.FULL)
     payload = tuple(s for s in stored if s not in full)
     return [full, payload] if n_tiles == 1 and full and payload else [stored]
 

@@ -1,0 +1,256 @@
+"""One node's execution, the same for a run, a resumed run, a replay and calibration.
+
+A `NodeStage` is an immutable record of one node ready to run: its operator bound to its
+shapes (`Operator.bound`, the one place shapes are set), its tiles and chunks, the arrays
+it reads and the store it writes.  It plans the node's tasks (`NodeStage.task`), runs them
+on an `Executor` (`NodeStage.run`: a two-pass operator's first pass, then the tiles),
+agrees the output's shape and dtype from the tiles' `TileMeta`s (a shape only running
+told is bound to a new stage, never set on a shared operator), commits the array and the
+operator, and assembles the node's `Manifest` (merging inline tables) and its lineage
+statistics.  The callers decide only which tiles run and what the node's record says:
+the driver (`execution`: a run, its resume and its two phases), `replay` and calibration
+(which measures a stage's task on sample tiles).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from subzero.catalog import ArrayRecord, Manifest, ShardRecord
+from subzero.errors import SubZeroError, WorkflowError
+from subzero.executor import Executor
+from subzero.modes import Strategy
+from subzero.operator import Operator
+from subzero.pickling import dump_operator
+from subzero.progress import Reporter
+from subzero.runtime import NodeTask, TileMeta, merge_inline
+from subzero.store import FileStore
+from subzero.store.arrays import ArrayRef
+from subzero.tiling import Tile, Whole, default_chunks, tile_grid, tile_lens
+
+__all__ = ["NodeStage", "StageRun", "lineage_stats"]
+
+Shape = tuple[int, ...]
+_UNKNOWN_BOX: Any = None  # the box of the one tile of an output whose shape only running tells
+
+
+@dataclass(frozen=True)
+class NodeStage:
+    """One node ready to execute: its bound operator, shapes, tiles, inputs and store.
+
+    Build it with `NodeStage.bind`; every field is fixed once built.  ``tile_shape`` is
+    the run's requested tile shape (an int, a tuple or None), kept to describe the tiles;
+    ``digest`` asks each tile for the digest of its values (an input's fingerprint).
+    """
+
+    name: str
+    operator: Operator
+    input_shapes: tuple[Shape, ...]
+    output_shape: Shape | None
+    tiles: tuple[Tile, ...]
+    chunks: Shape | None
+    inputs: tuple[ArrayRef, ...]
+    store: FileStore
+    tile_shape: Any = None
+    digest: bool = False
+
+    @classmethod
+    def bind(cls, name: str, operator: Operator, input_shapes: Sequence[Sequence[int]],
+             inputs: Sequence[ArrayRef], store: FileStore, tile_shape: Any = None,
+             output_shape: Shape | None = None) -> "NodeStage":
+        """The stage of node ``name``: ``operator`` bound to its shapes, and its tiles.
+
+        Parameters
+        ----------
+        name, operator
+            The node and its operator (left as it is: the stage holds a bound copy).
+        input_shapes
+            The shape of each input.
+        inputs, store
+            The arrays the tasks read, and the store they write.
+        tile_shape
+            The run's tile shape (cells per tile along each axis; None: the default).
+        output_shape
+            The output's shape when already known (a computed node's array), used when the
+            operator cannot infer it.
+
+        Raises
+        ------
+        WorkflowError
+            When the operator refuses its input shapes, or declares a tiling without
+            inferring its output shape.
+        """
+        shapes = tuple(tuple(int(n) for n in s) for s in input_shapes)
+        try:
+            inferred = operator.infer_output_shape(shapes)
+        except WorkflowError as exc:
+            raise WorkflowError(f"node {name!r} ({type(operator).__name__}): {exc}") from exc
+        if inferred is None and not isinstance(operator.effective_tiling(), Whole):
+            raise WorkflowError(f"node {name!r}: {type(operator).__name__} declares a tiling, so it must "
+                                "implement infer_output_shape(input_shapes)")
+        shape = inferred if inferred is not None else output_shape
+        return cls._of(name, operator.bound(shapes, shape), tuple(inputs), store, tile_shape)
+
+    @classmethod
+    def _of(cls, name: str, op: Operator, inputs: tuple[ArrayRef, ...], store: FileStore,
+            tile_shape: Any) -> "NodeStage":
+        return cls(name, op, op.input_shapes, op.output_shape, tuple(node_tiles(op, tile_shape)),
+                   node_chunks(op, tile_shape), inputs, store, tile_shape)
+
+    @property
+    def record_tile_shape(self) -> Shape:
+        """The cells per tile along each axis, as the node's catalog record keeps them."""
+        op = self.operator
+        return tile_lens(tuple(op.output_shape or ()), op.effective_tiling().split_axes(op), self.tile_shape)
+
+    def task(self, strategies: Sequence[Strategy] = (), write_output: bool = False) -> NodeTask:
+        """The node's task: its tiles encode the stored ``strategies``, and write the output
+        array when ``write_output``."""
+        stored = tuple(s for s in strategies if s.stored)
+        return NodeTask(self.name, self.operator, self.inputs, self.input_shapes, self.output_shape, stored,
+                        output=self.store.array(self.name) if write_output else None, chunks=self.chunks,
+                        location=self.store.location,
+                        shard_dirs=tuple((s.name, self.store.shard_directory(self.name, s.name)) for s in stored),
+                        digest=self.digest)
+
+    def run(self, executor: Executor, strategies: Sequence[Strategy] = (), write_output: bool = True,
+            tiles: Sequence[Tile] | None = None, progress: Reporter | None = None) -> "StageRun":
+        """Run the node's tiles (all, or ``tiles``) on ``executor``.
+
+        A pass that writes the output computes it, so a two-pass operator first runs its
+        `Operator.prepare` over every tile and combines the summaries here; a pass that only
+        captures lineage re-runs an operator that already combined.
+
+        Returns
+        -------
+        StageRun
+            The tiles' metadata, the wall time, and the output's agreed shape, dtype and
+            chunks, with the stage bound to that shape.
+        """
+        progress = progress if progress is not None else Reporter()
+        tiles = list(self.tiles if tiles is None else tiles)
+        start = time.perf_counter()
+        if write_output and self.operator.two_pass:
+            self._combine(executor)
+        progress.node_started(self.name, len(tiles))
+        try:
+            metas = executor.map_tiles(self.task(strategies, write_output), tiles, progress)
+        except BaseException:
+            progress.node_finished(self.name, ok=False)
+            raise
+        progress.node_finished(self.name)
+        wall = time.perf_counter() - start
+        shape, dtype, chunks = self._agreed(metas)
+        stage = self if shape == self.output_shape else \
+            self._of(self.name, self.operator.bound(self.input_shapes, shape), self.inputs, self.store,
+                     self.tile_shape)
+        return StageRun(stage, metas, wall, dtype, chunks)
+
+    def _combine(self, executor: Executor) -> None:
+        """The first pass of a two-pass operator: every tile's summary, combined in the driver."""
+        op = self.operator
+        try:
+            op.combine(executor.map_prepare(self.task(), list(self.tiles)))
+        except SubZeroError:
+            raise
+        except Exception as exc:
+            raise WorkflowError(f"node {self.name!r} ({type(op).__name__}) failed to combine its tiles' "
+                                f"summaries: {type(exc).__name__}: {exc}") from exc
+
+    def _agreed(self, metas: list[TileMeta]) -> tuple[Shape, str, Shape]:
+        """The output shape, dtype and chunks every tile reported (they must agree)."""
+        first = metas[0]
+        for m in metas[1:]:
+            if m.dtype != first.dtype:
+                raise WorkflowError(f"node {self.name!r} ({type(self.operator).__name__}): run() returned dtype "
+                                    f"{first.dtype} for tile {first.tile.box} but {m.dtype} for tile {m.tile.box}; "
+                                    "an operator must return one dtype for every tile (cast with astype)")
+        return tuple(first.shape), first.dtype, tuple(first.chunks)
+
+    def manifest(self, strategies: Sequence[Strategy], metas: list[TileMeta],
+                 previous: Manifest | None = None) -> Manifest:
+        """The node's manifest after ``metas``' tiles ran: per stored strategy, one shard
+        record per tile (``previous``'s for the tiles that did not run), and, when every tile
+        ran, the node-level merge of their inline tables in place of their shards."""
+        shards: dict[str, tuple[ShardRecord, ...]] = {}
+        inline: dict[str, bytes] = {}
+        ordered = sorted(metas, key=lambda m: m.tile.index)
+        every = previous is None or len(metas) == len(self.tiles)
+        for s in strategies:
+            if not s.stored:
+                continue
+            records = {r.tile: r for r in previous.shards.get(s.name, ())} if not every and previous else {}
+            records.update((m.tile.index, m.shards[s.name]) for m in ordered)
+            shards[s.name] = tuple(records[t] for t in sorted(records))
+            merged = merge_inline(s, [m.inline.get(s.name) for m in ordered],
+                                  (self.output_shape, self.input_shapes)) if every else None
+            if merged is not None:  # the node's merged table replaces its tiles' shards
+                inline[s.name] = merged
+                shards[s.name] = tuple(replace(r, name=None, files=(), index_bytes=0) for r in shards[s.name])
+        return Manifest(self.name, shards, inline)
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """What running a stage's tiles gave: ``stage`` bound to the agreed output shape, the
+    tiles' ``metas`` (in the order they ran), the ``wall`` seconds, the output's dtype and
+    chunks."""
+
+    stage: NodeStage
+    metas: list[TileMeta]
+    wall: float
+    dtype: str
+    chunks: Shape
+
+    @property
+    def shape(self) -> Shape:
+        """The output's shape, as every tile reported it."""
+        return tuple(self.stage.output_shape or ())
+
+    def commit_array(self, metadata: bool = True) -> ArrayRecord:
+        """Commit the output array (its ``zarr.json`` unless not ``metadata``: a replay that
+        re-ran some tiles keeps the old one) and the bound operator; returns its record."""
+        stage = self.stage
+        ref = stage.store.array(stage.name)
+        meta_xxh3 = ref.commit(self.shape, self.dtype, self.chunks) if metadata else None
+        ref.forget()
+        stage.store.save_operator(stage.name, dump_operator(stage.operator, stage.name))
+        nbytes = int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return ArrayRecord(self.shape, self.dtype, self.chunks, nbytes, meta_xxh3)
+
+
+def lineage_stats(manifest: Manifest) -> dict[str, dict[str, Any]]:
+    """Per stored strategy of ``manifest``, its bytes (the merged table's or the shards'),
+    keys, encode seconds, (pairs, out cells, in cells) and shard file bytes, as
+    `subzero.catalog.NodeStats` keeps them."""
+    recs = manifest.shards
+    return {
+        "bytes": {s: (len(manifest.inline[s]) if s in manifest.inline else
+                      sum(r.nbytes + r.index_bytes for r in recs[s])) for s in recs},
+        "keys": {s: sum(r.keys for r in recs[s]) for s in recs},
+        "encode_seconds": {s: sum(r.encode_seconds for r in recs[s]) for s in recs},
+        "pairs": {s: (sum(r.pairs for r in recs[s]), sum(r.out_cells for r in recs[s]),
+                      sum(r.in_cells for r in recs[s])) for s in recs},
+        "file_bytes": {s: sum(r.disk_bytes for r in recs[s]) for s in recs},
+    }
+
+
+def node_tiles(op: Operator, tile_shape: Any) -> list[Tile]:
+    """The tiles of a bound operator's output (one unknown tile when only running tells the shape)."""
+    if op.output_shape is None:
+        return [Tile(0, _UNKNOWN_BOX)]
+    return tile_grid(op.output_shape, op.effective_tiling().split_axes(op), tile_shape)
+
+
+def node_chunks(op: Operator, tile_shape: Any) -> Shape | None:
+    """Chunks of a node's array: its tiles, or the default chunks for a whole-array operator."""
+    if op.output_shape is None:
+        return None
+    split = op.effective_tiling().split_axes(op)
+    if not split:
+        return default_chunks(op.output_shape)
+    return tile_lens(op.output_shape, split, tile_shape)

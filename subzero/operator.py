@@ -63,21 +63,8 @@ class Operator:
     output_shape: Shape | None = None
 
     def bound(self, input_shapes: "Sequence[Sequence[int]]", output_shape: "Sequence[int] | None") -> "Operator":
-        """A copy of this operator bound to its shapes (the one place an operator's shapes are set).
-
-        Parameters
-        ----------
-        input_shapes
-            The shape of each input, in the order ``run`` takes them.
-        output_shape
-            The output's shape, or None while only running the operator can tell it.
-
-        Returns
-        -------
-        Operator
-            A shallow copy with ``input_shapes`` and ``output_shape`` set (as ints); ``self``
-            is left as it was.
-        """
+        """A shallow copy of this operator with ``input_shapes`` and ``output_shape`` (None:
+        only running tells) set: the one place an operator's shapes are assigned."""
         op = copy.copy(self)
         op.input_shapes = tuple(tuple(int(n) for n in s) for s in input_shapes)
         op.output_shape = None if output_shape is None else tuple(int(n) for n in output_shape)

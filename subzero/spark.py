@@ -343,27 +343,9 @@ class SparkExecutor(Executor):
     def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Reporter | None = None) -> list[TileMeta]:
         """`runtime.run_tile` on every tile as Spark tasks, in tile order (``progress`` follows
         the job's finished tasks)."""
-        sc = self.spark.sparkContext
-        group = f"subzero-{task.node}-{id(task)}"
-        payload = dumps_with_operator(task, task.operator, task.node)
-        stop = threading.Event()
-        watcher = None
-        if progress is not None:
-            watcher = threading.Thread(target=_watch, args=(sc, group, task.node, len(tiles), _slices(sc, len(tiles)),
-                                                            progress, stop),
-                                       daemon=True)
-            watcher.start()
-        try:
-            metas = _collect(sc, group, f"subzero node {task.node}",
-                             lambda: sc.parallelize(tiles, _slices(sc, len(tiles))).mapPartitions(
-                                 partial(_call_partition, run_tile, payload)))
-        except Exception as exc:  # the Python error of the task, not the JVM's trace
-            raise WorkflowError(f"node {task.node!r} failed on Spark: {_python_error(exc)}") from None
-        finally:
-            stop.set()
-            if watcher is not None:
-                watcher.join(timeout=2)
-        return metas
+        return self._job(run_tile, dumps_with_operator(task, task.operator, task.node), tiles,
+                         f"subzero-{task.node}-{id(task)}", f"subzero node {task.node}", f"node {task.node!r}",
+                         (task.node, progress) if progress is not None else None)
 
     def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list:
         """The first pass of a two-pass operator: every tile's summary, in tile order."""
@@ -372,27 +354,38 @@ class SparkExecutor(Executor):
     def map_calls(self, fn: Callable[[NodeTask, _Item], _Out], task: NodeTask, tiles: list[_Item]) -> list[_Out]:
         """``fn(task, tile)`` for every tile as Spark tasks, in tile order; ``fn`` is a module-level
         function (pickled by reference) whose results are small (summaries, measurements)."""
-        sc = self.spark.sparkContext
-        payload = dumps_with_operator(task, task.operator, task.node)
-        try:
-            return _collect(sc, f"subzero-{task.node}-{fn.__name__}-{id(task)}", f"subzero node {task.node} "
-                            f"({fn.__name__})", lambda: sc.parallelize(tiles, _slices(sc, len(tiles))).mapPartitions(
-                                partial(_call_partition, fn, payload)))
-        except Exception as exc:
-            raise WorkflowError(f"node {task.node!r} failed on Spark: {_python_error(exc)}") from None
+        return self._job(fn, dumps_with_operator(task, task.operator, task.node), tiles,
+                         f"subzero-{task.node}-{fn.__name__}-{id(task)}",
+                         f"subzero node {task.node} ({fn.__name__})", f"node {task.node!r}")
 
     def map_items(self, fn: Callable[[_Context, _Item], _Out], context: _Context, items: list[_Item],
                   what: str) -> list[_Out]:
         """``fn(context, item)`` for every item as Spark tasks, in order: ``fn`` a module-level
         function, ``context`` pickled once per task, results small (lineage statistics per
         batch of objects)."""
+        return self._job(fn, pickle.dumps(context), items, f"subzero-items-{id(items)}", what, what)
+
+    def _job(self, fn, payload: bytes, items: list, group: str, description: str, failing: str,
+             watch: tuple[str, Reporter] | None = None) -> list:
+        """``fn(loaded payload, item)`` for every item, as the Spark job group ``group``; a
+        failure names ``failing``; ``watch`` (node, progress) reports the finished tiles."""
         sc = self.spark.sparkContext
-        payload = pickle.dumps(context)
+        slices = _slices(sc, len(items))
+        stop = threading.Event()
+        watcher = None
+        if watch is not None:
+            watcher = threading.Thread(target=_watch, args=(sc, group, watch[0], len(items), slices, watch[1], stop),
+                                       daemon=True)
+            watcher.start()
         try:
-            return _collect(sc, f"subzero-items-{id(items)}", what, lambda: sc.parallelize(
-                items, _slices(sc, len(items))).mapPartitions(partial(_call_partition, fn, payload)))
-        except Exception as exc:
-            raise WorkflowError(f"{what} failed on Spark: {_python_error(exc)}") from None
+            return _collect(sc, group, description, lambda: sc.parallelize(items, slices).mapPartitions(
+                partial(_call_partition, fn, payload)))
+        except Exception as exc:  # the Python error of the task, not the JVM's trace
+            raise WorkflowError(f"{failing} failed on Spark: {_python_error(exc)}") from None
+        finally:
+            stop.set()
+            if watcher is not None:
+                watcher.join(timeout=2)
 
 
 def _collect(sc, group: str, description: str, make_rdd) -> list:

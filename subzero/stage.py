@@ -1,15 +1,11 @@
 """One node's execution, the same for a run, a resumed run, a replay and calibration.
 
-A `NodeStage` is an immutable record of one node ready to run: its operator bound to its
-shapes (`Operator.bound`, the one place shapes are set), its tiles and chunks, the arrays
-it reads and the store it writes.  It plans the node's tasks (`NodeStage.task`), runs them
-on an `Executor` (`NodeStage.run`: a two-pass operator's first pass, then the tiles),
-agrees the output's shape and dtype from the tiles' `TileMeta`s (a shape only running
-told is bound to a new stage, never set on a shared operator), commits the array and the
-operator, and assembles the node's `Manifest` (merging inline tables) and its lineage
-statistics.  The callers decide only which tiles run and what the node's record says:
-the driver (`execution`: a run, its resume and its two phases), `replay` and calibration
-(which measures a stage's task on sample tiles).
+A `NodeStage` is an immutable record of a node ready to run: its operator bound to its
+shapes (`Operator.bound`), tiles, chunks, inputs and store.  It makes the node's task, runs
+it on an `Executor`, agrees the output's shape and dtype from the `TileMeta`s (a shape only
+running told gives a new stage), commits the array and operator, and builds the manifest
+(merging inline tables) and lineage statistics.  Callers (`execution`, `replay`,
+calibration) decide only which tiles run and what the node's record says.
 """
 
 from __future__ import annotations
@@ -40,11 +36,10 @@ _UNKNOWN_BOX: Any = None  # the box of the one tile of an output whose shape onl
 
 @dataclass(frozen=True)
 class NodeStage:
-    """One node ready to execute: its bound operator, shapes, tiles, inputs and store.
+    """One node ready to execute (build it with `NodeStage.bind`).
 
-    Build it with `NodeStage.bind`; every field is fixed once built.  ``tile_shape`` is
-    the run's requested tile shape (an int, a tuple or None), kept to describe the tiles;
-    ``digest`` asks each tile for the digest of its values (an input's fingerprint).
+    ``tile_shape`` is the run's requested tile shape (an int, a tuple or None); ``digest``
+    asks each tile for the digest of its values (an input's fingerprint).
     """
 
     name: str
@@ -62,27 +57,13 @@ class NodeStage:
     def bind(cls, name: str, operator: Operator, input_shapes: Sequence[Sequence[int]],
              inputs: Sequence[ArrayRef], store: FileStore, tile_shape: Any = None,
              output_shape: Shape | None = None) -> "NodeStage":
-        """The stage of node ``name``: ``operator`` bound to its shapes, and its tiles.
-
-        Parameters
-        ----------
-        name, operator
-            The node and its operator (left as it is: the stage holds a bound copy).
-        input_shapes
-            The shape of each input.
-        inputs, store
-            The arrays the tasks read, and the store they write.
-        tile_shape
-            The run's tile shape (cells per tile along each axis; None: the default).
-        output_shape
-            The output's shape when already known (a computed node's array), used when the
-            operator cannot infer it.
+        """The stage of node ``name``: a copy of ``operator`` bound to ``input_shapes`` and its
+        inferred output shape (else ``output_shape``, a computed node's), and its tiles.
 
         Raises
         ------
         WorkflowError
-            When the operator refuses its input shapes, or declares a tiling without
-            inferring its output shape.
+            The operator refuses its input shapes, or declares a tiling but infers no shape.
         """
         shapes = tuple(tuple(int(n) for n in s) for s in input_shapes)
         try:
@@ -119,18 +100,10 @@ class NodeStage:
 
     def run(self, executor: Executor, strategies: Sequence[Strategy] = (), write_output: bool = True,
             tiles: Sequence[Tile] | None = None, progress: Reporter | None = None) -> "StageRun":
-        """Run the node's tiles (all, or ``tiles``) on ``executor``.
-
-        A pass that writes the output computes it, so a two-pass operator first runs its
-        `Operator.prepare` over every tile and combines the summaries here; a pass that only
-        captures lineage re-runs an operator that already combined.
-
-        Returns
-        -------
-        StageRun
-            The tiles' metadata, the wall time, and the output's agreed shape, dtype and
-            chunks, with the stage bound to that shape.
-        """
+        """Run the node's tiles (all, or ``tiles``) on ``executor``; a pass that writes the
+        output first combines a two-pass operator's `Operator.prepare` summaries (a capture
+        re-runs an operator that already did).  Returns the tiles' metadata, the wall time
+        and the agreed dtype and chunks, with the stage bound to the agreed shape."""
         progress = progress if progress is not None else Reporter()
         tiles = list(self.tiles if tiles is None else tiles)
         start = time.perf_counter()
@@ -196,9 +169,7 @@ class NodeStage:
 
 @dataclass(frozen=True)
 class StageRun:
-    """What running a stage's tiles gave: ``stage`` bound to the agreed output shape, the
-    tiles' ``metas`` (in the order they ran), the ``wall`` seconds, the output's dtype and
-    chunks."""
+    """What running a stage's tiles gave (``stage`` is bound to the agreed output shape)."""
 
     stage: NodeStage
     metas: list[TileMeta]

@@ -110,22 +110,9 @@ def profile_part(task: NodeTask, part: tuple[Tile, tuple[Strategy, ...], bool]) 
 
 def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_seconds: float,
                  runner: Executor, sample: int = 2) -> NodeProfile:
-    """Profile ``task``'s node from ``sample`` tiles spread over it, scaled to the node.
-
-    Parameters
-    ----------
-    task, tiles
-        The node's task (its stage's, `subzero.stage.NodeStage.task`) and all its tiles.
-    candidates
-        The strategy names to measure (the optimizer's, parsed here).
-    op_seconds
-        What computing the node took.
-    runner
-        The executor whose tasks measure the sample tiles (`profile_part`); a
-        `subzero.executor.LocalExecutor` measures them in this process.
-    sample
-        How many tiles to measure.
-    """
+    """Profile ``task``'s node (a `subzero.stage.NodeStage` task) from ``sample`` of its ``tiles``,
+    measured by ``runner``'s tasks (`profile_part`; a `LocalExecutor`: in this process),
+    scaled to the node; ``candidates`` are the optimizer's strategy names."""
     op = task.operator
     chosen = sample_tiles(tiles, sample)
     scale = (sum(_cells(t) for t in tiles) or 1) / (sum(_cells(t) for t in chosen) or 1)

@@ -122,10 +122,12 @@ class Context:
     # -- what the runtime reads back -----------------------------------------------
     @property
     def wrote_full(self) -> bool:
+        """True once ``run`` recorded full pairs."""
         return bool(self._full)
 
     @property
     def wrote_payload(self) -> bool:
+        """True once ``run`` recorded payload pairs."""
         return bool(self._pay)
 
     def full_pairs(self, result_box: Box) -> FullPairs:
@@ -158,43 +160,29 @@ class Context:
 
     # -- helpers -----------------------------------------------------------------------
     def _coords(self, cells, i: int | None, what: str, in_global: bool = False) -> np.ndarray:
-        if in_global and i is not None:  # checked against the whole input, kept relative to the frame
-            arr = np.asarray(cells)
-            shape = self._input_shapes[i]
-            if arr.size == 0:
-                return np.empty((0, len(shape)), np.int64)
-            if arr.dtype.kind not in "iu" or arr.ndim != 2 or arr.shape[1] != len(shape):
-                raise LineageError(f"{self.op_name}: lwrite {what} must be an (N, {len(shape)}) integer coordinate "
-                                   f"array, got {arr.dtype} array of shape {arr.shape}")
-            arr = arr.astype(np.int64)
-            bad = np.any((arr < 0) | (arr >= np.asarray(shape)), axis=1)
-            if bad.any():
-                raise LineageError(f"{self.op_name}: lwrite {what} has cell {tuple(arr[np.argmax(bad)].tolist())} "
-                                   f"outside input {i} of shape {shape}")
-            return arr - np.array([lo for lo, _ in self.input_boxes[i]], np.int64)
-        shape = self._frame_shape(i)
+        """``cells`` as checked (N, ndim) int64 coordinates in the frame ``run`` saw (input
+        ``i``'s, or the output's when ``i`` is None); ``in_global`` cells are checked against
+        the whole input and moved into that frame."""
         arr = np.asarray(cells)
+        if in_global and i is not None:
+            shape: tuple[int, ...] | None = self._input_shapes[i]
+            where = f"input {i} of shape {shape}"
+        else:
+            shape = self._frame_shape(i)
+            where = f"the array of shape {shape} that run() sees"
         if arr.size == 0:
             return np.empty((0, len(shape) if shape is not None else 0), np.int64)
-        if shape is None:  # output frame not known until run() returns: checked in _out_ids
-            if arr.dtype.kind not in "iu" and arr.size or arr.ndim != 2:
-                raise LineageError(
-                    f"{self.op_name}: lwrite {what} must be an (N, ndim) integer coordinate array, "
-                    f"got {arr.dtype} array of shape {arr.shape}")
-            return arr.astype(np.int64, copy=False)
-        if arr.dtype.kind not in "iu" or arr.ndim != 2 or arr.shape[1] != len(shape):
-            raise LineageError(
-                f"{self.op_name}: lwrite {what} must be an (N, {len(shape)}) integer coordinate "
-                f"array, got {arr.dtype} array of shape {arr.shape}"
-            )
+        if arr.dtype.kind not in "iu" or arr.ndim != 2 or (shape is not None and arr.shape[1] != len(shape)):
+            raise LineageError(f"{self.op_name}: lwrite {what} must be an (N, {len(shape) if shape is not None else 'ndim'}) "
+                               f"integer coordinate array, got {arr.dtype} array of shape {arr.shape}")
         arr = arr.astype(np.int64, copy=False)
-        if np.any(arr < 0) or np.any(arr >= np.asarray(shape)):
-            bad = arr[np.argmax(np.any((arr < 0) | (arr >= np.asarray(shape)), axis=1))]
-            raise LineageError(
-                f"{self.op_name}: lwrite {what} has cell {tuple(bad.tolist())} outside the "
-                f"array of shape {shape} that run() sees"
-            )
-        return arr
+        if shape is None:  # output frame not known until run() returns: checked in _out_ids
+            return arr
+        bad = np.any((arr < 0) | (arr >= np.asarray(shape)), axis=1)
+        if bad.any():
+            raise LineageError(f"{self.op_name}: lwrite {what} has cell {tuple(arr[np.argmax(bad)].tolist())} "
+                               f"outside {where}")
+        return arr - np.array([lo for lo, _ in self.input_boxes[i]], np.int64) if in_global and i is not None else arr
 
     def _frame_shape(self, i: int | None) -> tuple[int, ...] | None:
         if i is None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import time
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -40,7 +41,7 @@ from subzero.operator import Operator
 from subzero.planning import default_strategies, resolve_pinned
 from subzero.progress import Reporter
 from subzero.runtime import NodeTask, TileMeta
-from subzero.stage import NodeStage, StageRun, lineage_stats
+from subzero.stage import NodeStage, array_record, lineage_stats
 from subzero.store import FileStore
 from subzero.store.arrays import ExternalArray, write_array
 from subzero.tiling import Elementwise, Tile, default_chunks, tile_grid
@@ -53,13 +54,12 @@ __all__ = ["execute", "LocalExecutor", "make_executor", "check_executor", "stati
 
 def make_executor(executor: str, spark=None) -> Executor:
     """The executor named ``executor`` ("local" or "spark", on ``spark`` or a new session)."""
+    check_executor(executor, "")
     if executor == "local":
         return LocalExecutor()
-    if executor == "spark":
-        from subzero.spark import SparkExecutor
+    from subzero.spark import SparkExecutor
 
-        return SparkExecutor(spark)
-    raise WorkflowError(f"unknown executor {executor!r}; use 'spark' (default) or 'local'")
+    return SparkExecutor(spark)
 
 
 def check_executor(executor: str, store_url: str) -> None:
@@ -120,7 +120,7 @@ class _Execution:
             started = time.perf_counter()
             self._runner = self._runner()
             master = self._runner.master
-            self.catalog = _replace(self.catalog, master=master)
+            self.catalog = replace(self.catalog, master=master)
             if master is not None:  # reported on its own, not charged to the first node
                 self.progress.note(f"Spark session {master} ready in {time.perf_counter() - started:.1f} s")
         return self._runner
@@ -147,9 +147,9 @@ class _Execution:
             meta_xxh3 = _meta_checksum(ref)
             self.progress.node_finished(node.name)
         dtype = str(value.dtype)
-        self.arrays[node.name] = _array_record(shape, dtype, chunks, meta_xxh3)
+        self.arrays[node.name] = array_record(shape, dtype, chunks, meta_xxh3)
         fingerprint = {**self.catalog.fingerprint, f"input:{node.name}": combine_digests(shape, dtype, digests)}
-        self.catalog = _replace(self.catalog, fingerprint=fingerprint)
+        self.catalog = replace(self.catalog, fingerprint=fingerprint)
         self._commit_record(NodeRecord(node.name, "input", self.arrays[node.name], metadata=dict(metadata or {})))
 
     def _copy(self, node: Node, value: ExternalArray, chunks, write: bool) -> list[TileMeta]:
@@ -272,11 +272,6 @@ class _Execution:
         return dropped
 
 
-def _array_record(shape, dtype: str, chunks, meta_xxh3: str | None = None) -> ArrayRecord:
-    return ArrayRecord(tuple(shape), dtype, tuple(chunks), int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize,
-                       meta_xxh3)
-
-
 def _meta_checksum(ref) -> str:
     import xxhash
 
@@ -364,7 +359,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
             run.prepare_resume(arrays, clean=stored.status != "done")
             if stored.status == "done":  # nothing left to do
                 return Run(FileStore.open(location), wf)
-            run.catalog = _replace(run.catalog, status="running", resumed=[*run.catalog.resumed, _now()])
+            run.catalog = replace(run.catalog, status="running", resumed=[*run.catalog.resumed, _now()])
             fs.write_catalog(run.catalog)
         try:
             for node in wf.inputs:
@@ -381,11 +376,11 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
                     run.commit(node, chosen, metas, wall, {"reason": "pinned" if node.name in pinned else "default"})
         except BaseException:
             try:
-                fs.write_catalog(_replace(run.catalog, status="failed"))
+                fs.write_catalog(replace(run.catalog, status="failed"))
             except OSError:  # the store itself failed (disk full, gone): the error that did it is the one to show
                 pass
             raise
-        fs.write_catalog(_replace(run.catalog, status="done", wall_seconds=time.perf_counter() - started))
+        fs.write_catalog(replace(run.catalog, status="done", wall_seconds=time.perf_counter() - started))
     except BaseException:
         failed = True
         raise
@@ -426,12 +421,6 @@ def static_shapes(wf: Workflow, arrays: dict[str, Any], strict: bool = False) ->
         if shape is not None:
             shapes[node.name] = tuple(int(n) for n in shape)
     return shapes
-
-
-def _replace(record: RunRecord, **changes) -> RunRecord:
-    from dataclasses import replace
-
-    return replace(record, **changes)
 
 
 def _check_metadata(wf: Workflow, metadata) -> dict[str, dict]:
@@ -487,7 +476,7 @@ def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runt
             metas, wall, measured = [], item["measured"]["wall"], item["measured"]
         run.commit(node, chosen, metas, wall, dict(item["extra"]), measured=measured)
     optimizer = {k: v for k, v in (run.catalog.optimizer or {}).items() if k != "pending"}
-    run.catalog = _replace(run.catalog, optimizer=optimizer)
+    run.catalog = replace(run.catalog, optimizer=optimizer)
 
 
 def _plan(run: _Execution, operators: list[Node], pinned, queries, max_runtime) -> dict[str, dict]:
@@ -527,7 +516,7 @@ def _plan(run: _Execution, operators: list[Node], pinned, queries, max_runtime) 
                       "predicted": predicted, "profile": profiles[node.name].to_dict(),
                       "pruned": {s: why for (n, s), why in plan.pruned.items() if n == node.name},
                       "compute_seconds": computed[node.name]["wall"]}}
-    run.catalog = _replace(run.catalog, optimizer={
+    run.catalog = replace(run.catalog, optimizer={
         "base_seconds": base, "calibration_seconds": calibration, "solve_seconds": plan.solve_seconds,
         "objective": plan.objective, "status": plan.status, "max_disk_bytes": run.disk_left,
         "max_runtime_seconds": runtime_budget, "predicted_disk": plan.disk, "predicted_runtime": plan.runtime,

@@ -49,7 +49,7 @@ class Executor(Protocol):
 
     def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list[Any]:
         """The first pass of a two-pass operator: `runtime.prepare_tile`'s summary per tile."""
-        ...
+        return self.map_calls(prepare_tile, task, tiles)
 
     def map_calls(self, fn: Callable[[NodeTask, _Item], _Out], task: NodeTask, tiles: list[_Item]) -> list[_Out]:
         """``fn(task, tile)`` for every tile (or other item, as calibration's parts), in order;
@@ -85,10 +85,6 @@ class LocalExecutor(Executor):
     def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Reporter | None = None) -> list[TileMeta]:
         """`runtime.run_tile` on every tile, in tile order."""
         return self._map(run_tile, task, tiles, progress if progress is not None else Reporter())
-
-    def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list:
-        """The first pass of a two-pass operator: every tile's summary, in tile order."""
-        return self._map(prepare_tile, task, tiles, Reporter())
 
     def map_calls(self, fn: Callable[[NodeTask, _Item], _Out], task: NodeTask, tiles: list[_Item]) -> list[_Out]:
         """``fn(task, tile)`` for every tile, in tile order (e.g. calibration's `profile_part`)."""

@@ -301,11 +301,13 @@ class _Replayer:
         self.report: list[NodeReplay] = []
 
     def commit(self, record: NodeRecord) -> None:
+        """Add ``record`` to the new store's catalog."""
         self.catalog = self.catalog.with_node(record)
         self.fs.write_catalog(self.catalog)
         self.shapes[record.name] = record.shape
 
     def link(self, node: "Node", start: float) -> None:
+        """Share the old run's files of ``node`` and commit its old record."""
         record = self.run.catalog.nodes[node.name]
         self.progress.node_started(node.name, 1)
         _share_node(self.old, self.fs, node.name, record.kind)
@@ -316,6 +318,7 @@ class _Replayer:
         self.report.append(NodeReplay(node.name, "linked", tiles, 0, 0, time.perf_counter() - start))
 
     def patch(self, node: "Node", patch: Patch, start: float) -> tuple[int, Frontier]:
+        """Write the patched input ``node``; returns the cells replaced and those changed."""
         record = self.run.catalog.nodes[node.name]
         self.progress.node_started(node.name, 1)
         replaced, changed, written, chunks = _patch_input(self.old, self.fs, patch, record.shape,

@@ -102,8 +102,16 @@ def modes_for(strategies: "tuple[Strategy, ...] | list[Strategy]") -> list[froze
     return [frozenset(modes)]
 
 
-def _load_inputs(task: NodeTask, boxes: tuple[Box, ...]) -> list[np.ndarray]:
-    return [ref.read(box) for ref, box in zip(task.inputs, boxes)]
+def _context(task: NodeTask, tile: Tile, modes: frozenset[Mode]) -> tuple[Context, tuple[Box, ...], list[np.ndarray]]:
+    """One operator call's context on ``tile``, the input boxes it reads (whole inputs while
+    the output shape is unknown) and those blocks of the inputs."""
+    op = task.operator
+    known = task.output_shape is not None
+    in_boxes = tuple(op.effective_tiling().input_box(op, tile.box, i) if known else full_box(s)
+                     for i, s in enumerate(task.input_shapes))
+    ctx = Context(task.node, modes & op.supported_modes(), tile.box, in_boxes, task.input_shapes, task.output_shape,
+                  reader=lambda i, box: task.inputs[i].read(box))
+    return ctx, in_boxes, [ref.read(box) for ref, box in zip(task.inputs, in_boxes)]
 
 
 def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
@@ -111,16 +119,11 @@ def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
     box, tile, operator): a whole-array operator whose output shape only running tells comes
     back bound to that shape, and its tile to the whole output."""
     op = task.operator
-    tiling = op.effective_tiling()
-    known = op.output_shape is not None
-    in_boxes = tuple(tiling.input_box(op, tile.box, i) for i in range(len(op.input_shapes))) if known \
-        else tuple(full_box(s) for s in op.input_shapes)
-    result_box = tiling.result_box(op, tile.box, in_boxes) if known else None
-    native = modes & op.supported_modes()
-    ctx = Context(task.node, native, tile.box, in_boxes, tuple(op.input_shapes), op.output_shape,
-                  reader=lambda i, box: task.inputs[i].read(box))
+    ctx, in_boxes, blocks = _context(task, tile, modes)
+    known = task.output_shape is not None
+    result_box = op.effective_tiling().result_box(op, tile.box, in_boxes) if known else None
     ctx.set_result_box(result_box)
-    out = op.run(ctx, *_load_inputs(task, in_boxes))
+    out = op.run(ctx, *blocks)
     if out is None:
         raise WorkflowError(f"node {task.node!r} ({type(op).__name__}): run() returned None; it must return "
                             "the output array")
@@ -144,12 +147,8 @@ def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
 
 def prepare_tile(task: NodeTask, tile: Tile):
     """The first pass of a two-pass operator over one tile: its `Operator.prepare` summary."""
-    op = task.operator
-    tiling = op.effective_tiling()
-    in_boxes = tuple(tiling.input_box(op, tile.box, i) for i in range(len(op.input_shapes)))
-    ctx = Context(task.node, frozenset(), tile.box, in_boxes, tuple(op.input_shapes), op.output_shape,
-                  reader=lambda i, box: task.inputs[i].read(box))
-    return op.prepare(ctx, *_load_inputs(task, in_boxes))
+    ctx, _, blocks = _context(task, tile, frozenset())
+    return task.operator.prepare(ctx, *blocks)
 
 
 def one_pair_per_cell(out_ids: np.ndarray, cells: np.ndarray, in_shapes, pairs_fn) -> FullPairs:
@@ -166,9 +165,11 @@ def one_pair_per_cell(out_ids: np.ndarray, cells: np.ndarray, in_shapes, pairs_f
     return FullPairs(out_ids, np.arange(len(out_ids) + 1, dtype=np.int64), tuple(ins), tuple(ptrs))
 
 
-def derived_full(op: Operator, tile_box: Box) -> FullPairs:
-    """FULL lineage of a mapping operator's tile from ``map_b_pairs``: one pair per out cell."""
-    cells = box_cells(tuple(lo for lo, _ in tile_box), tuple(hi for _, hi in tile_box))
+def derived_full(op: Operator, tile_box: Box, cells: np.ndarray | None = None) -> FullPairs:
+    """FULL lineage of a mapping operator's tile (or of its ``cells`` only) from
+    ``map_b_pairs``: one pair per out cell."""
+    if cells is None:
+        cells = box_cells(tuple(lo for lo, _ in tile_box), tuple(hi for _, hi in tile_box))
     return one_pair_per_cell(to_ids(cells, op.output_shape), cells, op.input_shapes, op.map_b_pairs)
 
 
@@ -297,7 +298,7 @@ def trace_tile(task: NodeTask, tile: Tile, frontier=None, i: int = 0, direction:
     wanted = None if frontier is None or mode is Mode.PAY else _wanted(op, tile.box, frontier, i, direction)
     if mode is Mode.MAP:
         _call(task, tile, frozenset())
-        return _derived(op, tile.box, wanted)
+        return derived_full(op, tile.box, wanted)
     ctx, _, result_box, tile, _ = _call(task, tile, frozenset({mode}))
     pay = ctx.payload_pairs(result_box)
     overridden = pay.out_ids  # every cell with a payload: its default lineage does not hold
@@ -306,7 +307,7 @@ def trace_tile(task: NodeTask, tile: Tile, frontier=None, i: int = 0, direction:
     expanded = expand_payloads(op, pay)
     if mode is Mode.PAY:
         return expanded
-    default = _derived(op, tile.box, wanted)
+    default = derived_full(op, tile.box, wanted)
     return FullPairs.concat([default.select(~np.isin(default.out_ids, overridden)), expanded], len(op.input_shapes))
 
 
@@ -323,13 +324,6 @@ def _wanted(op: Operator, box: Box, frontier, i: int, direction: str) -> np.ndar
     out = np.asarray(op.map_f(cells, i), np.int64).reshape(-1, len(box))
     out = out[np.all((out >= lo) & (out < hi), axis=1)]
     return np.unique(out, axis=0) if len(out) else out  # one pair per out cell
-
-
-def _derived(op: Operator, box: Box, cells: np.ndarray | None) -> FullPairs:
-    """Mapping lineage of the tile's cells, or of ``cells`` only: one pair per out cell."""
-    if cells is None:
-        return derived_full(op, box)
-    return one_pair_per_cell(to_ids(cells, op.output_shape), cells, op.input_shapes, op.map_b_pairs)
 
 
 def _payloads_for(op: Operator, pay: PayloadPairs, frontier, i: int, direction: str) -> PayloadPairs:

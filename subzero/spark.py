@@ -42,7 +42,7 @@ from subzero.errors import SubZeroError, WorkflowError
 from subzero.executor import Executor
 from subzero.pickling import dumps_with_operator
 from subzero.progress import Reporter
-from subzero.runtime import NodeTask, TileMeta, prepare_tile, run_tile
+from subzero.runtime import NodeTask, TileMeta, run_tile
 from subzero.tiling import Tile
 
 __all__ = ["SparkExecutor", "get_session", "DEFAULT_MASTER"]
@@ -346,10 +346,6 @@ class SparkExecutor(Executor):
         return self._job(run_tile, dumps_with_operator(task, task.operator, task.node), tiles,
                          f"subzero-{task.node}-{id(task)}", f"subzero node {task.node}", f"node {task.node!r}",
                          (task.node, progress) if progress is not None else None)
-
-    def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list:
-        """The first pass of a two-pass operator: every tile's summary, in tile order."""
-        return self.map_calls(prepare_tile, task, tiles)
 
     def map_calls(self, fn: Callable[[NodeTask, _Item], _Out], task: NodeTask, tiles: list[_Item]) -> list[_Out]:
         """``fn(task, tile)`` for every tile as Spark tasks, in tile order; ``fn`` is a module-level

@@ -28,7 +28,7 @@ from subzero.store import FileStore
 from subzero.store.arrays import ArrayRef
 from subzero.tiling import Tile, Whole, default_chunks, tile_grid, tile_lens
 
-__all__ = ["NodeStage", "StageRun", "lineage_stats"]
+__all__ = ["NodeStage", "StageRun", "array_record", "lineage_stats"]
 
 Shape = tuple[int, ...]
 _UNKNOWN_BOX: Any = None  # the box of the one tile of an output whose shape only running tells
@@ -79,8 +79,14 @@ class NodeStage:
     @classmethod
     def _of(cls, name: str, op: Operator, inputs: tuple[ArrayRef, ...], store: FileStore,
             tile_shape: Any) -> "NodeStage":
-        return cls(name, op, op.input_shapes, op.output_shape, tuple(node_tiles(op, tile_shape)),
-                   node_chunks(op, tile_shape), inputs, store, tile_shape)
+        """The stage of a bound operator: its tiles (one of unknown box while only running tells
+        the shape) and chunks (its tiles', or the default chunks of a whole-array operator)."""
+        shape = op.output_shape
+        if shape is None:
+            return cls(name, op, op.input_shapes, None, (Tile(0, _UNKNOWN_BOX),), None, inputs, store, tile_shape)
+        split = op.effective_tiling().split_axes(op)
+        return cls(name, op, op.input_shapes, shape, tuple(tile_grid(shape, split, tile_shape)),
+                   tile_lens(shape, split, tile_shape) if split else default_chunks(shape), inputs, store, tile_shape)
 
     @property
     def record_tile_shape(self) -> Shape:
@@ -107,8 +113,15 @@ class NodeStage:
         progress = progress if progress is not None else Reporter()
         tiles = list(self.tiles if tiles is None else tiles)
         start = time.perf_counter()
-        if write_output and self.operator.two_pass:
-            self._combine(executor)
+        op = self.operator
+        if write_output and op.two_pass:  # the first pass: every tile's summary, combined here
+            try:
+                op.combine(executor.map_prepare(self.task(), list(self.tiles)))
+            except SubZeroError:
+                raise
+            except Exception as exc:
+                raise WorkflowError(f"node {self.name!r} ({type(op).__name__}) failed to combine its tiles' "
+                                    f"summaries: {type(exc).__name__}: {exc}") from exc
         progress.node_started(self.name, len(tiles))
         try:
             metas = executor.map_tiles(self.task(strategies, write_output), tiles, progress)
@@ -122,17 +135,6 @@ class NodeStage:
             self._of(self.name, self.operator.bound(self.input_shapes, shape), self.inputs, self.store,
                      self.tile_shape)
         return StageRun(stage, metas, wall, dtype, chunks)
-
-    def _combine(self, executor: Executor) -> None:
-        """The first pass of a two-pass operator: every tile's summary, combined in the driver."""
-        op = self.operator
-        try:
-            op.combine(executor.map_prepare(self.task(), list(self.tiles)))
-        except SubZeroError:
-            raise
-        except Exception as exc:
-            raise WorkflowError(f"node {self.name!r} ({type(op).__name__}) failed to combine its tiles' "
-                                f"summaries: {type(exc).__name__}: {exc}") from exc
 
     def _agreed(self, metas: list[TileMeta]) -> tuple[Shape, str, Shape]:
         """The output shape, dtype and chunks every tile reported (they must agree)."""
@@ -190,8 +192,13 @@ class StageRun:
         meta_xxh3 = ref.commit(self.shape, self.dtype, self.chunks) if metadata else None
         ref.forget()
         stage.store.save_operator(stage.name, dump_operator(stage.operator, stage.name))
-        nbytes = int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
-        return ArrayRecord(self.shape, self.dtype, self.chunks, nbytes, meta_xxh3)
+        return array_record(self.shape, self.dtype, self.chunks, meta_xxh3)
+
+
+def array_record(shape: Shape, dtype: str, chunks: Shape, meta_xxh3: str | None = None) -> ArrayRecord:
+    """The catalog's record of an array of ``shape``, ``dtype`` and ``chunks``."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return ArrayRecord(tuple(shape), dtype, tuple(chunks), nbytes, meta_xxh3)
 
 
 def lineage_stats(manifest: Manifest) -> dict[str, dict[str, Any]]:
@@ -208,20 +215,3 @@ def lineage_stats(manifest: Manifest) -> dict[str, dict[str, Any]]:
                       sum(r.in_cells for r in recs[s])) for s in recs},
         "file_bytes": {s: sum(r.disk_bytes for r in recs[s]) for s in recs},
     }
-
-
-def node_tiles(op: Operator, tile_shape: Any) -> list[Tile]:
-    """The tiles of a bound operator's output (one unknown tile when only running tells the shape)."""
-    if op.output_shape is None:
-        return [Tile(0, _UNKNOWN_BOX)]
-    return tile_grid(op.output_shape, op.effective_tiling().split_axes(op), tile_shape)
-
-
-def node_chunks(op: Operator, tile_shape: Any) -> Shape | None:
-    """Chunks of a node's array: its tiles, or the default chunks for a whole-array operator."""
-    if op.output_shape is None:
-        return None
-    split = op.effective_tiling().split_axes(op)
-    if not split:
-        return default_chunks(op.output_shape)
-    return tile_lens(op.output_shape, split, tile_shape)

@@ -9,10 +9,15 @@ import subzero as sz
 from subzero import operators as ops
 from subzero.executor import LocalExecutor
 from subzero.modes import Strategy
-from subzero.stage import node_tiles
+from subzero.tiling import tile_grid
 from subzero.runtime import NodeTask
 from subzero.optimizer.calibrate import profile_node
 from subzero.planning import supported_strategies
+
+
+def node_tiles(op, tile_shape):
+    """The tiles of a bound operator's output."""
+    return tile_grid(op.output_shape, op.effective_tiling().split_axes(op), tile_shape)
 
 
 def test_profile_scales_sample_tiles_to_the_node(tmp_path):

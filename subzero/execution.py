@@ -1,10 +1,9 @@
 """The workflow executor (the driver): runs nodes in order, tile by tile, and commits each node.
 
-Per node: bind the operator to its shapes, run its tiles on the chosen executor (each
-task reads its tile of the inputs, writes its own output chunk and lineage shards, and
-returns small metadata), then commit: the array's metadata, the node's manifest (one
-successful attempt per tile), and last its catalog entry.  The driver holds metadata
-only, O(tiles) per node, never cells.
+Per node, a `subzero.stage.NodeStage` binds the operator to its shapes and runs its tiles
+on the chosen executor (each task writes its own output chunk and lineage shards and
+returns small metadata); the driver then commits the array's metadata, the node's
+manifest and last its catalog entry.  It holds metadata only, O(tiles) per node.
 
 When the optimizer chooses strategies (a workload or a budget is given and not every
 node is pinned), the run has two phases: first every node is computed without lineage
@@ -52,7 +51,7 @@ log = logging.getLogger(__name__)
 __all__ = ["execute", "LocalExecutor", "make_executor", "check_executor", "static_shapes"]
 
 
-def make_executor(executor: str, spark=None) -> Executor:
+def make_executor(executor: str, spark: Any = None) -> Executor:
     """The executor named ``executor`` ("local" or "spark", on ``spark`` or a new session)."""
     check_executor(executor, "")
     if executor == "local":

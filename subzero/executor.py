@@ -1,13 +1,11 @@
 """The executor contract: what the driver calls to run a node's tiles somewhere.
 
 Two implementations sit side by side: `LocalExecutor` here (threads in this process) and
-`subzero.spark.SparkExecutor` (Spark tasks).  Both run the same task code
-(`runtime.run_tile`, `runtime.prepare_tile` or a given module-level function) on a private
-copy of the task per worker, and return the results in tile order; only small metadata
-comes back.  An executor never changes the task it is given: a node's output shape is
-agreed by `subzero.stage.NodeStage` from the returned `TileMeta`s.  The driver, replay,
-calibration and `stats.table` type their executor as `Executor`; a new executor
-subclasses it (see docs/architecture.md, "Where to add things").
+`subzero.spark.SparkExecutor` (Spark tasks).  Both run the same task code (`runtime.run_tile`
+or a given module-level function) on a private copy of the task per worker and return the
+small results in tile order; neither changes the task (a node's output shape is agreed by
+`subzero.stage.NodeStage` from the `TileMeta`s).  A new executor subclasses `Executor`
+(docs/architecture.md, "Where to add things").
 """
 
 from __future__ import annotations

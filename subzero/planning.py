@@ -30,7 +30,7 @@ def supported_strategies(op: Operator) -> list[str]:
     return names
 
 
-def check_strategy(node: Node, name) -> str:
+def check_strategy(node: Node, name: "str | Strategy") -> str:
     """The canonical name of ``name`` for ``node``, or a `WorkflowError` saying why not."""
     strategy = Strategy.parse(name)
     if node.is_input:
@@ -42,7 +42,7 @@ def check_strategy(node: Node, name) -> str:
     return strategy.name
 
 
-def resolve_pinned(wf: Workflow, strategies) -> dict[str, tuple[str, ...]]:
+def resolve_pinned(wf: Workflow, strategies: dict | None) -> dict[str, tuple[str, ...]]:
     """Normalize ``strategies`` (node or name -> name or list of names) to canonical names.
 
     This is where a user's strategies are parsed (`check_strategy`): the names it returns

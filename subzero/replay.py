@@ -399,7 +399,8 @@ class _Replayer:
             array = replace(old.array, meta_xxh3=array.meta_xxh3) if fresh else old.array
         stats = old.stats
         if stats is not None:
-            stats = replace(stats, **{k: v for k, v in lineage_stats(manifest).items() if k != "encode_seconds"})
+            got = lineage_stats(manifest)  # encode seconds: the run's, as measured
+            stats = replace(stats, bytes=got["bytes"], keys=got["keys"], pairs=got["pairs"], file_bytes=got["file_bytes"])
         return replace(old, array=array, stats=stats,
                        metadata={**old.metadata, "replayed": {"tiles": rerun, "of": tiles, "seconds": seconds}})
 

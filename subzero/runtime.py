@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -145,13 +146,14 @@ def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
     return ctx, trimmed, result_box, tile, op
 
 
-def prepare_tile(task: NodeTask, tile: Tile):
+def prepare_tile(task: NodeTask, tile: Tile) -> Any:
     """The first pass of a two-pass operator over one tile: its `Operator.prepare` summary."""
     ctx, _, blocks = _context(task, tile, frozenset())
     return task.operator.prepare(ctx, *blocks)
 
 
-def one_pair_per_cell(out_ids: np.ndarray, cells: np.ndarray, in_shapes, pairs_fn) -> FullPairs:
+def one_pair_per_cell(out_ids: np.ndarray, cells: np.ndarray, in_shapes: Sequence[tuple[int, ...]],
+                      pairs_fn: Callable[..., Any]) -> FullPairs:
     """Full pairs with one out cell each, from a per-cell lineage function
     ``pairs_fn(cells, i) -> (owner, coords)`` such as ``map_b_pairs``."""
     ins, ptrs = [], []
@@ -190,7 +192,7 @@ class TileCapture:
         """``(output_shape, input_shapes)`` as this tile ran (the encoders' ``shapes``)."""
         return tuple(self.operator.output_shape or ()), tuple(self.operator.input_shapes)
 
-    def pairs_for(self, strategy: Strategy):
+    def pairs_for(self, strategy: Strategy) -> Any:
         """The pairs ``strategy`` encodes: the full pairs, or the payload pairs of its mode."""
         return self.full if strategy.mode is Mode.FULL else self.payloads[strategy.mode]
 
@@ -257,7 +259,7 @@ def run_tile(task: NodeTask, tile: Tile) -> TileMeta:
     return meta
 
 
-def merge_inline(strategy: Strategy, tables: "list[bytes | None]", shapes) -> bytes | None:
+def merge_inline(strategy: Strategy, tables: "list[bytes | None]", shapes: tuple[Any, Any]) -> bytes | None:
     """The node-level merge of its tiles' inline tables under ``strategy`` (a FullRange
     table small enough for the manifest), or None: the encoding merges nothing, a tile
     sent no table (None), or the merge is too large to keep inline."""
@@ -267,7 +269,7 @@ def merge_inline(strategy: Strategy, tables: "list[bytes | None]", shapes) -> by
     return merge(tables, shapes)
 
 
-def trace_tile(task: NodeTask, tile: Tile, frontier=None, i: int = 0, direction: str = "backward") -> FullPairs:
+def trace_tile(task: NodeTask, tile: Tile, frontier: Any = None, i: int = 0, direction: str = "backward") -> FullPairs:
     """Re-run one tile in tracing mode and return its lineage as full region pairs.
 
     Without ``frontier``, the lineage of every cell of the tile: the operator produces

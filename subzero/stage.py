@@ -134,7 +134,7 @@ class NodeStage:
         stage = self if shape == self.output_shape else \
             self._of(self.name, self.operator.bound(self.input_shapes, shape), self.inputs, self.store,
                      self.tile_shape)
-        return StageRun(stage, metas, wall, dtype, chunks)
+        return StageRun(stage, metas, wall, shape, dtype, chunks)
 
     def _agreed(self, metas: list[TileMeta]) -> tuple[Shape, str, Shape]:
         """The output shape, dtype and chunks every tile reported (they must agree)."""
@@ -176,13 +176,9 @@ class StageRun:
     stage: NodeStage
     metas: list[TileMeta]
     wall: float
+    shape: Shape
     dtype: str
     chunks: Shape
-
-    @property
-    def shape(self) -> Shape:
-        """The output's shape, as every tile reported it."""
-        return tuple(self.stage.output_shape or ())
 
     def commit_array(self, metadata: bool = True) -> ArrayRecord:
         """Commit the output array (its ``zarr.json`` unless not ``metadata``: a replay that

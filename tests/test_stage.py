@@ -1,0 +1,75 @@
+"""NodeStage: one node's execution (bind, run on an executor, agree the shape, manifest)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from subzero import operators as ops
+from subzero.catalog import RunRecord
+from subzero.errors import WorkflowError
+from subzero.executor import LocalExecutor
+from subzero.modes import Strategy
+from subzero.operator import Operator
+from subzero.stage import NodeStage, lineage_stats
+from subzero.store import FileStore
+from subzero.store.arrays import write_array
+
+
+class _Positive(Operator):
+    """A whole-array operator whose output shape only running tells."""
+
+    def run(self, ctx, x):
+        return x[x > 0]
+
+
+def _store(tmp_path, x):
+    store = FileStore.create(tmp_path / "s", RunRecord(workflow={}, created="now", executor="local"))
+    write_array(store.array("x"), x, (4, 4))
+    return store
+
+
+def test_bind_keeps_the_operator_and_plans_tiles_and_chunks(tmp_path):
+    x = np.arange(64.0).reshape(8, 8)
+    store = _store(tmp_path, x)
+    op = ops.GaussianFilter(1.0)
+    stage = NodeStage.bind("blur", op, [(8, 8)], [store.array("x")], store, tile_shape=4)
+    assert op.output_shape is None and op.input_shapes == ()  # the operator given is left as it was
+    assert stage.operator is not op and stage.operator.output_shape == stage.output_shape == (8, 8)
+    assert len(stage.tiles) == 4 and stage.chunks == (4, 4)
+    task = stage.task((Strategy.parse("Map"), Strategy.parse("FullOne")), write_output=True)
+    assert task.strategies == (Strategy.parse("FullOne"),) and task.output_shape == (8, 8)
+    with pytest.raises(WorkflowError, match="node 'bad'"):
+        NodeStage.bind("bad", ops.Subtract(), [(8, 8), (3, 3)], [store.array("x")] * 2, store)
+    store.close()
+
+
+def test_a_shape_only_running_tells_is_agreed_and_bound_to_a_new_stage(tmp_path):
+    x = np.array([[1.0, -1.0], [2.0, 3.0]])
+    store = _store(tmp_path, x)
+    stage = NodeStage.bind("pos", _Positive(), [(2, 2)], [store.array("x")], store)
+    assert stage.output_shape is None and stage.tiles[0].box is None
+    done = stage.run(LocalExecutor(threads=1), (), write_output=True)
+    assert done.shape == (3,) and done.stage.output_shape == (3,) and done.stage.operator.output_shape == (3,)
+    assert stage.output_shape is None and stage.operator.output_shape is None  # nothing shared was changed
+    record = done.commit_array()
+    assert (record.shape, record.dtype) == ((3,), "float64")
+    np.testing.assert_array_equal(store.array("pos").read(((0, 3),)), [1.0, 2.0, 3.0])
+    store.close()
+
+
+def test_a_manifest_keeps_the_previous_shards_of_tiles_that_did_not_run(tmp_path):
+    x = np.arange(64.0).reshape(8, 8)
+    store = _store(tmp_path, x)
+    stage = NodeStage.bind("blur", ops.GaussianFilter(1.0), [(8, 8)], [store.array("x")], store, tile_shape=4)
+    full_one = (Strategy.parse("FullOne"),)
+    first = stage.run(LocalExecutor(threads=1), full_one, write_output=True)
+    old = stage.manifest(full_one, first.metas)
+    again = stage.run(LocalExecutor(threads=1), full_one, write_output=True, tiles=[stage.tiles[2]])
+    new = stage.manifest(full_one, again.metas, previous=old)
+    (name,) = new.shards
+    assert [r.tile for r in new.shards[name]] == [0, 1, 2, 3]
+    assert [r.name for r in new.shards[name]] == [r.name if r.tile != 2 else again.metas[0].shards[name].name
+                                                   for r in old.shards[name]]
+    assert lineage_stats(new)["pairs"][name] == lineage_stats(old)["pairs"][name]
+    store.close()

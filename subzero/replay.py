@@ -497,15 +497,12 @@ def replay(run: "Run", patches: "Patch | list[Patch]", store, executor: str = "l
                      replayed_from={"store": run.path, "created": run.catalog.created})
     fs = FileStore.create(location, record, overwrite=overwrite)
     inputs: dict[str, tuple[int, int]] = {}
+    work: _Replayer | None = None
     try:
         try:
             runner = make_executor(executor, spark)
-        except BaseException:
-            fs.write_catalog(replace(record, status="failed"))
-            raise
-        work = _Replayer(run, fs, runner, progress)
-        work.catalog = replace(work.catalog, master=runner.master)
-        try:
+            work = _Replayer(run, fs, runner, progress)
+            work.catalog = replace(work.catalog, master=runner.master)
             for node in run.workflow.nodes:
                 t0 = time.perf_counter()
                 if node.is_input:
@@ -519,7 +516,7 @@ def replay(run: "Run", patches: "Patch | list[Patch]", store, executor: str = "l
                 else:
                     work.link(node, t0)
         except BaseException:
-            fs.write_catalog(replace(work.catalog, status="failed"))
+            fs.write_catalog(replace(work.catalog if work is not None else record, status="failed"))
             raise
         origin = {"store": run.path, "created": run.catalog.created,
                   "replaced": {k: v[0] for k, v in inputs.items()}, "changed": {k: v[1] for k, v in inputs.items()},

@@ -19,9 +19,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from subzero.errors import StoreError
+from subzero.modes import Strategy
 
 __all__ = ["FORMAT", "FileRecord", "ShardRecord", "Manifest", "ArrayRecord", "NodeStats", "NodeRecord",
-           "RunRecord"]
+           "PendingNode", "RunRecord"]
 
 #: version of the store layout and of these records (1: .npy arrays and one LMDB environment;
 #: 2: Zarr arrays and per-tile shards; 3: the catalog, manifests and operators checksummed, and
@@ -145,6 +146,34 @@ class ArrayRecord:
 
 
 @dataclass(frozen=True)
+class PendingNode:
+    """A node's share of a two-phase run's plan, kept in the catalog (``optimizer["pending"]``)
+    between the phases so that a resumed run keeps it: the chosen strategies, what phase 1
+    measured, the array it computed, and the optimizer's explanation for the node record
+    (``extra``: reason, predicted costs, profile, pruned candidates)."""
+
+    strategies: tuple[Strategy, ...]
+    measured: dict[str, Any]
+    array: ArrayRecord
+    extra: dict[str, Any]
+
+    def names(self) -> tuple[str, ...]:
+        """The chosen strategies' names."""
+        return tuple(s.name for s in self.strategies)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (strategy names, the array as `ArrayRecord.to_dict`)."""
+        return {"strategies": list(self.names()), "measured": self.measured, "array": self.array.to_dict(),
+                "extra": self.extra}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PendingNode":
+        """The record `to_dict` wrote."""
+        return cls(tuple(Strategy.parse(s) for s in data["strategies"]), dict(data["measured"]),
+                   ArrayRecord.from_dict(data["array"]), dict(data["extra"]))
+
+
+@dataclass(frozen=True)
 class NodeStats:
     """What a node's run measured, summed over its tiles (from the tasks' metadata)."""
 
@@ -257,7 +286,13 @@ class RunRecord:
         """This catalog with ``record`` committed (replacing an entry of the same name)."""
         return replace(self, nodes={**self.nodes, record.name: record})
 
+    def pending(self) -> dict[str, PendingNode] | None:
+        """The plan a two-phase run keeps between its phases, per node (None when there is none)."""
+        raw = (self.optimizer or {}).get("pending")
+        return None if raw is None else {name: PendingNode.from_dict(d) for name, d in raw.items()}
+
     def node(self, name: str) -> NodeRecord:
+        """The committed record of node ``name`` (a `StoreError` naming the committed ones if absent)."""
         try:
             return self.nodes[name]
         except KeyError:

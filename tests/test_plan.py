@@ -50,12 +50,12 @@ def test_disk_budget_sweep_has_the_shape_of_fig_7():
         assert plan.solve_seconds > 0
         assert budget is None or plan.disk <= budget
     tiny = rows[0][1]
-    assert tiny.chosen["e"] == ("BlackBox",) and tiny.chosen["f"] == ("BlackBox",)
-    assert rows[-1][1].chosen["t"] == ("Map",)
+    assert tiny.names()["e"] == ("BlackBox",) and tiny.names()["f"] == ("BlackBox",)
+    assert rows[-1][1].names()["t"] == ("Map",)
     objectives = [plan.objective for _, plan in rows]
     assert all(b <= a + 1e-12 for a, b in zip(objectives, objectives[1:]))  # never worse as the budget grows
     assert objectives[-1] < objectives[0] / 2
-    unbounded = rows[-1][1].chosen["e"]
+    unbounded = rows[-1][1].names()["e"]
     assert any(s.endswith("/forward") for s in unbounded) and any(s.endswith("/backward") for s in unbounded)
 
 
@@ -64,4 +64,4 @@ def test_problem_weights_come_from_the_workload():
     problem, entering = build_problem(wf, PROFILES, parse_workload(wf, WORKLOAD), None, None, {})
     assert problem.weight("e", "backward") == 1 and problem.weight("f", "forward") == 1
     assert entering[("e", "backward")] == 20.0  # one cell through f (fan 20) reaches e
-    assert {c.strategy for c in problem.candidates if c.node == "t"} == {"Map", "BlackBox"}
+    assert {c.strategy.name for c in problem.candidates if c.node == "t"} == {"Map", "BlackBox"}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from subzero.modes import Mode, Strategy
+from subzero.modes import Direction, Mode, Strategy
 
 __all__ = ["StrategyProfile", "NodeProfile", "step_cost", "disk_cost", "runtime_cost"]
 
@@ -57,15 +57,17 @@ class NodeProfile:
     strategies: dict[str, StrategyProfile] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        """The JSON form the catalog keeps (strategies by name)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "NodeProfile":
+        """The profile `to_dict` wrote."""
         data = dict(data)
         data["strategies"] = {k: StrategyProfile(**v) for k, v in data.get("strategies", {}).items()}
         return cls(**data)
 
-    def fan(self, direction: str, cells: float) -> float:
+    def fan(self, direction: Direction | str, cells: float) -> float:
         """Cells one step yields from ``cells`` entering, capped by the array size."""
         if self.all_to_all:
             return float(max(self.in_sizes, default=1) if direction == "backward" else self.out_size)
@@ -74,12 +76,13 @@ class NodeProfile:
         return float(min(cap, cells * per))
 
 
-def disk_cost(profile: NodeProfile, strategy: str) -> float:
+def disk_cost(profile: NodeProfile, strategy: Strategy | str) -> float:
+    """Bytes a strategy stores for the node (0 for what stores nothing or was not calibrated)."""
     s = Strategy.parse(strategy)
     return profile.strategies[s.name].bytes if s.stored and s.name in profile.strategies else 0.0
 
 
-def runtime_cost(profile: NodeProfile, strategy: str) -> float:
+def runtime_cost(profile: NodeProfile, strategy: Strategy | str) -> float:
     """Seconds a strategy adds to the run: re-running the node to capture lineage, encoding, writing."""
     s = Strategy.parse(strategy)
     if not s.stored or s.name not in profile.strategies:
@@ -93,7 +96,7 @@ def _rerun(profile: NodeProfile, cells: float) -> float:
     return (profile.op_seconds + profile.trace_seconds) * touched / max(profile.tiles, 1)
 
 
-def step_cost(profile: NodeProfile, strategy: str, direction: str, cells: float) -> float:
+def step_cost(profile: NodeProfile, strategy: Strategy | str, direction: Direction | str, cells: float) -> float:
     """Predicted seconds of one query step through the node with ``strategy``.
 
     ``cells`` is the number of frontier cells entering the step.
@@ -133,4 +136,5 @@ def step_cost(profile: NodeProfile, strategy: str, direction: str, cells: float)
 
 
 def bounded(value: float) -> float:
+    """``value``, or 1e12 in place of an infinity or NaN (costs the solver can take)."""
     return value if math.isfinite(value) else 1e12

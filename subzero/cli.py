@@ -736,6 +736,22 @@ def _add_cell_options(parser) -> None:
                         help="cells are 1-based X,Y and boxes inclusive X0:X1,Y0:Y1 (DS9/FITS); output likewise")
 
 
+def _add_answer_options(parser, traced: str, json_help: str, plot_help: str) -> None:
+    """The options ``query`` and ``brush`` share: the start cells, forced strategies, and where the
+    ``traced`` cells go (JSON, a plot, a mask, DS9 regions)."""
+    _add_cell_options(parser)
+    parser.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
+    parser.add_argument("--json", action="store_true", help=json_help)
+    parser.add_argument("--plot", metavar="FILE.png", help=plot_help)
+    parser.add_argument("--mask", metavar="FILE.npy|FILE.fits", help=f"write the {traced} as a boolean mask")
+    parser.add_argument("--regions", metavar="FILE.reg", help=f"write the {traced} as DS9 regions (2-D)")
+    parser.add_argument("--regions-frame", choices=["image", "fk5"], default="image",
+                        help="--regions in image coordinates (default) or fk5 through the node's WCS")
+    parser.add_argument("--sky", action="append", metavar="'RA DEC'",
+                        help="a cell by sky position, degrees or sexagesimal (ICRS/fk5), through the node's WCS "
+                             "(repeatable)")
+
+
 def _version() -> str:
     from subzero import __version__
 
@@ -797,17 +813,8 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("direction", choices=["backward", "forward"])
     query.add_argument("node", help="the node the cells belong to")
     query.add_argument("--to", required=True, help="the node to trace to")
-    _add_cell_options(query)
-    query.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
-    query.add_argument("--json", action="store_true", help="print JSON instead of one cell per line")
-    query.add_argument("--plot", metavar="FILE.png", help="draw the traced cells over the arrays (PNG, PDF, SVG)")
-    query.add_argument("--mask", metavar="FILE.npy|FILE.fits", help="write the traced cells as a boolean mask")
-    query.add_argument("--regions", metavar="FILE.reg", help="write the traced cells as DS9 regions (2-D)")
-    query.add_argument("--regions-frame", choices=["image", "fk5"], default="image",
-                       help="--regions in image coordinates (default) or fk5 through the node's WCS")
-    query.add_argument("--sky", action="append", metavar="'RA DEC'",
-                       help="a cell by sky position, degrees or sexagesimal (ICRS/fk5), through the node's WCS "
-                            "(repeatable)")
+    _add_answer_options(query, "traced cells", "print JSON instead of one cell per line",
+                        "draw the traced cells over the arrays (PNG, PDF, SVG)")
     query.set_defaults(func=cmd_query)
 
     brush = sub.add_parser("brush", parents=[common],
@@ -820,17 +827,8 @@ def build_parser() -> argparse.ArgumentParser:
     brush.add_argument("--to", help="the input to trace back to (default: the node's only input)")
     brush.add_argument("--outputs", action="append", metavar="NODE[,NODE]",
                        help="the nodes to trace forward to (default: the workflow's outputs)")
-    _add_cell_options(brush)
-    brush.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
-    brush.add_argument("--json", action="store_true", help="print JSON: counts and disjoint boxes of every answer")
-    brush.add_argument("--plot", metavar="FILE.png", help="draw the brush, the input cells and every output's cells")
-    brush.add_argument("--mask", metavar="FILE.npy|FILE.fits", help="write the traced input cells as a boolean mask")
-    brush.add_argument("--regions", metavar="FILE.reg", help="write the traced input cells as DS9 regions (2-D)")
-    brush.add_argument("--regions-frame", choices=["image", "fk5"], default="image",
-                       help="--regions in image coordinates (default) or fk5 through the node's WCS")
-    brush.add_argument("--sky", action="append", metavar="'RA DEC'",
-                       help="a cell by sky position, degrees or sexagesimal (ICRS/fk5), through the node's WCS "
-                            "(repeatable)")
+    _add_answer_options(brush, "traced input cells", "print JSON: counts and disjoint boxes of every answer",
+                        "draw the brush, the input cells and every output's cells")
     brush.set_defaults(func=cmd_brush)
 
     replay = sub.add_parser("replay", parents=[common],

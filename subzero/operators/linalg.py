@@ -7,10 +7,9 @@ import numpy as np
 
 from subzero.cells import mask_from_coords
 from subzero.errors import WorkflowError
-from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._kernels import unique_rows
-from subzero.operators.tilings import Contracted, OuterSplit
+from subzero.operators.tilings import Contracted, MapTiled, OuterSplit
 
 __all__ = ["Dot", "MatMul", "Outer", "Inverse"]
 
@@ -27,7 +26,7 @@ def _place(part: np.ndarray, lo: int, shape: tuple[int, ...]) -> np.ndarray:
     return np.broadcast_to(part.reshape(lead + part.shape + tail), shape).copy()
 
 
-class Dot(Operator):
+class Dot(MapTiled):
     """``np.dot(a, b)``: contracts the last axis of ``a`` with the second-to-last of ``b``
     (the only one of a 1-D ``b``).
 
@@ -43,12 +42,8 @@ class Dot(Operator):
         a, b = shapes if shapes is not None else self.input_shapes
         return len(a) - 1, len(b) - 1, max(len(b) - 2, 0)
 
-    @property
-    def tiling(self):
-        return Contracted(self._layout()[0]) if self.input_shapes else None
-
-    def supported_modes(self):
-        return {Mode.MAP}
+    def tiling_for(self):
+        return Contracted(self._layout()[0])
 
     def infer_output_shape(self, input_shapes):
         if len(input_shapes) != 2 or 0 in (len(input_shapes[0]), len(input_shapes[1])):
@@ -110,18 +105,14 @@ class MatMul(Dot):
         return np.asarray(a) @ np.asarray(b)
 
 
-class Outer(Operator):
+class Outer(MapTiled):
     """``np.multiply.outer(a, b)`` (``np.outer`` for vectors): output shape ``a.shape + b.shape``;
     cell ``(ia..., ib...)`` reads ``a[ia]`` and ``b[ib]``."""
 
     entire_array_safe = True
 
-    @property
-    def tiling(self):
-        return OuterSplit(len(self.input_shapes[0])) if self.input_shapes else None
-
-    def supported_modes(self):
-        return {Mode.MAP}
+    def tiling_for(self):
+        return OuterSplit(len(self.input_shapes[0]))
 
     def infer_output_shape(self, input_shapes):
         return tuple(input_shapes[0]) + tuple(input_shapes[1])

@@ -9,16 +9,15 @@ import numpy as np
 
 from subzero.cells import mask_from_coords
 from subzero.errors import WorkflowError
-from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._args import normalize_axes
 from subzero.operators._kernels import corner_offsets
-from subzero.operators.tilings import ReducedAxes
+from subzero.operators.tilings import MapTiled, ReducedAxes
 
 __all__ = ["AxisReduction", "Sum", "Mean", "Std", "Min", "Max", "Count", "GlobalMean", "GlobalStd"]
 
 
-class AxisReduction(Operator):
+class AxisReduction(MapTiled):
     """Base of ``np.<reduce>(x, axis)`` over one axis or a tuple of axes; subclasses set
     ``fn`` (or override ``reduce``).  Tiles split the kept axes."""
 
@@ -32,12 +31,8 @@ class AxisReduction(Operator):
         ndim = len(self.input_shapes[0]) if ndim is None else ndim
         return normalize_axes(self.axis, ndim, type(self).__name__)
 
-    @property
-    def tiling(self):
-        return ReducedAxes(self._axes()) if self.input_shapes else None
-
-    def supported_modes(self):
-        return {Mode.MAP}
+    def tiling_for(self):
+        return ReducedAxes(self._axes())
 
     def infer_output_shape(self, input_shapes):
         shape = tuple(input_shapes[0])

@@ -6,19 +6,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from subzero.modes import Mode
-from subzero.operator import Operator
 from subzero.operators._args import check_choice, per_axis
 from subzero.operators._kernels import corner_offsets, unique_rows
 from subzero.operators.indexmap import IndexMapOperator
-from subzero.operators.tilings import Blocks
+from subzero.operators.tilings import Blocks, MapTiled
 
 __all__ = ["Downsample", "Upsample"]
 
 _REDUCE = {"mean": np.add, "sum": np.add, "max": np.maximum, "min": np.minimum}
 
 
-class Downsample(Operator):
+class Downsample(MapTiled):
     """Block reduction: output cell ``j`` is the mean (sum, max, min) of the input block
     ``[j * factor, (j + 1) * factor)`` per axis.
 
@@ -36,12 +34,8 @@ class Downsample(Operator):
         ndim = len(self.input_shapes[0]) if ndim is None else ndim
         return per_axis(self.factor, ndim, "Downsample", "factor", minimum=1)
 
-    @property
-    def tiling(self):
-        return Blocks(self._factors()) if self.input_shapes else None
-
-    def supported_modes(self):
-        return {Mode.MAP}
+    def tiling_for(self):
+        return Blocks(self._factors())
 
     def infer_output_shape(self, input_shapes):
         shape = tuple(input_shapes[0])

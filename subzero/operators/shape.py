@@ -14,13 +14,13 @@ from subzero.operator import Operator
 from subzero.operators._args import check_choice, normalize_axes, normalize_axis, per_axis
 from subzero.operators._kernels import BOUNDARY_MODES, boundary_index
 from subzero.operators.indexmap import IndexMapOperator
-from subzero.operators.tilings import Concatenated, Stacked
+from subzero.operators.tilings import Concatenated, MapTiled, Stacked
 from subzero.tiling import Permuted
 
 __all__ = ["Transpose", "Reshape", "Concatenate", "Stack", "Slice", "Flip", "Pad", "Shift", "Tile"]
 
 
-class Transpose(Operator):
+class Transpose(MapTiled):
     """Permute axes (``np.transpose``); the default reverses them."""
 
     entire_array_safe = True
@@ -34,12 +34,8 @@ class Transpose(Operator):
             return tuple(reversed(range(ndim)))
         return tuple(a % ndim if -ndim <= a < ndim else a for a in self.axes)
 
-    @property
-    def tiling(self):
-        return Permuted(self._axes()) if self.input_shapes else None
-
-    def supported_modes(self):
-        return {Mode.MAP}
+    def tiling_for(self):
+        return Permuted(self._axes())
 
     def infer_output_shape(self, input_shapes):
         shape = input_shapes[0]
@@ -125,7 +121,7 @@ class Reshape(Operator):
         return mask.reshape(self.output_shape)
 
 
-class Concatenate(Operator):
+class Concatenate(MapTiled):
     """``np.concatenate(inputs, axis)``.
 
     Not entire-array safe (SubZero's own example): the forward lineage of an entire
@@ -142,12 +138,8 @@ class Concatenate(Operator):
         a = self._axis()
         return np.concatenate([[0], np.cumsum([s[a] for s in self.input_shapes])]).astype(np.int64)
 
-    @property
-    def tiling(self):
-        return Concatenated(self._axis(), tuple(self._starts()[:-1].tolist())) if self.input_shapes else None
-
-    def supported_modes(self):
-        return {Mode.MAP}
+    def tiling_for(self):
+        return Concatenated(self._axis(), tuple(self._starts()[:-1].tolist()))
 
     def infer_output_shape(self, input_shapes):
         first = tuple(input_shapes[0])
@@ -190,7 +182,7 @@ class Concatenate(Operator):
         return out
 
 
-class Stack(Operator):
+class Stack(MapTiled):
     """``np.stack(inputs, axis)``: input ``i`` becomes slice ``i`` along a new axis.
 
     Not entire-array safe, like `Concatenate`.
@@ -202,12 +194,8 @@ class Stack(Operator):
     def _axis(self) -> int:
         return normalize_axis(self.axis, len(self.input_shapes[0]) + 1, "Stack")
 
-    @property
-    def tiling(self):
-        return Stacked(self._axis()) if self.input_shapes else None
-
-    def supported_modes(self):
-        return {Mode.MAP}
+    def tiling_for(self):
+        return Stacked(self._axis())
 
     def infer_output_shape(self, input_shapes):
         first = tuple(input_shapes[0])

@@ -14,15 +14,13 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.cells import mask_from_coords
-from subzero.modes import Mode
-from subzero.operator import Operator
 from subzero.operators._args import normalize_axis
-from subzero.operators.tilings import Lines
+from subzero.operators.tilings import Lines, MapTiled
 
 __all__ = ["LineOperator", "Sort", "ArgSort"]
 
 
-class LineOperator(Operator):
+class LineOperator(MapTiled):
     """Base of operators whose output line along ``axis`` is a function of the input line."""
 
     entire_array_safe = True
@@ -34,12 +32,8 @@ class LineOperator(Operator):
         ndim = len(self.input_shapes[0]) if ndim is None else ndim
         return normalize_axis(self.axis, ndim, type(self).__name__)
 
-    @property
-    def tiling(self):
-        return Lines(self._axis()) if self.input_shapes else None
-
-    def supported_modes(self):
-        return {Mode.MAP}
+    def tiling_for(self):
+        return Lines(self._axis())
 
     def infer_output_shape(self, input_shapes):
         self._axis(len(input_shapes[0]))

@@ -3,6 +3,13 @@
 Both budgets bound lineage *overhead*: the disk budget is the number of bytes
 of lineage that may be stored, the runtime budget the number of seconds the
 lineage may add to a workflow run.  ``None`` means no budget.
+
+Examples
+--------
+>>> parse_disk_budget("1.5 KiB", input_bytes=0), parse_disk_budget("2x", input_bytes=8_000_000)
+(1536.0, 16000000.0)
+>>> parse_runtime_budget("2m", base_seconds=10.0), parse_runtime_budget("1.5x", base_seconds=10.0)
+(120.0, 5.0)
 """
 
 from __future__ import annotations
@@ -83,13 +90,6 @@ def parse_disk_budget(value: str | int | float | None, input_bytes: int) -> floa
     ------
     WorkflowError
         If ``value`` is not one of the forms above or is negative or NaN.
-
-    Examples
-    --------
-    >>> parse_disk_budget("1.5 KiB", input_bytes=0)
-    1536.0
-    >>> parse_disk_budget("2x", input_bytes=8_000_000)
-    16000000.0
     """
     return _DISK.parse(value, input_bytes)
 
@@ -103,13 +103,6 @@ def parse_runtime_budget(value: str | int | float | None, base_seconds: float) -
     ``base_seconds``, the run without lineage: an overhead of
     ``(1.5 - 1) * base_seconds``.  None means no budget; a `WorkflowError`
     for any other form, a negative amount or NaN.
-
-    Examples
-    --------
-    >>> parse_runtime_budget("2m", base_seconds=10.0)
-    120.0
-    >>> parse_runtime_budget("1.5x", base_seconds=10.0)
-    5.0
     """
     return _RUNTIME.parse(value, base_seconds)
 

@@ -275,24 +275,17 @@ def propagate(run, src, dst, start: LabelledCells, direction: str, using: dict |
     on_path = (reach & wanted) | {src, dst}
     order = [n for n in wf.nodes if n in on_path]
     held: dict = {src: start}
-    if direction == "backward":
-        for node in reversed(order):
-            if node not in held or node.is_input:
-                continue
-            strategy = pick_strategy(node, run.strategies.get(node.name, ()), using.get(node))
-            for i, parent in enumerate(node.inputs):
-                if parent in on_path:
-                    got = step_backward(run, node, held[node], i, strategy)
-                    held[parent] = held[parent].union(got) if parent in held else got
-            if node is not src and node is not dst:
-                del held[node]  # each node steps once: its labelled cells are done
-    else:
-        for node in order:
-            if node is src:
-                continue
-            strategy = pick_strategy(node, run.strategies.get(node.name, ()), using.get(node))
-            for i, parent in enumerate(node.inputs):
-                if parent in held:
-                    got = step_forward(run, node, held[parent], i, strategy)
-                    held[node] = held[node].union(got) if node in held else got
+    backward = direction == "backward"
+    step = step_backward if backward else step_forward
+    for node in reversed(order) if backward else order:
+        if node.is_input or (node not in held if backward else node is src):
+            continue
+        strategy = pick_strategy(node, run.strategies.get(node.name, ()), using.get(node))
+        for i, parent in enumerate(node.inputs):
+            source, target = (node, parent) if backward else (parent, node)
+            if source in held and target in on_path:
+                got = step(run, node, held[source], i, strategy)
+                held[target] = held[target].union(got) if target in held else got
+        if backward and node is not src and node is not dst:
+            del held[node]  # each node steps once: its labelled cells are done
     return held.get(dst, LabelledCells.empty(run.shape(dst)))

@@ -58,10 +58,12 @@ class FullPairs:
 
     @property
     def n_pairs(self) -> int:
+        """Number of region pairs."""
         return len(self.out_ptr) - 1
 
     @property
     def n_inputs(self) -> int:
+        """Number of inputs (one in-id list per input)."""
         return len(self.in_ids)
 
     @classmethod

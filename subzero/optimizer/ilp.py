@@ -251,6 +251,8 @@ def solve(problem: Problem) -> Plan:
     {'udf': ('FullOne/backward',)}
     >>> solve(Problem(cands, {("udf", "backward"): 1.0}, max_disk=10)).names()
     {'udf': ('BlackBox',)}
+    >>> brute_force(Problem(cands, {("udf", "backward"): 1.0})).names()  # the same, by enumeration
+    {'udf': ('FullOne/backward',)}
     """
     return _optimize(problem, _solve_ilp)
 
@@ -261,14 +263,7 @@ def brute_force(problem: Problem) -> Plan:
     Prunes exactly like :func:`solve`, then tries every non-empty subset of
     every node's surviving candidates that contains its pins (for small
     instances: the number of choices is the product over nodes of
-    ``2**survivors - 1``).  Meant to check :func:`solve` in tests.
-
-    Examples
-    --------
-    >>> cands = (Candidate("udf", "FullOne/backward", 100.0, 1.0, {"backward": 1.0}),
-    ...          Candidate("udf", "BlackBox", 0.0, 0.0, {"backward": 50.0}))
-    >>> brute_force(Problem(cands, {("udf", "backward"): 1.0})).names()
-    {'udf': ('FullOne/backward',)}
+    ``2**survivors - 1``).  Meant to check :func:`solve` in tests (see its examples).
     """
     return _optimize(problem, _enumerate)
 

@@ -97,10 +97,12 @@ class RangeRules:
     # -- shape of the table -----------------------------------------------------------
     @property
     def n_rules(self) -> int:
+        """Number of rules (each a set of out boxes and, per input, terms)."""
         return len(self.box_ptr) - 1
 
     @property
     def n_inputs(self) -> int:
+        """Number of inputs (one term list per input)."""
         return len(self.in_shapes)
 
     @cached_property
@@ -254,9 +256,8 @@ class RangeRules:
         --------
         >>> from subzero.encoders.ranges import compress, demo_pairs
         >>> r = compress(demo_pairs(), (8,), [(8,)])
-        >>> lo, hi = r.backward([[1]], [[3]], 0)
-        >>> to_ids(lo, hi, (8,)).tolist()
-        [0, 1, 2, 3]
+        >>> [to_ids(*r.backward([[1]], [[3]], 0), (8,)).tolist(), to_ids(*r.forward([[0]], [[1]], 0), (8,)).tolist()]
+        [[0, 1, 2, 3], [0, 1]]
         """
         self._check_input(i)
         q_lo, q_hi = check_boxes(q_lo, q_hi, self.out_shape, "backward query boxes (output cells)")
@@ -287,15 +288,7 @@ class RangeRules:
         """Boxes of the out cells whose input-``i`` lineage meets the query boxes.
 
         ``rule_ids`` (e.g. from an R-tree over `in_envelopes`) restricts the rules looked
-        at.  The result boxes may overlap.
-
-        Examples
-        --------
-        >>> from subzero.encoders.ranges import compress, demo_pairs
-        >>> r = compress(demo_pairs(), (8,), [(8,)])
-        >>> lo, hi = r.forward([[0]], [[1]], 0)
-        >>> to_ids(lo, hi, (8,)).tolist()
-        [0, 1]
+        at.  The result boxes may overlap.  See `backward` for an example.
         """
         self._check_input(i)
         q_lo, q_hi = check_boxes(q_lo, q_hi, self.in_shapes[i], f"forward query boxes (input {i} cells)")

@@ -45,10 +45,12 @@ class FileRecord:
     xxh3: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "FileRecord":
+        """The record `to_dict` wrote."""
         return cls(str(data["suffix"]), int(data["size"]), str(data["xxh3"]))
 
 
@@ -79,12 +81,14 @@ class ShardRecord:
         return sum(f.size for f in self.files)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (its files as `FileRecord.to_dict`)."""
         data = asdict(self)
         data["files"] = [f.to_dict() for f in self.files]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ShardRecord":
+        """The record `to_dict` wrote."""
         data = dict(data)
         data["files"] = tuple(FileRecord.from_dict(f) for f in data.get("files", ()))
         return cls(**data)
@@ -103,6 +107,7 @@ class Manifest:
     inline: dict[str, bytes] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form of ``manifests/NODE.json`` (inline tables base64-coded)."""
         import base64
 
         return {"format": FORMAT, "node": self.node,
@@ -111,6 +116,7 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Manifest":
+        """The manifest `to_dict` wrote; a `StoreError` for another format."""
         import base64
 
         if data.get("format") != FORMAT:
@@ -134,11 +140,13 @@ class ArrayRecord:
     meta_xxh3: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
         return {"shape": list(self.shape), "dtype": self.dtype, "chunks": list(self.chunks), "nbytes": self.nbytes,
                 "meta_xxh3": self.meta_xxh3}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ArrayRecord":
+        """The record `to_dict` wrote."""
         meta = data.get("meta_xxh3")
         return cls(tuple(int(n) for n in data["shape"]), str(data["dtype"]),
                    tuple(int(n) for n in data["chunks"]), int(data.get("nbytes", 0)),
@@ -189,12 +197,14 @@ class NodeStats:
     file_bytes: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
         data = asdict(self)
         data["pairs"] = {k: list(v) for k, v in self.pairs.items()}
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NodeStats":
+        """The record `to_dict` wrote (unknown keys ignored)."""
         data = dict(data)
         data["pairs"] = {k: tuple(int(x) for x in v) for k, v in data.get("pairs", {}).items()}
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
@@ -220,13 +230,16 @@ class NodeRecord:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The node's array shape."""
         return self.array.shape
 
     @property
     def dtype(self) -> str:
+        """The node's array dtype."""
         return self.array.dtype
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form of the node's catalog entry."""
         data = {"name": self.name, "kind": self.kind, "array": self.array.to_dict(),
                 "strategies": list(self.strategies), "reason": self.reason,
                 "stats": self.stats.to_dict() if self.stats else None, "dropped": dict(self.dropped),
@@ -238,6 +251,7 @@ class NodeRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NodeRecord":
+        """The record `to_dict` wrote."""
         return cls(
             name=str(data["name"]), kind=str(data["kind"]), array=ArrayRecord.from_dict(data["array"]),
             strategies=tuple(data.get("strategies", ())), reason=str(data.get("reason", "")),
@@ -301,6 +315,7 @@ class RunRecord:
                              "was damaged: re-run the workflow") from None
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form of ``catalog.json``."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["nodes"] = {name: rec.to_dict() for name, rec in self.nodes.items()}
         return data

@@ -175,6 +175,7 @@ def _run_with_progress(args, wf, inputs: dict, **kwargs):
 
 
 def cmd_run(args) -> int:
+    """``subzero run``: run a workflow into a store; the exit status."""
     from subzero.inputs import check_bound, parse_assignments, read_inputs
 
     files = parse_assignments(args.input, "--input", "NAME=PATH")
@@ -396,6 +397,7 @@ def _write_files(args, run, node: str, mask, history: str, text: str) -> list[st
 
 
 def cmd_query(args) -> int:
+    """``subzero query``: trace cells backward or forward and print or write them; the exit status."""
     from subzero.run import open_run
 
     run = open_run(args.store)
@@ -444,6 +446,7 @@ def _bbox_text(frontier, fits: bool) -> str:
 
 
 def cmd_brush(args) -> int:
+    """``subzero brush``: linked brushing from a node's cells; the exit status."""
     from subzero.brush import brush, brush_data, default_source
     from subzero.run import open_run
 
@@ -560,6 +563,7 @@ def _replay_text(result, fits: bool) -> str:
 
 
 def cmd_replay(args) -> int:
+    """``subzero replay``: replace input cells and re-run what they reach into a new store; the exit status."""
     import contextlib
 
     from subzero.progress import choose_reporter
@@ -679,6 +683,7 @@ def _check_same(stored, re_executed, direction: str) -> None:
 
 
 def cmd_explain(args) -> int:
+    """``subzero explain``: what each node stored and why; the exit status."""
     from subzero.run import open_run
 
     run = open_run(args.store, partial=True)  # a failed or running store: what it committed
@@ -694,6 +699,7 @@ def cmd_explain(args) -> int:
 
 
 def cmd_info(args) -> int:
+    """``subzero info``: a store's summary; the exit status."""
     from subzero.info import info_data, info_text
 
     data = info_data(args.store)
@@ -702,6 +708,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_view(args) -> int:
+    """``subzero view``: serve the viewer over a store until interrupted; the exit status."""
     from subzero.view.server import serve
 
     serve(args.store, host=args.host, port=args.port, open_browser=args.open)
@@ -709,6 +716,7 @@ def cmd_view(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    """``subzero bench``: run a benchmark and write its results; the exit status."""
     if args.name == "viewer":
         from subzero.bench.viewer import run_viewer
 
@@ -759,6 +767,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``subzero`` argument parser with every sub-command."""
     parser = argparse.ArgumentParser(prog="subzero", description="Fine-grained lineage for array workflows on Spark.")
     parser.add_argument("--version", action="version", version=_version())
     # -v/-q work before or after the command: the sub-commands' copies only override when given

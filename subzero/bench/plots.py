@@ -40,6 +40,7 @@ def _save(fig, out_dir: Path, name: str) -> str:
 
 
 def plot_astronomy(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    """Draw the astronomy figures (disk, query time per configuration) into ``out_dir``; the file names."""
     figs = doc["figures"]
     configs = list(figs["disk"]["values"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -61,6 +62,7 @@ def plot_astronomy(doc: dict[str, Any], out_dir: Path) -> list[str]:
 
 
 def plot_genomics(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    """Draw the genomics figures (disk, query time per configuration) into ``out_dir``; the file names."""
     figs = doc["figures"]
     configs = list(figs["disk"]["values"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -113,6 +115,7 @@ def _grid_panels(figs: dict[str, Any], key: str, strategies: list[str], ylabel: 
 
 
 def plot_micro(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    """Draw the microbenchmark figures (costs against fan-in/out per strategy) into ``out_dir``; the file names."""
     figs = doc["figures"]
     fans = figs["fans"]["values"]
     stored = [s for s in figs["disk"]["values"] if s != "BlackBox"]

@@ -229,6 +229,7 @@ class RepairCosmics(WindowLineage, Operator):
 
     @property
     def tiling(self):
+        """Tiles with a halo of the repair radius."""
         return Halo(self.radius)
 
     def supported_modes(self):
@@ -249,6 +250,7 @@ class RepairCosmics(WindowLineage, Operator):
         return r if i == 0 else r - 1
 
     def flags(self, merged: np.ndarray, cover: np.ndarray) -> np.ndarray:
+        """The cells of ``merged`` flagged as cosmic rays within ``cover``."""
         x = np.asarray(merged, np.float64)
         median = ndimage.median_filter(x, size=3, mode="reflect")
         excess = x - median

@@ -89,26 +89,33 @@ class WindowLineage:
 
     # -- the mapping default: a window ------------------------------------------------
     def map_b_pairs(self, cells, i):
+        """Per cell, the input-``i`` cells of its default window."""
         return self._window_pairs(cells, self.window(i), self.input_shapes[i])
 
     def map_b(self, cells, i):
+        """The input-``i`` cells within the default window of ``cells``."""
         return self._window_cells(cells, self.input_shapes[i], self.window(i))
 
     def map_f(self, cells, i):
+        """The output cells within the default window of input-``i`` ``cells``."""
         return self._window_cells(cells, self.output_shape, self.window(i))
 
     def map_b_boxes(self, lo, hi, i):
+        """Output boxes grown by the window and clipped to input ``i``."""
         r = self.window(i)  # a window around every cell of a box: the box grown by r, clipped
         return np.maximum(lo - r, 0), np.minimum(hi + r, np.asarray(self.input_shapes[i], np.int64))
 
     def map_f_boxes(self, lo, hi, i):
+        """Input-``i`` boxes grown by the window and clipped to the output."""
         r = self.window(i)
         return np.maximum(lo - r, 0), np.minimum(hi + r, np.asarray(self.output_shape, np.int64))
 
     def map_b_mask(self, mask, i):
+        """The mask dilated by input ``i``'s window."""
         return dilate(np.asarray(mask, bool), self.window(i))
 
     def map_f_mask(self, mask, i):
+        """The mask dilated by input ``i``'s window."""
         return dilate(np.asarray(mask, bool), self.window(i))
 
     @classmethod
@@ -129,9 +136,11 @@ class WindowLineage:
 
     # -- payload overrides ----------------------------------------------------------------
     def map_p_pairs(self, cells, payload, i):
+        """Per cell, the input-``i`` cells of the window its payload names."""
         return self._window_pairs(cells, self.payload_window(int(payload[0]), i), self.input_shapes[i])
 
     def map_p(self, cells, payload, i):
+        """The input-``i`` cells within the window the payload names (all of them for `WHOLE`)."""
         radius = self.payload_window(int(payload[0]), i)
         if radius is None:
             return np.argwhere(np.ones(self.input_shapes[i], bool)).astype(np.int64)

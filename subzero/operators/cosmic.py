@@ -55,6 +55,7 @@ class CosmicRayDetect(WindowLineage, Operator):
 
     @property
     def tiling(self):
+        """Tiles with a halo wide enough for detection and growth."""
         return Halo(max(self.radius + 1, self.DETECT))
 
     def supported_modes(self):

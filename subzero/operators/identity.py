@@ -15,16 +15,21 @@ class IdentityMapping:
     """
 
     def map_b(self, cells, i):
+        """The same cells (each output cell reads itself)."""
         return np.asarray(cells, np.int64)
 
     def map_f(self, cells, i):
+        """The same cells (each input cell is read by itself)."""
         return np.asarray(cells, np.int64)
 
     def map_b_pairs(self, cells, i):
+        """Each cell paired with itself."""
         return np.arange(len(cells), dtype=np.int64), np.asarray(cells, np.int64)
 
     def map_b_mask(self, mask, i):
+        """A copy of the mask."""
         return mask.copy()
 
     def map_f_mask(self, mask, i):
+        """A copy of the mask."""
         return mask.copy()

@@ -44,6 +44,7 @@ class IndexMapOperator(Operator):
     fill: float = 0
 
     def maps_for(self, shape: Shape) -> list[np.ndarray]:
+        """Per axis, the input index each output index reads (-1: none) for an input of ``shape``."""
         raise NotImplementedError
 
     def axis_maps(self) -> list[np.ndarray]:

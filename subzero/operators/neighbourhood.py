@@ -58,6 +58,7 @@ class StencilOperator(Operator):
         return self.stencil(len(self.input_shapes[0]))
 
     def radius(self) -> tuple[int, ...]:
+        """The stencil's radius per axis."""
         off = self.offsets()
         return tuple(int(r) for r in np.abs(off).max(axis=0)) if len(off) else (0,) * off.shape[1]
 
@@ -66,6 +67,7 @@ class StencilOperator(Operator):
 
     @property
     def tiling(self):
+        """Tiles with a halo of the stencil's radius (None for wrap-around modes)."""
         if "wrap" in self.mode or not self.input_shapes:
             return None
         return Halo(self.radius())

@@ -40,6 +40,7 @@ class AxisReduction(MapTiled):
         return tuple(n for a, n in enumerate(shape) if a not in axes)
 
     def reduce(self, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+        """``x`` reduced over ``axes``."""
         return type(self).fn(x, axis=axes)
 
     def run(self, ctx, x):

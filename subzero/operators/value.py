@@ -89,6 +89,7 @@ class Histogram(Operator):
 
     @property
     def n_bins(self) -> int:
+        """The number of bins."""
         return self.bins if isinstance(self.bins, int) else len(self.bins) - 1
 
     def supported_modes(self):
@@ -279,6 +280,7 @@ class Filter(_Selection):
         return self._select(ctx, x, self.keep(x))
 
     def write_full(self, ctx, cells, origin, bound, shape):
+        """Write the FULL lineage of the kept ``cells`` (pairs of each kept cell and its source)."""
         a = self._axis()
         r = cells[:, a]
         if not self.positional:
@@ -330,6 +332,7 @@ class Compress(_Selection):
         return self._select(ctx, x, self.keep(condition, x))
 
     def write_full(self, ctx, cells, origin, bound, shape):
+        """Write the FULL lineage of the kept ``cells`` (pairs of each kept cell and its source)."""
         n = len(cells)
         pair = np.arange(n, dtype=np.int64)
         copied = self._moved(cells, origin)

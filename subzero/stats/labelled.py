@@ -54,24 +54,29 @@ class LabelledCells:
 
     @property
     def size(self) -> int:
+        """Cells of the array."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     @classmethod
     def of(cls, labels: np.ndarray, cells: np.ndarray, shape) -> "LabelledCells":
+        """The (label, cell) pairs of ``labels`` and flat ``cells`` of an array of ``shape``."""
         shape = tuple(int(n) for n in shape)
         size = int(np.prod(shape, dtype=np.int64))
         return cls(shape, sorted_unique(np.asarray(labels, np.int64) * size + np.asarray(cells, np.int64)))
 
     @classmethod
     def empty(cls, shape) -> "LabelledCells":
+        """No pairs over an array of ``shape``."""
         return cls(tuple(shape), np.empty(0, np.int64))
 
     @property
     def labels(self) -> np.ndarray:
+        """The label of each pair."""
         return self.keys // self.size
 
     @property
     def cells(self) -> np.ndarray:
+        """The flat cell id of each pair."""
         return self.keys % self.size
 
     def frontier(self) -> Frontier:
@@ -79,6 +84,7 @@ class LabelledCells:
         return Frontier.of_ids(unique_ids(self.cells, self.size), self.shape, unique=True)
 
     def union(self, other: "LabelledCells") -> "LabelledCells":
+        """The pairs of either set."""
         return LabelledCells(self.shape, sorted_unique(np.concatenate([self.keys, other.keys]), runs=True))
 
     def __len__(self) -> int:

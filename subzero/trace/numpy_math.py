@@ -81,6 +81,7 @@ for _how, _fns in _REDUCTION_FUNCTIONS.items():
 # -- products ---------------------------------------------------------------------------------------------
 @implements(np.matmul)
 def matmul(a, b, out=None, **kwargs):
+    """``np.matmul`` of two symbolic arrays, traced as a `MatMul` node."""
     _no_out(out, "matmul")
     a, b = _both_symbolic(a, b, "matmul")
     if a.ndim == 0 or b.ndim == 0:
@@ -115,6 +116,7 @@ def _np_outer(a, b, out=None):
 
 
 def outer(a, b):
+    """``np.multiply.outer`` of two symbolic arrays, traced as an `Outer` node."""
     a, b = _both_symbolic(a, b, "multiply.outer")
     return add_node(ops.Outer(), [_plain(a), _plain(b)], "outer", dtype=np.result_type(a.dtype, b.dtype))
 

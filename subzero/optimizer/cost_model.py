@@ -69,10 +69,11 @@ class NodeProfile:
 
     def fan(self, direction: Direction | str, cells: float) -> float:
         """Cells one step yields from ``cells`` entering, capped by the array size."""
+        backward = Direction.parse(direction) is Direction.BACKWARD
+        cap = max(self.in_sizes, default=1) if backward else self.out_size
         if self.all_to_all:
-            return float(max(self.in_sizes, default=1) if direction == "backward" else self.out_size)
-        cap = max(self.in_sizes, default=1) if direction == "backward" else self.out_size
-        per = self.fan_backward if direction == "backward" else self.fan_forward
+            return float(cap)
+        per = self.fan_backward if backward else self.fan_forward
         return float(min(cap, cells * per))
 
 
@@ -101,9 +102,8 @@ def step_cost(profile: NodeProfile, strategy: Strategy | str, direction: Directi
 
     ``cells`` is the number of frontier cells entering the step.
     """
-    cells = max(float(cells), 1.0)
+    cells, direction, s = max(float(cells), 1.0), Direction.parse(direction), Strategy.parse(strategy)
     out = profile.fan(direction, cells)
-    s = Strategy.parse(strategy)
     if profile.all_to_all:
         return STEP_OVERHEAD
     if s.mode is Mode.BLACKBOX:
@@ -114,14 +114,13 @@ def step_cost(profile: NodeProfile, strategy: Strategy | str, direction: Directi
     if s.both_directions:  # range rules: boxes in, boxes out, a few rules per frontier box
         return STEP_OVERHEAD + min(cells, 4096) * RTREE_BOX + (0 if not sp.keys else 2 * KEY_LOOKUP) + \
             min(out, 4096) * CELL
-    keyed = "forward" if s.direction == "forward" else "backward"
     payload = s.mode in (Mode.PAY, Mode.COMP)
-    if direction != keyed and not payload:  # mismatched index: every entry of the touched tiles is read
+    if direction is not Direction.parse(s.direction) and not payload:  # mismatched index: every entry of the touched tiles is read
         share = min(profile.tiles, max(1.0, cells)) / max(profile.tiles, 1)
         cost = (sp.keys * KEY_LOOKUP + sp.pairs * PAIR_DECODE + (sp.out_cells + sp.in_cells) * CELL) * share
         return STEP_OVERHEAD + cost
     per_pair = sp.out_cells / sp.pairs if sp.pairs else 1.0
-    if payload and direction == "forward":  # the R-tree of payload envelopes picks what to expand
+    if payload and direction is Direction.FORWARD:  # the R-tree of payload envelopes picks what to expand
         pairs_hit = min(sp.pairs, cells * profile.fan_forward / max(per_pair, 1.0) + 1)
         cost = min(cells, 4096) * RTREE_BOX + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + out * CELL
     elif s.encoding == "One":

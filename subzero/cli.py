@@ -396,14 +396,19 @@ def _write_files(args, run, node: str, mask, history: str, text: str) -> list[st
     return written
 
 
-def cmd_query(args) -> int:
-    """``subzero query``: trace cells backward or forward and print or write them; the exit status."""
+def _open_traced(args) -> tuple[Any, dict, dict | None]:
+    """What ``query`` and ``brush`` start from: the run, its start cells (``--sky`` included)
+    and the strategies ``--using`` forces."""
     from subzero.run import open_run
 
     run = open_run(args.store)
     _add_sky_cells(args, run, args.node)
-    start = _query_start(args)
-    using = {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
+    return run, _query_start(args), {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
+
+
+def cmd_query(args) -> int:
+    """``subzero query``: trace cells backward or forward and print or write them; the exit status."""
+    run, start, using = _open_traced(args)
     _check_outputs(args, run, args.to, [args.node, args.to])
     query = run.backward if args.direction == "backward" else run.forward
     answer = query(args.node, to=args.to, using=using, as_="frontier", **start)
@@ -448,12 +453,8 @@ def _bbox_text(frontier, fits: bool) -> str:
 def cmd_brush(args) -> int:
     """``subzero brush``: linked brushing from a node's cells; the exit status."""
     from subzero.brush import brush, brush_data, default_source
-    from subzero.run import open_run
 
-    run = open_run(args.store)
-    _add_sky_cells(args, run, args.node)
-    start = _query_start(args)
-    using = {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
+    run, start, using = _open_traced(args)
     to = args.to or default_source(run, args.node)
     outputs = [o for item in args.outputs or [] for o in item.split(",") if o] or None
     names = [run.node(o).name for o in outputs] if outputs else [n.name for n in run.workflow.outputs]

@@ -64,7 +64,7 @@ def _numpy_method(name: str) -> Callable[..., Any]:
     with the same arguments after the array (traced through ``__array_function__``)."""
     fn = getattr(np, name)
 
-    def method(self, *args, **kwargs):
+    def method(self, *args: Any, **kwargs: Any) -> Any:
         return fn(self, *args, **kwargs)
 
     method.__name__ = name
@@ -152,11 +152,11 @@ class SymbolicArray:
     def __index__(self):
         self._no_value("using an array as an index or a count (range(), list index)")
 
-    def item(self, *args):
+    def item(self, *args: Any) -> Any:
         """Refused: a symbolic array has no values."""
         self._no_value(".item()")
 
-    def tolist(self):
+    def tolist(self) -> Any:
         """Refused: a symbolic array has no values."""
         self._no_value(".tolist()")
 
@@ -181,12 +181,12 @@ class SymbolicArray:
     def __ior__(self, o): self._in_place("|")
     def __ixor__(self, o): self._in_place("^")
 
-    def fill(self, value):
+    def fill(self, value: Any) -> None:
         """Refused: an in-place update (`InPlaceError`)."""
         raise InPlaceError("x.fill(v) updates an array in place; write x = np.full_like(x, v) outside the workflow, "
                            "or x * 0 + v")
 
-    def sort(self, *args, **kwargs):
+    def sort(self, *args: Any, **kwargs: Any) -> None:
         """Refused: an in-place sort (`InPlaceError`); use ``np.sort``."""
         raise InPlaceError("x.sort() sorts in place; write x = np.sort(x, axis)")
 
@@ -230,15 +230,15 @@ class SymbolicArray:
         return _numpy().getitem(self, key)
 
     @property
-    def T(self):
+    def T(self) -> Any:
         """``np.transpose(x)``, traced."""
         return np.transpose(self)
 
-    def transpose(self, *axes):
+    def transpose(self, *axes: Any) -> Any:
         """``np.transpose(x, axes)``, traced."""
         return np.transpose(self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None))
 
-    def reshape(self, *shape, order="C"):
+    def reshape(self, *shape, order="C") -> Any:
         """``np.reshape(x, shape)``, traced."""
         return np.reshape(self, shape[0] if len(shape) == 1 else shape, order=order)
 
@@ -247,15 +247,15 @@ class SymbolicArray:
     min, max, any, all = (_numpy_method(n) for n in ("min", "max", "any", "all"))
     argsort, dot, round = (_numpy_method(n) for n in ("argsort", "dot", "round"))
 
-    def astype(self, dtype, copy=True):
+    def astype(self, dtype: Any, copy: bool = True) -> Any:
         """The array as ``dtype`` (a traced cast)."""
         return _numpy().astype(self, dtype)
 
-    def copy(self):
+    def copy(self) -> "SymbolicArray":
         """The array itself: symbolic arrays are never updated in place."""
         return self
 
-    def clip(self, min=None, max=None):
+    def clip(self, min: Any = None, max: Any = None) -> Any:
         """``np.clip(x, min, max)``, traced."""
         return np.clip(self, min, max)
 

@@ -592,3 +592,14 @@ def test_transpose_compresses_to_one_rule_whatever_the_tile_width(n, tile):
     op = bind(ops.Transpose(), [(n, n)])
     rules = compress(derived_full(op, ((0, tile), (0, tile))), op.output_shape, op.input_shapes)
     assert rules.n_rules == 1 and len(serialize(rules)) < 100
+
+
+def test_a_tables_bytes_are_computed_once_and_merging_is_a_function_over_tables():
+    from subzero.encoders.ranges import demo_pairs
+
+    pairs = demo_pairs()
+    halves = [compress(pairs.select(np.arange(8) < 4), (8,), [(8,)]),
+              compress(pairs.select(np.arange(8) >= 4), (8,), [(8,)])]
+    merged = merge_tables(halves)
+    assert serialize(merged) is serialize(merged)  # kept in the table's memo
+    assert deserialize(serialize(merged)).equals(merged) and merged.n_rules == 3

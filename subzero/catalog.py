@@ -19,9 +19,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from subzero.errors import StoreError
+from subzero.modes import Strategy
 
 __all__ = ["FORMAT", "FileRecord", "ShardRecord", "Manifest", "ArrayRecord", "NodeStats", "NodeRecord",
-           "RunRecord"]
+           "PendingNode", "RunRecord"]
 
 #: version of the store layout and of these records (1: .npy arrays and one LMDB environment;
 #: 2: Zarr arrays and per-tile shards; 3: the catalog, manifests and operators checksummed, and
@@ -44,10 +45,12 @@ class FileRecord:
     xxh3: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "FileRecord":
+        """The record `to_dict` wrote."""
         return cls(str(data["suffix"]), int(data["size"]), str(data["xxh3"]))
 
 
@@ -78,12 +81,14 @@ class ShardRecord:
         return sum(f.size for f in self.files)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (its files as `FileRecord.to_dict`)."""
         data = asdict(self)
         data["files"] = [f.to_dict() for f in self.files]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ShardRecord":
+        """The record `to_dict` wrote."""
         data = dict(data)
         data["files"] = tuple(FileRecord.from_dict(f) for f in data.get("files", ()))
         return cls(**data)
@@ -102,6 +107,7 @@ class Manifest:
     inline: dict[str, bytes] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form of ``manifests/NODE.json`` (inline tables base64-coded)."""
         import base64
 
         return {"format": FORMAT, "node": self.node,
@@ -110,6 +116,7 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Manifest":
+        """The manifest `to_dict` wrote; a `StoreError` for another format."""
         import base64
 
         if data.get("format") != FORMAT:
@@ -133,15 +140,45 @@ class ArrayRecord:
     meta_xxh3: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
         return {"shape": list(self.shape), "dtype": self.dtype, "chunks": list(self.chunks), "nbytes": self.nbytes,
                 "meta_xxh3": self.meta_xxh3}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ArrayRecord":
+        """The record `to_dict` wrote."""
         meta = data.get("meta_xxh3")
         return cls(tuple(int(n) for n in data["shape"]), str(data["dtype"]),
                    tuple(int(n) for n in data["chunks"]), int(data.get("nbytes", 0)),
                    str(meta) if meta is not None else None)
+
+
+@dataclass(frozen=True)
+class PendingNode:
+    """A node's share of a two-phase run's plan, kept in the catalog (``optimizer["pending"]``)
+    between the phases so that a resumed run keeps it: the chosen strategies, what phase 1
+    measured, the array it computed, and the optimizer's explanation for the node record
+    (``extra``: reason, predicted costs, profile, pruned candidates)."""
+
+    strategies: tuple[Strategy, ...]
+    measured: dict[str, Any]
+    array: ArrayRecord
+    extra: dict[str, Any]
+
+    def names(self) -> tuple[str, ...]:
+        """The chosen strategies' names."""
+        return tuple(s.name for s in self.strategies)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (strategy names, the array as `ArrayRecord.to_dict`)."""
+        return {"strategies": list(self.names()), "measured": self.measured, "array": self.array.to_dict(),
+                "extra": self.extra}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PendingNode":
+        """The record `to_dict` wrote."""
+        return cls(tuple(Strategy.parse(s) for s in data["strategies"]), dict(data["measured"]),
+                   ArrayRecord.from_dict(data["array"]), dict(data["extra"]))
 
 
 @dataclass(frozen=True)
@@ -160,12 +197,14 @@ class NodeStats:
     file_bytes: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
         data = asdict(self)
         data["pairs"] = {k: list(v) for k, v in self.pairs.items()}
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NodeStats":
+        """The record `to_dict` wrote (unknown keys ignored)."""
         data = dict(data)
         data["pairs"] = {k: tuple(int(x) for x in v) for k, v in data.get("pairs", {}).items()}
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
@@ -191,13 +230,16 @@ class NodeRecord:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The node's array shape."""
         return self.array.shape
 
     @property
     def dtype(self) -> str:
+        """The node's array dtype."""
         return self.array.dtype
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form of the node's catalog entry."""
         data = {"name": self.name, "kind": self.kind, "array": self.array.to_dict(),
                 "strategies": list(self.strategies), "reason": self.reason,
                 "stats": self.stats.to_dict() if self.stats else None, "dropped": dict(self.dropped),
@@ -209,6 +251,7 @@ class NodeRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NodeRecord":
+        """The record `to_dict` wrote."""
         return cls(
             name=str(data["name"]), kind=str(data["kind"]), array=ArrayRecord.from_dict(data["array"]),
             strategies=tuple(data.get("strategies", ())), reason=str(data.get("reason", "")),
@@ -257,7 +300,13 @@ class RunRecord:
         """This catalog with ``record`` committed (replacing an entry of the same name)."""
         return replace(self, nodes={**self.nodes, record.name: record})
 
+    def pending(self) -> dict[str, PendingNode] | None:
+        """The plan a two-phase run keeps between its phases, per node (None when there is none)."""
+        raw = (self.optimizer or {}).get("pending")
+        return None if raw is None else {name: PendingNode.from_dict(d) for name, d in raw.items()}
+
     def node(self, name: str) -> NodeRecord:
+        """The committed record of node ``name`` (a `StoreError` naming the committed ones if absent)."""
         try:
             return self.nodes[name]
         except KeyError:
@@ -266,6 +315,7 @@ class RunRecord:
                              "was damaged: re-run the workflow") from None
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form of ``catalog.json``."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["nodes"] = {name: rec.to_dict() for name, rec in self.nodes.items()}
         return data

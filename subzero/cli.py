@@ -175,6 +175,7 @@ def _run_with_progress(args, wf, inputs: dict, **kwargs):
 
 
 def cmd_run(args) -> int:
+    """``subzero run``: run a workflow into a store; the exit status."""
     from subzero.inputs import check_bound, parse_assignments, read_inputs
 
     files = parse_assignments(args.input, "--input", "NAME=PATH")
@@ -395,13 +396,19 @@ def _write_files(args, run, node: str, mask, history: str, text: str) -> list[st
     return written
 
 
-def cmd_query(args) -> int:
+def _open_traced(args) -> tuple[Any, dict, dict | None]:
+    """What ``query`` and ``brush`` start from: the run, its start cells (``--sky`` included)
+    and the strategies ``--using`` forces."""
     from subzero.run import open_run
 
     run = open_run(args.store)
     _add_sky_cells(args, run, args.node)
-    start = _query_start(args)
-    using = {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
+    return run, _query_start(args), {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
+
+
+def cmd_query(args) -> int:
+    """``subzero query``: trace cells backward or forward and print or write them; the exit status."""
+    run, start, using = _open_traced(args)
     _check_outputs(args, run, args.to, [args.node, args.to])
     query = run.backward if args.direction == "backward" else run.forward
     answer = query(args.node, to=args.to, using=using, as_="frontier", **start)
@@ -444,13 +451,10 @@ def _bbox_text(frontier, fits: bool) -> str:
 
 
 def cmd_brush(args) -> int:
+    """``subzero brush``: linked brushing from a node's cells; the exit status."""
     from subzero.brush import brush, brush_data, default_source
-    from subzero.run import open_run
 
-    run = open_run(args.store)
-    _add_sky_cells(args, run, args.node)
-    start = _query_start(args)
-    using = {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
+    run, start, using = _open_traced(args)
     to = args.to or default_source(run, args.node)
     outputs = [o for item in args.outputs or [] for o in item.split(",") if o] or None
     names = [run.node(o).name for o in outputs] if outputs else [n.name for n in run.workflow.outputs]
@@ -560,6 +564,7 @@ def _replay_text(result, fits: bool) -> str:
 
 
 def cmd_replay(args) -> int:
+    """``subzero replay``: replace input cells and re-run what they reach into a new store; the exit status."""
     import contextlib
 
     from subzero.progress import choose_reporter
@@ -679,6 +684,7 @@ def _check_same(stored, re_executed, direction: str) -> None:
 
 
 def cmd_explain(args) -> int:
+    """``subzero explain``: what each node stored and why; the exit status."""
     from subzero.run import open_run
 
     run = open_run(args.store, partial=True)  # a failed or running store: what it committed
@@ -694,6 +700,7 @@ def cmd_explain(args) -> int:
 
 
 def cmd_info(args) -> int:
+    """``subzero info``: a store's summary; the exit status."""
     from subzero.info import info_data, info_text
 
     data = info_data(args.store)
@@ -702,6 +709,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_view(args) -> int:
+    """``subzero view``: serve the viewer over a store until interrupted; the exit status."""
     from subzero.view.server import serve
 
     serve(args.store, host=args.host, port=args.port, open_browser=args.open)
@@ -709,6 +717,7 @@ def cmd_view(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    """``subzero bench``: run a benchmark and write its results; the exit status."""
     if args.name == "viewer":
         from subzero.bench.viewer import run_viewer
 
@@ -736,6 +745,22 @@ def _add_cell_options(parser) -> None:
                         help="cells are 1-based X,Y and boxes inclusive X0:X1,Y0:Y1 (DS9/FITS); output likewise")
 
 
+def _add_answer_options(parser, traced: str, json_help: str, plot_help: str) -> None:
+    """The options ``query`` and ``brush`` share: the start cells, forced strategies, and where the
+    ``traced`` cells go (JSON, a plot, a mask, DS9 regions)."""
+    _add_cell_options(parser)
+    parser.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
+    parser.add_argument("--json", action="store_true", help=json_help)
+    parser.add_argument("--plot", metavar="FILE.png", help=plot_help)
+    parser.add_argument("--mask", metavar="FILE.npy|FILE.fits", help=f"write the {traced} as a boolean mask")
+    parser.add_argument("--regions", metavar="FILE.reg", help=f"write the {traced} as DS9 regions (2-D)")
+    parser.add_argument("--regions-frame", choices=["image", "fk5"], default="image",
+                        help="--regions in image coordinates (default) or fk5 through the node's WCS")
+    parser.add_argument("--sky", action="append", metavar="'RA DEC'",
+                        help="a cell by sky position, degrees or sexagesimal (ICRS/fk5), through the node's WCS "
+                             "(repeatable)")
+
+
 def _version() -> str:
     from subzero import __version__
 
@@ -743,6 +768,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``subzero`` argument parser with every sub-command."""
     parser = argparse.ArgumentParser(prog="subzero", description="Fine-grained lineage for array workflows on Spark.")
     parser.add_argument("--version", action="version", version=_version())
     # -v/-q work before or after the command: the sub-commands' copies only override when given
@@ -797,17 +823,8 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("direction", choices=["backward", "forward"])
     query.add_argument("node", help="the node the cells belong to")
     query.add_argument("--to", required=True, help="the node to trace to")
-    _add_cell_options(query)
-    query.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
-    query.add_argument("--json", action="store_true", help="print JSON instead of one cell per line")
-    query.add_argument("--plot", metavar="FILE.png", help="draw the traced cells over the arrays (PNG, PDF, SVG)")
-    query.add_argument("--mask", metavar="FILE.npy|FILE.fits", help="write the traced cells as a boolean mask")
-    query.add_argument("--regions", metavar="FILE.reg", help="write the traced cells as DS9 regions (2-D)")
-    query.add_argument("--regions-frame", choices=["image", "fk5"], default="image",
-                       help="--regions in image coordinates (default) or fk5 through the node's WCS")
-    query.add_argument("--sky", action="append", metavar="'RA DEC'",
-                       help="a cell by sky position, degrees or sexagesimal (ICRS/fk5), through the node's WCS "
-                            "(repeatable)")
+    _add_answer_options(query, "traced cells", "print JSON instead of one cell per line",
+                        "draw the traced cells over the arrays (PNG, PDF, SVG)")
     query.set_defaults(func=cmd_query)
 
     brush = sub.add_parser("brush", parents=[common],
@@ -820,17 +837,8 @@ def build_parser() -> argparse.ArgumentParser:
     brush.add_argument("--to", help="the input to trace back to (default: the node's only input)")
     brush.add_argument("--outputs", action="append", metavar="NODE[,NODE]",
                        help="the nodes to trace forward to (default: the workflow's outputs)")
-    _add_cell_options(brush)
-    brush.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
-    brush.add_argument("--json", action="store_true", help="print JSON: counts and disjoint boxes of every answer")
-    brush.add_argument("--plot", metavar="FILE.png", help="draw the brush, the input cells and every output's cells")
-    brush.add_argument("--mask", metavar="FILE.npy|FILE.fits", help="write the traced input cells as a boolean mask")
-    brush.add_argument("--regions", metavar="FILE.reg", help="write the traced input cells as DS9 regions (2-D)")
-    brush.add_argument("--regions-frame", choices=["image", "fk5"], default="image",
-                       help="--regions in image coordinates (default) or fk5 through the node's WCS")
-    brush.add_argument("--sky", action="append", metavar="'RA DEC'",
-                       help="a cell by sky position, degrees or sexagesimal (ICRS/fk5), through the node's WCS "
-                            "(repeatable)")
+    _add_answer_options(brush, "traced input cells", "print JSON: counts and disjoint boxes of every answer",
+                        "draw the brush, the input cells and every output's cells")
     brush.set_defaults(func=cmd_brush)
 
     replay = sub.add_parser("replay", parents=[common],

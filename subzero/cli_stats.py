@@ -69,6 +69,7 @@ def _table_format(path: str) -> str:
 
 
 def cmd_catalog(args) -> int:
+    """``subzero catalog``: a per-object lineage table of a stored run; the exit status."""
     import numpy as np
 
     from subzero.export import _atomic
@@ -118,6 +119,7 @@ def _write_counts(path: Path, counts: np.ndarray, header, history: str) -> None:
 
 
 def cmd_contaminate(args) -> int:
+    """``subzero contaminate``: contamination masks and counts of flagged cells; the exit status."""
     import numpy as np
 
     from subzero.inputs import node_fits_header

@@ -27,6 +27,7 @@ class Node:
 
     @property
     def is_input(self) -> bool:
+        """True for an input node (no operator)."""
         return self.operator is None
 
     def __repr__(self) -> str:
@@ -101,6 +102,7 @@ class Workflow:
 
     @property
     def inputs(self) -> list[Node]:
+        """The input nodes, in the order they were added."""
         return [n for n in self._nodes.values() if n.is_input]
 
     @property

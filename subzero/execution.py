@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, RunRecord
+from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, PendingNode, RunRecord
 from subzero.errors import StoreError, WorkflowError
 from subzero.executor import Executor, LocalExecutor
 from subzero.fingerprint import array_digest, combine_digests, differences, run_fingerprint
@@ -459,31 +459,31 @@ def _check_tile_shape(tile_shape) -> None:
 def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runtime) -> None:
     """Phase 1 and the plan (unless a resumed run's catalog holds them), then phase 2 for
     every node not committed yet."""
-    pending = (run.catalog.optimizer or {}).get("pending")
+    pending = run.catalog.pending()
     if pending is None:
         pending = _plan(run, operators, pinned, queries, max_runtime)
     for node in operators:
         if node.name in run.catalog.nodes:
             continue  # committed before the run was resumed
         item = pending[node.name]
-        chosen = _strategies(item["strategies"])
+        chosen = tuple(item.strategies)
         stored = tuple(s for s in chosen if s.stored)
         if stored:
             metas, wall = run.capture(node, stored)
             measured = None
         else:
-            metas, wall, measured = [], item["measured"]["wall"], item["measured"]
-        run.commit(node, chosen, metas, wall, dict(item["extra"]), measured=measured)
+            metas, wall, measured = [], item.measured["wall"], item.measured
+        run.commit(node, chosen, metas, wall, dict(item.extra), measured=measured)
     optimizer = {k: v for k, v in (run.catalog.optimizer or {}).items() if k != "pending"}
     run.catalog = replace(run.catalog, optimizer=optimizer)
 
 
-def _plan(run: _Execution, operators: list[Node], pinned, queries, max_runtime) -> dict[str, dict]:
+def _plan(run: _Execution, operators: list[Node], pinned, queries, max_runtime) -> dict[str, PendingNode]:
     """Phase 1 (every node computed without lineage and profiled), then the integer program;
     the plan goes to the catalog before phase 2 starts, so a resumed run keeps it."""
     from subzero.optimizer.budgets import parse_runtime_budget
     from subzero.optimizer.calibrate import profile_node
-    from subzero.optimizer.plan import optimize
+    from subzero.optimizer.plan import optimize, pending_nodes
 
     profiles, computed, base, calibration = {}, {}, 0.0, 0.0
     for node in operators:
@@ -503,23 +503,12 @@ def _plan(run: _Execution, operators: list[Node], pinned, queries, max_runtime) 
     except WorkflowError as exc:  # pins alone break a budget: plan the rest, pins fall back at commit
         plan, problem = optimize(run.wf, profiles, queries, run.disk_left, runtime_budget, {})
         over_budget = str(exc)
-    pending = {}
-    for node in operators:
-        chosen = pinned.get(node.name) or tuple(plan.chosen.get(node.name, ("BlackBox",)))
-        predicted = {c.strategy: {"disk": c.disk, "runtime": c.runtime, "query": dict(c.query_cost)}
-                     for c in problem.candidates if c.node == node.name}
-        pending[node.name] = {
-            "strategies": list(chosen), "measured": computed[node.name],
-            "array": run.arrays[node.name].to_dict(),
-            "extra": {"reason": "pinned" if node.name in pinned else plan.reasons.get(node.name, ""),
-                      "predicted": predicted, "profile": profiles[node.name].to_dict(),
-                      "pruned": {s: why for (n, s), why in plan.pruned.items() if n == node.name},
-                      "compute_seconds": computed[node.name]["wall"]}}
+    pending = pending_nodes(plan, problem, pinned, profiles, computed, run.arrays)
     run.catalog = replace(run.catalog, optimizer={
         "base_seconds": base, "calibration_seconds": calibration, "solve_seconds": plan.solve_seconds,
         "objective": plan.objective, "status": plan.status, "max_disk_bytes": run.disk_left,
         "max_runtime_seconds": runtime_budget, "predicted_disk": plan.disk, "predicted_runtime": plan.runtime,
-        "pins_over_budget": over_budget, "pending": pending,
+        "pins_over_budget": over_budget, "pending": {n: p.to_dict() for n, p in pending.items()},
     })
     run.store.write_catalog(run.catalog)
     return pending

@@ -44,8 +44,7 @@ def to_fits_coords(coords: np.ndarray) -> np.ndarray:
     >>> to_fits_coords(np.array([[2, 5]])).tolist()
     [[6, 3]]
     """
-    coords = np.asarray(coords, dtype=np.int64)
-    return coords[:, ::-1] + 1 if coords.ndim == 2 else coords
+    return _swap_axes(coords, 1)
 
 
 def from_fits_coords(coords: np.ndarray) -> np.ndarray:
@@ -56,8 +55,13 @@ def from_fits_coords(coords: np.ndarray) -> np.ndarray:
     >>> from_fits_coords(np.array([[6, 3]])).tolist()
     [[2, 5]]
     """
+    return _swap_axes(coords, -1)
+
+
+def _swap_axes(coords: np.ndarray, shift: int) -> np.ndarray:
+    """Rows of coordinates with their axes reversed and ``shift`` added (other arrays as they are)."""
     coords = np.asarray(coords, dtype=np.int64)
-    return coords[:, ::-1] - 1 if coords.ndim == 2 else coords
+    return coords[:, ::-1] + shift if coords.ndim == 2 else coords
 
 
 def mask_boxes(mask: np.ndarray) -> list[tuple[int, int, int, int]]:

@@ -58,10 +58,12 @@ class Frontier:
     # -- constructors -------------------------------------------------------------------------
     @classmethod
     def empty(cls, shape: Shape) -> "Frontier":
+        """No cells of an array of ``shape``."""
         return cls(shape, ids=_EMPTY_IDS, count=0)
 
     @classmethod
     def full(cls, shape: Shape) -> "Frontier":
+        """Every cell of an array of ``shape`` (one box)."""
         shape = tuple(shape)
         lo = np.zeros((1, len(shape)), np.int64)
         hi = np.asarray(shape, np.int64).reshape(1, len(shape))
@@ -87,6 +89,7 @@ class Frontier:
 
     @classmethod
     def of_mask(cls, mask: np.ndarray) -> "Frontier":
+        """The cells set in ``mask``: kept as ids when few, as the mask otherwise."""
         mask = np.asarray(mask, bool)
         count = int(np.count_nonzero(mask))
         if count <= DENSE_FRACTION * mask.size or count <= 64:
@@ -113,6 +116,7 @@ class Frontier:
     # -- what it holds --------------------------------------------------------------------------
     @property
     def kind(self) -> str:
+        """``"ids"``, ``"boxes"`` or ``"mask"``: how the cells are held."""
         return "boxes" if self._boxes is not None else ("mask" if self._mask is not None else "ids")
 
     @property
@@ -138,12 +142,14 @@ class Frontier:
 
     @property
     def is_empty(self) -> bool:
+        """True when the frontier holds no cell."""
         if self._boxes is not None:
             return not len(self._boxes[0])
         return self.count == 0
 
     @property
     def is_full(self) -> bool:
+        """True when the frontier holds every cell of its array."""
         if self._boxes is not None:
             lo, hi = self._boxes
             if not (np.all(lo.min(axis=0) == 0) and np.all(hi.max(axis=0) == np.asarray(self.shape))):
@@ -212,6 +218,7 @@ class Frontier:
 
     # -- set operations ---------------------------------------------------------------------
     def union(self, other: "Frontier") -> "Frontier":
+        """The cells of either frontier (same shape)."""
         if self.is_empty:
             return other
         if other.is_empty:

@@ -127,6 +127,7 @@ class Strategy:
 
     @property
     def mode(self) -> Mode:
+        """The strategy's lineage mode."""
         return _BASES[self.base][0]
 
     @property
@@ -146,6 +147,7 @@ class Strategy:
 
     @property
     def name(self) -> str:
+        """The canonical name: ``"FullOne/backward"``, or the base alone when no direction applies."""
         return f"{self.base}/{self.direction}" if self.stored and not self.both_directions else self.base
 
     def __str__(self) -> str:

@@ -24,6 +24,7 @@ def owners(ptr: np.ndarray) -> np.ndarray:
 
 
 def ptr_from_counts(counts: np.ndarray) -> np.ndarray:
+    """The CSR pointer of ``counts`` (a leading 0, then the running sum)."""
     ptr = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     return ptr
@@ -53,19 +54,23 @@ class FullPairs:
 
     @classmethod
     def empty(cls, n_inputs: int) -> "FullPairs":
+        """No pairs, over ``n_inputs`` inputs."""
         z = np.zeros(1, dtype=np.int64)
         return cls(_EMPTY, z, (_EMPTY,) * n_inputs, (z,) * n_inputs)
 
     @property
     def n_pairs(self) -> int:
+        """Number of region pairs."""
         return len(self.out_ptr) - 1
 
     @property
     def n_inputs(self) -> int:
+        """Number of inputs (one in-id list per input)."""
         return len(self.in_ids)
 
     @classmethod
     def concat(cls, parts: "list[FullPairs]", n_inputs: int) -> "FullPairs":
+        """The pairs of ``parts`` in one set, in order."""
         parts = [p for p in parts if p.n_pairs]
         out_ids, out_ptr = _concat_csr([(p.out_ids, p.out_ptr) for p in parts])
         ins = [_concat_csr([(p.in_ids[i], p.in_ptr[i]) for p in parts]) for i in range(n_inputs)]
@@ -108,14 +113,17 @@ class PayloadPairs:
 
     @classmethod
     def empty(cls) -> "PayloadPairs":
+        """No pairs."""
         return cls(_EMPTY, np.zeros(1, dtype=np.int64), [])
 
     @property
     def n_pairs(self) -> int:
+        """Number of pairs."""
         return len(self.payloads)
 
     @classmethod
     def concat(cls, parts: "list[PayloadPairs]") -> "PayloadPairs":
+        """The pairs of ``parts`` in one set, in order."""
         parts = [p for p in parts if p.n_pairs]
         out_ids, out_ptr = _concat_csr([(p.out_ids, p.out_ptr) for p in parts])
         envelopes = None
@@ -126,6 +134,7 @@ class PayloadPairs:
         return cls(out_ids, out_ptr, [b for p in parts for b in p.payloads], envelopes)
 
     def select(self, keep: np.ndarray) -> "PayloadPairs":
+        """The pairs where ``keep`` is set."""
         envelopes = None if self.envelopes is None else tuple((lo[keep], hi[keep]) for lo, hi in self.envelopes)
         return PayloadPairs(
             gather_groups(self.out_ids, self.out_ptr, keep),

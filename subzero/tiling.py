@@ -26,10 +26,12 @@ Shape = tuple[int, ...]
 
 
 def full_box(shape: Shape) -> Box:
+    """The box of a whole array of ``shape``."""
     return tuple((0, int(n)) for n in shape)
 
 
 def box_shape(box: Box) -> Shape:
+    """The shape of ``box``."""
     return tuple(hi - lo for lo, hi in box)
 
 
@@ -58,9 +60,11 @@ class Tiling:
 
     #: output axes that may be split across tiles (None: every axis)
     def split_axes(self, op) -> tuple[int, ...]:
+        """The output axes that may be split across tiles."""
         return tuple(range(len(op.output_shape)))
 
     def input_box(self, op, out_box: Box, i: int) -> Box:
+        """The box of input ``i`` that computing output box ``out_box`` of ``op`` reads."""
         raise NotImplementedError
 
     def result_box(self, op, out_box: Box, in_boxes: tuple[Box, ...]) -> Box:

@@ -44,6 +44,7 @@ from subzero.operators._args import per_axis
 from subzero.operators._kernels import box_offsets
 from subzero.operators.neighbourhood import StencilOperator
 from subzero.operators.sorting import LineOperator
+from subzero.tiling import Shape
 
 if TYPE_CHECKING:  # pragma: no cover
     from subzero.context import Context
@@ -95,7 +96,7 @@ class UdfWindow(_UdfMixin, StencilOperator):
         self.radius_ = tuple(radius) if isinstance(radius, (tuple, list)) else int(radius)
         self._set(fn, f"window(radius={self.radius_})", source)
 
-    def stencil(self, ndim):
+    def stencil(self, ndim: int) -> np.ndarray:
         return box_offsets(per_axis(self.radius_, ndim, "sz.Window", "radius", minimum=0))
 
     def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
@@ -125,7 +126,7 @@ class UdfBlackBox(_UdfMixin, Operator):
         self.shape = None if shape is None else tuple(int(n) for n in shape)
         self._set(fn, "all", source)
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         return self.shape if self.shape is not None else tuple(input_shapes[0])
 
     def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
@@ -142,19 +143,19 @@ class UdfMapped(_UdfMixin, Operator):
         self.shape = None if shape is None else tuple(int(n) for n in shape)
         self._set(fn, "map_b/map_f", "declared")
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.MAP}
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         return self.shape if self.shape is not None else tuple(input_shapes[0])
 
     def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         return self._call(*inputs)
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.asarray(self.user_map_b(np.asarray(cells, np.int64), i), np.int64)
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.asarray(self.user_map_f(np.asarray(cells, np.int64), i), np.int64)
 
 

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import subzero as sz
-from subzero.catalog import (FORMAT, ArrayRecord, FileRecord, Manifest, NodeRecord, NodeStats, RunRecord,
-                             ShardRecord)
+from subzero.catalog import (FORMAT, ArrayRecord, FileRecord, Manifest, NodeRecord, NodeStats, PendingNode,
+                             RunRecord, ShardRecord)
+from subzero.modes import Strategy
 from subzero.store import FileStore
 
 # -- strategies: field values as JSON can hold them ----------------------------------------------------------------
@@ -54,6 +55,9 @@ node_records = st.builds(
     predicted=json_dicts, profile=st.none() | json_dicts,
     pruned=st.dictionaries(strategy_names, st.text(max_size=10), max_size=2), compute_seconds=st.none() | seconds,
     tile_shape=st.none() | shapes, metadata=json_dicts)
+pending_nodes = st.builds(
+    PendingNode, st.lists(strategy_names, min_size=1, max_size=3).map(lambda ns: tuple(map(Strategy.parse, ns))),
+    json_dicts, array_records, json_dicts)
 
 
 @st.composite
@@ -71,7 +75,7 @@ def run_records(draw):
 
 
 RECORDS = [(FileRecord, file_records), (ShardRecord, shard_records), (Manifest, manifests),
-           (ArrayRecord, array_records), (NodeStats, node_stats), (NodeRecord, node_records),
+           (ArrayRecord, array_records), (NodeStats, node_stats), (NodeRecord, node_records), (PendingNode, pending_nodes),
            (RunRecord, run_records())]
 
 
@@ -207,3 +211,16 @@ def test_with_node_adds_or_replaces_without_touching_the_original():
     assert three.workflow is empty.workflow and three.created == "now"
     with pytest.raises(dataclasses.FrozenInstanceError):
         three.status = "done"
+
+
+@settings(max_examples=20, deadline=None)
+@given(pending=st.dictionaries(names, pending_nodes, max_size=3))
+def test_a_two_phase_runs_pending_plan_is_typed_in_memory_and_plain_json_on_disk(pending):
+    record = RunRecord({}, "now", "local", optimizer={"status": "optimal",
+                                                      "pending": {n: p.to_dict() for n, p in pending.items()}})
+    assert RunRecord({}, "now", "local").pending() is None
+    assert record.pending() == pending
+    assert all(isinstance(s, Strategy) for p in record.pending().values() for s in p.strategies)
+    stored = json.loads(json.dumps(record.to_dict()))  # the catalog keeps strategy names
+    assert all(isinstance(s, str) for p in stored["optimizer"]["pending"].values() for s in p["strategies"])
+    assert RunRecord.from_dict(stored).pending() == pending

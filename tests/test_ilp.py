@@ -7,6 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from subzero.errors import WorkflowError
+from subzero.modes import Strategy
+
+S = Strategy.parse
 from subzero.optimizer.ilp import (
     FALLBACK_REASON,
     Candidate,
@@ -112,7 +115,7 @@ def test_solve_matches_brute_force(problem):
     for node, strategies in problem.pinned.items():
         assert set(strategies) <= set(plan.chosen[node])
     assert set(plan.chosen) == set(plan.reasons) == {c.node for c in problem.candidates}
-    assert all(chosen == tuple(sorted(chosen)) for chosen in plan.chosen.values())
+    assert all(chosen == tuple(sorted(chosen)) for chosen in plan.names().values())
     assert not {(n, s) for n, chosen in plan.chosen.items() for s in chosen} & set(plan.pruned)
 
 
@@ -143,9 +146,9 @@ def test_mapping_preferred():
         cand("m", "BlackBox"),
     )
     plan = solve(Problem(candidates, {("m", "backward"): 1.0}))
-    assert plan.chosen == {"m": ("Map",)}
+    assert plan.names() == {"m": ("Map",)}
     assert plan.reasons["m"] == "mapping"
-    assert "mapping" in plan.pruned[("m", "FullOne/backward")]
+    assert "mapping" in plan.pruned[("m", S("FullOne/backward"))]
     assert plan.disk == plan.runtime == 0.0
 
 
@@ -153,9 +156,9 @@ def test_budget_too_small_gives_blackbox():
     problem = Problem(tuple(udf("u1") + udf("u2")), everywhere(("u1", "u2")), max_disk=0.5e6)
     plan = solve(problem)
     assert plan.status == "optimal"
-    assert plan.chosen == {"u1": ("BlackBox",), "u2": ("BlackBox",)}
+    assert plan.names() == {"u1": ("BlackBox",), "u2": ("BlackBox",)}
     assert plan.reasons == {"u1": BLACKBOX_ONLY, "u2": BLACKBOX_ONLY}
-    assert "exceeds max_disk" in plan.pruned[("u1", "PayOne/backward")]
+    assert "exceeds max_disk" in plan.pruned[("u1", S("PayOne/backward"))]
 
 
 def test_budget_binding_between_nodes():
@@ -170,17 +173,17 @@ def test_budget_binding_between_nodes():
         )
     ]
     plan = solve(Problem(tuple(candidates), {(n, "backward"): 1.0 for n in nodes}, max_disk=150))
-    assert sorted(plan.chosen.values()) == [("FullOne/backward",), ("PayOne/backward",)]
+    assert sorted(plan.names().values()) == [("FullOne/backward",), ("PayOne/backward",)]
     assert sorted(plan.reasons.values()) == ["budget binding", "cheapest expected query cost"]
     assert plan.disk == 140
 
 
 def test_both_directions_when_workload_and_budget_allow():
     plan = solve(Problem(tuple(udf("u")), everywhere("u")))
-    assert plan.chosen == {"u": ("FullOne/backward", "FullOne/forward")}
+    assert plan.names() == {"u": ("FullOne/backward", "FullOne/forward")}
     assert plan.reasons["u"] == "cheapest expected query cost"
     tight = solve(Problem(tuple(udf("u")), everywhere("u"), max_disk=4.5e6))  # one FullOne fits
-    assert tight.chosen == {"u": ("BlackBox", "FullOne/backward")}  # BlackBox serves forward
+    assert tight.names() == {"u": ("BlackBox", "FullOne/backward")}  # BlackBox serves forward
     assert tight.reasons["u"] == "budget binding"
 
 
@@ -188,7 +191,7 @@ def test_unused_strategies_are_not_chosen():
     # A zero-cost BlackBox that serves no query must not ride along with FullOne.
     candidates = (cand("u", "FullOne/backward", 1, backward=1.0), cand("u", "BlackBox"))
     plan = solve(Problem(candidates, {("u", "backward"): 1.0}))
-    assert plan.chosen == {"u": ("FullOne/backward",)}
+    assert plan.names() == {"u": ("FullOne/backward",)}
 
 
 def test_pinned_over_budget_raises():
@@ -212,7 +215,7 @@ def test_pins_are_kept_even_if_pruning_would_drop_them():
         pinned={"u": "FullOne/forward", "idle": ("FullOne/backward",)},
     )
     plan = solve(problem)
-    assert plan.chosen == {
+    assert plan.names() == {
         "u": ("FullOne/backward", "FullOne/forward"),
         "idle": ("FullOne/backward",),
     }
@@ -227,11 +230,11 @@ def test_pruning_reasons():
         cand("quiet", "PayOne/backward", 10),
     )
     plan = solve(Problem(tuple(udf("u")) + extra, {("u", "backward"): 1.0}, max_runtime=1.0))
-    assert "forward-optimized" in plan.pruned[("u", "FullOne/forward")]
-    assert "exceeds max_runtime" in plan.pruned[("u", "FullOne/backward")]
-    assert "mapping" in plan.pruned[("idle", "PayOne/backward")]
-    assert "not queried" in plan.pruned[("quiet", "PayOne/backward")]
-    assert plan.chosen == {"u": ("PayOne/backward",), "idle": ("Map",), "quiet": ("BlackBox",)}
+    assert "forward-optimized" in plan.pruned[("u", S("FullOne/forward"))]
+    assert "exceeds max_runtime" in plan.pruned[("u", S("FullOne/backward"))]
+    assert "mapping" in plan.pruned[("idle", S("PayOne/backward"))]
+    assert "not queried" in plan.pruned[("quiet", S("PayOne/backward"))]
+    assert plan.names() == {"u": ("PayOne/backward",), "idle": ("Map",), "quiet": ("BlackBox",)}
     assert plan.reasons == {
         "u": "budget binding",
         "idle": "mapping",
@@ -242,7 +245,7 @@ def test_pruning_reasons():
 def test_epsilon_penalty_reason():
     candidates = (cand("u", "FullOne/backward", 1e6, backward=1.0), cand("u", "BlackBox"))
     plan = solve(Problem(candidates, {("u", "backward"): 1.0}, epsilon=1.0))
-    assert plan.chosen == {"u": ("BlackBox",)}
+    assert plan.names() == {"u": ("BlackBox",)}
     assert "epsilon" in plan.reasons["u"]
 
 
@@ -257,7 +260,7 @@ def test_fallback_when_nothing_fits():
     together = Problem((cand("u", "BlackBox", 3), cand("v", "BlackBox", 3)), {}, max_disk=5)
     for plan in (solve(alone), brute_force(alone), solve(together), brute_force(together)):
         assert plan.status == "fallback"
-        assert set(plan.chosen.values()) == {("BlackBox",)}
+        assert set(plan.names().values()) == {("BlackBox",)}
         assert set(plan.reasons.values()) == {FALLBACK_REASON}
 
 
@@ -271,8 +274,8 @@ def test_growing_disk_budget_never_hurts():
     objectives = [p.objective for p in plans]
     assert objectives == sorted(objectives, reverse=True)
     assert objectives[0] > objectives[-1]
-    assert all(plans[0].chosen[n] == ("BlackBox",) for n in nodes)
-    assert all(plans[-1].chosen[n] == ("FullOne/backward", "FullOne/forward") for n in nodes)
+    assert all(plans[0].names()[n] == ("BlackBox",) for n in nodes)
+    assert all(plans[-1].names()[n] == ("FullOne/backward", "FullOne/forward") for n in nodes)
     assert all(p.solve_seconds > 0 for p in plans)
 
 
@@ -281,7 +284,7 @@ def test_auto_blackbox_takes_worst_query_cost():
         cand("u", "FullOne/backward", 5, backward=2, forward=30),
         cand("u", "PayOne/backward", 1, backward=4, forward=10),
     )
-    [blackbox] = [c for c in Problem(candidates, {}).candidates if c.strategy == "BlackBox"]
+    [blackbox] = [c for c in Problem(candidates, {}).candidates if c.strategy.name == "BlackBox"]
     assert (blackbox.disk, blackbox.runtime) == (0.0, 0.0)
     assert dict(blackbox.query_cost) == {"backward": 4, "forward": 30}
 

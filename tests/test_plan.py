@@ -6,7 +6,9 @@ from __future__ import annotations
 import subzero as sz
 from subzero import operators as ops
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
-from subzero.optimizer.plan import build_problem, optimize
+from subzero.catalog import ArrayRecord
+from subzero.modes import Direction, Strategy
+from subzero.optimizer.plan import build_problem, optimize, pending_nodes
 from subzero.optimizer.workload import parse_workload
 
 
@@ -50,12 +52,12 @@ def test_disk_budget_sweep_has_the_shape_of_fig_7():
         assert plan.solve_seconds > 0
         assert budget is None or plan.disk <= budget
     tiny = rows[0][1]
-    assert tiny.chosen["e"] == ("BlackBox",) and tiny.chosen["f"] == ("BlackBox",)
-    assert rows[-1][1].chosen["t"] == ("Map",)
+    assert tiny.names()["e"] == ("BlackBox",) and tiny.names()["f"] == ("BlackBox",)
+    assert rows[-1][1].names()["t"] == ("Map",)
     objectives = [plan.objective for _, plan in rows]
     assert all(b <= a + 1e-12 for a, b in zip(objectives, objectives[1:]))  # never worse as the budget grows
     assert objectives[-1] < objectives[0] / 2
-    unbounded = rows[-1][1].chosen["e"]
+    unbounded = rows[-1][1].names()["e"]
     assert any(s.endswith("/forward") for s in unbounded) and any(s.endswith("/backward") for s in unbounded)
 
 
@@ -64,4 +66,24 @@ def test_problem_weights_come_from_the_workload():
     problem, entering = build_problem(wf, PROFILES, parse_workload(wf, WORKLOAD), None, None, {})
     assert problem.weight("e", "backward") == 1 and problem.weight("f", "forward") == 1
     assert entering[("e", "backward")] == 20.0  # one cell through f (fan 20) reaches e
-    assert {c.strategy for c in problem.candidates if c.node == "t"} == {"Map", "BlackBox"}
+    assert {c.strategy.name for c in problem.candidates if c.node == "t"} == {"Map", "BlackBox"}
+
+
+def test_the_pending_plan_holds_the_pins_or_the_plans_choice_with_its_reasons():
+    wf = workflow()
+    queries = parse_workload(wf, WORKLOAD)
+    pinned = {"e": ("FullOne/backward",)}
+    plan, problem = optimize(wf, PROFILES, queries, None, None, pinned)
+    measured = {n: {"wall": 1.0} for n in ("e", "f", "t")}
+    arrays = {n: ArrayRecord((4, 4), "float64", (2, 4)) for n in measured}
+    pending = pending_nodes(plan, problem, pinned, PROFILES, measured, arrays)
+    assert pending["e"].strategies == (Strategy.parse("FullOne/backward"),)
+    assert pending["e"].extra["reason"] == "pinned"
+    for node in ("f", "t"):
+        assert pending[node].strategies == plan.chosen[node]
+        assert pending[node].extra["reason"] == plan.reasons[node]
+    assert all(isinstance(s, Strategy) for s in plan.chosen["f"]) and problem.queried("t") == [Direction.BACKWARD, Direction.FORWARD]
+    predicted = pending["f"].extra["predicted"]
+    assert set(predicted) == {c.strategy.name for c in problem.candidates if c.node == "f"}
+    assert all(set(p["query"]) <= {"backward", "forward"} for p in predicted.values())
+    assert pending["t"].extra["profile"] == PROFILES["t"].to_dict() and pending["t"].array == arrays["t"]

@@ -12,6 +12,7 @@ from subzero.bench import BENCHES, main, render_dir, write_summary
 
 
 def cli(argv: list[str] | None = None) -> int:
+    """``python -m subzero.bench NAME``: run one benchmark (or ``report``/``summary``); the exit status."""
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m subzero.bench")
     parser.add_argument("name", choices=BENCHES + ("report", "summary"))

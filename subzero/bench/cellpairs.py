@@ -127,9 +127,11 @@ class CellPairs:
         self.run, self.root = run, Path(root)
 
     def backward(self, node, cells, to) -> np.ndarray:
+        """Coordinates of ``to``'s cells that ``cells`` of ``node`` depend on, through the cell-pair baseline."""
         return self._walk(node, cells, to, "backward").coords()
 
     def forward(self, node, cells, to) -> np.ndarray:
+        """Coordinates of ``to``'s cells that depend on ``cells`` of ``node``, through the cell-pair baseline."""
         return self._walk(node, cells, to, "forward").coords()
 
     def step(self, node: Node, frontier: Frontier, i: int, direction: str) -> Frontier:

@@ -78,7 +78,7 @@ def _median_seconds(fn, repeat: int) -> tuple[float, Any]:
 def _provrc_table(run, nodes: list[str]):
     """The whole operation's lineage compressed into one range table per node (no tiles, no
     store): the ProvRC-style baseline computed from the same pairs."""
-    from subzero.encoders.ranges import RangeRules, compress
+    from subzero.encoders.ranges import compress
     from subzero.pairs import FullPairs
     from subzero.runtime import derived_full
 
@@ -124,8 +124,10 @@ def run_dslog(root: Path, executor: str = "local", spark=None, n: int = 1000, re
                 "box_cells": got_box.count}
             answers[strategy] = (got_one.ids(), got_box.ids())
             if strategy == "FullRange":
+                from subzero.encoders.ranges import serialize
+
                 tables = _provrc_table(run, nodes)
-                row["provrc_bytes"] = sum(t.nbytes for t in tables.values())
+                row["provrc_bytes"] = sum(len(serialize(t)) for t in tables.values())
         ref = answers[STRATEGIES[0]]
         for strategy, got in answers.items():
             if not all(np.array_equal(a, b) for a, b in zip(got, ref)):

@@ -71,6 +71,7 @@ def build():
 
 
 def inputs() -> dict[str, np.ndarray]:
+    """The bench workflow's inputs: a seeded image with cosmic rays."""
     rng = np.random.default_rng(13)
     x = rng.random(SHAPE)
     x[rng.integers(0, SHAPE[0], 40), rng.integers(0, SHAPE[1], 40)] = 9.0  # cosmic rays
@@ -86,6 +87,7 @@ def strategies(plan: str) -> dict[str, Any]:
 
 
 def run_options(plan: str) -> dict[str, Any]:
+    """The `Workflow.run` options of a plan (``"optimized"`` adds a workload and budgets)."""
     options: dict[str, Any] = {"strategies": strategies(plan), "tile_shape": TILE}
     if plan == "optimized":
         options |= {"workload": [{"direction": "backward", "node": "stars", "to": "x", "cells": [[40, 60]]},
@@ -187,14 +189,17 @@ class Verdict:
 
     @property
     def wrong(self) -> bool:
+        """True when some query answered wrong cells."""
         return any(o == "wrong" for o in self.outcomes)
 
     @property
     def crashed(self) -> bool:
+        """True when some query crashed instead of answering or refusing."""
         return any(o.startswith("crash") for o in self.outcomes)
 
     @property
     def summary(self) -> str:
+        """One word for the report: refused, wrong, crashed, re-executed or exact."""
         if not self.opened:
             return "refused"
         if self.wrong:
@@ -398,6 +403,7 @@ class KillTrial:
 
     @property
     def ok(self) -> bool:
+        """True when the killed run was refused or exact, resumed exactly and left nothing behind."""
         return (self.open in ("refused", "exact") and self.resume in ("exact", "refused") and not self.leaked
                 and self.leftovers == 0 and self.committed_kept and (self.resume != "exact" or self.final == "exact"))
 
@@ -540,6 +546,7 @@ class DamageCase:
 
     @property
     def ok(self) -> bool:
+        """True when no query was wrong or crashed and the store was left untouched."""
         return self.wrong == 0 and self.crashed == 0 and self.untouched
 
 
@@ -611,6 +618,7 @@ class RaceRound:
 
     @property
     def ok(self) -> bool:
+        """True when one writer won, the other was refused naming it, and the reader stayed exact."""
         return self.winners == 1 and self.refused_naming_winner == 1 and self.reader_queries == self.reader_exact
 
 

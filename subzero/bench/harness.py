@@ -51,6 +51,7 @@ class QuerySpec:
                 "cells": np.asarray(self.cells).tolist()}
 
     def summary(self) -> dict[str, Any]:
+        """The query as plain JSON for the results file."""
         return {"direction": self.direction, "node": self.node, "to": self.to,
                 "n_cells": int(len(self.cells)), "entire_array": self.entire_array,
                 "description": self.description}
@@ -67,10 +68,12 @@ class RunRecord:
 
     @property
     def strategies(self) -> dict[str, tuple[str, ...]]:
+        """The strategies each node stored."""
         return self.run.strategies
 
     @property
     def lineage_bytes(self) -> int:
+        """Bytes of lineage in the store (shards and manifests)."""
         return lineage_bytes(self.run)
 
     @property
@@ -80,10 +83,12 @@ class RunRecord:
 
     @property
     def store_bytes(self) -> int:
+        """Bytes of the whole store directory."""
         return dir_bytes(self.run.path)
 
     @property
     def array_bytes(self) -> int:
+        """Bytes of the stored arrays."""
         return dir_bytes(Path(self.run.path) / "arrays")
 
     def node_bytes(self) -> dict[str, int]:
@@ -96,6 +101,7 @@ class RunRecord:
         return out
 
     def summary(self) -> dict[str, Any]:
+        """The run's measurements as plain JSON for the results file."""
         return {"wall_seconds": self.wall_seconds, "lineage_bytes": self.lineage_bytes,
                 "keys": self.lineage_keys,
                 "store_bytes": self.store_bytes, "array_bytes": self.array_bytes,
@@ -167,6 +173,7 @@ class Harness:
 
     @property
     def input_bytes(self) -> int:
+        """Bytes of the workflow's inputs."""
         return int(sum(np.asarray(a).nbytes for a in self.inputs.values()))
 
     def execute(self, config: str, strategies: dict[str, Any] | None, repeat: int = 1, **optimizer) -> RunRecord:

@@ -57,6 +57,7 @@ class ObjectFaultTrial:
 
     @property
     def ok(self) -> bool:
+        """True when the query was exact or refused with a clear error."""
         return self.outcome in ("exact", "refused clearly")
 
 

@@ -39,47 +39,42 @@ def _save(fig, out_dir: Path, name: str) -> str:
     return name
 
 
-def plot_astronomy(doc: dict[str, Any], out_dir: Path) -> list[str]:
-    figs = doc["figures"]
+def _overhead(figs: dict[str, Any], out_dir: Path, disk_label: str, runtime_label: str, name: str) -> str:
+    """Figure (a): disk and runtime overhead per configuration, side by side."""
     configs = list(figs["disk"]["values"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    _bars(axes[0], configs, {"disk (x input)": [figs["disk"]["values"][c] for c in configs]},
-          "lineage disk / input bytes")
+    _bars(axes[0], configs, {disk_label: [figs["disk"]["values"][c] for c in configs]}, "lineage disk / input bytes")
     axes[0].set_title("(a) disk overhead")
-    _bars(axes[1], configs, {"runtime": [figs["runtime"]["values"][c] for c in configs]},
-          "wall time / NoLineage", log=False)
+    _bars(axes[1], configs, {"runtime": [figs["runtime"]["values"][c] for c in configs]}, runtime_label, log=False)
     axes[1].set_title("(a) runtime overhead")
-    first = _save(fig, out_dir, "fig5a_overhead.png")
-    seconds = figs["query_seconds"]["values"]
+    return _save(fig, out_dir, name)
+
+
+def _query_costs(seconds: dict[str, dict[str, float]], out_dir: Path, title: str, name: str) -> str:
+    """A figure of query seconds per query, one bar per configuration."""
     queries = list(seconds)
-    qconfigs = list(next(iter(seconds.values())))
     fig, ax = plt.subplots(figsize=(11, 4))
-    _bars(ax, queries, {c: [seconds[q][c] for q in queries] for c in qconfigs}, "query seconds (log)")
-    ax.set_title("(b) query costs")
+    _bars(ax, queries, {c: [seconds[q][c] for q in queries] for c in next(iter(seconds.values()))},
+          "query seconds (log)")
+    ax.set_title(title)
     ax.legend(fontsize=8, ncol=3)
-    return [first, _save(fig, out_dir, "fig5b_queries.png")]
+    return _save(fig, out_dir, name)
+
+
+def plot_astronomy(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    """Draw the astronomy figures (disk, query time per configuration) into ``out_dir``; the file names."""
+    figs = doc["figures"]
+    return [_overhead(figs, out_dir, "disk (x input)", "wall time / NoLineage", "fig5a_overhead.png"),
+            _query_costs(figs["query_seconds"]["values"], out_dir, "(b) query costs", "fig5b_queries.png")]
 
 
 def plot_genomics(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    """Draw the genomics figures (disk, query time per configuration) into ``out_dir``; the file names."""
     figs = doc["figures"]
-    configs = list(figs["disk"]["values"])
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    _bars(axes[0], configs, {"disk": [figs["disk"]["values"][c] for c in configs]}, "lineage disk / input bytes")
-    axes[0].set_title("(a) disk overhead")
-    _bars(axes[1], configs, {"runtime": [figs["runtime"]["values"][c] for c in configs]},
-          "wall time / BlackBox run", log=False)
-    axes[1].set_title("(a) runtime overhead")
-    names = [_save(fig, out_dir, "fig6a_overhead.png")]
+    names = [_overhead(figs, out_dir, "disk", "wall time / BlackBox run", "fig6a_overhead.png")]
     for key, tag, title in (("static_seconds", "fig6b_static.png", "(b) query costs (static)"),
                             ("dynamic_seconds", "fig6c_dynamic.png", "(c) query costs (dynamic)")):
-        seconds = figs[key]["values"]
-        queries = list(seconds)
-        qconfigs = list(next(iter(seconds.values())))
-        fig, ax = plt.subplots(figsize=(11, 4))
-        _bars(ax, queries, {c: [seconds[q][c] for q in queries] for c in qconfigs}, "query seconds (log)")
-        ax.set_title(title)
-        ax.legend(fontsize=8, ncol=3)
-        names.append(_save(fig, out_dir, tag))
+        names.append(_query_costs(figs[key]["values"], out_dir, title, tag))
     sweep = figs.get("sweep", {}).get("values") or {}
     if sweep:
         budgets = list(sweep)
@@ -113,6 +108,7 @@ def _grid_panels(figs: dict[str, Any], key: str, strategies: list[str], ylabel: 
 
 
 def plot_micro(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    """Draw the microbenchmark figures (costs against fan-in/out per strategy) into ``out_dir``; the file names."""
     figs = doc["figures"]
     fans = figs["fans"]["values"]
     stored = [s for s in figs["disk"]["values"] if s != "BlackBox"]

@@ -47,8 +47,10 @@ def jsonable(value: Any) -> Any:
 
 
 def write_json(path: str | Path, results: dict[str, Any]) -> None:
+    """Write ``results`` (numpy values made plain) as indented JSON to ``path``."""
     Path(path).write_text(json.dumps(jsonable(results), indent=1, sort_keys=False) + "\n")
 
 
 def read_json(path: str | Path) -> dict[str, Any]:
+    """The results `write_json` wrote to ``path``."""
     return json.loads(Path(path).read_text())

@@ -20,6 +20,7 @@ import numpy as np
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
+from subzero.tiling import Shape
 
 __all__ = ["SyntheticLineage"]
 
@@ -43,10 +44,10 @@ class SyntheticLineage(Operator):
             raise WorkflowError(f"SyntheticLineage fraction must be in (0, 0.25], got {fraction}")
         self.fanin, self.fanout, self.fraction, self.seed = int(fanin), int(fanout), float(fraction), int(seed)
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.FULL, Mode.PAY}
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         shape = tuple(input_shapes[0])
         if len(shape) != 2:
             raise WorkflowError(f"SyntheticLineage takes a 2-D array, got shape {shape}")
@@ -75,7 +76,7 @@ class SyntheticLineage(Operator):
         ins = (corner[:, None, :] + _raster(w, self.fanin)[None]).reshape(-1, 2)
         return out.astype(np.int64), ins.astype(np.int64)
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         if ctx.modes & {Mode.FULL, Mode.PAY}:
             out, ins = self.pairs(x.shape)
             n = len(out) // self.fanout
@@ -88,13 +89,13 @@ class SyntheticLineage(Operator):
         return np.array(x, copy=True)
 
     # -- payload function ----------------------------------------------------------------
-    def map_p_pairs(self, cells, payload, i):
+    def map_p_pairs(self, cells: np.ndarray, payload: bytes, i: int) -> tuple[np.ndarray, np.ndarray]:
         ins = np.stack(np.unravel_index(np.frombuffer(payload, "<i4").astype(np.int64), self.input_shapes[0]),
                        axis=1)
         owner = np.repeat(np.arange(len(cells), dtype=np.int64), len(ins))
         return owner, np.tile(ins, (len(cells), 1))
 
-    def map_p(self, cells, payload, i):
+    def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
         return np.unique(self.map_p_pairs(np.asarray(cells)[:1], payload, i)[1], axis=0)
 
 

@@ -266,6 +266,7 @@ def render(doc: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m subzero.bench.viewer``: measure the viewer's API and write its report; the exit status."""
     parser = argparse.ArgumentParser(prog="python -m subzero.bench.viewer", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="benchmarks/results/viewer")
     parser.add_argument("--store", help="an astronomy store built before (else one is built, then deleted)")

@@ -44,10 +44,12 @@ def keys_to_bytes(keys: np.ndarray) -> list[bytes]:
 
 
 def bytes_to_keys(raw: list[bytes]) -> np.ndarray:
+    """Big-endian 8-byte keys as a uint64 array."""
     return np.frombuffer(b"".join(raw), dtype=">u8").astype(np.uint64)
 
 
 def pair_id_base(tile_index: int) -> int:
+    """The first pair id of tile ``tile_index`` (ids of different tiles never collide)."""
     return tile_index << 32
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from subzero.encoders.base import EncodedTile, FullEncoder, Reader
 from subzero.encoders.codec import OUT, PAIR, make_keys, pair_id_base
-from subzero.encoders.ranges import RangeRules, compress
+from subzero.encoders.ranges import RangeRules, compress, deserialize, merge_tables, serialize
 from subzero.frontier import Frontier
 from subzero.pairs import FullPairs
 
@@ -39,8 +39,9 @@ class FullRange(FullEncoder):
         rules = compress(pairs, tuple(out_shape), [tuple(s) for s in in_shapes])
         tile = self.encode_rules(rules, tile_index)
         tile.n_pairs = pairs.n_pairs
-        if rules.nbytes <= INLINE_BYTES:
-            tile.inline = rules.to_bytes()
+        data = serialize(rules)
+        if len(data) <= INLINE_BYTES:
+            tile.inline = data
         return tile
 
     @staticmethod
@@ -51,7 +52,7 @@ class FullRange(FullEncoder):
             return EncodedTile()
         chunk_of = np.arange(n, dtype=np.int64) // CHUNK_RULES
         ids = pair_id_base(tile_index) + np.arange(int(chunk_of[-1]) + 1, dtype=np.int64)
-        values = [rules.select(np.arange(a, min(a + CHUNK_RULES, n))).to_bytes() for a in range(0, n, CHUNK_RULES)]
+        values = [serialize(rules.select(np.arange(a, min(a + CHUNK_RULES, n)))) for a in range(0, n, CHUNK_RULES)]
         boxes = {}
         for slot, (rule, lo, hi) in [(OUT, rules.out_envelopes())] + \
                 [(i, rules.in_envelopes(i)) for i in range(rules.n_inputs)]:
@@ -73,7 +74,7 @@ class FullRange(FullEncoder):
         _, values = reader.scan(PAIR)
         if not values:
             return FullPairs.empty(len(shapes[1]))
-        return FullPairs.concat([RangeRules.from_bytes(v).to_pairs() for v in values], len(shapes[1]))
+        return FullPairs.concat([deserialize(v).to_pairs() for v in values], len(shapes[1]))
 
     @staticmethod
     def _tables(reader: Reader, frontier: Frontier, slot: int) -> list[RangeRules]:
@@ -84,7 +85,7 @@ class FullRange(FullEncoder):
         mins, maxs = frontier_boxes(frontier)
         ids = np.unique(reader.intersect(slot, mins, maxs))
         _, values = reader.get_many(make_keys(PAIR, 0, ids))
-        return [RangeRules.from_bytes(v) for v in values]
+        return [deserialize(v) for v in values]
 
     @staticmethod
     def _step(tables: list[RangeRules], frontier: Frontier, i: int, direction: str, shapes) -> Frontier:
@@ -105,10 +106,10 @@ class FullRange(FullEncoder):
     def merge_inline(parts: list[bytes], shapes, limit: int = INLINE_BYTES) -> bytes | None:
         """The tiles' tables merged into one (bytes), or None when it would exceed ``limit``."""
         out_shape, in_shapes = shapes
-        tables = [RangeRules.from_bytes(p) for p in parts if p]
-        merged = RangeRules.merge(tables) if tables else \
+        tables = [deserialize(p) for p in parts if p]
+        merged = merge_tables(tables) if tables else \
             RangeRules.empty(tuple(out_shape), [tuple(s) for s in in_shapes])
-        data = merged.to_bytes()
+        data = serialize(merged)
         return data if len(data) <= limit else None
 
     def query_inline(self, data: bytes, frontier: Frontier, i: int, direction: str, shapes) -> Frontier:
@@ -121,4 +122,4 @@ class FullRange(FullEncoder):
 def _inline_table(data: bytes) -> RangeRules:
     """A merged table from its bytes, kept: a node's table is read by every query through it
     (stores never change, so equal bytes are the same table)."""
-    return RangeRules.from_bytes(data)
+    return deserialize(data)

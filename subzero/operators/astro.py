@@ -31,7 +31,7 @@ from subzero.operators._args import check_choice
 from subzero.operators._kernels import cell_set_boxes, decode_region, encode_region, region_envelopes, repeat_pairs
 from subzero.operators.composite import WHOLE, WindowLineage, dilate
 from subzero.operators.identity import IdentityMapping
-from subzero.tiling import Halo
+from subzero.tiling import Halo, Shape
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
@@ -144,10 +144,10 @@ class CosmicRays(WindowLineage, Operator):
         cleaning rounds read global medians)."""
         return Halo(self.reach) if self.niter == 1 else None
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.MAP, Mode.COMP} if self.niter == 1 else {Mode.COMP, Mode.FULL}
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         names = ["image"] + ["background"] * self.background + ["variance"] * self.variance
         if len(input_shapes) != len(names):
             raise WorkflowError(f"CosmicRays takes {len(names)} input(s) ({', '.join(names)}), got "
@@ -195,7 +195,7 @@ class CosmicRays(WindowLineage, Operator):
         fallback = ndimage.binary_erosion(bad, np.ones((5, 5), bool), border_value=0) & flags
         return dilate(fallback, self.reach) if fallback.any() else np.zeros(flags.shape, bool)
 
-    def run(self, ctx, *inputs):
+    def run(self, ctx, *inputs) -> np.ndarray:
         flags = self.mask(*inputs)
         if ctx.modes & {Mode.COMP, Mode.FULL}:
             payload = np.where(self.global_pixels(flags, inputs[0]), WHOLE, 0).astype(np.uint8)
@@ -229,12 +229,13 @@ class RepairCosmics(WindowLineage, Operator):
 
     @property
     def tiling(self):
+        """Tiles with a halo of the repair radius."""
         return Halo(self.radius)
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.COMP, Mode.PAY, Mode.FULL}
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         if len(input_shapes) != 2 or len({tuple(s) for s in input_shapes}) != 1 or len(input_shapes[0]) != 2:
             raise WorkflowError(f"RepairCosmics takes an image and its coverage, 2-D, of one shape; "
                                 f"got {list(input_shapes)}")
@@ -249,13 +250,14 @@ class RepairCosmics(WindowLineage, Operator):
         return r if i == 0 else r - 1
 
     def flags(self, merged: np.ndarray, cover: np.ndarray) -> np.ndarray:
+        """The cells of ``merged`` flagged as cosmic rays within ``cover``."""
         x = np.asarray(merged, np.float64)
         median = ndimage.median_filter(x, size=3, mode="reflect")
         excess = x - median
         with np.errstate(invalid="ignore"):
             return (np.asarray(cover) <= 0) | ((excess > self.nsigma * self.sigma) & (excess > 2 * np.abs(median)))
 
-    def run(self, ctx, merged, cover):
+    def run(self, ctx, merged, cover) -> np.ndarray:
         flags = self.flags(merged, cover)
         out = np.array(merged, np.float64)
         bad = np.argwhere(flags)
@@ -304,10 +306,10 @@ class DetectStars(IdentityMapping, Operator):
     def __init__(self, threshold: float = 5.0, minarea: int = 5):
         self.threshold, self.minarea = float(threshold), int(minarea)
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.COMP, Mode.PAY, Mode.FULL}
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         if len(input_shapes[0]) != 2:
             raise WorkflowError(f"DetectStars takes a 2-D image, got shape {input_shapes[0]}")
         return tuple(input_shapes[0])
@@ -335,7 +337,7 @@ class DetectStars(IdentityMapping, Operator):
             above = np.asarray(snr, np.float64) > self.threshold
         return ndimage.label(above, self.STRUCTURE)
 
-    def run(self, ctx, snr):
+    def run(self, ctx, snr) -> np.ndarray:
         labels = self.labels(snr)
         if ctx.modes:
             self._write(ctx, *self.groups(snr))
@@ -379,17 +381,17 @@ class DetectStars(IdentityMapping, Operator):
         group = decode_region(payload, 2)
         return self._grown(group, np.zeros(len(group), np.int64), self.input_shapes[0])[1]
 
-    def map_p(self, cells, payload, i):
+    def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
         if not payload:
             return np.asarray(cells, np.int64)
         return self._region(payload) if len(cells) else np.empty((0, 2), np.int64)
 
-    def map_p_pairs(self, cells, payload, i):
+    def map_p_pairs(self, cells: np.ndarray, payload: bytes, i: int) -> tuple[np.ndarray, np.ndarray]:
         if not payload:
             return self.map_b_pairs(cells, i)
         return repeat_pairs(len(cells), self._region(payload))
 
-    def map_p_envelope(self, payloads, i, cells=None):
+    def map_p_envelope(self, payloads: list[bytes], i: int, cells=None) -> tuple[np.ndarray, np.ndarray]:
         """The groups' boxes, read from the payloads' headers at once and grown by one pixel
         (the ring, clipped to the image); the empty payload ("the pixel itself") gets the box
         of its pair's ``cells``, or the whole image when ``cells`` is not given."""

@@ -88,27 +88,34 @@ class WindowLineage:
         return stencil_pairs(cells, box_offsets((int(radius),) * len(shape)), tuple(shape), "constant")
 
     # -- the mapping default: a window ------------------------------------------------
-    def map_b_pairs(self, cells, i):
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per cell, the input-``i`` cells of its default window."""
         return self._window_pairs(cells, self.window(i), self.input_shapes[i])
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
+        """The input-``i`` cells within the default window of ``cells``."""
         return self._window_cells(cells, self.input_shapes[i], self.window(i))
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
+        """The output cells within the default window of input-``i`` ``cells``."""
         return self._window_cells(cells, self.output_shape, self.window(i))
 
-    def map_b_boxes(self, lo, hi, i):
+    def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Output boxes grown by the window and clipped to input ``i``."""
         r = self.window(i)  # a window around every cell of a box: the box grown by r, clipped
         return np.maximum(lo - r, 0), np.minimum(hi + r, np.asarray(self.input_shapes[i], np.int64))
 
-    def map_f_boxes(self, lo, hi, i):
+    def map_f_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Input-``i`` boxes grown by the window and clipped to the output."""
         r = self.window(i)
         return np.maximum(lo - r, 0), np.minimum(hi + r, np.asarray(self.output_shape, np.int64))
 
-    def map_b_mask(self, mask, i):
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
+        """The mask dilated by input ``i``'s window."""
         return dilate(np.asarray(mask, bool), self.window(i))
 
-    def map_f_mask(self, mask, i):
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
+        """The mask dilated by input ``i``'s window."""
         return dilate(np.asarray(mask, bool), self.window(i))
 
     @classmethod
@@ -128,10 +135,12 @@ class WindowLineage:
         return np.argwhere(dilate(mask, radius)).astype(np.int64)
 
     # -- payload overrides ----------------------------------------------------------------
-    def map_p_pairs(self, cells, payload, i):
+    def map_p_pairs(self, cells: np.ndarray, payload: bytes, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per cell, the input-``i`` cells of the window its payload names."""
         return self._window_pairs(cells, self.payload_window(int(payload[0]), i), self.input_shapes[i])
 
-    def map_p(self, cells, payload, i):
+    def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
+        """The input-``i`` cells within the window the payload names (all of them for `WHOLE`)."""
         radius = self.payload_window(int(payload[0]), i)
         if radius is None:
             return np.argwhere(np.ones(self.input_shapes[i], bool)).astype(np.int64)

@@ -25,7 +25,7 @@ from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators.composite import WindowLineage
-from subzero.tiling import Halo
+from subzero.tiling import Halo, Shape
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
@@ -55,12 +55,13 @@ class CosmicRayDetect(WindowLineage, Operator):
 
     @property
     def tiling(self):
+        """Tiles with a halo wide enough for detection and growth."""
         return Halo(max(self.radius + 1, self.DETECT))
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.COMP, Mode.PAY, Mode.FULL}
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         return tuple(input_shapes[0])
 
     def window(self, i: int) -> int:
@@ -76,7 +77,7 @@ class CosmicRayDetect(WindowLineage, Operator):
         radius = np.where(flags, np.maximum(self.radius + bright, self.DETECT), 0).astype(np.uint8)
         return flags, radius
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         flags, radius = self.radii(x)
         self.write_window_lineage(ctx, radius)
         return flags.astype(np.uint8)

@@ -20,7 +20,7 @@ from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._args import check_choice
 from subzero.operators._kernels import unique_rows
-from subzero.tiling import Elementwise
+from subzero.tiling import Elementwise, Shape
 
 __all__ = [
     "ElementwiseOperator", "BinaryOperator", "Add", "Subtract", "Multiply", "Divide", "Power", "Maximum",
@@ -44,10 +44,10 @@ class ElementwiseOperator(Operator):
     def supported_modes(self) -> set[Mode]:
         return {Mode.MAP}
 
-    def run(self, ctx, *inputs):
+    def run(self, ctx, *inputs) -> np.ndarray:
         return np.asarray(type(self).fn(*inputs))
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         try:
             return tuple(np.broadcast_shapes(*input_shapes))
         except ValueError:
@@ -62,10 +62,10 @@ class ElementwiseOperator(Operator):
         mapped[:, [k for k, n in enumerate(shape) if n == 1]] = 0
         return mapped
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return unique_rows(self._to_input(cells, i))
 
-    def map_b_pairs(self, cells, i):
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         return np.arange(len(cells), dtype=np.int64), self._to_input(cells, i)
 
     def _broadcast_axes(self, i: int) -> tuple[int, list[int]]:
@@ -74,7 +74,7 @@ class ElementwiseOperator(Operator):
         lead = len(out) - len(shape)
         return lead, [a for a in range(len(out)) if a < lead or (shape[a - lead] == 1 and out[a] != 1)]
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         cells = np.asarray(cells, np.int64)
         lead, free = self._broadcast_axes(i)
         out = np.zeros((len(cells), len(self.output_shape)), np.int64)
@@ -87,7 +87,7 @@ class ElementwiseOperator(Operator):
         out[:, free] = np.tile(grid, (len(cells), 1))
         return unique_rows(out)
 
-    def map_b_boxes(self, lo, hi, i):
+    def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
         shape = self.input_shapes[i]
         lead = len(self.output_shape) - len(shape)
         lo, hi = np.array(lo[:, lead:], np.int64), np.array(hi[:, lead:], np.int64)
@@ -95,7 +95,7 @@ class ElementwiseOperator(Operator):
         lo[:, ones], hi[:, ones] = 0, 1
         return lo, hi
 
-    def map_f_boxes(self, lo, hi, i):
+    def map_f_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
         lead, free = self._broadcast_axes(i)
         out_lo = np.zeros((len(lo), len(self.output_shape)), np.int64)
         out_hi = np.tile(np.asarray(self.output_shape, np.int64), (len(lo), 1))
@@ -104,21 +104,21 @@ class ElementwiseOperator(Operator):
         out_hi[:, free] = np.asarray(self.output_shape, np.int64)[free]
         return out_lo, out_hi
 
-    def map_b_mask(self, mask, i):
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         shape = self.input_shapes[i]
         lead = mask.ndim - len(shape)
-        reduced = mask.any(axis=tuple(range(lead))) if lead else mask
+        reduced = np.asarray(mask.any(axis=tuple(range(lead)))) if lead else mask
         axes = tuple(k for k, n in enumerate(shape) if n == 1 and reduced.shape[k] != 1)
-        return reduced.any(axis=axes, keepdims=True) if axes else reduced.copy()
+        return np.asarray(reduced.any(axis=axes, keepdims=True)) if axes else reduced.copy()
 
-    def map_f_mask(self, mask, i):
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         return np.broadcast_to(mask, self.output_shape).copy()
 
 
 class BinaryOperator(ElementwiseOperator):
     """``fn(x, y)`` for a binary numpy ufunc ``fn`` (a class attribute)."""
 
-    def run(self, ctx, x, y):
+    def run(self, ctx, x, y) -> np.ndarray:
         return np.asarray(type(self).fn(x, y))
 
 
@@ -170,7 +170,7 @@ class Where(ElementwiseOperator):
     The lineage names both branches (a mapping cannot know which one was taken).
     """
 
-    def run(self, ctx, condition, x, y):
+    def run(self, ctx, condition, x, y) -> np.ndarray:
         return np.where(condition, x, y)
 
 
@@ -182,7 +182,7 @@ class Clip(ElementwiseOperator):
             raise WorkflowError("Clip: give lo, hi or both; got lo=None and hi=None")
         self.lo, self.hi = lo, hi
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return np.clip(x, self.lo, self.hi)
 
 
@@ -203,7 +203,7 @@ class Threshold(ElementwiseOperator):
         self.value = value
         self.compare = check_choice(compare, tuple(_COMPARE), "Threshold", "compare")
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return _COMPARE[self.compare](x, self.value)
 
 
@@ -221,13 +221,13 @@ class Apply(ElementwiseOperator):
         self.fn = fn
         self.nin = int(nin if nin is not None else getattr(fn, "nin", 1))
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         if len(input_shapes) != self.nin:
             raise WorkflowError(f"Apply: fn takes nin={self.nin} input(s), the node has {len(input_shapes)}; "
                                 "pass nin= to Apply")
         return super().infer_output_shape(input_shapes)
 
-    def run(self, ctx, *inputs):
+    def run(self, ctx, *inputs) -> np.ndarray:
         out = np.asarray(self.fn(*inputs))
         expected = np.broadcast_shapes(*[np.shape(x) for x in inputs])
         if out.shape != expected:
@@ -245,7 +245,7 @@ class ScalarOperator(ElementwiseOperator):
                                 f"use {type(self).__name__.removesuffix('Scalar')} for arrays")
         self.value, self.reverse = value, bool(reverse)
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         fn = type(self).fn
         return np.asarray(fn(self.value, x) if self.reverse else fn(x, self.value))
 

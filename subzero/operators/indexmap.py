@@ -44,16 +44,17 @@ class IndexMapOperator(Operator):
     fill: float = 0
 
     def maps_for(self, shape: Shape) -> list[np.ndarray]:
+        """Per axis, the input index each output index reads (-1: none) for an input of ``shape``."""
         raise NotImplementedError
 
     def axis_maps(self) -> list[np.ndarray]:
         """The maps for the bound input shape."""
         return self.maps_for(self.input_shapes[0])
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.MAP}
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         return tuple(len(m) for m in self.maps_for(tuple(input_shapes[0])))
 
     @property
@@ -64,7 +65,7 @@ class IndexMapOperator(Operator):
         return all(bool(np.all(m >= 0)) and np.unique(m).size == n
                    for m, n in zip(self.axis_maps(), self.input_shapes[0]))
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         index, valid = [], []
         for m, (lo, hi), (base, _) in zip(self.axis_maps(), ctx.tile_box, ctx.input_boxes[0]):
             part = m[lo:hi]
@@ -78,17 +79,17 @@ class IndexMapOperator(Operator):
         return out
 
     # -- lineage ------------------------------------------------------------------------
-    def map_b_pairs(self, cells, i):
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         cells = np.asarray(cells, np.int64)
         maps = self.axis_maps()
         coords = np.stack([m[cells[:, k]] for k, m in enumerate(maps)], axis=1).reshape(len(cells), len(maps))
         ok = np.all(coords >= 0, axis=1)
         return np.flatnonzero(ok), coords[ok]
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return unique_rows(self.map_b_pairs(cells, i)[1])
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         # per axis, the output indices reading each input index (a sorted inverse of the map)
         cells = np.asarray(cells, np.int64)
         out = np.zeros((len(cells), 0), np.int64)
@@ -105,11 +106,11 @@ class IndexMapOperator(Operator):
             owner = owner[rows]
         return unique_rows(out)
 
-    def map_b_boxes(self, lo, hi, i):
+    def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
         return self._boxes(lo, hi, [lambda lo_k, hi_k, m=m: _runs(m[lo_k:hi_k][m[lo_k:hi_k] >= 0])
                                     for m in self.axis_maps()])
 
-    def map_f_boxes(self, lo, hi, i):
+    def map_f_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
         return self._boxes(lo, hi, [lambda lo_k, hi_k, m=m: _runs(np.flatnonzero((m >= lo_k) & (m < hi_k)))
                                     for m in self.axis_maps()])
 
@@ -135,12 +136,12 @@ class IndexMapOperator(Operator):
             return np.empty((0, ndim), np.int64), np.empty((0, ndim), np.int64)
         return np.concatenate(out_lo), np.concatenate(out_hi)
 
-    def map_b_mask(self, mask, i):
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         for k, (m, n) in enumerate(zip(self.axis_maps(), self.input_shapes[0])):
             mask = scatter_or(mask, k, m, n)
         return mask
 
-    def map_f_mask(self, mask, i):
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         for k, m in enumerate(self.axis_maps()):
             mask = gather_axis(mask, k, m)
         return mask

@@ -34,7 +34,7 @@ from subzero.operator import Operator
 from subzero.operators.identity import IdentityMapping
 from subzero.operators._kernels import (cell_set_boxes, decode_region, encode_regions, group_boxes, region_envelopes,
                                        repeat_pairs)
-from subzero.tiling import Box, Elementwise, box_slices, full_box
+from subzero.tiling import Box, Elementwise, Shape, box_slices, full_box
 
 # imported on first use: a query answered from stored lineage needs no scipy
 ndimage = LazyModule("scipy.ndimage")
@@ -134,10 +134,10 @@ class Label(IdentityMapping, Operator):
     def __init__(self, structure=None):
         self.structure = None if structure is None else np.asarray(structure, dtype=bool)
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.FULL, Mode.PAY, Mode.COMP}
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         shape = tuple(input_shapes[0])
         s = self.structure
         if s is not None:
@@ -266,7 +266,7 @@ class Label(IdentityMapping, Operator):
         return tuple(zip(lo.tolist(), hi.tolist()))
 
     # -- pass 2: relabel the tile and write its lineage ---------------------------------------
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         """Label the tile, rename the parts of seam components with their global ids, and
         write the lineage ``ctx.modes`` asks for; a whole-array call needs no first pass."""
         shape = tuple(self.input_shapes[0]) if self.input_shapes else tuple(np.shape(x))
@@ -403,17 +403,17 @@ class Label(IdentityMapping, Operator):
         return regions
 
     # -- the mapping default of COMP (a background cell reads itself) and payloads --------
-    def map_p(self, cells, payload, i):
+    def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
         if not payload or not len(cells):
             return np.asarray(cells, np.int64)
         return decode_region(payload, len(self.input_shapes[0]))
 
-    def map_p_pairs(self, cells, payload, i):
+    def map_p_pairs(self, cells: np.ndarray, payload: bytes, i: int) -> tuple[np.ndarray, np.ndarray]:
         if not payload:
             return self.map_b_pairs(cells, i)
         return repeat_pairs(len(cells), decode_region(payload, len(self.input_shapes[0])))
 
-    def map_p_envelope(self, payloads, i, cells=None):
+    def map_p_envelope(self, payloads: list[bytes], i: int, cells=None) -> tuple[np.ndarray, np.ndarray]:
         """The component boxes, read from the payloads' headers at once; the empty payload
         ("the cell itself") gets the box of its pair's ``cells``, or the whole input when
         ``cells`` is not given."""

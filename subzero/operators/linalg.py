@@ -7,10 +7,10 @@ import numpy as np
 
 from subzero.cells import mask_from_coords
 from subzero.errors import WorkflowError
-from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._kernels import unique_rows
-from subzero.operators.tilings import Contracted, OuterSplit
+from subzero.operators.tilings import Contracted, MapTiled, OuterSplit
+from subzero.tiling import Shape, Tiling
 
 __all__ = ["Dot", "MatMul", "Outer", "Inverse"]
 
@@ -27,7 +27,7 @@ def _place(part: np.ndarray, lo: int, shape: tuple[int, ...]) -> np.ndarray:
     return np.broadcast_to(part.reshape(lead + part.shape + tail), shape).copy()
 
 
-class Dot(Operator):
+class Dot(MapTiled):
     """``np.dot(a, b)``: contracts the last axis of ``a`` with the second-to-last of ``b``
     (the only one of a 1-D ``b``).
 
@@ -43,14 +43,10 @@ class Dot(Operator):
         a, b = shapes if shapes is not None else self.input_shapes
         return len(a) - 1, len(b) - 1, max(len(b) - 2, 0)
 
-    @property
-    def tiling(self):
-        return Contracted(self._layout()[0]) if self.input_shapes else None
+    def tiling_for(self) -> Tiling:
+        return Contracted(self._layout()[0])
 
-    def supported_modes(self):
-        return {Mode.MAP}
-
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         if len(input_shapes) != 2 or 0 in (len(input_shapes[0]), len(input_shapes[1])):
             raise WorkflowError(f"{type(self).__name__}: needs two arrays of at least 1 axis, got shapes "
                                 f"{[tuple(s) for s in input_shapes]}")
@@ -61,12 +57,12 @@ class Dot(Operator):
                                 f"of a has {a[-1]} cells, axis {cb} of b has {b[cb]}")
         return (a[:-1] + b[:cb] + b[cb + 1:]) or (1,)
 
-    def run(self, ctx, a, b):
+    def run(self, ctx, a, b) -> np.ndarray:
         out = np.dot(a, b)
         return out.reshape(1) if out.ndim == 0 else out
 
     # -- lineage ------------------------------------------------------------------------
-    def map_b_pairs(self, cells, i):
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         cells = np.asarray(cells, np.int64)
         na, nb, cb = self._layout()
         k = self.input_shapes[0][-1]
@@ -76,18 +72,18 @@ class Dot(Operator):
         coords = np.insert(np.repeat(fixed, k, axis=0), at, inner, axis=1)
         return np.repeat(np.arange(len(cells), dtype=np.int64), k), coords
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.argwhere(self.map_b_mask(mask_from_coords(cells, self.output_shape), i))
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.argwhere(self.map_f_mask(mask_from_coords(cells, self.input_shapes[i]), i))
 
-    def map_b_mask(self, mask, i):
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         na, nb, cb = self._layout()
         part = _keep(mask, 0, na) if i == 0 else _keep(mask, na, na + nb)
         return _place(np.expand_dims(part, na if i == 0 else cb), 0, self.input_shapes[i])
 
-    def map_f_mask(self, mask, i):
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         na, nb, cb = self._layout()
         part = mask.any(axis=na if i == 0 else cb)
         return _place(part, 0 if i == 0 else na, self.output_shape)
@@ -99,54 +95,50 @@ class MatMul(Dot):
     Tiles are row blocks: a tile reads its rows of ``a`` and all of ``b``.
     """
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         a, b = (tuple(s) for s in input_shapes)
         if len(a) != 2 or len(b) != 2 or a[1] != b[0]:
             raise WorkflowError(f"MatMul: cannot multiply matrices of shapes {a} and {b}; "
                                 "expected (n, k) and (k, m)")
         return (a[0], b[1])
 
-    def run(self, ctx, a, b):
+    def run(self, ctx, a, b) -> np.ndarray:
         return np.asarray(a) @ np.asarray(b)
 
 
-class Outer(Operator):
+class Outer(MapTiled):
     """``np.multiply.outer(a, b)`` (``np.outer`` for vectors): output shape ``a.shape + b.shape``;
     cell ``(ia..., ib...)`` reads ``a[ia]`` and ``b[ib]``."""
 
     entire_array_safe = True
 
-    @property
-    def tiling(self):
-        return OuterSplit(len(self.input_shapes[0])) if self.input_shapes else None
+    def tiling_for(self) -> Tiling:
+        return OuterSplit(len(self.input_shapes[0]))
 
-    def supported_modes(self):
-        return {Mode.MAP}
-
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         return tuple(input_shapes[0]) + tuple(input_shapes[1])
 
-    def run(self, ctx, a, b):
+    def run(self, ctx, a, b) -> np.ndarray:
         return np.multiply.outer(a, b)
 
     def _span(self, i: int) -> tuple[int, int]:
         na = len(self.input_shapes[0])
         return (0, na) if i == 0 else (na, na + len(self.input_shapes[1]))
 
-    def map_b_pairs(self, cells, i):
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = self._span(i)
         return np.arange(len(cells), dtype=np.int64), np.asarray(cells, np.int64)[:, lo:hi]
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return unique_rows(self.map_b_pairs(cells, i)[1])
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.argwhere(self.map_f_mask(mask_from_coords(cells, self.input_shapes[i]), i))
 
-    def map_b_mask(self, mask, i):
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         return _keep(mask, *self._span(i))
 
-    def map_f_mask(self, mask, i):
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         return _place(mask, self._span(i)[0], self.output_shape)
 
 
@@ -156,11 +148,11 @@ class Inverse(Operator):
 
     entire_array_safe = True
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         shape = tuple(input_shapes[0])
         if len(shape) != 2 or shape[0] != shape[1]:
             raise WorkflowError(f"Inverse: expected a square matrix (n, n), got shape {shape}")
         return shape
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return np.linalg.inv(x)

@@ -44,14 +44,14 @@ class _BinaryMorphology(StencilOperator):
                                 f"(shape {self.structure.shape}), the input is {ndim}-D; they must match")
         return self.structure
 
-    def stencil(self, ndim):
+    def stencil(self, ndim: int) -> np.ndarray:
         step = kernel_offsets(self._structure(ndim), flip=self.flip)
         offsets = np.zeros((1, ndim), np.int64)
         for _ in range(self.iterations):
             offsets = unique_rows((offsets[:, None, :] + step[None, :, :]).reshape(-1, ndim))
         return offsets
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return getattr(ndimage, type(self).fn)(np.asarray(x) != 0, self._structure(np.ndim(x)), self.iterations,
                              border_value=self.border_value)
 

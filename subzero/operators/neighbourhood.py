@@ -19,7 +19,7 @@ from subzero.operators._kernels import (
     BOUNDARY_MODES, boundary_index, boundary_preimages, box_offsets, gather_axis, scatter_or, shift_or,
     stencil_pairs, unique_rows,
 )
-from subzero.tiling import Halo
+from subzero.tiling import Halo, Shape
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
@@ -58,14 +58,16 @@ class StencilOperator(Operator):
         return self.stencil(len(self.input_shapes[0]))
 
     def radius(self) -> tuple[int, ...]:
+        """The stencil's radius per axis."""
         off = self.offsets()
         return tuple(int(r) for r in np.abs(off).max(axis=0)) if len(off) else (0,) * off.shape[1]
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.MAP}
 
     @property
     def tiling(self):
+        """Tiles with a halo of the stencil's radius (None for wrap-around modes)."""
         if "wrap" in self.mode or not self.input_shapes:
             return None
         return Halo(self.radius())
@@ -75,18 +77,18 @@ class StencilOperator(Operator):
         """Safe when the stencil reads the cell itself (then every cell has lineage both ways)."""
         return bool(self.input_shapes) and bool(np.any(np.all(self.offsets() == 0, axis=1)))
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         self.stencil(len(input_shapes[0]))
         return tuple(input_shapes[0])
 
     # -- lineage ------------------------------------------------------------------------
-    def map_b_pairs(self, cells, i):
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         return stencil_pairs(np.asarray(cells, np.int64), self.offsets(), self.input_shapes[0], self.mode)
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return unique_rows(self.map_b_pairs(cells, i)[1])
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         # o reads c iff o + d, for some offset d, is a position of the grown grid that
         # reads c through the boundary mode: o = v - d over those positions v
         cells = np.asarray(cells, np.int64)
@@ -114,13 +116,13 @@ class StencilOperator(Operator):
             return None
         return hi
 
-    def map_b_boxes(self, lo, hi, i):
+    def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
         r = self._box_radius()
         if r is None:
             return None
         return np.maximum(lo - r, 0), np.minimum(hi + r, np.asarray(self.input_shapes[0], np.int64))
 
-    def map_f_boxes(self, lo, hi, i):
+    def map_f_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
         r = self._box_radius()
         if r is None:
             return None
@@ -130,14 +132,14 @@ class StencilOperator(Operator):
         """Per axis, the input index each position of the grid grown by the radius reads."""
         return [boundary_index(np.arange(-r, n + r), n, self.mode) for n, r in zip(self.input_shapes[0], self.radius())]
 
-    def map_b_mask(self, mask, i):
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         # a binary dilation on the grown grid, folded back onto the array by the boundary mode
         grown = shift_or(np.pad(mask, [(r, r) for r in self.radius()]), self.offsets())
         for k, index in enumerate(self._virtual_index()):
             grown = scatter_or(grown, k, index, self.input_shapes[0][k])
         return grown
 
-    def map_f_mask(self, mask, i):
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         grown = mask
         for k, index in enumerate(self._virtual_index()):
             grown = gather_axis(grown, k, index)
@@ -154,7 +156,7 @@ class _KernelStencil(StencilOperator):
         super().__init__(mode, cval)
         self.kernel = np.asarray(kernel, dtype=np.float64)
 
-    def stencil(self, ndim):
+    def stencil(self, ndim: int) -> np.ndarray:
         if self.kernel.ndim != ndim:
             raise WorkflowError(f"{type(self).__name__}: kernel is {self.kernel.ndim}-D "
                                 f"(shape {self.kernel.shape}), the input is {ndim}-D; they must match")
@@ -166,14 +168,14 @@ class Convolve(_KernelStencil):
 
     flip = True
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return ndimage.convolve(np.asarray(x, dtype=np.float64), self.kernel, mode=self.mode, cval=self.cval)
 
 
 class Correlate(_KernelStencil):
     """``scipy.ndimage.correlate(x, kernel, mode, cval)``; lineage is the kernel's non-zero footprint."""
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return ndimage.correlate(np.asarray(x, dtype=np.float64), self.kernel, mode=self.mode, cval=self.cval)
 
 
@@ -191,12 +193,12 @@ class GaussianFilter(StencilOperator):
         self.order = tuple(order) if isinstance(order, (tuple, list)) else int(order)
         self.truncate = float(truncate)
 
-    def stencil(self, ndim):
+    def stencil(self, ndim: int) -> np.ndarray:
         sigmas = per_axis(self.sigma, ndim, "GaussianFilter", "sigma", float, minimum=0.0)
         per_axis(self.order, ndim, "GaussianFilter", "order", int, minimum=0)
         return box_offsets(tuple(int(self.truncate * s + 0.5) for s in sigmas))
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return ndimage.gaussian_filter(np.asarray(x, dtype=np.float64), self.sigma, order=self.order,
                                        mode=self.mode, cval=self.cval, truncate=self.truncate)
 
@@ -210,10 +212,10 @@ class UniformFilter(StencilOperator):
         super().__init__(mode, cval)
         self.size = tuple(size) if isinstance(size, (tuple, list)) else int(size)
 
-    def stencil(self, ndim):
+    def stencil(self, ndim: int) -> np.ndarray:
         return kernel_offsets(np.ones(per_axis(self.size, ndim, "UniformFilter", "size", minimum=1), bool))
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         # one explicit sum per cell and axis (correlate1d), not uniform_filter's running sum:
         # a running sum carries a NaN or an infinity to every later cell of the line
         out = np.asarray(x, dtype=np.float64)
@@ -240,14 +242,14 @@ class _RankFilter(StencilOperator):
         else:
             raise WorkflowError(f"{type(self).__name__}: give size or footprint, got neither")
 
-    def stencil(self, ndim):
+    def stencil(self, ndim: int) -> np.ndarray:
         if self.footprint is None:
             return kernel_offsets(np.ones(per_axis(self.size, ndim, type(self).__name__, "size", minimum=1), bool))
         if self.footprint.ndim != ndim:
             raise WorkflowError(f"{type(self).__name__}: footprint is {self.footprint.ndim}-D, the input is {ndim}-D")
         return kernel_offsets(self.footprint)
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         x = np.asarray(x)
         fn = getattr(ndimage, type(self).fn)
         if self.footprint is None:
@@ -278,11 +280,11 @@ class MinimumFilter(_RankFilter):
 class Laplace(StencilOperator):
     """``scipy.ndimage.laplace(x, mode, cval)``: a cell reads itself and its 2 * ndim axis neighbours."""
 
-    def stencil(self, ndim):
+    def stencil(self, ndim: int) -> np.ndarray:
         eye = np.eye(ndim, dtype=np.int64)
         return np.concatenate([np.zeros((1, ndim), np.int64), eye, -eye])
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return ndimage.laplace(np.asarray(x, dtype=np.float64), mode=self.mode, cval=self.cval)
 
 
@@ -295,11 +297,11 @@ class Sobel(StencilOperator):
         super().__init__(mode, cval)
         self.axis = axis
 
-    def stencil(self, ndim):
+    def stencil(self, ndim: int) -> np.ndarray:
         box = box_offsets((1,) * ndim)
         return box[box[:, normalize_axis(self.axis, ndim, "Sobel")] != 0]
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         # the derivative as a difference of the two neighbours (scipy multiplies the centre
         # by its zero weight, so a NaN or an infinity there would leak into the result)
         x = np.asarray(x, dtype=np.float64)

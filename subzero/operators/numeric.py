@@ -21,6 +21,7 @@ from subzero.operators._args import check_choice
 from subzero.operators.identity import IdentityMapping
 from subzero.operators.indexmap import IndexMapOperator
 from subzero.operators.reductions import AxisReduction
+from subzero.tiling import Shape
 
 if TYPE_CHECKING:  # pragma: no cover
     from subzero.context import Context
@@ -53,7 +54,7 @@ class GlobalReduction(Operator):
         self.how = check_choice(how, tuple(REDUCTIONS), "GlobalReduction", "how")
         self.ddof = int(ddof)
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         if len(input_shapes[0]) == 0:
             raise WorkflowError("GlobalReduction: expected an array of at least 1 axis, got a 0-d array")
         return (1,) * len(input_shapes[0])
@@ -80,7 +81,7 @@ class _DdofReduction(_NumpyReduction):
         super().__init__(axis)
         self.ddof = int(ddof)
 
-    def reduce(self, x, axes):
+    def reduce(self, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         return type(self).fn(x, axis=axes, ddof=self.ddof)
 
 
@@ -141,7 +142,7 @@ class HistogramEdges(Operator):
         self.bins = int(bins)
         self.range = None if range is None else (float(range[0]), float(range[1]))
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         return (self.bins + 1,)
 
     def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
@@ -179,10 +180,10 @@ class Relabel(IdentityMapping, Operator):
     def __init__(self, lineage: str = "component"):
         self.lineage = check_choice(lineage, RELABEL_LINEAGES, "Relabel", "lineage")
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.MAP} if self.lineage == "component" else {Mode.BLACKBOX}
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         return tuple(input_shapes[0])
 
     def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
@@ -203,7 +204,7 @@ class NearestZoom(IndexMapOperator):
         self.zoom = tuple(float(z) for z in zoom) if isinstance(zoom, Sequence) else float(zoom)
         self.mode, self.fill, self.grid_mode = str(mode), cval, bool(grid_mode)
 
-    def maps_for(self, shape):
+    def maps_for(self, shape: Shape) -> list[np.ndarray]:
         from scipy import ndimage
 
         zooms = self.zoom if isinstance(self.zoom, tuple) else (self.zoom,) * len(shape)

@@ -9,16 +9,16 @@ import numpy as np
 
 from subzero.cells import mask_from_coords
 from subzero.errors import WorkflowError
-from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._args import normalize_axes
 from subzero.operators._kernels import corner_offsets
-from subzero.operators.tilings import ReducedAxes
+from subzero.operators.tilings import MapTiled, ReducedAxes
+from subzero.tiling import Shape, Tiling
 
 __all__ = ["AxisReduction", "Sum", "Mean", "Std", "Min", "Max", "Count", "GlobalMean", "GlobalStd"]
 
 
-class AxisReduction(Operator):
+class AxisReduction(MapTiled):
     """Base of ``np.<reduce>(x, axis)`` over one axis or a tuple of axes; subclasses set
     ``fn`` (or override ``reduce``).  Tiles split the kept axes."""
 
@@ -32,26 +32,23 @@ class AxisReduction(Operator):
         ndim = len(self.input_shapes[0]) if ndim is None else ndim
         return normalize_axes(self.axis, ndim, type(self).__name__)
 
-    @property
-    def tiling(self):
-        return ReducedAxes(self._axes()) if self.input_shapes else None
+    def tiling_for(self) -> Tiling:
+        return ReducedAxes(self._axes())
 
-    def supported_modes(self):
-        return {Mode.MAP}
-
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         shape = tuple(input_shapes[0])
         axes = self._axes(len(shape))
         return tuple(n for a, n in enumerate(shape) if a not in axes)
 
     def reduce(self, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+        """``x`` reduced over ``axes``."""
         return type(self).fn(x, axis=axes)
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return np.asarray(self.reduce(x, self._axes()))
 
     # -- lineage ------------------------------------------------------------------------
-    def map_b_pairs(self, cells, i):
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         cells = np.asarray(cells, np.int64)
         shape, axes = self.input_shapes[0], self._axes()
         sub = corner_offsets(tuple(shape[a] for a in axes))
@@ -61,17 +58,17 @@ class AxisReduction(Operator):
         coords[:, :, list(axes)] = sub[None, :, :]
         return np.repeat(np.arange(len(cells), dtype=np.int64), len(sub)), coords.reshape(-1, len(shape))
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.argwhere(self.map_b_mask(mask_from_coords(cells, self.output_shape), i))
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.unique(np.delete(np.asarray(cells, np.int64), self._axes(), axis=1), axis=0)
 
-    def map_b_mask(self, mask, i):
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         return np.broadcast_to(np.expand_dims(mask, self._axes()), self.input_shapes[0]).copy()
 
-    def map_f_mask(self, mask, i):
-        return mask.any(axis=self._axes())
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
+        return np.asarray(mask.any(axis=self._axes()))
 
 
 class Sum(AxisReduction):
@@ -93,7 +90,7 @@ class Std(AxisReduction):
         super().__init__(axis)
         self.ddof = int(ddof)
 
-    def reduce(self, x, axes):
+    def reduce(self, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         return np.std(x, axis=axes, ddof=self.ddof)
 
 
@@ -124,7 +121,7 @@ class _GlobalStatistic(Operator):
 
     entire_array_safe = True
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         if len(input_shapes[0]) == 0:
             raise WorkflowError(f"{type(self).__name__}: expected an array of at least 1 axis, got a 0-d array")
         return (1,) * len(input_shapes[0])
@@ -133,7 +130,7 @@ class _GlobalStatistic(Operator):
 class GlobalMean(_GlobalStatistic):
     """``np.mean(x, keepdims=True)``."""
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return np.mean(x, keepdims=True)
 
 
@@ -143,5 +140,5 @@ class GlobalStd(_GlobalStatistic):
     def __init__(self, ddof: int = 0):
         self.ddof = int(ddof)
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return np.std(x, ddof=self.ddof, keepdims=True)

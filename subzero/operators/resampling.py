@@ -6,19 +6,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from subzero.modes import Mode
-from subzero.operator import Operator
 from subzero.operators._args import check_choice, per_axis
 from subzero.operators._kernels import corner_offsets, unique_rows
 from subzero.operators.indexmap import IndexMapOperator
-from subzero.operators.tilings import Blocks
+from subzero.operators.tilings import Blocks, MapTiled
+from subzero.tiling import Shape, Tiling
 
 __all__ = ["Downsample", "Upsample"]
 
 _REDUCE = {"mean": np.add, "sum": np.add, "max": np.maximum, "min": np.minimum}
 
 
-class Downsample(Operator):
+class Downsample(MapTiled):
     """Block reduction: output cell ``j`` is the mean (sum, max, min) of the input block
     ``[j * factor, (j + 1) * factor)`` per axis.
 
@@ -36,18 +35,14 @@ class Downsample(Operator):
         ndim = len(self.input_shapes[0]) if ndim is None else ndim
         return per_axis(self.factor, ndim, "Downsample", "factor", minimum=1)
 
-    @property
-    def tiling(self):
-        return Blocks(self._factors()) if self.input_shapes else None
+    def tiling_for(self) -> Tiling:
+        return Blocks(self._factors())
 
-    def supported_modes(self):
-        return {Mode.MAP}
-
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         shape = tuple(input_shapes[0])
         return tuple(-(-n // f) for n, f in zip(shape, self._factors(len(shape))))
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         out = np.asarray(x, dtype=np.float64) if self.how == "mean" else np.asarray(x)
         for axis, f in enumerate(self._factors()):
             if out.shape[axis]:
@@ -59,7 +54,7 @@ class Downsample(Operator):
         return out
 
     # -- lineage ------------------------------------------------------------------------
-    def map_b_pairs(self, cells, i):
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         cells = np.asarray(cells, np.int64)
         factors = np.array(self._factors(), np.int64)
         block = corner_offsets(self._factors())
@@ -68,18 +63,18 @@ class Downsample(Operator):
         inside = np.all(coords < np.array(self.input_shapes[0]), axis=1)
         return owner[inside], coords[inside]
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return unique_rows(self.map_b_pairs(cells, i)[1])
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         return unique_rows(np.asarray(cells, np.int64) // np.array(self._factors(), np.int64))
 
-    def map_b_mask(self, mask, i):
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         for axis, (f, n) in enumerate(zip(self._factors(), self.input_shapes[0])):
             mask = np.repeat(mask, f, axis=axis)[(slice(None),) * axis + (slice(0, n),)]
         return mask
 
-    def map_f_mask(self, mask, i):
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         for axis, f in enumerate(self._factors()):
             starts = np.arange(0, mask.shape[axis], f)
             mask = np.logical_or.reduceat(mask, starts, axis=axis) if len(starts) else mask
@@ -93,6 +88,6 @@ class Upsample(IndexMapOperator):
     def __init__(self, factor: int | Sequence[int] = 2):
         self.factor = tuple(factor) if isinstance(factor, Sequence) else factor
 
-    def maps_for(self, shape):
+    def maps_for(self, shape: Shape) -> list[np.ndarray]:
         factors = per_axis(self.factor, len(shape), "Upsample", "factor", minimum=1)
         return [np.arange(n * f, dtype=np.int64) // f for n, f in zip(shape, factors)]

@@ -14,13 +14,13 @@ from subzero.operator import Operator
 from subzero.operators._args import check_choice, normalize_axes, normalize_axis, per_axis
 from subzero.operators._kernels import BOUNDARY_MODES, boundary_index
 from subzero.operators.indexmap import IndexMapOperator
-from subzero.operators.tilings import Concatenated, Stacked
-from subzero.tiling import Permuted
+from subzero.operators.tilings import Concatenated, MapTiled, Stacked
+from subzero.tiling import Permuted, Shape, Tiling
 
 __all__ = ["Transpose", "Reshape", "Concatenate", "Stack", "Slice", "Flip", "Pad", "Shift", "Tile"]
 
 
-class Transpose(Operator):
+class Transpose(MapTiled):
     """Permute axes (``np.transpose``); the default reverses them."""
 
     entire_array_safe = True
@@ -34,14 +34,10 @@ class Transpose(Operator):
             return tuple(reversed(range(ndim)))
         return tuple(a % ndim if -ndim <= a < ndim else a for a in self.axes)
 
-    @property
-    def tiling(self):
-        return Permuted(self._axes()) if self.input_shapes else None
+    def tiling_for(self) -> Tiling:
+        return Permuted(self._axes())
 
-    def supported_modes(self):
-        return {Mode.MAP}
-
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         shape = input_shapes[0]
         axes = self._axes(len(shape))
         if sorted(axes) != list(range(len(shape))):
@@ -49,34 +45,34 @@ class Transpose(Operator):
                                 f"of the input of shape {shape}")
         return tuple(shape[a] for a in axes)
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return np.transpose(x, self._axes())
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         out = np.empty_like(cells)
         out[:, list(self._axes())] = cells
         return out
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         return cells[:, list(self._axes())]
 
-    def map_b_boxes(self, lo, hi, i):
+    def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
         axes = list(self._axes())
         out_lo, out_hi = np.empty_like(lo), np.empty_like(hi)
         out_lo[:, axes], out_hi[:, axes] = lo, hi
         return out_lo, out_hi
 
-    def map_f_boxes(self, lo, hi, i):
+    def map_f_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
         axes = list(self._axes())
         return lo[:, axes], hi[:, axes]
 
-    def map_b_pairs(self, cells, i):
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         return np.arange(len(cells), dtype=np.int64), self.map_b(cells, i)
 
-    def map_b_mask(self, mask, i):
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         return np.transpose(mask, np.argsort(self._axes()))
 
-    def map_f_mask(self, mask, i):
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         return np.transpose(mask, self._axes())
 
 
@@ -91,10 +87,10 @@ class Reshape(Operator):
     def __init__(self, shape: Sequence[int]):
         self.shape = tuple(int(n) for n in shape)
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.MAP}
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         size = int(np.prod(input_shapes[0]))
         if self.shape.count(-1) > 1 or any(n < -1 for n in self.shape):
             raise WorkflowError(f"Reshape: shape must be non-negative sizes with at most one -1, got {self.shape}")
@@ -106,26 +102,26 @@ class Reshape(Operator):
         raise WorkflowError(f"Reshape: cannot reshape an input of shape {tuple(input_shapes[0])} "
                             f"({size} cells) to shape {self.shape}")
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return x.reshape(self.output_shape)
 
-    def map_b_pairs(self, cells, i):
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         return np.arange(len(cells), dtype=np.int64), to_coords(to_ids(cells, self.output_shape), self.input_shapes[0])
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return self.map_b_pairs(cells, i)[1]
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         return to_coords(to_ids(cells, self.input_shapes[0]), self.output_shape)
 
-    def map_b_mask(self, mask, i):
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         return mask.reshape(self.input_shapes[0])
 
-    def map_f_mask(self, mask, i):
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         return mask.reshape(self.output_shape)
 
 
-class Concatenate(Operator):
+class Concatenate(MapTiled):
     """``np.concatenate(inputs, axis)``.
 
     Not entire-array safe (SubZero's own example): the forward lineage of an entire
@@ -142,14 +138,10 @@ class Concatenate(Operator):
         a = self._axis()
         return np.concatenate([[0], np.cumsum([s[a] for s in self.input_shapes])]).astype(np.int64)
 
-    @property
-    def tiling(self):
-        return Concatenated(self._axis(), tuple(self._starts()[:-1].tolist())) if self.input_shapes else None
+    def tiling_for(self) -> Tiling:
+        return Concatenated(self._axis(), tuple(self._starts()[:-1].tolist()))
 
-    def supported_modes(self):
-        return {Mode.MAP}
-
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         first = tuple(input_shapes[0])
         a = normalize_axis(self.axis, len(first), "Concatenate")
         for k, shape in enumerate(input_shapes):
@@ -158,10 +150,10 @@ class Concatenate(Operator):
                                     f"they must match on every axis except axis={self.axis}")
         return first[:a] + (sum(s[a] for s in input_shapes),) + first[a + 1:]
 
-    def run(self, ctx, *inputs):
+    def run(self, ctx, *inputs) -> np.ndarray:
         return np.concatenate(inputs, axis=self._axis())
 
-    def map_b_pairs(self, cells, i):
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         cells = np.asarray(cells, np.int64)
         a, starts = self._axis(), self._starts()
         owner = np.flatnonzero((cells[:, a] >= starts[i]) & (cells[:, a] < starts[i + 1]))
@@ -169,10 +161,10 @@ class Concatenate(Operator):
         coords[:, a] -= starts[i]
         return owner, coords
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return self.map_b_pairs(cells, i)[1]
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         coords = np.array(cells, np.int64)
         coords[:, self._axis()] += self._starts()[i]
         return coords
@@ -181,16 +173,16 @@ class Concatenate(Operator):
         a, starts = self._axis(), self._starts()
         return (slice(None),) * a + (slice(int(starts[i]), int(starts[i + 1])),)
 
-    def map_b_mask(self, mask, i):
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         return mask[self._slot(i)].copy()
 
-    def map_f_mask(self, mask, i):
-        out = np.zeros(self.output_shape, bool)
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
+        out: np.ndarray = np.zeros(self.output_shape, bool)
         out[self._slot(i)] = mask
         return out
 
 
-class Stack(Operator):
+class Stack(MapTiled):
     """``np.stack(inputs, axis)``: input ``i`` becomes slice ``i`` along a new axis.
 
     Not entire-array safe, like `Concatenate`.
@@ -202,14 +194,10 @@ class Stack(Operator):
     def _axis(self) -> int:
         return normalize_axis(self.axis, len(self.input_shapes[0]) + 1, "Stack")
 
-    @property
-    def tiling(self):
-        return Stacked(self._axis()) if self.input_shapes else None
+    def tiling_for(self) -> Tiling:
+        return Stacked(self._axis())
 
-    def supported_modes(self):
-        return {Mode.MAP}
-
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         first = tuple(input_shapes[0])
         a = normalize_axis(self.axis, len(first) + 1, "Stack")
         for k, shape in enumerate(input_shapes):
@@ -218,29 +206,29 @@ class Stack(Operator):
                                     "stacked inputs must have the same shape")
         return first[:a] + (len(input_shapes),) + first[a:]
 
-    def run(self, ctx, *inputs):
+    def run(self, ctx, *inputs) -> np.ndarray:
         a = self._axis()
         lo, hi = ctx.tile_box[a]
         return np.stack(inputs[lo:hi], axis=a)
 
-    def map_b_pairs(self, cells, i):
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         cells = np.asarray(cells, np.int64)
         a = self._axis()
         owner = np.flatnonzero(cells[:, a] == i)
         return owner, np.delete(cells[owner], a, axis=1)
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return self.map_b_pairs(cells, i)[1]
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         cells = np.asarray(cells, np.int64)
         return np.insert(cells, self._axis(), i, axis=1)
 
-    def map_b_mask(self, mask, i):
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         return np.take(mask, i, axis=self._axis())
 
-    def map_f_mask(self, mask, i):
-        out = np.zeros(self.output_shape, bool)
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
+        out: np.ndarray = np.zeros(self.output_shape, bool)
         out[(slice(None),) * self._axis() + (i,)] = mask
         return out
 
@@ -260,7 +248,7 @@ class Slice(IndexMapOperator):
     def __init__(self, start=None, stop=None, step=None):
         self.start, self.stop, self.step = (tuple(v) if isinstance(v, Sequence) else v for v in (start, stop, step))
 
-    def maps_for(self, shape):
+    def maps_for(self, shape: Shape) -> list[np.ndarray]:
         bounds = [self._per_axis(v, len(shape), name) for v, name in
                   ((self.start, "start"), (self.stop, "stop"), (self.step, "step"))]
         if any(s == 0 for s in bounds[2]):
@@ -282,7 +270,7 @@ class Flip(IndexMapOperator):
     def __init__(self, axis: int | Sequence[int] | None = None):
         self.axis = tuple(axis) if isinstance(axis, Sequence) else axis
 
-    def maps_for(self, shape):
+    def maps_for(self, shape: Shape) -> list[np.ndarray]:
         axes = range(len(shape)) if self.axis is None else normalize_axes(self.axis, len(shape), "Flip")
         return [np.arange(n, dtype=np.int64)[::-1] if k in axes else np.arange(n, dtype=np.int64)
                 for k, n in enumerate(shape)]
@@ -305,7 +293,7 @@ class Pad(IndexMapOperator):
         self.mode = check_choice(mode, tuple(_PAD_MODES), "Pad", "mode")
         self.fill = constant_values
 
-    def maps_for(self, shape):
+    def maps_for(self, shape: Shape) -> list[np.ndarray]:
         widths = np.asarray(self.pad_width)
         if widths.dtype.kind not in "iu" or np.any(widths < 0):
             raise WorkflowError(f"Pad: pad_width must be non-negative integers, got {self.pad_width!r}")
@@ -329,7 +317,7 @@ class Shift(IndexMapOperator):
         self.mode = check_choice(mode, BOUNDARY_MODES, "Shift", "mode")
         self.fill = cval
 
-    def maps_for(self, shape):
+    def maps_for(self, shape: Shape) -> list[np.ndarray]:
         shifts = per_axis(self.shift, len(shape), "Shift", "shift")
         return [boundary_index(np.arange(n) - s, n, self.mode) for n, s in zip(shape, shifts)]
 
@@ -340,7 +328,7 @@ class Tile(IndexMapOperator):
     def __init__(self, reps: int | Sequence[int]):
         self.reps = tuple(reps) if isinstance(reps, Sequence) else (reps,)
 
-    def maps_for(self, shape):
+    def maps_for(self, shape: Shape) -> list[np.ndarray]:
         if len(self.reps) > len(shape):
             raise WorkflowError(f"Tile: reps {self.reps} has more entries than the input has axes {tuple(shape)}; "
                                 "add axes with Reshape first")

@@ -14,15 +14,14 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.cells import mask_from_coords
-from subzero.modes import Mode
-from subzero.operator import Operator
 from subzero.operators._args import normalize_axis
-from subzero.operators.tilings import Lines
+from subzero.operators.tilings import Lines, MapTiled
+from subzero.tiling import Shape, Tiling
 
 __all__ = ["LineOperator", "Sort", "ArgSort"]
 
 
-class LineOperator(Operator):
+class LineOperator(MapTiled):
     """Base of operators whose output line along ``axis`` is a function of the input line."""
 
     entire_array_safe = True
@@ -34,46 +33,42 @@ class LineOperator(Operator):
         ndim = len(self.input_shapes[0]) if ndim is None else ndim
         return normalize_axis(self.axis, ndim, type(self).__name__)
 
-    @property
-    def tiling(self):
-        return Lines(self._axis()) if self.input_shapes else None
+    def tiling_for(self) -> Tiling:
+        return Lines(self._axis())
 
-    def supported_modes(self):
-        return {Mode.MAP}
-
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         self._axis(len(input_shapes[0]))
         return tuple(input_shapes[0])
 
-    def map_b_pairs(self, cells, i):
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         cells = np.asarray(cells, np.int64)
         a, n = self._axis(), self.input_shapes[0][self._axis()]
         coords = np.repeat(cells, n, axis=0)
         coords[:, a] = np.tile(np.arange(n, dtype=np.int64), len(cells))
         return np.repeat(np.arange(len(cells), dtype=np.int64), n), coords
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.argwhere(self.map_b_mask(mask_from_coords(cells, self.output_shape), i))
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.argwhere(self.map_f_mask(mask_from_coords(cells, self.input_shapes[0]), i))
 
-    def map_b_mask(self, mask, i):
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         return np.broadcast_to(mask.any(axis=self._axis(), keepdims=True), mask.shape).copy()
 
-    def map_f_mask(self, mask, i):
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         return self.map_b_mask(mask, i)
 
 
 class Sort(LineOperator):
     """``np.sort(x, axis)``."""
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return np.sort(x, axis=self._axis(), kind="stable")
 
 
 class ArgSort(LineOperator):
     """``np.argsort(x, axis, kind="stable")``: positions within the line (ties keep order)."""
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return np.argsort(x, axis=self._axis(), kind="stable")

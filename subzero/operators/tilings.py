@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from subzero.modes import Mode
+from subzero.operator import Operator
 from subzero.tiling import Box, Tiling
 
 __all__ = ["IndexMapped", "Concatenated", "Stacked", "Blocks", "ReducedAxes", "Lines", "Contracted", "OuterSplit"]
@@ -113,3 +115,21 @@ class OuterSplit(Tiling):
 
     def input_box(self, op, out_box: Box, i: int) -> Box:
         return tuple(out_box[: self.a_ndim]) if i == 0 else tuple(out_box[self.a_ndim:])
+
+
+class MapTiled(Operator):
+    """Base of the operators answered by their mapping functions (`Mode.MAP`) whose tiling
+    follows from their parameters once the input shapes are bound (`tiling_for`)."""
+
+    def tiling_for(self) -> Tiling:
+        """The tiling for the bound input shapes."""
+        raise NotImplementedError(f"{type(self).__name__} must implement tiling_for()")
+
+    @property
+    def tiling(self) -> Tiling | None:  # type: ignore[override]  # Operator.tiling: a plain attribute elsewhere
+        """`tiling_for`, once the input shapes are bound (None before)."""
+        return self.tiling_for() if self.input_shapes else None
+
+    def supported_modes(self) -> set[Mode]:
+        """Mapping functions: `Mode.MAP`."""
+        return {Mode.MAP}

@@ -32,6 +32,7 @@ from subzero.operator import Operator
 from subzero.operators._args import check_choice, normalize_axis
 from subzero.operators._kernels import corner_offsets, decode_region, encode_region, repeat_pairs
 from subzero.operators.label import Label  # moved to label.py (tiled, two passes); re-exported here
+from subzero.tiling import Shape
 
 __all__ = ["Label", "Histogram", "Filter", "Compress", "SELECTION_LINEAGES", "HISTOGRAM_LINEAGES"]
 
@@ -89,12 +90,13 @@ class Histogram(Operator):
 
     @property
     def n_bins(self) -> int:
+        """The number of bins."""
         return self.bins if isinstance(self.bins, int) else len(self.bins) - 1
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.BLACKBOX} if self.lineage == "dependence" else {Mode.FULL, Mode.PAY}
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         return (self.n_bins,)
 
     def assign(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -110,7 +112,7 @@ class Histogram(Operator):
             extremes = finite & ((v == v[finite].min()) | (v == v[finite].max()))
         return index, extremes
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         index, extremes = self.assign(x)
         nb = self.n_bins
         if Mode.FULL in ctx.modes:
@@ -131,11 +133,11 @@ class Histogram(Operator):
                 ctx.lwrite(np.array([[b]], np.int64), payload=encode_region(cells, np.ndim(x)))
         return np.bincount(index[index >= 0], minlength=nb).astype(np.int64)
 
-    def map_p(self, cells, payload, i):
+    def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
         ndim = len(self.input_shapes[0])
         return decode_region(payload, ndim) if len(cells) else np.empty((0, ndim), np.int64)
 
-    def map_p_pairs(self, cells, payload, i):
+    def map_p_pairs(self, cells: np.ndarray, payload: bytes, i: int) -> tuple[np.ndarray, np.ndarray]:
         return repeat_pairs(len(cells), decode_region(payload, len(self.input_shapes[0])))
 
 
@@ -168,7 +170,7 @@ class _Selection(Operator):
         self.axis = axis
         self.lineage = check_choice(lineage, SELECTION_LINEAGES, type(self).__name__, "lineage")
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.FULL, Mode.PAY}
 
     def _axis(self) -> int:
@@ -263,7 +265,7 @@ class Filter(_Selection):
         super().__init__(axis, lineage)
         self.predicate = predicate
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         normalize_axis(self.axis, len(input_shapes[0]), "Filter")
         return None
 
@@ -275,10 +277,11 @@ class Filter(_Selection):
                                 f"one bool per slice along axis {self.axis}")
         return keep.astype(bool)
 
-    def run(self, ctx, x):
+    def run(self, ctx, x) -> np.ndarray:
         return self._select(ctx, x, self.keep(x))
 
     def write_full(self, ctx, cells, origin, bound, shape):
+        """Write the FULL lineage of the kept ``cells`` (pairs of each kept cell and its source)."""
         a = self._axis()
         r = cells[:, a]
         if not self.positional:
@@ -299,10 +302,10 @@ class Filter(_Selection):
         offset[self._axis()] = first
         return offset
 
-    def map_p(self, cells, payload, i):
+    def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
         return self._region(payload) if len(cells) else np.empty((0, cells.shape[1]), np.int64)
 
-    def map_p_pairs(self, cells, payload, i):
+    def map_p_pairs(self, cells: np.ndarray, payload: bytes, i: int) -> tuple[np.ndarray, np.ndarray]:
         return repeat_pairs(len(cells), self._region(payload))
 
 
@@ -315,7 +318,7 @@ class Compress(_Selection):
     (every entry, for the last output slice).
     """
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         condition, shape = (tuple(s) for s in input_shapes)
         a = normalize_axis(self.axis, len(shape), "Compress")
         if condition != (shape[a],):
@@ -326,10 +329,11 @@ class Compress(_Selection):
     def keep(self, condition, x):
         return np.asarray(condition) != 0
 
-    def run(self, ctx, condition, x):
+    def run(self, ctx, condition, x) -> np.ndarray:
         return self._select(ctx, x, self.keep(condition, x))
 
     def write_full(self, ctx, cells, origin, bound, shape):
+        """Write the FULL lineage of the kept ``cells`` (pairs of each kept cell and its source)."""
         n = len(cells)
         pair = np.arange(n, dtype=np.int64)
         copied = self._moved(cells, origin)
@@ -344,11 +348,11 @@ class Compress(_Selection):
         out_pair = np.concatenate([pair, n + np.searchsorted(slices, r)])
         ctx.lwrite_many(out, conditions, copied, out_pair=out_pair, in_pair=[n + owner, pair])
 
-    def map_p(self, cells, payload, i):
+    def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
         coords = self.map_p_pairs(cells, payload, i)[1]
         return np.unique(coords, axis=0) if len(coords) else coords
 
-    def map_p_pairs(self, cells, payload, i):
+    def map_p_pairs(self, cells: np.ndarray, payload: bytes, i: int) -> tuple[np.ndarray, np.ndarray]:
         source, bound = self._decode(payload)
         cells = np.asarray(cells, np.int64)
         if i == 0:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from subzero.modes import Mode, Strategy
+from subzero.modes import Direction, Mode, Strategy
 
 __all__ = ["StrategyProfile", "NodeProfile", "step_cost", "disk_cost", "runtime_cost"]
 
@@ -57,29 +57,33 @@ class NodeProfile:
     strategies: dict[str, StrategyProfile] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        """The JSON form the catalog keeps (strategies by name)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "NodeProfile":
+        """The profile `to_dict` wrote."""
         data = dict(data)
         data["strategies"] = {k: StrategyProfile(**v) for k, v in data.get("strategies", {}).items()}
         return cls(**data)
 
-    def fan(self, direction: str, cells: float) -> float:
+    def fan(self, direction: Direction | str, cells: float) -> float:
         """Cells one step yields from ``cells`` entering, capped by the array size."""
+        backward = Direction.parse(direction) is Direction.BACKWARD
+        cap = max(self.in_sizes, default=1) if backward else self.out_size
         if self.all_to_all:
-            return float(max(self.in_sizes, default=1) if direction == "backward" else self.out_size)
-        cap = max(self.in_sizes, default=1) if direction == "backward" else self.out_size
-        per = self.fan_backward if direction == "backward" else self.fan_forward
+            return float(cap)
+        per = self.fan_backward if backward else self.fan_forward
         return float(min(cap, cells * per))
 
 
-def disk_cost(profile: NodeProfile, strategy: str) -> float:
+def disk_cost(profile: NodeProfile, strategy: Strategy | str) -> float:
+    """Bytes a strategy stores for the node (0 for what stores nothing or was not calibrated)."""
     s = Strategy.parse(strategy)
     return profile.strategies[s.name].bytes if s.stored and s.name in profile.strategies else 0.0
 
 
-def runtime_cost(profile: NodeProfile, strategy: str) -> float:
+def runtime_cost(profile: NodeProfile, strategy: Strategy | str) -> float:
     """Seconds a strategy adds to the run: re-running the node to capture lineage, encoding, writing."""
     s = Strategy.parse(strategy)
     if not s.stored or s.name not in profile.strategies:
@@ -93,14 +97,13 @@ def _rerun(profile: NodeProfile, cells: float) -> float:
     return (profile.op_seconds + profile.trace_seconds) * touched / max(profile.tiles, 1)
 
 
-def step_cost(profile: NodeProfile, strategy: str, direction: str, cells: float) -> float:
+def step_cost(profile: NodeProfile, strategy: Strategy | str, direction: Direction | str, cells: float) -> float:
     """Predicted seconds of one query step through the node with ``strategy``.
 
     ``cells`` is the number of frontier cells entering the step.
     """
-    cells = max(float(cells), 1.0)
+    cells, direction, s = max(float(cells), 1.0), Direction.parse(direction), Strategy.parse(strategy)
     out = profile.fan(direction, cells)
-    s = Strategy.parse(strategy)
     if profile.all_to_all:
         return STEP_OVERHEAD
     if s.mode is Mode.BLACKBOX:
@@ -111,14 +114,13 @@ def step_cost(profile: NodeProfile, strategy: str, direction: str, cells: float)
     if s.both_directions:  # range rules: boxes in, boxes out, a few rules per frontier box
         return STEP_OVERHEAD + min(cells, 4096) * RTREE_BOX + (0 if not sp.keys else 2 * KEY_LOOKUP) + \
             min(out, 4096) * CELL
-    keyed = "forward" if s.direction == "forward" else "backward"
     payload = s.mode in (Mode.PAY, Mode.COMP)
-    if direction != keyed and not payload:  # mismatched index: every entry of the touched tiles is read
+    if direction is not Direction.parse(s.direction) and not payload:  # mismatched index: every entry of the touched tiles is read
         share = min(profile.tiles, max(1.0, cells)) / max(profile.tiles, 1)
         cost = (sp.keys * KEY_LOOKUP + sp.pairs * PAIR_DECODE + (sp.out_cells + sp.in_cells) * CELL) * share
         return STEP_OVERHEAD + cost
     per_pair = sp.out_cells / sp.pairs if sp.pairs else 1.0
-    if payload and direction == "forward":  # the R-tree of payload envelopes picks what to expand
+    if payload and direction is Direction.FORWARD:  # the R-tree of payload envelopes picks what to expand
         pairs_hit = min(sp.pairs, cells * profile.fan_forward / max(per_pair, 1.0) + 1)
         cost = min(cells, 4096) * RTREE_BOX + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + out * CELL
     elif s.encoding == "One":
@@ -133,4 +135,5 @@ def step_cost(profile: NodeProfile, strategy: str, direction: str, cells: float)
 
 
 def bounded(value: float) -> float:
+    """``value``, or 1e12 in place of an infinity or NaN (costs the solver can take)."""
     return value if math.isfinite(value) else 1e12

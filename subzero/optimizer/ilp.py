@@ -40,15 +40,17 @@ import numpy as np
 import pulp
 
 from subzero.errors import WorkflowError
+from subzero.modes import Direction, Mode, Strategy
 
 __all__ = ["Candidate", "Problem", "Plan", "solve", "brute_force", "objective_of"]
 
-DIRECTIONS = ("backward", "forward")
-BLACKBOX = "BlackBox"
+DIRECTIONS = tuple(Direction)
+BLACKBOX = Strategy.parse("BlackBox")
 FALLBACK_REASON = "fallback: no candidate fits the budget"
 
-Key = tuple[str, str]
-Choice = dict[str, tuple[str, ...]]
+Key = tuple[str, Strategy]
+Access = tuple[str, Direction]
+Choice = dict[str, tuple[Strategy, ...]]
 
 
 @dataclass(frozen=True)
@@ -59,16 +61,15 @@ class Candidate:
     ----------
     node : str
         Name of the workflow node.
-    strategy : str
-        Canonical strategy name, e.g. ``"Map"``, ``"BlackBox"``,
-        ``"FullOne/backward"``, ``"PayOne/backward"``, ``"FullMany/forward"``.
-        A ``"/forward"`` or ``"/backward"`` suffix marks the direction the
-        stored lineage is indexed for (used for pruning).
+    strategy : Strategy or str
+        The strategy, e.g. ``"Map"``, ``"BlackBox"``, ``"FullOne/backward"``
+        (a name is parsed once, here).  The direction a stored strategy is
+        indexed for is used for pruning.
     disk : float
         Predicted bytes of lineage stored, >= 0.
     runtime : float
         Predicted seconds of runtime overhead added to the workflow run, >= 0.
-    query_cost : Mapping[str, float]
+    query_cost : Mapping[Direction or str, float]
         ``{"backward": seconds, "forward": seconds}``: predicted cost of one
         query step through the node with this strategy.  A direction may be
         left out only if the workload never queries the node that way.
@@ -79,18 +80,19 @@ class Candidate:
     --------
     >>> Candidate("crop", "FullOne/backward", disk=4e6, runtime=0.5,
     ...           query_cost={"backward": 0.01, "forward": 3.0}).strategy
-    'FullOne/backward'
+    Strategy('FullOne/backward')
     """
 
     node: str
-    strategy: str
+    strategy: Strategy
     disk: float
     runtime: float
-    query_cost: Mapping[str, float]
+    query_cost: Mapping[Direction, float]
     mapping: bool = False
 
     def __post_init__(self) -> None:
-        label = f"candidate {self.strategy!r} of node {self.node!r}"
+        object.__setattr__(self, "strategy", Strategy.parse(self.strategy))
+        label = f"candidate {str(self.strategy)!r} of node {self.node!r}"
         _check_amount(f"disk of {label}", self.disk)
         _check_amount(f"runtime of {label}", self.runtime)
         unknown = sorted(set(self.query_cost) - set(DIRECTIONS))
@@ -103,7 +105,7 @@ class Candidate:
             _check_amount(f"{direction} query cost of {label}", cost)
         object.__setattr__(self, "disk", float(self.disk))
         object.__setattr__(self, "runtime", float(self.runtime))
-        costs = {d: float(q) for d, q in self.query_cost.items()}
+        costs = {Direction.parse(d): float(q) for d, q in self.query_cost.items()}
         object.__setattr__(self, "query_cost", MappingProxyType(costs))
 
     @property
@@ -141,30 +143,32 @@ class Problem:
         as much as 1 s of expected query time.
     beta : float
         Weight of runtime seconds against disk bytes in the penalty.
-    pinned : Mapping[str, tuple[str, ...]]
+    pinned : Mapping[str, tuple[Strategy, ...]]
         ``node -> strategies`` the user fixed; they are always chosen and never
-        pruned.  A single strategy name is accepted as well as a tuple.
+        pruned.  Names are parsed; a single strategy is accepted as well as a tuple.
 
     Examples
     --------
     >>> p = Problem((Candidate("a", "Map", 0, 0, {"backward": 0.0}, mapping=True),),
     ...             access={("a", "backward"): 1.0})
-    >>> sorted(c.strategy for c in p.candidates)
+    >>> sorted(c.strategy.name for c in p.candidates)
     ['BlackBox', 'Map']
     """
 
     candidates: tuple[Candidate, ...]
-    access: Mapping[Key, float]
+    access: Mapping[Access, float]
     max_disk: float | None = None
     max_runtime: float | None = None
     epsilon: float = 1e-6
     beta: float = 1.0
-    pinned: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    pinned: Mapping[str, tuple[Strategy, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        pinned = {n: (s,) if isinstance(s, str) else tuple(s) for n, s in self.pinned.items()}
+        pinned = {n: tuple(Strategy.parse(x) for x in ((s,) if isinstance(s, (str, Strategy)) else s))
+                  for n, s in self.pinned.items()}
         object.__setattr__(self, "candidates", _with_blackbox(tuple(self.candidates)))
-        object.__setattr__(self, "access", MappingProxyType(dict(self.access)))
+        object.__setattr__(self, "access", MappingProxyType(
+            {(n, d if d not in DIRECTIONS else Direction.parse(d)): w for (n, d), w in self.access.items()}))
         object.__setattr__(self, "pinned", MappingProxyType(pinned))
         _validate(self)
 
@@ -172,11 +176,11 @@ class Problem:
         """Candidates grouped by node, nodes in order of first appearance."""
         return _group(self.candidates)
 
-    def weight(self, node: str, direction: str) -> float:
+    def weight(self, node: str, direction: Direction) -> float:
         """Access weight ``p`` of ``(node, direction)``, 0 when absent."""
         return self.access.get((node, direction), 0.0)
 
-    def queried(self, node: str) -> list[str]:
+    def queried(self, node: str) -> list[Direction]:
         """Directions in which the workload steps through ``node``."""
         return [d for d in DIRECTIONS if self.weight(node, d) > 0]
 
@@ -187,7 +191,7 @@ class Plan:
 
     Attributes
     ----------
-    chosen : Mapping[str, tuple[str, ...]]
+    chosen : Mapping[str, tuple[Strategy, ...]]
         ``node -> chosen strategies``, sorted: the pins, and per queried
         direction the strategy that serves it (for a node nobody queries,
         the one strategy with the smallest disk/runtime penalty).
@@ -202,11 +206,11 @@ class Plan:
         Wall-clock time spent solving (building and solving the program).
     reasons : Mapping[str, str]
         ``node -> short human reason`` for its choice.
-    pruned : Mapping[tuple[str, str], str]
+    pruned : Mapping[tuple[str, Strategy], str]
         ``(node, strategy) -> why`` the candidate was pruned before solving.
     """
 
-    chosen: Mapping[str, tuple[str, ...]]
+    chosen: Mapping[str, tuple[Strategy, ...]]
     objective: float
     disk: float
     runtime: float
@@ -214,6 +218,10 @@ class Plan:
     solve_seconds: float
     reasons: Mapping[str, str]
     pruned: Mapping[Key, str]
+
+    def names(self) -> dict[str, tuple[str, ...]]:
+        """``chosen`` with strategy names (as the catalog stores them)."""
+        return {node: tuple(s.name for s in chosen) for node, chosen in self.chosen.items()}
 
 
 def solve(problem: Problem) -> Plan:
@@ -239,10 +247,12 @@ def solve(problem: Problem) -> Plan:
     --------
     >>> cands = (Candidate("udf", "FullOne/backward", 100.0, 1.0, {"backward": 1.0}),
     ...          Candidate("udf", "BlackBox", 0.0, 0.0, {"backward": 50.0}))
-    >>> solve(Problem(cands, {("udf", "backward"): 1.0})).chosen
+    >>> solve(Problem(cands, {("udf", "backward"): 1.0})).names()
     {'udf': ('FullOne/backward',)}
-    >>> solve(Problem(cands, {("udf", "backward"): 1.0}, max_disk=10)).chosen
+    >>> solve(Problem(cands, {("udf", "backward"): 1.0}, max_disk=10)).names()
     {'udf': ('BlackBox',)}
+    >>> brute_force(Problem(cands, {("udf", "backward"): 1.0})).names()  # the same, by enumeration
+    {'udf': ('FullOne/backward',)}
     """
     return _optimize(problem, _solve_ilp)
 
@@ -253,27 +263,20 @@ def brute_force(problem: Problem) -> Plan:
     Prunes exactly like :func:`solve`, then tries every non-empty subset of
     every node's surviving candidates that contains its pins (for small
     instances: the number of choices is the product over nodes of
-    ``2**survivors - 1``).  Meant to check :func:`solve` in tests.
-
-    Examples
-    --------
-    >>> cands = (Candidate("udf", "FullOne/backward", 100.0, 1.0, {"backward": 1.0}),
-    ...          Candidate("udf", "BlackBox", 0.0, 0.0, {"backward": 50.0}))
-    >>> brute_force(Problem(cands, {("udf", "backward"): 1.0})).chosen
-    {'udf': ('FullOne/backward',)}
+    ``2**survivors - 1``).  Meant to check :func:`solve` in tests (see its examples).
     """
     return _optimize(problem, _enumerate)
 
 
-def objective_of(problem: Problem, chosen: Mapping[str, Iterable[str]]) -> float:
+def objective_of(problem: Problem, chosen: Mapping[str, Iterable[Strategy | str]]) -> float:
     """Objective value of choosing ``chosen`` (budgets and pins not checked).
 
     Parameters
     ----------
     problem : Problem
         The instance.
-    chosen : Mapping[str, Iterable[str]]
-        ``node -> strategies``; every node needs at least one.
+    chosen : Mapping[str, Iterable[Strategy or str]]
+        ``node -> strategies`` (or their names); every node needs at least one.
 
     Examples
     --------
@@ -306,7 +309,7 @@ def _with_blackbox(candidates: tuple[Candidate, ...]) -> tuple[Candidate, ...]:
     extra = []
     for node, cands in _group(candidates).items():
         if all(c.strategy != BLACKBOX for c in cands):
-            worst: dict[str, float] = {}
+            worst: dict[Direction, float] = {}
             for d, q in itertools.chain.from_iterable(c.query_cost.items() for c in cands):
                 worst[d] = max(q, worst.get(d, q))
             extra.append(Candidate(node, BLACKBOX, 0.0, 0.0, worst))
@@ -325,22 +328,22 @@ def _validate(problem: Problem) -> None:
     _check_amount("beta", problem.beta)
     nodes = problem.nodes()
     for (node, direction), weight in problem.access.items():
-        where = f"access[({node!r}, {direction!r})]"
+        where = f"access[({node!r}, {str(direction)!r})]"
         if node not in nodes or direction not in DIRECTIONS:
             raise WorkflowError(
                 f"{where}: expected a node with candidates (one of {sorted(nodes)}) "
                 f"and a direction in {list(DIRECTIONS)}"
             )
         _check_amount(where, weight)
-        missing = [c.strategy for c in nodes[node] if weight > 0 and direction not in c.query_cost]
+        missing = [c.strategy.name for c in nodes[node] if weight > 0 and direction not in c.query_cost]
         if missing:
             raise WorkflowError(f"{where} > 0 but {missing} lack a {direction} query cost")
     for node, strategies in problem.pinned.items():
         known = [c.strategy for c in nodes.get(node, [])]
         if not strategies or not set(strategies) <= set(known):
             raise WorkflowError(
-                f"pinned[{node!r}] = {strategies}: expected a non-empty subset of "
-                f"the node's candidate strategies {known}"
+                f"pinned[{node!r}] = {tuple(s.name for s in strategies)}: expected a non-empty subset of "
+                f"the node's candidate strategies {[s.name for s in known]}"
             )
 
 
@@ -365,11 +368,12 @@ def _structural_reason(problem: Problem, c: Candidate, siblings: list[Candidate]
         return "mapping preferred: the node has a mapping function"
     if not problem.queried(c.node):
         return None if c.mapping or c.strategy == BLACKBOX else "not queried by the workload"
-    if c.strategy.startswith("Comp"):
+    s = c.strategy
+    if s.mode is Mode.COMP:
         return None  # a mapping default answers both directions; only the overrides are keyed
-    for direction in DIRECTIONS:
-        if c.strategy.endswith("/" + direction) and problem.weight(c.node, direction) == 0:
-            return f"{direction}-optimized but the workload has no {direction} queries on this node"
+    keyed = s.stored and not s.both_directions
+    if keyed and problem.weight(c.node, Direction.parse(s.direction)) == 0:
+        return f"{s.direction}-optimized but the workload has no {s.direction} queries on this node"
     return None
 
 
@@ -445,7 +449,7 @@ def _trimmed(problem: Problem, chosen: Choice) -> Choice:
     return trimmed
 
 
-def _cheapest(problem: Problem, picked: list[Candidate], direction: str | None) -> Candidate:
+def _cheapest(problem: Problem, picked: list[Candidate], direction: Direction | None) -> Candidate:
     """The candidate serving ``direction`` best (any direction if None); ties
     go to pinned candidates, then to the smaller disk/runtime penalty."""
     pins = problem.pinned.get(picked[0].node, ())
@@ -520,7 +524,7 @@ def _enumerate(problem: Problem, survivors: Survivors) -> Choice | None:
     }
 
 
-def _subsets(cands: list[Candidate], pins: tuple[str, ...]) -> list[tuple[Candidate, ...]]:
+def _subsets(cands: list[Candidate], pins: tuple[Strategy, ...]) -> list[tuple[Candidate, ...]]:
     sizes = range(1, len(cands) + 1)
     every = itertools.chain.from_iterable(itertools.combinations(cands, k) for k in sizes)
     return [s for s in every if set(pins) <= {c.strategy for c in s}]
@@ -537,7 +541,7 @@ def _fallback(problem: Problem) -> Choice:
 # -- costs and reasons --------------------------------------------------------
 
 
-def _picked(problem: Problem, chosen: Mapping[str, Iterable[str]]) -> Survivors:
+def _picked(problem: Problem, chosen: Mapping[str, Iterable[Strategy | str]]) -> Survivors:
     table = {c.key: c for c in problem.candidates}
     nodes = problem.nodes()
     unknown = sorted(set(chosen) - set(nodes))
@@ -545,11 +549,11 @@ def _picked(problem: Problem, chosen: Mapping[str, Iterable[str]]) -> Survivors:
         raise WorkflowError(f"chosen names unknown nodes {unknown}; nodes are {sorted(nodes)}")
     picked = {}
     for node, cands in nodes.items():
-        strategies = list(chosen.get(node, ()))
+        strategies = [Strategy.parse(s) for s in chosen.get(node, ())]
         if not strategies or any((node, s) not in table for s in strategies):
             raise WorkflowError(
-                f"chosen[{node!r}] = {strategies}: expected a non-empty subset of "
-                f"{[c.strategy for c in cands]}"
+                f"chosen[{node!r}] = {[s.name for s in strategies]}: expected a non-empty subset of "
+                f"{[c.strategy.name for c in cands]}"
             )
         picked[node] = [table[(node, s)] for s in strategies]
     return picked

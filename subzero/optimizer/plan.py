@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-from subzero.optimizer.cost_model import NodeProfile, disk_cost, runtime_cost, step_cost
-from subzero.optimizer.ilp import Candidate, Plan, Problem, solve
-from subzero.optimizer.workload import Query, step_sizes
-from subzero.dag import Workflow
+from typing import Any, Mapping, Sequence
 
-__all__ = ["build_problem", "optimize", "EPSILON", "BETA"]
+from subzero.catalog import ArrayRecord, PendingNode
+from subzero.dag import Workflow
+from subzero.modes import Direction, Mode, Strategy
+from subzero.optimizer.cost_model import NodeProfile, disk_cost, runtime_cost, step_cost
+from subzero.optimizer.ilp import BLACKBOX, Candidate, Plan, Problem, solve
+from subzero.optimizer.workload import Query, step_sizes
+
+__all__ = ["build_problem", "optimize", "pending_nodes", "EPSILON", "BETA"]
 
 EPSILON = 1e-9   # seconds of expected query time per byte: a tie-breaker (1 MB ~ 1 ms)
 BETA = 1e6       # bytes per second of runtime overhead in the tie-breaker
+MAP = Strategy.parse("Map")
+
+Pins = Mapping[str, Sequence[str | Strategy]]
 
 
 def build_problem(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[Query],
-                  max_disk: float | None, max_runtime: float | None,
-                  pinned: dict[str, tuple[str, ...]]) -> tuple[Problem, dict]:
+                  max_disk: float | None, max_runtime: float | None, pinned: Pins) -> tuple[Problem, dict]:
     """The ILP instance: candidates with predicted costs, workload access weights, budgets."""
-    def fan(node: str, direction: str, cells: float) -> float:
+    def fan(node: str, direction: Direction, cells: float) -> float:
         return profiles[node].fan(direction, cells) if node in profiles else cells
 
     access, entering = step_sizes(wf, queries, fan)
@@ -26,21 +32,38 @@ def build_problem(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[
         if node.is_input:
             continue
         profile = profiles[node.name]
-        names = ["BlackBox"] + (["Map"] if profile.mapping else []) + list(profile.strategies)
-        for name in names:
-            costs = {d: step_cost(profile, name, d, entering.get((node.name, d), 1.0))
-                     for d in ("backward", "forward")}
-            candidates.append(Candidate(node.name, name, disk=disk_cost(profile, name),
-                                        runtime=runtime_cost(profile, name), query_cost=costs,
-                                        mapping=name == "Map"))
+        strategies = [BLACKBOX] + ([MAP] if profile.mapping else []) + [Strategy.parse(n) for n in profile.strategies]
+        for s in strategies:
+            costs = {d: step_cost(profile, s, d, entering.get((node.name, d), 1.0)) for d in Direction}
+            candidates.append(Candidate(node.name, s, disk=disk_cost(profile, s), runtime=runtime_cost(profile, s),
+                                        query_cost=costs, mapping=s.mode is Mode.MAP))
+    pins = {n: tuple(Strategy.parse(s) for s in ss) for n, ss in pinned.items()}
     problem = Problem(tuple(candidates), access, max_disk=max_disk, max_runtime=max_runtime,
-                      epsilon=EPSILON, beta=BETA, pinned=pinned)
+                      epsilon=EPSILON, beta=BETA, pinned=pins)
     return problem, entering
 
 
 def optimize(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[Query],
-             max_disk: float | None, max_runtime: float | None,
-             pinned: dict[str, tuple[str, ...]]) -> tuple[Plan, Problem]:
+             max_disk: float | None, max_runtime: float | None, pinned: Pins) -> tuple[Plan, Problem]:
     """Solve SubZero's integer program for ``wf``; returns the plan and the instance."""
     problem, _ = build_problem(wf, profiles, queries, max_disk, max_runtime, pinned)
     return solve(problem), problem
+
+
+def pending_nodes(plan: Plan, problem: Problem, pinned: Pins, profiles: dict[str, NodeProfile],
+                  measured: dict[str, dict[str, Any]], arrays: Mapping[str, ArrayRecord]) -> dict[str, PendingNode]:
+    """Per node of ``measured`` (phase 1's measurements), its share of the plan as the catalog keeps
+    it until phase 2 commits the node: the pins or the plan's choice (BlackBox for a node the
+    plan does not name), and the predictions and reasons behind it."""
+    out = {}
+    for node, seen in measured.items():
+        chosen = tuple(Strategy.parse(s) for s in pinned.get(node, ())) or tuple(plan.chosen.get(node, (BLACKBOX,)))
+        predicted = {c.strategy.name: {"disk": c.disk, "runtime": c.runtime,
+                                       "query": {d.value: q for d, q in c.query_cost.items()}}
+                     for c in problem.candidates if c.node == node}
+        extra = {"reason": "pinned" if node in pinned else plan.reasons.get(node, ""), "predicted": predicted,
+                 "profile": profiles[node].to_dict(),
+                 "pruned": {s.name: why for (n, s), why in plan.pruned.items() if n == node},
+                 "compute_seconds": seen["wall"]}
+        out[node] = PendingNode(chosen, seen, arrays[node], extra)
+    return out

@@ -13,15 +13,16 @@ from dataclasses import dataclass
 
 from subzero.errors import WorkflowError
 from subzero.dag import Workflow
+from subzero.modes import DIRECTIONS, Direction
 
 __all__ = ["Query", "parse_workload", "workload_record", "step_sizes"]
-
-DIRECTIONS = ("backward", "forward")
 
 
 @dataclass(frozen=True)
 class Query:
-    direction: str
+    """One checked workload query: a walk from ``node`` to ``to`` starting with ``n_cells`` cells."""
+
+    direction: Direction
     node: str
     to: str
     n_cells: int
@@ -52,7 +53,7 @@ def parse_workload(wf: Workflow, workload, shapes: dict[str, tuple[int, ...]] | 
             raise WorkflowError(f"workload query {k}: {exc}") from None
         cells = item.get("cells")
         n = 1 if cells is None else _check_cells(cells, k, node.name, (shapes or {}).get(node.name))
-        queries.append(Query(item["direction"], node.name, to.name, max(n, 1)))
+        queries.append(Query(Direction.parse(item["direction"]), node.name, to.name, max(n, 1)))
     return queries
 
 
@@ -94,31 +95,33 @@ def _check_cells(cells, k: int, node: str, shape: tuple[int, ...] | None) -> int
         raise WorkflowError(f"workload query {k}: {exc}") from None
 
 
-def step_sizes(wf: Workflow, queries: list[Query], fan: Callable[[str, str, float], float]):
+def step_sizes(wf: Workflow, queries: list[Query], fan: Callable[[str, Direction, float], float]
+               ) -> tuple[dict[tuple[str, Direction], float], dict[tuple[str, Direction], float]]:
     """Per (node, direction): (number of queries stepping through it, mean cells entering).
 
     ``fan(node, direction, cells_in)`` predicts how many cells leave a step (from the
     calibration statistics); frontier sizes are propagated along each query's paths.
     """
-    access: dict[tuple[str, str], float] = {}
-    entering: dict[tuple[str, str], list[float]] = {}
+    access: dict[tuple[str, Direction], float] = {}
+    entering: dict[tuple[str, Direction], list[float]] = {}
     for q in queries:
         src, dst = wf.node(q.node), wf.node(q.to)
-        low, high = (dst, src) if q.direction == "backward" else (src, dst)
+        backward = q.direction is Direction.BACKWARD
+        low, high = (dst, src) if backward else (src, dst)
         nodes = [n for n in wf.between(low, high) if n is not low]
         if not nodes and src is not dst:
             raise WorkflowError(f"workload query {q.node!r} -> {q.to!r} ({q.direction}): no path")
         sizes = {src.name: float(q.n_cells)}
-        order = reversed(nodes) if q.direction == "backward" else nodes
+        order = reversed(nodes) if backward else nodes
         for node in order:
-            if q.direction == "backward":
+            if backward:
                 size = sizes.get(node.name, 0.0)
                 targets = [p for p in node.inputs if p in nodes or p is low]
                 for p in targets:
-                    sizes[p.name] = sizes.get(p.name, 0.0) + fan(node.name, "backward", size)
+                    sizes[p.name] = sizes.get(p.name, 0.0) + fan(node.name, Direction.BACKWARD, size)
             else:
                 size = sum(sizes.get(p.name, 0.0) for p in node.inputs if p.name in sizes)
-                sizes[node.name] = fan(node.name, "forward", size)
+                sizes[node.name] = fan(node.name, Direction.FORWARD, size)
             key = (node.name, q.direction)
             access[key] = access.get(key, 0.0) + 1.0
             entering.setdefault(key, []).append(size)

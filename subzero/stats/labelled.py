@@ -54,24 +54,29 @@ class LabelledCells:
 
     @property
     def size(self) -> int:
+        """Cells of the array."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     @classmethod
     def of(cls, labels: np.ndarray, cells: np.ndarray, shape) -> "LabelledCells":
+        """The (label, cell) pairs of ``labels`` and flat ``cells`` of an array of ``shape``."""
         shape = tuple(int(n) for n in shape)
         size = int(np.prod(shape, dtype=np.int64))
         return cls(shape, sorted_unique(np.asarray(labels, np.int64) * size + np.asarray(cells, np.int64)))
 
     @classmethod
     def empty(cls, shape) -> "LabelledCells":
+        """No pairs over an array of ``shape``."""
         return cls(tuple(shape), np.empty(0, np.int64))
 
     @property
     def labels(self) -> np.ndarray:
+        """The label of each pair."""
         return self.keys // self.size
 
     @property
     def cells(self) -> np.ndarray:
+        """The flat cell id of each pair."""
         return self.keys % self.size
 
     def frontier(self) -> Frontier:
@@ -79,6 +84,7 @@ class LabelledCells:
         return Frontier.of_ids(unique_ids(self.cells, self.size), self.shape, unique=True)
 
     def union(self, other: "LabelledCells") -> "LabelledCells":
+        """The pairs of either set."""
         return LabelledCells(self.shape, sorted_unique(np.concatenate([self.keys, other.keys]), runs=True))
 
     def __len__(self) -> int:
@@ -275,24 +281,17 @@ def propagate(run, src, dst, start: LabelledCells, direction: str, using: dict |
     on_path = (reach & wanted) | {src, dst}
     order = [n for n in wf.nodes if n in on_path]
     held: dict = {src: start}
-    if direction == "backward":
-        for node in reversed(order):
-            if node not in held or node.is_input:
-                continue
-            strategy = pick_strategy(node, run.strategies.get(node.name, ()), using.get(node))
-            for i, parent in enumerate(node.inputs):
-                if parent in on_path:
-                    got = step_backward(run, node, held[node], i, strategy)
-                    held[parent] = held[parent].union(got) if parent in held else got
-            if node is not src and node is not dst:
-                del held[node]  # each node steps once: its labelled cells are done
-    else:
-        for node in order:
-            if node is src:
-                continue
-            strategy = pick_strategy(node, run.strategies.get(node.name, ()), using.get(node))
-            for i, parent in enumerate(node.inputs):
-                if parent in held:
-                    got = step_forward(run, node, held[parent], i, strategy)
-                    held[node] = held[node].union(got) if node in held else got
+    backward = direction == "backward"
+    step = step_backward if backward else step_forward
+    for node in reversed(order) if backward else order:
+        if node.is_input or (node not in held if backward else node is src):
+            continue
+        strategy = pick_strategy(node, run.strategies.get(node.name, ()), using.get(node))
+        for i, parent in enumerate(node.inputs):
+            source, target = (node, parent) if backward else (parent, node)
+            if source in held and target in on_path:
+                got = step(run, node, held[source], i, strategy)
+                held[target] = held[target].union(got) if target in held else got
+        if backward and node is not src and node is not dst:
+            del held[node]  # each node steps once: its labelled cells are done
     return held.get(dst, LabelledCells.empty(run.shape(dst)))

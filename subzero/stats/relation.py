@@ -54,11 +54,13 @@ class Groups:
 
     @classmethod
     def empty(cls) -> "Groups":
+        """No groups."""
         z = np.zeros(1, np.int64)
         return cls(_EMPTY, z, _EMPTY, z)
 
     @classmethod
     def of_pairs(cls, pairs: FullPairs, i: int) -> "Groups":
+        """The groups of region ``pairs`` over input ``i``."""
         return cls(pairs.out_ids, pairs.out_ptr, pairs.in_ids[i], pairs.in_ptr[i])
 
     @classmethod
@@ -71,6 +73,7 @@ class Groups:
 
     @classmethod
     def concat(cls, parts: "list[Groups]") -> "Groups":
+        """The groups of ``parts`` in one set, in order."""
         parts = [p for p in parts if len(p.out_ptr) > 1]
         if not parts:
             return cls.empty()
@@ -81,6 +84,7 @@ class Groups:
 
     @property
     def n_groups(self) -> int:
+        """Number of groups."""
         return len(self.out_ptr) - 1
 
 

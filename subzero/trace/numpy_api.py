@@ -55,6 +55,7 @@ def apply_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
 
 
 def apply_function(func: Callable, args: tuple, kwargs: dict):
+    """``func(*args, **kwargs)`` on symbolic arrays through its handler (an `UnsupportedCallError` without one)."""
     handler = HANDLED.get(func)
     if handler is None:
         module = getattr(func, "__module__", "numpy") or "numpy"

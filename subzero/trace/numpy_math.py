@@ -81,6 +81,7 @@ for _how, _fns in _REDUCTION_FUNCTIONS.items():
 # -- products ---------------------------------------------------------------------------------------------
 @implements(np.matmul)
 def matmul(a, b, out=None, **kwargs):
+    """``np.matmul`` of two symbolic arrays, traced as a `MatMul` node."""
     _no_out(out, "matmul")
     a, b = _both_symbolic(a, b, "matmul")
     if a.ndim == 0 or b.ndim == 0:
@@ -115,6 +116,7 @@ def _np_outer(a, b, out=None):
 
 
 def outer(a, b):
+    """``np.multiply.outer`` of two symbolic arrays, traced as an `Outer` node."""
     a, b = _both_symbolic(a, b, "multiply.outer")
     return add_node(ops.Outer(), [_plain(a), _plain(b)], "outer", dtype=np.result_type(a.dtype, b.dtype))
 
@@ -129,20 +131,21 @@ def _both_symbolic(a, b, name):
 # -- sorting, histograms ---------------------------------------------------------------------------------
 @implements(np.sort)
 def _sort(a, axis=-1, kind=None, order=None, *, stable=None):
-    if order is not None:
-        raise UnsupportedCallError("np.sort(..., order=) (structured arrays) is not supported")
-    if axis is None:
-        a, axis = numpy_shapes.ravel(a), 0
-    return add_node(ops.Sort(int(axis)), [_plain(a)], "sort", dtype=a.dtype)
+    return _along_lines(ops.Sort, "sort", a, axis, order, None)
 
 
 @implements(np.argsort)
 def _argsort(a, axis=-1, kind=None, order=None, *, stable=None):
+    return _along_lines(ops.ArgSort, "argsort", a, axis, order, np.dtype(np.intp))
+
+
+def _along_lines(op_class, name, a, axis, order, dtype):
+    """np.sort / np.argsort: the operator along ``axis`` (the flattened array for None)."""
     if order is not None:
-        raise UnsupportedCallError("np.argsort(..., order=) (structured arrays) is not supported")
+        raise UnsupportedCallError(f"np.{name}(..., order=) (structured arrays) is not supported")
     if axis is None:
         a, axis = numpy_shapes.ravel(a), 0
-    return add_node(ops.ArgSort(int(axis)), [_plain(a)], "argsort", dtype=np.dtype(np.intp))
+    return add_node(op_class(int(axis)), [_plain(a)], name, dtype=a.dtype if dtype is None else dtype)
 
 
 @implements(np.histogram)

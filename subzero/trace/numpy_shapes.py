@@ -42,6 +42,7 @@ def _moveaxis(a, source, destination):
 
 @implements(np.reshape)
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+    """``np.reshape`` of a symbolic array (C order), traced as a `Reshape` node."""
     shape = newshape if shape is None else shape
     if order != "C":
         raise UnsupportedCallError(f"np.reshape(..., order={order!r}): only C order is supported")
@@ -60,6 +61,7 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
 
 @implements(np.ravel)
 def ravel(a, order="C"):
+    """``np.ravel``: `reshape` to one axis."""
     return reshape(a, (-1,), order)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -31,13 +31,17 @@ class NumpyHandlers(Protocol):
     installs itself with `use_handlers` when the trace package is imported): passed in, so
     this module, which the handlers build on, imports none of them."""
 
-    def apply_ufunc(self, ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> Any: ...
+    def apply_ufunc(self, ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
+        """Answer ``ufunc.method(*inputs, **kwargs)``."""
 
-    def apply_function(self, func: Any, args: tuple, kwargs: dict) -> Any: ...
+    def apply_function(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Answer ``func(*args, **kwargs)`` (``__array_function__``)."""
 
-    def getitem(self, x: "SymbolicArray", key: Any) -> Any: ...
+    def getitem(self, x: "SymbolicArray", key: Any) -> Any:
+        """Answer ``x[key]``."""
 
-    def astype(self, x: "SymbolicArray", dtype: Any) -> Any: ...
+    def astype(self, x: "SymbolicArray", dtype: Any) -> Any:
+        """Answer ``x.astype(dtype)``."""
 
 
 _handlers: NumpyHandlers | None = None
@@ -55,6 +59,19 @@ def _numpy() -> NumpyHandlers:
     return _handlers
 
 
+def _numpy_method(name: str) -> Callable[..., Any]:
+    """The ndarray method ``name`` of a symbolic array: numpy's function of that name on it,
+    with the same arguments after the array (traced through ``__array_function__``)."""
+    fn = getattr(np, name)
+
+    def method(self, *args: Any, **kwargs: Any) -> Any:
+        return fn(self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"``np.{name}(x, ...)``, traced: the arguments of ``ndarray.{name}``."
+    return method
+
+
 class SymbolicArray:
     """An array of a traced function: its node, shape and dtype, no values."""
 
@@ -69,10 +86,12 @@ class SymbolicArray:
     # -- what numpy arrays say about themselves --------------------------------------------------
     @property
     def ndim(self) -> int:
+        """Number of axes."""
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """Number of cells."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
@@ -133,10 +152,12 @@ class SymbolicArray:
     def __index__(self):
         self._no_value("using an array as an index or a count (range(), list index)")
 
-    def item(self, *args):
+    def item(self, *args: Any) -> Any:
+        """Refused: a symbolic array has no values."""
         self._no_value(".item()")
 
-    def tolist(self):
+    def tolist(self) -> Any:
+        """Refused: a symbolic array has no values."""
         self._no_value(".tolist()")
 
     # -- in-place updates ----------------------------------------------------------------------------
@@ -160,11 +181,13 @@ class SymbolicArray:
     def __ior__(self, o): self._in_place("|")
     def __ixor__(self, o): self._in_place("^")
 
-    def fill(self, value):
+    def fill(self, value: Any) -> None:
+        """Refused: an in-place update (`InPlaceError`)."""
         raise InPlaceError("x.fill(v) updates an array in place; write x = np.full_like(x, v) outside the workflow, "
                            "or x * 0 + v")
 
-    def sort(self, *args, **kwargs):
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        """Refused: an in-place sort (`InPlaceError`); use ``np.sort``."""
         raise InPlaceError("x.sort() sorts in place; write x = np.sort(x, axis)")
 
     # -- operators ---------------------------------------------------------------------------------
@@ -207,71 +230,34 @@ class SymbolicArray:
         return _numpy().getitem(self, key)
 
     @property
-    def T(self):
+    def T(self) -> Any:
+        """``np.transpose(x)``, traced."""
         return np.transpose(self)
 
-    def transpose(self, *axes):
+    def transpose(self, *axes: Any) -> Any:
+        """``np.transpose(x, axes)``, traced."""
         return np.transpose(self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None))
 
-    def reshape(self, *shape, order="C"):
+    def reshape(self, *shape, order="C") -> Any:
+        """``np.reshape(x, shape)``, traced."""
         return np.reshape(self, shape[0] if len(shape) == 1 else shape, order=order)
 
-    def ravel(self, order="C"):
-        return np.ravel(self, order=order)
+    ravel, flatten, squeeze, swapaxes = (_numpy_method(n) for n in ("ravel", "ravel", "squeeze", "swapaxes"))
+    sum, mean, std, var, prod = (_numpy_method(n) for n in ("sum", "mean", "std", "var", "prod"))
+    min, max, any, all = (_numpy_method(n) for n in ("min", "max", "any", "all"))
+    argsort, dot, round = (_numpy_method(n) for n in ("argsort", "dot", "round"))
 
-    def flatten(self, order="C"):
-        return np.ravel(self, order=order)
-
-    def squeeze(self, axis=None):
-        return np.squeeze(self, axis=axis)
-
-    def swapaxes(self, a, b):
-        return np.swapaxes(self, a, b)
-
-    def astype(self, dtype, copy=True):
+    def astype(self, dtype: Any, copy: bool = True) -> Any:
+        """The array as ``dtype`` (a traced cast)."""
         return _numpy().astype(self, dtype)
 
-    def copy(self):
+    def copy(self) -> "SymbolicArray":
+        """The array itself: symbolic arrays are never updated in place."""
         return self
 
-    def sum(self, axis=None, dtype=None, out=None, keepdims=False):
-        return np.sum(self, axis=axis, dtype=dtype, out=out, keepdims=keepdims)
-
-    def mean(self, axis=None, dtype=None, out=None, keepdims=False):
-        return np.mean(self, axis=axis, dtype=dtype, out=out, keepdims=keepdims)
-
-    def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-        return np.std(self, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims)
-
-    def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-        return np.var(self, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims)
-
-    def min(self, axis=None, out=None, keepdims=False):
-        return np.min(self, axis=axis, out=out, keepdims=keepdims)
-
-    def max(self, axis=None, out=None, keepdims=False):
-        return np.max(self, axis=axis, out=out, keepdims=keepdims)
-
-    def prod(self, axis=None, dtype=None, out=None, keepdims=False):
-        return np.prod(self, axis=axis, dtype=dtype, out=out, keepdims=keepdims)
-
-    def any(self, axis=None, out=None, keepdims=False):
-        return np.any(self, axis=axis, out=out, keepdims=keepdims)
-
-    def all(self, axis=None, out=None, keepdims=False):
-        return np.all(self, axis=axis, out=out, keepdims=keepdims)
-
-    def argsort(self, axis=-1, kind=None, order=None):
-        return np.argsort(self, axis=axis, kind=kind, order=order)
-
-    def clip(self, min=None, max=None):
+    def clip(self, min: Any = None, max: Any = None) -> Any:
+        """``np.clip(x, min, max)``, traced."""
         return np.clip(self, min, max)
-
-    def dot(self, other):
-        return np.dot(self, other)
-
-    def round(self, decimals=0):
-        return np.round(self, decimals)
 
     def __getattr__(self, name: str) -> Any:
         if not name.startswith("__") and hasattr(np.ndarray, name):

@@ -43,6 +43,7 @@ class Tracer:
         self.entries: list[Entry] = []
 
     def input(self, name: str, shape: tuple[int, ...]) -> Entry:
+        """Record an input of ``shape`` named ``name``; its entry."""
         entry = Entry(name, None, (), tuple(shape), name=name)
         self.entries.append(entry)
         return entry
@@ -110,6 +111,7 @@ def _needed(entries: list[Entry]) -> list[Entry]:
 
 
 def current_tracer() -> Tracer | None:
+    """The tracer of the trace under way in this context, or None."""
     return _CURRENT.get()
 
 

@@ -102,6 +102,7 @@ class Viewer:
         self.warmed.set()
 
     def pyramid(self, name: str) -> TilePyramid:
+        """The tile pyramid of node ``name``, built on first use (a 404 for an unknown node)."""
         if name not in self._pyramids:
             if name not in self.run.catalog.nodes:
                 raise _NotFound(f"unknown node {name!r}")

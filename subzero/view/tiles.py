@@ -220,6 +220,7 @@ class TilePyramid:
             return self._limits
 
     def png_path(self, z: int, ty: int, tx: int) -> Path:
+        """The PNG file of tile ``(ty, tx)`` at zoom ``z``."""
         return self.dir / "png" / str(z) / f"{ty}_{tx}.png"
 
     def png(self, z: int, ty: int, tx: int) -> bytes:

@@ -33,6 +33,7 @@ from subzero.operators.elementwise import Apply, Divide, Subtract, Threshold
 from subzero.operators.reductions import Mean, Std
 from subzero.operators.value import Filter
 from subzero.dag import Workflow
+from subzero.tiling import Shape
 
 __all__ = ["build", "build_gse7390", "gse7390", "er_positive", "GSE7390_UDFS", "patients", "CompleteCases", "NaiveBayes", "Predict", "discretize", "complete_rows", "UDFS",
            "COLUMNS", "KINDS", "LEVELS"]
@@ -99,7 +100,7 @@ class CompleteCases(Filter):
     def __init__(self, lineage: str = "source"):
         super().__init__(complete_rows, axis=0, lineage=lineage)
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         if len(input_shapes[0]) != 2:
             raise WorkflowError(f"CompleteCases takes a 2-D patients x columns matrix, got shape {input_shapes[0]}")
         return None
@@ -123,16 +124,16 @@ class NaiveBayes(Operator):
     def __init__(self, levels: int = LEVELS, alpha: float = 1.0):
         self.levels, self.alpha = int(levels), float(alpha)
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.MAP}
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         if len(input_shapes[0]) != 2 or input_shapes[0][1] < 1:
             raise WorkflowError(f"NaiveBayes takes a 2-D patients x (outcome + features) matrix, got shape "
                                 f"{input_shapes[0]}")
         return (input_shapes[0][1], self.levels)
 
-    def run(self, ctx, d):
+    def run(self, ctx, d) -> np.ndarray:
         d = np.asarray(d, np.float64)
         y = d[:, 0] != 0
         values = d[:, 1:]
@@ -157,7 +158,7 @@ class NaiveBayes(Operator):
         """The input columns each model row reads (row 0: the outcome; others: + feature)."""
         return [np.array([0]) if r == 0 else np.array([0, r]) for r in rows]
 
-    def map_b_pairs(self, cells, i):
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         cells = np.asarray(cells, np.int64).reshape(-1, 2)
         n = self.input_shapes[0][0]
         reads = (cells[:, 1] == 0) | (cells[:, 0] > 0)                    # (0, v > 0) reads nothing
@@ -169,13 +170,13 @@ class NaiveBayes(Operator):
         coords = np.column_stack([np.tile(np.arange(n, dtype=np.int64), len(owner_col)), np.repeat(column, n)])
         return owner, coords
 
-    def map_b(self, cells, i):
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.argwhere(self.map_b_mask(_mask(cells, self.output_shape), i)).astype(np.int64)
 
-    def map_f(self, cells, i):
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.argwhere(self.map_f_mask(_mask(cells, self.input_shapes[0]), i)).astype(np.int64)
 
-    def map_b_mask(self, mask, i):
+    def map_b_mask(self, mask, i: int) -> np.ndarray:
         mask = np.asarray(mask, bool)
         out = np.zeros(self.input_shapes[0], bool)
         if mask[0, 0] or mask[1:].any():
@@ -183,7 +184,7 @@ class NaiveBayes(Operator):
         out[:, 1:] = mask[1:].any(axis=1)[None, :]
         return out
 
-    def map_f_mask(self, mask, i):
+    def map_f_mask(self, mask, i: int) -> np.ndarray:
         mask = np.asarray(mask, bool)
         out = np.zeros(self.output_shape, bool)
         if mask[:, 0].any():
@@ -209,10 +210,10 @@ class Predict(Operator):
     column).  The payload is the patient's values ``x_q`` (one byte per feature).
     """
 
-    def supported_modes(self):
+    def supported_modes(self) -> set[Mode]:
         return {Mode.PAY, Mode.FULL}
 
-    def infer_output_shape(self, input_shapes):
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         (rows, levels), (n, cols) = input_shapes
         if rows != cols:
             raise WorkflowError(f"Predict: the model has {rows} rows, the test matrix {cols} columns")
@@ -225,7 +226,7 @@ class Predict(Operator):
         values = np.concatenate([np.zeros((n, 1), np.int64), x], axis=1)
         return np.stack([rows, values], axis=-1)
 
-    def run(self, ctx, model, d):
+    def run(self, ctx, model, d) -> np.ndarray:
         values = np.asarray(d, np.float64)[:, 1:]
         levels = np.shape(model)[1]
         ok = np.isfinite(values) & (values == np.round(values)) & (values >= 0) & (values < levels)
@@ -244,7 +245,7 @@ class Predict(Operator):
             ctx.lwrite(np.arange(n)[:, None], payload=x.astype(np.uint8))
         return score
 
-    def map_p_pairs(self, cells, payload, i):
+    def map_p_pairs(self, cells: np.ndarray, payload: bytes, i: int) -> tuple[np.ndarray, np.ndarray]:
         cells = np.asarray(cells, np.int64)
         x = np.frombuffer(payload, np.uint8).astype(np.int64)
         if i == 0:
@@ -253,7 +254,7 @@ class Predict(Operator):
         coords = np.stack([np.repeat(cells[:, 0], len(x)), np.tile(1 + np.arange(len(x)), len(cells))], axis=1)
         return np.repeat(np.arange(len(cells), dtype=np.int64), len(x)), coords
 
-    def map_p(self, cells, payload, i):
+    def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
         return np.unique(self.map_p_pairs(cells, payload, i)[1], axis=0)
 
 

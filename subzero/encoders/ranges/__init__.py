@@ -29,11 +29,11 @@ Queries (`RangeRules.backward`, `RangeRules.forward`) map boxes to boxes, costin
 rules and boxes they touch, not the cells of the query.
 
 Stored as a strategy: a task compresses its tile's pairs (`compress`) and stores
-`RangeRules.to_bytes`; `RangeRules.out_envelopes` and `RangeRules.in_envelopes` are the
+`serialize(table)`; `RangeRules.out_envelopes` and `RangeRules.in_envelopes` are the
 R-tree entries (one structure indexes both directions, keyed by rule id); a query reads
-the tables the R-tree names (`RangeRules.from_bytes`) and calls `RangeRules.backward` /
+the tables the R-tree names (`deserialize`) and calls `RangeRules.backward` /
 `RangeRules.forward` with those rule ids.  The driver may merge small tile tables into
-one per node (`RangeRules.merge`).
+one per node (`merge_tables`).
 
 Modules: `terms` (term arithmetic), `table` (`RangeRules` and its queries), `compressor`
 (pairs -> rules), `merge` (tables -> one table), `codec` (bytes), `lists` (CSR helpers).
@@ -52,9 +52,11 @@ Examples
 from __future__ import annotations
 
 from subzero.boxes import normalize
+from subzero.encoders.ranges.codec import deserialize, serialize
 from subzero.encoders.ranges.compressor import compress, demo_pairs, explicit, fullmany_nbytes
+from subzero.encoders.ranges.merge import merge_tables
 from subzero.encoders.ranges.table import RangeRules, to_ids
 from subzero.encoders.ranges.terms import ABS, TERM
 
 __all__ = ["TERM", "ABS", "RangeRules", "compress", "explicit", "to_ids", "normalize", "fullmany_nbytes",
-           "demo_pairs"]
+           "demo_pairs", "serialize", "deserialize", "merge_tables"]

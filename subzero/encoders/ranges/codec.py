@@ -29,7 +29,22 @@ _MAGIC, _VERSION, _ZLIB = 0xA7, 1, 0x80
 
 
 def serialize(table: RangeRules) -> bytes:
-    """The bytes of ``table`` (see the module docstring for the layout)."""
+    """The bytes of ``table`` (see the module docstring for the layout), computed once per table.
+
+    Examples
+    --------
+    >>> from subzero.encoders.ranges import compress, demo_pairs
+    >>> r = compress(demo_pairs(), (8,), [(8,)])
+    >>> deserialize(serialize(r)).equals(r)
+    True
+    """
+    data = table.memo.get("bytes")
+    if not isinstance(data, bytes):
+        data = table.memo["bytes"] = _serialize(table)
+    return data
+
+
+def _serialize(table: RangeRules) -> bytes:
     w = _Writer()
     w.shape(table.out_shape)
     w.varint(table.n_inputs)

@@ -14,6 +14,7 @@ import numpy as np
 
 from subzero.boxes import cover_coords, cover_ids
 from subzero.cells import to_coords
+from subzero.encoders.ranges.codec import serialize
 from subzero.encoders.ranges.lists import box_cells, csr_gather, group_lists, mix, segment_sums
 from subzero.encoders.ranges.table import RangeRules
 from subzero.encoders.ranges.terms import ABS, TERM, Shape, abs_terms, check_shapes
@@ -50,7 +51,7 @@ def compress(pairs: FullPairs, out_shape: Shape, in_shapes, *, sample: int = 256
     Examples
     --------
     >>> r = compress(demo_pairs(), (8,), [(8,)])   # a 3-wide stencil, clipped at the edges
-    >>> r.n_rules, r.nbytes < 60
+    >>> r.n_rules, len(serialize(r)) < 60
     (3, True)
     """
     out_shape, in_shapes = check_shapes(out_shape, in_shapes)
@@ -64,9 +65,9 @@ def compress(pairs: FullPairs, out_shape: Shape, in_shapes, *, sample: int = 256
     if multi.any():
         parts.append(_absolute_rules(pairs.select(multi), out_shape, in_shapes))
     table = RangeRules.concat([p for p in parts if p.n_rules] or parts[:1])
-    if table.nbytes > fullmany_nbytes(pairs) // 2:
+    if len(serialize(table)) > fullmany_nbytes(pairs) // 2:
         plain = explicit(pairs, out_shape, in_shapes)
-        if plain.nbytes < table.nbytes:
+        if len(serialize(plain)) < len(serialize(table)):
             return plain
     return table
 

@@ -11,7 +11,7 @@ from subzero.encoders.ranges.lists import expand_csr, group_lists
 from subzero.encoders.ranges.table import RangeRules
 from subzero.encoders.ranges.terms import ABS, TERM, rewrites_to
 
-__all__ = ["merge"]
+__all__ = ["merge", "merge_tables"]
 
 #: rounds of adoption (a chain of thin tiles needs one round per link)
 ADOPT_ROUNDS = 8
@@ -21,8 +21,26 @@ ADOPT_BUDGET = 16
 IRREGULAR_RULES = 4096
 
 
+def merge_tables(parts: list[RangeRules]) -> RangeRules:
+    """Combine tables (e.g. one per tile) into one: rules with identical terms become
+    one rule whose out boxes are coalesced, so the tiles of a stencil give a handful
+    of rules, not one set per tile.  Answers exactly like the parts together.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from subzero.encoders.ranges import compress, demo_pairs
+    >>> pairs = demo_pairs()
+    >>> halves = [compress(pairs.select(np.arange(8) < 4), (8,), [(8,)]),
+    ...           compress(pairs.select(np.arange(8) >= 4), (8,), [(8,)])]
+    >>> sum(h.n_rules for h in halves), merge_tables(halves).n_rules
+    (4, 3)
+    """
+    return merge(RangeRules.concat(parts))
+
+
 def merge(table: RangeRules) -> RangeRules:
-    """The rules of ``table`` merged (see `RangeRules.merge`): same lineage, fewer rules."""
+    """The rules of ``table`` merged (see `merge_tables`): same lineage, fewer rules."""
     if table.n_rules < 2:
         return table
     label = group_lists([term_rows(table, i) for i in range(table.n_inputs)], table.n_rules)

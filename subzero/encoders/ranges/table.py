@@ -22,7 +22,7 @@ __all__ = ["RangeRules", "to_ids"]
 class RangeRules:
     """Compressed lineage of one tile or node: rules of out boxes and (relative) terms.
 
-    Build one with `compress` (from region pairs), `explicit` or `RangeRules.merge`;
+    Build one with `compress` (from region pairs), `explicit` or `merge.merge_tables`;
     the constructor takes canonical columns as they are (see the module docstring).
     """
 
@@ -97,10 +97,12 @@ class RangeRules:
     # -- shape of the table -----------------------------------------------------------
     @property
     def n_rules(self) -> int:
+        """Number of rules (each a set of out boxes and, per input, terms)."""
         return len(self.box_ptr) - 1
 
     @property
     def n_inputs(self) -> int:
+        """Number of inputs (one term list per input)."""
         return len(self.in_shapes)
 
     @cached_property
@@ -119,7 +121,7 @@ class RangeRules:
     def __repr__(self) -> str:
         terms = "+".join(str(len(t)) for t in self.terms)
         return (f"RangeRules(out {self.out_shape}, in {list(self.in_shapes)}, {self.n_rules} rules, "
-                f"{len(self.out_lo)} out boxes, {terms} terms, {self.nbytes} bytes)")
+                f"{len(self.out_lo)} out boxes, {terms} terms)")
 
     def equals(self, other: "RangeRules") -> bool:
         """Structural equality (same canonical columns)."""
@@ -170,25 +172,6 @@ class RangeRules:
         terms = tuple(np.concatenate([p.terms[i] for p in parts]) for i in range(first.n_inputs))
         return cls(first.out_shape, first.in_shapes, box_ptr, np.concatenate([p.out_lo for p in parts]),
                    np.concatenate([p.out_hi for p in parts]), ptrs, terms)
-
-    @classmethod
-    def merge(cls, parts: "list[RangeRules]") -> "RangeRules":
-        """Combine tables (e.g. one per tile) into one: rules with identical terms become
-        one rule whose out boxes are coalesced, so the tiles of a stencil give a handful
-        of rules, not one set per tile.  Answers exactly like the parts together.
-
-        Examples
-        --------
-        >>> from subzero.encoders.ranges import compress, demo_pairs
-        >>> pairs = demo_pairs()
-        >>> halves = [compress(pairs.select(np.arange(8) < 4), (8,), [(8,)]),
-        ...           compress(pairs.select(np.arange(8) >= 4), (8,), [(8,)])]
-        >>> sum(h.n_rules for h in halves), RangeRules.merge(halves).n_rules
-        (4, 3)
-        """
-        from subzero.encoders.ranges.merge import merge
-
-        return merge(cls.concat(parts))
 
     # -- envelopes (for an R-tree over rules, both directions) ------------------------
     def out_envelopes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -273,9 +256,8 @@ class RangeRules:
         --------
         >>> from subzero.encoders.ranges import compress, demo_pairs
         >>> r = compress(demo_pairs(), (8,), [(8,)])
-        >>> lo, hi = r.backward([[1]], [[3]], 0)
-        >>> to_ids(lo, hi, (8,)).tolist()
-        [0, 1, 2, 3]
+        >>> [to_ids(*r.backward([[1]], [[3]], 0), (8,)).tolist(), to_ids(*r.forward([[0]], [[1]], 0), (8,)).tolist()]
+        [[0, 1, 2, 3], [0, 1]]
         """
         self._check_input(i)
         q_lo, q_hi = check_boxes(q_lo, q_hi, self.out_shape, "backward query boxes (output cells)")
@@ -306,15 +288,7 @@ class RangeRules:
         """Boxes of the out cells whose input-``i`` lineage meets the query boxes.
 
         ``rule_ids`` (e.g. from an R-tree over `in_envelopes`) restricts the rules looked
-        at.  The result boxes may overlap.
-
-        Examples
-        --------
-        >>> from subzero.encoders.ranges import compress, demo_pairs
-        >>> r = compress(demo_pairs(), (8,), [(8,)])
-        >>> lo, hi = r.forward([[0]], [[1]], 0)
-        >>> to_ids(lo, hi, (8,)).tolist()
-        [0, 1]
+        at.  The result boxes may overlap.  See `backward` for an example.
         """
         self._check_input(i)
         q_lo, q_hi = check_boxes(q_lo, q_hi, self.in_shapes[i], f"forward query boxes (input {i} cells)")
@@ -404,40 +378,10 @@ class RangeRules:
         return FullPairs(rows[:, 2].copy(), ptr_from_counts(np.bincount(pair_of_row, minlength=n_pairs)),
                          tuple(ins), tuple(in_ptrs))
 
-    # -- serialization ----------------------------------------------------------------
-    def to_bytes(self) -> bytes:
-        """A compact, self-describing byte string (`from_bytes` reads it back).
-
-        Columns of integers, each stored as a constant, or frame-of-reference / delta
-        coded at the fewest bytes per value; unit boxes and unit absolute terms as flat
-        cell ids; the whole zlib-compressed when that is smaller.
-
-        Examples
-        --------
-        >>> from subzero.encoders.ranges import compress, demo_pairs
-        >>> r = compress(demo_pairs(), (8,), [(8,)])
-        >>> RangeRules.from_bytes(r.to_bytes()).equals(r)
-        True
-        """
-        return self._bytes
-
     @cached_property
-    def _bytes(self) -> bytes:
-        from subzero.encoders.ranges.codec import serialize
-
-        return serialize(self)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of `to_bytes`."""
-        return len(self._bytes)
-
-    @classmethod
-    def from_bytes(cls, buf: bytes) -> "RangeRules":
-        """The table `to_bytes` wrote (a `subzero.LineageError` if ``buf`` is not one)."""
-        from subzero.encoders.ranges.codec import deserialize
-
-        return deserialize(buf)
+    def memo(self) -> dict[str, object]:
+        """Values other modules derive from this (immutable) table, kept with it (its bytes)."""
+        return {}
 
 
 def to_ids(lo: np.ndarray, hi: np.ndarray, shape: Shape) -> np.ndarray:

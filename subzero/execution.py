@@ -46,7 +46,7 @@ from subzero.pickling import dump_operator, dumps_with_operator
 from subzero.planning import default_strategies, resolve_pinned
 from subzero.progress import Reporter
 from subzero.runtime import NodeTask, TileMeta, prepare_tile, run_tile
-from subzero.store import FileStore
+from subzero.store import RunWriter, create_run, open_store, resume_run
 from subzero.store.arrays import ExternalArray, write_array
 from subzero.tiling import Elementwise, Tile, Whole, default_chunks, tile_grid, tile_lens
 from subzero.dag import Node, Workflow
@@ -197,7 +197,7 @@ def node_chunks(op: Operator, tile_shape) -> tuple[int, ...] | None:
 class _Execution:
     """One run in progress: the store, the executor, the catalog so far, the disk budget left."""
 
-    def __init__(self, wf: Workflow, store: FileStore, catalog: RunRecord, runner, tile_shape,
+    def __init__(self, wf: Workflow, store: RunWriter, catalog: RunRecord, runner, tile_shape,
                  max_disk: float | None, progress: Reporter):
         self.wf, self.store, self.catalog = wf, store, catalog
         self._runner: Executor | Callable[[], Executor] = runner  # or a function making one when first needed
@@ -237,7 +237,7 @@ class _Execution:
             self.progress.node_started(node.name, 1)
             digests = []
             write_array(ref, value, chunks, digests=digests)
-            meta_xxh3 = _meta_checksum(ref)
+            meta_xxh3 = self.store.array_meta_checksum(node.name)
             self.progress.node_finished(node.name)
         dtype = str(value.dtype)
         self.arrays[node.name] = _array_record(shape, dtype, chunks, meta_xxh3)
@@ -427,12 +427,6 @@ def _array_record(shape, dtype: str, chunks, meta_xxh3: str | None = None) -> Ar
                        meta_xxh3)
 
 
-def _meta_checksum(ref) -> str:
-    import xxhash
-
-    return xxhash.xxh3_64_hexdigest(ref.location.read_bytes(ref.path, "zarr.json"))
-
-
 def _input_tiles(shape: tuple[int, ...], chunks: tuple[int, ...]) -> list[Tile]:
     return tile_grid(shape, tuple(range(len(shape))), chunks)
 
@@ -444,7 +438,7 @@ def _measured(metas: list[TileMeta], wall: float) -> dict[str, float]:
             "write_seconds": sum(m.write_seconds for m in metas)}
 
 
-def _not_the_same(store: FileStore, differ: list[str]) -> str:
+def _not_the_same(store: RunWriter, differ: list[str]) -> str:
     return (f"cannot resume the run in {store.url!r}: this run differs from the stored one in {'; '.join(differ)}. "
             "Run it into a new store, or replace the old one with overwrite=True (--overwrite)")
 
@@ -501,9 +495,9 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
         budgets={"max_disk": max_disk, "max_runtime": max_runtime}, fingerprint=fingerprint)
     # exclusive, before Spark starts: a second writer is refused at once
     if resume:
-        fs, stored = FileStore.resume(location, catalog, made_by)
+        fs, stored = resume_run(location, catalog, made_by)
     else:
-        fs, stored = FileStore.create(location, catalog, overwrite=overwrite, made_by=made_by), None
+        fs, stored = create_run(location, catalog, overwrite=overwrite, made_by=made_by), None
     failed = False
     try:
         if stored is not None:
@@ -519,7 +513,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
         if stored is not None:
             run.prepare_resume(arrays, clean=stored.status != "done")
             if stored.status == "done":  # nothing left to do
-                return Run(FileStore.open(location), wf)
+                return Run(open_store(location), wf)
             run.catalog = _replace(run.catalog, status="running", resumed=[*run.catalog.resumed, _now()])
             fs.write_catalog(run.catalog)
         try:
@@ -551,7 +545,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
         except OSError:  # the store itself failing (an outage): the error that stopped the run is the one to show
             if not failed:
                 raise
-    return Run(FileStore.open(location), wf)
+    return Run(open_store(location), wf)
 
 
 def _now() -> str:

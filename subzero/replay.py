@@ -33,8 +33,6 @@ must lie within it, or the lineage the operators declare is wrong.
 from __future__ import annotations
 
 import datetime as _dt
-import os
-import shutil
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -124,58 +122,6 @@ class ReplayResult:
     changed_inputs: dict[str, Frontier] = field(default_factory=dict, repr=False)
 
 
-# -- files ------------------------------------------------------------------------------------
-
-def _share(src: FileStore, dst: FileStore, *parts: str) -> int:
-    """Link (or copy) every file under ``parts`` of ``src`` into the same place in ``dst``;
-    returns the files shared.  Stores never change a file in place (writes replace files),
-    so a hard link is as good as a copy."""
-    a, b = src.location, dst.location
-    if a.is_local and b.is_local:
-        root = a.path(*parts)
-        if os.path.isfile(root):
-            _link(root, b.path(*parts))
-            return 1
-        count = 0
-        for folder, _, files in os.walk(root):
-            rel = os.path.relpath(folder, root)
-            target = os.path.normpath(os.path.join(b.path(*parts), rel))
-            os.makedirs(target, exist_ok=True)
-            for name in files:
-                if not name.endswith(".tmp"):
-                    _link(os.path.join(folder, name), os.path.join(target, name))
-                    count += 1
-        return count
-    if not a.exists(*parts):
-        return 0
-    if not a.isdir(*parts):
-        b.write_bytes(a.read_bytes(*parts), *parts, durable=False)
-        return 1
-    count = 0
-    for name in a.listdir(*parts):
-        count += _share(src, dst, *parts, name)
-    return count
-
-
-def _link(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except FileExistsError:
-        os.unlink(dst)
-        _link(src, dst)
-    except OSError:  # another file system, or links not allowed: copy
-        shutil.copy2(src, dst)
-
-
-def _share_node(src: FileStore, dst: FileStore, name: str, kind: str, with_array: bool = True) -> None:
-    if with_array:
-        _share(src, dst, "arrays", name)
-    if kind == "operator":
-        _share(src, dst, "operators", f"{name}.pkl")
-        _share(src, dst, "manifests", f"{name}.json")
-        _share(src, dst, "lineage", name)
-
-
 # -- changed cells ------------------------------------------------------------------------------
 
 def _differs(old: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -242,7 +188,7 @@ def _patch_input(old: FileStore, new: FileStore, patch: Patch, shape, dtype: np.
     returns (cells replaced, the cells whose value changed, chunks written, chunks)."""
     src_ref, dst_ref = old.array(patch.input), new.array(patch.input)
     _, chunks, _, _ = src_ref.layout()
-    _share(old, new, "arrays", patch.input)
+    new.adopt_node(old, patch.input, "input")
     value = None if patch.value is None else _check_value(patch.value, dtype, patch.input)
     grid = tile_grid(tuple(shape), tuple(range(len(shape))), chunks)
     lo = np.array([[a for a, _ in t.box] for t in grid], np.int64).reshape(len(grid), len(shape))
@@ -307,7 +253,7 @@ class _Replayer:
     def link(self, node: "Node", start: float) -> None:
         record = self.run.catalog.nodes[node.name]
         self.progress.node_started(node.name, 1)
-        _share_node(self.old, self.fs, node.name, record.kind)
+        self.fs.adopt_node(self.old, node.name, record.kind)
         self.commit(record)
         self.progress.tiles_done(node.name, 1)
         self.progress.node_finished(node.name)
@@ -366,7 +312,7 @@ class _Replayer:
         stored = tuple(s for s in old_record.strategies if Strategy.parse(s).stored)
         whole = len(chosen) == len(tiles)
         if not whole:  # the other tiles' chunks and shards: the old ones (re-run tiles' replaced below)
-            _share_node(self.old, self.fs, node.name, "operator")
+            self.fs.adopt_node(self.old, node.name, "operator")
         task = NodeTask(node.name, op, tuple(self.fs.array(i.name) for i in node.inputs), stored,
                         output=self.fs.array(node.name), chunks=node_chunks(op, self.tile_shape),
                         location=self.fs.location,
@@ -534,7 +480,7 @@ def replay(run: "Run", patches: "Patch | list[Patch]", store, executor: str = "l
     wanted = [run.node(o) for o in (outputs if outputs is not None else run.workflow.outputs)]
     location = resolve(store)
     check_executor(executor, location.url)
-    if location.url == run.store.location.url:
+    if location.url == run.store.url:
         raise StoreError(f"replay writes a new store; {location.url!r} is the run it replays")
     record = replace(run.catalog, created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                      status="running", nodes={}, wall_seconds=None, executor=executor, master=None,

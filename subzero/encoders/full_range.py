@@ -19,7 +19,7 @@ import functools
 
 import numpy as np
 
-from subzero.encoders.base import EncodedTile, FullEncoder, Reader
+from subzero.encoders.base import EncodedTile, FullEncoder, Reader, scan
 from subzero.encoders.codec import OUT, PAIR, make_keys, pair_id_base
 from subzero.encoders.ranges import RangeRules, compress
 from subzero.frontier import Frontier
@@ -70,7 +70,7 @@ class FullRange(FullEncoder):
         raise NotImplementedError
 
     def load(self, reader: Reader, shapes) -> FullPairs:
-        _, values = reader.scan(PAIR)
+        _, values = scan(reader, PAIR)
         if not values:
             return FullPairs.empty(len(shapes[1]))
         return FullPairs.concat([RangeRules.from_bytes(v).to_pairs() for v in values], len(shapes[1]))

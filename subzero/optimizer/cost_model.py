@@ -93,7 +93,7 @@ def _rerun(profile: NodeProfile, cells: float) -> float:
     return (profile.op_seconds + profile.trace_seconds) * touched / max(profile.tiles, 1)
 
 
-def step_cost(profile: NodeProfile, strategy: str, direction: str, cells: float) -> float:
+def step_cost(profile: NodeProfile, strategy: "str | Strategy", direction: str, cells: float) -> float:
     """Predicted seconds of one query step through the node with ``strategy``.
 
     ``cells`` is the number of frontier cells entering the step.

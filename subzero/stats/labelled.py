@@ -282,7 +282,7 @@ def propagate(run, src, dst, start: LabelledCells, direction: str, using: dict |
             strategy = pick_strategy(node, run.strategies.get(node.name, ()), using.get(node))
             for i, parent in enumerate(node.inputs):
                 if parent in on_path:
-                    got = step_backward(run, node, held[node], i, strategy)
+                    got = step_backward(run.lineage, node, held[node], i, strategy)
                     held[parent] = held[parent].union(got) if parent in held else got
             if node is not src and node is not dst:
                 del held[node]  # each node steps once: its labelled cells are done
@@ -293,6 +293,6 @@ def propagate(run, src, dst, start: LabelledCells, direction: str, using: dict |
             strategy = pick_strategy(node, run.strategies.get(node.name, ()), using.get(node))
             for i, parent in enumerate(node.inputs):
                 if parent in held:
-                    got = step_forward(run, node, held[parent], i, strategy)
+                    got = step_forward(run.lineage, node, held[parent], i, strategy)
                     held[node] = held[node].union(got) if node in held else got
     return held.get(dst, LabelledCells.empty(run.shape(dst)))

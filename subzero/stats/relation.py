@@ -33,7 +33,7 @@ from subzero.encoders.ranges.lists import box_cells, expand_csr
 from subzero.encoders.ranges.terms import images
 from subzero.errors import LineageError, StoreError
 from subzero.frontier import Frontier
-from subzero.modes import Mode, Strategy
+from subzero.modes import Direction, Mode, Strategy
 from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
 from subzero.runtime import expand_payloads, trace_tile
 
@@ -88,7 +88,7 @@ class Groups:
 def backward_groups(source, node, frontier: Frontier, i: int, strategy: str) -> Groups:
     """For every cell of ``frontier`` (over ``node``'s output), the input-``i`` cells it reads.
 
-    ``source`` is the run (`subzero.query.LineageSource`); ``strategy`` one the node stored,
+    ``source`` is the run's `subzero.query.QueryEngine` (``run.lineage``); ``strategy`` one the node stored,
     ``"Map"`` (when the operator supports it) or ``"BlackBox"``.
     """
     op = node.operator
@@ -263,5 +263,5 @@ def forward_groups(source, node, frontier: Frontier, i: int, strategy: str) -> G
 
     if frontier.is_empty:
         return Groups.empty()
-    reached = step(source, node, frontier, i, "forward", strategy, entire_array=False)
+    reached = step(source, node, frontier, i, Direction.FORWARD, Strategy.parse(strategy), entire_array=False)
     return backward_groups(source, node, reached, i, strategy)

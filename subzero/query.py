@@ -11,8 +11,8 @@ calling process: no Spark job, no JVM.
 `QueryEngine` plans and walks whole queries: it reads a run through a
 `subzero.store.roles.LineageReader` (manifests, one shard reader per tile, inline tables,
 arrays), picks each step's strategy with `subzero.optimizer.query_time.choose_step` (or
-the one the caller forced), and walks the workflow's DAG.  It is the `LineageSource` the
-steps (and `subzero.stats`) read; `subzero.run.Run` is a thin facade over it.
+the one the caller forced), and walks the workflow's DAG.  It is the source the steps
+(and `subzero.stats`) read; `subzero.run.Run` is a thin facade over it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from subzero.runtime import NodeTask, expand_payloads, trace_tile
 from subzero.store.roles import LineageReader
 from subzero.tiling import Tile, tile_grid
 
-__all__ = ["LineageSource", "TileGrid", "QueryEngine", "QueryPlan", "step", "check_forced", "map_step"]
+__all__ = ["TileGrid", "QueryEngine", "QueryPlan", "step", "check_forced", "map_step"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,23 +89,6 @@ class TileGrid:
         return out
 
 
-class LineageSource(Protocol):
-    """What one step needs from a run (implemented by `QueryEngine`)."""
-
-    def grid(self, node) -> TileGrid:
-        """The node's tiles."""
-
-    def shard_reader(self, node, strategy: str, tile: int, deadline: float | None) -> Any:
-        """A reader of the lineage ``tile`` stored under ``strategy``, or None when the tile
-        stored none; raises `subzero.errors.StoreError` when the shard cannot be read."""
-
-    def inline(self, node, strategy: str) -> bytes | None:
-        """The node's lineage under ``strategy`` kept whole in its manifest, if any."""
-
-    def tile_task(self, node) -> NodeTask:
-        """The task that re-runs the node's tiles from its stored inputs (tracing mode)."""
-
-
 def check_forced(node, stored: tuple[str, ...], using) -> Strategy:
     """The strategy the caller forced (``using=``) for ``node``, parsed, if it can answer.
 
@@ -126,7 +109,7 @@ def check_forced(node, stored: tuple[str, ...], using) -> Strategy:
     return forced
 
 
-def step(source: LineageSource, node, frontier: Frontier, i: int, direction: Direction, strategy: Strategy,
+def step(source: "QueryEngine", node, frontier: Frontier, i: int, direction: Direction, strategy: Strategy,
          entire_array: bool = True, deadline: float | None = None, forced: bool = False,
          damaged: list | None = None) -> Frontier:
     """One lineage step through ``node`` with respect to its input ``i``.
@@ -428,7 +411,7 @@ class QueryEngine:
             if strategy.stored:
                 deadline = time.perf_counter() + choice.budget
         start = time.perf_counter()
-        switched, damaged = False, []  # type: list[str]
+        switched, damaged = False, list[str]()
         try:
             result = step(self, node, frontier, i, plan.direction, strategy, plan.entire_array, deadline,
                           forced=forced is not None, damaged=damaged)

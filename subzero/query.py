@@ -158,16 +158,8 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
     frontiers: list[Frontier] = []
     failed: list[int] = []
     overrides: list[np.ndarray] = []
-    for tile, sub in grid.split(frontier, None if direction == "backward" else i):
-        try:
-            reader = source.shard_reader(node, s.name, tile, deadline)
-        except StoreError as exc:
-            if forced:
-                raise
-            failed.append(tile)
-            if damaged is not None:
-                damaged.append(str(exc))
-            continue
+    side = None if direction == "backward" else i
+    for _, sub, reader in source.tile_readers(node, s.name, frontier, side, deadline, failed, damaged, forced):
         if reader is None:  # the tile stored no lineage under this strategy
             continue
         if isinstance(enc, FullEncoder):
@@ -217,19 +209,8 @@ def _not_overridden(source, node, enc, s: Strategy, default: Frontier, deadline,
     answered by their payload instead), looked up in the shards of their own tiles."""
     grid = source.grid(node)
     shapes = (tuple(node.operator.output_shape), tuple(node.operator.input_shapes))
-    covered = []
-    for tile, sub in grid.split(default, None):
-        if tile in failed:
-            continue
-        try:
-            reader = source.shard_reader(node, s.name, tile, deadline)
-        except StoreError as exc:
-            if forced:
-                raise
-            if damaged is not None:
-                damaged.append(str(exc))
-            failed.append(tile)  # its cells come from the re-run of the tile
-            continue
+    covered = []  # a tile whose shard cannot be read joins ``failed``: its cells come from its re-run
+    for _, sub, reader in source.tile_readers(node, s.name, default, None, deadline, failed, damaged, forced):
         if reader is not None:
             covered.append(enc.lookup(reader, sub, shapes).out_ids)
     ids = default.ids()
@@ -369,6 +350,28 @@ class QueryEngine:
         op = node.operator
         return self.reader.shard_reader(node.name, strategy, record, slot_ndims(op.output_shape, op.input_shapes),
                                         deadline)
+
+    def tile_readers(self, node, strategy: str, frontier: Frontier, side: int | None, deadline: float | None = None,
+                     failed: list[int] | None = None, damaged: list[str] | None = None, forced: bool = False):
+        """Each tile whose box (output, or input ``side``) holds cells of ``frontier`` and that is
+        not in ``failed``: its index, its part of the frontier and its shard reader (None: it
+        stored no lineage under ``strategy``).  A tile whose shard cannot be read is appended
+        to ``failed`` (its message to ``damaged``) to be re-run, unless ``forced``: then the
+        `StoreError` propagates."""
+        failed = [] if failed is None else failed
+        for tile, sub in self.grid(node).split(frontier, side):
+            if tile in failed:
+                continue
+            try:
+                reader = self.shard_reader(node, strategy, tile, deadline)
+            except StoreError as exc:
+                if forced:
+                    raise
+                failed.append(tile)
+                if damaged is not None:
+                    damaged.append(str(exc))
+                continue
+            yield tile, sub, reader
 
     def inline(self, node, strategy: str) -> bytes | None:
         """A node's lineage kept in its manifest (a merged FullRange table), if any."""

@@ -353,7 +353,8 @@ class Uncommitted(Operator):
         """The operator's class name, as the workflow description gives it."""
         return self.declared.rsplit(".", 1)[-1]
 
-    def run(self, ctx, *inputs):
+    def run(self, ctx: Any, *inputs: Any) -> Any:
+        """Refuse to run: the operator was never committed."""
         raise StoreError(f"the operator {self.declared} was not committed to this store; re-run the workflow")
 
 

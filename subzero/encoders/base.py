@@ -245,6 +245,3 @@ class PayloadEncoder(Encoder):
         ids = np.unique(reader.intersect(i, mins, maxs))
         _, values = reader.get_many(make_keys(PAIR, 0, ids))
         return decode_payload_pairs(values)
-
-    def load(self, reader: Reader, shapes) -> PayloadPairs:  # pragma: no cover - abstract
-        raise NotImplementedError

@@ -49,10 +49,12 @@ def keys_to_bytes(keys: np.ndarray) -> list[bytes]:
 
 
 def bytes_to_keys(raw: list[bytes]) -> np.ndarray:
+    """uint64 keys of big-endian 8-byte strings."""
     return np.frombuffer(b"".join(raw), dtype=">u8").astype(np.uint64)
 
 
 def pair_id_base(tile_index: int) -> int:
+    """The first pair id of a tile (its pairs are numbered from it)."""
     return tile_index << 32
 
 

@@ -54,11 +54,13 @@ class Groups:
 
     @classmethod
     def empty(cls) -> "Groups":
+        """No groups."""
         z = np.zeros(1, np.int64)
         return cls(_EMPTY, z, _EMPTY, z)
 
     @classmethod
     def of_pairs(cls, pairs: FullPairs, i: int) -> "Groups":
+        """The groups of full pairs with respect to input ``i``."""
         return cls(pairs.out_ids, pairs.out_ptr, pairs.in_ids[i], pairs.in_ptr[i])
 
     @classmethod
@@ -71,6 +73,7 @@ class Groups:
 
     @classmethod
     def concat(cls, parts: "list[Groups]") -> "Groups":
+        """The groups of ``parts``, one after the other."""
         parts = [p for p in parts if len(p.out_ptr) > 1]
         if not parts:
             return cls.empty()
@@ -81,6 +84,7 @@ class Groups:
 
     @property
     def n_groups(self) -> int:
+        """How many groups."""
         return len(self.out_ptr) - 1
 
 
@@ -125,19 +129,6 @@ def _traced(source, node, tiles: list[int], frontier: Frontier, i: int) -> Group
     return Groups.concat(parts)
 
 
-def _tile_readers(source, node, strategy: str, frontier: Frontier, failed: list):
-    """Each tile the frontier touches: its part of the frontier and its shard reader (None when
-    the tile stored no lineage under ``strategy``); a tile whose shard cannot be read is left
-    out and appended to ``failed``, for its cells to be re-run in tracing mode."""
-    for tile, sub in source.grid(node).split(frontier, None):
-        try:
-            reader = source.shard_reader(node, strategy, tile, None)
-        except StoreError:
-            failed.append(tile)
-            continue
-        yield sub, reader
-
-
 def _stored(source, node, frontier: Frontier, i: int, s: Strategy) -> Groups:
     op = node.operator
     enc = encoder_for(s)
@@ -153,7 +144,7 @@ def _stored(source, node, frontier: Frontier, i: int, s: Strategy) -> Groups:
             return _rule_groups(_inline_table(whole), frontier.ids(), i)
     parts: list[Groups] = []
     failed: list = []
-    for sub, reader in _tile_readers(source, node, s.name, frontier, failed):
+    for _, sub, reader in source.tile_readers(node, s.name, frontier, None, failed=failed):
         if reader is None:  # the tile stored no lineage under this strategy
             if s.mode is Mode.COMP:
                 parts.append(_map_groups(op, sub.ids(), i))
@@ -177,7 +168,7 @@ def payload_lookup(source, node, frontier: Frontier, i: int, strategy: str) -> t
     pays: list[PayloadPairs] = []
     parts: list[Groups] = []
     failed: list = []
-    for sub, reader in _tile_readers(source, node, s.name, frontier, failed):
+    for _, sub, reader in source.tile_readers(node, s.name, frontier, None, failed=failed):
         pay = enc.lookup(reader, sub, shapes) if reader is not None else PayloadPairs.empty()
         pays.append(pay)
         if s.mode is Mode.COMP:

@@ -37,7 +37,7 @@ from subzero.errors import StoreError
 from subzero.store.arrays import ArrayRef, forget_store
 from subzero.store.failures import REBUILD, REBUILD_LINEAGE, reading
 from subzero.store.location import Location, resolve
-from subzero.store.lock import LOCK_NAME, Holder, WriterLock, dead_temporaries, holder
+from subzero.store.lock import LOCK_NAME, Holder, WriterLock, _held, dead_temporaries, holder
 from subzero.store.roles import RunWriter
 from subzero.store.sealed import parse_json, seal_json, seal_pickle, unseal_json, unseal_pickle
 from subzero.store.shards import ShardReader, close_all
@@ -63,6 +63,7 @@ def _status(location: Location) -> str | None:
 
 
 def strategy_dirname(strategy: str) -> str:
+    """A strategy's shard directory name (``/`` as ``-``: ``FullOne-backward``)."""
     return strategy.replace("/", "-")
 
 
@@ -175,8 +176,6 @@ class FileStore(RunWriter):
                              "there is no run to resume; choose another directory")
         current = holder(location)
         if current is not None and current.alive is not False:
-            from subzero.store.lock import _held
-
             raise _held(location, current)
         return True
 
@@ -228,8 +227,6 @@ class FileStore(RunWriter):
         if overwrite and ours:
             current = holder(location)
             if current is not None and current.alive is not False:
-                from subzero.store.lock import _held
-
                 raise _held(location, current)
             return
         if overwrite:
@@ -238,8 +235,6 @@ class FileStore(RunWriter):
         if LOCK_NAME in names:
             current = holder(location)
             if current is not None:
-                from subzero.store.lock import _held
-
                 raise _held(location, current)
         status = _status(location) if ours else None
         if status is not None and status != "done":
@@ -274,6 +269,7 @@ class FileStore(RunWriter):
 
     # -- catalog ------------------------------------------------------------------------------
     def read_catalog(self) -> RunRecord:
+        """The run's catalog, checked (format, seal); a `StoreError` names what is wrong."""
         with reading("the catalog", self.location.child_url("catalog.json"), REBUILD):
             raw = self.location.read_bytes("catalog.json")
         try:
@@ -291,16 +287,20 @@ class FileStore(RunWriter):
         return RunRecord.from_dict(data, where=where)
 
     def write_catalog(self, record: RunRecord) -> None:
+        """Replace the catalog atomically, sealed."""
         self.location.write_bytes(seal_json(record.to_dict()), "catalog.json")
 
     # -- arrays and operators -----------------------------------------------------------------
     def array(self, node: str, meta_xxh3: str | None = None) -> ArrayRef:
+        """The `ArrayRef` of ``arrays/NODE`` (checked against ``meta_xxh3`` when given)."""
         return ArrayRef(self.location, f"arrays/{node}", meta_xxh3)
 
     def save_operator(self, node: str, payload: bytes) -> None:
+        """Write ``operators/NODE.pkl`` (a checksummed frame)."""
         self.location.write_bytes(seal_pickle(payload), "operators", f"{node}.pkl")
 
     def load_operator(self, node: str) -> Any:
+        """Unpickle a node's operator; a `StoreError` when damaged or not importable here."""
         with reading(f"the operator of node {node!r}", self.location.child_url("operators", f"{node}.pkl"), REBUILD):
             raw = self.location.read_bytes("operators", f"{node}.pkl")
         raw = unseal_pickle(raw, f"the operator of node {node!r} in store {self.url!r}")
@@ -312,12 +312,15 @@ class FileStore(RunWriter):
 
     # -- lineage ------------------------------------------------------------------------------
     def shard_directory(self, node: str, strategy: str) -> str:
+        """``lineage/NODE/STRATEGY``, where a node's shards of one strategy live."""
         return f"lineage/{node}/{strategy_dirname(strategy)}"
 
     def write_manifest(self, manifest: Manifest) -> None:
+        """Write ``manifests/NODE.json`` atomically, sealed."""
         self.location.write_bytes(seal_json(manifest.to_dict()), "manifests", f"{manifest.node}.json")
 
     def read_manifest(self, node: str) -> Manifest:
+        """A node's manifest, checked; a `StoreError` when missing or damaged."""
         where = f"the manifest of node {node!r} in store {self.url!r}"
         with reading(f"the manifest of node {node!r}", self.location.child_url("manifests", f"{node}.json"),
                      REBUILD_LINEAGE):
@@ -340,6 +343,7 @@ class FileStore(RunWriter):
 
     def shard_reader(self, node: str, strategy: str, record: ShardRecord, ndims: dict[int, int],
                      deadline: float | None = None) -> ShardReader:
+        """A `ShardReader` over one committed shard (checked against ``record`` first)."""
         return ShardReader(self.location, self.shard_directory(node, strategy), record, ndims, deadline)
 
     def array_meta_checksum(self, node: str) -> str:
@@ -424,6 +428,7 @@ class FileStore(RunWriter):
         return removed
 
     def remove_uncommitted(self, node: str, manifest: Manifest | None) -> int:
+        """Delete the shard files of ``node`` its manifest does not name; returns how many."""
         keep = {(strategy_dirname(s), r.name) for s, recs in (manifest.shards if manifest else {}).items()
                 for r in recs if r.name}
         removed = 0

@@ -443,29 +443,19 @@ class FileStore(RunWriter):
         return f"FileStore({self.url!r})"
 
 
-def _share(a: Location, b: Location, *parts: str) -> int:
-    """Link (or copy) every file under ``parts`` of ``a`` into the same place in ``b``;
-    returns the files shared."""
-    if a.is_local and b.is_local:
-        root = a.path(*parts)
-        if os.path.isfile(root):
-            _link(root, b.path(*parts))
-            return 1
-        count = 0
-        for folder, _, files in os.walk(root):
-            target = os.path.normpath(os.path.join(b.path(*parts), os.path.relpath(folder, root)))
-            os.makedirs(target, exist_ok=True)
-            for name in files:
-                if not name.endswith(".tmp"):
-                    _link(os.path.join(folder, name), os.path.join(target, name))
-                    count += 1
-        return count
+def _share(a: Location, b: Location, *parts: str) -> None:
+    """Link (or copy) every file under ``parts`` of ``a`` into the same place in ``b``."""
     if not a.exists(*parts):
-        return 0
-    if not a.isdir(*parts):
+        return
+    if a.isdir(*parts):
+        b.makedirs(*parts)
+        for name in a.listdir(*parts):
+            if not name.endswith(".tmp"):
+                _share(a, b, *parts, name)
+    elif a.is_local and b.is_local:
+        _link(a.path(*parts), b.path(*parts))
+    else:
         b.write_bytes(a.read_bytes(*parts), *parts, durable=False)
-        return 1
-    return sum(_share(a, b, *parts, name) for name in a.listdir(*parts))
 
 
 def _link(src: str, dst: str) -> None:

@@ -161,7 +161,7 @@ def test_damaged_lineage_is_reported_once(clean, tmp_path, caplog):
     F.damage(copy / "manifests" / "stars.json", "flip middle byte")
     close_all()
     run = sz.open_run(copy)
-    with caplog.at_level("WARNING", logger="subzero.run"):
+    with caplog.at_level("WARNING", logger="subzero.query"):
         for _ in range(3):  # the stars' stored lineage is chosen, found damaged, and the tiles re-run
             assert np.array_equal(F.ask(run, F.QUERIES[0], ref.cells, forced=False), ref.answers[0])
     warnings = [r for r in caplog.records if "manifest of node 'stars'" in r.getMessage()]

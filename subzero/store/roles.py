@@ -7,8 +7,9 @@
 - `subzero.store.shards.ShardSink`: the task side. It takes a tile's opaque, sorted keys
   and values and its R-tree boxes from the encoders, and knows no key layout.
 
-`subzero.store.FileStore` implements all of them. Clients get one from
-`subzero.store.create_run`, `resume_run` or `open_store`, typed by the role they use.
+`subzero.store.FileStore` implements the first two, and a `ShardSink` writes into one of
+its shard directories.  Clients get a store from `subzero.store.create_run`, `resume_run`
+or `open_store`, typed by the role they use.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A scientist selects a region of an output (a star in the detection map), and see
 input pixels produced it and, from those pixels, everything else they reach: every
 output that shares them.  Both walks keep the frontier in the form its size calls for
 (boxes stay boxes through mapping operators with box forms), and the forward walk visits
-each node once for all outputs (`subzero.query.walk_many`).
+each node once for all outputs (`subzero.query.QueryEngine.walk_many`).
 
 >>> result = brush(run, "stars", box=[(10, 20), (30, 40)], to="raw")   # doctest: +SKIP
 >>> result.traced.count, {k: f.count for k, f in result.linked.items()}  # doctest: +SKIP

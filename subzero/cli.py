@@ -86,14 +86,11 @@ def _check_store(path: str, overwrite: bool, resume: bool) -> None:
     """Fail before reading inputs or starting Spark if the store cannot be taken: a regular
     file, a directory that holds anything (without --overwrite or --resume), a store a live
     run is writing."""
-    from subzero.store import FileStore
+    from subzero.store import check_store_path
 
     if overwrite and resume:
         raise WorkflowError("give --resume (continue the run in the store) or --overwrite (replace it), not both")
-    if resume:
-        FileStore.check_resumable(path)
-    else:
-        FileStore.check_new(path, overwrite=overwrite, create=False)
+    check_store_path(path, resume, overwrite)
 
 
 def _read_workload(path: str) -> Any:
@@ -613,13 +610,13 @@ DEMO = "subzero demo"  # the ``made_by`` of the demo's stores
 
 def _made_by_demo(store: Path) -> bool:
     """True for a store ``subzero demo`` made (finished, failed or killed at any point)."""
-    from subzero.store import FileStore
+    from subzero.store import made_by
     from subzero.store.lock import LOCK_NAME
 
     if not store.is_dir():
         return False
     names = [p.name for p in store.iterdir() if not (p.name.startswith(LOCK_NAME + ".") and p.name.endswith(".tmp"))]
-    return FileStore.made_by(store) == DEMO or DEMO_MARKER in names or names == [LOCK_NAME]
+    return made_by(store) == DEMO or DEMO_MARKER in names or names == [LOCK_NAME]
 
 
 def cmd_demo(args) -> int:

@@ -41,7 +41,7 @@ from subzero.planning import default_strategies, resolve_pinned
 from subzero.progress import Reporter
 from subzero.runtime import NodeTask, TileMeta
 from subzero.stage import NodeStage, array_record, lineage_stats
-from subzero.store import FileStore
+from subzero.store import RunWriter, create_run, open_store, resume_run
 from subzero.store.arrays import ExternalArray, write_array
 from subzero.tiling import Elementwise, Tile, default_chunks, tile_grid
 from subzero.dag import Node, Workflow
@@ -103,7 +103,7 @@ def _check_inputs(wf: Workflow, inputs: dict[str, Any]) -> dict[str, Any]:
 class _Execution:
     """One run in progress: the store, the executor, the catalog so far, the disk budget left."""
 
-    def __init__(self, wf: Workflow, store: FileStore, catalog: RunRecord, runner, tile_shape,
+    def __init__(self, wf: Workflow, store: RunWriter, catalog: RunRecord, runner, tile_shape,
                  max_disk: float | None, progress: Reporter):
         self.wf, self.store, self.catalog = wf, store, catalog
         self._runner: Executor | Callable[[], Executor] = runner  # or a function making one when first needed
@@ -143,7 +143,7 @@ class _Execution:
             self.progress.node_started(node.name, 1)
             digests = []
             write_array(ref, value, chunks, digests=digests)
-            meta_xxh3 = _meta_checksum(ref)
+            meta_xxh3 = self.store.array_meta_checksum(node.name)
             self.progress.node_finished(node.name)
         dtype = str(value.dtype)
         self.arrays[node.name] = array_record(shape, dtype, chunks, meta_xxh3)
@@ -271,10 +271,6 @@ class _Execution:
         return dropped
 
 
-def _meta_checksum(ref) -> str:
-    import xxhash
-
-    return xxhash.xxh3_64_hexdigest(ref.location.read_bytes(ref.path, "zarr.json"))
 
 
 def _input_tiles(shape: tuple[int, ...], chunks: tuple[int, ...]) -> list[Tile]:
@@ -288,7 +284,7 @@ def _measured(metas: list[TileMeta], wall: float) -> dict[str, float]:
             "write_seconds": sum(m.write_seconds for m in metas)}
 
 
-def _not_the_same(store: FileStore, differ: list[str]) -> str:
+def _not_the_same(store: RunWriter, differ: list[str]) -> str:
     return (f"cannot resume the run in {store.url!r}: this run differs from the stored one in {'; '.join(differ)}. "
             "Run it into a new store, or replace the old one with overwrite=True (--overwrite)")
 
@@ -339,9 +335,9 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
         budgets={"max_disk": max_disk, "max_runtime": max_runtime}, fingerprint=fingerprint)
     # exclusive, before Spark starts: a second writer is refused at once
     if resume:
-        fs, stored = FileStore.resume(location, catalog, made_by)
+        fs, stored = resume_run(location, catalog, made_by)
     else:
-        fs, stored = FileStore.create(location, catalog, overwrite=overwrite, made_by=made_by), None
+        fs, stored = create_run(location, catalog, overwrite=overwrite, made_by=made_by), None
     failed = False
     try:
         if stored is not None:
@@ -357,7 +353,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
         if stored is not None:
             run.prepare_resume(arrays, clean=stored.status != "done")
             if stored.status == "done":  # nothing left to do
-                return Run(FileStore.open(location), wf)
+                return Run(open_store(location), wf)
             run.catalog = replace(run.catalog, status="running", resumed=[*run.catalog.resumed, _now()])
             fs.write_catalog(run.catalog)
         try:
@@ -389,7 +385,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
         except OSError:  # the store itself failing (an outage): the error that stopped the run is the one to show
             if not failed:
                 raise
-    return Run(FileStore.open(location), wf)
+    return Run(open_store(location), wf)
 
 
 def _now() -> str:

@@ -9,38 +9,18 @@ process cannot import.
 
 from __future__ import annotations
 
-import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from subzero.catalog import NodeRecord, RunRecord
 from subzero.describe import committed_summary, human_bytes, jsonable
 
+if TYPE_CHECKING:
+    from subzero.store import LineageReader
+
 __all__ = ["info_data", "info_text"]
 
 
-def _tree_bytes(location, *parts: str) -> int | None:
-    """Bytes of the files under a store path (None when it cannot be told)."""
-    if location.is_local:
-        total = 0
-        stack = [location.path(*parts)]
-        while stack:
-            try:
-                entries = list(os.scandir(stack.pop()))
-            except OSError:
-                continue
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                elif not entry.name.endswith(".tmp"):
-                    total += entry.stat(follow_symlinks=False).st_size
-        return total
-    try:
-        return int(location.fs.du(location.path(*parts), total=True))
-    except (OSError, ValueError, NotImplementedError):
-        return None
-
-
-def _node(spec: dict[str, Any], record: NodeRecord | None, location) -> dict[str, Any]:
+def _node(spec: dict[str, Any], record: NodeRecord | None, store: LineageReader) -> dict[str, Any]:
     item: dict[str, Any] = {
         "name": spec["name"], "kind": "operator" if spec.get("inputs") else "input",
         "inputs": list(spec.get("inputs", [])), "operator": str(spec.get("operator", "")).rsplit(".", 1)[-1] or None,
@@ -55,7 +35,7 @@ def _node(spec: dict[str, Any], record: NodeRecord | None, location) -> dict[str
     item.update({
         "shape": list(record.shape), "dtype": record.dtype, "chunks": list(record.array.chunks),
         "tiles": stats.tiles if stats is not None else None,
-        "array_bytes": record.array.nbytes, "array_disk_bytes": _tree_bytes(location, "arrays", record.name),
+        "array_bytes": record.array.nbytes, "array_disk_bytes": store.disk_bytes(record.name),
         "strategies": list(record.strategies), "reason": record.reason or None,
         "lineage_bytes": sum(stats.bytes.values()) if stats is not None else 0,
         "lineage_file_bytes": sum(stats.file_bytes.values()) if stats is not None else 0,
@@ -79,15 +59,14 @@ def info_data(path) -> dict[str, Any]:
         ``dropped``, ``metadata`` (the keys kept with it, e.g. ``fits_header``).
         ``writer`` describes the process writing the store, if one holds it.
     """
-    from subzero.store import FileStore
-    from subzero.store.lock import holder
+    from subzero.store import open_store
 
-    store = FileStore.open(path)
+    store = open_store(path)
     cat: RunRecord = store.read_catalog()
     specs = list(cat.workflow.get("nodes", []))
-    nodes = [_node(spec, cat.nodes.get(spec["name"]), store.location) for spec in specs]
+    nodes = [_node(spec, cat.nodes.get(spec["name"]), store) for spec in specs]
     read = {i for spec in specs for i in spec.get("inputs", [])}
-    current = holder(store.location)
+    current = store.writer()
     writer = None
     if current is not None:
         writer = {"pid": current.pid, "host": current.host, "started": current.started, "alive": current.alive}
@@ -98,7 +77,7 @@ def info_data(path) -> dict[str, Any]:
         "lineage_bytes": sum(n["lineage_bytes"] for n in committed),
         "lineage_file_bytes": sum(n["lineage_file_bytes"] for n in committed),
         "input_bytes": cat.input_bytes,
-        "store_disk_bytes": _tree_bytes(store.location),
+        "store_disk_bytes": store.disk_bytes(),
     }
     return jsonable({
         "store": store.url, "workflow": cat.workflow.get("name"), "status": cat.status, "writer": writer,

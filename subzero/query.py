@@ -8,25 +8,41 @@ input box it meets otherwise), mapping functions see only the frontier's cells (
 boxes), and black-box steps re-run only the touched tiles.  Everything runs in the
 calling process: no Spark job, no JVM.
 
-The executor reads a run through the small `LineageSource` interface (shapes, stored
-strategies, the tile grid, shard readers, tile tasks), not through `subzero.run.Run`.
+`QueryEngine` plans and walks whole queries: it reads a run through a
+`subzero.store.roles.LineageReader` (manifests, one shard reader per tile, inline tables,
+arrays), picks each step's strategy with `subzero.optimizer.query_time.choose_step` (or
+the one the caller forced), and walks the workflow's DAG.  It is the source the steps
+(and `subzero.stats`) read; `subzero.run.Run` is a thin facade over it.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from subzero.catalog import Manifest, RunRecord
 from subzero.encoders import encoder_for
 from subzero.encoders.base import FullEncoder
-from subzero.errors import LineageError, StoreError
+from subzero.encoders.codec import slot_ndims
+from subzero.errors import LineageError, LookupTimeout, StoreError
 from subzero.frontier import MAX_BOX_EXPANSION, Frontier
-from subzero.modes import Mode, Strategy
+from subzero.modes import Direction, Mode, Strategy
+from subzero.optimizer.cost_model import NodeProfile
+from subzero.optimizer.query_time import choose_step
 from subzero.runtime import NodeTask, expand_payloads, trace_tile
-from subzero.tiling import Tile
+from subzero.store.roles import LineageReader
+from subzero.tiling import Tile, tile_grid
 
-__all__ = ["LineageSource", "TileGrid", "step", "walk", "walk_many", "check_forced"]
+__all__ = ["TileGrid", "QueryEngine", "QueryPlan", "step", "check_forced", "map_step"]
+
+logger = logging.getLogger(__name__)
+
+BLACKBOX = Strategy.parse("BlackBox")
 
 
 class TileGrid:
@@ -73,89 +89,27 @@ class TileGrid:
         return out
 
 
-class LineageSource(Protocol):
-    """What the query executor needs from a run (implemented by `subzero.run.Run`)."""
+def check_forced(node, stored: tuple[str, ...], using) -> Strategy:
+    """The strategy the caller forced (``using=``) for ``node``, parsed, if it can answer.
 
-    def grid(self, node) -> TileGrid:
-        """The node's tiles."""
-
-    def shard_reader(self, node, strategy: str, tile: int, deadline: float | None):
-        """A reader of the lineage ``tile`` stored under ``strategy``, or None when the tile
-        stored none; raises `subzero.errors.StoreError` when the shard cannot be read."""
-
-    def inline(self, node, strategy: str) -> bytes | None:
-        """The node's lineage under ``strategy`` kept whole in its manifest, if any."""
-
-    def tile_task(self, node) -> NodeTask:
-        """The task that re-runs the node's tiles from its stored inputs (tracing mode)."""
-
-
-def walk(wf, src, dst, direction: str, start: Frontier, step_fn) -> Frontier:
-    """Carry the frontier ``start`` (over ``src``) to ``dst`` along every path of ``wf``.
-
-    ``step_fn(node, frontier, i)`` is one step through ``node`` w.r.t. its input ``i``;
-    frontiers arriving at a node by several paths are united before it steps, so each
-    node steps once per input (lineage of a union is the union of lineages).
+    Raises
+    ------
+    LineageError
+        When ``using`` is no strategy name, or names one the node did not store (Map when
+        the operator has no mapping functions).
     """
-    if src is dst:
-        return start
-    up, down = (dst, src) if direction == "backward" else (src, dst)
-    if up not in wf.ancestors(down):
-        raise LineageError(f"no path from {src.name!r} {direction} to {dst.name!r}: "
-                           f"{dst.name!r} is not {'an ancestor' if direction == 'backward' else 'a descendant'} "
-                           f"of {src.name!r}")
-    return walk_many(wf, src, [dst], direction, start, step_fn)[dst]
-
-
-def walk_many(wf, src, dsts, direction: str, start: Frontier, step_fn) -> dict:
-    """`walk` to several nodes at once: every node on a path from ``src`` to one of ``dsts``
-    steps once (Smoke's linked brushing: one pass, however many views).
-
-    Returns node -> frontier for every node of ``dsts``; a node no path reaches maps to
-    None (its answer is empty).
-    """
-    reach = wf.descendants(src) if direction == "forward" else wf.ancestors(src)
-    wanted: set = set()
-    for dst in dsts:
-        if dst in reach:
-            wanted |= wf.ancestors(dst) if direction == "forward" else wf.descendants(dst)
-    on_path = reach & wanted
-    order = [n for n in wf.nodes if n in on_path]
-    frontiers: dict = {src: start}
-    if direction == "backward":
-        for node in reversed(order):
-            if node not in frontiers:
-                continue
-            for i, parent in enumerate(node.inputs):
-                if parent in on_path:
-                    got = step_fn(node, frontiers[node], i)
-                    frontiers[parent] = frontiers[parent].union(got) if parent in frontiers else got
-    else:
-        for node in order:
-            if node is src:
-                continue
-            for i, parent in enumerate(node.inputs):
-                if parent in frontiers:
-                    got = step_fn(node, frontiers[parent], i)
-                    frontiers[node] = frontiers[node].union(got) if node in frontiers else got
-    return {dst: frontiers.get(dst) for dst in dsts}
-
-
-def check_forced(node, stored: tuple[str, ...], using) -> str:
-    """The canonical name of a strategy the caller forced for ``node``, if it can answer."""
-    op = node.operator
-    if not isinstance(using, str):
+    if not isinstance(using, (str, Strategy)):
         raise LineageError(f"using= for node {node.name!r} must be a strategy name such as 'FullOne', "
                            f"got {using!r}")
-    name = Strategy.parse(using).name
-    available = set(stored) | {"BlackBox"} | ({"Map"} if Mode.MAP in op.supported_modes() else set())
-    if name not in available:
-        raise LineageError(f"node {node.name!r} did not store {name!r}; it stored {', '.join(stored)} "
+    forced = Strategy.parse(using)
+    if forced.mode is not Mode.BLACKBOX and forced.name not in stored and \
+            not (forced.mode is Mode.MAP and Mode.MAP in node.operator.supported_modes()):
+        raise LineageError(f"node {node.name!r} did not store {forced.name!r}; it stored {', '.join(stored)} "
                            "(BlackBox re-execution is always available)")
-    return name
+    return forced
 
 
-def step(source: LineageSource, node, frontier: Frontier, i: int, direction: str, strategy: str,
+def step(source: "QueryEngine", node, frontier: Frontier, i: int, direction: Direction, strategy: Strategy,
          entire_array: bool = True, deadline: float | None = None, forced: bool = False,
          damaged: list | None = None) -> Frontier:
     """One lineage step through ``node`` with respect to its input ``i``.
@@ -168,17 +122,16 @@ def step(source: LineageSource, node, frontier: Frontier, i: int, direction: str
     """
     op = node.operator
     out_shape, in_shape = tuple(op.output_shape), tuple(op.input_shapes[i])
-    target = in_shape if direction == "backward" else out_shape
+    target = in_shape if direction is Direction.BACKWARD else out_shape
     if frontier.is_empty:
         return Frontier.empty(target)
     if op.all_to_all or (entire_array and op.entire_array_safe and frontier.is_full):
         return Frontier.full(target)
-    s = Strategy.parse(strategy)
-    if s.mode is Mode.MAP:
+    if strategy.mode is Mode.MAP:
         return map_step(op, frontier, i, direction, target)
-    if s.mode is Mode.BLACKBOX:
+    if strategy.mode is Mode.BLACKBOX:
         return _reexecute(source, node, frontier, i, direction, target)
-    return _stored(source, node, frontier, i, direction, s, target, deadline, forced, damaged)
+    return _stored(source, node, frontier, i, direction, strategy, target, deadline, forced, damaged)
 
 
 def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline, forced, damaged) -> Frontier:
@@ -205,16 +158,8 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
     frontiers: list[Frontier] = []
     failed: list[int] = []
     overrides: list[np.ndarray] = []
-    for tile, sub in grid.split(frontier, None if direction == "backward" else i):
-        try:
-            reader = source.shard_reader(node, s.name, tile, deadline)
-        except StoreError as exc:
-            if forced:
-                raise
-            failed.append(tile)
-            if damaged is not None:
-                damaged.append(str(exc))
-            continue
+    side = None if direction == "backward" else i
+    for _, sub, reader in source.tile_readers(node, s.name, frontier, side, deadline, failed, damaged, forced):
         if reader is None:  # the tile stored no lineage under this strategy
             continue
         if isinstance(enc, FullEncoder):
@@ -264,19 +209,8 @@ def _not_overridden(source, node, enc, s: Strategy, default: Frontier, deadline,
     answered by their payload instead), looked up in the shards of their own tiles."""
     grid = source.grid(node)
     shapes = (tuple(node.operator.output_shape), tuple(node.operator.input_shapes))
-    covered = []
-    for tile, sub in grid.split(default, None):
-        if tile in failed:
-            continue
-        try:
-            reader = source.shard_reader(node, s.name, tile, deadline)
-        except StoreError as exc:
-            if forced:
-                raise
-            if damaged is not None:
-                damaged.append(str(exc))
-            failed.append(tile)  # its cells come from the re-run of the tile
-            continue
+    covered = []  # a tile whose shard cannot be read joins ``failed``: its cells come from its re-run
+    for _, sub, reader in source.tile_readers(node, s.name, default, None, deadline, failed, damaged, forced):
         if reader is not None:
             covered.append(enc.lookup(reader, sub, shapes).out_ids)
     ids = default.ids()
@@ -339,3 +273,208 @@ def _trace(source, node, tiles: list[Tile], frontier: Frontier, i: int, directio
         pairs = trace_tile(task, tile, frontier, i, direction)
         parts.append(pairs.backward(frontier, i) if direction == "backward" else pairs.forward(frontier, i))
     return Frontier.of_ids(np.concatenate(parts) if parts else np.empty(0, np.int64), target)
+
+
+@dataclass
+class QueryPlan:
+    """How one query steps: its direction, the strategies forced per node (``using=``),
+    whether full frontiers may skip entire-array-safe steps, and the per-step log it fills."""
+
+    direction: Direction
+    using: dict = field(default_factory=dict)
+    entire_array: bool = True
+    log: list[dict] = field(default_factory=list)
+
+
+class QueryEngine:
+    """Plans and walks lineage queries over one committed run, in this process.
+
+    Parameters
+    ----------
+    reader : LineageReader
+        The run's store (`subzero.store.open_store`).
+    workflow : Workflow
+        The run's workflow, its operators bound to their shapes.
+    catalog : RunRecord
+        The run's catalog (what each node stored, its statistics and profile).
+    """
+
+    def __init__(self, reader: LineageReader, workflow, catalog: RunRecord):
+        self.reader, self.workflow, self.catalog = reader, workflow, catalog
+        self._grids: dict[str, TileGrid] = {}
+        self._manifests: dict[str, Manifest] = {}
+        self._profiles: dict[str, NodeProfile] = {}
+        self._stored: dict[str, tuple[Strategy, ...]] = {}
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()  # damaged lineage already reported
+
+    # -- the lineage source the steps read ------------------------------------------------------
+    def array(self, name: str) -> Any:
+        """The `subzero.store.ArrayRef` of a committed node, checked against the catalog."""
+        return self.reader.array(name, self.catalog.node(name).array.meta_xxh3)
+
+    def grid(self, node) -> TileGrid:
+        """The node's tiles, with their output and input boxes."""
+        with self._lock:
+            if node.name not in self._grids:
+                op = node.operator
+                tiles = tile_grid(op.output_shape, op.effective_tiling().split_axes(op),
+                                  self.catalog.node(node.name).tile_shape)
+                self._grids[node.name] = TileGrid(tiles, op)
+            return self._grids[node.name]
+
+    def manifest(self, node) -> Manifest:
+        """The node's committed shards (read once)."""
+        with self._lock:
+            if node.name not in self._manifests:
+                self._manifests[node.name] = self.reader.read_manifest(node.name)
+            return self._manifests[node.name]
+
+    def shard_reader(self, node, strategy: str, tile: int, deadline: float | None) -> Any:
+        """The reader of the lineage ``tile`` stored under ``strategy`` (None: it stored none).
+
+        Raises
+        ------
+        StoreError
+            When the manifest lists no such shard or the shard cannot be read.
+        """
+        shards = self.manifest(node).shards.get(strategy)
+        if shards is None:
+            raise StoreError(f"the manifest of node {node.name!r} lists no {strategy} shards; the store is damaged")
+        if tile >= len(shards) or shards[tile].tile != tile:
+            raise StoreError(f"the manifest of node {node.name!r} has no {strategy} shard for tile {tile}; the "
+                             "store is damaged")
+        record = shards[tile]
+        if record.name is None:
+            return None
+        op = node.operator
+        return self.reader.shard_reader(node.name, strategy, record, slot_ndims(op.output_shape, op.input_shapes),
+                                        deadline)
+
+    def tile_readers(self, node, strategy: str, frontier: Frontier, side: int | None, deadline: float | None = None,
+                     failed: list[int] | None = None, damaged: list[str] | None = None, forced: bool = False):
+        """Each tile whose box (output, or input ``side``) holds cells of ``frontier`` and that is
+        not in ``failed``: its index, its part of the frontier and its shard reader (None: it
+        stored no lineage under ``strategy``).  A tile whose shard cannot be read is appended
+        to ``failed`` (its message to ``damaged``) to be re-run, unless ``forced``: then the
+        `StoreError` propagates."""
+        failed = [] if failed is None else failed
+        for tile, sub in self.grid(node).split(frontier, side):
+            if tile in failed:
+                continue
+            try:
+                reader = self.shard_reader(node, strategy, tile, deadline)
+            except StoreError as exc:
+                if forced:
+                    raise
+                failed.append(tile)
+                if damaged is not None:
+                    damaged.append(str(exc))
+                continue
+            yield tile, sub, reader
+
+    def inline(self, node, strategy: str) -> bytes | None:
+        """A node's lineage kept in its manifest (a merged FullRange table), if any."""
+        return self.manifest(node).inline.get(strategy)
+
+    def tile_task(self, node) -> NodeTask:
+        """The task that re-runs the node's tiles from its stored inputs (tracing mode)."""
+        op = node.operator
+        return NodeTask(node.name, op, tuple(self.array(n.name) for n in node.inputs), op.input_shapes, op.output_shape)
+
+    # -- the step policy ----------------------------------------------------------------------
+    def stored(self, node) -> tuple[Strategy, ...]:
+        """The strategies the node stored, parsed."""
+        if node.name not in self._stored:
+            self._stored[node.name] = tuple(Strategy.parse(s) for s in self.catalog.node(node.name).strategies)
+        return self._stored[node.name]
+
+    def profile(self, node) -> NodeProfile:
+        """The cost-model profile of a node: calibrated, or derived from its run statistics."""
+        if node.name not in self._profiles:
+            from subzero.optimizer.calibrate import profile_from_run
+
+            entry = self.catalog.node(node.name)
+            self._profiles[node.name] = NodeProfile.from_dict(entry.profile) if entry.profile else \
+                profile_from_run(node.name, node.operator, entry.stats)
+        return self._profiles[node.name]
+
+    def advance(self, node, frontier: Frontier, i: int, plan: QueryPlan) -> Frontier:
+        """One step through ``node`` (w.r.t. input ``i``), by the strategy ``plan`` forces or
+        the cheapest one `choose_step` predicts; stored lookups past the predicted re-run time
+        switch to re-execution.  Appends the step's statistics to ``plan.log``."""
+        forced = plan.using.get(node)
+        cells = frontier.estimate()
+        deadline, predicted = None, None
+        if forced is not None:
+            strategy = forced
+        else:
+            choice = choose_step(self.profile(node), self.stored(node), Mode.MAP in node.operator.supported_modes(),
+                                 plan.direction, cells)
+            strategy, predicted = choice.strategy, choice.predicted
+            if strategy.stored:
+                deadline = time.perf_counter() + choice.budget
+        start = time.perf_counter()
+        switched, damaged = False, list[str]()
+        try:
+            result = step(self, node, frontier, i, plan.direction, strategy, plan.entire_array, deadline,
+                          forced=forced is not None, damaged=damaged)
+        except LookupTimeout:
+            switched = True
+            result = step(self, node, frontier, i, plan.direction, BLACKBOX, plan.entire_array)
+        for problem in damaged:
+            if problem not in self._warned:  # once per damaged shard, not once per query
+                self._warned.add(problem)
+                logger.warning("%s; answering by re-running %s instead", problem, node.name)
+        plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value, "strategy": strategy.name,
+                         "switched_to_blackbox": switched, "damaged_lineage": "; ".join(damaged) or None,
+                         "cells_in": cells, "cells_out": result.estimate(), "seconds": time.perf_counter() - start,
+                         "predicted_seconds": predicted})
+        return result
+
+    # -- walks -------------------------------------------------------------------------------
+    def walk(self, src, dst, start: Frontier, plan: QueryPlan) -> Frontier:
+        """Carry the frontier ``start`` (over ``src``) to ``dst`` along every path: frontiers
+        arriving at a node by several paths are united before it steps, so each node steps
+        once per input (lineage of a union is the union of lineages)."""
+        if src is dst:
+            return start
+        backward = plan.direction is Direction.BACKWARD
+        up, down = (dst, src) if backward else (src, dst)
+        if up not in self.workflow.ancestors(down):
+            raise LineageError(f"no path from {src.name!r} {plan.direction} to {dst.name!r}: {dst.name!r} is not "
+                               f"{'an ancestor' if backward else 'a descendant'} of {src.name!r}")
+        got = self.walk_many(src, [dst], start, plan)[dst]
+        assert got is not None  # dst is reachable
+        return got
+
+    def walk_many(self, src, dsts, start: Frontier, plan: QueryPlan) -> dict:
+        """`walk` to several nodes at once, each node on a path stepping once (Smoke's linked
+        brushing).  Returns node -> frontier for each of ``dsts`` (None: no path reaches it)."""
+        wf, forward = self.workflow, plan.direction is Direction.FORWARD
+        reach = wf.descendants(src) if forward else wf.ancestors(src)
+        wanted: set = set()
+        for dst in dsts:
+            if dst in reach:
+                wanted |= wf.ancestors(dst) if forward else wf.descendants(dst)
+        on_path = reach & wanted
+        order = [n for n in wf.nodes if n in on_path]
+        frontiers: dict = {src: start}
+        for node in (order if forward else reversed(order)):
+            if (node is src) if forward else (node not in frontiers):
+                continue
+            for i, parent in enumerate(node.inputs):
+                if forward and parent in frontiers:
+                    got = self.advance(node, frontiers[parent], i, plan)
+                    frontiers[node] = frontiers[node].union(got) if node in frontiers else got
+                elif not forward and parent in on_path:
+                    got = self.advance(node, frontiers[node], i, plan)
+                    frontiers[parent] = frontiers[parent].union(got) if parent in frontiers else got
+        return {dst: frontiers.get(dst) for dst in dsts}
+
+    def follow(self, steps: list, start: Frontier, plan: QueryPlan) -> Frontier:
+        """Carry ``start`` along an explicit path of ``(node, input index)`` steps."""
+        frontier = start
+        for node, i in steps:
+            frontier = self.advance(node, frontier, i, plan)
+        return frontier

@@ -33,8 +33,6 @@ must lie within it, or the lineage the operators declare is wrong.
 from __future__ import annotations
 
 import datetime as _dt
-import os
-import shutil
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -49,7 +47,7 @@ from subzero.frontier import Frontier
 from subzero.modes import Strategy
 from subzero.progress import Reporter
 from subzero.stage import NodeStage, lineage_stats
-from subzero.store import FileStore
+from subzero.store import LineageReader, RunWriter, create_run
 from subzero.tiling import Tile, box_slices, tile_grid
 
 if TYPE_CHECKING:
@@ -125,58 +123,6 @@ class ReplayResult:
     changed_inputs: dict[str, Frontier] = field(default_factory=dict, repr=False)
 
 
-# -- files ------------------------------------------------------------------------------------
-
-def _share(src: FileStore, dst: FileStore, *parts: str) -> int:
-    """Link (or copy) every file under ``parts`` of ``src`` into the same place in ``dst``;
-    returns the files shared.  Stores never change a file in place (writes replace files),
-    so a hard link is as good as a copy."""
-    a, b = src.location, dst.location
-    if a.is_local and b.is_local:
-        root = a.path(*parts)
-        if os.path.isfile(root):
-            _link(root, b.path(*parts))
-            return 1
-        count = 0
-        for folder, _, files in os.walk(root):
-            rel = os.path.relpath(folder, root)
-            target = os.path.normpath(os.path.join(b.path(*parts), rel))
-            os.makedirs(target, exist_ok=True)
-            for name in files:
-                if not name.endswith(".tmp"):
-                    _link(os.path.join(folder, name), os.path.join(target, name))
-                    count += 1
-        return count
-    if not a.exists(*parts):
-        return 0
-    if not a.isdir(*parts):
-        b.write_bytes(a.read_bytes(*parts), *parts, durable=False)
-        return 1
-    count = 0
-    for name in a.listdir(*parts):
-        count += _share(src, dst, *parts, name)
-    return count
-
-
-def _link(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except FileExistsError:
-        os.unlink(dst)
-        _link(src, dst)
-    except OSError:  # another file system, or links not allowed: copy
-        shutil.copy2(src, dst)
-
-
-def _share_node(src: FileStore, dst: FileStore, name: str, kind: str, with_array: bool = True) -> None:
-    if with_array:
-        _share(src, dst, "arrays", name)
-    if kind == "operator":
-        _share(src, dst, "operators", f"{name}.pkl")
-        _share(src, dst, "manifests", f"{name}.json")
-        _share(src, dst, "lineage", name)
-
-
 # -- changed cells ------------------------------------------------------------------------------
 
 def _differs(old: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -237,13 +183,13 @@ def _check_value(value, dtype: np.dtype, name: str):
     return cast
 
 
-def _patch_input(old: FileStore, new: FileStore, patch: Patch, shape, dtype: np.dtype
+def _patch_input(old: LineageReader, new: RunWriter, patch: Patch, shape, dtype: np.dtype
                  ) -> tuple[int, Frontier, int, int]:
     """Write the patched input into the new store, chunk by chunk (untouched chunks linked);
     returns (cells replaced, the cells whose value changed, chunks written, chunks)."""
     src_ref, dst_ref = old.array(patch.input), new.array(patch.input)
     _, chunks, _, _ = src_ref.layout()
-    _share(old, new, "arrays", patch.input)
+    new.adopt_node(old, patch.input, "input")
     value = None if patch.value is None else _check_value(patch.value, dtype, patch.input)
     grid = tile_grid(tuple(shape), tuple(range(len(shape))), chunks)
     lo = np.array([[a for a, _ in t.box] for t in grid], np.int64).reshape(len(grid), len(shape))
@@ -275,7 +221,7 @@ def _patch_input(old: FileStore, new: FileStore, patch: Patch, shape, dtype: np.
     return replaced, Frontier.of_ids(ids, tuple(shape)), written, len(grid)
 
 
-def _changed_cells(old: FileStore, new: FileStore, name: str, tiles: list[Tile], shape) -> Frontier:
+def _changed_cells(old: LineageReader, new: RunWriter, name: str, tiles: list[Tile], shape) -> Frontier:
     """Cells of the re-run ``tiles`` whose value differs between the old and new arrays."""
     a, b = old.array(name), new.array(name)
     parts = []
@@ -291,7 +237,7 @@ def _changed_cells(old: FileStore, new: FileStore, name: str, tiles: list[Tile],
 class _Replayer:
     """One replay in progress: the old run, the new store, the executor, changed cells so far."""
 
-    def __init__(self, run: "Run", fs: FileStore, runner: Executor, progress: Reporter):
+    def __init__(self, run: "Run", fs: RunWriter, runner: Executor, progress: Reporter):
         self.run, self.old, self.fs, self.runner, self.progress = run, run.store, fs, runner, progress
         tile_shape = run.catalog.tile_shape
         self.tile_shape = tuple(tile_shape) if isinstance(tile_shape, list) else tile_shape
@@ -310,7 +256,7 @@ class _Replayer:
         """Share the old run's files of ``node`` and commit its old record."""
         record = self.run.catalog.nodes[node.name]
         self.progress.node_started(node.name, 1)
-        _share_node(self.old, self.fs, node.name, record.kind)
+        self.fs.adopt_node(self.old, node.name, record.kind)
         self.commit(record)
         self.progress.tiles_done(node.name, 1)
         self.progress.node_finished(node.name)
@@ -368,7 +314,7 @@ class _Replayer:
         strategies = tuple(Strategy.parse(s) for s in old_record.strategies)  # the catalog's names, on read
         whole = len(chosen) == len(tiles)
         if not whole:  # the other tiles' chunks and shards: the old ones (re-run tiles' replaced below)
-            _share_node(self.old, self.fs, node.name, "operator")
+            self.fs.adopt_node(self.old, node.name, "operator")
         done = stage.run(self.runner, strategies, write_output=True, tiles=chosen, progress=self.progress)
         if not whole and done.dtype != old_record.dtype:
             raise WorkflowError(f"node {node.name!r} ({type(stage.operator).__name__}): run() returned dtype "
@@ -489,13 +435,13 @@ def replay(run: "Run", patches: "Patch | list[Patch]", store, executor: str = "l
     wanted = [run.node(o) for o in (outputs if outputs is not None else run.workflow.outputs)]
     location = resolve(store)
     check_executor(executor, location.url)
-    if location.url == run.store.location.url:
+    if location.url == run.store.url:
         raise StoreError(f"replay writes a new store; {location.url!r} is the run it replays")
     record = replace(run.catalog, created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                      status="running", nodes={}, wall_seconds=None, executor=executor, master=None,
                      fingerprint={},  # not the old run's: a replayed store is not resumed as that run
                      replayed_from={"store": run.path, "created": run.catalog.created})
-    fs = FileStore.create(location, record, overwrite=overwrite)
+    fs = create_run(location, record, overwrite=overwrite)
     inputs: dict[str, tuple[int, int]] = {}
     work: _Replayer | None = None
     try:

@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
-import time
 from typing import Any
 
 import numpy as np
 
-from subzero.catalog import Manifest, NodeRecord, RunRecord
+from subzero.catalog import NodeRecord, RunRecord
 from subzero.cells import as_coords, as_boxes
-from subzero.errors import LineageError, LookupTimeout, StoreError, WorkflowError
+from subzero.errors import LineageError, StoreError, WorkflowError
 from subzero.frontier import Frontier
-from subzero.modes import Mode
-from subzero.optimizer.query_time import choose_step
+from subzero.modes import Direction, Strategy
 from subzero.operator import Operator
-from subzero.query import TileGrid, check_forced, step, walk, walk_many
-from subzero.runtime import NodeTask
-from subzero.store import FileStore
-from subzero.tiling import tile_grid
+from subzero.query import QueryEngine, QueryPlan, check_forced
+from subzero.store import LineageReader, open_store
+from subzero.store.cache import log_query, query_log
 from subzero.dag import Node, Workflow
 
 __all__ = ["Run", "open_run", "RESULT_FORMS", "Uncommitted"]
-
-logger = logging.getLogger(__name__)
 
 #: what ``as_`` may ask a query to return
 RESULT_FORMS = ("coords", "boxes", "mask", "frontier")
@@ -36,23 +29,20 @@ class Run:
 
     Queries read stored lineage in this process, opening only the shards of the tiles
     they touch; steps through black-box nodes re-run the operator on the touched tiles
-    from the stored arrays.  No Spark job, no JVM.
+    from the stored arrays.  No Spark job, no JVM.  A thin facade: it checks the user's
+    arguments and leaves planning, reading and walking to its `QueryEngine` (``lineage``).
     """
 
-    def __init__(self, store: FileStore, workflow: Workflow, catalog: RunRecord | None = None):
+    def __init__(self, store: LineageReader, workflow: Workflow, catalog: RunRecord | None = None):
         self.store = store
         self.workflow = workflow
         self.record = catalog if catalog is not None else store.read_catalog()
-        self._profiles: dict = {}
-        self._grids: dict[str, TileGrid] = {}
-        self._manifests: dict[str, Manifest] = {}
-        self._lock = threading.Lock()
-        self.last_query: list[dict] = []
-        self._warned: set[str] = set()  # damaged lineage already reported
         for node in workflow.nodes:  # operators bound to the shapes their catalog records say
             if node.operator is not None and node.name in self.record.nodes:
                 node.operator = node.operator.bound(tuple(self.record.nodes[i.name].shape for i in node.inputs),
                                                     self.record.nodes[node.name].shape)
+        self.lineage = QueryEngine(store, workflow, self.record)
+        self.last_query: list[dict] = []
 
     # -- what the run holds -----------------------------------------------------------
     @property
@@ -66,7 +56,8 @@ class Run:
         return {name: rec.strategies for name, rec in self.record.nodes.items() if rec.kind == "operator"}
 
     @property
-    def tile_shape(self):
+    def tile_shape(self) -> Any:
+        """The tile shape the run was given (a tuple, a per-node dict, or None)."""
         return self.record.tile_shape
 
     @property
@@ -79,7 +70,8 @@ class Run:
         """Names of the nodes the store committed, in workflow order (every node, once the run is done)."""
         return [n.name for n in self.workflow.nodes if n.name in self.record.nodes]
 
-    def node(self, ref) -> Node:
+    def node(self, ref: "Node | str") -> Node:
+        """A committed node of the run's workflow, by name or `Node` (a `LineageError` if none)."""
         try:
             node = self.workflow.node(ref)
         except WorkflowError as exc:
@@ -89,13 +81,15 @@ class Run:
                                f"{self.record.status}); committed nodes: {', '.join(self.committed) or 'none'}")
         return node
 
-    def node_record(self, ref) -> NodeRecord:
+    def node_record(self, ref: "Node | str") -> NodeRecord:
+        """A committed node's catalog entry."""
         return self.record.node(self.node(ref).name)
 
-    def shape(self, ref) -> tuple[int, ...]:
+    def shape(self, ref: "Node | str") -> tuple[int, ...]:
+        """A committed node's array shape."""
         return self.node_record(ref).shape
 
-    def output(self, ref):
+    def output(self, ref: "Node | str") -> Any:
         """The stored array of a node, read-only (`subzero.store.StoredArray`): index it like a
         numpy array (reading only the chunks the index covers) or ``np.asarray`` it; its
         chunks' checksums are checked on every read (``.zarr`` gives the Zarr array)."""
@@ -103,53 +97,13 @@ class Run:
 
         return StoredArray(self.array(self.node(ref).name))
 
-    def array(self, name: str):
+    def array(self, name: str) -> Any:
         """The `subzero.store.ArrayRef` of a committed node, checked against the catalog."""
-        return self.store.array(name, self.record.node(name).array.meta_xxh3)
+        return self.lineage.array(name)
 
-    def frontier(self, ref, cells=None, box=None) -> Frontier:
+    def frontier(self, ref: "Node | str", cells=None, box=None) -> Frontier:
         """The ``cells`` (or ``box``) of a node, checked, as the `Frontier` a query carries."""
         return self._start(self.node(ref), cells, box)
-
-    def ndims(self, node: Node) -> dict[int, int]:
-        op = node.operator
-        return {0xFF: len(op.output_shape)} | {i: len(s) for i, s in enumerate(op.input_shapes)}
-
-    # -- the lineage source the query executor reads ---------------------------------------
-    def grid(self, node: Node) -> TileGrid:
-        with self._lock:
-            if node.name not in self._grids:
-                op = node.operator
-                tiles = tile_grid(op.output_shape, op.effective_tiling().split_axes(op),
-                                  self.node_record(node).tile_shape)
-                self._grids[node.name] = TileGrid(tiles, op)
-            return self._grids[node.name]
-
-    def manifest(self, node: Node) -> Manifest:
-        with self._lock:
-            if node.name not in self._manifests:
-                self._manifests[node.name] = self.store.read_manifest(node.name)
-            return self._manifests[node.name]
-
-    def shard_reader(self, node: Node, strategy: str, tile: int, deadline: float | None):
-        shards = self.manifest(node).shards.get(strategy)
-        if shards is None:
-            raise StoreError(f"the manifest of node {node.name!r} lists no {strategy} shards; the store is damaged")
-        if tile >= len(shards) or shards[tile].tile != tile:
-            raise StoreError(f"the manifest of node {node.name!r} has no {strategy} shard for tile {tile}; the "
-                             "store is damaged")
-        record = shards[tile]
-        if record.name is None:
-            return None
-        return self.store.shard_reader(node.name, strategy, record, self.ndims(node), deadline)
-
-    def inline(self, node: Node, strategy: str) -> bytes | None:
-        """A node's lineage kept in its manifest (a merged FullRange table), if any."""
-        return self.manifest(node).inline.get(strategy)
-
-    def tile_task(self, node: Node) -> NodeTask:
-        op = node.operator
-        return NodeTask(node.name, op, tuple(self.array(n.name) for n in node.inputs), op.input_shapes, op.output_shape)
 
     # -- queries ------------------------------------------------------------------------
     def backward(self, node, cells=None, to=None, using: dict | None = None, entire_array: bool = True,
@@ -177,13 +131,13 @@ class Run:
         >>> run.backward(t, [(1, 2)], to=x)      # doctest: +SKIP
         array([[2, 1]])
         """
-        return _form(self._walk(node, cells, box, to, "backward", using, entire_array), as_)
+        return _form(self._walk(node, cells, box, to, Direction.BACKWARD, using, entire_array), as_)
 
     def forward(self, node, cells=None, to=None, using: dict | None = None, entire_array: bool = True,
                 box=None, as_: str = "coords"):
         """Cells of ``to`` whose lineage contains the ``cells`` (or ``box``) of ``node``, over every
         path; the parameters are those of `backward`."""
-        return _form(self._walk(node, cells, box, to, "forward", using, entire_array), as_)
+        return _form(self._walk(node, cells, box, to, Direction.FORWARD, using, entire_array), as_)
 
     def forward_many(self, node, cells=None, to=(), using: dict | None = None, entire_array: bool = True,
                      box=None, as_: str = "frontier") -> dict:
@@ -192,12 +146,12 @@ class Run:
         Returns ``{name: answer}`` for each node of ``to`` (default ``as_``: the `Frontier`);
         a node that is not a descendant of ``node`` gets an empty answer.
         """
-        return self._walk_many(node, cells, box, to, "forward", using, entire_array, as_)
+        return self._walk_many(node, cells, box, to, Direction.FORWARD, using, entire_array, as_)
 
     def backward_many(self, node, cells=None, to=(), using: dict | None = None, entire_array: bool = True,
                       box=None, as_: str = "frontier") -> dict:
         """`backward` to several nodes in one walk; see `forward_many`."""
-        return self._walk_many(node, cells, box, to, "backward", using, entire_array, as_)
+        return self._walk_many(node, cells, box, to, Direction.BACKWARD, using, entire_array, as_)
 
     def backward_mask(self, node, cells=None, to=None, using=None, entire_array=True, box=None) -> np.ndarray:
         """`backward` as a boolean mask over ``to``'s array."""
@@ -216,19 +170,16 @@ class Run:
         ``P1``'s input ``idx1``).  A one-step path is backward unless ``direction`` says.
         """
         steps = self._check_path(path)
-        direction = direction or self._path_direction(steps)
-        if direction not in ("backward", "forward"):
+        if direction is not None and direction not in ("backward", "forward"):
             raise LineageError(f"direction must be 'backward' or 'forward', got {direction!r}")
-        self._check_links(steps, direction)
+        way = Direction.parse(direction) if direction is not None else self._path_direction(steps)
+        self._check_links(steps, way)
         _check_form(as_)
-        using = self._check_using(using)
+        plan = QueryPlan(way, self._check_using(using), entire_array)
         first, idx = steps[0]
-        start = first if direction == "backward" else first.inputs[idx]
-        frontier = self._start(start, cells, None)
-        log: list[dict] = []
-        for node, i in steps:
-            frontier = self._step(node, frontier, i, direction, using, entire_array, log)
-        self._record(direction, steps[0][0], steps[-1][0], log)
+        start = self._start(first if way is Direction.BACKWARD else first.inputs[idx], cells, None)
+        frontier = self.lineage.follow(steps, start, plan)
+        self._record(plan, steps[0][0], steps[-1][0])
         return _form(frontier, as_)
 
     # -- questions built on lineage ------------------------------------------------------------
@@ -274,18 +225,9 @@ class Run:
                              batch_objects=batch_objects, executor=executor, opener=open_run)
 
     # -- helpers --------------------------------------------------------------------------
-    def profile(self, node: Node):
+    def profile(self, node: Node) -> Any:
         """The cost-model profile of a node: calibrated, or derived from its run statistics."""
-        if node.name not in self._profiles:
-            from subzero.optimizer.calibrate import profile_from_run
-            from subzero.optimizer.cost_model import NodeProfile
-
-            entry = self.node_record(node)
-            if entry.profile:
-                self._profiles[node.name] = NodeProfile.from_dict(entry.profile)
-            else:
-                self._profiles[node.name] = profile_from_run(node.name, node.operator, entry.stats)
-        return self._profiles[node.name]
+        return self.lineage.profile(node)
 
     def _start(self, node: Node, cells, box) -> Frontier:
         shape = self.shape(node)
@@ -306,7 +248,7 @@ class Run:
             raise LineageError(f"give the cells (or a box=) of {where} to start the query from")
         return Frontier.of_coords(as_coords(cells, shape, where), shape)
 
-    def _check_using(self, using) -> dict[Node, str]:
+    def _check_using(self, using) -> dict[Node, Strategy]:
         if using is None:
             return {}
         if not isinstance(using, dict):
@@ -321,71 +263,32 @@ class Run:
             out[node] = check_forced(node, self.strategies.get(node.name, ()), name)
         return out
 
-    def _step(self, node: Node, frontier: Frontier, i: int, direction: str, using: dict[Node, str],
-              entire_array: bool, log: list) -> Frontier:
-        """One step, by the strategy forced in ``using`` or chosen by the query-time optimizer."""
-        stored = self.strategies[node.name]
-        forced = using.get(node)
-        cells = frontier.estimate()
-        deadline, predicted = None, None
-        if forced is not None:
-            strategy = forced
-        else:
-            choice = choose_step(self.profile(node), stored, Mode.MAP in node.operator.supported_modes(),
-                                 direction, cells)
-            strategy, predicted = choice.strategy, choice.predicted
-            if strategy not in ("Map", "BlackBox"):
-                deadline = time.perf_counter() + choice.budget
-        start = time.perf_counter()
-        switched, damaged = False, []
-        try:
-            result = step(self, node, frontier, i, direction, strategy, entire_array, deadline,
-                          forced=forced is not None, damaged=damaged)
-        except LookupTimeout:
-            switched = True
-            result = step(self, node, frontier, i, direction, "BlackBox", entire_array)
-        for problem in damaged:
-            if problem not in self._warned:  # once per damaged shard, not once per query
-                self._warned.add(problem)
-                logger.warning("%s; answering by re-running %s instead", problem, node.name)
-        log.append({"node": node.name, "input": i, "direction": direction, "strategy": strategy,
-                    "switched_to_blackbox": switched, "damaged_lineage": "; ".join(damaged) or None,
-                    "cells_in": cells, "cells_out": result.estimate(), "seconds": time.perf_counter() - start,
-                    "predicted_seconds": predicted})
-        return result
-
-    def _walk(self, src, cells, box, dst, direction, using, entire_array) -> Frontier:
+    def _walk(self, src, cells, box, dst, direction: Direction, using, entire_array) -> Frontier:
         if dst is None:
             raise LineageError(f"give to= (the node to trace {direction} to)")
         src, dst = self.node(src), self.node(dst)
-        using = self._check_using(using)
-        start = self._start(src, cells, box)
-        log: list[dict] = []
-        result = walk(self.workflow, src, dst, direction, start,
-                      lambda node, f, i: self._step(node, f, i, direction, using, entire_array, log))
+        plan = QueryPlan(direction, self._check_using(using), entire_array)
+        result = self.lineage.walk(src, dst, self._start(src, cells, box), plan)
         if src is not dst:
-            self._record(direction, src, dst, log)
+            self._record(plan, src, dst)
         return result
 
-    def _walk_many(self, src, cells, box, dsts, direction, using, entire_array, as_) -> dict:
+    def _walk_many(self, src, cells, box, dsts, direction: Direction, using, entire_array, as_) -> dict:
         _check_form(as_)
         src, dsts = self.node(src), [self.node(d) for d in dsts]
-        using = self._check_using(using)
-        start = self._start(src, cells, box)
-        log: list[dict] = []
-        got = walk_many(self.workflow, src, dsts, direction, start,
-                        lambda node, f, i: self._step(node, f, i, direction, using, entire_array, log))
-        self._record(direction, src, dsts, log)
+        plan = QueryPlan(direction, self._check_using(using), entire_array)
+        got = self.lineage.walk_many(src, dsts, self._start(src, cells, box), plan)
+        self._record(plan, src, dsts)
         return {d.name: _form(f if f is not None else Frontier.empty(self.shape(d)), as_) for d, f in got.items()}
 
-    def _record(self, direction: str, src: Node, dst: "Node | list[Node]", log: list[dict]) -> None:
-        self.last_query = log
+    def _record(self, plan: QueryPlan, src: Node, dst: "Node | list[Node]") -> None:
+        self.last_query = plan.log
         to = [d.name for d in dst] if isinstance(dst, list) else dst.name
-        self.store.log_query({"direction": direction, "from": src.name, "to": to, "steps": log})
+        log_query(self.path, {"direction": plan.direction.value, "from": src.name, "to": to, "steps": plan.log})
 
     def query_log(self) -> list[dict]:
         """The queries run on this store from this machine (per-step statistics)."""
-        return self.store.query_log()
+        return query_log(self.path)
 
     def _check_path(self, path) -> list[tuple[Node, int]]:
         if not path:
@@ -405,15 +308,15 @@ class Run:
         return steps
 
     @staticmethod
-    def _path_direction(steps) -> str:
+    def _path_direction(steps) -> Direction:
         if len(steps) >= 2 and steps[1][0].inputs[steps[1][1]] is steps[0][0]:
-            return "forward"
-        return "backward"
+            return Direction.FORWARD
+        return Direction.BACKWARD
 
     @staticmethod
-    def _check_links(steps, direction: str) -> None:
+    def _check_links(steps, direction: Direction) -> None:
         for (a, ia), (b, ib) in zip(steps, steps[1:]):
-            ok = a.inputs[ia] is b if direction == "backward" else b.inputs[ib] is a
+            ok = a.inputs[ia] is b if direction is Direction.BACKWARD else b.inputs[ib] is a
             if not ok:
                 raise LineageError(f"path is broken between {a.name!r} and {b.name!r} for a {direction} query")
 
@@ -449,7 +352,8 @@ class Uncommitted(Operator):
         """The operator's class name, as the workflow description gives it."""
         return self.declared.rsplit(".", 1)[-1]
 
-    def run(self, ctx, *inputs):
+    def run(self, ctx: Any, *inputs: Any) -> Any:
+        """Refuse to run: the operator was never committed."""
         raise StoreError(f"the operator {self.declared} was not committed to this store; re-run the workflow")
 
 
@@ -473,7 +377,7 @@ def open_run(path: "str | os.PathLike", partial: bool = False, storage_options: 
     """
     from subzero.store.location import resolve
 
-    store = FileStore.open(resolve(path, storage_options))
+    store = open_store(resolve(path, storage_options))
     catalog = store.read_catalog()
     if catalog.status != "done" and not partial:
         raise StoreError(f"run in {store.url!r} did not finish (status {catalog.status!r}); its lineage is "

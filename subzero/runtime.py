@@ -28,7 +28,7 @@ from subzero.operator import Operator
 from subzero.pairs import FullPairs, PayloadPairs, owners, ptr_from_counts
 from subzero.store.arrays import ArrayRef
 from subzero.store.location import Location
-from subzero.store.shards import write_shard
+from subzero.store.shards import ShardSink
 from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
 
 __all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "trace_tile", "modes_for",
@@ -251,7 +251,7 @@ def run_tile(task: NodeTask, tile: Tile) -> TileMeta:
             continue
         t0 = time.perf_counter()
         stem = f"t{capture.tile.index:06d}-{attempt}"
-        files, index_bytes = write_shard(task.location, dirs[name], stem, batch)
+        files, index_bytes = ShardSink(task.location, dirs[name]).write(stem, batch)
         write_seconds += time.perf_counter() - t0
         meta.shards[name] = ShardRecord(capture.tile.index, stem, files, index_bytes=index_bytes, **counts)
     meta.write_seconds = write_seconds

@@ -24,7 +24,7 @@ from subzero.operator import Operator
 from subzero.pickling import dump_operator
 from subzero.progress import Reporter
 from subzero.runtime import NodeTask, TileMeta, merge_inline
-from subzero.store import FileStore
+from subzero.store import RunWriter
 from subzero.store.arrays import ArrayRef
 from subzero.tiling import Tile, Whole, default_chunks, tile_grid, tile_lens
 
@@ -49,13 +49,13 @@ class NodeStage:
     tiles: tuple[Tile, ...]
     chunks: Shape | None
     inputs: tuple[ArrayRef, ...]
-    store: FileStore
+    store: RunWriter
     tile_shape: Any = None
     digest: bool = False
 
     @classmethod
     def bind(cls, name: str, operator: Operator, input_shapes: Sequence[Sequence[int]],
-             inputs: Sequence[ArrayRef], store: FileStore, tile_shape: Any = None,
+             inputs: Sequence[ArrayRef], store: RunWriter, tile_shape: Any = None,
              output_shape: Shape | None = None) -> "NodeStage":
         """The stage of node ``name``: a copy of ``operator`` bound to ``input_shapes`` and its
         inferred output shape (else ``output_shape``, a computed node's), and its tiles.
@@ -77,7 +77,7 @@ class NodeStage:
         return cls._of(name, operator.bound(shapes, shape), tuple(inputs), store, tile_shape)
 
     @classmethod
-    def _of(cls, name: str, op: Operator, inputs: tuple[ArrayRef, ...], store: FileStore,
+    def _of(cls, name: str, op: Operator, inputs: tuple[ArrayRef, ...], store: RunWriter,
             tile_shape: Any) -> "NodeStage":
         """The stage of a bound operator: its tiles (one of unknown box while only running tells
         the shape) and chunks (its tiles', or the default chunks of a whole-array operator)."""

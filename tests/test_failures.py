@@ -146,7 +146,7 @@ def test_every_damage_answers_exactly_or_refuses_with_our_error(clean, tmp_path,
     clean_store, cells, answers, outputs = clean
     store = _damaged(clean_store, tmp_path, rel, how)
     before = F.snapshot(store)
-    with caplog.at_level("ERROR", logger="subzero.run"):  # the fallback's warnings: not the point here
+    with caplog.at_level("ERROR", logger="subzero.query"):  # the fallback's warnings: not the point here
         opened, outcomes, messages = _outcomes(store, cells, answers, outputs)
     close_all()
     assert "WRONG" not in outcomes, (outcomes, messages)

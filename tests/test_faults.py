@@ -24,6 +24,7 @@ import subzero as sz
 from subzero import operators as ops
 from subzero.bench import faults as F
 from subzero.cli import main
+from subzero.store.cache import query_log_path
 from subzero.store.lock import LOCK_NAME
 from subzero.store.sealed import seal_json
 from subzero.store.shards import close_all
@@ -143,11 +144,13 @@ def test_damaged_lineage_is_re_executed_unless_forced(clean, tmp_path):
     assert "FullMany/backward" in stored
     from subzero.query import step
     from subzero.frontier import Frontier
+    from subzero.modes import Direction, Strategy
 
     damaged: list[str] = []
     node = run.node("bright")
     frontier = Frontier.of_boxes(np.array([[20, 30]]), np.array([[60, 90]]), run.shape("bright"))
-    result = step(run, node, frontier, 0, "backward", "FullMany/backward", damaged=damaged)
+    result = step(run.lineage, node, frontier, 0, Direction.BACKWARD, Strategy.parse("FullMany/backward"),
+                  damaged=damaged)
     assert np.array_equal(result.coords(), want) and len(damaged) >= 1 and ".255.dat" in damaged[0]
 
 
@@ -158,7 +161,7 @@ def test_damaged_lineage_is_reported_once(clean, tmp_path, caplog):
     F.damage(copy / "manifests" / "stars.json", "flip middle byte")
     close_all()
     run = sz.open_run(copy)
-    with caplog.at_level("WARNING", logger="subzero.run"):
+    with caplog.at_level("WARNING", logger="subzero.query"):
         for _ in range(3):  # the stars' stored lineage is chosen, found damaged, and the tiles re-run
             assert np.array_equal(F.ask(run, F.QUERIES[0], ref.cells, forced=False), ref.answers[0])
     warnings = [r for r in caplog.records if "manifest of node 'stars'" in r.getMessage()]
@@ -383,7 +386,7 @@ def test_bad_using_on_the_command_line(small, capsys):
 def test_a_torn_query_log_does_not_break_explain(small, capsys):
     run = sz.open_run(small / "run")
     run.backward("stars", [(1, 1)], to="x")
-    with open(run.store.query_log_path(), "a") as fh:
+    with open(query_log_path(run.path), "a") as fh:
         fh.write('{"direction": "backw')  # a reader killed mid-line
     assert main(["explain", str(small / "run")]) == 0
     assert "stars" in capsys.readouterr().out

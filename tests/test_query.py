@@ -12,6 +12,7 @@ import subzero as sz
 from subzero import operators as ops
 from subzero.optimizer import query_time
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
+from subzero.modes import Direction, Strategy
 from subzero.query import check_forced, step
 from subzero.errors import LookupTimeout
 from subzero.frontier import Frontier
@@ -36,7 +37,7 @@ def test_every_way_of_stepping_gives_the_same_cells(run):
         frontier = {"ids": frontier, "mask": Frontier((20, 20), mask=mask),
                     "boxes": Frontier.of_boxes(*frontier.boxes(), (20, 20))}[form]
         for strategy in ("Map", "FullOne/forward", "FullMany/backward", "BlackBox"):
-            got = step(run, node, frontier, 0, "backward", strategy).ids()
+            got = step(run.lineage, node, frontier, 0, Direction.BACKWARD, Strategy.parse(strategy)).ids()
             expected = got if expected is None else expected
             np.testing.assert_array_equal(got, expected, err_msg=f"{strategy} from {form}")
     assert len(expected) == 4 + 9 + 6
@@ -45,14 +46,15 @@ def test_every_way_of_stepping_gives_the_same_cells(run):
 def test_a_step_past_its_deadline_raises_lookup_timeout(run):
     frontier = Frontier.of_coords(np.array([[3, 3]]), (20, 20))
     with pytest.raises(LookupTimeout):
-        step(run, run.node("blur"), frontier, 0, "backward", "FullOne/forward", deadline=time.perf_counter() - 1)
+        step(run.lineage, run.node("blur"), frontier, 0, Direction.BACKWARD, Strategy.parse("FullOne/forward"),
+             deadline=time.perf_counter() - 1)
 
 
 def test_stored_lookups_over_budget_switch_to_re_execution(run, monkeypatch):
     """The query-time optimizer picks the stored index; its budget is spent at once, so the step
     finishes by re-execution with the same answer (the paper's 2x bound, here forced)."""
     node = run.node("blur")
-    run._profiles["blur"] = NodeProfile("blur", tiles=16, op_seconds=5.0, out_size=400, in_sizes=[400],
+    run.lineage._profiles["blur"] = NodeProfile("blur", tiles=16, op_seconds=5.0, out_size=400, in_sizes=[400],
                                         strategies={"FullMany/backward": StrategyProfile(pairs=400, out_cells=400),
                                                     "FullOne/forward": StrategyProfile(pairs=1e7, keys=1e7)})
     monkeypatch.setattr(query_time.StepChoice, "budget", property(lambda self: -1.0))
@@ -62,20 +64,20 @@ def test_stored_lookups_over_budget_switch_to_re_execution(run, monkeypatch):
     steps = run.last_query
     assert steps[0]["strategy"] == "FullMany/backward" and steps[0]["switched_to_blackbox"]
     assert got.tolist() == [[r, c] for r in (4, 5, 6) for c in (4, 5, 6)]
-    assert run.store.query_log()[-1]["steps"][0]["switched_to_blackbox"] is True
+    assert run.query_log()[-1]["steps"][0]["switched_to_blackbox"] is True
 
 
 def test_forcing_a_strategy_the_node_did_not_store_is_an_error(run):
     node = run.node("blur")
-    assert check_forced(node, run.strategies["blur"], "Map") == "Map"
-    assert check_forced(node, run.strategies["blur"], "BlackBox") == "BlackBox"
+    assert check_forced(node, run.strategies["blur"], "Map") == Strategy.parse("Map")
+    assert check_forced(node, run.strategies["blur"], "BlackBox") == Strategy.parse("BlackBox")
     with pytest.raises(sz.LineageError, match="did not store 'PayOne/backward'"):
         check_forced(node, run.strategies["blur"], "PayOne")
 
 
 def test_query_log_records_each_step(run):
     run.forward("x", [(0, 0)], to="blur")
-    record = run.store.query_log()[-1]
+    record = run.query_log()[-1]
     assert record["direction"] == "forward" and record["steps"][0]["cells_out"] == 4
     assert record["steps"][0]["strategy"] in ("Map", "FullOne/forward")
 
@@ -85,7 +87,7 @@ def test_damaged_stored_lineage_falls_back_to_re_execution(run, monkeypatch):
         if path.suffix in (".dat", ".idx"):
             path.unlink()  # lose the R-trees of FullMany
     node = run.node("blur")
-    run._profiles["blur"] = NodeProfile("blur", tiles=16, op_seconds=5.0, out_size=400, in_sizes=[400],
+    run.lineage._profiles["blur"] = NodeProfile("blur", tiles=16, op_seconds=5.0, out_size=400, in_sizes=[400],
                                         strategies={"FullMany/backward": StrategyProfile(pairs=400, out_cells=400),
                                                     "FullOne/forward": StrategyProfile(pairs=1e7, keys=1e7)})
     monkeypatch.setattr(node.operator, "supported_modes", lambda: set())  # hide Map from the chooser only

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from subzero.modes import Direction, Strategy
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.optimizer.query_time import MIN_BUDGET, choose_step
 
@@ -10,14 +11,15 @@ def test_picks_the_matched_index_then_re_execution_over_a_mismatched_one():
     p = NodeProfile("n", tiles=4, op_seconds=0.5, out_size=10**6, in_sizes=[10**6],
                     strategies={"FullOne/forward": StrategyProfile(bytes=1e7, pairs=1e6, out_cells=1e6,
                                                                    in_cells=1e6, keys=1e6)})
-    assert choose_step(p, ("FullOne/forward",), False, "forward", 10).strategy == "FullOne/forward"
-    back = choose_step(p, ("FullOne/forward",), False, "backward", 10)
-    assert back.strategy == "BlackBox" and back.predicted == back.rerun
-    assert choose_step(p, ("FullOne/forward",), True, "backward", 10).strategy == "Map"
+    stored = (Strategy.parse("FullOne/forward"),)
+    assert choose_step(p, stored, False, Direction.FORWARD, 10).strategy == Strategy.parse("FullOne/forward")
+    back = choose_step(p, stored, False, Direction.BACKWARD, 10)
+    assert back.strategy == Strategy.parse("BlackBox") and back.predicted == back.rerun
+    assert choose_step(p, stored, True, Direction.BACKWARD, 10).strategy == Strategy.parse("Map")
 
 
 def test_the_lookup_budget_is_the_re_execution_estimate():
     p = NodeProfile("n", tiles=1, op_seconds=3.0)
-    choice = choose_step(p, (), False, "backward", 1)
+    choice = choose_step(p, (), False, Direction.BACKWARD, 1)
     assert choice.budget == choice.rerun >= 3.0
-    assert choose_step(NodeProfile("m"), (), False, "backward", 1).budget == MIN_BUDGET
+    assert choose_step(NodeProfile("m"), (), False, Direction.BACKWARD, 1).budget == MIN_BUDGET

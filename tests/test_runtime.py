@@ -158,12 +158,12 @@ def test_tracing_for_a_frontier_answers_like_tracing_the_whole_tile(tmp_path, ma
     wf.add(make(), wf.input("x"), name="n")
     run = wf.run({"x": x}, store=tmp_path / "s", executor="local", tile_shape=4)
     node = run.node("n")
-    task = run.tile_task(node)
+    task = run.lineage.tile_task(node)
     side = node.operator.output_shape if direction == "backward" else node.operator.input_shapes[0]
     picks = [rng.choice(int(np.prod(side)), size=int(rng.integers(1, 6)), replace=False) for _ in range(4)]
     for ids in [np.array([0, 4])] + picks:  # first: cells of the first row (FarPayload's overridden cells)
         frontier = Frontier.of_ids(ids, tuple(side))
-        for tile in run.grid(node).tiles:
+        for tile in run.lineage.grid(node).tiles:
             whole, part = trace_tile(task, tile), trace_tile(task, tile, frontier, 0, direction)
             if direction == "backward":
                 assert set(part.backward(frontier, 0).tolist()) == set(whole.backward(frontier, 0).tolist())

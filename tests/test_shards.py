@@ -20,7 +20,7 @@ import pytest
 import subzero as sz
 from subzero.catalog import FileRecord, ShardRecord
 from subzero.encoders import encoder_for, merge_tiles
-from subzero.encoders.base import Batch, FullEncoder
+from subzero.encoders.base import Batch, FullEncoder, scan
 from subzero.encoders.codec import CELL, OUT, PAIR, bytes_to_keys, keys_to_bytes, make_keys
 from subzero.errors import LookupTimeout
 from subzero.frontier import Frontier
@@ -107,9 +107,9 @@ def test_a_shard_holds_exactly_its_batch(loc, strategy):
     assert got_keys.tolist() == keys.tolist() and got_values == batch.values
     for kind in (CELL, PAIR):  # a scan is one key kind, in key order
         want = [(k, v) for k, v in zip(batch.keys, batch.values) if k[0] >> 4 == kind]
-        got_keys, got_values = r.scan(kind)
+        got_keys, got_values = scan(r, kind)
         assert keys_to_bytes(got_keys) == [k for k, _ in want] and got_values == [v for _, v in want]
-    assert r.scan(7)[1] == [] and r.scan(7)[0].size == 0
+    assert scan(r, 7)[1] == [] and scan(r, 7)[0].size == 0
 
 
 @pytest.mark.parametrize("strategy", FULL)
@@ -181,14 +181,14 @@ def test_an_empty_batch_is_a_valid_shard(loc):
     files, index_bytes = write_shard(loc, "lineage/n/s", "empty", merge_tiles([]))
     assert [f.suffix for f in files] == [".mdb"] and index_bytes == 0
     r = reader(loc, ShardRecord(0, "empty", files))
-    assert r.scan(CELL)[1] == [] and r.get_many(make_keys(PAIR, 0, np.arange(3)))[1] == []
+    assert scan(r, CELL)[1] == [] and r.get_many(make_keys(PAIR, 0, np.arange(3)))[1] == []
 
 
 def test_a_retried_attempt_of_the_same_name_starts_afresh(loc):
     write(loc, "FullMany/backward")
     record, batch = write(loc, "FullMany/backward")  # same stem: its files are replaced, not appended to
     r = reader(loc, record)
-    assert r.scan(PAIR)[1] == [v for k, v in zip(batch.keys, batch.values) if k[0] >> 4 == PAIR]
+    assert scan(r, PAIR)[1] == [v for k, v in zip(batch.keys, batch.values) if k[0] >> 4 == PAIR]
     assert len(r.intersect(OUT, np.zeros((1, 2)), np.full((1, 2), 10.0))) == len(batch.boxes[OUT][0])
 
 
@@ -221,7 +221,7 @@ def test_lookups_past_their_deadline_time_out(loc, strategy):
     with pytest.raises(LookupTimeout):
         late.get_many(bytes_to_keys(batch.keys))
     with pytest.raises(LookupTimeout):
-        late.scan(PAIR)
+        scan(late, PAIR)
     on_time = reader(loc, record, deadline=time.perf_counter() + 60.0)
     assert on_time.get_many(bytes_to_keys(batch.keys))[1] == batch.values
 
@@ -235,7 +235,7 @@ def test_a_long_scan_checks_its_deadline_between_batches(loc):
     ticks = iter([0.0] + [1e9] * 10)  # the deadline passes after the first check
     with mock.patch.object(shards_mod.time, "perf_counter", lambda: next(ticks)):
         with pytest.raises(LookupTimeout):
-            r.scan(PAIR)
+            scan(r, PAIR)
     ticks = iter([0.0] + [1e9] * 10)
     with mock.patch.object(shards_mod.time, "perf_counter", lambda: next(ticks)):
         with pytest.raises(LookupTimeout):
@@ -277,7 +277,7 @@ def test_every_damaged_file_is_a_store_error(loc, suffix, how):
 
 def test_damage_after_a_first_read_is_caught_by_the_next_process(loc):
     record, batch = write(loc, "FullOne/forward")
-    assert reader(loc, record).scan(PAIR)[1]
+    assert scan(reader(loc, record), PAIR)[1]
     damage(loc.path("lineage/n/s", record.name + ".mdb"), "flip")
     close_all()  # what a new process sees
     with pytest.raises(sz.StoreError, match="does not match its checksum"):
@@ -297,6 +297,7 @@ TRUNCATED = textwrap.dedent("""
     import numpy as np
     from subzero.catalog import FileRecord, ShardRecord
     from subzero.encoders import encoder_for, merge_tiles
+    from subzero.encoders.base import scan
     from subzero.encoders.codec import CELL
     from subzero.errors import StoreError
     from subzero.modes import Strategy
@@ -315,7 +316,7 @@ TRUNCATED = textwrap.dedent("""
     if trust:  # a manifest that agrees with the cut file: only LMDB's own page count can tell
         files = (FileRecord(".mdb", os.path.getsize(path), file_checksum(path)),)
     try:
-        got = ShardReader(loc, "d", ShardRecord(0, "big", files), {}).scan(CELL)
+        got = scan(ShardReader(loc, "d", ShardRecord(0, "big", files), {}), CELL)
     except StoreError as exc:
         print("StoreError:", exc)
         sys.exit(3)
@@ -346,7 +347,7 @@ def test_a_hundred_reads_leave_the_shard_files_untouched(loc):
             close_all()  # reopen from the files now and then, as new processes do
         r = reader(loc, record)
         assert set(enc.forward(r, frontier, 0, SHAPES).tolist()) == {0, 1, 29}
-        r.scan(PAIR), r.get_many(bytes_to_keys(batch.keys[:3])), r.intersect(1, np.zeros((1, 1)), np.ones((1, 1)))
+        scan(r, PAIR), r.get_many(bytes_to_keys(batch.keys[:3])), r.intersect(1, np.zeros((1, 1)), np.ones((1, 1)))
     close_all()
     assert snapshot(directory) == before  # same names (no lock files), bytes and modification times
 
@@ -365,7 +366,7 @@ def _read_as_nobody(root: str, record: ShardRecord, conn) -> None:
         directory = os.path.join(root, "lineage/n/s")
         writable = os.access(directory, os.W_OK)
         r = ShardReader(resolve(root), "lineage/n/s", record, NDIMS)
-        found = len(r.scan(PAIR)[1]) + len(r.intersect(OUT, np.zeros((1, 2)), np.full((1, 2), 9.0)))
+        found = len(scan(r, PAIR)[1]) + len(r.intersect(OUT, np.zeros((1, 2)), np.full((1, 2), 9.0)))
         close_all()
         conn.send(("ok", writable, found))
     except BaseException as exc:  # report everything to the parent
@@ -393,7 +394,7 @@ def test_a_read_only_store_still_answers(tmp_path):
         if os.geteuid() != 0:
             assert not os.access(loc.path("lineage/n/s"), os.W_OK)
             r = reader(loc, record)
-            assert len(r.scan(PAIR)[1]) + len(r.intersect(OUT, np.zeros((1, 2)), np.full((1, 2), 9.0))) == want
+            assert len(scan(r, PAIR)[1]) + len(r.intersect(OUT, np.zeros((1, 2)), np.full((1, 2), 9.0))) == want
             return
         if not hasattr(os, "fork"):
             pytest.skip("running as root without fork: chmod cannot make the store read-only for this process")
@@ -439,7 +440,7 @@ def test_a_batch_larger_than_its_estimate_grows_the_map(loc):
         files, _ = write_shard(loc, "d", "big", Underestimated(keys, values, {}, n))
     assert len(sizes) >= 3 and all(b == 2 * a for a, b in zip(sizes, sizes[1:]))  # doubled until it fit
     r = ShardReader(loc, "d", ShardRecord(0, "big", files), {})
-    got_keys, got_values = r.scan(PAIR)
+    got_keys, got_values = scan(r, PAIR)
     assert keys_to_bytes(got_keys) == keys and got_values == values
     assert r.get_many(make_keys(PAIR, 0, np.array([n - 1, 0])))[1] == [values[n - 1], values[0]]
 
@@ -451,7 +452,7 @@ def test_a_batch_of_several_megabytes_round_trips(loc):
     files, _ = write_shard(loc, "d", "mb", Batch(keys, values, {}, n))
     assert files[0].size > 4_000_000
     r = ShardReader(loc, "d", ShardRecord(0, "mb", files), {})
-    assert r.scan(CELL)[1] == values
+    assert scan(r, CELL)[1] == values
 
 
 def test_the_cache_keeps_cache_size_shards_and_closes_the_evicted(loc):
@@ -469,9 +470,9 @@ def test_the_cache_keeps_cache_size_shards_and_closes_the_evicted(loc):
         assert evicted.indexes[OUT]._idx is None  # its R-tree closed, private copy removed
         # a reader kept past its shard's eviction gets a StoreError (never a crash); a new one reopens it
         with pytest.raises(sz.StoreError):
-            readers[0].scan(PAIR)
-        assert reader(loc, records[0]).scan(PAIR)[1]
-        assert readers[2].scan(PAIR)[1]  # the most recent survived
+            scan(readers[0], PAIR)
+        assert scan(reader(loc, records[0]), PAIR)[1]
+        assert scan(readers[2], PAIR)[1]  # the most recent survived
         assert len(shards_mod._CACHE) == 2
         again = reader(loc, records[0])
         assert again._opened is reader(loc, records[0])._opened  # cached: opened once

@@ -228,14 +228,16 @@ def test_remove_uncommitted_keeps_exactly_the_manifest_shards(store, tmp_path):
 def test_query_statistics_are_kept_outside_the_store(store, tmp_path):
     store.close()
     before = tree(tmp_path / "s")
-    reader = FileStore.open(tmp_path / "s")
-    assert reader.query_log() == []
+    from subzero.store.cache import log_query, query_log, query_log_path
+
+    url = FileStore.open(tmp_path / "s").url
+    assert query_log(url) == []
     records = [{"steps": [{"node": "blur", "strategy": "FullOne/backward", "seconds": 0.5}]}, {"steps": []}]
     for r in records:
-        reader.log_query(r)
-    assert FileStore.open(tmp_path / "s").query_log() == records
-    with open(reader.query_log_path(), "a") as fh:
+        log_query(url, r)
+    assert query_log(FileStore.open(tmp_path / "s").url) == records
+    with open(query_log_path(url), "a") as fh:
         fh.write('{"torn": ')  # a writer killed mid-line
-    assert FileStore.open(tmp_path / "s").query_log() == records
+    assert query_log(url) == records
     assert tree(tmp_path / "s") == before
-    assert not reader.query_log_path().startswith(str(tmp_path / "s"))
+    assert not query_log_path(url).startswith(str(tmp_path / "s"))

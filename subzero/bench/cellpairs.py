@@ -23,7 +23,8 @@ from subzero.frontier import Frontier
 from subzero.errors import LineageError
 from subzero.pairs import FullPairs, owners
 from subzero.run import Run
-from subzero.query import walk
+from subzero.modes import Direction
+from subzero.query import QueryEngine, QueryPlan
 from subzero.runtime import trace_tile
 from subzero.dag import Node
 
@@ -72,8 +73,8 @@ def _node_pairs(run: Run, node: Node) -> FullPairs:
         one = np.array([0, 1], np.int64)
         ins = tuple(np.arange(n, dtype=np.int64) for n in sizes)
         return FullPairs(np.arange(n_out, dtype=np.int64), one * n_out, ins, tuple(one * n for n in sizes))
-    task = run.tile_task(node)
-    return FullPairs.concat([trace_tile(task, tile) for tile in run.grid(node).tiles], len(node.inputs))
+    task = run.lineage.tile_task(node)
+    return FullPairs.concat([trace_tile(task, tile) for tile in run.lineage.grid(node).tiles], len(node.inputs))
 
 
 def _path(root: Path, node: str, i: int) -> Path:
@@ -92,8 +93,8 @@ def estimate_cellpairs(run: Run) -> int:
         if op.all_to_all:
             total += n_out * sum(int(np.prod(s)) for s in op.input_shapes)
             continue
-        tile = run.grid(node).tiles[0]
-        pairs = trace_tile(run.tile_task(node), tile)
+        tile = run.lineage.grid(node).tiles[0]
+        pairs = trace_tile(run.lineage.tile_task(node), tile)
         cells = max(int(np.prod([hi - lo for lo, hi in tile.box])), 1) if tile.box is not None else n_out
         per_tile = sum(int((np.diff(pairs.out_ptr) * np.diff(pairs.in_ptr[i])).sum()) for i in range(len(node.inputs)))
         total += per_tile * n_out // cells
@@ -151,6 +152,16 @@ class CellPairs:
         src, dst = self.run.node(src), self.run.node(dst)
         start = Frontier.of_coords(np.asarray(cells, np.int64).reshape(-1, len(self.run.shape(src))),
                                    self.run.shape(src))
-        return walk(self.run.workflow, src, dst, direction, start,
-                    lambda node, f, i: self.step(node, f, i, direction))
+        return _ParquetSteps(self).walk(src, dst, start, QueryPlan(Direction.parse(direction)))
+
+
+class _ParquetSteps(QueryEngine):
+    """`QueryEngine`'s walk, each step answered from the Parquet files of `CellPairs`."""
+
+    def __init__(self, pairs: CellPairs):
+        super().__init__(pairs.run.store, pairs.run.workflow, pairs.run.catalog)
+        self.pairs = pairs
+
+    def advance(self, node, frontier: Frontier, i: int, plan: QueryPlan) -> Frontier:
+        return self.pairs.step(node, frontier, i, plan.direction)
 

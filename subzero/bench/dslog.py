@@ -86,7 +86,7 @@ def _provrc_table(run, nodes: list[str]):
     for name in nodes:
         node = run.node(name)
         op = node.operator
-        pairs = FullPairs.concat([derived_full(op, t.box) for t in run.grid(node).tiles], len(op.input_shapes))
+        pairs = FullPairs.concat([derived_full(op, t.box) for t in run.lineage.grid(node).tiles], len(op.input_shapes))
         out[name] = compress(pairs, tuple(op.output_shape), [tuple(s) for s in op.input_shapes])
     return out
 

@@ -561,7 +561,7 @@ def damage_trial(clean: str | Path, root: str | Path, ref: Reference, kind: str,
     close_all()
     import logging
 
-    quiet = logging.getLogger("subzero.run")
+    quiet = logging.getLogger("subzero.query")
     level, quiet.level = quiet.level, logging.ERROR  # the fallback's warnings: counted, not printed
     try:
         verdict = judge_store(store, ref)

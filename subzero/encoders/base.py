@@ -23,13 +23,11 @@ __all__ = ["Reader", "EncodedTile", "Batch", "Encoder", "merge_tiles", "frontier
 
 
 class Reader(Protocol):
-    """Read access to one (node, strategy) database; implemented by the store."""
+    """Read access to one shard; implemented by the store, which knows no key layout (`scan`
+    reads one key kind through `scan_ranges`)."""
 
     def get_many(self, keys: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
         """The keys found (uint64) and their values."""
-
-    def scan(self, kind: int) -> tuple[np.ndarray, list[bytes]]:
-        """Every entry of one key kind."""
 
     def scan_ranges(self, starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
         """Every entry whose key lies in one of the ranges ``[starts[k], stops[k])``."""
@@ -139,9 +137,14 @@ def cells_to_pairs(reader: Reader, slot: int, ids: np.ndarray) -> np.ndarray:
     return pair_lists(values)
 
 
+def scan(reader: Reader, kind: int) -> tuple[np.ndarray, list[bytes]]:
+    """Every entry of one key kind (`subzero.encoders.codec`: ``CELL`` or ``PAIR``)."""
+    return reader.scan_ranges(make_keys(kind, 0, np.zeros(1, np.int64)), make_keys(kind + 1, 0, np.zeros(1, np.int64)))
+
+
 def scan_cell_keys(reader: Reader) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All (slot, cell id, pair id) rows of the cell keys."""
-    keys, values = reader.scan(CELL)
+    keys, values = scan(reader, CELL)
     counts = np.array([len(v) // 8 for v in values], np.int64)
     _, slot, ids = split_keys(keys)
     pairs = np.frombuffer(b"".join(values), "<i8") if values else np.empty(0, np.int64)
@@ -242,6 +245,3 @@ class PayloadEncoder(Encoder):
         ids = np.unique(reader.intersect(i, mins, maxs))
         _, values = reader.get_many(make_keys(PAIR, 0, ids))
         return decode_payload_pairs(values)
-
-    def load(self, reader: Reader, shapes) -> PayloadPairs:  # pragma: no cover - abstract
-        raise NotImplementedError

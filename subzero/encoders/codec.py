@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["CELL", "PAIR", "OUT", "make_keys", "split_keys", "keys_to_bytes",
+__all__ = ["CELL", "PAIR", "OUT", "slot_ndims", "make_keys", "split_keys", "keys_to_bytes",
            "pack_sets", "pack_groups", "unpack_sets", "unpack_groups", "pair_id_base"]
 
 CELL, PAIR = 1, 2
 OUT = 0xFF
 _ID_BITS = 52
 _ID_MASK = (1 << _ID_BITS) - 1
+
+
+def slot_ndims(output_shape, input_shapes) -> dict[int, int]:
+    """Axes per key slot (and R-tree slot): ``OUT`` for the output, the input index for each input."""
+    return {OUT: len(output_shape)} | {i: len(s) for i, s in enumerate(input_shapes)}
 
 
 def make_keys(kind: int, slot: int, ids: np.ndarray) -> np.ndarray:

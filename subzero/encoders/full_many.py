@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from subzero.encoders.base import EncodedTile, FullEncoder, Reader, bounding_boxes, frontier_boxes
+from subzero.encoders.base import EncodedTile, FullEncoder, Reader, scan, bounding_boxes, frontier_boxes
 from subzero.encoders.codec import OUT, PAIR, make_keys, pack_groups, pair_id_base, unpack_groups
 from subzero.pairs import FullPairs
 
@@ -41,7 +41,7 @@ class FullMany(FullEncoder):
         return decode_full(values, len(in_shapes))
 
     def load(self, reader: Reader, shapes) -> FullPairs:
-        _, values = reader.scan(PAIR)
+        _, values = scan(reader, PAIR)
         return decode_full(values, len(shapes[1]))
 
 

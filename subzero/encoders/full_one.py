@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from subzero.encoders.base import (EncodedTile, FullEncoder, Reader, cells_to_pairs,
+from subzero.encoders.base import (EncodedTile, FullEncoder, Reader, scan, cells_to_pairs,
                                    scan_cell_keys)
 from subzero.encoders.codec import CELL, OUT, PAIR, make_keys, pack_groups, pair_id_base, split_keys, unpack_groups
 from subzero.pairs import FullPairs, owners, ptr_from_counts
@@ -52,7 +52,7 @@ class FullOne(FullEncoder):
         return unpack_groups(values)[which][0] if values else np.empty(0, np.int64)
 
     def load(self, reader: Reader, shapes) -> FullPairs:
-        keys, values = reader.scan(PAIR)
+        keys, values = scan(reader, PAIR)
         pair_ids = split_keys(keys)[2]
         n_in = len(shapes[1])
         empty = (np.empty(0, np.int64), np.zeros(len(values) + 1, np.int64))

@@ -19,7 +19,7 @@ import functools
 
 import numpy as np
 
-from subzero.encoders.base import EncodedTile, FullEncoder, Reader
+from subzero.encoders.base import EncodedTile, FullEncoder, Reader, scan
 from subzero.encoders.codec import OUT, PAIR, make_keys, pair_id_base
 from subzero.encoders.ranges import RangeRules, compress, deserialize, merge_tables, serialize
 from subzero.frontier import Frontier
@@ -71,7 +71,7 @@ class FullRange(FullEncoder):
         raise NotImplementedError
 
     def load(self, reader: Reader, shapes) -> FullPairs:
-        _, values = reader.scan(PAIR)
+        _, values = scan(reader, PAIR)
         if not values:
             return FullPairs.empty(len(shapes[1]))
         return FullPairs.concat([deserialize(v).to_pairs() for v in values], len(shapes[1]))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from subzero.encoders.base import (EncodedTile, PayloadEncoder, Reader, bounding_boxes, decode_payload_pairs,
+from subzero.encoders.base import (EncodedTile, PayloadEncoder, Reader, scan, bounding_boxes, decode_payload_pairs,
                                    envelope_boxes, frontier_boxes)
 from subzero.encoders.codec import OUT, PAIR, make_keys, pack_groups, pair_id_base
 from subzero.pairs import PayloadPairs, owners, ptr_from_counts
@@ -38,4 +38,4 @@ class PayMany(PayloadEncoder):
         return trimmed.select(counts > 0)
 
     def load(self, reader: Reader, shapes) -> PayloadPairs:
-        return decode_payload_pairs(reader.scan(PAIR)[1])
+        return decode_payload_pairs(scan(reader, PAIR)[1])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.cells import to_coords, to_ids
-from subzero.encoders.base import EncodedTile, PayloadEncoder, Reader, envelope_boxes, frontier_boxes
+from subzero.encoders.base import EncodedTile, PayloadEncoder, Reader, scan, envelope_boxes, frontier_boxes
 from subzero.encoders.codec import CELL, OUT, PAIR, make_keys, pair_id_base, split_keys
 from subzero.pairs import PayloadPairs, owners
 
@@ -45,7 +45,7 @@ class PayOne(PayloadEncoder):
         return _one_cell_pairs(keys, values)
 
     def load(self, reader: Reader, shapes) -> PayloadPairs:
-        return _one_cell_pairs(*reader.scan(CELL))
+        return _one_cell_pairs(*scan(reader, CELL))
 
     def forward_candidates(self, reader: Reader, frontier, i: int, shapes) -> PayloadPairs:
         """The cells carrying a payload whose envelope meets ``frontier``: the payload groups from

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from subzero.modes import Direction, Strategy
 from subzero.optimizer.cost_model import NodeProfile, step_cost
 
 __all__ = ["StepChoice", "choose_step"]
 
 MIN_BUDGET = 0.02  # seconds: lookups are never abandoned sooner than this
+_MAP, _BLACKBOX = Strategy.parse("Map"), Strategy.parse("BlackBox")
 
 
 @dataclass(frozen=True)
 class StepChoice:
-    strategy: str
+    """The strategy chosen for one step, its predicted seconds, and those of re-running."""
+
+    strategy: Strategy
     predicted: float
     rerun: float
 
@@ -29,10 +33,18 @@ class StepChoice:
         return max(self.rerun, MIN_BUDGET)
 
 
-def choose_step(profile: NodeProfile, stored: tuple[str, ...], mapping: bool, direction: str,
+def choose_step(profile: NodeProfile, stored: tuple[Strategy, ...], mapping: bool, direction: Direction,
                 cells: int) -> StepChoice:
-    """The cheapest of ``stored`` (plus Map when supported, plus BlackBox) for this step."""
-    options = list(dict.fromkeys([*(["Map"] if mapping else []), *stored, "BlackBox"]))
-    costs = {name: step_cost(profile, name, direction, cells) for name in options}
-    best = min(options, key=lambda name: (costs[name], options.index(name)))
-    return StepChoice(best, costs[best], costs["BlackBox"])
+    """The cheapest of ``stored`` (plus Map when ``mapping``, plus BlackBox) for this step.
+
+    Ties go to the earlier option: Map, then ``stored`` in order, then BlackBox.
+
+    Examples
+    --------
+    >>> choose_step(NodeProfile("n"), (), True, Direction.BACKWARD, 10).strategy
+    Strategy('Map')
+    """
+    options = list(dict.fromkeys([*([_MAP] if mapping else []), *stored, _BLACKBOX]))
+    costs = {s: step_cost(profile, s, direction, cells) for s in options}
+    best = min(options, key=lambda s: (costs[s], options.index(s)))
+    return StepChoice(best, costs[best], costs[_BLACKBOX])

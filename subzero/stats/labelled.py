@@ -290,7 +290,7 @@ def propagate(run, src, dst, start: LabelledCells, direction: str, using: dict |
         for i, parent in enumerate(node.inputs):
             source, target = (node, parent) if backward else (parent, node)
             if source in held and target in on_path:
-                got = step(run, node, held[source], i, strategy)
+                got = step(run.lineage, node, held[source], i, strategy)
                 held[target] = held[target].union(got) if target in held else got
         if backward and node is not src and node is not dst:
             del held[node]  # each node steps once: its labelled cells are done

@@ -33,7 +33,7 @@ from subzero.encoders.ranges.lists import box_cells, expand_csr
 from subzero.encoders.ranges.terms import images
 from subzero.errors import LineageError, StoreError
 from subzero.frontier import Frontier
-from subzero.modes import Mode, Strategy
+from subzero.modes import Direction, Mode, Strategy
 from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
 from subzero.runtime import expand_payloads, trace_tile
 
@@ -92,7 +92,7 @@ class Groups:
 def backward_groups(source, node, frontier: Frontier, i: int, strategy: str) -> Groups:
     """For every cell of ``frontier`` (over ``node``'s output), the input-``i`` cells it reads.
 
-    ``source`` is the run (`subzero.query.LineageSource`); ``strategy`` one the node stored,
+    ``source`` is the run's `subzero.query.QueryEngine` (``run.lineage``); ``strategy`` one the node stored,
     ``"Map"`` (when the operator supports it) or ``"BlackBox"``.
     """
     op = node.operator
@@ -129,19 +129,6 @@ def _traced(source, node, tiles: list[int], frontier: Frontier, i: int) -> Group
     return Groups.concat(parts)
 
 
-def _tile_readers(source, node, strategy: str, frontier: Frontier, failed: list):
-    """Each tile the frontier touches: its part of the frontier and its shard reader (None when
-    the tile stored no lineage under ``strategy``); a tile whose shard cannot be read is left
-    out and appended to ``failed``, for its cells to be re-run in tracing mode."""
-    for tile, sub in source.grid(node).split(frontier, None):
-        try:
-            reader = source.shard_reader(node, strategy, tile, None)
-        except StoreError:
-            failed.append(tile)
-            continue
-        yield sub, reader
-
-
 def _stored(source, node, frontier: Frontier, i: int, s: Strategy) -> Groups:
     op = node.operator
     enc = encoder_for(s)
@@ -157,7 +144,7 @@ def _stored(source, node, frontier: Frontier, i: int, s: Strategy) -> Groups:
             return _rule_groups(_inline_table(whole), frontier.ids(), i)
     parts: list[Groups] = []
     failed: list = []
-    for sub, reader in _tile_readers(source, node, s.name, frontier, failed):
+    for _, sub, reader in source.tile_readers(node, s.name, frontier, None, failed=failed):
         if reader is None:  # the tile stored no lineage under this strategy
             if s.mode is Mode.COMP:
                 parts.append(_map_groups(op, sub.ids(), i))
@@ -181,7 +168,7 @@ def payload_lookup(source, node, frontier: Frontier, i: int, strategy: str) -> t
     pays: list[PayloadPairs] = []
     parts: list[Groups] = []
     failed: list = []
-    for sub, reader in _tile_readers(source, node, s.name, frontier, failed):
+    for _, sub, reader in source.tile_readers(node, s.name, frontier, None, failed=failed):
         pay = enc.lookup(reader, sub, shapes) if reader is not None else PayloadPairs.empty()
         pays.append(pay)
         if s.mode is Mode.COMP:
@@ -267,5 +254,5 @@ def forward_groups(source, node, frontier: Frontier, i: int, strategy: str) -> G
 
     if frontier.is_empty:
         return Groups.empty()
-    reached = step(source, node, frontier, i, "forward", strategy, entire_array=False)
+    reached = step(source, node, frontier, i, Direction.FORWARD, Strategy.parse(strategy), entire_array=False)
     return backward_groups(source, node, reached, i, strategy)

@@ -1,15 +1,49 @@
 """Where a run lives: arrays (Zarr), lineage shards (LMDB + R-trees), catalog and manifests.
 
-`Store` is the interface; `FileStore` implements it over a local directory or any
-fsspec URL.  Only `subzero.store.arrays` imports zarr and only `subzero.store.shards`
-imports lmdb.
+The roles (`subzero.store.roles`) say what each client may do: the driver writes through a
+`RunWriter`, tasks through a `ShardSink`, queries read through a `LineageReader`.
+`FileStore` implements them over a local directory or any fsspec URL; clients get one from
+the functions below.  Only `subzero.store.arrays` imports zarr and only
+`subzero.store.shards` imports lmdb.
 """
 
 from __future__ import annotations
 
+from subzero.catalog import RunRecord
 from subzero.store.arrays import ArrayRef
-from subzero.store.base import Store
 from subzero.store.file_store import FileStore, strategy_dirname
 from subzero.store.location import Location, resolve
+from subzero.store.roles import LineageReader, RunWriter
+from subzero.store.shards import ShardSink
 
-__all__ = ["Store", "FileStore", "ArrayRef", "Location", "resolve", "strategy_dirname"]
+__all__ = ["FileStore", "ArrayRef", "Location", "resolve", "strategy_dirname", "LineageReader", "RunWriter",
+           "ShardSink", "create_run", "resume_run", "open_store", "check_store_path", "made_by"]
+
+
+def create_run(store, record: RunRecord, overwrite: bool = False, made_by: str | None = None) -> RunWriter:
+    """Take a new store for a run and write its first catalog (`FileStore.create`)."""
+    return FileStore.create(store, record, overwrite=overwrite, made_by=made_by)
+
+
+def resume_run(store, record: RunRecord, made_by: str | None = None) -> tuple[RunWriter, RunRecord | None]:
+    """Take a store back to continue its run: the writer and the catalog as stored, or None
+    when there was nothing to continue (`FileStore.resume`)."""
+    return FileStore.resume(store, record, made_by)
+
+
+def open_store(store) -> LineageReader:
+    """Open an existing store for reading (`FileStore.open`)."""
+    return FileStore.open(store)
+
+
+def check_store_path(store, resume: bool, overwrite: bool = False) -> None:
+    """Refuse, before any input is read, a store path a new (or resumed) run cannot take."""
+    if resume:
+        FileStore.check_resumable(store)
+    else:
+        FileStore.check_new(store, overwrite=overwrite, create=False)
+
+
+def made_by(store) -> str | None:
+    """Who made a store (``made_by`` given to `create_run`), or None when unknown."""
+    return FileStore.made_by(store)

@@ -1,4 +1,6 @@
-"""A size bound on the readers' local copies of remote shards (``~/.cache/subzero/shards``).
+"""The user's cache of a store (``~/.cache/subzero``, ``SUBZERO_CACHE``): readers' local
+copies of remote shards under a size bound, and the log of the queries run on a store
+(readers never write into a store).
 
 Queries over a store on object storage download the shard files they open and keep them,
 verified, for the next query.  `note_download` counts what arrives; every `TRIM_EVERY_BYTES`
@@ -8,10 +10,14 @@ cache holds at most `MAX_BYTES`.  A removed file is downloaded again when a quer
 
 from __future__ import annotations
 
+import json
 import os
 import threading
+from pathlib import Path
 
-__all__ = ["MAX_BYTES", "note_download", "trim", "touch"]
+import xxhash
+
+__all__ = ["MAX_BYTES", "note_download", "trim", "touch", "query_log_path", "log_query", "query_log"]
 
 #: the most bytes the shard cache keeps (``SUBZERO_CACHE_MAX_BYTES``, default 2 GB)
 MAX_BYTES = int(float(os.environ.get("SUBZERO_CACHE_MAX_BYTES", 2e9)))
@@ -74,3 +80,37 @@ def trim(root: str, max_bytes: int) -> int:
         total -= size
         removed += size
     return removed
+
+
+def query_log_path(url: str) -> str:
+    """The file logging the queries run on the store at ``url`` from this machine."""
+    root = os.environ.get("SUBZERO_CACHE") or os.path.join(Path.home(), ".cache", "subzero")
+    return os.path.join(root, "query-logs", xxhash.xxh3_64_hexdigest(url.encode()) + ".jsonl")
+
+
+def log_query(url: str, record: dict) -> None:
+    """Append one executed query's per-step statistics (best effort)."""
+    path = query_log_path(url)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+    except OSError:
+        pass
+
+
+def query_log(url: str) -> list[dict]:
+    """The logged queries of a store; a torn or foreign line is skipped."""
+    out = []
+    try:
+        with open(query_log_path(url)) as fh:
+            for line in fh:
+                try:
+                    item = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(item, dict):
+                    out.append(item)
+    except OSError:
+        return []
+    return out

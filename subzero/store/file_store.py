@@ -14,7 +14,8 @@ A node is committed when its manifest and then its catalog entry are written; sh
 manifest does not name (failed, retried or speculative attempts) are never read and
 are removed when the node commits.  Every file is checked before it is used (see
 `subzero.store.sealed`).  Readers never write to the store: query statistics go to
-the user's cache directory.  A run that was killed is continued with `FileStore.resume`
+the user's cache directory (`subzero.store.cache`).  `FileStore` implements every role of
+`subzero.store.roles`.  A run that was killed is continued with `FileStore.resume`
 (which keeps the committed nodes and removes everything else) or replaced with
 ``create(..., overwrite=True)``.
 """
@@ -25,6 +26,7 @@ import datetime as _dt
 import json
 import os
 import pickle
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +35,10 @@ import xxhash
 from subzero.catalog import FORMAT, Manifest, RunRecord, ShardRecord
 from subzero.errors import StoreError
 from subzero.store.arrays import ArrayRef, forget_store
-from subzero.store.base import Store
 from subzero.store.failures import REBUILD, REBUILD_LINEAGE, reading
 from subzero.store.location import Location, resolve
-from subzero.store.lock import LOCK_NAME, WriterLock, dead_temporaries, holder
+from subzero.store.lock import LOCK_NAME, Holder, WriterLock, _held, dead_temporaries, holder
+from subzero.store.roles import RunWriter
 from subzero.store.sealed import parse_json, seal_json, seal_pickle, unseal_json, unseal_pickle
 from subzero.store.shards import ShardReader, close_all
 
@@ -61,15 +63,21 @@ def _status(location: Location) -> str | None:
 
 
 def strategy_dirname(strategy: str) -> str:
+    """A strategy's shard directory name (``/`` as ``-``: ``FullOne-backward``)."""
     return strategy.replace("/", "-")
 
 
-class FileStore(Store):
+class FileStore(RunWriter):
     """A run's store at a `Location`.  Use `create` to start a run, `open` to read one."""
 
     def __init__(self, location: Location, lock: WriterLock | None = None):
         self.location = location
         self._lock = lock
+
+    @property
+    def url(self) -> str:
+        """Where the store lives (a directory or a URL)."""
+        return self.location.url
 
     # -- lifecycle ----------------------------------------------------------------------------
     @classmethod
@@ -168,8 +176,6 @@ class FileStore(Store):
                              "there is no run to resume; choose another directory")
         current = holder(location)
         if current is not None and current.alive is not False:
-            from subzero.store.lock import _held
-
             raise _held(location, current)
         return True
 
@@ -221,8 +227,6 @@ class FileStore(Store):
         if overwrite and ours:
             current = holder(location)
             if current is not None and current.alive is not False:
-                from subzero.store.lock import _held
-
                 raise _held(location, current)
             return
         if overwrite:
@@ -231,8 +235,6 @@ class FileStore(Store):
         if LOCK_NAME in names:
             current = holder(location)
             if current is not None:
-                from subzero.store.lock import _held
-
                 raise _held(location, current)
         status = _status(location) if ours else None
         if status is not None and status != "done":
@@ -267,6 +269,7 @@ class FileStore(Store):
 
     # -- catalog ------------------------------------------------------------------------------
     def read_catalog(self) -> RunRecord:
+        """The run's catalog, checked (format, seal); a `StoreError` names what is wrong."""
         with reading("the catalog", self.location.child_url("catalog.json"), REBUILD):
             raw = self.location.read_bytes("catalog.json")
         try:
@@ -284,16 +287,20 @@ class FileStore(Store):
         return RunRecord.from_dict(data, where=where)
 
     def write_catalog(self, record: RunRecord) -> None:
+        """Replace the catalog atomically, sealed."""
         self.location.write_bytes(seal_json(record.to_dict()), "catalog.json")
 
     # -- arrays and operators -----------------------------------------------------------------
     def array(self, node: str, meta_xxh3: str | None = None) -> ArrayRef:
+        """The `ArrayRef` of ``arrays/NODE`` (checked against ``meta_xxh3`` when given)."""
         return ArrayRef(self.location, f"arrays/{node}", meta_xxh3)
 
     def save_operator(self, node: str, payload: bytes) -> None:
+        """Write ``operators/NODE.pkl`` (a checksummed frame)."""
         self.location.write_bytes(seal_pickle(payload), "operators", f"{node}.pkl")
 
     def load_operator(self, node: str) -> Any:
+        """Unpickle a node's operator; a `StoreError` when damaged or not importable here."""
         with reading(f"the operator of node {node!r}", self.location.child_url("operators", f"{node}.pkl"), REBUILD):
             raw = self.location.read_bytes("operators", f"{node}.pkl")
         raw = unseal_pickle(raw, f"the operator of node {node!r} in store {self.url!r}")
@@ -305,12 +312,15 @@ class FileStore(Store):
 
     # -- lineage ------------------------------------------------------------------------------
     def shard_directory(self, node: str, strategy: str) -> str:
+        """``lineage/NODE/STRATEGY``, where a node's shards of one strategy live."""
         return f"lineage/{node}/{strategy_dirname(strategy)}"
 
     def write_manifest(self, manifest: Manifest) -> None:
+        """Write ``manifests/NODE.json`` atomically, sealed."""
         self.location.write_bytes(seal_json(manifest.to_dict()), "manifests", f"{manifest.node}.json")
 
     def read_manifest(self, node: str) -> Manifest:
+        """A node's manifest, checked; a `StoreError` when missing or damaged."""
         where = f"the manifest of node {node!r} in store {self.url!r}"
         with reading(f"the manifest of node {node!r}", self.location.child_url("manifests", f"{node}.json"),
                      REBUILD_LINEAGE):
@@ -333,7 +343,49 @@ class FileStore(Store):
 
     def shard_reader(self, node: str, strategy: str, record: ShardRecord, ndims: dict[int, int],
                      deadline: float | None = None) -> ShardReader:
+        """A `ShardReader` over one committed shard (checked against ``record`` first)."""
         return ShardReader(self.location, self.shard_directory(node, strategy), record, ndims, deadline)
+
+    def array_meta_checksum(self, node: str) -> str:
+        """The xxh3 of ``arrays/NODE/zarr.json`` as written (the catalog keeps it)."""
+        return xxhash.xxh3_64_hexdigest(self.location.read_bytes("arrays", node, "zarr.json"))
+
+    def adopt_node(self, src: Any, name: str, kind: str, with_array: bool = True) -> None:
+        """Take node ``name``'s committed files (its array unless not ``with_array``; an
+        operator's pickle, manifest and shards) from the `FileStore` ``src``: hard links
+        where both stores are local directories (files are never changed in place), else
+        copies."""
+        parts = [("arrays", name)] if with_array else []
+        if kind == "operator":
+            parts += [("operators", f"{name}.pkl"), ("manifests", f"{name}.json"), ("lineage", name)]
+        for part in parts:
+            _share(src.location, self.location, *part)
+
+    def disk_bytes(self, node: str | None = None) -> int | None:
+        """Bytes of the store's files (or of node ``node``'s array) on disk; None when unknown."""
+        parts = ("arrays", node) if node is not None else ()
+        if self.location.is_local:
+            total = 0
+            stack = [self.location.path(*parts)]
+            while stack:
+                try:
+                    entries = list(os.scandir(stack.pop()))
+                except OSError:
+                    continue
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif not entry.name.endswith(".tmp"):
+                        total += entry.stat(follow_symlinks=False).st_size
+            return total
+        try:
+            return int(self.location.fs.du(self.location.path(*parts), total=True))
+        except (OSError, ValueError, NotImplementedError):
+            return None
+
+    def writer(self) -> Holder | None:
+        """Who holds the writer lock (a live or a dead run), or None."""
+        return holder(self.location)
 
     def remove_uncommitted_nodes(self, keep: set[str], keep_arrays: set[str] = frozenset()) -> int:
         """Before a resumed run continues: remove what the killed run left of nodes not in
@@ -376,6 +428,7 @@ class FileStore(Store):
         return removed
 
     def remove_uncommitted(self, node: str, manifest: Manifest | None) -> int:
+        """Delete the shard files of ``node`` its manifest does not name; returns how many."""
         keep = {(strategy_dirname(s), r.name) for s, recs in (manifest.shards if manifest else {}).items()
                 for r in recs if r.name}
         removed = 0
@@ -386,37 +439,30 @@ class FileStore(Store):
                     removed += 1
         return removed
 
-    # -- query statistics (outside the store: readers never write to it) ------------------------
-    def query_log_path(self) -> str:
-        root = os.environ.get("SUBZERO_CACHE") or os.path.join(Path.home(), ".cache", "subzero")
-        return os.path.join(root, "query-logs", xxhash.xxh3_64_hexdigest(self.url.encode()) + ".jsonl")
-
-    def log_query(self, record: dict) -> None:
-        """Append one executed query's per-step statistics (best effort)."""
-        path = self.query_log_path()
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "a") as fh:
-                fh.write(json.dumps(record) + "\n")
-        except OSError:
-            pass
-
-    def query_log(self) -> list[dict]:
-        """Logged queries of this store; a torn or foreign line is skipped."""
-        path = self.query_log_path()
-        out = []
-        try:
-            with open(path) as fh:
-                for line in fh:
-                    try:
-                        item = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue
-                    if isinstance(item, dict):
-                        out.append(item)
-        except OSError:
-            return []
-        return out
-
     def __repr__(self) -> str:
         return f"FileStore({self.url!r})"
+
+
+def _share(a: Location, b: Location, *parts: str) -> None:
+    """Link (or copy) every file under ``parts`` of ``a`` into the same place in ``b``."""
+    if not a.exists(*parts):
+        return
+    if a.isdir(*parts):
+        b.makedirs(*parts)
+        for name in a.listdir(*parts):
+            if not name.endswith(".tmp"):
+                _share(a, b, *parts, name)
+    elif a.is_local and b.is_local:
+        _link(a.path(*parts), b.path(*parts))
+    else:
+        b.write_bytes(a.read_bytes(*parts), *parts, durable=False)
+
+
+def _link(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except FileExistsError:
+        os.unlink(dst)
+        _link(src, dst)
+    except OSError:  # another file system, or links not allowed: copy
+        shutil.copy2(src, dst)

@@ -174,16 +174,20 @@ class LocalFiles:
     protocol = ("file", "local")
 
     def exists(self, path: str) -> bool:
+        """True when ``path`` exists."""
         return os.path.exists(path)
 
     def isdir(self, path: str) -> bool:
+        """True when ``path`` is a directory."""
         return os.path.isdir(path)
 
     def cat_file(self, path: str) -> bytes:
+        """The bytes of the file at ``path``."""
         with open(path, "rb") as fh:
             return fh.read()
 
     def size(self, path: str) -> int:
+        """The size of the file at ``path``, in bytes."""
         return os.stat(path).st_size
 
     @property
@@ -223,6 +227,7 @@ class Location:
 
     @property
     def scheme(self) -> str:
+        """The URL's scheme (``file`` for a directory)."""
         return _scheme(self.url)
 
     @property
@@ -262,6 +267,7 @@ class Location:
             self.fs.invalidate_cache(path)
 
     def exists(self, *parts: str) -> bool:
+        """True when the store path ``parts`` exists."""
         try:
             self._fresh(self.path(*parts))
             return bool(self.fs.exists(self.path(*parts)))
@@ -269,6 +275,7 @@ class Location:
             raise self._unreachable(exc) from exc
 
     def isdir(self, *parts: str) -> bool:
+        """True when the store path ``parts`` is a directory."""
         try:
             self._fresh(self.path(*parts))
             return bool(self.fs.isdir(self.path(*parts)))
@@ -290,6 +297,7 @@ class Location:
             raise store_file_error(exc, "the directory", self.child_url(*parts)) from exc
 
     def makedirs(self, *parts: str) -> None:
+        """Create the directory ``parts`` (and its parents); a `StoreError` when it cannot be made."""
         try:
             self.fs.makedirs(self.path(*parts), exist_ok=True)
         except StoreError:
@@ -306,6 +314,7 @@ class Location:
 
     @_remote("reading")
     def read_bytes(self, *parts: str) -> bytes:
+        """The bytes of the store file ``parts``."""
         return self.fs.cat_file(self.path(*parts))
 
     @_remote("writing")
@@ -333,21 +342,13 @@ class Location:
                 os.unlink(tmp)
             raise
 
-    @_remote("appending to")
-    def append_text(self, text: str, *parts: str) -> None:
-        with self.fs.open(self.path(*parts), "a") as fh:
-            fh.write(text)
-
     @_remote("removing")
     def remove(self, *parts: str) -> None:
+        """Remove a file or a directory tree (nothing when it does not exist)."""
         try:
             self.fs.rm(self.path(*parts), recursive=True)
         except FileNotFoundError:
             pass
-
-    @_remote("sizing")
-    def size(self, *parts: str) -> int:
-        return int(self.fs.size(self.path(*parts)))
 
     @_remote("uploading")
     def put_file(self, local_path: str, *parts: str) -> None:

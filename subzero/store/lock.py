@@ -38,6 +38,7 @@ class Holder:
     alive: bool | None  # None: cannot tell (another host, or a remote store)
 
     def describe(self) -> str:
+        """The holder in words, for messages."""
         return f"pid {self.pid} on host {self.host}, started {self.started}"
 
 

@@ -20,23 +20,23 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISDIR, S_ISREG
+from typing import Protocol
 
 import lmdb
 import numpy as np
 import xxhash
 
 from subzero.catalog import FileRecord, ShardRecord
-from subzero.encoders.base import Batch
-from subzero.encoders.codec import bytes_to_keys, make_keys
 from subzero.errors import LookupTimeout, StoreError
 from subzero.store import cache as shard_cache
 from subzero.spatial_index import INDEX_SUFFIXES, SpatialIndex, build_index
 from subzero.store.failures import REBUILD_LINEAGE, reading
 from subzero.store.location import Location
 
-__all__ = ["write_shard", "ShardReader", "file_checksum", "close_all", "CACHE_SIZE"]
+__all__ = ["Entries", "ShardSink", "write_shard", "ShardReader", "file_checksum", "close_all", "CACHE_SIZE"]
 
 CACHE_SIZE = 64          # open shards kept per process
 _CHUNK = 4096            # keys per getmulti / entries per scan batch between deadline checks
@@ -68,10 +68,40 @@ def _local_dir(location: Location, directory: str):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_shard(location: Location, directory: str, stem: str, batch: Batch) -> tuple[tuple[FileRecord, ...], int]:
+class Entries(Protocol):
+    """One shard's contents as the encoders give them (`subzero.encoders.base.Batch`): opaque
+    8-byte keys in ascending order with their values, and R-tree boxes per slot (``(ids,
+    mins, maxs)``, closed).  The store knows no key layout: it keeps and returns bytes."""
+
+    keys: list[bytes]
+    values: list[bytes]
+    boxes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the keys and values."""
+
+
+@dataclass(frozen=True)
+class ShardSink:
+    """The task-side lineage sink of one node and strategy (picklable, shipped to tasks):
+    each task attempt writes its tile's entries as one shard."""
+
+    location: Location
+    directory: str
+
+    def write(self, stem: str, entries: Entries) -> tuple[tuple[FileRecord, ...], int]:
+        """Write ``entries`` as shard ``stem``; returns its files and the bytes of its R-trees."""
+        return write_shard(self.location, self.directory, stem, entries)
+
+
+def write_shard(location: Location, directory: str, stem: str, batch: Entries) -> tuple[tuple[FileRecord, ...], int]:
     """Write one strategy's lineage of one tile as shard ``stem`` in ``directory``.
 
-    Returns the shard's files (size and checksum each) and the bytes of its R-trees.
+    Returns
+    -------
+    tuple
+        The shard's files (size and checksum each) and the bytes of its R-trees.
     """
     with _local_dir(location, directory) as (local, remote):
         path = os.path.join(local, stem + ".mdb")
@@ -91,7 +121,7 @@ def write_shard(location: Location, directory: str, stem: str, batch: Batch) -> 
     return tuple(files), index_bytes
 
 
-def _write_lmdb(path: str, batch: Batch) -> None:
+def _write_lmdb(path: str, batch: Entries) -> None:
     need = 2 * (batch.nbytes + 32 * len(batch.keys)) + (1 << 20)
     map_size = -(-need // _PAGE) * _PAGE
     while True:
@@ -107,6 +137,11 @@ def _write_lmdb(path: str, batch: Batch) -> None:
             map_size *= 2
         finally:
             env.close()
+
+
+def _as_keys(raw: list[bytes]) -> np.ndarray:
+    """8-byte big-endian keys as uint64 (their order is LMDB's)."""
+    return np.frombuffer(b"".join(raw), dtype=">u8").astype(np.uint64)
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -216,7 +251,7 @@ class ShardReader:
     record : ShardRecord
         The shard as the manifest lists it (name, files, checksums).
     ndims : dict
-        Number of axes per key slot (input index, or ``OUT``), for the R-trees.
+        Number of axes per R-tree slot (the encoders number the slots), for the R-trees.
     deadline : float, optional
         ``time.perf_counter()`` past which lookups raise `LookupTimeout`.
     """
@@ -232,6 +267,7 @@ class ShardReader:
             raise LookupTimeout()
 
     def get_many(self, keys: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+        """The keys found (uint64) and their values."""
         raw = np.asarray(keys, ">u8").tobytes()
         want = [raw[k : k + 8] for k in range(0, len(raw), 8)]
         found: list = []
@@ -242,28 +278,10 @@ class ShardReader:
                     found += cur.getmulti(want[start : start + _CHUNK])
         except lmdb.Error as exc:
             raise StoreError(f"{self._where}: read failed ({exc}); the store is damaged") from exc
-        return bytes_to_keys([k for k, _ in found]), [v for _, v in found]
-
-    def scan(self, kind: int) -> tuple[np.ndarray, list[bytes]]:
-        start = make_keys(kind, 0, np.zeros(1, np.int64)).astype(">u8").tobytes()
-        stop = make_keys(kind + 1, 0, np.zeros(1, np.int64)).astype(">u8").tobytes()
-        keys, values = [], []
-        self._check()
-        try:
-            with self._opened.env.begin() as txn, txn.cursor() as cur:
-                if cur.set_range(start):
-                    for k, v in cur:
-                        if k >= stop:
-                            break
-                        keys.append(k)
-                        values.append(v)
-                        if len(keys) % _CHUNK == 0:
-                            self._check()
-        except lmdb.Error as exc:
-            raise StoreError(f"{self._where}: read failed ({exc}); the store is damaged") from exc
-        return bytes_to_keys(keys), values
+        return _as_keys([k for k, _ in found]), [v for _, v in found]
 
     def scan_ranges(self, starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+        """Every entry whose key lies in one of the ranges ``[starts[k], stops[k])``."""
         lo = np.asarray(starts, ">u8").tobytes()
         hi = np.asarray(stops, ">u8").tobytes()
         keys, values = [], []
@@ -279,11 +297,14 @@ class ShardReader:
                                 break
                             keys.append(key)
                             values.append(v)
+                            if len(keys) % _CHUNK == 0:
+                                self._check()
         except lmdb.Error as exc:
             raise StoreError(f"{self._where}: read failed ({exc}); the store is damaged") from exc
-        return bytes_to_keys(keys), values
+        return _as_keys(keys), values
 
     def intersect(self, slot: int, mins: np.ndarray, maxs: np.ndarray) -> np.ndarray:
+        """Ids whose box in R-tree ``slot`` meets any of the closed boxes ``[mins, maxs]``."""
         indexes = self._opened.indexes
         if slot not in indexes:
             with _LOCK:

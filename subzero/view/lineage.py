@@ -26,6 +26,7 @@ import numpy as np
 
 from subzero.boxes import normalize
 from subzero.errors import LineageError
+from subzero.modes import Direction
 
 if TYPE_CHECKING:
     from subzero.frontier import Frontier
@@ -45,7 +46,7 @@ class LineageRequest:
     ``(lo, hi)`` arrays of shape ``(N, ndim)``, and the nodes to answer for."""
 
     node: str
-    direction: str
+    direction: Direction
     lo: np.ndarray
     hi: np.ndarray
     to: tuple[str, ...]
@@ -79,7 +80,7 @@ def display_kind(run: "Run", name: str) -> str:
     return "image"
 
 
-def reachable(run: "Run", name: str, direction: str) -> list[str]:
+def reachable(run: "Run", name: str, direction: "Direction | str") -> list[str]:
     """The committed nodes ``direction`` reaches from ``name`` (its ancestors backward, its
     descendants forward), in workflow order."""
     node = run.node(name)
@@ -133,9 +134,9 @@ def parse_lineage_request(run: "Run", body: Any) -> LineageRequest:
         raise LineageError(f'"node" must be a node name (a string), got {name!r}')
     if name not in run.catalog.nodes:
         raise LineageError(f"unknown node {name!r}; the nodes are {', '.join(run.committed)}")
-    direction = body.get("direction")
-    if direction not in DIRECTIONS:
-        raise LineageError(f'"direction" must be "backward" or "forward", got {direction!r}')
+    if body.get("direction") not in DIRECTIONS:
+        raise LineageError(f'"direction" must be "backward" or "forward", got {body.get("direction")!r}')
+    direction = Direction(body["direction"])
     shape = run.shape(name)
     boxes = body.get("boxes")
     if not isinstance(boxes, list) or not boxes:
@@ -200,7 +201,7 @@ def answer_frontiers(run: "Run", request: LineageRequest) -> tuple[dict[str, "Fr
     if not request.to:
         return {}, 0.0
     box = [list(zip(lo.tolist(), hi.tolist())) for lo, hi in zip(request.lo, request.hi)]
-    walk = run.backward_many if request.direction == "backward" else run.forward_many
+    walk = run.backward_many if request.direction is Direction.BACKWARD else run.forward_many
     with _walk_lock:
         t0 = time.perf_counter()
         got = walk(request.node, box=box, to=list(request.to), as_="frontier")

@@ -127,7 +127,7 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
     given = os.environ.get("SUBZERO_CAPTURE_BASELINE")
     codes = {"after": ours} | ({"before": Path(given).resolve()} if given else {})
     side = int(size) if size else (500 if quick else 2000)
-    rounds = rounds or (1 if quick else 3)
+    rounds = rounds or (1 if quick else 2)
     script = root / "capture_child.py"
     script.write_text(CHILD)
     workload = root / "workload.json"

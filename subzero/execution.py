@@ -651,9 +651,8 @@ def _plan(run: _Execution, operators: list[Node], pinned, queries, max_runtime) 
     the plan goes to the catalog before phase 2 starts, so a resumed run keeps it."""
     from subzero.optimizer.budgets import parse_runtime_budget
     from subzero.optimizer.calibrate import profile_node
-    from subzero.optimizer.plan import optimize
-
     from subzero.optimizer.cost_model import NodeProfile
+    from subzero.optimizer.plan import optimize
     from subzero.optimizer.workload import step_sizes
 
     access, _ = step_sizes(run.wf, queries, lambda node, direction, cells: cells)  # who is queried, which way

@@ -35,7 +35,7 @@ from subzero.errors import StoreError, WorkflowError
 from subzero.executor import Executor, LocalExecutor
 from subzero.fingerprint import array_digest, combine_digests, differences, run_fingerprint
 from subzero.inputs_check import check_input_array
-from subzero.modes import Strategy
+from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
 from subzero.planning import default_strategies, resolve_pinned
 from subzero.progress import Reporter
@@ -479,18 +479,28 @@ def _plan(run: _Execution, operators: list[Node], pinned, queries, max_runtime) 
     the plan goes to the catalog before phase 2 starts, so a resumed run keeps it."""
     from subzero.optimizer.budgets import parse_runtime_budget
     from subzero.optimizer.calibrate import profile_node
+    from subzero.optimizer.cost_model import NodeProfile
     from subzero.optimizer.plan import optimize, pending_nodes
+    from subzero.optimizer.workload import step_sizes
 
+    access, _ = step_sizes(run.wf, queries, lambda node, direction, cells: cells)  # who is queried, which way
     profiles, computed, base, calibration = {}, {}, 0.0, 0.0
     for node in operators:
         metas, wall = run.compute(node, ())
         base += wall
         computed[node.name] = _measured(metas, wall)
         start = time.perf_counter()
-        stage = run.stage(node)
-        profiles[node.name] = profile_node(stage.task(), list(stage.tiles),
-                                           _candidates(node, pinned), sum(m.op_seconds for m in metas),
-                                           runner=run.runner)
+        candidates = _candidates(node, pinned, access)
+        op_seconds = sum(m.op_seconds for m in metas)
+        if any(Strategy.parse(c).stored for c in candidates) or Mode.MAP in node.operator.supported_modes():
+            stage = run.stage(node)
+            profiles[node.name] = profile_node(stage.task(), list(stage.tiles), candidates, op_seconds,
+                                               runner=run.runner)
+        else:  # queried by no query and nothing pinned: BlackBox whatever it measures
+            op = node.operator
+            profiles[node.name] = NodeProfile(
+                node=node.name, tiles=len(metas), op_seconds=op_seconds, out_size=int(np.prod(op.output_shape)),
+                in_sizes=[int(np.prod(sh)) for sh in op.input_shapes], all_to_all=op.all_to_all)
         calibration += time.perf_counter() - start
     runtime_budget = parse_runtime_budget(max_runtime, base)
     try:
@@ -510,11 +520,27 @@ def _plan(run: _Execution, operators: list[Node], pinned, queries, max_runtime) 
     return pending
 
 
-def _candidates(node: Node, pinned: dict[str, tuple[str, ...]]) -> list[str]:
-    """Strategies worth calibrating: mapping nodes keep mapping (SubZero VII) unless pinned."""
-    from subzero.modes import Mode
+def _candidates(node: Node, pinned: dict[str, tuple[str, ...]], access: dict | None = None) -> list[str]:
+    """Strategies worth calibrating: mapping nodes keep mapping (SubZero VII) unless pinned;
+    with the workload's ``access`` (`subzero.optimizer.workload.step_sizes`), the candidates
+    the integer program would prune anyway are not measured either: every stored one of a
+    node no query steps through, and those indexed for a direction no query takes there."""
     from subzero.planning import supported_strategies
 
+    own = list(pinned.get(node.name, ()))
     if Mode.MAP in node.operator.supported_modes():
-        return list(dict.fromkeys(["Map", "BlackBox", *pinned.get(node.name, ())]))
-    return supported_strategies(node.operator)
+        return list(dict.fromkeys(["Map", "BlackBox", *own]))
+    every = supported_strategies(node.operator)
+    if access is None:
+        return every
+    ways = {d for d in ("backward", "forward") if access.get((node.name, d), 0.0) > 0}
+    if not ways:
+        return list(dict.fromkeys(["BlackBox", *own]))
+    keep = [c for c in every if c in own or _indexed_for(Strategy.parse(c), ways)]
+    return list(dict.fromkeys(keep + own))
+
+
+def _indexed_for(s: Strategy, ways: set[str]) -> bool:
+    """Whether a queried direction can use ``s`` (nothing stored, both directions, a composite's
+    mapping default, or keyed the way a query goes)."""
+    return not s.stored or s.both_directions or s.mode is Mode.COMP or s.direction in ways

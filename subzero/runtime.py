@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -359,9 +360,7 @@ def with_envelopes(op: Operator, pay: PayloadPairs) -> PayloadPairs:
             envelopes.append((np.zeros((0, ndim), np.int64), np.zeros((0, ndim), np.int64)))
             continue
         if type(op).map_p_envelope is not Operator.map_p_envelope:  # the operator's own, vectorized
-            cells = [to_coords(pay.out_ids[a:b], op.output_shape)
-                     for a, b in zip(pay.out_ptr[:-1].tolist(), pay.out_ptr[1:].tolist())]
-            lo, hi = op.map_p_envelope(pay.payloads, i, cells)
+            lo, hi = op.map_p_envelope(pay.payloads, i, _PairCells(pay, op.output_shape))
             envelopes.append((np.asarray(lo, np.int64).reshape(n, ndim), np.asarray(hi, np.int64).reshape(n, ndim)))
             continue
         lo = np.full((n, ndim), np.iinfo(np.int64).max, np.int64)
@@ -391,6 +390,28 @@ def with_envelopes(op: Operator, pay: PayloadPairs) -> PayloadPairs:
         lo[empty], hi[empty] = 0, 0
         envelopes.append((lo, hi))
     return PayloadPairs(pay.out_ids, pay.out_ptr, pay.payloads, tuple(envelopes))
+
+
+class _PairCells(Sequence):
+    """The out cells of each pair of ``pay``, as `Operator.map_p_envelope` takes them, converted
+    to coordinates only for the pairs it looks at (Label's and DetectStars' need the cells of
+    their empty payloads only: one conversion per pair would cost a Python call per component)."""
+
+    def __init__(self, pay: PayloadPairs, shape):
+        self._ids, self._ptr, self._shape = pay.out_ids, pay.out_ptr, shape
+
+    def __len__(self) -> int:
+        return len(self._ptr) - 1
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        k = int(k)
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        return to_coords(self._ids[self._ptr[k]:self._ptr[k + 1]], self._shape)
 
 
 def all_to_all_pairs(op: Operator, tile_box: Box) -> FullPairs:

@@ -128,3 +128,42 @@ def test_a_node_of_one_tile_is_measured_by_two_tasks_like_one(tmp_path):
     assert split.fan_backward == pytest.approx(max(whole.links / whole.fanout, 1.0))
     assert split.fan_forward == pytest.approx(max(whole.links / whole.distinct_in, 1.0))
     assert split.trace_seconds > 0
+
+
+def test_windows_cut_one_pass_tiles_to_a_few_percent_and_keep_two_pass_tiles():
+    """Calibration measures windows of the sample tiles (about 2% of the node, each at least
+    `MIN_SAMPLE_CELLS`) when tiles may be any box, and whole tiles otherwise."""
+    from subzero.optimizer.calibrate import MIN_SAMPLE_CELLS, sample_tiles, sample_windows
+
+    shape = (2000, 4000)
+    conv = ops.Convolve(np.ones((3, 3)))
+    conv = conv.bound((shape,), shape)
+    tiles = node_tiles(conv, 500)
+    windows = sample_windows(conv, tiles)
+    chosen = sample_tiles(tiles)
+    assert [w.index for w in windows] == [t.index for t in chosen]
+    for w, t in zip(windows, chosen):
+        assert all(tlo <= lo < hi <= thi for (lo, hi), (tlo, thi) in zip(w.box, t.box))
+        assert MIN_SAMPLE_CELLS <= np.prod([hi - lo for lo, hi in w.box]) < 1.1 * 0.02 * 2000 * 4000 / 2
+    label = ops.Label().bound((shape,), shape)
+    assert sample_windows(label, node_tiles(label, 500)) == sample_tiles(node_tiles(label, 500))  # two passes
+
+
+def test_the_profile_is_the_same_from_run_to_run(tmp_path):
+    """Capture costs are predicted from what is stored, not timed: two calibrations of the
+    same node give the same profile (so the same plan), whatever the load."""
+    wf = sz.Workflow("c")
+    x = wf.input("x")
+    wf.add(ops.CosmicRayDetect(threshold=5.0, radius=1), x, name="crd")
+    image = np.random.default_rng(1).normal(size=(40, 40))
+    image[5, 5] = image[25, 30] = 100.0
+    run = wf.run({"x": image}, store=tmp_path / "c", executor="local", tile_shape=10)
+    node = run.node("crd")
+    op = node.operator
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    names = supported_strategies(op)
+    first, second = (profile_node(task, node_tiles(op, 10), names, op_seconds=0.01, runner=LocalExecutor())
+                     for _ in range(2))
+    assert first.to_dict() == second.to_dict()
+    full, comp = first.strategies["FullOne/backward"], first.strategies["CompOne/backward"]
+    assert full.encode_seconds > comp.encode_seconds > 0  # a FULL strategy makes every cell's pairs

@@ -475,3 +475,27 @@ def test_commit_keeps_one_attempt_per_tile_and_removes_the_others(tmp_path):
     ref = clean.store.read_manifest("blur").shards["FullOne/backward"]
     assert [(r.keys, r.nbytes, r.pairs) for r in manifest.shards["FullOne/backward"]] == \
         [(r.keys, r.nbytes, r.pairs) for r in ref]
+
+
+def test_calibration_skips_what_the_workload_never_asks(tmp_path):
+    """Candidates the integer program would prune for the workload are not measured: a node
+    no query steps through is BlackBox without calibration, a direction no query takes there
+    keeps no candidate indexed for it (composites answer both and stay)."""
+    from subzero.execution import _candidates
+    from subzero.optimizer.workload import parse_workload, step_sizes
+
+    wf = small_workflow()
+    crd = wf.node("crd")
+    every = _candidates(crd, {})
+    backward = [{"direction": "backward", "node": "hits", "to": "x", "cells": [[3, 3]]}]
+    for workload, want in ((backward, {d: d == "backward" for d in ("backward", "forward")}), ([], None)):
+        access, _ = step_sizes(wf, parse_workload(wf, workload), lambda node, direction, cells: cells)
+        got = _candidates(crd, {}, access)
+        if want is None:
+            assert got == ["BlackBox"]
+            continue
+        assert set(got) <= set(every) and "CompOne/backward" in got and "FullRange" in got
+        assert not any(c.endswith("/forward") for c in got) and "FullOne/backward" in got
+    assert "FullOne/forward" in _candidates(crd, {"crd": ("FullOne/forward",)}, {})  # pins are kept
+    run = wf.run({"x": image()}, store=tmp_path / "o", workload=backward, executor="local")
+    assert run.catalog.nodes["crd"].profile["strategies"].keys() <= set(every) - {"FullOne/forward"}

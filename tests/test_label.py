@@ -455,3 +455,31 @@ def test_lineage_box_of_a_box_the_first_pass_did_not_see_holds_its_lineage():
         inside = np.all((cells >= [a for a, _ in box]) & (cells < [b for _, b in box]), axis=1)
         reach = backward_ref(expected, cells[inside])
         assert np.all((reach >= lo) & (reach < hi)), box
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), ndim=st.integers(1, 3), density=st.floats(0.05, 0.9),
+       tiled=st.booleans(), connectivity=st.integers(1, 3))
+def test_ring_cells_on_a_raster_equal_one_sort_of_every_neighbour(seed, ndim, density, tiled, connectivity):
+    """The raster path of `ring_cells` (a shifted comparison per offset) returns exactly what
+    the sort of every neighbour does, for whole arrays and for a tile's labels at an origin."""
+    from subzero.operators.label import _ring_sorted, ring_cells
+
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(n) for n in rng.integers(2, 10, size=ndim))
+    structure = ndimage.generate_binary_structure(ndim, min(connectivity, ndim))
+    labels, n = ndimage.label(rng.random(shape) < density, structure)
+    origin = np.zeros(ndim, np.int64)
+    if tiled:  # a tile of the array: its labels at an origin, the cells of some of its components
+        lo = np.array([int(rng.integers(0, s // 2 + 1)) for s in shape])
+        labels, n = ndimage.label(labels[tuple(slice(a, None) for a in lo)] > 0, structure)
+        origin, shape = lo, shape
+    keep = rng.random(n + 1) < 0.7
+    fg = np.argwhere((labels > 0) & keep[labels])
+    cells, group = fg + origin, labels[tuple(fg.T)].astype(np.int64) - 1
+    offsets = np.argwhere(structure) - 1
+    offsets = offsets[np.any(offsets != 0, axis=1)]
+    for args in ((labels, origin), ()):
+        got = ring_cells(cells, group, structure, shape, *args)
+        want = _ring_sorted(cells, group, offsets, shape, *(args or (None, None)))
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])

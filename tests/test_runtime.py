@@ -169,3 +169,16 @@ def test_tracing_for_a_frontier_answers_like_tracing_the_whole_tile(tmp_path, ma
                 assert set(part.backward(frontier, 0).tolist()) == set(whole.backward(frontier, 0).tolist())
             else:
                 assert set(part.forward(frontier, 0).tolist()) == set(whole.forward(frontier, 0).tolist())
+
+
+def test_envelopes_of_label_payloads_give_the_empty_payload_its_own_cells():
+    """Label's vectorized envelopes get each pair's cells on demand (only the empty payload,
+    "the cell itself", looks at them): the same boxes as the payloads' expanded cells."""
+    from subzero.operators._kernels import encode_region
+
+    op = bound(ops.Label(), (6, 6))
+    comp = np.array([[1, 1], [1, 2], [2, 2]])
+    pay = PayloadPairs(np.array([7, 8, 14, 0, 35, 20]), np.array([0, 3, 4, 6]),
+                       [encode_region(comp, 2), b"", b""])
+    lo, hi = with_envelopes(op, pay).envelopes[0]
+    assert lo.tolist() == [[1, 1], [0, 0], [3, 2]] and hi.tolist() == [[3, 3], [1, 1], [6, 6]]

@@ -33,9 +33,7 @@ class PayOne(PayloadEncoder):
         ids, pair_of = pairs.out_ids[order], pair_of[order]
         starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.zeros(0, np.int64)
         ends = np.r_[starts[1:], len(ids)]
-        payloads = pairs.payloads
-        values = [_ONE + payloads[pair_of[a]] if b - a == 1 else _pack([payloads[k] for k in pair_of[a:b]])
-                  for a, b in zip(starts.tolist(), ends.tolist())]
+        values = _cell_values(pairs.payloads, pair_of, starts, ends)
         group_keys, group_values, boxes = _payload_groups(pairs, tile_index, shapes[0])
         return EncodedTile(keys=np.concatenate([make_keys(CELL, OUT, ids[starts]), group_keys]),
                            values=values + group_values, boxes=boxes, n_pairs=pairs.n_pairs)
@@ -67,6 +65,20 @@ class PayOne(PayloadEncoder):
         found = _one_cell_pairs(keys, cell_values)
         keep = np.fromiter((p in wanted for p in found.payloads), bool, found.n_pairs)
         return found.select(keep)
+
+
+def _cell_values(payloads: list[bytes], pair_of: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[bytes]:
+    """The value of every out cell (``pair_of[starts[c]:ends[c]]`` are its pairs): each pair's
+    ``_ONE + payload`` is built once and shared by its cells, so a cell in one pair (all of
+    them, usually) costs a list lookup, not a bytes copy."""
+    single = (ends - starts) == 1
+    if not len(starts):
+        return []
+    if single.all():
+        prefixed = [_ONE + p for p in payloads]
+        return [prefixed[k] for k in pair_of[starts].tolist()]
+    return [_ONE + payloads[pair_of[a]] if b - a == 1 else _pack([payloads[k] for k in pair_of[a:b]])
+            for a, b in zip(starts.tolist(), ends.tolist())]
 
 
 def _payload_groups(pairs: PayloadPairs, tile_index: int, out_shape):

@@ -396,10 +396,13 @@ class Label(IdentityMapping, Operator):
                 for j in owner[spanned == t].tolist():
                     hit = np.flatnonzero(named == seam_ids[j]) + 1
                     regions[j].add(np.argwhere(np.isin(labels, hit)) + seams.tile_lo[t])
-        for region in regions:  # every cell next to a component but not in it is background: its ring
-            cells = region.cells if region.has_cells else region.set_cells()
-            ring, _ = ring_cells(cells, np.zeros(len(cells), np.int64), structure, shape)
-            region.add(ring)
+        # every cell next to a component but not in it is background: its ring (one call for all)
+        cells = [region.cells if region.has_cells else region.set_cells() for region in regions]
+        ring, owner = ring_cells(np.concatenate(cells + [np.zeros((0, len(shape)), np.int64)]),
+                                 np.repeat(np.arange(len(regions)), [len(c) for c in cells]), structure, shape)
+        bounds = np.searchsorted(owner, np.arange(len(regions) + 1))  # ring_cells sorts by group
+        for j, region in enumerate(regions):
+            region.add(ring[bounds[j]:bounds[j + 1]])
         return regions
 
     # -- the mapping default of COMP (a background cell reads itself) and payloads --------
@@ -507,14 +510,77 @@ def ring_cells(cells: np.ndarray, group: np.ndarray, structure: np.ndarray, shap
     the component).  ``cells`` are global coordinates; with ``labels`` (a tile labelled
     from ``origin``), a neighbour inside the tile is a ring cell only where the tile holds
     background (it may hold another group's cells, never the same component's neighbour).
-    Returns the ring cells and their groups, unique."""
+    Returns the ring cells and their groups, unique, sorted by group then cell.
+
+    The groups are painted on a raster of their bounding box (grown by one cell) when it
+    is small next to the cells, and each neighbour offset is one shifted comparison of
+    that raster; scattered groups (a box far larger than their cells) take one sort of
+    their neighbours instead.
+
+    Examples
+    --------
+    >>> ring, g = ring_cells(np.array([[1, 1]]), np.array([0]), np.ones((3, 3), bool) & [[0, 1, 0], [1, 1, 1], [0, 1, 0]],
+    ...                      (3, 3))
+    >>> ring.tolist(), g.tolist()
+    ([[0, 1], [1, 0], [1, 2], [2, 1]], [0, 0, 0, 0])
+    """
     ndim = len(shape)
     cells = np.asarray(cells, np.int64).reshape(-1, ndim)
     group = np.asarray(group, np.int64)
-    size = int(np.prod(shape, dtype=np.int64))
     offsets = np.argwhere(structure) - np.asarray(structure.shape) // 2
     offsets = offsets[np.any(offsets != 0, axis=1)]
-    own = group * size + np.ravel_multi_index(tuple(cells.T), shape) if len(cells) else np.zeros(0, np.int64)
+    if not len(cells) or not len(offsets):
+        return np.zeros((0, ndim), np.int64), np.zeros(0, np.int64)
+    limit = np.asarray(shape, np.int64)
+    lo = np.maximum(cells.min(axis=0) - 1, 0)
+    hi = np.minimum(cells.max(axis=0) + 2, limit)
+    extent = tuple((hi - lo).tolist())
+    area = int(np.prod(extent, dtype=np.int64))
+    if area <= max(64 * len(cells), 1 << 16) and int(group.max(initial=0)) < (1 << 31) - 1:
+        raster = np.zeros(extent, np.int32)
+        raster[tuple((cells - lo).T)] = group + 1
+        if np.count_nonzero(raster) == len(cells):  # each cell in one group: the raster holds them all
+            return _ring_raster(raster, offsets, lo, labels, origin)
+    return _ring_sorted(cells, group, offsets, shape, labels, origin)
+
+
+def _ring_raster(raster: np.ndarray, offsets: np.ndarray, lo: np.ndarray, labels: np.ndarray | None,
+                 origin: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """`ring_cells` on ``raster`` (group + 1 per cell of the box at ``lo``, 0 elsewhere): for
+    every offset ``d``, the box cells whose neighbour at ``d`` is in a group they are not in."""
+    extent = raster.shape
+    area = raster.size
+    free = None
+    if labels is not None:  # inside the tile a ring cell must be background
+        free = np.ones(extent, bool)
+        t0 = np.clip(np.asarray(origin, np.int64) - lo, 0, extent)
+        t1 = np.clip(np.asarray(origin, np.int64) + np.asarray(labels.shape) - lo, 0, extent)
+        if np.all(t1 > t0):
+            inner = tuple(slice(a, b) for a, b in zip(t0.tolist(), t1.tolist()))
+            src = tuple(slice(a, b) for a, b in zip((lo + t0 - origin).tolist(), (lo + t1 - origin).tolist()))
+            free[inner] = labels[src] == 0
+    keys = []
+    for d in offsets.tolist():
+        near = np.zeros(extent, np.int32)  # near[c] = raster[c + d], 0 outside the box
+        dst = tuple(slice(max(0, -o), n - max(0, o)) for o, n in zip(d, extent))
+        src = tuple(slice(max(0, o), n - max(0, -o)) for o, n in zip(d, extent))
+        near[dst] = raster[src]
+        hit = (near != 0) & (near != raster)
+        if free is not None:
+            hit &= free
+        at = np.flatnonzero(hit)
+        keys.append((near.reshape(-1)[at].astype(np.int64) - 1) * area + at)
+    key = np.unique(np.concatenate(keys))
+    g, at = np.divmod(key, area)
+    return np.stack(np.unravel_index(at, extent), axis=1).astype(np.int64).reshape(-1, len(extent)) + lo, g
+
+
+def _ring_sorted(cells: np.ndarray, group: np.ndarray, offsets: np.ndarray, shape, labels: np.ndarray | None,
+                 origin: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """`ring_cells` by one sort of every cell's neighbours (for groups scattered over a large box)."""
+    ndim = len(shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    own = group * size + np.ravel_multi_index(tuple(cells.T), shape)
     found, found_group = [], []
     for d in offsets:
         near = cells + d

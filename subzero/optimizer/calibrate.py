@@ -7,6 +7,14 @@ each task encodes its tile's lineage under its candidates and returns measuremen
 (bytes, encode seconds, pairs, keys, fans).  The driver (`profile_node`) scales them to
 the whole node: no lineage and no tile reaches it.  This is how the first run of a
 workflow already gets a good plan.
+
+Calibration costs a few percent of the node: an operator whose tiles may be any box
+(`Elementwise` and `Halo` tilings, one pass) is measured on a window of each sample
+tile holding about `SAMPLE_FRACTION` of the node's cells (at least `MIN_SAMPLE_CELLS`),
+not on whole tiles.  The capture time a strategy adds is predicted from what it stores
+(`capture_seconds`: links, cells, pairs), not from the sample's timings, so the same
+data gives the same plan whatever the machine's load; and it counts making the lineage
+inside the operator (a FULL strategy's pairs, a payload's cells), not only encoding it.
 """
 
 from __future__ import annotations
@@ -23,12 +31,21 @@ from subzero.modes import Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.cells import box_cells, to_ids, unique_ids
 from subzero.runtime import NodeTask, capture_tile, merge_inline, with_envelopes
-from subzero.tiling import Tile
+from subzero.tiling import Elementwise, Halo, Tile
 
-__all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "TileProfile", "profile_from_run"]
+__all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
+           "TileProfile", "profile_from_run"]
 
 MAX_PAIRS = 20_000   # pairs per sample tile a candidate encodes (the sizes scale with the count)
 _FANS = Strategy("FullOne")  # the full pairs whose fans a sample tile measures
+SAMPLE_FRACTION = 0.02   # of a node's cells, measured when its tiles may be cut into windows
+MIN_SAMPLE_CELLS = 16_384   # per sample window (so a window is not all edge)
+# seconds a strategy adds to a run per thing it stores (making the lineage in the operator, encoding
+# and writing it), estimated on the project machine from the lineage seconds of Label storing CompOne
+# (2000 x 2000) and of the astronomy workflow's repair node storing FullRange, over their cells and links
+LINK_SECONDS = 1.0e-7      # one (out pair, in cell) link of a FULL strategy
+OUT_CELL_SECONDS = 2.0e-7  # one out cell carried by a pair
+PAIR_SECONDS = 2.0e-6      # one region pair (a payload, a group)
 
 
 @dataclass
@@ -56,6 +73,45 @@ def _cells(tile: Tile) -> int:
 def sample_tiles(tiles: list[Tile], sample: int = 2) -> list[Tile]:
     """The tiles calibration measures: the first and one from the middle of the array."""
     return [tiles[k] for k in sorted({0, len(tiles) // 2, len(tiles) - 1})[:sample]]
+
+
+def sample_windows(op, tiles: list[Tile], sample: int = 2, fraction: float = SAMPLE_FRACTION,
+                   min_cells: int = MIN_SAMPLE_CELLS) -> list[Tile]:
+    """The boxes calibration measures: `sample_tiles`, each cut to a centred window when
+    the operator's tiles may be any box (one pass, `Elementwise` or `Halo` tiling), so the
+    windows together hold about ``fraction`` of the node's cells (at least ``min_cells``
+    each); whole tiles otherwise (a two-pass or whole-array operator)."""
+    chosen = sample_tiles(tiles, sample)
+    if op.two_pass or not isinstance(op.effective_tiling(), (Elementwise, Halo)) or \
+            any(t.box is None or not len(t.box) for t in chosen):
+        return chosen
+    total = sum(_cells(t) for t in tiles)
+    want = max(fraction * total / len(chosen), float(min_cells))
+    out = []
+    for t in chosen:
+        lens = np.array([hi - lo for lo, hi in t.box], np.int64)
+        if want >= _cells(t):
+            out.append(t)
+            continue
+        ratio = (want / _cells(t)) ** (1.0 / len(lens))  # every axis cut by the same ratio
+        cut = np.clip(np.ceil(lens * ratio), 1, lens).astype(np.int64)
+        lo = np.array([a for a, _ in t.box], np.int64) + (lens - cut) // 2
+        out.append(Tile(t.index, tuple(zip(lo.tolist(), (lo + cut).tolist()))))
+    return out
+
+
+def capture_seconds(strategy: Strategy, pairs: float, out_cells: float, in_cells: float) -> float:
+    """Seconds a strategy's lineage adds to the run, predicted from what it stores: a FULL
+    strategy's links (pairs x input cells) and a payload strategy's carried cells, plus a
+    cost per pair; LMDB bytes and keys are charged by `subzero.optimizer.cost_model.runtime_cost`.
+
+    Examples
+    --------
+    >>> round(capture_seconds(Strategy.parse("FullRange"), 10, 10, 90), 9)
+    3.1e-05
+    """
+    per = LINK_SECONDS * in_cells if strategy.mode is Mode.FULL else 0.0
+    return per + OUT_CELL_SECONDS * out_cells + PAIR_SECONDS * pairs
 
 
 def profile_tile(task: NodeTask, tile: Tile) -> TileProfile:
@@ -114,7 +170,7 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
     measured by ``runner``'s tasks (`profile_part`; a `LocalExecutor`: in this process),
     scaled to the node; ``candidates`` are the optimizer's strategy names."""
     op = task.operator
-    chosen = sample_tiles(tiles, sample)
+    chosen = sample_windows(op, tiles, sample)
     scale = (sum(_cells(t) for t in tiles) or 1) / (sum(_cells(t) for t in chosen) or 1)
     stored = tuple(s for s in map(Strategy.parse, candidates) if s.stored)
     profile = NodeProfile(
@@ -130,21 +186,23 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         return profile
     parts = [(t, group, k == 0) for t in chosen for k, group in enumerate(_groups(stored, len(chosen)))]
     measured = runner.map_calls(profile_part, replace(task, strategies=stored), parts)
-    profile.trace_seconds = sum(m.seconds for m in measured) * scale
     fanout, links, distinct = (sum(getattr(m, k) for m in measured) for k in ("fanout", "links", "distinct_in"))
+    # re-execution's lineage, predicted from its size as a capture is (`capture_seconds`), not timed
+    profile.trace_seconds = (LINK_SECONDS * links + OUT_CELL_SECONDS * fanout) * scale
     profile.fan_backward = max(links / fanout, 1.0) if fanout else 1.0
     profile.fan_forward = max(links / distinct, 1.0) if distinct else 1.0
     for strategy in stored:
         name = strategy.name
         tiles_of = [m for m in measured if name in m.strategies]  # one part per sample tile measured it
-        nbytes, seconds, pairs, outs, ins, keys, boxes = np.array([m.strategies[name] for m in tiles_of]).sum(axis=0)
+        nbytes, _, pairs, outs, ins, keys, boxes = np.array([m.strategies[name] for m in tiles_of]).sum(axis=0)
+        predicted = capture_seconds(strategy, pairs * scale, outs * scale, ins * scale)
         merged = merge_inline(strategy, [m.inline.get(name) for m in tiles_of], task.shapes)
         if merged is not None:  # the node keeps one merged table, about this size whatever its size
-            profile.strategies[name] = StrategyProfile(float(len(merged)), seconds * scale, pairs * scale,
+            profile.strategies[name] = StrategyProfile(float(len(merged)), predicted, pairs * scale,
                                                        outs * scale, ins * scale, 0.0)
             continue
         profile.strategies[name] = StrategyProfile(
-            nbytes * scale + index_bytes_bound(boxes * scale), seconds * scale, pairs * scale, outs * scale,
+            nbytes * scale + index_bytes_bound(boxes * scale), predicted, pairs * scale, outs * scale,
             ins * scale, keys * scale)
     return profile
 

@@ -145,6 +145,15 @@ class StencilOperator(Operator):
         return hit[tuple(slice(r, r + n) for r, n in zip(self.radius(), self.output_shape))]
 
 
+def _floating(x) -> np.ndarray:
+    """``x`` as scipy.ndimage filters it: float32 and float64 stay as they are (scipy keeps
+    the input's dtype, so a float32 image is filtered, stored and read in float32, half the
+    bytes of float64); any other dtype becomes float64, so integer and boolean inputs are
+    not truncated to their own dtype."""
+    x = np.asarray(x)
+    return x if x.dtype in (np.float32, np.float64) else x.astype(np.float64)
+
+
 class _KernelStencil(StencilOperator):
     """A stencil given by an explicit kernel: its non-zero footprint is what a cell reads."""
 
@@ -167,14 +176,14 @@ class Convolve(_KernelStencil):
     flip = True
 
     def run(self, ctx, x):
-        return ndimage.convolve(np.asarray(x, dtype=np.float64), self.kernel, mode=self.mode, cval=self.cval)
+        return ndimage.convolve(_floating(x), self.kernel, mode=self.mode, cval=self.cval)
 
 
 class Correlate(_KernelStencil):
     """``scipy.ndimage.correlate(x, kernel, mode, cval)``; lineage is the kernel's non-zero footprint."""
 
     def run(self, ctx, x):
-        return ndimage.correlate(np.asarray(x, dtype=np.float64), self.kernel, mode=self.mode, cval=self.cval)
+        return ndimage.correlate(_floating(x), self.kernel, mode=self.mode, cval=self.cval)
 
 
 class GaussianFilter(StencilOperator):
@@ -197,7 +206,7 @@ class GaussianFilter(StencilOperator):
         return box_offsets(tuple(int(self.truncate * s + 0.5) for s in sigmas))
 
     def run(self, ctx, x):
-        return ndimage.gaussian_filter(np.asarray(x, dtype=np.float64), self.sigma, order=self.order,
+        return ndimage.gaussian_filter(_floating(x), self.sigma, order=self.order,
                                        mode=self.mode, cval=self.cval, truncate=self.truncate)
 
 
@@ -216,7 +225,7 @@ class UniformFilter(StencilOperator):
     def run(self, ctx, x):
         # one explicit sum per cell and axis (correlate1d), not uniform_filter's running sum:
         # a running sum carries a NaN or an infinity to every later cell of the line
-        out = np.asarray(x, dtype=np.float64)
+        out = _floating(x)
         for axis, n in enumerate(per_axis(self.size, out.ndim, "UniformFilter", "size", minimum=1)):
             if n > 1:
                 out = ndimage.correlate1d(out, np.full(n, 1.0 / n), axis=axis, mode=self.mode, cval=self.cval)
@@ -283,7 +292,7 @@ class Laplace(StencilOperator):
         return np.concatenate([np.zeros((1, ndim), np.int64), eye, -eye])
 
     def run(self, ctx, x):
-        return ndimage.laplace(np.asarray(x, dtype=np.float64), mode=self.mode, cval=self.cval)
+        return ndimage.laplace(_floating(x), mode=self.mode, cval=self.cval)
 
 
 class Sobel(StencilOperator):

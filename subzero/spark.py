@@ -251,13 +251,15 @@ def _class_data_sharing() -> str:
                 except OSError:
                     pass
         return f"-XX:SharedArchiveFile={final}"
+    mine = f"{final}.{os.getpid()}.dump"
     try:
         os.makedirs(root, exist_ok=True)
         if glob.glob(final + ".*.dump"):  # another session is making it
             return ""
+        open(mine, "wb").close()  # claimed: the JVM replaces it with the archive as it exits
     except OSError:
         return ""
-    return f"-XX:ArchiveClassesAtExit={final}.{os.getpid()}.dump"
+    return f"-XX:ArchiveClassesAtExit={mine}"
 
 
 def _alive(pid: int) -> bool:

@@ -472,3 +472,28 @@ def test_commit_keeps_one_attempt_per_tile_and_removes_the_others(tmp_path):
     ref = clean.store.read_manifest("blur").shards["FullOne/backward"]
     assert [(r.keys, r.nbytes, r.pairs) for r in manifest.shards["FullOne/backward"]] == \
         [(r.keys, r.nbytes, r.pairs) for r in ref]
+
+
+def test_tiny_inputs_run_in_process_when_spark_would_have_to_start(tmp_path, monkeypatch):
+    import subzero.spark as spark_mod
+    from subzero import execution
+
+    monkeypatch.setattr(spark_mod, "would_start_embedded", lambda: True)
+    wf = sz.Workflow("tiny")
+    blur = wf.add(ops.Convolve(np.ones((3, 3)) / 9.0), wf.input("x"), name="blur")
+    wf.add(ops.Threshold(0.5), blur, name="mask")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) / 12
+    notes: list[str] = []
+    reporter = execution.Reporter()
+    monkeypatch.setattr(reporter, "note", notes.append)
+    tiny = wf.run({"x": x}, store=str(tmp_path / "tiny"), executor="spark", progress=reporter)
+    local = wf.run({"x": x}, store=str(tmp_path / "local"), executor="local")
+    assert tiny.catalog.executor == "local" and tiny.catalog.master is None
+    assert any("in-process" in n for n in notes)
+    assert np.array_equal(np.asarray(tiny.output("mask")), np.asarray(local.output("mask")))
+    assert np.array_equal(tiny.backward("mask", [(1, 1)], to="x"), local.backward("mask", [(1, 1)], to="x"))
+    # above the threshold, or with a session running already, Spark runs it
+    assert execution._in_process_if_tiny("spark", None, execution.IN_PROCESS_BYTES + 1, reporter) == "spark"
+    monkeypatch.setattr(spark_mod, "would_start_embedded", lambda: False)
+    assert execution._in_process_if_tiny("spark", None, 48, reporter) == "spark"
+    assert execution._in_process_if_tiny("local", None, 48, reporter) == "local"

@@ -66,7 +66,7 @@ def plain(x: np.ndarray, dark: np.ndarray) -> np.ndarray:
     """The same computation in plain numpy/scipy (the operators' functions and dtypes)."""
     from scipy import ndimage
 
-    blur = ndimage.convolve(np.asarray(x - dark, dtype=np.float64), np.ones((3, 3)) / 9.0, mode="reflect")
+    blur = ndimage.convolve(x - dark, np.ones((3, 3)) / 9.0, mode="reflect")  # float32, as Convolve keeps it
     labels, _ = ndimage.label(blur > THRESHOLD)
     return labels
 

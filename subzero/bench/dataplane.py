@@ -213,6 +213,7 @@ def run_dataplane(quick: bool, root: Path, size=None, log=print, timeout: float 
                     (f"tiny spark: {which}", "tiny-spark", code, {})]
     configs += [("tiny local: after", "tiny-local", ours, {}), ("tiny bare pyspark", "tiny-bare", ours, {})]
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in configs}
+    root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     for r in range(rounds):
         for label, config, code, env in configs:

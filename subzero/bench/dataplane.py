@@ -11,8 +11,10 @@ in memory, without stored lineage, run by
   ("before": ``SUBZERO_DATAPLANE_BASELINE``, a directory holding the older ``subzero``).
 
 and the tiny workflow (a 3x4 float32 array, Convolve then Threshold) as a whole new process
-each: ``subzero`` on the default Spark executor before and after, the local executor, and a
-bare pyspark session plus one job (default settings: the JVM's start).
+each: ``subzero`` on the default Spark executor before and after (after: in-process, as its
+inputs are tiny; and with ``SUBZERO_IN_PROCESS_BYTES=0``, starting its JVM with the faster
+flags), the local executor, and a bare pyspark session plus one job (default settings: the
+JVM's start).
 
 Every measurement is a fresh process; configurations are interleaved round by round, so the
 load of the machine (other jobs share its 2 cores) falls on all alike, and ``uptime``'s
@@ -211,7 +213,8 @@ def run_dataplane(quick: bool, root: Path, size=None, log=print, timeout: float 
     for which, code in trees.items():
         configs += [(f"local: {which}", "local", code, {}), (f"spark: {which}", "spark", code, {}),
                     (f"tiny spark: {which}", "tiny-spark", code, {})]
-    configs += [("tiny local: after", "tiny-local", ours, {}), ("tiny bare pyspark", "tiny-bare", ours, {})]
+    configs += [("tiny spark, JVM started: after", "tiny-spark", ours, {"SUBZERO_IN_PROCESS_BYTES": "0"}),
+                ("tiny local: after", "tiny-local", ours, {}), ("tiny bare pyspark", "tiny-bare", ours, {})]
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in configs}
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)

@@ -320,11 +320,9 @@ def _tail(path: str | None, lines: int = 3) -> str:
 
 def would_start_embedded() -> bool:
     """True when a Spark executor made now would start a new embedded session (no session
-    in this process, not under spark-submit, the default ``local[...]`` master): a JVM start
+    in this process, not under spark-submit, no master chosen: `DEFAULT_MASTER`): a JVM start
     of several seconds that a workflow on tiny inputs does not need (`subzero.execution`)."""
-    if os.environ.get("PYSPARK_GATEWAY_PORT"):
-        return False
-    if not os.environ.get("SUBZERO_SPARK_MASTER", DEFAULT_MASTER).startswith("local"):
+    if os.environ.get("PYSPARK_GATEWAY_PORT") or os.environ.get("SUBZERO_SPARK_MASTER"):
         return False
     return "pyspark" not in sys.modules or _active_session() is None
 

@@ -168,7 +168,9 @@ def _env(**extra) -> dict:
     """The environment of a command a user types: no spark-submit session around, subzero importable."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_SUBMIT_ARGS", "PYSPARK_GATEWAY_PORT",
                                                              "PYSPARK_GATEWAY_SECRET")}
-    env.update(PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", **extra)
+    # these commands are about Spark: their small inputs must not run in-process instead
+    env.update(PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
+               SUBZERO_IN_PROCESS_BYTES="0", **extra)
     return env
 
 

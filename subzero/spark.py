@@ -209,7 +209,7 @@ JVM_START_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:cds=off -Xlo
 def _class_data_sharing() -> str:
     """The JVM option that maps Spark's classes from a class-data-sharing archive, or dumps one.
 
-    The archive (``$SUBZERO_CACHE/spark/classes-<java and pyspark versions>.jsa``) is made by
+    The archive (``$SUBZERO_CACHE/spark-cds/classes-<java and pyspark versions>.jsa``) is made by
     the first session's JVM when it exits (``-XX:ArchiveClassesAtExit``), under a name of
     its own (with the driver's process id) so that no session maps a half-written archive; a
     session after it (its driver gone, the file untouched for a minute) renames it into place and maps it (``-XX:SharedArchiveFile``),
@@ -222,7 +222,7 @@ def _class_data_sharing() -> str:
 
     from pyspark import __version__ as pyspark_version
 
-    root = os.path.dirname(driver_log_path())
+    root = os.path.dirname(driver_log_path()) + "-cds"  # not among the driver logs, which are pruned
     java = shutil.which("java") or ""
     if os.environ.get("JAVA_HOME"):
         java = os.path.join(os.environ["JAVA_HOME"], "bin", "java")
@@ -288,8 +288,8 @@ def _jvm_output_to(path: str | None):
         yield
         return
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    logs = sorted((os.path.join(os.path.dirname(path), f) for f in os.listdir(os.path.dirname(path))),
-                  key=lambda f: os.stat(f).st_mtime)
+    logs = sorted((os.path.join(os.path.dirname(path), f) for f in os.listdir(os.path.dirname(path))
+                   if f.startswith("driver-") and f.endswith(".log")), key=lambda f: os.stat(f).st_mtime)
     for old in logs[:max(0, len(logs) - DRIVER_LOGS_KEPT)]:
         try:
             os.unlink(old)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import os
 import time
 from dataclasses import replace
 from typing import Any, Callable, Sequence
@@ -320,6 +321,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
     parse_runtime_budget(max_runtime, 1.0)  # reject a malformed budget before anything runs
     location = resolve(store, storage_options)
     check_executor(executor, location.url)
+    executor = _in_process_if_tiny(executor, spark, input_bytes, progress)
     operators = [n for n in wf.nodes if not n.is_input]
     optimized = bool(queries or max_disk is not None or max_runtime is not None) and \
         any(n.name not in pinned for n in operators)
@@ -386,6 +388,26 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
             if not failed:
                 raise
     return Run(open_store(location), wf)
+
+
+#: inputs of at most this many bytes in all run in-process (the local executor) when Spark
+#: would have to start for them: its JVM costs seconds, the run milliseconds; the answers are
+#: the same (one runtime runs the tiles either way).  SUBZERO_IN_PROCESS_BYTES=0 turns it off.
+IN_PROCESS_BYTES = int(os.environ.get("SUBZERO_IN_PROCESS_BYTES", 16 * 2**20))
+
+
+def _in_process_if_tiny(executor: str, spark, input_bytes: int, progress: Reporter) -> str:
+    """``"local"`` for a Spark run on tiny inputs that would start its own embedded session
+    (the run's catalog, `subzero info` and the progress report say so); else ``executor``."""
+    if executor != "spark" or spark is not None or input_bytes > IN_PROCESS_BYTES:
+        return executor
+    from subzero.spark import would_start_embedded
+
+    if not would_start_embedded():
+        return executor
+    progress.note(f"inputs are tiny ({input_bytes} bytes <= {IN_PROCESS_BYTES}, SUBZERO_IN_PROCESS_BYTES): "
+                  "running in-process on the local executor instead of starting Spark")
+    return "local"
 
 
 def _now() -> str:

@@ -44,15 +44,15 @@ def _check(name: str, **given: Any) -> None:
                                    f"or wrap scipy.ndimage.{name} with sz.udf(fn, lineage=sz.Window(radius=...))")
 
 
-def _like_input(node: SymbolicArray, x: SymbolicArray, name: str) -> SymbolicArray:
-    """``node`` (float64) cast to ``x``'s dtype, as scipy returns it."""
-    node = SymbolicArray(node.tracer, node.entry, node.shape, np.float64)
-    return node if x.dtype == np.float64 else astype(node, x.dtype)
-
-
 def _stencil(name: str, op, x, same_dtype: bool = True) -> SymbolicArray:
-    node = add_node(op, [x], name, dtype=x.dtype if not same_dtype else np.float64)
-    return _like_input(node, x, name) if same_dtype else node
+    """``op`` over ``x`` with scipy's output dtype: ``x``'s own (``same_dtype``), computed in
+    float32/float64 when the operator keeps them (``keeps_float``) or else in float64 and
+    cast back, as scipy returns it."""
+    if not same_dtype:
+        return add_node(op, [x], name, dtype=x.dtype)
+    kept = getattr(op, "keeps_float", False) and x.dtype in (np.float32, np.float64)
+    node = add_node(op, [x], name, dtype=x.dtype if kept else np.dtype(np.float64))
+    return node if node.dtype == x.dtype else astype(node, x.dtype)
 
 
 def convolve(input, weights, output=None, mode="reflect", cval=0.0, origin=0):

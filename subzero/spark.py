@@ -200,6 +200,77 @@ def driver_log_path() -> str:
 #: how many driver logs of earlier sessions `driver_log_path`'s directory keeps
 DRIVER_LOGS_KEPT = 20
 
+#: JVM options of the driver of a session subzero starts: the JVM only schedules tasks and
+#: moves a few hundred bytes per tile, so it starts with the client compiler only and the
+#: serial collector (both start faster), and with class-data sharing (`_class_data_sharing`)
+JVM_START_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def _class_data_sharing() -> str:
+    """The JVM option that maps Spark's classes from a class-data-sharing archive, or dumps one.
+
+    The archive (``$SUBZERO_CACHE/spark-cds/classes-<java and pyspark versions>.jsa``) is made by
+    the first session's JVM when it exits (``-XX:ArchiveClassesAtExit``), under a name of
+    its own (with the driver's process id) so that no session maps a half-written archive; a
+    session after it (its driver gone, the file untouched for a minute) renames it into place and maps it (``-XX:SharedArchiveFile``),
+    which halves the JVM's start.  A stale or unreadable archive is ignored by the JVM.
+    ``SUBZERO_SPARK_CDS=0`` turns this off.
+    """
+    if os.environ.get("SUBZERO_SPARK_CDS", "1") == "0":
+        return ""
+    import glob
+
+    from pyspark import __version__ as pyspark_version
+
+    root = os.path.dirname(driver_log_path()) + "-cds"  # not among the driver logs, which are pruned
+    java = shutil.which("java") or ""
+    if os.environ.get("JAVA_HOME"):
+        java = os.path.join(os.environ["JAVA_HOME"], "bin", "java")
+    try:
+        real = os.path.realpath(java)
+        stamp = f"{os.path.basename(os.path.dirname(os.path.dirname(real)))}-{int(os.stat(real).st_mtime)}"
+    except OSError:
+        return ""
+    final = os.path.join(root, f"classes-{stamp}-pyspark{pyspark_version}.jsa")
+    if not os.path.exists(final):
+        for done in glob.glob(final + ".*.dump"):
+            pid = int(done.rsplit(".", 2)[-2]) if done.rsplit(".", 2)[-2].isdigit() else 0
+            # the driver that asked for it has exited, and its JVM (which dumps as it exits,
+            # after the driver) has not written it for a minute: the archive is complete
+            if pid and not _alive(pid) and time.time() - os.path.getmtime(done) > 60:
+                if os.path.getsize(done) > 0:
+                    os.replace(done, final)
+                    break
+                os.unlink(done)
+    if os.path.exists(final):
+        for left in glob.glob(final + ".*.dump"):  # archives of sessions that raced the first one
+            pid = int(left.rsplit(".", 2)[-2]) if left.rsplit(".", 2)[-2].isdigit() else 0
+            if pid and not _alive(pid) and time.time() - os.path.getmtime(left) > 60:
+                try:
+                    os.unlink(left)
+                except OSError:
+                    pass
+        return f"-XX:SharedArchiveFile={final}"
+    mine = f"{final}.{os.getpid()}.dump"
+    try:
+        os.makedirs(root, exist_ok=True)
+        if glob.glob(final + ".*.dump"):  # another session is making it
+            return ""
+        open(mine, "wb").close()  # claimed: the JVM replaces it with the archive as it exits
+    except OSError:
+        return ""
+    return f"-XX:ArchiveClassesAtExit={mine}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
 
 @contextmanager
 def _jvm_output_to(path: str | None):
@@ -217,8 +288,8 @@ def _jvm_output_to(path: str | None):
         yield
         return
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    logs = sorted((os.path.join(os.path.dirname(path), f) for f in os.listdir(os.path.dirname(path))),
-                  key=lambda f: os.stat(f).st_mtime)
+    logs = sorted((os.path.join(os.path.dirname(path), f) for f in os.listdir(os.path.dirname(path))
+                   if f.startswith("driver-") and f.endswith(".log")), key=lambda f: os.stat(f).st_mtime)
     for old in logs[:max(0, len(logs) - DRIVER_LOGS_KEPT)]:
         try:
             os.unlink(old)
@@ -245,6 +316,15 @@ def _tail(path: str | None, lines: int = 3) -> str:
         text = f.read()[-4000:].decode("utf-8", "replace")
     kept = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
     return " | ".join(kept)
+
+
+def would_start_embedded() -> bool:
+    """True when a Spark executor made now would start a new embedded session (no session
+    in this process, not under spark-submit, no master chosen: `DEFAULT_MASTER`): a JVM start
+    of several seconds that a workflow on tiny inputs does not need (`subzero.execution`)."""
+    if os.environ.get("PYSPARK_GATEWAY_PORT") or os.environ.get("SUBZERO_SPARK_MASTER"):
+        return False
+    return "pyspark" not in sys.modules or _active_session() is None
 
 
 def _active_session():
@@ -288,7 +368,8 @@ def get_session(master: str | None = None, log_level: str = "ERROR", conf: dict[
                    .config("spark.driver.memory", os.environ.get("SUBZERO_DRIVER_MEMORY", "1g"))
                    .config("spark.ui.enabled", "false")
                    .config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.python.worker.reuse", "true"))
+                   .config("spark.python.worker.reuse", "true")
+                   .config("spark.driver.extraJavaOptions", f"{JVM_START_OPTIONS} {_class_data_sharing()}".strip()))
         if chosen.startswith("local") and not os.environ.get("SPARK_LOCAL_IP"):
             # in-process: nothing needs to reach the driver from another machine
             builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")

@@ -461,3 +461,61 @@ def test_commit_refreshes_this_processes_view_of_the_array(loc):
     write_array(ref, np.arange(5.0), chunks=(2,))
     assert ref.layout()[0] == (5,)
     np.testing.assert_array_equal(ref.read(), np.arange(5.0))
+
+
+# -- the chunk cache and the "auto" compressor (issue 23) -----------------------------------------
+def test_a_rewritten_chunk_is_never_served_from_the_chunk_cache(tmp_path):
+    ref = ArrayRef(resolve(str(tmp_path)), "arrays/a")
+    first = np.arange(16, dtype=np.float32).reshape(4, 4)
+    ref.write_block(((0, 4), (0, 4)), first, (4, 4), (4, 4), "zstd")
+    ref.commit((4, 4), "float32", (4, 4), "zstd")
+    assert np.array_equal(ref.read(), first)
+    assert np.array_equal(ref.read(((1, 3), (1, 3))), first[1:3, 1:3])  # served from the cache
+    ref.write_block(((0, 4), (0, 4)), first + 100, (4, 4), (4, 4), "zstd")  # a new file: a new identity
+    got = ref.read()
+    assert np.array_equal(got, first + 100)
+    got[0, 0] = -1  # what read returns is the caller's own copy
+    assert ref.read()[0, 0] == 100
+
+
+def test_the_chunk_cache_stays_within_its_bytes():
+    cache = arrays_mod._ChunkCache(4000)
+    for i in range(10):
+        cache.put(("k", i), np.zeros(100, np.float64))  # 800 bytes each
+    assert cache.size <= 4000 and cache.get(("k", 0)) is None and cache.get(("k", 9)) is not None
+    assert not cache.get(("k", 9)).flags.writeable
+
+
+def test_auto_stores_floats_uncompressed_and_the_rest_with_zstd(tmp_path):
+    location = resolve(str(tmp_path))
+    for name, values, pipeline in (("f", np.random.default_rng(0).normal(size=(6, 5)).astype(np.float32), "none"),
+                                   ("m", np.arange(30).reshape(6, 5) % 3 == 0, "zstd")):
+        ref = ArrayRef(location, f"arrays/{name}", compressor="auto")
+        ref.write_block(((0, 6), (0, 5)), values, (6, 5), (3, 5))
+        ref.commit((6, 5), str(values.dtype), (3, 5))
+        meta = json.loads((tmp_path / "arrays" / name / "zarr.json").read_text())
+        assert arrays_mod._pipeline(meta) == pipeline
+        assert np.array_equal(ref.read(), values)
+        assert np.array_equal(zarr.open_array(str(tmp_path / "arrays" / name), mode="r")[:], values)
+
+
+def test_an_in_memory_input_is_compressed_only_when_a_sample_compresses(tmp_path):
+    noise = np.random.default_rng(1).normal(size=(64, 64)).astype(np.float32)
+    assert arrays_mod.sampled_compressor(noise, (32, 32)) == "none"
+    assert arrays_mod.sampled_compressor(np.zeros((64, 64), np.float32), (32, 32)) == "zstd"
+    ref = ArrayRef(resolve(str(tmp_path)), "arrays/z", compressor="auto")
+    digests: list[str] = []
+    write_array(ref, np.zeros((64, 64), np.float32), (16, 16), digests=digests)
+    meta = json.loads((tmp_path / "arrays" / "z" / "zarr.json").read_text())
+    assert arrays_mod._pipeline(meta) == "zstd" and len(digests) == 16
+
+
+def test_write_array_digests_its_chunks_in_chunk_order_whatever_the_threads(tmp_path):
+    from subzero.fingerprint import block_digest
+
+    values = sample((50, 40), "int32", seed=3)
+    digests: list[str] = []
+    chunks = write_array(ArrayRef(resolve(str(tmp_path)), "arrays/d"), values, (16, 16), digests=digests)
+    expected = [block_digest(values[tuple(slice(lo, hi) for lo, hi in t.box)])
+                for t in tile_grid(values.shape, (0, 1), chunks)]
+    assert digests == expected

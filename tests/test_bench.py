@@ -173,7 +173,7 @@ def test_scale_bench_measures_each_configuration_in_its_own_process(tmp_path):
         assert lineage["lineage_bytes"] > 0  # Label stored CompOne
         assert local["backward_cells"] == lineage["backward_cells"] > 0  # same answer with and without lineage
         assert local["forward_cells"] == lineage["forward_cells"] > 0
-    assert set(raw["codecs"]) == {"none", "lz4", "zstd"} and all("wall" in r for r in raw["codecs"].values())
+    assert set(raw["codecs"]) == {"auto", "none", "lz4", "zstd"} and all("wall" in r for r in raw["codecs"].values())
     doc = {"bench": "scale", "quick": False, "date": "now", "command": "test", "seconds": 1.0,
            "machine": {"cpu": "x", "nproc": 2, "memory_gb": 1, "os": "linux", "python": "3"}} | body
     text = render(doc, ["fig_scale.png"])

@@ -747,6 +747,7 @@ def test_the_readme_walkthrough_runs_as_written(tmp_path):
     assert [c.split()[1] for c in commands] == ["run", "info", "query", "brush", "replay"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_SUBMIT_ARGS", "PYSPARK_GATEWAY_PORT")}
     env["PYTHONPATH"] = str(ROOT)
+    env["SUBZERO_IN_PROCESS_BYTES"] = "0"  # small inputs: they would run in-process, this checks Spark
     outs = []
     for line in commands:  # the run goes on the embedded Spark session, as the README says
         done = subprocess.run(as_argv(line), capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)

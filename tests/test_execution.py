@@ -499,3 +499,28 @@ def test_calibration_skips_what_the_workload_never_asks(tmp_path):
     assert "FullOne/forward" in _candidates(crd, {"crd": ("FullOne/forward",)}, {})  # pins are kept
     run = wf.run({"x": image()}, store=tmp_path / "o", workload=backward, executor="local")
     assert run.catalog.nodes["crd"].profile["strategies"].keys() <= set(every) - {"FullOne/forward"}
+
+
+def test_tiny_inputs_run_in_process_when_spark_would_have_to_start(tmp_path, monkeypatch):
+    import subzero.spark as spark_mod
+    from subzero import execution
+
+    monkeypatch.setattr(spark_mod, "would_start_embedded", lambda: True)
+    wf = sz.Workflow("tiny")
+    blur = wf.add(ops.Convolve(np.ones((3, 3)) / 9.0), wf.input("x"), name="blur")
+    wf.add(ops.Threshold(0.5), blur, name="mask")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) / 12
+    notes: list[str] = []
+    reporter = execution.Reporter()
+    monkeypatch.setattr(reporter, "note", notes.append)
+    tiny = wf.run({"x": x}, store=str(tmp_path / "tiny"), executor="spark", progress=reporter)
+    local = wf.run({"x": x}, store=str(tmp_path / "local"), executor="local")
+    assert tiny.catalog.executor == "local" and tiny.catalog.master is None
+    assert any("in-process" in n for n in notes)
+    assert np.array_equal(np.asarray(tiny.output("mask")), np.asarray(local.output("mask")))
+    assert np.array_equal(tiny.backward("mask", [(1, 1)], to="x"), local.backward("mask", [(1, 1)], to="x"))
+    # above the threshold, or with a session running already, Spark runs it
+    assert execution._in_process_if_tiny("spark", None, execution.IN_PROCESS_BYTES + 1, reporter) == "spark"
+    monkeypatch.setattr(spark_mod, "would_start_embedded", lambda: False)
+    assert execution._in_process_if_tiny("spark", None, 48, reporter) == "spark"
+    assert execution._in_process_if_tiny("local", None, 48, reporter) == "local"

@@ -1401,3 +1401,17 @@ def test_window_lineage_of_cells_is_the_dilation_of_their_mask(n_cells):
     np.testing.assert_array_equal(op.map_f(cells, 0), expected)
     np.testing.assert_array_equal(op.map_p(cells, b"\x02", 0),
                                   np.argwhere(ndimage.binary_dilation(mask, np.ones((5, 5), bool))))
+
+
+@pytest.mark.parametrize("op", [ops.Convolve(np.ones((3, 3)) / 9.0), ops.Correlate(np.ones((3, 3)) / 9.0),
+                                ops.GaussianFilter(1.0), ops.Laplace()])
+def test_filters_keep_float32_as_scipy_does_and_widen_integers(op):
+    from scipy import ndimage
+
+    x = np.random.default_rng(0).normal(size=(9, 7)).astype(np.float32)
+    op.input_shapes, op.output_shape = ((9, 7),), (9, 7)
+    got = op.run(None, x)
+    assert got.dtype == np.float32
+    if isinstance(op, ops.Convolve):
+        assert np.array_equal(got, ndimage.convolve(x, op.kernel, mode=op.mode, cval=op.cval))
+    assert op.run(None, np.arange(63).reshape(9, 7)).dtype == np.float64

@@ -168,7 +168,9 @@ def _env(**extra) -> dict:
     """The environment of a command a user types: no spark-submit session around, subzero importable."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_SUBMIT_ARGS", "PYSPARK_GATEWAY_PORT",
                                                              "PYSPARK_GATEWAY_SECRET")}
-    env.update(PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", **extra)
+    # these commands are about Spark: their small inputs must not run in-process instead
+    env.update(PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
+               SUBZERO_IN_PROCESS_BYTES="0", **extra)
     return env
 
 
@@ -598,3 +600,23 @@ def test_the_embedded_session_listens_on_loopback_only(spark):
     jvm = psutil.Process(SparkContext._gateway.proc.pid)
     listening = [c.laddr.ip for c in jvm.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN]
     assert listening and all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for ip in listening), listening
+
+
+def test_the_class_data_sharing_archive_is_dumped_once_then_mapped(tmp_path, monkeypatch):
+    from subzero import spark as spark_mod
+
+    monkeypatch.setenv("SUBZERO_CACHE", str(tmp_path))
+    first = spark_mod._class_data_sharing()
+    assert first.startswith("-XX:ArchiveClassesAtExit=") and first.endswith(f".{os.getpid()}.dump")
+    dump = Path(first.split("=", 1)[1])
+    assert spark_mod._class_data_sharing() == ""  # being made (its driver alive): nobody else dumps
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    finished = dump.with_name(dump.name.replace(f".{os.getpid()}.", f".{gone.pid}."))
+    finished.write_bytes(b"archive")
+    os.utime(finished, (time.time() - 120, time.time() - 120))
+    got = spark_mod._class_data_sharing()
+    final = str(dump).rsplit(".", 2)[0]
+    assert got == f"-XX:SharedArchiveFile={final}" and Path(final).read_bytes() == b"archive"
+    monkeypatch.setenv("SUBZERO_SPARK_CDS", "0")
+    assert spark_mod._class_data_sharing() == ""

@@ -27,7 +27,7 @@ from subzero.errors import SubZeroError
 
 __all__ = ["main", "run_bench", "render_dir", "write_summary", "BENCHES"]
 
-BENCHES = ("astronomy", "genomics", "micro", "scale", "trace", "stats", "coldquery", "capture")
+BENCHES = ("astronomy", "genomics", "micro", "scale", "trace", "stats", "coldquery", "capture", "dataplane")
 
 
 def _runner(name: str) -> Callable[..., dict[str, Any]]:
@@ -57,6 +57,9 @@ def _runner(name: str) -> Callable[..., dict[str, Any]]:
     if name == "capture":
         from subzero.bench.capture import run_capture
         return lambda quick, root, size, log=print, **kw: run_capture(quick, root, size=size, log=log)
+    if name == "dataplane":
+        from subzero.bench.dataplane import run_dataplane
+        return lambda quick, root, size, log=print, **kw: run_dataplane(quick, root, size=size, log=log)
     raise SubZeroError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHES)}")
 
 
@@ -95,7 +98,7 @@ def run_bench(name: str, quick: bool, out_dir: str | Path, size=None, executor: 
     out.mkdir(parents=True, exist_ok=True)
     log = log or (lambda line: print(line, flush=True))
     # scale runs each configuration in a new process; stats starts Spark only for its Spark row
-    if executor == "spark" and spark is None and name not in ("scale", "stats", "coldquery", "capture"):
+    if executor == "spark" and spark is None and name not in ("scale", "stats", "coldquery", "capture", "dataplane"):
         from subzero.spark import get_session
 
         spark = get_session()

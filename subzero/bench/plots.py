@@ -151,4 +151,5 @@ def plot(doc: dict[str, Any], out_dir: str | Path) -> list[str]:
     """Draw the figures of a results document into ``out_dir``; return the file names."""
     return {"astronomy": plot_astronomy, "genomics": plot_genomics, "micro": plot_micro,
             "scale": plot_scale, "trace": lambda doc, out: [], "stats": lambda doc, out: [],
-            "coldquery": lambda doc, out: [], "capture": lambda doc, out: []}[doc["bench"]](doc, Path(out_dir))
+            "coldquery": lambda doc, out: [], "capture": lambda doc, out: [],
+            "dataplane": lambda doc, out: []}[doc["bench"]](doc, Path(out_dir))

@@ -283,6 +283,12 @@ def _capture(doc: dict[str, Any]) -> list[str]:
     return render_capture(doc)
 
 
+def _dataplane(doc: dict[str, Any]) -> list[str]:
+    from subzero.bench.dataplane import render_dataplane
+
+    return render_dataplane(doc)
+
+
 def _coldquery(doc: dict[str, Any]) -> list[str]:
     from subzero.bench.coldquery import render_coldquery
 
@@ -351,9 +357,11 @@ def render(doc: dict[str, Any], plots: list[str]) -> str:
              "trace": "Trace benchmark: numpy code traced into workflows (issue 18)",
              "stats": "Lineage statistics: per-object tables and contamination counts (issue 20)",
              "coldquery": "Cold query: a new `subzero query` process against `import numpy` (issue 23)",
-             "capture": "Capture overhead: runs storing lineage over the same runs without (issue 23)"}[doc["bench"]]
-    body = {"astronomy": _astronomy, "genomics": _genomics, "micro": _micro, "scale": _scale,
-            "trace": _trace, "stats": _stats, "coldquery": _coldquery, "capture": _capture}[doc["bench"]](doc)
+             "capture": "Capture overhead: runs storing lineage over the same runs without (issue 23)",
+             "dataplane": "Data plane: Spark and the local executor without stored lineage, the tiny workflow (issue 23)"}[
+        doc["bench"]]
+    body = {"astronomy": _astronomy, "genomics": _genomics, "micro": _micro, "scale": _scale, "trace": _trace,
+            "stats": _stats, "coldquery": _coldquery, "capture": _capture, "dataplane": _dataplane}[doc["bench"]](doc)
     figures = ["## Figures", ""] + [f"![{p}]({p})" for p in plots] + [""]
     notes = WHY.get(doc["bench"], {}).get("_general")
     general = ["## Notes", "", notes, ""] if notes else []

@@ -66,7 +66,7 @@ def plain(x: np.ndarray, dark: np.ndarray) -> np.ndarray:
     """The same computation in plain numpy/scipy (the operators' functions and dtypes)."""
     from scipy import ndimage
 
-    blur = ndimage.convolve(np.asarray(x - dark, dtype=np.float64), np.ones((3, 3)) / 9.0, mode="reflect")
+    blur = ndimage.convolve(x - dark, np.ones((3, 3)) / 9.0, mode="reflect")  # float32, as Convolve keeps it
     labels, _ = ndimage.label(blur > THRESHOLD)
     return labels
 
@@ -222,7 +222,7 @@ def compressor_sweep(root: Path, side: int, inputs: dict[str, str], timeout: flo
     """The local run without lineage at one size under each chunk compressor: wall time and
     bytes of the stored arrays (random float images compress little; masks and labels a lot)."""
     return {codec: _one("local", side, inputs, root / f"store-codec-{codec}", timeout,
-                        {"SUBZERO_COMPRESSOR": codec}) for codec in ("none", "lz4", "zstd")}
+                        {"SUBZERO_COMPRESSOR": codec}) for codec in ("auto", "none", "lz4", "zstd")}
 
 
 def run_scale(quick: bool, root: Path, sides=None, configs=CONFIGS, log=print, max_: bool = False,

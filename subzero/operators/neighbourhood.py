@@ -45,6 +45,10 @@ class StencilOperator(Operator):
     """Base of stencils: subclasses give ``stencil(ndim)`` (the offsets each output cell
     reads, relative to itself, for an ``ndim``-D input) and ``run``."""
 
+    #: True when ``run`` filters float32 in float32 as scipy does (`_floating`); otherwise the
+    #: result is float64 (the numpy front end casts it back to the input's dtype)
+    keeps_float: bool = False
+
     def __init__(self, mode: str = "reflect", cval: float = 0.0):
         self.mode = check_choice(mode, MODES, type(self).__name__, "mode")
         self.cval = float(cval)
@@ -147,9 +151,19 @@ class StencilOperator(Operator):
         return hit[tuple(slice(r, r + n) for r, n in zip(self.radius(), self.output_shape))]
 
 
+def _floating(x) -> np.ndarray:
+    """``x`` as scipy.ndimage filters it: float32 and float64 stay as they are (scipy keeps
+    the input's dtype, so a float32 image is filtered, stored and read in float32, half the
+    bytes of float64); any other dtype becomes float64, so integer and boolean inputs are
+    not truncated to their own dtype."""
+    x = np.asarray(x)
+    return x if x.dtype in (np.float32, np.float64) else x.astype(np.float64)
+
+
 class _KernelStencil(StencilOperator):
     """A stencil given by an explicit kernel: its non-zero footprint is what a cell reads."""
 
+    keeps_float = True
     flip = False
 
     def __init__(self, kernel, mode: str = "reflect", cval: float = 0.0):
@@ -169,14 +183,14 @@ class Convolve(_KernelStencil):
     flip = True
 
     def run(self, ctx, x) -> np.ndarray:
-        return ndimage.convolve(np.asarray(x, dtype=np.float64), self.kernel, mode=self.mode, cval=self.cval)
+        return ndimage.convolve(_floating(x), self.kernel, mode=self.mode, cval=self.cval)
 
 
 class Correlate(_KernelStencil):
     """``scipy.ndimage.correlate(x, kernel, mode, cval)``; lineage is the kernel's non-zero footprint."""
 
     def run(self, ctx, x) -> np.ndarray:
-        return ndimage.correlate(np.asarray(x, dtype=np.float64), self.kernel, mode=self.mode, cval=self.cval)
+        return ndimage.correlate(_floating(x), self.kernel, mode=self.mode, cval=self.cval)
 
 
 class GaussianFilter(StencilOperator):
@@ -185,6 +199,8 @@ class GaussianFilter(StencilOperator):
     The footprint is the truncated kernel: a box of radius ``int(truncate * sigma + 0.5)``
     per axis (``sigma`` is a float or one per axis).
     """
+
+    keeps_float = True
 
     def __init__(self, sigma: float | tuple[float, ...], order: int | tuple[int, ...] = 0, mode: str = "reflect",
                  cval: float = 0.0, truncate: float = 4.0):
@@ -199,7 +215,7 @@ class GaussianFilter(StencilOperator):
         return box_offsets(tuple(int(self.truncate * s + 0.5) for s in sigmas))
 
     def run(self, ctx, x) -> np.ndarray:
-        return ndimage.gaussian_filter(np.asarray(x, dtype=np.float64), self.sigma, order=self.order,
+        return ndimage.gaussian_filter(_floating(x), self.sigma, order=self.order,
                                        mode=self.mode, cval=self.cval, truncate=self.truncate)
 
 
@@ -207,6 +223,8 @@ class UniformFilter(StencilOperator):
     """``scipy.ndimage.uniform_filter(x, size, mode, cval)``: the mean over a box of ``size``
     cells per axis (element ``j`` of the box reads offset ``j - size // 2``), computed as one
     explicit sum per cell so that a NaN stays inside the boxes that hold it."""
+
+    keeps_float = True
 
     def __init__(self, size: int | tuple[int, ...] = 3, mode: str = "reflect", cval: float = 0.0):
         super().__init__(mode, cval)
@@ -218,7 +236,7 @@ class UniformFilter(StencilOperator):
     def run(self, ctx, x) -> np.ndarray:
         # one explicit sum per cell and axis (correlate1d), not uniform_filter's running sum:
         # a running sum carries a NaN or an infinity to every later cell of the line
-        out = np.asarray(x, dtype=np.float64)
+        out = _floating(x)
         for axis, n in enumerate(per_axis(self.size, out.ndim, "UniformFilter", "size", minimum=1)):
             if n > 1:
                 out = ndimage.correlate1d(out, np.full(n, 1.0 / n), axis=axis, mode=self.mode, cval=self.cval)
@@ -280,12 +298,14 @@ class MinimumFilter(_RankFilter):
 class Laplace(StencilOperator):
     """``scipy.ndimage.laplace(x, mode, cval)``: a cell reads itself and its 2 * ndim axis neighbours."""
 
+    keeps_float = True
+
     def stencil(self, ndim: int) -> np.ndarray:
         eye = np.eye(ndim, dtype=np.int64)
         return np.concatenate([np.zeros((1, ndim), np.int64), eye, -eye])
 
     def run(self, ctx, x) -> np.ndarray:
-        return ndimage.laplace(np.asarray(x, dtype=np.float64), mode=self.mode, cval=self.cval)
+        return ndimage.laplace(_floating(x), mode=self.mode, cval=self.cval)
 
 
 class Sobel(StencilOperator):

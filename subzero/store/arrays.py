@@ -16,12 +16,25 @@ LZ4 | ``zstd``] + ``crc32c``) directly with numcodecs and google-crc32c rather t
 through zarr's asynchronous API, whose event-loop hand-off costs milliseconds per call
 under load; the chunks are standard Zarr v3 chunks (tests read them back with zarr, and
 read zarr's), and `ArrayRef.open` gives users the array through zarr itself.
+
+The compressor is chosen per array by what compresses (``"auto"``, the default): float
+arrays (noise-like measurements compress by a few percent under zstd, at several times the
+cost of a copy) are stored with the ``none`` pipeline (``bytes`` + ``crc32c``), everything
+else (masks, labels, counts) with zstd; an array the driver writes from memory is judged by
+compressing a sample chunk.  Every choice is one of the standard pipelines above, named in
+the array's ``zarr.json``, so any reader (zarr, older subzero) reads it.
+
+Decoded chunks of local stores are kept in a per-process cache bounded in bytes
+(`CHUNK_CACHE_BYTES`), keyed by the chunk file's identity (inode, size, modification time),
+so the halo reads of neighbouring tiles decode a shared chunk once and a rewritten chunk is
+never served stale.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,15 +44,84 @@ from subzero.errors import StoreError
 from subzero.store.failures import REBUILD, REBUILD_ARRAY, reading
 from subzero.store.location import Location
 
-__all__ = ["ArrayRef", "StoredArray", "ExternalArray", "write_array", "COMPRESSOR", "chunk_boxes"]
+__all__ = ["ArrayRef", "StoredArray", "ExternalArray", "write_array", "COMPRESSOR", "CHUNK_CACHE_BYTES", "chunk_boxes",
+           "resolve_compressor", "sampled_compressor"]
 
-#: chunk compression: "none", "lz4" (Blosc LZ4, byte shuffle) or "zstd" (level 1); see the README
-COMPRESSOR = os.environ.get("SUBZERO_COMPRESSOR", "zstd")
+#: chunk compression: "auto" (by what compresses, see the module's text), "none", "lz4"
+#: (Blosc LZ4, byte shuffle) or "zstd" (level 1); see the README
+COMPRESSOR = os.environ.get("SUBZERO_COMPRESSOR", "auto")
+#: bytes of decoded chunks a process keeps (0: none); SUBZERO_CHUNK_CACHE_MB sets it
+CHUNK_CACHE_BYTES = int(float(os.environ.get("SUBZERO_CHUNK_CACHE_MB", "256")) * 2**20)
+#: "auto" stores a sampled array compressed only when zstd shrinks it below this fraction
+AUTO_RATIO = 0.8
 
 Box = tuple[tuple[int, int], ...]
 
 _OPEN: dict[tuple[str, str], Any] = {}
 _OPEN_LOCK = threading.Lock()
+
+
+def resolve_compressor(name: str, dtype) -> str:
+    """The pipeline ``name`` means for an array of ``dtype``: "auto" is "none" for float and
+    complex arrays, "zstd" for the others; any other name is itself."""
+    if name != "auto":
+        return name
+    return "none" if np.dtype(dtype).kind in "fc" else "zstd"
+
+
+def sampled_compressor(array: np.ndarray, chunks: tuple[int, ...]) -> str:
+    """"zstd" if one chunk-sized sample of ``array`` (its middle) compresses below
+    `AUTO_RATIO` of its bytes under zstd, else "none"."""
+    from numcodecs import Zstd
+
+    if not array.size:
+        return "zstd"
+    box = tuple(slice(max(0, n // 2 - c // 2), max(0, n // 2 - c // 2) + c) for n, c in zip(array.shape, chunks))
+    sample = np.ascontiguousarray(array[box] if array.ndim else array)
+    if not sample.nbytes:
+        return "zstd"
+    return "zstd" if len(Zstd(level=1).encode(sample.tobytes())) < AUTO_RATIO * sample.nbytes else "none"
+
+
+class _ChunkCache:
+    """Decoded chunks, least recently used evicted first, at most ``limit`` bytes in all.
+
+    Keys carry the chunk file's inode, size and modification time: chunk files are replaced
+    atomically (a new inode), so a rewritten chunk misses.  Values are read-only arrays.
+    """
+
+    def __init__(self, limit: int):
+        self.limit, self.size = limit, 0
+        self._items: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> np.ndarray | None:
+        with self._lock:
+            got = self._items.get(key)
+            if got is not None:
+                self._items.move_to_end(key)
+            return got
+
+    def put(self, key: tuple, chunk: np.ndarray) -> None:
+        if chunk.nbytes > self.limit // 4:
+            return
+        chunk.flags.writeable = False
+        with self._lock:
+            if key in self._items:
+                return
+            self._items[key] = chunk
+            self.size += chunk.nbytes
+            while self.size > self.limit:
+                _, old = self._items.popitem(last=False)
+                self.size -= old.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.size = 0
+
+
+_CHUNKS = _ChunkCache(CHUNK_CACHE_BYTES)
 
 
 def _compressors(name: str) -> list:
@@ -85,7 +167,7 @@ def encode_chunk(chunk: np.ndarray, compressor: str) -> bytes:
     import google_crc32c
 
     data = np.ascontiguousarray(chunk, dtype=chunk.dtype.newbyteorder("<")).tobytes()
-    codec = _codec(compressor, chunk.dtype.itemsize)
+    codec = _codec(resolve_compressor(compressor, chunk.dtype), chunk.dtype.itemsize)
     if codec is not None:
         data = bytes(codec.encode(data))
     return data + np.uint32(google_crc32c.value(data)).astype("<u4").tobytes()
@@ -139,6 +221,7 @@ def _pipeline(meta: dict) -> str | None:
 
 def forget_store(url: str) -> None:
     """Drop every cached array of the store at ``url`` (it is being replaced)."""
+    _CHUNKS.clear()
     with _OPEN_LOCK:
         for key in [k for k in _OPEN if k[0] == url]:
             del _OPEN[key]
@@ -225,7 +308,7 @@ class ArrayRef:
 
         self.forget()
         self.location.makedirs(self.path)
-        meta = _metadata(tuple(shape), tuple(chunks), dtype, compressor or self.compressor)
+        meta = _metadata(tuple(shape), tuple(chunks), dtype, resolve_compressor(compressor or self.compressor, dtype))
         self.location.write_bytes(meta, self.path, "zarr.json")
         return xxhash.xxh3_64_hexdigest(meta)
 
@@ -282,16 +365,33 @@ class ArrayRef:
         out = np.empty(tuple(hi - lo for lo, hi in box), dtype=dtype)
         aligned = tuple((lo - lo % c, hi) for (lo, hi), c in zip(box, chunks))
         for coords, cbox in (chunk_boxes(aligned, chunks) if shape else [((), ())]):
-            key = _chunk_key(coords)
-            where = f"chunk {key!r} of array {self.url!r}"
-            with reading(f"chunk {key!r} of array {self.url!r}", self.location.child_url(self.path, key), REBUILD):
-                data = self.location.read_bytes(self.path, key)
-            chunk = decode_chunk(data, tuple(chunks), dtype, pipeline, where)
+            chunk = self._chunk(_chunk_key(coords), tuple(chunks), dtype, pipeline)
             lo = [max(a, b) for (a, _), (b, _) in zip(cbox, box)]
             hi = [min(a, b) for (_, a), (_, b) in zip(cbox, box)]
             out[tuple(slice(l - b, h - b) for l, h, (b, _) in zip(lo, hi, box))] = \
                 chunk[tuple(slice(l - c, h - c) for l, h, (c, _) in zip(lo, hi, cbox))]
         return out
+
+    def _chunk(self, key: str, chunks: tuple[int, ...], dtype: np.dtype, pipeline: str) -> np.ndarray:
+        """One decoded chunk (read-only), from the chunk cache when its file has not changed."""
+        where = f"chunk {key!r} of array {self.url!r}"
+        ident = None
+        if CHUNK_CACHE_BYTES and self.location.is_local:
+            try:
+                st = os.stat(self.location.path(self.path, key))
+                ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, chunks, dtype.str, pipeline)
+            except OSError:  # missing: the read below says so
+                ident = None
+            if ident is not None:
+                got = _CHUNKS.get(ident)
+                if got is not None:
+                    return got
+        with reading(where, self.location.child_url(self.path, key), REBUILD):
+            data = self.location.read_bytes(self.path, key)
+        chunk = decode_chunk(data, chunks, dtype, pipeline, where)
+        if ident is not None:
+            _CHUNKS.put(ident, chunk)
+        return chunk
 
     def layout(self) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype, str | None]:
         """(shape, chunks, dtype, pipeline) from the array's ``zarr.json``, read once per process."""
@@ -457,15 +557,29 @@ def write_array(ref: ArrayRef, array: np.ndarray, chunks: tuple[int, ...] | None
     """
     from subzero.tiling import default_chunks, tile_grid
 
+    from concurrent.futures import ThreadPoolExecutor
+
+    from subzero.fingerprint import block_digest
+
     array = np.asarray(array)
     shape = tuple(int(n) for n in array.shape)
     chunks = tuple(chunks) if chunks is not None else default_chunks(shape)
+    compressor = compressor or ref.compressor
+    if compressor == "auto":
+        compressor = sampled_compressor(array, chunks)
+
+    def one(box: Box) -> str:
+        block = array[tuple(slice(lo, hi) for lo, hi in box)]
+        ref.write_block(box, block, shape, chunks, compressor)
+        return block_digest(block) if digests is not None else ""
+
+    boxes = [tile.box for tile in tile_grid(shape, tuple(range(len(shape))), chunks)]
+    if len(boxes) > 1:  # compression, checksums and file writes release the GIL: one writer per core
+        with ThreadPoolExecutor(max_workers=min(len(boxes), os.cpu_count() or 1)) as pool:
+            got = list(pool.map(one, boxes))
+    else:
+        got = [one(box) for box in boxes]
     if digests is not None:
-        from subzero.fingerprint import block_digest
-    for tile in tile_grid(shape, tuple(range(len(shape))), chunks):
-        block = array[tuple(slice(lo, hi) for lo, hi in tile.box)]
-        ref.write_block(tile.box, block, shape, chunks, compressor)
-        if digests is not None:
-            digests.append(block_digest(block))
+        digests.extend(got)
     ref.commit(shape, str(array.dtype), chunks, compressor)
     return chunks

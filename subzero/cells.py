@@ -15,7 +15,7 @@ import numpy as np
 
 from subzero.errors import LineageError
 
-__all__ = ["as_coords", "as_boxes", "to_ids", "to_coords", "mask_from_coords", "coords_from_mask", "box_cells",
+__all__ = ["ArrayShape", "as_coords", "as_boxes", "to_ids", "to_coords", "mask_from_coords", "coords_from_mask", "box_cells",
            "unique_ids"]
 
 Shape = tuple[int, ...]
@@ -286,3 +286,20 @@ def _is_int(v: Any) -> bool:
 
 def _fmt_box(b) -> str:
     return "[" + ", ".join(f"({int(lo)}, {int(hi)})" for lo, hi in b) + "]"
+
+
+class ArrayShape:
+    """numpy's ``ndim`` and ``size`` for an array-like that has a ``shape`` (a mixin, slot-free)."""
+
+    __slots__ = ()
+    shape: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        """Number of axes."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of cells."""
+        return int(np.prod(self.shape, dtype=np.int64))

@@ -43,6 +43,7 @@ from subzero.executor import Executor
 from subzero.pickling import dumps_with_operator
 from subzero.progress import Reporter
 from subzero.runtime import NodeTask, TileMeta, run_tile
+from subzero.store.lock import pid_alive
 from subzero.tiling import Tile
 
 __all__ = ["SparkExecutor", "get_session", "DEFAULT_MASTER"]
@@ -237,7 +238,7 @@ def _class_data_sharing() -> str:
             pid = int(done.rsplit(".", 2)[-2]) if done.rsplit(".", 2)[-2].isdigit() else 0
             # the driver that asked for it has exited, and its JVM (which dumps as it exits,
             # after the driver) has not written it for a minute: the archive is complete
-            if pid and not _alive(pid) and time.time() - os.path.getmtime(done) > 60:
+            if pid and not pid_alive(pid) and time.time() - os.path.getmtime(done) > 60:
                 if os.path.getsize(done) > 0:
                     os.replace(done, final)
                     break
@@ -245,7 +246,7 @@ def _class_data_sharing() -> str:
     if os.path.exists(final):
         for left in glob.glob(final + ".*.dump"):  # archives of sessions that raced the first one
             pid = int(left.rsplit(".", 2)[-2]) if left.rsplit(".", 2)[-2].isdigit() else 0
-            if pid and not _alive(pid) and time.time() - os.path.getmtime(left) > 60:
+            if pid and not pid_alive(pid) and time.time() - os.path.getmtime(left) > 60:
                 try:
                     os.unlink(left)
                 except OSError:
@@ -260,16 +261,6 @@ def _class_data_sharing() -> str:
     except OSError:
         return ""
     return f"-XX:ArchiveClassesAtExit={mine}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextmanager

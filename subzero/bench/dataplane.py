@@ -40,12 +40,12 @@ from typing import Any
 import numpy as np
 
 from subzero.bench.results import figure
+from subzero.bench.scale import THRESHOLD, workflow
 
 __all__ = ["run_dataplane", "render_dataplane", "GOALS"]
 
 SIDE, QUICK_SIDE = 8000, 1000
 ROUNDS, QUICK_ROUNDS = 3, 1
-THRESHOLD = 0.5
 #: (numerator, denominator, the most the ratio may be): issue 23's goals
 GOALS = [("spark: after", "numpy", 1.5), ("spark: after", "numpy+save", 1.0), ("local: after", "numpy+save", 1.2)]
 #: the pieces of a profiled run, by the functions that own them (first match wins)
@@ -82,19 +82,6 @@ def _plain(x: np.ndarray, dark: np.ndarray, save: Path | None) -> None:
     if save is not None:
         for name, arr in (("x", x), ("dark", dark), ("sub", sub), ("blur", blur), ("mask", mask), ("label", labels)):
             np.save(save / f"{name}.npy", arr)
-
-
-def _workflow():
-    import subzero as sz
-    from subzero import operators as ops
-
-    wf = sz.Workflow("scale")
-    x, dark = wf.input("x"), wf.input("dark")
-    sub = wf.add(ops.Subtract(), x, dark, name="sub")
-    blur = wf.add(ops.Convolve(np.ones((3, 3)) / 9.0), sub, name="blur")
-    mask = wf.add(ops.Threshold(THRESHOLD), blur, name="mask")
-    wf.add(ops.Label(), mask, name="label")
-    return wf
 
 
 def _tiny(executor: str, store: str) -> None:
@@ -157,7 +144,7 @@ def worker(config: str, side: int, store: str) -> dict[str, Any]:
             t0 = time.perf_counter()
             spark.sparkContext.parallelize(range(4), 2).map(lambda v: v + 1).collect()
             extra[key] = time.perf_counter() - t0
-    wf = _workflow()
+    wf = workflow()
     profile = None
     if config.endswith("profile"):
         import cProfile

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from subzero.cells import ArrayShape
 from subzero.errors import StoreError
 from subzero.store.failures import REBUILD, REBUILD_ARRAY, reading
 from subzero.store.location import Location
@@ -265,6 +266,7 @@ class ArrayRef:
 
     @property
     def url(self) -> str:
+        """The array's directory as a URL (or local path)."""
         return self.location.child_url(self.path)
 
     # -- writing (tasks) and committing (driver) -------------------------------------------
@@ -442,7 +444,7 @@ class ArrayRef:
                 del _OPEN[key]
 
 
-class StoredArray:
+class StoredArray(ArrayShape):
     """A stored array as users read it (`subzero.Run.output`): read-only, numpy-like.
 
     Indexing with ints and slices reads only the chunks it covers; ``np.asarray`` reads
@@ -457,14 +459,6 @@ class StoredArray:
     def __init__(self, ref: ArrayRef):
         self._ref = ref
         self.shape, self.chunks, self.dtype, _ = ref.layout()
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def zarr(self):
@@ -540,6 +534,7 @@ class ExternalArray:
         return type(value).__module__.split(".")[0] == "zarr" and hasattr(value, "shape")
 
     def read(self, box: Box | None = None) -> np.ndarray:
+        """The values in ``box`` (the whole array when None), read from the user's array."""
         if box is None:
             box = tuple((0, n) for n in self.shape)
         try:

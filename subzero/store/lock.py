@@ -22,7 +22,7 @@ from subzero.errors import StoreError
 from subzero.store.failures import store_file_error
 from subzero.store.location import Location
 
-__all__ = ["WriterLock", "LOCK_NAME", "holder", "dead_temporaries"]
+__all__ = ["WriterLock", "LOCK_NAME", "holder", "dead_temporaries", "pid_alive"]
 
 LOCK_NAME = ".writer"
 _WRITE_WAIT = 0.5  # seconds a lock file may take to get its contents (created, then written)
@@ -46,7 +46,8 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -81,7 +82,7 @@ def holder(location: Location) -> Holder | None:
         return Holder(-1, "?", "?", _flock_held(location.path(LOCK_NAME)) if location.is_local else None)
     alive = _flock_held(location.path(LOCK_NAME)) if location.is_local else None
     if alive is None and info.get("host") == _hostname():
-        alive = _pid_alive(int(info.get("pid", -1)))  # an object store: a holder on this machine can be checked
+        alive = pid_alive(int(info.get("pid", -1)))  # an object store: a holder on this machine can be checked
     return Holder(int(info.get("pid", -1)), str(info.get("host", "?")), str(info.get("started", "?")), alive)
 
 
@@ -190,7 +191,7 @@ def dead_temporaries(location: Location) -> list[str]:
             pid = int(parts[2])
         except ValueError:
             continue
-        if pid != os.getpid() and not _pid_alive(pid):
+        if pid != os.getpid() and not pid_alive(pid):
             out.append(name)
     return out
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from subzero.cells import ArrayShape
 from subzero.trace.errors import ControlFlowError, ConversionError, InPlaceError, UnsupportedCallError
 from subzero.trace.tracer import Entry, Tracer
 
@@ -72,7 +73,7 @@ def _numpy_method(name: str) -> Callable[..., Any]:
     return method
 
 
-class SymbolicArray:
+class SymbolicArray(ArrayShape):
     """An array of a traced function: its node, shape and dtype, no values."""
 
     __slots__ = ("tracer", "entry", "shape", "dtype")
@@ -84,16 +85,6 @@ class SymbolicArray:
         self.dtype = np.dtype(dtype)
 
     # -- what numpy arrays say about themselves --------------------------------------------------
-    @property
-    def ndim(self) -> int:
-        """Number of axes."""
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        """Number of cells."""
-        return int(np.prod(self.shape, dtype=np.int64))
-
     @property
     def lead(self) -> int:
         """Leading 1-axes of the node that the array lacks (0-d values)."""

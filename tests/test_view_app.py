@@ -46,7 +46,7 @@ def test_nodes(client):
     nodes = {n["name"]: n for n in got.json()}
     assert nodes["blur"] | {} == nodes["blur"]
     assert {k: nodes["blur"][k] for k in ("name", "operator", "shape", "dtype", "strategies", "inputs")} == {
-        "name": "blur", "operator": "GaussianFilter", "shape": [24, 20], "dtype": "float64",
+        "name": "blur", "operator": "GaussianFilter", "shape": [24, 20], "dtype": "float32",
         "strategies": ["FullOne/backward"], "inputs": ["x"]}
     # x has a WCS; blur, bright, stars and mixed (blur + y) keep its grid; flipped (a transpose) and y do not
     assert {n for n, v in nodes.items() if v["wcs"]} == {"x", "blur", "bright", "stars", "mixed"}

@@ -641,7 +641,7 @@ def cmd_demo(args) -> int:
     run = _run_with_progress(args, wf, inputs, store=store, workload=workload, max_disk="2x", executor=args.executor,
                              overwrite=ours, made_by=DEMO)
     shape = "x".join(map(str, inputs["exposure_1"].shape))
-    print(f"ran the astronomy workflow ({len(run.strategies)} operators, {shape} exposures) on {args.executor} "
+    print(f"ran the astronomy workflow ({len(run.strategies)} operators, {shape} exposures) on {run.catalog.executor} "
           f"in {time.perf_counter() - start:.1f} s into {run.path}")
     for node in UDFS:
         print(f"  UDF {node:>9}: {', '.join(run.strategies[node])}  [{run.catalog.nodes[node].reason}]")

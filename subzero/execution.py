@@ -393,7 +393,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
 #: inputs of at most this many bytes in all run in-process (the local executor) when Spark
 #: would have to start for them: its JVM costs seconds, the run milliseconds; the answers are
 #: the same (one runtime runs the tiles either way).  SUBZERO_IN_PROCESS_BYTES=0 turns it off.
-IN_PROCESS_BYTES = int(os.environ.get("SUBZERO_IN_PROCESS_BYTES", 16 * 2**20))
+IN_PROCESS_BYTES = int(os.environ.get("SUBZERO_IN_PROCESS_BYTES", 2**20))
 
 
 def _in_process_if_tiny(executor: str, spark, input_bytes: int, progress: Reporter) -> str:

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from subzero.catalog import ArrayRecord, Manifest, ShardRecord
-from subzero.errors import SubZeroError, WorkflowError
+from subzero.errors import StoreError, SubZeroError, WorkflowError
 from subzero.executor import Executor
 from subzero.modes import Strategy
 from subzero.operator import Operator
@@ -25,7 +25,7 @@ from subzero.pickling import dump_operator
 from subzero.progress import Reporter
 from subzero.runtime import NodeTask, TileMeta, merge_inline
 from subzero.store import RunWriter
-from subzero.store.arrays import ArrayRef
+from subzero.store.arrays import ArrayRef, output_compressor
 from subzero.tiling import Tile, Whole, default_chunks, tile_grid, tile_lens
 
 __all__ = ["NodeStage", "StageRun", "array_record", "lineage_stats"]
@@ -99,10 +99,21 @@ class NodeStage:
         array when ``write_output``."""
         stored = tuple(s for s in strategies if s.stored)
         return NodeTask(self.name, self.operator, self.inputs, self.input_shapes, self.output_shape, stored,
-                        output=self.store.array(self.name) if write_output else None, chunks=self.chunks,
+                        output=self.output_ref() if write_output else None, chunks=self.chunks,
                         location=self.store.location,
                         shard_dirs=tuple((s.name, self.store.shard_directory(self.name, s.name)) for s in stored),
                         digest=self.digest)
+
+    def output_ref(self) -> ArrayRef:
+        """The handle the tiles write and the driver commits the output through.  Its compressor
+        is the committed array's (a replay re-running some of its tiles), else the one the
+        inputs suggest (`subzero.store.arrays.output_compressor`): chunks and metadata agree."""
+        ref = self.store.array(self.name)
+        try:
+            pipeline = ref.layout()[3]
+        except StoreError:  # not committed yet: the usual case
+            pipeline = None
+        return replace(ref, compressor=pipeline or output_compressor(self.inputs, ref.compressor))
 
     def run(self, executor: Executor, strategies: Sequence[Strategy] = (), write_output: bool = True,
             tiles: Sequence[Tile] | None = None, progress: Reporter | None = None) -> "StageRun":
@@ -184,7 +195,7 @@ class StageRun:
         """Commit the output array (its ``zarr.json`` unless not ``metadata``: a replay that
         re-ran some tiles keeps the old one) and the bound operator; returns its record."""
         stage = self.stage
-        ref = stage.store.array(stage.name)
+        ref = stage.output_ref()
         meta_xxh3 = ref.commit(self.shape, self.dtype, self.chunks) if metadata else None
         ref.forget()
         stage.store.save_operator(stage.name, dump_operator(stage.operator, stage.name))

@@ -36,7 +36,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -46,7 +46,7 @@ from subzero.store.failures import REBUILD, REBUILD_ARRAY, reading
 from subzero.store.location import Location
 
 __all__ = ["ArrayRef", "StoredArray", "ExternalArray", "write_array", "COMPRESSOR", "CHUNK_CACHE_BYTES", "chunk_boxes",
-           "resolve_compressor", "sampled_compressor"]
+           "resolve_compressor", "sampled_compressor", "output_compressor"]
 
 #: chunk compression: "auto" (by what compresses, see the module's text), "none", "lz4"
 #: (Blosc LZ4, byte shuffle) or "zstd" (level 1); see the README
@@ -82,6 +82,19 @@ def sampled_compressor(array: np.ndarray, chunks: tuple[int, ...]) -> str:
     if not sample.nbytes:
         return "zstd"
     return "zstd" if len(Zstd(level=1).encode(sample.tobytes())) < AUTO_RATIO * sample.nbytes else "none"
+
+
+def output_compressor(inputs: "Sequence[ArrayRef | ExternalArray]", compressor: str = COMPRESSOR) -> str:
+    """What "auto" means for a node's output, from the stored arrays it reads: float outputs of
+    float inputs that are all stored uncompressed (noise-like: sampled or computed from such)
+    stay uncompressed ("auto"); the output of a node over other stored arrays is compressed
+    ("zstd"), since smoothed, masked and labelled arrays compress.  A copy of an external
+    input (no stored array read), or another ``compressor``, keeps ``compressor``."""
+    stored = [ref for ref in inputs if isinstance(ref, ArrayRef)]
+    if compressor != "auto" or not stored:
+        return compressor
+    pipelines = [ref.layout()[3] for ref in stored if ref.layout()[2].kind in "fc"]
+    return "auto" if pipelines and all(p == "none" for p in pipelines) else "zstd"
 
 
 class _ChunkCache:

@@ -123,14 +123,16 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
 
     ``size`` overrides the Label mask's side (default 2000; quick: 500); ``quick`` also
     runs the astronomy workflow at its quick size and one round per executor.
-    ``SUBZERO_CAPTURE_BENCHES`` (``label,astronomy`` by default) picks the workloads run; the
+    ``SUBZERO_CAPTURE_BENCHES`` (``label,astronomy`` by default) picks the workloads run,
+    ``SUBZERO_CAPTURE_EXECUTORS`` (``local,spark``) the executors, ``SUBZERO_CAPTURE_ROUNDS``
+    the local rounds (Spark runs one fewer, at least one); the
     optimizer's astronomy runs take the runtime budget ``SUBZERO_CAPTURE_RUNTIME`` (the
     astronomy bench's, ``2x``, by default)."""
     ours = Path(__file__).resolve().parents[2]
     given = os.environ.get("SUBZERO_CAPTURE_BASELINE")
     codes = {"after": ours} | ({"before": Path(given).resolve()} if given else {})
     side = int(size) if size else (500 if quick else 2000)
-    rounds = rounds or (1 if quick else 2)
+    rounds = rounds or int(os.environ.get("SUBZERO_CAPTURE_ROUNDS", 0)) or (1 if quick else 2)
     script = root / "capture_child.py"
     script.write_text(CHILD)
     workload = root / "workload.json"
@@ -139,6 +141,7 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
     _child(script, ours, {"bench": "astronomy", "config": "workload", "executor": "local", "quick": quick,
                           "store": str(root / "workload"), "workload": str(workload)}, root)
     benches = [b for b in os.environ.get("SUBZERO_CAPTURE_BENCHES", "label,astronomy").split(",") if b]
+    executors = tuple(e for e in os.environ.get("SUBZERO_CAPTURE_EXECUTORS", ",".join(executors)).split(",") if e)
     runtime = os.environ.get("SUBZERO_CAPTURE_RUNTIME")
     for ex in executors:
         jobs = [("label", c) for c in LABEL_CONFIGS if "label" in benches] + \
@@ -197,6 +200,7 @@ def render_capture(doc: dict[str, Any]) -> list[str]:
            + (f"; before = {s['baseline']}" if s.get("baseline") else "") +
            f".  Load (uptime 1/5/15 min): {', '.join(map(str, r['load_before']))} before, "
            f"{', '.join(map(str, r['load_after']))} after; other jobs shared the 2 cores.", ""]
+    out += [f"{note}" for note in s.get("notes", [])] + ([""] if s.get("notes") else [])
     for ex, benches in values.items():
         for bench, configs in benches.items():
             goal = s["goals"][bench]

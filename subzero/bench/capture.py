@@ -200,7 +200,8 @@ def render_capture(doc: dict[str, Any]) -> list[str]:
            + (f"; before = {s['baseline']}" if s.get("baseline") else "") +
            f".  Load (uptime 1/5/15 min): {', '.join(map(str, r['load_before']))} before, "
            f"{', '.join(map(str, r['load_after']))} after; other jobs shared the 2 cores.", ""]
-    out += [f"{note}" for note in s.get("notes", [])] + ([""] if s.get("notes") else [])
+    for note in s.get("notes", []):  # how a merged report's rows were measured
+        out += [note, ""]
     for ex, benches in values.items():
         for bench, configs in benches.items():
             goal = s["goals"][bench]

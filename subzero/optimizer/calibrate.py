@@ -181,16 +181,17 @@ def profile_part(task: NodeTask, part: tuple[Tile, tuple[Strategy, ...], bool]) 
         fanin = sum(np.diff(ptr) for ptr in full.in_ptr) if full.in_ptr else np.zeros(full.n_pairs)
         out.fanout, out.links = float(fanout.sum()), float(np.sum(fanout * fanin))
         out.distinct_in = sum(distinct_count(a, int(np.prod(shape))) for a, shape in zip(full.in_ids, op.input_shapes))
-    enveloped = {}  # payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
+    enveloped = {}  # sampled payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
     for strategy in stored:
         name = strategy.name
         encoder = encoder_for(strategy)
         pairs = capture.pairs_for(strategy)
-        if strategy.mode is not Mode.FULL:
-            if strategy.mode not in enveloped:
-                enveloped[strategy.mode] = with_envelopes(op, pairs)
-            pairs = enveloped[strategy.mode]
         sample = pairs if strategy.both_directions else _subsample(pairs, MAX_PAIRS)
+        if strategy.mode is not Mode.FULL:  # envelopes (map_p calls) of the sampled pairs only
+            key = (strategy.mode, strategy.both_directions)
+            if key not in enveloped:
+                enveloped[key] = with_envelopes(op, sample)
+            sample = enveloped[key]
         t0 = time.perf_counter()
         encoded = encoder.encode(sample, capture.tile.index, capture.shapes)
         seconds = time.perf_counter() - t0

@@ -363,7 +363,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
                 if node.name not in run.catalog.nodes:
                     run.save_input(node, arrays[node.name], input_metadata.get(node.name))
             if optimized:
-                _two_phase(run, operators, pinned, queries, max_runtime)
+                _optimized(run, operators, pinned, queries, max_runtime)
             else:
                 for node in operators:
                     if node.name in run.catalog.nodes:
@@ -474,12 +474,19 @@ def _check_tile_shape(tile_shape) -> None:
                             f"each axis), got {tile_shape!r}")
 
 
-def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runtime) -> None:
-    """Phase 1 and the plan (unless a resumed run's catalog holds them), then phase 2 for
-    every node not committed yet."""
+def _optimized(run: _Execution, operators: list[Node], pinned, queries, max_runtime) -> None:
+    """The optimizer's run: finish a resumed two-phase run's phase 2 (its plan is in the
+    catalog: stores of an older subzero), else plan and compute each node in one pass."""
     pending = run.catalog.pending()
-    if pending is None:
-        pending = _plan(run, operators, pinned, queries, max_runtime)
+    if pending is not None:
+        _finish_two_phase(run, operators, pending)
+    else:
+        _one_pass(run, operators, pinned, queries, max_runtime)
+
+
+def _finish_two_phase(run: _Execution, operators: list[Node], pending: dict[str, PendingNode]) -> None:
+    """Phase 2 of a two-phase run resumed from its catalog: every node phase 1 computed and not
+    committed yet re-runs to capture the lineage its plan stores."""
     for node in operators:
         if node.name in run.catalog.nodes:
             continue  # committed before the run was resumed
@@ -496,50 +503,120 @@ def _two_phase(run: _Execution, operators: list[Node], pinned, queries, max_runt
     run.catalog = replace(run.catalog, optimizer=optimizer)
 
 
-def _plan(run: _Execution, operators: list[Node], pinned, queries, max_runtime) -> dict[str, PendingNode]:
-    """Phase 1 (every node computed without lineage and profiled), then the integer program;
-    the plan goes to the catalog before phase 2 starts, so a resumed run keeps it."""
+def _one_pass(run: _Execution, operators: list[Node], pinned, queries, max_runtime) -> None:
+    """Plan each node when its inputs are committed, then compute it once, with its lineage.
+
+    In topological order: the node is calibrated on sample windows of its stored inputs
+    (`subzero.optimizer.calibrate.profile_node`, its operator time estimated from them), its
+    strategies chosen by the integer program over its own candidates, with the fans of the
+    nodes profiled so far, the disk left and the runtime budget left (a ``"2x"`` budget is
+    relative to the operators' time measured on the nodes computed so far plus this node's
+    estimate; what earlier nodes did not spend carries over), then it runs once, storing what was chosen, and commits with its
+    explanation (reason, predictions, profile).  The catalog's ``optimizer`` record sums the
+    nodes planned so far, so a resumed run goes on from the first node not committed.
+    """
     from subzero.optimizer.budgets import parse_runtime_budget
     from subzero.optimizer.calibrate import profile_node
     from subzero.optimizer.cost_model import NodeProfile
-    from subzero.optimizer.plan import optimize, pending_nodes
+    from subzero.optimizer.plan import node_choice, optimize
     from subzero.optimizer.workload import step_sizes
 
     access, _ = step_sizes(run.wf, queries, lambda node, direction, cells: cells)  # who is queried, which way
-    profiles, computed, base, calibration = {}, {}, 0.0, 0.0
+    stored_opt = dict(run.catalog.optimizer or {})
+    totals = {k: float(stored_opt.get(k) or 0.0) for k in
+              ("base_seconds", "calibration_seconds", "solve_seconds", "objective", "predicted_disk",
+               "predicted_runtime")}
+    status, over_budget = stored_opt.get("status", "optimal"), stored_opt.get("pins_over_budget", "")
+    max_disk = stored_opt.get("max_disk_bytes", run.disk_left)
+    profiles: dict[str, NodeProfile] = {}
     for node in operators:
-        metas, wall = run.compute(node, ())
-        base += wall
-        computed[node.name] = _measured(metas, wall)
+        record = run.catalog.nodes.get(node.name)
+        if record is not None:  # committed before the run was resumed: its profile for the fans
+            if record.profile:
+                profiles[node.name] = NodeProfile.from_dict(record.profile)
+            continue
+        stage, computed = run.stage(node), None
+        if stage.output_shape is None or stage.operator.two_pass:
+            # only running tells its shape, or its tiles need its first pass (run by compute): computed
+            # first, calibrated then, its lineage captured after if the plan stores any
+            computed = run.compute(node, ())
+            stage = run.stage(node)
         start = time.perf_counter()
         candidates = _candidates(node, pinned, access)
-        op_seconds = sum(m.op_seconds for m in metas)
-        if any(Strategy.parse(c).stored for c in candidates) or Mode.MAP in node.operator.supported_modes():
-            stage = run.stage(node)
-            profiles[node.name] = profile_node(stage.task(), list(stage.tiles), candidates, op_seconds,
-                                               runner=run.runner)
+        op = stage.operator
+        op_seconds = None if computed is None else sum(m.op_seconds for m in computed[0])
+        if any(Strategy.parse(c).stored for c in candidates) or Mode.MAP in op.supported_modes():
+            sampled, scale = _calibration_stage(run, node, stage) if computed is None else (stage, 1.0)
+            profile = profile_node(sampled.task(), list(sampled.tiles), candidates, op_seconds, runner=run.runner,
+                                   scale=scale)
+            profile = replace(profile, tiles=len(stage.tiles), out_size=int(np.prod(op.output_shape)),
+                              in_sizes=[int(np.prod(sh)) for sh in op.input_shapes])
         else:  # queried by no query and nothing pinned: BlackBox whatever it measures
-            op = node.operator
-            profiles[node.name] = NodeProfile(
-                node=node.name, tiles=len(metas), op_seconds=op_seconds, out_size=int(np.prod(op.output_shape)),
-                in_sizes=[int(np.prod(sh)) for sh in op.input_shapes], all_to_all=op.all_to_all)
-        calibration += time.perf_counter() - start
-    runtime_budget = parse_runtime_budget(max_runtime, base)
+            profile = NodeProfile(node=node.name, tiles=len(stage.tiles), out_size=int(np.prod(op.output_shape)),
+                                  in_sizes=[int(np.prod(sh)) for sh in op.input_shapes], all_to_all=op.all_to_all,
+                                  op_seconds=op_seconds or 0.0, one_pass=computed is None)
+        profiles[node.name] = profile
+        totals["calibration_seconds"] += time.perf_counter() - start
+        budget = parse_runtime_budget(max_runtime, totals["base_seconds"] + profile.op_seconds)
+        left = None if budget is None else max(budget - totals["predicted_runtime"], 0.0)
+        mine = {node.name}
+        try:
+            plan, problem = optimize(run.wf, profiles, queries, run.disk_left, left, pinned, mine)
+        except WorkflowError as exc:  # pins alone break a budget: plan the rest, pins fall back at commit
+            plan, problem = optimize(run.wf, profiles, queries, run.disk_left, left, {}, mine)
+            over_budget = str(exc)
+        chosen, extra = node_choice(plan, problem, pinned, profile, node.name)
+        picked = [c for c in problem.candidates if c.node == node.name and c.strategy in chosen]
+        totals["predicted_disk"] += sum(c.disk for c in picked)
+        totals["predicted_runtime"] += sum(c.runtime for c in picked)
+        totals["solve_seconds"] += plan.solve_seconds
+        totals["objective"] += plan.objective
+        status = status if plan.status == "optimal" else plan.status
+        stored = tuple(s for s in chosen if s.stored)
+        measured = None
+        if computed is None:
+            computed = metas, wall = run.compute(node, chosen)
+        elif stored:
+            metas, wall = run.capture(node, stored)
+        else:
+            metas, wall, measured = [], computed[1], _measured(*computed)
+        # the workflow alone as measured so far (the operators' time, lineage apart): the next budget's base
+        totals["base_seconds"] += sum(m.op_seconds for m in computed[0])
+        run.catalog = replace(run.catalog, optimizer={
+            **totals, "status": status, "max_disk_bytes": max_disk, "max_runtime_seconds": budget,
+            "pins_over_budget": over_budget, "one_pass": True})
+        run.commit(node, chosen, metas, wall, extra | {"compute_seconds": computed[1]}, measured=measured)
+    if run.catalog.optimizer is not None:  # the budget over the whole workflow's measured time, as recorded
+        run.catalog = replace(run.catalog, optimizer={
+            **run.catalog.optimizer, "max_runtime_seconds": parse_runtime_budget(max_runtime, totals["base_seconds"])})
+
+
+def _calibration_stage(run: _Execution, node: Node, stage: NodeStage) -> tuple[NodeStage, float]:
+    """The stage calibration measures for ``stage`` and the factor its measurements scale by:
+    a whole-array operator whose inputs and output share their shape runs on a centred crop of
+    its inputs (`subzero.optimizer.calibrate.crop_box`), not on the whole array; any other on
+    its own tiles (`subzero.optimizer.calibrate.sample_windows` picks among them)."""
+    from subzero.optimizer.calibrate import CroppedInput, crop_box
+    from subzero.tiling import Whole
+
+    op, shape = stage.operator, stage.output_shape
+    if shape is None or op.all_to_all or op.two_pass or not isinstance(op.effective_tiling(), Whole) or \
+            any(tuple(s) != tuple(shape) for s in op.input_shapes):
+        return stage, 1.0
+    box = crop_box(tuple(shape))
+    if box is None:
+        return stage, 1.0
+    lens = tuple(hi - lo for lo, hi in box)
+    offset = tuple(lo for lo, _ in box)
+    crops: tuple[Any, ...] = tuple(CroppedInput(ref, offset) for ref in stage.inputs)  # read as ArrayRefs are
     try:
-        plan, problem = optimize(run.wf, profiles, queries, run.disk_left, runtime_budget, pinned)
-        over_budget = ""
-    except WorkflowError as exc:  # pins alone break a budget: plan the rest, pins fall back at commit
-        plan, problem = optimize(run.wf, profiles, queries, run.disk_left, runtime_budget, {})
-        over_budget = str(exc)
-    pending = pending_nodes(plan, problem, pinned, profiles, computed, run.arrays)
-    run.catalog = replace(run.catalog, optimizer={
-        "base_seconds": base, "calibration_seconds": calibration, "solve_seconds": plan.solve_seconds,
-        "objective": plan.objective, "status": plan.status, "max_disk_bytes": run.disk_left,
-        "max_runtime_seconds": runtime_budget, "predicted_disk": plan.disk, "predicted_runtime": plan.runtime,
-        "pins_over_budget": over_budget, "pending": {n: p.to_dict() for n, p in pending.items()},
-    })
-    run.store.write_catalog(run.catalog)
-    return pending
+        cropped = NodeStage.bind(node.name, node.operator, [lens] * len(op.input_shapes), crops, run.store,
+                                 run.tile_shape)
+    except WorkflowError:  # the operator refuses the crop's shapes: measured whole
+        return stage, 1.0
+    if cropped.output_shape != lens:
+        return stage, 1.0
+    return cropped, float(np.prod(shape)) / float(np.prod(lens))
 
 
 def _candidates(node: Node, pinned: dict[str, tuple[str, ...]], access: dict | None = None) -> list[str]:

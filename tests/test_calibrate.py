@@ -167,3 +167,37 @@ def test_the_profile_is_the_same_from_run_to_run(tmp_path):
     assert first.to_dict() == second.to_dict()
     full, comp = first.strategies["FullOne/backward"], first.strategies["CompOne/backward"]
     assert full.encode_seconds > comp.encode_seconds > 0  # a FULL strategy makes every cell's pairs
+
+
+def test_a_crop_reads_a_centred_window_as_a_whole_array(tmp_path):
+    from subzero.optimizer.calibrate import CroppedInput, crop_box
+
+    assert crop_box((100, 100)) is None  # small enough to measure whole
+    box = crop_box((600, 400), fraction=0.05, min_cells=1000)
+    lens = [hi - lo for lo, hi in box]
+    assert 0.04 <= np.prod(lens) / (600 * 400) <= 0.06 and lens[0] / lens[1] == pytest.approx(1.5, rel=0.02)
+    assert [lo for lo, _ in box] == [(600 - lens[0]) // 2, (400 - lens[1]) // 2]
+    values = np.arange(600 * 400, dtype=np.float64).reshape(600, 400)
+    wf = sz.Workflow("c")
+    wf.add(ops.Negate() if hasattr(ops, "Negate") else ops.MultiplyScalar(-1.0), wf.input("x"), name="y")
+    run = wf.run({"x": values}, store=tmp_path / "c", executor="local")
+    crop = CroppedInput(run.store.array("x"), tuple(lo for lo, _ in box))
+    np.testing.assert_array_equal(crop.read(((0, 5), (2, 7))), values[box[0][0]:box[0][0] + 5, box[1][0] + 2:box[1][0] + 7])
+
+
+def test_before_the_node_runs_its_operator_time_is_estimated_from_the_sample(tmp_path):
+    """``op_seconds=None`` (a one-pass run plans a node before computing it): the profile is a
+    one-pass one and its operator time comes from the sample windows run without lineage."""
+    wf = sz.Workflow("c")
+    x = wf.input("x")
+    wf.add(ops.CosmicRayDetect(threshold=5.0, radius=1), x, name="crd")
+    image = np.random.default_rng(1).normal(size=(40, 40))
+    run = wf.run({"x": image}, store=tmp_path / "c", executor="local", tile_shape=10)
+    op = run.node("crd").operator
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    names = supported_strategies(op)
+    before = profile_node(task, node_tiles(op, 10), names, op_seconds=None, runner=LocalExecutor())
+    after = profile_node(task, node_tiles(op, 10), names, op_seconds=0.01, runner=LocalExecutor())
+    assert before.one_pass and not after.one_pass and before.op_seconds > 0 and after.op_seconds == 0.01
+    assert {k: v for k, v in before.to_dict().items() if k not in ("op_seconds", "one_pass")} == \
+        {k: v for k, v in after.to_dict().items() if k not in ("op_seconds", "one_pass")}

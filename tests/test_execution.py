@@ -358,43 +358,42 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path):
         wf.run({"x": field()}, store=tmp_path / "live", executor="local", resume=True)
 
 
-def test_resume_a_two_phase_run_killed_after_its_plan(tmp_path, monkeypatch, clean_run):
-    """Phase 2 failed: the resumed run keeps the plan and phase 1's arrays and operators, and
-    captures the lineage of the nodes not committed yet."""
+def test_resume_a_one_pass_run_killed_mid_way(tmp_path, monkeypatch, clean_run):
+    """A node failed after others were planned, computed and committed with their lineage: the
+    resumed run keeps those (arrays untouched), plans and computes the rest, and answers alike."""
     path = tmp_path / "s"
-    options = {"strategies": {"stars": "PayOne"}, "max_disk": "1000x",
+    options = {"strategies": {"stars": "PayOne", "flaky": "FullMany"}, "max_disk": "1000x",
                "workload": [{"direction": "backward", "node": "stars", "to": "x", "cells": [[20, 20]]}]}
     from subzero import execution
 
-    real, captured = execution._Execution.capture, []
+    real, computed = execution._Execution.compute, []
 
-    def capture_then_die(self, node, strategies):
-        captured.append(node.name)
-        if len(captured) == 2:
-            raise RuntimeError("killed in phase 2")
+    def compute_then_die(self, node, strategies):
+        computed.append(node.name)
+        if node.name == "flaky":
+            raise RuntimeError("killed mid-way")
         return real(self, node, strategies)
 
-    monkeypatch.setattr(execution._Execution, "capture", capture_then_die)
-    with pytest.raises(RuntimeError, match="killed in phase 2"):
-        resumable().run({"x": field()}, store=path, executor="local", tile_shape=16,
-                        **(options | {"strategies": {"stars": "PayOne", "flaky": "FullMany"}}))
-    monkeypatch.setattr(execution._Execution, "capture", real)
+    monkeypatch.setattr(execution._Execution, "compute", compute_then_die)
+    with pytest.raises(RuntimeError, match="killed mid-way"):
+        resumable().run({"x": field()}, store=path, executor="local", tile_shape=16, **options)
+    monkeypatch.setattr(execution._Execution, "compute", real)
     catalog = FileStore.open(path).read_catalog()
-    assert catalog.status == "failed" and "pending" in catalog.optimizer and captured[0] in catalog.nodes
-    arrays = {k: v for k, v in mtimes(path).items() if k.startswith("arrays/")}
-    run = resumable().run({"x": field()}, store=path, executor="local", tile_shape=16, resume=True,
-                          **(options | {"strategies": {"stars": "PayOne", "flaky": "FullMany"}}))
-    assert {k: v for k, v in mtimes(path).items() if k.startswith("arrays/")} == arrays  # phase 1 kept
-    assert "pending" not in run.catalog.optimizer and run.catalog.status == "done"
+    assert catalog.status == "failed" and catalog.optimizer["one_pass"] and computed[0] in catalog.nodes
+    assert "flaky" not in catalog.nodes and "pending" not in catalog.optimizer
+    arrays = {k: v for k, v in mtimes(path).items() if k.startswith("arrays/") and k.split("/")[1] in catalog.nodes}
+    run = resumable().run({"x": field()}, store=path, executor="local", tile_shape=16, resume=True, **options)
+    assert {k: v for k, v in mtimes(path).items() if k in arrays} == arrays  # committed nodes kept
+    assert run.catalog.status == "done" and run.catalog.optimizer["status"]
     assert run.strategies["flaky"] == ("FullMany/backward",)
+    assert run.catalog.nodes["flaky"].reason == "pinned" and run.catalog.nodes["flaky"].profile
     same_run(run, clean_run)
 
 
-def test_resume_a_two_phase_run_that_failed_before_its_plan(tmp_path, monkeypatch, clean_run):
+def test_resume_a_one_pass_run_that_failed_before_its_first_node(tmp_path, monkeypatch, clean_run):
     path = tmp_path / "s"
     options = {"strategies": {"stars": "PayOne"}, "max_disk": "20x"}
     failed_run(path, monkeypatch, **options)
-    assert FileStore.open(path).read_catalog().optimizer is None
     run = resumable().run({"x": field()}, store=path, executor="local", tile_shape=16, resume=True, **options)
     assert run.catalog.optimizer["status"] and "pending" not in run.catalog.optimizer
     same_run(run, clean_run)
@@ -524,3 +523,54 @@ def test_tiny_inputs_run_in_process_when_spark_would_have_to_start(tmp_path, mon
     monkeypatch.setattr(spark_mod, "would_start_embedded", lambda: False)
     assert execution._in_process_if_tiny("spark", None, 48, reporter) == "spark"
     assert execution._in_process_if_tiny("local", None, 48, reporter) == "local"
+
+
+def test_an_optimized_run_computes_each_node_once_with_its_lineage(tmp_path, monkeypatch):
+    """One pass: each node is planned once its inputs are committed and computed once, with the
+    lineage chosen (nothing re-runs to capture it); a whole-array node is calibrated on a crop
+    of its inputs, not the whole array; the answers are the pinned reference's."""
+    from subzero import execution
+    from subzero.optimizer import calibrate
+
+    wf = sz.Workflow("stars")
+    x = wf.input("x")
+    smooth = wf.add(ops.Convolve(np.ones((3, 3)) / 9, mode="constant"), x, name="smooth")
+    wf.add(ops.DetectStars(threshold=3.0, minarea=3), smooth, name="stars")
+    rng = np.random.default_rng(3)
+    sky = rng.normal(size=(300, 300))
+    sky[rng.integers(5, 295, 40), rng.integers(5, 295, 40)] = 40.0
+    workload = [{"direction": "backward", "node": "stars", "to": "x", "cells": [[150, 150]]}]
+    computed, captured, sampled = [], [], {}
+    real_compute, real_capture, real_profile = execution._Execution.compute, execution._Execution.capture, \
+        calibrate.profile_node
+
+    def compute(self, node, strategies):
+        computed.append(node.name)
+        return real_compute(self, node, strategies)
+
+    def capture(self, node, strategies):
+        captured.append(node.name)
+        return real_capture(self, node, strategies)
+
+    def profile(task, tiles, *args, **kwargs):
+        sampled[task.node] = task.input_shapes
+        return real_profile(task, tiles, *args, **kwargs)
+
+    monkeypatch.setattr(execution._Execution, "compute", compute)
+    monkeypatch.setattr(execution._Execution, "capture", capture)
+    monkeypatch.setattr(calibrate, "profile_node", profile)
+    run = wf.run({"x": sky}, store=tmp_path / "o", workload=workload, max_runtime="1.15x", executor="local",
+                 tile_shape=100)
+    assert computed == ["smooth", "stars"] and captured == []
+    assert sampled["stars"][0] != (300, 300) and np.prod(sampled["stars"][0]) < 300 * 300 / 1.2  # a crop
+    opt = run.catalog.optimizer
+    assert opt["one_pass"] and opt["status"] == "optimal" and "pending" not in opt
+    assert opt["max_runtime_seconds"] == pytest.approx(0.15 * opt["base_seconds"])
+    stars = run.catalog.nodes["stars"]
+    assert stars.profile["one_pass"] and stars.predicted and stars.reason
+    assert stars.profile["tiles"] == 1 and stars.profile["out_size"] == 300 * 300  # scaled to the node
+    reference = wf.run({"x": sky}, store=tmp_path / "r", executor="local", tile_shape=100,
+                       strategies={"stars": "FullOne", "smooth": "Map"})
+    for cell in ([150, 150], [0, 0], [40, 200]):
+        np.testing.assert_array_equal(run.backward("stars", [cell], to="x"), reference.backward("stars", [cell], to="x"))
+    np.testing.assert_array_equal(run.output("stars"), reference.output("stars"))

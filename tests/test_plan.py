@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 import subzero as sz
 from subzero import operators as ops
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.catalog import ArrayRecord
 from subzero.modes import Direction, Strategy
-from subzero.optimizer.plan import build_problem, optimize, pending_nodes
+from subzero.optimizer.plan import build_problem, node_choice, optimize, pending_nodes
 from subzero.optimizer.workload import parse_workload
 
 
@@ -87,3 +89,28 @@ def test_the_pending_plan_holds_the_pins_or_the_plans_choice_with_its_reasons():
     assert set(predicted) == {c.strategy.name for c in problem.candidates if c.node == "f"}
     assert all(set(p["query"]) <= {"backward", "forward"} for p in predicted.values())
     assert pending["t"].extra["profile"] == PROFILES["t"].to_dict() and pending["t"].array == arrays["t"]
+
+
+def test_one_node_at_a_time_plans_that_node_alike_and_charges_no_rerun_in_one_pass():
+    """A one-pass run solves per node (`optimize(..., nodes=...)`): only that node's candidates
+    and access, the same choice as the whole program for it when budgets do not bind (the
+    objective splits per node), enumerated instead of solved; its runtime has no re-run."""
+    from dataclasses import replace
+
+    wf = workflow()
+    queries = parse_workload(wf, WORKLOAD)
+    whole, _ = optimize(wf, PROFILES, queries, None, None, {})
+    for node in ("e", "f", "t"):
+        plan, problem = optimize(wf, PROFILES, queries, None, None, {"t": ["Map"]}, nodes={node})
+        assert {c.node for c in problem.candidates} == {node} and {k[0] for k in problem.access} <= {node}
+        assert plan.names()[node] == whole.names()[node]
+    two_pass, _ = build_problem(wf, PROFILES, queries, None, None, {}, nodes={"f"})
+    one = {**PROFILES, "f": replace(PROFILES["f"], one_pass=True)}
+    one_pass, _ = build_problem(wf, one, queries, None, None, {}, nodes={"f"})
+    rerun = {c.strategy: c.runtime for c in two_pass.candidates}
+    for c in one_pass.candidates:
+        if c.strategy.stored:
+            assert c.runtime == pytest.approx(rerun[c.strategy] - PROFILES["f"].op_seconds)
+    chosen, extra = node_choice(whole, two_pass, {}, PROFILES["f"], "f")
+    assert chosen == whole.chosen["f"] and extra["profile"] == PROFILES["f"].to_dict()
+    assert set(extra["predicted"]) == {c.strategy.name for c in two_pass.candidates}

@@ -76,7 +76,7 @@ else:
     options = {"strategies": pins}
     if pins is None:
         options.update(workload=json.load(open(spec["workload"])), max_disk=A.DISK_BUDGET,
-                       max_runtime=A.RUNTIME_BUDGET)
+                       max_runtime=spec.get("max_runtime") or A.RUNTIME_BUDGET)
 for k in range(1 if spec["config"] == "workload" else 2):
     shutil.rmtree(store, ignore_errors=True)
     start = time.perf_counter()
@@ -122,12 +122,17 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
     """Run the benchmark (see the module docstring); returns the results document's body.
 
     ``size`` overrides the Label mask's side (default 2000; quick: 500); ``quick`` also
-    runs the astronomy workflow at its quick size and one round per executor."""
+    runs the astronomy workflow at its quick size and one round per executor.
+    ``SUBZERO_CAPTURE_BENCHES`` (``label,astronomy`` by default) picks the workloads run,
+    ``SUBZERO_CAPTURE_EXECUTORS`` (``local,spark``) the executors, ``SUBZERO_CAPTURE_ROUNDS``
+    the local rounds (Spark runs one fewer, at least one); the
+    optimizer's astronomy runs take the runtime budget ``SUBZERO_CAPTURE_RUNTIME`` (the
+    astronomy bench's, ``2x``, by default)."""
     ours = Path(__file__).resolve().parents[2]
     given = os.environ.get("SUBZERO_CAPTURE_BASELINE")
     codes = {"after": ours} | ({"before": Path(given).resolve()} if given else {})
     side = int(size) if size else (500 if quick else 2000)
-    rounds = rounds or (1 if quick else 2)
+    rounds = rounds or int(os.environ.get("SUBZERO_CAPTURE_ROUNDS", 0)) or (1 if quick else 2)
     script = root / "capture_child.py"
     script.write_text(CHILD)
     workload = root / "workload.json"
@@ -135,13 +140,18 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
     raw: dict[str, Any] = {}
     _child(script, ours, {"bench": "astronomy", "config": "workload", "executor": "local", "quick": quick,
                           "store": str(root / "workload"), "workload": str(workload)}, root)
+    benches = [b for b in os.environ.get("SUBZERO_CAPTURE_BENCHES", "label,astronomy").split(",") if b]
+    executors = tuple(e for e in os.environ.get("SUBZERO_CAPTURE_EXECUTORS", ",".join(executors)).split(",") if e)
+    runtime = os.environ.get("SUBZERO_CAPTURE_RUNTIME")
     for ex in executors:
-        jobs = [("label", c) for c in LABEL_CONFIGS] + [("astronomy", c) for c in ASTRONOMY_CONFIGS]
+        jobs = [("label", c) for c in LABEL_CONFIGS if "label" in benches] + \
+            [("astronomy", c) for c in ASTRONOMY_CONFIGS if "astronomy" in benches]
         for k in range(rounds if ex == "local" else max(1, rounds - 1)):
             for bench, config in jobs:
                 for version, code in codes.items():
                     spec = {"bench": bench, "config": config, "executor": ex, "quick": quick, "side": side,
-                            "store": str(root / f"{bench}-{config}-{version}-{ex}"), "workload": str(workload)}
+                            "store": str(root / f"{bench}-{config}-{version}-{ex}"), "workload": str(workload),
+                            "max_runtime": runtime}
                     got = _child(script, code, spec, root)
                     got["load"] = _uptime()
                     raw.setdefault(ex, {}).setdefault(bench, {}).setdefault(config, {}).setdefault(
@@ -151,7 +161,8 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
     load_after = _uptime()
     return {"setup": {"label_side": side, "label_configs": list(LABEL_CONFIGS),
                       "astronomy_configs": list(ASTRONOMY_CONFIGS), "rounds": rounds, "executors": list(executors),
-                      "baseline": given, "quick": quick, "goals": GOALS},
+                      "baseline": given, "quick": quick, "goals": GOALS, "benches": benches,
+                      "max_runtime": runtime or "2x (the astronomy bench's)"},
             "raw": {"runs": raw, "load_before": load_before, "load_after": load_after},
             "figures": {"capture": figure("x base run", "the same run without lineage", _ratios(raw),
                                           "median seconds (fastest of two runs per process) over the base "
@@ -189,6 +200,8 @@ def render_capture(doc: dict[str, Any]) -> list[str]:
            + (f"; before = {s['baseline']}" if s.get("baseline") else "") +
            f".  Load (uptime 1/5/15 min): {', '.join(map(str, r['load_before']))} before, "
            f"{', '.join(map(str, r['load_after']))} after; other jobs shared the 2 cores.", ""]
+    for note in s.get("notes", []):  # how a merged report's rows were measured
+        out += [note, ""]
     for ex, benches in values.items():
         for bench, configs in benches.items():
             goal = s["goals"][bench]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -34,12 +35,15 @@ from subzero.runtime import NodeTask, capture_tile, merge_inline, with_envelopes
 from subzero.tiling import Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
-           "TileProfile", "profile_from_run"]
+           "TileProfile", "profile_from_run", "crop_box", "CroppedInput"]
 
-MAX_PAIRS = 20_000   # pairs per sample tile a candidate encodes (the sizes scale with the count)
+MAX_MAPPED_CELLS = 1 << 17   # input cells a mapping node's fans are counted over (else: sizes' ratio)
+MAX_PAIRS = 4_000   # pairs per sample tile a candidate encodes (the sizes scale with the count)
 _FANS = Strategy("FullOne")  # the full pairs whose fans a sample tile measures
 SAMPLE_FRACTION = 0.02   # of a node's cells, measured when its tiles may be cut into windows
 MIN_SAMPLE_CELLS = 16_384   # per sample window (so a window is not all edge)
+CROP_FRACTION = 0.05        # of a whole-array node's cells, measured on a centred crop of its inputs
+MIN_CROP_CELLS = 65_536     # per crop (a whole-array operator's lineage is less regular than a tile's)
 # seconds a strategy adds to a run per thing it stores (making the lineage in the operator, encoding
 # and writing it), estimated on the project machine from the lineage seconds of Label storing CompOne
 # (2000 x 2000) and of the astronomy workflow's repair node storing FullRange, over their cells and links
@@ -59,6 +63,7 @@ class TileProfile:
 
     cells: int
     seconds: float
+    plain_seconds: float = 0.0   # the operator alone on the tile (no lineage), when the fans are measured
     fanout: float = 0.0       # out cells summed over pairs
     links: float = 0.0        # sum over pairs of out cells x in cells
     distinct_in: int = 0
@@ -100,6 +105,41 @@ def sample_windows(op, tiles: list[Tile], sample: int = 2, fraction: float = SAM
     return out
 
 
+def crop_box(shape: tuple[int, ...], fraction: float = CROP_FRACTION,
+             min_cells: int = MIN_CROP_CELLS) -> tuple[tuple[int, int], ...] | None:
+    """A centred box of ``shape`` holding about ``fraction`` of its cells (at least
+    ``min_cells``), every axis cut by the same ratio; None when that is the whole array.
+
+    Examples
+    --------
+    >>> crop_box((2000, 2000))
+    ((553, 1447), (553, 1447))
+    >>> crop_box((100, 100)) is None
+    True
+    """
+    lens = np.array(shape, np.int64)
+    total = int(np.prod(lens)) if len(lens) else 0
+    want = max(fraction * total, float(min_cells))
+    if not len(lens) or want >= total:
+        return None
+    cut = np.clip(np.ceil(lens * (want / total) ** (1.0 / len(lens))), 1, lens).astype(np.int64)
+    lo = (lens - cut) // 2
+    return tuple(zip(lo.tolist(), (lo + cut).tolist()))
+
+
+@dataclass(frozen=True)
+class CroppedInput:
+    """A window of a stored array (``ref``, from ``offset``) read as if it were a whole
+    array: calibration runs a whole-array operator on crops of its inputs."""
+
+    ref: Any
+    offset: tuple[int, ...]
+
+    def read(self, box):
+        """The window's cells in ``box`` (coordinates within the window)."""
+        return self.ref.read(tuple((lo + o, hi + o) for (lo, hi), o in zip(box, self.offset)))
+
+
 def capture_seconds(strategy: Strategy, pairs: float, out_cells: float, in_cells: float) -> float:
     """Seconds a strategy's lineage adds to the run, predicted from what it stores: a FULL
     strategy's links (pairs x input cells) and a payload strategy's carried cells, plus a
@@ -134,22 +174,24 @@ def profile_part(task: NodeTask, part: tuple[Tile, tuple[Strategy, ...], bool]) 
     start = time.perf_counter()
     capture = capture_tile(replace(task, strategies=stored + ((_FANS,) if fans else ())), tile)
     out = TileProfile(_cells(capture.tile), time.perf_counter() - start if fans else 0.0)
-    if fans:
+    if fans:  # and the operator's own time: the tile once more, without lineage
+        out.plain_seconds = capture_tile(replace(task, strategies=()), tile).op_seconds
         full = capture.full
         fanout = np.diff(full.out_ptr)
         fanin = sum(np.diff(ptr) for ptr in full.in_ptr) if full.in_ptr else np.zeros(full.n_pairs)
         out.fanout, out.links = float(fanout.sum()), float(np.sum(fanout * fanin))
         out.distinct_in = sum(distinct_count(a, int(np.prod(shape))) for a, shape in zip(full.in_ids, op.input_shapes))
-    enveloped = {}  # payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
+    enveloped = {}  # sampled payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
     for strategy in stored:
         name = strategy.name
         encoder = encoder_for(strategy)
         pairs = capture.pairs_for(strategy)
-        if strategy.mode is not Mode.FULL:
-            if strategy.mode not in enveloped:
-                enveloped[strategy.mode] = with_envelopes(op, pairs)
-            pairs = enveloped[strategy.mode]
         sample = pairs if strategy.both_directions else _subsample(pairs, MAX_PAIRS)
+        if strategy.mode is not Mode.FULL:  # envelopes (map_p calls) of the sampled pairs only
+            key = (strategy.mode, strategy.both_directions)
+            if key not in enveloped:
+                enveloped[key] = with_envelopes(op, sample)
+            sample = enveloped[key]
         t0 = time.perf_counter()
         encoded = encoder.encode(sample, capture.tile.index, capture.shapes)
         seconds = time.perf_counter() - t0
@@ -164,25 +206,38 @@ def profile_part(task: NodeTask, part: tuple[Tile, tuple[Strategy, ...], bool]) 
     return out
 
 
-def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_seconds: float,
-                 runner: Executor, sample: int = 2) -> NodeProfile:
+def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_seconds: float | None,
+                 runner: Executor, sample: int = 2, scale: float = 1.0) -> NodeProfile:
     """Profile ``task``'s node (a `subzero.stage.NodeStage` task) from ``sample`` of its ``tiles``,
     measured by ``runner``'s tasks (`profile_part`; a `LocalExecutor`: in this process),
-    scaled to the node; ``candidates`` are the optimizer's strategy names."""
+    scaled to the node; ``candidates`` are the optimizer's strategy names.
+
+    ``op_seconds`` is the node's measured operator time; None before the node is computed
+    (a one-pass run plans a node before it runs it): then it is estimated from the sample's
+    tiles run without lineage, scaled (0 when no sample runs), and the
+    profile is a one-pass one (`subzero.optimizer.cost_model.runtime_cost`).  ``scale``
+    multiplies what is measured (a task on a crop of the node's inputs: the node's cells over
+    the crop's; the caller then sets the profile's sizes)."""
     op = task.operator
+    one_pass = op_seconds is None
+    op_seconds = op_seconds or 0.0
     chosen = sample_windows(op, tiles, sample)
-    scale = (sum(_cells(t) for t in tiles) or 1) / (sum(_cells(t) for t in chosen) or 1)
+    scale *= (sum(_cells(t) for t in tiles) or 1) / (sum(_cells(t) for t in chosen) or 1)
     stored = tuple(s for s in map(Strategy.parse, candidates) if s.stored)
     profile = NodeProfile(
         node=task.node, tiles=len(tiles), op_seconds=op_seconds,
         out_size=int(np.prod(op.output_shape)), in_sizes=[int(np.prod(s)) for s in op.input_shapes],
-        mapping=Mode.MAP in op.supported_modes(), all_to_all=op.all_to_all, measured=False)
+        mapping=Mode.MAP in op.supported_modes(), all_to_all=op.all_to_all, measured=False, one_pass=one_pass)
     if op.all_to_all:
         return profile
     if not stored and profile.mapping:  # fans from the mapping functions on a corner of a tile
         corner = tuple((lo, min(hi, lo + 32)) for lo, hi in chosen[0].box)
         profile.trace_seconds = op_seconds
-        profile.fan_backward, profile.fan_forward = mapping_fans(op, corner)
+        spread = max(profile.in_sizes, default=1) / max(profile.out_size, 1)  # input cells per output cell
+        if _cells(Tile(0, corner)) * spread > MAX_MAPPED_CELLS:  # a reduction: one cell maps to many
+            profile.fan_backward, profile.fan_forward = max(spread, 1.0), 1.0
+        else:
+            profile.fan_backward, profile.fan_forward = mapping_fans(op, corner)
         return profile
     parts = [(t, group, k == 0) for t in chosen for k, group in enumerate(_groups(stored, len(chosen)))]
     measured = runner.map_calls(profile_part, replace(task, strategies=stored), parts)
@@ -191,6 +246,8 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
     profile.trace_seconds = (LINK_SECONDS * links + OUT_CELL_SECONDS * fanout) * scale
     profile.fan_backward = max(links / fanout, 1.0) if fanout else 1.0
     profile.fan_forward = max(links / distinct, 1.0) if distinct else 1.0
+    if one_pass:  # the operator's time without lineage on the sample, scaled
+        profile.op_seconds = sum(m.plain_seconds for m in measured) * scale
     for strategy in stored:
         name = strategy.name
         tiles_of = [m for m in measured if name in m.strategies]  # one part per sample tile measured it

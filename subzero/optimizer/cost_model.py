@@ -54,6 +54,7 @@ class NodeProfile:
     mapping: bool = False
     all_to_all: bool = False
     measured: bool = False
+    one_pass: bool = False   # the run computes the node once, with its lineage: capture re-runs nothing
     strategies: dict[str, StrategyProfile] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -84,12 +85,14 @@ def disk_cost(profile: NodeProfile, strategy: Strategy | str) -> float:
 
 
 def runtime_cost(profile: NodeProfile, strategy: Strategy | str) -> float:
-    """Seconds a strategy adds to the run: re-running the node to capture lineage, encoding, writing."""
+    """Seconds a strategy adds to the run: re-running the node to capture lineage (unless the
+    run computes it once with its lineage: ``profile.one_pass``), encoding, writing."""
     s = Strategy.parse(strategy)
     if not s.stored or s.name not in profile.strategies:
         return 0.0
     sp = profile.strategies[s.name]
-    return profile.op_seconds + sp.encode_seconds + sp.bytes * 5e-9 + sp.keys * 1e-6
+    rerun = 0.0 if profile.one_pass else profile.op_seconds
+    return rerun + sp.encode_seconds + sp.bytes * 5e-9 + sp.keys * 1e-6
 
 
 def _rerun(profile: NodeProfile, cells: float) -> float:

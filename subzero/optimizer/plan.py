@@ -2,34 +2,39 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from subzero.catalog import ArrayRecord, PendingNode
 from subzero.dag import Workflow
 from subzero.modes import Direction, Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile, disk_cost, runtime_cost, step_cost
-from subzero.optimizer.ilp import BLACKBOX, Candidate, Plan, Problem, solve
+from subzero.optimizer.ilp import BLACKBOX, Candidate, Plan, Problem, brute_force, solve
 from subzero.optimizer.workload import Query, step_sizes
 
-__all__ = ["build_problem", "optimize", "pending_nodes", "EPSILON", "BETA"]
+__all__ = ["build_problem", "optimize", "pending_nodes", "node_choice", "EPSILON", "BETA"]
 
 EPSILON = 1e-9   # seconds of expected query time per byte: a tie-breaker (1 MB ~ 1 ms)
 BETA = 1e6       # bytes per second of runtime overhead in the tie-breaker
 MAP = Strategy.parse("Map")
+ENUMERATE_AT_MOST = 8   # candidates an instance may have to be solved by enumeration (same plan, no CBC start)
 
 Pins = Mapping[str, Sequence[str | Strategy]]
 
 
 def build_problem(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[Query],
-                  max_disk: float | None, max_runtime: float | None, pinned: Pins) -> tuple[Problem, dict]:
-    """The ILP instance: candidates with predicted costs, workload access weights, budgets."""
+                  max_disk: float | None, max_runtime: float | None, pinned: Pins,
+                  nodes: Collection[str] | None = None) -> tuple[Problem, dict]:
+    """The ILP instance: candidates with predicted costs, workload access weights, budgets.
+
+    ``nodes`` limits the instance to those nodes (a one-pass run plans one node at a time,
+    with the fans of the nodes profiled so far); every node by default."""
     def fan(node: str, direction: Direction, cells: float) -> float:
         return profiles[node].fan(direction, cells) if node in profiles else cells
 
     access, entering = step_sizes(wf, queries, fan)
     candidates = []
     for node in wf.nodes:
-        if node.is_input:
+        if node.is_input or (nodes is not None and node.name not in nodes):
             continue
         profile = profiles[node.name]
         strategies = [BLACKBOX] + ([MAP] if profile.mapping else []) + [Strategy.parse(n) for n in profile.strategies]
@@ -37,16 +42,22 @@ def build_problem(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[
             costs = {d: step_cost(profile, s, d, entering.get((node.name, d), 1.0)) for d in Direction}
             candidates.append(Candidate(node.name, s, disk=disk_cost(profile, s), runtime=runtime_cost(profile, s),
                                         query_cost=costs, mapping=s.mode is Mode.MAP))
-    pins = {n: tuple(Strategy.parse(s) for s in ss) for n, ss in pinned.items()}
+    pins = {n: tuple(Strategy.parse(s) for s in ss) for n, ss in pinned.items() if nodes is None or n in nodes}
+    if nodes is not None:
+        access = {k: w for k, w in access.items() if k[0] in nodes}
     problem = Problem(tuple(candidates), access, max_disk=max_disk, max_runtime=max_runtime,
                       epsilon=EPSILON, beta=BETA, pinned=pins)
     return problem, entering
 
 
 def optimize(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[Query],
-             max_disk: float | None, max_runtime: float | None, pinned: Pins) -> tuple[Plan, Problem]:
-    """Solve SubZero's integer program for ``wf``; returns the plan and the instance."""
-    problem, _ = build_problem(wf, profiles, queries, max_disk, max_runtime, pinned)
+             max_disk: float | None, max_runtime: float | None, pinned: Pins,
+             nodes: Collection[str] | None = None) -> tuple[Plan, Problem]:
+    """Solve SubZero's integer program for ``wf`` (or its ``nodes``, see `build_problem`);
+    returns the plan and the instance."""
+    problem, _ = build_problem(wf, profiles, queries, max_disk, max_runtime, pinned, nodes)
+    if len(problem.candidates) <= ENUMERATE_AT_MOST:  # one node's few choices: enumerating beats starting CBC
+        return brute_force(problem), problem
     return solve(problem), problem
 
 
@@ -57,13 +68,21 @@ def pending_nodes(plan: Plan, problem: Problem, pinned: Pins, profiles: dict[str
     plan does not name), and the predictions and reasons behind it."""
     out = {}
     for node, seen in measured.items():
-        chosen = tuple(Strategy.parse(s) for s in pinned.get(node, ())) or tuple(plan.chosen.get(node, (BLACKBOX,)))
-        predicted = {c.strategy.name: {"disk": c.disk, "runtime": c.runtime,
-                                       "query": {d.value: q for d, q in c.query_cost.items()}}
-                     for c in problem.candidates if c.node == node}
-        extra = {"reason": "pinned" if node in pinned else plan.reasons.get(node, ""), "predicted": predicted,
-                 "profile": profiles[node].to_dict(),
-                 "pruned": {s.name: why for (n, s), why in plan.pruned.items() if n == node},
-                 "compute_seconds": seen["wall"]}
-        out[node] = PendingNode(chosen, seen, arrays[node], extra)
+        chosen, extra = node_choice(plan, problem, pinned, profiles[node], node)
+        out[node] = PendingNode(chosen, seen, arrays[node], extra | {"compute_seconds": seen["wall"]})
     return out
+
+
+def node_choice(plan: Plan, problem: Problem, pinned: Pins, profile: NodeProfile,
+                node: str) -> tuple[tuple[Strategy, ...], dict[str, Any]]:
+    """The strategies ``node`` stores (its pins, or the plan's choice: BlackBox for a node the
+    plan does not name) and the explanation its catalog record keeps (``extra``: reason,
+    predicted costs per candidate, profile, pruned candidates)."""
+    chosen = tuple(Strategy.parse(s) for s in pinned.get(node, ())) or tuple(plan.chosen.get(node, (BLACKBOX,)))
+    predicted = {c.strategy.name: {"disk": c.disk, "runtime": c.runtime,
+                                   "query": {d.value: q for d, q in c.query_cost.items()}}
+                 for c in problem.candidates if c.node == node}
+    extra = {"reason": "pinned" if node in pinned else plan.reasons.get(node, ""), "predicted": predicted,
+             "profile": profile.to_dict(),
+             "pruned": {s.name: why for (n, s), why in plan.pruned.items() if n == node}}
+    return chosen, extra

@@ -18,7 +18,8 @@ recorded before and after.
 
 With a baseline source tree (``SUBZERO_CAPTURE_BASELINE``: a directory holding an older
 ``subzero`` package), every configuration also runs on that code ("before") in the same
-rounds, and the ratios of both are reported side by side.  A child process gets only the
+rounds, and the ratios of both are reported side by side.  ``SUBZERO_CAPTURE_ONLY=label`` (or
+``astronomy``) runs one workload only.  A child process gets only the
 public API both trees share (its script is written into the bench's directory).  The
 Label runs answer the same backward query; before and after must agree.
 """
@@ -131,12 +132,15 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
     script = root / "capture_child.py"
     script.write_text(CHILD)
     workload = root / "workload.json"
+    only = os.environ.get("SUBZERO_CAPTURE_ONLY")
     load_before = _uptime()
     raw: dict[str, Any] = {}
-    _child(script, ours, {"bench": "astronomy", "config": "workload", "executor": "local", "quick": quick,
-                          "store": str(root / "workload"), "workload": str(workload)}, root)
+    if only != "label":
+        _child(script, ours, {"bench": "astronomy", "config": "workload", "executor": "local", "quick": quick,
+                              "store": str(root / "workload"), "workload": str(workload)}, root)
     for ex in executors:
-        jobs = [("label", c) for c in LABEL_CONFIGS] + [("astronomy", c) for c in ASTRONOMY_CONFIGS]
+        jobs = [("label", c) for c in LABEL_CONFIGS if only != "astronomy"] + \
+            [("astronomy", c) for c in ASTRONOMY_CONFIGS if only != "label"]
         for k in range(rounds if ex == "local" else max(1, rounds - 1)):
             for bench, config in jobs:
                 for version, code in codes.items():
@@ -151,7 +155,7 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
     load_after = _uptime()
     return {"setup": {"label_side": side, "label_configs": list(LABEL_CONFIGS),
                       "astronomy_configs": list(ASTRONOMY_CONFIGS), "rounds": rounds, "executors": list(executors),
-                      "baseline": given, "quick": quick, "goals": GOALS},
+                      "baseline": given, "quick": quick, "goals": GOALS, "only": only},
             "raw": {"runs": raw, "load_before": load_before, "load_after": load_after},
             "figures": {"capture": figure("x base run", "the same run without lineage", _ratios(raw),
                                           "median seconds (fastest of two runs per process) over the base "

@@ -21,13 +21,16 @@ from typing import Any
 from subzero.errors import StoreError
 from subzero.modes import Strategy
 
-__all__ = ["FORMAT", "FileRecord", "ShardRecord", "Manifest", "ArrayRecord", "NodeStats", "NodeRecord",
+__all__ = ["FORMAT", "READ_FORMATS", "FileRecord", "ShardRecord", "Manifest", "ArrayRecord", "NodeStats", "NodeRecord",
            "PendingNode", "RunRecord"]
 
 #: version of the store layout and of these records (1: .npy arrays and one LMDB environment;
 #: 2: Zarr arrays and per-tile shards; 3: the catalog, manifests and operators checksummed, and
-#: the run's fingerprint, so a killed run can be resumed)
-FORMAT = 3
+#: the run's fingerprint, so a killed run can be resumed; 4: PayOne/CompOne shards keep one entry
+#: per run of cells, which format-3 code would read as no lineage, so it must refuse them)
+FORMAT = 4
+#: the formats this subzero reads: format 3 stores answer as before (their shards say their layout)
+READ_FORMATS = (3, 4)
 
 Box = tuple[tuple[int, int], ...]
 
@@ -119,9 +122,10 @@ class Manifest:
         """The manifest `to_dict` wrote; a `StoreError` for another format."""
         import base64
 
-        if data.get("format") != FORMAT:
+        if data.get("format") not in READ_FORMATS:
             raise StoreError(f"manifest of node {data.get('node')!r} has format {data.get('format')!r}, "
-                             f"this subzero reads format {FORMAT}; re-run the workflow into a new store")
+                             f"this subzero reads format {FORMAT} (and the older 3); re-run the workflow into a new "
+                             "store")
         return cls(str(data["node"]), {s: tuple(ShardRecord.from_dict(r) for r in recs)
                                        for s, recs in data.get("shards", {}).items()},
                    {s: base64.b64decode(b) for s, b in data.get("inline", {}).items()})
@@ -318,6 +322,7 @@ class RunRecord:
         """The JSON form of ``catalog.json``."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["nodes"] = {name: rec.to_dict() for name, rec in self.nodes.items()}
+        data["format"] = FORMAT  # what this code writes: a resumed format-3 run becomes format 4
         return data
 
     @staticmethod
@@ -325,10 +330,10 @@ class RunRecord:
         """Refuse what is not a catalog of this format (a `StoreError` saying to re-run)."""
         if not isinstance(data, dict) or "workflow" not in data:
             raise StoreError(f"{where} has a catalog.json that is not a subzero catalog; re-run the workflow")
-        if data.get("format") != FORMAT:
+        if data.get("format") not in READ_FORMATS:
             raise StoreError(f"{where} was written in store format {data.get('format')!r}; this subzero reads "
-                             f"format {FORMAT} (chunked Zarr arrays, per-tile lineage shards, checksummed records). Re-run the "
-                             "workflow into a new store to query it")
+                             f"format {FORMAT} (and the older 3: chunked Zarr arrays, per-tile lineage shards, "
+                             "checksummed records). Re-run the workflow into a new store to query it")
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "the store") -> "RunRecord":

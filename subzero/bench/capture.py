@@ -18,7 +18,8 @@ recorded before and after.
 
 With a baseline source tree (``SUBZERO_CAPTURE_BASELINE``: a directory holding an older
 ``subzero`` package), every configuration also runs on that code ("before") in the same
-rounds, and the ratios of both are reported side by side.  A child process gets only the
+rounds, and the ratios of both are reported side by side.  ``SUBZERO_CAPTURE_BENCHES=label`` (or
+``astronomy``) runs one workload only.  A child process gets only the
 public API both trees share (its script is written into the bench's directory).  The
 Label runs answer the same backward query; before and after must agree.
 """
@@ -138,9 +139,10 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
     workload = root / "workload.json"
     load_before = _uptime()
     raw: dict[str, Any] = {}
-    _child(script, ours, {"bench": "astronomy", "config": "workload", "executor": "local", "quick": quick,
-                          "store": str(root / "workload"), "workload": str(workload)}, root)
     benches = [b for b in os.environ.get("SUBZERO_CAPTURE_BENCHES", "label,astronomy").split(",") if b]
+    if "astronomy" in benches:
+        _child(script, ours, {"bench": "astronomy", "config": "workload", "executor": "local", "quick": quick,
+                              "store": str(root / "workload"), "workload": str(workload)}, root)
     executors = tuple(e for e in os.environ.get("SUBZERO_CAPTURE_EXECUTORS", ",".join(executors)).split(",") if e)
     runtime = os.environ.get("SUBZERO_CAPTURE_RUNTIME")
     for ex in executors:

@@ -2,8 +2,10 @@
 
 Keys are 8 bytes, big-endian, so LMDB sorts them numerically:
 ``kind (4 bits) | slot (8 bits) | id (52 bits)``.  ``kind`` tells cell keys from pair
-keys; ``slot`` is the input index for input cells (``OUT`` for output cells); ``id``
-is a flat cell id or a pair id (``tile << 32 | pair within tile``).
+keys, run keys (a run of consecutive cells sharing one value, keyed by its first cell) and
+layout keys (``LAYOUT``: an entry per tile naming its layout version, in shards whose
+layout changed since the first); ``slot`` is the input index for input cells (``OUT`` for
+output cells); ``id`` is a flat cell id or a pair id (``tile << 32 | pair within tile``).
 
 A cell set is its sorted flat ids, stored as uint32 when they fit, else uint64.
 """
@@ -12,10 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["CELL", "PAIR", "OUT", "slot_ndims", "make_keys", "split_keys", "keys_to_bytes",
+__all__ = ["CELL", "PAIR", "RUN", "LAYOUT", "OUT", "slot_ndims", "make_keys", "split_keys", "keys_to_bytes",
            "pack_sets", "pack_groups", "unpack_sets", "unpack_groups", "pair_id_base"]
 
-CELL, PAIR = 1, 2
+CELL, PAIR, RUN = 1, 2, 3
+LAYOUT = 0xE  # ``make_keys(LAYOUT, 0, [tile])``: the layout version of a tile's entries (uint32 first)
 OUT = 0xFF
 _ID_BITS = 52
 _ID_MASK = (1 << _ID_BITS) - 1

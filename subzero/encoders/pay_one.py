@@ -1,7 +1,13 @@
-"""PayOne (paper Fig. 4.4): one entry per output cell holding a copy of its pair's payload.
+"""PayOne (paper Fig. 4.4): every output cell holding a copy of its pair's payload.
 
-An out cell that several payload pairs name keeps every payload: the value is the
-payload itself after a ``0`` byte, or ``1`` followed by length-prefixed payloads.
+The cells are stored as runs (layout 2): one entry per run of consecutive cells (flat ids
+``first .. first + length - 1`` within one last-axis row) that carry the same payloads,
+keyed by the run's first cell; its value is the run's length (uint32), then the value every
+cell of it carries: the payload itself after a ``0`` byte, or ``1`` followed by
+length-prefixed payloads.  A lookup finds the run holding a cell by a floor search: it scans
+the run keys from ``cell - longest run + 1`` (the longest run is stored with the layout
+version) and keeps the last run starting at or before the cell.  A shard of layout 1 (written
+before runs) has one entry per cell and no layout key; it is still read.
 
 For forward queries, each distinct payload of a tile also gets one entry (the bounding
 box of the out cells carrying it, then the payload) and an R-tree per input over the
@@ -16,34 +22,52 @@ import numpy as np
 
 from subzero.cells import to_coords, to_ids
 from subzero.encoders.base import EncodedTile, PayloadEncoder, Reader, scan, envelope_boxes, frontier_boxes
-from subzero.encoders.codec import CELL, OUT, PAIR, make_keys, pair_id_base, split_keys
+from subzero.encoders.codec import CELL, LAYOUT, OUT, PAIR, RUN, make_keys, pair_id_base, split_keys
+from subzero.errors import StoreError
 from subzero.pairs import PayloadPairs, owners
 
-__all__ = ["PayOne"]
+__all__ = ["PayOne", "LAYOUT_VERSION"]
 
 _ONE, _MANY = b"\x00", b"\x01"
+#: the layout PayOne writes: 2 = runs of cells (1 = one entry per cell, no layout key)
+LAYOUT_VERSION = 2
 
 
 class PayOne(PayloadEncoder):
     base = "PayOne"
 
     def encode(self, pairs: PayloadPairs, tile_index: int, shapes) -> EncodedTile:
-        pair_of = owners(pairs.out_ptr)
-        order = np.argsort(pairs.out_ids, kind="stable")
-        ids, pair_of = pairs.out_ids[order], pair_of[order]
-        starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.zeros(0, np.int64)
-        ends = np.r_[starts[1:], len(ids)]
-        values = _cell_values(pairs.payloads, pair_of, starts, ends)
-        group_keys, group_values, boxes = _payload_groups(pairs, tile_index, shapes[0])
-        return EncodedTile(keys=np.concatenate([make_keys(CELL, OUT, ids[starts]), group_keys]),
-                           values=values + group_values, boxes=boxes, n_pairs=pairs.n_pairs)
+        distinct, code = pairs.groups()
+        group_keys, group_values, boxes = _payload_groups(pairs, tile_index, shapes[0], distinct, code)
+        run_keys, run_values, longest = _encode_runs(pairs, pair_id_base(tile_index) + code, shapes[0])
+        if not len(run_keys) and not len(group_keys):
+            return EncodedTile(boxes=boxes, n_pairs=pairs.n_pairs)
+        layout = np.array([LAYOUT_VERSION, max(longest, 1)], "<u4").tobytes()
+        layout_key = make_keys(LAYOUT, 0, np.array([tile_index], np.int64))  # one per tile: batches may merge tiles
+        return EncodedTile(keys=np.concatenate([run_keys, group_keys, layout_key]),
+                           values=run_values + group_values + [layout], boxes=boxes, n_pairs=pairs.n_pairs)
 
     def lookup(self, reader: Reader, frontier, shapes) -> PayloadPairs:
-        keys, values = reader.get_many(make_keys(CELL, OUT, frontier.ids()))
-        return _one_cell_pairs(keys, values)
+        ids = np.unique(np.asarray(frontier.ids(), np.int64))
+        longest = _longest_run(reader)
+        if longest is None:  # layout 1: one entry per cell
+            keys, values = reader.get_many(make_keys(CELL, OUT, ids))
+            return _one_cell_pairs(keys, values)
+        if not len(ids):
+            return PayloadPairs.empty()
+        breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+        starts, stops = ids[np.r_[0, breaks]], ids[np.r_[breaks - 1, len(ids) - 1]] + 1
+        runs = _scan_runs(reader, starts - longest + 1, stops)
+        run = np.searchsorted(runs.first, ids, "right") - 1
+        hit = run >= 0
+        hit[hit] = ids[hit] < runs.first[run[hit]] + runs.length[run[hit]]
+        return runs.pairs(ids[hit], run[hit], _group_payloads(reader, runs.pids, len(shapes[0])))
 
     def load(self, reader: Reader, shapes) -> PayloadPairs:
-        return _one_cell_pairs(*scan(reader, CELL))
+        if _longest_run(reader) is None:
+            return _one_cell_pairs(*scan(reader, CELL))
+        runs = _Runs.decode(*scan(reader, RUN))
+        return runs.all_pairs(_group_payloads(reader, runs.pids, len(shapes[0])))
 
     def forward_candidates(self, reader: Reader, frontier, i: int, shapes) -> PayloadPairs:
         """The cells carrying a payload whose envelope meets ``frontier``: the payload groups from
@@ -53,38 +77,163 @@ class PayOne(PayloadEncoder):
         out_shape = shapes[0]
         mins, maxs = frontier_boxes(frontier)
         ids = np.unique(reader.intersect(i, mins, maxs))
-        _, values = reader.get_many(make_keys(PAIR, 0, ids))
+        group_keys, values = reader.get_many(make_keys(PAIR, 0, ids))
         if not values:
             return PayloadPairs.empty()
         ndim, width = len(out_shape), 16 * len(out_shape)
-        wanted = {v[width:] for v in values}
         boxes = np.frombuffer(b"".join(v[:width] for v in values), "<i8").reshape(len(values), 2, ndim) \
             if ndim else np.zeros((len(values), 2, 0), np.int64)
         starts, stops = _row_ranges(boxes[:, 0], boxes[:, 1], out_shape)
-        keys, cell_values = reader.scan_ranges(make_keys(CELL, OUT, starts), make_keys(CELL, OUT, stops))
-        found = _one_cell_pairs(keys, cell_values)
-        keep = np.fromiter((p in wanted for p in found.payloads), bool, found.n_pairs)
-        return found.select(keep)
+        longest = _longest_run(reader)
+        if longest is None:  # layout 1
+            wanted = {v[width:] for v in values}
+            keys, cell_values = reader.scan_ranges(make_keys(CELL, OUT, starts), make_keys(CELL, OUT, stops))
+            found = _one_cell_pairs(keys, cell_values)
+            keep = np.fromiter((p in wanted for p in found.payloads), bool, found.n_pairs)
+            return found.select(keep)
+        # every cell of a run naming a wanted group lies in that group's box, so whole runs are found
+        runs = _scan_runs(reader, starts - longest + 1, stops)
+        group_ids = split_keys(group_keys)[2]
+        return runs.all_pairs(dict(zip(group_ids.tolist(), (v[width:] for v in values))), only=group_ids)
 
 
-def _cell_values(payloads: list[bytes], pair_of: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[bytes]:
-    """The value of every out cell (``pair_of[starts[c]:ends[c]]`` are its pairs): each pair's
-    ``_ONE + payload`` is built once and shared by its cells, so a cell in one pair (all of
-    them, usually) costs a list lookup, not a bytes copy."""
-    single = (ends - starts) == 1
-    if not len(starts):
-        return []
-    if single.all():
-        prefixed = [_ONE + p for p in payloads]
-        return [prefixed[k] for k in pair_of[starts].tolist()]
-    return [_ONE + payloads[pair_of[a]] if b - a == 1 else _pack([payloads[k] for k in pair_of[a:b]])
-            for a, b in zip(starts.tolist(), ends.tolist())]
+def _longest_run(reader: Reader) -> int | None:
+    """The longest run of a layout-2 shard; None for a layout-1 shard (no layout key).  Each
+    tile in the shard has a layout entry (key: its tile index) with the version and its longest run."""
+    _, values = scan(reader, LAYOUT)
+    if not values:
+        return None
+    longest = 1
+    for value in values:
+        version = int.from_bytes(value[:4], "little")
+        if version != LAYOUT_VERSION or len(value) != 8:
+            raise StoreError(f"a PayOne/CompOne lineage shard has layout version {version}, which this subzero "
+                             f"(layout {LAYOUT_VERSION}) cannot read; it was written by a newer subzero: "
+                             "upgrade subzero, or re-run the workflow with this one")
+        longest = max(longest, int.from_bytes(value[4:8], "little"))
+    return longest
 
 
-def _payload_groups(pairs: PayloadPairs, tile_index: int, out_shape):
+def _encode_runs(pairs: PayloadPairs, pair_group: np.ndarray, out_shape) -> tuple[np.ndarray, list[bytes], int]:
+    """The run entries of a tile: keys (the first cell of each run), values (``<u8``: the run's
+    length, then the ids of the payload groups its cells carry) and the longest run.  A cell in
+    one pair joins a run with its neighbours in the same last-axis row carrying the same
+    payload; a cell in several pairs is a run of its own."""
+    pair_of = owners(pairs.out_ptr)
+    order = np.argsort(pairs.out_ids, kind="stable")
+    ids, cell_group = pairs.out_ids[order], pair_group[pair_of[order]]
+    if not len(ids):
+        return np.empty(0, np.uint64), [], 0
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    n_groups = np.diff(np.r_[starts, len(ids)])
+    cells = ids[starts]
+    code = np.where(n_groups == 1, cell_group[starts], -1)
+    brk = np.ones(len(cells), bool)
+    brk[1:] = (cells[1:] != cells[:-1] + 1) | (code[1:] != code[:-1]) | (code[1:] < 0)
+    if len(out_shape):
+        brk |= cells % int(out_shape[-1]) == 0  # a run stays within one last-axis row
+    first = np.flatnonzero(brk)
+    lengths = np.diff(np.r_[first, len(cells)])
+    k = n_groups[first]  # groups per run (a run of several cells has one)
+    width = 1 + k
+    end = np.cumsum(width)
+    flat = np.empty(int(end[-1]), "<u8")
+    flat[end - width] = lengths
+    slot = np.repeat(end - width + 1 - np.cumsum(k) + k, k) + np.arange(int(k.sum()))
+    flat[slot] = cell_group[_ranges(starts[first], k)]
+    raw = flat.tobytes()
+    bounds = np.r_[0, end * 8].tolist()
+    values = [raw[a:b] for a, b in zip(bounds, bounds[1:])]
+    return make_keys(RUN, OUT, cells[first]), values, int(lengths.max())
+
+
+class _Runs:
+    """Decoded run entries: first cell, length and the payload group ids of each run (CSR)."""
+
+    def __init__(self, first: np.ndarray, length: np.ndarray, ptr: np.ndarray, pids: np.ndarray):
+        self.first, self.length, self.ptr, self.pids = first, length, ptr, pids
+
+    @classmethod
+    def decode(cls, keys: np.ndarray, values: list[bytes]) -> "_Runs":
+        if not values:
+            empty = np.empty(0, np.int64)
+            return cls(empty, empty, np.zeros(1, np.int64), empty)
+        flat = np.frombuffer(b"".join(values), "<u8").astype(np.int64)
+        width = np.fromiter(map(len, values), np.int64, len(values)) // 8
+        head = np.cumsum(width) - width
+        k = width - 1
+        ptr = np.zeros(len(values) + 1, np.int64)
+        np.cumsum(k, out=ptr[1:])
+        return cls(split_keys(keys)[2], flat[head], ptr, flat[_ranges(head + 1, k)])
+
+    def pairs(self, cells: np.ndarray, run: np.ndarray, payload: dict[int, bytes],
+              only: np.ndarray | None = None) -> PayloadPairs:
+        """Pairs of ``cells`` (sorted) lying in runs ``run`` (non-decreasing): one per run and
+        payload group (of the groups ``only``, if given), holding the run's given cells."""
+        if not len(cells):
+            return PayloadPairs.empty()
+        begin = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])
+        count = np.diff(np.r_[begin, len(cells)])
+        r = run[begin]
+        k = self.ptr[r + 1] - self.ptr[r]
+        pids = self.pids[_ranges(self.ptr[r], k)]
+        pair_begin, pair_count = np.repeat(begin, k), np.repeat(count, k)
+        if only is not None:
+            keep = np.isin(pids, only)
+            pids, pair_begin, pair_count = pids[keep], pair_begin[keep], pair_count[keep]
+        ptr = np.zeros(len(pids) + 1, np.int64)
+        np.cumsum(pair_count, out=ptr[1:])
+        return PayloadPairs(cells[_ranges(pair_begin, pair_count)], ptr, [payload[p] for p in pids.tolist()])
+
+    def all_pairs(self, payload: dict[int, bytes], only: np.ndarray | None = None) -> PayloadPairs:
+        """Pairs of every cell of every run."""
+        return self.pairs(_ranges(self.first, self.length), np.repeat(np.arange(len(self.first)), self.length),
+                          payload, only)
+
+
+def _group_payloads(reader: Reader, pids: np.ndarray, ndim: int) -> dict[int, bytes]:
+    """The payload of each payload group ``pids`` (its entry: the out box, then the payload)."""
+    wanted = np.unique(pids)
+    keys, values = reader.get_many(make_keys(PAIR, 0, wanted))
+    if len(keys) != len(wanted):
+        raise StoreError("a PayOne/CompOne lineage shard names payload groups it does not hold; the store is "
+                         "damaged: re-run the workflow")
+    width = 16 * ndim
+    return dict(zip(split_keys(keys)[2].tolist(), (v[width:] for v in values)))
+
+
+def _scan_runs(reader: Reader, lo: np.ndarray, hi: np.ndarray) -> _Runs:
+    """The runs whose first cell lies in one of the id ranges ``[lo, hi)`` (merged first, so
+    every run comes once), sorted by first cell."""
+    lo = np.maximum(np.asarray(lo, np.int64), 0)
+    hi = np.asarray(hi, np.int64)
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    if not len(lo):
+        return _Runs.decode(np.empty(0, np.uint64), [])
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], hi[order]
+    reach = np.maximum.accumulate(hi)
+    new = np.r_[True, lo[1:] > reach[:-1]]
+    group = np.cumsum(new) - 1
+    m_hi = np.full(int(group[-1]) + 1, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(m_hi, group, hi)
+    return _Runs.decode(*reader.scan_ranges(make_keys(RUN, OUT, lo[new]), make_keys(RUN, OUT, m_hi)))
+
+
+def _ranges(first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``first[k] .. first[k] + lengths[k] - 1`` for every k, concatenated."""
+    lengths = np.asarray(lengths, np.int64)
+    total = int(lengths.sum())
+    if not total:
+        return np.empty(0, np.int64)
+    offset = np.repeat(np.asarray(first, np.int64) - (np.cumsum(lengths) - lengths), lengths)
+    return offset + np.arange(total, dtype=np.int64)
+
+
+def _payload_groups(pairs: PayloadPairs, tile_index: int, out_shape, distinct: list[bytes], code: np.ndarray):
     """One entry per distinct payload (the bounding box of its out cells, then the payload) and
     the R-tree boxes of each group's input envelope (the union of its pairs' envelopes)."""
-    distinct, code = pairs.groups()
     if not distinct:
         return np.empty(0, np.uint64), [], {}
     ndim = len(out_shape)

@@ -32,7 +32,7 @@ from typing import Any
 
 import xxhash
 
-from subzero.catalog import FORMAT, Manifest, RunRecord, ShardRecord
+from subzero.catalog import FORMAT, READ_FORMATS, Manifest, RunRecord, ShardRecord
 from subzero.errors import StoreError
 from subzero.store.arrays import ArrayRef, forget_store
 from subzero.store.failures import REBUILD, REBUILD_LINEAGE, reading
@@ -327,7 +327,7 @@ class FileStore(RunWriter):
             raw = self.location.read_bytes("manifests", f"{node}.json")
         try:
             data = parse_json(raw, where)
-            if isinstance(data, dict) and data.get("format") != FORMAT:
+            if isinstance(data, dict) and data.get("format") not in READ_FORMATS:
                 return Manifest.from_dict(data)  # raises: another format
             manifest = Manifest.from_dict(unseal_json(data, where))
         except StoreError as exc:

@@ -175,16 +175,6 @@ def _merge_along(lo: np.ndarray, hi: np.ndarray, axis: int, groups: np.ndarray |
     return new_lo, new_hi, g[starts]
 
 
-def _sorted_unique_rows(rows: np.ndarray) -> bool:
-    if len(rows) < 2:
-        return True
-    diff = rows[1:] - rows[:-1]
-    nz = diff != 0
-    first = np.argmax(nz, axis=1)
-    lead = diff[np.arange(len(diff)), first]
-    return bool(np.all(nz.any(axis=1)) and np.all(lead > 0))
-
-
 def cover_ids(ids: np.ndarray, shape: Shape, groups: np.ndarray | None = None):
     """An exact, disjoint cover of a set of flat cell ids by few boxes.
 

@@ -382,13 +382,10 @@ def _write_files(args, run, node: str, mask, history: str, text: str) -> list[st
         from subzero.export import write_regions
 
         wcs = None
-        if getattr(args, "regions_frame", "image") == "fk5":
+        if getattr(args, "regions_frame", "image") == "fk5":  # `_check_outputs` made sure the node has one
             from subzero.view.sky import node_wcs
 
-            wcs = node_wcs(run).get(run.node(node).name)
-            if wcs is None:
-                raise LineageError(f"--regions-frame fk5: node {node!r} has no WCS (not a FITS input with one, nor on "
-                                   "its pixel grid); write image regions instead")
+            wcs = node_wcs(run)[run.node(node).name]
         written.append(str(write_regions(args.regions, mask, text=text, wcs=wcs)))
     return written
 
@@ -742,9 +739,10 @@ def _add_cell_options(parser) -> None:
                         help="cells are 1-based X,Y and boxes inclusive X0:X1,Y0:Y1 (DS9/FITS); output likewise")
 
 
-def _add_answer_options(parser, traced: str, json_help: str, plot_help: str) -> None:
+def _add_answer_options(parser, func, traced: str, json_help: str, plot_help: str) -> None:
     """The options ``query`` and ``brush`` share: the start cells, forced strategies, and where the
-    ``traced`` cells go (JSON, a plot, a mask, DS9 regions)."""
+    ``traced`` cells go (JSON, a plot, a mask, DS9 regions); ``func`` runs the command."""
+    parser.set_defaults(func=func)
     _add_cell_options(parser)
     parser.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
     parser.add_argument("--json", action="store_true", help=json_help)
@@ -768,15 +766,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``subzero`` argument parser with every sub-command."""
     parser = argparse.ArgumentParser(prog="subzero", description="Fine-grained lineage for array workflows on Spark.")
     parser.add_argument("--version", action="version", version=_version())
-    # -v/-q work before or after the command: the sub-commands' copies only override when given
-    parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="more diagnostics on stderr, repeatable (-v: with Spark's warnings; -vv: debug)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress display, errors only")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
-                        help="more diagnostics on stderr, repeatable (-v: with Spark's warnings; -vv: debug)")
-    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
-                        help="no progress display, errors only")
+    # -v/-q work before or after the command: the sub-commands' copies only override when given
+    for where, verbose, quiet in ((parser, 0, False), (common, argparse.SUPPRESS, argparse.SUPPRESS)):
+        where.add_argument("-v", "--verbose", action="count", default=verbose,
+                           help="more diagnostics on stderr, repeatable (-v: with Spark's warnings; -vv: debug)")
+        where.add_argument("-q", "--quiet", action="store_true", default=quiet, help="no progress display, errors only")
     common.add_argument("--storage-option", action="append", metavar="KEY=VALUE", dest="storage_option",
                         help="an fsspec option of the store's file system, repeatable (s3://: endpoint_url=URL, "
                              "key=..., secret=..., client_kwargs.region_name=...)")
@@ -820,9 +815,8 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("direction", choices=["backward", "forward"])
     query.add_argument("node", help="the node the cells belong to")
     query.add_argument("--to", required=True, help="the node to trace to")
-    _add_answer_options(query, "traced cells", "print JSON instead of one cell per line",
+    _add_answer_options(query, cmd_query, "traced cells", "print JSON instead of one cell per line",
                         "draw the traced cells over the arrays (PNG, PDF, SVG)")
-    query.set_defaults(func=cmd_query)
 
     brush = sub.add_parser("brush", parents=[common],
                            help="linked brushing: cells of a node back to an input and forward to every output",
@@ -834,9 +828,8 @@ def build_parser() -> argparse.ArgumentParser:
     brush.add_argument("--to", help="the input to trace back to (default: the node's only input)")
     brush.add_argument("--outputs", action="append", metavar="NODE[,NODE]",
                        help="the nodes to trace forward to (default: the workflow's outputs)")
-    _add_answer_options(brush, "traced input cells", "print JSON: counts and disjoint boxes of every answer",
+    _add_answer_options(brush, cmd_brush, "traced input cells", "print JSON: counts and disjoint boxes of every answer",
                         "draw the brush, the input cells and every output's cells")
-    brush.set_defaults(func=cmd_brush)
 
     replay = sub.add_parser("replay", parents=[common],
                             help="what-if: replace input cells and re-run only what they reach, into a new store",

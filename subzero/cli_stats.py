@@ -72,7 +72,7 @@ def cmd_catalog(args) -> int:
     """``subzero catalog``: a per-object lineage table of a stored run; the exit status."""
     import numpy as np
 
-    from subzero.export import _atomic
+    from subzero.export import atomic_path
     from subzero.run import open_run
     from subzero.stats.spec import parse_flags, read_array_spec
 
@@ -90,7 +90,7 @@ def cmd_catalog(args) -> int:
     if args.values:
         table.meta["values"] = args.values
     out = Path(args.out)
-    with _atomic(out) as tmp:
+    with atomic_path(out) as tmp:
         table.write(tmp, format=fmt, overwrite=True)
     flagged = int(np.count_nonzero(table["n_flagged"])) if "n_flagged" in table.colnames else None
     extra = f", {flagged} with flagged cells in their lineage" if flagged is not None else ""
@@ -101,10 +101,10 @@ def cmd_catalog(args) -> int:
 def _write_counts(path: Path, counts: np.ndarray, header, history: str) -> None:
     import numpy as np
 
-    from subzero.export import _atomic
+    from subzero.export import atomic_path
 
     if path.suffix.lower() == ".npy":
-        with _atomic(path) as tmp:
+        with atomic_path(path) as tmp:
             np.save(tmp, counts)
         return
     from astropy.io import fits
@@ -114,7 +114,7 @@ def _write_counts(path: Path, counts: np.ndarray, header, history: str) -> None:
     write_fits_mask(path, counts > 0, header, history)  # the header handling, then the counts as data
     with fits.open(path) as hdus:
         out = fits.PrimaryHDU(counts.astype(np.int32), header=hdus[0].header)
-    with _atomic(path) as tmp:
+    with atomic_path(path) as tmp:
         out.writeto(tmp, overwrite=True, output_verify="silentfix")
 
 

@@ -25,7 +25,7 @@ from subzero.errors import LineageError
 if TYPE_CHECKING:
     from astropy.io.fits import Header
 
-__all__ = ["to_fits_coords", "from_fits_coords", "mask_boxes", "check_output", "write_mask", "write_fits_mask",
+__all__ = ["atomic_path", "to_fits_coords", "from_fits_coords", "mask_boxes", "check_output", "write_mask", "write_fits_mask",
            "write_regions", "Panel", "plot_panels", "panel_window", "window_mask", "display_of", "label_colors",
            "MASK_RGB", "NAN_RGB", "MASK_SUFFIXES", "PLOT_SUFFIXES", "REGION_SUFFIXES"]
 
@@ -114,7 +114,7 @@ def check_output(path: str | os.PathLike, suffixes: Sequence[str], flag: str) ->
 
 
 @contextlib.contextmanager
-def _atomic(path: Path) -> Iterator[Path]:
+def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path next to ``path``, renamed onto it if the block succeeds."""
     fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.",
                                suffix=path.suffix)
@@ -132,7 +132,7 @@ def write_mask(path: str | os.PathLike, mask: np.ndarray, header: "Header | None
     """Write a boolean mask: ``.npy`` (bool) or FITS (uint8 0/1, see `write_fits_mask`)."""
     p = check_output(path, MASK_SUFFIXES, "--mask")
     if p.suffix.lower() == ".npy":
-        with _atomic(p) as tmp:
+        with atomic_path(p) as tmp:
             np.save(tmp, np.asarray(mask, dtype=bool))
         return p
     return write_fits_mask(p, mask, header, history)
@@ -186,7 +186,7 @@ def write_fits_mask(path: str | os.PathLike, mask: np.ndarray, header: "Header |
     if history:
         out.add_history(history)
     hdu = fits.PrimaryHDU(data, header=out)
-    with _atomic(p) as tmp:
+    with atomic_path(p) as tmp:
         hdu.writeto(tmp, overwrite=True, output_verify="silentfix")
     return p
 
@@ -226,7 +226,7 @@ def write_regions(path: str | os.PathLike, mask: np.ndarray, color: str = "red",
     text = Regions(shapes).serialize(format="ds9")
     if wcs is not None:  # astropy-regions names FK5 J2000 "j2000"; DS9 and the world call it fk5
         text = text.replace("\nj2000\n", "\nfk5\n", 1)
-    with _atomic(p) as tmp:
+    with atomic_path(p) as tmp:
         tmp.write_text(text)
     return p
 
@@ -451,7 +451,7 @@ def plot_panels(path: str | os.PathLike, panels: Sequence[Panel], origin: str = 
         whole = (r0, r1, c0, c1) == (0, np.shape(panel.image)[0], 0, np.shape(panel.image)[1])
         where = "" if whole else (f" [x {c0 + 1}:{c1}, y {r0 + 1}:{r1}]" if fits else f" [rows {r0}:{r1}, cols {c0}:{c1}]")
         ax.set_title(panel.title + (f"\n{where.strip()}" if where else ""), fontsize=9)
-    with _atomic(p) as tmp:
+    with atomic_path(p) as tmp:
         fig.savefig(tmp, dpi=dpi, format=p.suffix.lstrip(".").lower(), facecolor="white", bbox_inches="tight",
                     pad_inches=0.1)
     return p

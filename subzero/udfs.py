@@ -84,7 +84,8 @@ class _UdfMixin:
         self.fn, self.udf_name = fn, str(getattr(fn, "__name__", "udf"))
         self.lineage, self.lineage_source = lineage, source
 
-    def _call(self, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
+        """The user's function on the inputs (one for a window or a line udf: `Udf.operator` checks)."""
         return np.asarray(self.fn(*inputs))
 
 
@@ -99,10 +100,6 @@ class UdfWindow(_UdfMixin, StencilOperator):
     def stencil(self, ndim: int) -> np.ndarray:
         return box_offsets(per_axis(self.radius_, ndim, "sz.Window", "radius", minimum=0))
 
-    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
-        (x,) = inputs
-        return self._call(x)
-
 
 class UdfLines(_UdfMixin, LineOperator):
     """A udf whose output line along ``axis`` reads the input line."""
@@ -110,10 +107,6 @@ class UdfLines(_UdfMixin, LineOperator):
     def __init__(self, fn: Callable, axis: int = -1, source: str = "declared"):
         super().__init__(axis)
         self._set(fn, f"lines(axis={axis})", source)
-
-    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
-        (x,) = inputs
-        return self._call(x)
 
 
 class UdfBlackBox(_UdfMixin, Operator):
@@ -128,9 +121,6 @@ class UdfBlackBox(_UdfMixin, Operator):
 
     def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         return self.shape if self.shape is not None else tuple(input_shapes[0])
-
-    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
-        return self._call(*inputs)
 
 
 class UdfMapped(_UdfMixin, Operator):
@@ -149,9 +139,6 @@ class UdfMapped(_UdfMixin, Operator):
     def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         return self.shape if self.shape is not None else tuple(input_shapes[0])
 
-    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
-        return self._call(*inputs)
-
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.asarray(self.user_map_b(np.asarray(cells, np.int64), i), np.int64)
 
@@ -163,6 +150,7 @@ class _UdfElementwise(_UdfMixin, Apply):
     """A udf computing each output cell from the same cell of its inputs."""
 
     fn: Callable[..., Any]  # always set, where ElementwiseOperator's may be None
+    run = Apply.run  # numpy's broadcasting, not the mixin's plain call
 
     def __init__(self, fn: Callable, nin: int, source: str = "declared"):
         Apply.__init__(self, fn, nin)

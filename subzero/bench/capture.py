@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from subzero.bench.results import figure
+from subzero.bench.timing import load_average
 
 __all__ = ["run_capture", "render_capture", "LABEL_CONFIGS", "ASTRONOMY_CONFIGS", "GOALS"]
 
@@ -99,13 +100,6 @@ print("CAPTURE " + json.dumps(out))
 '''
 
 
-def _uptime() -> list[float]:
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except OSError:  # pragma: no cover
-        return []
-
-
 def _child(script: Path, code: Path, spec: dict[str, Any], root: Path) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(code)
@@ -137,7 +131,7 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
     script = root / "capture_child.py"
     script.write_text(CHILD)
     workload = root / "workload.json"
-    load_before = _uptime()
+    load_before = load_average()
     raw: dict[str, Any] = {}
     benches = [b for b in os.environ.get("SUBZERO_CAPTURE_BENCHES", "label,astronomy").split(",") if b]
     if "astronomy" in benches:
@@ -155,12 +149,12 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
                             "store": str(root / f"{bench}-{config}-{version}-{ex}"), "workload": str(workload),
                             "max_runtime": runtime}
                     got = _child(script, code, spec, root)
-                    got["load"] = _uptime()
+                    got["load"] = load_average()
                     raw.setdefault(ex, {}).setdefault(bench, {}).setdefault(config, {}).setdefault(
                         version, []).append(got)
                     log(f"capture {ex} {bench} {config} {version}: {min(got['seconds']):.2f} s "
                         f"(load {got['load'][0]})")
-    load_after = _uptime()
+    load_after = load_average()
     return {"setup": {"label_side": side, "label_configs": list(LABEL_CONFIGS),
                       "astronomy_configs": list(ASTRONOMY_CONFIGS), "rounds": rounds, "executors": list(executors),
                       "baseline": given, "quick": quick, "goals": GOALS, "benches": benches,

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from subzero.bench.results import figure
+from subzero.bench.timing import load_average
 
 __all__ = ["run_coldquery", "render_coldquery", "QUERIES"]
 
@@ -62,13 +63,6 @@ def _baseline() -> Path | None:
                           cwd="/")
     installed = Path(done.stdout.strip()).resolve() if done.returncode == 0 and done.stdout.strip() else None
     return installed if installed and installed != _ours() else None
-
-
-def _uptime() -> list[float]:
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except OSError:  # pragma: no cover
-        return []
 
 
 def _env(root: Path, code: Path | None, cache: Path) -> dict[str, str]:
@@ -134,13 +128,13 @@ def run_coldquery(quick: bool, root: Path, size=None, executor: str = "local", s
     for label, (cmd, env) in configs.items():  # warm-up, untimed: bytecode caches, the page cache
         for _ in range(2):
             _, answers[label] = _time(cmd, env, root)
-    load_before = _uptime()
+    load_before = load_average()
     times: dict[str, list[float]] = {label: [] for label in configs}
     for k in range(rounds):
         for label, (cmd, env) in configs.items():
             times[label].append(_time(cmd, env, root)[0])
         log(f"coldquery: round {k + 1}/{rounds}: " + ", ".join(f"{lab} {t[-1]:.3f}" for lab, t in times.items()))
-    load_after = _uptime()
+    load_after = load_average()
     imports = {label: statistics.median(_import_ms(cmd, env, root) for _ in range(5))
                for label, (cmd, env) in configs.items() if label != "import numpy"}
     loaded = {label: _loaded(cmd, env, root) for label, (cmd, env) in configs.items() if "-c" in cmd}

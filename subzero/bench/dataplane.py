@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from subzero.bench.results import figure
+from subzero.bench.timing import load_average
 from subzero.bench.scale import THRESHOLD, workflow
 
 __all__ = ["run_dataplane", "render_dataplane", "GOALS"]
@@ -57,13 +58,6 @@ PARTS = [("compression + checksums", ("numcodecs", "google_crc32c", "zstd", "blo
 
 def _ours() -> Path:
     return Path(__file__).resolve().parents[2]
-
-
-def _uptime() -> float:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return float("nan")
 
 
 def _inputs(side: int) -> dict[str, np.ndarray]:
@@ -170,7 +164,7 @@ def _one(config: str, side: int, code: Path, store: Path, timeout: float, env_ex
     env = dict(os.environ, PYTHONPATH=str(code), SUBZERO_DRIVER_MEMORY="1g", **(env_extra or {}))
     cmd = ([sys.executable, "-c", BARE_SPARK] if config == "tiny-bare" else
            [sys.executable, "-P", str(Path(__file__).resolve()), config, str(side), str(store)])
-    load = _uptime()
+    load = (load_average() or [float("nan")])[0]
     start = time.perf_counter()
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=str(store.parent))

@@ -277,28 +277,13 @@ def _scale(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def _capture(doc: dict[str, Any]) -> list[str]:
-    from subzero.bench.capture import render_capture
+def _own_render(doc: dict[str, Any]) -> list[str]:
+    """The body of a bench that renders its own report: ``render_NAME`` of ``subzero.bench.NAME``."""
+    import importlib
 
-    return render_capture(doc)
-
-
-def _dataplane(doc: dict[str, Any]) -> list[str]:
-    from subzero.bench.dataplane import render_dataplane
-
-    return render_dataplane(doc)
+    return getattr(importlib.import_module(f"subzero.bench.{doc['bench']}"), f"render_{doc['bench']}")(doc)
 
 
-def _coldquery(doc: dict[str, Any]) -> list[str]:
-    from subzero.bench.coldquery import render_coldquery
-
-    return render_coldquery(doc)
-
-
-def _trace(doc: dict[str, Any]) -> list[str]:
-    from subzero.bench.trace import render_trace
-
-    return render_trace(doc)
 def _stats(doc: dict[str, Any]) -> list[str]:
     setup, r = doc["setup"], doc["raw"]
     load = ", ".join(f"{v:.2f}" for v in r["load_before"])
@@ -360,8 +345,8 @@ def render(doc: dict[str, Any], plots: list[str]) -> str:
              "capture": "Capture overhead: runs storing lineage over the same runs without (issue 23)",
              "dataplane": "Data plane: Spark and the local executor without stored lineage, the tiny workflow (issue 23)"}[
         doc["bench"]]
-    body = {"astronomy": _astronomy, "genomics": _genomics, "micro": _micro, "scale": _scale, "trace": _trace,
-            "stats": _stats, "coldquery": _coldquery, "capture": _capture, "dataplane": _dataplane}[doc["bench"]](doc)
+    body = {"astronomy": _astronomy, "genomics": _genomics, "micro": _micro, "scale": _scale,
+            "stats": _stats}.get(doc["bench"], _own_render)(doc)
     figures = ["## Figures", ""] + [f"![{p}]({p})" for p in plots] + [""]
     notes = WHY.get(doc["bench"], {}).get("_general")
     general = ["## Notes", "", notes, ""] if notes else []

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from subzero.describe import jsonable
 
 __all__ = ["figure", "write_json", "read_json", "jsonable"]
 
@@ -31,19 +31,6 @@ def figure(unit: str, baseline: str | None, values: Any, description: str = "") 
     'NoLineage'
     """
     return {"unit": unit, "baseline": baseline, "description": description, "values": jsonable(values)}
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` with numpy scalars and arrays turned into plain Python."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return jsonable(value.tolist())
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
 
 
 def write_json(path: str | Path, results: dict[str, Any]) -> None:

@@ -19,7 +19,6 @@ Measured in one process, on the stored run (local executor):
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -27,6 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from subzero.bench.results import figure
+from subzero.bench.timing import load_average
 from subzero.stats.table import BATCH_OBJECTS
 
 __all__ = ["run_stats", "workflow", "sky", "SIDE", "QUICK_SIDE"]
@@ -109,7 +109,7 @@ def _scaling_row(root: Path, side: int, log: Callable[[str], None]) -> dict[str,
     run = run_workflow(raw, root / f"stats-{side}")
     run_seconds = time.perf_counter() - t0
     del raw
-    load = list(os.getloadavg())
+    load = load_average()
     t0 = time.perf_counter()
     table = run.lineage_table("stars", over="raw", flags=hits, values="raw")
     table_seconds = time.perf_counter() - t0
@@ -138,13 +138,6 @@ def run_workflow(raw: np.ndarray, store: Path):
                           strategies={"stars": ["CompOne"]})
 
 
-def _uptime() -> str:
-    try:
-        return Path("/proc/loadavg").read_text().split()[:3].__str__()
-    except OSError:  # pragma: no cover
-        return "?"
-
-
 def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[str], None] = print,
               spark: bool = True, **_ignored) -> dict[str, Any]:
     """Run the workflow, then time the table, the per-object baseline, the count and the forward query."""
@@ -156,8 +149,8 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
     labels = np.asarray(run.output("stars"))
     ids = np.unique(labels[labels > 0])
     log(f"stats: {side}x{side} run in {run_seconds:.1f} s, {len(ids)} objects, {int(hits.sum())} flagged pixels "
-        f"(load {_uptime()})")
-    load_before = os.getloadavg()
+        f"(load {load_average()})")
+    load_before = load_average()
     calls: list[float] = []
     for _ in range(2):  # the first call also imports astropy and opens the store's shards
         t0 = time.perf_counter()
@@ -223,7 +216,7 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
         count_mismatches += int((b & hits).sum() != count[tuple(cell)])
     log(f"stats: count in {count_seconds:.2f} s vs forward query {forward_seconds:.2f} s "
         f"({count_seconds / forward_seconds:.2f}x); mask agrees: {agree}; {count_mismatches} count mismatches")
-    load_after = os.getloadavg()
+    load_after = load_average()
     n_cells = side * side
     raw_doc: dict[str, Any]
     raw_doc = {"side": side, "cells": n_cells, "objects": int(len(ids)), "flagged": int(hits.sum()),

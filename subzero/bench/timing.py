@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable, TypeVar
 
-__all__ = ["best_of", "timed", "dir_bytes", "machine_info", "now_iso"]
+__all__ = ["best_of", "timed", "dir_bytes", "machine_info", "now_iso", "load_average"]
 
 T = TypeVar("T")
 
@@ -86,3 +86,11 @@ def machine_info() -> dict[str, object]:
 def now_iso() -> str:
     """The current UTC time, to the second."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def load_average() -> list[float]:
+    """The machine's load over 1, 5 and 15 minutes (as ``uptime`` prints it), rounded; [] where unknown."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:  # pragma: no cover
+        return []

@@ -14,7 +14,6 @@ runs as fast as the same workflow built from operator classes.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from subzero.bench.results import figure
+from subzero.bench.timing import load_average
 
 __all__ = ["run_trace", "fifty_calls", "render_trace"]
 
@@ -78,10 +78,7 @@ def _trace_times(fn, inputs: dict[str, np.ndarray], repeat: int) -> dict[str, An
 
 
 def _uptime() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:  # pragma: no cover
-        return "-"
+    return " ".join(f"{v:.2f}" for v in load_average()) or "-"
 
 
 def run_trace(quick: bool, root: Path, size=None, executor: str = "spark", spark=None, log=print) -> dict[str, Any]:

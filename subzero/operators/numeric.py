@@ -20,7 +20,7 @@ from subzero.operator import Operator
 from subzero.operators._args import check_choice
 from subzero.operators.identity import IdentityMapping
 from subzero.operators.indexmap import IndexMapOperator
-from subzero.operators.reductions import AxisReduction
+from subzero.operators.reductions import AxisReduction, DdofReduction
 from subzero.tiling import Shape
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,15 +76,6 @@ class _NumpyReduction(AxisReduction):
     fn: Callable[..., Any] = staticmethod(np.sum)
 
 
-class _DdofReduction(_NumpyReduction):
-    def __init__(self, axis: int | Sequence[int] = 0, ddof: int = 0):
-        super().__init__(axis)
-        self.ddof = int(ddof)
-
-    def reduce(self, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-        return type(self).fn(x, axis=axes, ddof=self.ddof)
-
-
 class NanSum(_NumpyReduction):
     """``np.nansum(x, axis)``."""
 
@@ -97,10 +88,10 @@ class NanMean(_NumpyReduction):
     fn = staticmethod(np.nanmean)
 
 
-class NanStd(_DdofReduction):
+class NanStd(DdofReduction):
     """``np.nanstd(x, axis, ddof=ddof)``."""
 
-    fn: Callable[..., Any] = staticmethod(np.nanstd)  # annotated again: mypy checks it up to AxisReduction.fn
+    fn = staticmethod(np.nanstd)
 
 
 class NanMin(_NumpyReduction):

@@ -3,7 +3,8 @@ reduces), and whole-array statistics (all-to-all)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from subzero.operators._kernels import corner_offsets
 from subzero.operators.tilings import MapTiled, ReducedAxes
 from subzero.tiling import Shape, Tiling
 
-__all__ = ["AxisReduction", "Sum", "Mean", "Std", "Min", "Max", "Count", "GlobalMean", "GlobalStd"]
+__all__ = ["AxisReduction", "DdofReduction", "Sum", "Mean", "Std", "Min", "Max", "Count", "GlobalMean", "GlobalStd"]
 
 
 class AxisReduction(MapTiled):
@@ -83,15 +84,21 @@ class Mean(AxisReduction):
     fn = staticmethod(np.mean)
 
 
-class Std(AxisReduction):
-    """``np.std(x, axis, ddof=ddof)``."""
+class DdofReduction(AxisReduction):
+    """Base of the reductions that take ``ddof`` too: ``fn(x, axis, ddof=ddof)``."""
+
+    fn: Callable[..., Any] = staticmethod(np.std)  # numpy's std and nanstd differ in their overloads
 
     def __init__(self, axis: int | Sequence[int] = 0, ddof: int = 0):
         super().__init__(axis)
         self.ddof = int(ddof)
 
     def reduce(self, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-        return np.std(x, axis=axes, ddof=self.ddof)
+        return type(self).fn(x, axis=axes, ddof=self.ddof)
+
+
+class Std(DdofReduction):
+    """``np.std(x, axis, ddof=ddof)``."""
 
 
 class Min(AxisReduction):

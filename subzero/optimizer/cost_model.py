@@ -10,7 +10,6 @@ reports predictions next to measurements.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 from subzero.modes import Direction, Mode, Strategy
@@ -135,8 +134,3 @@ def step_cost(profile: NodeProfile, strategy: Strategy | str, direction: Directi
     if payload:
         cost += min(pairs_hit, 64) * PAYLOAD_CALL + out * MAP_CELL
     return STEP_OVERHEAD + cost
-
-
-def bounded(value: float) -> float:
-    """``value``, or 1e12 in place of an infinity or NaN (costs the solver can take)."""
-    return value if math.isfinite(value) else 1e12

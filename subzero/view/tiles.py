@@ -24,7 +24,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from subzero.errors import LineageError
-from subzero.export import MASK_RGB, NAN_RGB, label_colors
+from subzero.export import MASK_RGB, atomic_path, NAN_RGB, label_colors
 
 if TYPE_CHECKING:
     from subzero.run import Run
@@ -82,14 +81,8 @@ def render(values: np.ndarray, display: str, limits: tuple[float, float] | None)
 
 def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def _reduce(block: np.ndarray, factor: int, display: str) -> np.ndarray:

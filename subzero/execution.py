@@ -40,7 +40,7 @@ from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
 from subzero.planning import default_strategies, resolve_pinned
 from subzero.progress import Reporter
-from subzero.runtime import NodeTask, TileMeta
+from subzero.runtime import TileMeta
 from subzero.stage import NodeStage, array_record, lineage_stats
 from subzero.store import RunWriter, create_run, open_store, resume_run
 from subzero.store.arrays import ExternalArray, write_array

@@ -898,8 +898,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", parents=[common],
                            help="reproduce the paper's experiments side by side with baselines")
     bench.add_argument("name", choices=["astronomy", "genomics", "micro", "scale", "faults", "trace", "stats",
-                                        "coldquery", "capture",
-                                        "viewer"])
+                                        "coldquery", "capture", "dataplane", "viewer"])
     bench.add_argument("--quick", action="store_true", help="small sizes: under two minutes")
     bench.add_argument("--max", action="store_true",
                        help="scale: also 1e9 cells (Spark only; about 20 minutes on 2 cores and 40 GB of disk)")

@@ -807,3 +807,13 @@ def test_sky_positions_and_fk5_regions(own_data, capsys, tmp_path):
         to = [] if "--to" in argv else ["--to", "raw"]
         done = run_cli("query", str(own_data / "run"), "backward", "stars", *to, *argv)
         one_line_error(done, message)
+
+
+def test_every_benchmark_is_a_bench_choice():
+    """`subzero bench NAME` accepts every benchmark the bench runner knows (and the README lists)."""
+    from subzero.bench import BENCHES
+    from subzero.cli import build_parser
+
+    parser = build_parser()
+    for name in BENCHES:
+        assert parser.parse_args(["bench", name]).name == name

@@ -194,8 +194,8 @@ def render_capture(doc: dict[str, Any]) -> list[str]:
            f"Every configuration in a new process, fastest of two runs in it, median of {s['rounds']} rounds "
            f"(Spark: {max(1, s['rounds'] - 1)}), interleaved"
            + (f"; before = {s['baseline']}" if s.get("baseline") else "") +
-           f".  Load (uptime 1/5/15 min): {', '.join(map(str, r['load_before']))} before, "
-           f"{', '.join(map(str, r['load_after']))} after; other jobs shared the 2 cores.", ""]
+           f".  Load (uptime 1/5/15 min) at the start: {', '.join(map(str, r['load_before']))}; at the end: "
+           f"{', '.join(map(str, r['load_after']))} (each run's own load is in results.json).", ""]
     for note in s.get("notes", []):  # how a merged report's rows were measured
         out += [note, ""]
     for ex, benches in values.items():

@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 
 from subzero.bench.results import figure
-from subzero.bench.timing import load_average
 from subzero.bench.scale import THRESHOLD, workflow
 
 __all__ = ["run_dataplane", "render_dataplane", "GOALS"]
@@ -164,6 +163,8 @@ def _one(config: str, side: int, code: Path, store: Path, timeout: float, env_ex
     env = dict(os.environ, PYTHONPATH=str(code), SUBZERO_DRIVER_MEMORY="1g", **(env_extra or {}))
     cmd = ([sys.executable, "-c", BARE_SPARK] if config == "tiny-bare" else
            [sys.executable, "-P", str(Path(__file__).resolve()), config, str(side), str(store)])
+    from subzero.bench.timing import load_average  # here, not at the top: the worker runs on older trees too
+
     load = (load_average() or [float("nan")])[0]
     start = time.perf_counter()
     try:
@@ -237,8 +238,8 @@ def render_dataplane(doc: dict[str, Any]) -> list[str]:
 
     out = [f"Scale workflow at {s['cells']:.1e} cells ({s['workflow']}), no stored lineage; {s['rounds']} rounds, "
            "each configuration a fresh process, interleaved; medians.  \"before\": "
-           f"{s['baseline'] or '(no baseline given)'}; \"after\": {s['ours']}.  Other jobs shared the 2 cores: "
-           "the load (uptime, 1 min) is beside each figure.", "",
+           f"{s['baseline'] or '(no baseline given)'}; \"after\": {s['ours']}.  The load (uptime, 1 min) is "
+           "beside each figure.", "",
            "| configuration | median (s) | runs (s) | load | x numpy | x numpy+save |", "|---|---|---|---|---|---|"]
     for label, rs in runs.items():
         if label.startswith("tiny"):

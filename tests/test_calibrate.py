@@ -97,18 +97,23 @@ def test_distinct_count_by_bitmap_or_sort(size):
     assert distinct_count(ids[:0], size) == 0
 
 
+def _crd_run(tmp_path, seed: int, side: int, spikes, tile_shape: int):
+    """A local run of one CosmicRayDetect over Gaussian noise with spikes of 100 at ``spikes``."""
+    wf = sz.Workflow("c")
+    wf.add(ops.CosmicRayDetect(threshold=5.0, radius=1), wf.input("x"), name="crd")
+    image = np.random.default_rng(seed).normal(size=(side, side))
+    for cell in spikes:
+        image[cell] = 100.0
+    return wf.run({"x": image}, store=tmp_path / "c", executor="local", tile_shape=tile_shape)
+
+
 def test_a_node_of_one_tile_is_measured_by_two_tasks_like_one(tmp_path):
     """A whole-array node's FULL and payload strategies are measured by two tasks at once;
     the profile is the one a single task measures."""
     from subzero.execution import LocalExecutor
     from subzero.optimizer.calibrate import profile_tile
 
-    wf = sz.Workflow("c")
-    x = wf.input("x")
-    wf.add(ops.CosmicRayDetect(threshold=5.0, radius=1), x, name="crd")
-    image = np.random.default_rng(2).normal(size=(30, 30))
-    image[5, 5] = image[20, 12] = 100.0
-    run = wf.run({"x": image}, store=tmp_path / "c", executor="local", tile_shape=30)
+    run = _crd_run(tmp_path, seed=2, side=30, spikes=((5, 5), (20, 12)), tile_shape=30)
     node = run.node("crd")
     tiles = node_tiles(node.operator, 30)
     assert len(tiles) == 1
@@ -152,12 +157,7 @@ def test_windows_cut_one_pass_tiles_to_a_few_percent_and_keep_two_pass_tiles():
 def test_the_profile_is_the_same_from_run_to_run(tmp_path):
     """Capture costs are predicted from what is stored, not timed: two calibrations of the
     same node give the same profile (so the same plan), whatever the load."""
-    wf = sz.Workflow("c")
-    x = wf.input("x")
-    wf.add(ops.CosmicRayDetect(threshold=5.0, radius=1), x, name="crd")
-    image = np.random.default_rng(1).normal(size=(40, 40))
-    image[5, 5] = image[25, 30] = 100.0
-    run = wf.run({"x": image}, store=tmp_path / "c", executor="local", tile_shape=10)
+    run = _crd_run(tmp_path, seed=1, side=40, spikes=((5, 5), (25, 30)), tile_shape=10)
     node = run.node("crd")
     op = node.operator
     task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape)

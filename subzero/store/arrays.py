@@ -93,7 +93,8 @@ def output_compressor(inputs: "Sequence[ArrayRef | ExternalArray]", compressor: 
     stored = [ref for ref in inputs if isinstance(ref, ArrayRef)]
     if compressor != "auto" or not stored:
         return compressor
-    pipelines = [ref.layout()[3] for ref in stored if ref.layout()[2].kind in "fc"]
+    layouts = [ref.layout() for ref in stored]  # (shape, chunks, dtype, pipeline), read once per array
+    pipelines = [pipeline for _, _, dtype, pipeline in layouts if dtype.kind in "fc"]
     return "auto" if pipelines and all(p == "none" for p in pipelines) else "zstd"
 
 

@@ -2,7 +2,8 @@
 
 Keys are 8 bytes, big-endian, so LMDB sorts them numerically:
 ``kind (4 bits) | slot (8 bits) | id (52 bits)``.  ``kind`` tells cell keys from pair
-keys, run keys (a run of consecutive cells sharing one value, keyed by its first cell) and
+keys, run keys (a run of consecutive cells sharing one value, keyed by its first cell),
+envelope keys (``ENVELOPE``: one table of boxes per tile and input, in place of an R-tree) and
 layout keys (``LAYOUT``: an entry per tile naming its layout version, in shards whose
 layout changed since the first); ``slot`` is the input index for input cells (``OUT`` for
 output cells); ``id`` is a flat cell id or a pair id (``tile << 32 | pair within tile``).
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["CELL", "PAIR", "RUN", "LAYOUT", "OUT", "slot_ndims", "make_keys", "split_keys", "keys_to_bytes",
+__all__ = ["CELL", "PAIR", "RUN", "ENVELOPE", "LAYOUT", "OUT", "slot_ndims", "make_keys", "split_keys", "keys_to_bytes",
            "pack_sets", "pack_groups", "unpack_sets", "unpack_groups", "pair_id_base"]
 
 CELL, PAIR, RUN = 1, 2, 3
+ENVELOPE = 4  # ``make_keys(ENVELOPE, i, [tile])``: a tile's table of payload-group envelopes over input ``i``
 LAYOUT = 0xE  # ``make_keys(LAYOUT, 0, [tile])``: the layout version of a tile's entries (uint32 first)
 OUT = 0xFF
 _ID_BITS = 52

@@ -10,27 +10,35 @@ version) and keeps the last run starting at or before the cell.  A shard of layo
 before runs) has one entry per cell and no layout key; it is still read.
 
 For forward queries, each distinct payload of a tile also gets one entry (the bounding
-box of the out cells carrying it, then the payload) and an R-tree per input over the
-bounding box of what it computes: a forward step finds the payloads whose envelope meets
+box of the out cells carrying it, then the payload) and, per input, the bounding box of
+what it computes (its envelope): a forward step finds the payloads whose envelope meets
 its frontier, reads the out cells in their boxes (key ranges, as keys sort by cell) and
-expands only those payloads.
+expands only those payloads.  Layout 3 (written now) keeps a tile's envelopes as one table
+entry per input (``ENVELOPE``: group ids, then the half-open boxes, ``<i8``), met against
+the frontier's boxes in numpy (`subzero.boxes.boxes_intersect`); a tile holds a few hundred
+payloads, and building an R-tree file per tile cost more than the rest of the shard.
+Layout 2 kept them in an R-tree per input beside the shard; its shards are still read.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from subzero.boxes import boxes_intersect
 from subzero.cells import to_coords, to_ids
 from subzero.encoders.base import EncodedTile, PayloadEncoder, Reader, scan, envelope_boxes, frontier_boxes
-from subzero.encoders.codec import CELL, LAYOUT, OUT, PAIR, RUN, make_keys, pair_id_base, split_keys
+from subzero.encoders.codec import CELL, ENVELOPE, LAYOUT, OUT, PAIR, RUN, make_keys, pair_id_base, split_keys
 from subzero.errors import StoreError
 from subzero.pairs import PayloadPairs, owners
 
 __all__ = ["PayOne", "LAYOUT_VERSION"]
 
 _ONE, _MANY = b"\x00", b"\x01"
-#: the layout PayOne writes: 2 = runs of cells (1 = one entry per cell, no layout key)
-LAYOUT_VERSION = 2
+#: the layout PayOne writes: 3 = runs of cells, envelope tables in the shard (2 = runs of cells,
+#: envelopes in R-trees; 1 = one entry per cell, no layout key)
+LAYOUT_VERSION = 3
+#: the run layouts this code reads (layout 1 has no layout key)
+READ_LAYOUTS = (2, 3)
 
 
 class PayOne(PayloadEncoder):
@@ -41,11 +49,16 @@ class PayOne(PayloadEncoder):
         group_keys, group_values, boxes = _payload_groups(pairs, tile_index, shapes[0], distinct, code)
         run_keys, run_values, longest = _encode_runs(pairs, pair_id_base(tile_index) + code, shapes[0])
         if not len(run_keys) and not len(group_keys):
-            return EncodedTile(boxes=boxes, n_pairs=pairs.n_pairs)
+            return EncodedTile(n_pairs=pairs.n_pairs)
         layout = np.array([LAYOUT_VERSION, max(longest, 1)], "<u4").tobytes()
         layout_key = make_keys(LAYOUT, 0, np.array([tile_index], np.int64))  # one per tile: batches may merge tiles
-        return EncodedTile(keys=np.concatenate([run_keys, group_keys, layout_key]),
-                           values=run_values + group_values + [layout], boxes=boxes, n_pairs=pairs.n_pairs)
+        table_keys = make_keys(ENVELOPE, 0, np.zeros(0, np.int64))
+        tables = []
+        for i, (ids, mins, maxs) in sorted(boxes.items()):  # one table per input, in place of an R-tree
+            table_keys = np.concatenate([table_keys, make_keys(ENVELOPE, i, np.array([tile_index], np.int64))])
+            tables.append(_envelope_table(ids, mins.astype(np.int64), maxs.astype(np.int64) + 1))
+        return EncodedTile(keys=np.concatenate([run_keys, group_keys, table_keys, layout_key]),
+                           values=run_values + group_values + tables + [layout], n_pairs=pairs.n_pairs)
 
     def lookup(self, reader: Reader, frontier, shapes) -> PayloadPairs:
         ids = np.unique(np.asarray(frontier.ids(), np.int64))
@@ -71,12 +84,17 @@ class PayOne(PayloadEncoder):
 
     def forward_candidates(self, reader: Reader, frontier, i: int, shapes) -> PayloadPairs:
         """The cells carrying a payload whose envelope meets ``frontier``: the payload groups from
-        the R-tree, their out cells from key ranges over each group's out box."""
+        the envelope tables (an R-tree in layouts 1 and 2), their out cells from key ranges over
+        each group's out box."""
         if frontier.is_empty:
             return PayloadPairs.empty()
         out_shape = shapes[0]
         mins, maxs = frontier_boxes(frontier)
-        ids = np.unique(reader.intersect(i, mins, maxs))
+        version, longest = _layout(reader)
+        if version < 3:  # envelopes in an R-tree
+            ids = np.unique(reader.intersect(i, mins, maxs))
+        else:
+            ids = _envelope_hits(reader, i, mins.astype(np.int64), maxs.astype(np.int64) + 1)
         group_keys, values = reader.get_many(make_keys(PAIR, 0, ids))
         if not values:
             return PayloadPairs.empty()
@@ -84,7 +102,6 @@ class PayOne(PayloadEncoder):
         boxes = np.frombuffer(b"".join(v[:width] for v in values), "<i8").reshape(len(values), 2, ndim) \
             if ndim else np.zeros((len(values), 2, 0), np.int64)
         starts, stops = _row_ranges(boxes[:, 0], boxes[:, 1], out_shape)
-        longest = _longest_run(reader)
         if longest is None:  # layout 1
             wanted = {v[width:] for v in values}
             keys, cell_values = reader.scan_ranges(make_keys(CELL, OUT, starts), make_keys(CELL, OUT, stops))
@@ -98,20 +115,56 @@ class PayOne(PayloadEncoder):
 
 
 def _longest_run(reader: Reader) -> int | None:
-    """The longest run of a layout-2 shard; None for a layout-1 shard (no layout key).  Each
-    tile in the shard has a layout entry (key: its tile index) with the version and its longest run."""
+    """The longest run of a run-layout shard; None for a layout-1 shard (no layout key)."""
+    return _layout(reader)[1]
+
+
+def _layout(reader: Reader) -> tuple[int, int | None]:
+    """The layout of a shard and its longest run: ``(1, None)`` for layout 1 (no layout key).
+    Each tile in the shard has a layout entry (key: its tile index) with the version and its
+    longest run; an unknown version is a `StoreError`."""
     _, values = scan(reader, LAYOUT)
     if not values:
-        return None
-    longest = 1
+        return 1, None
+    longest, versions = 1, set()
     for value in values:
         version = int.from_bytes(value[:4], "little")
-        if version != LAYOUT_VERSION or len(value) != 8:
+        if version not in READ_LAYOUTS or len(value) != 8:
             raise StoreError(f"a PayOne/CompOne lineage shard has layout version {version}, which this subzero "
                              f"(layout {LAYOUT_VERSION}) cannot read; it was written by a newer subzero: "
                              "upgrade subzero, or re-run the workflow with this one")
+        versions.add(version)
         longest = max(longest, int.from_bytes(value[4:8], "little"))
-    return longest
+    if len(versions) > 1:
+        raise StoreError(f"a PayOne/CompOne lineage shard mixes layouts {sorted(versions)}; the store is damaged: "
+                         "re-run the workflow")
+    return versions.pop(), longest
+
+
+def _envelope_table(ids: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bytes:
+    """One tile's envelopes over one input: the count, the group ids, then the half-open boxes (``<i8``)."""
+    return np.concatenate([[len(ids)], np.asarray(ids, np.int64), lo.reshape(-1), hi.reshape(-1)]).astype("<i8") \
+        .tobytes()
+
+
+def _envelope_hits(reader: Reader, i: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The payload groups (sorted, unique) whose envelope over input ``i`` meets one of the
+    half-open boxes ``[lo, hi)``, from the shard's envelope tables (layout 3)."""
+    ndim = lo.shape[1]
+    _, values = reader.scan_ranges(make_keys(ENVELOPE, i, np.zeros(1, np.int64)),
+                                   make_keys(ENVELOPE, i + 1, np.zeros(1, np.int64)))
+    found = [np.empty(0, np.int64)]
+    for value in values:
+        table = np.frombuffer(value, "<i8")
+        n = int(table[0]) if len(table) else -1
+        if n < 0 or len(table) != 1 + n * (1 + 2 * ndim):
+            raise StoreError("a PayOne/CompOne lineage shard has a damaged envelope table; re-run the workflow")
+        ids = table[1:1 + n]
+        glo = table[1 + n:1 + n + n * ndim].reshape(n, ndim)
+        ghi = table[1 + n + n * ndim:].reshape(n, ndim)
+        hit = boxes_intersect(glo, ghi, lo, hi)[0] if ndim else np.arange(n)
+        found.append(ids[hit])
+    return np.unique(np.concatenate(found))
 
 
 def _encode_runs(pairs: PayloadPairs, pair_group: np.ndarray, out_shape) -> tuple[np.ndarray, list[bytes], int]:

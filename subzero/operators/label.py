@@ -34,7 +34,7 @@ from subzero.operator import Operator
 from subzero.operators.identity import IdentityMapping
 from subzero.operators._kernels import (cell_set_boxes, decode_region, encode_regions, group_boxes, region_envelopes,
                                        repeat_pairs)
-from subzero.tiling import Box, Elementwise, Shape, box_slices, full_box
+from subzero.tiling import Box, Elementwise, Shape, full_box
 
 # imported on first use: a query answered from stored lineage needs no scipy
 ndimage = LazyModule("scipy.ndimage")
@@ -299,8 +299,8 @@ class Label(IdentityMapping, Operator):
 
     def _write_lineage(self, ctx, labels: np.ndarray, canon: np.ndarray, crossing: np.ndarray, origin: np.ndarray,
                        shape: tuple[int, ...]) -> None:
-        """Every mode in ``ctx.modes``: components inside the tile from the tile, all at once;
-        seam components from the store (`_seam_regions`), one by one."""
+        """Every mode in ``ctx.modes``: components inside the tile from the tile, seam components
+        from the store (`_seam_reads`); all of them at once, with no loop per component."""
         ndim = labels.ndim
         n = len(canon)
         flat = labels.reshape(-1)
@@ -310,14 +310,16 @@ class Label(IdentityMapping, Operator):
         in_lab = lab[inner]
         in_cells = np.stack(np.unravel_index(fg[inner], labels.shape), axis=1).reshape(-1, ndim)
         # each inner component and its ring, in global coordinates (its reads)
-        ring, ring_lab = ring_cells(in_cells + origin, in_lab, self._structure(ndim), shape, labels, origin)
+        ring, ring_lab = ring_cells(in_cells + origin, in_lab, self._structure(ndim), shape, labels, origin,
+                                    ordered=False)
         reads = np.concatenate([in_cells + origin, ring])
         reads_lab = np.concatenate([in_lab, ring_lab])
         # seam components: one pair per global component (its parts in this tile merge)
         seam_ids = np.unique(canon[crossing])
         seam_cells = np.stack(np.unravel_index(fg[~inner], labels.shape), axis=1).reshape(-1, ndim)
         seam_pair = np.searchsorted(seam_ids, canon[lab[~inner]])
-        regions = self._seam_regions(ctx, seam_ids, shape, Mode.FULL in ctx.modes) if len(seam_ids) else []
+        seam_reads, seam_owner = self._seam_reads(ctx, seam_ids, shape) if len(seam_ids) else \
+            (np.zeros((0, ndim), np.int64), np.zeros(0, np.int64))
         if Mode.FULL in ctx.modes:
             bg = np.flatnonzero(flat == 0)
             bg_cells = np.stack(np.unravel_index(bg, labels.shape), axis=1).reshape(-1, ndim)
@@ -326,84 +328,92 @@ class Label(IdentityMapping, Operator):
                             out_pair=np.concatenate([in_lab, bg_pair]), in_pair=[np.concatenate([reads_lab, bg_pair])],
                             in_global=True)
             if len(seam_ids):
-                ins = [r.cells for r in regions]
-                ctx.lwrite_many(seam_cells, np.concatenate(ins), out_pair=seam_pair,
-                                in_pair=[np.repeat(np.arange(len(ins)), [len(c) for c in ins])], in_global=True)
+                ctx.lwrite_many(seam_cells, seam_reads, out_pair=seam_pair, in_pair=[seam_owner], in_global=True)
         if ctx.modes & {Mode.PAY, Mode.COMP}:
-            if len(in_lab):
-                used, region = np.unique(in_lab, return_inverse=True)
-                reads_region = np.searchsorted(used, reads_lab)
-                lo, hi = group_boxes(reads, reads_region, len(used))
-                payloads = encode_regions(reads, reads_region, lo, hi)
-                ctx.lwrite_many(in_cells, out_pair=region, payload=payloads)
-            if len(seam_ids):
-                ctx.lwrite_many(seam_cells, out_pair=seam_pair, payload=[r.payload() for r in regions])
+            # inner components first (renumbered 0..m-1), then the seam components: one encoding
+            present = np.zeros(n, bool)
+            present[in_lab] = True
+            rank = np.cumsum(present) - 1  # a table, not a search: labels are 0..n-1
+            m = int(rank[-1]) + 1 if n else 0
+            cells = np.concatenate([reads, seam_reads])
+            region = np.concatenate([rank[reads_lab], m + seam_owner])
+            if len(cells):
+                lo, hi = group_boxes(cells, region, m + len(seam_ids))
+                ctx.lwrite_many(np.concatenate([in_cells, seam_cells]),
+                                out_pair=np.concatenate([rank[in_lab], m + seam_pair]),
+                                payload=encode_regions(cells, region, lo, hi))
         if Mode.PAY in ctx.modes:
             ctx.lwrite(np.argwhere(labels == 0), payload=b"")
 
-    def _seam_regions(self, ctx, seam_ids: np.ndarray, shape: tuple[int, ...], with_cells: bool) -> list["_Region"]:
-        """Each seam component as a `_Region` (its box, bitmask and, ``with_cells``, its cells).
+    def _seam_reads(self, ctx, seam_ids: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """The cells of each seam component and of its ring (global coordinates), and the
+        component (index into ``seam_ids``) each belongs to.
 
         Components near the tile (boxes within the tile grown by half its size per side)
         come from one box ``R`` read from the store around them: label ``R`` alone and keep
         the crop component containing the component's first cell (canonical id - 1).  That
         is exactly the global component ``C``: ``C`` lies in its bounding box, within ``R``,
         and is connected through its own cells, so the crop component holds all of ``C``;
-        a path inside ``R`` is a path in the whole array, so it holds nothing more.
+        a path inside ``R`` is a path in the whole array, so it holds nothing more.  One
+        lookup table over the crop's labels picks every near component's cells at once.
 
         A component reaching further (up to the whole array) is assembled tile by tile
         from the tiles it spans instead, so no task holds more than a tile of the input:
         each such tile is read and labelled once, its parts renamed through the seam index,
-        and the cells named by the component's global id set its bits.  Those parts are
-        all of ``C`` (every part of a component crossing a seam touches a shared face, so
-        the first pass saw it, and ``combine`` united exactly the parts of ``C``).
+        and the cells named by the component's global id kept.  Those parts are all of
+        ``C`` (every part of a component crossing a seam touches a shared face, so the
+        first pass saw it, and ``combine`` united exactly the parts of ``C``).
         """
         seams = self._seams
+        ndim = len(shape)
         k = np.searchsorted(seams.global_ids, seam_ids)
         glo, ghi = seams.global_lo[k], seams.global_hi[k]
-        limit = np.asarray(shape, np.int64)
-        regions = [_Region(np.maximum(glo[j] - 1, 0), np.minimum(ghi[j] + 1, limit), with_cells)  # with the ring
-                   for j in range(len(seam_ids))]
         tlo = np.array([lo for lo, _ in ctx.input_boxes[0]], np.int64)
         thi = np.array([hi for _, hi in ctx.input_boxes[0]], np.int64)
         grow = np.maximum((thi - tlo) // 2, 1)
         near = np.all((glo >= tlo - grow) & (ghi <= thi + grow), axis=1)
-        structure = self._structure(len(shape))
+        structure = self._structure(ndim)
+        found: list[np.ndarray] = []
+        owners: list[np.ndarray] = []
         if near.any():
             g = np.flatnonzero(near)
             rlo, rhi = glo[g].min(axis=0), ghi[g].max(axis=0)
-            crop, _ = ndimage.label(ctx.read_input(0, tuple(zip(rlo.tolist(), rhi.tolist()))) != 0, structure)
-            for j in g.tolist():
-                seed = tuple(np.array(np.unravel_index(int(seam_ids[j]) - 1, shape)) - rlo)
-                if crop[seed] == 0:
-                    raise LineageError(f"Label: the stored input has no foreground at cell "
-                                       f"{tuple(int(v) for v in np.add(seed, rlo))}, the first cell of a component "
-                                       "of the first pass; the input changed between the passes")
-                inside = box_slices(tuple(zip(glo[j].tolist(), ghi[j].tolist())),
-                                    tuple(zip(rlo.tolist(), rhi.tolist())))
-                regions[j].add(np.argwhere(crop[inside] == crop[seed]) + glo[j])
+            crop, n_crop = ndimage.label(ctx.read_input(0, tuple(zip(rlo.tolist(), rhi.tolist()))) != 0, structure)
+            seeds = np.stack(np.unravel_index(seam_ids[g] - 1, shape), axis=1).reshape(-1, ndim) - rlo
+            seed_label = crop[tuple(seeds.T)]
+            if np.any(seed_label == 0) or len(np.unique(seed_label)) != len(g):
+                bad = seeds[np.argmax(seed_label == 0)] + rlo if np.any(seed_label == 0) else seeds[0] + rlo
+                raise LineageError(f"Label: the stored input does not hold the components of the first pass "
+                                   f"(near cell {tuple(int(v) for v in bad)}); the input changed between the passes")
+            table = np.full(n_crop + 1, -1, np.int64)
+            table[seed_label] = g
+            owner = table[crop].reshape(-1)
+            at = np.flatnonzero(owner >= 0)
+            found.append(np.stack(np.unravel_index(at, crop.shape), axis=1).reshape(-1, ndim) + rlo)
+            owners.append(owner[at])
         far = np.flatnonzero(~near)
         if len(far):
             spans = [seams.span_tiles[seams.span_ptr[c]:seams.span_ptr[c + 1]] for c in k[far].tolist()]
-            owner = np.repeat(far, [len(t) for t in spans])
-            spanned = np.concatenate(spans)
-            for t in np.unique(spanned).tolist():
+            spanned = np.unique(np.concatenate(spans))
+            wanted = seam_ids[far]  # sorted, as seam_ids is
+            for t in spanned.tolist():
                 box = tuple(zip(seams.tile_lo[t].tolist(), seams.tile_hi[t].tolist()))
                 labels, n = ndimage.label(ctx.read_input(0, box) != 0, structure)
                 canon = canonical_ids(labels, n, seams.tile_lo[t], shape)
                 pos = np.minimum(np.searchsorted(seams.part_ids, canon), len(seams.part_ids) - 1)
                 named = np.where(seams.part_ids[pos] == canon, seams.part_global[pos], canon)
-                for j in owner[spanned == t].tolist():
-                    hit = np.flatnonzero(named == seam_ids[j]) + 1
-                    regions[j].add(np.argwhere(np.isin(labels, hit)) + seams.tile_lo[t])
+                hit = np.minimum(np.searchsorted(wanted, named), len(wanted) - 1)
+                table = np.concatenate([[-1], np.where(wanted[hit] == named, far[hit], -1)])
+                owner = table[labels].reshape(-1)
+                at = np.flatnonzero(owner >= 0)
+                found.append(np.stack(np.unravel_index(at, labels.shape), axis=1).reshape(-1, ndim)
+                             + seams.tile_lo[t])
+                owners.append(owner[at])
+        cells = np.concatenate(found + [np.zeros((0, ndim), np.int64)])
+        owner = np.concatenate(owners + [np.zeros(0, np.int64)])
         # every cell next to a component but not in it is background: its ring (one call for all)
-        cells = [region.cells if region.has_cells else region.set_cells() for region in regions]
-        ring, owner = ring_cells(np.concatenate(cells + [np.zeros((0, len(shape)), np.int64)]),
-                                 np.repeat(np.arange(len(regions)), [len(c) for c in cells]), structure, shape)
-        bounds = np.searchsorted(owner, np.arange(len(regions) + 1))  # ring_cells sorts by group
-        for j, region in enumerate(regions):
-            region.add(ring[bounds[j]:bounds[j + 1]])
-        return regions
+        ring, ring_owner = ring_cells(cells, owner, structure, shape, ordered=False)
+        return np.concatenate([cells, ring]), np.concatenate([owner, ring_owner])
 
     # -- the mapping default of COMP (a background cell reads itself) and payloads --------
     def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
@@ -504,13 +514,14 @@ def _half_offsets(structure: np.ndarray) -> np.ndarray:
 
 
 def ring_cells(cells: np.ndarray, group: np.ndarray, structure: np.ndarray, shape, labels: np.ndarray | None = None,
-               origin: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               origin: np.ndarray | None = None, ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The ring of each group of component cells: the cells next to it under ``structure``,
     inside the array, that are not in it (so background: a foreground neighbour would be in
     the component).  ``cells`` are global coordinates; with ``labels`` (a tile labelled
     from ``origin``), a neighbour inside the tile is a ring cell only where the tile holds
     background (it may hold another group's cells, never the same component's neighbour).
-    Returns the ring cells and their groups, unique, sorted by group then cell.
+    Returns the ring cells and their groups, unique, sorted by group then cell (in no
+    particular order when not ``ordered``: the encoders group them anyway).
 
     The groups are painted on a raster of their bounding box (grown by one cell) when it
     is small next to the cells, and each neighbour offset is one shifted comparison of
@@ -540,12 +551,12 @@ def ring_cells(cells: np.ndarray, group: np.ndarray, structure: np.ndarray, shap
         raster = np.zeros(extent, np.int32)
         raster[tuple((cells - lo).T)] = group + 1
         if np.count_nonzero(raster) == len(cells):  # each cell in one group: the raster holds them all
-            return _ring_raster(raster, offsets, lo, labels, origin)
+            return _ring_raster(raster, offsets, lo, labels, origin, ordered)
     return _ring_sorted(cells, group, offsets, shape, labels, origin)
 
 
 def _ring_raster(raster: np.ndarray, offsets: np.ndarray, lo: np.ndarray, labels: np.ndarray | None,
-                 origin: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+                 origin: np.ndarray | None, ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """`ring_cells` on ``raster`` (group + 1 per cell of the box at ``lo``, 0 elsewhere): for
     every offset ``d``, the box cells whose neighbour at ``d`` is in a group they are not in."""
     extent = raster.shape
@@ -559,7 +570,7 @@ def _ring_raster(raster: np.ndarray, offsets: np.ndarray, lo: np.ndarray, labels
             inner = tuple(slice(a, b) for a, b in zip(t0.tolist(), t1.tolist()))
             src = tuple(slice(a, b) for a, b in zip((lo + t0 - origin).tolist(), (lo + t1 - origin).tolist()))
             free[inner] = labels[src] == 0
-    keys = []
+    keys, seen = [], []
     for d in offsets.tolist():
         near = np.zeros(extent, np.int32)  # near[c] = raster[c + d], 0 outside the box
         dst = tuple(slice(max(0, -o), n - max(0, o)) for o, n in zip(d, extent))
@@ -568,9 +579,14 @@ def _ring_raster(raster: np.ndarray, offsets: np.ndarray, lo: np.ndarray, labels
         hit = (near != 0) & (near != raster)
         if free is not None:
             hit &= free
+        for before in seen:  # a cell already found for this group through an earlier offset
+            hit &= near != before
+        seen.append(near)
         at = np.flatnonzero(hit)
         keys.append((near.reshape(-1)[at].astype(np.int64) - 1) * area + at)
-    key = np.unique(np.concatenate(keys))
+    key = np.concatenate(keys)  # unique: each (group, cell) kept at its first offset only
+    if ordered:
+        key.sort()
     g, at = np.divmod(key, area)
     return np.stack(np.unravel_index(at, extent), axis=1).astype(np.int64).reshape(-1, len(extent)) + lo, g
 
@@ -602,37 +618,3 @@ def _ring_sorted(cells: np.ndarray, group: np.ndarray, offsets: np.ndarray, shap
     key, first = np.unique(key, return_index=True)
     keep = ~np.isin(key, own)
     return near[first][keep], g[first][keep]
-
-
-class _Region:
-    """A seam component being assembled: its half-open box, a packed bitmask over the box
-    (`encode_region`'s layout, 1 bit per box cell) and, when asked, its cells."""
-
-    def __init__(self, lo: np.ndarray, hi: np.ndarray, with_cells: bool):
-        self.lo, self.hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
-        self.bits = np.zeros((int(np.prod(self.hi - self.lo)) + 7) // 8, np.uint8)
-        self._cells: list[np.ndarray] | None = [] if with_cells else None
-
-    def add(self, coords: np.ndarray) -> None:
-        """Set the bits of ``coords`` (global, inside the box)."""
-        at = np.ravel_multi_index(tuple((coords - self.lo).T), tuple((self.hi - self.lo).tolist()))
-        np.bitwise_or.at(self.bits, at >> 3, (128 >> (at & 7)).astype(np.uint8))
-        if self._cells is not None:
-            self._cells.append(np.asarray(coords, np.int64))
-
-    @property
-    def has_cells(self) -> bool:
-        return self._cells is not None
-
-    @property
-    def cells(self) -> np.ndarray:
-        return np.concatenate(self._cells + [np.zeros((0, len(self.lo)), np.int64)])
-
-    def set_cells(self) -> np.ndarray:
-        """The cells whose bits are set (when they were not kept)."""
-        bits = np.unpackbits(self.bits)[: int(np.prod(self.hi - self.lo))]
-        return np.stack(np.unravel_index(np.flatnonzero(bits), tuple((self.hi - self.lo).tolist())), axis=1) + self.lo
-
-    def payload(self) -> bytes:
-        """The region as `encode_region` writes it."""
-        return np.concatenate([self.lo, self.hi - self.lo]).astype("<i8").tobytes() + self.bits.tobytes()

@@ -206,6 +206,15 @@ def payload_pairs(pairs) -> PayloadPairs:
     return PayloadPairs(ids, ptr, [p[1] for p in pairs])
 
 
+def with_envelopes_of(pp: PayloadPairs) -> PayloadPairs:
+    """``pp`` with an input envelope per pair and input (pair ``k``: from ``k % n`` on each axis, two
+    cells wide, clipped), as `subzero.runtime.with_envelopes` gives the encoders."""
+    k = np.arange(pp.n_pairs)[:, None]
+    envelopes = tuple((np.broadcast_to(k % np.asarray(s), (pp.n_pairs, len(s))).astype(np.int64),
+                       np.minimum(k % np.asarray(s) + 2, s).astype(np.int64)) for s in IN_SHAPES)
+    return PayloadPairs(pp.out_ids, pp.out_ptr, pp.payloads, envelopes)
+
+
 def payload_sets(pp: PayloadPairs) -> list:
     return sorted((tuple(sorted(pp.out_ids[pp.out_ptr[k]:pp.out_ptr[k + 1]].tolist())), pp.payloads[k])
                   for k in range(pp.n_pairs))
@@ -477,16 +486,78 @@ class TestPayOne(PayloadStrategyTests):
         query = mask(OUT_SHAPE, data.draw(cells_of(OUT_SHAPE, 12)))
         assert per_cell(self.encoder.lookup(old, query, SHAPES)) == per_cell(self.encoder.lookup(runs, query, SHAPES))
 
+    @staticmethod
+    def layout_two(pairs: PayloadPairs, tile_index: int) -> EncodedTile:
+        """A tile as PayOne wrote it before run entries and envelope tables (layout 2, as stores
+        written by e47cab4 hold it): one ``RUN`` entry per run (``<u8``: its length, then its
+        payload groups), the layout key ``[2, longest run]`` and the envelopes in R-trees."""
+        from subzero.encoders import pay_one
+        from subzero.encoders.codec import ENVELOPE, LAYOUT, RUN, split_keys
+
+        pairs = with_envelopes_of(pairs)
+        new = PayOne().encode(pairs, tile_index, SHAPES)
+        kind = split_keys(new.keys)[0]
+        runs = pay_one._Runs.decode(new.keys[kind == RUN], [v for v, c in zip(new.values, kind) if c == RUN], 3)
+        values = [np.concatenate([[runs.length[r]], runs.pids[runs.ptr[r]:runs.ptr[r + 1]]]).astype("<u8").tobytes()
+                  for r in range(len(runs.first))]
+        distinct, code = pairs.groups()
+        group_keys, group_values, boxes = pay_one._payload_groups(pairs, tile_index, OUT_SHAPE, distinct, code)
+        longest = int(runs.length.max()) if len(runs.length) else 1
+        keep = (kind != RUN) & (kind != ENVELOPE) & (kind != LAYOUT) & (kind != PAIR)
+        assert not keep.any()
+        return EncodedTile(keys=np.concatenate([make_keys(RUN, OUT, runs.first), group_keys,
+                                                make_keys(LAYOUT, 0, np.array([tile_index]))]),
+                           values=values + group_values + [np.array([2, longest], "<u4").tobytes()], boxes=boxes,
+                           n_pairs=pairs.n_pairs)
+
+    @conformance
+    @given(data=st.data(), pairs=random_payload_pairs())
+    def test_a_layout_two_shard_answers_like_a_layout_three_shard(self, store, data, pairs):
+        """Stores written before run entries and envelope tables (one entry per run, R-trees) keep
+        answering lookups, loads and forward steps exactly as layout 3 does."""
+        split = data.draw(tilings(len(pairs)))
+        readers = []
+        for encode in (lambda p, t: self.encoder.encode(with_envelopes_of(p), t, SHAPES), self.layout_two):
+            stem = f"n{next(_nodes)}"
+            files, _ = write_shard(store, "shards", stem,
+                                   merge_tiles([encode(payload_pairs(pairs[a:b]), t) for t, a, b in split]))
+            readers.append(ShardReader(store, "shards", ShardRecord(0, stem, files), NDIMS))
+            suffixes = {f.suffix for f in files}
+        new, old = readers
+        assert suffixes > {".mdb"}  # layout 2 has its R-trees
+        assert per_cell(self.encoder.load(old, SHAPES)) == per_cell(self.encoder.load(new, SHAPES))
+        query = mask(OUT_SHAPE, data.draw(cells_of(OUT_SHAPE, 12)))
+        assert per_cell(self.encoder.lookup(old, query, SHAPES)) == per_cell(self.encoder.lookup(new, query, SHAPES))
+        for i, shape in enumerate(IN_SHAPES):
+            frontier = mask(shape, data.draw(cells_of(shape, 6)))
+            assert per_cell(self.encoder.forward_candidates(old, frontier, i, SHAPES)) == \
+                per_cell(self.encoder.forward_candidates(new, frontier, i, SHAPES))
+
     def test_runs_store_one_entry_per_row_run(self, store):
         """Rows of 6 cells: 0-5 (one row), 6 (the next row) and 8-9 with one payload, 7 another:
-        four runs, not ten cells."""
+        four runs, not ten cells, in one entry per row (layout 3)."""
         reader = self.write_pay(store, [([0, 1, 2, 3, 4, 5, 6, 9, 8], b"x"), ([7], b"y")], [(0, 0, 2)])
+        from subzero.encoders import pay_one
         from subzero.encoders.codec import RUN
 
-        keys, _ = reader.scan_ranges(make_keys(RUN, 0, np.zeros(1, np.int64)), make_keys(RUN + 1, 0, np.zeros(1, np.int64)))
-        assert (np.asarray(keys) & np.uint64((1 << 52) - 1)).tolist() == [0, 6, 7, 8]
+        keys, values = reader.scan_ranges(make_keys(RUN, 0, np.zeros(1, np.int64)),
+                                          make_keys(RUN + 1, 0, np.zeros(1, np.int64)))
+        assert (np.asarray(keys) & np.uint64((1 << 52) - 1)).tolist() == [0, 6]
+        runs = pay_one._Runs.decode(keys, values, 3)
+        assert runs.first.tolist() == [0, 6, 7, 8] and runs.length.tolist() == [6, 1, 1, 2]
         got = self.encoder.lookup(reader, mask(OUT_SHAPE, [5, 6, 7, 9, 10]), SHAPES)
         assert per_cell(got) == {(5, b"x"), (6, b"x"), (7, b"y"), (9, b"x")}
+
+    def test_a_row_of_many_runs_takes_several_entries(self, store, monkeypatch):
+        """An entry holds at most RUNS_PER_ENTRY runs; lookups across entries stay exact."""
+        from subzero.encoders import pay_one
+
+        monkeypatch.setattr(pay_one, "RUNS_PER_ENTRY", 2)
+        pairs = [([c], bytes([c])) for c in range(6)] + [([7, 8], b"z")]
+        reader = self.write_pay(store, pairs, [(0, 0, len(pairs))])
+        assert per_cell(self.encoder.load(reader, SHAPES)) == per_cell(payload_pairs(pairs))
+        got = self.encoder.lookup(reader, mask(OUT_SHAPE, [1, 4, 5, 6, 8]), SHAPES)
+        assert per_cell(got) == {(1, b"\x01"), (4, b"\x04"), (5, b"\x05"), (8, b"z")}
 
     def test_a_shard_of_a_future_layout_is_refused_clearly(self, store):
         from subzero.encoders.codec import LAYOUT

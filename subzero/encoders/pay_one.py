@@ -1,13 +1,16 @@
 """PayOne (paper Fig. 4.4): every output cell holding a copy of its pair's payload.
 
-The cells are stored as runs (layout 2): one entry per run of consecutive cells (flat ids
-``first .. first + length - 1`` within one last-axis row) that carry the same payloads,
-keyed by the run's first cell; its value is the run's length (uint32), then the value every
-cell of it carries: the payload itself after a ``0`` byte, or ``1`` followed by
-length-prefixed payloads.  A lookup finds the run holding a cell by a floor search: it scans
-the run keys from ``cell - longest run + 1`` (the longest run is stored with the layout
-version) and keeps the last run starting at or before the cell.  A shard of layout 1 (written
-before runs) has one entry per cell and no layout key; it is still read.
+The cells are stored as runs: a run is consecutive cells (flat ids ``first .. first +
+length - 1`` within one last-axis row) that carry the same payloads.  Layout 3 (written
+now) packs up to `RUNS_PER_ENTRY` runs of one row into one entry, keyed by the first cell
+of its first run; its value (``<i8``) is the number of runs ``n``, their first cells,
+lengths and payload-group counts (``n`` each), then the group ids.  A lookup finds the run
+holding a cell by a floor search: it scans the entry keys from ``cell - span + 1`` (the
+widest span of an entry, first cell to last cell covered, is stored with the layout
+version), decodes them and keeps the last run starting at or before the cell.  Layout 2
+kept one entry per run (its length, then the group ids, ``<u8``; the span is then the
+longest run); layout 1 (written before runs) one entry per cell and no layout key.  Both
+are still read.
 
 For forward queries, each distinct payload of a tile also gets one entry (the bounding
 box of the out cells carrying it, then the payload) and, per input, the bounding box of
@@ -39,6 +42,8 @@ _ONE, _MANY = b"\x00", b"\x01"
 LAYOUT_VERSION = 3
 #: the run layouts this code reads (layout 1 has no layout key)
 READ_LAYOUTS = (2, 3)
+#: runs per entry at most (layout 3): a lookup decodes at most this many runs per entry it reads
+RUNS_PER_ENTRY = 128
 
 
 class PayOne(PayloadEncoder):
@@ -47,7 +52,7 @@ class PayOne(PayloadEncoder):
     def encode(self, pairs: PayloadPairs, tile_index: int, shapes) -> EncodedTile:
         distinct, code = pairs.groups()
         group_keys, group_values, boxes = _payload_groups(pairs, tile_index, shapes[0], distinct, code)
-        run_keys, run_values, longest = _encode_runs(pairs, pair_id_base(tile_index) + code, shapes[0])
+        run_keys, run_values, longest = _encode_runs(pairs, pair_id_base(tile_index) + code, shapes[0])  # span
         if not len(run_keys) and not len(group_keys):
             return EncodedTile(n_pairs=pairs.n_pairs)
         layout = np.array([LAYOUT_VERSION, max(longest, 1)], "<u4").tobytes()
@@ -62,7 +67,7 @@ class PayOne(PayloadEncoder):
 
     def lookup(self, reader: Reader, frontier, shapes) -> PayloadPairs:
         ids = np.unique(np.asarray(frontier.ids(), np.int64))
-        longest = _longest_run(reader)
+        version, longest = _layout(reader)
         if longest is None:  # layout 1: one entry per cell
             keys, values = reader.get_many(make_keys(CELL, OUT, ids))
             return _one_cell_pairs(keys, values)
@@ -70,16 +75,17 @@ class PayOne(PayloadEncoder):
             return PayloadPairs.empty()
         breaks = np.flatnonzero(np.diff(ids) != 1) + 1
         starts, stops = ids[np.r_[0, breaks]], ids[np.r_[breaks - 1, len(ids) - 1]] + 1
-        runs = _scan_runs(reader, starts - longest + 1, stops)
+        runs = _scan_runs(reader, starts - longest + 1, stops, version)
         run = np.searchsorted(runs.first, ids, "right") - 1
         hit = run >= 0
         hit[hit] = ids[hit] < runs.first[run[hit]] + runs.length[run[hit]]
         return runs.pairs(ids[hit], run[hit], _group_payloads(reader, runs.pids, len(shapes[0])))
 
     def load(self, reader: Reader, shapes) -> PayloadPairs:
-        if _longest_run(reader) is None:
+        version, longest = _layout(reader)
+        if longest is None:
             return _one_cell_pairs(*scan(reader, CELL))
-        runs = _Runs.decode(*scan(reader, RUN))
+        runs = _Runs.decode(*scan(reader, RUN), version)
         return runs.all_pairs(_group_payloads(reader, runs.pids, len(shapes[0])))
 
     def forward_candidates(self, reader: Reader, frontier, i: int, shapes) -> PayloadPairs:
@@ -109,20 +115,16 @@ class PayOne(PayloadEncoder):
             keep = np.fromiter((p in wanted for p in found.payloads), bool, found.n_pairs)
             return found.select(keep)
         # every cell of a run naming a wanted group lies in that group's box, so whole runs are found
-        runs = _scan_runs(reader, starts - longest + 1, stops)
+        runs = _scan_runs(reader, starts - longest + 1, stops, version)
         group_ids = split_keys(group_keys)[2]
         return runs.all_pairs(dict(zip(group_ids.tolist(), (v[width:] for v in values))), only=group_ids)
 
 
-def _longest_run(reader: Reader) -> int | None:
-    """The longest run of a run-layout shard; None for a layout-1 shard (no layout key)."""
-    return _layout(reader)[1]
-
-
 def _layout(reader: Reader) -> tuple[int, int | None]:
-    """The layout of a shard and its longest run: ``(1, None)`` for layout 1 (no layout key).
-    Each tile in the shard has a layout entry (key: its tile index) with the version and its
-    longest run; an unknown version is a `StoreError`."""
+    """The layout of a shard and the widest span of its run entries (layout 2: the longest
+    run): ``(1, None)`` for layout 1 (no layout key).  Each tile in the shard has a layout
+    entry (key: its tile index) with the version and its span; an unknown version is a
+    `StoreError`."""
     _, values = scan(reader, LAYOUT)
     if not values:
         return 1, None
@@ -168,10 +170,11 @@ def _envelope_hits(reader: Reader, i: int, lo: np.ndarray, hi: np.ndarray) -> np
 
 
 def _encode_runs(pairs: PayloadPairs, pair_group: np.ndarray, out_shape) -> tuple[np.ndarray, list[bytes], int]:
-    """The run entries of a tile: keys (the first cell of each run), values (``<u8``: the run's
-    length, then the ids of the payload groups its cells carry) and the longest run.  A cell in
-    one pair joins a run with its neighbours in the same last-axis row carrying the same
-    payload; a cell in several pairs is a run of its own."""
+    """The run entries of a tile (layout 3): keys (the first cell of each entry's first run),
+    values (``<i8``: the number of runs, their first cells, lengths and group counts, then
+    their payload group ids) and the widest span of an entry.  A cell in one pair joins a
+    run with its neighbours in the same last-axis row carrying the same payload; a cell in
+    several pairs is a run of its own; an entry holds up to `RUNS_PER_ENTRY` runs of one row."""
     pair_of = owners(pairs.out_ptr)
     order = np.argsort(pairs.out_ids, kind="stable")
     ids, cell_group = pairs.out_ids[order], pair_group[pair_of[order]]
@@ -181,23 +184,43 @@ def _encode_runs(pairs: PayloadPairs, pair_group: np.ndarray, out_shape) -> tupl
     n_groups = np.diff(np.r_[starts, len(ids)])
     cells = ids[starts]
     code = np.where(n_groups == 1, cell_group[starts], -1)
+    width = int(out_shape[-1]) if len(out_shape) else 1
     brk = np.ones(len(cells), bool)
     brk[1:] = (cells[1:] != cells[:-1] + 1) | (code[1:] != code[:-1]) | (code[1:] < 0)
-    if len(out_shape):
-        brk |= cells % int(out_shape[-1]) == 0  # a run stays within one last-axis row
+    brk |= cells % width == 0  # a run stays within one last-axis row
     first = np.flatnonzero(brk)
     lengths = np.diff(np.r_[first, len(cells)])
     k = n_groups[first]  # groups per run (a run of several cells has one)
-    width = 1 + k
-    end = np.cumsum(width)
-    flat = np.empty(int(end[-1]), "<u8")
-    flat[end - width] = lengths
-    slot = np.repeat(end - width + 1 - np.cumsum(k) + k, k) + np.arange(int(k.sum()))
-    flat[slot] = cell_group[_ranges(starts[first], k)]
-    raw = flat.tobytes()
-    bounds = np.r_[0, end * 8].tolist()
+    groups = cell_group[_ranges(starts[first], k)]
+    run_first = cells[first]
+    # entries: runs of one row, at most RUNS_PER_ENTRY each
+    row = run_first // width
+    new_row = np.r_[True, row[1:] != row[:-1]]
+    row_start = np.flatnonzero(new_row)
+    within = np.arange(len(run_first)) - np.repeat(row_start, np.diff(np.r_[row_start, len(run_first)]))
+    head = np.flatnonzero(new_row | (within % RUNS_PER_ENTRY == 0))
+    n = np.diff(np.r_[head, len(run_first)])
+    end = np.r_[head[1:], len(run_first)] - 1
+    span = int((run_first[end] + lengths[end] - run_first[head]).max())
+    entry = np.repeat(np.arange(len(head)), n)
+    k_sum = np.bincount(entry, weights=k, minlength=len(head)).astype(np.int64)
+    size = 1 + 3 * n + k_sum
+    stop = np.cumsum(size)
+    begin = stop - size
+    flat = np.empty(int(stop[-1]), np.int64)
+    flat[begin] = n
+    pos = np.arange(len(run_first)) - np.repeat(head, n)  # a run's place in its entry
+    base = np.repeat(begin, n) + 1 + pos
+    nn = np.repeat(n, n)
+    flat[base] = run_first
+    flat[base + nn] = lengths
+    flat[base + 2 * nn] = k
+    group_start = np.repeat(begin + 1 + 3 * n, n) + (np.cumsum(k) - k) - np.repeat((np.cumsum(k) - k)[head], n)
+    flat[_ranges(group_start, k)] = groups
+    raw = flat.astype("<i8", copy=False).tobytes()
+    bounds = np.r_[0, stop * 8].tolist()
     values = [raw[a:b] for a, b in zip(bounds, bounds[1:])]
-    return make_keys(RUN, OUT, cells[first]), values, int(lengths.max())
+    return make_keys(RUN, OUT, run_first[head]), values, span
 
 
 class _Runs:
@@ -207,17 +230,41 @@ class _Runs:
         self.first, self.length, self.ptr, self.pids = first, length, ptr, pids
 
     @classmethod
-    def decode(cls, keys: np.ndarray, values: list[bytes]) -> "_Runs":
+    def decode(cls, keys: np.ndarray, values: list[bytes], version: int) -> "_Runs":
+        """Runs from entries of ``version`` 3 (runs packed per entry) or 2 (one run per entry)."""
         if not values:
             empty = np.empty(0, np.int64)
             return cls(empty, empty, np.zeros(1, np.int64), empty)
-        flat = np.frombuffer(b"".join(values), "<u8").astype(np.int64)
-        width = np.fromiter(map(len, values), np.int64, len(values)) // 8
-        head = np.cumsum(width) - width
-        k = width - 1
-        ptr = np.zeros(len(values) + 1, np.int64)
+        if version == 2:
+            flat = np.frombuffer(b"".join(values), "<u8").astype(np.int64)
+            width = np.fromiter(map(len, values), np.int64, len(values)) // 8
+            head = np.cumsum(width) - width
+            k = width - 1
+            ptr = np.zeros(len(values) + 1, np.int64)
+            np.cumsum(k, out=ptr[1:])
+            return cls(split_keys(keys)[2], flat[head], ptr, flat[_ranges(head + 1, k)])
+        firsts, lengths, counts, groups = [], [], [], []
+        for value in values:
+            entry = np.frombuffer(value, "<i8")
+            n = int(entry[0])
+            k = entry[1 + 2 * n:1 + 3 * n]
+            if n <= 0 or len(entry) != 1 + 3 * n + int(k.sum()):
+                raise StoreError("a PayOne/CompOne lineage shard has a damaged run entry; re-run the workflow")
+            firsts.append(entry[1:1 + n])
+            lengths.append(entry[1 + n:1 + 2 * n])
+            counts.append(k)
+            groups.append(entry[1 + 3 * n:])
+        first = np.concatenate(firsts).astype(np.int64)
+        length = np.concatenate(lengths).astype(np.int64)
+        k = np.concatenate(counts).astype(np.int64)
+        pids = np.concatenate(groups).astype(np.int64)
+        if np.any(first[1:] < first[:-1]):  # entries of several tiles on one row (a merged batch)
+            order = np.argsort(first, kind="stable")
+            pids = pids[_ranges((np.cumsum(k) - k)[order], k[order])]
+            first, length, k = first[order], length[order], k[order]
+        ptr = np.zeros(len(k) + 1, np.int64)
         np.cumsum(k, out=ptr[1:])
-        return cls(split_keys(keys)[2], flat[head], ptr, flat[_ranges(head + 1, k)])
+        return cls(first, length, ptr, pids)
 
     def pairs(self, cells: np.ndarray, run: np.ndarray, payload: dict[int, bytes],
               only: np.ndarray | None = None) -> PayloadPairs:
@@ -255,7 +302,7 @@ def _group_payloads(reader: Reader, pids: np.ndarray, ndim: int) -> dict[int, by
     return dict(zip(split_keys(keys)[2].tolist(), (v[width:] for v in values)))
 
 
-def _scan_runs(reader: Reader, lo: np.ndarray, hi: np.ndarray) -> _Runs:
+def _scan_runs(reader: Reader, lo: np.ndarray, hi: np.ndarray, version: int) -> _Runs:
     """The runs whose first cell lies in one of the id ranges ``[lo, hi)`` (merged first, so
     every run comes once), sorted by first cell."""
     lo = np.maximum(np.asarray(lo, np.int64), 0)
@@ -263,7 +310,7 @@ def _scan_runs(reader: Reader, lo: np.ndarray, hi: np.ndarray) -> _Runs:
     keep = hi > lo
     lo, hi = lo[keep], hi[keep]
     if not len(lo):
-        return _Runs.decode(np.empty(0, np.uint64), [])
+        return _Runs.decode(np.empty(0, np.uint64), [], version)
     order = np.argsort(lo, kind="stable")
     lo, hi = lo[order], hi[order]
     reach = np.maximum.accumulate(hi)
@@ -271,7 +318,7 @@ def _scan_runs(reader: Reader, lo: np.ndarray, hi: np.ndarray) -> _Runs:
     group = np.cumsum(new) - 1
     m_hi = np.full(int(group[-1]) + 1, np.iinfo(np.int64).min, np.int64)
     np.maximum.at(m_hi, group, hi)
-    return _Runs.decode(*reader.scan_ranges(make_keys(RUN, OUT, lo[new]), make_keys(RUN, OUT, m_hi)))
+    return _Runs.decode(*reader.scan_ranges(make_keys(RUN, OUT, lo[new]), make_keys(RUN, OUT, m_hi)), version)
 
 
 def _ranges(first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -292,10 +339,7 @@ def _payload_groups(pairs: PayloadPairs, tile_index: int, out_shape, distinct: l
     ndim = len(out_shape)
     cell_code = code[owners(pairs.out_ptr)]
     coords = to_coords(pairs.out_ids, out_shape)
-    olo = np.full((len(distinct), ndim), np.iinfo(np.int64).max, np.int64)
-    ohi = np.full((len(distinct), ndim), np.iinfo(np.int64).min, np.int64)
-    np.minimum.at(olo, cell_code, coords)
-    np.maximum.at(ohi, cell_code, coords + 1)
+    olo, ohi = _group_bounds(cell_code, coords, coords + 1, len(distinct))
     none = (ohi[:, 0] < olo[:, 0]) if ndim else np.zeros(len(distinct), bool)
     olo[none], ohi[none] = 0, 0
     heads = np.concatenate([olo, ohi], axis=1).astype("<i8").tobytes()
@@ -307,15 +351,25 @@ def _payload_groups(pairs: PayloadPairs, tile_index: int, out_shape, distinct: l
         envelopes = []
         for lo, hi in pairs.envelopes:
             d = lo.shape[1]
-            glo = np.full((len(distinct), d), np.iinfo(np.int64).max, np.int64)
-            ghi = np.full((len(distinct), d), np.iinfo(np.int64).min, np.int64)
             full = np.all(hi > lo, axis=1) if d else np.ones(len(lo), bool)
-            np.minimum.at(glo, code[full], lo[full])
-            np.maximum.at(ghi, code[full], hi[full])
+            glo, ghi = _group_bounds(code[full], lo[full], hi[full], len(distinct))
             empty = ghi[:, 0] < glo[:, 0] if d else np.zeros(len(distinct), bool)
             glo[empty], ghi[empty] = 0, 0
             envelopes.append((glo, ghi))
     return make_keys(PAIR, 0, group_ids), values, envelope_boxes(group_ids, envelopes)
+
+
+def _group_bounds(group: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per group ``0..n-1``: the minimum of ``lo`` and the maximum of ``hi`` over its rows (int64
+    max and min for a group without rows); one 1-D ``ufunc.at`` per axis (numpy's fast path)."""
+    d = lo.shape[1]
+    glo = np.full((d, n), np.iinfo(np.int64).max, np.int64)
+    ghi = np.full((d, n), np.iinfo(np.int64).min, np.int64)
+    group = np.ascontiguousarray(group, np.intp)
+    for a in range(d):
+        np.minimum.at(glo[a], group, np.ascontiguousarray(lo[:, a], np.int64))
+        np.maximum.at(ghi[a], group, np.ascontiguousarray(hi[:, a], np.int64))
+    return glo.T.copy(), ghi.T.copy()
 
 
 def _row_ranges(lo: np.ndarray, hi: np.ndarray, shape) -> tuple[np.ndarray, np.ndarray]:

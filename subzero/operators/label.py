@@ -570,7 +570,8 @@ def _ring_raster(raster: np.ndarray, offsets: np.ndarray, lo: np.ndarray, labels
             inner = tuple(slice(a, b) for a, b in zip(t0.tolist(), t1.tolist()))
             src = tuple(slice(a, b) for a, b in zip((lo + t0 - origin).tolist(), (lo + t1 - origin).tolist()))
             free[inner] = labels[src] == 0
-    keys, seen = [], []
+    keys: list[np.ndarray] = []
+    seen: list[np.ndarray] = []
     for d in offsets.tolist():
         near = np.zeros(extent, np.int32)  # near[c] = raster[c + d], 0 outside the box
         dst = tuple(slice(max(0, -o), n - max(0, o)) for o, n in zip(d, extent))

@@ -238,7 +238,10 @@ def _group(ids: np.ndarray, labels: np.ndarray, keep: np.ndarray) -> tuple[np.nd
     n = len(keep)
     sel = keep[labels] if len(labels) else np.zeros(0, bool)
     ids, labels = ids[sel], labels[sel]
-    order = np.lexsort((ids, labels))
+    if len(ids) > 1 and np.all(ids[1:] >= ids[:-1]):  # ids in order (cells written in raster order): sort labels
+        order = np.argsort(labels.astype(np.uint16) if n <= 1 << 16 else labels, kind="stable")  # 16 bits: radix
+    else:
+        order = np.lexsort((ids, labels))
     ids, labels = ids[order], labels[order]
     counts = np.bincount(labels, minlength=n)[keep]
     return ids, ptr_from_counts(counts)

@@ -300,6 +300,54 @@ def test_every_strategy_answers_like_the_component_relation(seed, tmp_path):
                               forward_ref(expected, picks[1], structure))
 
 
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # fixtures: same each time
+@given(case=cases(max_side=8), data=st.data())
+def test_stored_payload_strategies_answer_like_the_definition_and_every_other(case, data, tmp_path_factory,
+                                                                             monkeypatch):
+    """Through the store (local executor, random masks, structures and tile shapes): CompOne and
+    PayOne (layout 3, with entries of at most 2 runs, so rows take several) answer backward and
+    forward exactly as the component relation, FullRange, FullOne and BlackBox do."""
+    from subzero.encoders import pay_one
+
+    monkeypatch.setattr(pay_one, "RUNS_PER_ENTRY", 2)
+    mask, structure, tile = case
+    wf, _ = label_workflow(structure)
+    store = tmp_path_factory.mktemp("stored")
+    run = wf.run({"x": mask}, store=store / "run", strategies={"label": ["CompOne", "PayOne", "FullRange", "FullOne"]},
+                 executor="local", tile_shape=tile)
+    expected = reference(mask, structure)
+    assert np.array_equal(run.output("label"), expected)
+    cells = np.argwhere(np.ones(mask.shape, bool))
+    pick = cells[data.draw(st.lists(st.integers(0, len(cells) - 1), min_size=1, max_size=4, unique=True))]
+    back, fwd = backward_ref(expected, pick, structure), forward_ref(expected, pick, structure)
+    for strategy in ("CompOne", "PayOne", "FullRange", "FullOne", "BlackBox"):
+        assert np.array_equal(run.backward("label", pick, to="x", using={"label": strategy}), back), strategy
+        assert np.array_equal(run.forward("x", pick, to="label", using={"label": strategy}), fwd), strategy
+
+
+def test_a_store_written_before_layout_three_still_answers(tmp_path):
+    """tests/data/label-e47cab4 was written by e47cab4 (PayOne/CompOne layout 2: one entry per run,
+    R-trees over the envelopes); this code opens it and answers as the definition says."""
+    import shutil
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data"
+    shutil.copytree(data / "label-e47cab4", tmp_path / "old")
+    mask = np.load(data / "label-e47cab4-mask.npy")
+    run = sz.open_run(tmp_path / "old")
+    assert list((tmp_path / "old" / "lineage" / "label" / "CompOne-backward").glob("*.0.dat"))  # its R-trees
+    expected = reference(mask)
+    assert np.array_equal(np.asarray(run.output("label")), expected)
+    cells = np.argwhere(np.ones(mask.shape, bool))
+    for pick in (np.array([[5, 4]]), cells[::7], np.argwhere(~mask)[:3]):
+        for strategy in ("CompOne", "PayOne", "BlackBox"):
+            assert np.array_equal(run.backward("label", pick, to="x", using={"label": strategy}),
+                                  backward_ref(expected, pick)), strategy
+            assert np.array_equal(run.forward("x", pick, to="label", using={"label": strategy}),
+                                  forward_ref(expected, pick)), strategy
+
+
 @examples(25)
 @given(case=cases(max_side=9), data=st.data())
 def test_rerun_on_the_backward_lineage_reproduces_the_value(case, data):
@@ -317,14 +365,16 @@ def test_workflow_runs_on_spark_like_local(spark, tmp_path):
     mask = rng.random((40, 30)) < 0.5
     mask[2:38, 11] = True
     wf, _ = label_workflow(np.ones((3, 3), bool))
-    run = wf.run({"x": mask}, store=tmp_path / "spark", strategies={"label": ["CompOne", "FullOne"]},
+    run = wf.run({"x": mask}, store=tmp_path / "spark", strategies={"label": ["CompOne", "PayOne", "FullOne"]},
                  executor="spark", spark=spark, tile_shape=(8, 7))
     expected = reference(mask, np.ones((3, 3), bool))
     assert np.array_equal(run.output("label"), expected)
-    cell = np.array([[20, 11]])
-    for strategy in ("CompOne", "FullOne", "BlackBox"):
-        assert np.array_equal(run.backward("label", cell, to="x", using={"label": strategy}),
-                              backward_ref(expected, cell, np.ones((3, 3), bool)))
+    cells = np.array([[20, 11], [0, 0], [39, 29], [5, 17]])
+    for strategy in ("CompOne", "PayOne", "FullOne", "BlackBox"):
+        assert np.array_equal(run.backward("label", cells, to="x", using={"label": strategy}),
+                              backward_ref(expected, cells, np.ones((3, 3), bool))), strategy
+        assert np.array_equal(run.forward("x", cells, to="label", using={"label": strategy}),
+                              forward_ref(expected, cells, np.ones((3, 3), bool))), strategy
 
 
 def test_untiled_label_keeps_the_whole_array_behaviour(tmp_path):

@@ -308,7 +308,8 @@ class Label(IdentityMapping, Operator):
         lab = flat[fg].astype(np.int64) - 1
         inner = ~crossing[lab]
         in_lab = lab[inner]
-        in_cells = np.stack(np.unravel_index(fg[inner], labels.shape), axis=1).reshape(-1, ndim)
+        fg_cells = np.stack(np.unravel_index(fg, labels.shape), axis=1).reshape(-1, ndim)  # raster order
+        in_cells = fg_cells[inner]
         # each inner component and its ring, in global coordinates (its reads)
         ring, ring_lab = ring_cells(in_cells + origin, in_lab, self._structure(ndim), shape, labels, origin,
                                     ordered=False)
@@ -316,7 +317,7 @@ class Label(IdentityMapping, Operator):
         reads_lab = np.concatenate([in_lab, ring_lab])
         # seam components: one pair per global component (its parts in this tile merge)
         seam_ids = np.unique(canon[crossing])
-        seam_cells = np.stack(np.unravel_index(fg[~inner], labels.shape), axis=1).reshape(-1, ndim)
+        seam_cells = fg_cells[~inner]
         seam_pair = np.searchsorted(seam_ids, canon[lab[~inner]])
         seam_reads, seam_owner = self._seam_reads(ctx, seam_ids, shape) if len(seam_ids) else \
             (np.zeros((0, ndim), np.int64), np.zeros(0, np.int64))
@@ -339,9 +340,9 @@ class Label(IdentityMapping, Operator):
             region = np.concatenate([rank[reads_lab], m + seam_owner])
             if len(cells):
                 lo, hi = group_boxes(cells, region, m + len(seam_ids))
-                ctx.lwrite_many(np.concatenate([in_cells, seam_cells]),
-                                out_pair=np.concatenate([rank[in_lab], m + seam_pair]),
-                                payload=encode_regions(cells, region, lo, hi))
+                pair = np.empty(len(fg), np.int64)  # the out cells stay in raster order: the context sorts less
+                pair[inner], pair[~inner] = rank[in_lab], m + seam_pair
+                ctx.lwrite_many(fg_cells, out_pair=pair, payload=encode_regions(cells, region, lo, hi))
         if Mode.PAY in ctx.modes:
             ctx.lwrite(np.argwhere(labels == 0), payload=b"")
 

@@ -178,8 +178,8 @@ class Context:
         arr = arr.astype(np.int64, copy=False)
         if shape is None:  # output frame not known until run() returns: checked in _out_ids
             return arr
-        bad = np.any((arr < 0) | (arr >= np.asarray(shape)), axis=1)
-        if bad.any():
+        if len(arr) and (arr.min() < 0 or np.any(arr.max(axis=0) >= np.asarray(shape))):  # reductions, no (N, ndim) mask
+            bad = np.any((arr < 0) | (arr >= np.asarray(shape)), axis=1)
             raise LineageError(f"{self.op_name}: lwrite {what} has cell {tuple(arr[np.argmax(bad)].tolist())} "
                                f"outside {where}")
         return arr - np.array([lo for lo, _ in self.input_boxes[i]], np.int64) if in_global and i is not None else arr
@@ -208,7 +208,9 @@ class Context:
                                f"run() returned has {len(origin)} axes")
         cells = np.concatenate(cells) if cells else np.empty((0, len(origin)), np.int64)
         frame = np.array([hi - lo for lo, hi in result_box], np.int64)
-        if np.any(cells < 0) or np.any(cells >= frame):
+        low = cells.min(axis=0) if len(cells) else np.zeros(len(origin), np.int64)
+        high = cells.max(axis=0) if len(cells) else np.full(len(origin), -1, np.int64)
+        if np.any(low < 0) or np.any(high >= frame):
             bad = cells[np.argmax(np.any((cells < 0) | (cells >= frame), axis=1))]
             raise LineageError(
                 f"{self.op_name}: lwrite outcells has cell {tuple(bad.tolist())} outside the "
@@ -217,7 +219,10 @@ class Context:
         labels = np.concatenate(labels)
         lo = np.array([a for a, _ in self.tile_box], np.int64)
         hi = np.array([b for _, b in self.tile_box], np.int64)
-        inside = np.all((cells >= lo) & (cells < hi), axis=1)
+        if np.all(low + origin >= lo) and np.all(high + origin < hi):  # every cell in the tile (the usual case)
+            inside = np.ones(len(cells), bool)
+        else:
+            inside = np.all((cells >= lo) & (cells < hi), axis=1)
         keep = np.zeros(n_labels, dtype=bool)
         keep[labels[inside]] = True
         return to_ids(cells[inside], self._output_shape), labels[inside], keep

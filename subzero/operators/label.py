@@ -338,13 +338,17 @@ class Label(IdentityMapping, Operator):
             m = int(rank[-1]) + 1 if n else 0
             cells = np.concatenate([reads, seam_reads])
             region = np.concatenate([rank[reads_lab], m + seam_owner])
-            if len(cells):
-                lo, hi = group_boxes(cells, region, m + len(seam_ids))
-                pair = np.empty(len(fg), np.int64)  # the out cells stay in raster order: the context sorts less
-                pair[inner], pair[~inner] = rank[in_lab], m + seam_pair
-                ctx.lwrite_many(fg_cells, out_pair=pair, payload=encode_regions(cells, region, lo, hi))
-        if Mode.PAY in ctx.modes:
-            ctx.lwrite(np.argwhere(labels == 0), payload=b"")
+            payloads = encode_regions(cells, region, *group_boxes(cells, region, m + len(seam_ids))) \
+                if len(cells) else []
+            pair = np.empty(len(fg), np.int64)  # the out cells stay in raster order: the context sorts less
+            pair[inner], pair[~inner] = rank[in_lab], m + seam_pair
+            if Mode.PAY in ctx.modes:  # every cell; a background cell carries the empty payload, "itself"
+                every = np.full(flat.size, len(payloads), np.int64)
+                every[fg] = pair
+                ctx.lwrite_many(np.stack(np.unravel_index(np.arange(flat.size), labels.shape), axis=1)
+                                .reshape(-1, ndim), out_pair=every, payload=payloads + [b""])
+            elif len(fg):
+                ctx.lwrite_many(fg_cells, out_pair=pair, payload=payloads)
 
     def _seam_reads(self, ctx, seam_ids: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """The cells of each seam component and of its ring (global coordinates), and the

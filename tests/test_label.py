@@ -512,8 +512,9 @@ def test_lineage_box_of_a_box_the_first_pass_did_not_see_holds_its_lineage():
        tiled=st.booleans(), connectivity=st.integers(1, 3))
 def test_ring_cells_on_a_raster_equal_one_sort_of_every_neighbour(seed, ndim, density, tiled, connectivity):
     """The raster path of `ring_cells` (a shifted comparison per offset) returns exactly what
-    the sort of every neighbour does, for whole arrays and for a tile's labels at an origin."""
-    from subzero.operators.label import _ring_sorted, ring_cells
+    the sort of every neighbour does, for whole arrays and for a tile's labels at an origin; so
+    does `raster_rings` on the labels themselves."""
+    from subzero.operators.label import _ring_sorted, raster_rings, ring_cells
 
     rng = np.random.default_rng(seed)
     shape = tuple(int(n) for n in rng.integers(2, 10, size=ndim))
@@ -533,3 +534,8 @@ def test_ring_cells_on_a_raster_equal_one_sort_of_every_neighbour(seed, ndim, de
         got = ring_cells(cells, group, structure, shape, *args)
         want = _ring_sorted(cells, group, offsets, shape, *(args or (None, None)))
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    # raster_rings, on the labels as they are (Label's tiles and crops), finds the same (group, cell) set
+    ring, g = raster_rings(np.where(keep[labels], labels, 0), labels == 0, origin, shape, structure)
+    want = ring_cells(cells, group, structure, shape, labels, origin)
+    assert sorted(zip(g.tolist(), map(tuple, ring.tolist()))) == sorted(zip(want[1].tolist(), map(tuple, want[0].tolist())))
+    assert len(set(zip(g.tolist(), map(tuple, ring.tolist())))) == len(g)  # each once

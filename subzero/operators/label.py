@@ -310,9 +310,11 @@ class Label(IdentityMapping, Operator):
         in_lab = lab[inner]
         fg_cells = np.stack(np.unravel_index(fg, labels.shape), axis=1).reshape(-1, ndim)  # raster order
         in_cells = fg_cells[inner]
-        # each inner component and its ring, in global coordinates (its reads)
-        ring, ring_lab = ring_cells(in_cells + origin, in_lab, self._structure(ndim), shape, labels, origin,
-                                    ordered=False)
+        # each inner component and its ring, in global coordinates (its reads): the tile's labels
+        # are the raster of the inner components already
+        inner_label = np.r_[False, ~crossing]
+        ring, ring_lab = raster_rings(np.where(inner_label[labels], labels, 0), labels == 0, origin, shape,
+                                      self._structure(ndim))
         reads = np.concatenate([in_cells + origin, ring])
         reads_lab = np.concatenate([in_lab, ring_lab])
         # seam components: one pair per global component (its parts in this tile merge)
@@ -390,12 +392,13 @@ class Label(IdentityMapping, Operator):
                 bad = seeds[np.argmax(seed_label == 0)] + rlo if np.any(seed_label == 0) else seeds[0] + rlo
                 raise LineageError(f"Label: the stored input does not hold the components of the first pass "
                                    f"(near cell {tuple(int(v) for v in bad)}); the input changed between the passes")
-            table = np.full(n_crop + 1, -1, np.int64)
-            table[seed_label] = g
-            owner = table[crop].reshape(-1)
-            at = np.flatnonzero(owner >= 0)
+            table = np.zeros(n_crop + 1, np.int64)
+            table[seed_label] = g + 1
+            raster = table[crop]  # component + 1 on its cells, 0 elsewhere
+            at = np.flatnonzero(raster)
             found.append(np.stack(np.unravel_index(at, crop.shape), axis=1).reshape(-1, ndim) + rlo)
-            owners.append(owner[at])
+            owners.append(raster.reshape(-1)[at] - 1)
+            near_ring, near_owner = raster_rings(raster, crop == 0, rlo, shape, structure)
         far = np.flatnonzero(~near)
         if len(far):
             spans = [seams.span_tiles[seams.span_ptr[c]:seams.span_ptr[c + 1]] for c in k[far].tolist()]
@@ -416,9 +419,16 @@ class Label(IdentityMapping, Operator):
                 owners.append(owner[at])
         cells = np.concatenate(found + [np.zeros((0, ndim), np.int64)])
         owner = np.concatenate(owners + [np.zeros(0, np.int64)])
-        # every cell next to a component but not in it is background: its ring (one call for all)
-        ring, ring_owner = ring_cells(cells, owner, structure, shape, ordered=False)
-        return np.concatenate([cells, ring]), np.concatenate([owner, ring_owner])
+        rings, ring_owners = [np.zeros((0, ndim), np.int64)], [np.zeros(0, np.int64)]
+        if near.any():  # found from the crop's raster above
+            rings.append(near_ring)
+            ring_owners.append(near_owner)
+        if len(far):  # every cell next to a component but not in it is background: its ring
+            gathered = np.isin(owner, far)
+            ring, ring_owner = ring_cells(cells[gathered], owner[gathered], structure, shape, ordered=False)
+            rings.append(ring)
+            ring_owners.append(ring_owner)
+        return np.concatenate([cells] + rings), np.concatenate([owner] + ring_owners)
 
     # -- the mapping default of COMP (a background cell reads itself) and payloads --------
     def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
@@ -516,6 +526,58 @@ def _half_offsets(structure: np.ndarray) -> np.ndarray:
     offsets = np.argwhere(structure) - 1
     after = np.array([tuple(d) > (0,) * structure.ndim for d in offsets.tolist()], bool)
     return offsets[after] if len(offsets) else offsets
+
+
+def raster_rings(raster: np.ndarray, free: np.ndarray, origin, shape, structure: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ring of every group painted on ``raster`` (group + 1 on its cells, 0 elsewhere; a box
+    of the array at ``origin``): the cells next to a group's cells under ``structure``, inside
+    the array, that are ``free`` (background) within the box or lie just outside it (which the
+    caller knows to be background: a group is a whole component and the box holds it).
+    Returns the ring cells (global coordinates) and their groups, unique, in no particular order.
+
+    One shifted comparison of the raster (grown by one cell) per neighbour offset: no painting,
+    no sort; a cell reached from one group through two offsets is kept once.
+
+    Examples
+    --------
+    >>> ring, g = raster_rings(np.array([[0, 1, 0]]), np.array([[True, False, True]]), (1, 0), (3, 3),
+    ...                        ndimage.generate_binary_structure(2, 1))
+    >>> sorted(map(tuple, ring.tolist())), g.tolist()
+    ([(0, 1), (1, 0), (1, 2), (2, 1)], [0, 0, 0, 0])
+    """
+    ndim = raster.ndim
+    origin = np.asarray(origin, np.int64)
+    offsets = np.argwhere(structure) - np.asarray(structure.shape) // 2
+    offsets = offsets[np.any(offsets != 0, axis=1)]
+    extent = tuple(n + 2 for n in raster.shape)
+    inner = (slice(1, -1),) * ndim
+    padded = np.zeros(extent, np.int32)
+    padded[inner] = raster
+    ok = np.ones(extent, bool)
+    ok[inner] = free
+    for a in range(ndim):  # the grown border outside the array holds no cell
+        edge = [slice(None)] * ndim
+        if origin[a] == 0:
+            edge[a] = slice(0, 1)
+            ok[tuple(edge)] = False
+        if origin[a] + raster.shape[a] >= shape[a]:
+            edge[a] = slice(extent[a] - 1, extent[a])
+            ok[tuple(edge)] = False
+    cells, groups, seen = [], [], []
+    for d in offsets.tolist():
+        near = np.zeros(extent, np.int32)  # near[c] = padded[c + d], 0 outside
+        dst = tuple(slice(max(0, -o), n - max(0, o)) for o, n in zip(d, extent))
+        src = tuple(slice(max(0, o), n - max(0, -o)) for o, n in zip(d, extent))
+        near[dst] = padded[src]
+        hit = (near != 0) & ok
+        for before in seen:  # already found for this group through an earlier offset
+            hit &= near != before
+        seen.append(near)
+        at = np.flatnonzero(hit)
+        cells.append(np.stack(np.unravel_index(at, extent), axis=1).reshape(-1, ndim))
+        groups.append(near.reshape(-1)[at].astype(np.int64) - 1)
+    return (np.concatenate(cells + [np.zeros((0, ndim), np.int64)]).astype(np.int64) + origin - 1,
+            np.concatenate(groups + [np.zeros(0, np.int64)]))
 
 
 def ring_cells(cells: np.ndarray, group: np.ndarray, structure: np.ndarray, shape, labels: np.ndarray | None = None,

@@ -206,26 +206,26 @@ class Context:
             bad = next(c for c in cells if c.shape[1] != len(origin))
             raise LineageError(f"{self.op_name}: lwrite outcells have {bad.shape[1]} coordinates, the output "
                                f"run() returned has {len(origin)} axes")
-        cells = np.concatenate(cells) if cells else np.empty((0, len(origin)), np.int64)
+        every = np.concatenate(cells) if cells else np.empty((0, len(origin)), np.int64)
         frame = np.array([hi - lo for lo, hi in result_box], np.int64)
-        low = cells.min(axis=0) if len(cells) else np.zeros(len(origin), np.int64)
-        high = cells.max(axis=0) if len(cells) else np.full(len(origin), -1, np.int64)
+        low = every.min(axis=0) if len(every) else np.zeros(len(origin), np.int64)
+        high = every.max(axis=0) if len(every) else np.full(len(origin), -1, np.int64)
         if np.any(low < 0) or np.any(high >= frame):
-            bad = cells[np.argmax(np.any((cells < 0) | (cells >= frame), axis=1))]
+            bad = every[np.argmax(np.any((every < 0) | (every >= frame), axis=1))]
             raise LineageError(
                 f"{self.op_name}: lwrite outcells has cell {tuple(bad.tolist())} outside the "
                 f"output of shape {tuple(frame.tolist())} that run() returned")
-        cells = cells + origin
+        every = every + origin
         labels = np.concatenate(labels)
         lo = np.array([a for a, _ in self.tile_box], np.int64)
         hi = np.array([b for _, b in self.tile_box], np.int64)
         if np.all(low + origin >= lo) and np.all(high + origin < hi):  # every cell in the tile (the usual case)
-            inside = np.ones(len(cells), bool)
+            inside = np.ones(len(every), bool)
         else:
-            inside = np.all((cells >= lo) & (cells < hi), axis=1)
+            inside = np.all((every >= lo) & (every < hi), axis=1)
         keep = np.zeros(n_labels, dtype=bool)
         keep[labels[inside]] = True
-        return to_ids(cells[inside], self._output_shape), labels[inside], keep
+        return to_ids(every[inside], self._output_shape), labels[inside], keep
 
 
 def _offsets(label_sets: list[list[np.ndarray]], minimum: list[int] | None = None) -> tuple[list[int], int]:

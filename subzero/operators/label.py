@@ -563,7 +563,9 @@ def raster_rings(raster: np.ndarray, free: np.ndarray, origin, shape, structure:
         if origin[a] + raster.shape[a] >= shape[a]:
             edge[a] = slice(extent[a] - 1, extent[a])
             ok[tuple(edge)] = False
-    cells, groups, seen = [], [], []
+    cells: list[np.ndarray] = []
+    groups: list[np.ndarray] = []
+    seen: list[np.ndarray] = []
     for d in offsets.tolist():
         near = np.zeros(extent, np.int32)  # near[c] = padded[c + d], 0 outside
         dst = tuple(slice(max(0, -o), n - max(0, o)) for o, n in zip(d, extent))

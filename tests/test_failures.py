@@ -58,7 +58,7 @@ FILES = [("catalog", "catalog.json"), ("marker", "subzero-store.json"), ("writer
          ("LMDB shard", "blur/FullMany-backward/.mdb"), ("LMDB shard", "blur/FullOne-forward/.mdb"),
          ("LMDB shard", "crd_a/PayOne-backward/.mdb"), ("LMDB shard", "crd_a/CompMany-backward/.mdb"),
          ("R-tree data", "blur/FullMany-backward/.255.dat"), ("R-tree index", "blur/FullMany-backward/.255.idx"),
-         ("R-tree data", "crd_a/PayOne-backward/.0.dat"), ("R-tree index", "crd_a/CompMany-backward/.0.idx")]
+         ("R-tree data", "crd_a/CompMany-backward/.0.dat"), ("R-tree index", "crd_a/CompMany-backward/.0.idx")]
 FILE_DAMAGES = ("truncate to half", "flip middle byte", "delete", "replace by a directory")
 DIRECTORIES = [("directory", d) for d in ("arrays", "arrays/blur", "arrays/blur/c", "operators", "manifests",
                                           "lineage", "lineage/blur", "lineage/crd_a/PayOne-backward")]
@@ -169,7 +169,7 @@ def test_every_damage_answers_exactly_or_refuses_with_our_error(clean, tmp_path,
 
 
 UNREADABLE = ["catalog.json", "manifests/blur.json", "operators/crd_a.pkl", "arrays/blur/c/0/0",
-              "blur/FullMany-backward/.mdb", "blur/FullMany-backward/.255.dat", "crd_a/PayOne-backward/.0.idx",
+              "blur/FullMany-backward/.mdb", "blur/FullMany-backward/.255.dat", "crd_a/CompMany-backward/.0.idx",
               "lineage/blur", "arrays/exposure_a"]
 
 

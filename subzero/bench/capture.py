@@ -19,7 +19,8 @@ recorded before and after.
 With a baseline source tree (``SUBZERO_CAPTURE_BASELINE``: a directory holding an older
 ``subzero`` package), every configuration also runs on that code ("before") in the same
 rounds, and the ratios of both are reported side by side.  ``SUBZERO_CAPTURE_BENCHES=label`` (or
-``astronomy``) runs one workload only.  A child process gets only the
+``astronomy``) runs one workload only, ``SUBZERO_CAPTURE_CONFIGS=CompOne,PayOne`` some of the Label
+configurations (BlackBox always runs).  A child process gets only the
 public API both trees share (its script is written into the bench's directory).  The
 Label runs answer the same backward query; before and after must agree.
 """
@@ -119,7 +120,8 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
     ``size`` overrides the Label mask's side (default 2000; quick: 500); ``quick`` also
     runs the astronomy workflow at its quick size and one round per executor.
     ``SUBZERO_CAPTURE_BENCHES`` (``label,astronomy`` by default) picks the workloads run,
-    ``SUBZERO_CAPTURE_EXECUTORS`` (``local,spark``) the executors, ``SUBZERO_CAPTURE_ROUNDS``
+    ``SUBZERO_CAPTURE_EXECUTORS`` (``local,spark``) the executors, ``SUBZERO_CAPTURE_CONFIGS``
+    the Label configurations besides BlackBox (all by default), ``SUBZERO_CAPTURE_ROUNDS``
     the local rounds (Spark runs one fewer, at least one); the
     optimizer's astronomy runs take the runtime budget ``SUBZERO_CAPTURE_RUNTIME`` (the
     astronomy bench's, ``2x``, by default)."""
@@ -138,9 +140,11 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
         _child(script, ours, {"bench": "astronomy", "config": "workload", "executor": "local", "quick": quick,
                               "store": str(root / "workload"), "workload": str(workload)}, root)
     executors = tuple(e for e in os.environ.get("SUBZERO_CAPTURE_EXECUTORS", ",".join(executors)).split(",") if e)
+    label_configs = ["BlackBox"] + [c for c in os.environ.get("SUBZERO_CAPTURE_CONFIGS", ",".join(LABEL_CONFIGS)).split(",")
+                                    if c in LABEL_CONFIGS and c != "BlackBox"]
     runtime = os.environ.get("SUBZERO_CAPTURE_RUNTIME")
     for ex in executors:
-        jobs = [("label", c) for c in LABEL_CONFIGS if "label" in benches] + \
+        jobs = [("label", c) for c in label_configs if "label" in benches] + \
             [("astronomy", c) for c in ASTRONOMY_CONFIGS if "astronomy" in benches]
         for k in range(rounds if ex == "local" else max(1, rounds - 1)):
             for bench, config in jobs:
@@ -155,7 +159,7 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
                     log(f"capture {ex} {bench} {config} {version}: {min(got['seconds']):.2f} s "
                         f"(load {got['load'][0]})")
     load_after = load_average()
-    return {"setup": {"label_side": side, "label_configs": list(LABEL_CONFIGS),
+    return {"setup": {"label_side": side, "label_configs": label_configs,
                       "astronomy_configs": list(ASTRONOMY_CONFIGS), "rounds": rounds, "executors": list(executors),
                       "baseline": given, "quick": quick, "goals": GOALS, "benches": benches,
                       "max_runtime": runtime or "2x (the astronomy bench's)"},

@@ -547,8 +547,9 @@ def _one_pass(run: _Execution, operators: list[Node], pinned, queries, max_runti
         op_seconds = None if computed is None else sum(m.op_seconds for m in computed[0])
         if any(Strategy.parse(c).stored for c in candidates) or Mode.MAP in op.supported_modes():
             sampled, scale = _calibration_stage(run, node, stage) if computed is None else (stage, 1.0)
+            limit = _capture_limit(max_runtime, totals, pinned.get(node.name, ()))
             profile = profile_node(sampled.task(), list(sampled.tiles), candidates, op_seconds, runner=run.runner,
-                                   scale=scale)
+                                   scale=scale, limit=limit)
             profile = replace(profile, tiles=len(stage.tiles), out_size=int(np.prod(op.output_shape)),
                               in_sizes=[int(np.prod(sh)) for sh in op.input_shapes])
         else:  # queried by no query and nothing pinned: BlackBox whatever it measures
@@ -589,6 +590,24 @@ def _one_pass(run: _Execution, operators: list[Node], pinned, queries, max_runti
     if run.catalog.optimizer is not None:  # the budget over the whole workflow's measured time, as recorded
         run.catalog = replace(run.catalog, optimizer={
             **run.catalog.optimizer, "max_runtime_seconds": parse_runtime_budget(max_runtime, totals["base_seconds"])})
+
+
+def _capture_limit(max_runtime, totals: dict[str, float], pins: Sequence[str]):
+    """The runtime budget left to one node's candidates as a function of its operator time (the
+    integer program's, `parse_runtime_budget` over the time measured so far plus the node's, less
+    what earlier nodes' plans predicted): calibration does not encode a candidate over it.  None
+    without a runtime budget."""
+    from subzero.optimizer.budgets import parse_runtime_budget
+    from subzero.optimizer.calibrate import CaptureLimit
+
+    if parse_runtime_budget(max_runtime, 0.0) is None:
+        return None
+
+    def left(op_seconds: float) -> float:
+        return float(parse_runtime_budget(max_runtime, totals["base_seconds"] + op_seconds) or 0.0) - \
+            totals["predicted_runtime"]
+
+    return CaptureLimit(left(0.0), left(1.0) - left(0.0), 0.0, tuple(pins))
 
 
 def _calibration_stage(run: _Execution, node: Node, stage: NodeStage) -> tuple[NodeStage, float]:

@@ -201,3 +201,52 @@ def test_before_the_node_runs_its_operator_time_is_estimated_from_the_sample(tmp
     assert before.one_pass and not after.one_pass and before.op_seconds > 0 and after.op_seconds == 0.01
     assert {k: v for k, v in before.to_dict().items() if k not in ("op_seconds", "one_pass")} == \
         {k: v for k, v in after.to_dict().items() if k not in ("op_seconds", "one_pass")}
+
+
+def test_a_candidate_whose_capture_alone_exceeds_the_limit_is_not_encoded(tmp_path):
+    """A `CaptureLimit` skips encoding what the integer program would prune (a capture over the
+    runtime budget left): the others' profiles are unchanged, pinned ones are always kept."""
+    from subzero.optimizer.calibrate import CaptureLimit
+
+    run = _crd_run(tmp_path, seed=1, side=40, spikes=((5, 5), (25, 30)), tile_shape=10)
+    op = run.node("crd").operator
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    names = supported_strategies(op)
+
+    def profile(limit):
+        return profile_node(task, node_tiles(op, 10), names, op_seconds=0.01, runner=LocalExecutor(), limit=limit)
+
+    free = profile(None)
+    assert not free.skipped and profile(CaptureLimit(1e9, 0.0, 0.0)).to_dict() == free.to_dict()
+    stored = {n for n in names if Strategy.parse(n).stored}
+    none_left = profile(CaptureLimit(0.0, 0.0, 0.0, keep=("FullMany/backward",)))
+    assert set(none_left.strategies) == {"FullMany/backward"} and set(none_left.skipped) == stored - {"FullMany/backward"}
+    assert none_left.strategies["FullMany/backward"] == free.strategies["FullMany/backward"]
+    assert "exceeds the runtime budget left" in none_left.skipped["FullOne/backward"]
+    cheap = max(free.strategies[n].encode_seconds for n in stored if n.startswith("Comp"))
+    dear = min(free.strategies[n].encode_seconds for n in stored if not n.startswith("Comp"))
+    assert cheap < dear / 2  # a payload per flagged cell (COMP) against one per cell (PAY) or every pair (FULL)
+    between = profile(CaptureLimit((cheap + dear) / 2, 0.0, 0.0))
+    assert set(between.skipped) == {n for n in stored if not n.startswith("Comp")}
+    assert between.strategies == {n: free.strategies[n] for n in between.strategies}
+    # the operator's time counts LIMIT_MARGIN times as the sample measured it: a budget of 1000 s per second keeps all
+    assert not profile(CaptureLimit(0.0, 1e3, 0.0)).skipped
+
+
+def test_a_run_names_the_candidates_calibration_did_not_encode(tmp_path):
+    """A one-pass run under a tight runtime budget: FULL candidates over it are not calibrated,
+    the node's record says why (as the integer program's own pruning does), the plan is the same."""
+    wf = sz.Workflow("c")
+    wf.add(ops.CosmicRayDetect(threshold=5.0, radius=1), wf.input("x"), name="crd")
+    image = np.random.default_rng(1).normal(size=(200, 200))
+    image[50, 50] = image[120, 130] = 100.0
+    workload = [{"node": "crd", "direction": "backward", "cells": [[50, 50]], "to": "x"}]
+    run = wf.run({"x": image}, store=tmp_path / "c", executor="local", tile_shape=50, workload=workload,
+                 max_runtime="1.05x")
+    record = run.catalog.nodes["crd"]
+    assert any("not calibrated" in why for why in record.pruned.values())
+    assert not any(n in record.profile["strategies"] for n in record.profile["skipped"])
+    assert all(Strategy.parse(s).mode.name != "FULL" for s in record.strategies)
+    got = run.backward("crd", cells=[(50, 50)], to="x")
+    assert len(got) > 1 and sorted(map(tuple, np.asarray(got).tolist())) == \
+        sorted(map(tuple, np.asarray(run.backward("crd", cells=[(50, 50)], to="x", using={"crd": "BlackBox"})).tolist()))

@@ -15,6 +15,12 @@ not on whole tiles.  The capture time a strategy adds is predicted from what it 
 (`capture_seconds`: links, cells, pairs), not from the sample's timings, so the same
 data gives the same plan whatever the machine's load; and it counts making the lineage
 inside the operator (a FULL strategy's pairs, a payload's cells), not only encoding it.
+
+Since that prediction needs only the sample's pairs and cells, a candidate whose
+capture alone would exceed the runtime budget left (a `CaptureLimit`, with the node's
+operator time taken `LIMIT_MARGIN` times as measured) is not encoded at all: the integer
+program would prune it anyway (a candidate that alone exceeds a budget, section VII), and
+the profile names it in ``skipped`` with the reason.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from subzero.runtime import NodeTask, capture_tile, merge_inline, with_envelopes
 from subzero.tiling import Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
-           "TileProfile", "profile_from_run", "crop_box", "CroppedInput"]
+           "TileProfile", "profile_from_run", "crop_box", "CroppedInput", "CaptureLimit"]
 
 MAX_MAPPED_CELLS = 1 << 17   # input cells a mapping node's fans are counted over (else: sizes' ratio)
 MAX_PAIRS = 4_000   # pairs per sample tile a candidate encodes (the sizes scale with the count)
@@ -50,6 +56,34 @@ MIN_CROP_CELLS = 65_536     # per crop (a whole-array operator's lineage is less
 LINK_SECONDS = 1.0e-7      # one (out pair, in cell) link of a FULL strategy
 OUT_CELL_SECONDS = 2.0e-7  # one out cell carried by a pair
 PAIR_SECONDS = 2.0e-6      # one region pair (a payload, a group)
+LIMIT_MARGIN = 2.0         # a `CaptureLimit` takes the node's operator time this many times as measured on a sample
+
+
+@dataclass(frozen=True)
+class CaptureLimit:
+    """The runtime overhead one candidate's capture may add to a node, at most: the budget
+    left, ``fixed + per_op_second * op_seconds`` for the node's operator time ``op_seconds``
+    (linear: an absolute budget has ``per_op_second`` 0, a factor ``"1.5x"`` 0.5).
+
+    Calibration encodes no candidate whose capture (`capture_seconds`, predicted from the
+    sample's pairs scaled to the node's ``cells``) exceeds it with the operator time taken
+    `LIMIT_MARGIN` times as the sample measured it; the ``keep`` candidates (pinned) are
+    always encoded.
+
+    Examples
+    --------
+    >>> CaptureLimit(0.1, 0.15, 1000).seconds(2.0)
+    0.7
+    """
+
+    fixed: float
+    per_op_second: float
+    cells: float
+    keep: tuple[str, ...] = ()
+
+    def seconds(self, op_seconds: float) -> float:
+        """The budget left for a node whose operator takes ``op_seconds`` (`LIMIT_MARGIN` applied)."""
+        return self.fixed + self.per_op_second * LIMIT_MARGIN * op_seconds
 
 
 @dataclass
@@ -69,6 +103,7 @@ class TileProfile:
     distinct_in: int = 0
     strategies: dict[str, tuple] = field(default_factory=dict)
     inline: dict[str, bytes] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)   # over the `CaptureLimit`: not encoded, and why
 
 
 def _cells(tile: Tile) -> int:
@@ -165,10 +200,13 @@ def profile_tile(task: NodeTask, tile: Tile) -> TileProfile:
     return profile_part(task, (tile, task.strategies, True))
 
 
-def profile_part(task: NodeTask, part: tuple[Tile, tuple[Strategy, ...], bool]) -> TileProfile:
+def profile_part(task: NodeTask, part: tuple) -> TileProfile:
     """`profile_tile` of the tile ``part[0]`` under the strategies ``part[1]`` only; the fans
-    (and the tracing time) are measured when ``part[2]`` says so."""
-    tile, strategies, fans = part
+    (and the tracing and operator times) are measured when ``part[2]`` says so.  A fourth
+    item, a `CaptureLimit`, skips encoding the strategies whose predicted capture exceeds
+    it (only where the operator time was measured: ``part[2]``)."""
+    tile, strategies, fans = part[:3]
+    limit: CaptureLimit | None = part[3] if len(part) > 3 else None
     op = task.operator
     stored = tuple(s for s in strategies if s.stored)
     start = time.perf_counter()
@@ -182,10 +220,19 @@ def profile_part(task: NodeTask, part: tuple[Tile, tuple[Strategy, ...], bool]) 
         out.fanout, out.links = float(fanout.sum()), float(np.sum(fanout * fanin))
         out.distinct_in = sum(distinct_count(a, int(np.prod(shape))) for a, shape in zip(full.in_ids, op.input_shapes))
     enveloped = {}  # sampled payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
+    share = limit.cells / max(out.cells, 1) if limit is not None else 0.0  # this part's cells scaled to the node's
+    cap = limit.seconds(out.plain_seconds * share) if limit is not None and fans else None
     for strategy in stored:
         name = strategy.name
         encoder = encoder_for(strategy)
         pairs = capture.pairs_for(strategy)
+        if cap is not None and limit is not None and name not in limit.keep:
+            n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
+            predicted = capture_seconds(strategy, pairs.n_pairs * share, len(pairs.out_ids) * share, n_in * share)
+            if predicted > cap:
+                out.skipped[name] = (f"capture {predicted:.3g} s (predicted from a sample) alone exceeds the "
+                                     f"runtime budget left, {cap:.3g} s: not calibrated")
+                continue
         sample = pairs if strategy.both_directions else _subsample(pairs, MAX_PAIRS)
         if strategy.mode is not Mode.FULL:  # envelopes (map_p calls) of the sampled pairs only
             key = (strategy.mode, strategy.both_directions)
@@ -207,7 +254,8 @@ def profile_part(task: NodeTask, part: tuple[Tile, tuple[Strategy, ...], bool]) 
 
 
 def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_seconds: float | None,
-                 runner: Executor, sample: int = 2, scale: float = 1.0) -> NodeProfile:
+                 runner: Executor, sample: int = 2, scale: float = 1.0,
+                 limit: CaptureLimit | None = None) -> NodeProfile:
     """Profile ``task``'s node (a `subzero.stage.NodeStage` task) from ``sample`` of its ``tiles``,
     measured by ``runner``'s tasks (`profile_part`; a `LocalExecutor`: in this process),
     scaled to the node; ``candidates`` are the optimizer's strategy names.
@@ -217,7 +265,9 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
     tiles run without lineage, scaled (0 when no sample runs), and the
     profile is a one-pass one (`subzero.optimizer.cost_model.runtime_cost`).  ``scale``
     multiplies what is measured (a task on a crop of the node's inputs: the node's cells over
-    the crop's; the caller then sets the profile's sizes)."""
+    the crop's; the caller then sets the profile's sizes).  With a ``limit`` (its ``cells``
+    are set here), the candidates a sample predicts over it are not encoded: the profile
+    lists them in ``skipped``, not in ``strategies``."""
     op = task.operator
     one_pass = op_seconds is None
     op_seconds = op_seconds or 0.0
@@ -239,8 +289,13 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         else:
             profile.fan_backward, profile.fan_forward = mapping_fans(op, corner)
         return profile
-    parts = [(t, group, k == 0) for t in chosen for k, group in enumerate(_groups(stored, len(chosen)))]
+    if limit is not None:
+        limit = replace(limit, cells=scale * sum(_cells(t) for t in chosen))  # the node's cells
+    parts = [(t, group, k == 0, limit) for t in chosen for k, group in enumerate(_groups(stored, len(chosen)))]
     measured = runner.map_calls(profile_part, replace(task, strategies=stored), parts)
+    for m in measured:  # skipped by any part: the integer program prunes it anyway
+        for name, why in m.skipped.items():
+            profile.skipped.setdefault(name, why)
     fanout, links, distinct = (sum(getattr(m, k) for m in measured) for k in ("fanout", "links", "distinct_in"))
     # re-execution's lineage, predicted from its size as a capture is (`capture_seconds`), not timed
     profile.trace_seconds = (LINK_SECONDS * links + OUT_CELL_SECONDS * fanout) * scale
@@ -250,6 +305,8 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         profile.op_seconds = sum(m.plain_seconds for m in measured) * scale
     for strategy in stored:
         name = strategy.name
+        if name in profile.skipped:
+            continue
         tiles_of = [m for m in measured if name in m.strategies]  # one part per sample tile measured it
         nbytes, _, pairs, outs, ins, keys, boxes = np.array([m.strategies[name] for m in tiles_of]).sum(axis=0)
         predicted = capture_seconds(strategy, pairs * scale, outs * scale, ins * scale)

@@ -27,7 +27,7 @@ import logging
 import os
 import time
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -108,6 +108,7 @@ class _Execution:
                  max_disk: float | None, progress: Reporter):
         self.wf, self.store, self.catalog = wf, store, catalog
         self._runner: Executor | Callable[[], Executor] = runner  # or a function making one when first needed
+        self._runner_is_factory = not isinstance(runner, Executor)
         self.tile_shape, self.progress = tile_shape, progress
         self.disk_left = max_disk
         self.arrays: dict[str, ArrayRecord] = {}
@@ -116,10 +117,11 @@ class _Execution:
     def runner(self):
         """The executor (a Spark session starts only when a task has to run; the catalog then
         records its master, as the session has it)."""
-        if not isinstance(self._runner, Executor):  # the factory: make the executor now
+        if self._runner_is_factory:  # make the executor now (a flag: isinstance on a Protocol is slow)
             started = time.perf_counter()
-            self._runner = self._runner()
-            master = self._runner.master
+            made = cast(Callable[[], Executor], self._runner)()
+            self._runner, self._runner_is_factory = made, False
+            master = made.master
             self.catalog = replace(self.catalog, master=master)
             if master is not None:  # reported on its own, not charged to the first node
                 self.progress.note(f"Spark session {master} ready in {time.perf_counter() - started:.1f} s")

@@ -250,3 +250,39 @@ def test_a_run_names_the_candidates_calibration_did_not_encode(tmp_path):
     got = run.backward("crd", cells=[(50, 50)], to="x")
     assert len(got) > 1 and sorted(map(tuple, np.asarray(got).tolist())) == \
         sorted(map(tuple, np.asarray(run.backward("crd", cells=[(50, 50)], to="x", using={"crd": "BlackBox"})).tolist()))
+
+
+def test_fans_are_measured_on_a_quarter_when_no_full_candidate_can_be_chosen(tmp_path):
+    """When the limit rules out every FULL candidate, a sample window runs without FULL lineage
+    and its fans come from a centred quarter of it (close to the whole window's); a pinned FULL
+    candidate keeps the whole window's measurement."""
+    from subzero.optimizer.calibrate import CaptureLimit, fans_window, sample_windows
+
+    spikes = tuple((r, c) for r in range(20, 400, 37) for c in range(15, 400, 41))
+    run = _crd_run(tmp_path, seed=3, side=400, spikes=spikes, tile_shape=200)
+    op = run.node("crd").operator
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    tiles = node_tiles(op, 200)
+    windows = sample_windows(op, tiles)
+    assert all(fans_window(op, w) is not None for w in windows)
+    assert fans_window(op, windows[0]).box == tuple((lo + (hi - lo) // 4, hi - (hi - lo) // 4) for lo, hi in windows[0].box)
+    names = supported_strategies(op)
+
+    def profile(limit):
+        return profile_node(task, tiles, names, op_seconds=None, runner=LocalExecutor(), limit=limit)
+
+    free = profile(None)
+    stored = {n for n in names if Strategy.parse(n).stored}
+    cheap = max(free.strategies[n].encode_seconds for n in stored if n.startswith("Comp"))
+    dear = min(free.strategies[n].encode_seconds for n in stored if n.startswith("Full"))
+    quarter = profile(CaptureLimit((cheap + dear) / 2, 0.0, 0.0))
+    assert {n for n in stored if n.startswith("Full")} <= set(quarter.skipped)
+    assert quarter.fan_backward == pytest.approx(free.fan_backward, rel=0.05)
+    assert quarter.fan_forward == pytest.approx(free.fan_forward, rel=0.15)
+    assert quarter.trace_seconds == pytest.approx(free.trace_seconds, rel=0.1)
+    for name in quarter.strategies:
+        assert quarter.strategies[name] == free.strategies[name]
+    pinned = profile(CaptureLimit((cheap + dear) / 2, 0.0, 0.0, keep=("FullOne/backward",)))
+    assert pinned.strategies["FullOne/backward"] == free.strategies["FullOne/backward"]
+    assert (pinned.fan_backward, pinned.fan_forward, pinned.trace_seconds) == \
+        (free.fan_backward, free.fan_forward, free.trace_seconds)

@@ -41,7 +41,7 @@ from subzero.runtime import NodeTask, capture_tile, merge_inline, with_envelopes
 from subzero.tiling import Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
-           "TileProfile", "profile_from_run", "crop_box", "CroppedInput", "CaptureLimit"]
+           "TileProfile", "profile_from_run", "crop_box", "CroppedInput", "CaptureLimit", "fans_window"]
 
 MAX_MAPPED_CELLS = 1 << 17   # input cells a mapping node's fans are counted over (else: sizes' ratio)
 MAX_PAIRS = 4_000   # pairs per sample tile a candidate encodes (the sizes scale with the count)
@@ -56,6 +56,8 @@ MIN_CROP_CELLS = 65_536     # per crop (a whole-array operator's lineage is less
 LINK_SECONDS = 1.0e-7      # one (out pair, in cell) link of a FULL strategy
 OUT_CELL_SECONDS = 2.0e-7  # one out cell carried by a pair
 PAIR_SECONDS = 2.0e-6      # one region pair (a payload, a group)
+FANS_FRACTION = 0.25       # of a sample window, where the fans are measured when no FULL candidate can be chosen
+MIN_FANS_CELLS = 4_096     # per such fans window
 LIMIT_MARGIN = 2.0         # a `CaptureLimit` takes the node's operator time this many times as measured on a sample
 
 
@@ -140,6 +142,27 @@ def sample_windows(op, tiles: list[Tile], sample: int = 2, fraction: float = SAM
     return out
 
 
+def fans_window(op, tile: Tile, fraction: float = FANS_FRACTION, min_cells: int = MIN_FANS_CELLS) -> Tile | None:
+    """A centred window of ``tile`` holding ``fraction`` of its cells (at least ``min_cells``),
+    where calibration may measure the fans alone: None when the operator's tiles may not be
+    any box (see `sample_windows`) or the tile is too small to cut.
+
+    Examples
+    --------
+    >>> from subzero.operators import Convolve
+    >>> op = Convolve(np.ones((3, 3))).bound(((400, 400),), (400, 400))
+    >>> fans_window(op, Tile(0, ((0, 128), (0, 128))))
+    Tile(index=0, box=((32, 96), (32, 96)))
+    """
+    if op.two_pass or not isinstance(op.effective_tiling(), (Elementwise, Halo)) or tile.box is None or \
+            not len(tile.box) or _cells(tile) < 2 * min_cells:
+        return None
+    box = crop_box(tuple(hi - lo for lo, hi in tile.box), fraction, min_cells)
+    if box is None:
+        return None
+    return Tile(tile.index, tuple((lo + a, lo + b) for (lo, _), (a, b) in zip(tile.box, box)))
+
+
 def crop_box(shape: tuple[int, ...], fraction: float = CROP_FRACTION,
              min_cells: int = MIN_CROP_CELLS) -> tuple[tuple[int, int], ...] | None:
     """A centred box of ``shape`` holding about ``fraction`` of its cells (at least
@@ -148,7 +171,7 @@ def crop_box(shape: tuple[int, ...], fraction: float = CROP_FRACTION,
     Examples
     --------
     >>> crop_box((2000, 2000))
-    ((553, 1447), (553, 1447))
+    ((776, 1224), (776, 1224))
     >>> crop_box((100, 100)) is None
     True
     """
@@ -204,21 +227,47 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
     """`profile_tile` of the tile ``part[0]`` under the strategies ``part[1]`` only; the fans
     (and the tracing and operator times) are measured when ``part[2]`` says so.  A fourth
     item, a `CaptureLimit`, skips encoding the strategies whose predicted capture exceeds
-    it (only where the operator time was measured: ``part[2]``)."""
+    it (only where the operator time was measured: ``part[2]``); when that rules out every
+    FULL strategy, judged on a centred quarter of the tile (`fans_window`, where the
+    operator's tiles may be any box), the fans are measured on that quarter and the tile
+    runs without FULL lineage (a FULL capture costs many times the operator)."""
     tile, strategies, fans = part[:3]
     limit: CaptureLimit | None = part[3] if len(part) > 3 else None
     op = task.operator
     stored = tuple(s for s in strategies if s.stored)
+    plain, probe = None, None
+    if fans and limit is not None:
+        quarter = fans_window(op, tile)
+        full = [s for s in stored if s.mode is Mode.FULL]
+        if quarter is not None and not any(s.name in limit.keep for s in full):
+            plain = capture_tile(replace(task, strategies=()), tile)  # the operator's own time: the cap needs it
+            share = limit.cells / max(_cells(plain.tile), 1)
+            cap = limit.seconds(plain.op_seconds * share)
+            probe = capture_tile(replace(task, strategies=(_FANS,)), quarter)
+            ratio = share * _cells(plain.tile) / max(_cells(probe.tile), 1)  # the quarter's cells to the node's
+            n_in = sum(len(a) for a in probe.full.in_ids)
+            predicted = {s.name: capture_seconds(s, probe.full.n_pairs * ratio, len(probe.full.out_ids) * ratio,
+                                                 n_in * ratio) for s in full}
+            if all(v > cap for v in predicted.values()):
+                stored = tuple(s for s in stored if s.mode is not Mode.FULL)
+            else:  # a FULL strategy may be chosen: measured on the whole tile, as without a limit
+                probe = None
     start = time.perf_counter()
-    capture = capture_tile(replace(task, strategies=stored + ((_FANS,) if fans else ())), tile)
+    capture = capture_tile(replace(task, strategies=stored + ((_FANS,) if fans and probe is None else ())), tile)
     out = TileProfile(_cells(capture.tile), time.perf_counter() - start if fans else 0.0)
     if fans:  # and the operator's own time: the tile once more, without lineage
-        out.plain_seconds = capture_tile(replace(task, strategies=()), tile).op_seconds
-        full = capture.full
-        fanout = np.diff(full.out_ptr)
-        fanin = sum(np.diff(ptr) for ptr in full.in_ptr) if full.in_ptr else np.zeros(full.n_pairs)
-        out.fanout, out.links = float(fanout.sum()), float(np.sum(fanout * fanin))
-        out.distinct_in = sum(distinct_count(a, int(np.prod(shape))) for a, shape in zip(full.in_ids, op.input_shapes))
+        out.plain_seconds = (plain or capture_tile(replace(task, strategies=()), tile)).op_seconds
+        full_pairs = (probe or capture).full
+        grow = out.cells / max(_cells(probe.tile), 1) if probe is not None else 1.0  # the quarter's counts to the tile's
+        fanout = np.diff(full_pairs.out_ptr)
+        fanin = sum(np.diff(ptr) for ptr in full_pairs.in_ptr) if full_pairs.in_ptr else np.zeros(full_pairs.n_pairs)
+        out.fanout, out.links = float(fanout.sum()) * grow, float(np.sum(fanout * fanin)) * grow
+        out.distinct_in = int(round(grow * sum(distinct_count(a, int(np.prod(shape)))
+                                               for a, shape in zip(full_pairs.in_ids, op.input_shapes))))
+    if probe is not None and limit is not None:
+        for name, seconds in predicted.items():
+            out.skipped[name] = (f"capture {seconds:.3g} s (predicted from a sample) alone exceeds the "
+                                 f"runtime budget left, {cap:.3g} s: not calibrated")
     enveloped = {}  # sampled payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
     share = limit.cells / max(out.cells, 1) if limit is not None else 0.0  # this part's cells scaled to the node's
     cap = limit.seconds(out.plain_seconds * share) if limit is not None and fans else None

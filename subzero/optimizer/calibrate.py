@@ -270,17 +270,17 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
                                  f"runtime budget left, {cap:.3g} s: not calibrated")
     enveloped = {}  # sampled payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
     share = limit.cells / max(out.cells, 1) if limit is not None else 0.0  # this part's cells scaled to the node's
-    cap = limit.seconds(out.plain_seconds * share) if limit is not None and fans else None
+    most = limit.seconds(out.plain_seconds * share) if limit is not None and fans else None
     for strategy in stored:
         name = strategy.name
         encoder = encoder_for(strategy)
         pairs = capture.pairs_for(strategy)
-        if cap is not None and limit is not None and name not in limit.keep:
+        if most is not None and limit is not None and name not in limit.keep:
             n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
-            predicted = capture_seconds(strategy, pairs.n_pairs * share, len(pairs.out_ids) * share, n_in * share)
-            if predicted > cap:
-                out.skipped[name] = (f"capture {predicted:.3g} s (predicted from a sample) alone exceeds the "
-                                     f"runtime budget left, {cap:.3g} s: not calibrated")
+            alone = capture_seconds(strategy, pairs.n_pairs * share, len(pairs.out_ids) * share, n_in * share)
+            if alone > most:
+                out.skipped[name] = (f"capture {alone:.3g} s (predicted from a sample) alone exceeds the "
+                                     f"runtime budget left, {most:.3g} s: not calibrated")
                 continue
         sample = pairs if strategy.both_directions else _subsample(pairs, MAX_PAIRS)
         if strategy.mode is not Mode.FULL:  # envelopes (map_p calls) of the sampled pairs only

@@ -286,3 +286,21 @@ def test_fans_are_measured_on_a_quarter_when_no_full_candidate_can_be_chosen(tmp
     assert pinned.strategies["FullOne/backward"] == free.strategies["FullOne/backward"]
     assert (pinned.fan_backward, pinned.fan_forward, pinned.trace_seconds) == \
         (free.fan_backward, free.fan_forward, free.trace_seconds)
+
+
+def test_a_wide_mapping_counts_its_fans_on_a_smaller_corner():
+    """`fans_corner` keeps the 32-cell corner of a pointwise mapping and cuts a wide window's
+    corner so that its links stay under the bound; the fans it gives stay the window's."""
+    from subzero.optimizer.calibrate import fans_corner, mapping_fans
+
+    box = ((0, 200), (0, 200))
+    point = ops.MultiplyScalar(2.0).bound(((200, 200),), (200, 200))
+    assert fans_corner(point, box) == ((0, 32), (0, 32))
+    wide = ops.Convolve(np.ones((41, 41)), mode="constant").bound(((200, 200),), (200, 200))
+    corner = fans_corner(wide, box, max_links=20_000)
+    side = corner[0][1]
+    assert corner == ((0, side), (0, side)) and 1 <= side < 32
+    links = len(wide.map_b_pairs(np.array([[r, c] for r in range(side) for c in range(side)]), 0)[0])
+    assert links <= 20_000 * 1.5
+    back, _ = mapping_fans(wide, corner)
+    assert 21 * 21 <= back <= 41 * 41  # a clipped window at the array's corner

@@ -41,9 +41,10 @@ from subzero.runtime import NodeTask, capture_tile, merge_inline, with_envelopes
 from subzero.tiling import Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
-           "TileProfile", "profile_from_run", "crop_box", "CroppedInput", "CaptureLimit", "fans_window"]
+           "TileProfile", "profile_from_run", "crop_box", "CroppedInput", "CaptureLimit", "fans_window", "fans_corner"]
 
 MAX_MAPPED_CELLS = 1 << 17   # input cells a mapping node's fans are counted over (else: sizes' ratio)
+MAX_MAPPED_LINKS = 1 << 16   # links a mapping node's fans are counted over at most (`fans_corner`)
 MAX_PAIRS = 4_000   # pairs per sample tile a candidate encodes (the sizes scale with the count)
 _FANS = Strategy("FullOne")  # the full pairs whose fans a sample tile measures
 SAMPLE_FRACTION = 0.02   # of a node's cells, measured when its tiles may be cut into windows
@@ -336,7 +337,7 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         if _cells(Tile(0, corner)) * spread > MAX_MAPPED_CELLS:  # a reduction: one cell maps to many
             profile.fan_backward, profile.fan_forward = max(spread, 1.0), 1.0
         else:
-            profile.fan_backward, profile.fan_forward = mapping_fans(op, corner)
+            profile.fan_backward, profile.fan_forward = mapping_fans(op, fans_corner(op, chosen[0].box))
         return profile
     if limit is not None:
         limit = replace(limit, cells=scale * sum(_cells(t) for t in chosen))  # the node's cells
@@ -387,6 +388,20 @@ def _subsample(pairs, max_pairs: int):
     keep = np.zeros(pairs.n_pairs, bool)
     keep[np.linspace(0, pairs.n_pairs - 1, max_pairs).astype(np.int64)] = True
     return pairs.select(keep)
+
+
+def fans_corner(op, box, side: int = 32, max_links: int = MAX_MAPPED_LINKS) -> tuple[tuple[int, int], ...]:
+    """The corner of ``box`` whose mapping fans calibration counts: ``side`` cells along each
+    axis, fewer when the first cell's input cells say the corner would map to more than
+    ``max_links`` (a wide window, such as a cosmic-ray mask's)."""
+    corner = tuple((lo, min(hi, lo + side)) for lo, hi in box)
+    first = box_cells(tuple(lo for lo, _ in corner), tuple(lo + 1 for lo, _ in corner))
+    per_cell = sum(len(op.map_b_pairs(first, i)[0]) for i in range(len(op.input_shapes)))
+    cells = _cells(Tile(0, corner))
+    if per_cell * cells <= max_links:
+        return corner
+    ratio = (max_links / (per_cell * cells)) ** (1.0 / len(corner))
+    return tuple((lo, lo + max(1, int(np.ceil((hi - lo) * ratio)))) for lo, hi in corner)
 
 
 def mapping_fans(op, box) -> tuple[float, float]:

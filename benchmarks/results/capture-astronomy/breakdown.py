@@ -1,4 +1,8 @@
-"""Min-of-N in-process breakdown: NoLineage / SubZero / SubZeroPaper alternated (local executor)."""
+"""Min-of-N in-process breakdown: NoLineage / SubZero / SubZeroPaper alternated (local executor).
+
+Usage: PYTHONPATH=<code> python breakdown.py ROUNDS OUT.json WORKLOAD.json, where WORKLOAD.json is
+the astronomy bench's entire-array queries (the capture bench writes it as workload.json).
+"""
 import json, shutil, sys, time, collections
 from subzero import execution as E
 from subzero.optimizer import calibrate as C, plan as P
@@ -22,8 +26,8 @@ for k in range(rounds):
         pins = A.pins(wf, config, True)
         options = {"strategies": pins}
         if pins is None:
-            options.update(workload=json.load(open('/tmp/astro/workload.json')), max_disk=A.DISK_BUDGET, max_runtime="1.15x")
-        store = f"/tmp/astro/bd-{config}"
+            options.update(workload=json.load(open(sys.argv[3])), max_disk=A.DISK_BUDGET, max_runtime="1.15x")
+        store = f"{sys.argv[2]}.{config}.store"
         shutil.rmtree(store, ignore_errors=True)
         T.clear()
         t = time.perf_counter()

@@ -147,9 +147,14 @@ class Workflow:
         return seen
 
     def between(self, low: Node, high: Node) -> list[Node]:
-        """Nodes on some path from ``low`` up to ``high`` (both included), in topological order."""
-        on_path = self.ancestors(high) & self.descendants(low)
-        return [n for n in self._nodes.values() if n in on_path]
+        """Nodes on some path from ``low`` up to ``high`` (both included), in topological order
+        (remembered until a node is added: the optimizer asks for each query's path per node)."""
+        paths = self.__dict__.setdefault("_paths", {})
+        key = (low.name, high.name, len(self._nodes))
+        if key not in paths:
+            on_path = self.ancestors(high) & self.descendants(low)
+            paths[key] = [n for n in self._nodes.values() if n in on_path]
+        return list(paths[key])
 
     # -- serialization ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import logging
 import os
 import time
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -108,6 +108,7 @@ class _Execution:
                  max_disk: float | None, progress: Reporter):
         self.wf, self.store, self.catalog = wf, store, catalog
         self._runner: Executor | Callable[[], Executor] = runner  # or a function making one when first needed
+        self._runner_is_factory = not isinstance(runner, Executor)
         self.tile_shape, self.progress = tile_shape, progress
         self.disk_left = max_disk
         self.arrays: dict[str, ArrayRecord] = {}
@@ -116,10 +117,11 @@ class _Execution:
     def runner(self):
         """The executor (a Spark session starts only when a task has to run; the catalog then
         records its master, as the session has it)."""
-        if not isinstance(self._runner, Executor):  # the factory: make the executor now
+        if self._runner_is_factory:  # make the executor now (a flag: isinstance on a Protocol is slow)
             started = time.perf_counter()
-            self._runner = self._runner()
-            master = self._runner.master
+            made = cast(Callable[[], Executor], self._runner)()
+            self._runner, self._runner_is_factory = made, False
+            master = made.master
             self.catalog = replace(self.catalog, master=master)
             if master is not None:  # reported on its own, not charged to the first node
                 self.progress.note(f"Spark session {master} ready in {time.perf_counter() - started:.1f} s")
@@ -547,8 +549,9 @@ def _one_pass(run: _Execution, operators: list[Node], pinned, queries, max_runti
         op_seconds = None if computed is None else sum(m.op_seconds for m in computed[0])
         if any(Strategy.parse(c).stored for c in candidates) or Mode.MAP in op.supported_modes():
             sampled, scale = _calibration_stage(run, node, stage) if computed is None else (stage, 1.0)
+            limit = _capture_limit(max_runtime, totals, pinned.get(node.name, ()))
             profile = profile_node(sampled.task(), list(sampled.tiles), candidates, op_seconds, runner=run.runner,
-                                   scale=scale)
+                                   scale=scale, limit=limit)
             profile = replace(profile, tiles=len(stage.tiles), out_size=int(np.prod(op.output_shape)),
                               in_sizes=[int(np.prod(sh)) for sh in op.input_shapes])
         else:  # queried by no query and nothing pinned: BlackBox whatever it measures
@@ -589,6 +592,24 @@ def _one_pass(run: _Execution, operators: list[Node], pinned, queries, max_runti
     if run.catalog.optimizer is not None:  # the budget over the whole workflow's measured time, as recorded
         run.catalog = replace(run.catalog, optimizer={
             **run.catalog.optimizer, "max_runtime_seconds": parse_runtime_budget(max_runtime, totals["base_seconds"])})
+
+
+def _capture_limit(max_runtime, totals: dict[str, float], pins: Sequence[str]):
+    """The runtime budget left to one node's candidates as a function of its operator time (the
+    integer program's, `parse_runtime_budget` over the time measured so far plus the node's, less
+    what earlier nodes' plans predicted): calibration does not encode a candidate over it.  None
+    without a runtime budget."""
+    from subzero.optimizer.budgets import parse_runtime_budget
+    from subzero.optimizer.calibrate import CaptureLimit
+
+    if parse_runtime_budget(max_runtime, 0.0) is None:
+        return None
+
+    def left(op_seconds: float) -> float:
+        return float(parse_runtime_budget(max_runtime, totals["base_seconds"] + op_seconds) or 0.0) - \
+            totals["predicted_runtime"]
+
+    return CaptureLimit(left(0.0), left(1.0) - left(0.0), 0.0, tuple(pins))
 
 
 def _calibration_stage(run: _Execution, node: Node, stage: NodeStage) -> tuple[NodeStage, float]:

@@ -201,3 +201,106 @@ def test_before_the_node_runs_its_operator_time_is_estimated_from_the_sample(tmp
     assert before.one_pass and not after.one_pass and before.op_seconds > 0 and after.op_seconds == 0.01
     assert {k: v for k, v in before.to_dict().items() if k not in ("op_seconds", "one_pass")} == \
         {k: v for k, v in after.to_dict().items() if k not in ("op_seconds", "one_pass")}
+
+
+def test_a_candidate_whose_capture_alone_exceeds_the_limit_is_not_encoded(tmp_path):
+    """A `CaptureLimit` skips encoding what the integer program would prune (a capture over the
+    runtime budget left): the others' profiles are unchanged, pinned ones are always kept."""
+    from subzero.optimizer.calibrate import CaptureLimit
+
+    run = _crd_run(tmp_path, seed=1, side=40, spikes=((5, 5), (25, 30)), tile_shape=10)
+    op = run.node("crd").operator
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    names = supported_strategies(op)
+
+    def profile(limit):
+        return profile_node(task, node_tiles(op, 10), names, op_seconds=0.01, runner=LocalExecutor(), limit=limit)
+
+    free = profile(None)
+    assert not free.skipped and profile(CaptureLimit(1e9, 0.0, 0.0)).to_dict() == free.to_dict()
+    stored = {n for n in names if Strategy.parse(n).stored}
+    none_left = profile(CaptureLimit(0.0, 0.0, 0.0, keep=("FullMany/backward",)))
+    assert set(none_left.strategies) == {"FullMany/backward"} and set(none_left.skipped) == stored - {"FullMany/backward"}
+    assert none_left.strategies["FullMany/backward"] == free.strategies["FullMany/backward"]
+    assert "exceeds the runtime budget left" in none_left.skipped["FullOne/backward"]
+    cheap = max(free.strategies[n].encode_seconds for n in stored if n.startswith("Comp"))
+    dear = min(free.strategies[n].encode_seconds for n in stored if not n.startswith("Comp"))
+    assert cheap < dear / 2  # a payload per flagged cell (COMP) against one per cell (PAY) or every pair (FULL)
+    between = profile(CaptureLimit((cheap + dear) / 2, 0.0, 0.0))
+    assert set(between.skipped) == {n for n in stored if not n.startswith("Comp")}
+    assert between.strategies == {n: free.strategies[n] for n in between.strategies}
+    # the operator's time counts LIMIT_MARGIN times as the sample measured it: a budget of 1000 s per second keeps all
+    assert not profile(CaptureLimit(0.0, 1e3, 0.0)).skipped
+
+
+def test_a_run_names_the_candidates_calibration_did_not_encode(tmp_path):
+    """A one-pass run under a tight runtime budget: FULL candidates over it are not calibrated,
+    the node's record says why (as the integer program's own pruning does), the plan is the same."""
+    wf = sz.Workflow("c")
+    wf.add(ops.CosmicRayDetect(threshold=5.0, radius=1), wf.input("x"), name="crd")
+    image = np.random.default_rng(1).normal(size=(200, 200))
+    image[50, 50] = image[120, 130] = 100.0
+    workload = [{"node": "crd", "direction": "backward", "cells": [[50, 50]], "to": "x"}]
+    run = wf.run({"x": image}, store=tmp_path / "c", executor="local", tile_shape=50, workload=workload,
+                 max_runtime="1.05x")
+    record = run.catalog.nodes["crd"]
+    assert any("not calibrated" in why for why in record.pruned.values())
+    assert not any(n in record.profile["strategies"] for n in record.profile["skipped"])
+    assert all(Strategy.parse(s).mode.name != "FULL" for s in record.strategies)
+    got = run.backward("crd", cells=[(50, 50)], to="x")
+    assert len(got) > 1 and sorted(map(tuple, np.asarray(got).tolist())) == \
+        sorted(map(tuple, np.asarray(run.backward("crd", cells=[(50, 50)], to="x", using={"crd": "BlackBox"})).tolist()))
+
+
+def test_fans_are_measured_on_a_quarter_when_no_full_candidate_can_be_chosen(tmp_path):
+    """When the limit rules out every FULL candidate, a sample window runs without FULL lineage
+    and its fans come from a centred quarter of it (close to the whole window's); a pinned FULL
+    candidate keeps the whole window's measurement."""
+    from subzero.optimizer.calibrate import CaptureLimit, fans_window, sample_windows
+
+    spikes = tuple((r, c) for r in range(20, 400, 37) for c in range(15, 400, 41))
+    run = _crd_run(tmp_path, seed=3, side=400, spikes=spikes, tile_shape=200)
+    op = run.node("crd").operator
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    tiles = node_tiles(op, 200)
+    windows = sample_windows(op, tiles)
+    assert all(fans_window(op, w) is not None for w in windows)
+    assert fans_window(op, windows[0]).box == tuple((lo + (hi - lo) // 4, hi - (hi - lo) // 4) for lo, hi in windows[0].box)
+    names = supported_strategies(op)
+
+    def profile(limit):
+        return profile_node(task, tiles, names, op_seconds=None, runner=LocalExecutor(), limit=limit)
+
+    free = profile(None)
+    stored = {n for n in names if Strategy.parse(n).stored}
+    cheap = max(free.strategies[n].encode_seconds for n in stored if n.startswith("Comp"))
+    dear = min(free.strategies[n].encode_seconds for n in stored if n.startswith("Full"))
+    quarter = profile(CaptureLimit((cheap + dear) / 2, 0.0, 0.0))
+    assert {n for n in stored if n.startswith("Full")} <= set(quarter.skipped)
+    assert quarter.fan_backward == pytest.approx(free.fan_backward, rel=0.05)
+    assert quarter.fan_forward == pytest.approx(free.fan_forward, rel=0.15)
+    assert quarter.trace_seconds == pytest.approx(free.trace_seconds, rel=0.1)
+    for name in quarter.strategies:
+        assert quarter.strategies[name] == free.strategies[name]
+    pinned = profile(CaptureLimit((cheap + dear) / 2, 0.0, 0.0, keep=("FullOne/backward",)))
+    assert pinned.strategies["FullOne/backward"] == free.strategies["FullOne/backward"]
+    assert (pinned.fan_backward, pinned.fan_forward, pinned.trace_seconds) == \
+        (free.fan_backward, free.fan_forward, free.trace_seconds)
+
+
+def test_a_wide_mapping_counts_its_fans_on_a_smaller_corner():
+    """`fans_corner` keeps the 32-cell corner of a pointwise mapping and cuts a wide window's
+    corner so that its links stay under the bound; the fans it gives stay the window's."""
+    from subzero.optimizer.calibrate import fans_corner, mapping_fans
+
+    box = ((0, 200), (0, 200))
+    point = ops.MultiplyScalar(2.0).bound(((200, 200),), (200, 200))
+    assert fans_corner(point, box) == ((0, 32), (0, 32))
+    wide = ops.Convolve(np.ones((41, 41)), mode="constant").bound(((200, 200),), (200, 200))
+    corner = fans_corner(wide, box, max_links=20_000)
+    side = corner[0][1]
+    assert corner == ((0, side), (0, side)) and 1 <= side < 32
+    links = len(wide.map_b_pairs(np.array([[r, c] for r in range(side) for c in range(side)]), 0)[0])
+    assert links <= 20_000 * 1.5
+    back, _ = mapping_fans(wide, corner)
+    assert 21 * 21 <= back <= 41 * 41  # a clipped window at the array's corner

@@ -75,3 +75,7 @@ def test_ancestors_descendants_and_the_nodes_between():
     c = wf.add(ops.Transpose(), y, name="c")
     assert wf.ancestors(b) == {b, a, x, y} and wf.descendants(y) == {y, b, c}
     assert wf.between(x, b) == [x, a, b] and wf.between(c, b) == []
+    wf.between(x, b).append(c)  # a copy: the remembered path is not changed
+    assert wf.between(x, b) == [x, a, b]
+    d = wf.add(ops.Add(), b, c, name="d")  # a new node: paths are worked out again
+    assert wf.between(x, d) == [x, a, b, d] and wf.between(y, d) == [y, b, c, d]

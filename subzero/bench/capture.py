@@ -126,6 +126,7 @@ def run_capture(quick: bool, root: Path, size=None, executors: tuple[str, ...] =
     optimizer's astronomy runs take the runtime budget ``SUBZERO_CAPTURE_RUNTIME`` (the
     astronomy bench's, ``2x``, by default)."""
     ours = Path(__file__).resolve().parents[2]
+    root = Path(root).resolve()  # the children run in it: a relative --out would be resolved twice
     given = os.environ.get("SUBZERO_CAPTURE_BASELINE")
     codes = {"after": ours} | ({"before": Path(given).resolve()} if given else {})
     side = int(size) if size else (500 if quick else 2000)

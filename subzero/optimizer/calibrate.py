@@ -15,6 +15,12 @@ not on whole tiles.  The capture time a strategy adds is predicted from what it 
 (`capture_seconds`: links, cells, pairs), not from the sample's timings, so the same
 data gives the same plan whatever the machine's load; and it counts making the lineage
 inside the operator (a FULL strategy's pairs, a payload's cells), not only encoding it.
+
+Since that prediction needs only the sample's pairs and cells, a candidate whose
+capture alone would exceed the runtime budget left (a `CaptureLimit`, with the node's
+operator time taken `LIMIT_MARGIN` times as measured) is not encoded at all: the integer
+program would prune it anyway (a candidate that alone exceeds a budget, section VII), and
+the profile names it in ``skipped`` with the reason.
 """
 
 from __future__ import annotations
@@ -35,9 +41,10 @@ from subzero.runtime import NodeTask, capture_tile, merge_inline, with_envelopes
 from subzero.tiling import Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
-           "TileProfile", "profile_from_run", "crop_box", "CroppedInput"]
+           "TileProfile", "profile_from_run", "crop_box", "CroppedInput", "CaptureLimit", "fans_window", "fans_corner"]
 
 MAX_MAPPED_CELLS = 1 << 17   # input cells a mapping node's fans are counted over (else: sizes' ratio)
+MAX_MAPPED_LINKS = 1 << 16   # links a mapping node's fans are counted over at most (`fans_corner`)
 MAX_PAIRS = 4_000   # pairs per sample tile a candidate encodes (the sizes scale with the count)
 _FANS = Strategy("FullOne")  # the full pairs whose fans a sample tile measures
 SAMPLE_FRACTION = 0.02   # of a node's cells, measured when its tiles may be cut into windows
@@ -50,6 +57,36 @@ MIN_CROP_CELLS = 65_536     # per crop (a whole-array operator's lineage is less
 LINK_SECONDS = 1.0e-7      # one (out pair, in cell) link of a FULL strategy
 OUT_CELL_SECONDS = 2.0e-7  # one out cell carried by a pair
 PAIR_SECONDS = 2.0e-6      # one region pair (a payload, a group)
+FANS_FRACTION = 0.25       # of a sample window, where the fans are measured when no FULL candidate can be chosen
+MIN_FANS_CELLS = 4_096     # per such fans window
+LIMIT_MARGIN = 2.0         # a `CaptureLimit` takes the node's operator time this many times as measured on a sample
+
+
+@dataclass(frozen=True)
+class CaptureLimit:
+    """The runtime overhead one candidate's capture may add to a node, at most: the budget
+    left, ``fixed + per_op_second * op_seconds`` for the node's operator time ``op_seconds``
+    (linear: an absolute budget has ``per_op_second`` 0, a factor ``"1.5x"`` 0.5).
+
+    Calibration encodes no candidate whose capture (`capture_seconds`, predicted from the
+    sample's pairs scaled to the node's ``cells``) exceeds it with the operator time taken
+    `LIMIT_MARGIN` times as the sample measured it; the ``keep`` candidates (pinned) are
+    always encoded.
+
+    Examples
+    --------
+    >>> CaptureLimit(0.1, 0.15, 1000).seconds(2.0)
+    0.7
+    """
+
+    fixed: float
+    per_op_second: float
+    cells: float
+    keep: tuple[str, ...] = ()
+
+    def seconds(self, op_seconds: float) -> float:
+        """The budget left for a node whose operator takes ``op_seconds`` (`LIMIT_MARGIN` applied)."""
+        return self.fixed + self.per_op_second * LIMIT_MARGIN * op_seconds
 
 
 @dataclass
@@ -69,6 +106,7 @@ class TileProfile:
     distinct_in: int = 0
     strategies: dict[str, tuple] = field(default_factory=dict)
     inline: dict[str, bytes] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)   # over the `CaptureLimit`: not encoded, and why
 
 
 def _cells(tile: Tile) -> int:
@@ -105,6 +143,27 @@ def sample_windows(op, tiles: list[Tile], sample: int = 2, fraction: float = SAM
     return out
 
 
+def fans_window(op, tile: Tile, fraction: float = FANS_FRACTION, min_cells: int = MIN_FANS_CELLS) -> Tile | None:
+    """A centred window of ``tile`` holding ``fraction`` of its cells (at least ``min_cells``),
+    where calibration may measure the fans alone: None when the operator's tiles may not be
+    any box (see `sample_windows`) or the tile is too small to cut.
+
+    Examples
+    --------
+    >>> from subzero.operators import Convolve
+    >>> op = Convolve(np.ones((3, 3))).bound(((400, 400),), (400, 400))
+    >>> fans_window(op, Tile(0, ((0, 128), (0, 128))))
+    Tile(index=0, box=((32, 96), (32, 96)))
+    """
+    if op.two_pass or not isinstance(op.effective_tiling(), (Elementwise, Halo)) or tile.box is None or \
+            not len(tile.box) or _cells(tile) < 2 * min_cells:
+        return None
+    box = crop_box(tuple(hi - lo for lo, hi in tile.box), fraction, min_cells)
+    if box is None:
+        return None
+    return Tile(tile.index, tuple((lo + a, lo + b) for (lo, _), (a, b) in zip(tile.box, box)))
+
+
 def crop_box(shape: tuple[int, ...], fraction: float = CROP_FRACTION,
              min_cells: int = MIN_CROP_CELLS) -> tuple[tuple[int, int], ...] | None:
     """A centred box of ``shape`` holding about ``fraction`` of its cells (at least
@@ -113,7 +172,7 @@ def crop_box(shape: tuple[int, ...], fraction: float = CROP_FRACTION,
     Examples
     --------
     >>> crop_box((2000, 2000))
-    ((553, 1447), (553, 1447))
+    ((776, 1224), (776, 1224))
     >>> crop_box((100, 100)) is None
     True
     """
@@ -165,27 +224,65 @@ def profile_tile(task: NodeTask, tile: Tile) -> TileProfile:
     return profile_part(task, (tile, task.strategies, True))
 
 
-def profile_part(task: NodeTask, part: tuple[Tile, tuple[Strategy, ...], bool]) -> TileProfile:
+def profile_part(task: NodeTask, part: tuple) -> TileProfile:
     """`profile_tile` of the tile ``part[0]`` under the strategies ``part[1]`` only; the fans
-    (and the tracing time) are measured when ``part[2]`` says so."""
-    tile, strategies, fans = part
+    (and the tracing and operator times) are measured when ``part[2]`` says so.  A fourth
+    item, a `CaptureLimit`, skips encoding the strategies whose predicted capture exceeds
+    it (only where the operator time was measured: ``part[2]``); when that rules out every
+    FULL strategy, judged on a centred quarter of the tile (`fans_window`, where the
+    operator's tiles may be any box), the fans are measured on that quarter and the tile
+    runs without FULL lineage (a FULL capture costs many times the operator)."""
+    tile, strategies, fans = part[:3]
+    limit: CaptureLimit | None = part[3] if len(part) > 3 else None
     op = task.operator
     stored = tuple(s for s in strategies if s.stored)
+    plain, probe = None, None
+    if fans and limit is not None:
+        quarter = fans_window(op, tile)
+        full = [s for s in stored if s.mode is Mode.FULL]
+        if quarter is not None and not any(s.name in limit.keep for s in full):
+            plain = capture_tile(replace(task, strategies=()), tile)  # the operator's own time: the cap needs it
+            share = limit.cells / max(_cells(plain.tile), 1)
+            cap = limit.seconds(plain.op_seconds * share)
+            probe = capture_tile(replace(task, strategies=(_FANS,)), quarter)
+            ratio = share * _cells(plain.tile) / max(_cells(probe.tile), 1)  # the quarter's cells to the node's
+            n_in = sum(len(a) for a in probe.full.in_ids)
+            predicted = {s.name: capture_seconds(s, probe.full.n_pairs * ratio, len(probe.full.out_ids) * ratio,
+                                                 n_in * ratio) for s in full}
+            if all(v > cap for v in predicted.values()):
+                stored = tuple(s for s in stored if s.mode is not Mode.FULL)
+            else:  # a FULL strategy may be chosen: measured on the whole tile, as without a limit
+                probe = None
     start = time.perf_counter()
-    capture = capture_tile(replace(task, strategies=stored + ((_FANS,) if fans else ())), tile)
+    capture = capture_tile(replace(task, strategies=stored + ((_FANS,) if fans and probe is None else ())), tile)
     out = TileProfile(_cells(capture.tile), time.perf_counter() - start if fans else 0.0)
     if fans:  # and the operator's own time: the tile once more, without lineage
-        out.plain_seconds = capture_tile(replace(task, strategies=()), tile).op_seconds
-        full = capture.full
-        fanout = np.diff(full.out_ptr)
-        fanin = sum(np.diff(ptr) for ptr in full.in_ptr) if full.in_ptr else np.zeros(full.n_pairs)
-        out.fanout, out.links = float(fanout.sum()), float(np.sum(fanout * fanin))
-        out.distinct_in = sum(distinct_count(a, int(np.prod(shape))) for a, shape in zip(full.in_ids, op.input_shapes))
+        out.plain_seconds = (plain or capture_tile(replace(task, strategies=()), tile)).op_seconds
+        full_pairs = (probe or capture).full
+        grow = out.cells / max(_cells(probe.tile), 1) if probe is not None else 1.0  # the quarter's counts to the tile's
+        fanout = np.diff(full_pairs.out_ptr)
+        fanin = sum(np.diff(ptr) for ptr in full_pairs.in_ptr) if full_pairs.in_ptr else np.zeros(full_pairs.n_pairs)
+        out.fanout, out.links = float(fanout.sum()) * grow, float(np.sum(fanout * fanin)) * grow
+        out.distinct_in = int(round(grow * sum(distinct_count(a, int(np.prod(shape)))
+                                               for a, shape in zip(full_pairs.in_ids, op.input_shapes))))
+    if probe is not None and limit is not None:
+        for name, seconds in predicted.items():
+            out.skipped[name] = (f"capture {seconds:.3g} s (predicted from a sample) alone exceeds the "
+                                 f"runtime budget left, {cap:.3g} s: not calibrated")
     enveloped = {}  # sampled payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
+    share = limit.cells / max(out.cells, 1) if limit is not None else 0.0  # this part's cells scaled to the node's
+    most = limit.seconds(out.plain_seconds * share) if limit is not None and fans else None
     for strategy in stored:
         name = strategy.name
         encoder = encoder_for(strategy)
         pairs = capture.pairs_for(strategy)
+        if most is not None and limit is not None and name not in limit.keep:
+            n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
+            alone = capture_seconds(strategy, pairs.n_pairs * share, len(pairs.out_ids) * share, n_in * share)
+            if alone > most:
+                out.skipped[name] = (f"capture {alone:.3g} s (predicted from a sample) alone exceeds the "
+                                     f"runtime budget left, {most:.3g} s: not calibrated")
+                continue
         sample = pairs if strategy.both_directions else _subsample(pairs, MAX_PAIRS)
         if strategy.mode is not Mode.FULL:  # envelopes (map_p calls) of the sampled pairs only
             key = (strategy.mode, strategy.both_directions)
@@ -207,7 +304,8 @@ def profile_part(task: NodeTask, part: tuple[Tile, tuple[Strategy, ...], bool]) 
 
 
 def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_seconds: float | None,
-                 runner: Executor, sample: int = 2, scale: float = 1.0) -> NodeProfile:
+                 runner: Executor, sample: int = 2, scale: float = 1.0,
+                 limit: CaptureLimit | None = None) -> NodeProfile:
     """Profile ``task``'s node (a `subzero.stage.NodeStage` task) from ``sample`` of its ``tiles``,
     measured by ``runner``'s tasks (`profile_part`; a `LocalExecutor`: in this process),
     scaled to the node; ``candidates`` are the optimizer's strategy names.
@@ -217,7 +315,9 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
     tiles run without lineage, scaled (0 when no sample runs), and the
     profile is a one-pass one (`subzero.optimizer.cost_model.runtime_cost`).  ``scale``
     multiplies what is measured (a task on a crop of the node's inputs: the node's cells over
-    the crop's; the caller then sets the profile's sizes)."""
+    the crop's; the caller then sets the profile's sizes).  With a ``limit`` (its ``cells``
+    are set here), the candidates a sample predicts over it are not encoded: the profile
+    lists them in ``skipped``, not in ``strategies``."""
     op = task.operator
     one_pass = op_seconds is None
     op_seconds = op_seconds or 0.0
@@ -237,10 +337,15 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         if _cells(Tile(0, corner)) * spread > MAX_MAPPED_CELLS:  # a reduction: one cell maps to many
             profile.fan_backward, profile.fan_forward = max(spread, 1.0), 1.0
         else:
-            profile.fan_backward, profile.fan_forward = mapping_fans(op, corner)
+            profile.fan_backward, profile.fan_forward = mapping_fans(op, fans_corner(op, chosen[0].box))
         return profile
-    parts = [(t, group, k == 0) for t in chosen for k, group in enumerate(_groups(stored, len(chosen)))]
+    if limit is not None:
+        limit = replace(limit, cells=scale * sum(_cells(t) for t in chosen))  # the node's cells
+    parts = [(t, group, k == 0, limit) for t in chosen for k, group in enumerate(_groups(stored, len(chosen)))]
     measured = runner.map_calls(profile_part, replace(task, strategies=stored), parts)
+    for m in measured:  # skipped by any part: the integer program prunes it anyway
+        for name, why in m.skipped.items():
+            profile.skipped.setdefault(name, why)
     fanout, links, distinct = (sum(getattr(m, k) for m in measured) for k in ("fanout", "links", "distinct_in"))
     # re-execution's lineage, predicted from its size as a capture is (`capture_seconds`), not timed
     profile.trace_seconds = (LINK_SECONDS * links + OUT_CELL_SECONDS * fanout) * scale
@@ -250,6 +355,8 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         profile.op_seconds = sum(m.plain_seconds for m in measured) * scale
     for strategy in stored:
         name = strategy.name
+        if name in profile.skipped:
+            continue
         tiles_of = [m for m in measured if name in m.strategies]  # one part per sample tile measured it
         nbytes, _, pairs, outs, ins, keys, boxes = np.array([m.strategies[name] for m in tiles_of]).sum(axis=0)
         predicted = capture_seconds(strategy, pairs * scale, outs * scale, ins * scale)
@@ -281,6 +388,20 @@ def _subsample(pairs, max_pairs: int):
     keep = np.zeros(pairs.n_pairs, bool)
     keep[np.linspace(0, pairs.n_pairs - 1, max_pairs).astype(np.int64)] = True
     return pairs.select(keep)
+
+
+def fans_corner(op, box, side: int = 32, max_links: int = MAX_MAPPED_LINKS) -> tuple[tuple[int, int], ...]:
+    """The corner of ``box`` whose mapping fans calibration counts: ``side`` cells along each
+    axis, fewer when the first cell's input cells say the corner would map to more than
+    ``max_links`` (a wide window, such as a cosmic-ray mask's)."""
+    corner = tuple((lo, min(hi, lo + side)) for lo, hi in box)
+    first = box_cells(tuple(lo for lo, _ in corner), tuple(lo + 1 for lo, _ in corner))
+    per_cell = sum(len(op.map_b_pairs(first, i)[0]) for i in range(len(op.input_shapes)))
+    cells = _cells(Tile(0, corner))
+    if per_cell * cells <= max_links:
+        return corner
+    ratio = (max_links / (per_cell * cells)) ** (1.0 / len(corner))
+    return tuple((lo, lo + max(1, int(np.ceil((hi - lo) * ratio)))) for lo, hi in corner)
 
 
 def mapping_fans(op, box) -> tuple[float, float]:

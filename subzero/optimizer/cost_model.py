@@ -55,6 +55,7 @@ class NodeProfile:
     measured: bool = False
     one_pass: bool = False   # the run computes the node once, with its lineage: capture re-runs nothing
     strategies: dict[str, StrategyProfile] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)   # candidates calibration did not encode, and why
 
     def to_dict(self) -> dict:
         """The JSON form the catalog keeps (strategies by name)."""

@@ -77,12 +77,13 @@ def node_choice(plan: Plan, problem: Problem, pinned: Pins, profile: NodeProfile
                 node: str) -> tuple[tuple[Strategy, ...], dict[str, Any]]:
     """The strategies ``node`` stores (its pins, or the plan's choice: BlackBox for a node the
     plan does not name) and the explanation its catalog record keeps (``extra``: reason,
-    predicted costs per candidate, profile, pruned candidates)."""
+    predicted costs per candidate, profile, pruned candidates: those calibration did not encode
+    as well, `subzero.optimizer.calibrate.CaptureLimit`)."""
     chosen = tuple(Strategy.parse(s) for s in pinned.get(node, ())) or tuple(plan.chosen.get(node, (BLACKBOX,)))
     predicted = {c.strategy.name: {"disk": c.disk, "runtime": c.runtime,
                                    "query": {d.value: q for d, q in c.query_cost.items()}}
                  for c in problem.candidates if c.node == node}
     extra = {"reason": "pinned" if node in pinned else plan.reasons.get(node, ""), "predicted": predicted,
              "profile": profile.to_dict(),
-             "pruned": {s.name: why for (n, s), why in plan.pruned.items() if n == node}}
+             "pruned": {**profile.skipped, **{s.name: why for (n, s), why in plan.pruned.items() if n == node}}}
     return chosen, extra

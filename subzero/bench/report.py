@@ -255,6 +255,8 @@ def _scale(doc: dict[str, Any]) -> list[str]:
            + (f"; {setup['rounds']} rounds, interleaved, the fastest kept" if setup.get("rounds", 1) > 1 else "")
            + (f"; +optimizer: max_runtime={setup['max_runtime']!r}, the two queries as the workload, calibration "
               "included" if any(c.endswith("+optimizer") for c in setup["configs"]) else "") + ".", ""]
+    if setup.get("env"):
+        out += ["Environment: " + ", ".join(f"`{k}={v}`" for k, v in setup["env"].items()) + ".", ""]
     if raw.get("load_before"):
         out += [f"Load average (1/5/15 min) at the start: {', '.join(f'{v:.2f}' for v in raw['load_before'])}; at "
                 f"the end: {', '.join(f'{v:.2f}' for v in raw.get('load_after') or [])} (2 cores shared with other "
@@ -288,16 +290,19 @@ def _scale(doc: dict[str, Any]) -> list[str]:
                 continue
             plan = ", ".join(f"{n}: {'+'.join(v)}" for n, v in r.get("plan", {}).items())
             walls = " / ".join(f"{x['wall']:.1f}" for x in r.get("rounds", []) if x.get("wall") is not None)
+            base = raw.get(f"{config.partition('+')[0]}@{side}") or {}
+            base_walls = " / ".join(f"{x['wall']:.1f}" for x in base.get("rounds", []) if x.get("wall") is not None)
             nodes = ", ".join(f"{n} {v['wall']:.1f} (op {v['op']:.1f}, lineage {v['lineage']:.1f})"
                               for n, v in r.get("nodes", {}).items())
             plans.append([f"{cells:.1e}", config, plan, opt.get("calibration_seconds"), opt.get("solve_seconds"),
-                          opt.get("max_runtime_seconds"), walls, nodes])
+                          opt.get("max_runtime_seconds"), walls, base_walls or None, nodes])
     if plans:
         out += ["The optimizer's runs: the plan it chose, calibration and solver seconds (inside the wall time), the "
                 "lineage overhead it was allowed (seconds over the operators' measured time), every round's wall "
-                "time, and each node's wall (operator, lineage) seconds in the kept round:", "",
+                "time, beside the same executor's without lineage (rounds interleaved), and each node's wall "
+                "(operator, lineage) seconds in the kept round:", "",
                 _table(["cells", "configuration", "plan", "calibration (s)", "solve (s)", "overhead budget (s)",
-                        "rounds (s)", "nodes (s)"], plans), ""]
+                        "rounds (s)", "without lineage, rounds (s)", "nodes (s)"], plans), ""]
     codecs = raw.get("codecs")
     if codecs:
         out += [f"Chunk compressors (local run without lineage, {setup.get('codec_cells', 0):.1e} cells):", "",

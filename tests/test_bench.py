@@ -201,6 +201,7 @@ def test_scale_bench_optimizer_config_records_its_plan_rounds_and_load(tmp_path,
     assert opt["wall"] == min(r["wall"] for r in opt["rounds"]) and len(opt["load_before"]) == 3
     assert base["optimizer"] is None and base["plan"]["label"] == ["BlackBox"]
     assert opt["optimizer"]["calibration_seconds"] > 0 and opt["optimizer"]["one_pass"]
+    assert 0 < opt["driver_rss_run"] <= opt["driver_rss"] and 0 < base["driver_python_rss_run"] <= base["driver_rss"]
     assert set(opt["plan"]) == {"sub", "blur", "mask", "label"}
     # the queried cell comes from the inputs, is labelled, and both runs answer alike
     cell = query_cell({"x": str(tmp_path / "inputs" / "x-96.zarr"), "dark": str(tmp_path / "inputs" / "dark-96.zarr")},

@@ -268,17 +268,20 @@ def _scale(doc: dict[str, Any]) -> list[str]:
             if r is None:
                 continue
             if "error" in r:
-                rows.append([f"{cells:.1e}", config, "failed: " + r["error"].splitlines()[-1][:80]] + [""] * 10)
+                rows.append([f"{cells:.1e}", config, "failed: " + r["error"].splitlines()[-1][:80]] + [""] * 11)
                 continue
             ratio = figs["wall_vs_numpy"]["values"].get(config, {}).get(str(cells))
             base = figs.get("wall_vs_no_lineage", {}).get("values", {}).get(config, {}).get(str(cells))
             load = r.get("load_before")
-            rows.append([f"{cells:.1e}", config, r["wall"], ratio, base, r["driver_rss"] / 1e9,
+            run_rss = r.get("driver_rss_run")
+            rows.append([f"{cells:.1e}", config, r["wall"], ratio, base, run_rss / 1e9 if run_rss else None,
+                         r["driver_rss"] / 1e9,
                          (r.get("executor_rss") or 0) / 1e9 or None, r.get("array_bytes", 0) / 1e9 or None,
                          r.get("lineage_bytes", 0) / 1e6 if "lineage_bytes" in r else None,
                          r.get("backward_seconds", 0) * 1e3 or None, r.get("forward_seconds", 0) * 1e3 or None,
                          f"{load[0]:.2f}" if load else None])
-    out += [_table(["cells", "configuration", "wall (s)", "x numpy", "x no lineage", "driver peak RSS (GB)",
+    out += [_table(["cells", "configuration", "wall (s)", "x numpy", "x no lineage", "driver peak RSS, run (GB)",
+                    "driver peak RSS, with queries (GB)",
                     "executor peak RSS (GB)", "arrays (GB)", "lineage (MB)", "backward (ms)", "forward (ms)",
                     "load"], rows), ""]
     plans = []

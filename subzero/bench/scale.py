@@ -207,6 +207,7 @@ def worker(config: str, side: int, inputs: dict[str, str], store: str) -> dict[s
     start = time.perf_counter()
     run = wf.run(arrays, store=store, executor=executor, spark=spark, **options)
     wall = time.perf_counter() - start
+    run_python, run_jvm = _python_peak(), sampler.jvm  # the run's own peaks, before the queries re-execute
     nodes = {n: {"wall": r.stats.wall_seconds, "op": r.stats.op_seconds, "lineage": r.stats.lineage_seconds,
                  "write": r.stats.write_seconds, "tiles": r.stats.tiles}
              for n, r in run.catalog.nodes.items() if r.stats}
@@ -223,6 +224,7 @@ def worker(config: str, side: int, inputs: dict[str, str], store: str) -> dict[s
         spark.stop()
     return {"wall": wall, "driver_rss": _python_peak() + jvm, "driver_python_rss": _python_peak(),
             "driver_jvm_rss": jvm, "executor_rss": workers if executor == "spark" else None,
+            "driver_rss_run": run_python + run_jvm, "driver_python_rss_run": run_python,
             "array_bytes": dir_bytes(Path(store) / "arrays"), "lineage_bytes": lineage_bytes,
             "lineage_file_bytes": dir_bytes(Path(store) / "lineage"), "nodes": nodes, "plan": _plan(run),
             "optimizer": optimizer, "query_cell": list(cell), **queries}

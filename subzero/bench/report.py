@@ -255,6 +255,8 @@ def _scale(doc: dict[str, Any]) -> list[str]:
            + (f"; {setup['rounds']} rounds, interleaved, the fastest kept" if setup.get("rounds", 1) > 1 else "")
            + (f"; +optimizer: max_runtime={setup['max_runtime']!r}, the two queries as the workload, calibration "
               "included" if any(c.endswith("+optimizer") for c in setup["configs"]) else "") + ".", ""]
+    for note in setup.get("notes", []):  # how the runs were made or what else was measured
+        out += [note, ""]
     if setup.get("env"):
         out += ["Environment: " + ", ".join(f"`{k}={v}`" for k, v in setup["env"].items()) + ".", ""]
     if raw.get("load_before"):

@@ -584,11 +584,14 @@ def _one_pass(run: _Execution, operators: list[Node], pinned, queries, max_runti
         else:
             metas, wall, measured = [], computed[1], _measured(*computed)
         # the workflow alone as measured so far (the operators' time, lineage apart): the next budget's base
-        totals["base_seconds"] += sum(m.op_seconds for m in computed[0])
+        op_measured = sum(m.op_seconds for m in computed[0])
+        totals["base_seconds"] += op_measured
         run.catalog = replace(run.catalog, optimizer={
             **totals, "status": status, "max_disk_bytes": max_disk, "max_runtime_seconds": budget,
             "pins_over_budget": over_budget, "one_pass": True})
-        run.commit(node, chosen, metas, wall, extra | {"compute_seconds": computed[1]}, measured=measured)
+        run.commit(node, chosen, metas, wall, extra | {"compute_seconds": computed[1],
+                                                       "profile": _as_run(profile, op_measured).to_dict()},
+                   measured=measured)
     if run.catalog.optimizer is not None:  # the budget over the whole workflow's measured time, as recorded
         run.catalog = replace(run.catalog, optimizer={
             **run.catalog.optimizer, "max_runtime_seconds": parse_runtime_budget(max_runtime, totals["base_seconds"])})
@@ -610,6 +613,16 @@ def _capture_limit(max_runtime, totals: dict[str, float], pins: Sequence[str]):
             totals["predicted_runtime"]
 
     return CaptureLimit(left(0.0), left(1.0) - left(0.0), 0.0, tuple(pins))
+
+
+def _as_run(profile, op_seconds: float):
+    """The node's profile as queries plan with it: its operator time the run's measured one,
+    not the estimate it was planned with (a sample's, or 0 for a mapping node profiled from its
+    mapping functions alone, which made re-executing it look free and queries re-run it rather
+    than map); such a node's re-execution traces as long as it runs, as calibration assumes."""
+    traced = op_seconds if profile.mapping and not profile.strategies and \
+        profile.trace_seconds == profile.op_seconds else profile.trace_seconds
+    return replace(profile, op_seconds=op_seconds, trace_seconds=traced)
 
 
 def _calibration_stage(run: _Execution, node: Node, stage: NodeStage) -> tuple[NodeStage, float]:

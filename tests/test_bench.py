@@ -184,6 +184,39 @@ def test_scale_bench_measures_each_configuration_in_its_own_process(tmp_path):
     assert "| 4.1e+03 | local+lineage |" in text and "Chunk compressors" in text
 
 
+def test_scale_bench_optimizer_config_records_its_plan_rounds_and_load(tmp_path, monkeypatch):
+    from subzero.bench.report import render
+    from subzero.bench.scale import RUNTIME_BUDGET, query_cell, run_scale
+
+    monkeypatch.setenv("SUBZERO_SCALE_CONFIGS", "local,local+optimizer")
+    monkeypatch.setenv("SUBZERO_SCALE_SIDES", "96")
+    monkeypatch.setenv("SUBZERO_SCALE_ROUNDS", "2")
+    monkeypatch.setenv("SUBZERO_SCALE_DATA", str(tmp_path / "inputs"))
+    body = run_scale(False, tmp_path, log=lambda s: None)
+    raw = body["raw"]
+    assert body["setup"]["configs"] == ["local", "local+optimizer"] and body["setup"]["sides"] == [96]
+    assert "codecs" not in raw or body["setup"]["codec_cells"] == 96 * 96
+    base, opt = raw["local@96"], raw["local+optimizer@96"]
+    assert len(base["rounds"]) == len(opt["rounds"]) == 2 and len(raw["load_before"]) == 3
+    assert opt["wall"] == min(r["wall"] for r in opt["rounds"]) and len(opt["load_before"]) == 3
+    assert base["optimizer"] is None and base["plan"]["label"] == ["BlackBox"]
+    assert opt["optimizer"]["calibration_seconds"] > 0 and opt["optimizer"]["one_pass"]
+    assert 0 < opt["driver_rss_run"] <= opt["driver_rss"] and 0 < base["driver_python_rss_run"] <= base["driver_rss"]
+    assert set(opt["plan"]) == {"sub", "blur", "mask", "label"}
+    # the queried cell comes from the inputs, is labelled, and both runs answer alike
+    cell = query_cell({"x": str(tmp_path / "inputs" / "x-96.zarr"), "dark": str(tmp_path / "inputs" / "dark-96.zarr")},
+                      96)
+    assert opt["query_cell"] == base["query_cell"] == list(cell) and opt["query_labelled"]
+    assert opt["backward_cells"] == base["backward_cells"] > 0 and opt["forward_cells"] == base["forward_cells"] > 0
+    ratio = body["figures"]["wall_vs_no_lineage"]["values"]["local+optimizer"][str(96 * 96)]
+    assert ratio == opt["wall"] / base["wall"]
+    doc = {"bench": "scale", "quick": False, "date": "now", "command": "test", "seconds": 1.0,
+           "machine": {"cpu": "x", "nproc": 2, "memory_gb": 1, "os": "linux", "python": "3"}} | body
+    text = render(doc, [])
+    assert "The optimizer's runs" in text and "label: " in text and f"max_runtime={RUNTIME_BUDGET!r}" in text
+    assert "Load average" in text
+
+
 def test_stats_bench_checks_its_table_and_counts_against_single_queries(tmp_path):
     assert bench.main("stats", quick=True, out_dir=str(tmp_path), size=160, executor="local",
                       log=lambda line: None) == 0

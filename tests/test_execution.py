@@ -574,3 +574,29 @@ def test_an_optimized_run_computes_each_node_once_with_its_lineage(tmp_path, mon
     for cell in ([150, 150], [0, 0], [40, 200]):
         np.testing.assert_array_equal(run.backward("stars", [cell], to="x"), reference.backward("stars", [cell], to="x"))
     np.testing.assert_array_equal(run.output("stars"), reference.output("stars"))
+
+
+def test_a_one_pass_run_keeps_the_measured_operator_time_in_the_profiles_queries_plan_with(tmp_path):
+    # a mapping node planned from its mapping functions alone has no operator time before it runs;
+    # its committed profile carries the run's, so queries map through it rather than re-run it
+    wf = sz.Workflow("chain")
+    x = wf.input("x")
+    sub = wf.add(ops.Subtract(), x, wf.input("dark"), name="sub")
+    blur = wf.add(ops.Convolve(np.ones((3, 3)) / 9.0), sub, name="blur")
+    wf.add(ops.Label(), wf.add(ops.Threshold(0.5), blur, name="mask"), name="label")
+    rng = np.random.default_rng(3)
+    inputs = {"x": rng.normal(size=(256, 256)).astype(np.float32), "dark": np.zeros((256, 256), np.float32)}
+    workload = [{"direction": "backward", "node": "label", "to": "x", "cells": [[128, 128]]},
+                {"direction": "forward", "node": "x", "to": "label", "cells": [[128, 128]]}]
+    run = wf.run(inputs, store=tmp_path / "o", workload=workload, max_runtime="1.3x", executor="local")
+    for name in ("sub", "blur", "mask"):
+        record = run.catalog.nodes[name]
+        assert record.strategies == ("Map",)
+        assert record.profile["op_seconds"] == pytest.approx(record.stats.op_seconds) and record.stats.op_seconds > 0
+        assert record.profile["trace_seconds"] == record.profile["op_seconds"]
+    plain = wf.run(inputs, store=tmp_path / "p", executor="local")
+    for direction, (node, to) in {"backward": ("label", "x"), "forward": ("x", "label")}.items():
+        got = getattr(run, direction)(node, [[128, 128]], to=to)
+        steps = {s["node"]: s["strategy"] for s in run.last_query}
+        assert all(steps[n] == "Map" for n in ("sub", "blur", "mask")), steps
+        assert np.array_equal(np.asarray(got), np.asarray(getattr(plain, direction)(node, [[128, 128]], to=to)))

@@ -251,7 +251,18 @@ def _micro(doc: dict[str, Any]) -> list[str]:
 def _scale(doc: dict[str, Any]) -> list[str]:
     setup, raw, figs = doc["setup"], doc["raw"], doc["figures"]
     out = [f"Workflow: {setup['workflow']} on two float32 images per size; Spark with driver memory "
-           f"{setup['driver_memory']}; every configuration in its own process.", ""]
+           f"{setup['driver_memory']}; every configuration in its own process"
+           + (f"; {setup['rounds']} rounds, interleaved, the fastest kept" if setup.get("rounds", 1) > 1 else "")
+           + (f"; +optimizer: max_runtime={setup['max_runtime']!r}, the two queries as the workload, calibration "
+              "included" if any(c.endswith("+optimizer") for c in setup["configs"]) else "") + ".", ""]
+    for note in setup.get("notes", []):  # how the runs were made or what else was measured
+        out += [note, ""]
+    if setup.get("env"):
+        out += ["Environment: " + ", ".join(f"`{k}={v}`" for k, v in setup["env"].items()) + ".", ""]
+    if raw.get("load_before"):
+        out += [f"Load average (1/5/15 min) at the start: {', '.join(f'{v:.2f}' for v in raw['load_before'])}; at "
+                f"the end: {', '.join(f'{v:.2f}' for v in raw.get('load_after') or [])} (2 cores shared with other "
+                "jobs; each run's own load is in the table).", ""]
     rows = []
     for side, cells in zip(setup["sides"], setup["cells"]):
         for config in setup["configs"]:
@@ -259,16 +270,44 @@ def _scale(doc: dict[str, Any]) -> list[str]:
             if r is None:
                 continue
             if "error" in r:
-                rows.append([f"{cells:.1e}", config, "failed: " + r["error"].splitlines()[-1][:80]] + [""] * 8)
+                rows.append([f"{cells:.1e}", config, "failed: " + r["error"].splitlines()[-1][:80]] + [""] * 11)
                 continue
             ratio = figs["wall_vs_numpy"]["values"].get(config, {}).get(str(cells))
-            rows.append([f"{cells:.1e}", config, r["wall"], ratio, r["driver_rss"] / 1e9,
+            base = figs.get("wall_vs_no_lineage", {}).get("values", {}).get(config, {}).get(str(cells))
+            load = r.get("load_before")
+            run_rss = r.get("driver_rss_run")
+            rows.append([f"{cells:.1e}", config, r["wall"], ratio, base, run_rss / 1e9 if run_rss else None,
+                         r["driver_rss"] / 1e9,
                          (r.get("executor_rss") or 0) / 1e9 or None, r.get("array_bytes", 0) / 1e9 or None,
                          r.get("lineage_bytes", 0) / 1e6 if "lineage_bytes" in r else None,
-                         r.get("backward_seconds", 0) * 1e3 or None, r.get("forward_seconds", 0) * 1e3 or None])
-    out += [_table(["cells", "configuration", "wall (s)", "x numpy", "driver peak RSS (GB)",
-                    "executor peak RSS (GB)", "arrays (GB)", "lineage (MB)", "backward (ms)", "forward (ms)"],
-                   rows), ""]
+                         r.get("backward_seconds", 0) * 1e3 or None, r.get("forward_seconds", 0) * 1e3 or None,
+                         f"{load[0]:.2f}" if load else None])
+    out += [_table(["cells", "configuration", "wall (s)", "x numpy", "x no lineage", "driver peak RSS, run (GB)",
+                    "driver peak RSS, with queries (GB)",
+                    "executor peak RSS (GB)", "arrays (GB)", "lineage (MB)", "backward (ms)", "forward (ms)",
+                    "load"], rows), ""]
+    plans = []
+    for side, cells in zip(setup["sides"], setup["cells"]):
+        for config in setup["configs"]:
+            r = raw.get(f"{config}@{side}") or {}
+            opt = r.get("optimizer")
+            if not opt:
+                continue
+            plan = ", ".join(f"{n}: {'+'.join(v)}" for n, v in r.get("plan", {}).items())
+            walls = " / ".join(f"{x['wall']:.1f}" for x in r.get("rounds", []) if x.get("wall") is not None)
+            base = raw.get(f"{config.partition('+')[0]}@{side}") or {}
+            base_walls = " / ".join(f"{x['wall']:.1f}" for x in base.get("rounds", []) if x.get("wall") is not None)
+            nodes = ", ".join(f"{n} {v['wall']:.1f} (op {v['op']:.1f}, lineage {v['lineage']:.1f})"
+                              for n, v in r.get("nodes", {}).items())
+            plans.append([f"{cells:.1e}", config, plan, opt.get("calibration_seconds"), opt.get("solve_seconds"),
+                          opt.get("max_runtime_seconds"), walls, base_walls or None, nodes])
+    if plans:
+        out += ["The optimizer's runs: the plan it chose, calibration and solver seconds (inside the wall time), the "
+                "lineage overhead it was allowed (seconds over the operators' measured time), every round's wall "
+                "time, beside the same executor's without lineage (rounds interleaved), and each node's wall "
+                "(operator, lineage) seconds in the kept round:", "",
+                _table(["cells", "configuration", "plan", "calibration (s)", "solve (s)", "overhead budget (s)",
+                        "rounds (s)", "without lineage, rounds (s)", "nodes (s)"], plans), ""]
     codecs = raw.get("codecs")
     if codecs:
         out += [f"Chunk compressors (local run without lineage, {setup.get('codec_cells', 0):.1e} cells):", "",

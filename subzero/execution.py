@@ -40,8 +40,8 @@ from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
 from subzero.planning import default_strategies, resolve_pinned
 from subzero.progress import Reporter
-from subzero.runtime import TileMeta
-from subzero.stage import NodeStage, array_record, lineage_stats
+from subzero.runtime import Held, TileMeta
+from subzero.stage import FusedStage, NodeStage, array_record, lineage_stats
 from subzero.store import RunWriter, create_run, open_store, resume_run
 from subzero.store.arrays import ExternalArray, write_array
 from subzero.tiling import Elementwise, Tile, default_chunks, tile_grid
@@ -218,6 +218,43 @@ class _Execution:
         self.arrays[node.name] = done.commit_array()
         return done.metas, done.wall
 
+    def fused_group(self, nodes: Sequence[Node], chosen: dict[str, tuple[Strategy, ...]]) -> list[NodeStage]:
+        """The stages of the longest run of ``nodes`` (from the first, all not committed yet)
+        that one `FusedStage` computes: each `FusedStage.fusable`, with the first one's tiles,
+        reading an earlier member (as a `Held` input) and otherwise committed arrays only.
+        Fewer than two: no fusion (`FUSE` off, or nothing to fuse with)."""
+        stages: list[NodeStage] = []
+        shapes: dict[str, tuple[int, ...]] = {}
+        for node in nodes if FUSE else ():
+            names = [i.name for i in node.inputs]
+            if stages and not any(n in shapes for n in names):
+                break
+            if any(n not in shapes and n not in self.arrays for n in names):
+                break
+            inputs: tuple[Any, ...] = tuple(Held(n) if n in shapes else self.ref(n) for n in names)
+            try:
+                stage = NodeStage.bind(node.name, node.operator,
+                                       tuple(shapes[n] if n in shapes else self.arrays[n].shape for n in names),
+                                       inputs, self.store, self.tile_shape)
+            except WorkflowError:  # reported when the node runs on its own
+                break
+            if not FusedStage.fusable(stage, chosen[node.name]) or (stages and stage.tiles != stages[0].tiles):
+                break
+            stages.append(stage)
+            shapes[node.name] = tuple(stage.output_shape or ())
+        return stages if len(stages) > 1 else []
+
+    def compute_fused(self, nodes: Sequence[Node], stages: list[NodeStage]) -> list[tuple[list[TileMeta], float]]:
+        """Run ``stages`` (`fused_group`'s, of ``nodes``) as one stage; commit each output array
+        and operator in order (each bound to the arrays it read, committed by then)."""
+        done = FusedStage(tuple(stages)).run(self.runner, self.progress)
+        out = []
+        for node, member in zip(nodes, done):
+            node.operator = member.stage.operator
+            self.arrays[node.name] = replace(member, stage=self.stage(node)).commit_array()
+            out.append((member.metas, member.wall))
+        return out
+
     def capture(self, node: Node, strategies: tuple[Strategy, ...]) -> tuple[list[TileMeta], float]:
         """Re-run a computed node's tiles to capture lineage (its output is already stored)."""
         done = self.stage(node).run(self.runner, strategies, write_output=False, progress=self.progress)
@@ -365,12 +402,15 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
             if optimized:
                 _optimized(run, operators, pinned, queries, max_runtime)
             else:
-                for node in operators:
-                    if node.name in run.catalog.nodes:
-                        continue  # committed before the run was resumed
-                    chosen = _strategies(pinned.get(node.name) or default_strategies(node))
-                    metas, wall = run.compute(node, chosen)
-                    run.commit(node, chosen, metas, wall, {"reason": "pinned" if node.name in pinned else "default"})
+                left = [n for n in operators if n.name not in run.catalog.nodes]  # some committed before a resume
+                chosen = {n.name: _strategies(pinned.get(n.name) or default_strategies(n)) for n in left}
+                while left:
+                    group = run.fused_group(left, chosen)
+                    nodes, left = (left[:len(group)], left[len(group):]) if group else (left[:1], left[1:])
+                    computed = run.compute_fused(nodes, group) if group else [run.compute(nodes[0], chosen[nodes[0].name])]
+                    for node, (metas, wall) in zip(nodes, computed):
+                        reason = "pinned" if node.name in pinned else "default"
+                        run.commit(node, chosen[node.name], metas, wall, {"reason": reason})
         except BaseException:
             try:
                 fs.write_catalog(replace(run.catalog, status="failed"))
@@ -388,6 +428,12 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
             if not failed:
                 raise
     return Run(open_store(location), wf)
+
+
+#: consecutive per-tile nodes that store no lineage run as one stage (`_Execution.fused_group`):
+#: a job, not one per node, and no intermediate written and read back in between;
+#: SUBZERO_FUSE=0 runs every node as its own stage
+FUSE = os.environ.get("SUBZERO_FUSE", "1") != "0"
 
 
 #: inputs of at most this many bytes in all run in-process (the local executor) when Spark

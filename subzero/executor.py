@@ -17,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from subzero.errors import SubZeroError, WorkflowError
+from subzero.operator import Operator
 from subzero.pickling import dumps_with_operator
 from subzero.progress import Reporter
-from subzero.runtime import NodeTask, TileMeta, prepare_tile, run_tile
+from subzero.runtime import FusedTask, NodeTask, TileMeta, prepare_tile, run_fused_tile, run_tile
 from subzero.tiling import Tile
 
 __all__ = ["Executor", "LocalExecutor"]
@@ -43,6 +44,10 @@ class Executor(Protocol):
 
     def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Reporter | None = None) -> list[TileMeta]:
         """`runtime.run_tile` on every tile: write its chunk and shards, return its `TileMeta`."""
+        ...
+
+    def map_fused(self, task: FusedTask, tiles: list[Tile], progress: Reporter | None = None) -> list[list[TileMeta]]:
+        """`runtime.run_fused_tile` on every tile: each member's `TileMeta`, per tile."""
         ...
 
     def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list[Any]:
@@ -84,6 +89,10 @@ class LocalExecutor(Executor):
         """`runtime.run_tile` on every tile, in tile order."""
         return self._map(run_tile, task, tiles, progress if progress is not None else Reporter())
 
+    def map_fused(self, task: FusedTask, tiles: list[Tile], progress: Reporter | None = None) -> list[list[TileMeta]]:
+        """`runtime.run_fused_tile` on every tile, in tile order."""
+        return self._map(run_fused_tile, task, tiles, progress if progress is not None else Reporter())
+
     def map_calls(self, fn: Callable[[NodeTask, _Item], _Out], task: NodeTask, tiles: list[_Item]) -> list[_Out]:
         """``fn(task, tile)`` for every tile, in tile order (e.g. calibration's `profile_part`)."""
         return self._map(fn, task, tiles, Reporter())
@@ -98,7 +107,7 @@ class LocalExecutor(Executor):
         except Exception as exc:
             raise WorkflowError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
 
-    def _map(self, fn, task: NodeTask, tiles: list, progress: Reporter) -> list:
+    def _map(self, fn, task: "NodeTask | FusedTask", tiles: list, progress: Reporter) -> list:
         try:
             if len(tiles) == 1 or self.threads == 1:
                 out = []
@@ -106,7 +115,7 @@ class LocalExecutor(Executor):
                     out.append(fn(task, tile))
                     progress.tiles_done(task.node, 1)
                 return out
-            payload = dumps_with_operator(task, task.operator, task.node)
+            payload = dumps_with_operator(task, _operators(task), task.node)
             local = threading.local()
 
             def one(tile: Tile):
@@ -122,3 +131,8 @@ class LocalExecutor(Executor):
             raise
         except Exception as exc:
             raise WorkflowError(f"node {task.node!r} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _operators(task: "NodeTask | FusedTask") -> "Operator | tuple[Operator, ...]":
+    """The operator(s) a task pickles (a fused task's members')."""
+    return task.operators if isinstance(task, FusedTask) else task.operator

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import subzero as sz
 from subzero import operators as ops
@@ -574,3 +575,86 @@ def test_an_optimized_run_computes_each_node_once_with_its_lineage(tmp_path, mon
     for cell in ([150, 150], [0, 0], [40, 200]):
         np.testing.assert_array_equal(run.backward("stars", [cell], to="x"), reference.backward("stars", [cell], to="x"))
     np.testing.assert_array_equal(run.output("stars"), reference.output("stars"))
+
+
+class Tanh(ops.ElementwiseOperator):
+    """A user's elementwise operator (defined outside subzero, pickled by value)."""
+
+    fn = np.tanh
+
+
+#: per-tile steps a fused chain may hold, and two that end a fusion (two passes, stored lineage)
+_STEPS = {"sub": lambda: ops.Subtract(), "conv": lambda: ops.Convolve(np.ones((3, 3)) / 9.0),
+          "gauss": lambda: ops.GaussianFilter(1.0), "thresh": lambda: ops.Threshold(0.1), "tanh": Tanh,
+          "label": lambda: ops.Label()}
+
+
+def _chain(steps):
+    wf = sz.Workflow("chain")
+    x, dark = wf.input("x"), wf.input("dark")
+    prev = x
+    for k, step in enumerate(steps):
+        args = (prev, dark) if step == "sub" else (prev,)
+        prev = wf.add(_STEPS[step](), *args, name=f"n{k}-{step}")
+    return wf
+
+
+def _stored_arrays(root) -> dict:
+    """Every array file of a store (chunks and zarr.json) by path."""
+    import hashlib
+
+    out = {}
+    for dirpath, _, files in os.walk(os.path.join(root, "arrays")):
+        for f in files:
+            path = os.path.join(dirpath, f)
+            out[os.path.relpath(path, root)] = hashlib.sha1(open(path, "rb").read()).hexdigest()
+    return out
+
+
+@settings(max_examples=12, deadline=None)
+@given(steps=st.lists(st.sampled_from(sorted(_STEPS)), min_size=1, max_size=5),
+       side=st.integers(5, 17), tile=st.integers(2, 7), pin=st.integers(-1, 4))
+def test_fused_nodes_store_and_answer_exactly_what_nodes_run_one_by_one(steps, side, tile, pin):
+    """Per-tile nodes run as one stage (SUBZERO_FUSE) write the same bytes (chunks and
+    metadata) and answer the same lineage queries as the same nodes run one stage each; a
+    two-pass node (Label) and one storing lineage (pinned FullOne) run on their own."""
+    import tempfile
+
+    import subzero.execution as execution
+    from subzero.progress import Reporter
+
+    class Seen(Reporter):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def node_started(self, name, n_tiles):
+            self.names.append(name)
+
+    rng = np.random.default_rng(side)
+    inputs = {"x": rng.normal(size=(side, side + 2)), "dark": rng.normal(size=(side, side + 2)) * 0.1}
+    pins = {f"n{pin}-{steps[pin]}": "FullOne"} if 0 <= pin < len(steps) else None
+    last = f"n{len(steps) - 1}-{steps[-1]}"
+    got = {}
+    with tempfile.TemporaryDirectory() as root:
+        for fuse in (True, False):
+            seen = Seen()
+            saved, execution.FUSE = execution.FUSE, fuse
+            try:
+                run = _chain(steps).run(inputs, store=os.path.join(root, str(fuse)), executor="local",
+                                        tile_shape=tile, strategies=pins, progress=seen)
+            finally:
+                execution.FUSE = saved
+            got[fuse] = (_stored_arrays(os.path.join(root, str(fuse))),
+                         {n: r.strategies for n, r in run.catalog.nodes.items()},
+                         run.backward(last, [(side // 2, 1)], to="x").tolist(),
+                         run.forward("x", [(0, side // 2)], to=last).tolist(), seen.names)
+    fused, alone = got[True], got[False]
+    assert fused[:4] == alone[:4]
+    assert all("+" not in n for n in alone[4])
+    groups = [n.split("+") for n in fused[4] if "+" in n]
+    for group in groups:  # only consecutive per-tile nodes without stored lineage were fused
+        assert all(not n.endswith("label") and (pins is None or n not in pins) for n in group)
+    eligible = [not s.endswith("label") and (pins is None or f"n{k}-{s}" not in pins) for k, s in enumerate(steps)]
+    runs_of_two = any(a and b for a, b in zip(eligible, eligible[1:]))
+    assert bool(groups) == runs_of_two

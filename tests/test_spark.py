@@ -155,6 +155,38 @@ def test_an_operator_error_on_spark_is_one_clear_workflow_error(spark, tmp_path)
         sz.open_run(tmp_path / "b")
 
 
+class Halve(ops.ElementwiseOperator):
+    """A user's elementwise operator, pickled by value into the Spark workers."""
+
+    fn = staticmethod(lambda x: x / 2)
+
+
+def test_fused_nodes_on_spark_store_what_the_local_executor_stores(spark, tmp_path):
+    """Subtract -> convolve -> a user's operator -> threshold run as one Spark stage: the same
+    arrays (bytes and metadata) and lineage answers as the local executor's; an error in a
+    member names the fused nodes and the operator's own error."""
+    wf = sz.Workflow("fused")
+    x, y = wf.input("x"), wf.input("y")
+    sub = wf.add(ops.Subtract(), x, y, name="sub")
+    blur = wf.add(ops.Convolve(np.ones((3, 3)) / 9.0), sub, name="blur")
+    half = wf.add(Halve(), blur, name="half")
+    wf.add(ops.Threshold(0.2), half, name="mask")
+    runs = {ex: wf.run(inputs(), store=tmp_path / ex, spark=spark, executor=ex, tile_shape=(4, 3))
+            for ex in ("spark", "local")}
+    assert runs["spark"].catalog.executor == "spark"
+    for node in ("sub", "blur", "half", "mask"):
+        assert runs["spark"].array(node).layout() == runs["local"].array(node).layout()
+        np.testing.assert_array_equal(runs["spark"].output(node), runs["local"].output(node))
+    assert runs["spark"].backward("mask", [(4, 4)], to="x").tolist() == \
+        runs["local"].backward("mask", [(4, 4)], to="x").tolist() == [[3, 3], [3, 4], [3, 5], [4, 3], [4, 4],
+                                                                      [4, 5], [5, 3], [5, 4], [5, 5]]
+    bad = sz.Workflow("fused-bad")
+    a = bad.input("x")
+    bad.add(Broken(), bad.add(ops.Threshold(0.2), a, name="mask"), a, name="bad")
+    with pytest.raises(sz.WorkflowError, match="node 'mask\\+bad' failed on Spark: .*instrument file is unreadable"):
+        bad.run({"x": np.ones((40, 40))}, store=tmp_path / "b", spark=spark)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -211,25 +211,28 @@ class _Execution:
                               tuple(self.ref(i.name) for i in node.inputs), self.store, self.tile_shape,
                               computed.shape if computed is not None else None)
 
-    def compute(self, node: Node, strategies: tuple[Strategy, ...]) -> tuple[list[TileMeta], float]:
-        """Bind, run every tile (encoding ``strategies``), commit the output array and the operator."""
-        done = self.stage(node).run(self.runner, strategies, write_output=True, progress=self.progress)
+    def compute(self, node: Node, strategies: tuple[Strategy, ...],
+                prepared: list[Any] | None = None) -> tuple[list[TileMeta], float]:
+        """Bind, run every tile (encoding ``strategies``), commit the output array and the operator
+        (``prepared``: a two-pass operator's first-pass summaries, made by a fused stage)."""
+        done = self.stage(node).run(self.runner, strategies, write_output=True, progress=self.progress,
+                                    prepared=prepared)
         node.operator = done.stage.operator  # bound, with its run state: the returned run re-executes it
         self.arrays[node.name] = done.commit_array()
         return done.metas, done.wall
 
-    def fused_group(self, nodes: Sequence[Node], chosen: dict[str, tuple[Strategy, ...]]) -> list[NodeStage]:
-        """The stages of the longest run of ``nodes`` (from the first, all not committed yet)
-        that one `FusedStage` computes: each `FusedStage.fusable`, with the first one's tiles,
-        reading an earlier member (as a `Held` input) and otherwise committed arrays only.
-        Fewer than two: no fusion (`FUSE` off, or nothing to fuse with)."""
+    def fused_group(self, nodes: Sequence[Node], chosen: dict[str, tuple[Strategy, ...]]) -> FusedStage | None:
+        """The longest run of ``nodes`` (from the first, all not committed yet) that one
+        `FusedStage` computes: members `FusedStage.fusable`, with the first one's tiles, each
+        after the first reading an earlier member (a `Held` input), otherwise committed arrays
+        only; and the node after them as its `FusedStage.prepare` when it `FusedStage.prepares`
+        over them.  None: no fusion (`FUSE` off, or fewer than two nodes to run together)."""
         stages: list[NodeStage] = []
         shapes: dict[str, tuple[int, ...]] = {}
         for node in nodes if FUSE else ():
             names = [i.name for i in node.inputs]
-            if stages and not any(n in shapes for n in names):
-                break
-            if any(n not in shapes and n not in self.arrays for n in names):
+            if (stages and not any(n in shapes for n in names)) or \
+                    any(n not in shapes and n not in self.arrays for n in names):
                 break
             inputs: tuple[Any, ...] = tuple(Held(n) if n in shapes else self.ref(n) for n in names)
             try:
@@ -238,22 +241,29 @@ class _Execution:
                                        inputs, self.store, self.tile_shape)
             except WorkflowError:  # reported when the node runs on its own
                 break
-            if not FusedStage.fusable(stage, chosen[node.name]) or (stages and stage.tiles != stages[0].tiles):
+            if stages and stage.tiles != stages[0].tiles:
+                break
+            if stages and FusedStage.prepares(stage):
+                return FusedStage(tuple(stages), stage)
+            if not FusedStage.fusable(stage, chosen[node.name]):
                 break
             stages.append(stage)
             shapes[node.name] = tuple(stage.output_shape or ())
-        return stages if len(stages) > 1 else []
+        return FusedStage(tuple(stages)) if len(stages) > 1 else None
 
-    def compute_fused(self, nodes: Sequence[Node], stages: list[NodeStage]) -> list[tuple[list[TileMeta], float]]:
-        """Run ``stages`` (`fused_group`'s, of ``nodes``) as one stage; commit each output array
-        and operator in order (each bound to the arrays it read, committed by then)."""
-        done = FusedStage(tuple(stages)).run(self.runner, self.progress)
+    def compute_fused(self, nodes: Sequence[Node], fused: FusedStage) -> tuple[list[tuple[list[TileMeta], float]],
+                                                                               list[Any] | None]:
+        """Run ``fused`` (`fused_group`'s, of ``nodes``) as one stage; commit each output array
+        and operator in order (each bound to the arrays it read, committed by then).  Returns
+        each node's tiles' metadata and wall, and the first-pass summaries of the node after
+        them (None: no `FusedStage.prepare`)."""
+        done, summaries = fused.run(self.runner, self.progress)
         out = []
         for node, member in zip(nodes, done):
             node.operator = member.stage.operator
             self.arrays[node.name] = replace(member, stage=self.stage(node)).commit_array()
             out.append((member.metas, member.wall))
-        return out
+        return out, summaries
 
     def capture(self, node: Node, strategies: tuple[Strategy, ...]) -> tuple[list[TileMeta], float]:
         """Re-run a computed node's tiles to capture lineage (its output is already stored)."""
@@ -404,10 +414,15 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
             else:
                 left = [n for n in operators if n.name not in run.catalog.nodes]  # some committed before a resume
                 chosen = {n.name: _strategies(pinned.get(n.name) or default_strategies(n)) for n in left}
+                prepared = None  # the first-pass summaries of the next node, made by the fused stage before it
                 while left:
                     group = run.fused_group(left, chosen)
-                    nodes, left = (left[:len(group)], left[len(group):]) if group else (left[:1], left[1:])
-                    computed = run.compute_fused(nodes, group) if group else [run.compute(nodes[0], chosen[nodes[0].name])]
+                    if group is not None:
+                        nodes, left = left[:len(group.stages)], left[len(group.stages):]
+                        computed, prepared = run.compute_fused(nodes, group)
+                    else:
+                        nodes, left = left[:1], left[1:]
+                        computed, prepared = [run.compute(nodes[0], chosen[nodes[0].name], prepared)], None
                     for node, (metas, wall) in zip(nodes, computed):
                         reason = "pinned" if node.name in pinned else "default"
                         run.commit(node, chosen[node.name], metas, wall, {"reason": reason})

@@ -20,7 +20,7 @@ from subzero.errors import SubZeroError, WorkflowError
 from subzero.operator import Operator
 from subzero.pickling import dumps_with_operator
 from subzero.progress import Reporter
-from subzero.runtime import FusedTask, NodeTask, TileMeta, prepare_tile, run_fused_tile, run_tile
+from subzero.runtime import FusedTask, FusedTile, NodeTask, TileMeta, prepare_tile, run_fused_tile, run_tile
 from subzero.tiling import Tile
 
 __all__ = ["Executor", "LocalExecutor"]
@@ -46,8 +46,9 @@ class Executor(Protocol):
         """`runtime.run_tile` on every tile: write its chunk and shards, return its `TileMeta`."""
         ...
 
-    def map_fused(self, task: FusedTask, tiles: list[Tile], progress: Reporter | None = None) -> list[list[TileMeta]]:
-        """`runtime.run_fused_tile` on every tile: each member's `TileMeta`, per tile."""
+    def map_fused(self, task: FusedTask, tiles: list[Tile], progress: Reporter | None = None) -> list[FusedTile]:
+        """`runtime.run_fused_tile` on every tile: each member's `TileMeta` (and the first-pass
+        summary of the node after them), per tile."""
         ...
 
     def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list[Any]:
@@ -89,7 +90,7 @@ class LocalExecutor(Executor):
         """`runtime.run_tile` on every tile, in tile order."""
         return self._map(run_tile, task, tiles, progress if progress is not None else Reporter())
 
-    def map_fused(self, task: FusedTask, tiles: list[Tile], progress: Reporter | None = None) -> list[list[TileMeta]]:
+    def map_fused(self, task: FusedTask, tiles: list[Tile], progress: Reporter | None = None) -> list[FusedTile]:
         """`runtime.run_fused_tile` on every tile, in tile order."""
         return self._map(run_fused_tile, task, tiles, progress if progress is not None else Reporter())
 

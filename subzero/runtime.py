@@ -32,7 +32,7 @@ from subzero.store.shards import ShardSink
 from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
 
 __all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "Held", "FusedTask",
-           "run_fused_tile", "trace_tile", "modes_for",
+           "FusedTile", "run_fused_tile", "trace_tile", "modes_for",
            "derived_full", "expand_payloads", "merge_inline"]
 
 
@@ -233,9 +233,11 @@ class Held:
 class FusedTask:
     """The tasks of consecutive nodes run tile by tile in one task (`run_fused_tile`): each
     writes its own output and returns its own `TileMeta`, as `run_tile` would; an input
-    that is an earlier member's output is `Held`."""
+    that is an earlier member's output is `Held`.  ``prepare``: the next node's first pass
+    (a two-pass operator's `prepare_tile`), run on each tile over the members' outputs."""
 
     tasks: tuple[NodeTask, ...]
+    prepare: NodeTask | None = None
 
     @property
     def node(self) -> str:
@@ -245,17 +247,28 @@ class FusedTask:
     @property
     def operators(self) -> tuple[Operator, ...]:
         """Every member's operator (pickled by value when defined outside subzero)."""
-        return tuple(t.operator for t in self.tasks)
+        return tuple(t.operator for t in self.tasks + ((self.prepare,) if self.prepare is not None else ()))
 
 
-def run_fused_tile(fused: FusedTask, tile: Tile) -> list[TileMeta]:
+@dataclass
+class FusedTile:
+    """What a fused task sends back per tile: each member's `TileMeta` (in member order) and
+    the first-pass summary of `FusedTask.prepare` (None without one)."""
+
+    metas: list[TileMeta]
+    summary: Any = None
+
+
+def run_fused_tile(fused: FusedTask, tile: Tile) -> FusedTile:
     """`run_tile` of every member of ``fused`` on ``tile``, in order, each member computed once
     over the box its later members read (its tile grown by their halos) and handed to them
     in memory (`HeldArray`) instead of through the store; each still writes its own tile's
     chunk.  Members computed over more than their tile store no lineage (the driver fuses
-    only such nodes).  Returns the members' metadata, in member order."""
+    only such nodes).  Then ``fused.prepare``'s first pass on the tile, over the held
+    outputs.  Returns the members' metadata, in member order, and that summary."""
+    tasks = fused.tasks + ((fused.prepare,) if fused.prepare is not None else ())
     need: dict[str, Box] = {}
-    for t in reversed(fused.tasks):  # a member's readers come after it: its box is final here
+    for t in reversed(tasks):  # a member's readers come after it: its box is final here
         box = _hull(need.get(t.node), tile.box)
         need[t.node] = box
         op = t.operator
@@ -282,7 +295,11 @@ def run_fused_tile(fused: FusedTask, tile: Tile) -> list[TileMeta]:
         if box != tile.box:  # its own tile of what it computed
             capture = replace(capture, tile=tile, output=capture.output[box_slices(tile.box, box)])
         metas.append(_finish_tile(member, capture, started))
-    return metas
+    summary = None
+    if fused.prepare is not None:
+        first: tuple[Any, ...] = tuple(held[r.node] if isinstance(r, Held) else r for r in fused.prepare.inputs)
+        summary = prepare_tile(replace(fused.prepare, inputs=first), tile)
+    return FusedTile(metas, summary)
 
 
 def _hull(box: Box | None, other: Box) -> Box:

@@ -42,7 +42,7 @@ from subzero.errors import SubZeroError, WorkflowError
 from subzero.executor import Executor
 from subzero.pickling import dumps_with_operator
 from subzero.progress import Reporter
-from subzero.runtime import FusedTask, NodeTask, TileMeta, run_fused_tile, run_tile
+from subzero.runtime import FusedTask, FusedTile, NodeTask, TileMeta, run_fused_tile, run_tile
 from subzero.store.lock import pid_alive
 from subzero.tiling import Tile
 
@@ -419,7 +419,7 @@ class SparkExecutor(Executor):
                          f"subzero-{task.node}-{id(task)}", f"subzero node {task.node}", f"node {task.node!r}",
                          (task.node, progress) if progress is not None else None)
 
-    def map_fused(self, task: FusedTask, tiles: list[Tile], progress: Reporter | None = None) -> list[list[TileMeta]]:
+    def map_fused(self, task: FusedTask, tiles: list[Tile], progress: Reporter | None = None) -> list[FusedTile]:
         """`runtime.run_fused_tile` on every tile as Spark tasks (one stage for every member),
         in tile order."""
         return self._job(run_fused_tile, dumps_with_operator(task, task.operators, task.node), tiles,

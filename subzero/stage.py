@@ -119,18 +119,20 @@ class NodeStage:
         return replace(ref, compressor=pipeline or output_compressor(self.inputs, ref.compressor))
 
     def run(self, executor: Executor, strategies: Sequence[Strategy] = (), write_output: bool = True,
-            tiles: Sequence[Tile] | None = None, progress: Reporter | None = None) -> "StageRun":
+            tiles: Sequence[Tile] | None = None, progress: Reporter | None = None,
+            prepared: list[Any] | None = None) -> "StageRun":
         """Run the node's tiles (all, or ``tiles``) on ``executor``; a pass that writes the
         output first combines a two-pass operator's `Operator.prepare` summaries (a capture
-        re-runs an operator that already did).  Returns the tiles' metadata, the wall time
-        and the agreed dtype and chunks, with the stage bound to the agreed shape."""
+        re-runs an operator that already did; ``prepared``: every tile's summary, made by the
+        `FusedStage` before it).  Returns the tiles' metadata, the wall time and the agreed
+        dtype and chunks, with the stage bound to the agreed shape."""
         progress = progress if progress is not None else Reporter()
         tiles = list(self.tiles if tiles is None else tiles)
         start = time.perf_counter()
         op = self.operator
         if write_output and op.two_pass:  # the first pass: every tile's summary, combined here
             try:
-                op.combine(executor.map_prepare(self.task(), list(self.tiles)))
+                op.combine(prepared if prepared is not None else executor.map_prepare(self.task(), list(self.tiles)))
             except SubZeroError:
                 raise
             except Exception as exc:
@@ -193,6 +195,8 @@ class FusedStage:
     inputs."""
 
     stages: tuple[NodeStage, ...]
+    #: the next node, two-pass (Label): its first pass runs in the same stage, over the members' outputs
+    prepare: NodeStage | None = None
 
     @staticmethod
     def fusable(stage: NodeStage, strategies: Sequence[Strategy]) -> bool:
@@ -203,12 +207,21 @@ class FusedStage:
         return (stage.output_shape is not None and not op.two_pass and not stage.digest
                 and type(op.effective_tiling()) in (Elementwise, Halo) and not any(s.stored for s in strategies))
 
-    def run(self, executor: Executor, progress: Reporter | None = None) -> "list[StageRun]":
+    @staticmethod
+    def prepares(stage: NodeStage) -> bool:
+        """Whether ``stage``'s first pass can run in a fused stage before it: a two-pass
+        operator of known shape whose tiles read only their own box (`Elementwise`)."""
+        op = stage.operator
+        return stage.output_shape is not None and op.two_pass and type(op.effective_tiling()) is Elementwise
+
+    def run(self, executor: Executor, progress: Reporter | None = None) -> "tuple[list[StageRun], list[Any] | None]":
         """Run every member's tiles as one stage on ``executor``, writing their outputs; one
         `StageRun` per member, its wall the stage's apportioned by the members' own
-        operator and write seconds."""
+        operator and write seconds; and `prepare`'s first-pass summaries, in tile order
+        (None without it), for its `NodeStage.run`."""
         progress = progress if progress is not None else Reporter()
-        task = FusedTask(tuple(s.task((), write_output=True) for s in self.stages))
+        task = FusedTask(tuple(s.task((), write_output=True) for s in self.stages),
+                         self.prepare.task() if self.prepare is not None else None)
         tiles = list(self.stages[0].tiles)
         start = time.perf_counter()
         progress.node_started(task.node, len(tiles))
@@ -219,14 +232,14 @@ class FusedStage:
             raise
         progress.node_finished(task.node)
         wall = time.perf_counter() - start
-        metas = [[m[k] for m in per_tile] for k in range(len(self.stages))]
+        metas = [[got.metas[k] for got in per_tile] for k in range(len(self.stages))]
         own = [sum(m.op_seconds + m.write_seconds for m in ms) for ms in metas]
         runs = []
         for stage, ms, mine in zip(self.stages, metas, own):
             shape, dtype, chunks = stage._agreed(ms)
             runs.append(StageRun(stage, ms, wall * mine / sum(own) if sum(own) > 0 else wall / len(own), shape,
                                  dtype, chunks))
-        return runs
+        return runs, ([got.summary for got in per_tile] if self.prepare is not None else None)
 
 
 @dataclass(frozen=True)

@@ -206,7 +206,7 @@ def test_a_fused_tile_grows_each_upstream_box_by_its_readers_halos(tmp_path):
     fused = FusedTask(tasks)
     assert fused.node == "sub+b1+b2"
     tile = Tile(4, ((4, 8), (4, 8)))
-    metas = run_fused_tile(fused, tile)
+    metas = run_fused_tile(fused, tile).metas
     assert [m.tile for m in metas] == [tile] * 3 and all(m.array_bytes >= 4 * 4 * 8 for m in metas)
     expected = {"sub": x - y}
     expected["b1"] = ndimage.convolve(expected["sub"], np.ones((3, 3)), mode="reflect")

@@ -581,7 +581,8 @@ def test_ctrl_c_is_one_line_leaves_no_jvm_and_resume_continues(tmp_path):
     for name in ("profile", "types"):
         (tmp_path / f"{name}.py").write_text("raise SystemExit('the working directory shadowed a module')\n")
     mark = f"SUBZERO_TEST_RUN={uuid.uuid4().hex}"
-    env = _env(SUBZERO_TEST_RUN=mark.split("=", 1)[1])
+    # one stage per node (not a and b fused into one), so b's tasks run after a is committed
+    env = _env(SUBZERO_TEST_RUN=mark.split("=", 1)[1], SUBZERO_FUSE="0")
     command = [sys.executable, "-m", "subzero", "run", "slow.py", "--store", "s", "--tile", "32"]
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -138,15 +138,17 @@ def worker(config: str, side: int, store: str) -> dict[str, Any]:
             spark.sparkContext.parallelize(range(4), 2).map(lambda v: v + 1).collect()
             extra[key] = time.perf_counter() - t0
     wf = workflow()
+    stages = _stages_reporter()
     profile = None
     if config.endswith("profile"):
         import cProfile
 
         profile = cProfile.Profile()
         profile.enable()
-    start = time.perf_counter()
-    run = wf.run(arrays, store=store, executor=executor, spark=spark)
+    start = stages.start = time.perf_counter()
+    run = wf.run(arrays, store=store, executor=executor, spark=spark, progress=stages)
     wall = time.perf_counter() - start
+    extra["stages"] = stages.spans
     if profile is not None:
         profile.disable()
         extra["parts"] = _profile_parts(profile)
@@ -155,6 +157,26 @@ def worker(config: str, side: int, store: str) -> dict[str, Any]:
     labels = np.asarray(run.output("label"))
     extra["label_checksum"] = int(np.count_nonzero(labels)), int(labels.max())
     return {"wall": wall, **extra}
+
+
+def _stages_reporter():
+    from subzero.progress import Reporter
+
+    class Stages(Reporter):
+        """The run's stages as the driver starts and finishes them: (name, start, end) seconds
+        from the run's start (an input the driver stores is a stage named after it)."""
+
+        def __init__(self):
+            super().__init__()
+            self.start, self.spans, self._open = 0.0, [], {}
+
+        def node_started(self, name, n_tiles):
+            self._open[name] = time.perf_counter() - self.start
+
+        def node_finished(self, name, ok=True):
+            self.spans.append((name, self._open.pop(name, 0.0), time.perf_counter() - self.start))
+
+    return Stages()
 
 
 def _one(config: str, side: int, code: Path, store: Path, timeout: float, env_extra=None) -> dict[str, Any]:
@@ -267,6 +289,7 @@ def render_dataplane(doc: dict[str, Any]) -> list[str]:
         for node in (nodes[0] if nodes else {}):
             med = {k: statistics.median(n[node][k] for n in nodes) for k in ("wall", "op", "write")}
             out.append(f"| {label} | {node} | {med['wall']:.2f} | {med['op']:.2f} | {med['write']:.2f} |")
+    out += _breakdown(runs)
     spark_parts = [(label, _median(rs, "python_worker_start"), _median(rs, "job_fixed"))
                    for label, rs in runs.items() if label.startswith("spark")]
     out += ["", "Spark's fixed costs per process (median): " + "; ".join(
@@ -288,6 +311,39 @@ def render_dataplane(doc: dict[str, Any]) -> list[str]:
     out += [f"Label output (labelled cells, components) per configuration: "
             + "; ".join(f"{k}: {sorted(v)}" for k, v in same.items()), ""]
     return out
+
+
+def _breakdown(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Where each run's wall went, by stage as the driver saw it (median over rounds): inputs the
+    driver stores, each stage's wall and, beside it, its tasks' own operator and write seconds
+    over the 2 cores (the rest of the stage: reading and decoding inputs inside the operator's
+    time aside, scheduling, task serialization, Python workers, uneven tasks), and the driver
+    between stages (commits, planning, a two-pass node's first pass and combine)."""
+    rows = []
+    for label, rs in runs.items():
+        done = [r for r in rs if r.get("stages") and r.get("nodes")]
+        if not done:
+            continue
+        names = [n for n, _, _ in done[0]["stages"] if n not in ("x", "dark")]
+        cells = {"inputs": statistics.median(sum(e - b for n, b, e in r["stages"] if n in ("x", "dark"))
+                                             for r in done)}
+        for name in names:
+            walls = [sum(e - b for n, b, e in r["stages"] if n == name) for r in done]
+            work = [sum(r["nodes"][m]["op"] + r["nodes"][m]["write"] for m in name.split("+") if m in r["nodes"]) / 2
+                    for r in done]
+            cells[name] = (statistics.median(walls), statistics.median(work))
+        between = [r["wall"] - sum(e - b for _, b, e in r["stages"]) for r in done]
+        text = "; ".join(f"{n} {w:.2f} ({k:.2f})" for n, (w, k) in ((n, cells[n]) for n in names))
+        rows.append(f"| {label} | {cells['inputs']:.2f} | {text} | {statistics.median(between):.2f} |")
+    if not rows:
+        return []
+    return ["", "Where each run's wall goes, by stage as the driver runs them (median seconds over rounds): the "
+            "inputs the driver stores; each stage's wall and, in brackets, its tasks' own operator + write seconds "
+            "over 2 cores (the operator's seconds include reading its input boxes; the rest of the stage is "
+            "scheduling, task serialization, Python workers and uneven tasks); the driver between stages "
+            "(commits, planning, and before Label's stage its first pass and combine when that is a job of its "
+            "own):", "", "| configuration | inputs (driver) | stages: wall (tasks' work / 2 cores) | driver between "
+            "stages |", "|---|---|---|---|", *rows]
 
 
 def _notes(wall: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> list[str]:

@@ -405,6 +405,8 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
                 return Run(open_store(location), wf)
             run.catalog = replace(run.catalog, status="running", resumed=[*run.catalog.resumed, _now()])
             fs.write_catalog(run.catalog)
+        if executor == "spark" and operators and (spark is not None or not _starts_spark()):
+            run.runner.warm_up()  # a session is there: its workers start while the driver stores the inputs
         try:
             for node in wf.inputs:
                 if node.name not in run.catalog.nodes:
@@ -469,6 +471,13 @@ def _in_process_if_tiny(executor: str, spark, input_bytes: int, progress: Report
     progress.note(f"inputs are tiny ({input_bytes} bytes <= {IN_PROCESS_BYTES}, SUBZERO_IN_PROCESS_BYTES): "
                   "running in-process on the local executor instead of starting Spark")
     return "local"
+
+
+def _starts_spark() -> bool:
+    """Whether making the Spark executor now would start a new embedded session."""
+    from subzero.spark import would_start_embedded
+
+    return would_start_embedded()
 
 
 def _now() -> str:

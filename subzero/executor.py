@@ -55,6 +55,12 @@ class Executor(Protocol):
         """The first pass of a two-pass operator: `runtime.prepare_tile`'s summary per tile."""
         return self.map_calls(prepare_tile, task, tiles)
 
+    def warm_up(self) -> None:
+        """Get ready for the tasks to come without waiting for it (Spark: start its Python
+        workers and import the task code while the driver stores the inputs); by default,
+        nothing to do."""
+        return None
+
     def map_calls(self, fn: Callable[[NodeTask, _Item], _Out], task: NodeTask, tiles: list[_Item]) -> list[_Out]:
         """``fn(task, tile)`` for every tile (or other item, as calibration's parts), in order;
         ``fn`` is module-level (pickled by reference) and its results are small."""

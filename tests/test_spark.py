@@ -653,3 +653,25 @@ def test_the_class_data_sharing_archive_is_dumped_once_then_mapped(tmp_path, mon
     assert got == f"-XX:SharedArchiveFile={final}" and Path(final).read_bytes() == b"archive"
     monkeypatch.setenv("SUBZERO_SPARK_CDS", "0")
     assert spark_mod._class_data_sharing() == ""
+
+
+def test_warm_up_imports_the_task_code_in_a_background_job(spark):
+    """The warm-up returns at once; its job (one task per core) imports the task code in the
+    Python workers and succeeds, and a node's job after it runs as usual."""
+    from subzero.spark import SparkExecutor
+
+    executor = SparkExecutor(spark)
+    started = time.perf_counter()
+    executor.warm_up()
+    assert time.perf_counter() - started < 1.0
+    tracker, group = spark.sparkContext.statusTracker(), f"subzero-warm-up-{id(executor)}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(group)]
+        if jobs and all(j is not None and j.status == "SUCCEEDED" for j in jobs):
+            break
+        time.sleep(0.1)
+    assert jobs and jobs[0].status == "SUCCEEDED"
+    import operator
+
+    assert executor.map_items(operator.mul, 2, [1, 2, 3], "doubling") == [2, 4, 6]

@@ -40,8 +40,8 @@ from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
 from subzero.planning import default_strategies, resolve_pinned
 from subzero.progress import Reporter
-from subzero.runtime import TileMeta
-from subzero.stage import NodeStage, array_record, lineage_stats
+from subzero.runtime import Held, TileMeta
+from subzero.stage import FusedStage, NodeStage, array_record, lineage_stats
 from subzero.store import RunWriter, create_run, open_store, resume_run
 from subzero.store.arrays import ExternalArray, write_array
 from subzero.tiling import Elementwise, Tile, default_chunks, tile_grid
@@ -213,12 +213,59 @@ class _Execution:
                               tuple(self.ref(i.name) for i in node.inputs), self.store, self.tile_shape,
                               computed.shape if computed is not None else None)
 
-    def compute(self, node: Node, strategies: tuple[Strategy, ...]) -> tuple[list[TileMeta], float]:
-        """Bind, run every tile (encoding ``strategies``), commit the output array and the operator."""
-        done = self.stage(node).run(self.runner, strategies, write_output=True, progress=self.progress)
+    def compute(self, node: Node, strategies: tuple[Strategy, ...],
+                prepared: list[Any] | None = None) -> tuple[list[TileMeta], float]:
+        """Bind, run every tile (encoding ``strategies``), commit the output array and the operator
+        (``prepared``: a two-pass operator's first-pass summaries, made by a fused stage)."""
+        done = self.stage(node).run(self.runner, strategies, write_output=True, progress=self.progress,
+                                    prepared=prepared)
         node.operator = done.stage.operator  # bound, with its run state: the returned run re-executes it
         self.arrays[node.name] = done.commit_array()
         return done.metas, done.wall
+
+    def fused_group(self, nodes: Sequence[Node], chosen: dict[str, tuple[Strategy, ...]]) -> FusedStage | None:
+        """The longest run of ``nodes`` (from the first, all not committed yet) that one
+        `FusedStage` computes: members `FusedStage.fusable`, with the first one's tiles, each
+        after the first reading an earlier member (a `Held` input), otherwise committed arrays
+        only; and the node after them as its `FusedStage.prepare` when it `FusedStage.prepares`
+        over them.  None: no fusion (`FUSE` off, or fewer than two nodes to run together)."""
+        stages: list[NodeStage] = []
+        shapes: dict[str, tuple[int, ...]] = {}
+        for node in nodes if FUSE else ():
+            names = [i.name for i in node.inputs]
+            if (stages and not any(n in shapes for n in names)) or \
+                    any(n not in shapes and n not in self.arrays for n in names):
+                break
+            inputs: tuple[Any, ...] = tuple(Held(n) if n in shapes else self.ref(n) for n in names)
+            try:
+                stage = NodeStage.bind(node.name, node.operator,
+                                       tuple(shapes[n] if n in shapes else self.arrays[n].shape for n in names),
+                                       inputs, self.store, self.tile_shape)
+            except WorkflowError:  # reported when the node runs on its own
+                break
+            if stages and stage.tiles != stages[0].tiles:
+                break
+            if stages and FusedStage.prepares(stage):
+                return FusedStage(tuple(stages), stage)
+            if not FusedStage.fusable(stage, chosen[node.name]):
+                break
+            stages.append(stage)
+            shapes[node.name] = tuple(stage.output_shape or ())
+        return FusedStage(tuple(stages)) if len(stages) > 1 else None
+
+    def compute_fused(self, nodes: Sequence[Node], fused: FusedStage) -> tuple[list[tuple[list[TileMeta], float]],
+                                                                               list[Any] | None]:
+        """Run ``fused`` (`fused_group`'s, of ``nodes``) as one stage; commit each output array
+        and operator in order (each bound to the arrays it read, committed by then).  Returns
+        each node's tiles' metadata and wall, and the first-pass summaries of the node after
+        them (None: no `FusedStage.prepare`)."""
+        done, summaries = fused.run(self.runner, self.progress)
+        out = []
+        for node, member in zip(nodes, done):
+            node.operator = member.stage.operator
+            self.arrays[node.name] = replace(member, stage=self.stage(node)).commit_array()
+            out.append((member.metas, member.wall))
+        return out, summaries
 
     def capture(self, node: Node, strategies: tuple[Strategy, ...]) -> tuple[list[TileMeta], float]:
         """Re-run a computed node's tiles to capture lineage (its output is already stored)."""
@@ -360,6 +407,8 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
                 return Run(open_store(location), wf)
             run.catalog = replace(run.catalog, status="running", resumed=[*run.catalog.resumed, _now()])
             fs.write_catalog(run.catalog)
+        if executor == "spark" and operators and (spark is not None or not _starts_spark()):
+            run.runner.warm_up()  # a session is there: its workers start while the driver stores the inputs
         try:
             for node in wf.inputs:
                 if node.name not in run.catalog.nodes:
@@ -367,12 +416,20 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
             if optimized:
                 _optimized(run, operators, pinned, queries, max_runtime)
             else:
-                for node in operators:
-                    if node.name in run.catalog.nodes:
-                        continue  # committed before the run was resumed
-                    chosen = _strategies(pinned.get(node.name) or default_strategies(node))
-                    metas, wall = run.compute(node, chosen)
-                    run.commit(node, chosen, metas, wall, {"reason": "pinned" if node.name in pinned else "default"})
+                left = [n for n in operators if n.name not in run.catalog.nodes]  # some committed before a resume
+                chosen = {n.name: _strategies(pinned.get(n.name) or default_strategies(n)) for n in left}
+                prepared = None  # the first-pass summaries of the next node, made by the fused stage before it
+                while left:
+                    group = run.fused_group(left, chosen)
+                    if group is not None:
+                        nodes, left = left[:len(group.stages)], left[len(group.stages):]
+                        computed, prepared = run.compute_fused(nodes, group)
+                    else:
+                        nodes, left = left[:1], left[1:]
+                        computed, prepared = [run.compute(nodes[0], chosen[nodes[0].name], prepared)], None
+                    for node, (metas, wall) in zip(nodes, computed):
+                        reason = "pinned" if node.name in pinned else "default"
+                        run.commit(node, chosen[node.name], metas, wall, {"reason": reason})
         except BaseException:
             try:
                 fs.write_catalog(replace(run.catalog, status="failed"))
@@ -390,6 +447,12 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
             if not failed:
                 raise
     return Run(open_store(location), wf)
+
+
+#: consecutive per-tile nodes that store no lineage run as one stage (`_Execution.fused_group`):
+#: a job, not one per node, and no intermediate written and read back in between;
+#: SUBZERO_FUSE=0 runs every node as its own stage
+FUSE = os.environ.get("SUBZERO_FUSE", "1") != "0"
 
 
 #: inputs of at most this many bytes in all run in-process (the local executor) when Spark
@@ -410,6 +473,13 @@ def _in_process_if_tiny(executor: str, spark, input_bytes: int, progress: Report
     progress.note(f"inputs are tiny ({input_bytes} bytes <= {IN_PROCESS_BYTES}, SUBZERO_IN_PROCESS_BYTES): "
                   "running in-process on the local executor instead of starting Spark")
     return "local"
+
+
+def _starts_spark() -> bool:
+    """Whether making the Spark executor now would start a new embedded session."""
+    from subzero.spark import would_start_embedded
+
+    return would_start_embedded()
 
 
 def _now() -> str:

@@ -17,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from subzero.errors import SubZeroError, WorkflowError
+from subzero.operator import Operator
 from subzero.pickling import dumps_with_operator
 from subzero.progress import Reporter
-from subzero.runtime import NodeTask, TileMeta, prepare_tile, run_tile
+from subzero.runtime import FusedTask, FusedTile, NodeTask, TileMeta, prepare_tile, run_fused_tile, run_tile
 from subzero.tiling import Tile
 
 __all__ = ["Executor", "LocalExecutor"]
@@ -45,9 +46,20 @@ class Executor(Protocol):
         """`runtime.run_tile` on every tile: write its chunk and shards, return its `TileMeta`."""
         ...
 
+    def map_fused(self, task: FusedTask, tiles: list[Tile], progress: Reporter | None = None) -> list[FusedTile]:
+        """`runtime.run_fused_tile` on every tile: each member's `TileMeta` (and the first-pass
+        summary of the node after them), per tile."""
+        ...
+
     def map_prepare(self, task: NodeTask, tiles: list[Tile]) -> list[Any]:
         """The first pass of a two-pass operator: `runtime.prepare_tile`'s summary per tile."""
         return self.map_calls(prepare_tile, task, tiles)
+
+    def warm_up(self) -> None:
+        """Get ready for the tasks to come without waiting for it (Spark: start its Python
+        workers and import the task code while the driver stores the inputs); by default,
+        nothing to do."""
+        return None
 
     def map_calls(self, fn: Callable[[NodeTask, _Item], _Out], task: NodeTask, tiles: list[_Item]) -> list[_Out]:
         """``fn(task, tile)`` for every tile (or other item, as calibration's parts), in order;
@@ -84,6 +96,10 @@ class LocalExecutor(Executor):
         """`runtime.run_tile` on every tile, in tile order."""
         return self._map(run_tile, task, tiles, progress if progress is not None else Reporter())
 
+    def map_fused(self, task: FusedTask, tiles: list[Tile], progress: Reporter | None = None) -> list[FusedTile]:
+        """`runtime.run_fused_tile` on every tile, in tile order."""
+        return self._map(run_fused_tile, task, tiles, progress if progress is not None else Reporter())
+
     def map_calls(self, fn: Callable[[NodeTask, _Item], _Out], task: NodeTask, tiles: list[_Item]) -> list[_Out]:
         """``fn(task, tile)`` for every tile, in tile order (e.g. calibration's `profile_part`)."""
         return self._map(fn, task, tiles, Reporter())
@@ -98,7 +114,7 @@ class LocalExecutor(Executor):
         except Exception as exc:
             raise WorkflowError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
 
-    def _map(self, fn, task: NodeTask, tiles: list, progress: Reporter) -> list:
+    def _map(self, fn, task: "NodeTask | FusedTask", tiles: list, progress: Reporter) -> list:
         try:
             if len(tiles) == 1 or self.threads == 1:
                 out = []
@@ -106,7 +122,7 @@ class LocalExecutor(Executor):
                     out.append(fn(task, tile))
                     progress.tiles_done(task.node, 1)
                 return out
-            payload = dumps_with_operator(task, task.operator, task.node)
+            payload = dumps_with_operator(task, _operators(task), task.node)
             local = threading.local()
 
             def one(tile: Tile):
@@ -122,3 +138,8 @@ class LocalExecutor(Executor):
             raise
         except Exception as exc:
             raise WorkflowError(f"node {task.node!r} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _operators(task: "NodeTask | FusedTask") -> "Operator | tuple[Operator, ...]":
+    """The operator(s) a task pickles (a fused task's members')."""
+    return task.operators if isinstance(task, FusedTask) else task.operator

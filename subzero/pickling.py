@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 import sys
+from typing import Sequence
 
 import cloudpickle
 
@@ -23,19 +24,24 @@ def dump_operator(op: Operator, node: str) -> bytes:
     return dumps_with_operator(op, op, node)
 
 
-def dumps_with_operator(obj, op: Operator, node: str) -> bytes:
+def dumps_with_operator(obj, op: "Operator | Sequence[Operator]", node: str) -> bytes:
     """Serialize ``obj`` (``op`` or something holding it, e.g. a task), pickling the
-    operator's class by value unless it belongs to subzero."""
-    module = sys.modules.get(type(op).__module__)
-    by_value = (module is not None and not module.__name__.startswith("subzero") and module.__name__ != "__main__"
-                and module.__name__ not in cloudpickle.list_registry_pickle_by_value())
-    if by_value:
-        cloudpickle.register_pickle_by_value(module)
+    operator's class (each operator's, for a sequence: a fused task's) by value unless it
+    belongs to subzero."""
+    ops = tuple(op) if isinstance(op, (tuple, list)) else (op,)
+    registered = []
+    for one in ops:
+        module = sys.modules.get(type(one).__module__)
+        if (module is not None and not module.__name__.startswith("subzero") and module.__name__ != "__main__"
+                and module.__name__ not in cloudpickle.list_registry_pickle_by_value()):
+            cloudpickle.register_pickle_by_value(module)
+            registered.append(module)
     try:
         return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
-        raise WorkflowError(f"operator of node {node!r} ({type(op).__name__}) cannot be pickled ({exc}); "
+        names = ", ".join(type(one).__name__ for one in ops)
+        raise WorkflowError(f"operator of node {node!r} ({names}) cannot be pickled ({exc}); "
                             "keep operator attributes to plain data (arrays, numbers, strings)") from exc
     finally:
-        if by_value:
+        for module in registered:
             cloudpickle.unregister_pickle_by_value(module)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -26,12 +26,13 @@ from subzero.errors import LookupTimeout, WorkflowError
 from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
 from subzero.pairs import FullPairs, PayloadPairs, owners, ptr_from_counts
-from subzero.store.arrays import ArrayRef
+from subzero.store.arrays import ArrayRef, HeldArray, output_compressor, resolve_compressor
 from subzero.store.location import Location
 from subzero.store.shards import ShardSink
 from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
 
-__all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "trace_tile", "modes_for",
+__all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "Held", "FusedTask",
+           "FusedTile", "run_fused_tile", "trace_tile", "modes_for",
            "derived_full", "expand_payloads", "merge_inline"]
 
 
@@ -217,7 +218,100 @@ def run_tile(task: NodeTask, tile: Tile) -> TileMeta:
     """Compute one tile of a node: write its output chunk (when ``task.output`` is set) and,
     for every stored strategy, encode its lineage into a new shard; return the metadata."""
     lineage_start = time.perf_counter()
-    capture = capture_tile(task, tile)
+    return _finish_tile(task, capture_tile(task, tile), lineage_start)
+
+
+@dataclass(frozen=True)
+class Held:
+    """An input of a fused task's member that an earlier member (node ``node``) computes in
+    the same task (`run_fused_tile`), in place of its stored array."""
+
+    node: str
+
+
+@dataclass(frozen=True)
+class FusedTask:
+    """The tasks of consecutive nodes run tile by tile in one task (`run_fused_tile`): each
+    writes its own output and returns its own `TileMeta`, as `run_tile` would; an input
+    that is an earlier member's output is `Held`.  ``prepare``: the next node's first pass
+    (a two-pass operator's `prepare_tile`), run on each tile over the members' outputs."""
+
+    tasks: tuple[NodeTask, ...]
+    prepare: NodeTask | None = None
+
+    @property
+    def node(self) -> str:
+        """The members' names joined by ``+`` (progress, errors)."""
+        return "+".join(t.node for t in self.tasks)
+
+    @property
+    def operators(self) -> tuple[Operator, ...]:
+        """Every member's operator (pickled by value when defined outside subzero)."""
+        return tuple(t.operator for t in self.tasks + ((self.prepare,) if self.prepare is not None else ()))
+
+
+@dataclass
+class FusedTile:
+    """What a fused task sends back per tile: each member's `TileMeta` (in member order) and
+    the first-pass summary of `FusedTask.prepare` (None without one)."""
+
+    metas: list[TileMeta]
+    summary: Any = None
+
+
+def run_fused_tile(fused: FusedTask, tile: Tile) -> FusedTile:
+    """`run_tile` of every member of ``fused`` on ``tile``, in order, each member computed once
+    over the box its later members read (its tile grown by their halos) and handed to them
+    in memory (`HeldArray`) instead of through the store; each still writes its own tile's
+    chunk.  Members computed over more than their tile store no lineage (the driver fuses
+    only such nodes).  Then ``fused.prepare``'s first pass on the tile, over the held
+    outputs.  Returns the members' metadata, in member order, and that summary."""
+    tasks = fused.tasks + ((fused.prepare,) if fused.prepare is not None else ())
+    need: dict[str, Box] = {}
+    for t in reversed(tasks):  # a member's readers come after it: its box is final here
+        box = _hull(need.get(t.node), tile.box)
+        need[t.node] = box
+        op = t.operator
+        for i, ref in enumerate(t.inputs):
+            if isinstance(ref, Held):
+                need[ref.node] = _hull(need.get(ref.node), op.effective_tiling().input_box(op, box, i))
+    held: dict[str, HeldArray] = {}
+    metas = []
+    for t in fused.tasks:
+        started = time.perf_counter()
+        box = need[t.node]
+        if t.output is None or t.output_shape is None or (box != tile.box and t.stored):
+            raise WorkflowError(f"node {t.node!r}: only nodes that write their output, know its shape and store "
+                                "no lineage can be fused")
+        inputs = tuple(held[r.node] if isinstance(r, Held) else r for r in t.inputs)
+        output = t.output
+        if any(isinstance(r, Held) for r in t.inputs):  # the choice the driver makes once they are committed
+            output = replace(output, compressor=output_compressor(inputs, output.compressor))
+        member = replace(t, inputs=inputs, output=output)
+        capture = capture_tile(member, Tile(tile.index, box))
+        chunks = t.chunks if t.chunks is not None else default_chunks(t.output_shape)
+        held[t.node] = HeldArray(t.output_shape, tuple(chunks), box, capture.output,
+                                 resolve_compressor(output.compressor, capture.output.dtype))
+        if box != tile.box:  # its own tile of what it computed
+            capture = replace(capture, tile=tile, output=capture.output[box_slices(tile.box, box)])
+        metas.append(_finish_tile(member, capture, started))
+    summary = None
+    if fused.prepare is not None:
+        first: tuple[Any, ...] = tuple(held[r.node] if isinstance(r, Held) else r for r in fused.prepare.inputs)
+        summary = prepare_tile(replace(fused.prepare, inputs=first), tile)
+    return FusedTile(metas, summary)
+
+
+def _hull(box: Box | None, other: Box) -> Box:
+    """The smallest box holding ``box`` (None: nothing) and ``other``."""
+    if box is None:
+        return tuple(other)
+    return tuple((min(a, c), max(b, d)) for (a, b), (c, d) in zip(box, other))
+
+
+def _finish_tile(task: NodeTask, capture: TileCapture, lineage_start: float) -> TileMeta:
+    """Write a computed tile's output chunk (when ``task.output`` is set) and, per stored
+    strategy, its lineage shard; its metadata (times counted from ``lineage_start``)."""
     op = capture.operator
     shape = capture.shapes[0]
     chunks = task.chunks if task.chunks is not None else default_chunks(shape)

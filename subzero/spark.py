@@ -42,7 +42,7 @@ from subzero.errors import SubZeroError, WorkflowError
 from subzero.executor import Executor
 from subzero.pickling import dumps_with_operator
 from subzero.progress import Reporter
-from subzero.runtime import NodeTask, TileMeta, run_tile
+from subzero.runtime import FusedTask, FusedTile, NodeTask, TileMeta, run_fused_tile, run_tile
 from subzero.store.lock import pid_alive
 from subzero.tiling import Tile
 
@@ -419,6 +419,30 @@ class SparkExecutor(Executor):
                          f"subzero-{task.node}-{id(task)}", f"subzero node {task.node}", f"node {task.node!r}",
                          (task.node, progress) if progress is not None else None)
 
+    def warm_up(self) -> None:
+        """Start a job, in the background, whose tasks (one per core) import what the tasks of a
+        run import (numpy, scipy, subzero's runtime and operators): the Python workers start
+        and import while the driver stores the inputs, not in the first node's tasks.  The
+        nodes' jobs queue behind it; its failure is of no concern."""
+        sc = self.spark.sparkContext
+        cores = max(1, sc.defaultParallelism)
+
+        def job() -> None:
+            try:
+                sc.setJobGroup(f"subzero-warm-up-{id(self)}", "subzero warm-up: Python workers import the task code")
+                sc.parallelize(range(cores), cores).foreach(_import_task_code)
+            except Exception as exc:  # the session is stopping; the run's own jobs say what is wrong
+                log.info("Spark warm-up job failed: %s", exc)
+
+        threading.Thread(target=job, name="subzero-spark-warm-up", daemon=True).start()
+
+    def map_fused(self, task: FusedTask, tiles: list[Tile], progress: Reporter | None = None) -> list[FusedTile]:
+        """`runtime.run_fused_tile` on every tile as Spark tasks (one stage for every member),
+        in tile order."""
+        return self._job(run_fused_tile, dumps_with_operator(task, task.operators, task.node), tiles,
+                         f"subzero-{task.node}-{id(task)}", f"subzero nodes {task.node}", f"node {task.node!r}",
+                         (task.node, progress) if progress is not None else None)
+
     def map_calls(self, fn: Callable[[NodeTask, _Item], _Out], task: NodeTask, tiles: list[_Item]) -> list[_Out]:
         """``fn(task, tile)`` for every tile as Spark tasks, in tile order; ``fn`` is a module-level
         function (pickled by reference) whose results are small (summaries, measurements)."""
@@ -539,6 +563,13 @@ def _watch(sc, group: str, node: str, total: int, tasks: int, progress, stop: th
 def _slices(sc, n_tiles: int) -> int:
     """How many Spark tasks run a node's ``n_tiles`` tiles (each task some neighbouring tiles)."""
     return max(1, min(n_tiles, TASKS_PER_CORE * max(1, sc.defaultParallelism)))
+
+
+def _import_task_code(_) -> None:
+    """What a task of a run imports before its first tile (`SparkExecutor.warm_up`)."""
+    import scipy.ndimage  # noqa: F401 - what the array operators compute with
+
+    import subzero.runtime  # noqa: F401 - numpy, the store, the encoders and the task code
 
 
 def _call_partition(fn, payload: bytes, tiles):

@@ -23,12 +23,12 @@ from subzero.modes import Strategy
 from subzero.operator import Operator
 from subzero.pickling import dump_operator
 from subzero.progress import Reporter
-from subzero.runtime import NodeTask, TileMeta, merge_inline
+from subzero.runtime import FusedTask, Held, NodeTask, TileMeta, merge_inline
 from subzero.store import RunWriter
 from subzero.store.arrays import ArrayRef, output_compressor
-from subzero.tiling import Tile, Whole, default_chunks, tile_grid, tile_lens
+from subzero.tiling import Elementwise, Halo, Tile, Whole, default_chunks, tile_grid, tile_lens
 
-__all__ = ["NodeStage", "StageRun", "array_record", "lineage_stats"]
+__all__ = ["NodeStage", "FusedStage", "StageRun", "array_record", "lineage_stats"]
 
 Shape = tuple[int, ...]
 _UNKNOWN_BOX: Any = None  # the box of the one tile of an output whose shape only running tells
@@ -107,27 +107,32 @@ class NodeStage:
     def output_ref(self) -> ArrayRef:
         """The handle the tiles write and the driver commits the output through.  Its compressor
         is the committed array's (a replay re-running some of its tiles), else the one the
-        inputs suggest (`subzero.store.arrays.output_compressor`): chunks and metadata agree."""
+        inputs suggest (`subzero.store.arrays.output_compressor`): chunks and metadata agree.
+        A fused member's task makes that choice (an input is `Held`: not stored yet)."""
         ref = self.store.array(self.name)
         try:
             pipeline = ref.layout()[3]
         except StoreError:  # not committed yet: the usual case
             pipeline = None
+        if pipeline is None and any(isinstance(i, Held) for i in self.inputs):
+            return ref  # a fused member: its task chooses over the outputs it holds (`runtime.run_fused_tile`)
         return replace(ref, compressor=pipeline or output_compressor(self.inputs, ref.compressor))
 
     def run(self, executor: Executor, strategies: Sequence[Strategy] = (), write_output: bool = True,
-            tiles: Sequence[Tile] | None = None, progress: Reporter | None = None) -> "StageRun":
+            tiles: Sequence[Tile] | None = None, progress: Reporter | None = None,
+            prepared: list[Any] | None = None) -> "StageRun":
         """Run the node's tiles (all, or ``tiles``) on ``executor``; a pass that writes the
         output first combines a two-pass operator's `Operator.prepare` summaries (a capture
-        re-runs an operator that already did).  Returns the tiles' metadata, the wall time
-        and the agreed dtype and chunks, with the stage bound to the agreed shape."""
+        re-runs an operator that already did; ``prepared``: every tile's summary, made by the
+        `FusedStage` before it).  Returns the tiles' metadata, the wall time and the agreed
+        dtype and chunks, with the stage bound to the agreed shape."""
         progress = progress if progress is not None else Reporter()
         tiles = list(self.tiles if tiles is None else tiles)
         start = time.perf_counter()
         op = self.operator
         if write_output and op.two_pass:  # the first pass: every tile's summary, combined here
             try:
-                op.combine(executor.map_prepare(self.task(), list(self.tiles)))
+                op.combine(prepared if prepared is not None else executor.map_prepare(self.task(), list(self.tiles)))
             except SubZeroError:
                 raise
             except Exception as exc:
@@ -178,6 +183,63 @@ class NodeStage:
                 inline[s.name] = merged
                 shards[s.name] = tuple(replace(r, name=None, files=(), index_bytes=0) for r in shards[s.name])
         return Manifest(self.name, shards, inline)
+
+
+@dataclass(frozen=True)
+class FusedStage:
+    """Consecutive nodes computed tile by tile in one stage (`runtime.run_fused_tile`): one job
+    for all of them, each tile's upstream outputs handed on in memory (grown by the halos
+    their readers need) instead of written and read back, each node's output still written
+    chunk by chunk and committed by the driver as its own.  Build it from `NodeStage` stages that
+    are `fusable`, share their tiles, and read each other through `subzero.runtime.Held`
+    inputs."""
+
+    stages: tuple[NodeStage, ...]
+    #: the next node, two-pass (Label): its first pass runs in the same stage, over the members' outputs
+    prepare: NodeStage | None = None
+
+    @staticmethod
+    def fusable(stage: NodeStage, strategies: Sequence[Strategy]) -> bool:
+        """Whether ``stage`` can be a member: its shape known, one pass, no stored lineage (its
+        tiles may be computed over a grown box), a tiling whose tiles are any box computed from
+        their input boxes (`Elementwise`, `Halo`), and no digest asked."""
+        op = stage.operator
+        return (stage.output_shape is not None and not op.two_pass and not stage.digest
+                and type(op.effective_tiling()) in (Elementwise, Halo) and not any(s.stored for s in strategies))
+
+    @staticmethod
+    def prepares(stage: NodeStage) -> bool:
+        """Whether ``stage``'s first pass can run in a fused stage before it: a two-pass
+        operator of known shape whose tiles read only their own box (`Elementwise`)."""
+        op = stage.operator
+        return stage.output_shape is not None and op.two_pass and type(op.effective_tiling()) is Elementwise
+
+    def run(self, executor: Executor, progress: Reporter | None = None) -> "tuple[list[StageRun], list[Any] | None]":
+        """Run every member's tiles as one stage on ``executor``, writing their outputs; one
+        `StageRun` per member, its wall the stage's apportioned by the members' own
+        operator and write seconds; and `prepare`'s first-pass summaries, in tile order
+        (None without it), for its `NodeStage.run`."""
+        progress = progress if progress is not None else Reporter()
+        task = FusedTask(tuple(s.task((), write_output=True) for s in self.stages),
+                         self.prepare.task() if self.prepare is not None else None)
+        tiles = list(self.stages[0].tiles)
+        start = time.perf_counter()
+        progress.node_started(task.node, len(tiles))
+        try:
+            per_tile = executor.map_fused(task, tiles, progress)
+        except BaseException:
+            progress.node_finished(task.node, ok=False)
+            raise
+        progress.node_finished(task.node)
+        wall = time.perf_counter() - start
+        metas = [[got.metas[k] for got in per_tile] for k in range(len(self.stages))]
+        own = [sum(m.op_seconds + m.write_seconds for m in ms) for ms in metas]
+        runs = []
+        for stage, ms, mine in zip(self.stages, metas, own):
+            shape, dtype, chunks = stage._agreed(ms)
+            runs.append(StageRun(stage, ms, wall * mine / sum(own) if sum(own) > 0 else wall / len(own), shape,
+                                 dtype, chunks))
+        return runs, ([got.summary for got in per_tile] if self.prepare is not None else None)
 
 
 @dataclass(frozen=True)

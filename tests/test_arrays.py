@@ -519,3 +519,21 @@ def test_write_array_digests_its_chunks_in_chunk_order_whatever_the_threads(tmp_
     expected = [block_digest(values[tuple(slice(lo, hi) for lo, hi in t.box)])
                 for t in tile_grid(values.shape, (0, 1), chunks)]
     assert digests == expected
+
+
+def test_a_held_array_reads_like_its_stored_array_within_its_box():
+    """A fused task's in-memory output: boxes inside its held box read as copies, with the
+    layout its stored array will have; a box outside it is a StoreError, never wrong cells."""
+    from subzero.store.arrays import HeldArray, output_compressor
+
+    block = np.arange(20.0, dtype=np.float32).reshape(4, 5)
+    held = HeldArray((10, 10), (4, 4), ((2, 6), (3, 8)), block, "none")
+    got = held.read(((3, 5), (4, 6)))
+    np.testing.assert_array_equal(got, block[1:3, 1:3])
+    got[:] = -1  # a copy: the held block is unchanged
+    assert block[1, 1] == 6.0
+    assert held.layout() == ((10, 10), (4, 4), np.dtype(np.float32), "none")
+    assert output_compressor([held]) == "auto" and output_compressor([HeldArray((1,), (1,), ((0, 1),),
+                                                                                np.zeros(1), "zstd")]) == "zstd"
+    with pytest.raises(sz.StoreError, match="outside the held box"):
+        held.read(((1, 5), (4, 6)))

@@ -243,3 +243,23 @@ def test_coldquery_bench_times_new_processes_against_import_numpy(tmp_path, monk
     assert "fsspec" not in doc["raw"]["heavy_modules_loaded"] and "rtree" in doc["raw"]["heavy_modules_loaded"]
     report = (tmp_path / "REPORT.md").read_text()
     assert "Cold query" in report and "| shards: after |" in report and "Load (uptime" in report
+
+
+def test_dataplane_report_splits_each_run_by_stage():
+    """The data-plane report's breakdown: inputs the driver stores, each stage's wall beside its
+    tasks' work over 2 cores (a fused stage sums its nodes'), and the driver between stages."""
+    from subzero.bench.dataplane import render_dataplane
+
+    def run(wall, stages, nodes):
+        return {"wall": wall, "load": 1.0, "stages": stages, "label_checksum": [1, 1],
+                "nodes": {n: {"wall": 1.0, "op": op, "write": wr, "tiles": 4} for n, (op, wr) in nodes.items()}}
+
+    after = run(5.0, [("x", 0.0, 0.5), ("dark", 0.5, 1.0), ("sub+blur+mask", 1.0, 3.0), ("label", 3.5, 4.5)],
+                {"sub": (1.0, 0.5), "blur": (1.0, 0.5), "mask": (0.5, 0.5), "label": (1.0, 0.6)})
+    doc = {"setup": {"cells": 16, "rounds": 1, "baseline": None, "ours": "here", "workflow": "w"},
+           "figures": {"seconds": {"values": {"numpy": 1.0, "numpy+save": 3.0, "spark: after": 5.0}}},
+           "raw": {"runs": {"numpy": [{"wall": 1.0, "load": 1.0}], "numpy+save": [{"wall": 3.0, "load": 1.0}],
+                            "spark: after": [after]}}}
+    text = "\n".join(render_dataplane(doc))
+    assert "| spark: after | 1.00 | sub+blur+mask 2.00 (2.00); label 1.00 (0.80) | 1.00 |" in text
+    assert "spark: after / numpy+save <= 1.0: 1.67, NOT met" in text

@@ -7,9 +7,11 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings, strategies as st
 
 import subzero as sz
 from subzero import operators as ops
+from subzero.executor import LocalExecutor
 from subzero.store import FileStore
 
 
@@ -544,9 +546,9 @@ def test_an_optimized_run_computes_each_node_once_with_its_lineage(tmp_path, mon
     real_compute, real_capture, real_profile = execution._Execution.compute, execution._Execution.capture, \
         calibrate.profile_node
 
-    def compute(self, node, strategies):
+    def compute(self, node, strategies, *rest):
         computed.append(node.name)
-        return real_compute(self, node, strategies)
+        return real_compute(self, node, strategies, *rest)
 
     def capture(self, node, strategies):
         captured.append(node.name)
@@ -600,3 +602,103 @@ def test_a_one_pass_run_keeps_the_measured_operator_time_in_the_profiles_queries
         steps = {s["node"]: s["strategy"] for s in run.last_query}
         assert all(steps[n] == "Map" for n in ("sub", "blur", "mask")), steps
         assert np.array_equal(np.asarray(got), np.asarray(getattr(plain, direction)(node, [[128, 128]], to=to)))
+
+
+class Tanh(ops.ElementwiseOperator):
+    """A user's elementwise operator (defined outside subzero, pickled by value)."""
+
+    fn = np.tanh
+
+
+#: per-tile steps a fused chain may hold, and two that end a fusion (two passes, stored lineage)
+_STEPS = {"sub": lambda: ops.Subtract(), "conv": lambda: ops.Convolve(np.ones((3, 3)) / 9.0),
+          "gauss": lambda: ops.GaussianFilter(1.0), "thresh": lambda: ops.Threshold(0.1), "tanh": Tanh,
+          "label": lambda: ops.Label()}
+
+
+def _chain(steps):
+    wf = sz.Workflow("chain")
+    x, dark = wf.input("x"), wf.input("dark")
+    prev = x
+    for k, step in enumerate(steps):
+        args = (prev, dark) if step == "sub" else (prev,)
+        prev = wf.add(_STEPS[step](), *args, name=f"n{k}-{step}")
+    return wf
+
+
+def _stored_arrays(root) -> dict:
+    """Every array file of a store (chunks and zarr.json) by path."""
+    import hashlib
+
+    out = {}
+    for dirpath, _, files in os.walk(os.path.join(root, "arrays")):
+        for f in files:
+            path = os.path.join(dirpath, f)
+            out[os.path.relpath(path, root)] = hashlib.sha1(open(path, "rb").read()).hexdigest()
+    return out
+
+
+@settings(max_examples=12, deadline=None)
+@given(steps=st.lists(st.sampled_from(sorted(_STEPS)), min_size=1, max_size=5),
+       side=st.integers(5, 17), tile=st.integers(2, 7), pin=st.integers(-1, 4))
+@example(steps=["sub", "conv", "thresh", "label"], side=13, tile=4, pin=-1)  # the scale workflow
+@example(steps=["gauss", "thresh", "label", "tanh", "conv"], side=9, tile=3, pin=4)
+def test_fused_nodes_store_and_answer_exactly_what_nodes_run_one_by_one(steps, side, tile, pin):
+    """Per-tile nodes run as one stage (SUBZERO_FUSE) write the same bytes (chunks and
+    metadata) and answer the same lineage queries as the same nodes run one stage each; a
+    two-pass node (Label) and one storing lineage (pinned FullOne) run on their own, a Label's
+    first pass in the stage of the per-tile nodes before it."""
+    import tempfile
+
+    import subzero.execution as execution
+    from subzero.progress import Reporter
+
+    class Seen(Reporter):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def node_started(self, name, n_tiles):
+            self.names.append(name)
+
+    rng = np.random.default_rng(side)
+    inputs = {"x": rng.normal(size=(side, side + 2)), "dark": rng.normal(size=(side, side + 2)) * 0.1}
+    pins = {f"n{pin}-{steps[pin]}": "FullOne"} if 0 <= pin < len(steps) else None
+    last = f"n{len(steps) - 1}-{steps[-1]}"
+    got = {}
+    prepares = []  # the first passes run as their own job
+    map_prepare = LocalExecutor.map_prepare
+
+    def spied(self, task, tiles):
+        prepares.append(task.node)
+        return map_prepare(self, task, tiles)
+
+    with tempfile.TemporaryDirectory() as root:
+        for fuse in (True, False):
+            seen = Seen()
+            saved, execution.FUSE = execution.FUSE, fuse
+            LocalExecutor.map_prepare = spied  # type: ignore[method-assign]
+            try:
+                run = _chain(steps).run(inputs, store=os.path.join(root, str(fuse)), executor="local",
+                                        tile_shape=tile, strategies=pins, progress=seen)
+            finally:
+                execution.FUSE = saved
+                LocalExecutor.map_prepare = map_prepare  # type: ignore[method-assign]
+            got[fuse] = (_stored_arrays(os.path.join(root, str(fuse))),
+                         {n: r.strategies for n, r in run.catalog.nodes.items()},
+                         run.backward(last, [(side // 2, 1)], to="x").tolist(),
+                         run.forward("x", [(0, side // 2)], to=last).tolist(), seen.names, list(prepares))
+            prepares.clear()
+    fused, alone = got[True], got[False]
+    assert fused[:4] == alone[:4]
+    assert all("+" not in n for n in alone[4])
+    assert alone[5] == [f"n{k}-label" for k, s in enumerate(steps) if s == "label"]
+    # a Label right after a per-tile node without stored lineage has its first pass in that node's stage
+    assert fused[5] == [f"n{k}-label" for k, s in enumerate(steps) if s == "label" and not (
+        k and steps[k - 1] != "label" and (pins is None or f"n{k - 1}-{steps[k - 1]}" not in pins))]
+    groups = [n.split("+") for n in fused[4] if "+" in n]
+    for group in groups:  # only consecutive per-tile nodes without stored lineage were fused
+        assert all(not n.endswith("label") and (pins is None or n not in pins) for n in group)
+    eligible = [not s.endswith("label") and (pins is None or f"n{k}-{s}" not in pins) for k, s in enumerate(steps)]
+    runs_of_two = any(a and b for a, b in zip(eligible, eligible[1:]))
+    assert bool(groups) == runs_of_two

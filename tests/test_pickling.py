@@ -140,3 +140,14 @@ def test_a_callers_own_by_value_registration_survives():
     finally:
         if __name__ in cloudpickle.list_registry_pickle_by_value():
             cloudpickle.unregister_pickle_by_value(module)
+
+
+def test_a_fused_tasks_operators_all_travel_by_value(tmp_path):
+    """A fused task holds several operators: every user operator's class is pickled by value."""
+    payload = dumps_with_operator({"ops": [Shifted(1), ops.Add(), Shifted(2)]}, (Shifted(1), ops.Add(), Shifted(2)),
+                                  "a+b+c")
+    got = load_in_fresh_process(tmp_path, payload, """
+        print(json.dumps([o.map_f(np.array([[0]]), 0).tolist() for o in (obj["ops"][0], obj["ops"][2])]))
+    """)
+    assert got == [[[1]], [[2]]]
+    assert __name__ not in cloudpickle.list_registry_pickle_by_value()

@@ -182,3 +182,39 @@ def test_envelopes_of_label_payloads_give_the_empty_payload_its_own_cells():
                        [encode_region(comp, 2), b"", b""])
     lo, hi = with_envelopes(op, pay).envelopes[0]
     assert lo.tolist() == [[1, 1], [0, 0], [3, 2]] and hi.tolist() == [[3, 3], [1, 1], [6, 6]]
+
+
+def test_a_fused_tile_grows_each_upstream_box_by_its_readers_halos(tmp_path):
+    """subtract -> 3x3 convolve -> 5x5 (radius 2) convolve in one task: the subtract is computed
+    over the tile grown by 3, the first convolve by 2, each writes only its own tile, and the
+    values are those of the nodes computed one after another."""
+    from scipy import ndimage
+
+    from subzero.runtime import FusedTask, Held, run_fused_tile
+
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(12, 12)), rng.normal(size=(12, 12))
+    location = resolve(tmp_path)
+    sub = bound(ops.Subtract(), (12, 12), (12, 12))
+    b1 = bound(ops.Convolve(np.ones((3, 3)), mode="reflect"), (12, 12))
+    b2 = bound(ops.Convolve(np.ones((5, 5)), mode="nearest"), (12, 12))
+    refs = {n: ArrayRef(location, f"arrays/{n}") for n in ("sub", "b1", "b2")}
+    tasks = (NodeTask("sub", sub, (saved(tmp_path, "x", x), saved(tmp_path, "y", y)), sub.input_shapes,
+                      (12, 12), output=refs["sub"], chunks=(4, 4)),
+             NodeTask("b1", b1, (Held("sub"),), b1.input_shapes, (12, 12), output=refs["b1"], chunks=(4, 4)),
+             NodeTask("b2", b2, (Held("b1"),), b2.input_shapes, (12, 12), output=refs["b2"], chunks=(4, 4)))
+    fused = FusedTask(tasks)
+    assert fused.node == "sub+b1+b2"
+    tile = Tile(4, ((4, 8), (4, 8)))
+    metas = run_fused_tile(fused, tile).metas
+    assert [m.tile for m in metas] == [tile] * 3 and all(m.array_bytes >= 4 * 4 * 8 for m in metas)
+    expected = {"sub": x - y}
+    expected["b1"] = ndimage.convolve(expected["sub"], np.ones((3, 3)), mode="reflect")
+    expected["b2"] = ndimage.convolve(expected["b1"], np.ones((5, 5)), mode="nearest")
+    for name, ref in refs.items():
+        ref.commit((12, 12), "float64", (4, 4))
+        np.testing.assert_allclose(ref.read(tile.box), expected[name][4:8, 4:8])
+        assert not (tmp_path / "arrays" / name / "c" / "0").exists()  # no other tile was written
+    with pytest.raises(sz.WorkflowError, match="store no lineage"):  # a grown member cannot store its lineage
+        run_fused_tile(FusedTask((tasks[0].__class__(**{**tasks[0].__dict__, "strategies": typed("FullOne")}),
+                                  *tasks[1:])), tile)

@@ -155,6 +155,38 @@ def test_an_operator_error_on_spark_is_one_clear_workflow_error(spark, tmp_path)
         sz.open_run(tmp_path / "b")
 
 
+class Halve(ops.ElementwiseOperator):
+    """A user's elementwise operator, pickled by value into the Spark workers."""
+
+    fn = staticmethod(lambda x: x / 2)
+
+
+def test_fused_nodes_on_spark_store_what_the_local_executor_stores(spark, tmp_path):
+    """Subtract -> convolve -> a user's operator -> threshold run as one Spark stage: the same
+    arrays (bytes and metadata) and lineage answers as the local executor's; an error in a
+    member names the fused nodes and the operator's own error."""
+    wf = sz.Workflow("fused")
+    x, y = wf.input("x"), wf.input("y")
+    sub = wf.add(ops.Subtract(), x, y, name="sub")
+    blur = wf.add(ops.Convolve(np.ones((3, 3)) / 9.0), sub, name="blur")
+    half = wf.add(Halve(), blur, name="half")
+    wf.add(ops.Threshold(0.2), half, name="mask")
+    runs = {ex: wf.run(inputs(), store=tmp_path / ex, spark=spark, executor=ex, tile_shape=(4, 3))
+            for ex in ("spark", "local")}
+    assert runs["spark"].catalog.executor == "spark"
+    for node in ("sub", "blur", "half", "mask"):
+        assert runs["spark"].array(node).layout() == runs["local"].array(node).layout()
+        np.testing.assert_array_equal(runs["spark"].output(node), runs["local"].output(node))
+    assert runs["spark"].backward("mask", [(4, 4)], to="x").tolist() == \
+        runs["local"].backward("mask", [(4, 4)], to="x").tolist() == [[3, 3], [3, 4], [3, 5], [4, 3], [4, 4],
+                                                                      [4, 5], [5, 3], [5, 4], [5, 5]]
+    bad = sz.Workflow("fused-bad")
+    a = bad.input("x")
+    bad.add(Broken(), bad.add(ops.Threshold(0.2), a, name="mask"), a, name="bad")
+    with pytest.raises(sz.WorkflowError, match="node 'mask\\+bad' failed on Spark: .*instrument file is unreadable"):
+        bad.run({"x": np.ones((40, 40))}, store=tmp_path / "b", spark=spark)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -549,7 +581,8 @@ def test_ctrl_c_is_one_line_leaves_no_jvm_and_resume_continues(tmp_path):
     for name in ("profile", "types"):
         (tmp_path / f"{name}.py").write_text("raise SystemExit('the working directory shadowed a module')\n")
     mark = f"SUBZERO_TEST_RUN={uuid.uuid4().hex}"
-    env = _env(SUBZERO_TEST_RUN=mark.split("=", 1)[1])
+    # one stage per node (not a and b fused into one), so b's tasks run after a is committed
+    env = _env(SUBZERO_TEST_RUN=mark.split("=", 1)[1], SUBZERO_FUSE="0")
     command = [sys.executable, "-m", "subzero", "run", "slow.py", "--store", "s", "--tile", "32"]
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -620,3 +653,25 @@ def test_the_class_data_sharing_archive_is_dumped_once_then_mapped(tmp_path, mon
     assert got == f"-XX:SharedArchiveFile={final}" and Path(final).read_bytes() == b"archive"
     monkeypatch.setenv("SUBZERO_SPARK_CDS", "0")
     assert spark_mod._class_data_sharing() == ""
+
+
+def test_warm_up_imports_the_task_code_in_a_background_job(spark):
+    """The warm-up returns at once; its job (one task per core) imports the task code in the
+    Python workers and succeeds, and a node's job after it runs as usual."""
+    from subzero.spark import SparkExecutor
+
+    executor = SparkExecutor(spark)
+    started = time.perf_counter()
+    executor.warm_up()
+    assert time.perf_counter() - started < 1.0
+    tracker, group = spark.sparkContext.statusTracker(), f"subzero-warm-up-{id(executor)}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(group)]
+        if jobs and all(j is not None and j.status == "SUCCEEDED" for j in jobs):
+            break
+        time.sleep(0.1)
+    assert jobs and jobs[0].status == "SUCCEEDED"
+    import operator
+
+    assert executor.map_items(operator.mul, 2, [1, 2, 3], "doubling") == [2, 4, 6]

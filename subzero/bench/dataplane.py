@@ -22,7 +22,10 @@ load of the machine (other jobs share its 2 cores) falls on all alike, and ``upt
 (wall, operator, write seconds) are kept, and one profiled local run per code tree
 (cProfile, one thread) splits its time into compute, chunk reads, chunk writes, compression
 and checksums, and the rest.  A Spark worker also times its first Python job (the Python
-workers' start) and a second one (a job's fixed cost).
+workers' start) and a second one (a job's fixed cost).  "spark: after, a stage per node" is
+this checkout with fusion off (``SUBZERO_FUSE=0``).  ``SUBZERO_DATAPLANE_ONLY`` (labels
+separated by ``;``) and ``SUBZERO_DATAPLANE_ROUNDS`` run a focused comparison: those
+configurations only, that many rounds, no profiled runs.
 """
 
 from __future__ import annotations
@@ -138,15 +141,17 @@ def worker(config: str, side: int, store: str) -> dict[str, Any]:
             spark.sparkContext.parallelize(range(4), 2).map(lambda v: v + 1).collect()
             extra[key] = time.perf_counter() - t0
     wf = workflow()
+    stages = _stages_reporter()
     profile = None
     if config.endswith("profile"):
         import cProfile
 
         profile = cProfile.Profile()
         profile.enable()
-    start = time.perf_counter()
-    run = wf.run(arrays, store=store, executor=executor, spark=spark)
+    start = stages.start = time.perf_counter()
+    run = wf.run(arrays, store=store, executor=executor, spark=spark, progress=stages)
     wall = time.perf_counter() - start
+    extra["stages"] = stages.spans
     if profile is not None:
         profile.disable()
         extra["parts"] = _profile_parts(profile)
@@ -155,6 +160,26 @@ def worker(config: str, side: int, store: str) -> dict[str, Any]:
     labels = np.asarray(run.output("label"))
     extra["label_checksum"] = int(np.count_nonzero(labels)), int(labels.max())
     return {"wall": wall, **extra}
+
+
+def _stages_reporter():
+    from subzero.progress import Reporter
+
+    class Stages(Reporter):
+        """The run's stages as the driver starts and finishes them: (name, start, end) seconds
+        from the run's start (an input the driver stores is a stage named after it)."""
+
+        def __init__(self):
+            super().__init__()
+            self.start, self.spans, self._open = 0.0, [], {}
+
+        def node_started(self, name, n_tiles):
+            self._open[name] = time.perf_counter() - self.start
+
+        def node_finished(self, name, ok=True):
+            self.spans.append((name, self._open.pop(name, 0.0), time.perf_counter() - self.start))
+
+    return Stages()
 
 
 def _one(config: str, side: int, code: Path, store: Path, timeout: float, env_extra=None) -> dict[str, Any]:
@@ -188,15 +213,19 @@ def _baseline() -> Path | None:
 def run_dataplane(quick: bool, root: Path, size=None, log=print, timeout: float = 1800, **_) -> dict[str, Any]:
     """Every configuration once per round, rounds interleaved; returns the results body."""
     side = int(size or (QUICK_SIDE if quick else SIDE))
-    rounds = QUICK_ROUNDS if quick else ROUNDS
+    rounds = int(os.environ.get("SUBZERO_DATAPLANE_ROUNDS") or (QUICK_ROUNDS if quick else ROUNDS))
     ours, base = _ours(), _baseline()
     trees = {"after": ours, **({"before": base} if base else {})}
     configs: list[tuple[str, str, Path, dict]] = [("numpy", "numpy", ours, {}), ("numpy+save", "numpy+save", ours, {})]
     for which, code in trees.items():
         configs += [(f"local: {which}", "local", code, {}), (f"spark: {which}", "spark", code, {}),
                     (f"tiny spark: {which}", "tiny-spark", code, {})]
+    configs.insert(4, ("spark: after, a stage per node", "spark", ours, {"SUBZERO_FUSE": "0"}))
     configs += [("tiny spark, JVM started: after", "tiny-spark", ours, {"SUBZERO_IN_PROCESS_BYTES": "0"}),
                 ("tiny local: after", "tiny-local", ours, {}), ("tiny bare pyspark", "tiny-bare", ours, {})]
+    only = [c.strip() for c in os.environ.get("SUBZERO_DATAPLANE_ONLY", "").split(";") if c.strip()]
+    if only:  # a focused run: these configurations only (their labels, separated by ";")
+        configs = [c for c in configs if c[0] in only]
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in configs}
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -209,7 +238,7 @@ def run_dataplane(quick: bool, root: Path, size=None, log=print, timeout: float 
                 + (f"{shown:.2f} s" if shown is not None else got.get("error", "?").splitlines()[-1])
                 + f" (load {got['load']})")
     profiles = {which: _one("local-profile", side, code, root / "store", timeout, {"SUBZERO_LOCAL_THREADS": "1"})
-                for which, code in trees.items()}
+                for which, code in trees.items()} if not only else {}
     return {"setup": {"side": side, "cells": side * side, "rounds": rounds, "ours": str(ours),
                       "baseline": str(base) if base else None,
                       "workflow": "subtract -> Convolve 3x3 -> Threshold -> Label, float32 inputs in memory"},
@@ -267,6 +296,7 @@ def render_dataplane(doc: dict[str, Any]) -> list[str]:
         for node in (nodes[0] if nodes else {}):
             med = {k: statistics.median(n[node][k] for n in nodes) for k in ("wall", "op", "write")}
             out.append(f"| {label} | {node} | {med['wall']:.2f} | {med['op']:.2f} | {med['write']:.2f} |")
+    out += _breakdown(runs)
     spark_parts = [(label, _median(rs, "python_worker_start"), _median(rs, "job_fixed"))
                    for label, rs in runs.items() if label.startswith("spark")]
     out += ["", "Spark's fixed costs per process (median): " + "; ".join(
@@ -290,26 +320,75 @@ def render_dataplane(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _breakdown(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Where each run's wall went, by stage as the driver saw it (median over rounds): inputs the
+    driver stores, each stage's wall and, beside it, its tasks' own operator and write seconds
+    over the 2 cores (the rest of the stage: reading and decoding inputs inside the operator's
+    time aside, scheduling, task serialization, Python workers, uneven tasks), and the driver
+    between stages (commits, planning, a two-pass node's first pass and combine)."""
+    rows = []
+    for label, rs in runs.items():
+        done = [r for r in rs if r.get("stages") and r.get("nodes")]
+        if not done:
+            continue
+        names = [n for n, _, _ in done[0]["stages"] if n not in ("x", "dark")]
+        cells = {"inputs": statistics.median(sum(e - b for n, b, e in r["stages"] if n in ("x", "dark"))
+                                             for r in done)}
+        for name in names:
+            walls = [sum(e - b for n, b, e in r["stages"] if n == name) for r in done]
+            work = [sum(r["nodes"][m]["op"] + r["nodes"][m]["write"] for m in name.split("+") if m in r["nodes"]) / 2
+                    for r in done]
+            cells[name] = (statistics.median(walls), statistics.median(work))
+        between = [r["wall"] - sum(e - b for _, b, e in r["stages"]) for r in done]
+        text = "; ".join(f"{n} {w:.2f} ({k:.2f})" for n, (w, k) in ((n, cells[n]) for n in names))
+        rows.append(f"| {label} | {cells['inputs']:.2f} | {text} | {statistics.median(between):.2f} |")
+    if not rows:
+        return []
+    return ["", "Where each run's wall goes, by stage as the driver runs them (median seconds over rounds): the "
+            "inputs the driver stores; each stage's wall and, in brackets, its tasks' own operator + write seconds "
+            "over 2 cores (the operator's seconds include reading its input boxes; the rest of the stage is "
+            "scheduling, task serialization, Python workers and uneven tasks); the driver between stages "
+            "(commits, planning, and before Label's stage its first pass and combine when that is a job of its "
+            "own):", "", "| configuration | inputs (driver) | stages: wall (tasks' work / 2 cores) | driver between "
+            "stages |", "|---|---|---|---|", *rows]
+
+
 def _notes(wall: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> list[str]:
     """Why a goal is missed and what would reach it, from this run's numbers."""
     numpy_wall, floor = wall.get("numpy"), wall.get("numpy+save")
     if not numpy_wall or not floor:
         return []
 
-    def node(label: str, name: str) -> float:
-        nodes = [r["nodes"][name]["wall"] for r in runs.get(label, []) if r.get("nodes", {}).get(name)]
-        return statistics.median(nodes) if nodes else float("nan")
+    def stage(label: str, name: str) -> float:
+        walls = [sum(e - b for n, b, e in r["stages"] if n == name) for r in runs.get(label, []) if r.get("stages")]
+        return statistics.median(walls) if walls else float("nan")
 
-    return ["Reading the goals:", "",
-            f"- Saving the six arrays once (1.3 GB at 6.4e7 cells) costs {floor / numpy_wall:.1f}x plain numpy on "
-            "this disk and load, so no run that stores every node's output can be within 1.5x of numpy that "
-            "stores nothing; only storing fewer arrays (recomputing cheap intermediates at query time instead, or "
-            "fusing subtract, convolve and threshold into one stage that writes only what queries need) can.",
-            f"- Against the fair floor, what is left is Label (after: {node('spark: after', 'label'):.2f} s on "
-            f"Spark, {node('local: after', 'label'):.2f} s locally, two passes over the tiles plus the seam "
-            "merge) and Spark's fixed cost per node (a job per node: scheduling, the task's pickled operator, "
-            "Python workers); fusing the per-tile nodes into one stage and relabelling only seam tiles in "
-            "Label's second pass would reach it.", ""]
+    spark, local = wall.get("spark: after"), wall.get("local: after")
+    fused = stage("spark: after", "sub+blur+mask")
+    lines = ["Reading the goals:", "",
+             f"- Saving the six arrays once (1.3 GB at 6.4e7 cells) costs {floor / numpy_wall:.1f}x plain numpy on "
+             "this disk and load, so no run that stores every node's output can be within 1.5x of numpy that "
+             "stores nothing: that goal is out of reach while every intermediate is stored; only storing fewer "
+             "arrays (recomputing cheap intermediates at query time instead) could reach it.",
+             f"- Against the fair floor (numpy saving each output once, {floor:.2f} s): the local executor "
+             f"{local / floor if local else float('nan'):.2f}x, Spark {spark / floor if spark else float('nan'):.2f}x. "
+             f"Subtract, convolve and threshold now run as one fused stage ({fused:.2f} s on Spark, was three "
+             f"stages of {sum(stage('spark: before', n) for n in ('sub', 'blur', 'mask')):.2f} s) with Label's "
+             "first pass in it; what is left on Spark is Label's second pass (a stage of its own: it relabels "
+             "every tile and writes int64 labels through zstd, "
+             f"{stage('spark: after', 'label'):.2f} s), the inputs the driver stores, and Spark's cost per task "
+             "(the stage's wall beside its tasks' work in the table above).",
+             f"- The local executor's fused stage took {stage('local: after', 'sub+blur+mask'):.2f} s against "
+             f"{sum(stage('local: before', n) for n in ('sub', 'blur', 'mask')):.2f} s for the three stages before "
+             "(whose Label first pass then ran between stages): its threads pay no per-stage cost and already "
+             "share one process's decoded chunks, so fusing saves it little; it stays on for one execution path.",
+             "- Each round runs the configurations in one order: this checkout's right after numpy+save has "
+             "written 1.3 GB, whose write-back can slow the inputs they store (inputs: "
+             + ", ".join(f"{label} {statistics.median(i):.2f} s" for label, i in (
+                 (label, [sum(e - b for n, b, e in r["stages"] if n in ("x", "dark")) for r in rs if r.get("stages")])
+                 for label, rs in runs.items() if label.startswith(("local", "spark"))) if i)
+             + "); compare the stages.", ""]
+    return lines
 
 
 if __name__ == "__main__":  # one configuration: python -P dataplane.py CONFIG SIDE STORE

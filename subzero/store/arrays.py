@@ -45,7 +45,7 @@ from subzero.errors import StoreError
 from subzero.store.failures import REBUILD, REBUILD_ARRAY, reading
 from subzero.store.location import Location
 
-__all__ = ["ArrayRef", "StoredArray", "ExternalArray", "write_array", "COMPRESSOR", "CHUNK_CACHE_BYTES", "chunk_boxes",
+__all__ = ["ArrayRef", "StoredArray", "ExternalArray", "HeldArray", "write_array", "COMPRESSOR", "CHUNK_CACHE_BYTES", "chunk_boxes",
            "resolve_compressor", "sampled_compressor", "output_compressor"]
 
 #: chunk compression: "auto" (by what compresses, see the module's text), "none", "lz4"
@@ -86,11 +86,12 @@ def sampled_compressor(array: np.ndarray, chunks: tuple[int, ...]) -> str:
 
 def output_compressor(inputs: "Sequence[ArrayRef | ExternalArray]", compressor: str = COMPRESSOR) -> str:
     """What "auto" means for a node's output, from the stored arrays it reads: float outputs of
-    float inputs that are all stored uncompressed (noise-like: sampled or computed from such)
+    float inputs that are all stored uncompressed (noise-like: sampled or computed from such;
+    a `HeldArray` counts as the stored array it will be)
     stay uncompressed ("auto"); the output of a node over other stored arrays is compressed
     ("zstd"), since smoothed, masked and labelled arrays compress.  A copy of an external
     input (no stored array read), or another ``compressor``, keeps ``compressor``."""
-    stored = [ref for ref in inputs if isinstance(ref, ArrayRef)]
+    stored = [ref for ref in inputs if isinstance(ref, (ArrayRef, HeldArray))]
     if compressor != "auto" or not stored:
         return compressor
     layouts = [ref.layout() for ref in stored]  # (shape, chunks, dtype, pipeline), read once per array
@@ -555,6 +556,36 @@ class ExternalArray:
             return np.asarray(self.array[tuple(slice(lo, hi) for lo, hi in box)])
         except Exception as exc:
             raise StoreError(f"input {self.name!r} cannot be read in box {box} ({type(exc).__name__}: {exc})") from exc
+
+
+@dataclass(frozen=True)
+class HeldArray:
+    """A box of a node's output held in a task's memory, read as its stored array would be.
+
+    A fused task (`subzero.runtime.run_fused_tile`) computes an upstream node over the box
+    its downstream nodes read and hands them this instead of the stored array: the same
+    values, without writing and decoding them in between.  ``pipeline`` is the codec
+    pipeline the stored array gets (`resolve_compressor`), so `output_compressor` chooses
+    as it does over the committed array.
+    """
+
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    box: Box
+    block: np.ndarray
+    pipeline: str
+
+    def read(self, box: Box | None = None) -> np.ndarray:
+        """The cells of ``box`` (within the held box): a copy, as a stored array's read is, so an
+        operator that writes into its input changes no other reader's values."""
+        box = self.box if box is None else box
+        if any(lo < hlo or hi > hhi for (lo, hi), (hlo, hhi) in zip(box, self.box)):
+            raise StoreError(f"box {box} is outside the held box {self.box} of a fused node's output")
+        return self.block[tuple(slice(lo - hlo, hi - hlo) for (lo, hi), (hlo, _) in zip(box, self.box))].copy()
+
+    def layout(self) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype, str | None]:
+        """(shape, chunks, dtype, pipeline), as `ArrayRef.layout` gives the stored array's."""
+        return self.shape, self.chunks, self.block.dtype, self.pipeline
 
 
 def write_array(ref: ArrayRef, array: np.ndarray, chunks: tuple[int, ...] | None = None,

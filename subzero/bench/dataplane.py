@@ -22,8 +22,8 @@ load of the machine (other jobs share its 2 cores) falls on all alike, and ``upt
 (wall, operator, write seconds) are kept, and one profiled local run per code tree
 (cProfile, one thread) splits its time into compute, chunk reads, chunk writes, compression
 and checksums, and the rest.  A Spark worker also times its first Python job (the Python
-workers' start) and a second one (a job's fixed cost).  "spark: after, a stage per node" is
-this checkout with fusion off (``SUBZERO_FUSE=0``).  ``SUBZERO_DATAPLANE_ONLY`` (labels
+workers' start) and a second one (a job's fixed cost).  "local: after, a stage per node" and
+"spark: after, a stage per node" are this checkout with fusion off (``SUBZERO_FUSE=0``).  ``SUBZERO_DATAPLANE_ONLY`` (labels
 separated by ``;``) and ``SUBZERO_DATAPLANE_ROUNDS`` run a focused comparison: those
 configurations only, that many rounds, no profiled runs.
 """
@@ -220,7 +220,8 @@ def run_dataplane(quick: bool, root: Path, size=None, log=print, timeout: float 
     for which, code in trees.items():
         configs += [(f"local: {which}", "local", code, {}), (f"spark: {which}", "spark", code, {}),
                     (f"tiny spark: {which}", "tiny-spark", code, {})]
-    configs.insert(4, ("spark: after, a stage per node", "spark", ours, {"SUBZERO_FUSE": "0"}))
+    configs.insert(3, ("local: after, a stage per node", "local", ours, {"SUBZERO_FUSE": "0"}))
+    configs.insert(5, ("spark: after, a stage per node", "spark", ours, {"SUBZERO_FUSE": "0"}))
     configs += [("tiny spark, JVM started: after", "tiny-spark", ours, {"SUBZERO_IN_PROCESS_BYTES": "0"}),
                 ("tiny local: after", "tiny-local", ours, {}), ("tiny bare pyspark", "tiny-bare", ours, {})]
     only = [c.strip() for c in os.environ.get("SUBZERO_DATAPLANE_ONLY", "").split(";") if c.strip()]

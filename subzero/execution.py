@@ -601,17 +601,25 @@ def _one_pass(run: _Execution, operators: list[Node], pinned, queries, max_runti
     status, over_budget = stored_opt.get("status", "optimal"), stored_opt.get("pins_over_budget", "")
     max_disk = stored_opt.get("max_disk_bytes", run.disk_left)
     profiles: dict[str, NodeProfile] = {}
-    for node in operators:
+    fused: dict[str, tuple[list[TileMeta], float]] = {}  # computed by a fused stage, to plan and commit
+    prepared = None  # the first-pass summaries of the next node, made by the fused stage before it
+    for k, node in enumerate(operators):
         record = run.catalog.nodes.get(node.name)
         if record is not None:  # committed before the run was resumed: its profile for the fans
             if record.profile:
                 profiles[node.name] = NodeProfile.from_dict(record.profile)
             continue
-        stage, computed = run.stage(node), None
-        if stage.output_shape is None or stage.operator.two_pass:
+        if node.name not in fused:
+            for member, done in _fuse_unstored(run, operators[k:], pinned, access).items():
+                if member is None:
+                    prepared = done
+                else:
+                    fused[member] = done
+        stage, computed = run.stage(node), fused.pop(node.name, None)
+        if computed is None and (stage.output_shape is None or stage.operator.two_pass):
             # only running tells its shape, or its tiles need its first pass (run by compute): computed
             # first, calibrated then, its lineage captured after if the plan stores any
-            computed = run.compute(node, ())
+            computed, prepared = run.compute(node, (), prepared), None
             stage = run.stage(node)
         start = time.perf_counter()
         candidates = _candidates(node, pinned, access)
@@ -665,6 +673,31 @@ def _one_pass(run: _Execution, operators: list[Node], pinned, queries, max_runti
     if run.catalog.optimizer is not None:  # the budget over the whole workflow's measured time, as recorded
         run.catalog = replace(run.catalog, optimizer={
             **run.catalog.optimizer, "max_runtime_seconds": parse_runtime_budget(max_runtime, totals["base_seconds"])})
+
+
+def _fuse_unstored(run: _Execution, nodes: Sequence[Node], pinned, access) -> dict[Any, Any]:
+    """Compute the longest run of ``nodes`` whose every candidate stores nothing (Map or
+    BlackBox: whatever the integer program picks, the run is the same) as one fused stage, as
+    a run without an optimizer does (`_Execution.fused_group`); they are planned after, from
+    their measured operator time, like a node that is computed first.  Returns each member's
+    tiles' metadata and wall by name, and under None the first-pass summaries of the node
+    after them when the stage made them; empty when fewer than two nodes fuse."""
+    unstored: dict[str, tuple[Strategy, ...]] = {}
+    for node in nodes:
+        strategies = _strategies(_candidates(node, pinned, access))
+        if any(s.stored for s in strategies):
+            break
+        unstored[node.name] = strategies
+    after = [n for n in nodes[len(unstored):len(unstored) + 1] if n.operator.two_pass]  # its first pass, perhaps
+    group = run.fused_group([*nodes[:len(unstored)], *after], {**unstored, **{n.name: () for n in after}})
+    if group is None:
+        return {}
+    members = nodes[:len(group.stages)]
+    computed, summaries = run.compute_fused(members, group)
+    out: dict[Any, Any] = {n.name: done for n, done in zip(members, computed)}
+    if summaries is not None:
+        out[None] = summaries
+    return out
 
 
 def _capture_limit(max_runtime, totals: dict[str, float], pins: Sequence[str]):

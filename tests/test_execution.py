@@ -702,3 +702,48 @@ def test_fused_nodes_store_and_answer_exactly_what_nodes_run_one_by_one(steps, s
     eligible = [not s.endswith("label") and (pins is None or f"n{k}-{s}" not in pins) for k, s in enumerate(steps)]
     runs_of_two = any(a and b for a, b in zip(eligible, eligible[1:]))
     assert bool(groups) == runs_of_two
+
+
+def test_an_optimized_run_fuses_the_nodes_whose_candidates_store_nothing():
+    """With a workload and budgets, the per-tile nodes every candidate of which stores nothing
+    (Map, BlackBox) run as one fused stage, as in a run without an optimizer; the plan, the
+    stored bytes and the answers are those of the same run one stage per node."""
+    import tempfile
+
+    import subzero.execution as execution
+    from subzero.progress import Reporter
+
+    class Seen(Reporter):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def node_started(self, name, n_tiles):
+            self.names.append(name)
+
+    wf = _chain(["sub", "conv", "thresh", "label", "tanh", "conv"])
+    rng = np.random.default_rng(7)
+    inputs = {"x": rng.normal(size=(24, 26)), "dark": rng.normal(size=(24, 26)) * 0.1}
+    workload = [{"direction": "backward", "node": "n5-conv", "to": "x", "cells": [[12, 13]]},
+                {"direction": "forward", "node": "x", "to": "n3-label", "cells": [[3, 4]]}]
+    got = {}
+    with tempfile.TemporaryDirectory() as root:
+        for fuse in (True, False):
+            seen, saved = Seen(), execution.FUSE
+            execution.FUSE = fuse
+            try:
+                run = wf.run(inputs, store=os.path.join(root, str(fuse)), executor="local", tile_shape=8,
+                             workload=workload, max_runtime="1.5x", progress=seen)
+            finally:
+                execution.FUSE = saved
+            got[fuse] = (_stored_arrays(os.path.join(root, str(fuse))),
+                         {n: r.strategies for n, r in run.catalog.nodes.items()},
+                         run.backward("n5-conv", [(12, 13)], to="x").tolist(),
+                         run.forward("x", [(3, 4)], to="n3-label").tolist(), seen.names)
+            assert run.catalog.optimizer["one_pass"]
+    fused, alone = got[True], got[False]
+    assert fused[0] == alone[0] and fused[2:4] == alone[2:4]  # the same arrays, the same answers
+    # the nodes fused chose as alone (the Label's plan may differ: timed budgets; its answers may not)
+    assert {n: s for n, s in fused[1].items() if n != "n3-label"} == \
+        {n: s for n, s in alone[1].items() if n != "n3-label"}
+    assert "n0-sub+n1-conv+n2-thresh" in fused[4] and all("+" not in n for n in alone[4])

@@ -610,11 +610,9 @@ def _one_pass(run: _Execution, operators: list[Node], pinned, queries, max_runti
                 profiles[node.name] = NodeProfile.from_dict(record.profile)
             continue
         if node.name not in fused:
-            for member, done in _fuse_unstored(run, operators[k:], pinned, access).items():
-                if member is None:
-                    prepared = done
-                else:
-                    fused[member] = done
+            computed_now, summaries = _fuse_unstored(run, operators[k:], pinned, access)
+            fused.update(computed_now)
+            prepared = summaries if summaries is not None else prepared
         stage, computed = run.stage(node), fused.pop(node.name, None)
         if computed is None and (stage.output_shape is None or stage.operator.two_pass):
             # only running tells its shape, or its tiles need its first pass (run by compute): computed
@@ -675,29 +673,28 @@ def _one_pass(run: _Execution, operators: list[Node], pinned, queries, max_runti
             **run.catalog.optimizer, "max_runtime_seconds": parse_runtime_budget(max_runtime, totals["base_seconds"])})
 
 
-def _fuse_unstored(run: _Execution, nodes: Sequence[Node], pinned, access) -> dict[Any, Any]:
+def _fuse_unstored(run: _Execution, nodes: Sequence[Node], pinned,
+                   access) -> tuple[dict[str, tuple[list[TileMeta], float]], list[Any] | None]:
     """Compute the longest run of ``nodes`` whose every candidate stores nothing (Map or
     BlackBox: whatever the integer program picks, the run is the same) as one fused stage, as
     a run without an optimizer does (`_Execution.fused_group`); they are planned after, from
     their measured operator time, like a node that is computed first.  Returns each member's
-    tiles' metadata and wall by name, and under None the first-pass summaries of the node
-    after them when the stage made them; empty when fewer than two nodes fuse."""
+    tiles' metadata and wall by name (empty when fewer than two nodes fuse), and the first-pass
+    summaries of the node after them when the stage made them (else None)."""
     unstored: dict[str, tuple[Strategy, ...]] = {}
     for node in nodes:
         strategies = _strategies(_candidates(node, pinned, access))
-        if any(s.stored for s in strategies):
+        if node.name in run.catalog.nodes or any(s.stored for s in strategies):  # committed before a resume
             break
         unstored[node.name] = strategies
-    after = [n for n in nodes[len(unstored):len(unstored) + 1] if n.operator.two_pass]  # its first pass, perhaps
+    after = [n for n in nodes[len(unstored):len(unstored) + 1]  # its first pass, perhaps
+             if n.operator.two_pass and n.name not in run.catalog.nodes]
     group = run.fused_group([*nodes[:len(unstored)], *after], {**unstored, **{n.name: () for n in after}})
     if group is None:
-        return {}
+        return {}, None
     members = nodes[:len(group.stages)]
     computed, summaries = run.compute_fused(members, group)
-    out: dict[Any, Any] = {n.name: done for n, done in zip(members, computed)}
-    if summaries is not None:
-        out[None] = summaries
-    return out
+    return {n.name: done for n, done in zip(members, computed)}, summaries
 
 
 def _capture_limit(max_runtime, totals: dict[str, float], pins: Sequence[str]):

@@ -12,6 +12,7 @@ from hypothesis import example, given, settings, strategies as st
 import subzero as sz
 from subzero import operators as ops
 from subzero.executor import LocalExecutor
+from subzero.progress import Reporter
 from subzero.store import FileStore
 
 
@@ -626,6 +627,17 @@ def _chain(steps):
     return wf
 
 
+class _StagesSeen(Reporter):
+    """A progress reporter that keeps the name of every stage started (fused: ``a+b+c``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def node_started(self, name, n_tiles):
+        self.names.append(name)
+
+
 def _stored_arrays(root) -> dict:
     """Every array file of a store (chunks and zarr.json) by path."""
     import hashlib
@@ -651,16 +663,6 @@ def test_fused_nodes_store_and_answer_exactly_what_nodes_run_one_by_one(steps, s
     import tempfile
 
     import subzero.execution as execution
-    from subzero.progress import Reporter
-
-    class Seen(Reporter):
-        def __init__(self):
-            super().__init__()
-            self.names = []
-
-        def node_started(self, name, n_tiles):
-            self.names.append(name)
-
     rng = np.random.default_rng(side)
     inputs = {"x": rng.normal(size=(side, side + 2)), "dark": rng.normal(size=(side, side + 2)) * 0.1}
     pins = {f"n{pin}-{steps[pin]}": "FullOne"} if 0 <= pin < len(steps) else None
@@ -675,7 +677,7 @@ def test_fused_nodes_store_and_answer_exactly_what_nodes_run_one_by_one(steps, s
 
     with tempfile.TemporaryDirectory() as root:
         for fuse in (True, False):
-            seen = Seen()
+            seen = _StagesSeen()
             saved, execution.FUSE = execution.FUSE, fuse
             LocalExecutor.map_prepare = spied  # type: ignore[method-assign]
             try:
@@ -711,16 +713,6 @@ def test_an_optimized_run_fuses_the_nodes_whose_candidates_store_nothing():
     import tempfile
 
     import subzero.execution as execution
-    from subzero.progress import Reporter
-
-    class Seen(Reporter):
-        def __init__(self):
-            super().__init__()
-            self.names = []
-
-        def node_started(self, name, n_tiles):
-            self.names.append(name)
-
     wf = _chain(["sub", "conv", "thresh", "label", "tanh", "conv"])
     rng = np.random.default_rng(7)
     inputs = {"x": rng.normal(size=(24, 26)), "dark": rng.normal(size=(24, 26)) * 0.1}
@@ -729,7 +721,7 @@ def test_an_optimized_run_fuses_the_nodes_whose_candidates_store_nothing():
     got = {}
     with tempfile.TemporaryDirectory() as root:
         for fuse in (True, False):
-            seen, saved = Seen(), execution.FUSE
+            seen, saved = _StagesSeen(), execution.FUSE
             execution.FUSE = fuse
             try:
                 run = wf.run(inputs, store=os.path.join(root, str(fuse)), executor="local", tile_shape=8,

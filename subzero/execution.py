@@ -609,10 +609,9 @@ def _one_pass(run: _Execution, operators: list[Node], pinned, queries, max_runti
             if record.profile:
                 profiles[node.name] = NodeProfile.from_dict(record.profile)
             continue
-        if node.name not in fused:
-            computed_now, summaries = _fuse_unstored(run, operators[k:], pinned, access)
+        if node.name not in fused and prepared is None:  # not computed by the fused stage before it
+            computed_now, prepared = _fuse_unstored(run, operators[k:], pinned, access)
             fused.update(computed_now)
-            prepared = summaries if summaries is not None else prepared
         stage, computed = run.stage(node), fused.pop(node.name, None)
         if computed is None and (stage.output_shape is None or stage.operator.two_pass):
             # only running tells its shape, or its tiles need its first pass (run by compute): computed

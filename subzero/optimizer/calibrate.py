@@ -267,8 +267,7 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
                                                for a, shape in zip(full_pairs.in_ids, op.input_shapes))))
     if probe is not None and limit is not None:
         for name, seconds in predicted.items():
-            out.skipped[name] = (f"capture {seconds:.3g} s (predicted from a sample) alone exceeds the "
-                                 f"runtime budget left, {cap:.3g} s: not calibrated")
+            out.skipped[name] = _over_limit(seconds, cap)
     enveloped = {}  # sampled payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
     share = limit.cells / max(out.cells, 1) if limit is not None else 0.0  # this part's cells scaled to the node's
     most = limit.seconds(out.plain_seconds * share) if limit is not None and fans else None
@@ -280,8 +279,7 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
             n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
             alone = capture_seconds(strategy, pairs.n_pairs * share, len(pairs.out_ids) * share, n_in * share)
             if alone > most:
-                out.skipped[name] = (f"capture {alone:.3g} s (predicted from a sample) alone exceeds the "
-                                     f"runtime budget left, {most:.3g} s: not calibrated")
+                out.skipped[name] = _over_limit(alone, most)
                 continue
         sample = pairs if strategy.both_directions else _subsample(pairs, MAX_PAIRS)
         if strategy.mode is not Mode.FULL:  # envelopes (map_p calls) of the sampled pairs only
@@ -301,6 +299,12 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
         out.strategies[name] = (batch.nbytes * factor, seconds * factor, pairs.n_pairs, len(pairs.out_ids), n_in,
                                 len(batch.keys) * factor, boxes * factor)
     return out
+
+
+def _over_limit(seconds: float, most: float) -> str:
+    """Why calibration did not encode a candidate (`CaptureLimit`), as its node's record says."""
+    return (f"capture {seconds:.3g} s (predicted from a sample) alone exceeds the runtime budget left, "
+            f"{most:.3g} s: not calibrated")
 
 
 def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_seconds: float | None,

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-import subzero as sz  # noqa: F401  (the public API the cases use)
+import subzero as sz
 from subzero.oracle import check_workflow, perturbations
 
 __all__ = ["Result", "evaluate", "named_outputs", "eager_check", "short_error", "tilings"]
@@ -313,7 +313,7 @@ def evaluate(case: Any, size: str, *, executor: str = "local", tile_shape: tuple
         started = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            wf = case.workflow.trace(inputs)
+            wf = sz.workflow(case.workflow.fn, name=case.workflow.name).trace(inputs)  # a fresh trace, not cached
         result.trace_seconds = time.perf_counter() - started
     except Exception as exc:  # noqa: BLE001 - what the tracer refused is the measurement
         result.error = short_error(exc)
@@ -329,6 +329,9 @@ def evaluate(case: Any, size: str, *, executor: str = "local", tile_shape: tuple
                          overwrite=True)
         result.run_seconds = time.perf_counter() - started
         result.ran = True
+        if tile_shape is None:  # subzero's default: the first output's tiles, as the run chose them
+            chosen = run.node_record(next(iter(outputs))).tile_shape
+            result.tile_shape = list(chosen) if chosen is not None else None
         result.store_bytes = _store_bytes(store)
         operators = [n for n in wf.nodes if not n.is_input]
         result.nodes = len(operators)

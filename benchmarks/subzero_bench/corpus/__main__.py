@@ -83,8 +83,14 @@ def summary(results: list[Result]) -> str:
     names = sorted({r.case for r in results})
     traced = sorted({r.case for r in results if r.traced and r.ran})
     ok = sorted({r.case for r in results if r.ok} - {r.case for r in results if r.ran and not r.ok})
+    stopped: dict[str, set[str]] = {}
+    for r in results:
+        if r.error and r.case not in traced:
+            stopped.setdefault(r.error.split(":")[0], set()).add(r.case)
+    why = "; ".join(f"{kind}: {len(cases)}" for kind, cases in sorted(stopped.items(), key=lambda kv: -len(kv[1])))
     return (f"{len(names)} cases; traced and ran as written: {len(traced)} ({', '.join(traced) or 'none'}); "
-            f"numpy's values with no oracle or eager miss at every size run: {len(ok)}.")
+            f"numpy's values with no oracle or eager miss at every size run: {len(ok)}"
+            + (f"; stopped by {why}." if why else "."))
 
 
 def main(argv: list[str] | None = None) -> int:

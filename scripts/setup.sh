@@ -40,7 +40,7 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
-if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,bench,docs]" 2>&1 \
+if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,bench,docs,corpus]" 2>&1 \
   | { grep -v -e "^WARNING: Location" -e "is ignored" || true; }; then
   echo "setup: pip could not install the package and its extras; see its output above" >&2
   exit 1
@@ -48,5 +48,5 @@ fi
 .venv/bin/python -c "import subzero.store, subzero.run, pyspark, lmdb, rtree, pulp, zarr, xxhash, \
 astroscrappy, sep, skimage, sksurv, pyarrow, pytest, hypothesis, starlette, uvicorn, selenium, httpx2, PIL, \
 moto.server, s3fs, subzero.view.app, mkdocs, material, mkdocstrings_handlers.python, mkdocs_jupyter, \
-mkdocs_awesome_pages_plugin, ipykernel" \
+mkdocs_awesome_pages_plugin, ipykernel, astropy, photutils, conorm, pyet, spyndex, chemotools, xarray" \
   || { echo "setup: the package did not install; see the pip output above" >&2; exit 1; }

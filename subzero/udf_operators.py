@@ -146,6 +146,8 @@ class UdfOperator(Operator):
 class UdfElementwise(UdfOperator, ElementwiseOperator):
     """A udf computing each output cell from the same (broadcast) cell of its inputs."""
 
+    fn: Callable[..., Any]  # always set, where ElementwiseOperator's may be None
+
     def __init__(self, fn: Callable, name: str, source: str = "declared", scalars: Sequence[bool] = (),
                  pick: int | None = None):
         self._set(fn, name, "elementwise", source, scalars, pick)
@@ -280,7 +282,8 @@ class UdfWindow(UdfPattern):
 
     def __init__(self, fn: Callable, radius: int | Sequence[int], name: str = "udf", source: str = "declared",
                  scalars: Sequence[bool] = (), pick: int | None = None):
-        self.radius_ = tuple(int(r) for r in radius) if isinstance(radius, (tuple, list)) else int(radius)
+        self.radius_: int | tuple[int, ...] = (tuple(int(r) for r in radius) if isinstance(radius, Sequence)
+                                               else int(radius))
         self._set(fn, name, f"window(radius={self.radius_})", source, scalars, pick)
 
     def radius(self, ndim: int | None = None) -> tuple[int, ...]:

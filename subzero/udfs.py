@@ -95,6 +95,11 @@ class Reduce:
             object.__setattr__(self, "axis", tuple(self.axis))
 
 
+def _code(p: Any) -> str:
+    """A pattern as the code that declares it."""
+    return repr(p) if isinstance(p, str) else f"sz.{p!r}"
+
+
 def _is_pattern(p: Any) -> bool:
     return (isinstance(p, str) and p in ("elementwise", "all")) or isinstance(p, (Window, Lines, Reduce))
 
@@ -149,19 +154,19 @@ class Udf:
 
     # -- operators -------------------------------------------------------------------------------
     def _build(self, site: _Site, pattern: Any, source: str, pick: int | None) -> UdfOperator:
-        common = {"name": self.name, "scalars": site.scalars, "pick": pick}
+        fn, name, scalars = site.call, self.name, site.scalars
         if self.map_b is not None and self.map_f is not None:  # __init__ takes both or neither
-            return UdfMapped(site.call, self.map_b, self.map_f, self.shape, **common)
+            return UdfMapped(fn, self.map_b, self.map_f, self.shape, name=name, scalars=scalars, pick=pick)
         if pattern == "elementwise":
-            return UdfElementwise(site.call, source=source, **common)
+            return UdfElementwise(fn, name, source, scalars, pick)
         if pattern == "all":
-            return UdfBlackBox(site.call, self.shape, source=source, **common)
+            return UdfBlackBox(fn, self.shape, name, source, scalars, pick)
         if isinstance(pattern, Window):
-            return UdfWindow(site.call, pattern.radius, source=source, **common)
+            return UdfWindow(fn, pattern.radius, name, source, scalars, pick)
         if isinstance(pattern, Lines):
-            return UdfLines(site.call, pattern.axis, source=source, **common)
+            return UdfLines(fn, pattern.axis, name, source, scalars, pick)
         if isinstance(pattern, Reduce):
-            return UdfReduce(site.call, pattern.axis, pattern.keepdims, source=source, **common)
+            return UdfReduce(fn, pattern.axis, pattern.keepdims, name, source, scalars, pick)
         raise WorkflowError(f"sz.udf {self.name}: unknown lineage {pattern!r}; use {_PATTERNS}")  # pragma: no cover
 
     def _operators(self, site: _Site, outputs: int | None) -> list[UdfOperator]:
@@ -186,7 +191,7 @@ class Udf:
             return [self._build(site, p, source, k) for k, p in enumerate(lineage)]
         if outputs is not None:
             raise WorkflowError(f"sz.udf {self.name}: the function returns a tuple of {outputs} arrays; declare one "
-                                f"pattern per output: lineage=({', '.join([repr(lineage)] * outputs)}) (or lineage="
+                                f"pattern per output: lineage=({', '.join([_code(lineage)] * outputs)}) (or lineage="
                                 "'infer')")
         return [self._build(site, lineage, source, None)]
 
@@ -263,6 +268,9 @@ class Udf:
                   if s.shape == () and depth and len(s.entry.shape) > depth else s for s in syms]
         site = _Site(call, tuple(tuple(s.entry.shape) for s in inputs), tuple(s.dtype for s in syms), scalars)
         probe = _probe(site)
+        if probe is not None and probe[0] is not None and _is_pattern(self.lineage):
+            raise TraceError(f"udf {self.name}: the function returns a tuple of {probe[0]} arrays; declare one pattern "
+                             f"per output: lineage=({', '.join(self._per_output(site, probe))}) (or lineage='infer')")
         try:
             operators = self._operators(site, None if probe is None else probe[0])
         except WorkflowError as exc:
@@ -280,6 +288,21 @@ class Udf:
             out.append(add_node(op, inputs, self.name, shape=logical, dtype=dtype))
         several = (probe is not None and probe[0] is not None) or isinstance(self.lineage, tuple)
         return tuple(out) if several or len(out) > 1 else out[0]
+
+    def _per_output(self, site: _Site, probe: tuple) -> list[str]:
+        """The declared pattern for each output the probe saw whose shape it fits, else the
+        pattern the output's shape calls for, as code."""
+        out = []
+        for k, got in enumerate(probe[1]):
+            op = self._build(site, self.lineage, "declared", k)
+            try:
+                fits = tuple(op.infer_output_shape(tuple(probe[2])) or ()) == got.shape
+            except WorkflowError:
+                fits = False
+            hint = suggest_pattern(probe[2], got.shape)
+            out.append(_code(self.lineage) if fits or not hint.startswith(("sz.", "lineage='all'")) else
+                       hint if hint.startswith("sz.") else "'all'")
+        return out
 
     def __repr__(self) -> str:
         return f"<sz.udf {self.name} lineage={self.inferred if self.lineage == 'infer' else self.lineage!r}>"
@@ -320,6 +343,7 @@ def _sample_arrays(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[np.dtype]
     out = []
     for shape, dtype, scalar in zip(shapes, dtypes, scalars):
         dtype = np.dtype(dtype)
+        a: np.ndarray
         if dtype == bool:
             a = rng.random(shape) < 0.5
         elif dtype.kind in "iu":
@@ -465,7 +489,7 @@ def _infer(u: Udf, site: _Site, arrays: list[np.ndarray], cells: int, seed: int)
         raise WorkflowError(f"sz.udf {u.name}: lineage='infer' called {u.name} on sample inputs ({_describe(arrays)}) "
                             f"and it raised {type(exc).__name__}: {exc}; {_fix(u.name)}") from None
     bases = [np.asarray(g) for g in got] if isinstance(got, tuple) else [np.asarray(got)]
-    changed = [[] for _ in bases]  # per output: (input, input cell, changed output cells)
+    changed: list[list[tuple[int, np.ndarray, np.ndarray]]] = [[] for _ in bases]  # per output: (input, input cell, changed output cells)
     rng = np.random.default_rng(seed)
     for i, x in enumerate(arrays):
         for index in rng.choice(x.size, size=min(cells, x.size), replace=False):
@@ -482,9 +506,9 @@ def _infer(u: Udf, site: _Site, arrays: list[np.ndarray], cells: int, seed: int)
                 outs = list(now) if isinstance(now, tuple) else [now]
                 for mask, base, new in zip(masks, bases, outs):
                     mask |= _changed(base, np.asarray(new))
-            cell = np.array(np.unravel_index(int(index), x.shape)).reshape(1, -1)
+            where = np.array(np.unravel_index(int(index), x.shape)).reshape(1, -1)
             for k, mask in enumerate(masks):
-                changed[k].append((i, cell, np.argwhere(mask)))
+                changed[k].append((i, where, np.argwhere(mask)))
     exact = sample_site.shapes == site.shapes
     found = [_fit(u, sample_site, base, probes, k if isinstance(got, tuple) else None, exact)
              for k, (base, probes) in enumerate(zip(bases, changed))]

@@ -345,7 +345,9 @@ class UdfLines(UdfPattern):
         return self._lines(cells)
 
     def out_of_b(self, cells: np.ndarray) -> np.ndarray:
-        return self._lines(unique_rows(cells))[1]
+        heads = np.asarray(cells, np.int64).copy()
+        heads[:, self._axis()] = 0  # one cell per line first: a broadcast input's cell reaches many
+        return self._lines(unique_rows(heads))[1]
 
     def b_boxes(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = lo.copy(), hi.copy()

@@ -231,8 +231,6 @@ class Udf:
         from subzero.trace.symbolic import SymbolicArray
 
         values = list(args) + list(kwargs.values())
-        if any(isinstance(v, SymbolicArray) for v in values):
-            return self._trace(args, kwargs)
         for v in values:
             items = v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else ()
             if any(isinstance(item, SymbolicArray) for item in items):
@@ -240,6 +238,8 @@ class Udf:
 
                 raise TraceError(f"udf {self.name}: an argument is a list/tuple/dict holding symbolic arrays; pass "
                                  "each array as its own argument (f(a, b), or f(x, mask=m)) so it becomes an input")
+        if any(isinstance(v, SymbolicArray) for v in values):
+            return self._trace(args, kwargs)
         return self.fn(*args, **kwargs)
 
     def _trace(self, args: tuple, kwargs: dict):
@@ -252,11 +252,6 @@ class Udf:
         def is_sym(v: Any) -> bool:
             return isinstance(v, SymbolicArray)
 
-        for v in list(args) + list(kwargs.values()):
-            items = v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else ()
-            if any(is_sym(item) for item in items):
-                raise TraceError(f"udf {self.name}: an argument is a list/tuple/dict holding symbolic arrays; pass "
-                                 "each array as its own argument (f(a, b), or f(x, mask=m)) so it becomes an input")
         syms = [a for a in args if is_sym(a)] + [v for v in kwargs.values() if is_sym(v)]
         call: Callable[..., Any] = self.fn
         if kwargs or len(syms) != len(args):

@@ -128,7 +128,7 @@ def test_keyword_constants_and_keyword_arrays(tmp_path):
     assert check_workflow(run, f.trace({"x": X, "m": M}), {"x": X, "m": M}, cells=8, backward=4).ok
 
 
-def test_arrays_inside_a_list_are_refused_with_the_fix():
+def test_arrays_inside_a_list_are_refused_with_the_fix(tmp_path):
     stack = sz.udf(lambda arrays: np.stack(arrays).sum(axis=0), lineage="elementwise")
 
     @sz.workflow
@@ -143,7 +143,8 @@ def test_arrays_inside_a_list_are_refused_with_the_fix():
     def g(x):
         return {"y": fixed(x, x)}
 
-    assert [n.name for n in g.trace({"x": X}).nodes] == ["x", "y"]
+    run = g.run({"x": X}, store=tmp_path / "r", executor="local")
+    np.testing.assert_array_equal(np.asarray(run.output("y")), 2 * X)
 
 
 # -- every pattern over several broadcast inputs ------------------------------------------------------
@@ -426,3 +427,62 @@ def test_keyword_and_multi_input_udfs_run_on_spark_as_locally(tmp_path, spark):
     for name in ("k", "w", "v"):
         np.testing.assert_array_equal(np.asarray(remote.output(name)), np.asarray(local.output(name)))
     assert remote.backward("w", [(3, 4)], to="row").tolist() == local.backward("w", [(3, 4)], to="row").tolist()
+
+
+def test_a_result_of_another_shape_points_to_all_with_its_shape_and_that_runs(tmp_path):
+    corner = sz.udf(lambda x: x[:7, :7] * 2, lineage="elementwise")
+
+    @sz.workflow
+    def f(x):
+        return {"c": corner(x)}
+
+    with pytest.raises(TraceError, match=r"declare lineage='all', shape=\(7, 7\)"):
+        f.trace({"x": X})
+    fixed = sz.udf(corner.fn, lineage="all", shape=(7, 7))
+
+    @sz.workflow
+    def g(x):
+        return {"c": fixed(x)}
+
+    np.testing.assert_array_equal(np.asarray(g.run({"x": X}, store=tmp_path / "r", executor="local").output("c")),
+                                  X[:7, :7] * 2)
+
+
+def test_infer_outside_a_trace_needs_a_sample_and_the_fix_runs():
+    with pytest.raises(WorkflowError, match=r"needs sample arrays \(sample=\[...\]\)"):
+        sz.udf(np.sin, lineage="infer").operator()
+    assert type(sz.udf(np.sin, lineage="infer", sample=[X]).operator()).__name__ == "UdfElementwise"
+
+
+def test_the_guide_examples_run(tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "udf.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 6
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/guide/udf.md", "exec"), namespace)
+    assert namespace["smooth"].inferred == sz.Window(4) and not namespace["report"].ok
+
+
+def test_the_traces_hint_to_wrap_a_library_call_works(tmp_path):
+    from scipy import signal
+
+    @sz.workflow
+    def f(x):
+        return {"m": signal.medfilt2d(x, 3)}
+
+    with pytest.raises(TraceError, match=r"wrap the call with sz.udf\(fn, lineage=...\)"):
+        f.trace({"x": X})
+    medfilt = sz.udf(signal.medfilt2d, lineage=sz.Window(radius=1))
+
+    @sz.workflow
+    def g(x):
+        return {"m": medfilt(x, 3)}  # a positional constant
+
+    run = g.run({"x": X}, store=tmp_path / "r", executor="local", tile_shape=(4, 4))
+    np.testing.assert_array_equal(np.asarray(run.output("m")), signal.medfilt2d(X, 3))
+    assert check_workflow(run, g.trace({"x": X}), {"x": X}, cells=8, backward=4).ok

@@ -39,6 +39,7 @@ scalars.  `check_lineage` runs the oracle on a udf and returns its report (``.ok
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import warnings
 from collections.abc import Callable, Sequence
@@ -116,7 +117,16 @@ class _Site:
 
     @property
     def key(self) -> tuple:
-        return (self.shapes, tuple(d.str for d in self.dtypes), self.scalars, repr(self.call))
+        """What inference depends on: shapes, dtypes and the call's constants (arrays by content)."""
+        args, kwargs = getattr(self.call, "args", ()), getattr(self.call, "kwargs", {})
+        constants = tuple(_constant_key(a) for a in args) + tuple((k, _constant_key(v)) for k, v in kwargs.items())
+        return (self.shapes, tuple(d.str for d in self.dtypes), self.scalars, constants)
+
+
+def _constant_key(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return ("array", value.shape, value.dtype.str, hashlib.sha1(value.tobytes()).hexdigest())
+    return repr(value)
 
 
 # -- the udf ---------------------------------------------------------------------------------------
@@ -484,7 +494,8 @@ def _infer(u: Udf, site: _Site, arrays: list[np.ndarray], cells: int, seed: int)
         raise WorkflowError(f"sz.udf {u.name}: lineage='infer' called {u.name} on sample inputs ({_describe(arrays)}) "
                             f"and it raised {type(exc).__name__}: {exc}; {_fix(u.name)}") from None
     bases = [np.asarray(g) for g in got] if isinstance(got, tuple) else [np.asarray(got)]
-    changed: list[list[tuple[int, np.ndarray, np.ndarray]]] = [[] for _ in bases]  # per output: (input, input cell, changed output cells)
+    # per output: (input, input cell, the output cells changing it changed)
+    changed: list[list[tuple[int, np.ndarray, np.ndarray]]] = [[] for _ in bases]
     rng = np.random.default_rng(seed)
     for i, x in enumerate(arrays):
         for index in rng.choice(x.size, size=min(cells, x.size), replace=False):

@@ -486,3 +486,14 @@ def test_the_traces_hint_to_wrap_a_library_call_works(tmp_path):
     run = g.run({"x": X}, store=tmp_path / "r", executor="local", tile_shape=(4, 4))
     np.testing.assert_array_equal(np.asarray(run.output("m")), signal.medfilt2d(X, 3))
     assert check_workflow(run, g.trace({"x": X}), {"x": X}, cells=8, backward=4).ok
+
+
+def test_inference_is_per_call_constants_included():
+    correlate = sz.udf(lambda x, k: ndimage.correlate(x, k, mode="nearest"), lineage="infer")
+
+    @sz.workflow
+    def f(x):
+        return {"a": correlate(x, np.ones((3, 3))), "b": correlate(x, np.ones((5, 5)))}
+
+    wf = f.trace({"x": X})
+    assert [wf.node(n).operator.params()["lineage"] for n in "ab"] == ["window(radius=1)", "window(radius=2)"]

@@ -221,6 +221,14 @@ class UdfPattern(UdfOperator):
         """The output boxes that read ``B`` boxes."""
         raise NotImplementedError
 
+    def b_mask(self, mask: np.ndarray) -> np.ndarray:
+        """The ``B`` cells an output mask reads, as a mask."""
+        raise NotImplementedError
+
+    def out_mask(self, mask: np.ndarray) -> np.ndarray:
+        """The output cells that read a ``B`` mask, as a mask."""
+        raise NotImplementedError
+
     # -- broadcasting between B and input i ---------------------------------------------------------
     def _lead_free(self, i: int) -> tuple[int, list[int]]:
         shape, b = self.input_shapes[i], self.b_shape
@@ -247,7 +255,7 @@ class UdfPattern(UdfOperator):
 
     # -- lineage ----------------------------------------------------------------------------------
     def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
-        owner, b = self.b_pairs(np.asarray(cells, np.int64).reshape(len(cells), -1))
+        owner, b = self.b_pairs(np.asarray(cells, np.int64).reshape(len(cells), len(self.output_shape or ())))
         both = unique_rows(np.column_stack([owner, self._to_input(b, i)]))
         return both[:, 0].copy(), both[:, 1:].copy()
 
@@ -255,8 +263,18 @@ class UdfPattern(UdfOperator):
         return unique_rows(self.map_b_pairs(cells, i)[1])
 
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
-        cells = np.asarray(cells, np.int64).reshape(len(cells), -1)
+        cells = np.asarray(cells, np.int64).reshape(len(cells), len(self.input_shapes[i]))
         return unique_rows(self.out_of_b(self._from_input(cells, i)))
+
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
+        bm = self.b_mask(np.asarray(mask, bool))
+        lead, free = self._lead_free(i)
+        kept = tuple(a - lead for a in free if a >= lead)
+        bm = bm.any(axis=tuple(range(lead))) if lead else bm
+        return np.asarray(bm.any(axis=kept, keepdims=True) if kept else bm)
+
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
+        return self.out_mask(np.broadcast_to(np.asarray(mask, bool), self.b_shape))
 
     def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
         blo, bhi = self.b_boxes(np.asarray(lo, np.int64), np.asarray(hi, np.int64))
@@ -316,6 +334,27 @@ class UdfWindow(UdfPattern):
 
     out_boxes = b_boxes
 
+    def b_mask(self, mask: np.ndarray) -> np.ndarray:
+        return _dilate(mask, self.radius())
+
+    out_mask = b_mask
+
+
+def _dilate(mask: np.ndarray, radius: Sequence[int]) -> np.ndarray:
+    """``mask`` grown by ``radius`` cells per axis (a box, clipped): separable running sums."""
+    out = np.asarray(mask, bool)
+    for a, r in enumerate(radius):
+        n = out.shape[a]
+        if r == 0 or n == 0:
+            continue
+        sums = np.cumsum(out, axis=a, dtype=np.int64)
+        idx = np.arange(n)
+        upper = np.take(sums, np.minimum(idx + r, n - 1), axis=a)
+        lower = np.take(sums, np.maximum(idx - r - 1, 0), axis=a)
+        below = (idx - r - 1 >= 0).reshape([n if k == a else 1 for k in range(out.ndim)])
+        out = (upper - np.where(below, lower, 0)) > 0
+    return out
+
 
 class UdfLines(UdfPattern):
     """A udf whose output cell reads its whole line along ``axis``."""
@@ -355,6 +394,11 @@ class UdfLines(UdfPattern):
         return lo, hi
 
     out_boxes = b_boxes
+
+    def b_mask(self, mask: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(mask.any(axis=self._axis(), keepdims=True), mask.shape).copy()
+
+    out_mask = b_mask
 
 
 class UdfReduce(UdfPattern):
@@ -424,6 +468,15 @@ class UdfReduce(UdfPattern):
         axes = list(self.axes())
         bhi[:, axes] = np.asarray(self.b_shape, np.int64)[axes]
         return blo, bhi
+
+    def b_mask(self, mask: np.ndarray) -> np.ndarray:
+        b = self.b_shape
+        if not self._keeps_axes(len(b)):
+            mask = np.expand_dims(mask, self.axes())
+        return np.broadcast_to(mask, b).copy()
+
+    def out_mask(self, mask: np.ndarray) -> np.ndarray:
+        return np.asarray(mask.any(axis=self.axes(), keepdims=self._keeps_axes(mask.ndim)))
 
     def out_boxes(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         olo, ohi = self.out_of_b(lo), self.out_of_b(hi)

@@ -69,6 +69,25 @@ def test_every_form_of_the_lineage_agrees_with_brute_force(make, shapes):
             assert _box_cells([a for a, _ in tile_reads], [z for _, z in tile_reads]) >= union
 
 
+@pytest.mark.parametrize("shapes", SHAPES, ids=str)
+@pytest.mark.parametrize("make", list(_patterns()), ids=lambda op: op.lineage)
+def test_the_mask_forms_are_the_unions_of_the_cell_forms(make, shapes):
+    op = _bound(make, shapes)
+    rng = np.random.default_rng(7)
+    for i, shape in enumerate(shapes):
+        for density in (0.1, 0.6):
+            out = rng.random(op.output_shape) < density
+            want = np.zeros(shape, bool)
+            got = op.map_b(np.argwhere(out), i)
+            want[tuple(got.T)] = True
+            np.testing.assert_array_equal(op.map_b_mask(out, i), want)
+            cells = rng.random(shape) < density
+            fwd = np.zeros(op.output_shape, bool)
+            got = op.map_f(np.argwhere(cells), i)
+            fwd[tuple(got.T)] = True
+            np.testing.assert_array_equal(op.map_f_mask(cells, i), fwd)
+
+
 @pytest.mark.parametrize("make", list(_patterns()), ids=lambda op: op.lineage)
 def test_forward_boxes_cover_exactly_the_forward_lineage(make):
     shapes = [(5, 6), (1, 6)]
@@ -130,3 +149,10 @@ def test_mapping_functions_old_and_new_signatures():
 ])
 def test_suggest_pattern(shapes, out, want):
     assert suggest_pattern(shapes, out) == want
+
+
+@pytest.mark.parametrize("make", list(_patterns()), ids=lambda op: op.lineage)
+def test_no_cells_have_no_lineage(make):
+    op = _bound(make, [(5, 6), (6,)])
+    assert op.map_b(np.empty((0, len(op.output_shape)), np.int64), 1).shape == (0, 1)
+    assert op.map_f(np.empty((0, 2), np.int64), 0).shape == (0, len(op.output_shape))

@@ -21,7 +21,7 @@ Declared lineage (``lineage=``), laid on the inputs' broadcast shape (numpy's ru
 - ``sz.Reduce(axis=a, keepdims=False)``: the output drops (or keeps with length 1) the
   axes ``a`` (None: all); each output cell reads the whole line(s) along them;
 - ``"all"``: every output cell reads every input cell (``shape=`` the output's shape when
-  it is not input 0's);
+  it is not input 0's; one shape per output for several);
 - ``map_b=`` / ``map_f=``: your own mapping functions, ``(cells, i)`` or ``(cells, i, shapes)``
   (`subzero.udf_operators.MapShapes`: ``shapes.inputs``, ``shapes.output``);
 - a tuple of patterns, one per array a function returning a tuple gives;
@@ -134,7 +134,7 @@ class Udf:
     """A function with declared lineage (see the module docstring)."""
 
     def __init__(self, fn: Callable, lineage: Any = None, map_b: Callable | None = None,
-                 map_f: Callable | None = None, shape: Sequence[int] | None = None, sample: Sequence | None = None,
+                 map_f: Callable | None = None, shape: Sequence[Any] | None = None, sample: Sequence | None = None,
                  name: str | None = None):
         if not callable(fn):
             raise WorkflowError(f"sz.udf: fn must be a function of numpy arrays, got {fn!r}")
@@ -163,14 +163,24 @@ class Udf:
         self.__doc__ = getattr(fn, "__doc__", None)
 
     # -- operators -------------------------------------------------------------------------------
+    def _shape(self, pick: int | None) -> Sequence[int] | None:
+        """``shape=`` for output ``pick`` (``shape`` may give one shape per output)."""
+        shape = self.shape
+        if shape is not None and len(shape) and isinstance(shape[0], (tuple, list)):
+            if pick is None or pick >= len(shape):
+                raise WorkflowError(f"sz.udf {self.name}: shape= gives {len(shape)} shapes, one per output, but the "
+                                    "lineage declares a different number of outputs; give one pattern per shape")
+            return shape[pick]
+        return shape
+
     def _build(self, site: _Site, pattern: Any, source: str, pick: int | None) -> UdfOperator:
         fn, name, scalars = site.call, self.name, site.scalars
         if self.map_b is not None and self.map_f is not None:  # __init__ takes both or neither
-            return UdfMapped(fn, self.map_b, self.map_f, self.shape, name=name, scalars=scalars, pick=pick)
+            return UdfMapped(fn, self.map_b, self.map_f, self._shape(pick), name=name, scalars=scalars, pick=pick)
         if pattern == "elementwise":
             return UdfElementwise(fn, name, source, scalars, pick)
         if pattern == "all":
-            return UdfBlackBox(fn, self.shape, name, source, scalars, pick)
+            return UdfBlackBox(fn, self._shape(pick), name, source, scalars, pick)
         if isinstance(pattern, Window):
             return UdfWindow(fn, pattern.radius, name, source, scalars, pick)
         if isinstance(pattern, Lines):
@@ -314,7 +324,7 @@ class Udf:
 
 
 def udf(fn: Callable | None = None, *, lineage: Any = None, map_b: Callable | None = None,
-        map_f: Callable | None = None, shape: Sequence[int] | None = None, sample: Sequence | None = None,
+        map_f: Callable | None = None, shape: Sequence[Any] | None = None, sample: Sequence | None = None,
         name: str | None = None):
     """Wrap ``fn`` with declared lineage; a decorator (``@sz.udf(lineage=...)``) or a call
     (``sz.udf(fn, lineage=...)``).  See the module docstring.

@@ -497,3 +497,31 @@ def test_inference_is_per_call_constants_included():
 
     wf = f.trace({"x": X})
     assert [wf.node(n).operator.params()["lineage"] for n in "ab"] == ["window(radius=1)", "window(radius=2)"]
+
+
+def _suggested(message: str) -> str:
+    """The code a trace error suggests: from ``sz.udf(`` to the end of its call."""
+    import re
+
+    return re.search(r"(sz\.udf\(.*?\)\([^()]*(?:\([^()]*\)[^()]*)*\))", message).group(1)
+
+
+@pytest.mark.parametrize("body, reference", [
+    ("x.var(axis=0)", lambda x: x.var(axis=0)),
+    ("np.prod(x, axis=1, keepdims=True)", lambda x: np.prod(x, axis=1, keepdims=True)),
+    ("np.var(x, axis=1, ddof=1)", lambda x: np.var(x, axis=1, ddof=1)),
+    ("sz.ndimage.zoom(x, 1.5, order=1)", lambda x: ndimage.zoom(x, 1.5, order=1)),
+    ("np.histogram(x, 5, weights=x * x)[0]", lambda x: np.histogram(x, 5, weights=x * x)[0]),
+])
+def test_trace_errors_pointing_to_sz_udf_suggest_code_that_runs(tmp_path, body, reference):
+    import scipy
+
+    namespace = {"np": np, "sz": sz, "scipy": scipy}
+    exec(f"def f(x):\n    return {{'y': {body}}}", namespace)
+    with pytest.raises(TraceError) as failure:
+        sz.workflow(namespace["f"]).trace({"x": X})
+    code = _suggested(str(failure.value)).replace("(a, bins, range=..., density=..., weights=...)",
+                                                  "(x, 5, weights=x * x)[0]")
+    exec(f"def g(x):\n    return {{'y': {code}}}", namespace)
+    run = sz.workflow(namespace["g"]).run({"x": X}, store=tmp_path / "r", executor="local")
+    np.testing.assert_allclose(np.asarray(run.output("y")), reference(X))

@@ -300,10 +300,11 @@ def test_a_udf_of_0d_values_alone_gives_a_0d_value(tmp_path):
     def f(x):
         r = ratio(np.max(x), np.min(x))
         assert r.shape == ()
-        return {"y": x * r}
+        return {"y": x * r, "z": ratio(x, np.max(x[None]))}  # a 0-d value of a 3-D array meets a 2-D one
 
     run = f.run({"x": X}, store=tmp_path / "r", executor="local")
     np.testing.assert_allclose(np.asarray(run.output("y")), X * (X.max() / X.min()))
+    np.testing.assert_allclose(np.asarray(run.output("z")), X / X.max())
 
 
 # -- inference respects dtypes and explains failures -----------------------------------------------------

@@ -270,7 +270,8 @@ class UdfPattern(UdfOperator):
         bm = self.b_mask(np.asarray(mask, bool))
         lead, free = self._lead_free(i)
         kept = tuple(a - lead for a in free if a >= lead)
-        bm = bm.any(axis=tuple(range(lead))) if lead else bm
+        if lead:
+            bm = np.asarray(bm.any(axis=tuple(range(lead))))
         return np.asarray(bm.any(axis=kept, keepdims=True) if kept else bm)
 
     def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:

@@ -526,3 +526,30 @@ def test_trace_errors_pointing_to_sz_udf_suggest_code_that_runs(tmp_path, body, 
     exec(f"def g(x):\n    return {{'y': {code}}}", namespace)
     run = sz.workflow(namespace["g"]).run({"x": X}, store=tmp_path / "r", executor="local")
     np.testing.assert_allclose(np.asarray(run.output("y")), reference(X))
+
+
+def test_functions_from_scientific_libraries(tmp_path):
+    filters = pytest.importorskip("skimage.filters")
+    measure = pytest.importorskip("skimage.measure")
+    from astropy.stats import sigma_clip
+
+    gauss = sz.udf(filters.gaussian, lineage="infer")
+    label = sz.udf(measure.label, lineage=("all", sz.Reduce()))  # (labels, count)
+    clip = sz.udf(lambda x, sigma=3.0: sigma_clip(x, sigma=sigma, axis=0).filled(np.nan), lineage="infer")
+    image = RNG.random((10, 12))
+
+    @sz.workflow
+    def f(x):
+        labels, n = label(x > 0.7, return_num=True, connectivity=1)
+        return {"g": gauss(x, sigma=1.0, mode="nearest"), "labels": labels, "n": n + 0,
+                "clip": clip(x, sigma=2.0)}
+
+    wf = f.trace({"x": image})
+    assert gauss.inferred == sz.Window(4) and clip.inferred == sz.Lines(axis=0)
+    run = f.run({"x": image}, store=tmp_path / "r", executor="local")
+    labels, n = measure.label(image > 0.7, return_num=True, connectivity=1)
+    np.testing.assert_array_equal(np.asarray(run.output("labels")), labels)
+    assert np.asarray(run.output("n")).reshape(()) == n
+    np.testing.assert_allclose(np.asarray(run.output("g")), filters.gaussian(image, sigma=1.0, mode="nearest"))
+    np.testing.assert_array_equal(np.asarray(run.output("clip")), sigma_clip(image, sigma=2.0, axis=0).filled(np.nan))
+    assert check_workflow(run, wf, {"x": image}, cells=6, backward=3).ok

@@ -553,3 +553,11 @@ def test_functions_from_scientific_libraries(tmp_path):
     np.testing.assert_allclose(np.asarray(run.output("g")), filters.gaussian(image, sigma=1.0, mode="nearest"))
     np.testing.assert_array_equal(np.asarray(run.output("clip")), sigma_clip(image, sigma=2.0, axis=0).filled(np.nan))
     assert check_workflow(run, wf, {"x": image}, cells=6, backward=3).ok
+
+
+def test_check_lineage_takes_keyword_arguments_arrays_among_them_inputs():
+    masked = sz.udf(lambda x, mask=None, size=3: np.where(mask, ndimage.maximum_filter(x, size, mode="nearest"), x),
+                    lineage=sz.Window(radius=1))
+    assert sz.check_lineage(masked, X, kwargs={"mask": M, "size": 3}).ok
+    report = sz.check_lineage(masked, X, kwargs={"mask": M, "size": 5})
+    assert not report.ok and report.misses

@@ -11,13 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import subzero as sz
-from subzero.bench.genomics import CONFIGS
-import subzero.bench as bench
-from subzero.bench.cellpairs import CellPairs, expand_cell_pairs, write_cellpairs
-from subzero.bench.configs import configuration, static_using
-from subzero.bench.harness import BenchError, check_same_cells
-from subzero.bench.synthetic import SyntheticLineage
-from subzero.bench.timing import best_of, dir_bytes
+from subzero_bench.genomics import CONFIGS
+import subzero_bench as bench
+from subzero_bench.cellpairs import CellPairs, expand_cell_pairs, write_cellpairs
+from subzero_bench.configs import configuration, static_using
+from subzero_bench.harness import BenchError, check_same_cells
+from subzero_bench.synthetic import SyntheticLineage
+from subzero_bench.timing import best_of, dir_bytes
 from subzero.errors import WorkflowError
 from subzero.pairs import FullPairs
 from subzero.workflows import demo
@@ -165,8 +165,8 @@ def test_unknown_bench_is_an_error(tmp_path):
 
 
 def test_scale_bench_measures_each_configuration_in_its_own_process(tmp_path):
-    from subzero.bench.report import render
-    from subzero.bench.scale import run_scale
+    from subzero_bench.report import render
+    from subzero_bench.scale import run_scale
 
     body = run_scale(False, tmp_path, sides=[64, 96], configs=("numpy", "local", "local+lineage"), log=lambda s: None)
     raw = body["raw"]
@@ -185,8 +185,8 @@ def test_scale_bench_measures_each_configuration_in_its_own_process(tmp_path):
 
 
 def test_scale_bench_optimizer_config_records_its_plan_rounds_and_load(tmp_path, monkeypatch):
-    from subzero.bench.report import render
-    from subzero.bench.scale import RUNTIME_BUDGET, query_cell, run_scale
+    from subzero_bench.report import render
+    from subzero_bench.scale import RUNTIME_BUDGET, query_cell, run_scale
 
     monkeypatch.setenv("SUBZERO_SCALE_CONFIGS", "local,local+optimizer")
     monkeypatch.setenv("SUBZERO_SCALE_SIDES", "96")
@@ -248,7 +248,7 @@ def test_coldquery_bench_times_new_processes_against_import_numpy(tmp_path, monk
 def test_dataplane_report_splits_each_run_by_stage():
     """The data-plane report's breakdown: inputs the driver stores, each stage's wall beside its
     tasks' work over 2 cores (a fused stage sums its nodes'), and the driver between stages."""
-    from subzero.bench.dataplane import render_dataplane
+    from subzero_bench.dataplane import render_dataplane
 
     def run(wall, stages, nodes):
         return {"wall": wall, "load": 1.0, "stages": stages, "label_checksum": [1, 1],

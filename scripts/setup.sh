@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up subzero on a fresh machine: Java for Spark (if missing), a virtualenv in .venv,
-# and the package with its test, benchmark and docs extras. Safe to run again.
+# the package with its test, workflow, docs and corpus extras, then the benchmarks (benchmarks/, a
+# distribution of their own: subzero-benchmarks, package subzero_bench) on top of it. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,13 +41,19 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
-if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,bench,docs,corpus]" 2>&1 \
+if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,workflows,docs,corpus]" 2>&1 \
   | { grep -v -e "^WARNING: Location" -e "is ignored" || true; }; then
   echo "setup: pip could not install the package and its extras; see its output above" >&2
   exit 1
 fi
+# the benchmarks, after the package they depend on (`subzero bench NAME`, `python -m subzero_bench NAME`)
+if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e ./benchmarks 2>&1 \
+  | { grep -v -e "^WARNING: Location" -e "is ignored" || true; }; then
+  echo "setup: pip could not install the benchmarks (benchmarks/); see its output above" >&2
+  exit 1
+fi
 .venv/bin/python -c "import subzero.store, subzero.run, pyspark, lmdb, rtree, pulp, zarr, xxhash, \
 astroscrappy, sep, skimage, sksurv, pyarrow, pytest, hypothesis, starlette, uvicorn, selenium, httpx2, PIL, \
-moto.server, s3fs, subzero.view.app, mkdocs, material, mkdocstrings_handlers.python, mkdocs_jupyter, \
-mkdocs_awesome_pages_plugin, ipykernel, astropy, photutils, conorm, pyet, spyndex, chemotools, xarray" \
+moto.server, s3fs, subzero.view.app, subzero_bench, mkdocs, material, mkdocstrings_handlers.python, \
+mkdocs_jupyter, mkdocs_awesome_pages_plugin, ipykernel, astropy, photutils, conorm, pyet, spyndex, chemotools, xarray" \
   || { echo "setup: the package did not install; see the pip output above" >&2; exit 1; }

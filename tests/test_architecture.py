@@ -41,7 +41,7 @@ HEAVY_HOMES = {
     "rtree": {"spatial_index"},
     "cloudpickle": {"pickling"},
     "fsspec": {"store.location"},
-    "zarr": {"store.arrays", "inputs", "bench.scale"},  # inputs: a user's .zarr file; the scale bench
+    "zarr": {"store.arrays", "inputs"},  # inputs: a user's .zarr file
 }
 
 #: modules that assign ``op.output_shape`` / ``op.input_shapes``: only `Operator.bound`, which
@@ -69,6 +69,7 @@ class Source:
     modules: dict[str, Path]
     edges: list[Edge]
     external: dict[str, set[str]]  # top-level package -> importing modules
+    external_edges: list[Edge]  # every import of a package outside subzero (target: its top-level name)
     shape_mutations: dict[str, list[int]]  # module -> lines assigning .output_shape/.input_shapes
 
     def targets(self, module: str) -> set[str]:
@@ -173,6 +174,7 @@ def source() -> Source:
 
     edges: list[Edge] = []
     external: dict[str, set[str]] = {}
+    external_edges: list[Edge] = []
     mutations: dict[str, list[int]] = {}
     for name, path in paths.items():
         walker = _Walker()
@@ -186,6 +188,7 @@ def source() -> Source:
                 module = ".".join(base + ([module] if module else []))
             if module.split(".")[0] != "subzero":
                 external.setdefault(module.split(".")[0], set()).add(name)
+                external_edges.append(Edge(name, module.split(".")[0], line, kind))
                 continue
             targets = [known(f"{module}.{n}") if f"{module}.{n}" in full else known(module)
                        for n in names] if names else [known(module)]
@@ -193,7 +196,7 @@ def source() -> Source:
                 edges.append(Edge(name, target, line, kind))
         if walker.shape_lines:
             mutations[name] = walker.shape_lines
-    return Source(paths, edges, external, mutations)
+    return Source(paths, edges, external, external_edges, mutations)
 
 
 def cycles(src: Source) -> set[frozenset[str]]:
@@ -258,7 +261,8 @@ def test_the_walk_sees_every_kind_of_import():
     assert kinds[("subzero", "run")] == "type"  # under TYPE_CHECKING
     assert ("encoders", "encoders.full_one") in kinds  # relative to absolute, package __init__
     assert ("store", "store.file_store") in kinds
-    assert ("cli", "subzero") in kinds  # `import subzero as sz`
+    assert ("cli", "subzero") in kinds  # `from subzero import __version__`
+    assert kinds[("cli", "cli.run")] == "top"  # `from subzero.cli import run`: the package's own module
     assert "pyspark" in src.external and "numpy" in src.external
 
 
@@ -269,7 +273,7 @@ def test_from_package_import_name_resolves_submodules():
     assert [(m, lvl, n, k) for m, lvl, n, _, k in walker.found] == [
         ("subzero", 0, ("operators",), "top"), ("", 1, ("codec",), "top"), ("subzero.store.shards", 0, None, "lazy")]
     src = source()
-    assert ("cli", "store.lock") in {(e.source, e.target) for e in src.edges}  # from subzero.store.lock import ...
+    assert ("cli.demo", "store.lock") in {(e.source, e.target) for e in src.edges}  # from subzero.store.lock import ...
 
 
 # -- cycles --------------------------------------------------------------------------------------
@@ -347,7 +351,7 @@ def test_the_model_imports_only_the_foundations():
 
 def test_optimizer_imports_no_driver_query_store_or_cli():
     src = source()
-    forbidden = _in("execution", "run", "query", "replay", "cli", "spark", "store", "bench", "workflows")
+    forbidden = _in("execution", "run", "query", "replay", "cli", "spark", "store", "workflows")
     _check_allowed(src, _under("optimizer", src), lambda m: not forbidden(m), set(),
                    "the optimizer (optimizer/*) never imports the driver (execution), run, query, replay, "
                    "spark, the store or the CLI")
@@ -382,21 +386,32 @@ def test_the_run_entry_imports_only_errors():
                    "entry (the slot Workflow.run's driver is installed in) imports only errors")
 
 
-def test_only_the_front_ends_import_the_cli_benchmarks_and_workflows():
+def test_only_the_front_ends_import_the_cli_and_workflows():
     src = source()
     bad = []
     for target in src.modules:
-        if target == "cli":
-            ok = lambda m: m == "__main__"  # noqa: E731
-        elif _in("bench")(target):
-            ok = _in("bench", "cli")
+        if _in("cli")(target):
+            ok = _in("cli", "__main__")
         elif _in("workflows")(target):
-            ok = _in("workflows", "bench", "cli")
+            ok = _in("workflows", "cli")
         else:
             continue
         bad += [str(e) for e in src.edges if e.target == target and not ok(e.source)]
-    assert not bad, _fail("only the front ends (cli, bench, workflows) import cli, bench/* and workflows/*",
+    assert not bad, _fail("only the front ends (cli/*, workflows/*) import cli/* and workflows/*",
                           "Packages and modules", sorted(bad))
+
+
+def test_subzero_imports_no_benchmark_code_but_its_bench_command_lazily():
+    """The benchmarks are a distribution of their own (benchmarks/, package ``subzero_bench``):
+    the package imports nothing of it, except ``subzero bench`` inside its command function."""
+    src = source()
+    assert "bench" not in src.modules and not any(m.startswith("bench.") for m in src.modules), \
+        "subzero/bench/ is back: benchmark code lives in benchmarks/subzero_bench (docs: " + DOC + ")"
+    imports = [e for e in src.external_edges if e.target == "subzero_bench"]
+    bad = [str(e) for e in imports if (e.source, e.kind) != ("cli.bench", "lazy")]
+    assert not bad, _fail("subzero imports nothing from the benchmarks (subzero_bench); only `subzero bench` "
+                          "(cli/bench.py) imports them, inside its command", "Packages and modules", sorted(bad))
+    assert imports, "cli/bench.py no longer imports subzero_bench: update this test and the page"
 
 
 @pytest.mark.parametrize("package", sorted(HEAVY_HOMES))
@@ -430,9 +445,10 @@ def test_the_page_names_every_module_and_package():
     for path in sorted(PACKAGE.glob("*.py")):
         if path.stem != "__init__" and f"`{path.stem}`" not in text and f"`{path.stem}.py" not in text:
             missing.append(f"subzero/{path.name}")
-    for path in sorted(PACKAGE.glob("store/*.py")):
-        if path.stem != "__init__" and f"`store/{path.stem}`" not in text and f"`store/{path.stem}.py" not in text:
-            missing.append(f"subzero/store/{path.name}")
+    for folder in ("store", "cli"):
+        for path in sorted(PACKAGE.glob(f"{folder}/*.py")):
+            if path.stem != "__init__" and f"`{folder}/{path.stem}`" not in text and f"`{folder}/{path.stem}.py" not in text:
+                missing.append(f"subzero/{folder}/{path.name}")
     for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
         if f"`{folder.name}/" not in text:
             missing.append(f"subzero/{folder.name}/")

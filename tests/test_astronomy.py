@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from subzero.bench.astronomy import CONFIGS, pins, queries
-from subzero.bench.configs import operator_nodes, static_using
-from subzero.bench.harness import check_same_cells
+from subzero_bench.astronomy import CONFIGS, pins, queries
+from subzero_bench.configs import operator_nodes, static_using
+from subzero_bench.harness import check_same_cells
 from subzero.errors import WorkflowError
 from subzero.oracle import check_workflow
 from subzero.workflows import astronomy as astro

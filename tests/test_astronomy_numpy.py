@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from subzero.bench.astronomy import queries
+from subzero_bench.astronomy import queries
 from subzero.workflows import astronomy, astronomy_numpy
 
 SHAPE = (64, 128)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,14 +14,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import subzero as sz
-from subzero.bench.genomics import CONFIGS
-import subzero.bench as bench
-from subzero.bench.cellpairs import CellPairs, expand_cell_pairs, write_cellpairs
-from subzero.bench.configs import configuration, static_using
-from subzero.bench.harness import BenchError, check_same_cells
-from subzero.bench.synthetic import SyntheticLineage
-from subzero.bench.timing import best_of, dir_bytes
+import subzero_bench as bench
 from subzero.errors import WorkflowError
+from subzero_bench import timing
+from subzero_bench.cellpairs import CellPairs, expand_cell_pairs, write_cellpairs
+from subzero_bench.configs import configuration, static_using
+from subzero_bench.genomics import CONFIGS
+from subzero_bench.harness import BenchError, check_same_cells
+from subzero_bench.synthetic import SyntheticLineage
+from subzero_bench.timing import best_of, dir_bytes
 from subzero.pairs import FullPairs
 from subzero.workflows import demo
 
@@ -162,11 +166,40 @@ def test_genomics_bench_sweeps_disk_budgets_with_the_optimizer(tmp_path):
 def test_unknown_bench_is_an_error(tmp_path):
     with pytest.raises(sz.SubZeroError, match="unknown benchmark"):
         bench.main("nope", out_dir=str(tmp_path))
+    with pytest.raises(sz.SubZeroError, match="unknown benchmark"):
+        bench.run_command("nope", out_dir=str(tmp_path))
+
+
+def test_docstring_examples():
+    import doctest
+
+    attempted = 0
+    for module in (bench, timing):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.failed == 0, module.__name__
+        attempted += result.attempted
+    assert attempted >= 4
+
+
+def test_python_m_subzero_bench_offers_every_command_without_being_installed(tmp_path):
+    """``python -m subzero_bench`` in a new process that finds the benchmarks only through the
+    PYTHONPATH the benches give their children (the subzero tree, then benchmarks/)."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=timing.child_pythonpath(root))
+    done = subprocess.run([sys.executable, "-m", "subzero_bench", "--help"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert timing.BENCH_HOME == root / "benchmarks"
+    for name in bench.COMMANDS + ("report", "summary"):
+        assert name in done.stdout, name
+    bad = subprocess.run([sys.executable, "-m", "subzero_bench", "nope"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path)
+    assert bad.returncode == 2 and "invalid choice: 'nope'" in bad.stderr
 
 
 def test_scale_bench_measures_each_configuration_in_its_own_process(tmp_path):
-    from subzero.bench.report import render
-    from subzero.bench.scale import run_scale
+    from subzero_bench.report import render
+    from subzero_bench.scale import run_scale
 
     body = run_scale(False, tmp_path, sides=[64, 96], configs=("numpy", "local", "local+lineage"), log=lambda s: None)
     raw = body["raw"]
@@ -185,8 +218,8 @@ def test_scale_bench_measures_each_configuration_in_its_own_process(tmp_path):
 
 
 def test_scale_bench_optimizer_config_records_its_plan_rounds_and_load(tmp_path, monkeypatch):
-    from subzero.bench.report import render
-    from subzero.bench.scale import RUNTIME_BUDGET, query_cell, run_scale
+    from subzero_bench.report import render
+    from subzero_bench.scale import RUNTIME_BUDGET, query_cell, run_scale
 
     monkeypatch.setenv("SUBZERO_SCALE_CONFIGS", "local,local+optimizer")
     monkeypatch.setenv("SUBZERO_SCALE_SIDES", "96")
@@ -248,7 +281,7 @@ def test_coldquery_bench_times_new_processes_against_import_numpy(tmp_path, monk
 def test_dataplane_report_splits_each_run_by_stage():
     """The data-plane report's breakdown: inputs the driver stores, each stage's wall beside its
     tasks' work over 2 cores (a fused stage sums its nodes'), and the driver between stages."""
-    from subzero.bench.dataplane import render_dataplane
+    from subzero_bench.dataplane import render_dataplane
 
     def run(wall, stages, nodes):
         return {"wall": wall, "load": 1.0, "stages": stages, "label_checksum": [1, 1],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from subzero.bench.viewer import TARGETS, run_viewer
+from subzero_bench.viewer import TARGETS, run_viewer
 
 
 def test_quick_viewer_bench_writes_results_and_report(tmp_path):

@@ -6,7 +6,7 @@ import numpy as np
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.bench.cellpairs import CellPairs, estimate_cellpairs, write_cellpairs
+from subzero_bench.cellpairs import CellPairs, estimate_cellpairs, write_cellpairs
 
 
 def small_run(tmp_path):

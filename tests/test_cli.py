@@ -486,9 +486,9 @@ def test_a_fits_mask_carries_the_header_kept_with_the_node(tmp_path):
     back with a FITS mask of that node (the WCS comes along)."""
     from types import SimpleNamespace
 
-    from subzero.cli import _fits_header
     from subzero.export import write_mask
     from subzero.inputs import header_to_text
+    from subzero.inputs import node_fits_header as _fits_header
 
     header = fits.Header({"OBJECT": "M31", "CTYPE1": "RA---TAN", "CRPIX1": 3.0})
     records = {"raw": SimpleNamespace(metadata={"fits_header": header_to_text(header)}),
@@ -524,9 +524,18 @@ def test_spark_keeps_its_log_out_of_the_terminal(tmp_path):
 def test_docstring_examples():
     import doctest
     import importlib
+    import pkgutil
 
-    result = doctest.testmod(importlib.import_module("subzero.cli"), optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0 and result.attempted > 0
+    import subzero.cli
+
+    names = ["subzero.cli"] + [f"subzero.cli.{m.name}" for m in pkgutil.iter_modules(subzero.cli.__path__)]
+    assert {"subzero.cli.cells", "subzero.cli.query", "subzero.cli.common"} <= set(names)
+    attempted = 0
+    for name in names:
+        result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+        assert result.failed == 0, name
+        attempted += result.attempted
+    assert attempted >= 5  # parse_boxes, parse_cells, _attach_negative_values
 
 
 # -- resume, overwrite, the demo's own store --------------------------------------------------------------------
@@ -585,7 +594,7 @@ def test_run_resume_and_overwrite(tmp_path, monkeypatch, capsys):
 
 def test_demo_rebuilds_its_own_store_after_a_crash(tmp_path, capsys):
     from subzero.catalog import RunRecord
-    from subzero.cli import DEMO, _made_by_demo
+    from subzero.cli.demo import DEMO, _made_by_demo
     from subzero.store import FileStore
 
     killed = tmp_path / "demo"
@@ -810,10 +819,30 @@ def test_sky_positions_and_fk5_regions(own_data, capsys, tmp_path):
 
 
 def test_every_benchmark_is_a_bench_choice():
-    """`subzero bench NAME` accepts every benchmark the bench runner knows (and the README lists)."""
-    from subzero.bench import BENCHES
-    from subzero.cli import build_parser
+    """`subzero bench NAME` offers exactly the benchmarks the bench package runs (and the README lists)."""
+    from subzero_bench import BENCHES, COMMANDS
 
+    from subzero.cli import build_parser
+    from subzero.cli.bench import NAMES
+
+    assert set(NAMES) == set(COMMANDS) and set(BENCHES) <= set(COMMANDS)
     parser = build_parser()
-    for name in BENCHES:
+    for name in COMMANDS:
         assert parser.parse_args(["bench", name]).name == name
+
+
+def test_bench_without_the_benchmarks_installed_says_what_to_install(monkeypatch, capsys):
+    """The benchmarks are a distribution of their own: `subzero bench` without it is one line
+    naming what to install, exit 2; the core imports no benchmark code otherwise."""
+    monkeypatch.setitem(sys.modules, "subzero_bench", None)  # import subzero_bench: ModuleNotFoundError
+    assert main(["bench", "micro", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [err.strip()] and "pip install -e ./benchmarks" in err, err
+
+
+def test_the_subzero_package_ships_no_benchmark_code():
+    import subzero
+
+    package = Path(subzero.__file__).parent
+    assert not (package / "bench").exists()
+    assert not [p for p in package.rglob("*.py") if "subzero_bench" in p.read_text() and p.name != "bench.py"]

@@ -1,4 +1,4 @@
-"""``subzero catalog`` and ``subzero contaminate`` (subzero/cli_stats.py), through ``subzero.cli.main``."""
+"""``subzero catalog`` and ``subzero contaminate`` (subzero/cli/stats.py), through ``subzero.cli.main``."""
 
 from __future__ import annotations
 

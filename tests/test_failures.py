@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import subzero as sz
-from subzero.bench import faults as F
+from subzero_bench import faults as F
 from subzero.cli import main
 from subzero.store.failures import REBUILD, reading, store_file_error, why
 from subzero.store.lock import LOCK_NAME

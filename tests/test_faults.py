@@ -3,7 +3,7 @@ file kind of a finished store damaged; runs racing for one store while another i
 read-only store; and every bad input of issue 13 answered by a clear error.
 
 The full form (>= 20 kill trials, every damage) is ``subzero bench faults``
-(`subzero.bench.faults`); this module runs a few trials of each, judged the same way.
+(`subzero_bench.faults`); this module runs a few trials of each, judged the same way.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.bench import faults as F
+from subzero_bench import faults as F
 from subzero.cli import main
 from subzero.store.cache import query_log_path
 from subzero.store.lock import LOCK_NAME

@@ -10,9 +10,9 @@ import pytest
 
 import subzero as sz
 
-from subzero.bench.configs import configuration, static_using
-from subzero.bench.genomics import CONFIGS, queries
-from subzero.bench.harness import check_same_cells
+from subzero_bench.configs import configuration, static_using
+from subzero_bench.genomics import CONFIGS, queries
+from subzero_bench.harness import check_same_cells
 from subzero.errors import WorkflowError
 from subzero.oracle import check_operator, check_workflow, evaluate_operator
 from subzero.workflows import genomics as gen

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from subzero.bench import faults as F
-from subzero.bench.object_faults import object_store_trials, render
+from subzero_bench import faults as F
+from subzero_bench.object_faults import object_store_trials, render
 
 pytest.importorskip("moto.server")
 pytest.importorskip("s3fs")

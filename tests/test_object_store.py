@@ -17,7 +17,7 @@ import pytest
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.bench.object_store import FaultProxy, s3_service
+from subzero_bench.object_store import FaultProxy, s3_service
 
 pytest.importorskip("moto.server")
 pytest.importorskip("s3fs")

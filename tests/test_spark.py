@@ -315,7 +315,7 @@ def test_spark_submit_runs_a_workflow_with_its_own_master(tmp_path):
     from subzero.info import info_data
 
     pytest.importorskip("moto.server")
-    from subzero.bench.object_store import s3_service
+    from subzero_bench.object_store import s3_service
 
     _job_file(tmp_path)
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"

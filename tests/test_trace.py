@@ -419,7 +419,7 @@ def test_random_programs_trace_to_numpys_values(steps, inputs):
 @SLOW
 @given(steps=PROGRAMS, inputs=INPUTS)
 def test_random_programs_have_oracle_exact_lineage_under_every_strategy(tmp_path_factory, steps, inputs):
-    from subzero.bench.configs import configuration
+    from subzero_bench.configs import configuration
 
     fn = program(steps)
     wf = fn.trace(inputs)

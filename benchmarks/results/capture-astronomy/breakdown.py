@@ -6,7 +6,7 @@ the astronomy bench's entire-array queries (the capture bench writes it as workl
 import json, shutil, sys, time, collections
 from subzero import execution as E
 from subzero.optimizer import calibrate as C, plan as P
-from subzero.bench import astronomy as A
+from subzero_bench import astronomy as A
 from subzero.workflows import astronomy as workflow
 T = collections.defaultdict(float)
 def wrap(mod, name, keyf):

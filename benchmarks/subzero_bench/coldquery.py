@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from subzero.bench.results import figure
-from subzero.bench.timing import load_average
+from subzero_bench.results import figure
+from subzero_bench.timing import load_average
 
 __all__ = ["run_coldquery", "render_coldquery", "QUERIES"]
 

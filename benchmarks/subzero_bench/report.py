@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from subzero.bench import paper
-from subzero.bench.notes import WHY
+from subzero_bench import paper
+from subzero_bench.notes import WHY
 
 __all__ = ["render", "render_summary", "comparisons"]
 
@@ -242,7 +242,7 @@ def _micro(doc: dict[str, Any]) -> list[str]:
     out += ["## Beside the paper", "", f"The paper (no exact table): {ref['source']}.", ""]
     out += [f"- {line}" for line in doc["figures"]["claims"]["values"]] + [""]
     if "dslog" in doc.get("raw", {}):
-        from subzero.bench.dslog import dslog_section
+        from subzero_bench.dslog import dslog_section
 
         out += dslog_section(doc["raw"]["dslog"])
     return out
@@ -317,10 +317,10 @@ def _scale(doc: dict[str, Any]) -> list[str]:
 
 
 def _own_render(doc: dict[str, Any]) -> list[str]:
-    """The body of a bench that renders its own report: ``render_NAME`` of ``subzero.bench.NAME``."""
+    """The body of a bench that renders its own report: ``render_NAME`` of ``subzero_bench.NAME``."""
     import importlib
 
-    return getattr(importlib.import_module(f"subzero.bench.{doc['bench']}"), f"render_{doc['bench']}")(doc)
+    return getattr(importlib.import_module(f"subzero_bench.{doc['bench']}"), f"render_{doc['bench']}")(doc)
 
 
 def _stats(doc: dict[str, Any]) -> list[str]:

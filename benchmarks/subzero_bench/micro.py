@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from subzero.bench.harness import Harness, QuerySpec, check_same_cells
-from subzero.bench.results import figure
-from subzero.bench.synthetic import SyntheticLineage
+from subzero_bench.harness import Harness, QuerySpec, check_same_cells
+from subzero_bench.results import figure
+from subzero_bench.synthetic import SyntheticLineage
 from subzero.dag import Workflow
 
 __all__ = ["run_micro", "FANS", "QUICK_FANS", "BACKWARD", "FORWARD", "STRATEGIES", "SIZE", "QUICK_SIZE"]
@@ -85,7 +85,7 @@ def run_micro(quick: bool, root: Path, executor: str = "spark", spark=None,
             log(f"micro {key}: " + ", ".join(
                 f"{s} {runs[s].lineage_bytes / 1e6:.1f} MB/{runs[s].wall_seconds - base:+.2f} s"
                 for s in STRATEGIES if s != "BlackBox"))
-    from subzero.bench.dslog import run_dslog
+    from subzero_bench.dslog import run_dslog
 
     raw["dslog"] = run_dslog(root / "dslog", executor=executor, spark=spark,
                              n=n if size is not None else (200 if quick else 1000), repeat=3 if quick else 7, log=log)

@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from subzero.bench.results import figure
-from subzero.bench.timing import dir_bytes
+from subzero_bench.results import figure
+from subzero_bench.timing import child_pythonpath, dir_bytes
 
 __all__ = ["run_scale", "SIDES", "MAX_SIDE", "CONFIGS", "workflow"]
 
@@ -253,7 +253,8 @@ def _one(config: str, side: int, inputs: dict[str, str], store: Path, timeout: f
     """One configuration at one size in a fresh process (its measurements, or its error)."""
     shutil.rmtree(store, ignore_errors=True)
     env = dict(os.environ, SUBZERO_DRIVER_MEMORY="1g", **(env_extra or {}))
-    cmd = [sys.executable, "-m", "subzero.bench.scale", config, str(side), json.dumps(inputs), str(store)]
+    env["PYTHONPATH"] = child_pythonpath(os.environ.get("PYTHONPATH"))
+    cmd = [sys.executable, "-m", "subzero_bench.scale", config, str(side), json.dumps(inputs), str(store)]
     start = time.perf_counter()
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -375,5 +376,5 @@ def _figures(raw: dict[str, Any], sides, configs) -> dict[str, Any]:
     }
 
 
-if __name__ == "__main__":  # one configuration: python -m subzero.bench.scale CONFIG SIDE INPUTS_JSON STORE
+if __name__ == "__main__":  # one configuration: python -m subzero_bench.scale CONFIG SIDE INPUTS_JSON STORE
     print(json.dumps(worker(sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4])))

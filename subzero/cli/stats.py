@@ -1,4 +1,4 @@
-"""The ``subzero catalog`` and ``subzero contaminate`` commands (lineage statistics)."""
+"""The ``subzero catalog`` and ``subzero contaminate`` commands (lineage statistics: `subzero.stats`)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from subzero.errors import LineageError
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["add_parsers", "cmd_catalog", "cmd_contaminate"]
+__all__ = ["add_parser", "cmd_catalog", "cmd_contaminate"]
 
 TABLE_FORMATS = {".ecsv": "ascii.ecsv", ".csv": "ascii.csv", ".fits": "fits", ".fit": "fits", ".fts": "fits"}
 
 
-def add_parsers(sub, common: argparse.ArgumentParser) -> None:
-    """Register both commands on the CLI's sub-parsers."""
+def add_parser(sub, common: argparse.ArgumentParser) -> None:
+    """``subzero catalog`` and ``subzero contaminate``."""
     catalog = sub.add_parser(
         "catalog", parents=[common], help="per-object lineage statistics of a label array (one row per object)",
         description="For every object of a label array (a node holding ints, 0 = background), the size of its "

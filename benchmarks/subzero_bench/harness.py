@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from subzero.bench.timing import best_of, dir_bytes, timed
+from subzero_bench.timing import best_of, dir_bytes, timed
 from subzero.errors import SubZeroError
 from subzero.run import Run
 from subzero.dag import Workflow

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from subzero.bench.timing import dir_bytes
+from subzero_bench.timing import dir_bytes
 
 __all__ = ["run_dslog", "OPERATIONS", "DSLOG", "STRATEGIES"]
 
@@ -131,7 +131,7 @@ def run_dslog(root: Path, executor: str = "local", spark=None, n: int = 1000, re
         ref = answers[STRATEGIES[0]]
         for strategy, got in answers.items():
             if not all(np.array_equal(a, b) for a, b in zip(got, ref)):
-                from subzero.bench.harness import BenchError
+                from subzero_bench.harness import BenchError
 
                 raise BenchError(f"dslog {name}: {strategy} answers differ from {STRATEGIES[0]}")
         row["dslog_bytes"], row["dslog_box_ms"] = DSLOG[name]

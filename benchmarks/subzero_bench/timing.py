@@ -9,9 +9,28 @@ import time
 from pathlib import Path
 from typing import Callable, TypeVar
 
-__all__ = ["best_of", "timed", "dir_bytes", "machine_info", "now_iso", "load_average"]
+__all__ = ["best_of", "timed", "dir_bytes", "machine_info", "now_iso", "load_average", "BENCH_HOME", "child_pythonpath"]
 
 T = TypeVar("T")
+
+#: the folder holding ``subzero_bench`` (a checkout's ``benchmarks/``): a child process that imports
+#: the benchmarks finds them there, whichever subzero tree it measures
+BENCH_HOME = Path(__file__).resolve().parents[1]
+
+
+def child_pythonpath(*roots: str | Path | None) -> str:
+    """``PYTHONPATH`` for a child process: ``roots`` first (the subzero tree it measures; the
+    ones given as None or empty are left out), then `BENCH_HOME`, so ``subzero_bench`` imports
+    even when it is not installed (or the tree measured is an older one).
+
+    Examples
+    --------
+    >>> child_pythonpath("/old/tree", None).split(os.pathsep)[0]
+    '/old/tree'
+    >>> child_pythonpath().endswith("benchmarks")
+    True
+    """
+    return os.pathsep.join([str(r) for r in roots if r] + [str(BENCH_HOME)])
 
 
 def timed(fn: Callable[[], T]) -> tuple[T, float]:

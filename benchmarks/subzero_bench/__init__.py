@@ -1,4 +1,9 @@
-"""Benchmarks after the SubZero paper's section VIII: astronomy, genomics, micro.
+"""Benchmarks after the SubZero paper's section VIII: astronomy, genomics, micro, and the
+project's own (scale, faults, trace, stats, coldquery, capture, dataplane, viewer).
+
+A distribution of its own (``subzero-benchmarks``, in the checkout's ``benchmarks/``): the
+``subzero`` package ships no benchmark code, and its ``subzero bench NAME`` command imports
+this package on demand (`run_command`); ``python -m subzero_bench NAME`` does the same.
 
 `main` runs one benchmark and writes ``results.json`` (figures with units and
 baselines), ``REPORT.md`` (our numbers beside the paper's) and PNG figures into an
@@ -6,9 +11,11 @@ output directory; `write_summary` combines several into one markdown report.
 
 Examples
 --------
->>> import subzero.bench as bench
+>>> import subzero_bench as bench
 >>> bench.main("micro", quick=True, out_dir="benchmarks/results/micro")   # doctest: +SKIP
 0
+>>> "faults" in COMMANDS and set(BENCHES) < set(COMMANDS)
+True
 """
 
 from __future__ import annotations
@@ -21,44 +28,47 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from subzero.bench.results import read_json, write_json
-from subzero.bench.timing import machine_info, now_iso
+from subzero_bench.results import read_json, write_json
+from subzero_bench.timing import machine_info, now_iso
 from subzero.errors import SubZeroError
 
-__all__ = ["main", "run_bench", "render_dir", "write_summary", "BENCHES"]
+__all__ = ["main", "run_bench", "run_command", "render_dir", "write_summary", "BENCHES", "COMMANDS"]
 
+#: the benchmarks `run_bench` runs (results.json, REPORT.md and figures through `render_dir`)
 BENCHES = ("astronomy", "genomics", "micro", "scale", "trace", "stats", "coldquery", "capture", "dataplane")
+#: every ``subzero bench NAME``: BENCHES and the two that write their own report (faults, viewer)
+COMMANDS = BENCHES + ("faults", "viewer")
 
 
 def _runner(name: str) -> Callable[..., dict[str, Any]]:
     if name == "astronomy":
-        from subzero.bench.astronomy import run_astronomy
+        from subzero_bench.astronomy import run_astronomy
         return lambda quick, root, size, **kw: run_astronomy(quick, root, shape=size, **kw)
     if name == "genomics":
-        from subzero.bench.genomics import run_genomics
+        from subzero_bench.genomics import run_genomics
         return lambda quick, root, size, **kw: run_genomics(quick, root, scale=size, **kw)
     if name == "micro":
-        from subzero.bench.micro import run_micro
+        from subzero_bench.micro import run_micro
         return lambda quick, root, size, **kw: run_micro(quick, root, size=size, **kw)
     if name == "scale":
-        from subzero.bench.scale import run_scale
+        from subzero_bench.scale import run_scale
         return lambda quick, root, size, log=print, max_=False, **kw: run_scale(quick, root, sides=size, log=log,
                                                                                  max_=max_)
     if name == "trace":
-        from subzero.bench.trace import run_trace
+        from subzero_bench.trace import run_trace
         return lambda quick, root, size, **kw: run_trace(quick, root, size=size, **kw)
     if name == "stats":
-        from subzero.bench.stats import run_stats
+        from subzero_bench.stats import run_stats
         return lambda quick, root, size, log=print, executor="spark", **kw: run_stats(
             quick, root, side=size, log=log, spark=executor == "spark")
     if name == "coldquery":
-        from subzero.bench.coldquery import run_coldquery
+        from subzero_bench.coldquery import run_coldquery
         return lambda quick, root, size, log=print, **kw: run_coldquery(quick, root, size=size, log=log)
     if name == "capture":
-        from subzero.bench.capture import run_capture
+        from subzero_bench.capture import run_capture
         return lambda quick, root, size, log=print, **kw: run_capture(quick, root, size=size, log=log)
     if name == "dataplane":
-        from subzero.bench.dataplane import run_dataplane
+        from subzero_bench.dataplane import run_dataplane
         return lambda quick, root, size, log=print, **kw: run_dataplane(quick, root, size=size, log=log)
     raise SubZeroError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHES)}")
 
@@ -86,7 +96,7 @@ def run_bench(name: str, quick: bool, out_dir: str | Path, size=None, executor: 
     log : callable, optional
         Receives one progress line at a time (default: print).
     use_optimizer : bool, optional
-        Astronomy and genomics: override `subzero.bench.configs.USE_OPTIMIZER`.
+        Astronomy and genomics: override `subzero_bench.configs.USE_OPTIMIZER`.
 
     Returns
     -------
@@ -124,8 +134,8 @@ def run_bench(name: str, quick: bool, out_dir: str | Path, size=None, executor: 
 def render_dir(out_dir: str | Path) -> list[str]:
     """(Re)draw the figures and write REPORT.md from ``out_dir/results.json``; returns the
     figure file names."""
-    from subzero.bench.plots import plot
-    from subzero.bench.report import render
+    from subzero_bench.plots import plot
+    from subzero_bench.report import render
 
     out = Path(out_dir)
     doc = read_json(out / "results.json")
@@ -141,10 +151,39 @@ def main(name: str, quick: bool = False, out_dir: str | None = None, **options) 
     return 0
 
 
+def run_command(name: str, quick: bool = False, out_dir: str | None = None, max_: bool = False) -> int:
+    """``subzero bench NAME`` (and ``python -m subzero_bench NAME``): run one of `COMMANDS` into
+    ``out_dir`` (default ``benchmarks/results/NAME``); the exit status (faults and viewer: 1 when
+    a trial failed or a target was missed).
+
+    Parameters
+    ----------
+    name : str
+        One of `COMMANDS`.
+    quick : bool
+        Small sizes: each finishes in under two minutes.
+    out_dir : str, optional
+        The output directory.
+    max_ : bool
+        scale only: also 1e9 cells.
+    """
+    out = out_dir or f"benchmarks/results/{name}"
+    if name == "viewer":
+        from subzero_bench.viewer import run_viewer
+
+        return 0 if all(run_viewer(out, quick=quick)["met"].values()) else 1
+    if name == "faults":
+        from subzero_bench.faults import run_faults
+
+        return 0 if run_faults(out, quick=quick)["ok"] else 1
+    extra = {"max_": max_} if name == "scale" else {}
+    return main(name, quick=quick, out_dir=out, **extra)
+
+
 def write_summary(result_dirs: list[str | Path], path: str | Path, preface: str = "") -> Path:
     """Combine the reports in ``result_dirs`` (each holding results.json and REPORT.md)
     into one markdown file at ``path``."""
-    from subzero.bench.report import render_summary
+    from subzero_bench.report import render_summary
 
     dirs = [Path(d) for d in result_dirs]
     docs = [read_json(d / "results.json") for d in dirs]

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from subzero.bench.cellpairs import MAX_PAIRS, CellPairs, estimate_cellpairs, write_cellpairs
-from subzero.bench.configs import USE_OPTIMIZER, configuration, operator_nodes, static_using
-from subzero.bench.harness import Harness, QuerySpec, RunRecord, check_same_cells, overhead_ratios
-from subzero.bench.realdata import oracle_section, run_section, sample_cells
-from subzero.bench.results import figure
-from subzero.bench.timing import best_of, dir_bytes, timed
+from subzero_bench.cellpairs import MAX_PAIRS, CellPairs, estimate_cellpairs, write_cellpairs
+from subzero_bench.configs import USE_OPTIMIZER, configuration, operator_nodes, static_using
+from subzero_bench.harness import Harness, QuerySpec, RunRecord, check_same_cells, overhead_ratios
+from subzero_bench.realdata import oracle_section, run_section, sample_cells
+from subzero_bench.results import figure
+from subzero_bench.timing import best_of, dir_bytes, timed
 from subzero.cells import box_cells
 from subzero.oracle import check_workflow
 from subzero.run import Run

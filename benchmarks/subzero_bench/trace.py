@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from subzero.bench.results import figure
-from subzero.bench.timing import load_average
+from subzero_bench.results import figure
+from subzero_bench.timing import load_average
 
 __all__ = ["run_trace", "fifty_calls", "render_trace"]
 
@@ -83,8 +83,8 @@ def _uptime() -> str:
 
 def run_trace(quick: bool, root: Path, size=None, executor: str = "spark", spark=None, log=print) -> dict[str, Any]:
     """Run the benchmark (see the module docstring); returns the results document's body."""
-    from subzero.bench.astronomy import PAPER_PLAN
-    from subzero.bench.configs import configuration
+    from subzero_bench.astronomy import PAPER_PLAN
+    from subzero_bench.configs import configuration
     from subzero.workflows import astronomy, astronomy_numpy
 
     rng = np.random.default_rng(0)

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from subzero.bench.configs import operator_nodes, static_using
-from subzero.bench.harness import Harness, QuerySpec, RunRecord, check_same_cells
-from subzero.bench.results import figure
-from subzero.bench.timing import timed
+from subzero_bench.configs import operator_nodes, static_using
+from subzero_bench.harness import Harness, QuerySpec, RunRecord, check_same_cells
+from subzero_bench.results import figure
+from subzero_bench.timing import timed
 from subzero.oracle import OracleReport, check_workflow
 from subzero.dag import Workflow
 

@@ -13,7 +13,7 @@ encoding included, no network):
   empty cache (uncached), then the same tiles again (cached). Baseline: what a viewer without
   tiles does, reading the whole array and rendering one picture of it.
 
-``python -m subzero.bench.viewer [--out DIR] [--store DIR]`` (``subzero bench viewer``)
+``python -m subzero_bench.viewer [--out DIR] [--store DIR]`` (``subzero bench viewer``)
 writes ``results.json`` and ``REPORT.md``; ``--store`` reuses a store built before.
 """
 
@@ -51,7 +51,7 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 def build_store(path: str | Path, shape: tuple[int, ...] = SHAPE, executor: str = "local") -> float:
     """Run the astronomy workflow at ``shape`` into ``path`` with the paper's plan; seconds."""
-    from subzero.bench.astronomy import pins
+    from subzero_bench.astronomy import pins
     from subzero.workflows.astronomy import build
 
     wf, inputs = build(shape=(int(shape[0]), int(shape[1])))
@@ -146,7 +146,7 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
     (``quick``: 400 x 4000 images, 8 brushes and 8 tiles per node)."""
     from starlette.testclient import TestClient
 
-    from subzero.bench.timing import machine_info, now_iso
+    from subzero_bench.timing import machine_info, now_iso
     from subzero.run import open_run
     from subzero.view.app import create_app
 
@@ -182,7 +182,7 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
     direct = [v for r in brush.values() for v in r["direct_ms"]]
     shape = tuple(run.shape("exposure_1"))
     doc: dict[str, Any] = {"bench": "viewer", "quick": bool(quick), "date": now_iso(), "machine": machine_info(),
-           "command": " ".join(["python", "-m", "subzero.bench.viewer"] + sys.argv[1:]),
+           "command": " ".join(["python", "-m", "subzero_bench.viewer"] + sys.argv[1:]),
            "seconds": time.perf_counter() - start, "shape": list(shape), "cells": shape[0] * shape[1],
            "build_seconds": build_seconds, "warm_seconds": warm_seconds, "load": {"before": load_before, "after": load_after},
            "strategies": {k: list(v) for k, v in run.strategies.items()},
@@ -266,8 +266,8 @@ def render(doc: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m subzero.bench.viewer``: measure the viewer's API and write its report; the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m subzero.bench.viewer", description=__doc__.split("\n\n")[0])
+    """``python -m subzero_bench.viewer``: measure the viewer's API and write its report; the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m subzero_bench.viewer", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="benchmarks/results/viewer")
     parser.add_argument("--store", help="an astronomy store built before (else one is built, then deleted)")
     parser.add_argument("--brushes", type=int, default=40, help="brushes per node")

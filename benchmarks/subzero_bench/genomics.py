@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from subzero.bench.cellpairs import CellPairs, write_cellpairs
-from subzero.bench.configs import USE_OPTIMIZER, configuration, static_using
-from subzero.bench.harness import Harness, QuerySpec, RunRecord, check_same_cells, overhead_ratios
-from subzero.bench.realdata import oracle_section, run_section, sample_cells
-from subzero.bench.results import figure
-from subzero.bench.timing import best_of, dir_bytes, timed
+from subzero_bench.cellpairs import CellPairs, write_cellpairs
+from subzero_bench.configs import USE_OPTIMIZER, configuration, static_using
+from subzero_bench.harness import Harness, QuerySpec, RunRecord, check_same_cells, overhead_ratios
+from subzero_bench.realdata import oracle_section, run_section, sample_cells
+from subzero_bench.results import figure
+from subzero_bench.timing import best_of, dir_bytes, timed
 from subzero.oracle import check_workflow
 from subzero.workflows import genomics as workflow
 
@@ -208,7 +208,7 @@ def _document(harness, runs, specs, static, dynamic, counts, sweep, capture, row
              "queries": {s.name: s.summary() | {"result_cells": counts[s.name]} for s in specs}}
     sweep_note = ("disk-budget sweep of the optimizer (max_disk in MB)" if use_optimizer else
                   "the disk-budget sweep needs the strategy optimizer inside Workflow.run; it is switched off "
-                  "(subzero/bench/configs.py USE_OPTIMIZER) until that lands, so no sweep was run")
+                  "(benchmarks/subzero_bench/configs.py USE_OPTIMIZER) until that lands, so no sweep was run")
     figures = {
         "disk": figure("x input bytes", "input matrices", disk, "lineage bytes stored"),
         "runtime": figure("x BlackBox wall time", "BlackBox run", runtime,

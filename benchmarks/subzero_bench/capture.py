@@ -35,8 +35,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from subzero.bench.results import figure
-from subzero.bench.timing import load_average
+from subzero_bench.results import figure
+from subzero_bench.timing import child_pythonpath, load_average
 
 __all__ = ["run_capture", "render_capture", "LABEL_CONFIGS", "ASTRONOMY_CONFIGS", "GOALS"]
 
@@ -72,7 +72,7 @@ if spec["bench"] == "label":
     inputs = label_inputs(spec["side"])
     options = {"strategies": {"label": [spec["config"]]}}
 else:
-    from subzero.bench import astronomy as A
+    from subzero_bench import astronomy as A
     from subzero.workflows import astronomy as workflow
     wf, inputs = workflow.build(quick=spec["quick"])
     pins = A.pins(wf, "NoLineage" if spec["config"] == "workload" else spec["config"], True)
@@ -103,7 +103,7 @@ print("CAPTURE " + json.dumps(out))
 
 def _child(script: Path, code: Path, spec: dict[str, Any], root: Path) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(code)
+    env["PYTHONPATH"] = child_pythonpath(code)
     done = subprocess.run([sys.executable, str(script), json.dumps(spec)], capture_output=True, text=True, env=env,
                           cwd=root)
     line = [x for x in done.stdout.splitlines() if x.startswith("CAPTURE ")]

@@ -1,8 +1,8 @@
 """Object-store faults for ``subzero bench faults``: runs whose S3 requests fail.
 
-Each trial runs the faults workflow (`subzero.bench.faults.build`, every strategy pinned)
+Each trial runs the faults workflow (`subzero_bench.faults.build`, every strategy pinned)
 with the local executor into ``s3://`` on moto's S3 server on loopback, through a
-`subzero.bench.object_store.FaultProxy` that fails a fraction of requests (half ``503
+`subzero_bench.object_store.FaultProxy` that fails a fraction of requests (half ``503
 SlowDown``, half connections reset), or all of them from some request on (an outage), and
 judges the outcome through the same faulty proxy:
 
@@ -32,7 +32,7 @@ RATES: tuple[tuple[str, float, int | None], ...] = (
 
 @dataclass(frozen=True)
 class Harness:
-    """What the trials take from the fault bench (`subzero.bench.faults`), passed in so this
+    """What the trials take from the fault bench (`subzero_bench.faults`), passed in so this
     module, which the fault bench calls, imports nothing of it: the workflow, its inputs, the
     run options of a plan, and the judge of a store against the clean run."""
 
@@ -63,7 +63,7 @@ class ObjectFaultTrial:
 
 def _one(harness: Harness, service, ref, label: str, rate: float, outage: int | None, seed: int, n: int) -> ObjectFaultTrial:
     import subzero as sz
-    from subzero.bench.object_store import FaultProxy
+    from subzero_bench.object_store import FaultProxy
     from subzero.store import shards
     from subzero.store.location import configure_storage_options, restore_storage_defaults, storage_defaults
 
@@ -107,8 +107,8 @@ def _one(harness: Harness, service, ref, label: str, rate: float, outage: int | 
 def object_store_trials(ref, harness: Harness, runs: int = 3, rates=RATES, seed: int = 0,
                         log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """``runs`` trials per entry of ``rates`` against a fresh moto S3 server; returns the trials
-    as dicts (with ``ok``); ``harness`` runs and judges each (`subzero.bench.faults.harness`)."""
-    from subzero.bench.object_store import s3_service
+    as dicts (with ``ok``); ``harness`` runs and judges each (`subzero_bench.faults.harness`)."""
+    from subzero_bench.object_store import s3_service
     from subzero.store import location
 
     log = log or (lambda line: print(line, flush=True))

@@ -42,8 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from subzero.bench.results import figure
-from subzero.bench.scale import THRESHOLD, workflow
+from subzero_bench.results import figure
+from subzero_bench.timing import child_pythonpath
+from subzero_bench.scale import THRESHOLD, workflow
 
 __all__ = ["run_dataplane", "render_dataplane", "GOALS"]
 
@@ -185,10 +186,10 @@ def _stages_reporter():
 def _one(config: str, side: int, code: Path, store: Path, timeout: float, env_extra=None) -> dict[str, Any]:
     """``worker(config)`` in a fresh process importing ``subzero`` from ``code``."""
     shutil.rmtree(store, ignore_errors=True)
-    env = dict(os.environ, PYTHONPATH=str(code), SUBZERO_DRIVER_MEMORY="1g", **(env_extra or {}))
+    env = dict(os.environ, PYTHONPATH=child_pythonpath(code), SUBZERO_DRIVER_MEMORY="1g", **(env_extra or {}))
     cmd = ([sys.executable, "-c", BARE_SPARK] if config == "tiny-bare" else
            [sys.executable, "-P", str(Path(__file__).resolve()), config, str(side), str(store)])
-    from subzero.bench.timing import load_average  # here, not at the top: the worker runs on older trees too
+    from subzero_bench.timing import load_average  # here, not at the top: the worker runs on older trees too
 
     load = (load_average() or [float("nan")])[0]
     start = time.perf_counter()

@@ -19,7 +19,7 @@ and backward and forward queries by every stored strategy, forced and chosen):
 `subzero bench faults [--quick] [--out DIR]` runs the full form (22 kill trials, 114 damaged
 stores, 22 races: about ten minutes on two cores) and writes ``results.json`` and
 ``REPORT.md``; ``tests/test_faults.py`` runs a few trials of each.  The child process is
-``python -m subzero.bench.faults child STORE EXECUTOR PLAN [--resume]``.
+``python -m subzero_bench.faults child STORE EXECUTOR PLAN [--resume]``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 if TYPE_CHECKING:
-    from subzero.bench.object_faults import Harness
+    from subzero_bench.object_faults import Harness
 
 __all__ = ["build", "inputs", "strategies", "QUERIES", "Reference", "reference", "kill_trial", "damage_cases",
            "damage", "snapshot", "as_nobody", "judge_store", "race_round", "run_faults", "harness", "render"]
@@ -249,9 +249,11 @@ def judge_store(store: str | Path, ref: Reference, queries_only: bool = False) -
 # -- kill -9 ------------------------------------------------------------------------------------------------------
 
 def _child_env() -> dict[str, str]:
+    from subzero_bench.timing import child_pythonpath
+
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = child_pythonpath(root, env.get("PYTHONPATH"))
     env.setdefault("SUBZERO_SPARK_MASTER", "local[2, 4]")
     from subzero.progress import spark_conf
 
@@ -264,7 +266,7 @@ def start_child(store: str | Path, executor: str, plan: str, resume: bool = Fals
                 go: str | Path | None = None) -> subprocess.Popen:
     """A child process running the workflow into ``store``; it prints ``started`` once imported
     (and, given ``go``, then waits for that file to exist before it runs)."""
-    args = [sys.executable, "-m", "subzero.bench.faults", "child", str(store), executor, plan] + \
+    args = [sys.executable, "-m", "subzero_bench.faults", "child", str(store), executor, plan] + \
         (["--resume"] if resume else []) + (["--go", str(go)] if go is not None else [])
     return subprocess.Popen(args, env=_child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -670,7 +672,7 @@ def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8,
         A few trials of each (about two minutes).
     s3_runs : int
         Runs per fault setting into ``s3://`` through a proxy failing S3 requests
-        (`subzero.bench.object_faults`); 0 skips them (moto and s3fs missing: skipped too).
+        (`subzero_bench.object_faults`); 0 skips them (moto and s3fs missing: skipped too).
     only_s3 : bool
         Only the object-store trials.
 
@@ -692,7 +694,7 @@ def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8,
     root = Path(tempfile.mkdtemp(prefix="faults-", dir=out))
     rng = random.Random(seed)
     started = time.monotonic()
-    from subzero.bench.timing import machine_info, now_iso
+    from subzero_bench.timing import machine_info, now_iso
 
     doc: dict[str, Any] = {"bench": "faults", "quick": bool(quick), "date": now_iso(), "machine": machine_info(),
                            "command": "subzero bench faults" + (" --quick" if quick else ""),
@@ -731,7 +733,7 @@ def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8,
             except ImportError:
                 log("faults: moto[server] or s3fs missing: no object-store trials (pip install 'subzero[test]')")
             else:
-                from subzero.bench.object_faults import object_store_trials
+                from subzero_bench.object_faults import object_store_trials
 
                 doc["object_store"] = object_store_trials(ref, harness(), runs=s3_runs, seed=seed, log=log)
     finally:
@@ -747,14 +749,14 @@ def run_faults(out_dir: str | Path, kills_local: int = 14, kills_spark: int = 8,
 
 def harness() -> "Harness":
     """This bench's workflow, inputs, run options and judge, for the object-store trials."""
-    from subzero.bench.object_faults import Harness
+    from subzero_bench.object_faults import Harness
 
     return Harness(build, inputs, run_options, judge_store)
 
 
 def render(doc: dict) -> str:
     """The bench's report: one table per fault kind, and the totals against the issue's targets."""
-    from subzero.bench.object_faults import render as render_object_store
+    from subzero_bench.object_faults import render as render_object_store
 
     kills, damages, races = doc["kills"], doc["damage"], doc["races"]
     objects = doc.get("object_store", [])
@@ -823,7 +825,7 @@ def _child(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m subzero.bench.faults child ...`` (a trial's run), or the bench itself."""
+    """``python -m subzero_bench.faults child ...`` (a trial's run), or the bench itself."""
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "child":
         return _child(argv[1:])

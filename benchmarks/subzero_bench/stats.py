@@ -1,4 +1,4 @@
-"""``python -m subzero.bench stats``: per-object lineage statistics and contamination counts (issue 20).
+"""``python -m subzero_bench stats``: per-object lineage statistics and contamination counts (issue 20).
 
 An astronomy-style workflow on a ``side x side`` float32 exposure (4000 x 4000 = 1.6e7
 cells by default): bias subtraction, a 16 x 16 background mesh (mean, then upsampled)
@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from subzero.bench.results import figure
-from subzero.bench.timing import load_average
+from subzero_bench.results import figure
+from subzero_bench.timing import load_average
 from subzero.stats.table import BATCH_OBJECTS
 
 __all__ = ["run_stats", "workflow", "sky", "SIDE", "QUICK_SIDE"]

@@ -1,0 +1,51 @@
+"""``subzero info`` (what a store holds) and ``subzero explain`` (what each node stored and why)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+__all__ = ["add_parser", "cmd_explain", "cmd_info"]
+
+
+def cmd_explain(args) -> int:
+    """``subzero explain``: what each node stored and why; the exit status."""
+    from subzero.run import open_run
+
+    run = open_run(args.store, partial=True)  # a failed or running store: what it committed
+    if args.json:
+        from subzero.describe import explain_data
+
+        print(json.dumps(explain_data(run), indent=2))
+        return 0
+    from subzero.explain import explain
+
+    print(explain(run))
+    return 0
+
+
+def cmd_info(args) -> int:
+    """``subzero info``: a store's summary; the exit status."""
+    from subzero.info import info_data, info_text
+
+    data = info_data(args.store)
+    print(json.dumps(data, indent=2) if args.json else info_text(data))
+    return 0
+
+
+def add_parser(sub, common: argparse.ArgumentParser) -> None:
+    """``subzero explain`` and ``subzero info``."""
+    explain = sub.add_parser("explain", parents=[common],
+                             help="the chosen strategy per node, predicted and measured costs, and why")
+    explain.add_argument("store")
+    explain.add_argument("--json", action="store_true", help="print JSON")
+    explain.set_defaults(func=cmd_explain)
+
+    info = sub.add_parser("info", parents=[common],
+                          help="what a store holds: nodes, shapes, dtypes, strategies, sizes, status",
+                          description="Describe a store from its catalog: its nodes (inputs and operators), their "
+                                      "shapes, dtypes, chunks, strategies and sizes, and the run's status (also for "
+                                      "a run that failed or is still running).")
+    info.add_argument("store")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(func=cmd_info)

@@ -177,9 +177,11 @@ class Gather(_Guided):
             raise WorkflowError(f"Gather: a source position is outside the input of shape {input_shapes[0]}")
         return tuple(int(n) for n in self._source.shape)
 
-    def output_identity(self, *inputs: np.ndarray) -> np.ndarray:
-        """Each output cell is the input cell it copies."""
-        return self._source.ravel()
+    def output_identity(self, *inputs: np.ndarray) -> np.ndarray | None:
+        """Each output cell is the input cell it copies (when each is copied once: a selection);
+        otherwise cells are their positions."""
+        flat = self._source.ravel()
+        return flat if type(self) is Gather and np.unique(flat).size == flat.size else None
 
     def _source_cells(self, out_cells: np.ndarray) -> np.ndarray:
         flat = self._source.ravel()[_flat(out_cells, self.output_shape)]
@@ -200,10 +202,15 @@ class Gather(_Guided):
         out = x[tuple((src - lo).T)] if len(src) else np.empty(0, x.dtype)
         return out.reshape(tuple(hi - lo for lo, hi in ctx.tile_box))
 
-    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+        cells = np.asarray(cells, np.int64).reshape(-1, len(self.output_shape))
+        owner = np.arange(len(cells), dtype=np.int64)
         if i == 0:
-            return unique_rows(self._source_cells(cells))
-        return unique_rows(self._guide_b(cells, self.guides[i - 1], self.input_shapes[i]))
+            return owner, self._source_cells(cells)
+        return owner, self._guide_b(cells, self.guides[i - 1], self.input_shapes[i])
+
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
+        return unique_rows(self.map_b_pairs(cells, i)[1])
 
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         if i:
@@ -351,15 +358,19 @@ class Scatter(_Guided):
                 out[written] = np.asarray(rest[0]).ravel()[at].astype(out.dtype, copy=False)
         return out
 
-    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         cells = np.asarray(cells, np.int64).reshape(-1, len(self._shape))
         if i == 0:
             written, _ = self._value_flat(cells)
-            return unique_rows(cells[~written])
+            return np.flatnonzero(~written), cells[~written]
         if i == 1 and self.has_values:
-            _, at = self._value_flat(cells)
-            return unique_rows(_coords(at, self.input_shapes[1]))
-        return unique_rows(self._guide_b(cells, self.guides[i - self._first_guide], self.input_shapes[i]))
+            written, at = self._value_flat(cells)
+            return np.flatnonzero(written), _coords(at, self.input_shapes[1])
+        guide = self._guide_b(cells, self.guides[i - self._first_guide], self.input_shapes[i])
+        return np.arange(len(cells), dtype=np.int64), guide
+
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
+        return unique_rows(self.map_b_pairs(cells, i)[1])
 
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         cells = np.asarray(cells, np.int64).reshape(-1, len(self.input_shapes[i]))

@@ -89,18 +89,23 @@ class View:
     """How a view reads itself from its parent (``forward``) and writes a new value of itself
     back into the parent (``backward(parent, new) -> new parent``)."""
 
-    __slots__ = ("parent", "forward", "backward", "derived_from")
+    __slots__ = ("parent", "forward", "backward", "derived_from", "depth")
+
+    #: views of views deeper than this are copies (a loop of ``x = x[1:]`` must not build a chain
+    #: every read walks); writing through such a view is refused
+    MAX_DEPTH = 16
 
     def __init__(self, parent: "SymbolicArray", forward: Callable[["SymbolicArray"], "SymbolicArray"],
                  backward: Callable[["SymbolicArray", "SymbolicArray"], "SymbolicArray"]):
         self.parent, self.forward, self.backward = parent, forward, backward
         self.derived_from = parent.entry
+        self.depth = 1 + (parent._view.depth if parent._view is not None else 0)
 
 
 class SymbolicArray(ArrayShape):
     """An array of a traced function: its node, shape and dtype; values on demand."""
 
-    __slots__ = ("tracer", "_entry", "shape", "dtype", "_view")
+    __slots__ = ("tracer", "_entry", "shape", "dtype", "_view", "_deep")
     __array_priority__ = 1000
 
     def __init__(self, tracer: Tracer, entry: Entry, shape: tuple[int, ...], dtype, view: View | None = None):
@@ -108,6 +113,7 @@ class SymbolicArray(ArrayShape):
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
         self._view = view
+        self._deep = False
 
     @property
     def entry(self) -> Entry:
@@ -121,7 +127,11 @@ class SymbolicArray(ArrayShape):
     def as_view_of(self, parent: "SymbolicArray", forward: Callable[["SymbolicArray"], "SymbolicArray"],
                    backward: Callable[["SymbolicArray", "SymbolicArray"], "SymbolicArray"]) -> "SymbolicArray":
         """This array, marked as a view of ``parent`` (writes to it reach ``parent``)."""
-        self._view = View(parent, forward, backward)
+        view = View(parent, forward, backward)
+        if view.depth <= View.MAX_DEPTH:
+            self._view = view
+        else:
+            self._view, self._deep = None, True
         return self
 
     def rebind(self, new: "SymbolicArray") -> None:
@@ -132,6 +142,9 @@ class SymbolicArray(ArrayShape):
                                f"{self.shape}")
         if new.dtype != self.dtype:
             new = _numpy().astype(new, self.dtype)
+        if self._deep:
+            raise InPlaceError(f"writing through a view of a view more than {View.MAX_DEPTH} levels deep is not "
+                               "supported; take the view from the array you mean to update (or .copy() it)")
         view = self._view
         if view is not None:
             view.parent.rebind(view.backward(view.parent, new))

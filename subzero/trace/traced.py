@@ -35,7 +35,8 @@ import numpy as np
 import xxhash
 
 from subzero.errors import WorkflowError
-from subzero.trace.errors import TraceError
+from subzero.trace.capture import numpy_calls
+from subzero.trace.errors import TraceError, user_files
 from subzero.trace.symbolic import SymbolicArray
 from subzero.trace.tracer import Tracer, trace_contexts
 from subzero.dag import Workflow
@@ -67,7 +68,7 @@ class TracedWorkflow:
         if not self.parameter_names:
             raise WorkflowError(f"@sz.workflow {self.name}: the function takes no named parameter, so no input "
                                 "array; its parameters given arrays are the inputs")
-        self._cache: dict[Any, tuple[Workflow, Any, list]] = {}
+        self._cache: dict[Any, list[tuple[Workflow, Any, list]]] = {}
         self.last_trace_seconds: float | None = None
         self.last_events: list = []
 
@@ -121,14 +122,15 @@ class TracedWorkflow:
         arrays, values = self.split(inputs, params)
         signature = self._signature(arrays)
         key = (signature, tuple(sorted((k, _param_key(v)) for k, v in values.items())))
-        cached = self._cache.get(key)
-        if cached is not None:
-            wf, digest, events = cached
-            if digest is None or digest == _digest(arrays):
+        cached = self._cache.setdefault(key, [])
+        digest = _digest(arrays) if any(d is not None for _, d, _ in cached) else None
+        for wf, kept, events in cached:
+            if kept is None or kept == digest:
                 self.last_events = events
                 return wf
         wf, specialized, events = self._trace(signature, arrays, values)
-        self._cache[key] = (wf, _digest(arrays) if specialized else None, events)
+        cached.append((wf, _digest(arrays) if specialized else None, events))
+        del cached[:-8]  # a few traces per signature: a loop over new inputs must not keep every one
         self.last_events = events
         return wf
 
@@ -165,7 +167,8 @@ class TracedWorkflow:
             if isinstance(value, (list, tuple)):
                 value = np.asarray(value)
             args[name] = SymbolicArray(tracer, tracer.input(name, shape, value), shape, dtype)
-        with tracer, trace_contexts():
+        code = getattr(inspect.unwrap(self.fn), "__code__", None)
+        with tracer, user_files(code.co_filename if code else ""), numpy_calls(), trace_contexts():
             result = self.fn(**args, **values)
             _name_outputs(tracer, result, self.name)
         wf = tracer.build()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up subzero on a fresh machine: Java for Spark (if missing), a virtualenv in .venv,
-# and the package with its test and benchmark extras. Safe to run again.
+# and the package with its test, benchmark and docs extras. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,12 +40,13 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
-if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,bench]" 2>&1 \
+if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,bench,docs,corpus]" 2>&1 \
   | { grep -v -e "^WARNING: Location" -e "is ignored" || true; }; then
   echo "setup: pip could not install the package and its extras; see its output above" >&2
   exit 1
 fi
 .venv/bin/python -c "import subzero.store, subzero.run, pyspark, lmdb, rtree, pulp, zarr, xxhash, \
 astroscrappy, sep, skimage, sksurv, pyarrow, pytest, hypothesis, starlette, uvicorn, selenium, httpx2, PIL, \
-moto.server, s3fs, subzero.view.app" \
+moto.server, s3fs, subzero.view.app, mkdocs, material, mkdocstrings_handlers.python, mkdocs_jupyter, \
+mkdocs_awesome_pages_plugin, ipykernel, astropy, photutils, conorm, pyet, spyndex, chemotools, xarray" \
   || { echo "setup: the package did not install; see the pip output above" >&2; exit 1; }

@@ -150,22 +150,20 @@ class Tracer:
             if not isinstance(entry.value, np.ndarray):
                 entry.value = np.asarray(entry.value)
             return entry.value
-        order: list[Entry] = []
-        stack, seen = [entry], set()
-        while stack:  # post-order without recursion: loops unroll into long chains
-            e = stack[-1]
-            pending = [i for i in e.inputs if i.value is None and id(i) not in seen]
-            if e.op is None and e.value is None:
+        needed: dict[int, Entry] = {}
+        stack = [entry]
+        while stack:  # every ancestor still without values (no recursion: loops unroll into long chains)
+            e = stack.pop()
+            if id(e) in needed or e.value is not None:
+                continue
+            if e.op is None:
                 raise ControlFlowError(
                     f"{why} needs values, and the input {e.name!r} was traced from its shape alone; trace "
                     "with the input arrays (f.trace(inputs) / f.run(inputs, store) with numpy or Zarr arrays)")
-            if pending:
-                stack.extend(pending)
-                seen.update(id(i) for i in pending)
-                continue
-            stack.pop()
-            if e.value is None:
-                order.append(e)
+            needed[id(e)] = e
+            stack.extend(e.inputs)
+        position = {id(e): k for k, e in enumerate(self.entries)}  # call order is topological
+        order = sorted(needed.values(), key=lambda e: position[id(e)])
         for e in order:
             if e.value is None:
                 args = [np.asarray(i.value) for i in e.inputs]

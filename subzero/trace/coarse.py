@@ -109,6 +109,7 @@ def coarse_call(func: Callable[..., Any], args: tuple, kwargs: dict, reason: str
         tracer.note("value", line, f"{_qualified(func)} returned {type(result).__name__} {result!r:.60}: a value of "
                     "this run")
     entries = tuple(x.entry for x in found)
+    reason = f"{_qualified(func)} at {line.split(': ', 1)[0] or 'an unknown line'}: {reason}"
     if isinstance(result, (tuple, list)) and any(isinstance(r, (np.ndarray, np.generic)) for r in result):
         out = [_node(tracer, call, entries, r, reason, name, line, k, coarse) for k, r in enumerate(result)]
         return tuple(out) if isinstance(result, tuple) else out

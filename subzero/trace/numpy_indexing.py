@@ -24,7 +24,7 @@ import numpy as np
 
 from subzero import operators as ops
 from subzero.trace.building import add_node, astype, implements
-from subzero.trace.coarse import lift, node_shape
+from subzero.trace.coarse import coarse_call, lift, node_shape
 from subzero.trace.errors import InPlaceError, TraceError, user_line
 from subzero.trace.numpy_shapes import getitem as basic_getitem
 from subzero.trace.numpy_shapes import reshape
@@ -284,3 +284,21 @@ def _take_values(a, indices, axis=None, out=None, mode="raise"):
         return gather(np.ravel(a), (indices,))
     parts = (slice(None),) * (int(axis) % a.ndim) + (indices,)
     return gather(a, parts)
+
+
+# -- counts and sets: any cell can change any output, so all-to-all is their exact lineage ----------------------
+_EXACT_ALL = "any input cell can change any output cell (a count, a set or a rank): all-to-all is exact here"
+
+
+@implements(np.unique)
+def _unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *, equal_nan=True,
+            sorted=True):
+    kwargs = {"return_index": return_index, "return_inverse": return_inverse, "return_counts": return_counts,
+              "axis": axis, "equal_nan": equal_nan}
+    return coarse_call(np.unique, (ar,), kwargs, _EXACT_ALL, base="unique", coarse=False)
+
+
+@implements(np.bincount)
+def _bincount(x, weights=None, minlength=0):
+    return coarse_call(np.bincount, (x,), {"weights": weights, "minlength": minlength}, _EXACT_ALL, base="bincount",
+                       coarse=False)

@@ -27,6 +27,7 @@ on every input cell (sound by construction), with the reason recorded.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -396,8 +397,8 @@ class Opaque(Operator):
         The node's shape (the call's result is reshaped to it: 0-d results are one cell).
     reason : str
         Why the step is coarse, for ``info``, ``explain`` and the trace report.
-    pick : int or None
-        For a call returning a tuple, which element this node is.
+    pick : int, str or None
+        For a call returning a tuple (a dict), which element (key) this node is.
     nin : int
         The number of inputs.
     coarse : bool
@@ -405,7 +406,7 @@ class Opaque(Operator):
         change any output).
     """
 
-    def __init__(self, call: Callable[..., Any], output_shape: Shape, reason: str, pick: int | None = None,
+    def __init__(self, call: Callable[..., Any], output_shape: Shape, reason: str, pick: int | str | None = None,
                  nin: int = 1, coarse: bool = True):
         self.coarse = bool(coarse)
         self.call = call
@@ -427,7 +428,9 @@ class Opaque(Operator):
         return self.shape
 
     def run(self, ctx, *inputs) -> np.ndarray:
-        out = self.call(*inputs)
+        with warnings.catch_warnings():  # the trace ran the call once already and showed its warnings
+            warnings.simplefilter("ignore")
+            out = self.call(*inputs)
         if self.pick is not None:
             out = out[self.pick]
         out = np.asarray(out)

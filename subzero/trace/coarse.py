@@ -101,8 +101,9 @@ def coarse_call(func: Callable[..., Any], args: tuple, kwargs: dict, reason: str
     result = func(*_concrete(args), **_concrete(kwargs))
     call = _Logical(NumpyCall(func, _template(args), _template(kwargs)), tuple(x.shape for x in found))
     line = user_line()
-    arrays = [r for r in (result if isinstance(result, (tuple, list)) else [result])
-              if isinstance(r, (np.ndarray, np.generic))]
+    items = list(result.values()) if isinstance(result, dict) else \
+        list(result) if isinstance(result, (tuple, list)) else [result]
+    arrays = [r for r in items if isinstance(r, (np.ndarray, np.generic))]
     if arrays:
         tracer.note("coarse" if coarse else "value", line, f"{_qualified(func)}: {reason}")
     else:
@@ -110,6 +111,8 @@ def coarse_call(func: Callable[..., Any], args: tuple, kwargs: dict, reason: str
                     "this run")
     entries = tuple(x.entry for x in found)
     reason = f"{_qualified(func)} at {line.split(': ', 1)[0] or 'an unknown line'}: {reason}"
+    if isinstance(result, dict):
+        return {k: _node(tracer, call, entries, r, reason, f"{name}_{k}", line, k, coarse) for k, r in result.items()}
     if isinstance(result, (tuple, list)) and any(isinstance(r, (np.ndarray, np.generic)) for r in result):
         out = [_node(tracer, call, entries, r, reason, name, line, k, coarse) for k, r in enumerate(result)]
         return tuple(out) if isinstance(result, tuple) else out
@@ -117,7 +120,7 @@ def coarse_call(func: Callable[..., Any], args: tuple, kwargs: dict, reason: str
 
 
 def _node(tracer: Tracer, call: Callable[..., Any], entries: tuple[Entry, ...], value: Any, reason: str, base: str,
-          line: str, pick: int | None, coarse: bool) -> Any:
+          line: str, pick: Any, coarse: bool) -> Any:
     if not isinstance(value, (np.ndarray, np.generic)):
         return value
     value = np.asarray(value)

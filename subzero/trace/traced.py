@@ -35,13 +35,19 @@ import numpy as np
 import xxhash
 
 from subzero.errors import WorkflowError
+from subzero.trace.breaks import Break, coarse_calls, library_break
 from subzero.trace.capture import numpy_calls
+from subzero.trace.coarse import coarse_call
 from subzero.trace.errors import TraceError, user_files
 from subzero.trace.symbolic import SymbolicArray
 from subzero.trace.tracer import Tracer, trace_contexts
 from subzero.dag import Workflow
 
 __all__ = ["workflow", "TracedWorkflow", "TraceReport"]
+
+#: library calls a trace may run on values (graph breaks) before it gives up and runs the
+#: whole function as one coarse step
+MAX_BREAKS = 8
 
 
 class TracedWorkflow:
@@ -159,7 +165,34 @@ class TracedWorkflow:
     def _trace(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any]
                ) -> tuple[Workflow, bool, list]:
         started = time.perf_counter()
-        tracer = Tracer(self.name)
+        breaks: list[Break] = []
+        while True:
+            tracer = Tracer(self.name)
+            args = self._symbolic_inputs(tracer, signature, arrays)
+            try:
+                with coarse_calls(breaks) as applied:
+                    with tracer, user_files(self._file()), numpy_calls(), trace_contexts():
+                        result = self.fn(**args, **values)
+                        _name_outputs(tracer, result, self.name)
+                break
+            except Exception as exc:  # a library that cannot take traced arrays: break there and trace again
+                found = library_break(exc) if tracer.has_values() else None
+                if found is None or len(applied) < len(breaks) or len(breaks) >= MAX_BREAKS or \
+                        any(b.code is found.code for b in breaks):
+                    if not tracer.has_values() or isinstance(exc, TraceError) and found is None:
+                        raise
+                    return self._eager(signature, arrays, values, exc, started)
+                breaks.append(found)
+        wf = tracer.build()
+        self.last_trace_seconds = time.perf_counter() - started
+        return wf, tracer.specialized, list(tracer.events)
+
+    def _file(self) -> str:
+        code = getattr(inspect.unwrap(self.fn), "__code__", None)
+        return code.co_filename if code is not None else ""
+
+    @staticmethod
+    def _symbolic_inputs(tracer: Tracer, signature: tuple, arrays: Mapping[str, Any]) -> dict[str, SymbolicArray]:
         args = {}
         for name, shape, dtype in signature:
             given = arrays[name]
@@ -167,13 +200,29 @@ class TracedWorkflow:
             if isinstance(value, (list, tuple)):
                 value = np.asarray(value)
             args[name] = SymbolicArray(tracer, tracer.input(name, shape, value), shape, dtype)
-        code = getattr(inspect.unwrap(self.fn), "__code__", None)
-        with tracer, user_files(code.co_filename if code else ""), numpy_calls(), trace_contexts():
-            result = self.fn(**args, **values)
+        return args
+
+    def _eager(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any], exc: BaseException,
+               started: float) -> tuple[Workflow, bool, list]:
+        """The whole function as one coarse step over every input (the last resort of a trace that
+        failed where numpy does not: every output depends on every input); numpy's own error when
+        the function fails on numpy arrays too."""
+        concrete = {name: np.asarray(arrays[name]) for name, _, _ in signature}
+        try:
+            self.fn(**{k: v.copy() for k, v in concrete.items()}, **values)
+        except Exception:
+            raise exc from None  # numpy fails too: the trace's error names the user's line
+        tracer = Tracer(self.name)
+        args = self._symbolic_inputs(tracer, signature, arrays)
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        reason = (f"the function could not be traced ({type(exc).__name__}: {first[:160]}), so it ran on this run's "
+                  "values as one coarse step: every output depends on every input")
+        with tracer:
+            result = coarse_call(_Copying(self.fn), (), {**args, **values}, reason, base=self.name)
             _name_outputs(tracer, result, self.name)
         wf = tracer.build()
         self.last_trace_seconds = time.perf_counter() - started
-        return wf, tracer.specialized, list(tracer.events)
+        return wf, True, list(tracer.events)
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, inputs: Mapping[str, Any], store, params: Mapping[str, Any] | None = None, **kwargs):
@@ -261,6 +310,22 @@ def _name_outputs(tracer: Tracer, result, where: str) -> None:
                 any(e.name == key and e is not entry for e in tracer.entries):
             value = _copy(value)
         name_node(value, key)
+
+
+class _Copying:
+    """``fn`` called with copies of its array arguments (so a re-run never updates the stored
+    inputs in place), its mapping result laid out as a tuple in key order for `Opaque`'s pick."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "workflow")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        copied = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+        return self.fn(*args, **copied)
+
+    def __repr__(self) -> str:
+        return f"{self.__name__}(...)"
 
 
 def _captured(tracer: Tracer, value: np.ndarray) -> SymbolicArray:

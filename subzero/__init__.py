@@ -18,7 +18,7 @@ __all__ = [
     "Operator", "Run", "open_run", "Tiling", "Whole", "Elementwise", "Halo", "Permuted", "Reduced",
     "RowBlocks", "Node", "Workflow", "operators",
     # the numpy front end
-    "workflow", "name", "apply", "udf", "Window", "Lines", "check_lineage", "ndimage",
+    "workflow", "name", "apply", "udf", "Window", "Lines", "Reduce", "check_lineage", "ndimage",
 ]
 __version__ = "0.1.0"
 
@@ -35,7 +35,8 @@ _LAZY = {
     "RowBlocks": "subzero.tiling",
     "Node": "subzero.dag", "Workflow": "subzero.dag",
     "workflow": "subzero.trace", "name": "subzero.trace", "apply": "subzero.trace",
-    "udf": "subzero.udfs", "Window": "subzero.udfs", "Lines": "subzero.udfs", "check_lineage": "subzero.udfs",
+    "udf": "subzero.udfs", "Window": "subzero.udfs", "Lines": "subzero.udfs", "Reduce": "subzero.udfs",
+    "check_lineage": "subzero.udfs",
 }
 
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports

@@ -163,8 +163,11 @@ def zoom(input, zoom, output=None, order=3, mode="constant", cval=0.0, prefilter
         return _scipy("zoom", input, zoom, output, order, mode, cval, prefilter, grid_mode=grid_mode)
     _check("zoom", output=output)
     if order != 0:
+        factors = zoom if isinstance(zoom, (tuple, list)) else [zoom] * len(input.shape)
+        shape = tuple(int(round(n * z)) for n, z in zip(input.shape, factors))
         raise UnsupportedCallError(f"subzero.ndimage.zoom(order={order}) is not supported: spline interpolation "
-                                   "prefilters whole lines; use order=0 (nearest), or wrap scipy.ndimage.zoom with "
-                                   "sz.udf(fn, lineage='all')")
+                                   "prefilters whole lines; use order=0 (nearest), or wrap scipy.ndimage.zoom: "
+                                   f"sz.udf(scipy.ndimage.zoom, lineage='all', shape={shape})(x, {zoom!r}, "
+                                   f"order={order})")
     zooms = tuple(zoom) if isinstance(zoom, (tuple, list)) else zoom
     return add_node(numeric.NearestZoom(zooms, mode, cval, grid_mode), [input], "zoom", dtype=input.dtype)

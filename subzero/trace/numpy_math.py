@@ -54,8 +54,11 @@ def _reduction(how: str, fn: Callable):
             shape = (1,) * ndim if keepdims else ()
             return SymbolicArray(a.tracer, out_node.entry, shape, dtype_out)
         if how not in _AXIS_OPS:
-            raise UnsupportedCallError(f"np.{how}(x, axis=...) over some axes has no subzero operator (over every "
-                                       f"axis it has); wrap it with sz.udf(fn, lineage=sz.Lines(axis=...))")
+            keep = ", keepdims=True" if keepdims else ""
+            extra = keep + (f", ddof={ddof!r}" if ddof and how in _DDOF else "")
+            raise UnsupportedCallError(f"np.{how}(x, axis={axis!r}) over some axes has no subzero operator (over "
+                                       f"every axis it has); wrap it: sz.udf(np.{how}, lineage=sz.Reduce(axis="
+                                       f"{axis!r}{keep}))(x, axis={axis!r}{extra})")
         cls = _AXIS_OPS[how]
         op = cls(axes, ddof) if how in _DDOF else cls(axes)
         node = add_node(op, [_plain(a)], how, dtype=dtype_out)
@@ -151,7 +154,10 @@ def _along_lines(op_class, name, a, axis, order, dtype):
 @implements(np.histogram)
 def _histogram(a, bins=10, range=None, density=None, weights=None):
     if density or weights is not None:
-        raise UnsupportedCallError("np.histogram(..., density=/weights=) is not supported; wrap it with sz.udf")
+        n = int(bins) if isinstance(bins, (int, np.integer)) else len(np.asarray(bins)) - 1
+        raise UnsupportedCallError(f"np.histogram(..., density=/weights=) is not supported; wrap it: sz.udf("
+                                   f"np.histogram, lineage=('all', 'all'), shape=[({n},), ({n + 1},)])(a, bins, "
+                                   "range=..., density=..., weights=...) (each output reads every cell)")
     if isinstance(bins, str):
         raise UnsupportedCallError(f"np.histogram(bins={bins!r}): give a number of bins or the edges")
     x = a if a.lead == 0 else _reshaped(a, (1,))

@@ -476,8 +476,8 @@ def test_the_traces_hint_to_wrap_a_library_call_works(tmp_path):
     def f(x):
         return {"m": signal.medfilt2d(x, 3)}
 
-    with pytest.raises(TraceError, match=r"wrap the call with sz.udf\(fn, lineage=...\)"):
-        f.trace({"x": X})
+    report = f.report({"x": X})  # traced as written: a coarse step, whose reason says how to make it exact
+    assert not report.exact and "sz.udf(fn, lineage=...)" in str(report), str(report)
     medfilt = sz.udf(signal.medfilt2d, lineage=sz.Window(radius=1))
 
     @sz.workflow

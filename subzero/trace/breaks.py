@@ -47,7 +47,7 @@ def library_break(exc: BaseException) -> Break | None:
             name = f"{module}.{callee.f_code.co_qualname}" if module else callee.f_code.co_qualname
             first = str(exc).splitlines()[0] if str(exc) else ""
             reason = (f"{name} failed on traced arrays ({type(exc).__name__}: {first[:160]}), so it ran on this "
-                      "run's values as a coarse step")
+                      "run's values as a coarse step; wrap it with sz.udf(fn, lineage=...) for exact lineage")
             return Break(callee.f_code, name, reason)
     return None
 

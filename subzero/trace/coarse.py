@@ -23,7 +23,7 @@ from subzero.operators.indexing import Opaque
 from subzero.trace.calls import ARG, NumpyCall
 from subzero.trace.errors import UnsupportedCallError, user_line
 from subzero.trace.symbolic import SymbolicArray
-from subzero.trace.tracer import Entry, Tracer
+from subzero.trace.tracer import Entry, Tracer, outside_trace
 
 __all__ = ["coarse_call", "leaves", "lift", "node_shape"]
 
@@ -98,7 +98,9 @@ def coarse_call(func: Callable[..., Any], args: tuple, kwargs: dict, reason: str
             f"{_qualified(func)} has no exact subzero operator, and the function was traced from shapes alone, so it "
             "cannot run as a coarse step; trace with the input arrays (f.run(inputs, store)), or wrap the code: "
             "f = sz.udf(fn, lineage=...) and call f(x)")
-    result = func(*_concrete(args), **_concrete(kwargs))
+    concrete_args, concrete_kwargs = _concrete(args), _concrete(kwargs)
+    with outside_trace():
+        result = func(*concrete_args, **concrete_kwargs)
     call = _Logical(NumpyCall(func, _template(args), _template(kwargs)), tuple(x.shape for x in found))
     line = user_line()
     items = list(result.values()) if isinstance(result, dict) else \
@@ -165,7 +167,8 @@ class _Captured:
 def _leaked_constant(tracer: Tracer, value: np.ndarray) -> SymbolicArray:
     sources = tuple({id(e): e for e in tracer.leaked}.values())
     reason = ("an array that entered the trace after numpy values of traced arrays left it (a library converted "
-              "its input): it may derive from them, so it depends on all of them")
+              "its input): it may derive from them, so it depends on all of them; wrap the library call with "
+              "sz.udf(fn, lineage=...) for exact lineage")
     line = user_line()
     tracer.note("coarse", line, reason)
     shape = node_shape(value.shape)

@@ -147,6 +147,16 @@ def _full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, dev
     return elementwise(np.full_like, (a, fill_value), kw, base="full_like")
 
 
+@implements(np.real)
+def _real(val):
+    return val if val.dtype.kind != "c" else elementwise(np.real, (val,), base="real")
+
+
+@implements(np.imag)
+def _imag(val):
+    return elementwise(np.imag, (val,), base="imag")
+
+
 # -- an operator called on symbolic arrays ----------------------------------------------------------------------
 def call_operator(op, arrays: Sequence[SymbolicArray], name: str | None = None, dtype=None) -> SymbolicArray:
     """``op`` applied to symbolic arrays as one node (``sz.apply``)."""

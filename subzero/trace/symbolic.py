@@ -191,7 +191,7 @@ class SymbolicArray(ArrayShape):
 
     def __array__(self, dtype=None, copy=None):
         caller = _library_caller()
-        if self._can_compute() and not caller.startswith("scipy.ndimage."):
+        if self._can_compute():
             value = self.values(f"{caller or 'np.asarray'}() of {self!r}")
             self.tracer.leak(self.entry, user_line(), caller or "np.asarray")
             return value if dtype is None else value.astype(dtype)
@@ -316,6 +316,35 @@ class SymbolicArray(ArrayShape):
     # -- methods -----------------------------------------------------------------------------------
     def __getitem__(self, key):
         return _numpy().getitem(self, key)
+
+    @property
+    def flat(self) -> Any:
+        """``x.flat``: the flattened view (reading and writing ``x.flat[k]`` work as in numpy)."""
+        return np.ravel(self)
+
+    @property
+    def real(self) -> Any:
+        """``np.real(x)``, traced."""
+        return np.real(self)
+
+    @property
+    def imag(self) -> Any:
+        """``np.imag(x)``, traced."""
+        return np.imag(self)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the values take (numpy's ``nbytes``)."""
+        return self.size * self.dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per cell."""
+        return self.dtype.itemsize
+
+    def conj(self) -> Any:
+        """``np.conj(x)``, traced."""
+        return np.conj(self)
 
     @property
     def T(self) -> Any:

@@ -179,7 +179,7 @@ class TracedWorkflow:
                 found = library_break(exc) if tracer.has_values() else None
                 if found is None or len(applied) < len(breaks) or len(breaks) >= MAX_BREAKS or \
                         any(b.code is found.code for b in breaks):
-                    if not tracer.has_values() or isinstance(exc, TraceError) and found is None:
+                    if not tracer.has_values():
                         raise
                     return self._eager(signature, arrays, values, exc, started)
                 breaks.append(found)

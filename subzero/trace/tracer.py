@@ -29,7 +29,10 @@ from subzero.oracle import evaluate_operator
 from subzero.trace.errors import ControlFlowError, TraceError
 from subzero.dag import Workflow
 
-__all__ = ["Entry", "Event", "Tracer", "current_tracer", "add_trace_context", "trace_contexts"]
+__all__ = ["Entry", "Event", "Tracer", "current_tracer", "add_trace_context", "trace_contexts", "outside_trace"]
+
+#: numpy's floating-point error handling when nothing changed it
+_DEFAULT_ERRSTATE = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
 
 #: context managers entered around every trace (front ends above this package register theirs:
 #: ``subzero.ndimage`` routes scipy.ndimage calls made inside libraries to its operators)
@@ -116,6 +119,9 @@ class Tracer:
         if shape is None:
             raise TraceError(f"{type(op).__name__} has an output shape only running tells; the numpy front end "
                              "needs shapes at trace time", line or None)
+        state = np.geterr()
+        if state != _DEFAULT_ERRSTATE:  # the user's np.errstate reaches the run of this step
+            op.errstate = dict(state)
         entry = Entry(base, op, tuple(inputs), tuple(int(n) for n in shape), line=line)
         self.entries.append(entry)
         return entry
@@ -138,7 +144,8 @@ class Tracer:
         if _depends_on_data(entry):
             self.leaked.append(entry)
             self.note("leak", line, f"{caller} turned {entry.name or entry.base} into numpy values: what it "
-                      "computes enters the workflow as a coarse step over them")
+                      "computes enters the workflow as a coarse step over them (wrap the call with "
+                      "sz.udf(fn, lineage=...) for exact lineage)")
 
     def has_values(self) -> bool:
         """True when every input's values are known (a trace over real arrays)."""
@@ -167,7 +174,7 @@ class Tracer:
         for e in order:
             if e.value is None:
                 args = [np.asarray(i.value) for i in e.inputs]
-                with warnings.catch_warnings():
+                with warnings.catch_warnings(), outside_trace():
                     warnings.simplefilter("ignore")
                     out = np.asarray(evaluate_operator(e.op, args))  # type: ignore[arg-type]
                 e.value = out.reshape(e.shape) if out.size == int(np.prod(e.shape)) else out
@@ -234,6 +241,17 @@ def _depends_on_data(entry: Entry) -> bool:
                 seen.add(id(i))
                 stack.append(i)
     return False
+
+
+@contextlib.contextmanager
+def outside_trace() -> Iterator[None]:
+    """No trace in force within: code computing this run's values (an operator, a coarse step)
+    runs as plain numpy, whatever it calls."""
+    token = _CURRENT.set(None)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
 
 
 def current_tracer() -> Tracer | None:

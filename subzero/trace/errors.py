@@ -82,6 +82,7 @@ class TraceError(WorkflowError):
 
     def __init__(self, message: str, line: str | None = None):
         self.line = user_line() if line is None else line
+        self.reason = message
         super().__init__(f"{self.line}: {message}" if self.line else message)
 
 

@@ -22,7 +22,7 @@ from subzero.trace import numpy_shapes  # noqa: F401  (its handlers register in 
 from subzero.trace import symbolic
 from subzero.trace.building import (HANDLED, _no_out, _plain, add_node, astype, elementwise, implements,
                                     supported)
-from subzero.trace.coarse import coarse_call
+from subzero.trace.coarse import coarse_call, leaves
 from subzero.trace.errors import TraceError, UnsupportedCallError
 from subzero.trace.numpy_indexing import getitem, inplace, setitem, write_out
 from subzero.trace.numpy_math import matmul, outer  # numpy_math's handlers register in HANDLED too
@@ -103,7 +103,13 @@ def apply_function(func: Callable, args: tuple, kwargs: dict):
     if handler is None:
         return coarse_call(func, args, kwargs, "no exact lineage rule for this call: a coarse step (every output cell "
                            "depends on every cell it read); wrap it with sz.udf(fn, lineage=...) to declare one")
-    return handler(*args, **kwargs)
+    try:
+        return handler(*args, **kwargs)
+    except UnsupportedCallError as exc:  # arguments the operator cannot take: the call runs on values instead
+        tracer = next(x.tracer for x in leaves((args, kwargs)))
+        if not tracer.has_values():
+            raise
+        return coarse_call(func, args, kwargs, f"no exact rule for these arguments ({exc.reason})")
 
 
 @implements(np.where)

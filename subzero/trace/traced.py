@@ -38,7 +38,8 @@ from subzero.errors import WorkflowError
 from subzero.trace.breaks import Break, coarse_calls, library_break
 from subzero.trace.capture import numpy_calls
 from subzero.trace.coarse import coarse_call
-from subzero.trace.errors import TraceError, user_files
+from subzero.trace.errors import (ControlFlowError, ConversionError, InPlaceError, TraceError, UnsupportedCallError,
+                                  user_files)
 from subzero.trace.symbolic import SymbolicArray
 from subzero.trace.tracer import Tracer, trace_contexts
 from subzero.dag import Workflow
@@ -48,6 +49,9 @@ __all__ = ["workflow", "TracedWorkflow", "TraceReport"]
 #: library calls a trace may run on values (graph breaks) before it gives up and runs the
 #: whole function as one coarse step
 MAX_BREAKS = 8
+
+#: trace errors that say the code cannot be captured (rather than that subzero's API was misused)
+_CANNOT_TRACE = (UnsupportedCallError, ConversionError, ControlFlowError, InPlaceError)
 
 
 class TracedWorkflow:
@@ -176,6 +180,8 @@ class TracedWorkflow:
                         _name_outputs(tracer, result, self.name)
                 break
             except Exception as exc:  # a library that cannot take traced arrays: break there and trace again
+                if isinstance(exc, WorkflowError) and not isinstance(exc, _CANNOT_TRACE):
+                    raise  # a misuse of subzero's own API (a udf's declaration, a node name): said, not hidden
                 found = library_break(exc) if tracer.has_values() else None
                 if found is None or len(applied) < len(breaks) or len(breaks) >= MAX_BREAKS or \
                         any(b.code is found.code for b in breaks):

@@ -55,6 +55,9 @@ class Workflow:
     def __init__(self, name: str = "workflow"):
         self.name = name
         self._nodes: dict[str, Node] = {}
+        #: input name -> array for the inputs a traced function captured (constants, array
+        #: parameters): `run` binds them unless ``inputs`` gives them
+        self.constants: dict[str, Any] = {}
 
     # -- building -----------------------------------------------------------------------
     def input(self, name: str) -> Node:
@@ -254,6 +257,8 @@ class Workflow:
         The workflow module does not import the driver: it calls the runner the package
         installed in `subzero.entry` (see docs/architecture.md, "The run path").
         """
+        if self.constants:
+            inputs = {**self.constants, **dict(inputs)}
         return runner()(self, inputs, store, strategies=strategies, max_disk=max_disk,
                         max_runtime=max_runtime, workload=workload, executor=executor,
                         spark=spark, tile_shape=tile_shape, overwrite=overwrite, resume=resume,

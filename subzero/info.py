@@ -29,6 +29,9 @@ def _node(spec: dict[str, Any], record: NodeRecord | None, store: LineageReader)
     params = spec.get("params") or {}
     if params.get("lineage_source") == "inferred":  # sz.udf(lineage="infer"): say it was inferred
         item["operator"] = f"{item['operator']} (lineage inferred: {params.get('lineage')})"
+    if params.get("coarse"):  # a traced call without an exact rule: all-to-all over what it read
+        item["operator"] = f"{item['operator']} (coarse)"
+        item["coarse"] = str(params.get("reason", ""))
     if record is None:
         return item
     stats = record.stats
@@ -127,4 +130,8 @@ def info_text(data: dict[str, Any]) -> str:
     ratio = t["lineage_bytes"] / t["input_bytes"] if t["input_bytes"] else 0.0
     lines.append(f"\ntotal: arrays {human_bytes(t['array_bytes'])} ({human_bytes(t['array_disk_bytes'])} on disk), lineage "
                  f"{human_bytes(t['lineage_bytes'])} ({ratio:.2f}x the input), store {human_bytes(t['store_disk_bytes'])}")
+    coarse = [n for n in data["nodes"] if n.get("coarse")]
+    if coarse:
+        lines.append(f"\ncoarse steps ({len(coarse)}): every output cell depends on every cell they read")
+        lines.extend(f"  {n['name']}: {n['coarse']}" for n in coarse)
     return "\n".join(lines)

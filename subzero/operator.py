@@ -58,6 +58,10 @@ class Operator:
     tiling: Tiling | None = None
     entire_array_safe: bool = False
 
+    #: numpy's floating-point error handling to run under (``np.errstate`` keywords), or None for
+    #: numpy's defaults: a traced step keeps the ``np.errstate`` its code was under
+    errstate: dict[str, str] | None = None
+
     #: set only by `bound` (a copy per node and run), never on a shared operator
     input_shapes: tuple[Shape, ...] = ()
     output_shape: Shape | None = None

@@ -154,6 +154,7 @@ class _Evaluator:
     """Plain evaluation of a workflow, re-running only the nodes below a changed input."""
 
     def __init__(self, wf: Workflow, inputs: dict[str, np.ndarray]):
+        inputs = {**wf.constants, **inputs}  # the arrays a traced function captured
         self.wf = wf
         self.base: dict[str, np.ndarray] = {}
         self.keys: dict[str, np.ndarray | None] = {}
@@ -594,6 +595,7 @@ def check_workflow(run, wf: Workflow, inputs: dict[str, np.ndarray], *, sources:
     -------
     OracleReport
     """
+    inputs = {**wf.constants, **inputs}  # the arrays a traced function captured
     sources = list(sources) if sources is not None else [n.name for n in wf.inputs]
     targets = list(targets) if targets is not None else [n.name for n in wf.outputs]
     for name in list(sources) + list(targets):

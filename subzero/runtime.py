@@ -11,6 +11,8 @@ re-execution) and returns the tile's lineage as in-memory pairs.
 
 from __future__ import annotations
 
+import contextlib
+
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -125,7 +127,9 @@ def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
     known = task.output_shape is not None
     result_box = op.effective_tiling().result_box(op, tile.box, in_boxes) if known else None
     ctx.set_result_box(result_box)
-    out = op.run(ctx, *blocks)
+    errstate = getattr(op, "errstate", None)  # the floating-point error handling the traced code was under
+    with np.errstate(**errstate) if errstate else contextlib.nullcontext():
+        out = op.run(ctx, *blocks)
     if out is None:
         raise WorkflowError(f"node {task.node!r} ({type(op).__name__}): run() returned None; it must return "
                             "the output array")

@@ -258,6 +258,10 @@ class Udf:
 
                 raise TraceError(f"udf {self.name}: an argument is a list/tuple/dict holding symbolic arrays; pass "
                                  "each array as its own argument (f(a, b), or f(x, mask=m)) so it becomes an input")
+        # arrays the traced code wrote down (np.ones((3, 3)) in it) are constants of the call, not inputs
+        args = tuple(_constant_value(a) for a in args)
+        kwargs = {k: _constant_value(v) for k, v in kwargs.items()}
+        values = list(args) + list(kwargs.values())
         if any(isinstance(v, SymbolicArray) for v in values):
             return self._trace(args, kwargs)
         return self.fn(*args, **kwargs)
@@ -572,3 +576,13 @@ def _covers(lineage: np.ndarray, changed: np.ndarray, shape: tuple[int, ...]) ->
     have = np.ravel_multi_index(tuple(np.asarray(lineage, np.int64).reshape(-1, len(shape)).T), shape)
     want = np.ravel_multi_index(tuple(changed.reshape(-1, len(shape)).T), shape)
     return bool(np.isin(want, have).all())
+
+
+def _constant_value(v: Any) -> Any:
+    """A captured constant of a trace (an array the code wrote down, not derived from an input) as
+    its numpy values; anything else as it is."""
+    from subzero.trace.symbolic import SymbolicArray
+
+    if isinstance(v, SymbolicArray) and v.entry.op is None and v.entry.constant:
+        return v.values()
+    return v

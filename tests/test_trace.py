@@ -4,6 +4,7 @@ names, parameters, and trace-time errors that name the user's line and the fix."
 from __future__ import annotations
 
 import os
+import types
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 import subzero as sz
 from subzero.errors import WorkflowError
 from subzero.oracle import check_workflow, evaluate_workflow
-from subzero.trace import ControlFlowError, ConversionError, InPlaceError, TraceError, UnsupportedCallError
+from subzero.trace import ControlFlowError, TraceError
 
 RNG = np.random.default_rng(7)
 X = np.round(RNG.normal(size=(5, 6)), 3)
@@ -208,48 +209,66 @@ def _raises(fn, inputs, cls, *fragments):
     return message
 
 
-def test_control_flow_on_a_symbolic_value_names_the_line_and_np_where():
+def test_control_flow_on_values_takes_this_runs_path_and_is_reported():
+    @sz.workflow
+    def f(x):
+        if x.max() > 3:
+            return x * 2
+        return -x
+
+    big, small = X * 10, X / 100
+    for data in (big, small):
+        wf = f.trace({"x": data})
+        assert [n.name for n in wf.nodes][-1] == "out"
+        np.testing.assert_allclose(evaluate_workflow(wf, {"x": data})["out"], f(data))
+    report = f.report({"x": big})
+    assert any(e.kind == "value" and "if x.max() > 3" in e.line for e in report.events), str(report)
+    assert report.exact and "0 coarse" in str(report)
+
+
+def test_control_flow_without_values_names_the_line_and_the_fix():
     @sz.workflow
     def f(x):
         if x.max() > 3:
             return x
         return -x
 
-    message = _raises(f, {"x": X}, ControlFlowError, "np.where", "sz.udf")
+    shape_only = types.SimpleNamespace(shape=X.shape, dtype=X.dtype)
+    message = _raises(f, {"x": shape_only}, ControlFlowError, "input arrays", "np.where")
     assert "if x.max() > 3" in message
     assert isinstance(ControlFlowError("m", line=""), TypeError)
 
 
-def test_converting_to_numpy_and_calling_scipy_directly_are_refused():
+def test_a_library_converting_its_input_becomes_a_coarse_labelled_step():
     from scipy import ndimage
 
     @sz.workflow
     def f(x):
-        return np.asarray(x) + 1
+        return ndimage.distance_transform_edt(x > 0) + 1
 
-    _raises(f, {"x": X}, ConversionError, "np.asarray", "no values at trace time")
+    wf = f.trace({"x": X})
+    np.testing.assert_allclose(evaluate_workflow(wf, {"x": X})["out"], f(X))
+    report = f.report({"x": X})
+    assert not report.exact and any(e.kind in ("leak", "coarse") for e in report.events), str(report)
 
     @sz.workflow
     def g(x):
-        return ndimage.gaussian_filter(x, 2.0)
+        return np.asarray(x) + 1  # numpy's conversion of a traced array keeps tracing
 
-    _raises(g, {"x": X}, ConversionError, "subzero.ndimage.gaussian_filter")
+    assert g.report({"x": X}).exact
+    assert all("test_trace.py:" in e.line for e in report.events if e.kind in ("leak", "coarse")), str(report)
 
 
-def test_in_place_updates_are_refused_with_the_rewrite():
+def test_in_place_updates_are_rebindings_with_numpys_values():
     @sz.workflow
     def setitem(x):
         x[0] = 1.0
         return x
 
-    _raises(setitem, {"x": X}, InPlaceError, "np.where")
-
     @sz.workflow
     def iadd(x):
         x += 1
         return x
-
-    _raises(iadd, {"x": X}, InPlaceError, "x = x + y")
 
     @sz.workflow
     def out(x):
@@ -257,21 +276,28 @@ def test_in_place_updates_are_refused_with_the_rewrite():
         np.add(x, 1, out=y)
         return y
 
-    _raises(out, {"x": X}, InPlaceError, "out=")
+    for f in (setitem, iadd, out):
+        wf = f.trace({"x": X.copy()})
+        np.testing.assert_allclose(evaluate_workflow(wf, {"x": X})["out"], f(X.copy()))
+        assert f.report({"x": X.copy()}).exact
 
 
-def test_unsupported_functions_are_named_with_how_to_wrap_them():
+def test_calls_without_a_rule_run_as_coarse_steps_naming_the_line():
     @sz.workflow
     def f(x):
-        return np.cumsum(x, axis=0)
+        return np.polyfit(np.arange(x.shape[0]), x, 1)
 
-    _raises(f, {"x": X}, UnsupportedCallError, "np.cumsum", "sz.udf(")
+    wf = f.trace({"x": X})
+    np.testing.assert_allclose(evaluate_workflow(wf, {"x": X})["out"], f(X))
+    report = f.report({"x": X})
+    assert list(report.coarse) and "np.polyfit" in str(report) and "test_trace.py:" in str(report)
 
     @sz.workflow
     def g(x):
         return x[x > 0]
 
-    _raises(g, {"x": X}, UnsupportedCallError, "np.where(mask, x, fill)")
+    np.testing.assert_allclose(evaluate_workflow(g.trace({"x": X}), {"x": X})["out"], X[X > 0])
+    assert g.report({"x": X}).exact
 
 
 def test_shape_errors_fail_at_trace_time_on_the_users_line():

@@ -34,6 +34,8 @@ __all__ = [
     # for the numpy front end: whole-array and nan reductions, histogram edges, scipy label numbers
     "GlobalReduction", "NanSum", "NanMean", "NanStd", "NanMin", "NanMax", "AnyOf", "AllOf", "HistogramEdges",
     "Relabel", "NearestZoom",
+    # indexing fixed when a function was traced on values, and the coarse step
+    "Gather", "Scatter", "Coordinates", "Opaque",
 ]
 
 # module (under subzero.operators) -> the public names it defines
@@ -57,6 +59,7 @@ _MODULES = {
     "shape": ["Concatenate", "Flip", "Pad", "Reshape", "Shift", "Slice", "Stack", "Tile", "Transpose"],
     "sorting": ["ArgSort", "LineOperator", "Sort"],
     "label": ["Label"],
+    "indexing": ["Coordinates", "Gather", "Opaque", "Scatter"],
     "value": ["Compress", "Filter", "Histogram"],
 }
 _LAZY = {name: f"{__name__}.{module}" for module, names in _MODULES.items() for name in names}
@@ -70,6 +73,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         Multiply, MultiplyScalar, Power, PowerScalar, ScalarOperator, Subtract, SubtractScalar, Threshold, Where,
     )
     from subzero.operators.identity import IdentityMapping
+    from subzero.operators.indexing import Coordinates, Gather, Opaque, Scatter
     from subzero.operators.indexmap import IndexMapOperator
     from subzero.operators.linalg import Dot, Inverse, MatMul, Outer
     from subzero.operators.morphology import BinaryDilation, BinaryErosion

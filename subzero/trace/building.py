@@ -16,6 +16,7 @@ import numpy as np
 
 from subzero import operators as ops
 from subzero.trace.calls import ARG, NumpyCall, astype as _astype_fn
+from subzero.trace.coarse import lift
 from subzero.trace.errors import InPlaceError, TraceError, UnsupportedCallError, user_line
 from subzero.trace.symbolic import SymbolicArray
 from subzero.trace.tracer import Tracer
@@ -113,8 +114,11 @@ def elementwise(fn: Callable, args: Sequence, kwargs: dict | None = None, base: 
     kwargs = dict(kwargs or {})
     base = base or str(getattr(fn, "__name__", "apply"))
     args = [np.asarray(a) if isinstance(a, (list, tuple)) else a for a in args]  # constants given as lists
+    tracer = _tracer_of(list(args) + list(kwargs.values()))
+    # arrays of more than one cell become nodes (tiled like inputs), never constants inside a tile's call
+    args = [lift(tracer, a) if isinstance(a, (np.ndarray, np.generic)) else a for a in args]
+    kwargs = {k: lift(tracer, v) if isinstance(v, (np.ndarray, np.generic)) else v for k, v in kwargs.items()}
     values = list(args) + list(kwargs.values())
-    tracer = _tracer_of(values)
     for v in values:
         if not isinstance(v, SymbolicArray) and not _is_scalar(v) and v is not None \
                 and not isinstance(v, (np.ndarray, str, np.dtype, type, list, tuple)):

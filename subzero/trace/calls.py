@@ -33,9 +33,33 @@ def astype(x: np.ndarray, dtype: str) -> np.ndarray:
     return np.asarray(x).astype(dtype)
 
 
+def _count(template: Any) -> int:
+    """The number of `ARG` placeholders in ``template`` (nested in lists, tuples and dicts)."""
+    if template is ARG:
+        return 1
+    if isinstance(template, (list, tuple)):
+        return sum(_count(t) for t in template)
+    if isinstance(template, dict):
+        return sum(_count(t) for t in template.values())
+    return 0
+
+
+def _fill(template: Any, arrays: Any) -> Any:
+    """``template`` with each `ARG` replaced by the next of ``arrays`` (an iterator)."""
+    if template is ARG:
+        return next(arrays)
+    if isinstance(template, tuple):
+        return tuple(_fill(t, arrays) for t in template)
+    if isinstance(template, list):
+        return [_fill(t, arrays) for t in template]
+    if isinstance(template, dict):
+        return {k: _fill(v, arrays) for k, v in template.items()}
+    return template
+
+
 class NumpyCall:
-    """``fn(*args, **kwargs)`` with each `ARG` in ``args`` (or ``kwargs`` values) replaced by
-    the next array given.
+    """``fn(*args, **kwargs)`` with each `ARG` in ``args`` (or ``kwargs`` values, nested in
+    lists, tuples and dicts) replaced by the next array given.
 
     Examples
     --------
@@ -45,12 +69,12 @@ class NumpyCall:
 
     def __init__(self, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None):
         self.fn, self.args, self.kwargs = fn, tuple(args), dict(kwargs or {})
-        self.nin = sum(a is ARG for a in self.args) + sum(v is ARG for v in self.kwargs.values())
+        self.nin = _count(self.args) + _count(list(self.kwargs.values()))
 
     def __call__(self, *arrays: np.ndarray) -> Any:
         it = iter(arrays)
-        args = [next(it) if a is ARG else a for a in self.args]
-        kwargs = {k: next(it) if v is ARG else v for k, v in self.kwargs.items()}
+        args = _fill(self.args, it)
+        kwargs = {k: _fill(v, it) for k, v in self.kwargs.items()}
         return self.fn(*args, **kwargs)
 
     @property

@@ -6,8 +6,9 @@ operator with the same values and exact lineage (dask.array's ``@implements`` re
 ``SubtractScalar``, ``Threshold``...), else ``Apply`` of the ufunc with its constants.
 `HANDLED` maps the other numpy functions to their handlers (`subzero.trace.numpy_math`:
 reductions, products, sorting, histograms; `subzero.trace.numpy_shapes`: reshapes, joins,
-indexing); a function missing from it raises `UnsupportedCallError` naming it and saying
-how to wrap it with ``sz.udf``.
+basic indexing; `subzero.trace.numpy_indexing`: indexing by values and in-place updates).
+A function missing from it runs on this run's values as a coarse step
+(`subzero.trace.coarse`), labelled with the reason and the user's line.
 """
 
 from __future__ import annotations
@@ -21,57 +22,100 @@ from subzero.trace import numpy_shapes  # noqa: F401  (its handlers register in 
 from subzero.trace import symbolic
 from subzero.trace.building import (HANDLED, _no_out, _plain, add_node, astype, elementwise, implements,
                                     supported)
-from subzero.trace.errors import InPlaceError, TraceError, UnsupportedCallError
+from subzero.trace.coarse import coarse_call, leaves
+from subzero.trace.errors import TraceError, UnsupportedCallError
+from subzero.trace.numpy_indexing import getitem, inplace, setitem, write_out
 from subzero.trace.numpy_math import matmul, outer  # numpy_math's handlers register in HANDLED too
-from subzero.trace.numpy_shapes import getitem
 from subzero.trace.symbolic import SymbolicArray
 
-__all__ = ["HANDLED", "apply_ufunc", "apply_function", "astype", "getitem", "add_node", "implements", "supported",
-           "elementwise", "call_operator"]
+__all__ = ["HANDLED", "apply_ufunc", "apply_function", "astype", "getitem", "setitem", "inplace", "add_node",
+           "implements", "supported", "elementwise", "call_operator"]
+
+#: ``ufunc.reduce`` as the numpy reduction it is
+_REDUCE = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min, np.logical_or: np.any,
+           np.logical_and: np.all, np.fmax: np.nanmax, np.fmin: np.nanmin}
 
 
 def apply_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
-    """``ufunc.method(*inputs, **kwargs)`` on symbolic arrays."""
-    if kwargs.get("out") is not None:
-        raise InPlaceError(f"np.{ufunc.__name__}(..., out=...) writes into an existing array, which a workflow "
-                           "cannot record; use the returned array")
-    kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+    """``ufunc.method(*inputs, **kwargs)`` on symbolic arrays; ``out=`` (and ``where=`` with
+    it) writes into the output array as numpy does."""
+    out = kwargs.pop("out", None)
+    if out is not None:
+        outs = out if isinstance(out, tuple) else (out,)
+        where = kwargs.pop("where", True)
+        result = apply_ufunc(ufunc, method, inputs, kwargs)
+        results = result if isinstance(result, tuple) else (result,)
+        for o, r in zip(outs, results):
+            if o is None:
+                continue
+            if not (isinstance(where, bool) and where):
+                r = np.where(where, r, o)
+            write_out(ufunc, r, o)
+        return outs if isinstance(out, tuple) and len(outs) > 1 else outs[0]
     if method == "__call__" and ufunc is np.matmul:
         return matmul(*inputs, **kwargs)
-    if method == "__call__" and ufunc.signature is not None:
-        raise UnsupportedCallError(f"np.{ufunc.__name__} (a generalized ufunc, {ufunc.signature}) is not supported "
-                                   "on symbolic arrays; wrap it with sz.udf(fn, lineage=...)")
+    if method == "__call__" and (ufunc.signature is not None or ufunc.nout != 1 or "where" in kwargs):
+        return coarse_call(ufunc, inputs, kwargs, "a generalized or multi-output ufunc (or one with where=) has no "
+                           "exact rule here: a coarse step", base=ufunc.__name__)
     if method == "__call__":
-        if ufunc.nout != 1:
-            raise UnsupportedCallError(f"np.{ufunc.__name__} returns {ufunc.nout} arrays; wrap it with "
-                                       "sz.udf(fn, lineage='elementwise') per output")
         return elementwise(ufunc, inputs, kwargs, ufunc.__name__)
     if method == "outer" and ufunc is np.multiply and not kwargs:
         return outer(*inputs)
+    if method == "reduce" and ufunc in _REDUCE and len(inputs) == 1:
+        axis = kwargs.pop("axis", 0)
+        return _REDUCE[ufunc](inputs[0], axis=axis, **kwargs)
     if method == "at":
-        raise InPlaceError(f"np.{ufunc.__name__}.at updates an array in place; build a new array instead")
-    raise UnsupportedCallError(f"np.{ufunc.__name__}.{method} is not supported on symbolic arrays; use the "
-                               f"numpy function (np.sum, np.max, np.cumsum...) or wrap it with sz.udf(fn, lineage=...)")
+        target = inputs[0]
+        result = coarse_call(_ufunc_at(ufunc), inputs, kwargs, f"np.{ufunc.__name__}.at: a coarse step",
+                             base=f"{ufunc.__name__}_at")
+        if isinstance(target, SymbolicArray):
+            target.rebind(result)
+            return None
+        write_out(ufunc, result, target)
+        return None
+    return coarse_call(getattr(ufunc, method), inputs, kwargs, f"np.{ufunc.__name__}.{method} has no exact rule here: "
+                       "a coarse step", base=f"{ufunc.__name__}_{method}")
+
+
+class _UfuncAt:
+    """``ufunc.at`` as a function returning the updated copy (picklable)."""
+
+    def __init__(self, ufunc: np.ufunc):
+        self.ufunc = ufunc
+
+    def __call__(self, a, *args, **kwargs):
+        a = np.array(a, copy=True)
+        self.ufunc.at(a, *args, **kwargs)
+        return a
+
+    @property
+    def __name__(self) -> str:
+        return f"{self.ufunc.__name__}.at"
+
+
+def _ufunc_at(ufunc: np.ufunc) -> _UfuncAt:
+    return _UfuncAt(ufunc)
 
 
 def apply_function(func: Callable, args: tuple, kwargs: dict):
-    """``func(*args, **kwargs)`` on symbolic arrays through its handler (an `UnsupportedCallError` without one)."""
+    """``func(*args, **kwargs)`` on symbolic arrays through its handler (a coarse step without one)."""
     handler = HANDLED.get(func)
     if handler is None:
-        module = getattr(func, "__module__", "numpy") or "numpy"
-        name = f"np.{func.__name__}" if module.startswith("numpy") else f"{module}.{func.__name__}"
-        raise UnsupportedCallError(
-            f"{name} is not supported on symbolic arrays (no subzero operator stands for it); wrap the code that "
-            f"calls it: f = sz.udf(fn, lineage='elementwise' | sz.Window(radius=r) | sz.Lines(axis=a) | 'all' | "
-            f"'infer') and call f(x) in the workflow")
-    return handler(*args, **kwargs)
+        return coarse_call(func, args, kwargs, "no exact lineage rule for this call: a coarse step (every output cell "
+                           "depends on every cell it read); wrap it with sz.udf(fn, lineage=...) to declare one")
+    try:
+        return handler(*args, **kwargs)
+    except UnsupportedCallError as exc:  # arguments the operator cannot take: the call runs on values instead
+        tracer = next(x.tracer for x in leaves((args, kwargs)))
+        if not tracer.has_values():
+            raise
+        return coarse_call(func, args, kwargs, f"no exact rule for these arguments ({exc.reason})")
 
 
 @implements(np.where)
 def _where(condition, x=None, y=None):
     if x is None and y is None:
-        raise UnsupportedCallError("np.where(condition) with one argument returns indices, whose number depends on "
-                                   "values; use np.where(condition, x, y), or wrap the code with sz.udf")
+        return np.nonzero(condition)
     return elementwise(np.where, (condition, x, y), base="where")
 
 
@@ -107,6 +151,16 @@ for _name in ("zeros_like", "ones_like", "empty_like"):
 def _full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, device=None):
     kw = {} if dtype is None else {"dtype": dtype}
     return elementwise(np.full_like, (a, fill_value), kw, base="full_like")
+
+
+@implements(np.real)
+def _real(val):
+    return val if val.dtype.kind != "c" else elementwise(np.real, (val,), base="real")
+
+
+@implements(np.imag)
+def _imag(val):
+    return elementwise(np.imag, (val,), base="imag")
 
 
 # -- an operator called on symbolic arrays ----------------------------------------------------------------------

@@ -19,7 +19,10 @@ def _transpose(a, axes=None):
     if a.ndim < 2 and axes is None:
         return a
     axes = None if axes is None else tuple(int(x) for x in axes)
-    return add_node(ops.Transpose(axes), [_plain(a)], "transpose", dtype=a.dtype)
+    out = add_node(ops.Transpose(axes), [_plain(a)], "transpose", dtype=a.dtype)
+    order = tuple(range(a.ndim))[::-1] if axes is None else axes
+    inverse = tuple(int(k) for k in np.argsort(order))
+    return out.as_view_of(a, lambda p: _transpose(p, axes), lambda p, new: _transpose(new, inverse))
 
 
 @implements(np.swapaxes)
@@ -56,7 +59,10 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
         raise TraceError(f"cannot reshape an array of size {a.size} into shape {shape}")
     if shape == a.shape:
         return a
-    return _as_logical(a, shape, "reshape")
+    out = _as_logical(a, shape, "reshape")
+    if out is a:
+        out = SymbolicArray(a.tracer, a.entry, a.shape, a.dtype)
+    return out.as_view_of(a, lambda p: reshape(p, shape), lambda p, new: reshape(new, p.shape))
 
 
 @implements(np.ravel)

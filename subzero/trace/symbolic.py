@@ -3,9 +3,14 @@
 It is tiny (JAX's tracer, dask's array without chunks): the entry of the node it stands
 for, its shape and its dtype, which are numpy's for the same call on real arrays.  numpy
 calls reach `subzero.trace.numpy_api` through ``__array_ufunc__`` and
-``__array_function__``; whatever a symbolic array cannot do (Python control flow on its
-values, ``np.asarray``, in-place updates) raises a `subzero.trace.errors.TraceError`
-naming the user's line and the fix.
+``__array_function__``.
+
+When Python asks for a value (``if``, ``int()``, ``len`` of a data-dependent result, a
+library converting its input), a trace over real inputs computes it (`Tracer.value`) and
+goes on: the workflow is the path this run took.  In-place updates (``x[mask] = v``,
+``x += y``, ``out=``) rebind the array to a new node, and writes through a view (a basic
+slice, a reshape, a transpose) reach the array it views, as in numpy (functionalization:
+each view keeps how to read itself from its parent and how to write itself back).
 
 A 0-d value (``np.mean(x)``) is stored as a node of one cell with every axis of length 1
 (``keepdims``), since lineage needs cells with coordinates: ``entry.shape`` may have
@@ -14,6 +19,7 @@ leading 1-axes that ``shape`` lacks; numpy's broadcasting makes them invisible.
 
 from __future__ import annotations
 
+import operator
 import sys
 from types import FrameType
 from typing import Any, Callable, Protocol
@@ -21,7 +27,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from subzero.cells import ArrayShape
-from subzero.trace.errors import ControlFlowError, ConversionError, InPlaceError, UnsupportedCallError
+from subzero.trace.errors import ControlFlowError, ConversionError, InPlaceError, UnsupportedCallError, user_line
 from subzero.trace.tracer import Entry, Tracer
 
 __all__ = ["SymbolicArray", "NumpyHandlers", "use_handlers"]
@@ -43,6 +49,12 @@ class NumpyHandlers(Protocol):
 
     def astype(self, x: "SymbolicArray", dtype: Any) -> Any:
         """Answer ``x.astype(dtype)``."""
+
+    def setitem(self, x: "SymbolicArray", key: Any, value: Any) -> None:
+        """Answer ``x[key] = value`` (rebinding ``x``)."""
+
+    def inplace(self, x: "SymbolicArray", ufunc: np.ufunc, other: Any) -> "SymbolicArray":
+        """Answer ``x op= other`` (rebinding ``x``); returns ``x``."""
 
 
 _handlers: NumpyHandlers | None = None
@@ -73,16 +85,71 @@ def _numpy_method(name: str) -> Callable[..., Any]:
     return method
 
 
-class SymbolicArray(ArrayShape):
-    """An array of a traced function: its node, shape and dtype, no values."""
+class View:
+    """How a view reads itself from its parent (``forward``) and writes a new value of itself
+    back into the parent (``backward(parent, new) -> new parent``)."""
 
-    __slots__ = ("tracer", "entry", "shape", "dtype")
+    __slots__ = ("parent", "forward", "backward", "derived_from", "depth")
+
+    #: views of views deeper than this are copies (a loop of ``x = x[1:]`` must not build a chain
+    #: every read walks); writing through such a view is refused
+    MAX_DEPTH = 16
+
+    def __init__(self, parent: "SymbolicArray", forward: Callable[["SymbolicArray"], "SymbolicArray"],
+                 backward: Callable[["SymbolicArray", "SymbolicArray"], "SymbolicArray"]):
+        self.parent, self.forward, self.backward = parent, forward, backward
+        self.derived_from = parent.entry
+        self.depth = 1 + (parent._view.depth if parent._view is not None else 0)
+
+
+class SymbolicArray(ArrayShape):
+    """An array of a traced function: its node, shape and dtype; values on demand."""
+
+    __slots__ = ("tracer", "_entry", "shape", "dtype", "_view", "_deep")
     __array_priority__ = 1000
 
-    def __init__(self, tracer: Tracer, entry: Entry, shape: tuple[int, ...], dtype):
-        self.tracer, self.entry = tracer, entry
+    def __init__(self, tracer: Tracer, entry: Entry, shape: tuple[int, ...], dtype, view: View | None = None):
+        self.tracer, self._entry = tracer, entry
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
+        self._view = view
+        self._deep = False
+
+    @property
+    def entry(self) -> Entry:
+        """The node this array stands for now (a view re-reads its parent after the parent was written)."""
+        view = self._view
+        if view is not None and view.parent.entry is not view.derived_from:
+            fresh = view.forward(view.parent)
+            self._entry, view.derived_from = fresh.entry, view.parent.entry
+        return self._entry
+
+    def as_view_of(self, parent: "SymbolicArray", forward: Callable[["SymbolicArray"], "SymbolicArray"],
+                   backward: Callable[["SymbolicArray", "SymbolicArray"], "SymbolicArray"]) -> "SymbolicArray":
+        """This array, marked as a view of ``parent`` (writes to it reach ``parent``)."""
+        view = View(parent, forward, backward)
+        if view.depth <= View.MAX_DEPTH:
+            self._view = view
+        else:
+            self._view, self._deep = None, True
+        return self
+
+    def rebind(self, new: "SymbolicArray") -> None:
+        """Make this array stand for ``new`` (same shape, cast to this dtype): an in-place update.
+        A view writes the new value back into its parent, as numpy's views do."""
+        if tuple(new.shape) != self.shape:
+            raise InPlaceError(f"could not broadcast the value of shape {new.shape} into an array of shape "
+                               f"{self.shape}")
+        if new.dtype != self.dtype:
+            new = _numpy().astype(new, self.dtype)
+        if self._deep:
+            raise InPlaceError(f"writing through a view of a view more than {View.MAX_DEPTH} levels deep is not "
+                               "supported; take the view from the array you mean to update (or .copy() it)")
+        view = self._view
+        if view is not None:
+            view.parent.rebind(view.backward(view.parent, new))
+            view.derived_from = view.parent.entry
+        self._entry = new.entry
 
     # -- what numpy arrays say about themselves --------------------------------------------------
     @property
@@ -92,15 +159,27 @@ class SymbolicArray(ArrayShape):
 
     def __len__(self) -> int:
         if not self.shape:
-            raise TypeError("len() of unsized object (a 0-d symbolic array)")
+            raise TypeError("len() of unsized object")
         return self.shape[0]
 
     def __repr__(self) -> str:
-        return f"<symbolic {self.entry.name or self.entry.base} shape={self.shape} dtype={self.dtype}>"
+        entry = self._entry
+        if entry.value is not None:
+            return repr(self.values())
+        return f"<symbolic {entry.name or entry.base} shape={self.shape} dtype={self.dtype}>"
+
+    def __str__(self) -> str:
+        return str(self.values()) if self._entry.value is not None or self._can_compute() else repr(self)
+
+    def __format__(self, spec: str) -> str:
+        if self._can_compute():
+            value = self.values()
+            return format(value.item() if value.ndim == 0 else value, spec)
+        return format(repr(self), spec)
 
     def __iter__(self):
         if not self.shape:
-            raise TypeError("iteration over a 0-d symbolic array")
+            raise TypeError("iteration over a 0-d array")
         return (self[k] for k in range(self.shape[0]))
 
     # -- numpy's protocols -------------------------------------------------------------------------
@@ -112,6 +191,10 @@ class SymbolicArray(ArrayShape):
 
     def __array__(self, dtype=None, copy=None):
         caller = _library_caller()
+        if self._can_compute():
+            value = self.values(f"{caller or 'np.asarray'}() of {self!r}")
+            self.tracer.leak(self.entry, user_line(), caller or "np.asarray")
+            return value if dtype is None else value.astype(dtype)
         hint = "; compute with numpy calls on it, or wrap the code that needs values with sz.udf(fn, lineage=...)"
         if caller.startswith("scipy.ndimage."):
             hint = f"; use subzero.ndimage.{caller.rsplit('.', 1)[1]} (same name and signature)"
@@ -121,65 +204,79 @@ class SymbolicArray(ArrayShape):
             f"{self!r} has no values at trace time: np.asarray() / np.array() / a library that converts its "
             f"input cannot turn it into a numpy array{hint}")
 
-    # -- Python control flow and conversions: values are unknown while tracing -------------------
-    def _no_value(self, what: str):
-        raise ControlFlowError(
-            f"{what} needs the value of {self!r}, which is not known while the workflow is traced; "
-            "compute both branches and pick with np.where(cond, a, b), or move the code into a "
-            "function wrapped with sz.udf(fn, lineage=...)")
+    # -- values: computed when Python asks (the trace becomes this run's path) ---------------------
+    def _can_compute(self) -> bool:
+        return self._entry.value is not None or self.tracer.has_values()
+
+    def values(self, why: str = "this") -> np.ndarray:
+        """This array's values in this run (computed from the inputs on first use)."""
+        value = self.tracer.value(self.entry, why)
+        return np.asarray(value).reshape(self.shape)
+
+    def _decide(self, what: str) -> np.ndarray:
+        """The values behind ``what`` (``bool()``, ``int()``...), recorded as a decision of this run."""
+        if not self._can_compute():
+            raise ControlFlowError(
+                f"{what} needs the value of {self!r}, which is not known: the function was traced from shapes "
+                "alone; trace it with the input arrays (f.run(inputs, store) or f.trace(inputs) with arrays), or "
+                "compute both branches and pick with np.where(cond, a, b)")
+        value = self.values(what)
+        self.tracer.note("value", user_line(), f"{what} of {self.entry.name or self.entry.base} -> "
+                         f"{_short(value)}")
+        return value
 
     def __bool__(self):
-        self._no_value("Python control flow on an array (if/while/and/or/not, bool())")
+        return bool(self._decide("Python control flow on an array (if/while/and/or/not, bool())"))
 
     def __int__(self):
-        self._no_value("int()")
+        return int(self._decide("int()"))
 
     def __float__(self):
-        self._no_value("float()")
+        return float(self._decide("float()"))
 
     def __complex__(self):
-        self._no_value("complex()")
+        return complex(self._decide("complex()"))
 
     def __index__(self):
-        self._no_value("using an array as an index or a count (range(), list index)")
+        value = self._decide("an array used as an index or a count (range(), list index)")
+        return operator.index(value.item() if value.ndim == 0 else value)
 
     def item(self, *args: Any) -> Any:
-        """Refused: a symbolic array has no values."""
-        self._no_value(".item()")
+        """The Python scalar at ``args`` (numpy's ``ndarray.item``), computed for this run."""
+        return self._decide(".item()").item(*args)
 
     def tolist(self) -> Any:
-        """Refused: a symbolic array has no values."""
-        self._no_value(".tolist()")
+        """The values as nested Python lists, computed for this run."""
+        return self._decide(".tolist()").tolist()
 
-    # -- in-place updates ----------------------------------------------------------------------------
+    # -- in-place updates: rebinding (a new node; views write through) ---------------------------
     def __setitem__(self, key, value):
-        raise InPlaceError("x[...] = value updates an array in place, which a workflow cannot record; "
-                           "build a new array: x = np.where(mask, value, x), or np.pad/np.concatenate for parts")
+        _numpy().setitem(self, key, value)
 
-    def _in_place(self, op: str):
-        raise InPlaceError(f"x {op}= y updates an array in place, which a workflow cannot record; "
-                           f"write x = x {op} y")
+    def __iadd__(self, o): return _numpy().inplace(self, np.add, o)
+    def __isub__(self, o): return _numpy().inplace(self, np.subtract, o)
+    def __imul__(self, o): return _numpy().inplace(self, np.multiply, o)
+    def __itruediv__(self, o): return _numpy().inplace(self, np.true_divide, o)
+    def __ifloordiv__(self, o): return _numpy().inplace(self, np.floor_divide, o)
+    def __imod__(self, o): return _numpy().inplace(self, np.remainder, o)
+    def __ipow__(self, o): return _numpy().inplace(self, np.power, o)
+    def __iand__(self, o): return _numpy().inplace(self, np.bitwise_and, o)
+    def __ior__(self, o): return _numpy().inplace(self, np.bitwise_or, o)
+    def __ixor__(self, o): return _numpy().inplace(self, np.bitwise_xor, o)
+    def __ilshift__(self, o): return _numpy().inplace(self, np.left_shift, o)
+    def __irshift__(self, o): return _numpy().inplace(self, np.right_shift, o)
 
-    def __iadd__(self, o): self._in_place("+")
-    def __isub__(self, o): self._in_place("-")
-    def __imul__(self, o): self._in_place("*")
-    def __itruediv__(self, o): self._in_place("/")
-    def __ifloordiv__(self, o): self._in_place("//")
-    def __imod__(self, o): self._in_place("%")
-    def __ipow__(self, o): self._in_place("**")
-    def __imatmul__(self, o): self._in_place("@")
-    def __iand__(self, o): self._in_place("&")
-    def __ior__(self, o): self._in_place("|")
-    def __ixor__(self, o): self._in_place("^")
+    def __imatmul__(self, o):
+        self.rebind(np.matmul(self, o))
+        return self
 
     def fill(self, value: Any) -> None:
-        """Refused: an in-place update (`InPlaceError`)."""
-        raise InPlaceError("x.fill(v) updates an array in place; write x = np.full_like(x, v) outside the workflow, "
-                           "or x * 0 + v")
+        """Set every cell to ``value`` (a rebinding to a constant array)."""
+        _numpy().setitem(self, Ellipsis, value)
 
-    def sort(self, *args: Any, **kwargs: Any) -> None:
-        """Refused: an in-place sort (`InPlaceError`); use ``np.sort``."""
-        raise InPlaceError("x.sort() sorts in place; write x = np.sort(x, axis)")
+    def sort(self, axis: int = -1, kind: Any = None, order: Any = None) -> None:
+        """Sort in place along ``axis`` (a rebinding to ``np.sort(x, axis)``)."""
+        self.rebind(np.sort(self, axis=axis, kind=kind, order=order))
 
     # -- operators ---------------------------------------------------------------------------------
     def __add__(self, o): return np.add(self, o)
@@ -221,6 +318,35 @@ class SymbolicArray(ArrayShape):
         return _numpy().getitem(self, key)
 
     @property
+    def flat(self) -> Any:
+        """``x.flat``: the flattened view (reading and writing ``x.flat[k]`` work as in numpy)."""
+        return np.ravel(self)
+
+    @property
+    def real(self) -> Any:
+        """``np.real(x)``, traced."""
+        return np.real(self)
+
+    @property
+    def imag(self) -> Any:
+        """``np.imag(x)``, traced."""
+        return np.imag(self)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the values take (numpy's ``nbytes``)."""
+        return self.size * self.dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per cell."""
+        return self.dtype.itemsize
+
+    def conj(self) -> Any:
+        """``np.conj(x)``, traced."""
+        return np.conj(self)
+
+    @property
     def T(self) -> Any:
         """``np.transpose(x)``, traced."""
         return np.transpose(self)
@@ -233,7 +359,15 @@ class SymbolicArray(ArrayShape):
         """``np.reshape(x, shape)``, traced."""
         return np.reshape(self, shape[0] if len(shape) == 1 else shape, order=order)
 
-    ravel, flatten, squeeze, swapaxes = (_numpy_method(n) for n in ("ravel", "ravel", "squeeze", "swapaxes"))
+    ravel, squeeze, swapaxes = (_numpy_method(n) for n in ("ravel", "squeeze", "swapaxes"))
+    cumsum, cumprod, argmax, argmin, nonzero = (_numpy_method(n) for n in ("cumsum", "cumprod", "argmax", "argmin",
+                                                                           "nonzero"))
+    ptp, repeat, take, searchsorted, diagonal = (_numpy_method(n) for n in ("ptp", "repeat", "take", "searchsorted",
+                                                                            "diagonal"))
+
+    def flatten(self, order: str = "C") -> "SymbolicArray":
+        """A flattened copy (``np.ravel(x).copy()``)."""
+        return np.ravel(self).copy()
     sum, mean, std, var, prod = (_numpy_method(n) for n in ("sum", "mean", "std", "var", "prod"))
     min, max, any, all = (_numpy_method(n) for n in ("min", "max", "any", "all"))
     argsort, dot, round = (_numpy_method(n) for n in ("argsort", "dot", "round"))
@@ -242,9 +376,9 @@ class SymbolicArray(ArrayShape):
         """The array as ``dtype`` (a traced cast)."""
         return _numpy().astype(self, dtype)
 
-    def copy(self) -> "SymbolicArray":
-        """The array itself: symbolic arrays are never updated in place."""
-        return self
+    def copy(self, order: str = "C") -> "SymbolicArray":
+        """A copy: the same node, updated apart from this array from now on."""
+        return SymbolicArray(self.tracer, self.entry, self.shape, self.dtype)
 
     def clip(self, min: Any = None, max: Any = None) -> Any:
         """``np.clip(x, min, max)``, traced."""
@@ -270,3 +404,9 @@ def _library_caller() -> str:
             break
         frame = frame.f_back
     return found
+
+
+def _short(value: np.ndarray) -> str:
+    """A value for a trace report line (a scalar, or a shape)."""
+    value = np.asarray(value)
+    return repr(value.item()) if value.size == 1 else f"array of shape {value.shape}"

@@ -7,11 +7,18 @@ trace built, so executors, stores, the optimizer, queries, replay, explain and t
 see an ordinary workflow.  ``f.trace(inputs)`` returns that workflow; the traced object is
 also still the function (``f(raw, dark)`` computes with numpy).
 
-- Inputs: the parameters without a default, one symbolic array each, named after them.
-- Parameters: the parameters with a default; ``params={"threshold": 3}`` (or ``--param
-  threshold=3`` on the command line: strings are converted to the default's type)
-  re-trace with those values (each set of parameters is its own workflow; the run's
-  catalog records the workflow it ran).
+- Inputs: the parameters given arrays (of at least one axis), one symbolic array each, named
+  after them: those without a default, and those with one (``mask=None``) when an array is
+  given for them.
+- Parameters: the others; ``params={"threshold": 3}`` (or ``--param threshold=3`` on the
+  command line: strings are converted to the default's type) re-trace with those values
+  (each set of parameters is its own workflow; the run's catalog records the workflow it
+  ran).  A number given for a parameter without a default (a required threshold, a
+  latitude) is a parameter too; an array given in ``params`` is captured like any constant
+  (an input the workflow carries).
+- Values: a trace over arrays computes a value when Python asks for one (``if``, ``int()``,
+  a loop bound, ``x[mask]``), so the workflow is this run's path; such a trace is kept for
+  inputs with the same values only (`TracedWorkflow.report` lists the decisions).
 - Outputs: a returned dict names its nodes by its keys; a single array is ``out``, a
   tuple or list ``out0``, ``out1``...
 """
@@ -25,14 +32,26 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from subzero.errors import WorkflowError
-from subzero.trace.errors import TraceError
+from subzero.trace.breaks import Break, coarse_calls, library_break
+from subzero.trace.capture import numpy_calls
+from subzero.trace.coarse import coarse_call
+from subzero.trace.errors import (ControlFlowError, ConversionError, InPlaceError, TraceError, UnsupportedCallError,
+                                  user_files)
 from subzero.trace.symbolic import SymbolicArray
-from subzero.trace.tracer import Tracer
+from subzero.trace.tracer import Tracer, trace_contexts
 from subzero.dag import Workflow
 
-__all__ = ["workflow", "TracedWorkflow"]
+__all__ = ["workflow", "TracedWorkflow", "TraceReport"]
+
+#: library calls a trace may run on values (graph breaks) before it gives up and runs the
+#: whole function as one coarse step
+MAX_BREAKS = 8
+
+#: trace errors that say the code cannot be captured (rather than that subzero's API was misused)
+_CANNOT_TRACE = (UnsupportedCallError, ConversionError, ControlFlowError, InPlaceError)
 
 
 class TracedWorkflow:
@@ -40,26 +59,28 @@ class TracedWorkflow:
 
     def __init__(self, fn: Callable, name: str | None = None):
         self.fn = fn
-        self.name = name or fn.__name__
+        self.name = name or getattr(fn, "__name__", "workflow")
         functools.update_wrapper(self, fn)
         sig = inspect.signature(fn)
         self.input_names: list[str] = []
         self.defaults: dict[str, Any] = {}
         self.annotations: dict[str, Any] = {}
+        self.parameter_names: list[str] = []
         for p in sig.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise WorkflowError(f"@sz.workflow {self.name}: *{p.name} / **{p.name} cannot be traced; name "
-                                    "every input array and parameter")
+                continue  # *args / **kwargs: nothing to bind by name
+            self.parameter_names.append(p.name)
             if p.default is p.empty:
                 self.input_names.append(p.name)
             else:
                 self.defaults[p.name] = p.default
                 self.annotations[p.name] = p.annotation
-        if not self.input_names:
-            raise WorkflowError(f"@sz.workflow {self.name}: the function has no parameter without a default, so no "
-                                "input array; its first parameters (without defaults) are the inputs")
-        self._cache: dict[Any, Workflow] = {}
+        if not self.parameter_names:
+            raise WorkflowError(f"@sz.workflow {self.name}: the function takes no named parameter, so no input "
+                                "array; its parameters given arrays are the inputs")
+        self._cache: dict[Any, list[tuple[Workflow, Any, list]]] = {}
         self.last_trace_seconds: float | None = None
+        self.last_events: list = []
 
     # -- eager ---------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -72,65 +93,181 @@ class TracedWorkflow:
         converted to the default's type, as ``--param`` gives them)."""
         values = dict(self.defaults)
         for key, value in (params or {}).items():
-            if key not in self.defaults:
-                known = ", ".join(self.defaults) or "none"
+            if key not in self.parameter_names:
+                known = ", ".join(n for n in self.parameter_names) or "none"
                 raise WorkflowError(f"workflow {self.name!r} has no parameter {key!r}; its parameters: {known}")
-            values[key] = _coerce(key, value, self.defaults[key], self.annotations.get(key))
+            values[key] = _coerce(key, value, self.defaults.get(key), self.annotations.get(key))
         return values
 
-    def trace(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None = None) -> Workflow:
-        """The workflow for inputs of these shapes and dtypes (arrays, or anything with
-        ``.shape`` and ``.dtype``) and these parameters (cached per signature)."""
-        signature = self._signature(inputs)
-        values = self.parameters(params)
-        key = (signature, tuple(sorted((k, repr(v)) for k, v in values.items())))
-        if key not in self._cache:
-            self._cache[key] = self._trace(signature, values)
-        return self._cache[key]
-
-    def _signature(self, inputs: Mapping[str, Any]) -> tuple:
-        missing = [n for n in self.input_names if n not in inputs]
+    def split(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(arrays, parameters)``: which of ``inputs`` are input arrays (at least one axis) and
+        the parameter values (numbers given for parameters without a default among them)."""
+        unknown = sorted(set(inputs) - set(self.parameter_names))
+        if unknown:
+            raise WorkflowError(f"workflow {self.name!r} has no input(s) {unknown}; its parameters: "
+                                f"{', '.join(self.parameter_names)}")
+        arrays, numbers = {}, {}
+        for key, value in inputs.items():
+            shape = getattr(value, "shape", None)
+            if shape is None and isinstance(value, (list, tuple)):
+                shape = np.shape(value)
+            if shape is None or len(shape) == 0:
+                numbers[key] = value.item() if isinstance(value, (np.ndarray, np.generic)) else value
+            else:
+                arrays[key] = value
+        values = self.parameters({**numbers, **dict(params or {})})
+        missing = [n for n in self.input_names if n not in arrays and n not in values]
         if missing:
             raise WorkflowError(f"workflow {self.name!r} needs input(s) {missing} (its parameters without a "
                                 f"default); got {sorted(inputs)}")
+        for key in arrays:
+            values.pop(key, None)
+        return arrays, values
+
+    def trace(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None = None) -> Workflow:
+        """The workflow for these inputs (arrays, or anything with ``.shape`` and ``.dtype``
+        to trace from shapes alone) and these parameters (cached per signature; a trace that
+        used values, per input values)."""
+        arrays, values = self.split(inputs, params)
+        signature = self._signature(arrays)
+        key = (signature, tuple(sorted((k, _param_key(v)) for k, v in values.items())))
+        cached = self._cache.setdefault(key, [])
+        digest = _digest(arrays) if any(d is not None for _, d, _ in cached) else None
+        for wf, kept, events in cached:
+            if kept is None or kept == digest:
+                self.last_events = events
+                return wf
+        wf, specialized, events = self._trace(signature, arrays, values)
+        cached.append((wf, _digest(arrays) if specialized else None, events))
+        del cached[:-8]  # a few traces per signature: a loop over new inputs must not keep every one
+        self.last_events = events
+        return wf
+
+    def report(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None = None) -> "TraceReport":
+        """What tracing with ``inputs`` decided on values and where lineage is coarse, each with
+        the user's line (TorchDynamo's ``explain``)."""
+        wf = self.trace(inputs, params)
+        return TraceReport(self.name, wf, list(self.last_events))
+
+    def _signature(self, arrays: Mapping[str, Any]) -> tuple:
         out = []
-        for name in self.input_names:
-            value = inputs[name]
+        for name in self.parameter_names:
+            if name not in arrays:
+                continue
+            value = arrays[name]
             shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
             if shape is None or dtype is None:
                 value = np.asarray(value)
                 shape, dtype = value.shape, value.dtype
-            if len(shape) == 0:
-                raise WorkflowError(f"input {name!r} is 0-d; workflow inputs are arrays of at least 1 axis "
-                                    "(pass a number as a parameter with a default instead)")
             out.append((name, tuple(int(n) for n in shape), np.dtype(dtype).str))
+        if not out:
+            raise WorkflowError(f"workflow {self.name!r} was given no input array (a parameter given an array of at "
+                                f"least one axis); its parameters: {', '.join(self.parameter_names)}")
         return tuple(out)
 
-    def _trace(self, signature: tuple, values: dict[str, Any]) -> Workflow:
+    def _trace(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any]
+               ) -> tuple[Workflow, bool, list]:
         started = time.perf_counter()
-        tracer = Tracer(self.name)
+        breaks: list[Break] = []
+        while True:
+            tracer = Tracer(self.name)
+            args = self._symbolic_inputs(tracer, signature, arrays)
+            try:
+                with coarse_calls(breaks) as applied:
+                    with tracer, user_files(self._file()), numpy_calls(), trace_contexts():
+                        result = self.fn(**args, **values)
+                        _name_outputs(tracer, result, self.name)
+                break
+            except Exception as exc:  # a library that cannot take traced arrays: break there and trace again
+                if isinstance(exc, WorkflowError) and not isinstance(exc, _CANNOT_TRACE):
+                    raise  # a misuse of subzero's own API (a udf's declaration, a node name): said, not hidden
+                found = library_break(exc) if tracer.has_values() else None
+                if found is None or len(applied) < len(breaks) or len(breaks) >= MAX_BREAKS or \
+                        any(b.code is found.code for b in breaks):
+                    if not tracer.has_values():
+                        raise
+                    return self._eager(signature, arrays, values, exc, started)
+                breaks.append(found)
+        wf = tracer.build()
+        self.last_trace_seconds = time.perf_counter() - started
+        return wf, tracer.specialized, list(tracer.events)
+
+    def _file(self) -> str:
+        code = getattr(inspect.unwrap(self.fn), "__code__", None)
+        return code.co_filename if code is not None else ""
+
+    @staticmethod
+    def _symbolic_inputs(tracer: Tracer, signature: tuple, arrays: Mapping[str, Any]) -> dict[str, SymbolicArray]:
         args = {}
         for name, shape, dtype in signature:
-            args[name] = SymbolicArray(tracer, tracer.input(name, shape), shape, dtype)
+            given = arrays[name]
+            value = given if _has_values(given) else None
+            if isinstance(value, (list, tuple)):
+                value = np.asarray(value)
+            args[name] = SymbolicArray(tracer, tracer.input(name, shape, value), shape, dtype)
+        return args
+
+    def _eager(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any], exc: BaseException,
+               started: float) -> tuple[Workflow, bool, list]:
+        """The whole function as one coarse step over every input (the last resort of a trace that
+        failed where numpy does not: every output depends on every input); numpy's own error when
+        the function fails on numpy arrays too."""
+        concrete = {name: np.asarray(arrays[name]) for name, _, _ in signature}
+        try:
+            self.fn(**{k: v.copy() for k, v in concrete.items()}, **values)
+        except Exception:
+            raise exc from None  # numpy fails too: the trace's error names the user's line
+        tracer = Tracer(self.name)
+        args = self._symbolic_inputs(tracer, signature, arrays)
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        reason = (f"the function could not be traced ({type(exc).__name__}: {first[:160]}), so it ran on this run's "
+                  "values as one coarse step: every output depends on every input")
         with tracer:
-            result = self.fn(**args, **values)
+            result = coarse_call(_Copying(self.fn), (), {**args, **values}, reason, base=self.name)
             _name_outputs(tracer, result, self.name)
         wf = tracer.build()
         self.last_trace_seconds = time.perf_counter() - started
-        return wf
+        return wf, True, list(tracer.events)
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, inputs: Mapping[str, Any], store, params: Mapping[str, Any] | None = None, **kwargs):
-        """Trace with ``inputs``' shapes and dtypes and ``params``, and run: `Workflow.run`'s
-        arguments otherwise.  Inputs that are not parameters of the function are refused."""
-        extra = sorted(set(inputs) - set(self.input_names))
-        if extra:
-            raise WorkflowError(f"workflow {self.name!r} has no input(s) {extra}; its inputs: "
-                                f"{', '.join(self.input_names)}")
-        return self.trace(inputs, params).run(dict(inputs), store, **kwargs)
+        """Trace with ``inputs`` and ``params``, and run: `Workflow.run`'s arguments otherwise.
+        Inputs that are not parameters of the function are refused."""
+        arrays, _ = self.split(inputs, params)
+        return self.trace(inputs, params).run(dict(arrays), store, **kwargs)
 
     def __repr__(self) -> str:
         return f"<sz.workflow {self.name}({', '.join(self.input_names)}; params={self.defaults})>"
+
+
+class TraceReport:
+    """What a trace decided on this run's values and where its lineage is coarse.
+
+    ``events`` are `subzero.trace.tracer.Event`s (kind, the user's line, what); ``coarse``
+    the nodes whose lineage is all-to-all over what they read, with their reasons.
+    """
+
+    def __init__(self, name: str, wf: Workflow, events: list):
+        self.name, self.workflow, self.events = name, wf, events
+        self.coarse = {n.name: getattr(n.operator, "reason", "") for n in wf.nodes
+                       if n.operator is not None and getattr(n.operator, "coarse", False)}
+
+    @property
+    def exact(self) -> bool:
+        """True when every step's lineage is exact."""
+        return not self.coarse
+
+    def __str__(self) -> str:
+        steps = [n for n in self.workflow.nodes if n.operator is not None]
+        lines = [f"trace of {self.name}: {len(steps)} steps, {len(steps) - len(self.coarse)} exact, "
+                 f"{len(self.coarse)} coarse"]
+        for e in self.events:
+            label = {"value": "uses a value", "coarse": "coarse step", "leak": "values left the trace"}[e.kind]
+            lines.append(f"  {label}: {e.what}" + (f"\n      at {e.line}" if e.line else ""))
+        return "\n".join(lines)
+
+    __repr__ = __str__
 
 
 def workflow(fn: Callable | None = None, *, name: str | None = None):
@@ -155,7 +292,7 @@ def _name_outputs(tracer: Tracer, result, where: str) -> None:
 
     if isinstance(result, Mapping):
         items = list(result.items())
-    elif isinstance(result, SymbolicArray):
+    elif isinstance(result, (SymbolicArray, np.ndarray, np.generic)):
         items = [("out", result)]
     elif isinstance(result, (tuple, list)):
         items = [(f"out{k}", v) for k, v in enumerate(result)]
@@ -163,9 +300,11 @@ def _name_outputs(tracer: Tracer, result, where: str) -> None:
         raise TraceError(f"@sz.workflow {where} returned {type(result).__name__}; return a symbolic array, a tuple "
                          "of them, or a dict name -> array", line="")
     for key, value in items:
+        if isinstance(value, (np.ndarray, np.generic)) and value.dtype != object:
+            value = _captured(tracer, np.asarray(value))
         if not isinstance(value, SymbolicArray):
-            raise TraceError(f"@sz.workflow {where}: output {key!r} is {type(value).__name__}, not an array computed "
-                             "from the inputs", line="")
+            raise TraceError(f"@sz.workflow {where}: output {key!r} is {type(value).__name__}, not an array",
+                             line="")
         if not isinstance(key, str):
             raise TraceError(f"@sz.workflow {where}: output keys must be strings, got {key!r}", line="")
         entry = value.entry
@@ -177,6 +316,56 @@ def _name_outputs(tracer: Tracer, result, where: str) -> None:
                 any(e.name == key and e is not entry for e in tracer.entries):
             value = _copy(value)
         name_node(value, key)
+
+
+class _Copying:
+    """``fn`` called with copies of its array arguments (so a re-run never updates the stored
+    inputs in place), its mapping result laid out as a tuple in key order for `Opaque`'s pick."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "workflow")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        copied = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+        return self.fn(*args, **copied)
+
+    def __repr__(self) -> str:
+        return f"{self.__name__}(...)"
+
+
+def _captured(tracer: Tracer, value: np.ndarray) -> SymbolicArray:
+    """An output the function returned as numpy values: a constant node (after a leak, a coarse
+    step over the leaked arrays)."""
+    from subzero.trace.coarse import lift
+
+    lifted = lift(tracer, value)
+    if isinstance(lifted, SymbolicArray):
+        return lifted
+    shape = value.shape or (1,)
+    return SymbolicArray(tracer, tracer.constant(value.reshape(shape)), value.shape, value.dtype)
+
+
+def _has_values(value: Any) -> bool:
+    """True for arrays whose values a trace can read (numpy, Zarr, anything with ``__array__``)."""
+    return isinstance(value, (np.ndarray, list, tuple)) or hasattr(value, "__array__")
+
+
+def _param_key(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return ("array", value.shape, value.dtype.str, _digest({"v": value}))
+    return repr(value)
+
+
+def _digest(arrays: Mapping[str, Any]) -> str:
+    """A digest of the arrays' values (a trace that used values is kept for the same values only)."""
+    h = xxhash.xxh3_64()
+    for key in sorted(arrays):
+        value = np.ascontiguousarray(np.asarray(arrays[key]))
+        h.update(key.encode())
+        h.update(repr((value.shape, value.dtype.str)).encode())
+        h.update(memoryview(value).cast("B") if value.dtype != object else repr(value.tolist()).encode())
+    return h.hexdigest()
 
 
 def _copy(x: SymbolicArray) -> SymbolicArray:
@@ -239,13 +428,13 @@ def from_namespace(namespace: Mapping[str, Any], where: str, files: Mapping[str,
     if quick:
         raise WorkflowError(f"--quick: {where} defines @sz.workflow {fn.name}, which takes its inputs from --input; "
                             "drop --quick")
-    unknown = [k for k in files if k not in fn.input_names]
+    unknown = [k for k in files if k not in fn.parameter_names]
     if unknown:
         raise WorkflowError(f"--input {unknown[0]}=...: workflow {fn.name!r} has no input {unknown[0]!r}; its inputs "
                             f"are {', '.join(fn.input_names)}")
-    missing = [n for n in fn.input_names if n not in files]
+    missing = [n for n in fn.input_names if n not in files and n not in params]
     if missing:
         raise WorkflowError(f"workflow {fn.name!r} needs input {missing[0]!r}: give --input {missing[0]}=PATH "
                             "(.npy, .fits[EXT] or Zarr)")
-    arrays = {n: files[n] for n in fn.input_names}
+    arrays = dict(files)
     return fn.trace(arrays, params), arrays

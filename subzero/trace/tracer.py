@@ -4,21 +4,54 @@ Nodes are named when the trace ends: first the names the user gave (`subzero.nam
 returned dict's keys, the function's parameters), then automatic names from the numpy or
 scipy call (``gaussian_filter``, ``gaussian_filter_1``, ...) in call order, so the same
 function always gives the same names.
+
+A trace over real inputs also knows values, computed when Python asks for one (``bool``,
+``int``, a loop bound, a data-dependent shape) from the inputs, memoized per entry: the
+workflow is then the path this run took (`Tracer.specialized`), as lazy tensors compute on
+demand.  Every such decision and every coarse step is recorded (`Tracer.events`) with the
+user's line, for the trace report.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-from dataclasses import dataclass
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ContextManager
 
-
+import numpy as np
 
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
-from subzero.trace.errors import TraceError
+from subzero.oracle import evaluate_operator
+from subzero.trace.errors import ControlFlowError, TraceError
 from subzero.dag import Workflow
 
-__all__ = ["Entry", "Tracer", "current_tracer"]
+__all__ = ["Entry", "Event", "Tracer", "current_tracer", "add_trace_context", "trace_contexts", "outside_trace"]
+
+#: numpy's floating-point error handling when nothing changed it
+_DEFAULT_ERRSTATE = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
+
+#: context managers entered around every trace (front ends above this package register theirs:
+#: ``subzero.ndimage`` routes scipy.ndimage calls made inside libraries to its operators)
+_TRACE_CONTEXTS: list[Callable[[], ContextManager[Any]]] = []
+
+
+def add_trace_context(factory: Callable[[], ContextManager[Any]]) -> None:
+    """Enter ``factory()`` around every trace from now on (once per factory)."""
+    if factory not in _TRACE_CONTEXTS:
+        _TRACE_CONTEXTS.append(factory)
+
+
+@contextlib.contextmanager
+def trace_contexts() -> Iterator[None]:
+    """The registered trace contexts, entered in registration order."""
+    with contextlib.ExitStack() as stack:
+        for factory in list(_TRACE_CONTEXTS):
+            stack.enter_context(factory())
+        yield
 
 _CURRENT: contextvars.ContextVar["Tracer | None"] = contextvars.ContextVar("subzero_tracer", default=None)
 
@@ -33,6 +66,22 @@ class Entry:
     shape: tuple[int, ...] = ()
     name: str | None = None          # fixed by the user (or an input's parameter name)
     line: str = ""                   # the user's line that made it
+    constant: bool = False           # an array the function captured (an input the workflow carries)
+    value: Any = field(default=None, repr=False)   # the values, once computed (or given)
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something the trace decided on values or made coarse, for the trace report.
+
+    ``kind`` is ``"value"`` (Python asked for a value: the path is this run's),
+    ``"coarse"`` (a step whose lineage is all-to-all over what it read) or ``"leak"``
+    (a library turned a traced array into numpy values).
+    """
+
+    kind: str
+    line: str
+    what: str
 
 
 class Tracer:
@@ -41,10 +90,21 @@ class Tracer:
     def __init__(self, name: str):
         self.name = name
         self.entries: list[Entry] = []
+        self.events: list[Event] = []
+        self.leaked: list[Entry] = []
 
-    def input(self, name: str, shape: tuple[int, ...]) -> Entry:
-        """Record an input of ``shape`` named ``name``; its entry."""
-        entry = Entry(name, None, (), tuple(shape), name=name)
+    def input(self, name: str, shape: tuple[int, ...], value: Any = None) -> Entry:
+        """Record an input of ``shape`` named ``name`` (its values, when known); its entry."""
+        entry = Entry(name, None, (), tuple(shape), name=name, value=value)
+        self.entries.append(entry)
+        return entry
+
+    def constant(self, value: np.ndarray, line: str = "") -> Entry:
+        """Record an array the function captured as an input the workflow carries (tiled
+        like any input, so it never meets a tile of another shape); its entry."""
+        value = np.asarray(value)
+        entry = Entry("constant", None, (), tuple(int(n) for n in value.shape), line=line, constant=True,
+                      value=value)
         self.entries.append(entry)
         return entry
 
@@ -59,9 +119,66 @@ class Tracer:
         if shape is None:
             raise TraceError(f"{type(op).__name__} has an output shape only running tells; the numpy front end "
                              "needs shapes at trace time", line or None)
+        state = np.geterr()
+        if state != _DEFAULT_ERRSTATE:  # the user's np.errstate reaches the run of this step
+            op.errstate = dict(state)
         entry = Entry(base, op, tuple(inputs), tuple(int(n) for n in shape), line=line)
         self.entries.append(entry)
         return entry
+
+    # -- values -----------------------------------------------------------------------------------
+    @property
+    def specialized(self) -> bool:
+        """True when the trace used values: the workflow is this run's path."""
+        return any(e.kind in ("value", "leak") for e in self.events)
+
+    def note(self, kind: str, line: str, what: str) -> None:
+        """Record an `Event` (deduplicated by kind, line and what)."""
+        event = Event(kind, line, what)
+        if event not in self.events:
+            self.events.append(event)
+
+    def leak(self, entry: Entry, line: str, caller: str) -> None:
+        """Record that ``caller`` turned ``entry`` into numpy values at ``line``: arrays that enter
+        the trace afterwards may derive from them (`leaked`)."""
+        if _depends_on_data(entry):
+            self.leaked.append(entry)
+            self.note("leak", line, f"{caller} turned {entry.name or entry.base} into numpy values: what it "
+                      "computes enters the workflow as a coarse step over them (wrap the call with "
+                      "sz.udf(fn, lineage=...) for exact lineage)")
+
+    def has_values(self) -> bool:
+        """True when every input's values are known (a trace over real arrays)."""
+        return all(e.value is not None for e in self.entries if e.op is None)
+
+    def value(self, entry: Entry, why: str = "this") -> np.ndarray:
+        """The values of ``entry`` (in its node shape), computed from the inputs on first use."""
+        if entry.value is not None:
+            if not isinstance(entry.value, np.ndarray):
+                entry.value = np.asarray(entry.value)
+            return entry.value
+        needed: dict[int, Entry] = {}
+        stack = [entry]
+        while stack:  # every ancestor still without values (no recursion: loops unroll into long chains)
+            e = stack.pop()
+            if id(e) in needed or e.value is not None:
+                continue
+            if e.op is None:
+                raise ControlFlowError(
+                    f"{why} needs values, and the input {e.name!r} was traced from its shape alone; trace "
+                    "with the input arrays (f.trace(inputs) / f.run(inputs, store) with numpy or Zarr arrays)")
+            needed[id(e)] = e
+            stack.extend(e.inputs)
+        position = {id(e): k for k, e in enumerate(self.entries)}  # call order is topological
+        order = sorted(needed.values(), key=lambda e: position[id(e)])
+        for e in order:
+            if e.value is None:
+                args = [np.asarray(i.value) for i in e.inputs]
+                with warnings.catch_warnings(), outside_trace():
+                    warnings.simplefilter("ignore")
+                    out = np.asarray(evaluate_operator(e.op, args))  # type: ignore[arg-type]
+                e.value = out.reshape(e.shape) if out.size == int(np.prod(e.shape)) else out
+        return entry.value
 
     def build(self) -> Workflow:
         """The workflow of the entries the named ones need (the outputs, `subzero.name`d
@@ -89,6 +206,8 @@ class Tracer:
         for e in self.entries:
             if e.op is None:
                 nodes[id(e)] = wf.input(names[id(e)])
+                if e.constant:
+                    wf.constants[names[id(e)]] = e.value
             else:
                 nodes[id(e)] = wf.add(e.op, *[nodes[id(i)] for i in e.inputs], name=names[id(e)])
         return wf
@@ -108,6 +227,31 @@ def _needed(entries: list[Entry]) -> list[Entry]:
         if id(e) in keep:
             keep.update(id(i) for i in e.inputs)
     return [e for e in entries if id(e) in keep]
+
+
+def _depends_on_data(entry: Entry) -> bool:
+    """True when ``entry`` reads an input that is not a captured constant."""
+    stack, seen = [entry], set()
+    while stack:
+        e = stack.pop()
+        if e.op is None and not e.constant:
+            return True
+        for i in e.inputs:
+            if id(i) not in seen:
+                seen.add(id(i))
+                stack.append(i)
+    return False
+
+
+@contextlib.contextmanager
+def outside_trace() -> Iterator[None]:
+    """No trace in force within: code computing this run's values (an operator, a coarse step)
+    runs as plain numpy, whatever it calls."""
+    token = _CURRENT.set(None)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
 
 
 def current_tracer() -> Tracer | None:

@@ -1,0 +1,443 @@
+"""Indexing whose cells were fixed when a numpy function was traced on real values.
+
+``x[mask]``, ``x[idx]``, ``x[:, keep]`` (`Gather`) and ``x[mask] = v``, ``out[i, :] = row``,
+``x[idx] += 1`` (`Scatter`) select cells by values.  The numpy front end traces a function
+on this run's values, so which cells they touch is known when the node is made: each
+operator carries that map (computed by numpy itself on the traced values, so every key numpy
+accepts is covered with numpy's rules, duplicates included) and its lineage is a mapping.
+
+Lineage follows the package's reading of dependence (`subzero.operators.value`): a gathered
+cell *is* the cell it copies (its identity, `Gather.output_identity`) and depends on that cell
+and on the selecting cell of each index input (a guide); a scattered array's written cell
+depends on the value written and on its guides, an untouched cell on the old value and on its
+guides (whether it was written is their decision).
+
+Guides say which index-input cell decides an output cell:
+
+- ``"src:A:N"``: the guide's cell is the source cell's coordinates ``A..A+N`` (a boolean mask
+  over the indexed array, ``x[mask]``: ``src:0:ndim``; over one axis, ``x[:, keep]``: ``src:1:1``);
+- ``"out:A:N"``: the guide's cell is the output cell's coordinates ``A..A+N`` (an integer index
+  array, ``sizes[labels]``: ``out:0:labels.ndim``);
+- ``"one"``: a one-cell guide every output cell depends on (a summary standing for an index
+  array whose cells cannot be told apart: all of them).
+
+`Opaque` is the coarse step: any numpy call run on whole arrays, every output cell depending
+on every input cell (sound by construction), with the reason recorded.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from subzero.errors import WorkflowError
+from subzero.modes import Mode
+from subzero.operator import Operator
+from subzero.operators._kernels import unique_rows
+from subzero.tiling import Box, Shape, Tiling
+
+__all__ = ["Gather", "Scatter", "Opaque", "Coordinates", "digest"]
+
+
+def digest(array: np.ndarray) -> str:
+    """A short content digest of ``array`` (recorded in the catalog instead of the array)."""
+    array = np.ascontiguousarray(array)
+    return xxhash.xxh3_64_hexdigest(array.tobytes() + repr((array.shape, array.dtype.str)).encode())
+
+
+def _check_guides(guides: Sequence[str]) -> tuple[str, ...]:
+    out = []
+    for g in guides:
+        parts = g.split(":")
+        ok = parts == ["one"] or (len(parts) == 3 and parts[0] in ("src", "out") and all(p.isdigit() for p in parts[1:]))
+        if not ok:
+            raise WorkflowError(f"unknown guide {g!r}: expected 'src:A:N', 'out:A:N' or 'one'")
+        out.append(g)
+    return tuple(out)
+
+
+def _guide_parts(g: str) -> tuple[str, int, int]:
+    if g == "one":
+        return "one", 0, 0
+    kind, a, n = g.split(":")
+    return kind, int(a), int(n)
+
+
+def _flat(cells: np.ndarray, shape: Shape) -> np.ndarray:
+    cells = np.asarray(cells, np.int64).reshape(-1, len(shape))
+    return np.ravel_multi_index(tuple(cells.T), shape) if len(shape) else np.zeros(len(cells), np.int64)
+
+
+def _coords(flat: np.ndarray, shape: Shape) -> np.ndarray:
+    flat = np.asarray(flat, np.int64)
+    if not len(shape):
+        return np.zeros((len(flat), 0), np.int64)
+    return np.stack(np.unravel_index(flat, shape), axis=1).astype(np.int64)
+
+
+def _region(box: Box) -> tuple[slice, ...]:
+    return tuple(slice(lo, hi) for lo, hi in box)
+
+
+def _bounding(coords: np.ndarray, ndim: int) -> Box:
+    if not len(coords):
+        return tuple((0, 0) for _ in range(ndim))
+    return tuple((int(lo), int(hi) + 1) for lo, hi in zip(coords.min(axis=0), coords.max(axis=0)))
+
+
+class _GuidedTiling(Tiling):
+    """Output tiles of a `Gather`/`Scatter`: each input read over the bounding box of what the tile needs."""
+
+    def input_box(self, op, out_box: Box, i: int) -> Box:
+        return op.input_box(out_box, i)
+
+
+class _Guided(Operator):
+    """What `Gather` and `Scatter` share: guides and their lineage."""
+
+    tiling = _GuidedTiling()
+    guides: tuple[str, ...] = ()
+
+    def supported_modes(self) -> set[Mode]:
+        return {Mode.MAP}
+
+    def _source_cells(self, out_cells: np.ndarray) -> np.ndarray:
+        """Cells of the indexed array (input 0's shape) deciding each output cell."""
+        raise NotImplementedError
+
+    def _guide_b(self, cells: np.ndarray, g: str, shape: Shape) -> np.ndarray:
+        """The guide cell deciding each of ``cells`` (one row per cell; the guide has ``shape``)."""
+        kind, a, n = _guide_parts(g)
+        cells = np.asarray(cells, np.int64)
+        if kind == "one":
+            return np.zeros((len(cells), len(shape)), np.int64)
+        if kind == "out":
+            return cells[:, a:a + n]
+        return self._source_cells(cells)[:, a:a + n]
+
+    def _guide_box(self, out_box: Box, g: str, shape: Shape) -> Box:
+        """The box of a guide (of ``shape``) that output box ``out_box`` needs."""
+        kind, a, n = _guide_parts(g)
+        if kind == "one":
+            return tuple((0, int(m)) for m in shape)
+        if kind == "out":
+            return tuple(out_box[a:a + n])
+        return self._source_box(out_box)[a:a + n]
+
+    def _guide_f(self, cells: np.ndarray, g: str, shape: Shape) -> np.ndarray:
+        """Output cells decided by guide cells ``cells`` (the guide of ``shape``): one vectorized
+        pass over the output's cells."""
+        out_shape = tuple(int(n) for n in self.output_shape)
+        every = _coords(np.arange(int(np.prod(out_shape))), out_shape)
+        if g == "one":
+            return every if len(cells) else every[:0]
+        decided = self._guide_b(every, g, shape)
+        keep = np.isin(_flat(decided, shape), _flat(cells, shape))
+        return every[keep]
+
+
+class Gather(_Guided):
+    """``x[key]`` for a key fixed when traced: output cell ``k`` copies ``x.flat[source[k]]``.
+
+    Parameters
+    ----------
+    source : int array
+        The flat position in ``x`` of each output cell, laid out in the output's shape
+        (``np.arange(x.size).reshape(x.shape)[key]``).
+    guides : sequence of str
+        How each further input (mask or index arrays) decides the output cells (module docstring).
+
+    Examples
+    --------
+    >>> x = np.array([5.0, -1.0, 7.0])
+    >>> op = Gather(np.array([0, 2]))
+    >>> op.bound([(3,)], (2,)).map_b(np.array([[1]]), 0).tolist()
+    [[2]]
+    """
+
+    def __init__(self, source: np.ndarray, guides: Sequence[str] = ()):
+        self._source = np.asarray(source, np.int64)
+        self.guides = _check_guides(guides)
+        self.source_digest = digest(self._source)
+        self.output_cells = int(self._source.size)
+
+    @property
+    def n_inputs(self) -> int | None:
+        return 1 + len(self.guides)
+
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
+        if len(input_shapes) != 1 + len(self.guides):
+            raise WorkflowError(f"Gather takes {1 + len(self.guides)} inputs (the array and its guides), got "
+                                f"{len(input_shapes)}")
+        size = int(np.prod(input_shapes[0]))
+        if self._source.size and (self._source.min() < 0 or self._source.max() >= size):
+            raise WorkflowError(f"Gather: a source position is outside the input of shape {input_shapes[0]}")
+        return tuple(int(n) for n in self._source.shape)
+
+    def output_identity(self, *inputs: np.ndarray) -> np.ndarray | None:
+        """Each output cell is the input cell it copies (when each is copied once: a selection);
+        otherwise cells are their positions."""
+        flat = self._source.ravel()
+        return flat if type(self) is Gather and np.unique(flat).size == flat.size else None
+
+    def _source_cells(self, out_cells: np.ndarray) -> np.ndarray:
+        flat = self._source.ravel()[_flat(out_cells, self.output_shape)]
+        return _coords(flat, self.input_shapes[0])
+
+    def _source_box(self, out_box: Box) -> Box:
+        src = _coords(self._source[_region(out_box)].ravel(), self.input_shapes[0])
+        return _bounding(src, len(self.input_shapes[0]))
+
+    def input_box(self, out_box: Box, i: int) -> Box:
+        if i == 0:
+            return self._source_box(out_box)
+        return self._guide_box(out_box, self.guides[i - 1], self.input_shapes[i])
+
+    def run(self, ctx, x, *guides) -> np.ndarray:
+        src = _coords(self._source[_region(ctx.tile_box)].ravel(), self.input_shapes[0])
+        lo = np.asarray([b[0] for b in ctx.input_boxes[0]], np.int64)
+        out = x[tuple((src - lo).T)] if len(src) else np.empty(0, x.dtype)
+        return out.reshape(tuple(hi - lo for lo, hi in ctx.tile_box))
+
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+        cells = np.asarray(cells, np.int64).reshape(-1, len(self.output_shape))
+        owner = np.arange(len(cells), dtype=np.int64)
+        if i == 0:
+            return owner, self._source_cells(cells)
+        return owner, self._guide_b(cells, self.guides[i - 1], self.input_shapes[i])
+
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
+        return unique_rows(self.map_b_pairs(cells, i)[1])
+
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
+        if i:
+            return unique_rows(self._guide_f(cells, self.guides[i - 1], self.input_shapes[i]))
+        flat = _flat(cells, self.input_shapes[0])
+        hit = np.flatnonzero(np.isin(self._source.ravel(), flat))
+        return _coords(hit, self.output_shape)
+
+
+class Coordinates(Gather):
+    """``np.nonzero(x)[axis]`` / ``np.argwhere`` / ``np.flatnonzero`` for the cells fixed when
+    traced: the output holds coordinates of the selected cells of ``x`` (each depends on the
+    cell it locates).
+
+    ``axis`` is an axis of ``x`` (one coordinate per output cell), ``"all"`` (argwhere: the
+    output has one more axis, one column per axis of ``x``) or ``"flat"`` (flat positions).
+    """
+
+    def __init__(self, source: np.ndarray, input_shape: Shape, axis: int | str):
+        src = np.asarray(source, np.int64).ravel()
+        if axis == "all":
+            src = np.repeat(src[:, None], max(len(input_shape), 1), axis=1)
+        super().__init__(src)
+        self.axis = axis
+        self.input_shape = tuple(int(n) for n in input_shape)
+
+    def run(self, ctx, x, *guides) -> np.ndarray:
+        flat = self._source[_region(ctx.tile_box)]
+        if self.axis == "flat":
+            return flat.astype(np.intp)
+        coords = np.unravel_index(flat, self.input_shape)
+        if self.axis == "all":
+            cols = np.arange(*ctx.tile_box[1])
+            return np.stack([coords[c][:, k] for k, c in enumerate(cols)], axis=1).astype(np.intp)
+        return coords[int(self.axis)].astype(np.intp)
+
+
+class Scatter(_Guided):
+    """``x[key] = v`` for a key fixed when traced: a new array, ``x`` with the written cells
+    replaced by cells of ``v`` (numpy's casting and last-write-wins rules), or by the scalar
+    ``fill`` when the value is a number.
+
+    Inputs: ``x``, then ``v`` (unless ``fill`` is given), then the guides.
+
+    Parameters
+    ----------
+    written : bool array of x's shape
+        Which cells the assignment writes.
+    source : int array or None
+        For each written cell (C order), the flat position in ``v`` of the value it receives;
+        None when every written cell receives ``v``'s one cell (or ``fill``).
+    guides : sequence of str
+        How each further input (mask or index arrays) decides the output cells.
+    fill : scalar, optional
+        The value written, when it is a number rather than an array of the workflow.
+
+    Examples
+    --------
+    >>> op = Scatter(np.array([False, True, False]), None, fill=0.0).bound([(3,)], (3,))
+    >>> op.map_b(np.array([[0], [1]]), 0).tolist()
+    [[0]]
+    """
+
+    def __init__(self, written: np.ndarray, source: np.ndarray | None, guides: Sequence[str] = (),
+                 fill: Any = None):
+        written = np.asarray(written, bool)
+        self._shape = tuple(int(n) for n in written.shape)
+        self._bits = np.packbits(written.ravel())
+        self._source = None if source is None else np.asarray(source, np.int64).ravel()
+        self.guides = _check_guides(guides)
+        self.fill = fill.item() if isinstance(fill, np.generic) else fill
+        self.has_values = fill is None
+        self.written_cells = int(written.sum())
+        self.map_digest = digest(self._bits) + ("" if self._source is None else digest(self._source))
+        self._rank_cache: np.ndarray | None = None
+        if self._source is not None and len(self._source) != self.written_cells:
+            raise WorkflowError(f"Scatter: {len(self._source)} sources for {self.written_cells} written cells")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_rank_cache"] = None  # rebuilt where it is needed, never shipped
+        return state
+
+    @property
+    def _first_guide(self) -> int:
+        return 2 if self.has_values else 1
+
+    @property
+    def n_inputs(self) -> int | None:
+        return self._first_guide + len(self.guides)
+
+    @property
+    def _written(self) -> np.ndarray:
+        size = int(np.prod(self._shape))
+        return np.unpackbits(self._bits, count=size).view(bool).reshape(self._shape)
+
+    def _rank(self) -> np.ndarray:
+        """For every cell, the index of its write among the written cells (C order)."""
+        if self._rank_cache is None:
+            self._rank_cache = np.cumsum(self._written.ravel(), dtype=np.int64) - 1
+        return self._rank_cache
+
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
+        expected = self._first_guide + len(self.guides)
+        if len(input_shapes) != expected:
+            raise WorkflowError(f"Scatter takes {expected} inputs (the array, {'the values, ' * self.has_values}"
+                                f"the guides), got {len(input_shapes)}")
+        if tuple(input_shapes[0]) != self._shape:
+            raise WorkflowError(f"Scatter: the array has shape {input_shapes[0]}, the assignment was traced on "
+                                f"{self._shape}")
+        return self._shape
+
+    def _value_flat(self, out_cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(which of ``out_cells`` are written, the flat position in v of each written one)."""
+        flat = _flat(out_cells, self._shape)
+        written = self._written.ravel()[flat]
+        if self._source is None:
+            return written, np.zeros(int(written.sum()), np.int64)
+        return written, self._source[self._rank()[flat[written]]]
+
+    def _source_cells(self, out_cells: np.ndarray) -> np.ndarray:
+        return np.asarray(out_cells, np.int64)
+
+    def _source_box(self, out_box: Box) -> Box:
+        return out_box
+
+    def input_box(self, out_box: Box, i: int) -> Box:
+        if i == 0:
+            return out_box
+        if i == 1 and self.has_values:
+            return tuple((0, int(n)) for n in self.input_shapes[1])
+        return self._guide_box(out_box, self.guides[i - self._first_guide], self.input_shapes[i])
+
+    def run(self, ctx, x, *rest) -> np.ndarray:
+        box = ctx.tile_box
+        out = np.array(x, copy=True)
+        written = self._written[_region(box)]
+        if written.any():
+            if not self.has_values:
+                out[written] = self.fill
+                return out
+            cells = np.argwhere(written) + np.asarray([lo for lo, _ in box], np.int64)
+            _, at = self._value_flat(cells)
+            with np.errstate(all="ignore"):
+                out[written] = np.asarray(rest[0]).ravel()[at].astype(out.dtype, copy=False)
+        return out
+
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+        cells = np.asarray(cells, np.int64).reshape(-1, len(self._shape))
+        if i == 0:
+            written, _ = self._value_flat(cells)
+            return np.flatnonzero(~written), cells[~written]
+        if i == 1 and self.has_values:
+            written, at = self._value_flat(cells)
+            return np.flatnonzero(written), _coords(at, self.input_shapes[1])
+        guide = self._guide_b(cells, self.guides[i - self._first_guide], self.input_shapes[i])
+        return np.arange(len(cells), dtype=np.int64), guide
+
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
+        return unique_rows(self.map_b_pairs(cells, i)[1])
+
+    def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
+        cells = np.asarray(cells, np.int64).reshape(-1, len(self.input_shapes[i]))
+        if i == 0:
+            written = self._written.ravel()[_flat(cells, self._shape)]
+            return unique_rows(cells[~written])
+        if i == 1 and self.has_values:
+            sources = self._source if self._source is not None else np.zeros(self.written_cells, np.int64)
+            hit = np.isin(sources, _flat(cells, self.input_shapes[1]))
+            return _coords(np.flatnonzero(self._written.ravel())[hit], self._shape)
+        return unique_rows(self._guide_f(cells, self.guides[i - self._first_guide], self.input_shapes[i]))
+
+
+class Opaque(Operator):
+    """A coarse step: ``call(*inputs)`` on whole arrays, every output cell depending on every
+    input cell (sound by construction), for code with no operator of its own.
+
+    Parameters
+    ----------
+    call : callable
+        Computes the output from the inputs (a `subzero.trace.calls.NumpyCall` in traces).
+    output_shape : tuple of int
+        The node's shape (the call's result is reshaped to it: 0-d results are one cell).
+    reason : str
+        Why the step is coarse, for ``info``, ``explain`` and the trace report.
+    pick : int, str or None
+        For a call returning a tuple (a dict), which element (key) this node is.
+    nin : int
+        The number of inputs.
+    coarse : bool
+        False when all-to-all is the exact lineage (a count or a sort of values: any cell can
+        change any output).
+    """
+
+    def __init__(self, call: Callable[..., Any], output_shape: Shape, reason: str, pick: int | str | None = None,
+                 nin: int = 1, coarse: bool = True):
+        self.coarse = bool(coarse)
+        self.call = call
+        self.shape = tuple(int(n) for n in output_shape)
+        self.reason = str(reason)
+        self.pick = pick
+        self.nin = int(nin)
+
+    @property
+    def n_inputs(self) -> int | None:
+        return self.nin
+
+    def supported_modes(self) -> set[Mode]:
+        return {Mode.BLACKBOX}
+
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
+        if len(input_shapes) != self.nin:
+            raise WorkflowError(f"Opaque({self.call!r}) takes {self.nin} input(s), got {len(input_shapes)}")
+        return self.shape
+
+    def run(self, ctx, *inputs) -> np.ndarray:
+        with warnings.catch_warnings():  # the trace ran the call once already and showed its warnings
+            warnings.simplefilter("ignore")
+            out = self.call(*inputs)
+        if self.pick is not None:
+            out = out[self.pick]
+        out = np.asarray(out)
+        if out.size != int(np.prod(self.shape)):
+            raise WorkflowError(f"{self.call!r} returned {out.size} values where the trace saw "
+                                f"{int(np.prod(self.shape))}: the step depends on values that changed")
+        return out.reshape(self.shape)
+
+    def __repr__(self) -> str:
+        return f"Opaque({self.call!r}{'' if self.pick is None else f'[{self.pick}]'})"

@@ -1,0 +1,100 @@
+"""Graph breaks: where a library cannot take traced arrays, its call runs on values instead.
+
+A library function called from the user's code may fail on a symbolic array where it would
+not fail on numpy's (a compiled routine demanding an ``ndarray``, an ``isinstance`` check, a
+call we have no rule for deep inside it).  TorchDynamo's answer is a graph break: run that
+piece eagerly and go on capturing.  `library_break` finds, in the failure's traceback, the
+library function the user's code called; the trace is then run again with that function
+replaced (`coarse_calls`), wherever a module binds it, by one that computes it on this run's
+values as a coarse step (`subzero.trace.coarse.coarse_call`), labelled with the failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from types import CodeType, TracebackType
+from typing import Any
+
+from subzero.trace.coarse import coarse_call, leaves
+from subzero.trace.errors import _HERE, is_user_frame
+
+__all__ = ["Break", "library_break", "coarse_calls"]
+
+
+class Break:
+    """A library function to run on values: its code, its name, and why."""
+
+    __slots__ = ("code", "name", "reason")
+
+    def __init__(self, code: CodeType, name: str, reason: str):
+        self.code, self.name, self.reason = code, name, reason
+
+
+def library_break(exc: BaseException) -> Break | None:
+    """The library function the user's code called on the way to ``exc`` (None when the
+    failure is not inside a library called from the user's code)."""
+    frames = []
+    tb: TracebackType | None = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for here, callee in reversed(list(zip(frames, frames[1:]))):
+        if is_user_frame(here) and not is_user_frame(callee) and not _is_subzero(callee.f_code.co_filename):
+            module = callee.f_globals.get("__name__", "")
+            name = f"{module}.{callee.f_code.co_qualname}" if module else callee.f_code.co_qualname
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            reason = (f"{name} failed on traced arrays ({type(exc).__name__}: {first[:160]}), so it ran on this "
+                      "run's values as a coarse step; wrap it with sz.udf(fn, lineage=...) for exact lineage")
+            return Break(callee.f_code, name, reason)
+    return None
+
+
+def _is_subzero(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_HERE + os.sep)
+
+
+def _functions_with(code: CodeType) -> list[tuple[Any, str, Callable[..., Any]]]:
+    """Every (namespace, attribute, function) binding a function whose code is ``code``."""
+    found = []
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for key, value in list(namespace.items()):
+            if getattr(value, "__code__", None) is code:
+                found.append((module, key, value))
+    return found
+
+
+def _coarse(fn: Callable[..., Any], reason: str) -> Callable[..., Any]:
+    def on_values(*args: Any, **kwargs: Any) -> Any:
+        if not leaves((args, kwargs)):
+            return fn(*args, **kwargs)
+        return coarse_call(fn, args, kwargs, reason, base=getattr(fn, "__name__", "call"))
+
+    on_values.__wrapped__ = fn  # type: ignore[attr-defined]
+    on_values.__name__ = getattr(fn, "__name__", "call")
+    return on_values
+
+
+@contextlib.contextmanager
+def coarse_calls(breaks: list[Break]) -> Iterator[list[Break]]:
+    """While active, each broken library function runs on values (module docstring);
+    yields the breaks whose function was found (the others cannot be replaced)."""
+    replaced: list[tuple[Any, str, Callable[..., Any]]] = []
+    applied: list[Break] = []
+    try:
+        for b in breaks:
+            bindings = _functions_with(b.code)
+            if bindings:
+                applied.append(b)
+            for module, key, fn in bindings:
+                setattr(module, key, _coarse(fn, b.reason))
+                replaced.append((module, key, fn))
+        yield applied
+    finally:
+        for module, key, fn in reversed(replaced):
+            setattr(module, key, fn)

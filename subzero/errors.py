@@ -19,6 +19,10 @@ class WorkflowError(SubZeroError, ValueError):
     """A workflow is malformed: cycle, unknown input, shape mismatch, bad strategy."""
 
 
+class ConfigError(SubZeroError, ValueError):
+    """A setting (`subzero.config`: environment, config file or ``config.set``) has a bad value."""
+
+
 class StoreError(SubZeroError, OSError):
     """A run store is missing, corrupt, already used, or over its budget."""
 

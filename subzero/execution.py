@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
+from subzero import config
 from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, PendingNode, RunRecord
 from subzero.errors import StoreError, WorkflowError
 from subzero.executor import Executor, LocalExecutor
@@ -228,10 +229,10 @@ class _Execution:
         `FusedStage` computes: members `FusedStage.fusable`, with the first one's tiles, each
         after the first reading an earlier member (a `Held` input), otherwise committed arrays
         only; and the node after them as its `FusedStage.prepare` when it `FusedStage.prepares`
-        over them.  None: no fusion (`FUSE` off, or fewer than two nodes to run together)."""
+        over them.  None: no fusion (the ``fuse`` setting off, or fewer than two nodes to run together)."""
         stages: list[NodeStage] = []
         shapes: dict[str, tuple[int, ...]] = {}
-        for node in nodes if FUSE else ():
+        for node in nodes if config.get("fuse") else ():
             names = [i.name for i in node.inputs]
             if (stages and not any(n in shapes for n in names)) or \
                     any(n not in shapes and n not in self.arrays for n in names):
@@ -449,28 +450,25 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
     return Run(open_store(location), wf)
 
 
-#: consecutive per-tile nodes that store no lineage run as one stage (`_Execution.fused_group`):
-#: a job, not one per node, and no intermediate written and read back in between;
-#: SUBZERO_FUSE=0 runs every node as its own stage
-FUSE = os.environ.get("SUBZERO_FUSE", "1") != "0"
-
-
-#: inputs of at most this many bytes in all run in-process (the local executor) when Spark
-#: would have to start for them: its JVM costs seconds, the run milliseconds; the answers are
-#: the same (one runtime runs the tiles either way).  SUBZERO_IN_PROCESS_BYTES=0 turns it off.
-IN_PROCESS_BYTES = int(os.environ.get("SUBZERO_IN_PROCESS_BYTES", 2**20))
+# Settings (`subzero.config`) read here: ``fuse``: consecutive per-tile nodes that store no
+# lineage run as one stage (`_Execution.fused_group`): a job, not one per node, and no intermediate
+# written and read back in between (SUBZERO_FUSE=0 runs every node as its own stage);
+# ``in_process_bytes``: inputs of at most this many bytes in all run in-process (the local
+# executor) when Spark would have to start for them: its JVM costs seconds, the run milliseconds;
+# the answers are the same (one runtime runs the tiles either way); 0 turns it off.
 
 
 def _in_process_if_tiny(executor: str, spark, input_bytes: int, progress: Reporter) -> str:
     """``"local"`` for a Spark run on tiny inputs that would start its own embedded session
     (the run's catalog, `subzero info` and the progress report say so); else ``executor``."""
-    if executor != "spark" or spark is not None or input_bytes > IN_PROCESS_BYTES:
+    limit = config.get("in_process_bytes")
+    if executor != "spark" or spark is not None or input_bytes > limit:
         return executor
     from subzero.spark import would_start_embedded
 
     if not would_start_embedded():
         return executor
-    progress.note(f"inputs are tiny ({input_bytes} bytes <= {IN_PROCESS_BYTES}, SUBZERO_IN_PROCESS_BYTES): "
+    progress.note(f"inputs are tiny ({input_bytes} bytes <= {limit}, SUBZERO_IN_PROCESS_BYTES): "
                   "running in-process on the local executor instead of starting Spark")
     return "local"
 

@@ -10,12 +10,14 @@ small results in tile order; neither changes the task (a node's output shape is 
 
 from __future__ import annotations
 
+import contextvars
 import os
 import pickle
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
+from subzero import config
 from subzero.errors import SubZeroError, WorkflowError
 from subzero.operator import Operator
 from subzero.pickling import dumps_with_operator
@@ -82,15 +84,14 @@ class LocalExecutor(Executor):
     Parameters
     ----------
     threads
-        How many threads (default: ``SUBZERO_LOCAL_THREADS``, else up to 4 cores).
+        How many threads (default: the ``local_threads`` setting (`subzero.config`), else up to 4 cores).
     """
 
     name = "local"
     master = None  # in this process
 
     def __init__(self, threads: int | None = None):
-        env = os.environ.get("SUBZERO_LOCAL_THREADS")
-        self.threads = threads or (int(env) if env else min(os.cpu_count() or 1, 4))
+        self.threads = threads or config.get("local_threads") or min(os.cpu_count() or 1, 4)
 
     def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Reporter | None = None) -> list[TileMeta]:
         """`runtime.run_tile` on every tile, in tile order."""
@@ -124,11 +125,12 @@ class LocalExecutor(Executor):
                 return out
             payload = dumps_with_operator(task, _operators(task), task.node)
             local = threading.local()
+            caller = contextvars.copy_context()  # the caller's `config.set` overrides hold in the threads too
 
             def one(tile: Tile):
                 if not hasattr(local, "task"):
                     local.task = pickle.loads(payload)
-                got = fn(local.task, tile)
+                got = caller.copy().run(fn, local.task, tile)
                 progress.tiles_done(task.node, 1)
                 return got
 

@@ -219,9 +219,7 @@ def test_transient_faults_are_retried_and_answers_stay_exact(s3, reference):
 def test_an_outage_is_a_store_error_naming_the_store_and_the_service(s3, monkeypatch, after):
     """The service down from the start, or from the 60th request on (mid-run): a StoreError
     naming the store and the service, and no store claiming to be a finished run."""
-    from subzero.store import location
-
-    monkeypatch.setattr(location, "S3_RETRIES", 2)
+    monkeypatch.setenv("SUBZERO_S3_RETRIES", "2")
     store = f"s3://runs/outage-{after}"
     with FaultProxy(s3.endpoint, rate=0.0, outage_after=after) as proxy:
         options = {"endpoint_url": proxy.endpoint, "key": "testing", "secret": "testing",

@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from subzero import config
 from subzero.errors import StoreError
 from subzero.store.failures import store_file_error
 
-__all__ = ["Location", "resolve", "parse_storage_options", "configure_storage_options", "S3_RETRIES"]
+__all__ = ["Location", "resolve", "parse_storage_options", "configure_storage_options"]
 
-#: attempts s3fs makes at a request that failed transiently (503 SlowDown, a connection reset or
-#: timeout), with exponential backoff, before subzero reports the store's service as failing;
-#: botocore retries within each attempt as well
-S3_RETRIES = int(os.environ.get("SUBZERO_S3_RETRIES", 10))
+# the ``s3_retries`` setting (`subzero.config`): attempts s3fs makes at a request that failed
+# transiently (503 SlowDown, a connection reset or timeout), with exponential backoff, before
+# subzero reports the store's service as failing; botocore retries within each attempt as well
 
 
 def _scheme(url: str) -> str:
@@ -100,7 +100,7 @@ def resolve(store: "str | os.PathLike | Location", storage_options: dict[str, An
     ``endpoint_url``, ``key``, ``secret``, ``client_kwargs``, ``config_kwargs``...); without
     them fsspec's configuration and the environment apply (``AWS_ENDPOINT_URL``,
     ``FSSPEC_S3_*``).  The options travel with the `Location` to the tasks.  A request to an
-    ``s3://`` store that fails transiently is retried `S3_RETRIES` times with backoff.
+    ``s3://`` store that fails transiently is retried ``s3_retries`` times with backoff.
     """
     if isinstance(store, Location):
         return store
@@ -138,8 +138,9 @@ def _remote(doing: str):
         def call(self: "Location", *args, **kwargs):
             if self.is_local:
                 return method(self, *args, **kwargs)
-            if getattr(self.fs, "retries", S3_RETRIES) != S3_RETRIES:  # s3fs: an attribute, not an option
-                self.fs.retries = S3_RETRIES
+            retries = config.get("s3_retries")
+            if getattr(self.fs, "retries", retries) != retries:  # s3fs: an attribute, not an option
+                self.fs.retries = retries
             try:
                 return method(self, *args, **kwargs)
             except (FileNotFoundError, StoreError):

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from subzero.errors import LineageError, SubZeroError, WorkflowError
+from subzero.errors import LineageError, StorageUnavailable, SubZeroError, WorkflowError
 from subzero.inputs import node_fits_header as _fits_header
 from subzero.modes import parse_node_strategies as _parse_strategies
 
@@ -207,6 +207,10 @@ class _Interrupted(KeyboardInterrupt):
 
 def _committed_text(store: str) -> str:
     """What an interrupted run committed, and how to continue it (one line)."""
+    from subzero.store import retry
+
+    if retry.gave_up() not in (None, "the run was interrupted"):  # the service fails: reading it would wait again
+        return "the store's service is failing; run the same command with --resume once it answers"
     try:
         from subzero.info import info_data
 
@@ -986,7 +990,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0; 2 for a user error; 130 when interrupted;
+    """Run the command line; returns the exit code (0; 1 when the store's service kept failing;
+    2 for a user error; 130 when interrupted;
     141 when stdout's reader went away, as in ``subzero query ... | head``)."""
     from subzero.progress import configure_logging
 
@@ -1007,6 +1012,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"subzero: error: {exc}; install it (pip install 'subzero[bench]' brings the astronomy and "
               "benchmark packages, or run scripts/setup.sh)", file=sys.stderr)
         return 2
+    except StorageUnavailable as exc:  # the service failed, not the user: exit 1, one line
+        if args.verbose:
+            import traceback
+
+            traceback.print_exception(exc, file=sys.stderr)
+        print(f"subzero: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
     except (SubZeroError, OSError, json.JSONDecodeError) as exc:
         if args.verbose:
             import traceback

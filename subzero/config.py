@@ -136,8 +136,26 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("spark_executor_timeout", float, 120.0, "seconds a master may take to give the application an executor",
             minimum=0),
     Setting("spark_cds", bool, True, "start the driver JVM from a class-data-sharing archive (faster start)"),
-    # -- object storage --------------------------------------------------------------------------
-    Setting("s3_retries", int, 10, "attempts s3fs makes at a request that failed transiently", minimum=1),
+    # -- object storage: the retry policy (subzero.store.retry) ----------------------------------
+    Setting("storage_timeout", float, 60.0,
+            "seconds one store operation may keep failing (503 SlowDown, resets, timeouts) before the run gives up",
+            minimum=0),
+    Setting("storage_run_timeout", float, 300.0,
+            "seconds the store's service may be failing in all during one run (or query process) before giving up",
+            minimum=0),
+    Setting("s3_retries", int, 100, "the most attempts at one store operation (storage_timeout usually ends them first)",
+            minimum=1),
+    Setting("storage_backoff_max", float, 5.0, "the longest wait in seconds between two attempts", minimum=0),
+    Setting("storage_connect_timeout", float, 5.0, "seconds one request may take to connect to the service",
+            minimum=0),
+    Setting("storage_read_timeout", float, 20.0, "seconds one request may wait for the service's answer",
+            minimum=0),
+    Setting("lock_release_timeout", float, 10.0,
+            "seconds a failed run's cleanup (marking it failed, releasing the writer lock) may take in all",
+            minimum=0),
+    Setting("lock_lease", float, 60.0,
+            "seconds a writer lock on object storage lasts unless renewed (a heartbeat renews it every third)",
+            minimum=1),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}

@@ -33,7 +33,7 @@ import numpy as np
 
 from subzero import config
 from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, PendingNode, RunRecord
-from subzero.errors import StoreError, WorkflowError
+from subzero.errors import StorageUnavailable, StoreError, WorkflowError
 from subzero.executor import Executor, LocalExecutor
 from subzero.fingerprint import array_digest, combine_digests, differences, run_fingerprint
 from subzero.inputs_check import check_input_array
@@ -44,6 +44,7 @@ from subzero.progress import Reporter
 from subzero.runtime import Held, TileMeta
 from subzero.stage import FusedStage, NodeStage, array_record, lineage_stats
 from subzero.store import RunWriter, create_run, open_store, resume_run
+from subzero.store import retry as storage_retry
 from subzero.store.arrays import ExternalArray, write_array
 from subzero.tiling import Elementwise, Tile, default_chunks, tile_grid
 from subzero.dag import Node, Workflow
@@ -386,11 +387,12 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
         workload=workload if isinstance(workload, list) else None,
         budgets={"max_disk": max_disk, "max_runtime": max_runtime}, fingerprint=fingerprint)
     # exclusive, before Spark starts: a second writer is refused at once
+    storage_retry.begin()  # the run's storage failure budget starts now
     if resume:
         fs, stored = resume_run(location, catalog, made_by)
     else:
         fs, stored = create_run(location, catalog, overwrite=overwrite, made_by=made_by), None
-    failed = False
+    failed: BaseException | None = None
     try:
         if stored is not None:
             if not stored.fingerprint:
@@ -431,23 +433,36 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
                     for node, (metas, wall) in zip(nodes, computed):
                         reason = "pinned" if node.name in pinned else "default"
                         run.commit(node, chosen[node.name], metas, wall, {"reason": reason})
-        except BaseException:
-            try:
-                fs.write_catalog(replace(run.catalog, status="failed"))
-            except OSError:  # the store itself failed (disk full, gone): the error that did it is the one to show
-                pass
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, StorageUnavailable)):  # tiles still waiting on the store stop
+                storage_retry.abandon("the run was interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc))
+            with storage_retry.cleanup_window():  # after an outage: bounded by lock_release_timeout
+                try:
+                    fs.write_catalog(replace(run.catalog, status="failed"))
+                except OSError:  # the store itself failed (disk full, gone): the error that did it is the one to show
+                    pass
             raise
         fs.write_catalog(replace(run.catalog, status="done", wall_seconds=time.perf_counter() - started))
-    except BaseException:
-        failed = True
+    except BaseException as exc:
+        failed = exc
         raise
     finally:
-        try:
-            fs.close()
-        except OSError:  # the store itself failing (an outage): the error that stopped the run is the one to show
-            if not failed:
-                raise
+        with storage_retry.cleanup_window():
+            try:
+                fs.close()
+            except OSError as exc:  # the store failing (an outage): the error that stopped the run is the one to show
+                if failed is None:
+                    raise
+                if isinstance(failed, StorageUnavailable):
+                    failed.cleanup = _one_line(exc)
+            else:
+                if isinstance(failed, StorageUnavailable):
+                    failed.cleanup = "the writer lock was released"
     return Run(open_store(location), wf)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 # Settings (`subzero.config`) read here: ``fuse``: consecutive per-tile nodes that store no

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from subzero import config
-from subzero.errors import SubZeroError, WorkflowError
+from subzero.errors import StoreError, SubZeroError, WorkflowError
 from subzero.operator import Operator
 from subzero.pickling import dumps_with_operator
 from subzero.progress import Reporter
@@ -134,8 +134,16 @@ class LocalExecutor(Executor):
                 progress.tiles_done(task.node, 1)
                 return got
 
-            with ThreadPoolExecutor(self.threads, thread_name_prefix="subzero-tile") as pool:
-                return list(pool.map(one, tiles))
+            pool = ThreadPoolExecutor(self.threads, thread_name_prefix="subzero-tile")
+            try:
+                out = list(pool.map(one, tiles))
+            except BaseException as exc:
+                # Ctrl-C or the store's service failing: report now, tiles not started never start, and the
+                # running ones end on their own (the driver's cleanup stops their storage retries)
+                pool.shutdown(wait=not isinstance(exc, (KeyboardInterrupt, StoreError)), cancel_futures=True)
+                raise
+            pool.shutdown()
+            return out
         except SubZeroError:
             raise
         except Exception as exc:

@@ -121,6 +121,7 @@ def test_spark_runs_to_s3_with_storage_options_answer_as_a_disk_store(s3, refere
                  storage_options=options)
     assert answers(run) == reference
     assert answers(sz.open_run("s3://runs/spark", storage_options=options)) == reference
+    monkeypatch.setenv("SUBZERO_STORAGE_TIMEOUT", "1")  # nothing listens there: retried for a second, not a minute
     with pytest.raises(sz.StoreError, match="s3://runs/spark"):  # without them: no endpoint, no credentials
         sz.open_run("s3://runs/spark", storage_options={"endpoint_url": "http://127.0.0.1:9", "key": "x",
                                                         "secret": "y", "config_kwargs": {"retries": {"max_attempts": 1}}})

@@ -49,6 +49,8 @@ class Failing:
 def test_transient_failures_and_their_reasons():
     assert retry.transient(SLOWDOWN) and retry.reason(SLOWDOWN) == "503 SlowDown"
     assert retry.transient(RESET) and retry.reason(RESET) == "connection reset"
+    bare = OSError(errno.EBUSY, "Service Unavailable")  # s3fs's 503 to a HEAD request (no body to name it)
+    assert retry.transient(bare) and retry.reason(bare) == "HTTP 503"
     timeout = TimeoutError("Read timeout on endpoint URL")
     assert retry.transient(timeout) and retry.reason(timeout) == "timed out"
     for final in (FileNotFoundError("x"), PermissionError("Access Denied"), sz.StoreError("damaged"),

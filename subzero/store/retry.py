@@ -145,6 +145,12 @@ def reason(exc: BaseException) -> str:
     for code in ("500", "502", "503", "504"):
         if code in text:
             return f"HTTP {code}"
+    if "service unavailable" in text or "serviceunavailable" in text:  # a 503 without a body (HEAD)
+        return "HTTP 503"
+    if "throttl" in text:
+        return "throttled"
+    if "internalerror" in text:
+        return "HTTP 500"
     if "reset" in text or "closed" in text or "disconnected" in text or "broken pipe" in text:
         return "connection reset"
     if "timeout" in text or "timed out" in text:
@@ -210,7 +216,8 @@ def attempt(call: Callable[[], _T], service: str, store: str, doing: str) -> _T:
             if limit is not None:
                 error = StorageUnavailable(
                     f"store {store!r}: {service} failing ({reason(exc)}) for {max(failing, own):.0f} s while {doing}; "
-                    f"gave up ({limit}); continue the run with --resume once the service answers")
+                    f"gave up ({limit}); once the service answers, try again (a stopped run: --resume, in Python "
+                    "resume=True)")
                 abandon(str(error))
                 raise error from exc
             _say(service, reason(exc), failing, budget)

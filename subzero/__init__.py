@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 __all__ = [
     "Context", "LineageError", "StoreError", "SubZeroError", "WorkflowError", "Mode", "Strategy",
     "Operator", "Run", "open_run", "Tiling", "Whole", "Elementwise", "Halo", "Permuted", "Reduced",
-    "RowBlocks", "Node", "Workflow", "operators",
+    "RowBlocks", "Node", "Workflow", "operators", "config", "ConfigError",
     # the numpy front end
     "workflow", "name", "apply", "udf", "Window", "Lines", "Reduce", "check_lineage", "ndimage",
 ]
@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Context": "subzero.context",
     "LineageError": "subzero.errors", "StoreError": "subzero.errors", "SubZeroError": "subzero.errors",
-    "WorkflowError": "subzero.errors",
+    "WorkflowError": "subzero.errors", "ConfigError": "subzero.errors",
     "Mode": "subzero.modes", "Strategy": "subzero.modes",
     "Operator": "subzero.operator",
     "Run": "subzero.run", "open_run": "subzero.run",
@@ -40,9 +40,9 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
-    from subzero import operators
+    from subzero import config, operators
     from subzero.context import Context
-    from subzero.errors import LineageError, StoreError, SubZeroError, WorkflowError
+    from subzero.errors import ConfigError, LineageError, StoreError, SubZeroError, WorkflowError
     from subzero.modes import Mode, Strategy
     from subzero.operator import Operator
     from subzero.run import Run, open_run
@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("operators", "ndimage"):
+    if name in ("operators", "ndimage", "config"):
         return importlib.import_module(f"subzero.{name}")
     module = _LAZY.get(name)
     if module is None:

@@ -19,8 +19,25 @@ class WorkflowError(SubZeroError, ValueError):
     """A workflow is malformed: cycle, unknown input, shape mismatch, bad strategy."""
 
 
+class ConfigError(SubZeroError, ValueError):
+    """A setting (`subzero.config`: environment, config file or ``config.set``) has a bad value."""
+
+
 class StoreError(SubZeroError, OSError):
     """A run store is missing, corrupt, already used, or over its budget."""
+
+
+class StorageUnavailable(StoreError):
+    """The store's service (object storage) kept failing past the retry policy's limits
+    (`subzero.store.retry`); the command line exits 1 on it (a user error exits 2)."""
+
+    #: what became of the run's cleanup (the writer lock released, or not and why), said after
+    #: the message
+    cleanup: str = ""
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text}; {self.cleanup}" if self.cleanup else text
 
 
 class LookupTimeout(Exception):

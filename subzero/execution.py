@@ -31,8 +31,9 @@ from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
+from subzero import config
 from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, PendingNode, RunRecord
-from subzero.errors import StoreError, WorkflowError
+from subzero.errors import StorageUnavailable, StoreError, WorkflowError
 from subzero.executor import Executor, LocalExecutor
 from subzero.fingerprint import array_digest, combine_digests, differences, run_fingerprint
 from subzero.inputs_check import check_input_array
@@ -43,6 +44,7 @@ from subzero.progress import Reporter
 from subzero.runtime import Held, TileMeta
 from subzero.stage import FusedStage, NodeStage, array_record, lineage_stats
 from subzero.store import RunWriter, create_run, open_store, resume_run
+from subzero.store import retry as storage_retry
 from subzero.store.arrays import ExternalArray, write_array
 from subzero.tiling import Elementwise, Tile, default_chunks, tile_grid
 from subzero.dag import Node, Workflow
@@ -228,10 +230,10 @@ class _Execution:
         `FusedStage` computes: members `FusedStage.fusable`, with the first one's tiles, each
         after the first reading an earlier member (a `Held` input), otherwise committed arrays
         only; and the node after them as its `FusedStage.prepare` when it `FusedStage.prepares`
-        over them.  None: no fusion (`FUSE` off, or fewer than two nodes to run together)."""
+        over them.  None: no fusion (the ``fuse`` setting off, or fewer than two nodes to run together)."""
         stages: list[NodeStage] = []
         shapes: dict[str, tuple[int, ...]] = {}
-        for node in nodes if FUSE else ():
+        for node in nodes if config.get("fuse") else ():
             names = [i.name for i in node.inputs]
             if (stages and not any(n in shapes for n in names)) or \
                     any(n not in shapes and n not in self.arrays for n in names):
@@ -385,11 +387,12 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
         workload=workload if isinstance(workload, list) else None,
         budgets={"max_disk": max_disk, "max_runtime": max_runtime}, fingerprint=fingerprint)
     # exclusive, before Spark starts: a second writer is refused at once
+    storage_retry.begin()  # the run's storage failure budget starts now
     if resume:
         fs, stored = resume_run(location, catalog, made_by)
     else:
         fs, stored = create_run(location, catalog, overwrite=overwrite, made_by=made_by), None
-    failed = False
+    failed: BaseException | None = None
     try:
         if stored is not None:
             if not stored.fingerprint:
@@ -430,47 +433,57 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
                     for node, (metas, wall) in zip(nodes, computed):
                         reason = "pinned" if node.name in pinned else "default"
                         run.commit(node, chosen[node.name], metas, wall, {"reason": reason})
-        except BaseException:
-            try:
-                fs.write_catalog(replace(run.catalog, status="failed"))
-            except OSError:  # the store itself failed (disk full, gone): the error that did it is the one to show
-                pass
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, StorageUnavailable)):  # tiles still waiting on the store stop
+                storage_retry.abandon("the run was interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc))
+            with storage_retry.cleanup_window():  # after an outage: bounded by lock_release_timeout
+                try:
+                    fs.write_catalog(replace(run.catalog, status="failed"))
+                except OSError:  # the store itself failed (disk full, gone): the error that did it is the one to show
+                    pass
             raise
         fs.write_catalog(replace(run.catalog, status="done", wall_seconds=time.perf_counter() - started))
-    except BaseException:
-        failed = True
+    except BaseException as exc:
+        failed = exc
         raise
     finally:
-        try:
-            fs.close()
-        except OSError:  # the store itself failing (an outage): the error that stopped the run is the one to show
-            if not failed:
-                raise
+        with storage_retry.cleanup_window():
+            try:
+                fs.close()
+            except OSError as exc:  # the store failing (an outage): the error that stopped the run is the one to show
+                if failed is None:
+                    raise
+                if isinstance(failed, StorageUnavailable):
+                    failed.cleanup = _one_line(exc)
+            else:
+                if isinstance(failed, StorageUnavailable):
+                    failed.cleanup = "the writer lock was released"
     return Run(open_store(location), wf)
 
 
-#: consecutive per-tile nodes that store no lineage run as one stage (`_Execution.fused_group`):
-#: a job, not one per node, and no intermediate written and read back in between;
-#: SUBZERO_FUSE=0 runs every node as its own stage
-FUSE = os.environ.get("SUBZERO_FUSE", "1") != "0"
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
-#: inputs of at most this many bytes in all run in-process (the local executor) when Spark
-#: would have to start for them: its JVM costs seconds, the run milliseconds; the answers are
-#: the same (one runtime runs the tiles either way).  SUBZERO_IN_PROCESS_BYTES=0 turns it off.
-IN_PROCESS_BYTES = int(os.environ.get("SUBZERO_IN_PROCESS_BYTES", 2**20))
+# Settings (`subzero.config`) read here: ``fuse``: consecutive per-tile nodes that store no
+# lineage run as one stage (`_Execution.fused_group`): a job, not one per node, and no intermediate
+# written and read back in between (SUBZERO_FUSE=0 runs every node as its own stage);
+# ``in_process_bytes``: inputs of at most this many bytes in all run in-process (the local
+# executor) when Spark would have to start for them: its JVM costs seconds, the run milliseconds;
+# the answers are the same (one runtime runs the tiles either way); 0 turns it off.
 
 
 def _in_process_if_tiny(executor: str, spark, input_bytes: int, progress: Reporter) -> str:
     """``"local"`` for a Spark run on tiny inputs that would start its own embedded session
     (the run's catalog, `subzero info` and the progress report say so); else ``executor``."""
-    if executor != "spark" or spark is not None or input_bytes > IN_PROCESS_BYTES:
+    limit = config.get("in_process_bytes")
+    if executor != "spark" or spark is not None or input_bytes > limit:
         return executor
     from subzero.spark import would_start_embedded
 
     if not would_start_embedded():
         return executor
-    progress.note(f"inputs are tiny ({input_bytes} bytes <= {IN_PROCESS_BYTES}, SUBZERO_IN_PROCESS_BYTES): "
+    progress.note(f"inputs are tiny ({input_bytes} bytes <= {limit}, SUBZERO_IN_PROCESS_BYTES): "
                   "running in-process on the local executor instead of starting Spark")
     return "local"
 

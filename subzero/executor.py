@@ -10,13 +10,15 @@ small results in tile order; neither changes the task (a node's output shape is 
 
 from __future__ import annotations
 
+import contextvars
 import os
 import pickle
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
-from subzero.errors import SubZeroError, WorkflowError
+from subzero import config
+from subzero.errors import StoreError, SubZeroError, WorkflowError
 from subzero.operator import Operator
 from subzero.pickling import dumps_with_operator
 from subzero.progress import Reporter
@@ -82,15 +84,14 @@ class LocalExecutor(Executor):
     Parameters
     ----------
     threads
-        How many threads (default: ``SUBZERO_LOCAL_THREADS``, else up to 4 cores).
+        How many threads (default: the ``local_threads`` setting (`subzero.config`), else up to 4 cores).
     """
 
     name = "local"
     master = None  # in this process
 
     def __init__(self, threads: int | None = None):
-        env = os.environ.get("SUBZERO_LOCAL_THREADS")
-        self.threads = threads or (int(env) if env else min(os.cpu_count() or 1, 4))
+        self.threads = threads or config.get("local_threads") or min(os.cpu_count() or 1, 4)
 
     def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Reporter | None = None) -> list[TileMeta]:
         """`runtime.run_tile` on every tile, in tile order."""
@@ -124,16 +125,25 @@ class LocalExecutor(Executor):
                 return out
             payload = dumps_with_operator(task, _operators(task), task.node)
             local = threading.local()
+            caller = contextvars.copy_context()  # the caller's `config.set` overrides hold in the threads too
 
             def one(tile: Tile):
                 if not hasattr(local, "task"):
                     local.task = pickle.loads(payload)
-                got = fn(local.task, tile)
+                got = caller.copy().run(fn, local.task, tile)
                 progress.tiles_done(task.node, 1)
                 return got
 
-            with ThreadPoolExecutor(self.threads, thread_name_prefix="subzero-tile") as pool:
-                return list(pool.map(one, tiles))
+            pool = ThreadPoolExecutor(self.threads, thread_name_prefix="subzero-tile")
+            try:
+                out = list(pool.map(one, tiles))
+            except BaseException as exc:
+                # Ctrl-C or the store's service failing: report now, tiles not started never start, and the
+                # running ones end on their own (the driver's cleanup stops their storage retries)
+                pool.shutdown(wait=not isinstance(exc, (KeyboardInterrupt, StoreError)), cancel_futures=True)
+                raise
+            pool.shutdown()
+            return out
         except SubZeroError:
             raise
         except Exception as exc:

@@ -1,6 +1,6 @@
 """The Spark executor: a node's tiles as Spark tasks (the only module that imports pyspark).
 
-A task receives the pickled node task and a few neighbouring tiles (`TASKS_PER_CORE`
+A task receives the pickled node task and a few neighbouring tiles (``tasks_per_core``
 tasks per core of the session, so Spark's per-task cost is paid per core, not per tile);
 for each tile it reads its tile of the inputs from the store, writes its output chunk and
 lineage shards into the store, and returns a `subzero.runtime.TileMeta`: a few hundred
@@ -12,11 +12,11 @@ Sessions, the pyspark way: a session that already exists (made by ``spark-submit
 by the user) is used as it is; otherwise an embedded ``local[*, 4]`` session is made
 (four attempts per task, so a failed task is retried as on a cluster), or one for
 ``master`` (``spark://host:7077``).  A standalone master fails fast and says why, in one
-line: its address is tried with a socket before a JVM starts (`CONNECT_TIMEOUT`; a port
+line: its address is tried with a socket before a JVM starts (``spark_connect_timeout``; a port
 that answers HTTP is a web UI, not a master), the session must start and the master
-register the application within `START_TIMEOUT` (a master that never registers it is no
+register the application within ``spark_start_timeout`` (a master that never registers it is no
 Spark master or another version), and a first executor must register within
-`EXECUTOR_TIMEOUT` (a master without free workers would leave every job waiting, silently).
+``spark_executor_timeout`` (a master without free workers would leave every job waiting, silently).
 
 A task's error reaches the driver as pyspark's ``PythonException`` (its text is the
 worker's traceback); the driver reports the operator's own error, ``ValueError: ...``,
@@ -38,6 +38,7 @@ from functools import partial
 from typing import Callable, TypeVar
 from urllib.parse import urlparse
 
+from subzero import config
 from subzero.errors import SubZeroError, WorkflowError
 from subzero.executor import Executor
 from subzero.pickling import dumps_with_operator
@@ -49,18 +50,15 @@ from subzero.tiling import Tile
 __all__ = ["SparkExecutor", "get_session", "DEFAULT_MASTER"]
 
 DEFAULT_MASTER = "local[*, 4]"
-#: seconds to reach a standalone master's address before giving up
-CONNECT_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_CONNECT_TIMEOUT", 10))
-#: seconds for a session with a standalone master to start: the driver's JVM and SparkContext
-#: (14-18 s on a loaded 2-core machine) and the master registering the application; a master
-#: that never answers the registration is given up by Spark itself after about 60 s
-START_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_START_TIMEOUT", 180))
-#: seconds for a standalone master to give the application its first executor
-EXECUTOR_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_EXECUTOR_TIMEOUT", 120))
+# The limits below are settings (`subzero.config`), read at use:
+#: ``spark_connect_timeout``: seconds to reach a standalone master's address before giving up;
+#: ``spark_start_timeout``: seconds for a session with a standalone master to start: the driver's
+#: JVM and SparkContext (14-18 s on a loaded 2-core machine) and the master registering the
+#: application (a master that never answers the registration is given up by Spark itself after
+#: about 60 s); ``spark_executor_timeout``: seconds for a standalone master to give the application
+#: its first executor; ``tasks_per_core``: Spark tasks per core of the session (a task runs several
+#: tiles in turn, so a node's stage pays Spark's per-task cost a few times per core, not once per tile)
 _ERROR_MARK = "subzero-task-error: "
-#: Spark tasks per core of the session: a task runs several tiles in turn, so a node's stage
-#: pays Spark's per-task cost a few times per core, not once per tile
-TASKS_PER_CORE = int(os.environ.get("SUBZERO_TASKS_PER_CORE", 4))
 log = logging.getLogger(__name__)
 
 
@@ -81,7 +79,7 @@ def _check_reachable(master: str) -> None:
     for hostport in master[len("spark://"):].split(","):
         parsed = urlparse("spark://" + hostport)
         try:
-            with socket.create_connection((parsed.hostname, parsed.port or 7077), timeout=CONNECT_TIMEOUT) as sock:
+            with socket.create_connection((parsed.hostname, parsed.port or 7077), timeout=config.get("spark_connect_timeout")) as sock:
                 answer = _probe(sock, parsed.hostname)
         except OSError:
             continue
@@ -93,20 +91,20 @@ def _check_reachable(master: str) -> None:
             raise SubZeroError(f"Spark master {master} answers but is no Spark master ({answer}: a Spark master "
                                "drops a message it cannot read at once); check the host and port (default 7077)")
         return
-    raise SubZeroError(f"Spark master {master} cannot be reached (no answer within {CONNECT_TIMEOUT:.0f} s); check "
+    raise SubZeroError(f"Spark master {master} cannot be reached (no answer within {config.get('spark_connect_timeout'):.0f} s); check "
                        "that the master runs, the host and port (default 7077), and the firewall")
 
 
-#: seconds a server has to react to `_probe`'s message (a Spark master closes at once)
-PROBE_TIMEOUT = float(os.environ.get("SUBZERO_SPARK_PROBE_TIMEOUT", 5))
+#: a server has ``spark_probe_timeout`` seconds (`subzero.config`) to react to `_probe`'s message
+#: (a Spark master closes at once)
 
 
 def _probe(sock: socket.socket, host: str | None) -> str:
     """How the server behind ``sock`` reacts to an HTTP request: ``"http"`` (a web server),
     ``"closed"`` (what a Spark master's RPC port does with a frame it cannot read), ``"silent"``
-    (nothing within `PROBE_TIMEOUT`) or ``"other"`` (another protocol's answer)."""
+    (nothing within ``spark_probe_timeout``) or ``"other"`` (another protocol's answer)."""
     try:
-        sock.settimeout(PROBE_TIMEOUT)
+        sock.settimeout(config.get("spark_probe_timeout"))
         sock.sendall(f"HEAD / HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
         head = sock.recv(5)
     except socket.timeout:
@@ -127,7 +125,7 @@ def _create(builder, master: str | None):
 
     Starting is the driver's JVM, then the SparkContext, then the master registering the
     application (``getOrCreate`` returns once it did).  On a busy machine that takes tens of
-    seconds, so no step has a tight limit: the whole is given `START_TIMEOUT`, progress is
+    seconds, so no step has a tight limit: the whole is given ``spark_start_timeout``, progress is
     logged (``-v``) every 15 s, and a master that never registers the application (no Spark
     master, or another Spark version: its messages are not understood) is reported as such
     when Spark gives up on it.
@@ -144,11 +142,12 @@ def _create(builder, master: str | None):
         except BaseException as exc:  # handed to the caller
             box["error"] = exc
 
+    limit = config.get("spark_start_timeout")
     started = time.monotonic()
     worker = threading.Thread(target=create, name="subzero-spark-start", daemon=True)
     worker.start()
     said = started
-    while worker.is_alive() and time.monotonic() - started < START_TIMEOUT:
+    while worker.is_alive() and time.monotonic() - started < limit:
         worker.join(0.2)
         if time.monotonic() - said >= 15:
             said = time.monotonic()
@@ -158,7 +157,7 @@ def _create(builder, master: str | None):
     if worker.is_alive():
         step = "its JVM did not start" if SparkContext._gateway is None else \
             "the master has not registered the application yet"
-        raise SubZeroError(f"Spark session for {master} still starting after {START_TIMEOUT:.0f} s ({step}); the "
+        raise SubZeroError(f"Spark session for {master} still starting after {limit:.0f} s ({step}); the "
                            "machine may be overloaded: try again, or raise SUBZERO_SPARK_START_TIMEOUT")
     if "error" in box:
         text = str(box["error"])
@@ -176,7 +175,8 @@ def _create(builder, master: str | None):
 def _wait_for_executors(spark, master: str) -> None:
     """Return once a standalone application has an executor, or fail saying to check workers."""
     sc = spark.sparkContext
-    deadline = time.monotonic() + EXECUTOR_TIMEOUT
+    limit = config.get("spark_executor_timeout")
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         try:
             if sc._jsc.sc().getExecutorMemoryStatus().size() > 1:  # the driver counts as one
@@ -184,7 +184,7 @@ def _wait_for_executors(spark, master: str) -> None:
         except Exception:  # the context died (the master dropped the application)
             break
         time.sleep(0.25)
-    raise SubZeroError(f"Spark master {master} gave this application no executor within {EXECUTOR_TIMEOUT:.0f} s "
+    raise SubZeroError(f"Spark master {master} gave this application no executor within {limit:.0f} s "
                        "(it registered the application, but no worker has free cores and memory for it); check "
                        "that workers are registered with it and not busy with other applications (its web UI "
                        "lists them), or raise SUBZERO_SPARK_EXECUTOR_TIMEOUT")
@@ -192,10 +192,9 @@ def _wait_for_executors(spark, master: str) -> None:
 
 def driver_log_path() -> str:
     """Where the JVM of a session subzero starts writes its own output (without ``-v``):
-    ``$SUBZERO_CACHE/spark/driver-PID.log`` (default cache ``~/.cache/subzero``); the most
+    ``CACHE/spark/driver-PID.log`` (the ``cache`` setting, default ``~/.cache/subzero``); the most
     recent `DRIVER_LOGS_KEPT` are kept."""
-    root = os.environ.get("SUBZERO_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "subzero")
-    return os.path.join(root, "spark", f"driver-{os.getpid()}.log")
+    return os.path.join(config.cache_root(), "spark", f"driver-{os.getpid()}.log")
 
 
 #: how many driver logs of earlier sessions `driver_log_path`'s directory keeps
@@ -210,14 +209,14 @@ JVM_START_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:cds=off -Xlo
 def _class_data_sharing() -> str:
     """The JVM option that maps Spark's classes from a class-data-sharing archive, or dumps one.
 
-    The archive (``$SUBZERO_CACHE/spark-cds/classes-<java and pyspark versions>.jsa``) is made by
+    The archive (``CACHE/spark-cds/classes-<java and pyspark versions>.jsa``) is made by
     the first session's JVM when it exits (``-XX:ArchiveClassesAtExit``), under a name of
     its own (with the driver's process id) so that no session maps a half-written archive; a
     session after it (its driver gone, the file untouched for a minute) renames it into place and maps it (``-XX:SharedArchiveFile``),
     which halves the JVM's start.  A stale or unreadable archive is ignored by the JVM.
-    ``SUBZERO_SPARK_CDS=0`` turns this off.
+    The ``spark_cds`` setting (``SUBZERO_SPARK_CDS=0``) turns this off.
     """
-    if os.environ.get("SUBZERO_SPARK_CDS", "1") == "0":
+    if not config.get("spark_cds"):
         return ""
     import glob
 
@@ -313,7 +312,7 @@ def would_start_embedded() -> bool:
     """True when a Spark executor made now would start a new embedded session (no session
     in this process, not under spark-submit, no master chosen: `DEFAULT_MASTER`): a JVM start
     of several seconds that a workflow on tiny inputs does not need (`subzero.execution`)."""
-    if os.environ.get("PYSPARK_GATEWAY_PORT") or os.environ.get("SUBZERO_SPARK_MASTER"):
+    if os.environ.get("PYSPARK_GATEWAY_PORT") or config.get("spark_master"):
         return False
     return "pyspark" not in sys.modules or _active_session() is None
 
@@ -353,10 +352,10 @@ def get_session(master: str | None = None, log_level: str = "ERROR", conf: dict[
     if under_submit and master:
         log.warning("master %s ignored: spark-submit chose the master (its --master)", master)
     if not under_submit:
-        chosen = master or os.environ.get("SUBZERO_SPARK_MASTER", DEFAULT_MASTER)
+        chosen = master or config.get("spark_master") or DEFAULT_MASTER
         _check_reachable(chosen)
         builder = (builder.master(chosen)
-                   .config("spark.driver.memory", os.environ.get("SUBZERO_DRIVER_MEMORY", "1g"))
+                   .config("spark.driver.memory", config.get("driver_memory"))
                    .config("spark.ui.enabled", "false")
                    .config("spark.ui.showConsoleProgress", "false")
                    .config("spark.python.worker.reuse", "true")
@@ -562,7 +561,7 @@ def _watch(sc, group: str, node: str, total: int, tasks: int, progress, stop: th
 
 def _slices(sc, n_tiles: int) -> int:
     """How many Spark tasks run a node's ``n_tiles`` tiles (each task some neighbouring tiles)."""
-    return max(1, min(n_tiles, TASKS_PER_CORE * max(1, sc.defaultParallelism)))
+    return max(1, min(n_tiles, config.get("tasks_per_core") * max(1, sc.defaultParallelism)))
 
 
 def _import_task_code(_) -> None:

@@ -30,7 +30,7 @@ ALLOWED_CYCLES: set[frozenset[str]] = set()
 
 #: the bottom layer: may import each other only
 FOUNDATIONS = {"errors", "tiling", "cells", "boxes", "pairs", "frontier", "modes", "catalog", "spatial_index",
-               "lazy", "progress", "inputs_check", "fingerprint"}
+               "lazy", "progress", "inputs_check", "fingerprint", "config"}
 MODEL = {"operator", "context"}
 
 #: third-party package -> the only modules that may import it

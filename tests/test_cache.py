@@ -20,7 +20,7 @@ def test_trim_removes_the_least_recently_used_files_first(tmp_path):
 
 
 def test_downloads_trigger_a_trim_past_the_bound(tmp_path, monkeypatch):
-    monkeypatch.setattr(cache, "MAX_BYTES", 160)
+    monkeypatch.setenv("SUBZERO_CACHE_MAX_BYTES", "160")
     for i in range(4):
         (tmp_path / f"s{i}").write_bytes(b"y" * 50)
         os.utime(tmp_path / f"s{i}", (2000 + i, 2000 + i))

@@ -522,7 +522,7 @@ def test_tiny_inputs_run_in_process_when_spark_would_have_to_start(tmp_path, mon
     assert np.array_equal(np.asarray(tiny.output("mask")), np.asarray(local.output("mask")))
     assert np.array_equal(tiny.backward("mask", [(1, 1)], to="x"), local.backward("mask", [(1, 1)], to="x"))
     # above the threshold, or with a session running already, Spark runs it
-    assert execution._in_process_if_tiny("spark", None, execution.IN_PROCESS_BYTES + 1, reporter) == "spark"
+    assert execution._in_process_if_tiny("spark", None, sz.config.get("in_process_bytes") + 1, reporter) == "spark"
     monkeypatch.setattr(spark_mod, "would_start_embedded", lambda: False)
     assert execution._in_process_if_tiny("spark", None, 48, reporter) == "spark"
     assert execution._in_process_if_tiny("local", None, 48, reporter) == "local"
@@ -678,13 +678,12 @@ def test_fused_nodes_store_and_answer_exactly_what_nodes_run_one_by_one(steps, s
     with tempfile.TemporaryDirectory() as root:
         for fuse in (True, False):
             seen = _StagesSeen()
-            saved, execution.FUSE = execution.FUSE, fuse
             LocalExecutor.map_prepare = spied  # type: ignore[method-assign]
             try:
-                run = _chain(steps).run(inputs, store=os.path.join(root, str(fuse)), executor="local",
-                                        tile_shape=tile, strategies=pins, progress=seen)
+                with sz.config.set(fuse=fuse):
+                    run = _chain(steps).run(inputs, store=os.path.join(root, str(fuse)), executor="local",
+                                            tile_shape=tile, strategies=pins, progress=seen)
             finally:
-                execution.FUSE = saved
                 LocalExecutor.map_prepare = map_prepare  # type: ignore[method-assign]
             got[fuse] = (_stored_arrays(os.path.join(root, str(fuse))),
                          {n: r.strategies for n, r in run.catalog.nodes.items()},
@@ -721,13 +720,10 @@ def test_an_optimized_run_fuses_the_nodes_whose_candidates_store_nothing():
     got = {}
     with tempfile.TemporaryDirectory() as root:
         for fuse in (True, False):
-            seen, saved = _StagesSeen(), execution.FUSE
-            execution.FUSE = fuse
-            try:
+            seen = _StagesSeen()
+            with sz.config.set(fuse=fuse):
                 run = wf.run(inputs, store=os.path.join(root, str(fuse)), executor="local", tile_shape=8,
                              workload=workload, max_runtime="1.5x", progress=seen)
-            finally:
-                execution.FUSE = saved
             got[fuse] = (_stored_arrays(os.path.join(root, str(fuse))),
                          {n: r.strategies for n, r in run.catalog.nodes.items()},
                          run.backward("n5-conv", [(12, 13)], to="x").tolist(),

@@ -321,6 +321,85 @@ def test_a_remote_lock_from_another_machine_is_never_taken(tmp_path):
         loc.remove()
 
 
+def _far_lock(loc, lease_until: float, token: str = "theirs") -> None:
+    loc.write_bytes(json.dumps({"pid": 1, "host": "far-away", "started": "then", "token": token,
+                                "lease_until": lease_until}).encode(), LOCK_NAME)
+
+
+def test_a_remote_lock_with_a_running_lease_is_live_and_a_lapsed_one_is_taken_over():
+    """A lease tells from anywhere: running, the holder lives (refused, saying until when);
+    lapsed, resume and overwrite take the lock over (a plain run is told to use them)."""
+    loc = resolve(f"memory://test-lock-lease-{os.getpid()}/run")
+    try:
+        _far_lock(loc, time.time() + 600)
+        assert holder(loc).alive is True
+        with pytest.raises(sz.StoreError, match=r"being written by another run .*; its lease runs until .* UTC"):
+            WriterLock.acquire(loc, take_stale=True)
+        _far_lock(loc, time.time() - 1)
+        assert holder(loc).alive is False
+        with pytest.raises(sz.StoreError, match=r"no longer running \(its lease lapsed at .* UTC\); continue it "
+                                                r"with resume \(--resume\)"):
+            WriterLock.acquire(loc)
+        lock = WriterLock.acquire(loc, take_stale=True)
+        now = holder(loc)
+        assert (now.pid, now.token, now.alive) == (os.getpid(), lock.token, True)
+        assert lock.lease_until is not None and lock.lease_until > time.time() + 30
+        lock.release()
+        assert holder(loc) is None
+    finally:
+        loc.remove()
+
+
+def test_two_writers_racing_for_a_lapsed_lock_never_both_take_it():
+    loc = resolve(f"memory://test-lock-race-{os.getpid()}/run")
+    try:
+        for _ in range(3):
+            _far_lock(loc, time.time() - 1)
+            won: list[WriterLock] = []
+            lost: list[BaseException] = []
+            go = threading.Barrier(2)
+
+            def take() -> None:
+                go.wait()
+                try:
+                    won.append(WriterLock.acquire(loc, take_stale=True))
+                except sz.StoreError as exc:
+                    lost.append(exc)
+
+            threads = [threading.Thread(target=take) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            assert len(won) == 1 and len(lost) == 1, (won, lost)
+            assert holder(loc).token == won[0].token and "being written by another run" in str(lost[0])
+            won[0].release()
+    finally:
+        loc.remove()
+
+
+def test_the_heartbeat_renews_the_lease_and_a_writer_that_lost_its_lock_stops_committing():
+    loc = resolve(f"memory://test-lock-beat-{os.getpid()}/run")
+    try:
+        with sz.config.set(lock_lease=1.5):
+            lock = WriterLock.acquire(loc)
+        first = lock.lease_until
+        time.sleep(1.4)  # two renewals (every 0.5 s)
+        assert lock.lease_until > first and holder(loc).lease_until == lock.lease_until
+        lock.check()  # still ours
+        _far_lock(loc, time.time() + 600)  # another writer took it (a lapsed lease elsewhere, say)
+        time.sleep(0.8)
+        with pytest.raises(sz.StoreError, match="taken over by pid 1 on host far-away.*--resume"):
+            lock.check()
+        lock.release()  # leaves the other writer's lock alone
+        assert holder(loc).token == "theirs"
+        lapsed = WriterLock(loc, None, "mine", time.time() - 1)
+        with pytest.raises(sz.StoreError, match=r"lapsed at .* \(its renewals failed\)"):
+            lapsed.check()
+    finally:
+        loc.remove()
+
+
 def test_a_lock_file_a_killed_writer_was_making_is_cleaned_up(tmp_path):
     """A writer killed inside `_locked_file` leaves ``.writer.PID.THREAD.tmp``: the next run into the
     store removes it once that pid is gone; a live racer's is left alone."""

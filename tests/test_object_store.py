@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 import subzero as sz
 from subzero import operators as ops
 from subzero_bench.object_store import FaultProxy, s3_service
+from subzero.errors import StorageUnavailable
 
 pytest.importorskip("moto.server")
 pytest.importorskip("s3fs")
@@ -119,6 +121,7 @@ def test_spark_runs_to_s3_with_storage_options_answer_as_a_disk_store(s3, refere
                  storage_options=options)
     assert answers(run) == reference
     assert answers(sz.open_run("s3://runs/spark", storage_options=options)) == reference
+    monkeypatch.setenv("SUBZERO_STORAGE_TIMEOUT", "1")  # nothing listens there: retried for a second, not a minute
     with pytest.raises(sz.StoreError, match="s3://runs/spark"):  # without them: no endpoint, no credentials
         sz.open_run("s3://runs/spark", storage_options={"endpoint_url": "http://127.0.0.1:9", "key": "x",
                                                         "secret": "y", "config_kwargs": {"retries": {"max_attempts": 1}}})
@@ -219,9 +222,7 @@ def test_transient_faults_are_retried_and_answers_stay_exact(s3, reference):
 def test_an_outage_is_a_store_error_naming_the_store_and_the_service(s3, monkeypatch, after):
     """The service down from the start, or from the 60th request on (mid-run): a StoreError
     naming the store and the service, and no store claiming to be a finished run."""
-    from subzero.store import location
-
-    monkeypatch.setattr(location, "S3_RETRIES", 2)
+    monkeypatch.setenv("SUBZERO_S3_RETRIES", "2")
     store = f"s3://runs/outage-{after}"
     with FaultProxy(s3.endpoint, rate=0.0, outage_after=after) as proxy:
         options = {"endpoint_url": proxy.endpoint, "key": "testing", "secret": "testing",
@@ -243,3 +244,121 @@ def test_storage_options_parse_nested_keys_and_json_values():
                                                     "anon": False, "retries": 3}
     with pytest.raises(sz.StoreError, match="KEY=VALUE"):
         parse_storage_options(["endpoint_url"])
+
+
+# -- outages: every wait bounded and said (tests/storage_outage.py runs `subzero run` behind the fault proxy) ---------
+
+def _one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("subzero: error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], stderr
+    return errors[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget", [4.0, 12.0])
+def test_an_outage_from_a_random_point_ends_the_run_within_its_budget_and_resume_completes_it(
+        s3, reference, tmp_path, budget):
+    """Every request fails from a random one on: the run exits 1 within the configured budget
+    (plus the cleanup's and the process's own seconds), saying so while it waits and in one line
+    at the end; the lock is released or stale; --resume afterwards completes the run exactly."""
+    from storage_outage import TimedFaultProxy, run_cli
+
+    from subzero.store.lock import holder
+    from subzero.store.location import resolve
+
+    after = random.Random(int(budget)).randint(30, 1200)
+    store = f"s3://runs/outage-budget-{int(budget)}"
+    limits = {"SUBZERO_STORAGE_TIMEOUT": str(budget), "SUBZERO_LOCK_RELEASE_TIMEOUT": "2"}
+    with TimedFaultProxy(s3.endpoint, rate=0.0, outage_after=after) as proxy:
+        got = run_cli(tmp_path, proxy.endpoint, store, env=limits, timeout=600)
+    assert proxy.down_at is not None
+    waited = got.ended - proxy.down_at
+    print(f"outage after {after} requests, budget {budget:g} s: exit {got.returncode} {waited:.1f} s after it began")
+    assert got.returncode == 1, got.stderr
+    assert budget * 0.9 <= waited <= budget + 2 + 30, waited  # the budget bounds the wait, and is used
+    line = _one_error_line(got.stderr)
+    assert store in line and f"S3 at {proxy.endpoint}" in line and "--resume" in line, line
+    assert "writer lock" in line, line  # released, or not and what happens then
+    assert f"S3 at {proxy.endpoint} failing (" in got.stderr and "retrying" in got.stderr
+    left = holder(resolve(store))
+    assert left is None or left.alive is False, left  # released, or stale: resume takes it over
+    again = run_cli(tmp_path, s3.endpoint, store, "--resume", timeout=600)
+    assert again.returncode == 0, again.stderr
+    from subzero.store import shards
+
+    shards.close_all()
+    assert answers(sz.open_run(store)) == reference
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_an_outage_exits_promptly_with_one_line(s3, tmp_path):
+    import threading
+
+    from storage_outage import FLOW, PINS
+
+    (tmp_path / "flow.py").write_text(FLOW)
+    with FaultProxy(s3.endpoint, rate=0.0, outage_after=40) as proxy:
+        env = dict(os.environ, PYTHONPATH=str(ROOT), AWS_ENDPOINT_URL=proxy.endpoint, SUBZERO_LOCK_RELEASE_TIMEOUT="2")
+        proc = subprocess.Popen([sys.executable, "-m", "subzero", "run", "flow.py", "--store", "s3://runs/interrupted",
+                                 "--executor", "local", "--tile", "8", *PINS], cwd=tmp_path, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        lines: list[str] = []
+        said = threading.Event()
+
+        def read() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                lines.append(line)
+                if "failing (" in line:
+                    said.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            assert said.wait(240), "".join(lines)
+            proc.send_signal(signal.SIGINT)
+            started = time.monotonic()
+            code = proc.wait(60)
+            took = time.monotonic() - started
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        reader.join(5)
+    assert code == 130 and took < 2 + 10, (code, took, "".join(lines))
+    last = [line for line in lines if line.strip()][-1]
+    assert last.startswith("subzero: interrupted") and "--resume" in last, lines
+    assert not any(line.startswith("Traceback") for line in lines), lines
+
+
+@pytest.mark.slow
+def test_queries_during_an_outage_fail_within_the_budget_and_cached_shards_still_answer(s3, reference, tmp_path):
+    from subzero import config
+    from subzero.store import retry, shards
+
+    wf, inputs = flow()
+    store = "s3://runs/queried"
+    wf.run(inputs, store=store, strategies=PINS, executor="local")
+    with FaultProxy(s3.endpoint, rate=0.0) as proxy:
+        options = {"endpoint_url": proxy.endpoint}
+        shards.close_all()
+        run = sz.open_run(store, storage_options=options)
+        cached = run.backward("stars", CELLS, to="x", using={"stars": "FullMany"}).tolist()
+        assert cached == reference["b:{'stars': 'FullMany'}"]
+        proxy.outage_after = proxy.requests  # the service goes down now
+        with config.set(storage_timeout=2.0):
+            retry.begin()
+            assert run.backward("stars", CELLS, to="x", using={"stars": "FullMany"}).tolist() == cached
+            started = time.monotonic()
+            with pytest.raises(sz.StoreError) as caught:  # needs shards it never fetched
+                run.forward("x", CELLS, to="blur", using={"blur": "FullMany/forward"})
+            assert time.monotonic() - started < 2.0 + 5
+        assert isinstance(caught.value, StorageUnavailable) and f"S3 at {proxy.endpoint}" in str(caught.value)
+        (tmp_path / "flow.py").write_text(FLOW)
+        started = time.monotonic()
+        query = cli("query", store, "backward", "stars", "--to", "x", "--cells", "11,6", cwd=tmp_path,
+                    env={"AWS_ENDPOINT_URL": proxy.endpoint, "SUBZERO_STORAGE_TIMEOUT": "3"})
+        took = time.monotonic() - started
+    assert query.returncode == 1 and took < 3 + 30, (query.returncode, took, query.stderr)
+    line = _one_error_line(query.stderr)
+    assert store in line and f"S3 at {proxy.endpoint}" in line, line

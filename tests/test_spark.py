@@ -112,10 +112,11 @@ def test_spark_records_exactly_the_lineage_of_the_local_executor(spark, tmp_path
 
 
 def test_a_task_runs_several_tiles_once_there_are_more_tiles_than_slots(spark):
-    from subzero.spark import TASKS_PER_CORE, _slices
+    from subzero import config
+    from subzero.spark import _slices
 
     sc = spark.sparkContext
-    slots = TASKS_PER_CORE * sc.defaultParallelism
+    slots = config.get("tasks_per_core") * sc.defaultParallelism
     assert _slices(sc, 3) == min(3, slots) and _slices(sc, 10 * slots) == slots and _slices(sc, 0) == 1
     # 9 tiles in the runs below: on 2 cores, 8 tasks, one of which runs two tiles (and is retried whole)
 

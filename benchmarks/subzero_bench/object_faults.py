@@ -108,23 +108,24 @@ def object_store_trials(ref, harness: Harness, runs: int = 3, rates=RATES, seed:
                         log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """``runs`` trials per entry of ``rates`` against a fresh moto S3 server; returns the trials
     as dicts (with ``ok``); ``harness`` runs and judges each (`subzero_bench.faults.harness`)."""
+    import contextlib
+
+    from subzero import config
     from subzero_bench.object_store import s3_service
-    from subzero.store import location
 
     log = log or (lambda line: print(line, flush=True))
     out = []
-    saved_retries = location.S3_RETRIES
     with s3_service() as service:
         service.make_bucket("faults")
         for label, rate, outage in rates:
             # an outage: a short retry budget, so the trial takes seconds, not minutes
-            location.S3_RETRIES = 2 if outage is not None else saved_retries
+            short = config.set(s3_retries=2) if outage is not None else contextlib.nullcontext()
             for n in range(runs):
-                trial = _one(harness, service, ref, label, rate, outage, seed, n)
+                with short:
+                    trial = _one(harness, service, ref, label, rate, outage, seed, n)
                 out.append(asdict(trial) | {"ok": trial.ok})
                 log(f"faults: s3 {label} #{n}: {trial.injected}/{trial.requests} requests failed -> {trial.outcome}"
                     f"{'' if trial.ok else '  <-- NOT OK'}")
-    location.S3_RETRIES = saved_retries
     return out
 
 

@@ -77,7 +77,8 @@ def _attach_negative_values(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0; 2 for a user error; 130 when interrupted;
+    """Run the command line; returns the exit code (0; 1 when the store's service kept failing;
+    2 for a user error; 130 when interrupted;
     141 when stdout's reader went away, as in ``subzero query ... | head``)."""
     from subzero.progress import configure_logging
 

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from subzero.errors import SubZeroError, WorkflowError
+from subzero.errors import StorageUnavailable, SubZeroError, WorkflowError
 
 __all__ = ["dispatch", "one_line", "check_store", "spark_session", "quiet_spark_launch", "parse_spark_conf",
            "run_with_progress", "apply_storage_options"]
@@ -110,7 +110,8 @@ def one_line(exc: BaseException) -> str:
 
 def dispatch(args: argparse.Namespace) -> int:
     """Run the command ``args.func`` was set to; its exit status, or the one of its error after
-    printing it in one line on stderr (2: a user error; 130: interrupted; 141: stdout's reader
+    printing it in one line on stderr (1: the store's service kept failing; 2: a user error; 130: interrupted;
+    141: stdout's reader
     went away, as in ``subzero query ... | head``).  ``-v`` prints the traceback of an error too."""
     try:
         apply_storage_options(args)
@@ -124,6 +125,13 @@ def dispatch(args: argparse.Namespace) -> int:
               "genomics workflows' packages, pip install -e ./benchmarks the benchmarks', or run scripts/setup.sh)",
               file=sys.stderr)
         return 2
+    except StorageUnavailable as exc:  # the service failed, not the user: exit 1, one line
+        if args.verbose:
+            import traceback
+
+            traceback.print_exception(exc, file=sys.stderr)
+        print(f"subzero: error: {one_line(exc)}", file=sys.stderr)
+        return 1
     except (SubZeroError, OSError, json.JSONDecodeError) as exc:
         if args.verbose:
             import traceback

@@ -34,7 +34,7 @@ def cmd_info(args) -> int:
 
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
-    """``subzero explain`` and ``subzero info``."""
+    """``subzero explain``, ``subzero info`` and ``subzero config``."""
     explain = sub.add_parser("explain", parents=[common],
                              help="the chosen strategy per node, predicted and measured costs, and why")
     explain.add_argument("store")
@@ -49,3 +49,29 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     info.add_argument("store")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=cmd_info)
+
+    conf = sub.add_parser("config", parents=[common], help="every setting's current value and its source",
+                          description="Print every setting (docs/guide/configuration.md) with its current value "
+                                      "and where it comes from: default, the config file, the environment "
+                                      "(SUBZERO_*).")
+    conf.add_argument("--json", action="store_true", help="print JSON")
+    conf.set_defaults(func=cmd_config)
+
+
+def cmd_config(args) -> int:
+    """``subzero config``: every setting's current value and where it comes from; the exit status."""
+    import json
+
+    from subzero import config
+
+    rows = list(config.rows())
+    if args.json:
+        print(json.dumps({name: {"value": value, "source": where, "type": kind}
+                          for name, value, where, kind, _ in rows}, indent=2))
+        return 0
+    print(f"config file: {config.config_path()}")
+    width = max(len(r[0]) for r in rows)
+    vwidth = max(len(r[1] or "unset") for r in rows)
+    for name, value, where, _, _ in rows:
+        print(f"{name:<{width}}  {value or 'unset':<{vwidth}}  {where}")
+    return 0

@@ -133,10 +133,18 @@ class _Interrupted(KeyboardInterrupt):
 
 def _committed_text(store: str) -> str:
     """What an interrupted run committed, and how to continue it (one line)."""
+    from subzero.errors import StorageUnavailable
+    from subzero.store import retry
+
+    failing = "the store's service is failing; run the same command with --resume once it answers"
+    if retry.gave_up() not in (None, "the run was interrupted"):  # the service fails: reading it would wait again
+        return failing
     try:
         from subzero.info import info_data
 
         data = info_data(store)
+    except StorageUnavailable:
+        return failing
     except Exception:  # nothing was stored yet, or the store cannot be read
         return "nothing was committed"
     done = [n["name"] for n in data["nodes"] if n["committed"]]

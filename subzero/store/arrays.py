@@ -25,7 +25,7 @@ compressing a sample chunk.  Every choice is one of the standard pipelines above
 the array's ``zarr.json``, so any reader (zarr, older subzero) reads it.
 
 Decoded chunks of local stores are kept in a per-process cache bounded in bytes
-(`CHUNK_CACHE_BYTES`), keyed by the chunk file's identity (inode, size, modification time),
+(the ``chunk_cache_mb`` setting, `subzero.config`), keyed by the chunk file's identity (inode, size, modification time),
 so the halo reads of neighbouring tiles decode a shared chunk once and a rewritten chunk is
 never served stale.
 """
@@ -35,24 +35,22 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 
+from subzero import config
 from subzero.cells import ArrayShape
 from subzero.errors import StoreError
 from subzero.store.failures import REBUILD, REBUILD_ARRAY, reading
 from subzero.store.location import Location
 
-__all__ = ["ArrayRef", "StoredArray", "ExternalArray", "HeldArray", "write_array", "COMPRESSOR", "CHUNK_CACHE_BYTES", "chunk_boxes",
+__all__ = ["ArrayRef", "StoredArray", "ExternalArray", "HeldArray", "write_array", "chunk_boxes",
            "resolve_compressor", "sampled_compressor", "output_compressor"]
 
-#: chunk compression: "auto" (by what compresses, see the module's text), "none", "lz4"
-#: (Blosc LZ4, byte shuffle) or "zstd" (level 1); see the README
-COMPRESSOR = os.environ.get("SUBZERO_COMPRESSOR", "auto")
-#: bytes of decoded chunks a process keeps (0: none); SUBZERO_CHUNK_CACHE_MB sets it
-CHUNK_CACHE_BYTES = int(float(os.environ.get("SUBZERO_CHUNK_CACHE_MB", "256")) * 2**20)
+# chunk compression is the ``compressor`` setting (`subzero.config`): "auto" (by what compresses,
+# see the module's text), "none", "lz4" (Blosc LZ4, byte shuffle) or "zstd" (level 1)
 #: "auto" stores a sampled array compressed only when zstd shrinks it below this fraction
 AUTO_RATIO = 0.8
 
@@ -84,13 +82,16 @@ def sampled_compressor(array: np.ndarray, chunks: tuple[int, ...]) -> str:
     return "zstd" if len(Zstd(level=1).encode(sample.tobytes())) < AUTO_RATIO * sample.nbytes else "none"
 
 
-def output_compressor(inputs: "Sequence[ArrayRef | ExternalArray]", compressor: str = COMPRESSOR) -> str:
+def output_compressor(inputs: "Sequence[ArrayRef | ExternalArray]", compressor: str | None = None) -> str:
     """What "auto" means for a node's output, from the stored arrays it reads: float outputs of
     float inputs that are all stored uncompressed (noise-like: sampled or computed from such;
     a `HeldArray` counts as the stored array it will be)
     stay uncompressed ("auto"); the output of a node over other stored arrays is compressed
     ("zstd"), since smoothed, masked and labelled arrays compress.  A copy of an external
-    input (no stored array read), or another ``compressor``, keeps ``compressor``."""
+    input (no stored array read), or another ``compressor``, keeps ``compressor`` (default: the
+    ``compressor`` setting)."""
+    if compressor is None:
+        compressor = config.get("compressor")
     stored = [ref for ref in inputs if isinstance(ref, (ArrayRef, HeldArray))]
     if compressor != "auto" or not stored:
         return compressor
@@ -100,16 +101,24 @@ def output_compressor(inputs: "Sequence[ArrayRef | ExternalArray]", compressor: 
 
 
 class _ChunkCache:
-    """Decoded chunks, least recently used evicted first, at most ``limit`` bytes in all.
+    """Decoded chunks, least recently used evicted first, at most ``limit`` bytes in all (None:
+    the ``chunk_cache_mb`` setting, read at use).
 
     Keys carry the chunk file's inode, size and modification time: chunk files are replaced
     atomically (a new inode), so a rewritten chunk misses.  Values are read-only arrays.
     """
 
-    def __init__(self, limit: int):
-        self.limit, self.size = limit, 0
+    def __init__(self, limit: int | None = None):
+        self._limit, self.size = limit, 0
         self._items: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def limit(self) -> int:
+        """The most bytes kept (0: nothing is kept)."""
+        if self._limit is not None:
+            return self._limit
+        return int(config.get("chunk_cache_mb") * 2**20)
 
     def get(self, key: tuple) -> np.ndarray | None:
         with self._lock:
@@ -119,7 +128,8 @@ class _ChunkCache:
             return got
 
     def put(self, key: tuple, chunk: np.ndarray) -> None:
-        if chunk.nbytes > self.limit // 4:
+        limit = self.limit
+        if chunk.nbytes > limit // 4:
             return
         chunk.flags.writeable = False
         with self._lock:
@@ -127,7 +137,7 @@ class _ChunkCache:
                 return
             self._items[key] = chunk
             self.size += chunk.nbytes
-            while self.size > self.limit:
+            while self.size > limit:
                 _, old = self._items.popitem(last=False)
                 self.size -= old.nbytes
 
@@ -137,7 +147,7 @@ class _ChunkCache:
             self.size = 0
 
 
-_CHUNKS = _ChunkCache(CHUNK_CACHE_BYTES)
+_CHUNKS = _ChunkCache()
 
 
 def _compressors(name: str) -> list:
@@ -149,7 +159,7 @@ def _compressors(name: str) -> list:
         return [BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"), Crc32cCodec()]
     if name == "zstd":
         return [ZstdCodec(level=1), Crc32cCodec()]
-    raise StoreError(f"unknown compressor {name!r}; use 'none', 'lz4' or 'zstd' (SUBZERO_COMPRESSOR)")
+    raise StoreError(f"unknown compressor {name!r}; use 'none', 'lz4' or 'zstd' (the compressor setting, SUBZERO_COMPRESSOR)")
 
 
 def _metadata(shape: tuple[int, ...], chunks: tuple[int, ...], dtype, compressor: str) -> bytes:
@@ -175,7 +185,7 @@ def _codec(compressor: str, itemsize: int):
         from numcodecs import Zstd
 
         return Zstd(level=1)
-    raise StoreError(f"unknown compressor {compressor!r}; use 'none', 'lz4' or 'zstd' (SUBZERO_COMPRESSOR)")
+    raise StoreError(f"unknown compressor {compressor!r}; use 'none', 'lz4' or 'zstd' (the compressor setting, SUBZERO_COMPRESSOR)")
 
 
 def encode_chunk(chunk: np.ndarray, compressor: str) -> bytes:
@@ -270,14 +280,14 @@ class ArrayRef:
         The xxh3-64 checksum of its ``zarr.json`` as committed (from the catalog): when
         given, metadata that does not match is a `StoreError`, never a wrong shape.
     compressor : str
-        How its chunks are compressed: the driver's choice (`COMPRESSOR`), carried to the
+        How its chunks are compressed: the driver's choice (the ``compressor`` setting), carried to the
         tasks with the handle, so chunks and metadata agree whatever a worker's environment.
     """
 
     location: Location
     path: str
     meta_xxh3: str | None = None
-    compressor: str = COMPRESSOR
+    compressor: str = field(default_factory=lambda: config.get("compressor"))
 
     @property
     def url(self) -> str:
@@ -393,7 +403,7 @@ class ArrayRef:
         """One decoded chunk (read-only), from the chunk cache when its file has not changed."""
         where = f"chunk {key!r} of array {self.url!r}"
         ident = None
-        if CHUNK_CACHE_BYTES and self.location.is_local:
+        if _CHUNKS.limit and self.location.is_local:
             try:
                 st = os.stat(self.location.path(self.path, key))
                 ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, chunks, dtype.str, pipeline)

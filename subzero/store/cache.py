@@ -1,11 +1,11 @@
-"""The user's cache of a store (``~/.cache/subzero``, ``SUBZERO_CACHE``): readers' local
+"""The user's cache of a store (``~/.cache/subzero``, the ``cache`` setting): readers' local
 copies of remote shards under a size bound, and the log of the queries run on a store
 (readers never write into a store).
 
 Queries over a store on object storage download the shard files they open and keep them,
 verified, for the next query.  `note_download` counts what arrives; every `TRIM_EVERY_BYTES`
 (or `TRIM_EVERY_FILES` downloads) `trim` removes the least recently used files until the
-cache holds at most `MAX_BYTES`.  A removed file is downloaded again when a query needs it.
+cache holds at most the ``cache_max_bytes`` setting (`subzero.config`).  A removed file is downloaded again when a query needs it.
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 import os
 import threading
-from pathlib import Path
 
 import xxhash
 
-__all__ = ["MAX_BYTES", "note_download", "trim", "touch", "query_log_path", "log_query", "query_log"]
+from subzero import config
 
-#: the most bytes the shard cache keeps (``SUBZERO_CACHE_MAX_BYTES``, default 2 GB)
-MAX_BYTES = int(float(os.environ.get("SUBZERO_CACHE_MAX_BYTES", 2e9)))
+__all__ = ["note_download", "trim", "touch", "query_log_path", "log_query", "query_log"]
+
 TRIM_EVERY_FILES = 64
 _lock = threading.Lock()
 _pending = {"files": 0, "bytes": 0}
@@ -36,14 +35,15 @@ def touch(path: str) -> None:
 
 def note_download(root: str, nbytes: int) -> None:
     """Count a file downloaded into the cache under ``root``; trim the cache now and then."""
+    limit = config.get("cache_max_bytes")
     with _lock:
         _pending["files"] += 1
         _pending["bytes"] += int(nbytes)
-        due = _pending["files"] >= TRIM_EVERY_FILES or _pending["bytes"] >= max(MAX_BYTES // 16, 1)
+        due = _pending["files"] >= TRIM_EVERY_FILES or _pending["bytes"] >= max(limit // 16, 1)
         if due:
             _pending["files"] = _pending["bytes"] = 0
     if due:
-        trim(root, MAX_BYTES)
+        trim(root, limit)
 
 
 def trim(root: str, max_bytes: int) -> int:
@@ -84,8 +84,7 @@ def trim(root: str, max_bytes: int) -> int:
 
 def query_log_path(url: str) -> str:
     """The file logging the queries run on the store at ``url`` from this machine."""
-    root = os.environ.get("SUBZERO_CACHE") or os.path.join(Path.home(), ".cache", "subzero")
-    return os.path.join(root, "query-logs", xxhash.xxh3_64_hexdigest(url.encode()) + ".jsonl")
+    return os.path.join(config.cache_root(), "query-logs", xxhash.xxh3_64_hexdigest(url.encode()) + ".jsonl")
 
 
 def log_query(url: str, record: dict) -> None:

@@ -287,7 +287,9 @@ class FileStore(RunWriter):
         return RunRecord.from_dict(data, where=where)
 
     def write_catalog(self, record: RunRecord) -> None:
-        """Replace the catalog atomically, sealed."""
+        """Replace the catalog atomically, sealed (a writer that lost its lock raises instead)."""
+        if self._lock is not None:
+            self._lock.check()
         self.location.write_bytes(seal_json(record.to_dict()), "catalog.json")
 
     # -- arrays and operators -----------------------------------------------------------------
@@ -316,7 +318,9 @@ class FileStore(RunWriter):
         return f"lineage/{node}/{strategy_dirname(strategy)}"
 
     def write_manifest(self, manifest: Manifest) -> None:
-        """Write ``manifests/NODE.json`` atomically, sealed."""
+        """Write ``manifests/NODE.json`` atomically, sealed (a writer that lost its lock raises instead)."""
+        if self._lock is not None:
+            self._lock.check()
         self.location.write_bytes(seal_json(manifest.to_dict()), "manifests", f"{manifest.node}.json")
 
     def read_manifest(self, node: str) -> Manifest:

@@ -15,17 +15,20 @@ import posixpath
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from subzero.errors import StoreError
+from subzero.store import retry
 from subzero.store.failures import store_file_error
 
-__all__ = ["Location", "resolve", "parse_storage_options", "configure_storage_options", "S3_RETRIES"]
+__all__ = ["Location", "resolve", "parse_storage_options", "configure_storage_options"]
 
-#: attempts s3fs makes at a request that failed transiently (503 SlowDown, a connection reset or
-#: timeout), with exponential backoff, before subzero reports the store's service as failing;
-#: botocore retries within each attempt as well
-S3_RETRIES = int(os.environ.get("SUBZERO_S3_RETRIES", 10))
+# a request that fails transiently (503 SlowDown, a connection reset or timeout) is retried by
+# `subzero.store.retry`'s one policy (time budgets in `subzero.config`); s3fs and botocore make
+# one attempt per call, so their retries do not multiply ours
+
+
+_T = TypeVar("_T")
 
 
 def _scheme(url: str) -> str:
@@ -100,7 +103,7 @@ def resolve(store: "str | os.PathLike | Location", storage_options: dict[str, An
     ``endpoint_url``, ``key``, ``secret``, ``client_kwargs``, ``config_kwargs``...); without
     them fsspec's configuration and the environment apply (``AWS_ENDPOINT_URL``,
     ``FSSPEC_S3_*``).  The options travel with the `Location` to the tasks.  A request to an
-    ``s3://`` store that fails transiently is retried `S3_RETRIES` times with backoff.
+    ``s3://`` store that fails transiently is retried with backoff within the storage budgets (`subzero.store.retry`).
     """
     if isinstance(store, Location):
         return store
@@ -119,6 +122,7 @@ def resolve(store: "str | os.PathLike | Location", storage_options: dict[str, An
     options = dict(storage_options or {})
     if scheme in ("s3", "s3a"):
         _endpoint_from_environment(options)
+        options = retry.client_options(options, storage_defaults(url))
     try:
         fs, path = fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:
@@ -131,22 +135,22 @@ def resolve(store: "str | os.PathLike | Location", storage_options: dict[str, An
 
 
 def _remote(doing: str):
-    """Report a failing object store as a `StoreError` naming the store and its service (a
-    missing file stays `FileNotFoundError`: callers act on it); local files are untouched."""
+    """Retry a failing object store within the storage budgets (`subzero.store.retry`), then
+    report it as a `StoreError` naming the store and its service (a missing file stays
+    `FileNotFoundError`: callers act on it); local files are untouched."""
     def wrap(method):
         @functools.wraps(method)
         def call(self: "Location", *args, **kwargs):
             if self.is_local:
                 return method(self, *args, **kwargs)
-            if getattr(self.fs, "retries", S3_RETRIES) != S3_RETRIES:  # s3fs: an attribute, not an option
-                self.fs.retries = S3_RETRIES
+            target = "/".join(a for a in args if isinstance(a, str) and not a.startswith("/"))
+            what = f"{doing} {target!r}" if target else doing
             try:
-                return method(self, *args, **kwargs)
+                return self.retrying(what, lambda: method(self, *args, **kwargs))
             except (FileNotFoundError, StoreError):
                 raise
             except Exception as exc:
-                target = "/".join(a for a in args if isinstance(a, str) and not a.startswith("/"))
-                raise self.service_error(exc, f"{doing} {target!r}" if target else doing) from exc
+                raise self.service_error(exc, what) from exc
         return call
     return wrap
 
@@ -240,6 +244,15 @@ class Location:
             return f"S3 at {endpoint}" if endpoint else "S3"
         return f"the {self.scheme}:// file system"
 
+    def retrying(self, doing: str, call: "Callable[[], _T]") -> "_T":
+        """``call()`` under the storage retry policy (`subzero.store.retry.attempt`): a
+        `StorageUnavailable` when the service keeps failing; local stores call it once."""
+        if self.is_local:
+            return call()
+        if getattr(self.fs, "retries", 1) != 1:  # s3fs: one attempt per call, the policy retries
+            self.fs.retries = 1
+        return retry.attempt(call, self.service, self.url, doing)
+
     def service_error(self, exc: BaseException, doing: str) -> StoreError:
         """The `StoreError` of a failing service: names the store, the service and what failed."""
         text = " ".join(str(exc).split()) or type(exc).__name__
@@ -268,17 +281,27 @@ class Location:
 
     def exists(self, *parts: str) -> bool:
         """True when the store path ``parts`` exists."""
-        try:
+        def call() -> bool:
             self._fresh(self.path(*parts))
             return bool(self.fs.exists(self.path(*parts)))
+
+        try:
+            return self.retrying(f"checking {'/'.join(parts)!r}", call)
+        except StoreError:
+            raise
         except Exception as exc:  # botocore's connection errors are not OSErrors
             raise self._unreachable(exc) from exc
 
     def isdir(self, *parts: str) -> bool:
         """True when the store path ``parts`` is a directory."""
-        try:
+        def call() -> bool:
             self._fresh(self.path(*parts))
             return bool(self.fs.isdir(self.path(*parts)))
+
+        try:
+            return self.retrying(f"checking {'/'.join(parts)!r}", call)
+        except StoreError:
+            raise
         except Exception as exc:
             raise self._unreachable(exc) from exc
 
@@ -299,7 +322,7 @@ class Location:
     def makedirs(self, *parts: str) -> None:
         """Create the directory ``parts`` (and its parents); a `StoreError` when it cannot be made."""
         try:
-            self.fs.makedirs(self.path(*parts), exist_ok=True)
+            self.retrying(f"creating {'/'.join(parts)!r}", lambda: self.fs.makedirs(self.path(*parts), exist_ok=True))
         except StoreError:
             raise
         except OSError as exc:

@@ -21,7 +21,6 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from stat import S_ISDIR, S_ISREG
 from typing import Protocol
 
@@ -29,6 +28,7 @@ import lmdb
 import numpy as np
 import xxhash
 
+from subzero import config
 from subzero.catalog import FileRecord, ShardRecord
 from subzero.errors import LookupTimeout, StoreError
 from subzero.store import cache as shard_cache
@@ -197,8 +197,7 @@ def _verify(path: str, record: FileRecord, where: str) -> None:
 
 
 def _cache_dir(location: Location) -> str:
-    root = os.environ.get("SUBZERO_CACHE") or os.path.join(Path.home(), ".cache", "subzero")
-    return os.path.join(root, "shards", xxhash.xxh3_64_hexdigest(location.url.encode()))
+    return os.path.join(config.cache_root(), "shards", xxhash.xxh3_64_hexdigest(location.url.encode()))
 
 
 def _open(location: Location, directory: str, record: ShardRecord, where: str) -> _Opened:

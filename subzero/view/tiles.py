@@ -8,7 +8,7 @@ chunks it covers are read), else from its four children, so no more than a tile'
 of one of those reads is ever in memory, however large the array.
 
 Rendered PNGs, and the values of the tiles above level 0, are cached under a directory of
-the caller's choosing (`cache_root`: ``$SUBZERO_CACHE/view`` or ``~/.cache/subzero/view``),
+the caller's choosing (`cache_root`: ``view`` under the ``cache`` setting's directory, ``~/.cache/subzero/view``),
 never in the store, keyed by the store's location, its run's creation time and each array's
 metadata checksum. Files appear by atomic rename, so concurrent requests never read half a
 tile.
@@ -45,9 +45,10 @@ DIRECT_READ = 2048
 
 
 def cache_root() -> Path:
-    """``$SUBZERO_CACHE/view``, else ``~/.cache/subzero/view``."""
-    root = os.environ.get("SUBZERO_CACHE") or os.path.join(Path.home(), ".cache", "subzero")
-    return Path(root) / "view"
+    """``view`` under the user's cache (the ``cache`` setting, else ``~/.cache/subzero``)."""
+    from subzero import config
+
+    return Path(config.cache_root()) / "view"
 
 
 def run_cache_dir(run: "Run", root: Path | None = None) -> Path:

@@ -1,0 +1,287 @@
+"""subzero's one configuration object: every setting, its type, default and meaning, in one record.
+
+A value is resolved at use, never at import, from (lowest first):
+
+1. the default in `SETTINGS`;
+2. the config file: ``$SUBZERO_CONFIG`` if set, else ``~/.config/subzero/config.toml``
+   (a TOML table of ``name = value``, e.g. ``s3_retries = 3``; a ``[subzero]`` table works too);
+3. the environment: ``SUBZERO_<NAME>`` (``SUBZERO_FUSE=0``, ``SUBZERO_S3_RETRIES=3``);
+4. per-call overrides: ``with sz.config.set(fuse=False): ...`` (a `contextvars` context: one
+   thread's or task's overrides never leak into another's; the local executor's threads run in
+   the caller's context).
+
+Spark workers are other processes: they see the defaults, the file and their own environment,
+not a driver's `set`.  What a task must agree on with the driver (the chunk compressor) travels
+in the task itself.
+
+Examples
+--------
+>>> from subzero import config
+>>> config.get("fuse")
+True
+>>> with config.set(fuse=False):
+...     config.get("fuse")
+False
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from subzero.errors import ConfigError
+
+__all__ = ["Setting", "SETTINGS", "get", "set", "source", "rows", "markdown_table", "cache_root", "config_path",
+           "ConfigError"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its name (``s3_retries``), type, default (None: decided at use, as `doc` says)
+    and a one-line meaning.  Its environment variable is ``SUBZERO_`` + the name in capitals."""
+
+    name: str
+    type: type
+    default: Any
+    doc: str
+    minimum: float | None = None
+    choices: tuple[str, ...] = ()
+
+    @property
+    def env(self) -> str:
+        """The environment variable that sets it (``SUBZERO_S3_RETRIES``)."""
+        return "SUBZERO_" + self.name.upper()
+
+    def parse(self, value: Any, where: str) -> Any:
+        """``value`` (a string from the environment, or a TOML / Python value) as this setting's
+        type; a `ConfigError` naming ``where`` it came from, the expected type and the value."""
+        if value is None and self.default is None:
+            return None
+        kind = self.type.__name__
+        try:
+            if self.type is bool:
+                out: Any = _parse_bool(value)
+            elif self.type is int:
+                if isinstance(value, bool):
+                    raise ValueError(value)
+                out = int(value) if isinstance(value, int) else int(float(str(value).strip()))
+                if isinstance(value, str) and float(value) != out:
+                    raise ValueError(value)
+            elif self.type is float:
+                if isinstance(value, bool):
+                    raise ValueError(value)
+                out = float(value)
+            else:
+                if not isinstance(value, str):
+                    raise ValueError(value)
+                out = value
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}={value!r} is not a valid {kind} ({self.doc}); "
+                              f"give {_example(self)}") from None
+        if self.minimum is not None and out < self.minimum:
+            raise ConfigError(f"{where}={value!r} is below {self.minimum:g} ({self.doc}); give {_example(self)}")
+        if self.choices and out not in self.choices:
+            raise ConfigError(f"{where}={value!r} is not one of {', '.join(self.choices)} ({self.doc})")
+        return out
+
+
+def _parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(value)
+
+
+def _example(s: Setting) -> str:
+    if s.type is bool:
+        return "a bool (1/0, true/false, yes/no, on/off)"
+    if s.choices:
+        return "one of " + ", ".join(s.choices)
+    low = "" if s.minimum is None else f" >= {s.minimum:g}"
+    return f"an {s.type.__name__}{low}" if s.type is int else f"a {s.type.__name__}{low}"
+
+
+#: every setting subzero reads, in the order of the documented table (docs/guide/configuration.md)
+SETTINGS: tuple[Setting, ...] = (
+    # -- running ---------------------------------------------------------------------------------
+    Setting("fuse", bool, True, "run consecutive per-tile nodes that store no lineage as one stage"),
+    Setting("in_process_bytes", int, 2**20,
+            "inputs up to this many bytes run on the local executor instead of starting Spark (0: never)",
+            minimum=0),
+    Setting("local_threads", int, None, "threads of the local executor (unset: the cores, at most 4)", minimum=1),
+    Setting("compressor", str, "auto", "how array chunks are compressed",
+            choices=("auto", "none", "lz4", "zstd")),
+    Setting("chunk_cache_mb", float, 256.0, "megabytes of decoded chunks a process keeps (0: none)", minimum=0),
+    # -- caches ----------------------------------------------------------------------------------
+    Setting("cache", str, None, "the user's cache directory (unset: ~/.cache/subzero)"),
+    Setting("cache_max_bytes", int, 2 * 10**9, "the most bytes the local cache of remote shards keeps", minimum=0),
+    # -- Spark -----------------------------------------------------------------------------------
+    Setting("spark_master", str, None, "the Spark master a new session uses (unset: embedded local[*, 4])"),
+    Setting("driver_memory", str, "1g", "spark.driver.memory of a session subzero starts"),
+    Setting("tasks_per_core", int, 4, "Spark tasks per core a node's tiles are split into", minimum=1),
+    Setting("spark_connect_timeout", float, 10.0, "seconds to reach a spark:// master before giving up", minimum=0),
+    Setting("spark_probe_timeout", float, 5.0, "seconds a master's port may take to answer a protocol probe",
+            minimum=0),
+    Setting("spark_start_timeout", float, 180.0, "seconds a Spark session may take to start", minimum=0),
+    Setting("spark_executor_timeout", float, 120.0, "seconds a master may take to give the application an executor",
+            minimum=0),
+    Setting("spark_cds", bool, True, "start the driver JVM from a class-data-sharing archive (faster start)"),
+    # -- object storage: the retry policy (subzero.store.retry) ----------------------------------
+    Setting("storage_timeout", float, 60.0,
+            "seconds one store operation may keep failing (503 SlowDown, resets, timeouts) before the run gives up",
+            minimum=0),
+    Setting("storage_run_timeout", float, 300.0,
+            "seconds the store's service may be failing in all during one run (or query process) before giving up",
+            minimum=0),
+    Setting("s3_retries", int, 100, "the most attempts at one store operation (storage_timeout usually ends them first)",
+            minimum=1),
+    Setting("storage_backoff_max", float, 5.0, "the longest wait in seconds between two attempts", minimum=0),
+    Setting("storage_connect_timeout", float, 5.0, "seconds one request may take to connect to the service",
+            minimum=0),
+    Setting("storage_read_timeout", float, 20.0, "seconds one request may wait for the service's answer",
+            minimum=0),
+    Setting("lock_release_timeout", float, 10.0,
+            "seconds a failed run's cleanup (marking it failed, releasing the writer lock) may take in all",
+            minimum=0),
+    Setting("lock_lease", float, 60.0,
+            "seconds a writer lock on object storage lasts unless renewed (a heartbeat renews it every third)",
+            minimum=1),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+_overrides: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("subzero_config", default={})
+_file_cache: dict[str, tuple[int, dict[str, Any]]] = {}
+
+
+def config_path() -> Path:
+    """The config file read: ``$SUBZERO_CONFIG``, else ``~/.config/subzero/config.toml``."""
+    given = os.environ.get("SUBZERO_CONFIG")
+    return Path(given).expanduser() if given else Path.home() / ".config" / "subzero" / "config.toml"
+
+
+def _file_values() -> tuple[str, dict[str, Any]]:
+    """The config file's settings (re-read when the file changes; empty when there is none)."""
+    path = config_path()
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        if os.environ.get("SUBZERO_CONFIG"):
+            raise ConfigError(f"SUBZERO_CONFIG={str(path)!r}: no such config file; create it or unset "
+                              "SUBZERO_CONFIG") from None
+        return str(path), {}
+    cached = _file_cache.get(str(path))
+    if cached is not None and cached[0] == stamp:
+        return str(path), cached[1]
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"config file {str(path)!r} cannot be read ({exc}); fix its TOML or move it away") from None
+    if isinstance(data.get("subzero"), dict):
+        data = {**{k: v for k, v in data.items() if k != "subzero"}, **data["subzero"]}
+    unknown = sorted(data.keys() - _BY_NAME.keys())
+    if unknown:
+        raise ConfigError(f"config file {str(path)!r} names unknown settings {', '.join(unknown)}; "
+                          f"known: {', '.join(_BY_NAME)}")
+    values = {name: _BY_NAME[name].parse(value, f"{path}: {name}") for name, value in data.items()}
+    _file_cache[str(path)] = (stamp, values)
+    return str(path), values
+
+
+def _setting(name: str) -> Setting:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ConfigError(f"unknown setting {name!r}; known: {', '.join(_BY_NAME)}") from None
+
+
+def _resolve(name: str) -> tuple[Any, str]:
+    setting = _setting(name)
+    overrides = _overrides.get()
+    if name in overrides:
+        return overrides[name], "set()"
+    text = os.environ.get(setting.env)
+    if text is not None and text != "":
+        return setting.parse(text, setting.env), "environment"
+    path, values = _file_values()
+    if name in values:
+        return values[name], path
+    return setting.default, "default"
+
+
+def get(name: str) -> Any:
+    """The current value of the setting ``name`` (see the module docstring for the order).
+
+    Examples
+    --------
+    >>> get("s3_retries") >= 1
+    True
+    """
+    return _resolve(name)[0]
+
+
+def source(name: str) -> str:
+    """Where the current value of ``name`` comes from: ``default``, the config file's path,
+    ``environment`` or ``set()``."""
+    return _resolve(name)[1]
+
+
+class set:  # noqa: N801 (dask.config.set's name and shape)
+    """Override settings for the code inside ``with``; values are checked as the environment's are.
+
+    Examples
+    --------
+    >>> with set(s3_retries=3):
+    ...     get("s3_retries")
+    3
+    """
+
+    def __init__(self, **values: Any):
+        self._values = {name: _setting(name).parse(value, f"config.set({name})") for name, value in values.items()}
+        self._token: contextvars.Token[Mapping[str, Any]] | None = None
+
+    def __enter__(self) -> "set":
+        self._token = _overrides.set({**_overrides.get(), **self._values})
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _overrides.reset(self._token)
+            self._token = None
+
+
+def cache_root() -> str:
+    """The user's cache directory: the ``cache`` setting, else ``~/.cache/subzero``."""
+    root = get("cache")
+    return str(Path(root).expanduser()) if root else os.path.join(Path.home(), ".cache", "subzero")
+
+
+def rows() -> Iterator[tuple[str, str, str, str, str]]:
+    """(name, value, source, type, meaning) of every setting, now."""
+    for s in SETTINGS:
+        value, where = _resolve(s.name)
+        yield s.name, "" if value is None else str(value), where, s.type.__name__, s.doc
+
+
+def _default_text(s: Setting) -> str:
+    return "unset" if s.default is None else repr(s.default) if s.type is str else str(s.default)
+
+
+def markdown_table() -> str:
+    """The documented table of every setting (docs/guide/configuration.md holds it verbatim)."""
+    lines = ["| name | environment variable | type | default | meaning |", "|---|---|---|---|---|"]
+    for s in SETTINGS:
+        kind = s.type.__name__ + (f" >= {s.minimum:g}" if s.minimum is not None else "")
+        kind = " \\| ".join(f"`{c}`" for c in s.choices) if s.choices else kind
+        lines.append(f"| `{s.name}` | `{s.env}` | {kind} | `{_default_text(s)}` | {s.doc} |")
+    return "\n".join(lines)

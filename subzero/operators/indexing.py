@@ -69,7 +69,9 @@ def _guide_parts(g: str) -> tuple[str, int, int]:
 
 def _flat(cells: np.ndarray, shape: Shape) -> np.ndarray:
     cells = np.asarray(cells, np.int64).reshape(-1, len(shape))
-    return np.ravel_multi_index(tuple(cells.T), shape) if len(shape) else np.zeros(len(cells), np.int64)
+    if not len(shape):
+        return np.zeros(len(cells), np.int64)
+    return np.asarray(np.ravel_multi_index(tuple(cells.T), shape), np.int64)
 
 
 def _coords(flat: np.ndarray, shape: Shape) -> np.ndarray:
@@ -109,6 +111,17 @@ class _Guided(Operator):
         """Cells of the indexed array (input 0's shape) deciding each output cell."""
         raise NotImplementedError
 
+    def _source_box(self, out_box: Box) -> Box:
+        """The box of the indexed array that output box ``out_box`` reads."""
+        raise NotImplementedError
+
+    @property
+    def _out(self) -> Shape:
+        """The bound output shape."""
+        if self.output_shape is None:
+            raise WorkflowError(f"{type(self).__name__} is not bound to shapes yet")
+        return tuple(int(n) for n in self.output_shape)
+
     def _guide_b(self, cells: np.ndarray, g: str, shape: Shape) -> np.ndarray:
         """The guide cell deciding each of ``cells`` (one row per cell; the guide has ``shape``)."""
         kind, a, n = _guide_parts(g)
@@ -131,7 +144,7 @@ class _Guided(Operator):
     def _guide_f(self, cells: np.ndarray, g: str, shape: Shape) -> np.ndarray:
         """Output cells decided by guide cells ``cells`` (the guide of ``shape``): one vectorized
         pass over the output's cells."""
-        out_shape = tuple(int(n) for n in self.output_shape)
+        out_shape = self._out
         every = _coords(np.arange(int(np.prod(out_shape))), out_shape)
         if g == "one":
             return every if len(cells) else every[:0]
@@ -185,7 +198,7 @@ class Gather(_Guided):
         return flat if type(self) is Gather and np.unique(flat).size == flat.size else None
 
     def _source_cells(self, out_cells: np.ndarray) -> np.ndarray:
-        flat = self._source.ravel()[_flat(out_cells, self.output_shape)]
+        flat = self._source.ravel()[_flat(out_cells, self._out)]
         return _coords(flat, self.input_shapes[0])
 
     def _source_box(self, out_box: Box) -> Box:
@@ -197,14 +210,15 @@ class Gather(_Guided):
             return self._source_box(out_box)
         return self._guide_box(out_box, self.guides[i - 1], self.input_shapes[i])
 
-    def run(self, ctx, x, *guides) -> np.ndarray:
+    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+        x = inputs[0]
         src = _coords(self._source[_region(ctx.tile_box)].ravel(), self.input_shapes[0])
         lo = np.asarray([b[0] for b in ctx.input_boxes[0]], np.int64)
         out = x[tuple((src - lo).T)] if len(src) else np.empty(0, x.dtype)
         return out.reshape(tuple(hi - lo for lo, hi in ctx.tile_box))
 
     def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
-        cells = np.asarray(cells, np.int64).reshape(-1, len(self.output_shape))
+        cells = np.asarray(cells, np.int64).reshape(-1, len(self._out))
         owner = np.arange(len(cells), dtype=np.int64)
         if i == 0:
             return owner, self._source_cells(cells)
@@ -218,7 +232,7 @@ class Gather(_Guided):
             return unique_rows(self._guide_f(cells, self.guides[i - 1], self.input_shapes[i]))
         flat = _flat(cells, self.input_shapes[0])
         hit = np.flatnonzero(np.isin(self._source.ravel(), flat))
-        return _coords(hit, self.output_shape)
+        return _coords(hit, self._out)
 
 
 class Coordinates(Gather):
@@ -238,7 +252,7 @@ class Coordinates(Gather):
         self.axis = axis
         self.input_shape = tuple(int(n) for n in input_shape)
 
-    def run(self, ctx, x, *guides) -> np.ndarray:
+    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
         flat = self._source[_region(ctx.tile_box)]
         if self.axis == "flat":
             return flat.astype(np.intp)
@@ -345,7 +359,8 @@ class Scatter(_Guided):
             return tuple((0, int(n)) for n in self.input_shapes[1])
         return self._guide_box(out_box, self.guides[i - self._first_guide], self.input_shapes[i])
 
-    def run(self, ctx, x, *rest) -> np.ndarray:
+    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+        x, rest = inputs[0], inputs[1:]
         box = ctx.tile_box
         out = np.array(x, copy=True)
         written = self._written[_region(box)]

@@ -20,7 +20,7 @@ import functools
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -94,7 +94,7 @@ def _stacked(items: Any) -> SymbolicArray:
             p = SymbolicArray(tracer, tracer.constant(value.reshape(value.shape or (1,)), user_line()), value.shape,
                               value.dtype)
         nodes.append(p.astype(dtype))
-    return np.stack(nodes)
+    return cast(SymbolicArray, np.stack(nodes))
 
 
 @contextlib.contextmanager

@@ -92,7 +92,7 @@ def coarse_call(func: Callable[..., Any], args: tuple, kwargs: dict, reason: str
     """
     found = leaves((args, kwargs))
     tracer: Tracer = found[0].tracer
-    name = base or getattr(func, "__name__", "call")
+    name = str(base or getattr(func, "__name__", "call"))
     if not tracer.has_values():
         raise UnsupportedCallError(
             f"{_qualified(func)} has no exact subzero operator, and the function was traced from shapes alone, so it "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,7 @@ __all__ = ["HANDLED", "apply_ufunc", "apply_function", "astype", "getitem", "set
            "implements", "supported", "elementwise", "call_operator"]
 
 #: ``ufunc.reduce`` as the numpy reduction it is
-_REDUCE = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min, np.logical_or: np.any,
+_REDUCE: dict[np.ufunc, Callable[..., Any]] = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min, np.logical_or: np.any,
            np.logical_and: np.all, np.fmax: np.nanmax, np.fmin: np.nanmin}
 
 

@@ -18,7 +18,7 @@ summary of it).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -281,7 +281,7 @@ def _take_values(a, indices, axis=None, out=None, mode="raise"):
     if out is not None or mode != "raise":
         raise TraceError("np.take(..., out=/mode=) is not supported on symbolic arrays; index with a[indices]")
     if axis is None:
-        return gather(np.ravel(a), (indices,))
+        return gather(cast(SymbolicArray, np.ravel(a)), (indices,))
     parts = (slice(None),) * (int(axis) % a.ndim) + (indices,)
     return gather(a, parts)
 

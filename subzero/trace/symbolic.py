@@ -22,7 +22,7 @@ from __future__ import annotations
 import operator
 import sys
 from types import FrameType
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, cast
 
 import numpy as np
 
@@ -99,7 +99,7 @@ class View:
                  backward: Callable[["SymbolicArray", "SymbolicArray"], "SymbolicArray"]):
         self.parent, self.forward, self.backward = parent, forward, backward
         self.derived_from = parent.entry
-        self.depth = 1 + (parent._view.depth if parent._view is not None else 0)
+        self.depth: int = 1 + (parent._view.depth if parent._view is not None else 0)
 
 
 class SymbolicArray(ArrayShape):
@@ -267,7 +267,7 @@ class SymbolicArray(ArrayShape):
     def __irshift__(self, o): return _numpy().inplace(self, np.right_shift, o)
 
     def __imatmul__(self, o):
-        self.rebind(np.matmul(self, o))
+        self.rebind(cast("SymbolicArray", np.matmul(self, o)))
         return self
 
     def fill(self, value: Any) -> None:
@@ -276,7 +276,7 @@ class SymbolicArray(ArrayShape):
 
     def sort(self, axis: int = -1, kind: Any = None, order: Any = None) -> None:
         """Sort in place along ``axis`` (a rebinding to ``np.sort(x, axis)``)."""
-        self.rebind(np.sort(self, axis=axis, kind=kind, order=order))
+        self.rebind(cast("SymbolicArray", np.sort(self, axis=axis, kind=kind, order=order)))
 
     # -- operators ---------------------------------------------------------------------------------
     def __add__(self, o): return np.add(self, o)
@@ -367,7 +367,8 @@ class SymbolicArray(ArrayShape):
 
     def flatten(self, order: str = "C") -> "SymbolicArray":
         """A flattened copy (``np.ravel(x).copy()``)."""
-        return np.ravel(self).copy()
+        return cast("SymbolicArray", np.ravel(self)).copy()
+
     sum, mean, std, var, prod = (_numpy_method(n) for n in ("sum", "mean", "std", "var", "prod"))
     min, max, any, all = (_numpy_method(n) for n in ("min", "max", "any", "all"))
     argsort, dot, round = (_numpy_method(n) for n in ("argsort", "dot", "round"))

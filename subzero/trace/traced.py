@@ -59,7 +59,7 @@ class TracedWorkflow:
 
     def __init__(self, fn: Callable, name: str | None = None):
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "workflow")
+        self.name: str = str(name or getattr(fn, "__name__", "workflow"))
         functools.update_wrapper(self, fn)
         sig = inspect.signature(fn)
         self.input_names: list[str] = []
@@ -364,7 +364,7 @@ def _digest(arrays: Mapping[str, Any]) -> str:
         value = np.ascontiguousarray(np.asarray(arrays[key]))
         h.update(key.encode())
         h.update(repr((value.shape, value.dtype.str)).encode())
-        h.update(memoryview(value).cast("B") if value.dtype != object else repr(value.tolist()).encode())
+        h.update(value.tobytes() if value.dtype != object else repr(value.tolist()).encode())
     return h.hexdigest()
 
 

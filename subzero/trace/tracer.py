@@ -121,7 +121,7 @@ class Tracer:
                              "needs shapes at trace time", line or None)
         state = np.geterr()
         if state != _DEFAULT_ERRSTATE:  # the user's np.errstate reaches the run of this step
-            op.errstate = dict(state)
+            op.errstate = {k: str(v) for k, v in state.items()}
         entry = Entry(base, op, tuple(inputs), tuple(int(n) for n in shape), line=line)
         self.entries.append(entry)
         return entry
@@ -178,7 +178,7 @@ class Tracer:
                     warnings.simplefilter("ignore")
                     out = np.asarray(evaluate_operator(e.op, args))  # type: ignore[arg-type]
                 e.value = out.reshape(e.shape) if out.size == int(np.prod(e.shape)) else out
-        return entry.value
+        return np.asarray(entry.value)
 
     def build(self) -> Workflow:
         """The workflow of the entries the named ones need (the outputs, `subzero.name`d

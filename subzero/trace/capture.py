@@ -32,6 +32,9 @@ __all__ = ["numpy_calls"]
 
 _CREATE = ("zeros", "ones", "empty", "full")
 _CONVERT = {"asarray": False, "asanyarray": False, "array": True, "ascontiguousarray": False}
+#: libraries that keep the arrays they convert in containers of their own (a DataFrame): they get
+#: values, and what they compute enters the trace as a coarse step over them
+_CONTAINERS = ("pandas.",)
 _lock = threading.Lock()
 _depth = 0
 _originals: dict[str, Callable[..., Any]] = {}
@@ -71,6 +74,8 @@ def _converter(original: Callable[..., Any], copies: bool) -> Callable[..., Any]
                 # with traced values (sizes[labels]) or writing into it keeps exact lineage
                 return SymbolicArray(tracer, tracer.constant(out, user_line()), out.shape, out.dtype)
             return out
+        if sys._getframe(1).f_globals.get("__name__", "").startswith(_CONTAINERS):
+            return original(a, dtype, *args, **kwargs)  # values: the array's __array__ records the leak
         out = _stacked(a) if not isinstance(a, SymbolicArray) else (a.copy() if copies else a)
         if dtype is not None and np.dtype(dtype) != out.dtype:
             out = out.astype(dtype)

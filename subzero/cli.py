@@ -155,7 +155,7 @@ def _spark_session(args):
 def _run_with_progress(args, wf, inputs: dict, **kwargs):
     import contextlib
 
-    from subzero.execution import execute
+    from subzero.execution import RunOptions, execute
     from subzero.progress import choose_reporter
 
     if kwargs.get("executor", "spark") == "spark":
@@ -164,7 +164,7 @@ def _run_with_progress(args, wf, inputs: dict, **kwargs):
         reporter.run_started(wf.name, len(wf.nodes))  # inputs too: storing them is reported as a node
         ok = False
         try:
-            run = execute(wf, inputs, progress=reporter, **kwargs)
+            run = execute(wf, inputs, RunOptions(progress=reporter, **kwargs))
             ok = True
         finally:
             reporter.run_finished(ok)

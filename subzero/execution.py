@@ -26,7 +26,7 @@ import datetime as _dt
 import logging
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence, cast
 
 import numpy as np
@@ -49,7 +49,7 @@ from subzero.dag import Node, Workflow
 
 log = logging.getLogger(__name__)
 
-__all__ = ["execute", "LocalExecutor", "make_executor", "check_executor", "static_shapes"]
+__all__ = ["execute", "RunOptions", "LocalExecutor", "make_executor", "check_executor", "static_shapes"]
 
 
 def make_executor(executor: str, spark: Any = None) -> Executor:
@@ -112,6 +112,9 @@ class _Execution:
         self.tile_shape, self.progress = tile_shape, progress
         self.disk_left = max_disk
         self.arrays: dict[str, ArrayRecord] = {}
+        #: the run's own graph: node name -> its operator as this run bound it (with its run state:
+        #: a two-pass operator's combined summaries); the workflow's nodes keep the user's operators
+        self.operators: dict[str, Operator] = {}
 
     @property
     def runner(self):
@@ -201,15 +204,22 @@ class _Execution:
             else:
                 continue
             if not node.is_input:  # the operator that made the stored array (bound, with its run state)
-                node.operator = self.store.load_operator(node.name)
+                self.operators[node.name] = self.store.load_operator(node.name)
         if self.disk_left is not None:
             self.disk_left -= sum(sum(r.stats.bytes.values()) for r in catalog.nodes.values() if r.stats)
 
     # -- operators ----------------------------------------------------------------------------
+    def operator(self, node: Node) -> Operator:
+        """The node's operator in this run: the one it computed with (bound, with its run state)
+        once computed, else the workflow's."""
+        op = self.operators.get(node.name, node.operator)
+        assert op is not None, f"{node!r} is an input"
+        return op
+
     def stage(self, node: Node) -> NodeStage:
         """The node's stage: its operator bound to its inputs' shapes (and to its own, once computed)."""
         computed = self.arrays.get(node.name)
-        return NodeStage.bind(node.name, node.operator, tuple(self.arrays[i.name].shape for i in node.inputs),
+        return NodeStage.bind(node.name, self.operator(node), tuple(self.arrays[i.name].shape for i in node.inputs),
                               tuple(self.ref(i.name) for i in node.inputs), self.store, self.tile_shape,
                               computed.shape if computed is not None else None)
 
@@ -219,7 +229,7 @@ class _Execution:
         (``prepared``: a two-pass operator's first-pass summaries, made by a fused stage)."""
         done = self.stage(node).run(self.runner, strategies, write_output=True, progress=self.progress,
                                     prepared=prepared)
-        node.operator = done.stage.operator  # bound, with its run state: the returned run re-executes it
+        self.operators[node.name] = done.stage.operator  # bound, with its run state: the run's queries use it
         self.arrays[node.name] = done.commit_array()
         return done.metas, done.wall
 
@@ -238,7 +248,7 @@ class _Execution:
                 break
             inputs: tuple[Any, ...] = tuple(Held(n) if n in shapes else self.ref(n) for n in names)
             try:
-                stage = NodeStage.bind(node.name, node.operator,
+                stage = NodeStage.bind(node.name, self.operator(node),
                                        tuple(shapes[n] if n in shapes else self.arrays[n].shape for n in names),
                                        inputs, self.store, self.tile_shape)
             except WorkflowError:  # reported when the node runs on its own
@@ -262,7 +272,7 @@ class _Execution:
         done, summaries = fused.run(self.runner, self.progress)
         out = []
         for node, member in zip(nodes, done):
-            node.operator = member.stage.operator
+            self.operators[node.name] = member.stage.operator
             self.arrays[node.name] = replace(member, stage=self.stage(node)).commit_array()
             out.append((member.metas, member.wall))
         return out, summaries
@@ -344,23 +354,76 @@ def _strategies(names: Sequence[str]) -> tuple[Strategy, ...]:
     return tuple(Strategy.parse(n) for n in names)
 
 
-def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_runtime=None,
-            workload=None, executor="spark", spark=None, tile_shape=None, overwrite: bool = False,
-            resume: bool = False, progress: Reporter | None = None, input_metadata: dict | None = None,
-            made_by: str | None = None, storage_options: dict | None = None):
-    """Run ``wf`` on ``inputs`` into a new ``store`` (or continue the run in it: ``resume``);
-    see `Workflow.run`.  ``made_by`` is kept in the store's marker (``subzero demo``)."""
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a workflow: `execute`'s options, one typed record (`Workflow.run` builds it
+    from its keywords, which it documents; the command line from its flags).
+
+    Attributes
+    ----------
+    store : path or URL
+        The run's store: a new directory or an fsspec URL (or the one to continue: ``resume``).
+    strategies : dict, optional
+        Node (or node name) -> strategy name or names, pinned; the others the optimizer chooses.
+    max_disk, max_runtime, workload
+        The optimizer's budgets (bytes or ``"Nx"`` relative ones) and sample queries.
+    executor : {"spark", "local"}
+        Spark tasks over tiles, or threads in this process.
+    spark : SparkSession, optional
+        A session to run on instead of the embedded ``local[*]`` one.
+    tile_shape : int or tuple, optional
+        Tile lengths for tiled operators (default: `subzero.tiling.default_chunks`).
+    overwrite, resume : bool
+        Replace a store subzero made; or continue the run a crash or failure left in it.
+    progress : subzero.progress.Reporter, optional
+        Told how the run advances.
+    input_metadata : dict, optional
+        Input name -> a JSON-able dict kept with that input in the catalog.
+    made_by : str, optional
+        Kept in the store's marker (``subzero demo`` rebuilds only the stores it made).
+    storage_options : dict, optional
+        fsspec options of the store's file system.
+    """
+
+    store: Any
+    strategies: Any = None
+    max_disk: Any = None
+    max_runtime: Any = None
+    workload: Any = None
+    executor: str = "spark"
+    spark: Any = None
+    tile_shape: Any = None
+    overwrite: bool = False
+    resume: bool = False
+    progress: Reporter | None = None
+    input_metadata: dict | None = None
+    made_by: str | None = None
+    storage_options: dict | None = None
+
+
+def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
+    """Run ``wf`` on ``inputs`` as ``options`` say, into a new store (or continue the run in
+    it: ``options.resume``); see `Workflow.run`.
+
+    Returns
+    -------
+    subzero.run.Run
+        The finished run, holding its own bound graph (``wf`` is not changed).
+    """
     from subzero.optimizer.budgets import parse_disk_budget, parse_runtime_budget
     from subzero.optimizer.workload import parse_workload, workload_record
     from subzero.run import Run
     from subzero.store.location import resolve
 
-    progress = progress or Reporter()
+    store, strategies, max_disk, max_runtime = options.store, options.strategies, options.max_disk, options.max_runtime
+    workload, executor, spark, tile_shape = options.workload, options.executor, options.spark, options.tile_shape
+    overwrite, resume, made_by = options.overwrite, options.resume, options.made_by
+    progress = options.progress or Reporter()
     if overwrite and resume:
         raise WorkflowError("give resume=True (continue the run in the store) or overwrite=True (replace it), "
                             "not both")
     arrays = _check_inputs(wf, inputs)
-    input_metadata = _check_metadata(wf, input_metadata)
+    input_metadata = _check_metadata(wf, options.input_metadata)
     pinned = resolve_pinned(wf, strategies)
     _check_tile_shape(tile_shape)
     queries = parse_workload(wf, workload, static_shapes(wf, arrays, strict=True))  # before the store exists
@@ -368,7 +431,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
     input_bytes = int(sum(int(np.prod(a.shape, dtype=np.int64)) * a.dtype.itemsize for a in arrays.values()))
     disk_budget = parse_disk_budget(max_disk, input_bytes)
     parse_runtime_budget(max_runtime, 1.0)  # reject a malformed budget before anything runs
-    location = resolve(store, storage_options)
+    location = resolve(store, options.storage_options)
     check_executor(executor, location.url)
     executor = _in_process_if_tiny(executor, spark, input_bytes, progress)
     operators = [n for n in wf.nodes if not n.is_input]
@@ -404,7 +467,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
         if stored is not None:
             run.prepare_resume(arrays, clean=stored.status != "done")
             if stored.status == "done":  # nothing left to do
-                return Run(open_store(location), wf)
+                return Run(open_store(location), wf, operators=run.operators)
             run.catalog = replace(run.catalog, status="running", resumed=[*run.catalog.resumed, _now()])
             fs.write_catalog(run.catalog)
         if executor == "spark" and operators and (spark is not None or not _starts_spark()):
@@ -446,7 +509,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
         except OSError:  # the store itself failing (an outage): the error that stopped the run is the one to show
             if not failed:
                 raise
-    return Run(open_store(location), wf)
+    return Run(open_store(location), wf, operators=run.operators)
 
 
 #: consecutive per-tile nodes that store no lineage run as one stage (`_Execution.fused_group`):
@@ -619,8 +682,8 @@ def _one_pass(run: _Execution, operators: list[Node], pinned, queries, max_runti
             computed, prepared = run.compute(node, (), prepared), None
             stage = run.stage(node)
         start = time.perf_counter()
-        candidates = _candidates(node, pinned, access)
         op = stage.operator
+        candidates = _candidates(node, pinned, access, op)
         op_seconds = None if computed is None else sum(m.op_seconds for m in computed[0])
         if any(Strategy.parse(c).stored for c in candidates) or Mode.MAP in op.supported_modes():
             sampled, scale = _calibration_stage(run, node, stage) if computed is None else (stage, 1.0)
@@ -743,7 +806,7 @@ def _calibration_stage(run: _Execution, node: Node, stage: NodeStage) -> tuple[N
     offset = tuple(lo for lo, _ in box)
     crops: tuple[Any, ...] = tuple(CroppedInput(ref, offset) for ref in stage.inputs)  # read as ArrayRefs are
     try:
-        cropped = NodeStage.bind(node.name, node.operator, [lens] * len(op.input_shapes), crops, run.store,
+        cropped = NodeStage.bind(node.name, run.operator(node), [lens] * len(op.input_shapes), crops, run.store,
                                  run.tile_shape)
     except WorkflowError:  # the operator refuses the crop's shapes: measured whole
         return stage, 1.0
@@ -752,17 +815,21 @@ def _calibration_stage(run: _Execution, node: Node, stage: NodeStage) -> tuple[N
     return cropped, float(np.prod(shape)) / float(np.prod(lens))
 
 
-def _candidates(node: Node, pinned: dict[str, tuple[str, ...]], access: dict | None = None) -> list[str]:
+def _candidates(node: Node, pinned: dict[str, tuple[str, ...]], access: dict | None = None,
+                op: Operator | None = None) -> list[str]:
     """Strategies worth calibrating: mapping nodes keep mapping (SubZero VII) unless pinned;
     with the workload's ``access`` (`subzero.optimizer.workload.step_sizes`), the candidates
     the integer program would prune anyway are not measured either: every stored one of a
-    node no query steps through, and those indexed for a direction no query takes there."""
+    node no query steps through, and those indexed for a direction no query takes there.
+    ``op``: the node's operator as the run bound it (default: the workflow's)."""
     from subzero.planning import supported_strategies
 
+    op = op if op is not None else node.operator
+    assert op is not None, f"{node!r} is an input"
     own = list(pinned.get(node.name, ()))
-    if Mode.MAP in node.operator.supported_modes():
+    if Mode.MAP in op.supported_modes():
         return list(dict.fromkeys(["Map", "BlackBox", *own]))
-    every = supported_strategies(node.operator)
+    every = supported_strategies(op)
     if access is None:
         return every
     ways = {d for d in ("backward", "forward") if access.get((node.name, d), 0.0) > 0}

@@ -445,11 +445,11 @@ def test_resume_a_one_pass_run_killed_mid_way(tmp_path, monkeypatch, clean_run):
 
     real, computed = execution._Execution.compute, []
 
-    def compute_then_die(self, node, strategies):
+    def compute_then_die(self, node, strategies, *rest):
         computed.append(node.name)
         if node.name == "flaky":
             raise RuntimeError("killed mid-way")
-        return real(self, node, strategies)
+        return real(self, node, strategies, *rest)
 
     monkeypatch.setattr(execution._Execution, "compute", compute_then_die)
     with pytest.raises(RuntimeError, match="killed mid-way"):

@@ -147,7 +147,7 @@ def _spark_session(args):
         return None
     _quiet_spark_launch(args.verbose)
     from subzero.progress import spark_log_level
-    from subzero.spark import get_session
+    from subzero.executors.spark import get_session
 
     return get_session(args.master, log_level=spark_log_level(args.verbose), conf=conf)
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, PendingNode, RunRecord
 from subzero.errors import StoreError, WorkflowError
-from subzero.executor import Executor, LocalExecutor
+from subzero.executors import Executor, check_executor, make_executor
 from subzero.fingerprint import array_digest, combine_digests, differences, run_fingerprint
 from subzero.inputs_check import check_input_array
 from subzero.modes import Mode, Strategy
@@ -50,26 +50,8 @@ from subzero.dag import Node, Workflow
 
 log = logging.getLogger(__name__)
 
-__all__ = ["execute", "RunOptions", "LocalExecutor", "make_executor", "check_executor", "static_shapes"]
-
-
-def make_executor(executor: str, spark: Any = None) -> Executor:
-    """The executor named ``executor`` ("local" or "spark", on ``spark`` or a new session)."""
-    check_executor(executor, "")
-    if executor == "local":
-        return LocalExecutor()
-    from subzero.spark import SparkExecutor
-
-    return SparkExecutor(spark)
-
-
-def check_executor(executor: str, store_url: str) -> None:
-    """Refuse what cannot work before anything starts."""
-    if executor not in ("spark", "local"):
-        raise WorkflowError(f"unknown executor {executor!r}; use 'spark' (default) or 'local'")
-    if executor == "spark" and store_url.startswith("memory://"):
-        raise StoreError(f"store {store_url!r} lives in this process's memory, which Spark's workers cannot see; "
-                         "use executor='local' or a store on a file system the workers share")
+__all__ = ["execute", "RunOptions", "Policy", "FixedPolicy", "OnlinePolicy", "PendingPolicy", "OptimizerState",
+           "static_shapes"]
 
 
 class _Source(Operator):
@@ -517,7 +499,7 @@ def _in_process_if_tiny(executor: str, spark, input_bytes: int, progress: Report
     (the run's catalog, `subzero info` and the progress report say so); else ``executor``."""
     if executor != "spark" or spark is not None or input_bytes > IN_PROCESS_BYTES:
         return executor
-    from subzero.spark import would_start_embedded
+    from subzero.executors.spark import would_start_embedded
 
     if not would_start_embedded():
         return executor
@@ -528,7 +510,7 @@ def _in_process_if_tiny(executor: str, spark, input_bytes: int, progress: Report
 
 def _starts_spark() -> bool:
     """Whether making the Spark executor now would start a new embedded session."""
-    from subzero.spark import would_start_embedded
+    from subzero.executors.spark import would_start_embedded
 
     return would_start_embedded()
 

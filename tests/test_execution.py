@@ -11,7 +11,7 @@ from hypothesis import example, given, settings, strategies as st
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.executor import LocalExecutor
+from subzero.executors import LocalExecutor
 from subzero.progress import Reporter
 from subzero.store import FileStore
 
@@ -521,7 +521,7 @@ def test_commit_keeps_one_attempt_per_tile_and_removes_the_others(tmp_path):
     received) leaves a second shard; the manifest names the attempt the driver got, the other
     is removed, and the lineage is that of a clean run."""
     from subzero.catalog import RunRecord
-    from subzero.execution import _Execution, LocalExecutor
+    from subzero.execution import _Execution
     from subzero.modes import Strategy
     from subzero.progress import Reporter
     from subzero.runtime import run_tile
@@ -578,7 +578,7 @@ def test_calibration_skips_what_the_workload_never_asks(tmp_path):
 
 
 def test_tiny_inputs_run_in_process_when_spark_would_have_to_start(tmp_path, monkeypatch):
-    import subzero.spark as spark_mod
+    import subzero.executors.spark as spark_mod
     from subzero import execution
 
     monkeypatch.setattr(spark_mod, "would_start_embedded", lambda: True)
@@ -743,23 +743,25 @@ def test_fused_nodes_store_and_answer_exactly_what_nodes_run_one_by_one(steps, s
     last = f"n{len(steps) - 1}-{steps[-1]}"
     got = {}
     prepares = []  # the first passes run as their own job
-    map_prepare = LocalExecutor.map_prepare
+    import subzero.stage as stage_mod
 
-    def spied(self, task, tiles):
+    map_prepare = stage_mod.map_prepare
+
+    def spied(executor, task, tiles):
         prepares.append(task.node)
-        return map_prepare(self, task, tiles)
+        return map_prepare(executor, task, tiles)
 
     with tempfile.TemporaryDirectory() as root:
         for fuse in (True, False):
             seen = _StagesSeen()
             saved, execution.FUSE = execution.FUSE, fuse
-            LocalExecutor.map_prepare = spied  # type: ignore[method-assign]
+            stage_mod.map_prepare = spied
             try:
                 run = _chain(steps).run(inputs, store=os.path.join(root, str(fuse)), executor="local",
                                         tile_shape=tile, strategies=pins, progress=seen)
             finally:
                 execution.FUSE = saved
-                LocalExecutor.map_prepare = map_prepare  # type: ignore[method-assign]
+                stage_mod.map_prepare = map_prepare
             got[fuse] = (_stored_arrays(os.path.join(root, str(fuse))),
                          {n: r.strategies for n, r in run.catalog.nodes.items()},
                          run.backward(last, [(side // 2, 1)], to="x").tolist(),

@@ -61,19 +61,5 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def _run_workflow(workflow: Any, inputs: dict[str, Any], store: Any, /, **options: Any) -> Any:
-    """`Workflow.run`'s driver: `subzero.execution.execute`, imported on the first run."""
-    from subzero.execution import execute
-
-    return execute(workflow, inputs, store, **options)
-
-
-# The package is the composition root: Python runs this file before any subzero.* module, so
-# every Workflow.run finds its driver here, and the dag module never imports the driver.
-from subzero.entry import install_runner  # noqa: E402
-
-install_runner(_run_workflow)
-
-
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))

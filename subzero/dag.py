@@ -7,7 +7,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from subzero.entry import runner
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
 
@@ -65,7 +64,12 @@ class Workflow:
         return self._register(Node(self._check_name(name), None, (), self))
 
     def add(self, op: Operator, *inputs: Node, name: str | None = None) -> Node:
-        """Apply ``op`` to ``inputs`` (nodes of this workflow); return the new node."""
+        """Apply ``op`` to ``inputs`` (nodes of this workflow); return the new node (it carries a
+        shallow copy of ``op``: changing ``op`` afterwards does not change the workflow)."""
+        return self._add(copy.copy(op) if isinstance(op, Operator) else op, inputs, name)
+
+    def _add(self, op: Operator, inputs: tuple[Node, ...], name: str | None) -> Node:
+        """`add` without the copy: the node carries ``op`` itself."""
         if not isinstance(op, Operator):
             raise WorkflowError(f"wf.add expects a subzero Operator instance, got {type(op).__name__}; "
                                 "subclass sz.Operator and pass an instance")
@@ -83,7 +87,7 @@ class Workflow:
             base = type(op).__name__.lower()
             name = base if base not in self._nodes else next(
                 f"{base}_{k}" for k in range(1, len(self._nodes) + 2) if f"{base}_{k}" not in self._nodes)
-        return self._register(Node(self._check_name(name), copy.copy(op), tuple(inputs), self))
+        return self._register(Node(self._check_name(name), op, tuple(inputs), self))
 
     def _check_name(self, name: str) -> str:
         if not isinstance(name, str) or not _NAME.match(name):
@@ -193,9 +197,37 @@ class Workflow:
                 else:
                     if spec["name"] not in operators:
                         raise WorkflowError(f"workflow {name!r}: node {spec['name']!r} has no operator")
-                    node = wf.add(operators[spec["name"]], *[wf._nodes[i] for i in spec["inputs"]], name=spec["name"])
-                    node.operator = operators[spec["name"]]
+                    # the given operator itself (a stored one, loaded for this workflow), not a copy
+                    wf._add(operators[spec["name"]], tuple(wf._nodes[i] for i in spec["inputs"]), spec["name"])
         return wf
+
+    def with_operators(self, operators: "dict[str, Operator]") -> "Workflow":
+        """A new workflow of the same name and graph whose operator nodes carry ``operators``
+        (node name -> operator; a node not named keeps its own), the objects themselves, not copies.
+
+        This workflow is left as it is: a run binds its own graph this way (its nodes'
+        operators bound to their shapes, with their run state), so that the workflow a user
+        built stays the specification it was.
+
+        Parameters
+        ----------
+        operators : dict
+            Node name -> the operator the new graph's node carries.
+
+        Returns
+        -------
+        Workflow
+            New `Node` objects, with the same names and edges, in the same order.
+        """
+        unknown = sorted(set(operators) - {n.name for n in self._nodes.values() if not n.is_input})
+        if unknown:
+            raise WorkflowError(f"workflow {self.name!r} has no operator node(s) {unknown}; "
+                                f"its operator nodes: {[n.name for n in self.nodes if not n.is_input]}")
+        graph = Workflow(self.name)
+        for node in self._nodes.values():
+            op = None if node.is_input else operators.get(node.name, node.operator)
+            graph._register(Node(node.name, op, tuple(graph._nodes[i.name] for i in node.inputs), graph))
+        return graph
 
     # -- running --------------------------------------------------------------------------
     def run(self, inputs: dict[str, Any], store, strategies=None, max_disk=None, max_runtime=None,
@@ -254,15 +286,19 @@ class Workflow:
         Notes
         -----
         This is a convenience entry point: `subzero.execution.execute` runs the workflow.
-        The workflow module does not import the driver: it calls the runner the package
-        installed in `subzero.entry` (see docs/architecture.md, "The run path").
+        The workflow is not changed by running it: the run binds its own graph
+        (`with_operators`), held by the returned `Run`.  The driver is imported here, on
+        the first run (as dask's ``compute`` imports its scheduler): the one import from
+        this module upward, allowed by name in tests/test_architecture.py.
         """
-        if self.constants:
+        from subzero.execution import RunOptions, execute
+
+        if self.constants:  # the arrays a traced function captured
             inputs = {**self.constants, **dict(inputs)}
-        return runner()(self, inputs, store, strategies=strategies, max_disk=max_disk,
-                        max_runtime=max_runtime, workload=workload, executor=executor,
-                        spark=spark, tile_shape=tile_shape, overwrite=overwrite, resume=resume,
-                        progress=progress, input_metadata=input_metadata, storage_options=storage_options)
+        return execute(self, inputs, RunOptions(
+            store, strategies=strategies, max_disk=max_disk, max_runtime=max_runtime, workload=workload,
+            executor=executor, spark=spark, tile_shape=tile_shape, overwrite=overwrite, resume=resume,
+            progress=progress, input_metadata=input_metadata, storage_options=storage_options))
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, nodes={list(self._nodes)})"

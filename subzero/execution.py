@@ -23,18 +23,19 @@ first phase's arrays and captures the lineage of the nodes not committed yet.
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import logging
 import os
 import time
-from dataclasses import replace
-from typing import Any, Callable, Sequence, cast
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Protocol, Sequence, cast
 
 import numpy as np
 
 from subzero import config
 from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, PendingNode, RunRecord
 from subzero.errors import StorageUnavailable, StoreError, WorkflowError
-from subzero.executor import Executor, LocalExecutor
+from subzero.executors import Executor, check_executor, make_executor
 from subzero.fingerprint import array_digest, combine_digests, differences, run_fingerprint
 from subzero.inputs_check import check_input_array
 from subzero.modes import Mode, Strategy
@@ -51,26 +52,8 @@ from subzero.dag import Node, Workflow
 
 log = logging.getLogger(__name__)
 
-__all__ = ["execute", "LocalExecutor", "make_executor", "check_executor", "static_shapes"]
-
-
-def make_executor(executor: str, spark: Any = None) -> Executor:
-    """The executor named ``executor`` ("local" or "spark", on ``spark`` or a new session)."""
-    check_executor(executor, "")
-    if executor == "local":
-        return LocalExecutor()
-    from subzero.spark import SparkExecutor
-
-    return SparkExecutor(spark)
-
-
-def check_executor(executor: str, store_url: str) -> None:
-    """Refuse what cannot work before anything starts."""
-    if executor not in ("spark", "local"):
-        raise WorkflowError(f"unknown executor {executor!r}; use 'spark' (default) or 'local'")
-    if executor == "spark" and store_url.startswith("memory://"):
-        raise StoreError(f"store {store_url!r} lives in this process's memory, which Spark's workers cannot see; "
-                         "use executor='local' or a store on a file system the workers share")
+__all__ = ["execute", "RunOptions", "Policy", "FixedPolicy", "OnlinePolicy", "PendingPolicy", "OptimizerState",
+           "static_shapes"]
 
 
 class _Source(Operator):
@@ -114,6 +97,9 @@ class _Execution:
         self.tile_shape, self.progress = tile_shape, progress
         self.disk_left = max_disk
         self.arrays: dict[str, ArrayRecord] = {}
+        #: the run's own graph: node name -> its operator as this run bound it (with its run state:
+        #: a two-pass operator's combined summaries); the workflow's nodes keep the user's operators
+        self.operators: dict[str, Operator] = {}
 
     @property
     def runner(self):
@@ -203,15 +189,22 @@ class _Execution:
             else:
                 continue
             if not node.is_input:  # the operator that made the stored array (bound, with its run state)
-                node.operator = self.store.load_operator(node.name)
+                self.operators[node.name] = self.store.load_operator(node.name)
         if self.disk_left is not None:
             self.disk_left -= sum(sum(r.stats.bytes.values()) for r in catalog.nodes.values() if r.stats)
 
     # -- operators ----------------------------------------------------------------------------
+    def operator(self, node: Node) -> Operator:
+        """The node's operator in this run: the one it computed with (bound, with its run state)
+        once computed, else the workflow's."""
+        op = self.operators.get(node.name, node.operator)
+        assert op is not None, f"{node!r} is an input"
+        return op
+
     def stage(self, node: Node) -> NodeStage:
         """The node's stage: its operator bound to its inputs' shapes (and to its own, once computed)."""
         computed = self.arrays.get(node.name)
-        return NodeStage.bind(node.name, node.operator, tuple(self.arrays[i.name].shape for i in node.inputs),
+        return NodeStage.bind(node.name, self.operator(node), tuple(self.arrays[i.name].shape for i in node.inputs),
                               tuple(self.ref(i.name) for i in node.inputs), self.store, self.tile_shape,
                               computed.shape if computed is not None else None)
 
@@ -221,7 +214,7 @@ class _Execution:
         (``prepared``: a two-pass operator's first-pass summaries, made by a fused stage)."""
         done = self.stage(node).run(self.runner, strategies, write_output=True, progress=self.progress,
                                     prepared=prepared)
-        node.operator = done.stage.operator  # bound, with its run state: the returned run re-executes it
+        self.operators[node.name] = done.stage.operator  # bound, with its run state: the run's queries use it
         self.arrays[node.name] = done.commit_array()
         return done.metas, done.wall
 
@@ -240,7 +233,7 @@ class _Execution:
                 break
             inputs: tuple[Any, ...] = tuple(Held(n) if n in shapes else self.ref(n) for n in names)
             try:
-                stage = NodeStage.bind(node.name, node.operator,
+                stage = NodeStage.bind(node.name, self.operator(node),
                                        tuple(shapes[n] if n in shapes else self.arrays[n].shape for n in names),
                                        inputs, self.store, self.tile_shape)
             except WorkflowError:  # reported when the node runs on its own
@@ -264,7 +257,7 @@ class _Execution:
         done, summaries = fused.run(self.runner, self.progress)
         out = []
         for node, member in zip(nodes, done):
-            node.operator = member.stage.operator
+            self.operators[node.name] = member.stage.operator
             self.arrays[node.name] = replace(member, stage=self.stage(node)).commit_array()
             out.append((member.metas, member.wall))
         return out, summaries
@@ -346,23 +339,76 @@ def _strategies(names: Sequence[str]) -> tuple[Strategy, ...]:
     return tuple(Strategy.parse(n) for n in names)
 
 
-def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_runtime=None,
-            workload=None, executor="spark", spark=None, tile_shape=None, overwrite: bool = False,
-            resume: bool = False, progress: Reporter | None = None, input_metadata: dict | None = None,
-            made_by: str | None = None, storage_options: dict | None = None):
-    """Run ``wf`` on ``inputs`` into a new ``store`` (or continue the run in it: ``resume``);
-    see `Workflow.run`.  ``made_by`` is kept in the store's marker (``subzero demo``)."""
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a workflow: `execute`'s options, one typed record (`Workflow.run` builds it
+    from its keywords, which it documents; the command line from its flags).
+
+    Attributes
+    ----------
+    store : path or URL
+        The run's store: a new directory or an fsspec URL (or the one to continue: ``resume``).
+    strategies : dict, optional
+        Node (or node name) -> strategy name or names, pinned; the others the optimizer chooses.
+    max_disk, max_runtime, workload
+        The optimizer's budgets (bytes or ``"Nx"`` relative ones) and sample queries.
+    executor : {"spark", "local"}
+        Spark tasks over tiles, or threads in this process.
+    spark : SparkSession, optional
+        A session to run on instead of the embedded ``local[*]`` one.
+    tile_shape : int or tuple, optional
+        Tile lengths for tiled operators (default: `subzero.tiling.default_chunks`).
+    overwrite, resume : bool
+        Replace a store subzero made; or continue the run a crash or failure left in it.
+    progress : subzero.progress.Reporter, optional
+        Told how the run advances.
+    input_metadata : dict, optional
+        Input name -> a JSON-able dict kept with that input in the catalog.
+    made_by : str, optional
+        Kept in the store's marker (``subzero demo`` rebuilds only the stores it made).
+    storage_options : dict, optional
+        fsspec options of the store's file system.
+    """
+
+    store: Any
+    strategies: Any = None
+    max_disk: Any = None
+    max_runtime: Any = None
+    workload: Any = None
+    executor: str = "spark"
+    spark: Any = None
+    tile_shape: Any = None
+    overwrite: bool = False
+    resume: bool = False
+    progress: Reporter | None = None
+    input_metadata: dict | None = None
+    made_by: str | None = None
+    storage_options: dict | None = None
+
+
+def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
+    """Run ``wf`` on ``inputs`` as ``options`` say, into a new store (or continue the run in
+    it: ``options.resume``); see `Workflow.run`.
+
+    Returns
+    -------
+    subzero.run.Run
+        The finished run, holding its own bound graph (``wf`` is not changed).
+    """
     from subzero.optimizer.budgets import parse_disk_budget, parse_runtime_budget
     from subzero.optimizer.workload import parse_workload, workload_record
     from subzero.run import Run
     from subzero.store.location import resolve
 
-    progress = progress or Reporter()
+    store, strategies, max_disk, max_runtime = options.store, options.strategies, options.max_disk, options.max_runtime
+    workload, executor, spark, tile_shape = options.workload, options.executor, options.spark, options.tile_shape
+    overwrite, resume, made_by = options.overwrite, options.resume, options.made_by
+    progress = options.progress or Reporter()
     if overwrite and resume:
         raise WorkflowError("give resume=True (continue the run in the store) or overwrite=True (replace it), "
                             "not both")
     arrays = _check_inputs(wf, inputs)
-    input_metadata = _check_metadata(wf, input_metadata)
+    input_metadata = _check_metadata(wf, options.input_metadata)
     pinned = resolve_pinned(wf, strategies)
     _check_tile_shape(tile_shape)
     queries = parse_workload(wf, workload, static_shapes(wf, arrays, strict=True))  # before the store exists
@@ -370,7 +416,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
     input_bytes = int(sum(int(np.prod(a.shape, dtype=np.int64)) * a.dtype.itemsize for a in arrays.values()))
     disk_budget = parse_disk_budget(max_disk, input_bytes)
     parse_runtime_budget(max_runtime, 1.0)  # reject a malformed budget before anything runs
-    location = resolve(store, storage_options)
+    location = resolve(store, options.storage_options)
     check_executor(executor, location.url)
     executor = _in_process_if_tiny(executor, spark, input_bytes, progress)
     operators = [n for n in wf.nodes if not n.is_input]
@@ -407,7 +453,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
         if stored is not None:
             run.prepare_resume(arrays, clean=stored.status != "done")
             if stored.status == "done":  # nothing left to do
-                return Run(open_store(location), wf)
+                return Run(open_store(location), wf, operators=run.operators)
             run.catalog = replace(run.catalog, status="running", resumed=[*run.catalog.resumed, _now()])
             fs.write_catalog(run.catalog)
         if executor == "spark" and operators and (spark is not None or not _starts_spark()):
@@ -416,23 +462,10 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
             for node in wf.inputs:
                 if node.name not in run.catalog.nodes:
                     run.save_input(node, arrays[node.name], input_metadata.get(node.name))
-            if optimized:
-                _optimized(run, operators, pinned, queries, max_runtime)
-            else:
-                left = [n for n in operators if n.name not in run.catalog.nodes]  # some committed before a resume
-                chosen = {n.name: _strategies(pinned.get(n.name) or default_strategies(n)) for n in left}
-                prepared = None  # the first-pass summaries of the next node, made by the fused stage before it
-                while left:
-                    group = run.fused_group(left, chosen)
-                    if group is not None:
-                        nodes, left = left[:len(group.stages)], left[len(group.stages):]
-                        computed, prepared = run.compute_fused(nodes, group)
-                    else:
-                        nodes, left = left[:1], left[1:]
-                        computed, prepared = [run.compute(nodes[0], chosen[nodes[0].name], prepared)], None
-                    for node, (metas, wall) in zip(nodes, computed):
-                        reason = "pinned" if node.name in pinned else "default"
-                        run.commit(node, chosen[node.name], metas, wall, {"reason": reason})
+            pending = run.catalog.pending() if optimized else None
+            policy: Policy = PendingPolicy(pending) if pending is not None else \
+                OnlinePolicy(run, pinned, queries, max_runtime) if optimized else FixedPolicy(operators, pinned)
+            _run_nodes(run, operators, policy)
         except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, StorageUnavailable)):  # tiles still waiting on the store stop
                 storage_retry.abandon("the run was interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc))
@@ -458,7 +491,7 @@ def execute(wf: Workflow, inputs, store, strategies=None, max_disk=None, max_run
             else:
                 if isinstance(failed, StorageUnavailable):
                     failed.cleanup = "the writer lock was released"
-    return Run(open_store(location), wf)
+    return Run(open_store(location), wf, operators=run.operators)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -479,7 +512,7 @@ def _in_process_if_tiny(executor: str, spark, input_bytes: int, progress: Report
     limit = config.get("in_process_bytes")
     if executor != "spark" or spark is not None or input_bytes > limit:
         return executor
-    from subzero.spark import would_start_embedded
+    from subzero.executors.spark import would_start_embedded
 
     if not would_start_embedded():
         return executor
@@ -490,7 +523,7 @@ def _in_process_if_tiny(executor: str, spark, input_bytes: int, progress: Report
 
 def _starts_spark() -> bool:
     """Whether making the Spark executor now would start a new embedded session."""
-    from subzero.spark import would_start_embedded
+    from subzero.executors.spark import would_start_embedded
 
     return would_start_embedded()
 
@@ -559,85 +592,219 @@ def _check_tile_shape(tile_shape) -> None:
                             f"each axis), got {tile_shape!r}")
 
 
-def _optimized(run: _Execution, operators: list[Node], pinned, queries, max_runtime) -> None:
-    """The optimizer's run: finish a resumed two-phase run's phase 2 (its plan is in the
-    catalog: stores of an older subzero), else plan and compute each node in one pass."""
-    pending = run.catalog.pending()
-    if pending is not None:
-        _finish_two_phase(run, operators, pending)
-    else:
-        _one_pass(run, operators, pinned, queries, max_runtime)
+@dataclass(frozen=True)
+class _Computed:
+    """A node's output computed in this run (its tiles' metadata and wall), or by an older
+    two-phase run's first phase (no metadata: ``measured`` stands in for it)."""
+
+    metas: list[TileMeta]
+    wall: float
+    measured: dict | None = None
 
 
-def _finish_two_phase(run: _Execution, operators: list[Node], pending: dict[str, PendingNode]) -> None:
-    """Phase 2 of a two-phase run resumed from its catalog: every node phase 1 computed and not
-    committed yet re-runs to capture the lineage its plan stores."""
-    for node in operators:
-        if node.name in run.catalog.nodes:
-            continue  # committed before the run was resumed
-        item = pending[node.name]
-        chosen = tuple(item.strategies)
-        stored = tuple(s for s in chosen if s.stored)
-        if stored:
-            metas, wall = run.capture(node, stored)
-            measured = None
-        else:
-            metas, wall, measured = [], item.measured["wall"], item.measured
-        run.commit(node, chosen, metas, wall, dict(item.extra), measured=measured)
-    optimizer = {k: v for k, v in (run.catalog.optimizer or {}).items() if k != "pending"}
-    run.catalog = replace(run.catalog, optimizer=optimizer)
+@dataclass(frozen=True)
+class _Choice:
+    """What a policy chose for a node: the strategies it stores, and its catalog entry's extras
+    (``reason``, predictions, ...)."""
+
+    strategies: tuple[Strategy, ...]
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _one_pass(run: _Execution, operators: list[Node], pinned, queries, max_runtime) -> None:
-    """Plan each node when its inputs are committed, then compute it once, with its lineage.
+class Policy(Protocol):
+    """Chooses each node's strategies for `_run_nodes`, the one run loop: a fixed choice (pins
+    and defaults: `FixedPolicy`), the online optimizer (`OnlinePolicy`), or an older store's
+    two-phase plan (`PendingPolicy`)."""
+
+    def fusable(self, nodes: Sequence[Node]) -> list[tuple[Node, tuple[Strategy, ...]]]:
+        """The leading ``nodes`` a fused stage may compute, each with the strategies it stores
+        whatever the policy chooses later (`_Execution.fused_group` fuses a prefix of them)."""
+        ...
+
+    def computed_before(self, run: _Execution, node: Node) -> _Computed | None:
+        """The node's output as an earlier run computed it (None: this run computes it)."""
+        ...
+
+    def computes_first(self, stage: NodeStage) -> bool:
+        """Whether the node is computed without lineage before `choose` (only running tells
+        its shape, or its tiles need its first pass); its lineage is captured after."""
+        ...
+
+    def committed(self, name: str, record: NodeRecord) -> None:
+        """A node committed before this run was resumed."""
+        ...
+
+    def choose(self, run: _Execution, node: Node, stage: NodeStage, computed: _Computed | None) -> _Choice:
+        """The node's strategies (``computed``: its output, when computed already)."""
+        ...
+
+    def ran(self, run: _Execution, node: Node, choice: _Choice, computed: _Computed) -> dict[str, Any]:
+        """The node ran as ``choice`` says: account for it; the catalog entry's further extras."""
+        ...
+
+    def finish(self, run: _Execution) -> None:
+        """Every node is committed."""
+        ...
+
+
+class FixedPolicy:
+    """The strategies the user pinned, else each node's default (`subzero.planning`)."""
+
+    def __init__(self, operators: Sequence[Node], pinned: dict[str, tuple[str, ...]]):
+        self.pinned = pinned
+        self.chosen = {n.name: _strategies(pinned.get(n.name) or default_strategies(n)) for n in operators}
+
+    def fusable(self, nodes: Sequence[Node]) -> list[tuple[Node, tuple[Strategy, ...]]]:
+        return [(n, self.chosen[n.name]) for n in nodes]
+
+    def computed_before(self, run: _Execution, node: Node) -> _Computed | None:
+        return None
+
+    def computes_first(self, stage: NodeStage) -> bool:
+        return False
+
+    def committed(self, name: str, record: NodeRecord) -> None:
+        pass
+
+    def choose(self, run: _Execution, node: Node, stage: NodeStage, computed: _Computed | None) -> _Choice:
+        return _Choice(self.chosen[node.name], {"reason": "pinned" if node.name in self.pinned else "default"})
+
+    def ran(self, run: _Execution, node: Node, choice: _Choice, computed: _Computed) -> dict[str, Any]:
+        return {}
+
+    def finish(self, run: _Execution) -> None:
+        pass
+
+
+class PendingPolicy:
+    """Phase 2 of an older subzero's two-phase run, resumed from its catalog (its plan:
+    `catalog.PendingNode` records): every node phase 1 computed captures the lineage its plan
+    stores."""
+
+    def __init__(self, pending: dict[str, PendingNode]):
+        self.pending = pending
+
+    def fusable(self, nodes: Sequence[Node]) -> list[tuple[Node, tuple[Strategy, ...]]]:
+        return []  # every node's output is stored already
+
+    def computed_before(self, run: _Execution, node: Node) -> _Computed | None:
+        item = self.pending[node.name]
+        return _Computed([], item.measured["wall"], item.measured)
+
+    def computes_first(self, stage: NodeStage) -> bool:
+        return False
+
+    def committed(self, name: str, record: NodeRecord) -> None:
+        pass
+
+    def choose(self, run: _Execution, node: Node, stage: NodeStage, computed: _Computed | None) -> _Choice:
+        item = self.pending[node.name]
+        return _Choice(tuple(item.strategies), dict(item.extra))
+
+    def ran(self, run: _Execution, node: Node, choice: _Choice, computed: _Computed) -> dict[str, Any]:
+        return {}
+
+    def finish(self, run: _Execution) -> None:
+        optimizer = {k: v for k, v in (run.catalog.optimizer or {}).items() if k != "pending"}
+        run.catalog = replace(run.catalog, optimizer=optimizer)
+
+
+@dataclass
+class OptimizerState:
+    """The online optimizer's running sums over the nodes planned so far (kept in the catalog's
+    ``optimizer`` record, so a resumed run goes on from them)."""
+
+    base_seconds: float = 0.0  #: the operators' measured time: the base of relative runtime budgets
+    calibration_seconds: float = 0.0
+    solve_seconds: float = 0.0
+    objective: float = 0.0
+    predicted_disk: float = 0.0
+    predicted_runtime: float = 0.0
+    status: str = "optimal"
+    pins_over_budget: str = ""
+    max_disk: Any = None  #: the disk budget in bytes, as the run began
+
+    SUMS = ("base_seconds", "calibration_seconds", "solve_seconds", "objective", "predicted_disk",
+            "predicted_runtime")
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], max_disk: Any) -> "OptimizerState":
+        """The state a catalog's ``optimizer`` record holds (empty: a new run's)."""
+        sums = {k: float(record.get(k) or 0.0) for k in cls.SUMS}
+        return cls(**sums, status=record.get("status", "optimal"),
+                   pins_over_budget=record.get("pins_over_budget", ""),
+                   max_disk=record.get("max_disk_bytes", max_disk))
+
+    def to_record(self, max_runtime_seconds: float | None) -> dict[str, Any]:
+        """The catalog's ``optimizer`` record (the same keys, in the same order, as ever)."""
+        return {**{k: getattr(self, k) for k in self.SUMS}, "status": self.status, "max_disk_bytes": self.max_disk,
+                "max_runtime_seconds": max_runtime_seconds, "pins_over_budget": self.pins_over_budget,
+                "one_pass": True}
+
+
+class OnlinePolicy:
+    """The optimizer, planning each node in one pass once its inputs are committed.
 
     In topological order: the node is calibrated on sample windows of its stored inputs
     (`subzero.optimizer.calibrate.profile_node`, its operator time estimated from them), its
     strategies chosen by the integer program over its own candidates, with the fans of the
     nodes profiled so far, the disk left and the runtime budget left (a ``"2x"`` budget is
     relative to the operators' time measured on the nodes computed so far plus this node's
-    estimate; what earlier nodes did not spend carries over), then it runs once, storing what was chosen, and commits with its
-    explanation (reason, predictions, profile).  The catalog's ``optimizer`` record sums the
-    nodes planned so far, so a resumed run goes on from the first node not committed.
+    estimate; what earlier nodes did not spend carries over); the node then runs once, storing
+    what was chosen, and commits with its explanation (reason, predictions, profile).  The
+    budgets and sums are an `OptimizerState`, kept in the catalog's ``optimizer`` record, so a
+    resumed run goes on from the first node not committed.
     """
-    from subzero.optimizer.budgets import parse_runtime_budget
-    from subzero.optimizer.calibrate import profile_node
-    from subzero.optimizer.cost_model import NodeProfile
-    from subzero.optimizer.plan import node_choice, optimize
-    from subzero.optimizer.workload import step_sizes
 
-    access, _ = step_sizes(run.wf, queries, lambda node, direction, cells: cells)  # who is queried, which way
-    stored_opt = dict(run.catalog.optimizer or {})
-    totals = {k: float(stored_opt.get(k) or 0.0) for k in
-              ("base_seconds", "calibration_seconds", "solve_seconds", "objective", "predicted_disk",
-               "predicted_runtime")}
-    status, over_budget = stored_opt.get("status", "optimal"), stored_opt.get("pins_over_budget", "")
-    max_disk = stored_opt.get("max_disk_bytes", run.disk_left)
-    profiles: dict[str, NodeProfile] = {}
-    fused: dict[str, tuple[list[TileMeta], float]] = {}  # computed by a fused stage, to plan and commit
-    prepared = None  # the first-pass summaries of the next node, made by the fused stage before it
-    for k, node in enumerate(operators):
-        record = run.catalog.nodes.get(node.name)
-        if record is not None:  # committed before the run was resumed: its profile for the fans
-            if record.profile:
-                profiles[node.name] = NodeProfile.from_dict(record.profile)
-            continue
-        if node.name not in fused and prepared is None:  # not computed by the fused stage before it
-            computed_now, prepared = _fuse_unstored(run, operators[k:], pinned, access)
-            fused.update(computed_now)
-        stage, computed = run.stage(node), fused.pop(node.name, None)
-        if computed is None and (stage.output_shape is None or stage.operator.two_pass):
-            # only running tells its shape, or its tiles need its first pass (run by compute): computed
-            # first, calibrated then, its lineage captured after if the plan stores any
-            computed, prepared = run.compute(node, (), prepared), None
-            stage = run.stage(node)
+    def __init__(self, run: _Execution, pinned: dict[str, tuple[str, ...]], queries, max_runtime):
+        from subzero.optimizer.workload import step_sizes
+
+        self.pinned, self.queries, self.max_runtime = pinned, queries, max_runtime
+        self.access, _ = step_sizes(run.wf, queries, lambda node, direction, cells: cells)  # who is queried, which way
+        self.state = OptimizerState.from_record(dict(run.catalog.optimizer or {}), run.disk_left)
+        self.profiles: dict[str, Any] = {}  # node name -> its NodeProfile: the fans the integer program plans with
+        self._planned: dict[str, Any] = {}  # node name -> (profile, budget) until it commits
+
+    def fusable(self, nodes: Sequence[Node]) -> list[tuple[Node, tuple[Strategy, ...]]]:
+        """The leading nodes whose every candidate stores nothing (Map or BlackBox: whatever the
+        integer program picks, the run is the same), and a two-pass node after them (its first
+        pass); they are planned after, from their measured time."""
+        lead: list[tuple[Node, tuple[Strategy, ...]]] = []
+        for node in nodes:
+            strategies = _strategies(_candidates(node, self.pinned, self.access))
+            if any(s.stored for s in strategies):
+                if node.operator is not None and node.operator.two_pass:
+                    lead.append((node, ()))
+                break
+            lead.append((node, strategies))
+        return lead
+
+    def computed_before(self, run: _Execution, node: Node) -> _Computed | None:
+        return None
+
+    def computes_first(self, stage: NodeStage) -> bool:
+        return stage.output_shape is None or stage.operator.two_pass
+
+    def committed(self, name: str, record: NodeRecord) -> None:
+        from subzero.optimizer.cost_model import NodeProfile
+
+        if record.profile:  # its profile, for the fans
+            self.profiles[name] = NodeProfile.from_dict(record.profile)
+
+    def choose(self, run: _Execution, node: Node, stage: NodeStage, computed: _Computed | None) -> _Choice:
+        from subzero.optimizer.budgets import parse_runtime_budget
+        from subzero.optimizer.calibrate import profile_node
+        from subzero.optimizer.cost_model import NodeProfile
+        from subzero.optimizer.plan import node_choice, optimize
+
+        state = self.state
         start = time.perf_counter()
-        candidates = _candidates(node, pinned, access)
         op = stage.operator
-        op_seconds = None if computed is None else sum(m.op_seconds for m in computed[0])
+        candidates = _candidates(node, self.pinned, self.access, op)
+        op_seconds = None if computed is None else sum(m.op_seconds for m in computed.metas)
         if any(Strategy.parse(c).stored for c in candidates) or Mode.MAP in op.supported_modes():
             sampled, scale = _calibration_stage(run, node, stage) if computed is None else (stage, 1.0)
-            limit = _capture_limit(max_runtime, totals, pinned.get(node.name, ()))
+            limit = _capture_limit(self.max_runtime, state, self.pinned.get(node.name, ()))
             profile = profile_node(sampled.task(), list(sampled.tiles), candidates, op_seconds, runner=run.runner,
                                    scale=scale, limit=limit)
             profile = replace(profile, tiles=len(stage.tiles), out_size=int(np.prod(op.output_shape)),
@@ -646,70 +813,87 @@ def _one_pass(run: _Execution, operators: list[Node], pinned, queries, max_runti
             profile = NodeProfile(node=node.name, tiles=len(stage.tiles), out_size=int(np.prod(op.output_shape)),
                                   in_sizes=[int(np.prod(sh)) for sh in op.input_shapes], all_to_all=op.all_to_all,
                                   op_seconds=op_seconds or 0.0, one_pass=computed is None)
-        profiles[node.name] = profile
-        totals["calibration_seconds"] += time.perf_counter() - start
-        budget = parse_runtime_budget(max_runtime, totals["base_seconds"] + profile.op_seconds)
-        left = None if budget is None else max(budget - totals["predicted_runtime"], 0.0)
+        self.profiles[node.name] = profile
+        state.calibration_seconds += time.perf_counter() - start
+        budget = parse_runtime_budget(self.max_runtime, state.base_seconds + profile.op_seconds)
+        left = None if budget is None else max(budget - state.predicted_runtime, 0.0)
         mine = {node.name}
         try:
-            plan, problem = optimize(run.wf, profiles, queries, run.disk_left, left, pinned, mine)
+            plan, problem = optimize(run.wf, self.profiles, self.queries, run.disk_left, left, self.pinned, mine)
         except WorkflowError as exc:  # pins alone break a budget: plan the rest, pins fall back at commit
-            plan, problem = optimize(run.wf, profiles, queries, run.disk_left, left, {}, mine)
-            over_budget = str(exc)
-        chosen, extra = node_choice(plan, problem, pinned, profile, node.name)
+            plan, problem = optimize(run.wf, self.profiles, self.queries, run.disk_left, left, {}, mine)
+            state.pins_over_budget = str(exc)
+        chosen, extra = node_choice(plan, problem, self.pinned, profile, node.name)
         picked = [c for c in problem.candidates if c.node == node.name and c.strategy in chosen]
-        totals["predicted_disk"] += sum(c.disk for c in picked)
-        totals["predicted_runtime"] += sum(c.runtime for c in picked)
-        totals["solve_seconds"] += plan.solve_seconds
-        totals["objective"] += plan.objective
-        status = status if plan.status == "optimal" else plan.status
-        stored = tuple(s for s in chosen if s.stored)
+        state.predicted_disk += sum(c.disk for c in picked)
+        state.predicted_runtime += sum(c.runtime for c in picked)
+        state.solve_seconds += plan.solve_seconds
+        state.objective += plan.objective
+        state.status = state.status if plan.status == "optimal" else plan.status
+        self._planned[node.name] = (profile, budget)
+        return _Choice(chosen, extra)
+
+    def ran(self, run: _Execution, node: Node, choice: _Choice, computed: _Computed) -> dict[str, Any]:
+        profile, budget = self._planned.pop(node.name)
+        # the workflow alone as measured so far (the operators' time, lineage apart): the next budget's base
+        op_measured = sum(m.op_seconds for m in computed.metas)
+        self.state.base_seconds += op_measured
+        run.catalog = replace(run.catalog, optimizer=self.state.to_record(budget))
+        return {"compute_seconds": computed.wall, "profile": _as_run(profile, op_measured).to_dict()}
+
+    def finish(self, run: _Execution) -> None:
+        from subzero.optimizer.budgets import parse_runtime_budget
+
+        if run.catalog.optimizer is not None:  # the budget over the whole workflow's measured time, as recorded
+            run.catalog = replace(run.catalog, optimizer={
+                **run.catalog.optimizer,
+                "max_runtime_seconds": parse_runtime_budget(self.max_runtime, self.state.base_seconds)})
+
+
+def _run_nodes(run: _Execution, operators: Sequence[Node], policy: Policy) -> None:
+    """The run loop: per node, in topological order, ``policy.choose`` -> the stage runs -> commit.
+
+    Nodes committed before a resume are skipped (told to the policy).  A node not computed yet
+    first tries to lead a fused stage (`_Execution.fused_group` over the prefix the policy
+    calls `Policy.fusable`): its members are computed together and then chosen and committed
+    one by one.  A node the policy `Policy.computes_first` is computed without lineage, then
+    chosen; a node computed before it is chosen re-runs its tiles only to capture the lineage
+    chosen (`_Execution.capture`), if any.
+    """
+    computed: dict[str, _Computed] = {}  # computed by a fused stage, to choose for and commit
+    prepared = None  # the first-pass summaries of the next node, made by the fused stage before it
+    for k, node in enumerate(operators):
+        record = run.catalog.nodes.get(node.name)
+        if record is not None:  # committed before the run was resumed
+            policy.committed(node.name, record)
+            continue
+        if node.name not in computed and prepared is None:
+            lead = policy.fusable(list(itertools.takewhile(lambda n: n.name not in run.catalog.nodes, operators[k:])))
+            group = run.fused_group([n for n, _ in lead], dict((n.name, s) for n, s in lead))
+            if group is not None:
+                members = operators[k:k + len(group.stages)]
+                done, prepared = run.compute_fused(members, group)
+                computed.update((n.name, _Computed(*d)) for n, d in zip(members, done))
+        stage, now = run.stage(node), computed.pop(node.name, None) or policy.computed_before(run, node)
+        if now is None and policy.computes_first(stage):
+            now, prepared = _Computed(*run.compute(node, (), prepared)), None
+            stage = run.stage(node)
+        choice = policy.choose(run, node, stage, now)
+        stored = tuple(s for s in choice.strategies if s.stored)
         measured = None
-        if computed is None:
-            computed = metas, wall = run.compute(node, chosen)
+        if now is None:
+            now, prepared = _Computed(*run.compute(node, choice.strategies, prepared)), None
+            metas, wall = now.metas, now.wall
         elif stored:
             metas, wall = run.capture(node, stored)
         else:
-            metas, wall, measured = [], computed[1], _measured(*computed)
-        # the workflow alone as measured so far (the operators' time, lineage apart): the next budget's base
-        op_measured = sum(m.op_seconds for m in computed[0])
-        totals["base_seconds"] += op_measured
-        run.catalog = replace(run.catalog, optimizer={
-            **totals, "status": status, "max_disk_bytes": max_disk, "max_runtime_seconds": budget,
-            "pins_over_budget": over_budget, "one_pass": True})
-        run.commit(node, chosen, metas, wall, extra | {"compute_seconds": computed[1],
-                                                       "profile": _as_run(profile, op_measured).to_dict()},
-                   measured=measured)
-    if run.catalog.optimizer is not None:  # the budget over the whole workflow's measured time, as recorded
-        run.catalog = replace(run.catalog, optimizer={
-            **run.catalog.optimizer, "max_runtime_seconds": parse_runtime_budget(max_runtime, totals["base_seconds"])})
+            metas, wall, measured = [], now.wall, now.measured or _measured(now.metas, now.wall)
+        extra = choice.extra | policy.ran(run, node, choice, now)
+        run.commit(node, choice.strategies, metas, wall, extra, measured=measured)
+    policy.finish(run)
 
 
-def _fuse_unstored(run: _Execution, nodes: Sequence[Node], pinned,
-                   access) -> tuple[dict[str, tuple[list[TileMeta], float]], list[Any] | None]:
-    """Compute the longest run of ``nodes`` whose every candidate stores nothing (Map or
-    BlackBox: whatever the integer program picks, the run is the same) as one fused stage, as
-    a run without an optimizer does (`_Execution.fused_group`); they are planned after, from
-    their measured operator time, like a node that is computed first.  Returns each member's
-    tiles' metadata and wall by name (empty when fewer than two nodes fuse), and the first-pass
-    summaries of the node after them when the stage made them (else None)."""
-    unstored: dict[str, tuple[Strategy, ...]] = {}
-    for node in nodes:
-        strategies = _strategies(_candidates(node, pinned, access))
-        if node.name in run.catalog.nodes or any(s.stored for s in strategies):  # committed before a resume
-            break
-        unstored[node.name] = strategies
-    after = [n for n in nodes[len(unstored):len(unstored) + 1]  # its first pass, perhaps
-             if n.operator.two_pass and n.name not in run.catalog.nodes]
-    group = run.fused_group([*nodes[:len(unstored)], *after], {**unstored, **{n.name: () for n in after}})
-    if group is None:
-        return {}, None
-    members = nodes[:len(group.stages)]
-    computed, summaries = run.compute_fused(members, group)
-    return {n.name: done for n, done in zip(members, computed)}, summaries
-
-
-def _capture_limit(max_runtime, totals: dict[str, float], pins: Sequence[str]):
+def _capture_limit(max_runtime, state: OptimizerState, pins: Sequence[str]):
     """The runtime budget left to one node's candidates as a function of its operator time (the
     integer program's, `parse_runtime_budget` over the time measured so far plus the node's, less
     what earlier nodes' plans predicted): calibration does not encode a candidate over it.  None
@@ -721,8 +905,8 @@ def _capture_limit(max_runtime, totals: dict[str, float], pins: Sequence[str]):
         return None
 
     def left(op_seconds: float) -> float:
-        return float(parse_runtime_budget(max_runtime, totals["base_seconds"] + op_seconds) or 0.0) - \
-            totals["predicted_runtime"]
+        return float(parse_runtime_budget(max_runtime, state.base_seconds + op_seconds) or 0.0) - \
+            state.predicted_runtime
 
     return CaptureLimit(left(0.0), left(1.0) - left(0.0), 0.0, tuple(pins))
 
@@ -756,7 +940,7 @@ def _calibration_stage(run: _Execution, node: Node, stage: NodeStage) -> tuple[N
     offset = tuple(lo for lo, _ in box)
     crops: tuple[Any, ...] = tuple(CroppedInput(ref, offset) for ref in stage.inputs)  # read as ArrayRefs are
     try:
-        cropped = NodeStage.bind(node.name, node.operator, [lens] * len(op.input_shapes), crops, run.store,
+        cropped = NodeStage.bind(node.name, run.operator(node), [lens] * len(op.input_shapes), crops, run.store,
                                  run.tile_shape)
     except WorkflowError:  # the operator refuses the crop's shapes: measured whole
         return stage, 1.0
@@ -765,17 +949,21 @@ def _calibration_stage(run: _Execution, node: Node, stage: NodeStage) -> tuple[N
     return cropped, float(np.prod(shape)) / float(np.prod(lens))
 
 
-def _candidates(node: Node, pinned: dict[str, tuple[str, ...]], access: dict | None = None) -> list[str]:
+def _candidates(node: Node, pinned: dict[str, tuple[str, ...]], access: dict | None = None,
+                op: Operator | None = None) -> list[str]:
     """Strategies worth calibrating: mapping nodes keep mapping (SubZero VII) unless pinned;
     with the workload's ``access`` (`subzero.optimizer.workload.step_sizes`), the candidates
     the integer program would prune anyway are not measured either: every stored one of a
-    node no query steps through, and those indexed for a direction no query takes there."""
+    node no query steps through, and those indexed for a direction no query takes there.
+    ``op``: the node's operator as the run bound it (default: the workflow's)."""
     from subzero.planning import supported_strategies
 
+    op = op if op is not None else node.operator
+    assert op is not None, f"{node!r} is an input"
     own = list(pinned.get(node.name, ()))
-    if Mode.MAP in node.operator.supported_modes():
+    if Mode.MAP in op.supported_modes():
         return list(dict.fromkeys(["Map", "BlackBox", *own]))
-    every = supported_strategies(node.operator)
+    every = supported_strategies(op)
     if access is None:
         return every
     ways = {d for d in ("backward", "forward") if access.get((node.name, d), 0.0) > 0}

@@ -9,7 +9,7 @@ node is brought up to date at the cost of the change, not of the workflow:
   local disk, copies elsewhere: stores are immutable, so sharing files is safe): its
   array, operator, manifest and lineage shards;
 - a node some of whose inputs changed re-runs, through the executor (in-process or
-  Spark, `subzero.execution.make_executor`), only the tiles whose input boxes meet the
+  Spark, `subzero.executors.make_executor`), only the tiles whose input boxes meet the
   changed cells; its other tiles' chunks and lineage shards are linked, and its manifest
   lists old shards for them and new ones for the re-run tiles.  Operators whose tiles
   depend on each other (two-pass operators such as `Label`), whose lineage is merged
@@ -42,7 +42,7 @@ import numpy as np
 from subzero.catalog import ArrayRecord, Manifest, NodeRecord
 from subzero.cells import to_ids
 from subzero.errors import LineageError, StoreError, WorkflowError
-from subzero.executor import Executor
+from subzero.executors import Executor, check_executor, make_executor
 from subzero.frontier import Frontier
 from subzero.modes import Strategy
 from subzero.progress import Reporter
@@ -422,7 +422,6 @@ def replay(run: "Run", patches: "Patch | list[Patch]", store, executor: str = "l
     ReplayResult
         ``run`` is the new `Run` (a complete store: query it as any other).
     """
-    from subzero.execution import check_executor, make_executor
     from subzero.run import open_run
     from subzero.store.location import resolve
 

@@ -18,7 +18,7 @@ from subzero.store import LineageReader, open_store
 from subzero.store.cache import log_query, query_log
 from subzero.dag import Node, Workflow
 
-__all__ = ["Run", "open_run", "RESULT_FORMS", "Uncommitted"]
+__all__ = ["Run", "open_run", "bound_operators", "RESULT_FORMS", "Uncommitted"]
 
 #: what ``as_`` may ask a query to return
 RESULT_FORMS = ("coords", "boxes", "mask", "frontier")
@@ -33,15 +33,28 @@ class Run:
     arguments and leaves planning, reading and walking to its `QueryEngine` (``lineage``).
     """
 
-    def __init__(self, store: LineageReader, workflow: Workflow, catalog: RunRecord | None = None):
+    def __init__(self, store: LineageReader, workflow: Workflow, catalog: RunRecord | None = None,
+                 operators: "dict[str, Operator] | None" = None):
+        """Open the run of ``workflow`` in ``store``.
+
+        Parameters
+        ----------
+        store : LineageReader
+            The run's store (`subzero.store.open_store`).
+        workflow : Workflow
+            The workflow that ran; it is not changed: the run binds its own graph.
+        catalog : RunRecord, optional
+            The store's catalog, if already read.
+        operators : dict, optional
+            Node name -> the operator the run computed that node with (bound, with its run
+            state); a node not named uses the workflow's operator.
+        """
         self.store = store
-        self.workflow = workflow
         self.record = catalog if catalog is not None else store.read_catalog()
-        for node in workflow.nodes:  # operators bound to the shapes their catalog records say
-            if node.operator is not None and node.name in self.record.nodes:
-                node.operator = node.operator.bound(tuple(self.record.nodes[i.name].shape for i in node.inputs),
-                                                    self.record.nodes[node.name].shape)
-        self.lineage = QueryEngine(store, workflow, self.record)
+        #: the run's own graph (`Workflow.with_operators`): the workflow's nodes with their
+        #: operators bound to the shapes the catalog records; the caller's workflow stays as it was
+        self.workflow = workflow.with_operators(bound_operators(workflow, self.record, operators or {}))
+        self.lineage = QueryEngine(store, self.workflow, self.record)
         self.last_query: list[dict] = []
 
     # -- what the run holds -----------------------------------------------------------
@@ -338,6 +351,20 @@ def _form(frontier: Frontier, as_: str):
     if as_ == "mask":
         return frontier.mask()
     return frontier
+
+
+def bound_operators(workflow: Workflow, catalog: RunRecord,
+                    operators: "dict[str, Operator]") -> "dict[str, Operator]":
+    """Node name -> the operator a run's queries use for each committed node of ``workflow``:
+    ``operators``' (else the workflow's), bound to the shapes ``catalog`` records (a copy:
+    neither the workflow's nor ``operators``' objects change)."""
+    out = {}
+    for node in workflow.nodes:
+        if node.operator is not None and node.name in catalog.nodes:
+            op = operators.get(node.name, node.operator)
+            out[node.name] = op.bound(tuple(catalog.nodes[i.name].shape for i in node.inputs),
+                                      catalog.nodes[node.name].shape)
+    return out
 
 
 class Uncommitted(Operator):

@@ -18,7 +18,8 @@ import numpy as np
 
 from subzero.catalog import ArrayRecord, Manifest, ShardRecord
 from subzero.errors import StoreError, SubZeroError, WorkflowError
-from subzero.executor import Executor
+from subzero.executors import Executor
+from subzero.executors.tasks import map_fused, map_prepare, map_tiles
 from subzero.modes import Strategy
 from subzero.operator import Operator
 from subzero.pickling import dump_operator
@@ -132,7 +133,7 @@ class NodeStage:
         op = self.operator
         if write_output and op.two_pass:  # the first pass: every tile's summary, combined here
             try:
-                op.combine(prepared if prepared is not None else executor.map_prepare(self.task(), list(self.tiles)))
+                op.combine(prepared if prepared is not None else map_prepare(executor, self.task(), list(self.tiles)))
             except SubZeroError:
                 raise
             except Exception as exc:
@@ -140,7 +141,7 @@ class NodeStage:
                                     f"summaries: {type(exc).__name__}: {exc}") from exc
         progress.node_started(self.name, len(tiles))
         try:
-            metas = executor.map_tiles(self.task(strategies, write_output), tiles, progress)
+            metas = map_tiles(executor, self.task(strategies, write_output), tiles, progress)
         except BaseException:
             progress.node_finished(self.name, ok=False)
             raise
@@ -226,7 +227,7 @@ class FusedStage:
         start = time.perf_counter()
         progress.node_started(task.node, len(tiles))
         try:
-            per_tile = executor.map_fused(task, tiles, progress)
+            per_tile = map_fused(executor, task, tiles, progress)
         except BaseException:
             progress.node_finished(task.node, ok=False)
             raise

@@ -19,7 +19,7 @@ settings.load_profile("ci" if os.environ.get("CI") else "default")
 @pytest.fixture(scope="session")
 def spark():
     """The embedded local[2, 4] Spark session (4 attempts per task), shared by all tests."""
-    from subzero.spark import get_session
+    from subzero.executors.spark import get_session
 
     session = get_session("local[2, 4]")
     yield session

@@ -7,7 +7,7 @@ import pytest
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.executor import LocalExecutor
+from subzero.executors import LocalExecutor
 from subzero.modes import Strategy
 from subzero.tiling import tile_grid
 from subzero.runtime import NodeTask
@@ -44,8 +44,8 @@ def test_profile_scales_sample_tiles_to_the_node(tmp_path):
 def test_sample_tiles_are_measured_by_the_executors_tasks(spark, tmp_path):
     """Calibration runs as tasks (here Spark's) that send back measurements only; the profile
     equals the one measured in this process."""
-    from subzero.execution import LocalExecutor
-    from subzero.spark import SparkExecutor
+    from subzero.executors import LocalExecutor
+    from subzero.executors.spark import SparkExecutor
 
     wf = sz.Workflow("c")
     x = wf.input("x")
@@ -110,7 +110,7 @@ def _crd_run(tmp_path, seed: int, side: int, spikes, tile_shape: int):
 def test_a_node_of_one_tile_is_measured_by_two_tasks_like_one(tmp_path):
     """A whole-array node's FULL and payload strategies are measured by two tasks at once;
     the profile is the one a single task measures."""
-    from subzero.execution import LocalExecutor
+    from subzero.executors import LocalExecutor
     from subzero.optimizer.calibrate import profile_tile
 
     run = _crd_run(tmp_path, seed=2, side=30, spikes=((5, 5), (20, 12)), tile_shape=30)

@@ -11,7 +11,7 @@ from hypothesis import example, given, settings, strategies as st
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.executor import LocalExecutor
+from subzero.executors import LocalExecutor
 from subzero.progress import Reporter
 from subzero.store import FileStore
 
@@ -214,10 +214,84 @@ def test_two_pass_operators_prepare_every_tile_then_combine_then_run(tmp_path):
     run = wf.run({"x": x}, store=tmp_path / "run", executor="local", tile_shape=3)
     assert run.node_record("centred").stats.tiles == 6
     assert np.allclose(run.output("centred"), x - x.mean())
-    assert node.operator._boxes == [t.box for t in sz.tiling.tile_grid((7, 5), (0, 1), 3)], "summaries in tile order"
+    assert not hasattr(node.operator, "_boxes"), "the workflow's operator is left as the user built it"
+    assert run.node("centred").operator._boxes == [t.box for t in sz.tiling.tile_grid((7, 5), (0, 1), 3)], \
+        "summaries in tile order"
     again = sz.open_run(tmp_path / "run")  # what combine kept is stored with the operator
     assert again.node("centred").operator._mean == pytest.approx(x.mean())
     assert len(again.backward("centred", [(0, 0)], to="x")) == 35  # all-to-all
+
+
+# -- the workflow stays a specification ------------------------------------------------------------------------------
+
+def _as_built(wf: sz.Workflow) -> dict:
+    """Each operator node's operator object and its parameters, as the workflow holds them."""
+    return {n.name: (n.operator, repr(n.operator.params()), n.operator.output_shape, n.operator.input_shapes)
+            for n in wf.nodes if not n.is_input}
+
+
+def _unchanged(wf: sz.Workflow, before: dict, run) -> None:
+    for name, (op, params, shape, shapes) in before.items():
+        node = wf.node(name)
+        assert node.operator is op, f"{name}: the run replaced the workflow's operator"
+        assert (repr(op.params()), op.output_shape, op.input_shapes) == (params, shape, shapes), name
+        assert op.output_shape is None and not op.input_shapes, f"{name}: the run bound the workflow's operator"
+        if run is None:
+            continue
+        bound = run.node(name).operator  # the run holds its own graph, bound to its shapes
+        assert bound is not op and bound.output_shape == run.shape(name)
+    assert run is None or run.workflow is not wf and [n.name for n in run.workflow.nodes] == [n.name for n in wf.nodes]
+
+
+def test_a_run_leaves_the_workflow_as_the_user_built_it(tmp_path, monkeypatch):
+    """Plain, optimized, resumed and replayed runs bind their own graph: the workflow's nodes keep
+    the very operator objects (and parameters) the workflow was built with, unbound."""
+    from subzero.replay import Patch, replay
+
+    wf = resumable()
+    before = _as_built(wf)
+    plain = wf.run({"x": field()}, store=tmp_path / "plain", executor="local", strategies=PINS, tile_shape=16)
+    _unchanged(wf, before, plain)
+    assert plain.node("stars").operator.output_shape == (40, 48)
+    optimized = wf.run({"x": field()}, store=tmp_path / "opt", executor="local", tile_shape=16, max_disk="1000x",
+                       workload=[{"direction": "backward", "node": "stars", "to": "x", "cells": [[20, 20]]}])
+    _unchanged(wf, before, optimized)
+    monkeypatch.setenv("SUBZERO_TEST_FAIL", "run")
+    with pytest.raises(sz.WorkflowError, match="sensor overflow"):
+        wf.run({"x": field()}, store=tmp_path / "resumed", executor="local", strategies=PINS, tile_shape=16)
+    monkeypatch.delenv("SUBZERO_TEST_FAIL")
+    _unchanged(wf, before, None)  # a failed run, too
+    resumed = wf.run({"x": field()}, store=tmp_path / "resumed", executor="local", strategies=PINS, tile_shape=16,
+                     resume=True)
+    _unchanged(wf, before, resumed)
+    again = wf.run({"x": field()}, store=tmp_path / "resumed", executor="local", strategies=PINS, tile_shape=16,
+                   resume=True)  # finished: returned as it is
+    _unchanged(wf, before, again)
+    replayed = replay(plain, Patch("x", plain.frontier("x", box=[(0, 4), (0, 4)]), value=0.0), tmp_path / "re",
+                      executor="local")
+    _unchanged(wf, before, replayed.run)
+    same_run(resumed, plain)
+
+
+def test_workflow_run_hands_the_driver_one_frozen_record_of_its_keywords(monkeypatch):
+    import dataclasses
+    import inspect
+
+    from subzero import execution
+
+    seen = []
+    monkeypatch.setattr(execution, "execute", lambda wf, inputs, options: seen.append((wf, inputs, options)))
+    wf, data = small_workflow(), {"x": image()}
+    keywords = [p for p in inspect.signature(sz.Workflow.run).parameters if p not in ("self", "inputs")]
+    fields = [f.name for f in dataclasses.fields(execution.RunOptions)]
+    assert keywords == [f for f in fields if f != "made_by"], "Workflow.run's keywords are the record's fields"
+    wf.run(data, "somewhere", executor="local", tile_shape=4, max_disk="2x", resume=True)
+    (got_wf, got_inputs, options), = seen
+    assert got_wf is wf and got_inputs is data
+    assert (options.store, options.executor, options.tile_shape, options.max_disk, options.resume, options.overwrite) \
+        == ("somewhere", "local", 4, "2x", True, False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.store = "elsewhere"  # type: ignore[misc]
 
 
 # -- resume ----------------------------------------------------------------------------------------------------------
@@ -371,11 +445,11 @@ def test_resume_a_one_pass_run_killed_mid_way(tmp_path, monkeypatch, clean_run):
 
     real, computed = execution._Execution.compute, []
 
-    def compute_then_die(self, node, strategies):
+    def compute_then_die(self, node, strategies, *rest):
         computed.append(node.name)
         if node.name == "flaky":
             raise RuntimeError("killed mid-way")
-        return real(self, node, strategies)
+        return real(self, node, strategies, *rest)
 
     monkeypatch.setattr(execution._Execution, "compute", compute_then_die)
     with pytest.raises(RuntimeError, match="killed mid-way"):
@@ -447,7 +521,7 @@ def test_commit_keeps_one_attempt_per_tile_and_removes_the_others(tmp_path):
     received) leaves a second shard; the manifest names the attempt the driver got, the other
     is removed, and the lineage is that of a clean run."""
     from subzero.catalog import RunRecord
-    from subzero.execution import _Execution, LocalExecutor
+    from subzero.execution import _Execution
     from subzero.modes import Strategy
     from subzero.progress import Reporter
     from subzero.runtime import run_tile
@@ -504,7 +578,7 @@ def test_calibration_skips_what_the_workload_never_asks(tmp_path):
 
 
 def test_tiny_inputs_run_in_process_when_spark_would_have_to_start(tmp_path, monkeypatch):
-    import subzero.spark as spark_mod
+    import subzero.executors.spark as spark_mod
     from subzero import execution
 
     monkeypatch.setattr(spark_mod, "would_start_embedded", lambda: True)
@@ -669,22 +743,24 @@ def test_fused_nodes_store_and_answer_exactly_what_nodes_run_one_by_one(steps, s
     last = f"n{len(steps) - 1}-{steps[-1]}"
     got = {}
     prepares = []  # the first passes run as their own job
-    map_prepare = LocalExecutor.map_prepare
+    import subzero.stage as stage_mod
 
-    def spied(self, task, tiles):
+    map_prepare = stage_mod.map_prepare
+
+    def spied(executor, task, tiles):
         prepares.append(task.node)
-        return map_prepare(self, task, tiles)
+        return map_prepare(executor, task, tiles)
 
     with tempfile.TemporaryDirectory() as root:
         for fuse in (True, False):
             seen = _StagesSeen()
-            LocalExecutor.map_prepare = spied  # type: ignore[method-assign]
+            stage_mod.map_prepare = spied
             try:
                 with sz.config.set(fuse=fuse):
                     run = _chain(steps).run(inputs, store=os.path.join(root, str(fuse)), executor="local",
                                             tile_shape=tile, strategies=pins, progress=seen)
             finally:
-                LocalExecutor.map_prepare = map_prepare  # type: ignore[method-assign]
+                stage_mod.map_prepare = map_prepare
             got[fuse] = (_stored_arrays(os.path.join(root, str(fuse))),
                          {n: r.strategies for n, r in run.catalog.nodes.items()},
                          run.backward(last, [(side // 2, 1)], to="x").tolist(),

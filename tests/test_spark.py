@@ -113,7 +113,7 @@ def test_spark_records_exactly_the_lineage_of_the_local_executor(spark, tmp_path
 
 def test_a_task_runs_several_tiles_once_there_are_more_tiles_than_slots(spark):
     from subzero import config
-    from subzero.spark import _slices
+    from subzero.executors.spark import _slices
 
     sc = spark.sparkContext
     slots = config.get("tasks_per_core") * sc.defaultParallelism
@@ -283,7 +283,7 @@ def test_a_web_server_given_as_the_master_fails_in_one_line(tmp_path):
 def test_python_error_of_a_worker_traceback():
     from pyspark.errors import PythonException
 
-    from subzero.spark import _python_error
+    from subzero.executors.spark import _python_error
 
     trace = ("An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"
              '  File "/x/worker.py", line 12, in run\n    raise KeyError("ccd 3")\nKeyError: \'ccd 3\'')
@@ -335,7 +335,7 @@ import sys
 sys.path[:0] = [{root!r}, {tests!r}]
 import numpy as np
 from subzero.planning import supported_strategies
-from subzero.spark import get_session
+from subzero.executors.spark import get_session
 from test_run import BINARY, UNARY, build, inputs_for
 from test_spark import dump_lineage
 
@@ -637,7 +637,7 @@ def test_the_embedded_session_listens_on_loopback_only(spark):
 
 
 def test_the_class_data_sharing_archive_is_dumped_once_then_mapped(tmp_path, monkeypatch):
-    from subzero import spark as spark_mod
+    from subzero.executors import spark as spark_mod
 
     monkeypatch.setenv("SUBZERO_CACHE", str(tmp_path))
     first = spark_mod._class_data_sharing()
@@ -659,7 +659,7 @@ def test_the_class_data_sharing_archive_is_dumped_once_then_mapped(tmp_path, mon
 def test_warm_up_imports_the_task_code_in_a_background_job(spark):
     """The warm-up returns at once; its job (one task per core) imports the task code in the
     Python workers and succeeds, and a node's job after it runs as usual."""
-    from subzero.spark import SparkExecutor
+    from subzero.executors.spark import SparkExecutor
 
     executor = SparkExecutor(spark)
     started = time.perf_counter()
@@ -675,4 +675,6 @@ def test_warm_up_imports_the_task_code_in_a_background_job(spark):
     assert jobs and jobs[0].status == "SUCCEEDED"
     import operator
 
-    assert executor.map_items(operator.mul, 2, [1, 2, 3], "doubling") == [2, 4, 6]
+    from subzero.executors.tasks import map_items
+
+    assert map_items(executor, operator.mul, 2, [1, 2, 3], "doubling") == [2, 4, 6]

@@ -8,7 +8,7 @@ import pytest
 from subzero import operators as ops
 from subzero.catalog import RunRecord
 from subzero.errors import WorkflowError
-from subzero.executor import LocalExecutor
+from subzero.executors import LocalExecutor
 from subzero.modes import Strategy
 from subzero.operator import Operator
 from subzero.stage import NodeStage, lineage_stats

@@ -109,7 +109,7 @@ def run_bench(name: str, quick: bool, out_dir: str | Path, size=None, executor: 
     log = log or (lambda line: print(line, flush=True))
     # scale runs each configuration in a new process; stats starts Spark only for its Spark row
     if executor == "spark" and spark is None and name not in ("scale", "stats", "coldquery", "capture", "dataplane"):
-        from subzero.spark import get_session
+        from subzero.executors.spark import get_session
 
         spark = get_session()
     stores = Path(tempfile.mkdtemp(prefix="stores-", dir=out))

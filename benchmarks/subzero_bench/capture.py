@@ -52,7 +52,7 @@ import numpy as np
 spec = json.loads(sys.argv[1])
 spark = None
 if spec["executor"] == "spark":
-    from subzero.spark import get_session
+    from subzero.executors.spark import get_session
     spark = get_session()
 out = {"seconds": []}
 store = spec["store"]

@@ -133,7 +133,7 @@ def worker(config: str, side: int, store: str) -> dict[str, Any]:
     spark = None
     extra: dict[str, Any] = {}
     if executor == "spark":
-        from subzero.spark import get_session
+        from subzero.executors.spark import get_session
 
         spark = get_session()
         spark.range(4).count()  # the JVM is up before the clock starts

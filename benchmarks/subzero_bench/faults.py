@@ -809,7 +809,7 @@ def _child(argv: list[str]) -> int:
     import subzero as sz  # noqa: F401 - imported before "started", so kills land in the run
 
     if executor == "spark":
-        import subzero.spark  # noqa: F401 - pyspark, imported before "started" too
+        import subzero.executors.spark  # noqa: F401 - pyspark, imported before "started" too
     wf, data = build(), inputs()
     print("started", flush=True)
     if "--go" in argv:  # wait for the signal to start (racing runs start together)

@@ -199,7 +199,7 @@ def worker(config: str, side: int, inputs: dict[str, str], store: str) -> dict[s
     sampler = _Sampler()
     spark = None
     if executor == "spark":
-        from subzero.spark import get_session
+        from subzero.executors.spark import get_session
 
         spark = get_session()
         spark.range(4).count()  # the JVM is up before the clock starts

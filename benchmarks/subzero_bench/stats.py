@@ -170,7 +170,7 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
         f"peak {whole_peak / 1e6:.0f} MB, same table: {whole_same}")
     spark_seconds, spark_same = None, None
     if spark:
-        from subzero.spark import get_session
+        from subzero.executors.spark import get_session
 
         get_session()  # the JVM starts before the clock does
         run.lineage_table("stars", over="raw", batch_objects=batch, executor="spark")  # workers warm

@@ -33,7 +33,8 @@ import numpy as np
 
 from subzero.encoders import encoder_for, merge_tiles
 from subzero.encoders.base import index_bytes_bound
-from subzero.executor import Executor
+from subzero.executors import Executor
+from subzero.executors.tasks import map_calls
 from subzero.modes import Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.cells import box_cells, to_ids, unique_ids
@@ -346,7 +347,7 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
     if limit is not None:
         limit = replace(limit, cells=scale * sum(_cells(t) for t in chosen))  # the node's cells
     parts = [(t, group, k == 0, limit) for t in chosen for k, group in enumerate(_groups(stored, len(chosen)))]
-    measured = runner.map_calls(profile_part, replace(task, strategies=stored), parts)
+    measured = map_calls(runner, profile_part, replace(task, strategies=stored), parts)
     for m in measured:  # skipped by any part: the integer program prunes it anyway
         for name, why in m.skipped.items():
             profile.skipped.setdefault(name, why)

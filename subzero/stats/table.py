@@ -228,10 +228,11 @@ def lineage_table(run, node, over=None, flags=None, values=None, objects=None, u
                         tuple((nd.name, st) for nd, st in checked.items()), opener)
     batches = [(index[b], cells[b]) for b in _batches(index, cells, n, batch_objects)]
     if mode == "spark":
-        from subzero.spark import SparkExecutor
+        from subzero.executors.spark import SparkExecutor
+        from subzero.executors.tasks import map_items
 
-        parts = SparkExecutor(spark).map_items(_spark_batch, question, batches,
-                                               f"subzero lineage table of {node.name} over {over.name}")
+        parts = map_items(SparkExecutor(spark), _spark_batch, question, batches,
+                          f"subzero lineage table of {node.name} over {over.name}")
     else:
         parts = [batch_statistics(question, b, run) for b in batches]
     n_lineage, n_flagged = np.zeros(n, np.int64), np.zeros(n, np.int64)

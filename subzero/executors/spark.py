@@ -25,6 +25,7 @@ from it, not the JVM's stack.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import pickle
@@ -35,17 +36,14 @@ import threading
 import time
 from contextlib import contextmanager
 from functools import partial
-from typing import Callable, TypeVar
+from typing import Callable, Sequence, TypeVar
 from urllib.parse import urlparse
 
 from subzero import config
 from subzero.errors import SubZeroError, WorkflowError
-from subzero.executor import Executor
-from subzero.pickling import dumps_with_operator
+from subzero.executors.base import Executor, Job, payload
 from subzero.progress import Reporter
-from subzero.runtime import FusedTask, FusedTile, NodeTask, TileMeta, run_fused_tile, run_tile
 from subzero.store.lock import pid_alive
-from subzero.tiling import Tile
 
 __all__ = ["SparkExecutor", "get_session", "DEFAULT_MASTER"]
 
@@ -395,6 +393,7 @@ def get_session(master: str | None = None, log_level: str = "ERROR", conf: dict[
 _Item = TypeVar("_Item")
 _Out = TypeVar("_Out")
 _Context = TypeVar("_Context")
+_JOB_IDS = itertools.count()  # a job group per map: what its watcher follows and Ctrl-C cancels
 
 
 class SparkExecutor(Executor):
@@ -411,12 +410,13 @@ class SparkExecutor(Executor):
         """The session's master URL."""
         return self.spark.sparkContext.master
 
-    def map_tiles(self, task: NodeTask, tiles: list[Tile], progress: Reporter | None = None) -> list[TileMeta]:
-        """`runtime.run_tile` on every tile as Spark tasks, in tile order (``progress`` follows
-        the job's finished tasks)."""
-        return self._job(run_tile, dumps_with_operator(task, task.operator, task.node), tiles,
-                         f"subzero-{task.node}-{id(task)}", f"subzero node {task.node}", f"node {task.node!r}",
-                         (task.node, progress) if progress is not None else None)
+    def map(self, fn: Callable[[_Context, _Item], _Out], context: _Context, items: Sequence[_Item], job: Job,
+            progress: Reporter | None = None) -> list[_Out]:
+        """``fn(context, item)`` for every item as Spark tasks, in order (see `Executor.map`):
+        the context shipped once per task, ``progress`` following the job's finished tasks."""
+        watch = (job.node, progress) if progress is not None and job.node is not None else None
+        group = f"subzero-{job.node or 'items'}-{getattr(fn, '__name__', 'fn')}-{next(_JOB_IDS)}"
+        return self._job(fn, payload(context, job), list(items), group, job.description, job.label, watch)
 
     def warm_up(self) -> None:
         """Start a job, in the background, whose tasks (one per core) import what the tasks of a
@@ -435,28 +435,7 @@ class SparkExecutor(Executor):
 
         threading.Thread(target=job, name="subzero-spark-warm-up", daemon=True).start()
 
-    def map_fused(self, task: FusedTask, tiles: list[Tile], progress: Reporter | None = None) -> list[FusedTile]:
-        """`runtime.run_fused_tile` on every tile as Spark tasks (one stage for every member),
-        in tile order."""
-        return self._job(run_fused_tile, dumps_with_operator(task, task.operators, task.node), tiles,
-                         f"subzero-{task.node}-{id(task)}", f"subzero nodes {task.node}", f"node {task.node!r}",
-                         (task.node, progress) if progress is not None else None)
-
-    def map_calls(self, fn: Callable[[NodeTask, _Item], _Out], task: NodeTask, tiles: list[_Item]) -> list[_Out]:
-        """``fn(task, tile)`` for every tile as Spark tasks, in tile order; ``fn`` is a module-level
-        function (pickled by reference) whose results are small (summaries, measurements)."""
-        return self._job(fn, dumps_with_operator(task, task.operator, task.node), tiles,
-                         f"subzero-{task.node}-{fn.__name__}-{id(task)}",
-                         f"subzero node {task.node} ({fn.__name__})", f"node {task.node!r}")
-
-    def map_items(self, fn: Callable[[_Context, _Item], _Out], context: _Context, items: list[_Item],
-                  what: str) -> list[_Out]:
-        """``fn(context, item)`` for every item as Spark tasks, in order: ``fn`` a module-level
-        function, ``context`` pickled once per task, results small (lineage statistics per
-        batch of objects)."""
-        return self._job(fn, pickle.dumps(context), items, f"subzero-items-{id(items)}", what, what)
-
-    def _job(self, fn, payload: bytes, items: list, group: str, description: str, failing: str,
+    def _job(self, fn, loaded: bytes, items: list, group: str, description: str, failing: str,
              watch: tuple[str, Reporter] | None = None) -> list:
         """``fn(loaded payload, item)`` for every item, as the Spark job group ``group``; a
         failure names ``failing``; ``watch`` (node, progress) reports the finished tiles."""
@@ -470,7 +449,7 @@ class SparkExecutor(Executor):
             watcher.start()
         try:
             return _collect(sc, group, description, lambda: sc.parallelize(items, slices).mapPartitions(
-                partial(_call_partition, fn, payload)))
+                partial(_call_partition, fn, loaded)))
         except Exception as exc:  # the Python error of the task, not the JVM's trace
             raise WorkflowError(f"{failing} failed on Spark: {_python_error(exc)}") from None
         finally:

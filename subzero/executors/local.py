@@ -1,0 +1,84 @@
+"""The local executor: a job's items on a few threads in this process."""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import pickle
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence, TypeVar
+
+from subzero import config
+from subzero.errors import StoreError, SubZeroError, WorkflowError
+from subzero.executors.base import Executor, Job, payload
+from subzero.progress import Reporter
+
+__all__ = ["LocalExecutor"]
+
+_Item = TypeVar("_Item")
+_Out = TypeVar("_Out")
+_Context = TypeVar("_Context")
+
+
+class LocalExecutor(Executor):
+    """Runs a node's tiles in this process, on a few threads (numpy and scipy release the GIL).
+
+    Each thread works on its own copy of the task, as each Spark worker does, so an
+    operator never sees two tiles at once.  A job over no node (``Job.node`` None: lineage
+    statistics' batches) runs in order in the calling thread.
+
+    Parameters
+    ----------
+    threads
+        How many threads (default: the ``local_threads`` setting (`subzero.config`), else up to 4 cores).
+    """
+
+    name = "local"
+    master = None  # in this process
+
+    def __init__(self, threads: int | None = None):
+        self.threads = threads or config.get("local_threads") or min(os.cpu_count() or 1, 4)
+
+    def map(self, fn: Callable[[_Context, _Item], _Out], context: _Context, items: Sequence[_Item], job: Job,
+            progress: Reporter | None = None) -> list[_Out]:
+        """``fn(context, item)`` for every item, in order (see `Executor.map`)."""
+        try:
+            if job.node is None:
+                return [fn(context, item) for item in items]
+            return self._threads(fn, context, list(items), job, job.node,
+                                 progress if progress is not None else Reporter())
+        except SubZeroError:
+            raise
+        except Exception as exc:
+            raise WorkflowError(f"{job.label} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _threads(self, fn: Callable[[Any, Any], Any], context: Any, items: list, job: Job, node: str,
+                 progress: Reporter) -> list:
+        if len(items) == 1 or self.threads == 1:
+            out = []
+            for item in items:
+                out.append(fn(context, item))
+                progress.tiles_done(node, 1)
+            return out
+        loaded = payload(context, job)
+        local = threading.local()
+        caller = contextvars.copy_context()  # the caller's `config.set` overrides hold in the threads too
+
+        def one(item):
+            if not hasattr(local, "context"):
+                local.context = pickle.loads(loaded)
+            got = caller.copy().run(fn, local.context, item)
+            progress.tiles_done(node, 1)
+            return got
+
+        pool = ThreadPoolExecutor(self.threads, thread_name_prefix="subzero-tile")
+        try:
+            out = list(pool.map(one, items))
+        except BaseException as exc:
+            # Ctrl-C or the store's service failing: report now, items not started never start, and the
+            # running ones end on their own (the driver's cleanup stops their storage retries)
+            pool.shutdown(wait=not isinstance(exc, (KeyboardInterrupt, StoreError)), cancel_futures=True)
+            raise
+        pool.shutdown()
+        return out

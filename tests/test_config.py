@@ -163,7 +163,7 @@ class SettingProbe(sz.Operator):
 def test_the_local_executors_threads_see_the_callers_overrides(no_file, tmp_path):
     import numpy as np
 
-    from subzero.executor import LocalExecutor
+    from subzero.executors import LocalExecutor
 
     wf = sz.Workflow("probe")
     wf.add(SettingProbe(), wf.input("x"), name="probe")

@@ -56,7 +56,7 @@ def spark_session(args):
         return None
     quiet_spark_launch(args.verbose)
     from subzero.progress import spark_log_level
-    from subzero.spark import get_session
+    from subzero.executors.spark import get_session
 
     return get_session(args.master, log_level=spark_log_level(args.verbose), conf=conf)
 
@@ -64,7 +64,7 @@ def spark_session(args):
 def run_with_progress(args, wf, inputs: dict, **kwargs):
     import contextlib
 
-    from subzero.execution import execute
+    from subzero.execution import RunOptions, execute
     from subzero.progress import choose_reporter
 
     if kwargs.get("executor", "spark") == "spark":
@@ -73,7 +73,7 @@ def run_with_progress(args, wf, inputs: dict, **kwargs):
         reporter.run_started(wf.name, len(wf.nodes))  # inputs too: storing them is reported as a node
         ok = False
         try:
-            run = execute(wf, inputs, progress=reporter, **kwargs)
+            run = execute(wf, inputs, RunOptions(progress=reporter, **kwargs))
             ok = True
         finally:
             reporter.run_finished(ok)

@@ -111,10 +111,10 @@ class _AlongAxis(MapTiled):
 
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         assert self.output_shape is not None
-        return np.argwhere(self.map_b_mask(mask_from_coords(cells, self.output_shape), i))
+        return np.argwhere(np.asarray(self.map_b_mask(mask_from_coords(cells, self.output_shape), i)))
 
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
-        return np.argwhere(self.map_f_mask(mask_from_coords(cells, self.input_shapes[0]), i))
+        return np.argwhere(np.asarray(self.map_f_mask(mask_from_coords(cells, self.input_shapes[0]), i)))
 
     def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
         return self._boxes(lo, hi, self._window, self.input_shapes[0][self._axis()])
@@ -153,7 +153,8 @@ class Cumulative(_AlongAxis):
         self._axis(len(input_shapes[0]))
         return tuple(input_shapes[0])
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+        (x,) = inputs
         return np.asarray(CUMULATIVE[self.how](x, axis=self._axis()))
 
     def _window(self, i):
@@ -188,7 +189,8 @@ class Diff(_AlongAxis):
         shape[a] -= self.n
         return tuple(shape)
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+        (x,) = inputs
         return np.diff(x, self.n, axis=self._axis())
 
     def _window(self, i):
@@ -222,7 +224,9 @@ class Convolve1D(Operator):
         if self.constant is not None and (self.constant.ndim != 1 or not len(self.constant)):
             raise WorkflowError(f"Convolve1D: the constant operand must be a non-empty 1-D array, got shape "
                                 f"{self.constant.shape}")
-        self.constant_at = check_choice(constant_at, (0, 1), "Convolve1D", "constant_at")
+        if constant_at not in (0, 1):
+            raise WorkflowError(f"Convolve1D: constant_at must be 0 (a) or 1 (v), got {constant_at!r}")
+        self.constant_at = int(constant_at)
 
     def supported_modes(self) -> set[Mode]:
         return {Mode.MAP}
@@ -255,8 +259,8 @@ class Convolve1D(Operator):
         operands = list(inputs)
         if self.constant is not None:
             operands.insert(self.constant_at, self.constant)
-        fn = np.correlate if self.correlate else np.convolve
-        return fn(operands[0], operands[1], self.mode)
+        fn: Callable[..., Any] = np.correlate if self.correlate else np.convolve
+        return np.asarray(fn(operands[0], operands[1], self.mode))
 
     def _operand(self, i: int) -> int:
         """Which operand (0: ``a``, 1: ``v``) input ``i`` is."""
@@ -296,10 +300,10 @@ class Convolve1D(Operator):
 
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         assert self.output_shape is not None
-        return np.argwhere(self.map_b_mask(mask_from_coords(cells, self.output_shape), i))
+        return np.argwhere(np.asarray(self.map_b_mask(mask_from_coords(cells, self.output_shape), i)))
 
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
-        return np.argwhere(self.map_f_mask(mask_from_coords(cells, self.input_shapes[i]), i))
+        return np.argwhere(np.asarray(self.map_f_mask(mask_from_coords(cells, self.input_shapes[i]), i)))
 
 
 class Take(IndexMapOperator):
@@ -331,7 +335,7 @@ class Take(IndexMapOperator):
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         """Through the mask form: an index may be taken many times or never."""
         mask = self.map_f_mask(mask_from_coords(cells, self.input_shapes[0]), i)
-        return np.argwhere(mask).astype(np.int64)
+        return np.argwhere(np.asarray(mask)).astype(np.int64)
 
 
 class TakeAlong(Operator):
@@ -388,16 +392,20 @@ class TakeAlong(Operator):
         out[:, a] = index
         return np.where(np.array(shape) == 1, 0, out)
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+        (x,) = inputs
         shape = np.shape(x)
         a = normalize_axis(self.axis, len(shape), "TakeAlong")
         return np.take_along_axis(x, self.indices % shape[a], axis=a)
 
     def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         assert self.output_shape is not None
-        cells = np.asarray(cells, np.int64)
-        ids = np.ravel_multi_index(tuple(cells.T), self.output_shape) if len(cells) else np.zeros(0, np.int64)
-        return np.arange(len(cells), dtype=np.int64), self._sources()[ids]
+        cells = np.asarray(cells, np.int64).reshape(-1, len(self.output_shape))
+        shape = self.input_shapes[0]
+        a = normalize_axis(self.axis, len(shape), "TakeAlong")
+        coords = cells.copy()
+        coords[:, a] = np.broadcast_to(self.indices, self.output_shape)[tuple(cells.T)] % shape[a]
+        return np.arange(len(cells), dtype=np.int64), np.where(np.array(shape) == 1, 0, coords)
 
     def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         out = np.zeros(self.input_shapes[0], bool)
@@ -412,7 +420,7 @@ class TakeAlong(Operator):
 
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         assert self.output_shape is not None
-        return np.argwhere(self.map_b_mask(mask_from_coords(cells, self.output_shape), i))
+        return np.argwhere(np.asarray(self.map_b_mask(mask_from_coords(cells, self.output_shape), i)))
 
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
-        return np.argwhere(self.map_f_mask(mask_from_coords(cells, self.input_shapes[0]), i))
+        return np.argwhere(np.asarray(self.map_f_mask(mask_from_coords(cells, self.input_shapes[0]), i)))

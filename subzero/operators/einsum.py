@@ -133,7 +133,7 @@ class Einsum(Operator):
 
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         assert self.output_shape is not None
-        return np.argwhere(self.map_b_mask(mask_from_coords(cells, self.output_shape), i))
+        return np.argwhere(np.asarray(self.map_b_mask(mask_from_coords(cells, self.output_shape), i)))
 
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
-        return np.argwhere(self.map_f_mask(mask_from_coords(cells, self.input_shapes[i]), i))
+        return np.argwhere(np.asarray(self.map_f_mask(mask_from_coords(cells, self.input_shapes[i]), i)))

@@ -163,7 +163,7 @@ class Lookup(Operator):
         return np.broadcast_to(mask, self.shape).copy()
 
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
-        return np.argwhere(self.map_b_mask(mask_from_coords(cells, self.shape), i))
+        return np.argwhere(np.asarray(self.map_b_mask(mask_from_coords(cells, self.shape), i)))
 
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
-        return np.argwhere(self.map_f_mask(mask_from_coords(cells, self.input_shapes[i]), i))
+        return np.argwhere(np.asarray(self.map_f_mask(mask_from_coords(cells, self.input_shapes[i]), i)))

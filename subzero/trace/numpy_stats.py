@@ -176,6 +176,7 @@ def _diff(a, n=1, axis=-1, prepend=_NOVALUE, append=_NOVALUE):
     if a.shape[axis] <= n:
         raise TraceError(f"np.diff: n={n} leaves no cell of axis {axis} (length {a.shape[axis]}): numpy returns an "
                          "empty array, which a workflow cannot store; give n < the axis' length")
+    n = int(n)
     dtype_out = np.diff(np.ones((1,) * (a.ndim - 1) + (n + 1,), a.dtype), n, axis=-1).dtype
     return add_node(ops.Diff(int(n), axis), [_plain(a)], "diff", dtype=dtype_out)
 
@@ -411,7 +412,12 @@ def _average(a, axis=None, weights=None, returned=False, *, keepdims=_NOVALUE):
         scl = weights.sum(axis=axes_arg, dtype=result_dtype, **kw)
         if np.any(scl == 0.0):
             raise TraceError("np.average: Weights sum to zero, can't be normalized")
-    total = np.sum(np.multiply(astype(a, result_dtype), weights), axis=axes_arg, **kw)
+    a = astype(a, result_dtype)
+    if isinstance(weights, SymbolicArray):
+        product = np.multiply(a, weights)
+    else:  # each cell times its constant weight: one tile, since the constant is not split into tiles
+        product = _lookup("multiply", np.multiply, (a, weights), (False, False), {}, result_dtype)
+    total = np.sum(product, axis=axes_arg, **kw)
     return np.true_divide(total, scl)
 
 

@@ -25,6 +25,7 @@ from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._args import check_choice, normalize_axis
+from subzero.operators._kernels import unique_rows
 from subzero.operators.indexmap import IndexMapOperator
 from subzero.operators.tilings import Lines, MapTiled
 from subzero.tiling import Shape, Tiling
@@ -77,14 +78,23 @@ class _AlongAxis(MapTiled):
     def _reach(self, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
-    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+    def _pairs(self, cells: np.ndarray, fn, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(owner, coords)``: each cell's interval ``fn`` along the axis (clipped to ``n``)."""
         cells = np.asarray(cells, np.int64)
         a = self._axis()
-        lo, hi = self._window(cells[:, a])
-        owner, index = _interval_pairs(lo, hi)
+        lo, hi = fn(cells[:, a])
+        owner, index = _interval_pairs(np.maximum(lo, 0), np.minimum(hi, n - 1))
         coords = cells[owner]
         coords[:, a] = index
         return owner, coords
+
+    def _count(self, cells: np.ndarray, fn, n: int) -> int:
+        """How many pairs `_pairs` would give."""
+        lo, hi = fn(np.asarray(cells, np.int64).reshape(len(cells), len(self.input_shapes[0]))[:, self._axis()])
+        return int(np.maximum(np.minimum(hi, n - 1) - np.maximum(lo, 0) + 1, 0).sum())
+
+    def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._pairs(cells, self._window, self.input_shapes[0][self._axis()])
 
     def _lines(self, mask: np.ndarray, n: int, fn) -> np.ndarray:
         """Per line of ``mask`` along the axis: the union of the intervals ``fn`` gives for
@@ -110,10 +120,18 @@ class _AlongAxis(MapTiled):
         return self._lines(mask, self.output_shape[self._axis()], self._reach)
 
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
+        """Few cells: their intervals (cost follows the answer); many: through the mask form."""
         assert self.output_shape is not None
+        n = self.input_shapes[0][self._axis()]
+        if self._count(cells, self._window, n) <= int(np.prod(self.input_shapes[0])):
+            return unique_rows(self._pairs(cells, self._window, n)[1])
         return np.argwhere(np.asarray(self.map_b_mask(mask_from_coords(cells, self.output_shape), i)))
 
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
+        assert self.output_shape is not None
+        n = self.output_shape[self._axis()]
+        if self._count(cells, self._reach, n) <= int(np.prod(self.output_shape)):
+            return unique_rows(self._pairs(cells, self._reach, n)[1])
         return np.argwhere(np.asarray(self.map_f_mask(mask_from_coords(cells, self.input_shapes[0]), i)))
 
     def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -299,11 +317,19 @@ class Convolve1D(Operator):
         return _interval_mask(lo, hi, self._layout()[3])
 
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
-        assert self.output_shape is not None
-        return np.argwhere(np.asarray(self.map_b_mask(mask_from_coords(cells, self.output_shape), i)))
+        """Few cells: their windows (cost follows the answer); many: one difference array."""
+        return self._union(self._window(np.asarray(cells, np.int64).reshape(-1, 1)[:, 0], i),
+                           self.input_shapes[i][0])
 
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
-        return np.argwhere(np.asarray(self.map_f_mask(mask_from_coords(cells, self.input_shapes[i]), i)))
+        return self._union(self._reach(np.asarray(cells, np.int64).reshape(-1, 1)[:, 0], i), self._layout()[3])
+
+    @staticmethod
+    def _union(window: tuple[np.ndarray, np.ndarray], n: int) -> np.ndarray:
+        lo, hi = window
+        if int(np.maximum(hi - lo + 1, 0).sum()) <= n:
+            return np.unique(_interval_pairs(lo, hi)[1])[:, None]
+        return np.flatnonzero(_interval_mask(lo, hi, n))[:, None].astype(np.int64)
 
 
 class Take(IndexMapOperator):
@@ -419,8 +445,7 @@ class TakeAlong(Operator):
         return np.asarray(mask, bool)[tuple(src.T)].reshape(self.output_shape)
 
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
-        assert self.output_shape is not None
-        return np.argwhere(np.asarray(self.map_b_mask(mask_from_coords(cells, self.output_shape), i)))
+        return unique_rows(self.map_b_pairs(cells, i)[1])
 
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.argwhere(np.asarray(self.map_f_mask(mask_from_coords(cells, self.input_shapes[0]), i)))

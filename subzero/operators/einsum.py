@@ -15,10 +15,10 @@ from subzero.cells import mask_from_coords
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
-from subzero.operators._kernels import corner_offsets
-from subzero.tiling import Shape
+from subzero.operators._kernels import corner_offsets, unique_rows
+from subzero.tiling import Box, Shape, Tiling
 
-__all__ = ["Einsum", "parse_subscripts"]
+__all__ = ["Einsum", "EinsumTiling", "parse_subscripts"]
 
 #: the output index of a 0-d result: an axis of length 1 no operand has
 _SCALAR = "#"
@@ -55,6 +55,16 @@ def parse_subscripts(subscripts: str, n_operands: int) -> tuple[list[str], str]:
     return operands, right
 
 
+class EinsumTiling(Tiling):
+    """Tiles split the output; an operand is read on the tile's range of its output indices
+    and whole along its summed ones."""
+
+    def input_box(self, op, out_box: Box, i: int) -> Box:
+        operands, out = op._parsed()
+        return tuple(out_box[out.index(c)] if c in out else (0, n)
+                     for c, n in zip(operands[i], op.input_shapes[i]))
+
+
 class Einsum(Operator):
     """``np.einsum(subscripts, *operands)`` with no index repeated inside one operand.  A
     0-d result is the output ``(1,)`` (one cell).
@@ -67,6 +77,7 @@ class Einsum(Operator):
     """
 
     entire_array_safe = True
+    tiling = EinsumTiling()
 
     def __init__(self, subscripts: str):
         self.subscripts = str(subscripts)
@@ -117,23 +128,40 @@ class Einsum(Operator):
         expanded = np.expand_dims(reduced, tuple(k for k, c in enumerate(out) if c not in shared))
         return np.broadcast_to(expanded, self.output_shape).copy()
 
+    @staticmethod
+    def _expand(cells: np.ndarray, src: str, dst: str, shape: Shape) -> tuple[np.ndarray, np.ndarray]:
+        """``(owner, coords)``: the cells of an array indexed ``dst`` (of ``shape``) that agree
+        with each cell of an array indexed ``src`` on their shared indices."""
+        cells = np.asarray(cells, np.int64).reshape(-1, len(src))
+        free = [k for k, c in enumerate(dst) if c not in src]
+        sub = corner_offsets(tuple(shape[k] for k in free)) if free else np.zeros((1, 0), np.int64)
+        coords = np.empty((len(cells), len(sub), len(dst)), np.int64)
+        for k, c in enumerate(dst):  # a loop over the axes, not the cells
+            if c in src:
+                coords[:, :, k] = cells[:, src.index(c)][:, None]
+        if free:
+            coords[:, :, free] = sub[None, :, :]
+        return np.repeat(np.arange(len(cells), dtype=np.int64), len(sub)), coords.reshape(-1, len(dst))
+
     def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         operands, out = self._parsed()
-        part, shape = operands[i], self.input_shapes[i]
-        cells = np.asarray(cells, np.int64)
-        summed = [k for k, c in enumerate(part) if c not in out]
-        sub = corner_offsets(tuple(shape[k] for k in summed)) if summed else np.zeros((1, 0), np.int64)
-        coords = np.empty((len(cells), len(sub), len(part)), np.int64)
-        for k, c in enumerate(part):  # a loop over the operand's axes, not its cells
-            if c in out:
-                coords[:, :, k] = cells[:, out.index(c)][:, None]
-        if summed:
-            coords[:, :, summed] = sub[None, :, :]
-        return np.repeat(np.arange(len(cells), dtype=np.int64), len(sub)), coords.reshape(-1, len(part))
+        return self._expand(cells, out, operands[i], self.input_shapes[i])
+
+    def _fan(self, n_cells: int, src: str, dst: str, shape: Shape) -> int:
+        return n_cells * int(np.prod([n for c, n in zip(dst, shape) if c not in src]))
 
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
+        """Few cells: their pairs (cost follows the answer); many: through the mask form."""
         assert self.output_shape is not None
+        operands, out = self._parsed()
+        shape = self.input_shapes[i]
+        if self._fan(len(cells), out, operands[i], shape) <= int(np.prod(shape)):
+            return unique_rows(self._expand(cells, out, operands[i], shape)[1])
         return np.argwhere(np.asarray(self.map_b_mask(mask_from_coords(cells, self.output_shape), i)))
 
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
+        assert self.output_shape is not None
+        operands, out = self._parsed()
+        if self._fan(len(cells), operands[i], out, self.output_shape) <= int(np.prod(self.output_shape)):
+            return unique_rows(self._expand(cells, operands[i], out, self.output_shape)[1])
         return np.argwhere(np.asarray(self.map_f_mask(mask_from_coords(cells, self.input_shapes[i]), i)))

@@ -22,6 +22,7 @@ from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._args import check_choice
+from subzero.operators._kernels import unique_rows
 from subzero.operators.reductions import AxisReduction
 from subzero.tiling import Box, Shape, Tiling, full_box
 
@@ -72,6 +73,13 @@ class Statistic(AxisReduction):
         if self.how in _ONE_AXIS:
             return np.asarray(fn(x, axis=axes[0]))
         return np.asarray(fn(x, axis=axes))
+
+    def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
+        """Few cells: their lines (cost follows the answer); many: through the mask form."""
+        line = int(np.prod([self.input_shapes[0][a] for a in self._axes()]))
+        if len(cells) * line <= int(np.prod(self.input_shapes[0])):
+            return unique_rows(self.map_b_pairs(np.asarray(cells, np.int64), i)[1])
+        return super().map_b(cells, i)
 
 
 # -- look-ups ---------------------------------------------------------------------------------------
@@ -163,7 +171,11 @@ class Lookup(Operator):
         return np.broadcast_to(mask, self.shape).copy()
 
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
+        if not self.whole[i]:  # one cell each: cost follows the answer
+            return unique_rows(self._cell_coords(np.asarray(cells, np.int64).reshape(-1, len(self.shape)), i))
         return np.argwhere(np.asarray(self.map_b_mask(mask_from_coords(cells, self.shape), i)))
 
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
+        if not self.whole[i] and tuple(self.input_shapes[i]) == self.shape:
+            return unique_rows(np.asarray(cells, np.int64).reshape(-1, len(self.shape)))
         return np.argwhere(np.asarray(self.map_f_mask(mask_from_coords(cells, self.input_shapes[i]), i)))

@@ -305,3 +305,15 @@ def test_numpys_errors_stay_errors_at_trace_time():
     _raises(traced("k", lambda x: np.take(x, [20], axis=1)), {"x": X}, TraceError, "out of bounds")
     _raises(traced("c", lambda x: np.convolve(x, KERNEL)), {"x": X}, TraceError, "must be 1-D")
     _raises(traced("a", lambda x: np.average(x, weights=np.ones(5))), {"x": X}, TraceError, "Axis must be specified")
+
+
+ALL_REDUCTIONS = ["sum", "mean", "std", "var", "min", "max", "prod", "any", "all", "count_nonzero", "nansum",
+                  "nanmean", "nanstd", "nanvar", "nanmin", "nanmax", "nanprod", "ptp", "median", "nanmedian"]
+
+
+@pytest.mark.parametrize("how", ALL_REDUCTIONS)
+@pytest.mark.parametrize("axis", [None, 1, (0, 2), (0, 1, 2)])
+def test_every_reduction_takes_keepdims_over_some_or_every_axis(how, axis):
+    fn = getattr(np, how)
+    assert_same_as_numpy(traced(how, lambda c: fn(c, axis=axis, keepdims=True)), {"c": C})
+    assert_same_as_numpy(traced(how, lambda c: fn(c, axis=axis)), {"c": C})

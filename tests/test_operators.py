@@ -1453,6 +1453,13 @@ BAD_SHAPES = [
     (ops.Sort(axis=2), [(3, 3)], "axis=2 is out of range"),
     (ops.Label(np.ones((3, 3))), [(5,)], "structure is 2-D"),
     (ops.Compress(), [(4,), (3, 2)], "condition has shape"),
+    (ops.Statistic("median", axis=2), [(2, 3)], "axis=2 is out of range"),
+    (ops.Diff(3), [(3,)], "leaves no cell"),
+    (ops.Convolve1D(), [(3, 3), (3,)], "two non-empty 1-D operands"),
+    (ops.Take([5], 0), [(3,)], "out of bounds"),
+    (ops.TakeAlong(np.zeros(2, int)), [(3, 3)], "same number of axes"),
+    (ops.Einsum("ij,jk->ik"), [(2, 3), (4, 5)], "must have the same length"),
+    (ops.Lookup(np.isin, (False, True), (3,)), [(4,), (2,)], "does not broadcast"),
 ]
 
 
@@ -1479,6 +1486,16 @@ BAD_ARGS = [
     (lambda: ops.Histogram([3.0, 1.0]), "increasing"),
     (lambda: ops.Histogram(4, range=(2.0, 1.0)), "lo <= hi"),
     (lambda: ops.Filter(3), "predicate must be a callable"),
+    (lambda: ops.Statistic("mode"), "how must be one of"),
+    (lambda: ops.Statistic("percentile", q=[1.0, 2.0]), "one scalar q"),
+    (lambda: ops.Statistic("argmax", axis=(0, 1)), "reduces one axis"),
+    (lambda: ops.Cumulative("cummax"), "how must be one of"),
+    (lambda: ops.Diff(0), "n must be an int >= 1"),
+    (lambda: ops.Convolve1D(mode="bogus"), "mode must be one of"),
+    (lambda: ops.Take([[1]]), "1-D array of ints"),
+    (lambda: ops.Einsum("ii->i"), "repeats an index"),
+    (lambda: ops.Einsum("...i->i"), "'...'"),
+    (lambda: ops.Lookup(3, (True,), (2,)), "fn must be a callable"),
 ]
 
 

@@ -81,6 +81,7 @@ class Einsum(Operator):
 
     def __init__(self, subscripts: str):
         self.subscripts = str(subscripts)
+        parse_subscripts(self.subscripts, self.subscripts.partition("->")[0].count(",") + 1)  # checked early
 
     def supported_modes(self) -> set[Mode]:
         return {Mode.MAP}

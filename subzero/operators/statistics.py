@@ -134,7 +134,8 @@ class Lookup(Operator):
         if len(input_shapes) != len(self.whole):
             raise WorkflowError(f"Lookup: whole= names {len(self.whole)} input(s), the node has {len(input_shapes)}")
         for s, w in zip(input_shapes, self.whole):
-            if not w and (len(s) > len(self.shape) or np.broadcast_shapes(tuple(s), self.shape) != self.shape):
+            if not w and (len(s) > len(self.shape) or
+                          any(n not in (1, m) for n, m in zip(s[::-1], self.shape[::-1]))):
                 raise WorkflowError(f"Lookup: a cell input of shape {tuple(s)} does not broadcast to the output "
                                     f"shape {self.shape}")
         return self.shape

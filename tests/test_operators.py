@@ -1561,3 +1561,16 @@ def test_filters_keep_float32_as_scipy_does_and_widen_integers(op):
     if isinstance(op, ops.Convolve):
         assert np.array_equal(got, ndimage.convolve(x, op.kernel, mode=op.mode, cval=op.cval))
     assert op.run(None, np.arange(63).reshape(9, 7)).dtype == np.float64
+
+
+@examples(60)
+@given(n=st.integers(1, 40), m=st.integers(1, 12), mode=st.sampled_from(["full", "same", "valid"]),
+       correlate=st.booleans(), at=st.integers(0, 1), tile=st.integers(1, 8), seed=st.integers(0, 2**16))
+def test_convolve1d_tiles_give_numpys_values_to_the_bit(n, m, mode, correlate, at, tile, seed):
+    """A constant kernel splits the output into tiles; each tile reads a part longer than the
+    kernel, so numpy orders the operands as for the whole and sums in the same order."""
+    rng = np.random.default_rng(seed)
+    a, v = rng.normal(size=n), rng.normal(size=m)
+    op = bind(ops.Convolve1D(mode, correlate, constant=a if at == 0 else v, constant_at=at), [v if at == 0 else a])
+    got = execute(op, [v if at == 0 else a], tile_shape=tile)[0]
+    assert np.array_equal(got, (np.correlate if correlate else np.convolve)(a, v, mode))

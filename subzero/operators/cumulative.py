@@ -218,6 +218,28 @@ class Diff(_AlongAxis):
         return j - self.n, j
 
 
+class _ConvolveTiling(Tiling):
+    """A constant kernel: tiles split the output; a tile reads the window of the symbolic
+    operand its cells meet.  Two symbolic operands: one tile."""
+
+    def split_axes(self, op) -> tuple[int, ...]:
+        return (0,) if op._splits() else ()
+
+    def input_box(self, op, out_box, i: int):
+        n = op.input_shapes[i][0]
+        if not op._splits():
+            return ((0, n),)
+        (lo, hi) = out_box[0]
+        first, last = op._window(np.array([lo, hi - 1], np.int64), i)
+        start, stop = max(int(min(first.min(), last.min())), 0), min(int(max(first.max(), last.max())) + 1, n)
+        # longer than the kernel, as the whole is, so numpy convolves the part as it does the whole (it orders
+        # its operands by length): the same sums in the same order, numpy's values to the bit
+        need = len(op.constant) + 1
+        start = max(start - max(need - (stop - start), 0), 0)
+        stop = min(max(stop, start + need), n)
+        return ((start, stop),)
+
+
 class Convolve1D(Operator):
     """``np.convolve(a, v, mode)`` or (``correlate=True``) ``np.correlate(a, v, mode)`` of
     1-D operands.  Both operands are inputs, or one is the constant ``constant`` and the
@@ -234,6 +256,7 @@ class Convolve1D(Operator):
     """
 
     entire_array_safe = True
+    tiling = _ConvolveTiling()
 
     def __init__(self, mode: str = "full", correlate: bool = False, constant: Any = None, constant_at: int = 1):
         self.mode = check_choice(mode, ("full", "same", "valid"), "Convolve1D", "mode")
@@ -248,6 +271,10 @@ class Convolve1D(Operator):
 
     def supported_modes(self) -> set[Mode]:
         return {Mode.MAP}
+
+    def _splits(self) -> bool:
+        """Tiles split the output: a constant kernel shorter than the symbolic operand."""
+        return self.constant is not None and len(self.constant) < self.input_shapes[0][0]
 
     def _lengths(self, input_shapes) -> tuple[int, int]:
         shapes = [tuple(s) for s in input_shapes]
@@ -275,10 +302,19 @@ class Convolve1D(Operator):
 
     def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
         operands = list(inputs)
-        if self.constant is not None:
-            operands.insert(self.constant_at, self.constant)
         fn: Callable[..., Any] = np.correlate if self.correlate else np.convolve
-        return np.asarray(fn(operands[0], operands[1], self.mode))
+        if self.constant is None:
+            return np.asarray(fn(operands[0], operands[1], self.mode))
+        operands.insert(self.constant_at, self.constant)
+        tile = None if ctx is None else ctx.tile_box
+        if tile is None or not self.input_shapes:
+            return np.asarray(fn(operands[0], operands[1], self.mode))
+        # a tile: the full result of the part read, shifted to where that part sits
+        (lo, hi), (start, stop) = tile[0], ctx.input_boxes[0][0]
+        n, m, offset, _ = self._layout()
+        shift = (m - stop) if (self.correlate and self.constant_at == 0) else start
+        part = np.asarray(fn(operands[0], operands[1], "full"))
+        return part[lo + offset - shift: hi + offset - shift]
 
     def _operand(self, i: int) -> int:
         """Which operand (0: ``a``, 1: ``v``) input ``i`` is."""

@@ -400,6 +400,19 @@ class Take(IndexMapOperator):
         return np.argwhere(np.asarray(mask)).astype(np.int64)
 
 
+class _AlongTiling(Tiling):
+    """`TakeAlong`: tiles split every axis but ``axis``; a tile reads its own range of them
+    (the first cell of an axis of length 1 that broadcasts) and the whole ``axis``."""
+
+    def split_axes(self, op) -> tuple[int, ...]:
+        return tuple(d for d in range(len(op.output_shape)) if d != op._axis())
+
+    def input_box(self, op, out_box, i: int):
+        a = op._axis()
+        return tuple((0, n) if d == a else (0, 1) if n == 1 else out_box[d]
+                     for d, n in enumerate(op.input_shapes[0]))
+
+
 class TakeAlong(Operator):
     """``np.take_along_axis(x, indices, axis)`` for a constant ``indices`` array of the same
     number of axes (numpy's broadcasting of the other axes): output cell ``o`` copies the
@@ -414,6 +427,7 @@ class TakeAlong(Operator):
     """
 
     entire_array_safe = False
+    tiling = _AlongTiling()
 
     def __init__(self, indices: np.ndarray, axis: int = -1):
         self.indices = np.asarray(indices)
@@ -454,11 +468,18 @@ class TakeAlong(Operator):
         out[:, a] = index
         return np.where(np.array(shape) == 1, 0, out)
 
+    def _axis(self) -> int:
+        return normalize_axis(self.axis, len(self.input_shapes[0]), "TakeAlong")
+
     def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
         (x,) = inputs
         shape = np.shape(x)
         a = normalize_axis(self.axis, len(shape), "TakeAlong")
-        return np.take_along_axis(x, self.indices % shape[a], axis=a)
+        indices = self.indices
+        if ctx is not None and ctx.tile_box is not None and self.output_shape is not None:
+            full = np.broadcast_to(indices, self.output_shape)
+            indices = full[tuple(slice(None) if d == a else slice(lo, hi) for d, (lo, hi) in enumerate(ctx.tile_box))]
+        return np.take_along_axis(x, indices % shape[a], axis=a)
 
     def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         assert self.output_shape is not None

@@ -451,6 +451,130 @@ def _sort(rng, ndim, side, name):
     return Case(getattr(ops, name)(axis), [x], fn(x, axis=axis, kind="stable"))
 
 
+STATISTIC_HOWS = ["median", "nanmedian", "percentile", "nanpercentile", "quantile", "nanquantile", "var", "nanvar",
+                  "prod", "nanprod", "ptp", "argmax", "argmin", "nanargmax", "nanargmin"]
+
+
+@spec("Statistic")
+def _statistic(rng, ndim, side):
+    ndim = max(ndim, 2)  # keep one axis, as the other axis reductions
+    shape = rand_shape(rng, ndim, side)
+    how = STATISTIC_HOWS[int(rng.integers(len(STATISTIC_HOWS)))]
+    x = floats(rng, shape)
+    if how.startswith("nan"):
+        x[rng.random(shape) < 0.2] = np.nan
+        x[(0,) * ndim] = 1.0  # no all-NaN line (nanargmax of nothing raises)
+        x[(slice(None),) * (ndim - 1) + (0,)] = 1.0
+    if "arg" in how:
+        axes: tuple[int, ...] | int = int(rng.integers(-ndim, ndim))
+        if how.startswith("nan"):  # every line along the axis keeps a number
+            x[tuple(slice(None) if k != int(axes) % ndim else 0 for k in range(ndim))] = 1.0
+    else:
+        axes = tuple(int(a) for a in rng.choice(ndim, size=int(rng.integers(1, ndim)), replace=False))
+        if how.startswith("nan"):
+            x[tuple(slice(None) if k not in axes else 0 for k in range(ndim))] = 1.0
+    q = None
+    kwargs: dict = {}
+    if how in ("percentile", "nanpercentile"):
+        q = float(rng.uniform(0, 100))
+        kwargs = {"q": q}
+    elif how in ("quantile", "nanquantile"):
+        q = float(rng.uniform(0, 1))
+        kwargs = {"q": q}
+    ddof = int(rng.integers(0, 2)) if how in ("var", "nanvar") else 0
+    fn = getattr(np, how)
+    with np.errstate(all="ignore"):
+        if how in ("var", "nanvar"):
+            expected = fn(x, axis=axes, ddof=ddof)
+        elif q is not None:
+            expected = fn(x, q, axis=axes)
+        else:
+            expected = fn(x, axis=axes)
+    return Case(ops.Statistic(how, axes, ddof=ddof, **kwargs), [x], np.asarray(expected))
+
+
+@spec("Cumulative")
+def _cumulative(rng, ndim, side):
+    x, axis = floats(rng, rand_shape(rng, ndim, side)), int(rng.integers(-ndim, ndim))
+    how = str(rng.choice(["cumsum", "cumprod", "nancumsum", "nancumprod"]))
+    if how.startswith("nan"):
+        x[rng.random(x.shape) < 0.2] = np.nan
+    return Case(ops.Cumulative(how, axis), [x], getattr(np, how)(x, axis=axis), tight=not how.startswith("nan"))
+
+
+@spec("Diff")
+def _diff(rng, ndim, side):
+    axis = int(rng.integers(-ndim, ndim))
+    shape = list(rand_shape(rng, ndim, side))
+    shape[axis] = max(shape[axis], 2)
+    x, n = floats(rng, tuple(shape)), int(rng.integers(1, shape[axis]))
+    return Case(ops.Diff(n, axis), [x], np.diff(x, n, axis=axis), tight=True)
+
+
+@spec("Convolve1D")
+def _convolve1d(rng, ndim, side):
+    n, m = int(rng.integers(1, side + 3)), int(rng.integers(1, side + 3))
+    a, v = floats(rng, (n,)), floats(rng, (m,))
+    mode, correlate = str(rng.choice(["full", "same", "valid"])), bool(rng.random() < 0.5)
+    expected = (np.correlate if correlate else np.convolve)(a, v, mode)
+    pick = int(rng.integers(3))  # both inputs, a constant v, a constant a
+    if pick == 0:
+        return Case(ops.Convolve1D(mode, correlate), [a, v], expected, tight=True)
+    if pick == 1:
+        return Case(ops.Convolve1D(mode, correlate, constant=v, constant_at=1), [a], expected, tight=True)
+    return Case(ops.Convolve1D(mode, correlate, constant=a, constant_at=0), [v], expected, tight=True)
+
+
+@spec("Take")
+def _take(rng, ndim, side):
+    x, axis = floats(rng, rand_shape(rng, ndim, side)), int(rng.integers(-ndim, ndim))
+    n = x.shape[axis]
+    indices = rng.integers(-n, n, size=int(rng.integers(1, 5)))
+    return Case(ops.Take(indices, axis), [x], np.take(x, indices, axis=axis), tight=True)
+
+
+@spec("TakeAlong")
+def _take_along(rng, ndim, side):
+    shape = rand_shape(rng, ndim, side)
+    axis = int(rng.integers(-ndim, ndim))
+    x = floats(rng, shape)
+    ishape = [int(rng.integers(1, 4)) if k == axis % ndim else (1 if rng.random() < 0.3 else n)
+              for k, n in enumerate(shape)]
+    indices = rng.integers(-shape[axis], shape[axis], size=tuple(ishape))
+    return Case(ops.TakeAlong(indices, axis), [x], np.take_along_axis(x, indices % shape[axis], axis=axis),
+                tight=True)
+
+
+EINSUMS = ["ij,jk->ik", "i,j->ij", "ij->ji", "ijk->ik", "ij,ij->i", "i,i->", "ij->", "ijk,kj->ik", "ij,j", "kij->jik"]
+
+
+@spec("Einsum")
+def _einsum(rng, ndim, side):
+    subscripts = EINSUMS[int(rng.integers(len(EINSUMS)))]
+    sizes = {c: int(rng.integers(1, side + 1)) for c in "ijk"}
+    operands = subscripts.split("->")[0].split(",")
+    xs = [floats(rng, tuple(sizes[c] for c in part)) for part in operands]
+    expected = np.asarray(np.einsum(subscripts, *xs))
+    return Case(ops.Einsum(subscripts), xs, expected.reshape(1) if expected.ndim == 0 else expected, tight=True)
+
+
+@spec("Lookup")
+def _lookup(rng, ndim, side):
+    pick = int(rng.integers(3))
+    cells = floats(rng, rand_shape(rng, ndim, side))
+    table = np.sort(floats(rng, (int(rng.integers(1, side + 2)),)))
+    if pick == 0:  # np.searchsorted(a, v): each result on its v and all of a
+        return Case(ops.Lookup(np.searchsorted, (True, False), cells.shape), [table, cells],
+                    np.searchsorted(table, cells))
+    if pick == 1:  # np.isin(element, test_elements): on its element and every test element
+        cells = rng.integers(0, 4, cells.shape).astype(float)
+        tests = rng.integers(0, 4, int(rng.integers(1, side + 2))).astype(float)
+        return Case(ops.Lookup(np.isin, (False, True), cells.shape), [cells, tests], np.isin(cells, tests))
+    xp = np.cumsum(np.abs(floats(rng, table.shape)))  # np.interp(x, xp, fp): on its x and all of xp, fp
+    fp = floats(rng, table.shape)
+    return Case(ops.Lookup(np.interp, (False, True, True), cells.shape), [cells, xp, fp], np.interp(cells, xp, fp))
+
+
 # -- value-dependent operators and their python references ----------------------------
 def flat_cells(shape):
     return list(itertools.product(*map(range, shape)))
@@ -1364,6 +1488,13 @@ BAD_SHAPES = [
     (ops.Sort(axis=2), [(3, 3)], "axis=2 is out of range"),
     (ops.Label(np.ones((3, 3))), [(5,)], "structure is 2-D"),
     (ops.Compress(), [(4,), (3, 2)], "condition has shape"),
+    (ops.Statistic("median", axis=2), [(2, 3)], "axis=2 is out of range"),
+    (ops.Diff(3), [(3,)], "leaves no cell"),
+    (ops.Convolve1D(), [(3, 3), (3,)], "two non-empty 1-D operands"),
+    (ops.Take([5], 0), [(3,)], "out of bounds"),
+    (ops.TakeAlong(np.zeros(2, int)), [(3, 3)], "same number of axes"),
+    (ops.Einsum("ij,jk->ik"), [(2, 3), (4, 5)], "must have the same length"),
+    (ops.Lookup(np.isin, (False, True), (3,)), [(4,), (2,)], "does not broadcast"),
 ]
 
 
@@ -1390,6 +1521,16 @@ BAD_ARGS = [
     (lambda: ops.Histogram([3.0, 1.0]), "increasing"),
     (lambda: ops.Histogram(4, range=(2.0, 1.0)), "lo <= hi"),
     (lambda: ops.Filter(3), "predicate must be a callable"),
+    (lambda: ops.Statistic("mode"), "how must be one of"),
+    (lambda: ops.Statistic("percentile", q=[1.0, 2.0]), "one scalar q"),
+    (lambda: ops.Statistic("argmax", axis=(0, 1)), "reduces one axis"),
+    (lambda: ops.Cumulative("cummax"), "how must be one of"),
+    (lambda: ops.Diff(0), "n must be an int >= 1"),
+    (lambda: ops.Convolve1D(mode="bogus"), "mode must be one of"),
+    (lambda: ops.Take([[1]]), "1-D array of ints"),
+    (lambda: ops.Einsum("ii->i"), "repeats an index"),
+    (lambda: ops.Einsum("...i->i"), "'...'"),
+    (lambda: ops.Lookup(3, (True,), (2,)), "fn must be a callable"),
 ]
 
 
@@ -1414,10 +1555,14 @@ def test_filter_predicate_of_the_wrong_shape_is_a_workflow_error(tmp_path):
 
 
 def test_readme_table_lists_every_operator():
-    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(ops.__file__))), "docs", "guide",
-                          "operators.md")
-    with open(readme) as f:
-        table = f.read()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(ops.__file__)))
+    guides = os.path.join(root, "docs", "guide")
+    pages = [os.path.join(root, "README.md")] + sorted(
+        os.path.join(guides, f) for f in (os.listdir(guides) if os.path.isdir(guides) else []) if f.endswith(".md"))
+    table = ""
+    for page in pages:  # the README's table, or a user guide page's (docs/guide/numpy-calls.md)
+        with open(page) as f:
+            table += f.read()
     missing = [n for n in EXPORTED if f"| {n} " not in table and f"| {n}(" not in table]
     assert missing == []
 
@@ -1451,3 +1596,16 @@ def test_filters_keep_float32_as_scipy_does_and_widen_integers(op):
     if isinstance(op, ops.Convolve):
         assert np.array_equal(got, ndimage.convolve(x, op.kernel, mode=op.mode, cval=op.cval))
     assert op.run(None, np.arange(63).reshape(9, 7)).dtype == np.float64
+
+
+@examples(60)
+@given(n=st.integers(1, 40), m=st.integers(1, 12), mode=st.sampled_from(["full", "same", "valid"]),
+       correlate=st.booleans(), at=st.integers(0, 1), tile=st.integers(1, 8), seed=st.integers(0, 2**16))
+def test_convolve1d_tiles_give_numpys_values_to_the_bit(n, m, mode, correlate, at, tile, seed):
+    """A constant kernel splits the output into tiles; each tile reads a part longer than the
+    kernel, so numpy orders the operands as for the whole and sums in the same order."""
+    rng = np.random.default_rng(seed)
+    a, v = rng.normal(size=n), rng.normal(size=m)
+    op = bind(ops.Convolve1D(mode, correlate, constant=a if at == 0 else v, constant_at=at), [v if at == 0 else a])
+    got = execute(op, [v if at == 0 else a], tile_shape=tile)[0]
+    assert np.array_equal(got, (np.correlate if correlate else np.convolve)(a, v, mode))

@@ -36,12 +36,16 @@ __all__ = [
     "Relabel", "NearestZoom",
     # indexing fixed when a function was traced on values, and the coarse step
     "Gather", "Scatter", "Coordinates", "Opaque",
+    # numpy's statistics, running reductions, 1-D convolution, gathers, einsum, look-ups
+    "Statistic", "Cumulative", "Diff", "Convolve1D", "Take", "TakeAlong", "Einsum", "Lookup",
 ]
 
 # module (under subzero.operators) -> the public names it defines
 _MODULES = {
     "astro": ["CosmicRays", "DetectStars", "RepairCosmics"],
     "composite": ["WindowLineage"],
+    "cumulative": ["Convolve1D", "Cumulative", "Diff", "Take", "TakeAlong"],
+    "einsum": ["Einsum"],
     "cosmic": ["CosmicRayDetect"],
     "elementwise": ["Add", "AddScalar", "Apply", "BinaryOperator", "Clip", "Divide", "DivideScalar",
                     "ElementwiseOperator", "Maximum", "Minimum", "Multiply", "MultiplyScalar", "Power",
@@ -58,6 +62,7 @@ _MODULES = {
     "resampling": ["Downsample", "Upsample"],
     "shape": ["Concatenate", "Flip", "Pad", "Reshape", "Shift", "Slice", "Stack", "Tile", "Transpose"],
     "sorting": ["ArgSort", "LineOperator", "Sort"],
+    "statistics": ["Lookup", "Statistic"],
     "label": ["Label"],
     "indexing": ["Coordinates", "Gather", "Opaque", "Scatter"],
     "value": ["Compress", "Filter", "Histogram"],
@@ -68,6 +73,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from subzero.operators.astro import CosmicRays, DetectStars, RepairCosmics
     from subzero.operators.composite import WindowLineage
     from subzero.operators.cosmic import CosmicRayDetect
+    from subzero.operators.cumulative import Convolve1D, Cumulative, Diff, Take, TakeAlong
+    from subzero.operators.einsum import Einsum
     from subzero.operators.elementwise import (
         Add, AddScalar, Apply, BinaryOperator, Clip, Divide, DivideScalar, ElementwiseOperator, Maximum, Minimum,
         Multiply, MultiplyScalar, Power, PowerScalar, ScalarOperator, Subtract, SubtractScalar, Threshold, Where,
@@ -89,6 +96,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from subzero.operators.resampling import Downsample, Upsample
     from subzero.operators.shape import Concatenate, Flip, Pad, Reshape, Shift, Slice, Stack, Tile, Transpose
     from subzero.operators.sorting import ArgSort, LineOperator, Sort
+    from subzero.operators.statistics import Lookup, Statistic
     from subzero.operators.label import Label
     from subzero.operators.value import Compress, Filter, Histogram
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from subzero.trace import numpy_shapes  # noqa: F401  (its handlers register in HANDLED)
+from subzero.trace import numpy_stats  # noqa: F401  (its handlers register in HANDLED)
 from subzero.trace import symbolic
 from subzero.trace.building import (HANDLED, _no_out, _plain, add_node, astype, elementwise, implements,
                                     supported)

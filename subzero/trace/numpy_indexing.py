@@ -26,6 +26,7 @@ from subzero import operators as ops
 from subzero.trace.building import add_node, astype, implements
 from subzero.trace.coarse import coarse_call, lift, node_shape
 from subzero.trace.errors import InPlaceError, TraceError, user_line
+from subzero.trace import numpy_stats
 from subzero.trace.numpy_shapes import getitem as basic_getitem
 from subzero.trace.numpy_shapes import reshape
 from subzero.trace.symbolic import SymbolicArray
@@ -278,6 +279,8 @@ def _compress(condition, a, axis=None, out=None):
 
 @implements(np.take)
 def _take_values(a, indices, axis=None, out=None, mode="raise"):
+    if not isinstance(indices, SymbolicArray):  # constant indices: a Take node (numpy_stats)
+        return numpy_stats.take(a, indices, axis, out, mode)
     if out is not None or mode != "raise":
         raise TraceError("np.take(..., out=/mode=) is not supported on symbolic arrays; index with a[indices]")
     if axis is None:

@@ -14,7 +14,7 @@ from subzero.operator import Operator
 from subzero.operators import numeric
 from subzero.trace.errors import TraceError, UnsupportedCallError
 from subzero.trace.building import HANDLED, _as_logical, _axes_of, _no_out, _plain, _reshaped, add_node, implements
-from subzero.trace import numpy_shapes
+from subzero.trace import numpy_shapes, numpy_stats
 from subzero.trace.symbolic import SymbolicArray
 
 __all__ = ["matmul", "outer"]
@@ -27,7 +27,10 @@ _AXIS_OPS: dict[str, Callable[..., Operator]] = {
     "nansum": numeric.NanSum, "nanmean": numeric.NanMean, "nanstd": numeric.NanStd, "nanmin": numeric.NanMin,
     "nanmax": numeric.NanMax, "any": numeric.AnyOf, "all": numeric.AllOf,
 }
-_DDOF = ("std", "nanstd", "var")
+_DDOF = ("std", "nanstd", "var", "nanvar")
+#: reductions a `subzero.operators.Statistic` computes over some axes (and, for the ones
+#: `numeric.GlobalReduction` lacks, over every axis)
+_STATISTICS = ("var", "nanvar", "prod", "nanprod", "ptp")
 
 
 def _reduction(how: str, fn: Callable):
@@ -47,6 +50,9 @@ def _reduction(how: str, fn: Callable):
             dtype_out = np.asarray(fn(np.ones((1,) * ndim, a.dtype), **probe)).dtype
         if how == "count_nonzero" and axis is None:
             dtype_out = np.dtype(np.intp)
+        if how in _STATISTICS and (how not in numeric.REDUCTIONS or set(axes) != set(range(ndim))):
+            params = {"ddof": ddof} if how in _DDOF else {}
+            return numpy_stats.statistic(_plain(a), how, axis, keepdims, dtype=dtype_out, **params)
         if set(axes) == set(range(ndim)):
             op: Operator = (ops.GlobalMean() if how == "mean" else ops.GlobalStd(ddof) if how == "std"
                             else numeric.GlobalReduction(how, ddof))
@@ -75,7 +81,7 @@ _REDUCTION_FUNCTIONS: dict[str, list[Callable[..., Any]]] = {
     "sum": [np.sum], "mean": [np.mean], "std": [np.std], "var": [np.var], "min": [np.min, np.amin],
     "max": [np.max, np.amax], "prod": [np.prod], "any": [np.any], "all": [np.all],
     "count_nonzero": [np.count_nonzero], "nansum": [np.nansum], "nanmean": [np.nanmean], "nanstd": [np.nanstd],
-    "nanmin": [np.nanmin], "nanmax": [np.nanmax],
+    "nanmin": [np.nanmin], "nanmax": [np.nanmax], "nanvar": [np.nanvar], "nanprod": [np.nanprod], "ptp": [np.ptp],
 }
 for _how, _fns in _REDUCTION_FUNCTIONS.items():
     HANDLED.update({f: _reduction(_how, _fns[0]) for f in _fns})

@@ -26,7 +26,7 @@ from subzero.trace.calls import ARG, NumpyCall
 from subzero.trace.errors import TraceError, UnsupportedCallError
 from subzero.trace.symbolic import SymbolicArray
 
-__all__ = ["statistic"]
+__all__ = ["statistic", "take"]
 
 _NOVALUE: Any = getattr(np, "_NoValue", None)
 

@@ -518,7 +518,7 @@ def test_the_tracing_guide_example_runs_as_written(tmp_path, monkeypatch):
     namespace: dict = {}
     exec(compile(block, page, "exec"), namespace)
     run = namespace["run"]
-    assert run.backward("clean", [(10, 20)], to="image").tolist() == [[10, 20]] or \
-        len(run.backward("clean", [(10, 20)], to="image")) > 0
+    # the outlier moved the median and the std every cell's mask decision read
+    assert [10, 20] in run.backward("clean", [(0, 0)], to="image").tolist()
     report = namespace["clean"].report({"image": namespace["image"], "threshold": 5.0})
     assert any(e.kind == "value" for e in report.events) and "np.polyfit" in str(report)

@@ -505,3 +505,20 @@ def test_readme_numpy_example_runs_and_says_true(tmp_path):
     done = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, cwd=tmp_path,
                           env=dict(os.environ, PYTHONPATH=str(root)))
     assert done.returncode == 0, done.stderr
+
+
+def test_the_tracing_guide_example_runs_as_written(tmp_path, monkeypatch):
+    import re
+
+    page = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "guide",
+                        "tracing-real-code.md")
+    with open(page) as f:
+        block = re.search(r"```python\n(.*?)```", f.read(), re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(block, page, "exec"), namespace)
+    run = namespace["run"]
+    # the outlier moved the median and the std every cell's mask decision read
+    assert [10, 20] in run.backward("clean", [(0, 0)], to="image").tolist()
+    report = namespace["clean"].report({"image": namespace["image"], "threshold": 5.0})
+    assert any(e.kind == "value" for e in report.events) and "np.polyfit" in str(report)

@@ -1,0 +1,52 @@
+"""Graph breaks: a library call that fails on traced arrays runs on values; the trace goes on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import subzero as sz
+from subzero.oracle import evaluate_workflow
+
+RNG = np.random.default_rng(5)
+IMAGE = RNG.normal(0, 1, (40, 40))
+IMAGE[5:15, 5:15] += 6
+IMAGE[30:32, 30:32] += 6
+
+
+def test_a_compiled_library_call_is_broken_out_and_the_rest_stays_exact(tmp_path):
+    morphology = pytest.importorskip("skimage.morphology")
+    remove = morphology.remove_small_objects
+
+    @sz.workflow
+    def f(image):
+        mask = image > 3
+        kept = morphology.remove_small_objects(mask, max_size=10)
+        return {"kept": kept, "shifted": image + 1}
+
+    run = f.run({"image": IMAGE}, store=tmp_path / "run", executor="local")
+    np.testing.assert_array_equal(np.asarray(run.output("kept")), remove(IMAGE > 3, max_size=10))
+    assert morphology.remove_small_objects is remove  # the library is restored after the trace
+    report = f.report({"image": IMAGE})
+    assert list(report.coarse) == ["kept"] and "remove_small_objects" in report.coarse["kept"]
+    assert run.backward("shifted", [(1, 1)], to="image").tolist() == [[1, 1]]
+
+
+def test_a_function_that_cannot_be_traced_runs_whole_as_one_coarse_step():
+    @sz.workflow
+    def f(x):
+        return {"s": x * x.strides[0]}  # strides: no meaning for a traced array
+
+    wf = f.trace({"x": IMAGE})
+    np.testing.assert_allclose(evaluate_workflow(wf, {"x": IMAGE})["s"], IMAGE * IMAGE.strides[0])
+    report = f.report({"x": IMAGE})
+    assert not report.exact and "could not be traced" in str(report)
+
+
+def test_numpys_own_errors_are_not_hidden():
+    @sz.workflow
+    def f(x):
+        return x @ np.ones((3, 3))  # shapes numpy refuses too
+
+    with pytest.raises((ValueError, sz.WorkflowError)):
+        f.trace({"x": IMAGE})

@@ -1,0 +1,71 @@
+"""Coarse steps: calls without a rule, and arrays entering after a leak, run on values with labelled all-to-all lineage."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+import subzero as sz
+from subzero.oracle import check_workflow, evaluate_workflow
+from subzero.trace import UnsupportedCallError
+
+RNG = np.random.default_rng(11)
+X = np.round(RNG.normal(size=(8, 5)), 3)
+
+
+def test_a_call_without_a_rule_is_one_node_per_array_it_returns(tmp_path):
+    @sz.workflow
+    def f(x):
+        coef, residuals, rank, sv, rcond = np.polyfit(np.arange(x.shape[0]), x, 1, full=True)
+        return {"coef": coef, "sv": sv}
+
+    run = f.run({"x": X}, store=tmp_path / "run", executor="local")
+    full = np.polyfit(np.arange(X.shape[0]), X, 1, full=True)
+    np.testing.assert_allclose(np.asarray(run.output("coef")), full[0])
+    np.testing.assert_allclose(np.asarray(run.output("sv")), full[3])
+    assert run.backward("coef", [(0, 0)], to="x").shape == (X.size, 2)  # all-to-all over what it read
+    report = f.report({"x": X})
+    assert set(report.coarse) >= {"coef", "sv"} and "np.polyfit" in report.coarse["coef"]
+    assert "test_coarse.py:" in report.coarse["coef"]  # the user's line
+    assert check_workflow(run, f.trace({"x": X}), {"x": X}, cells=5, backward=3).ok
+
+
+def test_from_shapes_alone_a_call_without_a_rule_is_refused_with_the_fix():
+    @sz.workflow
+    def f(x):
+        return np.polyfit(np.arange(x.shape[0]), x, 1)
+
+    with pytest.raises(UnsupportedCallError, match=r"np.polyfit.*sz.udf"):
+        f.trace({"x": types.SimpleNamespace(shape=X.shape, dtype=X.dtype)})
+
+
+def test_arrays_entering_after_a_leak_depend_on_what_leaked(tmp_path):
+    from scipy import ndimage
+
+    @sz.workflow
+    def f(x, y):
+        distance = ndimage.distance_transform_edt(x > 0)  # compiled code reads x's values
+        return {"out": distance * 2 + y}
+
+    inputs = {"x": X, "y": X * 0 + 1}
+    run = f.run(inputs, store=tmp_path / "run", executor="local")
+    np.testing.assert_allclose(np.asarray(run.output("out")), ndimage.distance_transform_edt(X > 0) * 2 + 1)
+    assert len(run.backward("out", [(0, 0)], to="x")) == X.size  # coarse over the leaked array
+    assert run.backward("out", [(0, 0)], to="y").tolist() == [[0, 0]]  # y never left: exact
+    report = f.report(inputs)
+    assert any(e.kind == "leak" for e in report.events) and not report.exact
+
+
+def test_counts_and_sets_are_all_to_all_and_not_coarse():
+    @sz.workflow
+    def f(x):
+        labels = (x > 0).astype(np.int64) + (x > 1)
+        values, counts = np.unique(labels, return_counts=True)
+        return {"counts": counts, "bins": np.bincount(labels.ravel())}
+
+    wf = f.trace({"x": X})
+    expected = np.unique(((X > 0).astype(np.int64) + (X > 1)), return_counts=True)[1]
+    np.testing.assert_array_equal(evaluate_workflow(wf, {"x": X})["counts"], expected)
+    assert f.report({"x": X}).exact

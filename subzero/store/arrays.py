@@ -49,7 +49,7 @@ __all__ = ["ArrayRef", "StoredArray", "ExternalArray", "HeldArray", "write_array
            "resolve_compressor", "sampled_compressor", "output_compressor"]
 
 #: chunk compression: "auto" (by what compresses, see the module's text), "none", "lz4"
-#: (Blosc LZ4, byte shuffle) or "zstd" (level 1); see the README
+#: (Blosc LZ4, byte shuffle) or "zstd" (level 1); see docs/guide/storage.md
 COMPRESSOR = os.environ.get("SUBZERO_COMPRESSOR", "auto")
 #: bytes of decoded chunks a process keeps (0: none); SUBZERO_CHUNK_CACHE_MB sets it
 CHUNK_CACHE_BYTES = int(float(os.environ.get("SUBZERO_CHUNK_CACHE_MB", "256")) * 2**20)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import subzero as sz
+from doc_pages import block, commands, page
 from subzero.cli import main, parse_boxes, parse_cells
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,11 +170,14 @@ def test_demo_runs_the_astronomy_workflow_and_prints_both_queries(tmp_path, caps
 
 # -- a scientist's own files ----------------------------------------------------------------------
 
-def readme_flow() -> tuple[str, list[str]]:
-    """The README's workflow file (stars.py) and the `subzero run` command in its first line."""
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"```python\n(# stars.py: (subzero run .*?)\n.*?)```", text, re.S)
-    return block.group(1), block.group(2).split()
+YOUR_DATA = "guide/your-data.md"  # the walk-through from a FITS file to a traced star
+
+
+def stars_flow() -> tuple[str, list[str]]:
+    """The workflow file (stars.py) of the page "Your own data" and the `subzero run` command in
+    its first line."""
+    flow = block(YOUR_DATA, "python", "# stars.py: subzero run ")
+    return flow, flow.splitlines()[0].removeprefix("# stars.py: ").split()
 
 
 def exposure(shape=(48, 80), seed=3):
@@ -196,11 +200,11 @@ def own_data(tmp_path_factory):
                        "CRPIX2": 24.0, "CRVAL1": 150.1, "CRVAL2": 2.2, "CDELT1": -1e-4, "CDELT2": 1e-4})
     fits.HDUList([fits.PrimaryHDU(), sci]).writeto(root / "exposure.fits")
     np.save(root / "dark.npy", dark)
-    flow, command = readme_flow()
+    flow, command = stars_flow()
     (root / "flow.py").write_text(flow)
     (root / "stars.py").write_text(flow)
     assert command[:2] == ["subzero", "run"] and "--param" in command
-    done = run_cli(*command[1:], "--executor", "local", "-v", cwd=root)  # the README's command, as written
+    done = run_cli(*command[1:], "--executor", "local", "-v", cwd=root)  # the page's command, as written
     assert done.returncode == 0, done.stderr
     (root / "runs" / "stars").rename(root / "run")
     assert "stored in" in done.stdout and "subzero: input raw:" in done.stderr  # -v: diagnostics on stderr
@@ -454,14 +458,14 @@ def test_a_query_through_stencils_imports_no_scipy(own_data):
     assert json.loads(done.stdout.splitlines()[0])["count"] > 1 and done.stdout.splitlines()[-1] == "[]"
 
 
-def test_readme_python_example_runs_after_the_quick_start(tmp_path):
-    text = (ROOT / "README.md").read_text()
-    example = re.search(r"```python\n(import numpy as np\nimport subzero as sz\n\nclass Transpose.*?)```", text,
-                        re.S).group(1)
+def test_the_operator_example_runs_after_the_quick_start(tmp_path):
+    """The example of "Writing an operator" (docs/guide/operators.md), next to the demo's store."""
+    example = block("guide/operators.md", "python", "import numpy as np\nimport subzero as sz\n\nclass Transpose")
     assert 'store="runs/demo"' not in example  # the demo's own store: taken after the quick start
     (tmp_path / "runs" / "demo").mkdir(parents=True)
     (tmp_path / "runs" / "demo" / "catalog.json").write_text("{}")  # as left by `subzero demo`
     # in-process here (executor="local" records exactly the lineage Spark does), to keep the test fast
+    assert 'store="runs/example")' in example, example
     example = example.replace('store="runs/example")', 'store="runs/example", executor="local")')
     example += ("assert run.backward(t, [(1, 2)], to=x).tolist() == [[2, 1]]\n"
                 "assert run.backward_mask(t, [(1, 2)], to=x).sum() == 1 and run.output(t).shape == (4, 3)\n")
@@ -470,15 +474,16 @@ def test_readme_python_example_runs_after_the_quick_start(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
-def test_readme_documents_the_command_line():
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Command line", 1)[1].split("\n## ", 1)[0]
+def test_the_command_line_page_documents_the_command_line():
+    """docs/guide/cli.md names every flag; the Python side of queries is on docs/guide/queries.md."""
+    cli = page("guide/cli.md")
     for flag in ("--input NAME=PATH", "--param KEY=VALUE", "--cells R,C[;R,C...]", "--plot", "--mask", "--regions",
                  "--fits-coords", "--json", "python -m subzero", "--version", "-v", "--quiet"):
-        assert flag in section, flag
-    assert "--cells R,C ..." not in section
+        assert flag in cli, flag
+    assert "--cells R,C ..." not in cli
+    queries = page("guide/queries.md")
     for method in ("backward_mask", "forward_mask", "run.output"):
-        assert method in text, method
+        assert method in queries, method
 
 
 def test_a_fits_mask_carries_the_header_kept_with_the_node(tmp_path):
@@ -726,15 +731,7 @@ def test_explain_and_info_of_a_failed_run(tmp_path):
                    "did not finish (status 'failed')")
 
 
-# -- the README walkthrough: a FITS file to a traced star, every command as written ----------------
-
-def readme_commands(section: str) -> list[str]:
-    """The lines of the ```bash blocks of a README section."""
-    text = (ROOT / "README.md").read_text()
-    body = text.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
-    return [line.strip() for block in re.findall(r"```bash\n(.*?)```", body, re.S)
-            for line in block.splitlines() if line.strip()]
-
+# -- the page "Your own data": a FITS file to a traced star, every command as written -------------
 
 def as_argv(line: str) -> list[str]:
     import shlex
@@ -744,21 +741,21 @@ def as_argv(line: str) -> list[str]:
     return [sys.executable, "-m", "subzero", *argv[1:]]
 
 
-def test_the_readme_walkthrough_runs_as_written(tmp_path):
+def test_the_your_data_walkthrough_runs_as_written(tmp_path):
     image, dark = exposure()
     sci = fits.ImageHDU(image, name="SCI")
     sci.header.update({"OBJECT": "test field", "CTYPE1": "RA---TAN", "CTYPE2": "DEC--TAN", "CRVAL1": 150.1})
     fits.HDUList([fits.PrimaryHDU(), sci]).writeto(tmp_path / "exposure.fits")
     np.save(tmp_path / "dark.npy", dark)
-    flow, _ = readme_flow()
+    flow, _ = stars_flow()
     (tmp_path / "stars.py").write_text(flow)
-    commands = readme_commands("Your own data")
-    assert [c.split()[1] for c in commands] == ["run", "info", "query", "brush", "replay"]
+    lines = commands(page(YOUR_DATA))
+    assert [c.split()[1] for c in lines] == ["run", "info", "query", "brush", "replay"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_SUBMIT_ARGS", "PYSPARK_GATEWAY_PORT")}
     env["PYTHONPATH"] = str(ROOT)
     env["SUBZERO_IN_PROCESS_BYTES"] = "0"  # small inputs: they would run in-process, this checks Spark
     outs = []
-    for line in commands:  # the run goes on the embedded Spark session, as the README says
+    for line in lines:  # the run goes on the embedded Spark session, as the page says
         done = subprocess.run(as_argv(line), capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
         assert done.returncode == 0, (line, done.stderr[-2000:])
         outs.append(done.stdout)
@@ -819,7 +816,8 @@ def test_sky_positions_and_fk5_regions(own_data, capsys, tmp_path):
 
 
 def test_every_benchmark_is_a_bench_choice():
-    """`subzero bench NAME` offers exactly the benchmarks the bench package runs (and the README lists)."""
+    """`subzero bench NAME` offers exactly the benchmarks the bench package runs, and the Command
+    line page lists each."""
     from subzero_bench import BENCHES, COMMANDS
 
     from subzero.cli import build_parser
@@ -846,3 +844,10 @@ def test_the_subzero_package_ships_no_benchmark_code():
     package = Path(subzero.__file__).parent
     assert not (package / "bench").exists()
     assert not [p for p in package.rglob("*.py") if "subzero_bench" in p.read_text() and p.name != "bench.py"]
+
+
+def test_the_command_line_page_lists_every_benchmark():
+    from subzero_bench import BENCHES
+
+    usage = re.search(r"^subzero bench (\S+)", page("guide/cli.md"), re.M)
+    assert usage and set(BENCHES) <= set(usage.group(1).split("|")), usage

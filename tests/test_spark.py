@@ -295,22 +295,22 @@ def test_python_error_of_a_worker_traceback():
 
 
 def _job_file(cwd: Path) -> None:
-    """The README's data (a FITS exposure and a dark frame), workflow file and spark-submit job file."""
-    import re
-
-    from test_cli import exposure, readme_flow
+    """The data of the page "Your own data" (a FITS exposure and a dark frame), its workflow file, and
+    the spark-submit job file of the page "Clusters, spark-submit and object storage"."""
+    from doc_pages import block
+    from test_cli import exposure, stars_flow
 
     fits = pytest.importorskip("astropy.io.fits")
     image, dark = exposure()
     fits.HDUList([fits.PrimaryHDU(), fits.ImageHDU(image, name="SCI")]).writeto(cwd / "exposure.fits")
     np.save(cwd / "dark.npy", dark)
-    (cwd / "stars.py").write_text(readme_flow()[0])
-    text = (ROOT / "README.md").read_text()
-    (cwd / "stars_job.py").write_text(re.search(r"```python\n(# stars_job.py: .*?)```", text, re.S).group(1))
+    (cwd / "stars.py").write_text(stars_flow()[0])
+    (cwd / "stars_job.py").write_text(block("guide/spark.md", "python", "# stars_job.py: "))
 
 
 def test_spark_submit_runs_a_workflow_with_its_own_master(tmp_path):
-    """The README's job file under ``spark-submit --master local[1]``: the run uses that session."""
+    """The job file of docs/guide/spark.md under ``spark-submit --master local[1]``: the run uses
+    that session."""
     import pyspark
 
     from subzero.info import info_data
@@ -320,7 +320,7 @@ def test_spark_submit_runs_a_workflow_with_its_own_master(tmp_path):
 
     _job_file(tmp_path)
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    with s3_service() as service:  # the README's job stores its run on S3
+    with s3_service() as service:  # the page's job stores its run on S3
         done = subprocess.run([str(submit), "--master", "local[1]", "stars_job.py"], cwd=tmp_path,
                               capture_output=True, text=True, env=_env(SPARK_HOME=str(submit.parents[1]), **service.env),
                               timeout=600)
@@ -390,28 +390,25 @@ def _executor_jvms(mark: str) -> list[int]:
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the executors' JVMs through /proc")
 def test_standalone_cluster_on_loopback(tmp_path, monkeypatch):
-    """The README's cluster on loopback, every command of its section as written (ports and
+    """The cluster of docs/guide/spark.md on loopback, every command of its opening as written (ports and
     directories aside): an S3 service (moto's), a master, two workers with work directories of
     their own, a run and a spark-submit job whose store is on S3.  A master without workers
     fails in one line; the cluster records exactly the lineage of the in-process executor, for
-    the README's workflow and random ones; and a run whose executor JVM is killed with kill -9
+    the page's workflow and random ones; and a run whose executor JVM is killed with kill -9
     mid-run stores lineage identical to an undisturbed run's."""
-    import re
     import shlex
     import uuid
 
     import pyspark
 
+    from doc_pages import commands, section
     from subzero.info import info_data
 
     pytest.importorskip("moto.server")
     home = Path(pyspark.__file__).parent
     ports = {"9000": _free_port(), "7077": _free_port(), "8080": _free_port(), "8081": _free_port(),
              "8082": _free_port()}
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Clusters and spark-submit", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
-    lines = [ln.strip() for block in re.findall(r"```bash\n(.*?)```", section, re.S) for ln in block.splitlines()
-             if ln.strip()]
+    lines = commands(section("guide/spark.md"))  # the page's opening, before "Object storage"
     for old, new in ports.items():
         lines = [ln.replace(old, str(new)) for ln in lines]
     lines = [ln.replace("/tmp/subzero-worker-", str(tmp_path / "worker-")) for ln in lines]

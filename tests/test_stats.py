@@ -216,13 +216,12 @@ def test_lineage_table_function_and_method_agree(labelled):
     assert a.colnames == b.colnames and all(np.array_equal(a[c], b[c]) for c in a.colnames)
 
 
-# -- the README's star catalog ----------------------------------------------------------------
-def test_readme_star_catalog_numbers(tmp_path):
-    """The README's example: the quick astronomy run, the injected cosmic rays of exposure 1 as
-    flags; its printed rows and counts are what the table gives, and each shown row is what one
-    backward query per star gives."""
-    from pathlib import Path
-
+# -- the star catalog of the page "Lineage statistics" ------------------------------------------
+def test_statistics_page_star_catalog_numbers(tmp_path):
+    """The example of docs/guide/statistics.md: the quick astronomy run, the injected cosmic rays
+    of exposure 1 as flags; its printed rows and counts are what the table gives, and each shown
+    row is what one backward query per star gives."""
+    from doc_pages import page
     from subzero.workflows import astronomy
 
     wf, inputs = astronomy.build(quick=True)
@@ -233,19 +232,19 @@ def test_readme_star_catalog_numbers(tmp_path):
     flagged.sort(["n_flagged", "label"], reverse=True)
     flagged["flagged_fraction"].info.format = ".4f"
     shown = flagged[:5]["label", "area", "bbox_r0", "bbox_c0", "n_lineage", "n_flagged", "flagged_fraction"]
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert "\n".join(shown.pformat(max_lines=-1, max_width=-1)) in readme
-    assert f"{len(flagged)} of the {len(table)} stars have a cosmic-ray pixel" in readme
+    text = page("guide/statistics.md")
+    assert "\n".join(shown.pformat(max_lines=-1, max_width=-1)) in text
+    assert f"{len(flagged)} of the {len(table)} stars have a cosmic-ray pixel" in text
     masked = int((hits & (np.asarray(run.output("crmask_1")) > 0)).sum())
-    assert f"L.A.Cosmic flagged {masked} of the {int(hits.sum())} hits" in readme
-    assert f"{len(table)} object(s), {len(flagged)} with flagged cells" in readme
+    assert f"L.A.Cosmic flagged {masked} of the {int(hits.sum())} hits" in text
+    assert f"{len(table)} object(s), {len(flagged)} with flagged cells" in text
     labels = np.asarray(run.output("stars"))
     for row in shown:
         lineage = run.backward_mask("stars", labels == row["label"], to="exposure_1")
         assert (lineage.sum(), (lineage & hits).sum()) == (row["n_lineage"], row["n_flagged"])
     counts = contamination_count(run, "exposure_1", hits, "stars")
     assert f"{int(hits.sum())} flagged cell(s) of exposure_1 (hits.npy); {int((counts > 0).sum())} cell(s) of stars " \
-           f"depend on them, at most {int(counts.max())} each" in readme
+           f"depend on them, at most {int(counts.max())} each" in text
 
 
 PAYLOAD_STRATEGIES = ["PayOne", "PayMany", "CompOne", "CompMany"]

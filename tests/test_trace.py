@@ -487,16 +487,22 @@ def test_a_traced_workflow_runs_on_spark_as_locally(tmp_path, spark):
             np.testing.assert_array_equal(getattr(remote, ask)(node, [cell], to=to), want)
 
 
-def test_readme_numpy_example_runs_and_says_true(tmp_path):
-    import re
+@pytest.mark.parametrize("where", ["docs/guide/quickstart.md", "docs/index.md", "README.md"])
+def test_the_numpy_example_runs_and_says_true(tmp_path, where):
+    """The `@sz.workflow` example of the quick start ("Your own numpy code"), and the copies the
+    site's home page and the README show, run as written and answer what their comments say."""
     import subprocess
     import sys
     from pathlib import Path
 
+    from doc_pages import fenced
+
     root = Path(__file__).resolve().parent.parent
-    text = (root / "README.md").read_text()
-    example = re.search(r"```python\n(import numpy as np\nimport subzero as sz\nfrom subzero import ndimage.*?)```",
-                        text, re.S).group(1)
+    examples = [body for body in fenced((root / where).read_text(), "python")
+                if body.startswith("import numpy as np\nimport subzero as sz\nfrom subzero import ndimage")]
+    assert len(examples) == 1, f"{where} has {len(examples)} @sz.workflow examples; expected one"
+    example = examples[0]
+    assert 'params={"threshold": 2.0})' in example, example  # run in-process below, to keep the test fast
     example = example.replace('params={"threshold": 2.0})', 'params={"threshold": 2.0}, executor="local")')
     example += ("assert run.backward('clean', [(12, 31)], to='raw').tolist() == [[12, 31]]\n"
                 "assert len(run.backward('gaussian_filter', [(12, 31)], to='raw')) == 13 * 13\n"

@@ -1,4 +1,4 @@
-"""Built-in operators, each with exact, vectorized lineage (the README has the overview table).
+"""Built-in operators, each with exact, vectorized lineage (docs/guide/operators.md has the overview table).
 
 Each operator's module is imported on first use (PEP 562): ``sz.operators.Transpose`` and
 ``from subzero.operators import Transpose`` work as before, and an unused operator family

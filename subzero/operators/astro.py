@@ -1,7 +1,7 @@
 """Astronomy operators: L.A.Cosmic cosmic-ray masks, cosmic-ray repair, source detection.
 
 They wrap the libraries an astronomer already uses (``astroscrappy``, ``sep``) and state
-their lineage exactly (dependence: README, "What lineage means"); the perturbation
+their lineage exactly (dependence: docs/guide/lineage.md, "What lineage means"); the perturbation
 oracle (`subzero.oracle`) holds each of them to it.
 
 - `CosmicRays` (L.A.Cosmic): every pixel's flag depends on the square window of radius

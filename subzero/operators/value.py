@@ -3,7 +3,7 @@ the data, so no mapping function can say it.  They write FULL lineage (region pa
 PAY lineage (small payloads from which ``map_p`` recomputes the input cells), and run on
 whole arrays.
 
-Lineage is *dependence* (README, "What lineage means"): an output cell depends on the
+Lineage is *dependence* (docs/guide/lineage.md, "What lineage means"): an output cell depends on the
 input cells whose change can change its value or remove it, with output cells
 identified by what they are.  That makes two readings explicit here:
 

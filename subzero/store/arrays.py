@@ -50,7 +50,7 @@ __all__ = ["ArrayRef", "StoredArray", "ExternalArray", "HeldArray", "write_array
            "resolve_compressor", "sampled_compressor", "output_compressor"]
 
 # chunk compression is the ``compressor`` setting (`subzero.config`): "auto" (by what compresses,
-# see the module's text), "none", "lz4" (Blosc LZ4, byte shuffle) or "zstd" (level 1)
+# see the module's text), "none", "lz4" (Blosc LZ4, byte shuffle) or "zstd" (level 1); see docs/guide/storage.md
 #: "auto" stores a sampled array compressed only when zstd shrinks it below this fraction
 AUTO_RATIO = 0.8
 

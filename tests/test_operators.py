@@ -36,6 +36,10 @@ from subzero import operators as ops
 from subzero.cells import to_coords, to_ids
 from subzero.context import Context
 from subzero.modes import Mode
+from subzero.operators import filters1d
+from subzero.operators.measurements import STATISTICS, LabeledStatistic
+from subzero.operators.morphology import BinaryFillHoles
+from subzero.operators.neighbourhood import GenericFilter
 from subzero.oracle import check_operator, evaluate_operator
 from subzero.pairs import FullPairs, PayloadPairs, owners
 from subzero.runtime import expand_payloads
@@ -524,6 +528,101 @@ def _histogram_case(rng, ndim, side, lineage):
     members = lineage == "members"
     return Case(ops.Histogram(bins, value_range, lineage=lineage), [x], expected, sentinel=[np.nan],
                 reference=histogram_reference if members else None)
+
+
+def fill_holes_reference(case: Case) -> list[np.ndarray]:
+    """Label's flood fill on the background: a background cell reads its component and ring."""
+    return label_reference(Case(case.op, [case.inputs[0] == 0], case.expected))
+
+
+@spec("BinaryFillHoles")
+def _fill_holes(rng, ndim, side):
+    x = rng.random(rand_shape(rng, ndim, side)) < rng.uniform(0.4, 0.8)
+    structure = None if rng.random() < 0.5 else ndimage.generate_binary_structure(ndim, ndim)
+    return Case(BinaryFillHoles(structure), [x], ndimage.binary_fill_holes(x, structure),
+                reference=fill_holes_reference)
+
+
+def measure_reference(case: Case) -> list[np.ndarray]:
+    """Per value: the input cells of its label (every cell for scipy's median of an absent
+    label); every label cell (dependence)."""
+    x, labels = case.inputs
+    op = case.op
+    flat = labels.reshape(-1)
+    wanted = [None] if op.index is None else np.atleast_1d(op.index).tolist()
+    per_value = int(np.prod(op.output_shape[1:]))
+    rel_x = np.zeros((size(op.output_shape), x.size), bool)
+    for j, k in enumerate(wanted):
+        members = flat > 0 if k is None else flat == k
+        if op.how == "median" and not members.any():
+            members = np.ones(x.size, bool)
+        rel_x[j * per_value:(j + 1) * per_value] = members
+    return [rel_x, np.ones((size(op.output_shape), labels.size), bool)]
+
+
+@spec("LabeledStatistic")
+def _labeled_statistic(rng, ndim, side):
+    shape = rand_shape(rng, ndim, side)
+    x, labels = floats(rng, shape), rng.integers(-1, 4, shape)
+    labels.reshape(-1)[0] = 1  # scipy raises on positions of no cell at all
+    how = str(rng.choice(sorted(STATISTICS)))
+    index = [None, 2, list(rng.integers(0, 6, int(rng.integers(0, 4)))), range(1, 4)][int(rng.integers(0, 4))]
+    extra = dict(func=np.ptp, out_dtype=float, default=-1.0) if how == "labeled_comprehension" else {}
+    try:
+        op = LabeledStatistic(how, index, **extra)
+        expected = op.measure(x, labels)
+    except (ValueError, IndexError):  # scipy raises on some statistics of an absent label: measure them all
+        index = None
+        op = LabeledStatistic(how, index, **extra)
+        expected = op.measure(x, labels)
+    reference = getattr(ndimage, how)
+    args = (x, labels, index) + ((np.ptp, float, -1.0) if extra else ())
+    want = np.asarray(reference(*args), dtype=expected.dtype).reshape(expected.shape)
+    return Case(op, [x, labels], want, reference=measure_reference)
+
+
+@spec("LabeledStatistic[unlabelled]")
+def _statistic_unlabelled(rng, ndim, side):
+    x, how = floats(rng, rand_shape(rng, ndim, side)), str(rng.choice(["mean", "maximum_position", "median"]))
+    op = LabeledStatistic(how, labels=False)
+    return Case(op, [x], np.asarray(getattr(ndimage, how)(x), np.float64).reshape(op.infer_output_shape((x.shape,))))
+
+
+FILTERS_1D = {"Correlate1D": ndimage.correlate1d, "Convolve1D": ndimage.convolve1d,
+              "UniformFilter1D": ndimage.uniform_filter1d, "GaussianFilter1D": ndimage.gaussian_filter1d,
+              "MinimumFilter1D": ndimage.minimum_filter1d, "MaximumFilter1D": ndimage.maximum_filter1d}
+
+
+@spec(*FILTERS_1D)
+def _filter1d(rng, ndim, side, name):
+    x, mode = floats(rng, rand_shape(rng, ndim, side)), str(rng.choice(MODES))
+    axis = int(rng.integers(-ndim, ndim))
+    if name in ("Correlate1D", "Convolve1D"):
+        arg = floats(rng, int(rng.integers(1, 5))) * (rng.random() < 0.8)
+    elif name == "GaussianFilter1D":
+        arg = float(rng.uniform(0, 1.5))
+    else:
+        arg = int(rng.integers(1, 5))
+    op = getattr(filters1d, name)(arg, axis, mode=mode, cval=0.5)
+    return Case(op, [x], FILTERS_1D[name](x, arg, axis, mode=mode, cval=0.5))
+
+
+def window_spread(values: np.ndarray) -> float:
+    """A generic_filter function: the range of a window's values."""
+    return float(values.max() - values.min())
+
+
+@spec("GenericFilter")
+def _generic(rng, ndim, side):
+    x, mode = floats(rng, rand_shape(rng, ndim, side)), str(rng.choice(MODES))
+    if rng.random() < 0.5:
+        size = per_axis(rng, ndim, 1, 3)
+        return Case(GenericFilter(window_spread, size, mode=mode), [x],
+                    ndimage.generic_filter(x, window_spread, size, mode=mode))
+    footprint = rng.random(rand_shape(rng, ndim, 3)) < 0.6
+    footprint.reshape(-1)[0] = True
+    return Case(GenericFilter(window_spread, footprint=footprint, mode=mode), [x],
+                ndimage.generic_filter(x, window_spread, footprint=footprint, mode=mode))
 
 
 @spec("Histogram")
@@ -1101,6 +1200,9 @@ ENTIRE_ARRAY = [
     (ops.Label(), [(3, 3)], True),
     (ops.Histogram(), [(3, 3)], True),
     (ops.Histogram(lineage="members"), [(3, 3)], False),
+    (BinaryFillHoles(), [(3, 3)], True),
+    (LabeledStatistic("sum_labels", [1, 2]), [(3, 3), (3, 3)], False),
+    (LabeledStatistic("median", labels=False), [(3, 3)], True),
     (ops.CosmicRayDetect(), [(3, 3)], True),
     (ops.Filter(partial(slices_above, axis=0, t=0.0)), [(3, 3)], False),
     (ops.Compress(), [(3,), (3, 3)], False),

@@ -25,7 +25,7 @@ ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
 __all__ = [
     "StencilOperator", "Convolve", "Correlate", "GaussianFilter", "UniformFilter", "MedianFilter",
-    "MaximumFilter", "MinimumFilter", "Laplace", "Sobel", "MODES", "kernel_offsets",
+    "MaximumFilter", "MinimumFilter", "Laplace", "Sobel", "GenericFilter", "MODES", "kernel_offsets",
 ]
 
 #: the boundary modes stencils take (scipy.ndimage's)
@@ -341,3 +341,24 @@ class Sobel(StencilOperator):
         shape = [1] * x.ndim
         shape[axis] = len(index)
         return np.where((index >= 0).reshape(shape), got, self.cval)
+
+
+class GenericFilter(_RankFilter):
+    """``scipy.ndimage.generic_filter(x, function, size | footprint, mode, cval)``: ``function``
+    runs on each window's values (a float64 1-D array, the footprint's cells in C order) as
+    scipy runs it, so a cell reads its footprint and nothing else.  ``function`` must be
+    picklable by cloudpickle to run on Spark."""
+
+    def __init__(self, function, size: int | tuple[int, ...] | None = None, footprint=None, mode: str = "reflect",
+                 cval: float = 0.0, extra_arguments: tuple = (), extra_keywords: dict | None = None):
+        if not callable(function):
+            raise WorkflowError(f"GenericFilter: function must be callable, got {function!r}")
+        super().__init__(size, footprint, mode, cval)
+        self.function = function
+        self.extra_arguments, self.extra_keywords = tuple(extra_arguments), dict(extra_keywords or {})
+
+    def run(self, ctx, x) -> np.ndarray:
+        x = np.asarray(x)
+        shape = {"footprint": self.footprint} if self.footprint is not None else {"size": self.size}
+        return ndimage.generic_filter(x, self.function, mode=self.mode, cval=self.cval,
+                                      extra_arguments=self.extra_arguments, extra_keywords=self.extra_keywords, **shape)

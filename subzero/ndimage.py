@@ -337,9 +337,12 @@ def _measure(how: str, input, labels, index, lineage: str, **extra: Any) -> Any:
         op = measurements.LabeledStatistic(how, index, labels is not None, lineage, **extra)
     except Exception as exc:  # the operator's argument errors, said with the function's name
         raise UnsupportedCallError(f"subzero.ndimage.{name}: {exc}") from None
-    dummy = np.ones((1,) * input.ndim, input.dtype)
+    # the dtype scipy gives: measure a tiny array holding every label asked for
+    present = np.atleast_1d(np.asarray(op.index if op.index is not None else 1, np.int64))
+    present = present if len(present) else np.ones(1, np.int64)
+    dummy = np.ones((1,) * (input.ndim - 1) + (len(present),), input.dtype)
     with np.errstate(all="ignore"):
-        probe = op.measure(dummy, None if labels is None else np.ones(dummy.shape, labels.dtype))
+        probe = op.measure(dummy, None if labels is None else present.reshape(dummy.shape).astype(labels.dtype))
     inputs = [input] if labels is None else [input, labels]
     node = add_node(op, inputs, name, dtype=probe.dtype)
     if isinstance(op.index, np.ndarray):

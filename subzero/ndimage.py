@@ -198,7 +198,7 @@ def _flat_footprint(name: str, size, footprint, structure, ndim: int, flip: bool
     if footprint is None and size is None:
         raise UnsupportedCallError(f"subzero.ndimage.{name}: give size= or footprint= (scipy needs one)")
     if footprint is None:
-        sizes = [int(size)] * ndim if np.isscalar(size) else [int(n) for n in size]
+        sizes = [int(size)] * ndim if isinstance(size, (int, np.integer)) else [int(n) for n in size]
         if not flip or all(n % 2 for n in sizes):
             return size, None
         footprint = np.ones(sizes, bool)

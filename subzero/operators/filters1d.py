@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from subzero.errors import WorkflowError
 from subzero.lazy import LazyModule
 from subzero.operators._args import normalize_axis
 from subzero.operators.neighbourhood import StencilOperator, _floating
+
+if TYPE_CHECKING:  # pragma: no cover
+    from subzero.context import Context
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
@@ -70,7 +75,8 @@ class Correlate1D(Filter1D):
         offsets = _window(len(self.weights), type(self).__name__)
         return -offsets if self.flip else offsets
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
+        (x,) = inputs
         fn = ndimage.convolve1d if self.flip else ndimage.correlate1d
         x = _floating(x)
         return fn(x, self.weights, axis=self._axis(x.ndim), mode=self.mode, cval=self.cval)
@@ -97,7 +103,8 @@ class UniformFilter1D(Filter1D):
     def line_offsets(self) -> np.ndarray:
         return _window(self.size, "UniformFilter1D")
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
+        (x,) = inputs
         x = _floating(x)
         n = int(self.size)
         return ndimage.correlate1d(x, np.full(n, 1.0 / n), axis=self._axis(x.ndim), mode=self.mode, cval=self.cval)
@@ -121,7 +128,8 @@ class GaussianFilter1D(Filter1D):
         r = int(self.truncate * self.sigma + 0.5)
         return np.arange(-r, r + 1, dtype=np.int64)
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
+        (x,) = inputs
         x = _floating(x)
         return ndimage.gaussian_filter1d(x, self.sigma, axis=self._axis(x.ndim), order=self.order, mode=self.mode,
                                          cval=self.cval, truncate=self.truncate)
@@ -140,7 +148,8 @@ class _RankFilter1D(Filter1D):
     def line_offsets(self) -> np.ndarray:
         return _window(self.size, type(self).__name__)
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
+        (x,) = inputs
         x = np.asarray(x)
         return getattr(ndimage, type(self).fn)(x, int(self.size), axis=self._axis(x.ndim), mode=self.mode,
                                                cval=self.cval)

@@ -81,6 +81,8 @@ class LabeledStatistic(Operator):
         self.how = check_choice(how, tuple(STATISTICS), "LabeledStatistic", "how")
         self.lineage = check_choice(lineage, MEASURE_LINEAGES, "LabeledStatistic", "lineage")
         self.labels = bool(labels)
+        #: with labels, cells in no measured label have no forward lineage
+        self.entire_array_safe = not self.labels
         if index is None or isinstance(index, (int, np.integer)):
             self.index: int | np.ndarray | None = None if index is None else int(index)
         else:
@@ -101,10 +103,6 @@ class LabeledStatistic(Operator):
 
     def supported_modes(self) -> set[Mode]:
         return {Mode.FULL, Mode.PAY} if self.labels else {Mode.BLACKBOX}
-
-    @property
-    def entire_array_safe(self) -> bool:
-        return not self.labels  # with labels, cells in no measured label have no forward lineage
 
     def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         shape = tuple(input_shapes[0])

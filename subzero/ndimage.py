@@ -3,15 +3,22 @@ as dask-image mirrors them: change the import, keep the code.
 
 Each function adds the built-in operator with the same values and exact lineage (the
 stencil of a filter, honouring the boundary ``mode``; a component and its ring for
-`label`).  Outside a traced function, on numpy arrays, each one calls scipy itself, so a
-function written with ``subzero.ndimage`` still runs eagerly.
+`label` and, on the background, for `binary_fill_holes`; a label's cells for the
+measurements).  Outside a traced function, on numpy arrays, each one calls scipy itself,
+so a function written with ``subzero.ndimage`` still runs eagerly.
 
 Values and dtypes are scipy's: the output has the input's dtype.  A float64 input gives
-scipy's values (to rounding; `uniform_filter` and `sobel` sum each cell's window apart, so
-a NaN stays inside the windows that hold it); separable filters on float32 input match
-scipy within float32 rounding.  Not supported (a `subzero.trace.errors.UnsupportedCallError`
-says so): ``output=``, ``origin`` other than 0, ``axes=``, ``radius=``, ``mask=``,
-`zoom` with ``order`` > 0 (spline interpolation reads whole lines after prefiltering).
+scipy's values (to rounding; `uniform_filter`, `uniform_filter1d` and `sobel` sum each
+cell's window apart, so a NaN stays inside the windows that hold it); separable filters on
+float32 input match scipy within float32 rounding.  Not supported (a
+`subzero.trace.errors.UnsupportedCallError` says so): ``output=``, ``origin`` other than 0,
+``axes=``, ``radius=``, ``mask=``, `zoom` with ``order`` > 0 (spline interpolation reads
+whole lines after prefiltering), non-flat grey morphology (``structure=``), a symbolic
+``index`` of a measurement.  A scipy.ndimage function with no operator here raises
+`MissingFunctionError` (an ``AttributeError`` too) naming the ``sz.udf`` that wraps it.
+
+`scipy_dispatch` makes scipy.ndimage's own functions, as other packages call them, reach
+these operators while it is active.
 """
 
 from __future__ import annotations
@@ -345,9 +352,9 @@ def _measure(how: str, input, labels, index, lineage: str, **extra: Any) -> Any:
         probe = op.measure(dummy, None if labels is None else present.reshape(dummy.shape).astype(labels.dtype))
     inputs = [input] if labels is None else [input, labels]
     node = add_node(op, inputs, name, dtype=probe.dtype)
-    if isinstance(op.index, np.ndarray):
-        return node
-    return SymbolicArray(node.tracer, node.entry, node.entry.shape[1:], node.dtype)
+    if isinstance(op.index, np.ndarray) or measurements.STATISTICS[how]:
+        return node  # one value per label, or the coordinates of one position
+    return SymbolicArray(node.tracer, node.entry, (), node.dtype)  # one value: 0-d
 
 
 def _measurement(how: str):

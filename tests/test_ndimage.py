@@ -161,14 +161,17 @@ def test_measurements_of_traced_labels_and_without_labels():
     @sz.workflow
     def objects(x):
         labels, n = szi.label(x > 0.3)
+        row, column = szi.center_of_mass(x, labels, 3)  # unpacked as scipy's tuple
         return {"flux": szi.sum(x, labels, range(1, 6)), "peak": szi.maximum_position(x, labels, 2),
+                "row": row, "column": column,
                 "spread": szi.labeled_comprehension(x, labels, [1, 2, 9], np.ptp, float, -1.0),
                 "centre": szi.center_of_mass(x), "median": szi.median(x)}
 
     values = evaluate_workflow(objects.trace({"x": IMAGE}), {"x": IMAGE})
     checks = {"flux": ndimage.sum(IMAGE, LABELS, range(1, 6)), "peak": ndimage.maximum_position(IMAGE, LABELS, 2),
               "spread": ndimage.labeled_comprehension(IMAGE, LABELS, [1, 2, 9], np.ptp, float, -1.0),
-              "centre": ndimage.center_of_mass(IMAGE), "median": ndimage.median(IMAGE)}
+              "centre": ndimage.center_of_mass(IMAGE), "median": ndimage.median(IMAGE),
+              "row": ndimage.center_of_mass(IMAGE, LABELS, 3)[0], "column": ndimage.center_of_mass(IMAGE, LABELS, 3)[1]}
     for key, want in checks.items():
         np.testing.assert_allclose(*as_scipy(values[key], want), rtol=1e-12, err_msg=key)
 

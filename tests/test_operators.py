@@ -550,7 +550,7 @@ def measure_reference(case: Case) -> list[np.ndarray]:
     op = case.op
     flat = labels.reshape(-1)
     wanted = [None] if op.index is None else np.atleast_1d(op.index).tolist()
-    per_value = int(np.prod(op.output_shape[1:]))
+    per_value = size(op.output_shape) // max(len(wanted), 1)
     rel_x = np.zeros((size(op.output_shape), x.size), bool)
     for j, k in enumerate(wanted):
         members = flat > 0 if k is None else flat == k

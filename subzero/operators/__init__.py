@@ -1,5 +1,9 @@
 """Built-in operators, each with exact, vectorized lineage (the README has the overview table).
 
+The operators of scipy.ndimage's 1-D filters, `GenericFilter`, `BinaryFillHoles` and
+`LabeledStatistic` are reachable here (``ops.LabeledStatistic``) but not yet in ``__all__``:
+they join it with their rows in the README's operator table.
+
 Each operator's module is imported on first use (PEP 562): ``sz.operators.Transpose`` and
 ``from subzero.operators import Transpose`` work as before, and an unused operator family
 (e.g. the scipy-backed filters) costs nothing at import time.
@@ -46,12 +50,15 @@ _MODULES = {
                     "PowerScalar", "ScalarOperator", "Subtract", "SubtractScalar", "Threshold", "Where"],
     "identity": ["IdentityMapping"],
     "indexmap": ["IndexMapOperator"],
+    "filters1d": ["Convolve1D", "Correlate1D", "GaussianFilter1D", "MaximumFilter1D", "MinimumFilter1D",
+                  "UniformFilter1D"],
     "linalg": ["Dot", "Inverse", "MatMul", "Outer"],
-    "morphology": ["BinaryDilation", "BinaryErosion"],
+    "measurements": ["LabeledStatistic"],
+    "morphology": ["BinaryDilation", "BinaryErosion", "BinaryFillHoles"],
     "numeric": ["AllOf", "AnyOf", "GlobalReduction", "HistogramEdges", "NanMax", "NanMean", "NanMin", "NanStd",
                 "NanSum", "NearestZoom", "Relabel"],
-    "neighbourhood": ["Convolve", "Correlate", "GaussianFilter", "Laplace", "MaximumFilter", "MedianFilter",
-                      "MinimumFilter", "Sobel", "StencilOperator", "UniformFilter"],
+    "neighbourhood": ["Convolve", "Correlate", "GaussianFilter", "GenericFilter", "Laplace", "MaximumFilter",
+                      "MedianFilter", "MinimumFilter", "Sobel", "StencilOperator", "UniformFilter"],
     "reductions": ["AxisReduction", "Count", "GlobalMean", "GlobalStd", "Max", "Mean", "Min", "Std", "Sum"],
     "resampling": ["Downsample", "Upsample"],
     "shape": ["Concatenate", "Flip", "Pad", "Reshape", "Shift", "Slice", "Stack", "Tile", "Transpose"],
@@ -71,15 +78,19 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     )
     from subzero.operators.identity import IdentityMapping
     from subzero.operators.indexmap import IndexMapOperator
+    from subzero.operators.filters1d import (
+        Convolve1D, Correlate1D, GaussianFilter1D, MaximumFilter1D, MinimumFilter1D, UniformFilter1D,
+    )
     from subzero.operators.linalg import Dot, Inverse, MatMul, Outer
-    from subzero.operators.morphology import BinaryDilation, BinaryErosion
+    from subzero.operators.measurements import LabeledStatistic
+    from subzero.operators.morphology import BinaryDilation, BinaryErosion, BinaryFillHoles
     from subzero.operators.numeric import (
         AllOf, AnyOf, GlobalReduction, HistogramEdges, NanMax, NanMean, NanMin, NanStd, NanSum, NearestZoom,
         Relabel,
     )
     from subzero.operators.neighbourhood import (
-        Convolve, Correlate, GaussianFilter, Laplace, MaximumFilter, MedianFilter, MinimumFilter, Sobel,
-        StencilOperator, UniformFilter,
+        Convolve, Correlate, GaussianFilter, GenericFilter, Laplace, MaximumFilter, MedianFilter, MinimumFilter,
+        Sobel, StencilOperator, UniformFilter,
     )
     from subzero.operators.reductions import AxisReduction, Count, GlobalMean, GlobalStd, Max, Mean, Min, Std, Sum
     from subzero.operators.resampling import Downsample, Upsample

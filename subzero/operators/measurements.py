@@ -61,8 +61,8 @@ class LabeledStatistic(Operator):
     value) or a 1-D sequence of labels (one value each, in that order; repeats allowed).
 
     Output: ``(n,)`` for ``n`` labels, ``(1,)`` for an int or None index; the position
-    statistics (``center_of_mass``, ``maximum_position``, ``minimum_position``) add an
-    axis of length ``ndim``.  ``labeled_comprehension`` takes ``func``, ``out_dtype``,
+    statistics (``center_of_mass``, ``maximum_position``, ``minimum_position``) give
+    ``(n, ndim)``, or ``(ndim,)`` for an int or None index.  ``labeled_comprehension`` takes ``func``, ``out_dtype``,
     ``default`` and ``pass_positions`` as scipy does.
 
     Without labels every value depends on every cell (``BLACKBOX``).  With labels the
@@ -111,7 +111,9 @@ class LabeledStatistic(Operator):
                                 f"{shape}; give labels of the input's shape")
         if not shape:
             raise WorkflowError("LabeledStatistic: expected an array of at least 1 axis, got a 0-d array")
-        return (self.n_values, len(shape)) if STATISTICS[self.how] else (self.n_values,)
+        if STATISTICS[self.how]:
+            return (self.n_values, len(shape)) if isinstance(self.index, np.ndarray) else (len(shape),)
+        return (self.n_values,)
 
     # -- values -------------------------------------------------------------------------------
     def _index_arg(self) -> Any:
@@ -126,7 +128,8 @@ class LabeledStatistic(Operator):
             got = fn(x, labels, self._index_arg())
         out = np.asarray(got)
         if STATISTICS[self.how]:
-            return out.reshape(self.n_values, np.ndim(x))
+            shape = (self.n_values, np.ndim(x)) if isinstance(self.index, np.ndarray) else (np.ndim(x),)
+            return out.reshape(shape)
         return out.reshape(self.n_values)
 
     def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
@@ -163,7 +166,10 @@ class LabeledStatistic(Operator):
         cells, group, of_output, whole = self.groups(labels)
         m = len(whole)
         out_cells = np.argwhere(np.ones(out_shape, bool)).astype(np.int64)
-        out_group = of_output[out_cells[:, 0]]
+        # the value each output cell belongs to: its first coordinate, but for the one
+        # position of an int or None index, whose cells are its coordinates
+        out_group = of_output[out_cells[:, 0]] if isinstance(self.index, np.ndarray) else of_output[
+            np.zeros(len(out_cells), np.int64)]
         coords = np.stack(np.unravel_index(cells, shape), axis=1).reshape(-1, ndim).astype(np.int64)
         everything = np.argwhere(np.ones(shape, bool)).astype(np.int64)
         if Mode.FULL in ctx.modes:

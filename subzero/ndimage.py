@@ -75,19 +75,19 @@ def _stencil(name: str, op, x, same_dtype: bool = True) -> SymbolicArray:
     return node if node.dtype == x.dtype else astype(node, x.dtype)
 
 
-def convolve(input, weights, output=None, mode="reflect", cval=0.0, origin=0):
+def convolve(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
     """``scipy.ndimage.convolve``: lineage is the weights' non-zero footprint."""
     if not isinstance(input, SymbolicArray):
-        return _scipy("convolve", input, weights, output, mode, cval, origin)
-    _check("convolve", output=output, origin=origin)
+        return _scipy("convolve", input, weights, output, mode, cval, origin, axes=axes)
+    _check("convolve", output=output, origin=origin, axes=axes)
     return _stencil("convolve", ops.Convolve(np.asarray(weights), mode, cval), input)
 
 
-def correlate(input, weights, output=None, mode="reflect", cval=0.0, origin=0):
+def correlate(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
     """``scipy.ndimage.correlate``: lineage is the weights' non-zero footprint."""
     if not isinstance(input, SymbolicArray):
-        return _scipy("correlate", input, weights, output, mode, cval, origin)
-    _check("correlate", output=output, origin=origin)
+        return _scipy("correlate", input, weights, output, mode, cval, origin, axes=axes)
+    _check("correlate", output=output, origin=origin, axes=axes)
     return _stencil("correlate", ops.Correlate(np.asarray(weights), mode, cval), input)
 
 
@@ -124,11 +124,11 @@ maximum_filter = _rank("maximum_filter", ops.MaximumFilter)
 minimum_filter = _rank("minimum_filter", ops.MinimumFilter)
 
 
-def laplace(input, output=None, mode="reflect", cval=0.0):
+def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None):
     """``scipy.ndimage.laplace``: a cell reads itself and its axis neighbours."""
     if not isinstance(input, SymbolicArray):
-        return _scipy("laplace", input, output, mode, cval)
-    _check("laplace", output=output)
+        return _scipy("laplace", input, output, mode, cval, axes=axes)
+    _check("laplace", output=output, axes=axes)
     return _stencil("laplace", ops.Laplace(mode, cval), input)
 
 
@@ -284,22 +284,33 @@ def zoom(input, zoom, output=None, order=3, mode="constant", cval=0.0, prefilter
 
 
 # -- one-axis filters and generic_filter ---------------------------------------------------------------
-def _line_filter(name: str, cls, same_dtype: bool = True):
-    def fn(input, size_or_weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+def _weights_filter(name: str, cls):
+    def fn(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
         if not isinstance(input, SymbolicArray):
-            return _scipy(name, input, size_or_weights, axis, output, mode, cval, origin)
+            return _scipy(name, input, weights, axis, output, mode, cval, origin)
         _check(name, output=output, origin=origin)
-        return _stencil(name, cls(size_or_weights, axis, mode, cval), input, same_dtype=same_dtype)
+        return _stencil(name, cls(weights, axis, mode, cval), input)
     fn.__name__ = name
-    fn.__doc__ = f"``scipy.ndimage.{name}``: lineage is the window along ``axis``."
+    fn.__doc__ = f"``scipy.ndimage.{name}``: lineage is the weights' window along ``axis``."
     return fn
 
 
-convolve1d = _line_filter("convolve1d", filters1d.Convolve1D)
-correlate1d = _line_filter("correlate1d", filters1d.Correlate1D)
-uniform_filter1d = _line_filter("uniform_filter1d", filters1d.UniformFilter1D)
-minimum_filter1d = _line_filter("minimum_filter1d", filters1d.MinimumFilter1D, same_dtype=False)
-maximum_filter1d = _line_filter("maximum_filter1d", filters1d.MaximumFilter1D, same_dtype=False)
+def _size_filter(name: str, cls, same_dtype: bool = True):
+    def fn(input, size, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+        if not isinstance(input, SymbolicArray):
+            return _scipy(name, input, size, axis, output, mode, cval, origin)
+        _check(name, output=output, origin=origin)
+        return _stencil(name, cls(size, axis, mode, cval), input, same_dtype=same_dtype)
+    fn.__name__ = name
+    fn.__doc__ = f"``scipy.ndimage.{name}``: lineage is ``size`` cells along ``axis``."
+    return fn
+
+
+convolve1d = _weights_filter("convolve1d", filters1d.Convolve1D)
+correlate1d = _weights_filter("correlate1d", filters1d.Correlate1D)
+uniform_filter1d = _size_filter("uniform_filter1d", filters1d.UniformFilter1D)
+minimum_filter1d = _size_filter("minimum_filter1d", filters1d.MinimumFilter1D, same_dtype=False)
+maximum_filter1d = _size_filter("maximum_filter1d", filters1d.MaximumFilter1D, same_dtype=False)
 
 
 def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect", cval=0.0, truncate=4.0, *,

@@ -341,3 +341,20 @@ def test_scipy_dispatch_is_cheap():
         with szi.scipy_dispatch():
             pass
     assert (time.perf_counter() - start) / 5 < 0.25  # one enter and exit per trace (~10 ms with 650 modules)
+
+
+def test_signatures_are_scipys():
+    """Same positional parameters, in scipy's order, and every keyword-only one scipy has:
+    the dispatcher passes a library's call through as it was written."""
+    import inspect
+
+    def params(fn, keyword_only):
+        return [p.name for p in inspect.signature(fn).parameters.values()
+                if (p.kind == p.KEYWORD_ONLY) == keyword_only]
+
+    shared = [name for name in szi.__all__ if hasattr(ndimage, name)]
+    assert len(shared) == len(szi.__all__) - 2  # all but scipy_dispatch and MissingFunctionError
+    for name in shared:
+        ours, theirs = getattr(szi, name), getattr(ndimage, name)
+        assert params(ours, False) == params(theirs, False), name
+        assert set(params(theirs, True)) <= set(params(ours, True)), name

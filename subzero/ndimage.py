@@ -28,7 +28,7 @@ import functools
 import itertools
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -430,6 +430,9 @@ def __getattr__(name: str) -> Any:
 _DISPATCH_LOCK = threading.RLock()
 _dispatch_depth = 0
 _dispatch_patched: list[tuple[dict, str, Any]] = []  # (namespace, name, original) to put back
+_dispatch_seen: set[str] = set()  # the modules imported when the dispatchers were bound
+_dispatch_bound: dict[int, Callable] = {}  # id(dispatcher) -> original, while active
+_dispatch_live: list[Callable] = []  # the dispatchers themselves: alive, so their ids stay theirs
 
 
 def _dispatcher(original: Callable, ours: Callable) -> Callable:
@@ -444,6 +447,25 @@ def _dispatcher(original: Callable, ours: Callable) -> Callable:
     return dispatch
 
 
+def _swap(namespaces: Iterable[Any], table: dict[int, Callable], record: bool) -> None:
+    """In every module namespace, bind ``table[id(value)]`` where a value's id is a key
+    (a live object's id names it alone); ``record`` keeps what to put back."""
+    for module in namespaces:
+        namespace = getattr(module, "__dict__", None)
+        if type(namespace) is not dict or namespace is globals():
+            continue
+        try:
+            if table.keys().isdisjoint(map(id, namespace.values())):  # most modules: one pass in C
+                continue
+            hits = [(key, value) for key, value in namespace.items() if id(value) in table]
+        except RuntimeError:  # the namespace changed under us (an import in another thread): copy it
+            hits = [(key, value) for key, value in namespace.copy().items() if id(value) in table]
+        for key, value in hits:
+            namespace[key] = table[id(value)]
+            if record:
+                _dispatch_patched.append((namespace, key, value))
+
+
 def _patch() -> None:
     """Bind a dispatcher wherever a module namespace holds one of scipy.ndimage's functions
     that subzero implements (scipy.ndimage, its private submodules, ``from scipy.ndimage
@@ -455,22 +477,24 @@ def _patch() -> None:
         original = getattr(scipy.ndimage, name, None)
         if callable(original) and not hasattr(original, "__subzero_original__") and id(original) not in targets:
             targets[id(original)] = _dispatcher(original, globals()[name])
-    for module in list(sys.modules.values()):
-        namespace = getattr(module, "__dict__", None)
-        if not isinstance(namespace, dict) or namespace is globals():
-            continue
-        for key, value in list(namespace.items()):
-            if id(value) in targets and callable(value):
-                namespace[key] = targets[id(value)]
-                _dispatch_patched.append((namespace, key, value))
+    _dispatch_seen.update(sys.modules)
+    _dispatch_live.extend(targets.values())
+    _dispatch_bound.update({id(d): d.__subzero_original__ for d in _dispatch_live})  # type: ignore[attr-defined]
+    _swap(list(sys.modules.values()), targets, record=True)
 
 
 def _restore() -> None:
-    """Put every original back (only where the dispatcher is still bound)."""
+    """Put every original back (only where the dispatcher is still bound), also in modules
+    imported while the dispatchers were bound (they may have bound one by name)."""
     while _dispatch_patched:
         namespace, key, original = _dispatch_patched.pop()
         if getattr(namespace.get(key), "__subzero_original__", None) is original:
             namespace[key] = original
+    new = [module for name, module in list(sys.modules.items()) if name not in _dispatch_seen]
+    _swap(new, _dispatch_bound, record=False)
+    _dispatch_seen.clear()
+    _dispatch_bound.clear()
+    _dispatch_live.clear()
 
 
 @contextlib.contextmanager

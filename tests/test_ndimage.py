@@ -358,3 +358,18 @@ def test_signatures_are_scipys():
         ours, theirs = getattr(szi, name), getattr(ndimage, name)
         assert params(ours, False) == params(theirs, False), name
         assert set(params(theirs, True)) <= set(params(ours, True)), name
+
+
+def test_a_module_imported_while_dispatch_is_active_gets_scipys_function_back():
+    import sys
+    import types
+
+    module = types.ModuleType("imported_during_dispatch")
+    try:
+        with szi.scipy_dispatch():
+            sys.modules[module.__name__] = module
+            exec("from scipy.ndimage import gaussian_filter as smooth", module.__dict__)
+            assert hasattr(module.smooth, "__subzero_original__")
+        assert module.smooth is ndimage.gaussian_filter and not hasattr(module.smooth, "__subzero_original__")
+    finally:
+        sys.modules.pop(module.__name__, None)

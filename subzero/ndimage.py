@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from subzero import operators as ops
+from subzero.errors import WorkflowError
 from subzero.operators import filters1d, measurements, morphology, numeric
 from subzero.trace.errors import UnsupportedCallError
 from subzero.trace.building import add_node, astype
@@ -353,7 +354,7 @@ def _measure(how: str, input, labels, index, lineage: str, **extra: Any) -> Any:
                                    f"{input.shape}; give labels of the input's shape")
     try:
         op = measurements.LabeledStatistic(how, index, labels is not None, lineage, **extra)
-    except Exception as exc:  # the operator's argument errors, said with the function's name
+    except WorkflowError as exc:  # the operator's argument errors, said with the function's name
         raise UnsupportedCallError(f"subzero.ndimage.{name}: {exc}") from None
     # the dtype scipy gives: measure a tiny array holding every label asked for
     present = np.atleast_1d(np.asarray(op.index if op.index is not None else 1, np.int64))

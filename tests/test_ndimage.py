@@ -236,14 +236,15 @@ def test_a_workflow_of_new_calls_runs_alike_on_spark_and_local(spark, tmp_path):
         mask = szi.binary_fill_holes(szi.binary_closing(x > 0.3))
         labels, _ = szi.label(mask)
         smooth = szi.uniform_filter1d(x, 3)
-        return {"flux": szi.sum(smooth, labels, [1, 2, 3]), "edges": szi.maximum_filter1d(smooth, 3, axis=0)}
+        return {"flux": szi.sum(smooth, labels, [1, 2, 3]), "edges": szi.maximum_filter1d(smooth, 3, axis=0),
+                "spread": szi.generic_filter(smooth, np.ptp, size=3)}  # the function travels to Spark
 
     runs = {ex: segment.run({"x": IMAGE}, store=tmp_path / ex, executor=ex, spark=spark, tile_shape=(4, 5))
             if ex == "spark" else segment.run({"x": IMAGE}, store=tmp_path / ex, executor=ex, tile_shape=(4, 5))
             for ex in ("local", "spark")}
-    for node in ("flux", "edges"):
+    for node in ("flux", "edges", "spread"):
         np.testing.assert_array_equal(np.asarray(runs["local"].output(node)), np.asarray(runs["spark"].output(node)))
-    for node, cell in (("flux", (1,)), ("edges", (3, 4)), ("binary_fill_holes", (4, 5))):
+    for node, cell in (("flux", (1,)), ("edges", (3, 4)), ("binary_fill_holes", (4, 5)), ("spread", (0, 0))):
         np.testing.assert_array_equal(runs["local"].backward(node, [cell], to="x"),
                                       runs["spark"].backward(node, [cell], to="x"))
     np.testing.assert_allclose(np.asarray(runs["local"].output("flux")),

@@ -52,6 +52,11 @@ STATISTICS: dict[str, bool] = {
 MEASURE_LINEAGES = ("dependence", "members")
 
 
+def _all_cells(shape: tuple[int, ...]) -> np.ndarray:
+    """Every cell of ``shape`` in C order, ``(N, ndim)`` int64."""
+    return np.indices(shape, dtype=np.int64).reshape(len(shape), -1).T
+
+
 class LabeledStatistic(Operator):
     """``scipy.ndimage.<how>(input, labels, index)``: one value (or one coordinate per axis)
     per label of ``index``.
@@ -165,14 +170,14 @@ class LabeledStatistic(Operator):
         ndim = labels.ndim
         cells, group, of_output, whole = self.groups(labels)
         m = len(whole)
-        out_cells = np.argwhere(np.ones(out_shape, bool)).astype(np.int64)
+        out_cells = _all_cells(out_shape)
         # the value each output cell belongs to: its first coordinate, but for the one
         # position of an int or None index, whose cells are its coordinates
         out_group = of_output[out_cells[:, 0]] if isinstance(self.index, np.ndarray) else of_output[
             np.zeros(len(out_cells), np.int64)]
         coords = np.stack(np.unravel_index(cells, shape), axis=1).reshape(-1, ndim).astype(np.int64)
-        everything = np.argwhere(np.ones(shape, bool)).astype(np.int64)
         if Mode.FULL in ctx.modes:
+            everything = _all_cells(shape)
             # pairs 0..m-1: each label's cells (every cell where scipy reads beyond the label);
             # pair m: every output value reads every label cell (dependence)
             wide = np.flatnonzero(whole)
@@ -207,7 +212,7 @@ class LabeledStatistic(Operator):
     def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
         shape = tuple(self.input_shapes[i])
         if (i == 1 and self.lineage == "dependence") or (i == 0 and payload[:1] == b"\x01"):
-            return np.argwhere(np.ones(shape, bool)).astype(np.int64)
+            return _all_cells(shape)
         return decode_region(payload[1:], len(shape))
 
     def map_p_pairs(self, cells: np.ndarray, payload: bytes, i: int) -> tuple[np.ndarray, np.ndarray]:

@@ -552,16 +552,20 @@ def measure_reference(case: Case) -> list[np.ndarray]:
     wanted = [None] if op.index is None else np.atleast_1d(op.index).tolist()
     per_value = size(op.output_shape) // max(len(wanted), 1)
     rel_x = np.zeros((size(op.output_shape), x.size), bool)
+    rel_l = np.ones((size(op.output_shape), labels.size), bool)
     for j, k in enumerate(wanted):
         members = flat > 0 if k is None else flat == k
+        if op.lineage == "members":
+            rel_l[j * per_value:(j + 1) * per_value] = members
         if op.how == "median" and not members.any():
             members = np.ones(x.size, bool)
         rel_x[j * per_value:(j + 1) * per_value] = members
-    return [rel_x, np.ones((size(op.output_shape), labels.size), bool)]
+    return [rel_x, rel_l]
 
 
-@spec("LabeledStatistic")
-def _labeled_statistic(rng, ndim, side):
+@spec("LabeledStatistic", "LabeledStatistic[members]")
+def _labeled_statistic(rng, ndim, side, name):
+    lineage = "members" if name.endswith("[members]") else "dependence"
     shape = rand_shape(rng, ndim, side)
     x, labels = floats(rng, shape), rng.integers(-1, 4, shape)
     labels.reshape(-1)[0] = 1  # scipy raises on positions of no cell at all
@@ -569,16 +573,18 @@ def _labeled_statistic(rng, ndim, side):
     index = [None, 2, list(rng.integers(0, 6, int(rng.integers(0, 4)))), range(1, 4)][int(rng.integers(0, 4))]
     extra = dict(func=np.ptp, out_dtype=float, default=-1.0) if how == "labeled_comprehension" else {}
     try:
-        op = LabeledStatistic(how, index, **extra)
+        op = LabeledStatistic(how, index, lineage=lineage, **extra)
         expected = op.measure(x, labels)
     except (ValueError, IndexError):  # scipy raises on some statistics of an absent label: measure them all
         index = None
-        op = LabeledStatistic(how, index, **extra)
+        op = LabeledStatistic(how, index, lineage=lineage, **extra)
         expected = op.measure(x, labels)
     reference = getattr(ndimage, how)
     args = (x, labels, index) + ((np.ptp, float, -1.0) if extra else ())
     want = np.asarray(reference(*args), dtype=expected.dtype).reshape(expected.shape)
-    return Case(op, [x, labels], want, reference=measure_reference)
+    # members: label cells outside the lineage become a label nobody measures (a measured one would join)
+    return Case(op, [x, labels], want, reference=measure_reference,
+                sentinel=[None, -7] if lineage == "members" else None)
 
 
 @spec("LabeledStatistic[unlabelled]")
@@ -1127,7 +1133,7 @@ def test_value_dependent_lineage_matches_python_reference(name, seed, ndim, side
 # The perturbation oracle: no single input cell changes an output outside its lineage
 # =====================================================================================
 #: readings that are not dependence by design (README, "What lineage means")
-NOT_DEPENDENCE = ["Histogram[members]", "Relabel"]  # Relabel: the component reading
+NOT_DEPENDENCE = ["Histogram[members]", "Relabel", "LabeledStatistic[members]"]  # Relabel: the component reading
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in NOT_DEPENDENCE + ["Label"]])

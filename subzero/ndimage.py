@@ -141,6 +141,13 @@ def sobel(input, axis=-1, output=None, mode="reflect", cval=0.0):
     return _stencil("sobel", ops.Sobel(axis, mode, cval), input)
 
 
+def _check_iterations(name: str, iterations: Any) -> None:
+    if isinstance(iterations, (int, np.integer)) and not isinstance(iterations, bool) and iterations < 1:
+        raise UnsupportedCallError(f"subzero.ndimage.{name}(iterations={iterations}) repeats until nothing changes, "
+                                   "which has no fixed footprint; give iterations >= 1, or wrap "
+                                   f"scipy.ndimage.{name} with sz.udf(fn, lineage='all')")
+
+
 def _morphology(name: str, cls):
     def fn(input, structure=None, iterations=1, mask=None, output=None, border_value=0, origin=0,
            brute_force=False, *, axes=None):
@@ -148,6 +155,7 @@ def _morphology(name: str, cls):
             return _scipy(name, input, structure, iterations, mask, output, border_value, origin, brute_force,
                           axes=axes)
         _check(name, mask=mask, output=output, origin=origin, axes=axes)
+        _check_iterations(name, iterations)
         node = add_node(cls(structure, iterations, border_value), [input], name, dtype=np.dtype(bool))
         return node
     fn.__name__ = name
@@ -166,6 +174,7 @@ def _opening(name: str, first: str, second: str):
             return _scipy(name, input, structure, iterations, output, origin, mask, border_value, brute_force,
                           axes=axes)
         _check(name, mask=mask, output=output, origin=origin, axes=axes)
+        _check_iterations(name, iterations)
         if structure is None:  # scipy's default for both steps
             structure = np.asarray(_scipy("generate_binary_structure", input.ndim, 1))
         inner = globals()[first](input, structure, iterations, border_value=border_value)

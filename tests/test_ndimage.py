@@ -123,6 +123,11 @@ def test_label_dependence_reading_passes_the_oracle(tmp_path):
     (lambda x: szi.gaussian_filter(x, 1.0, axes=(0,)), "axes="),
     (lambda x: szi.convolve(x, KERNEL, origin=1), "origin=1"),
     (lambda x: szi.binary_erosion(x > 0, mask=x > 1), "mask="),
+    (lambda x: szi.binary_dilation(x > 0, iterations=0), "iterations=0"),
+    (lambda x: szi.binary_opening(x > 0, iterations=-1), "iterations=-1"),
+    (lambda x: szi.grey_erosion(x, structure=np.ones((3, 3))), "structure="),
+    (lambda x: szi.binary_fill_holes(x > 0, structure=np.ones((3, 5))), "structure of shape"),
+    (lambda x: szi.uniform_filter1d(x, 3, output=np.float32), "output="),
 ])
 def test_unsupported_arguments_are_refused_by_name(call, fragment):
     with pytest.raises(UnsupportedCallError, match=fragment):

@@ -41,7 +41,8 @@ from subzero.trace.building import add_node, astype
 from subzero.trace.symbolic import SymbolicArray
 
 __all__ = ["convolve", "correlate", "gaussian_filter", "uniform_filter", "median_filter", "maximum_filter",
-           "minimum_filter", "laplace", "sobel", "generic_filter", "convolve1d", "correlate1d", "uniform_filter1d",
+           "minimum_filter", "rank_filter", "percentile_filter", "gaussian_laplace", "gaussian_gradient_magnitude",
+           "prewitt", "laplace", "sobel", "generic_filter", "convolve1d", "correlate1d", "uniform_filter1d",
            "gaussian_filter1d", "minimum_filter1d", "maximum_filter1d", "binary_dilation", "binary_erosion",
            "binary_opening", "binary_closing", "binary_fill_holes", "grey_erosion", "grey_dilation", "grey_opening",
            "grey_closing", "label", "zoom", "sum", "sum_labels", "mean", "maximum", "minimum", "variance",
@@ -123,6 +124,52 @@ def _rank(name: str, cls):
 median_filter = _rank("median_filter", ops.MedianFilter)
 maximum_filter = _rank("maximum_filter", ops.MaximumFilter)
 minimum_filter = _rank("minimum_filter", ops.MinimumFilter)
+
+
+def rank_filter(input, rank, size=None, footprint=None, output=None, mode="reflect", cval=0.0, origin=0, *,
+                axes=None):
+    """``scipy.ndimage.rank_filter``: lineage is the ``size`` box or the footprint."""
+    if not isinstance(input, SymbolicArray):
+        return _scipy("rank_filter", input, rank, size, footprint, output, mode, cval, origin, axes=axes)
+    _check("rank_filter", output=output, origin=origin, axes=axes)
+    op = ops.neighbourhood.RankFilter(rank, size, footprint, mode, cval)
+    return _stencil("rank_filter", op, input, same_dtype=False)
+
+
+def percentile_filter(input, percentile, size=None, footprint=None, output=None, mode="reflect", cval=0.0, origin=0,
+                      *, axes=None):
+    """``scipy.ndimage.percentile_filter``: lineage is the ``size`` box or the footprint."""
+    if not isinstance(input, SymbolicArray):
+        return _scipy("percentile_filter", input, percentile, size, footprint, output, mode, cval, origin, axes=axes)
+    _check("percentile_filter", output=output, origin=origin, axes=axes)
+    op = ops.neighbourhood.PercentileFilter(percentile, size, footprint, mode, cval)
+    return _stencil("percentile_filter", op, input, same_dtype=False)
+
+
+def _gaussian_derivatives(name: str, cls):
+    def fn(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None, **kwargs):
+        if not isinstance(input, SymbolicArray):
+            return _scipy(name, input, sigma, output, mode, cval, axes=axes, **kwargs)
+        truncate = kwargs.pop("truncate", 4.0)
+        _check(name, output=output, axes=axes, **kwargs)
+        return _stencil(name, cls(sigma, mode, cval, truncate), input)
+    fn.__name__ = name
+    fn.__doc__ = (f"``scipy.ndimage.{name}`` (``truncate=`` the one keyword passed on to gaussian_filter): lineage "
+                  "is the truncated kernel's box.")
+    return fn
+
+
+gaussian_laplace = _gaussian_derivatives("gaussian_laplace", ops.neighbourhood.GaussianLaplace)
+gaussian_gradient_magnitude = _gaussian_derivatives("gaussian_gradient_magnitude",
+                                                    ops.neighbourhood.GaussianGradientMagnitude)
+
+
+def prewitt(input, axis=-1, output=None, mode="reflect", cval=0.0):
+    """``scipy.ndimage.prewitt``: a cell reads its whole 3**ndim box."""
+    if not isinstance(input, SymbolicArray):
+        return _scipy("prewitt", input, axis, output, mode, cval)
+    _check("prewitt", output=output)
+    return _stencil("prewitt", ops.neighbourhood.Prewitt(axis, mode, cval), input)
 
 
 def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None):

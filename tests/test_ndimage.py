@@ -47,6 +47,11 @@ CALLS = {
     "convolve1d": (lambda m, x: m.convolve1d(x, [1.0, 2.0, 0.0, -1.0])),
     "correlate1d": (lambda m, x: m.correlate1d(x, [1.0, 2.0, -1.0], axis=0, mode="constant")),
     "generic_filter": (lambda m, x: m.generic_filter(x, np.std, size=3)),
+    "rank_filter": (lambda m, x: m.rank_filter(x, -2, size=(3, 2))),
+    "percentile_filter": (lambda m, x: m.percentile_filter(x, 30, footprint=KERNEL != 0, mode="nearest")),
+    "gaussian_laplace": (lambda m, x: m.gaussian_laplace(x, 1.0, truncate=2.5)),
+    "gaussian_gradient_magnitude": (lambda m, x: m.gaussian_gradient_magnitude(x, (1.0, 0.5), mode="mirror")),
+    "prewitt": (lambda m, x: m.prewitt(x, axis=0, mode="constant", cval=1.0)),
     "generic_filter_footprint": (lambda m, x: m.generic_filter(x, np.ptp, footprint=KERNEL != 0, mode="mirror")),
     "zoom_grid": (lambda m, x: m.zoom(x, 3, order=0, grid_mode=True, mode="grid-constant")),
 }
@@ -128,6 +133,7 @@ def test_label_dependence_reading_passes_the_oracle(tmp_path):
     (lambda x: szi.grey_erosion(x, structure=np.ones((3, 3))), "structure="),
     (lambda x: szi.binary_fill_holes(x > 0, structure=np.ones((3, 5))), "structure of shape"),
     (lambda x: szi.uniform_filter1d(x, 3, output=np.float32), "output="),
+    (lambda x: szi.gaussian_laplace(x, 1.0, radius=2), "radius=2"),
 ])
 def test_unsupported_arguments_are_refused_by_name(call, fragment):
     with pytest.raises(UnsupportedCallError, match=fragment):

@@ -39,7 +39,8 @@ from subzero.modes import Mode
 from subzero.operators import filters1d
 from subzero.operators.measurements import STATISTICS, LabeledStatistic
 from subzero.operators.morphology import BinaryFillHoles
-from subzero.operators.neighbourhood import GenericFilter
+from subzero.operators.neighbourhood import (GaussianGradientMagnitude, GaussianLaplace, GenericFilter, PercentileFilter,
+                                            Prewitt, RankFilter)
 from subzero.oracle import check_operator, evaluate_operator
 from subzero.pairs import FullPairs, PayloadPairs, owners
 from subzero.runtime import expand_payloads
@@ -302,6 +303,38 @@ def _rank(rng, ndim, side, name):
     # the reference goes through 2-D: scipy's 1-D fast path ignores the footprint's holes
     expected = fn(x[None], footprint=footprint[None], mode=mode, cval=0.1)[0]
     return Case(getattr(ops, name)(footprint=footprint, mode=mode, cval=0.1), [x], expected)
+
+
+@spec("RankFilter", "PercentileFilter")
+def _ranked(rng, ndim, side, name):
+    x, mode = floats(rng, rand_shape(rng, ndim, side)), str(rng.choice(MODES))
+    if name == "RankFilter":
+        value, fn, cls = int(rng.integers(-1, 1)), ndimage.rank_filter, RankFilter
+    else:
+        value, fn, cls = float(rng.uniform(-100, 100)), ndimage.percentile_filter, PercentileFilter
+    if rng.random() < 0.5:
+        size = per_axis(rng, ndim, 1, 3)
+        return Case(cls(value, size, mode=mode, cval=0.1), [x], fn(x, value, size, mode=mode, cval=0.1))
+    footprint = rng.random(rand_shape(rng, ndim, 3)) < 0.6
+    footprint.reshape(-1)[0] = True
+    expected = fn(x[None], value, footprint=footprint[None], mode=mode, cval=0.1)[0]  # through 2-D, as _rank
+    return Case(cls(value, footprint=footprint, mode=mode, cval=0.1), [x], expected)
+
+
+@spec("GaussianLaplace", "GaussianGradientMagnitude")
+def _gaussian_derivatives(rng, ndim, side, name):
+    x, mode = floats(rng, rand_shape(rng, ndim, side)), str(rng.choice(MODES))
+    sigma = float(rng.uniform(0, 1.5)) if rng.random() < 0.5 else tuple(rng.uniform(0, 1.5, ndim).round(2))
+    truncate = float(rng.uniform(1, 4))
+    cls = GaussianLaplace if name == "GaussianLaplace" else GaussianGradientMagnitude
+    expected = getattr(ndimage, cls.fn)(x, sigma, mode=mode, cval=0.5, truncate=truncate)
+    return Case(cls(sigma, mode, 0.5, truncate), [x], expected)
+
+
+@spec("Prewitt")
+def _prewitt(rng, ndim, side):
+    x, mode, axis = floats(rng, rand_shape(rng, ndim, side)), str(rng.choice(MODES)), int(rng.integers(-ndim, ndim))
+    return Case(Prewitt(axis, mode, 2.0), [x], ndimage.prewitt(x, axis, mode=mode, cval=2.0))
 
 
 @spec("Laplace")

@@ -1,7 +1,8 @@
 """Built-in operators, each with exact, vectorized lineage (the README has the overview table).
 
-The operators of scipy.ndimage's 1-D filters, `GenericFilter`, `BinaryFillHoles` and
-`LabeledStatistic` are reachable here (``ops.LabeledStatistic``) but not yet in ``__all__``:
+The operators of scipy.ndimage's 1-D filters, `GenericFilter`, `RankFilter`,
+`PercentileFilter`, `GaussianLaplace`, `GaussianGradientMagnitude`, `Prewitt`,
+`BinaryFillHoles` and `LabeledStatistic` are reachable here (``ops.LabeledStatistic``) but not yet in ``__all__``:
 they join it with their rows in the README's operator table.
 
 Each operator's module is imported on first use (PEP 562): ``sz.operators.Transpose`` and
@@ -57,8 +58,9 @@ _MODULES = {
     "morphology": ["BinaryDilation", "BinaryErosion", "BinaryFillHoles"],
     "numeric": ["AllOf", "AnyOf", "GlobalReduction", "HistogramEdges", "NanMax", "NanMean", "NanMin", "NanStd",
                 "NanSum", "NearestZoom", "Relabel"],
-    "neighbourhood": ["Convolve", "Correlate", "GaussianFilter", "GenericFilter", "Laplace", "MaximumFilter",
-                      "MedianFilter", "MinimumFilter", "Sobel", "StencilOperator", "UniformFilter"],
+    "neighbourhood": ["Convolve", "Correlate", "GaussianFilter", "GaussianGradientMagnitude", "GaussianLaplace",
+                      "GenericFilter", "Laplace", "MaximumFilter", "MedianFilter", "MinimumFilter", "PercentileFilter",
+                      "Prewitt", "RankFilter", "Sobel", "StencilOperator", "UniformFilter"],
     "reductions": ["AxisReduction", "Count", "GlobalMean", "GlobalStd", "Max", "Mean", "Min", "Std", "Sum"],
     "resampling": ["Downsample", "Upsample"],
     "shape": ["Concatenate", "Flip", "Pad", "Reshape", "Shift", "Slice", "Stack", "Tile", "Transpose"],
@@ -89,8 +91,9 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         Relabel,
     )
     from subzero.operators.neighbourhood import (
-        Convolve, Correlate, GaussianFilter, GenericFilter, Laplace, MaximumFilter, MedianFilter, MinimumFilter,
-        Sobel, StencilOperator, UniformFilter,
+        Convolve, Correlate, GaussianFilter, GaussianGradientMagnitude, GaussianLaplace, GenericFilter, Laplace,
+        MaximumFilter, MedianFilter, MinimumFilter, PercentileFilter, Prewitt, RankFilter, Sobel, StencilOperator,
+        UniformFilter,
     )
     from subzero.operators.reductions import AxisReduction, Count, GlobalMean, GlobalStd, Max, Mean, Min, Std, Sum
     from subzero.operators.resampling import Downsample, Upsample

@@ -11,7 +11,9 @@ Values and dtypes are scipy's: the output has the input's dtype.  A float64 inpu
 scipy's values (to rounding; `uniform_filter`, `uniform_filter1d` and `sobel` sum each
 cell's window apart, so a NaN stays inside the windows that hold it); separable filters on
 float32 input match scipy within float32 rounding.  Not supported (a
-`subzero.trace.errors.UnsupportedCallError` says so): ``output=``, ``origin`` other than 0,
+`subzero.trace.errors.UnsupportedCallError` says so): ``output=`` other than a symbolic
+array of the result's shape (which is rebound to the result, as a library's ``out =
+np.empty_like(image)`` expects), ``origin`` other than 0,
 ``axes=``, ``radius=``, ``mask=``, `zoom` with ``order`` > 0 (spline interpolation reads
 whole lines after prefiltering), non-flat grey morphology (``structure=``), a symbolic
 ``index`` of a measurement.  A scipy.ndimage function with no operator here raises
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import itertools
 import sys
 import threading
@@ -463,6 +466,44 @@ def labeled_comprehension(input, labels, index, func, out_dtype, default, pass_p
                     default=default, pass_positions=pass_positions)
 
 
+# -- output= into a symbolic array ------------------------------------------------------------------------
+def _rebind(output: SymbolicArray, values: SymbolicArray) -> None:
+    """``output`` now stands for ``values`` (a whole-array write is a rebinding: every name
+    bound to that array object sees the new node, as it would see numpy's written values)."""
+    output.tracer, output.entry, output.shape, output.dtype = values.tracer, values.entry, values.shape, values.dtype
+
+
+def _writes_output(fn: Callable) -> Callable:
+    """``fn`` that also takes ``output=`` a symbolic array of the result's shape (the array a
+    library allocated with ``np.empty_like`` to receive the result): the result, cast to its
+    dtype, is rebound to it, and the call returns what scipy returns then (the array; the
+    count for `label`; None for `binary_fill_holes`)."""
+    params = list(inspect.signature(fn).parameters)
+    at = params.index("output")
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        output = kwargs.get("output") if "output" in kwargs else (args[at] if len(args) > at else None)
+        if not isinstance(output, SymbolicArray):
+            return fn(*args, **kwargs)
+        if "output" in kwargs:
+            kwargs = {**kwargs, "output": None}
+        else:
+            args = args[:at] + (None,) + args[at + 1:]
+        result = fn(*args, **kwargs)
+        values = result[0] if isinstance(result, tuple) else result
+        if not isinstance(values, SymbolicArray) or values.shape != output.shape:
+            raise UnsupportedCallError(f"subzero.ndimage.{name}(output={output!r}): the result "
+                                       f"{getattr(values, 'shape', '')} cannot be written into that array; use the "
+                                       "returned array")
+        _rebind(output, astype(values, output.dtype))
+        if name == "label":
+            return result[1]
+        return None if name == "binary_fill_holes" else output
+    return call
+
+
 # -- what is missing says what to do -------------------------------------------------------------------
 class MissingFunctionError(UnsupportedCallError, AttributeError):
     """``subzero.ndimage.NAME`` for a scipy.ndimage function subzero has no operator for."""
@@ -592,3 +633,11 @@ def scipy_dispatch() -> Iterator[None]:
             _dispatch_depth -= 1
             if _dispatch_depth == 0:
                 _restore()
+
+
+# every function with scipy's output= also takes a symbolic array there (a library's np.empty_like)
+for _name in __all__:
+    _fn = globals()[_name]
+    if inspect.isfunction(_fn) and "output" in inspect.signature(_fn).parameters:
+        globals()[_name] = _writes_output(_fn)
+del _name, _fn

@@ -385,3 +385,39 @@ def test_a_module_imported_while_dispatch_is_active_gets_scipys_function_back():
         assert module.smooth is ndimage.gaussian_filter and not hasattr(module.smooth, "__subzero_original__")
     finally:
         sys.modules.pop(module.__name__, None)
+
+
+def test_output_into_a_symbolic_array_rebinds_it_as_scipy_writes_it():
+    @sz.workflow
+    def into(x):
+        smooth = np.empty_like(x)
+        returned = szi.gaussian_filter(x, 1.0, output=smooth)
+        labels = np.zeros_like(x, dtype=np.int16)
+        n = szi.label(x > 0.5, output=labels)
+        holes = np.zeros_like(x, dtype=bool)
+        assert szi.binary_fill_holes(x > 0, output=holes) is None and returned is smooth
+        return {"smooth": smooth, "labels": labels, "n": n, "holes": holes}
+
+    values = evaluate_workflow(into.trace({"x": IMAGE}), {"x": IMAGE})
+    np.testing.assert_allclose(values["smooth"], ndimage.gaussian_filter(IMAGE, 1.0))
+    want, n = ndimage.label(IMAGE > 0.5)
+    assert values["labels"].dtype == np.int16 and int(values["n"].reshape(())) == n
+    np.testing.assert_array_equal(values["labels"], want)
+    np.testing.assert_array_equal(values["holes"], ndimage.binary_fill_holes(IMAGE > 0))
+    with pytest.raises(UnsupportedCallError, match="cannot be written into that array"):
+        sz.workflow(lambda x: szi.zoom(x, 2, order=0, output=np.empty_like(x)), name="f").trace({"x": IMAGE})
+
+
+def test_skimage_grey_morphology_writes_into_the_array_it_allocates():
+    """skimage.morphology.erosion/opening allocate ``out = np.empty_like(image)`` and pass
+    ``output=out`` to scipy.ndimage: the result is rebound to it."""
+    skmorph = pytest.importorskip("skimage.morphology")
+
+    def grey(x):
+        return {"eroded": skmorph.erosion(x), "opened": skmorph.opening(x, skmorph.disk(2))}
+
+    with szi.scipy_dispatch():
+        wf = sz.workflow(grey, name="grey").trace({"x": IMAGE})
+    values, want = evaluate_workflow(wf, {"x": IMAGE}), grey(IMAGE)
+    for key in want:
+        np.testing.assert_array_equal(values[key], want[key])

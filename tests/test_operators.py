@@ -588,10 +588,10 @@ def measure_reference(case: Case) -> list[np.ndarray]:
     rel_l = np.ones((size(op.output_shape), labels.size), bool)
     for j, k in enumerate(wanted):
         members = flat > 0 if k is None else flat == k
+        if op.how == "median" and not members.any():  # scipy reads another label's value
+            members = np.ones(x.size, bool)
         if op.lineage == "members":
             rel_l[j * per_value:(j + 1) * per_value] = members
-        if op.how == "median" and not members.any():
-            members = np.ones(x.size, bool)
         rel_x[j * per_value:(j + 1) * per_value] = members
     return [rel_x, rel_l]
 

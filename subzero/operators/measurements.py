@@ -17,7 +17,7 @@ Lineage (``lineage``):
   its component and ring); the oracle does not hold it to dependence.
 
 scipy's median of a label with no cell reads another label's value (a quirk of its sorted
-search), so for such a label the lineage on ``input`` is every cell: sound, and coarse
+search), so for such a label the lineage is every cell of both arrays: sound, and coarse
 only where scipy's value is.
 """
 
@@ -149,8 +149,8 @@ class LabeledStatistic(Operator):
     # -- lineage --------------------------------------------------------------------------------
     def groups(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(cells, group, of_output, whole)``: the flat ids of the measured cells and the group
-        (distinct label) of each; the group of each output value; the groups whose lineage on
-        ``input`` is every cell (scipy's median of an absent label)."""
+        (distinct label) of each; the group of each output value; the groups whose lineage is
+        every cell of both arrays (scipy's median of an absent label)."""
         flat = labels.reshape(-1)
         if self.index is None:
             cells = np.flatnonzero(flat > 0)
@@ -187,14 +187,14 @@ class LabeledStatistic(Operator):
                 in_l, in_l_pair = everything, np.full(len(everything), m, np.int64)
                 outs = np.concatenate([out_cells, out_cells])
                 out_pair = np.concatenate([out_group, np.full(len(out_cells), m, np.int64)])
-            else:
-                in_l, in_l_pair, outs, out_pair = coords, group, out_cells, out_group
+            else:  # members, and every cell for scipy's median of an absent label
+                in_l, in_l_pair, outs, out_pair = in_x, in_x_pair, out_cells, out_group
             ctx.lwrite_many(outs, in_x, in_l, out_pair=out_pair, in_pair=[in_x_pair, in_l_pair])
         if Mode.PAY in ctx.modes:
             ctx.lwrite_many(out_cells, out_pair=out_group, payload=self._payloads(coords, group, whole, shape))
 
     def _payloads(self, coords: np.ndarray, group: np.ndarray, whole: np.ndarray, shape) -> list[bytes]:
-        """One payload per group: a flag byte (1: ``input`` lineage is every cell) and the
+        """One payload per group: a flag byte (1: the lineage is every cell of both arrays) and the
         label's cells (`encode_region`)."""
         ndim = len(shape)
         m = len(whole)
@@ -211,7 +211,7 @@ class LabeledStatistic(Operator):
 
     def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
         shape = tuple(self.input_shapes[i])
-        if (i == 1 and self.lineage == "dependence") or (i == 0 and payload[:1] == b"\x01"):
+        if (i == 1 and self.lineage == "dependence") or payload[:1] == b"\x01":
             return _all_cells(shape)
         return decode_region(payload[1:], len(shape))
 
@@ -222,7 +222,7 @@ class LabeledStatistic(Operator):
         """Each payload's box, read from the headers at once (every cell: the input's box)."""
         shape = np.asarray(self.input_shapes[i], np.int64)
         lo, hi, _ = region_envelopes([p[1:] for p in payloads], len(shape))
-        every = np.array([(i == 1 and self.lineage == "dependence") or (i == 0 and p[:1] == b"\x01")
+        every = np.array([(i == 1 and self.lineage == "dependence") or p[:1] == b"\x01"
                           for p in payloads], bool)
         lo[every], hi[every] = 0, shape
         return lo, hi

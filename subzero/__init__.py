@@ -56,6 +56,8 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'subzero' has no attribute {name!r}")
+    if name == "workflow":  # the composition root: traces route scipy.ndimage calls inside libraries to it
+        importlib.import_module("subzero.ndimage")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip __getattr__
     return value

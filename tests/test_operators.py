@@ -36,6 +36,11 @@ from subzero import operators as ops
 from subzero.cells import to_coords, to_ids
 from subzero.context import Context
 from subzero.modes import Mode
+from subzero.operators import filters1d
+from subzero.operators.measurements import STATISTICS, LabeledStatistic
+from subzero.operators.morphology import BinaryFillHoles
+from subzero.operators.neighbourhood import (GaussianGradientMagnitude, GaussianLaplace, GenericFilter, PercentileFilter,
+                                            Prewitt, RankFilter)
 from subzero.oracle import check_operator, evaluate_operator
 from subzero.pairs import FullPairs, PayloadPairs, owners
 from subzero.runtime import expand_payloads
@@ -300,6 +305,38 @@ def _rank(rng, ndim, side, name):
     return Case(getattr(ops, name)(footprint=footprint, mode=mode, cval=0.1), [x], expected)
 
 
+@spec("RankFilter", "PercentileFilter")
+def _ranked(rng, ndim, side, name):
+    x, mode = floats(rng, rand_shape(rng, ndim, side)), str(rng.choice(MODES))
+    if name == "RankFilter":
+        value, fn, cls = int(rng.integers(-1, 1)), ndimage.rank_filter, RankFilter
+    else:
+        value, fn, cls = float(rng.uniform(-100, 100)), ndimage.percentile_filter, PercentileFilter
+    if rng.random() < 0.5:
+        size = per_axis(rng, ndim, 1, 3)
+        return Case(cls(value, size, mode=mode, cval=0.1), [x], fn(x, value, size, mode=mode, cval=0.1))
+    footprint = rng.random(rand_shape(rng, ndim, 3)) < 0.6
+    footprint.reshape(-1)[0] = True
+    expected = fn(x[None], value, footprint=footprint[None], mode=mode, cval=0.1)[0]  # through 2-D, as _rank
+    return Case(cls(value, footprint=footprint, mode=mode, cval=0.1), [x], expected)
+
+
+@spec("GaussianLaplace", "GaussianGradientMagnitude")
+def _gaussian_derivatives(rng, ndim, side, name):
+    x, mode = floats(rng, rand_shape(rng, ndim, side)), str(rng.choice(MODES))
+    sigma = float(rng.uniform(0, 1.5)) if rng.random() < 0.5 else tuple(rng.uniform(0, 1.5, ndim).round(2))
+    truncate = float(rng.uniform(1, 4))
+    cls = GaussianLaplace if name == "GaussianLaplace" else GaussianGradientMagnitude
+    expected = getattr(ndimage, cls.fn)(x, sigma, mode=mode, cval=0.5, truncate=truncate)
+    return Case(cls(sigma, mode, 0.5, truncate), [x], expected)
+
+
+@spec("Prewitt")
+def _prewitt(rng, ndim, side):
+    x, mode, axis = floats(rng, rand_shape(rng, ndim, side)), str(rng.choice(MODES)), int(rng.integers(-ndim, ndim))
+    return Case(Prewitt(axis, mode, 2.0), [x], ndimage.prewitt(x, axis, mode=mode, cval=2.0))
+
+
 @spec("Laplace")
 def _laplace(rng, ndim, side):
     x, mode = floats(rng, rand_shape(rng, ndim, side)), str(rng.choice(MODES))
@@ -511,7 +548,7 @@ def _diff(rng, ndim, side):
     return Case(ops.Diff(n, axis), [x], np.diff(x, n, axis=axis), tight=True)
 
 
-@spec("Convolve1D")
+@spec("SequenceConvolve")
 def _convolve1d(rng, ndim, side):
     n, m = int(rng.integers(1, side + 3)), int(rng.integers(1, side + 3))
     a, v = floats(rng, (n,)), floats(rng, (m,))
@@ -519,10 +556,10 @@ def _convolve1d(rng, ndim, side):
     expected = (np.correlate if correlate else np.convolve)(a, v, mode)
     pick = int(rng.integers(3))  # both inputs, a constant v, a constant a
     if pick == 0:
-        return Case(ops.Convolve1D(mode, correlate), [a, v], expected, tight=True)
+        return Case(ops.SequenceConvolve(mode, correlate), [a, v], expected, tight=True)
     if pick == 1:
-        return Case(ops.Convolve1D(mode, correlate, constant=v, constant_at=1), [a], expected, tight=True)
-    return Case(ops.Convolve1D(mode, correlate, constant=a, constant_at=0), [v], expected, tight=True)
+        return Case(ops.SequenceConvolve(mode, correlate, constant=v, constant_at=1), [a], expected, tight=True)
+    return Case(ops.SequenceConvolve(mode, correlate, constant=a, constant_at=0), [v], expected, tight=True)
 
 
 @spec("Take")
@@ -648,6 +685,107 @@ def _histogram_case(rng, ndim, side, lineage):
     members = lineage == "members"
     return Case(ops.Histogram(bins, value_range, lineage=lineage), [x], expected, sentinel=[np.nan],
                 reference=histogram_reference if members else None)
+
+
+def fill_holes_reference(case: Case) -> list[np.ndarray]:
+    """Label's flood fill on the background: a background cell reads its component and ring."""
+    return label_reference(Case(case.op, [case.inputs[0] == 0], case.expected))
+
+
+@spec("BinaryFillHoles")
+def _fill_holes(rng, ndim, side):
+    x = rng.random(rand_shape(rng, ndim, side)) < rng.uniform(0.4, 0.8)
+    structure = None if rng.random() < 0.5 else ndimage.generate_binary_structure(ndim, ndim)
+    return Case(BinaryFillHoles(structure), [x], ndimage.binary_fill_holes(x, structure),
+                reference=fill_holes_reference)
+
+
+def measure_reference(case: Case) -> list[np.ndarray]:
+    """Per value: the input cells of its label (every cell for scipy's median of an absent
+    label); every label cell (dependence)."""
+    x, labels = case.inputs
+    op = case.op
+    flat = labels.reshape(-1)
+    wanted = [None] if op.index is None else np.atleast_1d(op.index).tolist()
+    per_value = size(op.output_shape) // max(len(wanted), 1)
+    rel_x = np.zeros((size(op.output_shape), x.size), bool)
+    rel_l = np.ones((size(op.output_shape), labels.size), bool)
+    for j, k in enumerate(wanted):
+        members = flat > 0 if k is None else flat == k
+        if op.how == "median" and not members.any():  # scipy reads another label's value
+            members = np.ones(x.size, bool)
+        if op.lineage == "members":
+            rel_l[j * per_value:(j + 1) * per_value] = members
+        rel_x[j * per_value:(j + 1) * per_value] = members
+    return [rel_x, rel_l]
+
+
+@spec("LabeledStatistic", "LabeledStatistic[members]")
+def _labeled_statistic(rng, ndim, side, name):
+    lineage = "members" if name.endswith("[members]") else "dependence"
+    shape = rand_shape(rng, ndim, side)
+    x, labels = floats(rng, shape), rng.integers(-1, 4, shape)
+    labels.reshape(-1)[0] = 1  # scipy raises on positions of no cell at all
+    how = str(rng.choice(sorted(STATISTICS)))
+    index = [None, 2, list(rng.integers(0, 6, int(rng.integers(0, 4)))), range(1, 4)][int(rng.integers(0, 4))]
+    extra = dict(func=np.ptp, out_dtype=float, default=-1.0) if how == "labeled_comprehension" else {}
+    try:
+        op = LabeledStatistic(how, index, lineage=lineage, **extra)
+        expected = op.measure(x, labels)
+    except (ValueError, IndexError):  # scipy raises on some statistics of an absent label: measure them all
+        index = None
+        op = LabeledStatistic(how, index, lineage=lineage, **extra)
+        expected = op.measure(x, labels)
+    reference = getattr(ndimage, how)
+    args = (x, labels, index) + ((np.ptp, float, -1.0) if extra else ())
+    want = np.asarray(reference(*args), dtype=expected.dtype).reshape(expected.shape)
+    # members: label cells outside the lineage become a label nobody measures (a measured one would join)
+    return Case(op, [x, labels], want, reference=measure_reference,
+                sentinel=[None, -7] if lineage == "members" else None)
+
+
+@spec("LabeledStatistic[unlabelled]")
+def _statistic_unlabelled(rng, ndim, side):
+    x, how = floats(rng, rand_shape(rng, ndim, side)), str(rng.choice(["mean", "maximum_position", "median"]))
+    op = LabeledStatistic(how, labels=False)
+    return Case(op, [x], np.asarray(getattr(ndimage, how)(x), np.float64).reshape(op.infer_output_shape((x.shape,))))
+
+
+FILTERS_1D = {"Correlate1D": ndimage.correlate1d, "Convolve1D": ndimage.convolve1d,
+              "UniformFilter1D": ndimage.uniform_filter1d, "GaussianFilter1D": ndimage.gaussian_filter1d,
+              "MinimumFilter1D": ndimage.minimum_filter1d, "MaximumFilter1D": ndimage.maximum_filter1d}
+
+
+@spec(*FILTERS_1D)
+def _filter1d(rng, ndim, side, name):
+    x, mode = floats(rng, rand_shape(rng, ndim, side)), str(rng.choice(MODES))
+    axis = int(rng.integers(-ndim, ndim))
+    if name in ("Correlate1D", "Convolve1D"):
+        arg = floats(rng, int(rng.integers(1, 5))) * (rng.random() < 0.8)
+    elif name == "GaussianFilter1D":
+        arg = float(rng.uniform(0, 1.5))
+    else:
+        arg = int(rng.integers(1, 5))
+    op = getattr(filters1d, name)(arg, axis, mode=mode, cval=0.5)
+    return Case(op, [x], FILTERS_1D[name](x, arg, axis, mode=mode, cval=0.5))
+
+
+def window_spread(values: np.ndarray) -> float:
+    """A generic_filter function: the range of a window's values."""
+    return float(values.max() - values.min())
+
+
+@spec("GenericFilter")
+def _generic(rng, ndim, side):
+    x, mode = floats(rng, rand_shape(rng, ndim, side)), str(rng.choice(MODES))
+    if rng.random() < 0.5:
+        size = per_axis(rng, ndim, 1, 3)
+        return Case(GenericFilter(window_spread, size, mode=mode), [x],
+                    ndimage.generic_filter(x, window_spread, size, mode=mode))
+    footprint = rng.random(rand_shape(rng, ndim, 3)) < 0.6
+    footprint.reshape(-1)[0] = True
+    return Case(GenericFilter(window_spread, footprint=footprint, mode=mode), [x],
+                ndimage.generic_filter(x, window_spread, footprint=footprint, mode=mode))
 
 
 @spec("Histogram")
@@ -1187,7 +1325,7 @@ def test_value_dependent_lineage_matches_python_reference(name, seed, ndim, side
 # The perturbation oracle: no single input cell changes an output outside its lineage
 # =====================================================================================
 #: readings that are not dependence by design (docs/guide/lineage.md, "What lineage means")
-NOT_DEPENDENCE = ["Histogram[members]", "Relabel"]  # Relabel: the component reading
+NOT_DEPENDENCE = ["Histogram[members]", "Relabel", "LabeledStatistic[members]"]  # Relabel: the component reading
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in NOT_DEPENDENCE + ["Label"]])
@@ -1260,6 +1398,9 @@ ENTIRE_ARRAY = [
     (ops.Label(), [(3, 3)], True),
     (ops.Histogram(), [(3, 3)], True),
     (ops.Histogram(lineage="members"), [(3, 3)], False),
+    (BinaryFillHoles(), [(3, 3)], True),
+    (LabeledStatistic("sum_labels", [1, 2]), [(3, 3), (3, 3)], False),
+    (LabeledStatistic("median", labels=False), [(3, 3)], True),
     (ops.CosmicRayDetect(), [(3, 3)], True),
     (ops.Filter(partial(slices_above, axis=0, t=0.0)), [(3, 3)], False),
     (ops.Compress(), [(3,), (3, 3)], False),
@@ -1490,7 +1631,7 @@ BAD_SHAPES = [
     (ops.Compress(), [(4,), (3, 2)], "condition has shape"),
     (ops.Statistic("median", axis=2), [(2, 3)], "axis=2 is out of range"),
     (ops.Diff(3), [(3,)], "leaves no cell"),
-    (ops.Convolve1D(), [(3, 3), (3,)], "two non-empty 1-D operands"),
+    (ops.SequenceConvolve(), [(3, 3), (3,)], "two non-empty 1-D operands"),
     (ops.Take([5], 0), [(3,)], "out of bounds"),
     (ops.TakeAlong(np.zeros(2, int)), [(3, 3)], "same number of axes"),
     (ops.Einsum("ij,jk->ik"), [(2, 3), (4, 5)], "must have the same length"),
@@ -1526,7 +1667,7 @@ BAD_ARGS = [
     (lambda: ops.Statistic("argmax", axis=(0, 1)), "reduces one axis"),
     (lambda: ops.Cumulative("cummax"), "how must be one of"),
     (lambda: ops.Diff(0), "n must be an int >= 1"),
-    (lambda: ops.Convolve1D(mode="bogus"), "mode must be one of"),
+    (lambda: ops.SequenceConvolve(mode="bogus"), "mode must be one of"),
     (lambda: ops.Take([[1]]), "1-D array of ints"),
     (lambda: ops.Einsum("ii->i"), "repeats an index"),
     (lambda: ops.Einsum("...i->i"), "'...'"),
@@ -1602,6 +1743,6 @@ def test_convolve1d_tiles_give_numpys_values_to_the_bit(n, m, mode, correlate, a
     kernel, so numpy orders the operands as for the whole and sums in the same order."""
     rng = np.random.default_rng(seed)
     a, v = rng.normal(size=n), rng.normal(size=m)
-    op = bind(ops.Convolve1D(mode, correlate, constant=a if at == 0 else v, constant_at=at), [v if at == 0 else a])
+    op = bind(ops.SequenceConvolve(mode, correlate, constant=a if at == 0 else v, constant_at=at), [v if at == 0 else a])
     got = execute(op, [v if at == 0 else a], tile_shape=tile)[0]
     assert np.array_equal(got, (np.correlate if correlate else np.convolve)(a, v, mode))

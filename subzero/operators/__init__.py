@@ -37,14 +37,18 @@ __all__ = [
     # indexing fixed when a function was traced on values, and the coarse step
     "Gather", "Scatter", "Coordinates", "Opaque",
     # numpy's statistics, running reductions, 1-D convolution, gathers, einsum, look-ups
-    "Statistic", "Cumulative", "Diff", "Convolve1D", "Take", "TakeAlong", "Einsum", "Lookup",
+    "Statistic", "Cumulative", "Diff", "SequenceConvolve", "Take", "TakeAlong", "Einsum", "Lookup",
+    # scipy.ndimage's 1-D filters, rank filters, derivatives, hole filling and labelled measurements
+    "Correlate1D", "Convolve1D", "UniformFilter1D", "GaussianFilter1D", "MinimumFilter1D", "MaximumFilter1D",
+    "GenericFilter", "RankFilter", "PercentileFilter", "GaussianLaplace", "GaussianGradientMagnitude", "Prewitt",
+    "BinaryFillHoles", "LabeledStatistic",
 ]
 
 # module (under subzero.operators) -> the public names it defines
 _MODULES = {
     "astro": ["CosmicRays", "DetectStars", "RepairCosmics"],
     "composite": ["WindowLineage"],
-    "cumulative": ["Convolve1D", "Cumulative", "Diff", "Take", "TakeAlong"],
+    "cumulative": ["Cumulative", "Diff", "SequenceConvolve", "Take", "TakeAlong"],
     "einsum": ["Einsum"],
     "cosmic": ["CosmicRayDetect"],
     "elementwise": ["Add", "AddScalar", "Apply", "BinaryOperator", "Clip", "Divide", "DivideScalar",
@@ -52,12 +56,16 @@ _MODULES = {
                     "PowerScalar", "ScalarOperator", "Subtract", "SubtractScalar", "Threshold", "Where"],
     "identity": ["IdentityMapping"],
     "indexmap": ["IndexMapOperator"],
+    "filters1d": ["Convolve1D", "Correlate1D", "GaussianFilter1D", "MaximumFilter1D", "MinimumFilter1D",
+                  "UniformFilter1D"],
     "linalg": ["Dot", "Inverse", "MatMul", "Outer"],
-    "morphology": ["BinaryDilation", "BinaryErosion"],
+    "measurements": ["LabeledStatistic"],
+    "morphology": ["BinaryDilation", "BinaryErosion", "BinaryFillHoles"],
     "numeric": ["AllOf", "AnyOf", "GlobalReduction", "HistogramEdges", "NanMax", "NanMean", "NanMin", "NanStd",
                 "NanSum", "NearestZoom", "Relabel"],
-    "neighbourhood": ["Convolve", "Correlate", "GaussianFilter", "Laplace", "MaximumFilter", "MedianFilter",
-                      "MinimumFilter", "Sobel", "StencilOperator", "UniformFilter"],
+    "neighbourhood": ["Convolve", "Correlate", "GaussianFilter", "GaussianGradientMagnitude", "GaussianLaplace",
+                      "GenericFilter", "Laplace", "MaximumFilter", "MedianFilter", "MinimumFilter", "PercentileFilter",
+                      "Prewitt", "RankFilter", "Sobel", "StencilOperator", "UniformFilter"],
     "reductions": ["AxisReduction", "Count", "GlobalMean", "GlobalStd", "Max", "Mean", "Min", "Std", "Sum"],
     "resampling": ["Downsample", "Upsample"],
     "shape": ["Concatenate", "Flip", "Pad", "Reshape", "Shift", "Slice", "Stack", "Tile", "Transpose"],
@@ -73,7 +81,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from subzero.operators.astro import CosmicRays, DetectStars, RepairCosmics
     from subzero.operators.composite import WindowLineage
     from subzero.operators.cosmic import CosmicRayDetect
-    from subzero.operators.cumulative import Convolve1D, Cumulative, Diff, Take, TakeAlong
+    from subzero.operators.cumulative import Cumulative, Diff, SequenceConvolve, Take, TakeAlong
     from subzero.operators.einsum import Einsum
     from subzero.operators.elementwise import (
         Add, AddScalar, Apply, BinaryOperator, Clip, Divide, DivideScalar, ElementwiseOperator, Maximum, Minimum,
@@ -82,15 +90,20 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from subzero.operators.identity import IdentityMapping
     from subzero.operators.indexing import Coordinates, Gather, Opaque, Scatter
     from subzero.operators.indexmap import IndexMapOperator
+    from subzero.operators.filters1d import (
+        Convolve1D, Correlate1D, GaussianFilter1D, MaximumFilter1D, MinimumFilter1D, UniformFilter1D,
+    )
     from subzero.operators.linalg import Dot, Inverse, MatMul, Outer
-    from subzero.operators.morphology import BinaryDilation, BinaryErosion
+    from subzero.operators.measurements import LabeledStatistic
+    from subzero.operators.morphology import BinaryDilation, BinaryErosion, BinaryFillHoles
     from subzero.operators.numeric import (
         AllOf, AnyOf, GlobalReduction, HistogramEdges, NanMax, NanMean, NanMin, NanStd, NanSum, NearestZoom,
         Relabel,
     )
     from subzero.operators.neighbourhood import (
-        Convolve, Correlate, GaussianFilter, Laplace, MaximumFilter, MedianFilter, MinimumFilter, Sobel,
-        StencilOperator, UniformFilter,
+        Convolve, Correlate, GaussianFilter, GaussianGradientMagnitude, GaussianLaplace, GenericFilter, Laplace,
+        MaximumFilter, MedianFilter, MinimumFilter, PercentileFilter, Prewitt, RankFilter, Sobel, StencilOperator,
+        UniformFilter,
     )
     from subzero.operators.reductions import AxisReduction, Count, GlobalMean, GlobalStd, Max, Mean, Min, Std, Sum
     from subzero.operators.resampling import Downsample, Upsample

@@ -7,7 +7,7 @@ Each lineage is a function of coordinates (a mapping operator) and exact:
 - `Cumulative`: output cell ``i`` reads input cells ``0..i`` of its line (a prefix; its box
   forms keep a box a box);
 - `Diff`: output cell ``i`` reads input cells ``i..i+n`` of its line;
-- `Convolve1D`: output cell ``k`` reads the window of each operand that meets it, clipped
+- `SequenceConvolve`: output cell ``k`` reads the window of each operand that meets it, clipped
   at the ends (numpy's ``full``, ``same`` and ``valid`` modes);
 - `Take`: each output cell copies one input cell (a separable index map);
 - `TakeAlong`: each output cell copies the cell of its line its index names.
@@ -30,7 +30,7 @@ from subzero.operators.indexmap import IndexMapOperator
 from subzero.operators.tilings import Lines, MapTiled
 from subzero.tiling import Shape, Tiling
 
-__all__ = ["CUMULATIVE", "Cumulative", "Diff", "Convolve1D", "Take", "TakeAlong"]
+__all__ = ["CUMULATIVE", "Cumulative", "Diff", "SequenceConvolve", "Take", "TakeAlong"]
 
 #: the running reductions `Cumulative` computes: name -> numpy function
 CUMULATIVE: dict[str, Callable[..., Any]] = {"cumsum": np.cumsum, "cumprod": np.cumprod,
@@ -240,7 +240,7 @@ class _ConvolveTiling(Tiling):
         return ((start, stop),)
 
 
-class Convolve1D(Operator):
+class SequenceConvolve(Operator):
     """``np.convolve(a, v, mode)`` or (``correlate=True``) ``np.correlate(a, v, mode)`` of
     1-D operands.  Both operands are inputs, or one is the constant ``constant`` and the
     other the one input (``constant_at``: 0 for ``a``, 1 for ``v``).
@@ -251,7 +251,7 @@ class Convolve1D(Operator):
 
     Examples
     --------
-    >>> Convolve1D("same", constant=np.array([1.0, 1.0])).run(None, np.array([1.0, 2.0, 3.0]))
+    >>> SequenceConvolve("same", constant=np.array([1.0, 1.0])).run(None, np.array([1.0, 2.0, 3.0]))
     array([1., 3., 5.])
     """
 
@@ -259,14 +259,14 @@ class Convolve1D(Operator):
     tiling = _ConvolveTiling()
 
     def __init__(self, mode: str = "full", correlate: bool = False, constant: Any = None, constant_at: int = 1):
-        self.mode = check_choice(mode, ("full", "same", "valid"), "Convolve1D", "mode")
+        self.mode = check_choice(mode, ("full", "same", "valid"), "SequenceConvolve", "mode")
         self.correlate = bool(correlate)
         self.constant = None if constant is None else np.asarray(constant)
         if self.constant is not None and (self.constant.ndim != 1 or not len(self.constant)):
-            raise WorkflowError(f"Convolve1D: the constant operand must be a non-empty 1-D array, got shape "
+            raise WorkflowError(f"SequenceConvolve: the constant operand must be a non-empty 1-D array, got shape "
                                 f"{self.constant.shape}")
         if constant_at not in (0, 1):
-            raise WorkflowError(f"Convolve1D: constant_at must be 0 (a) or 1 (v), got {constant_at!r}")
+            raise WorkflowError(f"SequenceConvolve: constant_at must be 0 (a) or 1 (v), got {constant_at!r}")
         self.constant_at = int(constant_at)
 
     def supported_modes(self) -> set[Mode]:
@@ -281,7 +281,7 @@ class Convolve1D(Operator):
         if self.constant is not None:
             shapes.insert(self.constant_at, self.constant.shape)
         if len(shapes) != 2 or any(len(s) != 1 or s[0] < 1 for s in shapes):
-            raise WorkflowError(f"Convolve1D: expected two non-empty 1-D operands, got shapes {shapes}")
+            raise WorkflowError(f"SequenceConvolve: expected two non-empty 1-D operands, got shapes {shapes}")
         return shapes[0][0], shapes[1][0]
 
     def _layout(self) -> tuple[int, int, int, int]:

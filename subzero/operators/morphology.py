@@ -3,6 +3,10 @@
 The border (``border_value``) is not input, so edge cells have no lineage outside the
 array.  ``iterations`` repeats the operation; its footprint is the structure added to
 itself ``iterations`` times (Minkowski sum), and tiles carry a halo that wide.
+
+`BinaryFillHoles` is value-dependent: whether a background cell is filled depends on its
+background component (does it reach the border?), so its lineage is `Label`'s on the
+inverted image.
 """
 
 from __future__ import annotations
@@ -12,11 +16,12 @@ import numpy as np
 from subzero.errors import WorkflowError
 from subzero.lazy import LazyModule
 from subzero.operators._kernels import unique_rows
+from subzero.operators.label import Label
 from subzero.operators.neighbourhood import StencilOperator, kernel_offsets
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
-__all__ = ["BinaryDilation", "BinaryErosion"]
+__all__ = ["BinaryDilation", "BinaryErosion", "BinaryFillHoles"]
 
 
 class _BinaryMorphology(StencilOperator):
@@ -68,3 +73,29 @@ class BinaryErosion(_BinaryMorphology):
 
     fn = "binary_erosion"
     flip = False
+
+
+class BinaryFillHoles(Label):
+    """``scipy.ndimage.binary_fill_holes(x, structure)``: background regions that do not reach
+    the array's border (under ``structure``, default the cross) become foreground.
+
+    Lineage: a foreground cell stays foreground whatever else changes, so it depends on
+    itself; a background cell is filled or not by its background component (connected
+    under ``structure``) and by the foreground cells around it (one of them cleared can
+    join it to the border): exactly `Label`'s lineage of ``x == 0``, component and ring.
+    Modes ``FULL``, ``PAY``, ``COMP`` as `Label`; it runs on the whole array (a hole is
+    only known to be one once its whole component is seen).
+
+    Examples
+    --------
+    >>> BinaryFillHoles().run(None, np.array([[1, 1, 1], [1, 0, 1], [1, 1, 1]])).astype(int).tolist()
+    [[1, 1, 1], [1, 1, 1], [1, 1, 1]]
+    """
+
+    tiling = None  # type: ignore[assignment]  # whole arrays: one task, no seams
+
+    def run(self, ctx, x) -> np.ndarray:
+        x = np.asarray(x) != 0
+        if ctx is not None and ctx.modes:
+            super().run(ctx, ~x)  # Label's lineage of the background: component and ring
+        return ndimage.binary_fill_holes(x, self._structure(x.ndim))

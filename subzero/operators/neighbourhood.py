@@ -25,7 +25,8 @@ ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
 __all__ = [
     "StencilOperator", "Convolve", "Correlate", "GaussianFilter", "UniformFilter", "MedianFilter",
-    "MaximumFilter", "MinimumFilter", "Laplace", "Sobel", "MODES", "kernel_offsets",
+    "MaximumFilter", "MinimumFilter", "RankFilter", "PercentileFilter", "GaussianLaplace",
+    "GaussianGradientMagnitude", "Prewitt", "Laplace", "Sobel", "GenericFilter", "MODES", "kernel_offsets",
 ]
 
 #: the boundary modes stencils take (scipy.ndimage's)
@@ -267,14 +268,19 @@ class _RankFilter(StencilOperator):
             raise WorkflowError(f"{type(self).__name__}: footprint is {self.footprint.ndim}-D, the input is {ndim}-D")
         return kernel_offsets(self.footprint)
 
+    def leading(self) -> tuple:
+        """scipy's arguments between the input and ``size`` (``rank``, ``percentile``)."""
+        return ()
+
     def run(self, ctx, x) -> np.ndarray:
         x = np.asarray(x)
         fn = getattr(ndimage, type(self).fn)
+        lead = self.leading()
         if self.footprint is None:
-            return fn(x, self.size, mode=self.mode, cval=self.cval)
+            return fn(x, *lead, self.size, mode=self.mode, cval=self.cval)
         if x.ndim == 1:  # scipy's 1-D fast path ignores the holes of a footprint: go through 2-D
-            return fn(x[None], footprint=self.footprint[None], mode=self.mode, cval=self.cval)[0]
-        return fn(x, footprint=self.footprint, mode=self.mode, cval=self.cval)
+            return fn(x[None], *lead, footprint=self.footprint[None], mode=self.mode, cval=self.cval)[0]
+        return fn(x, *lead, footprint=self.footprint, mode=self.mode, cval=self.cval)
 
 
 class MedianFilter(_RankFilter):
@@ -293,6 +299,92 @@ class MinimumFilter(_RankFilter):
     """``scipy.ndimage.minimum_filter(x, size | footprint, mode, cval)``."""
 
     fn = "minimum_filter"
+
+
+class RankFilter(_RankFilter):
+    """``scipy.ndimage.rank_filter(x, rank, size | footprint, mode, cval)``."""
+
+    fn = "rank_filter"
+
+    def __init__(self, rank: int, size: int | tuple[int, ...] | None = 3, footprint=None, mode: str = "reflect",
+                 cval: float = 0.0):
+        super().__init__(size, footprint, mode, cval)
+        if not isinstance(rank, (int, np.integer)) or isinstance(rank, bool):
+            raise WorkflowError(f"RankFilter: rank must be an int, got {rank!r}")
+        self.rank = int(rank)
+
+    def leading(self) -> tuple:
+        return (self.rank,)
+
+
+class PercentileFilter(_RankFilter):
+    """``scipy.ndimage.percentile_filter(x, percentile, size | footprint, mode, cval)``."""
+
+    fn = "percentile_filter"
+
+    def __init__(self, percentile: float, size: int | tuple[int, ...] | None = 3, footprint=None,
+                 mode: str = "reflect", cval: float = 0.0):
+        super().__init__(size, footprint, mode, cval)
+        self.percentile = float(percentile)
+        if not -100.0 <= self.percentile <= 100.0:
+            raise WorkflowError(f"PercentileFilter: percentile must be within [-100, 100], got {percentile!r}")
+
+    def leading(self) -> tuple:
+        return (self.percentile,)
+
+
+class _GaussianDerivatives(StencilOperator):
+    """A sum over axes of Gaussian derivatives (``fn``: ``gaussian_laplace`` or
+    ``gaussian_gradient_magnitude``): each term reads the truncated kernel's box, radius
+    ``int(truncate * sigma + 0.5)`` per axis, so the whole is that box."""
+
+    keeps_float = True
+    fn = "gaussian_laplace"  # the scipy.ndimage function, by name
+
+    def __init__(self, sigma: float | tuple[float, ...], mode: str = "reflect", cval: float = 0.0,
+                 truncate: float = 4.0):
+        super().__init__(mode, cval)
+        self.sigma = tuple(sigma) if isinstance(sigma, (tuple, list)) else float(sigma)
+        self.truncate = float(truncate)
+
+    def stencil(self, ndim: int) -> np.ndarray:
+        sigmas = per_axis(self.sigma, ndim, type(self).__name__, "sigma", float, minimum=0.0)
+        return box_offsets(tuple(int(self.truncate * s + 0.5) for s in sigmas))
+
+    def run(self, ctx, x) -> np.ndarray:
+        return getattr(ndimage, type(self).fn)(_floating(x), self.sigma, mode=self.mode, cval=self.cval,
+                                               truncate=self.truncate)
+
+
+class GaussianLaplace(_GaussianDerivatives):
+    """``scipy.ndimage.gaussian_laplace(x, sigma, mode, cval, truncate=...)``."""
+
+    fn = "gaussian_laplace"
+
+
+class GaussianGradientMagnitude(_GaussianDerivatives):
+    """``scipy.ndimage.gaussian_gradient_magnitude(x, sigma, mode, cval, truncate=...)``."""
+
+    fn = "gaussian_gradient_magnitude"
+
+
+class Prewitt(StencilOperator):
+    """``scipy.ndimage.prewitt(x, axis, mode, cval)``: a cell reads its whole 3**ndim box
+    (scipy multiplies the zero weights of the plane normal to ``axis`` too, so a NaN there
+    reaches the cell)."""
+
+    keeps_float = True
+
+    def __init__(self, axis: int = -1, mode: str = "reflect", cval: float = 0.0):
+        super().__init__(mode, cval)
+        self.axis = axis
+
+    def stencil(self, ndim: int) -> np.ndarray:
+        normalize_axis(self.axis, ndim, "Prewitt")
+        return box_offsets((1,) * ndim)
+
+    def run(self, ctx, x) -> np.ndarray:
+        return ndimage.prewitt(_floating(x), self.axis, mode=self.mode, cval=self.cval)
 
 
 class Laplace(StencilOperator):
@@ -341,3 +433,24 @@ class Sobel(StencilOperator):
         shape = [1] * x.ndim
         shape[axis] = len(index)
         return np.where((index >= 0).reshape(shape), got, self.cval)
+
+
+class GenericFilter(_RankFilter):
+    """``scipy.ndimage.generic_filter(x, function, size | footprint, mode, cval)``: ``function``
+    runs on each window's values (a float64 1-D array, the footprint's cells in C order) as
+    scipy runs it, so a cell reads its footprint and nothing else.  ``function`` must be
+    picklable by cloudpickle to run on Spark."""
+
+    def __init__(self, function, size: int | tuple[int, ...] | None = None, footprint=None, mode: str = "reflect",
+                 cval: float = 0.0, extra_arguments: tuple = (), extra_keywords: dict | None = None):
+        if not callable(function):
+            raise WorkflowError(f"GenericFilter: function must be callable, got {function!r}")
+        super().__init__(size, footprint, mode, cval)
+        self.function = function
+        self.extra_arguments, self.extra_keywords = tuple(extra_arguments), dict(extra_keywords or {})
+
+    def run(self, ctx, x) -> np.ndarray:
+        x = np.asarray(x)
+        shape = {"footprint": self.footprint} if self.footprint is not None else {"size": self.size}
+        return ndimage.generic_filter(x, self.function, mode=self.mode, cval=self.cval,
+                                      extra_arguments=self.extra_arguments, extra_keywords=self.extra_keywords, **shape)

@@ -5,7 +5,7 @@ constant indices, ``np.einsum``, look-ups (``np.searchsorted``, ``np.interp``, `
 `subzero.trace.numpy_api.HANDLED`).
 
 Each handler takes numpy's signature and gives numpy's values, shapes and dtypes; the
-operators it adds (`subzero.operators.Statistic`, `Cumulative`, `Diff`, `Convolve1D`,
+operators it adds (`subzero.operators.Statistic`, `Cumulative`, `Diff`, `SequenceConvolve`,
 `Take`, `TakeAlong`, `Einsum`, `Lookup`) have exact lineage.  ``np.average`` and
 ``np.linalg.norm`` are numpy's own formulas over the traced calls they are made of.
 """
@@ -196,10 +196,10 @@ def _convolution(name: str, correlate: bool, default_mode: str):
         dtype = np.asarray(fn(np.ones(1, a.dtype if isinstance(a, SymbolicArray) else np.asarray(a).dtype),
                               np.ones(1, v.dtype if isinstance(v, SymbolicArray) else np.asarray(v).dtype))).dtype
         if len(sym) == 2:
-            op = ops.Convolve1D(mode, correlate)
+            op = ops.SequenceConvolve(mode, correlate)
         else:
             at = 0 if not isinstance(a, SymbolicArray) else 1
-            op = ops.Convolve1D(mode, correlate, constant=np.asarray(a if at == 0 else v), constant_at=at)
+            op = ops.SequenceConvolve(mode, correlate, constant=np.asarray(a if at == 0 else v), constant_at=at)
         return add_node(op, [_plain(x) for x in sym], name, dtype=dtype)
     handler.__name__ = f"_{name}"
     return handler

@@ -286,3 +286,38 @@ def test_fuzzed_requests_are_4xx_json_and_the_server_keeps_answering(run, tmp_pa
         assert time.monotonic() - t0 < 30, "the fuzzed corpus took too long"
         assert c.get("/api/nodes").status_code == 200
         assert c.post("/api/lineage", json=LINEAGE).status_code == 200
+
+
+def _json_values():
+    from hypothesis import strategies as st
+
+    leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
+    return st.recursive(leaves, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=5),
+                                                                                           inner, max_size=4),
+                        max_leaves=20)
+
+
+def test_any_json_value_in_any_field_is_answered_without_a_5xx(run, tmp_path):
+    """Hypothesis puts arbitrary JSON in one field of a valid request (or adds an unknown one):
+    the answer is a 200 with the contract's keys or a 4xx with a JSON error, never a 5xx."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    fields = sorted(set(LINEAGE) | set(EXPORT) | {"extra"})
+    with TestClient(create_app(run, tmp_path, warm=False), raise_server_exceptions=False) as c:
+
+        @settings(max_examples=150, deadline=None, derandomize=True,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+        @given(which=st.sampled_from(["/api/lineage", "/api/export"]), field=st.sampled_from(fields),
+               value=_json_values())
+        def check(which, field, value):
+            base = LINEAGE if which == "/api/lineage" else EXPORT
+            got = _post(c, which, json.dumps(base | {field: value}))  # Infinity too, which json.loads takes
+            assert got.status_code == 200 or 400 <= got.status_code < 500, (which, field, value, got.text[:200])
+            if got.status_code != 200:
+                assert got.headers["content-type"] == "application/json" and got.json()["error"]
+            elif which == "/api/lineage":
+                assert set(got.json()) == {"answers", "ms"}
+
+        check()
+        assert c.post("/api/lineage", json=LINEAGE).status_code == 200

@@ -89,7 +89,9 @@ def test_tiles(client):
     got = client.get("/tiles/stars/0/0/0.png")
     assert got.status_code == 200 and got.headers["content-type"] == "image/png"
     assert Image.open(io.BytesIO(got.content)).size == (20, 24)  # (width, height) of the whole array
-    for url, status in [("/tiles/stars/1/0/0.png", 404), ("/tiles/nope/0/0/0.png", 404), ("/nothing", 404)]:
+    for url, status in [("/tiles/stars/1/0/0.png", 404), ("/tiles/nope/0/0/0.png", 404), ("/nothing", 404),
+                        ("/tiles/stars/" + "9" * 5000 + "/0/0.png", 404), ("/tiles/stars/0/-1/0.png", 404),
+                        ("/tiles/stars/0/x/0.png", 404), ("/api/pixel/x?row=" + "9" * 5000 + "&col=0", 400)]:
         bad = client.get(url)
         assert bad.status_code == status and "error" in bad.json()
 

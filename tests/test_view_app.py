@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 from typing import Any
 
@@ -238,10 +239,14 @@ def test_a_token_guards_every_request(run, tmp_path):
         assert c.post("/api/lineage", json=LINEAGE).status_code == 403
         assert c.get("/api/nodes", headers={"Authorization": "token s3cret"}).status_code == 200
         page = c.get("/?token=s3cret")  # the printed URL: the answer sets the cookie the page then sends
-        assert page.status_code == 200 and "subzero_view_token=s3cret" in page.headers["set-cookie"]
+        assert page.status_code == 200 and re.match(r"subzero_view_token-\w{12}=s3cret;", page.headers["set-cookie"])
         assert "SameSite=Strict" in page.headers["set-cookie"]
         assert c.post("/api/lineage", json=LINEAGE).status_code == 200  # the cookie from here on
         assert c.get("/tiles/stars/0/0/0.png").status_code == 200
+    with TestClient(create_app(run, tmp_path, warm=False, token="other")) as other:  # another viewer on this host
+        other.cookies.set(page.headers["set-cookie"].split("=")[0], "s3cret")
+        assert other.get("/api/nodes").status_code == 403
+        assert other.get("/api/nodes?token=other").status_code == 200 and other.get("/api/nodes").status_code == 200
 
 
 # -- fuzzing: every malformed request is a 4xx with a JSON body, never a 5xx -------------------------------

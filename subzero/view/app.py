@@ -25,6 +25,7 @@ cookie, or the header ``Authorization: token T``.
 
 from __future__ import annotations
 
+import hashlib
 import http.cookies
 import json
 import logging
@@ -153,10 +154,13 @@ def readout(value: Any, digits: int = VALUE_DIGITS) -> Any:
 class _TokenGate:
     """ASGI middleware: every request must carry ``token`` (query ``?token=``, the cookie, or
     ``Authorization: token T``), else HTTP 403 with a JSON error. A request that brought it in
-    its URL gets the cookie back, so the page's own requests (scripts, tiles) carry it."""
+    its URL gets the cookie back, so the page's own requests (scripts, tiles) carry it. The
+    cookie is named for the token (`TOKEN_COOKIE` + a digest), so two viewers on one host
+    (cookies ignore ports) keep theirs apart."""
 
     def __init__(self, app: Any, token: str):
         self.app, self.token = app, token
+        self.cookie = f"{TOKEN_COOKIE}-{hashlib.sha256(token.encode()).hexdigest()[:12]}"
 
     def _given(self, scope: dict[str, Any]) -> tuple[str | None, bool]:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
@@ -171,7 +175,7 @@ class _TokenGate:
             cookie.load(headers.get("cookie", ""))
         except http.cookies.CookieError:
             return None, False
-        return (cookie[TOKEN_COOKIE].value if TOKEN_COOKIE in cookie else None), False
+        return (cookie[self.cookie].value if self.cookie in cookie else None), False
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -188,7 +192,7 @@ class _TokenGate:
         if not in_url:
             await self.app(scope, receive, send)
             return
-        cookie = (f"{TOKEN_COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict").encode("latin-1")
+        cookie = f"{self.cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict".encode()
 
         async def send_with_cookie(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":

@@ -156,6 +156,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("lock_lease", float, 60.0,
             "seconds a writer lock on object storage lasts unless renewed (a heartbeat renews it every third)",
             minimum=1),
+    # -- the viewer (subzero view) ---------------------------------------------------------------
+    Setting("view_max_body_bytes", int, 2**20, "the largest request body the viewer accepts, in bytes (HTTP 413 beyond)",
+            minimum=1),
+    Setting("view_max_boxes", int, 10_000, "the most boxes one viewer lineage or export request may brush", minimum=1),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}

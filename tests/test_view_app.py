@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -87,7 +90,9 @@ def test_tiles(client):
     got = client.get("/tiles/stars/0/0/0.png")
     assert got.status_code == 200 and got.headers["content-type"] == "image/png"
     assert Image.open(io.BytesIO(got.content)).size == (20, 24)  # (width, height) of the whole array
-    for url, status in [("/tiles/stars/1/0/0.png", 404), ("/tiles/nope/0/0/0.png", 404), ("/nothing", 404)]:
+    for url, status in [("/tiles/stars/1/0/0.png", 404), ("/tiles/nope/0/0/0.png", 404), ("/nothing", 404),
+                        ("/tiles/stars/" + "9" * 5000 + "/0/0.png", 404), ("/tiles/stars/0/-1/0.png", 404),
+                        ("/tiles/stars/0/x/0.png", 404), ("/api/pixel/x?row=" + "9" * 5000 + "&col=0", 400)]:
         bad = client.get(url)
         assert bad.status_code == status and "error" in bad.json()
 
@@ -140,3 +145,186 @@ def test_page_and_static_files(client):
     assert page.status_code == 200 and "/static/view.js" in page.text
     assert client.get("/static/view.js").status_code == 200
     assert client.get("/api/run").json()["workflow"] == "viewtest"
+
+
+def _post(client, path, content, content_type="application/json"):
+    return client.post(path, content=content, headers={"Content-Type": content_type})
+
+
+LINEAGE = {"node": "stars", "direction": "backward", "boxes": [[2, 10, 3, 9]], "to": None}
+EXPORT = {"node": "stars", "direction": "backward", "boxes": [[2, 10, 3, 9]], "target": "x", "format": "npy"}
+
+
+@pytest.mark.parametrize("path, content", [
+    ("/api/lineage", "[" * 5000 + "]" * 5000),
+    ("/api/lineage", '{"node": "stars", "direction": "backward", "boxes": ' + "[" * 5000 + "]" * 5000 + "}"),
+    ("/api/lineage", '{"node": "stars", "direction": "backward", "boxes": ' + "[" * 200 + "]" * 200 + "}"),
+    ("/api/export", '{"node": "stars", "target": "x", "format": "npy", "boxes": ' + "[" * 5000 + "]" * 5000 + "}"),
+    ("/api/export", '{"node": {"a": ' * 3000 + "1" + "}" * 3000 + "}"),
+    ("/api/lineage", '{"node": ' + "9" * 5000 + "}"),
+])
+def test_deep_nesting_and_huge_numbers_are_400s(client, path, content):
+    got = _post(client, path, content)
+    assert got.status_code == 400 and got.headers["content-type"] == "application/json"
+    assert "deep" in got.json()["error"] or "not JSON" in got.json()["error"]
+
+
+def test_the_body_size_limit_is_413_naming_the_setting(client, monkeypatch):
+    monkeypatch.setenv("SUBZERO_VIEW_MAX_BODY_BYTES", "200")
+    small = json.dumps(LINEAGE)
+    assert len(small) < 200 and client.post("/api/lineage", json=LINEAGE).status_code == 200
+    big = json.dumps(LINEAGE | {"boxes": [[2, 10, 3, 9]] * 20})
+    for path in ("/api/lineage", "/api/export"):
+        got = _post(client, path, big)
+        assert got.status_code == 413 and "view_max_body_bytes" in got.json()["error"]
+    # a streamed body of unknown length is cut off at the limit too
+    got = client.post("/api/lineage", content=iter([b"[" + b"0, " * 100] * 10 + [b"0]"]),
+                      headers={"Content-Type": "application/json"})
+    assert got.status_code == 413 and "200 bytes" in got.json()["error"]
+
+
+def test_the_box_count_limit_is_400_naming_the_setting(client, monkeypatch):
+    monkeypatch.setenv("SUBZERO_VIEW_MAX_BOXES", "3")
+    assert client.post("/api/lineage", json=LINEAGE | {"boxes": [[2, 10, 3, 9]] * 3}).status_code == 200
+    for path, body in (("/api/lineage", LINEAGE), ("/api/export", EXPORT)):
+        got = client.post(path, json=body | {"boxes": [[2, 10, 3, 9]] * 4})
+        assert got.status_code == 400
+        assert '"boxes" has 4 boxes, over 3' in got.json()["error"] and "view_max_boxes" in got.json()["error"]
+
+
+@pytest.mark.parametrize("path, body, words", [
+    ("/api/export", EXPORT | {"target": "nope"}, ['"target" names an unknown node', "'nope'", "x, y"]),
+    ("/api/export", EXPORT | {"target": "flipped"}, ['"target"', "not upstream of 'stars'", "x, blur, bright"]),
+    ("/api/export", EXPORT | {"target": 3}, ['"target" must be the name', "got 3"]),
+    ("/api/export", EXPORT | {"format": ["npy"]}, ['"format" must be one of npy, fits, reg, reg-fk5', "['npy']"]),
+    ("/api/export", EXPORT | {"to": ["x"]}, ['an export has no "to"', '"target"']),
+    ("/api/lineage", LINEAGE | {"to": []}, ['"to" is an empty list', "upstream nodes of 'stars' (x, blur, bright)"]),
+    ("/api/lineage", LINEAGE | {"to": "x"}, ['"to" must be a list of node names or null', "got 'x'"]),
+    ("/api/lineage", LINEAGE | {"colour": 1}, ["unknown field(s) 'colour'", "node, direction, boxes, to"]),
+    ("/api/lineage", LINEAGE | {"boxes": [[2, 10, 3, 9]] * 50 + [[0]]}, ["box [0]", "4 integers"]),
+])
+def test_field_errors_name_the_field_what_came_and_what_is_allowed(client, path, body, words):
+    got = client.post(path, json=body)
+    assert got.status_code == 400
+    for word in words:
+        assert word in got.json()["error"], (word, got.json()["error"])
+    assert len(got.json()["error"]) < 400  # what came is quoted cut short
+
+
+def test_empty_and_non_json_bodies(client):
+    for path in ("/api/lineage", "/api/export"):
+        assert _post(client, path, b"").status_code == 400 and "empty" in _post(client, path, b" ").json()["error"]
+        got = _post(client, path, json.dumps(LINEAGE), "text/plain")
+        assert got.status_code == 415 and "Content-Type: application/json" in got.json()["error"]
+        assert _post(client, path, b"\xff\xfe", "application/json").status_code == 400
+
+
+def test_values_are_rounded_and_exports_stay_exact(client, run):
+    from subzero.view.app import VALUE_DIGITS, readout
+
+    exact = float(run.output("blur")[11, 9])
+    got = client.get("/api/pixel/blur?row=11&col=9").json()
+    assert got["value"] == readout(exact) == pytest.approx(exact, rel=10 ** (1 - VALUE_DIGITS))
+    assert len(repr(got["value"]).replace("-", "").replace(".", "").lstrip("0")) <= VALUE_DIGITS
+    assert len(repr(got["ra"]).split(".")[1]) <= 7 and len(repr(got["dec"]).split(".")[1]) <= 7
+    assert readout(481.68158495195786) == 481.6816 and readout(float("nan")) is None and readout(7) == 7
+
+
+def test_a_token_guards_every_request(run, tmp_path):
+    with TestClient(create_app(run, tmp_path, warm=False, token="s3cret")) as c:
+        for url in ("/", "/api/nodes", "/static/view.js", "/tiles/stars/0/0/0.png", "/api/pixel/x?row=0&col=0"):
+            denied = c.get(url)
+            assert denied.status_code == 403 and "needs its token" in denied.json()["error"], url
+        assert c.get("/api/nodes?token=wrong").status_code == 403
+        assert c.post("/api/lineage", json=LINEAGE).status_code == 403
+        assert c.get("/api/nodes", headers={"Authorization": "token s3cret"}).status_code == 200
+        page = c.get("/?token=s3cret")  # the printed URL: the answer sets the cookie the page then sends
+        assert page.status_code == 200 and re.match(r"subzero_view_token-\w{12}=s3cret;", page.headers["set-cookie"])
+        assert "SameSite=Strict" in page.headers["set-cookie"]
+        assert c.post("/api/lineage", json=LINEAGE).status_code == 200  # the cookie from here on
+        assert c.get("/tiles/stars/0/0/0.png").status_code == 200
+    with TestClient(create_app(run, tmp_path, warm=False, token="other")) as other:  # another viewer on this host
+        other.cookies.set(page.headers["set-cookie"].split("=")[0], "s3cret")
+        assert other.get("/api/nodes").status_code == 403
+        assert other.get("/api/nodes?token=other").status_code == 200 and other.get("/api/nodes").status_code == 200
+
+
+# -- fuzzing: every malformed request is a 4xx with a JSON body, never a 5xx -------------------------------
+
+def _corpus(seed: int = 7) -> list[tuple[bytes, str]]:
+    """Malformed bodies: deep nesting, huge bodies, wrong types in every field, unknown fields,
+    empty bodies, non-JSON content types; each with the content type it is sent with."""
+    rng = np.random.default_rng(seed)
+    wrong = [None, True, -1, 0, 2**70, 1.5, 1e308, float("nan"), "", "\u0000", [], [[]], {}, {"a": 1},
+             [[0, 1]], [[0, 1, 0]] * 3, [["0", "1", "0", "1"]], [[0.5, 1, 0, 1]], [[-5, 1, 0, 1]], ["flipped"],
+             [None], ["nope"], "sideways", "nope", [[10, 2, 3, 9]], [[0, 10**30, 0, 1]]]
+    bodies: list[Any] = []
+    for base in (LINEAGE, EXPORT):
+        for field in list(base) + ["target", "format", "to", "extra"]:
+            for value in wrong:
+                if not (base is LINEAGE and field == "to" and value is None):  # that one is right
+                    bodies.append(base | {field: value})
+            if field in base and not (base is LINEAGE and field == "to"):  # "to" may be left out
+                bodies.append({k: v for k, v in base.items() if k != field})
+    raw = [json.dumps(b).encode() for b in bodies]
+    raw += [b"", b" ", b"null", b"[]", b"0", b'"x"', b"{", b"}", b"\xff" * 10, b"{" * 3000, b"[" * 100_000,
+            ("[" * 2000 + "]" * 2000).encode(), b'{"boxes": ' + b"[" * 50 + b"]" * 50 + b"}",
+            json.dumps(LINEAGE | {"boxes": [[2, 10, 3, 9]] * 200_000}).encode(), b" " * 3_000_000,
+            bytes(rng.integers(0, 256, 4096, dtype=np.uint8))]
+    for _ in range(40):  # random splices of a valid body
+        text = json.dumps(EXPORT).encode()
+        cut = int(rng.integers(0, len(text)))
+        raw.append(text[:cut] + bytes(rng.integers(32, 127, 3, dtype=np.uint8)) + text[cut + 3:])
+    cases = [(b, "application/json") for b in raw]
+    cases += [(json.dumps(LINEAGE).encode(), t) for t in ("text/plain", "application/x-www-form-urlencoded",
+                                                          "multipart/form-data; boundary=x", "")]
+    return cases
+
+
+def test_fuzzed_requests_are_4xx_json_and_the_server_keeps_answering(run, tmp_path):
+    cases = _corpus()
+    with TestClient(create_app(run, tmp_path, warm=False), raise_server_exceptions=False) as c:
+        t0 = time.monotonic()
+        for path in ("/api/lineage", "/api/export"):
+            for content, ctype in cases:
+                got = c.post(path, content=content, headers={"Content-Type": ctype} if ctype else {})
+                assert 400 <= got.status_code < 500, (path, content[:200], got.status_code, got.text[:200])
+                assert got.headers["content-type"] == "application/json" and got.json()["error"]
+        assert time.monotonic() - t0 < 30, "the fuzzed corpus took too long"
+        assert c.get("/api/nodes").status_code == 200
+        assert c.post("/api/lineage", json=LINEAGE).status_code == 200
+
+
+def _json_values():
+    from hypothesis import strategies as st
+
+    leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
+    return st.recursive(leaves, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=5),
+                                                                                           inner, max_size=4),
+                        max_leaves=20)
+
+
+def test_any_json_value_in_any_field_is_answered_without_a_5xx(run, tmp_path):
+    """Hypothesis puts arbitrary JSON in one field of a valid request (or adds an unknown one):
+    the answer is a 200 with the contract's keys or a 4xx with a JSON error, never a 5xx."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    fields = sorted(set(LINEAGE) | set(EXPORT) | {"extra"})
+    with TestClient(create_app(run, tmp_path, warm=False), raise_server_exceptions=False) as c:
+
+        @settings(max_examples=150, deadline=None, derandomize=True,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+        @given(which=st.sampled_from(["/api/lineage", "/api/export"]), field=st.sampled_from(fields),
+               value=_json_values())
+        def check(which, field, value):
+            base = LINEAGE if which == "/api/lineage" else EXPORT
+            got = _post(c, which, json.dumps(base | {field: value}))  # Infinity too, which json.loads takes
+            assert got.status_code == 200 or 400 <= got.status_code < 500, (which, field, value, got.text[:200])
+            if got.status_code != 200:
+                assert got.headers["content-type"] == "application/json" and got.json()["error"]
+            elif which == "/api/lineage":
+                assert set(got.json()) == {"answers", "ms"}
+
+        check()
+        assert c.post("/api/lineage", json=LINEAGE).status_code == 200

@@ -1,5 +1,7 @@
-"""``subzero view STORE`` as a user runs it: prints its URL, serves the page on 127.0.0.1,
-stops cleanly on Ctrl-C (SIGINT), and refuses a bad store or a busy port in one line."""
+"""``subzero view STORE`` as a user runs it: prints its URL, serves the page on 127.0.0.1
+without a token, requires a token (made and printed in the URL) on any other address,
+answers malformed requests over real HTTP with 4xx JSON and keeps answering, stops cleanly on
+Ctrl-C (SIGINT), and refuses a bad store or a busy port in one line."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -35,13 +38,41 @@ def store(tmp_path_factory):
     return make_run(tmp_path_factory.mktemp("viewserver") / "s", "Map").path
 
 
+def _wait(url: str) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except urllib.error.HTTPError:
+            return  # it answers
+        except OSError:
+            assert time.monotonic() < deadline, "the viewer did not answer within 20 s"
+            time.sleep(0.1)
+
+
+def _request(url: str, data: bytes | None = None, headers: dict | None = None) -> tuple[int, bytes, dict]:
+    req = urllib.request.Request(url, data, headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as res:
+            return res.status, res.read(), dict(res.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), dict(exc.headers)
+
+
+def _stop(proc) -> None:
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=15) == 0
+    assert "Traceback" not in proc.stderr.read()
+
+
 def test_serves_until_ctrl_c(store, tmp_path):
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "subzero", "view", store, "--port", str(port)], cwd=tmp_path,
                             env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
-        assert f"http://127.0.0.1:{port}/" in line and "Ctrl-C" in line
+        assert f"http://127.0.0.1:{port}/" in line and "Ctrl-C" in line and "token" not in line
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -73,3 +104,62 @@ def test_refuses_a_busy_port_and_a_missing_store(store, tmp_path):
     got = subprocess.run([sys.executable, "-m", "subzero", "view", str(tmp_path / "none")], cwd=tmp_path,
                          env=_env(tmp_path), capture_output=True, text=True, timeout=60)
     assert got.returncode == 2 and got.stderr.startswith("subzero: error:") and "Traceback" not in got.stderr
+
+
+def test_any_other_address_requires_a_token(store, tmp_path):
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "subzero", "view", store, "--host", "0.0.0.0", "--port", str(port)],
+                            cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert f"http://0.0.0.0:{port}/?token=" in line
+        token = line.split("?token=")[1].split()[0]
+        assert len(token) >= 24
+        base = f"http://127.0.0.1:{port}"
+        _wait(base + "/api/run")
+        status, body, _ = _request(base + "/api/nodes")
+        assert status == 403 and "needs its token" in json.loads(body)["error"]
+        status, body, _ = _request(base + "/api/nodes?token=" + token[:-1] + "x")
+        assert status == 403
+        status, body, headers = _request(f"{base}/?token={token}")
+        cookie = headers["set-cookie"].split(";")[0]
+        assert status == 200 and cookie.startswith("subzero_view_token-") and cookie.endswith(f"={token}")
+        status, body, _ = _request(base + "/api/nodes", headers={"Cookie": cookie})
+        assert status == 200 and json.loads(body)[0]["name"] == "x"
+        status, body, _ = _request(base + "/api/nodes", headers={"Authorization": f"token {token}"})
+        assert status == 200
+        _stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_malformed_requests_over_http_are_4xx_json_and_it_keeps_answering(store, tmp_path):
+    port = _free_port()
+    env = _env(tmp_path) | {"SUBZERO_VIEW_MAX_BODY_BYTES": "100000"}
+    proc = subprocess.Popen([sys.executable, "-m", "subzero", "view", store, "--port", str(port), "--token", "tk"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert f"http://127.0.0.1:{port}/?token=tk" in proc.stdout.readline()  # a token given is kept on loopback
+        base = f"http://127.0.0.1:{port}"
+        _wait(base + "/api/run")
+        auth = {"Authorization": "token tk", "Content-Type": "application/json"}
+        good = json.dumps({"node": "blur", "direction": "backward", "boxes": [[0, 2, 0, 2]], "to": None}).encode()
+        cases = [(b"[" * 50_000, 400), (b'{"boxes": ' + b"[" * 5000 + b"}", 400), (b"", 400),
+                 (b"{" + b" " * 500_000 + b"}", 413), (good, 200)] * 3
+        t0 = time.monotonic()
+        for path in ("/api/lineage", "/api/export"):
+            for content, status in cases:
+                got, body, headers = _request(base + path, content, auth)
+                want = 400 if (path, status) == ("/api/export", 200) else status  # an export needs a target
+                assert got == want and headers["content-type"] == "application/json", (path, content[:50], got)
+                assert got == 200 or json.loads(body)["error"]
+        assert time.monotonic() - t0 < 30
+        assert _request(base + "/api/lineage", good, {**auth, "Content-Type": "text/plain"})[0] == 415
+        assert _request(base + "/api/nodes", headers=auth)[0] == 200
+        _stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -11,7 +11,7 @@ def cmd_view(args) -> int:
     """``subzero view``: serve the viewer over a store until interrupted; the exit status."""
     from subzero.view.server import serve
 
-    serve(args.store, host=args.host, port=args.port, open_browser=args.open)
+    serve(args.store, host=args.host, port=args.port, open_browser=args.open, token=args.token)
     return 0
 
 
@@ -25,4 +25,8 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     view.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     view.add_argument("--port", type=int, default=8765, help="port (default 8765)")
     view.add_argument("--open", action="store_true", help="open the page in a web browser")
+    view.add_argument("--token", default=None,
+                      help="the token every request must carry (?token=T in the URL, or the header "
+                           "'Authorization: token T'); default: none on a loopback address, a random one (printed "
+                           "in the URL) on any other")
     view.set_defaults(func=cmd_view)

@@ -11,21 +11,33 @@ Routes
 ``GET /api/pixel/{node}?row=R&col=C``      the cell's value, and its RA/Dec where the node has a WCS
 ``GET /tiles/{node}/{z}/{ty}/{tx}.png``    a tile of a 2-D node (`subzero.view.tiles`)
 
-Every error is JSON ``{"error": "..."}``: 400 for a bad request (not JSON, unknown node,
-box outside the array, bad direction...), 404 for what does not exist. The app only reads
-the store.
+Every error is JSON ``{"error": "..."}``: 400 for a bad request (not JSON, nested too
+deeply, unknown node or field, box outside the array, bad direction, too many boxes...), 403
+without the token when the app has one, 404 for what does not exist, 413 for a body over the
+``view_max_body_bytes`` setting, 415 for a POST body that is not ``application/json``. The app
+only reads the store.
+
+With a ``token`` (`subzero.view.server` gives one whenever it listens on an address other
+than loopback), every request must carry it: ``?token=T`` in the URL (the page's URL as the
+server prints it; the answer then sets a cookie, so the page's own requests carry it), the
+cookie, or the header ``Authorization: token T``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import http.cookies
 import json
 import logging
+import math
 import os
+import secrets
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
 import numpy as np
 from starlette.applications import Starlette
@@ -35,38 +47,159 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from subzero import config
 from subzero.errors import LineageError, StoreError
 from subzero.view.lineage import (answer_frontiers, display_kind, lineage_answers, node_list,
-                                  parse_lineage_request)
+                                  parse_lineage_request, reachable, shown)
 from subzero.view.sky import node_wcs, pixel_to_sky
 from subzero.view.tiles import TILE, TilePyramid, run_cache_dir
 
 if TYPE_CHECKING:
     from subzero.run import Run
 
-__all__ = ["create_app", "STATIC", "EXPORT_FORMATS"]
+__all__ = ["create_app", "STATIC", "EXPORT_FORMATS", "TOKEN_COOKIE", "MAX_DEPTH", "VALUE_DIGITS", "SKY_DECIMALS",
+           "readout"]
 
 STATIC = Path(__file__).parent / "static"
 EXPORT_FORMATS = {"npy": ".npy", "fits": ".fits", "reg": ".reg", "reg-fk5": ".reg"}
 log = logging.getLogger("subzero.view")
+TOKEN_COOKIE = "subzero_view_token"
+#: the deepest nesting of arrays and objects a request body may have (a lineage body has 3)
+MAX_DEPTH = 16
+#: significant digits of a cell's value in ``/api/pixel`` (float32 holds about 7)
+VALUE_DIGITS = 7
+#: decimals of RA/Dec in degrees in ``/api/pixel`` (1e-7 degree: 0.36 milliarcseconds)
+SKY_DECIMALS = 7
 
 
 class _NotFound(Exception):
     """A tile or node that does not exist: HTTP 404."""
 
 
+class _BadRequest(LineageError):
+    """A request the app refuses with an HTTP status other than 400 (413, 415)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+_EXAMPLE = '{"node": "stars", "direction": "backward", "boxes": [[10, 26, 30, 46]], "to": null}'
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether ``value`` (parsed JSON) nests arrays and objects more than ``limit`` deep (no recursion)."""
+    level = [value]
+    for _ in range(limit + 1):
+        level = [v for x in level if isinstance(x, (list, dict))
+                 for v in (x.values() if isinstance(x, dict) else x)]
+        if not level:
+            return False
+    return True
+
+
 async def _json_body(request: Request) -> Any:
-    raw = await request.body()
+    """The request's body as JSON: 415 unless it is ``application/json``, 413 over the
+    ``view_max_body_bytes`` setting (read no further), 400 when it does not parse or nests
+    deeper than `MAX_DEPTH`."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise _BadRequest(415, f"the body must be JSON with the header Content-Type: application/json, got "
+                               f"{kind or 'no Content-Type'}; send an object such as {_EXAMPLE}")
+    limit = config.get("view_max_body_bytes")
+    too_big = (f"the body is over {limit} bytes, the limit of the view_max_body_bytes setting "
+               f"(SUBZERO_VIEW_MAX_BODY_BYTES); brush fewer, larger boxes, or raise the setting")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise _BadRequest(413, too_big)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _BadRequest(413, too_big)
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        raise LineageError(f"the body is empty; send a JSON object such as {_EXAMPLE}")
     try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise LineageError(f"the body is not JSON ({exc.msg if hasattr(exc, 'msg') else exc}); send an object such "
-                           'as {"node": "stars", "direction": "backward", "boxes": [[10, 26, 30, 46]], '
-                           '"to": null}') from None
+        value = json.loads(raw)
+    except RecursionError:
+        raise LineageError(f"the body nests arrays or objects too deeply to parse; send an object such as "
+                           f"{_EXAMPLE}") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
+        raise LineageError(f"the body is not JSON ({getattr(exc, 'msg', None) or exc}); send an object such as "
+                           f"{_EXAMPLE}") from None
+    if _too_deep(value, MAX_DEPTH):
+        raise LineageError(f"the body nests arrays or objects more than {MAX_DEPTH} deep; a request nests 3 deep: "
+                           f"{_EXAMPLE}")
+    return value
+
+
+def readout(value: Any, digits: int = VALUE_DIGITS) -> Any:
+    """A cell's value as the API shows it: floats to ``digits`` significant digits (None for
+    NaN and infinities), anything else as it is.
+
+    >>> readout(481.68158495195786)
+    481.6816
+    """
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}") if math.isfinite(value) else None
+    return value
+
+
+class _TokenGate:
+    """ASGI middleware: every request must carry ``token`` (query ``?token=``, the cookie, or
+    ``Authorization: token T``), else HTTP 403 with a JSON error. A request that brought it in
+    its URL gets the cookie back, so the page's own requests (scripts, tiles) carry it. The
+    cookie is named for the token (`TOKEN_COOKIE` + a digest), so two viewers on one host
+    (cookies ignore ports) keep theirs apart."""
+
+    def __init__(self, app: Any, token: str):
+        self.app, self.token = app, token
+        self.cookie = f"{TOKEN_COOKIE}-{hashlib.sha256(token.encode()).hexdigest()[:12]}"
+
+    def _given(self, scope: dict[str, Any]) -> tuple[str | None, bool]:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
+        if query:
+            return query[0], True
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        auth = headers.get("authorization", "").split(None, 1)
+        if len(auth) == 2 and auth[0].lower() in ("token", "bearer"):
+            return auth[1].strip(), False
+        cookie = http.cookies.SimpleCookie()
+        try:
+            cookie.load(headers.get("cookie", ""))
+        except http.cookies.CookieError:
+            return None, False
+        return (cookie[self.cookie].value if self.cookie in cookie else None), False
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given, in_url = self._given(scope)
+        if given is None or not secrets.compare_digest(given.encode(), self.token.encode()):
+            what = "a wrong token" if given is not None else "no token"
+            response = _error(403, f"this viewer needs its token and the request had {what}: open the URL "
+                                   "`subzero view` printed (it ends in ?token=...), or send the header "
+                                   "'Authorization: token TOKEN'")
+            await response(scope, receive, send)
+            return
+        if not in_url:
+            await self.app(scope, receive, send)
+            return
+        cookie = f"{self.cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict".encode()
+
+        async def send_with_cookie(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_cookie)
 
 
 class Viewer:
@@ -112,10 +245,11 @@ class Viewer:
         return self._pyramids[name]
 
 
-def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True) -> Starlette:
+def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, token: str | None = None) -> Starlette:
     """The viewer app over ``run`` (`subzero.open_run`); tiles cached under ``cache_dir``
     (default `subzero.view.tiles.run_cache_dir`). With ``warm``, a background thread makes
-    every node's overview tile at once (`Viewer.warm`)."""
+    every node's overview tile at once (`Viewer.warm`). With ``token``, every request must
+    carry it (see the module docstring), else HTTP 403."""
     viewer = Viewer(run, cache_dir)
     if warm:
         threading.Thread(target=viewer.warm, name="subzero-view-warm", daemon=True).start()
@@ -140,14 +274,30 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True) -> 
     async def export(request: Request) -> Response:
         body = await _json_body(request)
         if not isinstance(body, dict):
-            raise LineageError("the body must be a JSON object: the lineage request plus \"target\" and \"format\"")
+            raise LineageError('the body must be a JSON object: {"node", "direction", "boxes"} plus "target" and '
+                               '"format"')
         body = dict(body)
+        if "to" in body:
+            raise LineageError(f'an export has no "to" (got {shown(body["to"])}): it writes the answer in one node, '
+                               'named by "target"; drop "to"')
         target, fmt = body.pop("target", None), body.pop("format", None)
-        if fmt not in EXPORT_FORMATS:
-            raise LineageError(f'"format" must be one of {", ".join(EXPORT_FORMATS)}, got {fmt!r}')
+        if not isinstance(fmt, str) or fmt not in EXPORT_FORMATS:
+            raise LineageError(f'"format" must be one of {", ".join(EXPORT_FORMATS)}, got {shown(fmt)}')
         if not isinstance(target, str):
-            raise LineageError(f'"target" must be the name of the node whose cells to export, got {target!r}')
+            raise LineageError(f'"target" must be the name of the node whose cells to export (a string), got '
+                               f'{shown(target)}')
+        if target not in run.catalog.nodes:
+            raise LineageError(f'"target" names an unknown node {shown(target)}; the nodes are '
+                               f'{", ".join(run.committed)}')
         brushed = body.get("node")
+        if target != brushed and isinstance(brushed, str) and brushed in run.catalog.nodes \
+                and body.get("direction") in ("backward", "forward"):
+            reach = reachable(run, brushed, body["direction"])
+            if target not in reach:
+                where = "upstream" if body["direction"] == "backward" else "downstream"
+                raise LineageError(f'"target" {target!r} is not {where} of {brushed!r}, so it has no '
+                                   f'{body["direction"]} lineage from it; give the brushed node itself or one of '
+                                   f'the {where} nodes: {", ".join(reach) or "none"}')
         body["to"] = None if target == brushed else [target]
         req = parse_lineage_request(run, body)
         from starlette.concurrency import run_in_threadpool
@@ -170,10 +320,10 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True) -> 
         from starlette.concurrency import run_in_threadpool
 
         value = (await run_in_threadpool(run.output(name).__getitem__, (row, col))).item()
-        out: dict[str, Any] = {"node": name, "row": row, "col": col,
-                               "value": None if isinstance(value, float) and not np.isfinite(value) else value}
+        out: dict[str, Any] = {"node": name, "row": row, "col": col, "value": readout(value)}
         if name in viewer.wcs:
-            out["ra"], out["dec"] = pixel_to_sky(viewer.wcs[name], row, col)
+            ra, dec = pixel_to_sky(viewer.wcs[name], row, col)
+            out["ra"], out["dec"] = round(float(ra), SKY_DECIMALS), round(float(dec), SKY_DECIMALS)
         return JSONResponse(out)
 
     async def tile(request: Request) -> Response:
@@ -181,15 +331,16 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True) -> 
         pyramid = viewer.pyramid(p["node"])
         from starlette.concurrency import run_in_threadpool
 
+        z, ty, tx = (_tile_index(p[k]) for k in ("z", "ty", "tx"))
         try:
-            pyramid.check(p["z"], p["ty"], p["tx"])
+            pyramid.check(z, ty, tx)
         except LineageError as exc:
             raise _NotFound(str(exc)) from None
-        data = await run_in_threadpool(pyramid.png, p["z"], p["ty"], p["tx"])
+        data = await run_in_threadpool(pyramid.png, z, ty, tx)
         return Response(data, media_type="image/png", headers={"Cache-Control": "max-age=3600"})
 
     async def bad_request(request: Request, exc: Exception) -> Response:
-        return _error(400, str(exc))
+        return _error(getattr(exc, "status", 400), str(exc))
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return _error(404, str(exc))
@@ -198,6 +349,10 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True) -> 
         detail = getattr(exc, "detail", str(exc))
         return _error(getattr(exc, "status_code", 500), detail if isinstance(detail, str) else str(detail))
 
+    async def server_error(request: Request, exc: Exception) -> Response:  # a bug: still a JSON answer
+        log.error("view: %s %s failed", request.method, request.url.path, exc_info=exc)
+        return _error(500, f"the viewer failed on this request ({type(exc).__name__}: {exc}); please report it")
+
     routes = [
         Route("/", index),
         Route("/api/run", info),
@@ -205,13 +360,25 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True) -> 
         Route("/api/lineage", lineage, methods=["POST"]),
         Route("/api/export", export, methods=["POST"]),
         Route("/api/pixel/{node}", pixel),
-        Route("/tiles/{node}/{z:int}/{ty:int}/{tx:int}.png", tile),
+        Route("/tiles/{node}/{z}/{ty}/{tx}.png", tile),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={LineageError: bad_request, StoreError: bad_request,
-                                                       _NotFound: not_found, HTTPException: http_error})
+                                                       _NotFound: not_found, HTTPException: http_error,
+                                                       Exception: server_error})
     app.state.viewer = viewer
+    if token is not None:
+        if not token:
+            raise LineageError("the viewer's token is empty; give a non-empty token, or none on a loopback address")
+        app.add_middleware(_TokenGate, token=token)
     return app
+
+
+def _tile_index(text: str) -> int:
+    """A tile path's level or index: a small non-negative integer, else a 404."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
+        raise _NotFound(f"no tile {shown(text)}: a tile is /tiles/NODE/Z/TY/TX.png with small non-negative integers")
+    return int(text)
 
 
 def _export_file(viewer: Viewer, req, target: str, fmt: str) -> tuple[bytes, str]:

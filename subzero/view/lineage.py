@@ -17,6 +17,7 @@ A box is flat, numpy's half-open bounds per axis: ``[r0, r1, c0, c1]`` for a 2-D
 
 from __future__ import annotations
 
+import reprlib
 import threading
 import time
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from subzero import config
 from subzero.boxes import normalize
 from subzero.errors import LineageError
 from subzero.modes import Direction
@@ -33,11 +35,24 @@ if TYPE_CHECKING:
     from subzero.run import Run
 
 __all__ = ["LineageRequest", "node_list", "display_kind", "parse_lineage_request", "lineage_answers",
-           "answer_frontiers", "disjoint_boxes", "reachable", "DIRECTIONS"]
+           "answer_frontiers", "disjoint_boxes", "reachable", "shown", "DIRECTIONS"]
 
 DIRECTIONS = ("backward", "forward")
 #: boxes checked pairwise for overlap up to this many; beyond, the cover is rebuilt from the cells
 _PAIRWISE_LIMIT = 2048
+
+_repr = reprlib.Repr()
+_repr.maxlevel, _repr.maxlist, _repr.maxdict, _repr.maxstring, _repr.maxother, _repr.maxlong = 3, 8, 6, 60, 60, 40
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut short (nesting, long lists and strings elided with ``...``), for
+    error messages that quote what a request sent.
+
+    >>> shown(list(range(100)))
+    '[0, 1, 2, 3, 4, 5, 6, 7, ...]'
+    """
+    return _repr.repr(value)
 
 
 @dataclass(frozen=True)
@@ -109,48 +124,57 @@ def node_list(run: "Run", sky: dict[str, bool] | None = None) -> list[dict[str, 
 def _int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float)
                                                                           and not value.is_integer()):
-        raise LineageError(f"{what} must be an integer, got {value!r}")
+        raise LineageError(f"{what} must be an integer, got {shown(value)}")
     return int(value)
 
 
-def parse_lineage_request(run: "Run", body: Any) -> LineageRequest:
+def parse_lineage_request(run: "Run", body: Any, max_boxes: int | None = None) -> LineageRequest:
     """Check a ``POST /api/lineage`` body against the run.
+
+    ``max_boxes`` is the most boxes a brush may have (default: the ``view_max_boxes`` setting).
 
     Raises
     ------
     LineageError
-        Not an object, a missing or unknown node, a bad direction, boxes that are not
-        ``[[lo0, hi0, lo1, hi1, ...], ...]`` inside the array with ``lo < hi``, or a ``to``
-        naming a node the direction does not reach; the message says which and what to send.
+        Not an object, an unknown field, a missing or unknown node, a bad direction, boxes
+        that are not ``[[lo0, hi0, lo1, hi1, ...], ...]`` inside the array with ``lo < hi`` or
+        more than ``max_boxes`` of them, or a ``to`` that is empty or names a node the
+        direction does not reach; the message says which and what to send.
     """
     if not isinstance(body, dict):
         raise LineageError('the body must be a JSON object: {"node": NAME, "direction": "backward"|"forward", '
                            '"boxes": [[r0, r1, c0, c1], ...], "to": [NAME, ...] | null}')
     unknown = set(body) - {"node", "direction", "boxes", "to"}
     if unknown:
-        raise LineageError(f"unknown field(s) {', '.join(sorted(unknown))}; the fields are node, direction, boxes, to")
+        raise LineageError(f"unknown field(s) {', '.join(shown(u) for u in sorted(unknown))}; the fields are node, "
+                           "direction, boxes, to")
     name = body.get("node")
     if not isinstance(name, str):
-        raise LineageError(f'"node" must be a node name (a string), got {name!r}')
+        raise LineageError(f'"node" must be a node name (a string), got {shown(name)}')
     if name not in run.catalog.nodes:
-        raise LineageError(f"unknown node {name!r}; the nodes are {', '.join(run.committed)}")
-    if body.get("direction") not in DIRECTIONS:
-        raise LineageError(f'"direction" must be "backward" or "forward", got {body.get("direction")!r}')
+        raise LineageError(f"unknown node {shown(name)}; the nodes are {', '.join(run.committed)}")
+    if not isinstance(body.get("direction"), str) or body["direction"] not in DIRECTIONS:
+        raise LineageError(f'"direction" must be "backward" or "forward", got {shown(body.get("direction"))}')
     direction = Direction(body["direction"])
     shape = run.shape(name)
     boxes = body.get("boxes")
     if not isinstance(boxes, list) or not boxes:
-        raise LineageError(f'"boxes" must be a non-empty list of half-open boxes [[r0, r1, c0, c1], ...], got {boxes!r}')
+        raise LineageError(f'"boxes" must be a non-empty list of half-open boxes [[r0, r1, c0, c1], ...], got '
+                           f'{shown(boxes)}')
+    limit = config.get("view_max_boxes") if max_boxes is None else max_boxes
+    if len(boxes) > limit:
+        raise LineageError(f'"boxes" has {len(boxes)} boxes, over {limit}, the limit of the view_max_boxes setting '
+                           '(SUBZERO_VIEW_MAX_BOXES); brush fewer, larger boxes, or raise the setting')
     lo = np.empty((len(boxes), len(shape)), np.int64)
     hi = np.empty_like(lo)
     for k, box in enumerate(boxes):
         if not isinstance(box, list) or len(box) != 2 * len(shape):
-            raise LineageError(f"box {box!r}: node {name!r} has shape {tuple(shape)}, so a box is "
+            raise LineageError(f"box {shown(box)}: node {name!r} has shape {tuple(shape)}, so a box is "
                                f"{2 * len(shape)} integers [lo, hi) per axis, e.g. {[0, 1] * len(shape)}")
         for axis, n in enumerate(shape):
-            a, b = _int(box[2 * axis], f"box {box!r}: bound"), _int(box[2 * axis + 1], f"box {box!r}: bound")
+            a, b = _int(box[2 * axis], f"box {shown(box)}: bound"), _int(box[2 * axis + 1], f"box {shown(box)}: bound")
             if not 0 <= a < b <= n:
-                raise LineageError(f"box {box!r} is outside node {name!r} of shape {tuple(shape)} or empty: axis "
+                raise LineageError(f"box {shown(box)} is outside node {name!r} of shape {tuple(shape)} or empty: axis "
                                    f"{axis} needs 0 <= lo < hi <= {n}, got [{a}, {b})")
             lo[k, axis], hi[k, axis] = a, b
     reach = reachable(run, name, direction)
@@ -158,13 +182,16 @@ def parse_lineage_request(run: "Run", body: Any) -> LineageRequest:
     if to is None:
         targets = tuple(reach)
     else:
+        where = "upstream" if direction == "backward" else "downstream"
         if not isinstance(to, list) or not all(isinstance(t, str) for t in to):
-            raise LineageError(f'"to" must be a list of node names or null (every node reached), got {to!r}')
+            raise LineageError(f'"to" must be a list of node names or null (every node reached), got {shown(to)}')
+        if not to:
+            raise LineageError(f'"to" is an empty list, which asks for nothing; name one or more {where} nodes of '
+                               f'{name!r} ({", ".join(reach) or "none"}), or give null for all of them')
         for t in to:
             if t not in run.catalog.nodes:
-                raise LineageError(f"unknown node {t!r} in \"to\"; the nodes are {', '.join(run.committed)}")
+                raise LineageError(f"unknown node {shown(t)} in \"to\"; the nodes are {', '.join(run.committed)}")
             if t not in reach:
-                where = "upstream" if direction == "backward" else "downstream"
                 raise LineageError(f"node {t!r} is not {where} of {name!r}, so it has no {direction} lineage from it; "
                                    f"{where} nodes: {', '.join(reach) or 'none'}")
         targets = tuple(dict.fromkeys(to))

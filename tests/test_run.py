@@ -303,3 +303,32 @@ def test_reopened_run_in_fresh_process_gives_same_answers(tmp_path):
     first = made.stdout.splitlines()
     lines = again.stdout.splitlines()
     assert lines[:2] == first and lines[2] == first[0] and lines[3] == first[0]
+
+
+def test_a_store_written_before_the_package_was_reshaped_answers_identically(tmp_path):
+    """tests/data/store-16fd8d5 was written by 16fd8d5 (before the driver, executors, CLI and
+    configuration were reshaped), with its answers recorded then: every strategy's store opens and
+    answers exactly as it did."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data"
+    shutil.copytree(data / "store-16fd8d5", tmp_path / "old")
+    recorded = json.loads((data / "store-16fd8d5-answers.json").read_text())
+    run = sz.open_run(tmp_path / "old")
+    assert {n: [str(s) for s in run.strategies[n]] for n in ("smooth", "label")} == {
+        "smooth": ["FullMany/backward", "FullRange"], "label": ["CompOne/backward", "PayOne/backward"]}
+    cells = [(0, 0), (5, 7), (23, 19), (11, 3)]
+    for node in ("smooth", "mask", "label", "flip", "colsum"):
+        shape = run.shape(node)
+        pick = [tuple(min(c, n - 1) for c, n in zip(cell, shape)) for cell in cells]
+        assert run.backward(node, pick, to="x").tolist() == recorded[f"backward {node}"], node
+        assert run.forward("x", [cells[1]], to=node).tolist() == recorded[f"forward {node}"], node
+    assert np.asarray(run.output("label")).tolist() == recorded["output label"]
+    for node, strategies in (("smooth", ("FullMany/backward", "FullRange")), ("label", ("CompOne/backward",
+                                                                                     "PayOne/backward"))):
+        pick = [tuple(min(c, n - 1) for c, n in zip(cell, run.shape(node))) for cell in cells]
+        for strategy in strategies:  # each stored encoding, read by today's code
+            got = run.backward(node, pick, to="x", using={node: strategy}).tolist()
+            assert got == recorded[f"backward {node}"], (node, strategy)

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from subzero.runtime import NodeTask, expand_payloads, trace_tile
 from subzero.store.roles import LineageReader
 from subzero.tiling import Tile, tile_grid
 
-__all__ = ["TileGrid", "QueryEngine", "QueryPlan", "step", "check_forced", "map_step"]
+__all__ = ["TileGrid", "QueryEngine", "QueryPlan", "Carrier", "step", "check_forced", "map_step"]
 
 logger = logging.getLogger(__name__)
 
@@ -275,6 +275,32 @@ def _trace(source, node, tiles: list[Tile], frontier: Frontier, i: int, directio
     return Frontier.of_ids(np.concatenate(parts) if parts else np.empty(0, np.int64), target)
 
 
+@runtime_checkable
+class Carrier(Protocol):
+    """What a walk carries other than a `Frontier`: a set of cells with something attached
+    to each (e.g. `subzero.stats.labelled.LabelledCells`, the objects whose lineage holds a
+    cell).  The engine's walk chooses each step's strategy and unites what arrives by
+    several paths; the carrier only knows how to take one step.
+    """
+
+    @property
+    def is_empty(self) -> bool:
+        """True when nothing is carried."""
+
+    def estimate(self) -> int:
+        """The size of the carried set, the ``cells`` `choose_step` predicts a step's cost from."""
+
+    def union(self, other: Any) -> Any:
+        """What either carries (over the same array)."""
+
+    def step(self, engine: "QueryEngine", node, i: int, direction: Direction, strategy: Strategy) -> Any:
+        """One step through ``node`` w.r.t. its input ``i`` by ``strategy`` (read through ``engine``)."""
+
+
+#: what a walk carries: a frontier of cells, or a `Carrier`
+C = TypeVar("C", Frontier, Carrier)
+
+
 @dataclass
 class QueryPlan:
     """How one query steps: its direction, the strategies forced per node (``using=``),
@@ -399,29 +425,38 @@ class QueryEngine:
                 profile_from_run(node.name, node.operator, entry.stats)
         return self._profiles[node.name]
 
-    def advance(self, node, frontier: Frontier, i: int, plan: QueryPlan) -> Frontier:
-        """One step through ``node`` (w.r.t. input ``i``), by the strategy ``plan`` forces or
-        the cheapest one `choose_step` predicts; stored lookups past the predicted re-run time
-        switch to re-execution.  Appends the step's statistics to ``plan.log``."""
+    def choose(self, node, plan: QueryPlan, cells: int) -> tuple[Strategy, float | None, float | None]:
+        """The strategy of one step through ``node`` reaching it with ``cells`` cells: the one
+        ``plan`` forces, else the cheapest `choose_step` predicts.  Returns it, the deadline
+        (perf_counter) of its stored lookups (None: none) and its predicted seconds (None: forced)."""
         forced = plan.using.get(node)
-        cells = frontier.estimate()
-        deadline, predicted = None, None
         if forced is not None:
-            strategy = forced
-        else:
-            choice = choose_step(self.profile(node), self.stored(node), Mode.MAP in node.operator.supported_modes(),
-                                 plan.direction, cells)
-            strategy, predicted = choice.strategy, choice.predicted
-            if strategy.stored:
-                deadline = time.perf_counter() + choice.budget
+            return Strategy.parse(forced), None, None
+        choice = choose_step(self.profile(node), self.stored(node), Mode.MAP in node.operator.supported_modes(),
+                             plan.direction, cells)
+        deadline = time.perf_counter() + choice.budget if choice.strategy.stored else None
+        return choice.strategy, deadline, choice.predicted
+
+    def advance(self, node, carried: C, i: int, plan: QueryPlan) -> C:
+        """One step through ``node`` (w.r.t. input ``i``), by the strategy ``plan`` forces or
+        the cheapest one `choose_step` predicts; stored lookups of a frontier past the
+        predicted re-run time switch to re-execution.  Appends the step's statistics to
+        ``plan.log``.  ``carried`` is a `Frontier` or another `Carrier` (which steps itself)."""
+        cells = carried.estimate()
+        strategy, deadline, predicted = self.choose(node, plan, cells)
+        forced = plan.using.get(node) is not None
         start = time.perf_counter()
         switched, damaged = False, list[str]()
-        try:
-            result = step(self, node, frontier, i, plan.direction, strategy, plan.entire_array, deadline,
-                          forced=forced is not None, damaged=damaged)
-        except LookupTimeout:
-            switched = True
-            result = step(self, node, frontier, i, plan.direction, BLACKBOX, plan.entire_array)
+        result: Any
+        if not isinstance(carried, Frontier):
+            result = carried.step(self, node, i, plan.direction, strategy)
+        else:
+            try:
+                result = step(self, node, carried, i, plan.direction, strategy, plan.entire_array, deadline,
+                              forced=forced, damaged=damaged)
+            except LookupTimeout:
+                switched = True
+                result = step(self, node, carried, i, plan.direction, BLACKBOX, plan.entire_array)
         for problem in damaged:
             if problem not in self._warned:  # once per damaged shard, not once per query
                 self._warned.add(problem)
@@ -433,10 +468,10 @@ class QueryEngine:
         return result
 
     # -- walks -------------------------------------------------------------------------------
-    def walk(self, src, dst, start: Frontier, plan: QueryPlan) -> Frontier:
-        """Carry the frontier ``start`` (over ``src``) to ``dst`` along every path: frontiers
-        arriving at a node by several paths are united before it steps, so each node steps
-        once per input (lineage of a union is the union of lineages)."""
+    def walk(self, src, dst, start: C, plan: QueryPlan) -> C:
+        """Carry ``start`` (a `Frontier` or another `Carrier` over ``src``) to ``dst`` along
+        every path: what arrives at a node by several paths is united before it steps, so
+        each node steps once per input (lineage of a union is the union of lineages)."""
         if src is dst:
             return start
         backward = plan.direction is Direction.BACKWARD
@@ -448,9 +483,12 @@ class QueryEngine:
         assert got is not None  # dst is reachable
         return got
 
-    def walk_many(self, src, dsts, start: Frontier, plan: QueryPlan) -> dict:
+    def walk_many(self, src, dsts, start: C, plan: QueryPlan) -> dict:
         """`walk` to several nodes at once, each node on a path stepping once (Smoke's linked
-        brushing).  Returns node -> frontier for each of ``dsts`` (None: no path reaches it)."""
+        brushing).  Returns node -> what reached it for each of ``dsts`` (None: no path reaches it).
+
+        What a node holds is dropped once it has stepped, unless it is one of ``dsts``.
+        """
         wf, forward = self.workflow, plan.direction is Direction.FORWARD
         reach = wf.descendants(src) if forward else wf.ancestors(src)
         wanted: set = set()
@@ -459,22 +497,25 @@ class QueryEngine:
                 wanted |= wf.ancestors(dst) if forward else wf.descendants(dst)
         on_path = reach & wanted
         order = [n for n in wf.nodes if n in on_path]
-        frontiers: dict = {src: start}
+        held: dict = {src: start}
+        keep = set(dsts)
         for node in (order if forward else reversed(order)):
-            if (node is src) if forward else (node not in frontiers):
+            if (node is src) if forward else (node not in held):
                 continue
             for i, parent in enumerate(node.inputs):
-                if forward and parent in frontiers:
-                    got = self.advance(node, frontiers[parent], i, plan)
-                    frontiers[node] = frontiers[node].union(got) if node in frontiers else got
+                if forward and parent in held:
+                    got = self.advance(node, held[parent], i, plan)
+                    held[node] = held[node].union(got) if node in held else got
                 elif not forward and parent in on_path:
-                    got = self.advance(node, frontiers[node], i, plan)
-                    frontiers[parent] = frontiers[parent].union(got) if parent in frontiers else got
-        return {dst: frontiers.get(dst) for dst in dsts}
+                    got = self.advance(node, held[node], i, plan)
+                    held[parent] = held[parent].union(got) if parent in held else got
+            if not forward and node not in keep:
+                del held[node]  # each node steps once: what it held is done
+        return {dst: held.get(dst) for dst in dsts}
 
-    def follow(self, steps: list, start: Frontier, plan: QueryPlan) -> Frontier:
+    def follow(self, steps: list, start: C, plan: QueryPlan) -> C:
         """Carry ``start`` along an explicit path of ``(node, input index)`` steps."""
-        frontier = start
+        carried = start
         for node, i in steps:
-            frontier = self.advance(node, frontier, i, plan)
-        return frontier
+            carried = self.advance(node, carried, i, plan)
+        return carried

@@ -89,11 +89,11 @@ class Groups:
 
 
 # -- backward: the lineage of each cell of a frontier over the output ---------------------------
-def backward_groups(source, node, frontier: Frontier, i: int, strategy: str) -> Groups:
+def backward_groups(source, node, frontier: Frontier, i: int, strategy: Strategy) -> Groups:
     """For every cell of ``frontier`` (over ``node``'s output), the input-``i`` cells it reads.
 
     ``source`` is the run's `subzero.query.QueryEngine` (``run.lineage``); ``strategy`` one the node stored,
-    ``"Map"`` (when the operator supports it) or ``"BlackBox"``.
+    Map (when the operator supports it) or BlackBox.
     """
     op = node.operator
     in_shape = tuple(op.input_shapes[i])
@@ -103,7 +103,7 @@ def backward_groups(source, node, frontier: Frontier, i: int, strategy: str) -> 
         ids = frontier.ids()
         size = int(np.prod(in_shape, dtype=np.int64))
         return Groups(ids, np.array([0, len(ids)]), np.arange(size, dtype=np.int64), np.array([0, size]))
-    s = Strategy.parse(strategy)
+    s = strategy
     if s.mode is Mode.MAP:
         return _map_groups(op, frontier.ids(), i)
     if s.mode is Mode.BLACKBOX:
@@ -155,15 +155,15 @@ def _stored(source, node, frontier: Frontier, i: int, s: Strategy) -> Groups:
     return Groups.concat(parts)
 
 
-def payload_lookup(source, node, frontier: Frontier, i: int, strategy: str) -> tuple[PayloadPairs, Groups]:
+def payload_lookup(source, node, frontier: Frontier, i: int, strategy: Strategy) -> tuple[PayloadPairs, Groups]:
     """For a Pay or Comp step: the payload pairs of the frontier's cells (restricted to them),
     and as `Groups` the lineage of its other cells (Comp's mapping default, and the cells of
     tiles whose shard cannot be read, re-run in tracing mode)."""
     op = node.operator
-    s = Strategy.parse(strategy)
+    s = strategy
     enc = encoder_for(s)
     if not isinstance(enc, PayloadEncoder):
-        raise LineageError(f"{strategy} is not a payload strategy (PayOne, PayMany, CompOne, CompMany)")
+        raise LineageError(f"{strategy.name} is not a payload strategy (PayOne, PayMany, CompOne, CompMany)")
     shapes = (tuple(op.output_shape), tuple(op.input_shapes))
     pays: list[PayloadPairs] = []
     parts: list[Groups] = []
@@ -246,7 +246,7 @@ def _rule_groups(table, out_ids: np.ndarray, i: int) -> Groups:
 
 
 # -- forward: the cells of the output that read each cell of a frontier over input i ----------
-def forward_groups(source, node, frontier: Frontier, i: int, strategy: str) -> Groups:
+def forward_groups(source, node, frontier: Frontier, i: int, strategy: Strategy) -> Groups:
     """Groups holding every out cell whose input-``i`` lineage meets ``frontier``, with its
     whole input-``i`` lineage: the union forward step finds the out cells, then their
     per-cell backward lineage (`backward_groups`) gives the exact relation."""
@@ -254,5 +254,5 @@ def forward_groups(source, node, frontier: Frontier, i: int, strategy: str) -> G
 
     if frontier.is_empty:
         return Groups.empty()
-    reached = step(source, node, frontier, i, Direction.FORWARD, Strategy.parse(strategy), entire_array=False)
+    reached = step(source, node, frontier, i, Direction.FORWARD, strategy, entire_array=False)
     return backward_groups(source, node, reached, i, strategy)

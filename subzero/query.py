@@ -34,6 +34,7 @@ from subzero.frontier import MAX_BOX_EXPANSION, Frontier
 from subzero.modes import Direction, Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile
 from subzero.optimizer.query_time import choose_step
+from subzero.pairs import FullPairs
 from subzero.runtime import NodeTask, expand_payloads, trace_tile
 from subzero.store.roles import LineageReader
 from subzero.tiling import Tile, tile_grid
@@ -179,7 +180,7 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
     for got in frontiers:
         result = result.union(got)
     if failed:
-        result = result.union(_trace(source, node, [grid.tiles[t] for t in failed], frontier, i, direction, target))
+        result = result.union(_trace(source, node, failed, frontier, i, direction, target))
     if s.mode is Mode.COMP:
         if direction == "backward":
             covered = np.concatenate(overrides) if overrides else np.empty(0, np.int64)
@@ -261,17 +262,13 @@ def _mask_step(op, mask: np.ndarray, i: int, direction: str, target) -> Frontier
 
 def _reexecute(source, node, frontier: Frontier, i: int, direction: str, target) -> Frontier:
     """Black-box step: re-run, in tracing mode, only the tiles the frontier touches."""
-    grid = source.grid(node)
-    tiles = [grid.tiles[t] for t, _ in grid.split(frontier, None if direction == "backward" else i)]
+    tiles = [t for t, _ in source.grid(node).split(frontier, None if direction == "backward" else i)]
     return _trace(source, node, tiles, frontier, i, direction, target)
 
 
-def _trace(source, node, tiles: list[Tile], frontier: Frontier, i: int, direction: str, target) -> Frontier:
-    task = source.tile_task(node)
-    parts = []
-    for tile in tiles:
-        pairs = trace_tile(task, tile, frontier, i, direction)
-        parts.append(pairs.backward(frontier, i) if direction == "backward" else pairs.forward(frontier, i))
+def _trace(source, node, tiles: list[int], frontier: Frontier, i: int, direction: str, target) -> Frontier:
+    parts = [pairs.backward(frontier, i) if direction == "backward" else pairs.forward(frontier, i)
+             for pairs in source.trace(node, tiles, frontier, i, direction)]
     return Frontier.of_ids(np.concatenate(parts) if parts else np.empty(0, np.int64), target)
 
 
@@ -408,6 +405,20 @@ class QueryEngine:
         op = node.operator
         return NodeTask(node.name, op, tuple(self.array(n.name) for n in node.inputs), op.input_shapes, op.output_shape)
 
+    def trace(self, node, tiles: list[int], frontier: Frontier, i: int, direction: str) -> list[FullPairs]:
+        """The region pairs of ``node``'s ``tiles`` (indices into its grid) for the cells of
+        ``frontier``, by re-running them in tracing mode from the stored inputs."""
+        task, grid = self.tile_task(node), self.grid(node)
+        return [trace_tile(task, grid.tiles[t], frontier, i, direction) for t in tiles]
+
+    def report_damaged(self, node, damaged: list[str]) -> None:
+        """Warn, once per shard, that the shards of ``damaged`` could not be read and their
+        tiles were re-run instead."""
+        for problem in damaged:
+            if problem not in self._warned:  # once per damaged shard, not once per query
+                self._warned.add(problem)
+                logger.warning("%s; answering by re-running %s instead", problem, node.name)
+
     # -- the step policy ----------------------------------------------------------------------
     def stored(self, node) -> tuple[Strategy, ...]:
         """The strategies the node stored, parsed."""
@@ -457,10 +468,7 @@ class QueryEngine:
             except LookupTimeout:
                 switched = True
                 result = step(self, node, carried, i, plan.direction, BLACKBOX, plan.entire_array)
-        for problem in damaged:
-            if problem not in self._warned:  # once per damaged shard, not once per query
-                self._warned.add(problem)
-                logger.warning("%s; answering by re-running %s instead", problem, node.name)
+        self.report_damaged(node, damaged)
         plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value, "strategy": strategy.name,
                          "switched_to_blackbox": switched, "damaged_lineage": "; ".join(damaged) or None,
                          "cells_in": cells, "cells_out": result.estimate(), "seconds": time.perf_counter() - start,

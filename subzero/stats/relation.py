@@ -35,7 +35,7 @@ from subzero.errors import LineageError, StoreError
 from subzero.frontier import Frontier
 from subzero.modes import Direction, Mode, Strategy
 from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
-from subzero.runtime import expand_payloads, trace_tile
+from subzero.runtime import expand_payloads
 
 __all__ = ["Groups", "backward_groups", "forward_groups", "payload_lookup"]
 
@@ -123,10 +123,8 @@ def _map_groups(op, out_ids: np.ndarray, i: int) -> Groups:
 
 
 def _traced(source, node, tiles: list[int], frontier: Frontier, i: int) -> Groups:
-    task = source.tile_task(node)
-    grid = source.grid(node)
-    parts = [Groups.of_pairs(trace_tile(task, grid.tiles[t], frontier, i, "backward"), i) for t in tiles]
-    return Groups.concat(parts)
+    """The groups of ``tiles`` re-run in tracing mode (`subzero.query.QueryEngine.trace`)."""
+    return Groups.concat([Groups.of_pairs(p, i) for p in source.trace(node, tiles, frontier, i, Direction.BACKWARD)])
 
 
 def _stored(source, node, frontier: Frontier, i: int, s: Strategy) -> Groups:
@@ -144,13 +142,15 @@ def _stored(source, node, frontier: Frontier, i: int, s: Strategy) -> Groups:
             return _rule_groups(_inline_table(whole), frontier.ids(), i)
     parts: list[Groups] = []
     failed: list = []
-    for _, sub, reader in source.tile_readers(node, s.name, frontier, None, failed=failed):
+    damaged: list[str] = []
+    for _, sub, reader in source.tile_readers(node, s.name, frontier, None, failed=failed, damaged=damaged):
         if reader is None:  # the tile stored no lineage under this strategy
             if s.mode is Mode.COMP:
                 parts.append(_map_groups(op, sub.ids(), i))
             continue
         parts.append(_shard_groups(op, enc, s, reader, sub, i, shapes))
     if failed:
+        source.report_damaged(node, damaged)
         parts.append(_traced(source, node, failed, frontier, i))
     return Groups.concat(parts)
 
@@ -168,13 +168,15 @@ def payload_lookup(source, node, frontier: Frontier, i: int, strategy: Strategy)
     pays: list[PayloadPairs] = []
     parts: list[Groups] = []
     failed: list = []
-    for _, sub, reader in source.tile_readers(node, s.name, frontier, None, failed=failed):
+    damaged: list[str] = []
+    for _, sub, reader in source.tile_readers(node, s.name, frontier, None, failed=failed, damaged=damaged):
         pay = enc.lookup(reader, sub, shapes) if reader is not None else PayloadPairs.empty()
         pays.append(pay)
         if s.mode is Mode.COMP:
             ids = sub.ids()
             parts.append(_map_groups(op, ids[~np.isin(ids, pay.out_ids)], i))
     if failed:
+        source.report_damaged(node, damaged)
         parts.append(_traced(source, node, failed, frontier, i))
     return PayloadPairs.concat(pays), Groups.concat(parts)
 

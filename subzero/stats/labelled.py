@@ -20,7 +20,7 @@ Three steps avoid the per-cell expansion where it would multiply the work:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -46,6 +46,7 @@ class LabelledCells:
 
     shape: tuple[int, ...]
     keys: np.ndarray
+    _union: Frontier | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -75,8 +76,10 @@ class LabelledCells:
         return self.keys % self.size
 
     def frontier(self) -> Frontier:
-        """The union of every label's cells."""
-        return Frontier.of_ids(unique_ids(self.cells, self.size), self.shape, unique=True)
+        """The union of every label's cells (computed once)."""
+        if self._union is None:
+            self._union = Frontier.of_ids(unique_ids(self.cells, self.size), self.shape, unique=True)
+        return self._union
 
     def union(self, other: "LabelledCells") -> "LabelledCells":
         """The pairs of either set."""
@@ -91,8 +94,8 @@ class LabelledCells:
         return not len(self.keys)
 
     def estimate(self) -> int:
-        """The (label, cell) pairs held: what a labelled step's work follows."""
-        return len(self.keys)
+        """The distinct cells held (the union frontier a step reads lineage for)."""
+        return self.frontier().estimate()
 
     def step(self, engine, node, i: int, direction: Direction, strategy: Strategy) -> "LabelledCells":
         """The pairs carried one step through ``node`` w.r.t. its input ``i`` (a

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -34,11 +34,12 @@ from subzero.frontier import MAX_BOX_EXPANSION, Frontier
 from subzero.modes import Direction, Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile
 from subzero.optimizer.query_time import choose_step
+from subzero.pairs import FullPairs
 from subzero.runtime import NodeTask, expand_payloads, trace_tile
 from subzero.store.roles import LineageReader
 from subzero.tiling import Tile, tile_grid
 
-__all__ = ["TileGrid", "QueryEngine", "QueryPlan", "step", "check_forced", "map_step"]
+__all__ = ["TileGrid", "QueryEngine", "QueryPlan", "Carrier", "step", "check_forced", "map_step"]
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +180,7 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
     for got in frontiers:
         result = result.union(got)
     if failed:
-        result = result.union(_trace(source, node, [grid.tiles[t] for t in failed], frontier, i, direction, target))
+        result = result.union(_trace(source, node, failed, frontier, i, direction, target))
     if s.mode is Mode.COMP:
         if direction == "backward":
             covered = np.concatenate(overrides) if overrides else np.empty(0, np.int64)
@@ -261,18 +262,40 @@ def _mask_step(op, mask: np.ndarray, i: int, direction: str, target) -> Frontier
 
 def _reexecute(source, node, frontier: Frontier, i: int, direction: str, target) -> Frontier:
     """Black-box step: re-run, in tracing mode, only the tiles the frontier touches."""
-    grid = source.grid(node)
-    tiles = [grid.tiles[t] for t, _ in grid.split(frontier, None if direction == "backward" else i)]
+    tiles = [t for t, _ in source.grid(node).split(frontier, None if direction == "backward" else i)]
     return _trace(source, node, tiles, frontier, i, direction, target)
 
 
-def _trace(source, node, tiles: list[Tile], frontier: Frontier, i: int, direction: str, target) -> Frontier:
-    task = source.tile_task(node)
-    parts = []
-    for tile in tiles:
-        pairs = trace_tile(task, tile, frontier, i, direction)
-        parts.append(pairs.backward(frontier, i) if direction == "backward" else pairs.forward(frontier, i))
+def _trace(source, node, tiles: list[int], frontier: Frontier, i: int, direction: str, target) -> Frontier:
+    parts = [pairs.backward(frontier, i) if direction == "backward" else pairs.forward(frontier, i)
+             for pairs in source.trace(node, tiles, frontier, i, direction)]
     return Frontier.of_ids(np.concatenate(parts) if parts else np.empty(0, np.int64), target)
+
+
+@runtime_checkable
+class Carrier(Protocol):
+    """What a walk carries other than a `Frontier`: a set of cells with something attached
+    to each (e.g. `subzero.stats.labelled.LabelledCells`, the objects whose lineage holds a
+    cell).  The engine's walk chooses each step's strategy and unites what arrives by
+    several paths; the carrier only knows how to take one step.
+    """
+
+    @property
+    def is_empty(self) -> bool:
+        """True when nothing is carried."""
+
+    def estimate(self) -> int:
+        """The size of the carried set, the ``cells`` `choose_step` predicts a step's cost from."""
+
+    def union(self, other: Any) -> Any:
+        """What either carries (over the same array)."""
+
+    def step(self, engine: "QueryEngine", node, i: int, direction: Direction, strategy: Strategy) -> Any:
+        """One step through ``node`` w.r.t. its input ``i`` by ``strategy`` (read through ``engine``)."""
+
+
+#: what a walk carries: a frontier of cells, or a `Carrier`
+C = TypeVar("C", Frontier, Carrier)
 
 
 @dataclass
@@ -382,6 +405,20 @@ class QueryEngine:
         op = node.operator
         return NodeTask(node.name, op, tuple(self.array(n.name) for n in node.inputs), op.input_shapes, op.output_shape)
 
+    def trace(self, node, tiles: list[int], frontier: Frontier, i: int, direction: str) -> list[FullPairs]:
+        """The region pairs of ``node``'s ``tiles`` (indices into its grid) for the cells of
+        ``frontier``, by re-running them in tracing mode from the stored inputs."""
+        task, grid = self.tile_task(node), self.grid(node)
+        return [trace_tile(task, grid.tiles[t], frontier, i, direction) for t in tiles]
+
+    def report_damaged(self, node, damaged: list[str]) -> None:
+        """Warn, once per shard, that the shards of ``damaged`` could not be read and their
+        tiles were re-run instead."""
+        for problem in damaged:
+            if problem not in self._warned:  # once per damaged shard, not once per query
+                self._warned.add(problem)
+                logger.warning("%s; answering by re-running %s instead", problem, node.name)
+
     # -- the step policy ----------------------------------------------------------------------
     def stored(self, node) -> tuple[Strategy, ...]:
         """The strategies the node stored, parsed."""
@@ -399,33 +436,39 @@ class QueryEngine:
                 profile_from_run(node.name, node.operator, entry.stats)
         return self._profiles[node.name]
 
-    def advance(self, node, frontier: Frontier, i: int, plan: QueryPlan) -> Frontier:
-        """One step through ``node`` (w.r.t. input ``i``), by the strategy ``plan`` forces or
-        the cheapest one `choose_step` predicts; stored lookups past the predicted re-run time
-        switch to re-execution.  Appends the step's statistics to ``plan.log``."""
+    def choose(self, node, plan: QueryPlan, cells: int) -> tuple[Strategy, float | None, float | None]:
+        """The strategy of one step through ``node`` reaching it with ``cells`` cells: the one
+        ``plan`` forces, else the cheapest `choose_step` predicts.  Returns it, the deadline
+        (perf_counter) of its stored lookups (None: none) and its predicted seconds (None: forced)."""
         forced = plan.using.get(node)
-        cells = frontier.estimate()
-        deadline, predicted = None, None
         if forced is not None:
-            strategy = forced
-        else:
-            choice = choose_step(self.profile(node), self.stored(node), Mode.MAP in node.operator.supported_modes(),
-                                 plan.direction, cells)
-            strategy, predicted = choice.strategy, choice.predicted
-            if strategy.stored:
-                deadline = time.perf_counter() + choice.budget
+            return Strategy.parse(forced), None, None
+        choice = choose_step(self.profile(node), self.stored(node), Mode.MAP in node.operator.supported_modes(),
+                             plan.direction, cells)
+        deadline = time.perf_counter() + choice.budget if choice.strategy.stored else None
+        return choice.strategy, deadline, choice.predicted
+
+    def advance(self, node, carried: C, i: int, plan: QueryPlan) -> C:
+        """One step through ``node`` (w.r.t. input ``i``), by the strategy ``plan`` forces or
+        the cheapest one `choose_step` predicts; stored lookups of a frontier past the
+        predicted re-run time switch to re-execution.  Appends the step's statistics to
+        ``plan.log``.  ``carried`` is a `Frontier` or another `Carrier` (which steps itself)."""
+        cells = carried.estimate()
+        strategy, deadline, predicted = self.choose(node, plan, cells)
+        forced = plan.using.get(node) is not None
         start = time.perf_counter()
         switched, damaged = False, list[str]()
-        try:
-            result = step(self, node, frontier, i, plan.direction, strategy, plan.entire_array, deadline,
-                          forced=forced is not None, damaged=damaged)
-        except LookupTimeout:
-            switched = True
-            result = step(self, node, frontier, i, plan.direction, BLACKBOX, plan.entire_array)
-        for problem in damaged:
-            if problem not in self._warned:  # once per damaged shard, not once per query
-                self._warned.add(problem)
-                logger.warning("%s; answering by re-running %s instead", problem, node.name)
+        result: Any
+        if not isinstance(carried, Frontier):
+            result = carried.step(self, node, i, plan.direction, strategy)
+        else:
+            try:
+                result = step(self, node, carried, i, plan.direction, strategy, plan.entire_array, deadline,
+                              forced=forced, damaged=damaged)
+            except LookupTimeout:
+                switched = True
+                result = step(self, node, carried, i, plan.direction, BLACKBOX, plan.entire_array)
+        self.report_damaged(node, damaged)
         plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value, "strategy": strategy.name,
                          "switched_to_blackbox": switched, "damaged_lineage": "; ".join(damaged) or None,
                          "cells_in": cells, "cells_out": result.estimate(), "seconds": time.perf_counter() - start,
@@ -433,10 +476,10 @@ class QueryEngine:
         return result
 
     # -- walks -------------------------------------------------------------------------------
-    def walk(self, src, dst, start: Frontier, plan: QueryPlan) -> Frontier:
-        """Carry the frontier ``start`` (over ``src``) to ``dst`` along every path: frontiers
-        arriving at a node by several paths are united before it steps, so each node steps
-        once per input (lineage of a union is the union of lineages)."""
+    def walk(self, src, dst, start: C, plan: QueryPlan) -> C:
+        """Carry ``start`` (a `Frontier` or another `Carrier` over ``src``) to ``dst`` along
+        every path: what arrives at a node by several paths is united before it steps, so
+        each node steps once per input (lineage of a union is the union of lineages)."""
         if src is dst:
             return start
         backward = plan.direction is Direction.BACKWARD
@@ -448,9 +491,12 @@ class QueryEngine:
         assert got is not None  # dst is reachable
         return got
 
-    def walk_many(self, src, dsts, start: Frontier, plan: QueryPlan) -> dict:
+    def walk_many(self, src, dsts, start: C, plan: QueryPlan) -> dict:
         """`walk` to several nodes at once, each node on a path stepping once (Smoke's linked
-        brushing).  Returns node -> frontier for each of ``dsts`` (None: no path reaches it)."""
+        brushing).  Returns node -> what reached it for each of ``dsts`` (None: no path reaches it).
+
+        What a node holds is dropped once it has stepped, unless it is one of ``dsts``.
+        """
         wf, forward = self.workflow, plan.direction is Direction.FORWARD
         reach = wf.descendants(src) if forward else wf.ancestors(src)
         wanted: set = set()
@@ -459,22 +505,25 @@ class QueryEngine:
                 wanted |= wf.ancestors(dst) if forward else wf.descendants(dst)
         on_path = reach & wanted
         order = [n for n in wf.nodes if n in on_path]
-        frontiers: dict = {src: start}
+        held: dict = {src: start}
+        keep = set(dsts)
         for node in (order if forward else reversed(order)):
-            if (node is src) if forward else (node not in frontiers):
+            if (node is src) if forward else (node not in held):
                 continue
             for i, parent in enumerate(node.inputs):
-                if forward and parent in frontiers:
-                    got = self.advance(node, frontiers[parent], i, plan)
-                    frontiers[node] = frontiers[node].union(got) if node in frontiers else got
+                if forward and parent in held:
+                    got = self.advance(node, held[parent], i, plan)
+                    held[node] = held[node].union(got) if node in held else got
                 elif not forward and parent in on_path:
-                    got = self.advance(node, frontiers[node], i, plan)
-                    frontiers[parent] = frontiers[parent].union(got) if parent in frontiers else got
-        return {dst: frontiers.get(dst) for dst in dsts}
+                    got = self.advance(node, held[node], i, plan)
+                    held[parent] = held[parent].union(got) if parent in held else got
+            if not forward and node not in keep:
+                del held[node]  # each node steps once: what it held is done
+        return {dst: held.get(dst) for dst in dsts}
 
-    def follow(self, steps: list, start: Frontier, plan: QueryPlan) -> Frontier:
+    def follow(self, steps: list, start: C, plan: QueryPlan) -> C:
         """Carry ``start`` along an explicit path of ``(node, input index)`` steps."""
-        frontier = start
+        carried = start
         for node, i in steps:
-            frontier = self.advance(node, frontier, i, plan)
-        return frontier
+            carried = self.advance(node, carried, i, plan)
+        return carried

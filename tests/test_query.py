@@ -13,7 +13,7 @@ from subzero import operators as ops
 from subzero.optimizer import query_time
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.modes import Direction, Strategy
-from subzero.query import check_forced, step
+from subzero.query import Carrier, QueryPlan, check_forced, step
 from subzero.errors import LookupTimeout
 from subzero.frontier import Frontier
 
@@ -97,3 +97,63 @@ def test_damaged_stored_lineage_falls_back_to_re_execution(run, monkeypatch):
     assert "missing" in run.last_query[0]["damaged_lineage"]
     with pytest.raises(sz.StoreError, match="missing"):
         run.backward("blur", [(0, 0)], to="x", using={"blur": "FullMany"})
+
+
+class Counted:
+    """A `subzero.query.Carrier` holding a frontier and recording each step it takes."""
+
+    def __init__(self, frontier: Frontier, steps: list):
+        self.frontier, self.steps = frontier, steps
+
+    @property
+    def is_empty(self) -> bool:
+        return self.frontier.is_empty
+
+    def estimate(self) -> int:
+        return self.frontier.estimate()
+
+    def union(self, other: "Counted") -> "Counted":
+        return Counted(self.frontier.union(other.frontier), self.steps)
+
+    def step(self, engine, node, i, direction, strategy) -> "Counted":
+        self.steps.append((node.name, i, strategy))
+        return Counted(step(engine, node, self.frontier, i, direction, strategy), self.steps)
+
+
+@pytest.fixture
+def diamond(tmp_path):
+    """x -> blur -> mixed <- x: two paths from mixed back to x."""
+    wf = sz.Workflow("d")
+    x = wf.input("x")
+    blur = wf.add(ops.Convolve(np.ones((3, 3)), mode="constant"), x, name="blur")
+    wf.add(ops.Add(), blur, x, name="mixed")
+    return wf.run({"x": np.ones((12, 12))}, store=tmp_path / "d", executor="local", tile_shape=4,
+                  strategies={"blur": ["FullOne"], "mixed": ["FullMany"]})
+
+
+def test_a_carrier_walks_like_a_frontier_each_node_stepping_once_per_input(diamond):
+    """The engine's one walk carries any `Carrier`: the same cells as a frontier's walk, each
+    (node, input) stepped once (what arrives by two paths is united first), by the strategy the
+    engine chose (`choose_step`) and logged."""
+    src, dst = diamond.node("mixed"), diamond.node("x")
+    start = Frontier.of_coords(np.array([[0, 0], [6, 7]]), (12, 12))
+    for direction, a, b, cells in ((Direction.BACKWARD, src, dst, start),
+                                   (Direction.FORWARD, dst, src, Frontier.of_coords(np.array([[5, 5]]), (12, 12)))):
+        expected = diamond.lineage.walk(a, b, cells, QueryPlan(direction))
+        steps: list = []
+        plan = QueryPlan(direction)
+        got = diamond.lineage.walk(a, b, Counted(cells, steps), plan)
+        assert isinstance(got, Counted) and isinstance(got, Carrier)
+        np.testing.assert_array_equal(got.frontier.ids(), expected.ids())
+        assert sorted((n, i) for n, i, _ in steps) == [("blur", 0), ("mixed", 0), ("mixed", 1)]
+        assert [(e["node"], e["input"], e["strategy"]) for e in plan.log] == [(n, i, s.name) for n, i, s in steps]
+
+
+def test_a_carrier_steps_by_the_strategy_the_plan_forces(diamond):
+    steps: list = []
+    plan = QueryPlan(Direction.BACKWARD, using={diamond.node("blur"): Strategy.parse("BlackBox")})
+    start = Frontier.of_coords(np.array([[6, 7]]), (12, 12))
+    got = diamond.lineage.walk(diamond.node("mixed"), diamond.node("x"), Counted(start, steps), plan)
+    assert [s.name for n, _, s in steps if n == "blur"] == ["BlackBox"]
+    expected = diamond.lineage.walk(diamond.node("mixed"), diamond.node("x"), start, QueryPlan(Direction.BACKWARD))
+    np.testing.assert_array_equal(got.frontier.ids(), expected.ids())

@@ -299,3 +299,28 @@ def test_batches_on_spark_executors_give_the_same_table(labelled, spark):
     assert all(np.array_equal(local[c], on_spark[c], equal_nan=True) for c in local.colnames)
     with pytest.raises(sz.LineageError, match="executor='gpu'"):
         run.lineage_table("objects", over="x", executor="gpu")
+
+
+def test_labelled_cells_walk_through_the_query_engine_by_its_step_choice(labelled):
+    """Labelled cells are a `subzero.query.Carrier`: the engine's walk carries them, each step
+    by the strategy the plan forces or `choose_step` picks, each labelled cell reaching exactly
+    what a single query from that cell reaches."""
+    from subzero.modes import Direction, Strategy
+    from subzero.query import Carrier, QueryPlan
+    from subzero.stats.labelled import LabelledCells
+
+    run, _ = labelled
+    src, dst = run.node("bright"), run.node("x")
+    cells = np.array([0, 37, 38, 150], np.int64)
+    start = LabelledCells.of(np.arange(len(cells)), cells, run.shape("bright"))
+    assert isinstance(start, Carrier)
+    forced = QueryPlan(Direction.BACKWARD, using={run.node("blur"): Strategy.parse("BlackBox")})
+    for plan in (QueryPlan(Direction.BACKWARD), forced):
+        got = run.lineage.walk(src, dst, start, plan)
+        assert [e["node"] for e in plan.log] == ["bright", "blur"]
+        assert plan.log[1]["strategy"] == ("BlackBox" if plan is forced else run.lineage.choose(
+            run.node("blur"), QueryPlan(Direction.BACKWARD), plan.log[1]["cells_in"])[0].name)
+        for label, cell in enumerate(cells):
+            coord = tuple(int(c) for c in np.unravel_index(cell, run.shape("bright")))
+            expected = np.flatnonzero(run.backward_mask("bright", [coord], to="x"))
+            np.testing.assert_array_equal(np.sort(got.cells[got.labels == label]), expected)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.errors import LineageError
+from subzero.modes import Direction
 from subzero.stats.chunks import nonzero_cells
 from subzero.stats.labelled import LabelledCells, propagate
 from subzero.stats.table import array_over
@@ -73,6 +74,6 @@ def contamination_count(run, src, flags, to, using: dict | None = None,
     for a in range(0, len(ids), step):
         part = ids[a:a + step]
         start = LabelledCells(tuple(run.shape(src)), np.arange(len(part), dtype=np.int64) * size_src + part)
-        reached = propagate(run, src, to, start, "forward", checked)
+        reached = propagate(run, src, to, start, Direction.FORWARD, checked)
         counts += np.bincount(reached.cells, minlength=size_to)
     return counts.reshape(to_shape)

@@ -20,7 +20,7 @@ Three steps avoid the per-cell expansion where it would multiply the work:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,20 +29,15 @@ from subzero.cells import sorted_unique, to_coords, to_ids, unique_ids
 from subzero.encoders.ranges.lists import box_cells, expand_csr
 from subzero.errors import LineageError
 from subzero.frontier import Frontier
-from subzero.modes import Mode, Strategy
+from subzero.modes import Direction, Mode, Strategy
 from subzero.operator import Operator
 from subzero.pairs import owners
 from subzero.stats.relation import backward_groups, forward_groups, payload_lookup
 
-__all__ = ["LabelledCells", "propagate", "pick_strategy"]
+__all__ = ["LabelledCells", "propagate"]
 
 #: the most (object, cell) pairs one step may expand to (16 GB of int64 keys)
 MAX_PAIRS = 2**31
-
-#: preferred stored strategies for per-cell relations, best first (after Map)
-_PREFERENCE = ("FullOne/backward", "FullMany/backward", "PayOne", "PayMany", "CompOne", "CompMany",
-               "FullRange", "FullOne/forward", "FullMany/forward")
-
 
 @dataclass
 class LabelledCells:
@@ -51,6 +46,7 @@ class LabelledCells:
 
     shape: tuple[int, ...]
     keys: np.ndarray
+    _union: Frontier | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -80,8 +76,10 @@ class LabelledCells:
         return self.keys % self.size
 
     def frontier(self) -> Frontier:
-        """The union of every label's cells."""
-        return Frontier.of_ids(unique_ids(self.cells, self.size), self.shape, unique=True)
+        """The union of every label's cells (computed once)."""
+        if self._union is None:
+            self._union = Frontier.of_ids(unique_ids(self.cells, self.size), self.shape, unique=True)
+        return self._union
 
     def union(self, other: "LabelledCells") -> "LabelledCells":
         """The pairs of either set."""
@@ -90,19 +88,21 @@ class LabelledCells:
     def __len__(self) -> int:
         return len(self.keys)
 
+    @property
+    def is_empty(self) -> bool:
+        """True when no label holds a cell."""
+        return not len(self.keys)
 
-def pick_strategy(node, stored: tuple[str, ...], forced: str | None = None) -> str:
-    """The strategy a labelled step reads: the forced one, else Map (vectorized, no I/O), else
-    the first stored strategy by `_PREFERENCE`, else re-execution."""
-    if forced is not None:
-        return forced
-    if Mode.MAP in node.operator.supported_modes():
-        return "Map"
-    names = {Strategy.parse(s).name: s for s in stored}
-    for name in _PREFERENCE:
-        if Strategy.parse(name).name in names:
-            return names[Strategy.parse(name).name]
-    return "BlackBox"
+    def estimate(self) -> int:
+        """The distinct cells held (the union frontier a step reads lineage for)."""
+        return self.frontier().estimate()
+
+    def step(self, engine, node, i: int, direction: Direction, strategy: Strategy) -> "LabelledCells":
+        """The pairs carried one step through ``node`` w.r.t. its input ``i`` (a
+        `subzero.query.Carrier` step: the engine's walk chose ``strategy``)."""
+        if direction is Direction.BACKWARD:
+            return step_backward(engine, node, self, i, strategy)
+        return step_forward(engine, node, self, i, strategy)
 
 
 # -- one step ----------------------------------------------------------------------------
@@ -136,14 +136,14 @@ def _join(labelled: LabelledCells, cells_side: tuple[np.ndarray, np.ndarray], ot
     return LabelledCells(target, sorted_unique(lab_u[row] * size + out_ids[where]))
 
 
-def step_backward(source, node, labelled: LabelledCells, i: int, strategy: str) -> LabelledCells:
+def step_backward(source, node, labelled: LabelledCells, i: int, strategy: Strategy) -> LabelledCells:
     """The labelled cells of ``node``'s output carried to its input ``i``."""
     op = node.operator
     target = tuple(op.input_shapes[i])
     if not len(labelled):
         return LabelledCells.empty(target)
     frontier = labelled.frontier()
-    if Strategy.parse(strategy).mode is Mode.MAP and not op.all_to_all:
+    if strategy.mode is Mode.MAP and not op.all_to_all:
         got = None
         if _reads_one_cell(op, frontier.ids()[:64], i):
             got = _function_step(op, labelled, frontier.ids(), i, target)
@@ -151,13 +151,13 @@ def step_backward(source, node, labelled: LabelledCells, i: int, strategy: str) 
             got = _box_step(op, labelled, i, target, "backward")
         if got is not None:
             return got
-    if Strategy.parse(strategy).mode in (Mode.PAY, Mode.COMP) and not op.all_to_all:
+    if strategy.mode in (Mode.PAY, Mode.COMP) and not op.all_to_all:
         return _payload_step(source, node, labelled, frontier, i, strategy, target)
     groups = backward_groups(source, node, frontier, i, strategy)
     return _join(labelled, (groups.out_ids, groups.out_ptr), (groups.in_ids, groups.in_ptr), groups.n_groups, target)
 
 
-def _payload_step(source, node, labelled: LabelledCells, frontier: Frontier, i: int, strategy: str,
+def _payload_step(source, node, labelled: LabelledCells, frontier: Frontier, i: int, strategy: Strategy,
                   target) -> LabelledCells:
     """A Pay/Comp backward step: one ``map_p`` call per (payload, label) on that label's cells
     holding the payload (the union of their lineage, exactly what the label needs), instead
@@ -197,14 +197,14 @@ def _payload_step(source, node, labelled: LabelledCells, frontier: Frontier, i: 
     return LabelledCells(target, sorted_unique(np.concatenate(parts)))
 
 
-def step_forward(source, node, labelled: LabelledCells, i: int, strategy: str) -> LabelledCells:
+def step_forward(source, node, labelled: LabelledCells, i: int, strategy: Strategy) -> LabelledCells:
     """The labelled cells of ``node``'s input ``i`` carried to its output."""
     op = node.operator
     target = tuple(op.output_shape)
     if not len(labelled):
         return LabelledCells.empty(target)
     frontier = labelled.frontier()
-    if Strategy.parse(strategy).mode is Mode.MAP and not op.all_to_all:
+    if strategy.mode is Mode.MAP and not op.all_to_all:
         corner = np.arange(min(64, int(np.prod(target, dtype=np.int64))), dtype=np.int64)
         if not _reads_one_cell(op, corner, i):
             got = _box_step(op, labelled, i, target, "forward")
@@ -265,33 +265,16 @@ def _box_step(op, labelled: LabelledCells, i: int, target, direction: str) -> La
 
 
 # -- a walk --------------------------------------------------------------------------------
-def propagate(run, src, dst, start: LabelledCells, direction: str, using: dict | None = None) -> LabelledCells:
+def propagate(run, src, dst, start: LabelledCells, direction: Direction, using: dict | None = None) -> LabelledCells:
     """Carry labelled cells of ``src`` to ``dst`` along every path of the workflow, each node
     stepping once per input; labelled cells arriving by several paths are united (set
-    semantics: a cell reached by one label through two paths is held once)."""
-    wf = run.workflow
-    using = using or {}
-    if src is dst:
-        return start
-    reach = wf.descendants(src) if direction == "forward" else wf.ancestors(src)
-    wanted = wf.ancestors(dst) if direction == "forward" else wf.descendants(dst)
-    if dst not in reach:
-        raise LineageError(f"no path from {src.name!r} {direction} to {dst.name!r}: {dst.name!r} is not "
-                           f"{'a descendant' if direction == 'forward' else 'an ancestor'} of {src.name!r}")
-    on_path = (reach & wanted) | {src, dst}
-    order = [n for n in wf.nodes if n in on_path]
-    held: dict = {src: start}
-    backward = direction == "backward"
-    step = step_backward if backward else step_forward
-    for node in reversed(order) if backward else order:
-        if node.is_input or (node not in held if backward else node is src):
-            continue
-        strategy = pick_strategy(node, run.strategies.get(node.name, ()), using.get(node))
-        for i, parent in enumerate(node.inputs):
-            source, target = (node, parent) if backward else (parent, node)
-            if source in held and target in on_path:
-                got = step(run.lineage, node, held[source], i, strategy)
-                held[target] = held[target].union(got) if target in held else got
-        if backward and node is not src and node is not dst:
-            del held[node]  # each node steps once: its labelled cells are done
-    return held.get(dst, LabelledCells.empty(run.shape(dst)))
+    semantics: a cell reached by one label through two paths is held once).  ``using`` maps
+    a node to the `Strategy` forced there.
+
+    The walk and each step's strategy are the query engine's (`subzero.query.QueryEngine.walk`,
+    `subzero.optimizer.query_time.choose_step`); ``using`` forces a strategy per node.
+    """
+    from subzero.query import QueryPlan
+
+    plan = QueryPlan(direction, using=dict(using or {}))
+    return run.lineage.walk(src, dst, start, plan)

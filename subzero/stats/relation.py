@@ -35,7 +35,7 @@ from subzero.errors import LineageError, StoreError
 from subzero.frontier import Frontier
 from subzero.modes import Direction, Mode, Strategy
 from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
-from subzero.runtime import expand_payloads, trace_tile
+from subzero.runtime import expand_payloads
 
 __all__ = ["Groups", "backward_groups", "forward_groups", "payload_lookup"]
 
@@ -89,11 +89,11 @@ class Groups:
 
 
 # -- backward: the lineage of each cell of a frontier over the output ---------------------------
-def backward_groups(source, node, frontier: Frontier, i: int, strategy: str) -> Groups:
+def backward_groups(source, node, frontier: Frontier, i: int, strategy: Strategy) -> Groups:
     """For every cell of ``frontier`` (over ``node``'s output), the input-``i`` cells it reads.
 
     ``source`` is the run's `subzero.query.QueryEngine` (``run.lineage``); ``strategy`` one the node stored,
-    ``"Map"`` (when the operator supports it) or ``"BlackBox"``.
+    Map (when the operator supports it) or BlackBox.
     """
     op = node.operator
     in_shape = tuple(op.input_shapes[i])
@@ -103,7 +103,7 @@ def backward_groups(source, node, frontier: Frontier, i: int, strategy: str) -> 
         ids = frontier.ids()
         size = int(np.prod(in_shape, dtype=np.int64))
         return Groups(ids, np.array([0, len(ids)]), np.arange(size, dtype=np.int64), np.array([0, size]))
-    s = Strategy.parse(strategy)
+    s = strategy
     if s.mode is Mode.MAP:
         return _map_groups(op, frontier.ids(), i)
     if s.mode is Mode.BLACKBOX:
@@ -123,10 +123,8 @@ def _map_groups(op, out_ids: np.ndarray, i: int) -> Groups:
 
 
 def _traced(source, node, tiles: list[int], frontier: Frontier, i: int) -> Groups:
-    task = source.tile_task(node)
-    grid = source.grid(node)
-    parts = [Groups.of_pairs(trace_tile(task, grid.tiles[t], frontier, i, "backward"), i) for t in tiles]
-    return Groups.concat(parts)
+    """The groups of ``tiles`` re-run in tracing mode (`subzero.query.QueryEngine.trace`)."""
+    return Groups.concat([Groups.of_pairs(p, i) for p in source.trace(node, tiles, frontier, i, Direction.BACKWARD)])
 
 
 def _stored(source, node, frontier: Frontier, i: int, s: Strategy) -> Groups:
@@ -144,37 +142,41 @@ def _stored(source, node, frontier: Frontier, i: int, s: Strategy) -> Groups:
             return _rule_groups(_inline_table(whole), frontier.ids(), i)
     parts: list[Groups] = []
     failed: list = []
-    for _, sub, reader in source.tile_readers(node, s.name, frontier, None, failed=failed):
+    damaged: list[str] = []
+    for _, sub, reader in source.tile_readers(node, s.name, frontier, None, failed=failed, damaged=damaged):
         if reader is None:  # the tile stored no lineage under this strategy
             if s.mode is Mode.COMP:
                 parts.append(_map_groups(op, sub.ids(), i))
             continue
         parts.append(_shard_groups(op, enc, s, reader, sub, i, shapes))
     if failed:
+        source.report_damaged(node, damaged)
         parts.append(_traced(source, node, failed, frontier, i))
     return Groups.concat(parts)
 
 
-def payload_lookup(source, node, frontier: Frontier, i: int, strategy: str) -> tuple[PayloadPairs, Groups]:
+def payload_lookup(source, node, frontier: Frontier, i: int, strategy: Strategy) -> tuple[PayloadPairs, Groups]:
     """For a Pay or Comp step: the payload pairs of the frontier's cells (restricted to them),
     and as `Groups` the lineage of its other cells (Comp's mapping default, and the cells of
     tiles whose shard cannot be read, re-run in tracing mode)."""
     op = node.operator
-    s = Strategy.parse(strategy)
+    s = strategy
     enc = encoder_for(s)
     if not isinstance(enc, PayloadEncoder):
-        raise LineageError(f"{strategy} is not a payload strategy (PayOne, PayMany, CompOne, CompMany)")
+        raise LineageError(f"{strategy.name} is not a payload strategy (PayOne, PayMany, CompOne, CompMany)")
     shapes = (tuple(op.output_shape), tuple(op.input_shapes))
     pays: list[PayloadPairs] = []
     parts: list[Groups] = []
     failed: list = []
-    for _, sub, reader in source.tile_readers(node, s.name, frontier, None, failed=failed):
+    damaged: list[str] = []
+    for _, sub, reader in source.tile_readers(node, s.name, frontier, None, failed=failed, damaged=damaged):
         pay = enc.lookup(reader, sub, shapes) if reader is not None else PayloadPairs.empty()
         pays.append(pay)
         if s.mode is Mode.COMP:
             ids = sub.ids()
             parts.append(_map_groups(op, ids[~np.isin(ids, pay.out_ids)], i))
     if failed:
+        source.report_damaged(node, damaged)
         parts.append(_traced(source, node, failed, frontier, i))
     return PayloadPairs.concat(pays), Groups.concat(parts)
 
@@ -246,7 +248,7 @@ def _rule_groups(table, out_ids: np.ndarray, i: int) -> Groups:
 
 
 # -- forward: the cells of the output that read each cell of a frontier over input i ----------
-def forward_groups(source, node, frontier: Frontier, i: int, strategy: str) -> Groups:
+def forward_groups(source, node, frontier: Frontier, i: int, strategy: Strategy) -> Groups:
     """Groups holding every out cell whose input-``i`` lineage meets ``frontier``, with its
     whole input-``i`` lineage: the union forward step finds the out cells, then their
     per-cell backward lineage (`backward_groups`) gives the exact relation."""
@@ -254,5 +256,5 @@ def forward_groups(source, node, frontier: Frontier, i: int, strategy: str) -> G
 
     if frontier.is_empty:
         return Groups.empty()
-    reached = step(source, node, frontier, i, Direction.FORWARD, Strategy.parse(strategy), entire_array=False)
+    reached = step(source, node, frontier, i, Direction.FORWARD, strategy, entire_array=False)
     return backward_groups(source, node, reached, i, strategy)

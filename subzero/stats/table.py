@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from subzero.errors import LineageError
+from subzero.modes import Direction, Strategy
 from subzero.stats.chunks import gather, nonzero_cells
 from subzero.stats.labelled import LabelledCells, propagate
 
@@ -163,8 +164,8 @@ def batch_statistics(question: Question, batch: tuple[np.ndarray, np.ndarray], r
     node, over = run.node(question.node), run.node(question.over)
     flags = run.output(question.flags) if isinstance(question.flags, str) else question.flags
     values = run.output(question.values) if isinstance(question.values, str) else question.values
-    reached = propagate(run, node, over, LabelledCells.of(local, cells, question.shape), "backward",
-                        {run.node(n): st for n, st in question.using})
+    reached = propagate(run, node, over, LabelledCells.of(local, cells, question.shape), Direction.BACKWARD,
+                        {run.node(n): Strategy.parse(st) for n, st in question.using})
     lab, cell = reached.labels, reached.cells
     n_lineage = np.bincount(lab, minlength=k)
     n_flagged = np.zeros(k, np.int64)

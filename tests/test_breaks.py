@@ -16,20 +16,30 @@ IMAGE[30:32, 30:32] += 6
 
 def test_a_compiled_library_call_is_broken_out_and_the_rest_stays_exact(tmp_path):
     morphology = pytest.importorskip("skimage.morphology")
-    remove = morphology.remove_small_objects
+    skeletonize = morphology.skeletonize  # a compiled loop that demands an ndarray
 
     @sz.workflow
     def f(image):
         mask = image > 3
-        kept = morphology.remove_small_objects(mask, max_size=10)
-        return {"kept": kept, "shifted": image + 1}
+        thin = morphology.skeletonize(mask)
+        return {"thin": thin, "shifted": image + 1}
 
     run = f.run({"image": IMAGE}, store=tmp_path / "run", executor="local")
-    np.testing.assert_array_equal(np.asarray(run.output("kept")), remove(IMAGE > 3, max_size=10))
-    assert morphology.remove_small_objects is remove  # the library is restored after the trace
+    np.testing.assert_array_equal(np.asarray(run.output("thin")), skeletonize(IMAGE > 3))
+    assert morphology.skeletonize is skeletonize  # the library is restored after the trace
     report = f.report({"image": IMAGE})
-    assert list(report.coarse) == ["kept"] and "remove_small_objects" in report.coarse["kept"]
+    assert list(report.coarse) == ["thin"] and "skeletonize" in report.coarse["thin"]
     assert run.backward("shifted", [(1, 1)], to="image").tolist() == [[1, 1]]
+
+
+def test_a_library_that_traces_through_stays_exact():
+    morphology = pytest.importorskip("skimage.morphology")
+
+    @sz.workflow
+    def f(image):
+        return {"kept": morphology.remove_small_objects(image > 3, max_size=10)}
+
+    assert f.report({"image": IMAGE}).exact  # scipy.ndimage.label, np.bincount, a gather and a masked write
 
 
 def test_a_function_that_cannot_be_traced_runs_whole_as_one_coarse_step():

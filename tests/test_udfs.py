@@ -510,9 +510,6 @@ def _suggested(message: str) -> str:
 
 
 @pytest.mark.parametrize("body, reference", [
-    ("x.var(axis=0)", lambda x: x.var(axis=0)),
-    ("np.prod(x, axis=1, keepdims=True)", lambda x: np.prod(x, axis=1, keepdims=True)),
-    ("np.var(x, axis=1, ddof=1)", lambda x: np.var(x, axis=1, ddof=1)),
     ("sz.ndimage.zoom(x, 1.5, order=1)", lambda x: ndimage.zoom(x, 1.5, order=1)),
     ("np.histogram(x, 5, weights=x * x)[0]", lambda x: np.histogram(x, 5, weights=x * x)[0]),
 ])

@@ -352,26 +352,34 @@ class Scatter(_Guided):
     def _source_box(self, out_box: Box) -> Box:
         return out_box
 
+    def _sources_in(self, out_box: Box) -> tuple[np.ndarray, np.ndarray]:
+        """(the written cells of ``out_box``, as a mask over it; the cells of v they receive)."""
+        written = self._written[_region(out_box)]
+        cells = np.argwhere(written) + np.asarray([lo for lo, _ in out_box], np.int64)
+        _, at = self._value_flat(cells)
+        return written, _coords(at, self.input_shapes[1])
+
     def input_box(self, out_box: Box, i: int) -> Box:
         if i == 0:
             return out_box
-        if i == 1 and self.has_values:
-            return tuple((0, int(n)) for n in self.input_shapes[1])
+        if i == 1 and self.has_values:  # the values the tile's written cells receive: their bounding box
+            return _bounding(self._sources_in(out_box)[1], len(self.input_shapes[1]))
         return self._guide_box(out_box, self.guides[i - self._first_guide], self.input_shapes[i])
 
     def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
         x, rest = inputs[0], inputs[1:]
         box = ctx.tile_box
         out = np.array(x, copy=True)
-        written = self._written[_region(box)]
-        if written.any():
-            if not self.has_values:
-                out[written] = self.fill
-                return out
-            cells = np.argwhere(written) + np.asarray([lo for lo, _ in box], np.int64)
-            _, at = self._value_flat(cells)
-            with np.errstate(all="ignore"):
-                out[written] = np.asarray(rest[0]).ravel()[at].astype(out.dtype, copy=False)
+        if not self._written[_region(box)].any():
+            return out
+        if not self.has_values:
+            out[self._written[_region(box)]] = self.fill
+            return out
+        written, sources = self._sources_in(box)
+        lo = np.asarray([b[0] for b in ctx.input_boxes[1]], np.int64)
+        values = np.asarray(rest[0])
+        with np.errstate(all="ignore"):
+            out[written] = values[tuple((sources - lo).T)].astype(out.dtype, copy=False)
         return out
 
     def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:

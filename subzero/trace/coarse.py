@@ -39,28 +39,24 @@ def leaves(tree: Any) -> list[SymbolicArray]:
     return []
 
 
-def _template(tree: Any) -> Any:
+def _map_leaves(tree: Any, fn: Callable[[SymbolicArray], Any]) -> Any:
+    """``tree`` (nested lists, tuples and dicts) with each symbolic array replaced by ``fn(it)``."""
     if isinstance(tree, SymbolicArray):
-        return ARG
-    if isinstance(tree, tuple):
-        return tuple(_template(t) for t in tree)
-    if isinstance(tree, list):
-        return [_template(t) for t in tree]
+        return fn(tree)
+    if isinstance(tree, (list, tuple)):
+        mapped = [_map_leaves(t, fn) for t in tree]
+        return tuple(mapped) if isinstance(tree, tuple) else mapped
     if isinstance(tree, dict):
-        return {k: _template(v) for k, v in tree.items()}
+        return {k: _map_leaves(v, fn) for k, v in tree.items()}
     return tree
+
+
+def _template(tree: Any) -> Any:
+    return _map_leaves(tree, lambda x: ARG)
 
 
 def _concrete(tree: Any) -> Any:
-    if isinstance(tree, SymbolicArray):
-        return tree.values()
-    if isinstance(tree, tuple):
-        return tuple(_concrete(t) for t in tree)
-    if isinstance(tree, list):
-        return [_concrete(t) for t in tree]
-    if isinstance(tree, dict):
-        return {k: _concrete(v) for k, v in tree.items()}
-    return tree
+    return _map_leaves(tree, lambda x: x.values())
 
 
 def node_shape(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -64,7 +64,11 @@ def _functions_with(code: CodeType) -> list[tuple[Any, str, Callable[..., Any]]]
         if not isinstance(namespace, dict):
             continue
         for key, value in list(namespace.items()):
-            if getattr(value, "__code__", None) is code:
+            try:
+                same = getattr(value, "__code__", None) is code
+            except Exception:  # noqa: BLE001 - a lazy proxy whose attributes fail: not a function
+                continue
+            if same:
                 found.append((module, key, value))
     return found
 

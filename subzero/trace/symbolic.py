@@ -373,8 +373,12 @@ class SymbolicArray(ArrayShape):
     min, max, any, all = (_numpy_method(n) for n in ("min", "max", "any", "all"))
     argsort, dot, round = (_numpy_method(n) for n in ("argsort", "dot", "round"))
 
-    def astype(self, dtype: Any, copy: bool = True) -> Any:
-        """The array as ``dtype`` (a traced cast)."""
+    def astype(self, dtype: Any, order: str = "K", casting: str = "unsafe", subok: bool = True,
+               copy: bool = True) -> Any:
+        """The array as ``dtype`` (a traced cast; the layout arguments change nothing here)."""
+        if not np.can_cast(self.dtype, dtype, casting):
+            raise TypeError(f"Cannot cast array data from {self.dtype!r} to {np.dtype(dtype)!r} according to the "
+                            f"rule {casting!r}")
         return _numpy().astype(self, dtype)
 
     def copy(self, order: str = "C") -> "SymbolicArray":

@@ -174,6 +174,7 @@ class Gather(_Guided):
 
     def __init__(self, source: np.ndarray, guides: Sequence[str] = ()):
         self._source = np.asarray(source, np.int64)
+        self._selection: bool | None = None
         self.guides = _check_guides(guides)
         self.source_digest = digest(self._source)
         self.output_cells = int(self._source.size)
@@ -194,8 +195,10 @@ class Gather(_Guided):
     def output_identity(self, *inputs: np.ndarray) -> np.ndarray | None:
         """Each output cell is the input cell it copies (when each is copied once: a selection);
         otherwise cells are their positions."""
-        flat = self._source.ravel()
-        return flat if type(self) is Gather and np.unique(flat).size == flat.size else None
+        if self._selection is None:  # each source copied once? computed once, not per call
+            flat = self._source.ravel()
+            self._selection = bool(np.unique(flat).size == flat.size)
+        return self._source.ravel() if type(self) is Gather and self._selection else None
 
     def _source_cells(self, out_cells: np.ndarray) -> np.ndarray:
         flat = self._source.ravel()[_flat(out_cells, self._out)]

@@ -27,7 +27,7 @@ from subzero.operator import Operator
 from subzero.operators._args import check_choice, normalize_axis
 from subzero.operators._kernels import unique_rows
 from subzero.operators.indexmap import IndexMapOperator
-from subzero.operators.tilings import Lines, MapTiled
+from subzero.operators.sorting import LineOperator
 from subzero.tiling import Shape, Tiling
 
 __all__ = ["CUMULATIVE", "Cumulative", "Diff", "SequenceConvolve", "Take", "TakeAlong"]
@@ -55,22 +55,10 @@ def _interval_pairs(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndar
     return owner, np.arange(int(count.sum()), dtype=np.int64) - np.repeat(start, count) + np.repeat(lo, count)
 
 
-class _AlongAxis(MapTiled):
-    """Base of the operators of one ``axis`` tiled into whole lines; the lineage of output
-    cell ``i`` of a line is input ``[lo(i), hi(i)]`` of the same line (`_window`), and of
-    input cell ``j`` output ``[first(j), last(j)]`` (`_reach`)."""
-
-    entire_array_safe = True
-
-    def __init__(self, axis: int = -1):
-        self.axis = axis
-
-    def _axis(self, ndim: int | None = None) -> int:
-        ndim = len(self.input_shapes[0]) if ndim is None else ndim
-        return normalize_axis(self.axis, ndim, type(self).__name__)
-
-    def tiling_for(self) -> Tiling:
-        return Lines(self._axis())
+class _AlongAxis(LineOperator):
+    """Base of the operators of one ``axis`` tiled into whole lines (`LineOperator`'s axis and
+    tiling); the lineage of output cell ``i`` of a line is input ``[lo(i), hi(i)]`` of the same
+    line (`_window`), and of input cell ``j`` output ``[first(j), last(j)]`` (`_reach`)."""
 
     def _window(self, i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError

@@ -373,7 +373,7 @@ class SymbolicArray(ArrayShape):
     min, max, any, all = (_numpy_method(n) for n in ("min", "max", "any", "all"))
     argsort, dot, round = (_numpy_method(n) for n in ("argsort", "dot", "round"))
 
-    def astype(self, dtype: Any, order: str = "K", casting: str = "unsafe", subok: bool = True,
+    def astype(self, dtype: Any, order: str = "K", casting: Any = "unsafe", subok: bool = True,
                copy: bool = True) -> Any:
         """The array as ``dtype`` (a traced cast; the layout arguments change nothing here)."""
         if not np.can_cast(self.dtype, dtype, casting):

@@ -92,11 +92,13 @@ class Tracer:
         self.entries: list[Entry] = []
         self.events: list[Event] = []
         self.leaked: list[Entry] = []
+        self._inputs_without_values = 0
 
     def input(self, name: str, shape: tuple[int, ...], value: Any = None) -> Entry:
         """Record an input of ``shape`` named ``name`` (its values, when known); its entry."""
         entry = Entry(name, None, (), tuple(shape), name=name, value=value)
         self.entries.append(entry)
+        self._inputs_without_values += value is None
         return entry
 
     def constant(self, value: np.ndarray, line: str = "") -> Entry:
@@ -149,7 +151,7 @@ class Tracer:
 
     def has_values(self) -> bool:
         """True when every input's values are known (a trace over real arrays)."""
-        return all(e.value is not None for e in self.entries if e.op is None)
+        return self._inputs_without_values == 0
 
     def value(self, entry: Entry, why: str = "this") -> np.ndarray:
         """The values of ``entry`` (in its node shape), computed from the inputs on first use."""

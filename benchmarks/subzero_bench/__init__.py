@@ -1,5 +1,5 @@
 """Benchmarks after the SubZero paper's section VIII: astronomy, genomics, micro, and the
-project's own (scale, faults, trace, stats, coldquery, capture, dataplane, viewer).
+project's own (scale, faults, trace, stats, coldquery, capture, dataplane, viewer, traced).
 
 A distribution of its own (``subzero-benchmarks``, in the checkout's ``benchmarks/``): the
 ``subzero`` package ships no benchmark code, and its ``subzero bench NAME`` command imports
@@ -35,7 +35,8 @@ from subzero.errors import SubZeroError
 __all__ = ["main", "run_bench", "run_command", "render_dir", "write_summary", "BENCHES", "COMMANDS"]
 
 #: the benchmarks `run_bench` runs (results.json, REPORT.md and figures through `render_dir`)
-BENCHES = ("astronomy", "genomics", "micro", "scale", "trace", "stats", "coldquery", "capture", "dataplane")
+BENCHES = ("astronomy", "genomics", "micro", "scale", "trace", "stats", "coldquery", "capture", "dataplane",
+           "traced")
 #: every ``subzero bench NAME``: BENCHES and the two that write their own report (faults, viewer)
 COMMANDS = BENCHES + ("faults", "viewer")
 
@@ -70,6 +71,9 @@ def _runner(name: str) -> Callable[..., dict[str, Any]]:
     if name == "dataplane":
         from subzero_bench.dataplane import run_dataplane
         return lambda quick, root, size, log=print, **kw: run_dataplane(quick, root, size=size, log=log)
+    if name == "traced":
+        from subzero_bench.traced import run_traced
+        return lambda quick, root, size, log=print, **kw: run_traced(quick, root, size=size, log=log)
     raise SubZeroError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHES)}")
 
 
@@ -108,7 +112,8 @@ def run_bench(name: str, quick: bool, out_dir: str | Path, size=None, executor: 
     out.mkdir(parents=True, exist_ok=True)
     log = log or (lambda line: print(line, flush=True))
     # scale runs each configuration in a new process; stats starts Spark only for its Spark row
-    if executor == "spark" and spark is None and name not in ("scale", "stats", "coldquery", "capture", "dataplane"):
+    if executor == "spark" and spark is None and name not in ("scale", "stats", "coldquery", "capture", "dataplane",
+                                                                  "traced"):
         from subzero.executors.spark import get_session
 
         spark = get_session()

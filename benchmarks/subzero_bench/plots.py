@@ -152,4 +152,4 @@ def plot(doc: dict[str, Any], out_dir: str | Path) -> list[str]:
     return {"astronomy": plot_astronomy, "genomics": plot_genomics, "micro": plot_micro,
             "scale": plot_scale, "trace": lambda doc, out: [], "stats": lambda doc, out: [],
             "coldquery": lambda doc, out: [], "capture": lambda doc, out: [],
-            "dataplane": lambda doc, out: []}[doc["bench"]](doc, Path(out_dir))
+            "dataplane": lambda doc, out: [], "traced": lambda doc, out: []}[doc["bench"]](doc, Path(out_dir))

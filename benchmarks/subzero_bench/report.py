@@ -382,7 +382,8 @@ def render(doc: dict[str, Any], plots: list[str]) -> str:
              "stats": "Lineage statistics: per-object tables and contamination counts (issue 20)",
              "coldquery": "Cold query: a new `subzero query` process against `import numpy` (issue 23)",
              "capture": "Capture overhead: runs storing lineage over the same runs without (issue 23)",
-             "dataplane": "Data plane: Spark and the local executor without stored lineage, the tiny workflow (issue 23)"}[
+             "dataplane": "Data plane: Spark and the local executor without stored lineage, the tiny workflow (issue 23)",
+             "traced": "Traced code against numpy: the real-code corpus and the numpy astronomy workflow"}[
         doc["bench"]]
     body = {"astronomy": _astronomy, "genomics": _genomics, "micro": _micro, "scale": _scale,
             "stats": _stats}.get(doc["bench"], _own_render)(doc)

@@ -13,7 +13,7 @@ __all__ = ["add_parser", "cmd_bench", "NAMES"]
 #: the benchmarks ``subzero bench`` offers (``subzero_bench.COMMANDS``; a test keeps the two equal):
 #: listed here so that building the parser imports no benchmark code
 NAMES = ("astronomy", "genomics", "micro", "scale", "faults", "trace", "stats", "coldquery", "capture", "dataplane",
-         "viewer")
+         "viewer", "traced")
 
 
 def cmd_bench(args) -> int:

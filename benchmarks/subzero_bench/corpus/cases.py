@@ -11,31 +11,53 @@ third-party code is copied: the packages come from PyPI (the ``corpus`` extra of
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-import pandas as pd
-import xarray as xr
-from scipy import ndimage, signal
-
-import astropy.convolution
-import astropy.nddata
-import astropy.stats
-import chemotools.scatter
-import conorm
-import photutils.background
-import pyet
-import skimage.exposure
-import skimage.filters
-import skimage.morphology
-import spyndex
+from scipy import ndimage
 
 import subzero as sz
 
 __all__ = ["Case", "CASES", "SIZES", "case"]
 
 SIZES = ("tiny", "small", "large")
+
+
+class _Package:
+    """A package imported, with the submodules the cases call, on its first attribute access:
+    a process that runs one case imports that case's package only (photutils alone takes
+    seconds), and the functions called are the package's own (looked up at call time).
+
+    Examples
+    --------
+    >>> _Package("json", "decoder").decoder.JSONDecodeError.__name__
+    'JSONDecodeError'
+    """
+
+    def __init__(self, name: str, *submodules: str):
+        self._name, self._submodules = name, submodules
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        module = importlib.import_module(self._name)
+        for sub in self._submodules:
+            importlib.import_module(f"{self._name}.{sub}")
+        return getattr(module, attr)
+
+
+pd = _Package("pandas")
+xr = _Package("xarray")
+signal = _Package("scipy.signal")
+astropy = _Package("astropy", "convolution", "nddata", "stats")
+chemotools = _Package("chemotools", "scatter")
+conorm = _Package("conorm")
+photutils = _Package("photutils", "background")
+pyet = _Package("pyet")
+skimage = _Package("skimage", "exposure", "filters", "morphology")
+spyndex = _Package("spyndex")
 
 
 @dataclass(frozen=True)

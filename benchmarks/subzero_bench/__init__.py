@@ -37,8 +37,9 @@ __all__ = ["main", "run_bench", "run_command", "render_dir", "write_summary", "B
 #: the benchmarks `run_bench` runs (results.json, REPORT.md and figures through `render_dir`)
 BENCHES = ("astronomy", "genomics", "micro", "scale", "trace", "stats", "coldquery", "capture", "dataplane",
            "traced")
-#: every ``subzero bench NAME``: BENCHES and the two that write their own report (faults, viewer)
-COMMANDS = BENCHES + ("faults", "viewer")
+#: every ``subzero bench NAME``: BENCHES, the two that write their own report (faults, viewer), and
+#: ``refresh`` (re-runs the benchmarks behind RESULTS.md and rewrites their sections: `subzero_bench.refresh`)
+COMMANDS = BENCHES + ("faults", "viewer", "refresh")
 
 
 def _runner(name: str) -> Callable[..., dict[str, Any]]:
@@ -168,10 +169,17 @@ def run_command(name: str, quick: bool = False, out_dir: str | None = None, max_
     quick : bool
         Small sizes: each finishes in under two minutes.
     out_dir : str, optional
-        The output directory.
+        The output directory (refresh: the results file rewritten, default ``benchmarks/RESULTS.md``).
     max_ : bool
         scale only: also 1e9 cells.
     """
+    if name == "refresh":  # out_dir: the results file rewritten
+        import os
+
+        from subzero_bench.refresh import refresh
+
+        sections = [s for s in os.environ.get("SUBZERO_REFRESH_SECTIONS", "").split(",") if s]
+        return refresh(sections or None, quick=quick, results=out_dir)
     out = out_dir or f"benchmarks/results/{name}"
     if name == "viewer":
         from subzero_bench.viewer import run_viewer

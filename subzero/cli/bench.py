@@ -13,7 +13,7 @@ __all__ = ["add_parser", "cmd_bench", "NAMES"]
 #: the benchmarks ``subzero bench`` offers (``subzero_bench.COMMANDS``; a test keeps the two equal):
 #: listed here so that building the parser imports no benchmark code
 NAMES = ("astronomy", "genomics", "micro", "scale", "faults", "trace", "stats", "coldquery", "capture", "dataplane",
-         "viewer", "traced")
+         "viewer", "traced", "refresh")
 
 
 def cmd_bench(args) -> int:
@@ -39,5 +39,6 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     bench.add_argument("--quick", action="store_true", help="small sizes: under two minutes")
     bench.add_argument("--max", action="store_true",
                        help="scale: also 1e9 cells (Spark only; about 20 minutes on 2 cores and 40 GB of disk)")
-    bench.add_argument("--out", help="output directory (default benchmarks/results/NAME)")
+    bench.add_argument("--out", help="output directory (default benchmarks/results/NAME; refresh: the results file "
+                                     "rewritten, default benchmarks/RESULTS.md)")
     bench.set_defaults(func=cmd_bench)

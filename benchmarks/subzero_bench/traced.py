@@ -364,7 +364,9 @@ def _f(value: Any, digits: int = 3) -> str:
 def render_traced(doc: dict[str, Any]) -> list[str]:
     """The body of REPORT.md: the setup and load, the goals table, one row per case and configuration."""
     s, r = doc["setup"], doc["raw"]
-    rows, summary = doc["figures"]["traced"]["values"], doc["figures"]["summary"]["values"]
+    # from the raw measurements, so that a report re-rendered by newer code computes as it does
+    rows = _rows(r["runs"])
+    summary = summarize(rows, s["versions"])
     out = [f"Every function of the real-code corpus and the numpy astronomy workflow, traced with `@sz.workflow` "
            f"(trace + run) against the same function called eagerly; each measurement in a new process, "
            f"{s['rounds']} interleaved round(s), medians; executors: {', '.join(s['executors'])}"

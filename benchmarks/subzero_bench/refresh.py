@@ -84,7 +84,8 @@ def section_text(report: Path, results: Path, stamp: str) -> str:
         if line.startswith("#"):
             line = "#" + line
         line = re.sub(r"\]\((?!https?:|/|#)([^)]+\.(?:png|md))\)", lambda m: f"]({rel}/{m.group(1)})", line)
-        body.append(line)
+        if line.strip() or (body and body[-1].strip()):  # no run of blank lines, none at the start
+            body.append(line)
     return "\n".join([f"## {title}", "", stamp, ""] + body).rstrip() + "\n"
 
 

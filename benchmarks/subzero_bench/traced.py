@@ -17,8 +17,9 @@ imports; then the eager numpy call (fastest of 3 at the small size, 1 at the lar
 plus run (fastest of 2 at the small size, 1 at the large), the store's bytes, whether the run's
 outputs are numpy's, and a 1-cell backward query from the first output's middle cell to every
 input (one untimed, then the median of 5).  Rounds are interleaved: every case, size, executor
-and code version once per round, so the machine's load falls on all alike; the figures are
-medians over rounds, and ``os.getloadavg()`` is recorded beside every process.
+and code version once per round (the versions in turn first), so the machine's load falls on all
+alike; the figures are medians over rounds, and ``os.getloadavg()`` is recorded beside every
+process.
 
 Before and after in one run: ``SUBZERO_TRACED_BASELINE=/path/to/tree`` (a source tree holding an
 older ``subzero``) runs every measurement on that code too ("before"), first on the child's
@@ -248,8 +249,16 @@ def run_traced(quick: bool, root: Path, size=None, log=print, **_) -> dict[str, 
     if unknown:
         raise WorkflowError(f"SUBZERO_TRACED_CASES names unknown cases {', '.join(unknown)}; the cases: "
                             f"{', '.join(known)}")
+    if given and not (Path(given) / "subzero" / "__init__.py").is_file():
+        raise WorkflowError(f"SUBZERO_TRACED_BASELINE={given} holds no subzero package; give the root of a source "
+                            "tree (e.g. git worktree add --detach DIR COMMIT)")
     sizes = [size] if size else _env_list("SUBZERO_TRACED_SIZES", ["small"] if quick else ["small", "large"])
     executors = _env_list("SUBZERO_TRACED_EXECUTORS", ["local"] if quick else ["local", "spark"])
+    for var, got_, allowed in (("SUBZERO_TRACED_SIZES", sizes, ("tiny", "small", "large")),
+                               ("SUBZERO_TRACED_EXECUTORS", executors, ("local", "spark"))):
+        if set(got_) - set(allowed):
+            raise WorkflowError(f"{var} names {', '.join(sorted(set(got_) - set(allowed)))}; choose from "
+                                f"{', '.join(allowed)}")
     rounds = int(os.environ.get("SUBZERO_TRACED_ROUNDS", 0)) or (1 if quick else 3)
     timeout = float(os.environ.get("SUBZERO_TRACED_TIMEOUT", 1800))
     script = root / "traced_child.py"
@@ -261,7 +270,8 @@ def run_traced(quick: bool, root: Path, size=None, log=print, **_) -> dict[str, 
             measured = _sizes_of(name)
             for sz_name in sizes:
                 for ex in executors:
-                    for version, code in codes.items():
+                    order = list(codes.items())
+                    for version, code in order if k % 2 == 0 else order[::-1]:  # neither always goes first
                         spec = {"case": name, "size": measured[sz_name], "executor": ex,
                                 "store": str(root / f"{name}-{sz_name}-{ex}-{version}")}
                         got = _child(script, code, spec, root, timeout)

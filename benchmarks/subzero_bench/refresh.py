@@ -13,8 +13,8 @@ added at the end.  A benchmark that fails leaves its section as it was; the exit
 then 1.
 
 Full mode writes the results where the committed ones live (``benchmarks/results/NAME``) and
-takes hours (scale alone about 15 minutes, without its 1e9-cell rows, which are separate
-commands; see RESULTS.md).  ``--quick`` runs every benchmark at its quick size into
+takes hours on two cores (scale runs without its 1e9-cell rows, which are separate commands;
+see RESULTS.md).  ``--quick`` runs every benchmark at its quick size into
 ``benchmarks/results/quick/NAME`` and says "quick" in each section's line.
 ``SUBZERO_REFRESH_SECTIONS=astronomy,traced`` (or ``--sections``) refreshes some sections only;
 ``--results FILE`` rewrites another file than ``benchmarks/RESULTS.md``.  The Headlines at the top

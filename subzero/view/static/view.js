@@ -8,7 +8,8 @@
 //   api.request(path, body) -> Promise of a fetch-like response {ok, status, statusText, headers.get,
 //                              json(), blob()}: GET without a body, POST with a JSON body
 //   api.tile(node, z, ty, tx) -> an image source (a URL), or a Promise of one
-//   api.onBrush(request)       optional: told every brush as {node, boxes}, and null on clear
+//   api.onBrush(request)       optional: told every brush drawn on the page as {node, boxes}, and
+//                              null on Clear (not those given to the returned brush/clear)
 // mount returns {state, ready, brush(node, boxes), clear()}.
 
 const COLORS = {
@@ -290,12 +291,14 @@ function showAnswer(name, role, answer, brushBoxes) {
   }
 }
 
-async function brush(view, box) { return brushBoxes(view.node.name, [box]); }
+async function brush(view, box) {  // drawn on the page: the api is told
+  if (transport.onBrush) transport.onBrush({node: view.node.name, boxes: [box]});
+  return brushBoxes(view.node.name, [box]);
+}
 
 async function brushBoxes(name, boxes) {
   const box = boxes[0];
   state.request = {node: name, boxes};
-  if (transport.onBrush) transport.onBrush({node: name, boxes});
   for (const n of state.nodes) showAnswer(n.name, null);
   showAnswer(name, "brushed", null, boxes);
   const brushed = boxes.reduce((a, b) => a + (b[1] - b[0]) * (b[3] - b[2]), 0);

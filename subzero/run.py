@@ -354,8 +354,8 @@ class Run:
         try:
             from subzero.view.widget import ViewerWidget
         except ImportError as exc:
-            raise LineageError(f"run.view() needs the notebook extra ({exc.name or exc} is missing): "
-                               "pip install 'subzero[notebook]'") from None
+            raise WorkflowError(f"run.view() needs the notebook extra ({exc.name or exc} is missing): "
+                                "pip install 'subzero[notebook]'") from None
         return ViewerWidget(self, warm=warm)
 
     def __repr__(self) -> str:

@@ -359,3 +359,12 @@ def test_a_run_shows_itself_in_a_notebook_escaped(demo):
     assert "<script>" not in page and "<b>np.foo" not in page and "/tmp/<x>" not in page
     text = html.unescape(re_.sub(r"<[^>]+>", " ", page))
     assert "<script>alert(1)</script>" in text and "coarse: <b>np.foo</b> & co" in text and "/tmp/<x>" in text
+
+
+def test_view_without_the_notebook_extra_says_what_to_install(demo, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "anywidget", None)  # as if it were not installed
+    monkeypatch.delitem(sys.modules, "subzero.view.widget", raising=False)
+    with pytest.raises(sz.WorkflowError, match=r"anywidget is missing\): pip install 'subzero\[notebook\]'"):
+        demo[0].view()

@@ -48,6 +48,7 @@ function el(tag, cls, text) {
   return e;
 }
 function fmt(n) { return n.toLocaleString("en-US"); }
+function cellsOf(b) { let n = 1; for (let k = 0; k < b.length; k += 2) n *= b[k + 1] - b[k]; return n; }  // a flat box's cells
 function bboxText(b) {
   if (!b) return "none";
   const parts = [];
@@ -273,7 +274,7 @@ function showAnswer(name, role, answer, brushBoxes) {
   if (role === null) { if (v) v.draw(); return; }
   c.classList.add(role);
   if (role === "brush" || role === "brushed") {
-    const n = brushBoxes.reduce((a, b) => a + (b[1] - b[0]) * (b[3] - b[2]), 0);
+    const n = brushBoxes.reduce((a, b) => a + cellsOf(b), 0);
     c.dataset.cells = String(n);
     c.answerLine.textContent = `brushed ${fmt(n)} cell(s): ${bboxText(brushBoxes[0])}`;
     if (v) { v.brush = brushBoxes; v.draw(); }
@@ -301,7 +302,7 @@ async function brushBoxes(name, boxes) {
   state.request = {node: name, boxes};
   for (const n of state.nodes) showAnswer(n.name, null);
   showAnswer(name, "brushed", null, boxes);
-  const brushed = boxes.reduce((a, b) => a + (b[1] - b[0]) * (b[3] - b[2]), 0);
+  const brushed = boxes.reduce((a, b) => a + cellsOf(b), 0);
   status(`tracing ${fmt(brushed)} cell(s) of ${name}...`);
   const t0 = performance.now();
   try {

@@ -62,8 +62,8 @@ from subzero.view.tiles import TILE, TilePyramid, run_cache_dir
 if TYPE_CHECKING:
     from subzero.run import Run
 
-__all__ = ["create_app", "answer_request", "Reply", "STATIC", "EXPORT_FORMATS", "TOKEN_COOKIE", "MAX_DEPTH", "VALUE_DIGITS", "SKY_DECIMALS",
-           "readout"]
+__all__ = ["create_app", "answer_request", "Reply", "STATIC", "EXPORT_FORMATS", "TOKEN_COOKIE", "MAX_DEPTH",
+           "VALUE_DIGITS", "SKY_DECIMALS", "readout"]
 
 STATIC = Path(__file__).parent / "static"
 EXPORT_FORMATS = {"npy": ".npy", "fits": ".fits", "reg": ".reg", "reg-fk5": ".reg"}
@@ -393,7 +393,7 @@ class Reply:
         return json.loads(self.body)
 
 
-async def answer_request(app: Any, method: str, path: str, body: bytes | None = None) -> Reply:
+async def answer_request(app: Starlette, method: str, path: str, body: bytes | None = None) -> Reply:
     """Answer one request with ``app`` (`create_app`) in this process, as its HTTP server
     would: the same routes, handlers, checks and errors, without a socket.
 
@@ -441,7 +441,8 @@ async def answer_request(app: Any, method: str, path: str, body: bytes | None = 
         nonlocal status
         if message["type"] == "http.response.start":
             status = int(message["status"])
-            out_headers.update((k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in message.get("headers", []))
+            out_headers.update((k.decode("latin-1").lower(), v.decode("latin-1"))
+                               for k, v in message.get("headers", []))
         elif message["type"] == "http.response.body":
             chunks.append(bytes(message.get("body", b"")))
             if not message.get("more_body", False):

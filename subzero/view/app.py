@@ -39,6 +39,7 @@ import secrets
 import tempfile
 import threading
 import time
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -437,7 +438,7 @@ async def answer_request(app: Starlette, method: str, path: str, body: bytes | N
         await done.wait()  # the client stays until the answer is sent, as a browser does
         return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         nonlocal status
         if message["type"] == "http.response.start":
             status = int(message["status"])

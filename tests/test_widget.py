@@ -218,6 +218,7 @@ document.body.innerHTML = '<div class="jp-cell"><pre>In [3]: w = run.view(); w</
 const handlers = {}, values = {brush: {}};
 const emit = (name, ...args) => (handlers[name] || []).slice().forEach((h) => h(...args));
 window.saved = [];
+window.handlers = handlers;
 window.model = {
   get: (k) => values[k],
   set: (k, v) => { const old = JSON.stringify(values[k]); values[k] = v; if (JSON.stringify(v) !== old) emit("change:" + k, v); },
@@ -292,4 +293,8 @@ def test_the_widget_brushes_in_chromium_and_python_reads_it_back(widget, run, se
     browser.find_element(By.CSS_SELECTOR, "#out #clear").click()
     assert browser.execute_script("return window.model.get('brush')") == {}
     assert browser.execute_script(f"return {state}.errors") == 0
+    # closing the view lets go of the model
+    browser.execute_script("window.cleanup()")
+    assert browser.execute_script("return [window.handlers['change:brush'].length, window.handlers['msg:custom'].length]") \
+        == [0, 0]
     assert time.monotonic() - t0 < 60

@@ -10,7 +10,7 @@
 //   api.tile(node, z, ty, tx) -> an image source (a URL), or a Promise of one
 //   api.onBrush(request)       optional: told every brush drawn on the page as {node, boxes}, and
 //                              null on Clear (not those given to the returned brush/clear)
-// mount returns {state, ready, brush(node, boxes), clear()}.
+// mount returns {state, ready, brush(node, boxes), clear(), destroy()} (destroy: its window listeners off).
 
 const COLORS = {
   brush: ["rgba(255,214,10,0.30)", "#ffd60a"],
@@ -71,6 +71,8 @@ const state = {views: {}, nodes: [], request: null, answers: {}, lastExport: nul
 element.classList.add("subzero-view");
 element.innerHTML = TEMPLATE;
 const byId = (id) => element.querySelector(`#${id}`);
+const unlisten = [];  // the window's listeners this mount added: removed by destroy()
+function listen(type, fn) { window.addEventListener(type, fn); unlisten.push(() => window.removeEventListener(type, fn)); }
 const $ = byId;
 function status(text, error) { const s = $("status"); s.textContent = text; s.className = error ? "error" : ""; }
 
@@ -192,7 +194,7 @@ class View {
       const pan = ev.shiftKey || ev.button !== 0;
       drag = {pan, x: ev.clientX, y: ev.clientY, ox: this.ox, oy: this.oy, start: this.cellAt(ev)};
     });
-    window.addEventListener("mousemove", (ev) => {
+    listen("mousemove", (ev) => {
       if (!drag) return;
       if (drag.pan) {
         this.ox = drag.ox - (ev.clientX - drag.x) / this.scale;
@@ -202,7 +204,7 @@ class View {
       }
       this.draw();
     });
-    window.addEventListener("mouseup", (ev) => {
+    listen("mouseup", (ev) => {
       if (!drag) return;
       const d = drag; drag = null; this.band = null;
       if (d.pan) return;
@@ -382,5 +384,6 @@ return {
   state, ready,
   brush: (node, boxes) => ready.then(() => brushBoxes(node, boxes)),
   clear: () => ready.then(clear),
+  destroy: () => { for (const f of unlisten.splice(0)) f(); },
 };
 }

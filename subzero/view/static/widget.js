@@ -68,6 +68,6 @@ export default {
     };
     model.on("change:brush", apply);
     apply();  // a brush set from Python before the widget was shown
-    return () => { model.off("change:brush", apply); channel.close(); };
+    return () => { model.off("change:brush", apply); channel.close(); view.destroy(); };
   },
 };

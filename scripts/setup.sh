@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up subzero on a fresh machine: Java for Spark (if missing), a virtualenv in .venv,
-# the package with its test, workflow, docs and corpus extras, then the benchmarks (benchmarks/, a
+# the package with its test, workflow, notebook, docs and corpus extras, then the benchmarks (benchmarks/, a
 # distribution of their own: subzero-benchmarks, package subzero_bench) on top of it. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +41,7 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
-if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,workflows,docs,corpus]" 2>&1 \
+if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,workflows,notebook,docs,corpus]" 2>&1 \
   | { grep -v -e "^WARNING: Location" -e "is ignored" || true; }; then
   echo "setup: pip could not install the package and its extras; see its output above" >&2
   exit 1
@@ -55,5 +55,5 @@ fi
 .venv/bin/python -c "import subzero.store, subzero.run, pyspark, lmdb, rtree, pulp, zarr, xxhash, \
 astroscrappy, sep, skimage, sksurv, pyarrow, pytest, hypothesis, starlette, uvicorn, selenium, httpx2, PIL, \
 moto.server, s3fs, subzero.view.app, subzero_bench, mkdocs, material, mkdocstrings_handlers.python, \
-mkdocs_jupyter, mkdocs_awesome_pages_plugin, ipykernel, astropy, photutils, conorm, pyet, spyndex, chemotools, xarray" \
+mkdocs_jupyter, mkdocs_awesome_pages_plugin, ipykernel, anywidget, subzero.view.widget, astropy, photutils, conorm, pyet, spyndex, chemotools, xarray" \
   || { echo "setup: the package did not install; see the pip output above" >&2; exit 1; }

@@ -18,7 +18,7 @@ from subzero.store import LineageReader, open_store
 from subzero.store.cache import log_query, query_log
 from subzero.dag import Node, Workflow
 
-__all__ = ["Run", "open_run", "bound_operators", "RESULT_FORMS", "Uncommitted"]
+__all__ = ["Run", "open_run", "bound_operators", "run_html", "RESULT_FORMS", "Uncommitted"]
 
 #: what ``as_`` may ask a query to return
 RESULT_FORMS = ("coords", "boxes", "mask", "frontier")
@@ -333,8 +333,100 @@ class Run:
             if not ok:
                 raise LineageError(f"path is broken between {a.name!r} and {b.name!r} for a {direction} query")
 
+    # -- in a notebook --------------------------------------------------------------------
+    def view(self, warm: bool = True) -> Any:
+        """The viewer of this run inside a Jupyter notebook: the page of ``subzero view`` as a
+        widget (`subzero.view.widget.ViewerWidget`; needs ``anywidget``), with the brush
+        readable (``w.selection``) and settable (``w.show(cells, node=...)``) from Python.
+
+        Parameters
+        ----------
+        warm : bool
+            Make every 2-D node's overview tile at once, on a background thread.
+
+        Examples
+        --------
+        >>> w = run.view()                               # doctest: +SKIP
+        >>> w.show([(3, 4)], node="bright")              # doctest: +SKIP
+        >>> w.selection.cells.tolist()                   # doctest: +SKIP
+        [[3, 4]]
+        """
+        try:
+            from subzero.view.widget import ViewerWidget
+        except ImportError as exc:
+            raise WorkflowError(f"run.view() needs the notebook extra ({exc.name or exc} is missing): "
+                                "pip install 'subzero[notebook]'") from None
+        return ViewerWidget(self, warm=warm)
+
     def __repr__(self) -> str:
-        return f"<Run {self.workflow.name!r} at {self.path!r}>"
+        nodes = len(self.record.nodes)
+        return (f"<Run {self.workflow.name!r} at {self.path!r}: {self.record.status}, {nodes} node"
+                f"{'' if nodes == 1 else 's'}, {self.record.executor}>")
+
+    def _repr_html_(self) -> str:
+        """The run as a notebook shows it: its facts and one table row per node."""
+        return run_html(self.record, self.path, self.store)
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def run_html(record: RunRecord, path: str, store: LineageReader | None = None) -> str:
+    """An HTML summary of a run (what `Run._repr_html_` shows): the store, workflow, status
+    and executor, then per node its operator, shape, dtype, strategies, lineage bytes, whether
+    its array is stored (and its bytes on disk, when ``store`` can tell) and flags (a coarse
+    step, inferred lineage, not committed). Every value is HTML-escaped.
+
+    Examples
+    --------
+    >>> "<table" in run_html(run.catalog, run.path)     # doctest: +SKIP
+    True
+    """
+    from html import escape
+
+    specs = list(record.workflow.get("nodes", []))
+    where = record.executor + (f" ({record.master})" if record.master else "")
+    facts = [("store", path), ("workflow", str(record.workflow.get("name", ""))), ("status", record.status),
+             ("executor", where), ("created", record.created)]
+    if record.wall_seconds is not None:
+        facts.append(("wall time", f"{record.wall_seconds:.2f} s"))
+    head = ("node", "operator", "shape", "dtype", "strategies", "lineage", "array stored", "flags")
+    rows = []
+    for spec in specs:
+        name = str(spec["name"])
+        rec = record.nodes.get(name)
+        params = spec.get("params") or {}
+        operator = str(spec.get("operator") or "").rsplit(".", 1)[-1] if spec.get("inputs") else "input"
+        flags = []
+        if params.get("coarse"):
+            flags.append(f"coarse: {params.get('reason') or 'every output cell depends on every cell read'}")
+        if params.get("lineage_source") == "inferred":
+            flags.append(f"lineage inferred ({params.get('lineage')})")
+        if rec is None:
+            rows.append((name, operator, "", "", "", "", "", "; ".join(flags + ["not committed"])))
+            continue
+        on_disk = store.disk_bytes(name) if store is not None else None
+        lineage = sum(rec.stats.bytes.values()) if rec.stats is not None else 0
+        stored = "?" if on_disk is None else (f"yes, {_size(on_disk)}" if on_disk else "no (recomputed)")
+        rows.append((name, operator, " \u00d7 ".join(map(str, rec.shape)) or "()", rec.dtype,
+                     ", ".join(rec.strategies) or ("-" if rec.kind == "input" else "none"),
+                     _size(lineage) if rec.kind == "operator" else "-", stored, "; ".join(flags)))
+    cell = 'style="text-align:left;padding:1px 8px"'
+    html = ['<div class="subzero-run">', f"<p><b>subzero run</b> {escape(str(record.workflow.get('name', '')))}</p>",
+            "<table>"]
+    html += [f"<tr><th {cell}>{escape(k)}</th><td {cell}>{escape(str(v))}</td></tr>" for k, v in facts]
+    html += ["</table>", "<table>", "<tr>" + "".join(f"<th {cell}>{escape(h)}</th>" for h in head) + "</tr>"]
+    html += ["<tr>" + "".join(f"<td {cell}>{escape(str(v))}</td>" for v in row) + "</tr>" for row in rows]
+    html += ["</table>", "</div>"]
+    return "\n".join(html)
 
 
 def _check_form(as_: str) -> None:

@@ -109,7 +109,9 @@ def test_tutorials_are_executed_at_build_time(site: Path) -> None:
     astro = (site / "tutorials" / "astronomy" / "index.html").read_text()
     assert re.search(r"\d+ of \d+ stars have a cosmic-ray pixel", _text(site / "tutorials" / "astronomy" / "index.html"))
     assert "data:image/png;base64," in astro
-    for page in ("numpy-lineage", "astronomy"):
+    # the viewer tutorial: run.view(), a brush set from Python and read back (its asserts ran)
+    assert re.search(r"brushed \d+ cells of stars", _text(site / "tutorials" / "viewer" / "index.html"))
+    for page in ("numpy-lineage", "astronomy", "viewer"):
         assert "Traceback" not in _text(site / "tutorials" / page / "index.html")
 
 

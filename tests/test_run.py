@@ -332,3 +332,39 @@ def test_a_store_written_before_the_package_was_reshaped_answers_identically(tmp
         for strategy in strategies:  # each stored encoding, read by today's code
             got = run.backward(node, pick, to="x", using={node: strategy}).tolist()
             assert got == recorded[f"backward {node}"], (node, strategy)
+
+
+def test_a_run_shows_itself_in_a_notebook_escaped(demo):
+    import dataclasses
+    import html
+    import re as re_
+
+    from subzero.run import run_html
+
+    run, x, t = demo
+    assert repr(run) == f"<Run 'demo' at {run.path!r}: done, 2 nodes, local>"
+    page = run._repr_html_()
+    text = html.unescape(re_.sub(r"<[^>]+>", " ", page))
+    for fact in (run.path, "done", "local", "Transpose", "3 \u00d7 4", "4 \u00d7 3", "float64", "Map"):
+        assert fact in text, fact
+    rows = re_.findall(r"<tr><td[^>]*>([^<]*)</td>", page)
+    assert rows == ["x", "transpose"]
+    assert re_.search(r">yes, [\d.]+ (B|KiB)<", page)  # both arrays are stored, with their size on disk
+    # every value is escaped: a workflow name and a coarse step's reason with markup stay text
+    record = run.catalog
+    nodes = [dict(n, params={"coarse": True, "reason": "<b>np.foo</b> & co"}) if n["name"] == "transpose" else n
+             for n in record.workflow["nodes"]]
+    odd = dataclasses.replace(record, workflow={**record.workflow, "name": "<script>alert(1)</script>", "nodes": nodes})
+    page = run_html(odd, "/tmp/<x>")
+    assert "<script>" not in page and "<b>np.foo" not in page and "/tmp/<x>" not in page
+    text = html.unescape(re_.sub(r"<[^>]+>", " ", page))
+    assert "<script>alert(1)</script>" in text and "coarse: <b>np.foo</b> & co" in text and "/tmp/<x>" in text
+
+
+def test_view_without_the_notebook_extra_says_what_to_install(demo, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "anywidget", None)  # as if it were not installed
+    monkeypatch.delitem(sys.modules, "subzero.view.widget", raising=False)
+    with pytest.raises(sz.WorkflowError, match=r"anywidget is missing\): pip install 'subzero\[notebook\]'"):
+        demo[0].view()

@@ -328,3 +328,26 @@ def test_any_json_value_in_any_field_is_answered_without_a_5xx(run, tmp_path):
 
         check()
         assert c.post("/api/lineage", json=LINEAGE).status_code == 200
+
+
+def test_answer_request_is_the_apps_answer_without_a_socket(run, client, tmp_path):
+    import asyncio
+
+    from subzero.view.app import answer_request
+
+    app = create_app(run, tmp_path, warm=False)
+    body = {"node": "bright", "direction": "forward", "boxes": [[2, 5, 3, 9]], "to": None}
+    for method, path, data in (("GET", "/api/nodes", None), ("GET", "/api/pixel/x?row=2&col=3", None),
+                               ("POST", "/api/lineage", json.dumps(body).encode()), ("POST", "/api/lineage", b"{"),
+                               ("GET", "/tiles/x/0/0/0.png", None), ("GET", "/tiles/x/0/9/9.png", None),
+                               ("GET", "/api/pixel/no%20such?row=0&col=0", None)):
+        reply = asyncio.run(answer_request(app, method, path, data))
+        http = client.request(method, path, content=data, headers={"Content-Type": "application/json"} if data else {})
+        assert (reply.status, reply.headers["content-type"]) == (http.status_code, http.headers["content-type"]), path
+        if reply.headers["content-type"] == "image/png":
+            assert reply.body == http.content
+        else:
+            got, want = reply.json(), http.json()
+            if isinstance(got, dict):
+                got.pop("ms", None), want.pop("ms", None)
+            assert got == want, path

@@ -11,6 +11,9 @@ Routes
 ``GET /api/pixel/{node}?row=R&col=C``      the cell's value, and its RA/Dec where the node has a WCS
 ``GET /tiles/{node}/{z}/{ty}/{tx}.png``    a tile of a 2-D node (`subzero.view.tiles`)
 
+`answer_request` answers one request with these same routes and handlers in this process,
+without a socket (the notebook widget, `subzero.view.widget`, sends its page's requests so).
+
 Every error is JSON ``{"error": "..."}``: 400 for a bad request (not JSON, nested too
 deeply, unknown node or field, box outside the array, bad direction, too many boxes...), 403
 without the token when the app has one, 404 for what does not exist, 413 for a body over the
@@ -25,6 +28,7 @@ cookie, or the header ``Authorization: token T``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import http.cookies
 import json
@@ -35,9 +39,11 @@ import secrets
 import tempfile
 import threading
 import time
+from collections.abc import MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 import numpy as np
 from starlette.applications import Starlette
@@ -57,8 +63,8 @@ from subzero.view.tiles import TILE, TilePyramid, run_cache_dir
 if TYPE_CHECKING:
     from subzero.run import Run
 
-__all__ = ["create_app", "STATIC", "EXPORT_FORMATS", "TOKEN_COOKIE", "MAX_DEPTH", "VALUE_DIGITS", "SKY_DECIMALS",
-           "readout"]
+__all__ = ["create_app", "answer_request", "Reply", "STATIC", "EXPORT_FORMATS", "TOKEN_COOKIE", "MAX_DEPTH",
+           "VALUE_DIGITS", "SKY_DECIMALS", "readout"]
 
 STATIC = Path(__file__).parent / "static"
 EXPORT_FORMATS = {"npy": ".npy", "fits": ".fits", "reg": ".reg", "reg-fk5": ".reg"}
@@ -372,6 +378,82 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
             raise LineageError("the viewer's token is empty; give a non-empty token, or none on a loopback address")
         app.add_middleware(_TokenGate, token=token)
     return app
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An answer of the app (`answer_request`): the HTTP status, the headers (lower-case
+    names) and the body's bytes."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body parsed as JSON (every API answer and every error is JSON)."""
+        return json.loads(self.body)
+
+
+async def answer_request(app: Starlette, method: str, path: str, body: bytes | None = None) -> Reply:
+    """Answer one request with ``app`` (`create_app`) in this process, as its HTTP server
+    would: the same routes, handlers, checks and errors, without a socket.
+
+    Parameters
+    ----------
+    app : starlette.applications.Starlette
+        The viewer's app.
+    method : str
+        ``"GET"`` or ``"POST"``.
+    path : str
+        The URL's path and query, URL-encoded as a browser sends it (``/api/pixel/x?row=1&col=2``).
+    body : bytes, optional
+        A POST's JSON body (sent as ``application/json``).
+
+    Returns
+    -------
+    Reply
+        The status, headers and body the server would have sent.
+
+    Examples
+    --------
+    >>> reply = asyncio.run(answer_request(create_app(run), "GET", "/api/nodes"))  # doctest: +SKIP
+    >>> reply.status, reply.json()[0]["name"]                                        # doctest: +SKIP
+    (200, 'x')
+    """
+    target, _, query = path.partition("?")
+    headers = [(b"host", b"subzero-view")]
+    if body is not None:
+        headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+             "method": method.upper(), "scheme": "http", "path": unquote(target),
+             "raw_path": target.encode("latin-1", "replace"), "query_string": query.encode("latin-1", "replace"),
+             "root_path": "", "headers": headers, "client": ("127.0.0.1", 0), "server": ("subzero-view", 80)}
+    done = asyncio.Event()
+    pending = [{"type": "http.request", "body": body or b"", "more_body": False}]
+    status, out_headers, chunks = 500, dict[str, str](), list[bytes]()
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            return pending.pop()
+        await done.wait()  # the client stays until the answer is sent, as a browser does
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = int(message["status"])
+            out_headers.update((k.decode("latin-1").lower(), v.decode("latin-1"))
+                               for k, v in message.get("headers", []))
+        elif message["type"] == "http.response.body":
+            chunks.append(bytes(message.get("body", b"")))
+            if not message.get("more_body", False):
+                done.set()
+
+    try:
+        await app(scope, receive, send)
+    finally:
+        done.set()
+    return Reply(status, out_headers, b"".join(chunks))
 
 
 def _tile_index(text: str) -> int:

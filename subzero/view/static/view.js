@@ -1,7 +1,16 @@
 // subzero view: every 2-D node of a stored run as a pan/zoom image made of tiles, with linked
 // brushing: a box (or a cell) brushed on one node lights up its backward lineage on every node
 // upstream and its forward lineage on every node downstream (POST /api/lineage).
-"use strict";
+//
+// An ES module with one seam, `mount(element, api)`: the page mounts it on its body with
+// `httpApi()` (fetch over the viewer's HTTP server); the notebook widget mounts the same code on
+// its cell with an api that sends the same requests over the widget's message channel.
+//   api.request(path, body) -> Promise of a fetch-like response {ok, status, statusText, headers.get,
+//                              json(), blob()}: GET without a body, POST with a JSON body
+//   api.tile(node, z, ty, tx) -> an image source (a URL), or a Promise of one
+//   api.onBrush(request)       optional: told every brush drawn on the page as {node, boxes}, and
+//                              null on Clear (not those given to the returned brush/clear)
+// mount returns {state, ready, brush(node, boxes), clear(), destroy()} (destroy: its window listeners off).
 
 const COLORS = {
   brush: ["rgba(255,214,10,0.30)", "#ffd60a"],
@@ -11,18 +20,35 @@ const COLORS = {
 const W = 322, H = 300;   // canvas size (css px)
 const MAX_DRAWN = 20000;  // boxes drawn per node at most (the count and bbox stay exact)
 
-const state = {views: {}, nodes: [], request: null, answers: {}, lastExport: null, brushes: 0, errors: 0};
-window.subzeroView = state;
+const TEMPLATE = `
+<header>
+  <h1>subzero view <span id="store"></span></h1>
+  <div id="toolbar">
+    <span class="help">drag: brush a box &middot; click: brush a cell &middot; shift-drag or right-drag: pan &middot; wheel: zoom &middot; double-click: fit</span>
+    <button id="clear" type="button">Clear</button>
+    <label>Export <select id="export-target"></select></label>
+    <select id="export-format">
+      <option value="npy">mask .npy</option>
+      <option value="fits">mask FITS</option>
+      <option value="reg">DS9 regions (image)</option>
+      <option value="reg-fk5">DS9 regions (fk5)</option>
+    </select>
+    <button id="export" type="button" disabled>Export</button>
+  </div>
+  <div id="status">Brush any image: its backward lineage lights up upstream, its forward lineage downstream.</div>
+  <div id="legend"><span class="sw brush"></span>brush <span class="sw backward"></span>backward (upstream)
+    <span class="sw forward"></span>forward (downstream)</div>
+</header>
+<main id="nodes"></main>`;
 
-function $(id) { return document.getElementById(id); }
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
   if (text !== undefined) e.textContent = text;
   return e;
 }
-function status(text, error) { const s = $("status"); s.textContent = text; s.className = error ? "error" : ""; }
 function fmt(n) { return n.toLocaleString("en-US"); }
+function cellsOf(b) { let n = 1; for (let k = 0; k < b.length; k += 2) n *= b[k + 1] - b[k]; return n; }  // a flat box's cells
 function bboxText(b) {
   if (!b) return "none";
   const parts = [];
@@ -30,9 +56,28 @@ function bboxText(b) {
   return b.length === 4 ? `rows ${parts[0]}, cols ${parts[1]}` : parts.join(", ");
 }
 
+// the api of the page: the viewer's HTTP server at `base` (the page's own origin by default)
+export function httpApi(base) {
+  const root = base || "";
+  return {
+    request: (path, body) => fetch(root + path, body === undefined ? {} : {
+      method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)}),
+    tile: (node, z, ty, tx) => `${root}/tiles/${encodeURIComponent(node)}/${z}/${ty}/${tx}.png`,
+  };
+}
+
+export function mount(element, transport) {
+const state = {views: {}, nodes: [], request: null, answers: {}, lastExport: null, brushes: 0, errors: 0};
+element.classList.add("subzero-view");
+element.innerHTML = TEMPLATE;
+const byId = (id) => element.querySelector(`#${id}`);
+const unlisten = [];  // the window's listeners this mount added: removed by destroy()
+function listen(type, fn) { window.addEventListener(type, fn); unlisten.push(() => window.removeEventListener(type, fn)); }
+const $ = byId;
+function status(text, error) { const s = $("status"); s.textContent = text; s.className = error ? "error" : ""; }
+
 async function api(path, body) {
-  const res = await fetch(path, body === undefined ? {} : {
-    method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
+  const res = await transport.request(path, body);
   if (!res.ok) {
     let msg = res.statusText;
     try { msg = (await res.json()).error || msg; } catch (e) { /* not JSON */ }
@@ -88,7 +133,8 @@ class View {
       img = new Image();
       img.onload = () => { this.tilesLoaded++; this.card.dataset.tiles = this.tilesLoaded; this.draw(); };
       img.onerror = () => { state.errors++; };
-      img.src = `/tiles/${encodeURIComponent(this.node.name)}/${key}.png`;
+      Promise.resolve(transport.tile(this.node.name, z, ty, tx)).then((src) => { img.src = src; },
+                                                                     () => { state.errors++; });
       this.images.set(key, img);
     }
     return img;
@@ -148,7 +194,7 @@ class View {
       const pan = ev.shiftKey || ev.button !== 0;
       drag = {pan, x: ev.clientX, y: ev.clientY, ox: this.ox, oy: this.oy, start: this.cellAt(ev)};
     });
-    window.addEventListener("mousemove", (ev) => {
+    listen("mousemove", (ev) => {
       if (!drag) return;
       if (drag.pan) {
         this.ox = drag.ox - (ev.clientX - drag.x) / this.scale;
@@ -158,7 +204,7 @@ class View {
       }
       this.draw();
     });
-    window.addEventListener("mouseup", (ev) => {
+    listen("mouseup", (ev) => {
       if (!drag) return;
       const d = drag; drag = null; this.band = null;
       if (d.pan) return;
@@ -221,7 +267,7 @@ function card(node) {
 }
 
 function showAnswer(name, role, answer, brushBoxes) {
-  const v = state.views[name], c = document.querySelector(`.card[data-node="${CSS.escape(name)}"]`);
+  const v = state.views[name], c = element.querySelector(`.card[data-node="${CSS.escape(name)}"]`);
   if (!c) return;
   c.classList.remove("brushed", "backward", "forward");
   c.answerLine.textContent = "";
@@ -230,7 +276,7 @@ function showAnswer(name, role, answer, brushBoxes) {
   if (role === null) { if (v) v.draw(); return; }
   c.classList.add(role);
   if (role === "brush" || role === "brushed") {
-    const n = brushBoxes.reduce((a, b) => a + (b[1] - b[0]) * (b[3] - b[2]), 0);
+    const n = brushBoxes.reduce((a, b) => a + cellsOf(b), 0);
     c.dataset.cells = String(n);
     c.answerLine.textContent = `brushed ${fmt(n)} cell(s): ${bboxText(brushBoxes[0])}`;
     if (v) { v.brush = brushBoxes; v.draw(); }
@@ -248,12 +294,18 @@ function showAnswer(name, role, answer, brushBoxes) {
   }
 }
 
-async function brush(view, box) {
-  const name = view.node.name, boxes = [box];
+async function brush(view, box) {  // drawn on the page: the api is told
+  if (transport.onBrush) transport.onBrush({node: view.node.name, boxes: [box]});
+  return brushBoxes(view.node.name, [box]);
+}
+
+async function brushBoxes(name, boxes) {
+  const box = boxes[0];
   state.request = {node: name, boxes};
   for (const n of state.nodes) showAnswer(n.name, null);
   showAnswer(name, "brushed", null, boxes);
-  status(`tracing ${fmt((box[1] - box[0]) * (box[3] - box[2]))} cell(s) of ${name}...`);
+  const brushed = boxes.reduce((a, b) => a + cellsOf(b), 0);
+  status(`tracing ${fmt(brushed)} cell(s) of ${name}...`);
   const t0 = performance.now();
   try {
     const [back, fwd] = await Promise.all(["backward", "forward"].map((direction) =>
@@ -270,7 +322,7 @@ async function brush(view, box) {
       o.value = n; targets.appendChild(o);
     }
     $("export").disabled = false;
-    status(`brushed ${bboxText(box)} of ${name}: backward ${back.ms.toFixed(1)} ms to ${Object.keys(back.answers).length} node(s), ` +
+    status(`brushed ${boxes.length === 1 ? bboxText(box) : fmt(brushed) + " cell(s)"} of ${name}: backward ${back.ms.toFixed(1)} ms to ${Object.keys(back.answers).length} node(s), ` +
            `forward ${fwd.ms.toFixed(1)} ms to ${Object.keys(fwd.answers).length} node(s) (server); ` +
            `${(performance.now() - t0).toFixed(0)} ms in all`);
   } catch (e) {
@@ -292,7 +344,7 @@ async function exportAnswer() {
     const m = /filename="([^"]+)"/.exec(cd);
     const name = m ? m[1] : `${target}.${format}`;
     const link = el("a"); link.href = URL.createObjectURL(blob); link.download = name;
-    document.body.appendChild(link); link.click(); link.remove();
+    element.appendChild(link); link.click(); link.remove();
     state.lastExport = {name, bytes: blob.size, format, target};
     status(`exported ${name} (${fmt(blob.size)} bytes)`);
   } catch (e) {
@@ -305,7 +357,7 @@ async function main() {
   try {
     const run = await (await api("/api/run")).json();
     $("store").textContent = `${run.workflow} \u00b7 ${run.store}`;
-    document.title = `subzero view: ${run.workflow}`;
+    if (element === document.body) document.title = `subzero view: ${run.workflow}`;
     state.nodes = await (await api("/api/nodes")).json();
   } catch (e) { status(`cannot load the run: ${e.message}`, true); return; }
   const main = $("nodes");
@@ -315,13 +367,23 @@ async function main() {
     if (node.shape.length === 2) state.views[node.name] = new View(node, c);
     c.appendChild(c.answerLine);
   }
-  $("clear").addEventListener("click", () => {
-    state.request = null; state.answers = {};
-    for (const n of state.nodes) showAnswer(n.name, null);
-    $("export").disabled = true; $("export-target").innerHTML = "";
-    status("cleared");
-  });
+  $("clear").addEventListener("click", () => { clear(); if (transport.onBrush) transport.onBrush(null); });
   $("export").addEventListener("click", exportAnswer);
   state.ready = true;
 }
-main();
+
+function clear() {
+  state.request = null; state.answers = {};
+  for (const n of state.nodes) showAnswer(n.name, null);
+  $("export").disabled = true; $("export-target").innerHTML = "";
+  status("cleared");
+}
+
+const ready = main();
+return {
+  state, ready,
+  brush: (node, boxes) => ready.then(() => brushBoxes(node, boxes)),
+  clear: () => ready.then(clear),
+  destroy: () => { for (const f of unlisten.splice(0)) f(); },
+};
+}

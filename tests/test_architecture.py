@@ -266,8 +266,8 @@ def test_the_walk_sees_every_kind_of_import():
     assert kinds[("subzero", "run")] == "type"  # under TYPE_CHECKING
     assert ("encoders", "encoders.full_one") in kinds  # relative to absolute, package __init__
     assert ("store", "store.file_store") in kinds
-    assert ("cli", "subzero") in kinds  # `from subzero import __version__`
-    assert kinds[("cli", "cli.run")] == "top"  # `from subzero.cli import run`: the package's own module
+    assert ("tools.cli", "subzero") in kinds  # `from subzero import __version__`
+    assert kinds[("tools.cli", "tools.cli.run")] == "top"  # `from subzero.tools.cli import run`: its own module
     assert "pyspark" in src.external and "numpy" in src.external
 
 
@@ -278,7 +278,7 @@ def test_from_package_import_name_resolves_submodules():
     assert [(m, lvl, n, k) for m, lvl, n, _, k in walker.found] == [
         ("subzero", 0, ("operators",), "top"), ("", 1, ("codec",), "top"), ("subzero.store.shards", 0, None, "lazy")]
     src = source()
-    assert ("cli.demo", "store.lock") in {(e.source, e.target) for e in src.edges}  # from subzero.store.lock import ...
+    assert ("tools.cli.demo", "store.lock") in {(e.source, e.target) for e in src.edges}  # from subzero.store.lock import ...
 
 
 # -- cycles --------------------------------------------------------------------------------------
@@ -356,7 +356,7 @@ def test_the_model_imports_only_the_foundations():
 
 def test_optimizer_imports_no_driver_query_store_or_cli():
     src = source()
-    forbidden = _in("execution", "run", "query", "replay", "cli", "executors.spark", "store", "workflows")
+    forbidden = _in("execution", "run", "query", "replay", "tools", "executors.spark", "store", "workflows")
     _check_allowed(src, _under("optimizer", src), lambda m: not forbidden(m), set(),
                    "the optimizer (optimizer/*) never imports the driver (execution), run, query, replay, "
                    "spark, the store or the CLI")
@@ -364,7 +364,7 @@ def test_optimizer_imports_no_driver_query_store_or_cli():
 
 def test_query_reads_runs_through_its_protocol():
     src = source()
-    forbidden = _in("run", "execution", "replay", "cli", "store", "executors.spark")
+    forbidden = _in("run", "execution", "replay", "tools", "store", "executors.spark")
     _check_allowed(src, ["query"], lambda m: not forbidden(m) or m == "store.roles", set(),
                    "query imports neither run, execution nor the store: it reads a run through the "
                    "store's LineageReader role (store.roles, interfaces only)")
@@ -372,7 +372,7 @@ def test_query_reads_runs_through_its_protocol():
 
 def test_runtime_and_the_executors_never_import_the_driver_or_queries():
     src = source()
-    forbidden = _in("execution", "run", "query", "replay", "cli", "dag", "planning", "optimizer")
+    forbidden = _in("execution", "run", "query", "replay", "tools", "dag", "planning", "optimizer")
     _check_allowed(src, ["runtime", *_under("executors", src)], lambda m: not forbidden(m), set(),
                    "the task side (runtime, executors/*) never imports the driver, queries, the workflow or the "
                    "optimizer")
@@ -395,18 +395,32 @@ def test_upward_imports_are_the_pinned_lazy_ones():
                             "one would load the driver with the workflow", "Packages and modules", eager)
 
 
+def test_the_core_imports_no_tool():
+    """The tools (tools/*: the command line, the viewer, info, explain, describe, brush, export)
+    sit on top of the core: nothing below imports them but ``python -m subzero`` and the two
+    deprecated aliases of their old paths (``subzero.cli``, ``subzero.brush``)."""
+    src = source()
+    ok = _in("tools", "__main__", "cli", "brush")
+    bad = [str(e) for e in src.edges if _in("tools")(e.target) and not ok(e.source)]
+    assert not bad, _fail("the core imports nothing of tools/* (the command line, the viewer, the reports)",
+                          "Packages and modules", sorted(bad))
+    aliases = {m: src.targets(m) for m in ("cli", "brush")}
+    assert aliases == {"cli": {"tools.cli"}, "brush": {"tools.brush"}}, \
+        f"the deprecated aliases subzero.cli and subzero.brush only re-export their new homes: {aliases}"
+
+
 def test_only_the_front_ends_import_the_cli_and_workflows():
     src = source()
     bad = []
     for target in src.modules:
-        if _in("cli")(target):
-            ok = _in("cli", "__main__")
+        if _in("tools.cli")(target):
+            ok = _in("tools.cli", "__main__", "cli")
         elif _in("workflows")(target):
-            ok = _in("workflows", "cli")
+            ok = _in("workflows", "tools.cli")
         else:
             continue
         bad += [str(e) for e in src.edges if e.target == target and not ok(e.source)]
-    assert not bad, _fail("only the front ends (cli/*, workflows/*) import cli/* and workflows/*",
+    assert not bad, _fail("only the front ends (tools/cli/*, workflows/*) import tools/cli/* and workflows/*",
                           "Packages and modules", sorted(bad))
 
 
@@ -417,10 +431,11 @@ def test_subzero_imports_no_benchmark_code_but_its_bench_command_lazily():
     assert "bench" not in src.modules and not any(m.startswith("bench.") for m in src.modules), \
         "subzero/bench/ is back: benchmark code lives in benchmarks/subzero_bench (docs: " + DOC + ")"
     imports = [e for e in src.external_edges if e.target == "subzero_bench"]
-    bad = [str(e) for e in imports if (e.source, e.kind) != ("cli.bench", "lazy")]
+    bad = [str(e) for e in imports if (e.source, e.kind) != ("tools.cli.bench", "lazy")]
     assert not bad, _fail("subzero imports nothing from the benchmarks (subzero_bench); only `subzero bench` "
-                          "(cli/bench.py) imports them, inside its command", "Packages and modules", sorted(bad))
-    assert imports, "cli/bench.py no longer imports subzero_bench: update this test and the page"
+                          "(tools/cli/bench.py) imports them, inside its command", "Packages and modules",
+                          sorted(bad))
+    assert imports, "tools/cli/bench.py no longer imports subzero_bench: update this test and the page"
 
 
 @pytest.mark.parametrize("package", sorted(HEAVY_HOMES))
@@ -454,9 +469,11 @@ def test_the_page_names_every_module_and_package():
     for path in sorted(PACKAGE.glob("*.py")):
         if path.stem != "__init__" and f"`{path.stem}`" not in text and f"`{path.stem}.py" not in text:
             missing.append(f"subzero/{path.name}")
-    for folder in ("store", "cli"):
+    # store and cli modules by their folder (`store/shards`, `cli/run`), the tools' own by name
+    for folder, named in (("store", "store/"), ("tools/cli", "cli/"), ("tools", "")):
         for path in sorted(PACKAGE.glob(f"{folder}/*.py")):
-            if path.stem != "__init__" and f"`{folder}/{path.stem}`" not in text and f"`{folder}/{path.stem}.py" not in text:
+            if path.stem != "__init__" and f"`{named}{path.stem}`" not in text and \
+                    f"`{named}{path.stem}.py" not in text:
                 missing.append(f"subzero/{folder}/{path.name}")
     for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
         if f"`{folder.name}/" not in text:

@@ -1,4 +1,4 @@
-"""``subzero catalog`` and ``subzero contaminate`` (subzero/cli/stats.py), through ``subzero.cli.main``."""
+"""``subzero catalog`` and ``subzero contaminate`` (subzero/cli/stats.py), through ``subzero.tools.cli.main``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from astropy.table import Table
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.cli import main
+from subzero.tools.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from subzero.inputs import header_to_text
-from subzero.view.app import create_app
+from subzero.tools.view.app import create_app
 
 from view_store import make_run
 
@@ -220,7 +220,7 @@ def test_empty_and_non_json_bodies(client):
 
 
 def test_values_are_rounded_and_exports_stay_exact(client, run):
-    from subzero.view.app import VALUE_DIGITS, readout
+    from subzero.tools.view.app import VALUE_DIGITS, readout
 
     exact = float(run.output("blur")[11, 9])
     got = client.get("/api/pixel/blur?row=11&col=9").json()

@@ -107,7 +107,7 @@ def node_list(run: "Run", sky: dict[str, bool] | None = None) -> list[dict[str, 
     """Every committed node, as ``GET /api/nodes`` lists it: ``name, operator, shape, dtype,
     strategies, inputs`` (the contract) plus ``kind`` (input/operator), ``display`` (see
     `display_kind`) and ``wcs`` (whether pixel positions have sky coordinates)."""
-    from subzero.describe import operator_name
+    from subzero.tools.describe import operator_name
 
     out = []
     for node in run.workflow.nodes:

@@ -62,7 +62,7 @@ def _table_format(path: str) -> str:
     suffix = Path(path).suffix.lower()
     if suffix not in TABLE_FORMATS:
         raise LineageError(f"--out {path!r}: give a file ending in {', '.join(TABLE_FORMATS)}")
-    from subzero.export import check_output
+    from subzero.tools.export import check_output
 
     check_output(path, tuple(TABLE_FORMATS), "--out")
     return TABLE_FORMATS[suffix]
@@ -72,7 +72,7 @@ def cmd_catalog(args) -> int:
     """``subzero catalog``: a per-object lineage table of a stored run; the exit status."""
     import numpy as np
 
-    from subzero.export import atomic_path
+    from subzero.tools.export import atomic_path
     from subzero.run import open_run
     from subzero.stats.spec import parse_flags, read_array_spec
 
@@ -101,7 +101,7 @@ def cmd_catalog(args) -> int:
 def _write_counts(path: Path, counts: np.ndarray, header, history: str) -> None:
     import numpy as np
 
-    from subzero.export import atomic_path
+    from subzero.tools.export import atomic_path
 
     if path.suffix.lower() == ".npy":
         with atomic_path(path) as tmp:
@@ -109,7 +109,7 @@ def _write_counts(path: Path, counts: np.ndarray, header, history: str) -> None:
         return
     from astropy.io import fits
 
-    from subzero.export import write_fits_mask
+    from subzero.tools.export import write_fits_mask
 
     write_fits_mask(path, counts > 0, header, history)  # the header handling, then the counts as data
     with fits.open(path) as hdus:
@@ -123,7 +123,7 @@ def cmd_contaminate(args) -> int:
     import numpy as np
 
     from subzero.inputs import node_fits_header
-    from subzero.export import MASK_SUFFIXES, PLOT_SUFFIXES, Panel, check_output, plot_panels, write_mask
+    from subzero.tools.export import MASK_SUFFIXES, PLOT_SUFFIXES, Panel, check_output, plot_panels, write_mask
     from subzero.run import open_run
     from subzero.stats import contamination_count, contamination_mask
     from subzero.stats.spec import parse_flags

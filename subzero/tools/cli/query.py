@@ -9,7 +9,7 @@ import logging
 import sys
 from typing import Any
 
-from subzero.cli.cells import add_cell_options, add_sky_cells, query_start
+from subzero.tools.cli.cells import add_cell_options, add_sky_cells, query_start
 from subzero.errors import LineageError
 from subzero.inputs import node_fits_header as _fits_header
 from subzero.modes import parse_node_strategies as _parse_strategies
@@ -24,7 +24,7 @@ def _check_outputs(args, run, mask_node: str, drawn: list[str]) -> None:
     and ``--regions`` are of ``mask_node``, ``--plot`` draws the 2-D ones of ``drawn``."""
     if not (args.mask or args.regions or args.plot):
         return  # nothing to write: no need for the export module (numpy.ma, astropy on demand)
-    from subzero.export import MASK_SUFFIXES, PLOT_SUFFIXES, REGION_SUFFIXES, check_output
+    from subzero.tools.export import MASK_SUFFIXES, PLOT_SUFFIXES, REGION_SUFFIXES, check_output
 
     if args.mask:
         check_output(args.mask, MASK_SUFFIXES, "--mask")
@@ -34,7 +34,7 @@ def _check_outputs(args, run, mask_node: str, drawn: list[str]) -> None:
             raise LineageError(f"--regions: node {mask_node!r} has shape {run.shape(mask_node)}; DS9 regions are for "
                                "2-D images (use --mask for other ranks)")
         if getattr(args, "regions_frame", "image") == "fk5":
-            from subzero.view.sky import node_wcs
+            from subzero.tools.view.sky import node_wcs
 
             if run.node(mask_node).name not in node_wcs(run):
                 raise LineageError(f"--regions-frame fk5: node {mask_node!r} has no WCS (not a FITS input with one, "
@@ -49,9 +49,9 @@ def _check_outputs(args, run, mask_node: str, drawn: list[str]) -> None:
 def _plot(args, run, ends: list[tuple[str, Any, str]]) -> None:
     """Draw ``(node, cells, title)`` panels side by side (cells: a mask or a `Frontier`);
     an end that is not 2-D is left out with a warning."""
-    from subzero.export import Panel, plot_panels
-    from subzero.view.lineage import display_kind
-    from subzero.view.sky import node_wcs
+    from subzero.tools.export import Panel, plot_panels
+    from subzero.tools.view.lineage import display_kind
+    from subzero.tools.view.sky import node_wcs
 
     panels = []
     grids = node_wcs(run)
@@ -69,15 +69,15 @@ def _write_files(args, run, node: str, mask, history: str, text: str) -> list[st
     """``--mask`` and ``--regions`` of ``mask`` (cells of ``node``); the paths written."""
     written = []
     if args.mask:
-        from subzero.export import write_mask
+        from subzero.tools.export import write_mask
 
         written.append(str(write_mask(args.mask, mask, _fits_header(run, node), history=history)))
     if args.regions:
-        from subzero.export import write_regions
+        from subzero.tools.export import write_regions
 
         wcs = None
         if getattr(args, "regions_frame", "image") == "fk5":  # `_check_outputs` made sure the node has one
-            from subzero.view.sky import node_wcs
+            from subzero.tools.view.sky import node_wcs
 
             wcs = node_wcs(run)[run.node(node).name]
         written.append(str(write_regions(args.regions, mask, text=text, wcs=wcs)))
@@ -104,7 +104,7 @@ def cmd_query(args) -> int:
     mask = answer.mask() if (args.mask or args.regions) else None
     shown = result
     if args.fits_coords:
-        from subzero.export import to_fits_coords
+        from subzero.tools.export import to_fits_coords
 
         shown = to_fits_coords(result)
     written = _write_files(args, run, args.to, mask,
@@ -140,7 +140,7 @@ def bbox_text(frontier, fits: bool) -> str:
 
 def cmd_brush(args) -> int:
     """``subzero brush``: linked brushing from a node's cells; the exit status."""
-    from subzero.brush import brush, brush_data, default_source
+    from subzero.tools.brush import brush, brush_data, default_source
 
     run, start, using = _open_traced(args)
     to = args.to or default_source(run, args.node)

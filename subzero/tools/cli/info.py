@@ -14,11 +14,11 @@ def cmd_explain(args) -> int:
 
     run = open_run(args.store, partial=True)  # a failed or running store: what it committed
     if args.json:
-        from subzero.describe import explain_data
+        from subzero.tools.describe import explain_data
 
         print(json.dumps(explain_data(run), indent=2))
         return 0
-    from subzero.explain import explain
+    from subzero.tools.explain import explain
 
     print(explain(run))
     return 0
@@ -26,7 +26,7 @@ def cmd_explain(args) -> int:
 
 def cmd_info(args) -> int:
     """``subzero info``: a store's summary; the exit status."""
-    from subzero.info import info_data, info_text
+    from subzero.tools.info import info_data, info_text
 
     data = info_data(args.store)
     print(json.dumps(data, indent=2) if args.json else info_text(data))

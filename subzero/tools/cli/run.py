@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from subzero.cli.common import check_store, run_with_progress, spark_session
+from subzero.tools.cli.common import check_store, run_with_progress, spark_session
 from subzero.errors import WorkflowError
 from subzero.modes import parse_node_strategies as _parse_strategies
 
@@ -140,7 +140,7 @@ def _committed_text(store: str) -> str:
     if retry.gave_up() not in (None, "the run was interrupted"):  # the service fails: reading it would wait again
         return failing
     try:
-        from subzero.info import info_data
+        from subzero.tools.info import info_data
 
         data = info_data(store)
     except StorageUnavailable:

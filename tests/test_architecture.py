@@ -46,7 +46,7 @@ HEAVY_HOMES = {
     "rtree": {"spatial_index"},
     "cloudpickle": {"pickling"},
     "fsspec": {"store.location"},
-    "zarr": {"store.arrays", "inputs"},  # inputs: a user's .zarr file
+    "zarr": {"store.arrays", "input_files"},  # a user's .zarr input file
 }
 
 #: modules that assign ``op.output_shape`` / ``op.input_shapes``: only `Operator.bound`, which
@@ -278,7 +278,7 @@ def test_from_package_import_name_resolves_submodules():
     assert [(m, lvl, n, k) for m, lvl, n, _, k in walker.found] == [
         ("subzero", 0, ("operators",), "top"), ("", 1, ("codec",), "top"), ("subzero.store.shards", 0, None, "lazy")]
     src = source()
-    assert ("tools.cli.demo", "store.lock") in {(e.source, e.target) for e in src.edges}  # from subzero.store.lock import ...
+    assert ("tools.cli.demo", "store.lock") in {(e.source, e.target) for e in src.edges}  # from ... import
 
 
 # -- cycles --------------------------------------------------------------------------------------
@@ -457,6 +457,29 @@ def test_no_new_output_shape_mutation_sites():
     gone = SHAPE_MUTATORS - mutators
     assert not gone, (f"{sorted(gone)} no longer assign operator shapes: remove them from SHAPE_MUTATORS in "
                       f"{Path(__file__).name} and from \"Known debts\" in {DOC}")
+
+
+#: modules that still compare a direction with its name ("backward"): the driver's and the query's
+#: files, being rewritten as this is pinned, and the viewer's check of a request's raw JSON
+STRING_DIRECTIONS = {"query", "runtime", "tools.view.app"}
+
+
+def test_directions_are_compared_as_the_enum():
+    """A direction is a `modes.Direction`, parsed once where a name enters: code compares it
+    with ``Direction.BACKWARD``, never with the string ``"backward"``."""
+    import re
+
+    pattern = re.compile(r"""[!=]=\s*["'](backward|forward)["']|["'](backward|forward)["']\s*[!=]=""")
+    found: dict[str, list[int]] = {}
+    for name, path in source().modules.items():
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line.split("#")[0]) and ">>>" not in line and "``" not in line:
+                found.setdefault(name, []).append(number)
+    new = {m: lines for m, lines in found.items() if m not in STRING_DIRECTIONS}
+    assert not new, (f"directions compared with strings at {new}: compare with modes.Direction (parse the name "
+                     "once, with Direction.parse, where it enters)")
+    gone = STRING_DIRECTIONS - set(found)
+    assert not gone, f"{sorted(gone)} compare directions as the enum now: remove them from STRING_DIRECTIONS"
 
 
 # -- the page itself -------------------------------------------------------------------------------

@@ -416,7 +416,8 @@ def test_a_local_run_and_a_query_import_no_plotting_astronomy_or_spark(tmp_path)
     heavy = "('scipy', 'pyspark', 'matplotlib', 'astropy', 'regions', 'rich')"  # zarr: the store's arrays
     for code in (f"main(['run', {str(script)!r}, '--store', {str(tmp_path / 's')!r}, '--executor', 'local', '-q'])",
                  f"main(['query', {str(tmp_path / 's')!r}, 'backward', 't', '--to', 'x', '--cells', '1,1'])"):
-        done = subprocess.run([sys.executable, "-c", f"import sys\nfrom subzero.tools.cli import main\nassert {code} == 0\n"
+        done = subprocess.run([sys.executable, "-c",
+                               f"import sys\nfrom subzero.tools.cli import main\nassert {code} == 0\n"
                                f"print([m for m in sys.modules if m.split('.')[0] in {heavy}])\n"],
                               capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
         assert done.returncode == 0, done.stderr
@@ -492,8 +493,8 @@ def test_a_fits_mask_carries_the_header_kept_with_the_node(tmp_path):
     from types import SimpleNamespace
 
     from subzero.tools.export import write_mask
-    from subzero.inputs import header_to_text
-    from subzero.inputs import node_fits_header as _fits_header
+    from subzero.input_files import header_to_text
+    from subzero.input_files import node_fits_header as _fits_header
 
     header = fits.Header({"OBJECT": "M31", "CTYPE1": "RA---TAN", "CRPIX1": 3.0})
     records = {"raw": SimpleNamespace(metadata={"fits_header": header_to_text(header)}),
@@ -533,7 +534,8 @@ def test_docstring_examples():
 
     import subzero.tools.cli
 
-    names = ["subzero.tools.cli"] + [f"subzero.tools.cli.{m.name}" for m in pkgutil.iter_modules(subzero.tools.cli.__path__)]
+    names = ["subzero.tools.cli"] + [f"subzero.tools.cli.{m.name}"
+                                     for m in pkgutil.iter_modules(subzero.tools.cli.__path__)]
     assert {"subzero.tools.cli.cells", "subzero.tools.cli.query", "subzero.tools.cli.common"} <= set(names)
     attempted = 0
     for name in names:

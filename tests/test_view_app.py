@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from subzero.inputs import header_to_text
+from subzero.input_files import header_to_text
 from subzero.tools.view.app import create_app
 
 from view_store import make_run

@@ -3,7 +3,7 @@
 Results go to stdout; progress and diagnostics (`logging`, ``-v``/``-q``) to stderr.
 Errors a user can fix print one line on stderr and exit with code 2, having written nothing
 (`subzero.tools.cli.common.dispatch`).  One module per command or small family (``run``, ``query``
-with ``brush``, ``replay``, ``demo``, ``info`` with ``explain``, ``stats``: ``catalog`` and
+with ``brush``, ``replay``, ``demo``, ``info`` with ``explain``, ``stats``: ``table`` and
 ``contaminate``, ``view``, ``bench``), each giving ``add_parser(sub, common)`` and its ``cmd_*``;
 `build_parser` assembles them.  Imports are deferred to the command that needs them, so a
 query starts fast.

@@ -10,8 +10,10 @@ import sys
 from typing import Any
 
 from subzero.tools.cli.cells import add_cell_options, add_sky_cells, query_start
+from subzero.tools.cli.common import store_command
 from subzero.errors import LineageError
-from subzero.inputs import node_fits_header as _fits_header
+from subzero.input_files import node_fits_header as _fits_header
+from subzero.modes import Direction
 from subzero.modes import parse_node_strategies as _parse_strategies
 
 __all__ = ["add_parser", "cmd_query", "cmd_brush", "bbox_text"]
@@ -98,7 +100,7 @@ def cmd_query(args) -> int:
     """``subzero query``: trace cells backward or forward and print or write them; the exit status."""
     run, start, using = _open_traced(args)
     _check_outputs(args, run, args.to, [args.node, args.to])
-    query = run.backward if args.direction == "backward" else run.forward
+    query = run.backward if Direction.parse(args.direction) is Direction.BACKWARD else run.forward
     answer = query(args.node, to=args.to, using=using, as_="frontier", **start)
     result = answer.coords()  # the answer's cells; a mask of the array only for the files that need one
     mask = answer.mask() if (args.mask or args.regions) else None
@@ -190,20 +192,18 @@ def _add_answer_options(parser, func, traced: str, json_help: str, plot_help: st
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
     """``subzero query`` and ``subzero brush``."""
-    query = sub.add_parser("query", parents=[common], help="backward or forward lineage of cells of a stored run")
-    query.add_argument("store")
+    query = store_command(sub, common, "query", cmd_query, help="backward or forward lineage of cells of a stored run")
     query.add_argument("direction", choices=["backward", "forward"])
     query.add_argument("node", help="the node the cells belong to")
     query.add_argument("--to", required=True, help="the node to trace to")
     _add_answer_options(query, cmd_query, "traced cells", "print JSON instead of one cell per line",
                         "draw the traced cells over the arrays (PNG, PDF, SVG)")
 
-    brush = sub.add_parser("brush", parents=[common],
-                           help="linked brushing: cells of a node back to an input and forward to every output",
-                           description="Trace the brushed cells of NODE back to an input (--to; default: NODE's only "
-                                       "input) and those input cells forward to every output of the workflow, in "
-                                       "one call (Smoke's linked brushing).")
-    brush.add_argument("store")
+    brush = store_command(sub, common, "brush", cmd_brush,
+                          help="linked brushing: cells of a node back to an input and forward to every output",
+                          description="Trace the brushed cells of NODE back to an input (--to; default: NODE's only "
+                                      "input) and those input cells forward to every output of the workflow, in "
+                                      "one call (Smoke's linked brushing).")
     brush.add_argument("node", help="the node the brushed cells belong to")
     brush.add_argument("--to", help="the input to trace back to (default: the node's only input)")
     brush.add_argument("--outputs", action="append", metavar="NODE[,NODE]",

@@ -21,7 +21,7 @@ def _replay_patches(args, run) -> list:
     """The `subzero.replay.Patch` es of ``subzero replay``'s flags, every file read and every
     cell checked before anything is written."""
     from subzero.tools.brush import default_source
-    from subzero.inputs import parse_assignments, read_input
+    from subzero.input_files import parse_assignments, read_input
     from subzero.replay import Patch
 
     files = parse_assignments(args.input, "--input", "NAME=PATH")

@@ -22,7 +22,7 @@ def _load_workflow(ref: str, files: dict[str, Any], params: dict[str, str], quic
     ``@sz.workflow`` functions (``choice``: which one, ``--workflow NAME``)."""
     import importlib
 
-    from subzero.inputs import call_build
+    from subzero.input_files import call_build
     from subzero.workflows import BUILTIN
 
     if ref in BUILTIN:
@@ -99,7 +99,7 @@ def _check_workload(path: str | None, workload: Any, wf, inputs: dict) -> None:
 
 def cmd_run(args) -> int:
     """``subzero run``: run a workflow into a store; the exit status."""
-    from subzero.inputs import check_bound, parse_assignments, read_inputs
+    from subzero.input_files import check_bound, parse_assignments, read_inputs
 
     files = parse_assignments(args.input, "--input", "NAME=PATH")
     params = parse_assignments(args.param, "--param", "KEY=VALUE")
@@ -110,7 +110,7 @@ def cmd_run(args) -> int:
     wf, inputs = _load_workflow(args.workflow, arrays, params, args.quick, args.workflow_name)
     check_bound(wf, inputs, files)
     _check_workload(args.workload, workload, wf, inputs)
-    from subzero.inputs import header_to_text
+    from subzero.input_files import header_to_text
 
     metadata = {name: {"fits_header": header_to_text(h)} for name, h in headers.items() if name in inputs}
     spark = spark_session(args)

@@ -410,7 +410,7 @@ def _export_file(viewer: Viewer, req, target: str, fmt: str) -> tuple[bytes, str
         if fmt in ("npy", "fits"):
             header = None
             if fmt == "fits":
-                from subzero.inputs import header_from_text
+                from subzero.input_files import header_from_text
 
                 text = run.catalog.node(target).metadata.get("fits_header")
                 header = header_from_text(text) if text else None

@@ -53,6 +53,12 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
 def __getattr__(name: str) -> Any:
     if name in ("operators", "ndimage", "config"):
         return importlib.import_module(f"subzero.{name}")
+    if name == "inputs":  # deprecated: the older name of `subzero.input_files`
+        import warnings
+
+        warnings.warn("subzero.inputs is now subzero.input_files (reading input files): use that name",
+                      DeprecationWarning, stacklevel=2)
+        return importlib.import_module("subzero.input_files")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'subzero' has no attribute {name!r}")

@@ -14,6 +14,6 @@ import sys
 if __name__ == "__main__":
     _cwd = os.path.realpath(os.getcwd())
     sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != _cwd]
-    from subzero.cli import main
+    from subzero.tools.cli import main
 
     sys.exit(main())

@@ -21,8 +21,8 @@ from typing import Any
 from subzero.errors import StoreError
 from subzero.modes import Strategy
 
-__all__ = ["FORMAT", "READ_FORMATS", "FileRecord", "ShardRecord", "Manifest", "ArrayRecord", "NodeStats", "NodeRecord",
-           "PendingNode", "RunRecord"]
+__all__ = ["FORMAT", "READ_FORMATS", "FileRecord", "ShardRecord", "Manifest", "ArrayRecord", "NodeMetrics", "NodeStats",
+           "NodeRecord", "PendingNode", "RunRecord"]
 
 #: version of the store layout and of these records (1: .npy arrays and one LMDB environment;
 #: 2: Zarr arrays and per-tile shards; 3: the catalog, manifests and operators checksummed, and
@@ -186,8 +186,9 @@ class PendingNode:
 
 
 @dataclass(frozen=True)
-class NodeStats:
-    """What a node's run measured, summed over its tiles (from the tasks' metadata)."""
+class NodeMetrics:
+    """What a node's run measured, summed over its tiles (from the tasks' metadata): times,
+    bytes, keys and pair counts per strategy (``NodeRecord.stats`` in ``catalog.json``)."""
 
     tiles: int = 1
     wall_seconds: float = 0.0
@@ -207,11 +208,16 @@ class NodeStats:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "NodeStats":
+    def from_dict(cls, data: dict[str, Any]) -> "NodeMetrics":
         """The record `to_dict` wrote (unknown keys ignored)."""
         data = dict(data)
         data["pairs"] = {k: tuple(int(x) for x in v) for k, v in data.get("pairs", {}).items()}
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+#: the older name of `NodeMetrics` ("stats" names the lineage statistics of `subzero.stats`); kept
+#: while the driver and `stage` import it by that name
+NodeStats = NodeMetrics
 
 
 @dataclass(frozen=True)
@@ -223,7 +229,7 @@ class NodeRecord:
     array: ArrayRecord
     strategies: tuple[str, ...] = ()
     reason: str = ""
-    stats: NodeStats | None = None
+    stats: NodeMetrics | None = None
     dropped: dict[str, str] = field(default_factory=dict)
     predicted: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] | None = None
@@ -259,7 +265,7 @@ class NodeRecord:
         return cls(
             name=str(data["name"]), kind=str(data["kind"]), array=ArrayRecord.from_dict(data["array"]),
             strategies=tuple(data.get("strategies", ())), reason=str(data.get("reason", "")),
-            stats=NodeStats.from_dict(data["stats"]) if data.get("stats") else None,
+            stats=NodeMetrics.from_dict(data["stats"]) if data.get("stats") else None,
             dropped=dict(data.get("dropped") or {}), predicted=dict(data.get("predicted") or {}),
             profile=data.get("profile"), pruned=dict(data.get("pruned") or {}),
             compute_seconds=data.get("compute_seconds"),

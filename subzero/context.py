@@ -10,12 +10,15 @@ two frames are the same.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from subzero.cells import to_ids
 from subzero.errors import LineageError
+from subzero.modes import Mode
 from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
 from subzero.tiling import Box
 
@@ -35,9 +38,9 @@ class Context:
         The box of each input handed to ``run``, in global coordinates.
     """
 
-    def __init__(self, op_name: str, modes, tile_box: Box, input_boxes: tuple[Box, ...],
+    def __init__(self, op_name: str, modes: Iterable[Mode], tile_box: Box, input_boxes: tuple[Box, ...],
                  input_shapes: tuple[tuple[int, ...], ...], output_shape: tuple[int, ...] | None,
-                 reader=None):
+                 reader: Callable[[int, Box], np.ndarray] | None = None):
         self.op_name = op_name
         self._reader = reader
         self.modes = frozenset(modes)
@@ -61,7 +64,7 @@ class Context:
             raise LineageError(f"{self.op_name}: read_input is not available here (no stored inputs)")
         return self._reader(i, tuple((int(lo), int(hi)) for lo, hi in box))
 
-    def lwrite(self, outcells, *incells, payload=None, in_global: bool = False) -> None:
+    def lwrite(self, outcells: ArrayLike, *incells: ArrayLike, payload: Any = None, in_global: bool = False) -> None:
         """Record one region pair: every cell of ``outcells`` depends on every cell of each
         ``incells[i]`` (or on what ``map_p`` computes from ``payload``).
 
@@ -87,7 +90,8 @@ class Context:
         ins = [self._coords(c, i, f"incells[{i}]", in_global) for i, c in enumerate(incells)]
         self._full.append((out, np.zeros(len(out), np.int64), ins, [np.zeros(len(c), np.int64) for c in ins]))
 
-    def lwrite_many(self, outcells, *incells, out_pair, in_pair=None, payload=None, in_global: bool = False) -> None:
+    def lwrite_many(self, outcells: ArrayLike, *incells: ArrayLike, out_pair: ArrayLike,
+                    in_pair: Sequence[ArrayLike] | None = None, payload: Any = None, in_global: bool = False) -> None:
         """Record many region pairs at once: pair ``p`` is the out cells with
         ``out_pair == p`` and, per input ``i``, the cells with ``in_pair[i] == p``.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -230,9 +231,10 @@ class Workflow:
         return graph
 
     # -- running --------------------------------------------------------------------------
-    def run(self, inputs: dict[str, Any], store, strategies=None, max_disk=None, max_runtime=None,
-            workload=None, executor: str = "spark", spark=None, tile_shape=None, overwrite: bool = False,
-            resume: bool = False, progress=None, input_metadata: dict | None = None,
+    def run(self, inputs: dict[str, Any], store: "str | os.PathLike[str]", strategies: dict | None = None,
+            max_disk: float | None = None, max_runtime: float | None = None, workload: Any = None,
+            executor: str = "spark", spark: Any = None, tile_shape: int | tuple[int, ...] | None = None,
+            overwrite: bool = False, resume: bool = False, progress: Any = None, input_metadata: dict | None = None,
             storage_options: dict | None = None) -> Any:
         """Execute the workflow, record lineage, and return the `Run` to query.
 

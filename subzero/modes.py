@@ -92,7 +92,11 @@ class Strategy:
     """
 
     base: str
-    direction: str = "backward"
+    direction: Direction = Direction.BACKWARD
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.direction, Direction):  # Strategy("FullOne", "forward"): the name, parsed once
+            object.__setattr__(self, "direction", Direction.parse(self.direction))
 
     @classmethod
     def parse(cls, name: "str | Strategy") -> "Strategy":
@@ -109,21 +113,21 @@ class Strategy:
                 f"unknown strategy {name!r}; expected one of {', '.join(STRATEGY_NAMES)}, "
                 "optionally suffixed '/backward' or '/forward'"
             )
-        direction = direction or "backward"
-        if direction not in DIRECTIONS:
+        if (direction or "backward") not in DIRECTIONS:
             raise WorkflowError(
                 f"unknown direction {direction!r} in strategy {name!r}; use '/backward' or '/forward'"
             )
+        keyed = Direction(direction or "backward")
         mode = _BASES[base][0]
         if mode in (Mode.MAP, Mode.BLACKBOX) or _BASES[base][1] == "Range":
-            direction = "backward"  # nothing is keyed: nothing stored, or both directions indexed
-        elif mode in (Mode.PAY, Mode.COMP) and direction == "forward":
+            keyed = Direction.BACKWARD  # nothing is keyed: nothing stored, or both directions indexed
+        elif mode in (Mode.PAY, Mode.COMP) and keyed is Direction.FORWARD:
             raise WorkflowError(
                 f"strategy {name!r} is impossible: payload lineage stores no input cells to key "
                 "on (SubZero V-A.3); forward queries over it iterate the pairs. "
                 f"Use '{base}/backward', or 'FullOne/forward' for an indexed forward strategy"
             )
-        return cls(base, direction)
+        return cls(base, keyed)
 
     @property
     def mode(self) -> Mode:

@@ -115,15 +115,20 @@ def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=
     return _stencil("uniform_filter", ops.UniformFilter(size, mode, cval), input)
 
 
+def _named(fn: Callable[..., Any], name: str, doc: str) -> Callable[..., Any]:
+    """``fn`` under scipy.ndimage's ``name``, with ``doc`` as its docstring (what a factory makes)."""
+    fn.__name__ = name
+    fn.__doc__ = doc
+    return fn
+
+
 def _rank(name: str, cls):
     def fn(input, size=None, footprint=None, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
         if not isinstance(input, SymbolicArray):
             return _scipy(name, input, size, footprint, output, mode, cval, origin, axes=axes)
         _check(name, output=output, origin=origin, axes=axes)
         return _stencil(name, cls(size, footprint, mode, cval), input, same_dtype=False)
-    fn.__name__ = name
-    fn.__doc__ = f"``scipy.ndimage.{name}``: lineage is the ``size`` box or the footprint."
-    return fn
+    return _named(fn, name, f"``scipy.ndimage.{name}``: lineage is the ``size`` box or the footprint.")
 
 
 median_filter = _rank("median_filter", ops.MedianFilter)
@@ -210,9 +215,8 @@ def _morphology(name: str, cls):
         _check_iterations(name, iterations)
         node = add_node(cls(structure, iterations, border_value), [input], name, dtype=np.dtype(bool))
         return node
-    fn.__name__ = name
-    fn.__doc__ = f"``scipy.ndimage.{name}`` (``iterations`` >= 1): lineage is the structure grown by the iterations."
-    return fn
+    return _named(fn, name, f"``scipy.ndimage.{name}`` (``iterations`` >= 1): lineage is the structure grown by "
+                            "the iterations.")
 
 
 binary_dilation = _morphology("binary_dilation", ops.BinaryDilation)
@@ -304,9 +308,7 @@ def _grey_pair(name: str, first, second):
         _check(name, output=output, origin=origin, axes=axes)
         inner = first(input, size, footprint, structure, mode=mode, cval=cval)
         return second(inner, size, footprint, structure, mode=mode, cval=cval)
-    fn.__name__ = name
-    fn.__doc__ = f"``scipy.ndimage.{name}`` (flat): {first.__name__} then {second.__name__}."
-    return fn
+    return _named(fn, name, f"``scipy.ndimage.{name}`` (flat): {first.__name__} then {second.__name__}.")
 
 
 grey_opening = _grey_pair("grey_opening", grey_erosion, grey_dilation)
@@ -355,9 +357,7 @@ def _weights_filter(name: str, cls):
             return _scipy(name, input, weights, axis, output, mode, cval, origin)
         _check(name, output=output, origin=origin)
         return _stencil(name, cls(weights, axis, mode, cval), input)
-    fn.__name__ = name
-    fn.__doc__ = f"``scipy.ndimage.{name}``: lineage is the weights' window along ``axis``."
-    return fn
+    return _named(fn, name, f"``scipy.ndimage.{name}``: lineage is the weights' window along ``axis``.")
 
 
 def _size_filter(name: str, cls, same_dtype: bool = True):
@@ -366,9 +366,7 @@ def _size_filter(name: str, cls, same_dtype: bool = True):
             return _scipy(name, input, size, axis, output, mode, cval, origin)
         _check(name, output=output, origin=origin)
         return _stencil(name, cls(size, axis, mode, cval), input, same_dtype=same_dtype)
-    fn.__name__ = name
-    fn.__doc__ = f"``scipy.ndimage.{name}``: lineage is ``size`` cells along ``axis``."
-    return fn
+    return _named(fn, name, f"``scipy.ndimage.{name}``: lineage is ``size`` cells along ``axis``.")
 
 
 convolve1d = _weights_filter("convolve1d", filters1d.Convolve1D)

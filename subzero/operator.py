@@ -21,7 +21,7 @@ import numpy as np
 
 from subzero.errors import LineageError
 from subzero.modes import Mode
-from subzero.tiling import Tiling, Whole
+from subzero.tiling import Box, Tiling, Whole
 
 if TYPE_CHECKING:  # pragma: no cover
     from subzero.context import Context
@@ -138,7 +138,7 @@ class Operator:
         """True when the operator overrides `prepare` (it runs in two passes)."""
         return type(self).prepare is not Operator.prepare
 
-    def lineage_box(self, out_box, i: int):
+    def lineage_box(self, out_box: Box, i: int) -> Box:
         """The box of input ``i`` holding the lineage of the cells of ``out_box`` (default: the
         box the tiling reads).  An operator that reads beyond its tile (``ctx.read_input``) says
         how far; queries use it to find the tiles an input cell may reach."""
@@ -157,7 +157,8 @@ class Operator:
         """Input-``i`` coordinates the output ``cells`` (sharing ``payload``) depend on."""
         raise NotImplementedError(f"{type(self).__name__} has no payload function map_p")
 
-    def map_p_envelope(self, payloads: "list[bytes]", i: int, cells=None) -> tuple[np.ndarray, np.ndarray]:
+    def map_p_envelope(self, payloads: "list[bytes]", i: int,
+                       cells: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The bounding box of each payload's input-``i`` lineage (for an index over payloads).
 
         Parameters

@@ -42,13 +42,16 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from subzero.errors import LineageError, WorkflowError
 from subzero.operator import Operator
 from subzero.dag import Workflow
+
+if TYPE_CHECKING:
+    from subzero.run import Run
 
 __all__ = ["KINDS", "Miss", "OracleReport", "check_operator", "check_workflow", "evaluate_operator",
            "evaluate_workflow", "perturbations"]
@@ -497,7 +500,7 @@ def _usings(using, node: str) -> list[dict | None]:
     return [{node: u} for u in using]
 
 
-def check_operator(op: Operator, inputs: Sequence[np.ndarray], *, tile_shape=None,
+def check_operator(op: Operator, inputs: Sequence[np.ndarray], *, tile_shape: int | tuple[int, ...] | None = None,
                    strategies: str | Sequence[str] | None = None, using: str | Sequence[str] | None = None,
                    kinds: Sequence[str] = KINDS, cells: int | dict | None = 256, backward: int = 64,
                    reference: Callable[..., np.ndarray] | None = None, seed: int = 0,
@@ -568,7 +571,7 @@ def check_operator(op: Operator, inputs: Sequence[np.ndarray], *, tile_shape=Non
                        _usings(using, "op"), backward, seed)
 
 
-def check_workflow(run, wf: Workflow, inputs: dict[str, np.ndarray], *, sources: Sequence[str] | None = None,
+def check_workflow(run: "Run", wf: Workflow, inputs: dict[str, np.ndarray], *, sources: Sequence[str] | None = None,
                    targets: Sequence[str] | None = None, kinds: Sequence[str] = KINDS,
                    cells: int | dict | None = 64, backward: int = 32, using: dict | None = None,
                    seed: int = 0) -> OracleReport:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from subzero.errors import WorkflowError
-from subzero.modes import Mode, Strategy
+from subzero.modes import Direction, Mode, Strategy
 from subzero.operator import Operator
 from subzero.dag import Node, Workflow
 
@@ -26,7 +26,7 @@ def supported_strategies(op: Operator) -> list[str]:
         if s.mode in modes:
             names.append(s.name)
             if s.mode is Mode.FULL and not s.both_directions:
-                names.append(Strategy(base, "forward").name)
+                names.append(Strategy(base, Direction.FORWARD).name)
     return names
 
 

@@ -336,7 +336,7 @@ class Run:
     # -- in a notebook --------------------------------------------------------------------
     def view(self, warm: bool = True) -> Any:
         """The viewer of this run inside a Jupyter notebook: the page of ``subzero view`` as a
-        widget (`subzero.view.widget.ViewerWidget`; needs ``anywidget``), with the brush
+        widget (`subzero.tools.view.widget.ViewerWidget`; needs ``anywidget``), with the brush
         readable (``w.selection``) and settable (``w.show(cells, node=...)``) from Python.
 
         Parameters
@@ -352,7 +352,7 @@ class Run:
         [[3, 4]]
         """
         try:
-            from subzero.view.widget import ViewerWidget
+            from subzero.tools.view.widget import ViewerWidget
         except ImportError as exc:
             raise WorkflowError(f"run.view() needs the notebook extra ({exc.name or exc} is missing): "
                                 "pip install 'subzero[notebook]'") from None

@@ -12,17 +12,31 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 __all__ = [
-    "Box", "Tile", "Tiling", "Whole", "Elementwise", "Halo", "Permuted", "Reduced",
+    "Box", "BoundShapes", "Tile", "Tiling", "Whole", "Elementwise", "Halo", "Permuted", "Reduced",
     "RowBlocks", "tile_grid", "tile_lens", "tile_of", "default_chunks", "target_tile_cells", "box_shape",
     "box_slices", "intersects", "full_box",
 ]
 
 Box = tuple[tuple[int, int], ...]
 Shape = tuple[int, ...]
+
+
+class BoundShapes(Protocol):
+    """What a tiling reads of the operator it tiles: the shapes the operator is bound to
+    (`subzero.Operator` is one)."""
+
+    @property
+    def output_shape(self) -> Any:
+        """The output's shape (None while only running tells it)."""
+
+    @property
+    def input_shapes(self) -> Any:
+        """Each input's shape."""
 
 
 def full_box(shape: Shape) -> Box:
@@ -59,15 +73,15 @@ class Tiling:
     """How an operator splits into tasks.  Subclasses override the two box maps."""
 
     #: output axes that may be split across tiles (None: every axis)
-    def split_axes(self, op) -> tuple[int, ...]:
+    def split_axes(self, op: BoundShapes) -> tuple[int, ...]:
         """The output axes that may be split across tiles."""
         return tuple(range(len(op.output_shape)))
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: BoundShapes, out_box: Box, i: int) -> Box:
         """The box of input ``i`` that computing output box ``out_box`` of ``op`` reads."""
         raise NotImplementedError
 
-    def result_box(self, op, out_box: Box, in_boxes: tuple[Box, ...]) -> Box:
+    def result_box(self, op: BoundShapes, out_box: Box, in_boxes: tuple[Box, ...]) -> Box:
         """The output box the array returned by ``run`` covers (default: the tile)."""
         return out_box
 
@@ -75,17 +89,17 @@ class Tiling:
 class Whole(Tiling):
     """One task on whole arrays: the default for operators that declare no tiling."""
 
-    def split_axes(self, op) -> tuple[int, ...]:
+    def split_axes(self, op: BoundShapes) -> tuple[int, ...]:
         return ()
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: BoundShapes, out_box: Box, i: int) -> Box:
         return full_box(op.input_shapes[i])
 
 
 class Elementwise(Tiling):
     """Output tile reads the same box of each input, with numpy broadcasting."""
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: BoundShapes, out_box: Box, i: int) -> Box:
         shape = op.input_shapes[i]
         tail = out_box[len(out_box) - len(shape):] if shape else ()
         return tuple((0, 1) if n == 1 else rng for n, rng in zip(shape, tail))
@@ -104,14 +118,14 @@ class Halo(Tiling):
     def _widths(self, ndim: int) -> tuple[int, ...]:
         return (self.width,) * ndim if isinstance(self.width, int) else tuple(self.width)
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: BoundShapes, out_box: Box, i: int) -> Box:
         shape = op.input_shapes[i]
         return tuple(
             (max(lo - w, 0), min(hi + w, n))
             for (lo, hi), w, n in zip(out_box, self._widths(len(shape)), shape)
         )
 
-    def result_box(self, op, out_box: Box, in_boxes: tuple[Box, ...]) -> Box:
+    def result_box(self, op: BoundShapes, out_box: Box, in_boxes: tuple[Box, ...]) -> Box:
         return in_boxes[0]
 
 
@@ -121,7 +135,7 @@ class Permuted(Tiling):
 
     axes: tuple[int, ...]
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: BoundShapes, out_box: Box, i: int) -> Box:
         box = [None] * len(self.axes)
         for k, a in enumerate(self.axes):
             box[a] = out_box[k]
@@ -134,7 +148,7 @@ class Reduced(Tiling):
 
     axis: int
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: BoundShapes, out_box: Box, i: int) -> Box:
         box = list(out_box)
         box.insert(self.axis, (0, op.input_shapes[i][self.axis]))
         return tuple(box)
@@ -143,10 +157,10 @@ class Reduced(Tiling):
 class RowBlocks(Tiling):
     """Matrix product: an output row block reads the same rows of input 0, all of input 1."""
 
-    def split_axes(self, op) -> tuple[int, ...]:
+    def split_axes(self, op: BoundShapes) -> tuple[int, ...]:
         return (0,)
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: BoundShapes, out_box: Box, i: int) -> Box:
         if i == 0:
             return (out_box[0], (0, op.input_shapes[0][1]))
         return full_box(op.input_shapes[1])

@@ -44,7 +44,7 @@ import itertools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,6 +54,9 @@ from subzero.udf_operators import (
     UdfBlackBox, UdfElementwise, UdfLines, UdfMapped, UdfOperator, UdfPattern, UdfReduce, UdfWindow,
     suggest_pattern,
 )
+
+if TYPE_CHECKING:
+    from subzero.oracle import OracleReport
 
 __all__ = ["udf", "Udf", "Window", "Lines", "Reduce", "check_lineage", "infer_lineage", "UdfWindow", "UdfLines",
            "UdfReduce", "UdfBlackBox", "UdfMapped", "UdfElementwise", "MAX_INFERRED_RADIUS"]
@@ -329,7 +332,7 @@ class Udf:
 
 def udf(fn: Callable | None = None, *, lineage: Any = None, map_b: Callable | None = None,
         map_f: Callable | None = None, shape: Sequence[Any] | None = None, sample: Sequence | None = None,
-        name: str | None = None):
+        name: str | None = None) -> "Udf | Callable[[Callable], Udf]":
     """Wrap ``fn`` with declared lineage; a decorator (``@sz.udf(lineage=...)``) or a call
     (``sz.udf(fn, lineage=...)``).  See the module docstring.
 
@@ -435,7 +438,8 @@ def _site_of(u: Udf, samples: Sequence[Any], kwargs: dict | None) -> tuple[_Site
     return _Site(call, tuple(a.shape for a in arrays), tuple(a.dtype for a in arrays), scalars), arrays
 
 
-def check_lineage(u: Udf, *samples: Any, cells: int = 64, seed: int = 0, kwargs: dict | None = None):
+def check_lineage(u: Udf, *samples: Any, cells: int = 64, seed: int = 0,
+                  kwargs: dict | None = None) -> "OracleReport | tuple[OracleReport, ...]":
     """Run the perturbation oracle (`subzero.oracle.check_operator`) on ``u`` over ``samples``
     (one per input, in call order; ``kwargs``: the call's keyword arguments, arrays among
     them being inputs after the positional ones).
@@ -456,7 +460,7 @@ def check_lineage(u: Udf, *samples: Any, cells: int = 64, seed: int = 0, kwargs:
     return tuple(reports) if outputs is not None or len(reports) > 1 else reports[0]
 
 
-def infer_lineage(u: Udf, *samples: Any, cells: int = 48, seed: int = 0, kwargs: dict | None = None):
+def infer_lineage(u: Udf, *samples: Any, cells: int = 48, seed: int = 0, kwargs: dict | None = None) -> Any:
     """Find the smallest pattern of the family that explains every perturbation of ``samples``
     (a tuple of patterns for a function returning several arrays); store it on ``u``
     (``u.inferred``) and return it.  Raises `subzero.WorkflowError` when none fits, or when

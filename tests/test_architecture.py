@@ -32,7 +32,7 @@ ALLOWED_CYCLES: set[frozenset[str]] = set()
 #: function (lazy), and left out of the cycle check: `Workflow.run` imports the driver when
 #: called (as dask's ``compute`` imports its scheduler), so the workflow stays a plain DAG;
 #: `Run.view` imports the notebook widget when called, so a run loads no front end
-UPWARD_LAZY_EDGES: set[tuple[str, str]] = {("dag", "execution"), ("run", "view.widget")}
+UPWARD_LAZY_EDGES: set[tuple[str, str]] = {("dag", "execution"), ("run", "tools.view.widget")}
 
 #: the bottom layer: may import each other only
 FOUNDATIONS = {"errors", "tiling", "cells", "boxes", "pairs", "frontier", "modes", "catalog", "spatial_index",
@@ -47,7 +47,7 @@ HEAVY_HOMES = {
     "rtree": {"spatial_index"},
     "cloudpickle": {"pickling"},
     "fsspec": {"store.location"},
-    "zarr": {"store.arrays", "inputs"},  # inputs: a user's .zarr file
+    "zarr": {"store.arrays", "input_files"},  # a user's .zarr input file
 }
 
 #: modules that assign ``op.output_shape`` / ``op.input_shapes``: only `Operator.bound`, which
@@ -267,8 +267,8 @@ def test_the_walk_sees_every_kind_of_import():
     assert kinds[("subzero", "run")] == "type"  # under TYPE_CHECKING
     assert ("encoders", "encoders.full_one") in kinds  # relative to absolute, package __init__
     assert ("store", "store.file_store") in kinds
-    assert ("cli", "subzero") in kinds  # `from subzero import __version__`
-    assert kinds[("cli", "cli.run")] == "top"  # `from subzero.cli import run`: the package's own module
+    assert ("tools.cli", "subzero") in kinds  # `from subzero import __version__`
+    assert kinds[("tools.cli", "tools.cli.run")] == "top"  # `from subzero.tools.cli import run`: its own module
     assert "pyspark" in src.external and "numpy" in src.external
 
 
@@ -279,7 +279,7 @@ def test_from_package_import_name_resolves_submodules():
     assert [(m, lvl, n, k) for m, lvl, n, _, k in walker.found] == [
         ("subzero", 0, ("operators",), "top"), ("", 1, ("codec",), "top"), ("subzero.store.shards", 0, None, "lazy")]
     src = source()
-    assert ("cli.demo", "store.lock") in {(e.source, e.target) for e in src.edges}  # from subzero.store.lock import ...
+    assert ("tools.cli.demo", "store.lock") in {(e.source, e.target) for e in src.edges}  # from ... import
 
 
 # -- cycles --------------------------------------------------------------------------------------
@@ -357,7 +357,7 @@ def test_the_model_imports_only_the_foundations():
 
 def test_optimizer_imports_no_driver_query_store_or_cli():
     src = source()
-    forbidden = _in("execution", "run", "query", "replay", "cli", "executors.spark", "store", "workflows")
+    forbidden = _in("execution", "run", "query", "replay", "tools", "executors.spark", "store", "workflows")
     _check_allowed(src, _under("optimizer", src), lambda m: not forbidden(m), set(),
                    "the optimizer (optimizer/*) never imports the driver (execution), run, query, replay, "
                    "spark, the store or the CLI")
@@ -365,7 +365,7 @@ def test_optimizer_imports_no_driver_query_store_or_cli():
 
 def test_query_reads_runs_through_its_protocol():
     src = source()
-    forbidden = _in("run", "execution", "replay", "cli", "store", "executors.spark")
+    forbidden = _in("run", "execution", "replay", "tools", "store", "executors.spark")
     _check_allowed(src, ["query"], lambda m: not forbidden(m) or m == "store.roles", set(),
                    "query imports neither run, execution nor the store: it reads a run through the "
                    "store's LineageReader role (store.roles, interfaces only)")
@@ -373,7 +373,7 @@ def test_query_reads_runs_through_its_protocol():
 
 def test_runtime_and_the_executors_never_import_the_driver_or_queries():
     src = source()
-    forbidden = _in("execution", "run", "query", "replay", "cli", "dag", "planning", "optimizer")
+    forbidden = _in("execution", "run", "query", "replay", "tools", "dag", "planning", "optimizer")
     _check_allowed(src, ["runtime", *_under("executors", src)], lambda m: not forbidden(m), set(),
                    "the task side (runtime, executors/*) never imports the driver, queries, the workflow or the "
                    "optimizer")
@@ -396,18 +396,33 @@ def test_upward_imports_are_the_pinned_lazy_ones():
                             "one would load the driver with the workflow", "Packages and modules", eager)
 
 
+def test_the_core_imports_no_tool():
+    """The tools (tools/*: the command line, the viewer, info, explain, describe, brush, export)
+    sit on top of the core: nothing below imports them but ``python -m subzero`` and the two
+    deprecated aliases of their old paths (``subzero.cli``, ``subzero.brush``)."""
+    src = source()
+    ok = _in("tools", "__main__", "cli", "brush")
+    bad = [str(e) for e in src.edges if _in("tools")(e.target) and not ok(e.source)
+           and (e.source, e.target) not in UPWARD_LAZY_EDGES]  # Run.view's lazy import of the widget
+    assert not bad, _fail("the core imports nothing of tools/* (the command line, the viewer, the reports)",
+                          "Packages and modules", sorted(bad))
+    aliases = {m: src.targets(m) for m in ("cli", "brush")}
+    assert aliases == {"cli": {"tools.cli"}, "brush": {"tools.brush"}}, \
+        f"the deprecated aliases subzero.cli and subzero.brush only re-export their new homes: {aliases}"
+
+
 def test_only_the_front_ends_import_the_cli_and_workflows():
     src = source()
     bad = []
     for target in src.modules:
-        if _in("cli")(target):
-            ok = _in("cli", "__main__")
+        if _in("tools.cli")(target):
+            ok = _in("tools.cli", "__main__", "cli")
         elif _in("workflows")(target):
-            ok = _in("workflows", "cli")
+            ok = _in("workflows", "tools.cli")
         else:
             continue
         bad += [str(e) for e in src.edges if e.target == target and not ok(e.source)]
-    assert not bad, _fail("only the front ends (cli/*, workflows/*) import cli/* and workflows/*",
+    assert not bad, _fail("only the front ends (tools/cli/*, workflows/*) import tools/cli/* and workflows/*",
                           "Packages and modules", sorted(bad))
 
 
@@ -418,10 +433,11 @@ def test_subzero_imports_no_benchmark_code_but_its_bench_command_lazily():
     assert "bench" not in src.modules and not any(m.startswith("bench.") for m in src.modules), \
         "subzero/bench/ is back: benchmark code lives in benchmarks/subzero_bench (docs: " + DOC + ")"
     imports = [e for e in src.external_edges if e.target == "subzero_bench"]
-    bad = [str(e) for e in imports if (e.source, e.kind) != ("cli.bench", "lazy")]
+    bad = [str(e) for e in imports if (e.source, e.kind) != ("tools.cli.bench", "lazy")]
     assert not bad, _fail("subzero imports nothing from the benchmarks (subzero_bench); only `subzero bench` "
-                          "(cli/bench.py) imports them, inside its command", "Packages and modules", sorted(bad))
-    assert imports, "cli/bench.py no longer imports subzero_bench: update this test and the page"
+                          "(tools/cli/bench.py) imports them, inside its command", "Packages and modules",
+                          sorted(bad))
+    assert imports, "tools/cli/bench.py no longer imports subzero_bench: update this test and the page"
 
 
 @pytest.mark.parametrize("package", sorted(HEAVY_HOMES))
@@ -445,6 +461,29 @@ def test_no_new_output_shape_mutation_sites():
                       f"{Path(__file__).name} and from \"Known debts\" in {DOC}")
 
 
+#: modules that still compare a direction with its name ("backward"): the driver's and the query's
+#: files, being rewritten as this is pinned, and the viewer's check of a request's raw JSON
+STRING_DIRECTIONS = {"query", "runtime", "tools.view.app"}
+
+
+def test_directions_are_compared_as_the_enum():
+    """A direction is a `modes.Direction`, parsed once where a name enters: code compares it
+    with ``Direction.BACKWARD``, never with the string ``"backward"``."""
+    import re
+
+    pattern = re.compile(r"""[!=]=\s*["'](backward|forward)["']|["'](backward|forward)["']\s*[!=]=""")
+    found: dict[str, list[int]] = {}
+    for name, path in source().modules.items():
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line.split("#")[0]) and ">>>" not in line and "``" not in line:
+                found.setdefault(name, []).append(number)
+    new = {m: lines for m, lines in found.items() if m not in STRING_DIRECTIONS}
+    assert not new, (f"directions compared with strings at {new}: compare with modes.Direction (parse the name "
+                     "once, with Direction.parse, where it enters)")
+    gone = STRING_DIRECTIONS - set(found)
+    assert not gone, f"{sorted(gone)} compare directions as the enum now: remove them from STRING_DIRECTIONS"
+
+
 # -- the page itself -------------------------------------------------------------------------------
 
 def test_the_page_names_every_module_and_package():
@@ -455,9 +494,11 @@ def test_the_page_names_every_module_and_package():
     for path in sorted(PACKAGE.glob("*.py")):
         if path.stem != "__init__" and f"`{path.stem}`" not in text and f"`{path.stem}.py" not in text:
             missing.append(f"subzero/{path.name}")
-    for folder in ("store", "cli"):
+    # store and cli modules by their folder (`store/shards`, `cli/run`), the tools' own by name
+    for folder, named in (("store", "store/"), ("tools/cli", "cli/"), ("tools", "")):
         for path in sorted(PACKAGE.glob(f"{folder}/*.py")):
-            if path.stem != "__init__" and f"`{folder}/{path.stem}`" not in text and f"`{folder}/{path.stem}.py" not in text:
+            if path.stem != "__init__" and f"`{named}{path.stem}`" not in text and \
+                    f"`{named}{path.stem}.py" not in text:
                 missing.append(f"subzero/{folder}/{path.name}")
     for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
         if f"`{folder.name}/" not in text:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import subzero as sz
-from subzero.catalog import (FORMAT, ArrayRecord, FileRecord, Manifest, NodeRecord, NodeStats, PendingNode,
+from subzero.catalog import (FORMAT, ArrayRecord, FileRecord, Manifest, NodeRecord, NodeMetrics, PendingNode,
                              RunRecord, ShardRecord)
 from subzero.modes import Strategy
 from subzero.store import FileStore
@@ -41,8 +41,8 @@ manifests = st.builds(Manifest, node=names,
                                              max_size=3))
 array_records = st.builds(ArrayRecord, shapes, st.sampled_from(["float64", "int32", "bool", "complex64", "uint8"]),
                           shapes, counts)
-node_stats = st.builds(
-    NodeStats, tiles=st.integers(1, 10**4), wall_seconds=seconds, op_seconds=seconds, lineage_seconds=seconds,
+node_metrics = st.builds(
+    NodeMetrics, tiles=st.integers(1, 10**4), wall_seconds=seconds, op_seconds=seconds, lineage_seconds=seconds,
     write_seconds=seconds, bytes=st.dictionaries(strategy_names, counts, max_size=3),
     keys=st.dictionaries(strategy_names, counts, max_size=3),
     encode_seconds=st.dictionaries(strategy_names, seconds, max_size=3),
@@ -51,7 +51,7 @@ node_stats = st.builds(
 node_records = st.builds(
     NodeRecord, name=names, kind=st.sampled_from(["input", "operator"]), array=array_records,
     strategies=st.lists(strategy_names, max_size=3).map(tuple), reason=st.text(max_size=20),
-    stats=st.none() | node_stats, dropped=st.dictionaries(strategy_names, st.text(max_size=10), max_size=2),
+    stats=st.none() | node_metrics, dropped=st.dictionaries(strategy_names, st.text(max_size=10), max_size=2),
     predicted=json_dicts, profile=st.none() | json_dicts,
     pruned=st.dictionaries(strategy_names, st.text(max_size=10), max_size=2), compute_seconds=st.none() | seconds,
     tile_shape=st.none() | shapes, metadata=json_dicts)
@@ -75,8 +75,8 @@ def run_records(draw):
 
 
 RECORDS = [(FileRecord, file_records), (ShardRecord, shard_records), (Manifest, manifests),
-           (ArrayRecord, array_records), (NodeStats, node_stats), (NodeRecord, node_records), (PendingNode, pending_nodes),
-           (RunRecord, run_records())]
+           (ArrayRecord, array_records), (NodeMetrics, node_metrics), (NodeRecord, node_records),
+           (PendingNode, pending_nodes), (RunRecord, run_records())]
 
 
 # -- round trips ---------------------------------------------------------------------------------------------------

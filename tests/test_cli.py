@@ -15,7 +15,7 @@ import pytest
 
 import subzero as sz
 from doc_pages import block, commands, page
-from subzero.cli import main, parse_boxes, parse_cells
+from subzero.tools.cli import main, parse_boxes, parse_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 fits = pytest.importorskip("astropy.io.fits")
@@ -391,7 +391,7 @@ def test_quiet_and_verbose(tmp_path, capsys):
 
 
 def test_import_subzero_is_light():
-    code = ("import sys, subzero, subzero.cli\n"
+    code = ("import sys, subzero, subzero.tools.cli\n"
             "heavy = ('numpy', 'scipy', 'pyspark', 'matplotlib', 'astropy', 'regions', 'rich', 'zarr', 'lmdb')\n"
             "print([m for m in sys.modules if m.split('.')[0] in heavy or m.startswith('subzero.operators.')])\n"
             "from subzero.operators import Transpose\n"
@@ -416,7 +416,8 @@ def test_a_local_run_and_a_query_import_no_plotting_astronomy_or_spark(tmp_path)
     heavy = "('scipy', 'pyspark', 'matplotlib', 'astropy', 'regions', 'rich')"  # zarr: the store's arrays
     for code in (f"main(['run', {str(script)!r}, '--store', {str(tmp_path / 's')!r}, '--executor', 'local', '-q'])",
                  f"main(['query', {str(tmp_path / 's')!r}, 'backward', 't', '--to', 'x', '--cells', '1,1'])"):
-        done = subprocess.run([sys.executable, "-c", f"import sys\nfrom subzero.cli import main\nassert {code} == 0\n"
+        done = subprocess.run([sys.executable, "-c",
+                               f"import sys\nfrom subzero.tools.cli import main\nassert {code} == 0\n"
                                f"print([m for m in sys.modules if m.split('.')[0] in {heavy}])\n"],
                               capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
         assert done.returncode == 0, done.stderr
@@ -435,7 +436,7 @@ def test_a_cold_query_of_a_local_store_imports_only_what_the_answer_needs(store)
     }
     loaded = {}
     for name, args in queries.items():
-        code = ("import sys, io, contextlib\nfrom subzero.cli import main\n"
+        code = ("import sys, io, contextlib\nfrom subzero.tools.cli import main\n"
                 f"with contextlib.redirect_stdout(io.StringIO()):\n    assert main(['query', {str(store)!r}, *{args!r}]) == 0\n"
                 "print(sorted({m.split('.')[0] for m in sys.modules}))\n")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -448,7 +449,7 @@ def test_a_cold_query_of_a_local_store_imports_only_what_the_answer_needs(store)
 
 def test_a_query_through_stencils_imports_no_scipy(own_data):
     """Operators import scipy on first use: a query answered by mapping functions never does."""
-    code = ("import sys\nfrom subzero.cli import main\n"
+    code = ("import sys\nfrom subzero.tools.cli import main\n"
             f"assert main(['query', {str(own_data / 'run')!r}, 'backward', 'smooth', '--to', 'raw', '--cells', '3,4',"
             " '--json']) == 0\n"
             "print([m for m in sys.modules if m.split('.')[0] in ('scipy', 'pyspark', 'matplotlib', 'astropy')])\n")
@@ -491,9 +492,9 @@ def test_a_fits_mask_carries_the_header_kept_with_the_node(tmp_path):
     back with a FITS mask of that node (the WCS comes along)."""
     from types import SimpleNamespace
 
-    from subzero.export import write_mask
-    from subzero.inputs import header_to_text
-    from subzero.inputs import node_fits_header as _fits_header
+    from subzero.tools.export import write_mask
+    from subzero.input_files import header_to_text
+    from subzero.input_files import node_fits_header as _fits_header
 
     header = fits.Header({"OBJECT": "M31", "CTYPE1": "RA---TAN", "CRPIX1": 3.0})
     records = {"raw": SimpleNamespace(metadata={"fits_header": header_to_text(header)}),
@@ -531,10 +532,11 @@ def test_docstring_examples():
     import importlib
     import pkgutil
 
-    import subzero.cli
+    import subzero.tools.cli
 
-    names = ["subzero.cli"] + [f"subzero.cli.{m.name}" for m in pkgutil.iter_modules(subzero.cli.__path__)]
-    assert {"subzero.cli.cells", "subzero.cli.query", "subzero.cli.common"} <= set(names)
+    names = ["subzero.tools.cli"] + [f"subzero.tools.cli.{m.name}"
+                                     for m in pkgutil.iter_modules(subzero.tools.cli.__path__)]
+    assert {"subzero.tools.cli.cells", "subzero.tools.cli.query", "subzero.tools.cli.common"} <= set(names)
     attempted = 0
     for name in names:
         result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
@@ -599,7 +601,7 @@ def test_run_resume_and_overwrite(tmp_path, monkeypatch, capsys):
 
 def test_demo_rebuilds_its_own_store_after_a_crash(tmp_path, capsys):
     from subzero.catalog import RunRecord
-    from subzero.cli.demo import DEMO, _made_by_demo
+    from subzero.tools.cli.demo import DEMO, _made_by_demo
     from subzero.store import FileStore
 
     killed = tmp_path / "demo"
@@ -820,8 +822,8 @@ def test_every_benchmark_is_a_bench_choice():
     line page lists each."""
     from subzero_bench import BENCHES, COMMANDS
 
-    from subzero.cli import build_parser
-    from subzero.cli.bench import NAMES
+    from subzero.tools.cli import build_parser
+    from subzero.tools.cli.bench import NAMES
 
     assert set(NAMES) == set(COMMANDS) and set(BENCHES) <= set(COMMANDS)
     parser = build_parser()
@@ -851,3 +853,17 @@ def test_the_command_line_page_lists_every_benchmark():
 
     usage = re.search(r"^subzero bench (\S+)", page("guide/cli.md"), re.M)
     assert usage and set(BENCHES) <= set(usage.group(1).split("|")), usage
+
+
+def test_the_old_import_path_is_a_deprecated_alias():
+    """``subzero.cli`` (the console script of an older install, older scripts) still gives the
+    command line, and says where it moved."""
+    import importlib
+    import sys as _sys
+
+    import subzero.tools.cli
+
+    _sys.modules.pop("subzero.cli", None)
+    with pytest.warns(DeprecationWarning, match="subzero.tools.cli"):
+        old = importlib.import_module("subzero.cli")
+    assert old.main is subzero.tools.cli.main

@@ -1,4 +1,5 @@
-"""``subzero catalog`` and ``subzero contaminate`` (subzero/cli/stats.py), through ``subzero.cli.main``."""
+"""``subzero table`` (and its older name ``catalog``) and ``subzero contaminate``
+(subzero/tools/cli/stats.py), through ``subzero.tools.cli.main``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from astropy.table import Table
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.cli import main
+from subzero.tools.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +32,12 @@ def store(tmp_path_factory):
     return root, image, flags
 
 
-def test_catalog_writes_the_table_the_api_gives(store, capsys):
+def test_table_writes_the_table_the_api_gives(store, capsys):
     root, image, flags = store
     run = sz.open_run(root / "run")
     expected = run.lineage_table("objects", over="x", flags=flags, values="x")
     for out, spec in (("t.ecsv", "flags.npy"), ("t.fits", "dq.fits[DQ]"), ("t.csv", "flags.npy")):
-        code = main(["catalog", str(root / "run"), "--objects", "objects", "--over", "x", "--flags", str(root / spec),
+        code = main(["table", str(root / "run"), "--objects", "objects", "--over", "x", "--flags", str(root / spec),
                      "--values", "x", "--out", str(root / out)])
         assert code == 0
         got = Table.read(root / out)
@@ -45,13 +46,13 @@ def test_catalog_writes_the_table_the_api_gives(store, capsys):
     assert "2 object(s), 2 with flagged cells" in capsys.readouterr().out
 
 
-def test_catalog_flags_by_expression(store, capsys):
+def test_table_flags_by_expression_and_answers_to_its_older_name(store, capsys):
     root, image, _ = store
     assert main(["catalog", str(root / "run"), "--objects", "objects", "--over", "x", "--flags", "x>60000",
                  "--out", str(root / "sat.csv")]) == 0
     got = Table.read(root / "sat.csv")
     assert list(got["n_flagged"]) == [1, 0]
-    assert main(["catalog", str(root / "run"), "--objects", "objects", "--over", "x", "--flags",
+    assert main(["table", str(root / "run"), "--objects", "objects", "--over", "x", "--flags",
                  "x>60000 | x<0", "--out", str(root / "sat2.csv")]) == 0
     assert list(Table.read(root / "sat2.csv")["n_flagged"]) == [1, 0]
 
@@ -73,14 +74,14 @@ def test_contaminate_mask_count_and_plot(store, capsys):
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["catalog", "RUN", "--objects", "blur", "--over", "x", "--out", "OUT/t.ecsv"], "not object labels"),
-    (["catalog", "RUN", "--objects", "nope", "--over", "x", "--out", "OUT/t.ecsv"], "nope"),
-    (["catalog", "RUN", "--objects", "objects", "--over", "x", "--out", "OUT/t.txt"], "ending in .ecsv"),
-    (["catalog", "RUN", "--objects", "objects", "--over", "x", "--flags", "x>>3", "--out", "OUT/t.ecsv"],
+    (["table", "RUN", "--objects", "blur", "--over", "x", "--out", "OUT/t.ecsv"], "not object labels"),
+    (["table", "RUN", "--objects", "nope", "--over", "x", "--out", "OUT/t.ecsv"], "nope"),
+    (["table", "RUN", "--objects", "objects", "--over", "x", "--out", "OUT/t.txt"], "ending in .ecsv"),
+    (["table", "RUN", "--objects", "objects", "--over", "x", "--flags", "x>>3", "--out", "OUT/t.ecsv"],
      "cannot read"),
-    (["catalog", "RUN", "--objects", "objects", "--over", "x", "--flags", "nothing_here", "--out", "OUT/t.ecsv"],
+    (["table", "RUN", "--objects", "objects", "--over", "x", "--flags", "nothing_here", "--out", "OUT/t.ecsv"],
      "neither a file"),
-    (["catalog", "RUN", "--objects", "objects", "--over", "x", "--flags", "OUT/missing.npy", "--out", "OUT/t.ecsv"],
+    (["table", "RUN", "--objects", "objects", "--over", "x", "--flags", "OUT/missing.npy", "--out", "OUT/t.ecsv"],
      "does not exist"),
     (["contaminate", "RUN", "--from", "objects", "--flags", "objects", "--to", "x", "--out", "OUT/c.fits"],
      "not computed from"),

@@ -196,7 +196,7 @@ def test_nothing_is_read_at_import_time():
     """A bad value in the environment does not break ``import subzero`` or the modules that read
     settings: only the use of the setting fails."""
     code = ("import subzero, subzero.execution, subzero.store.arrays, subzero.store.cache, subzero.store.location, "
-            "subzero.executors, subzero.view.tiles\n"
+            "subzero.executors, subzero.tools.view.tiles\n"
             "try:\n    subzero.config.get('fuse')\nexcept subzero.ConfigError as e:\n    print('late:', e)\n")
     env = {"PYTHONPATH": str(ROOT), "SUBZERO_FUSE": "maybe", "SUBZERO_S3_RETRIES": "x", "SUBZERO_CHUNK_CACHE_MB": "x",
            "SUBZERO_CACHE_MAX_BYTES": "x", "SUBZERO_IN_PROCESS_BYTES": "x", "HOME": "/nonexistent"}
@@ -236,7 +236,7 @@ def test_the_guide_holds_the_table_of_the_record():
 
 
 def test_the_config_command_prints_every_setting_and_its_source(no_file, monkeypatch, capsys):
-    from subzero.cli import main
+    from subzero.tools.cli import main
 
     monkeypatch.setenv("SUBZERO_TASKS_PER_CORE", "9")
     assert main(["config"]) == 0

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import subzero as sz
-from subzero.describe import explain_data, jsonable
+from subzero.tools.describe import explain_data, jsonable
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +41,14 @@ def test_jsonable():
 def test_docstring_examples():
     import doctest
 
-    from subzero import describe
+    from subzero.tools import describe
 
     result = doctest.testmod(describe, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
 
 
 def test_human_bytes():
-    from subzero.describe import human_bytes
+    from subzero.tools.describe import human_bytes
 
     assert [human_bytes(n) for n in (None, 0, 999, 1500, 2.5e6, 2.5e9, 3e12)] == [
         "-", "0 B", "999 B", "1.5 KB", "2.5 MB", "2.5 GB", "3000.0 GB"]

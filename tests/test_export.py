@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import subzero as sz
-from subzero.export import (
+from subzero.tools.export import (
     Panel, check_output, from_fits_coords, mask_boxes, plot_panels, to_fits_coords, write_fits_mask, write_mask,
     write_regions,
 )
@@ -123,7 +123,7 @@ def red_pixels(path) -> int:
 
 
 def test_a_plot_is_a_cutout_around_the_cells_read_alone(tmp_path):
-    from subzero.export import panel_window
+    from subzero.tools.export import panel_window
 
     rng = np.random.default_rng(0)
     image = Recording(rng.normal(100, 5, (1000, 1200)))
@@ -136,7 +136,7 @@ def test_a_plot_is_a_cutout_around_the_cells_read_alone(tmp_path):
 
 
 def test_the_whole_array_when_the_cells_span_it(tmp_path):
-    from subzero.export import panel_window
+    from subzero.tools.export import panel_window
     from subzero.frontier import Frontier
 
     mask = star_mask()
@@ -152,7 +152,7 @@ def test_the_whole_array_when_the_cells_span_it(tmp_path):
 
 
 def test_window_masks_of_frontiers_match_masks():
-    from subzero.export import window_mask
+    from subzero.tools.export import window_mask
     from subzero.frontier import Frontier
 
     mask = star_mask((40, 60))
@@ -163,7 +163,7 @@ def test_window_masks_of_frontiers_match_masks():
 def test_labels_in_a_categorical_colormap_and_sky_axes(tmp_path):
     from astropy.wcs import WCS
 
-    from subzero.export import _rgb, display_of
+    from subzero.tools.export import _rgb, display_of
 
     labels = np.zeros((50, 70), dtype=np.int32)
     labels[10:14, 20:24], labels[30:33, 40:44], labels[31, 45] = 1, 2, 3
@@ -190,7 +190,7 @@ def test_docstring_examples():
     import doctest
     import importlib
 
-    result = doctest.testmod(importlib.import_module("subzero.export"), optionflags=doctest.ELLIPSIS)
+    result = doctest.testmod(importlib.import_module("subzero.tools.export"), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
 
 

@@ -25,7 +25,7 @@ import pytest
 
 import subzero as sz
 from subzero_bench import faults as F
-from subzero.cli import main
+from subzero.tools.cli import main
 from subzero.store.failures import REBUILD, reading, store_file_error, why
 from subzero.store.lock import LOCK_NAME
 from subzero.store.shards import close_all

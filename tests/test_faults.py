@@ -23,7 +23,7 @@ import pytest
 import subzero as sz
 from subzero import operators as ops
 from subzero_bench import faults as F
-from subzero.cli import main
+from subzero.tools.cli import main
 from subzero.store.cache import query_log_path
 from subzero.store.lock import LOCK_NAME
 from subzero.store.sealed import seal_json
@@ -450,7 +450,7 @@ def test_a_deleted_or_truncated_input_file(small, tmp_path, capsys, how, fragmen
 
 def test_an_existing_store_is_refused_before_spark_starts(small):
     """No JVM, no five seconds: the store is checked first."""
-    code = (f"import sys, time\nfrom subzero.cli import main\nt = time.time()\n"
+    code = (f"import sys, time\nfrom subzero.tools.cli import main\nt = time.time()\n"
             f"rc = main(['run', {str(small / 'flow.py')!r}, '--store', {str(small / 'run')!r}, '--executor', 'spark'])\n"
             "print(rc, 'pyspark' in sys.modules, round(time.time() - t, 1))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

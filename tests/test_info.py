@@ -9,7 +9,7 @@ import pytest
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.info import info_data, info_text
+from subzero.tools.info import info_data, info_text
 
 
 class Boom(ops.Transpose):
@@ -81,8 +81,8 @@ def test_a_partial_run_answers_over_its_committed_nodes(stores):
 
 
 def test_explain_of_a_failed_store(stores):
-    from subzero.describe import explain_data
-    from subzero.explain import explain
+    from subzero.tools.describe import explain_data
+    from subzero.tools.explain import explain
 
     _, failed = stores
     run = sz.open_run(failed, partial=True)

@@ -157,7 +157,7 @@ def build(inputs=None):''').replace(
 
 
 def test_kill_9_then_resume_then_overwrite_then_replay_on_s3(s3, tmp_path, monkeypatch, capsys):
-    from subzero.cli import main
+    from subzero.tools.cli import main
 
     (tmp_path / "flow.py").write_text(SLOW)
     monkeypatch.chdir(tmp_path)

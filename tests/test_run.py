@@ -365,6 +365,6 @@ def test_view_without_the_notebook_extra_says_what_to_install(demo, monkeypatch)
     import sys
 
     monkeypatch.setitem(sys.modules, "anywidget", None)  # as if it were not installed
-    monkeypatch.delitem(sys.modules, "subzero.view.widget", raising=False)
+    monkeypatch.delitem(sys.modules, "subzero.tools.view.widget", raising=False)
     with pytest.raises(sz.WorkflowError, match=r"anywidget is missing\): pip install 'subzero\[notebook\]'"):
         demo[0].view()

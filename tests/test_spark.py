@@ -313,7 +313,7 @@ def test_spark_submit_runs_a_workflow_with_its_own_master(tmp_path):
     that session."""
     import pyspark
 
-    from subzero.info import info_data
+    from subzero.tools.info import info_data
 
     pytest.importorskip("moto.server")
     from subzero_bench.object_store import s3_service
@@ -402,7 +402,7 @@ def test_standalone_cluster_on_loopback(tmp_path, monkeypatch):
     import pyspark
 
     from doc_pages import commands, section
-    from subzero.info import info_data
+    from subzero.tools.info import info_data
 
     pytest.importorskip("moto.server")
     home = Path(pyspark.__file__).parent
@@ -573,7 +573,7 @@ def test_ctrl_c_is_one_line_leaves_no_jvm_and_resume_continues(tmp_path):
     import signal
     import uuid
 
-    from subzero.info import info_data
+    from subzero.tools.info import info_data
 
     (tmp_path / "slow.py").write_text(SLOW_FLOW)
     for name in ("profile", "types"):

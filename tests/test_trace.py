@@ -331,7 +331,7 @@ def root(raw):
 
 
 def test_subzero_run_takes_a_file_of_workflow_functions(tmp_path, capsys):
-    from subzero.cli import main
+    from subzero.tools.cli import main
 
     script = tmp_path / "pipeline.py"
     script.write_text(PIPELINE)

@@ -93,7 +93,7 @@ def test_bad_declarations_are_refused(kwargs, fragment):
 
 
 def test_info_and_explain_say_the_lineage_was_inferred(tmp_path, capsys):
-    from subzero.cli import main
+    from subzero.tools.cli import main
 
     despike = sz.udf(lambda x: ndimage.median_filter(x, 3, mode="nearest"), lineage="infer", name="despike")
 

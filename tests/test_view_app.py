@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from subzero.inputs import header_to_text
-from subzero.view.app import create_app
+from subzero.input_files import header_to_text
+from subzero.tools.view.app import create_app
 
 from view_store import make_run
 
@@ -220,7 +220,7 @@ def test_empty_and_non_json_bodies(client):
 
 
 def test_values_are_rounded_and_exports_stay_exact(client, run):
-    from subzero.view.app import VALUE_DIGITS, readout
+    from subzero.tools.view.app import VALUE_DIGITS, readout
 
     exact = float(run.output("blur")[11, 9])
     got = client.get("/api/pixel/blur?row=11&col=9").json()
@@ -333,7 +333,7 @@ def test_any_json_value_in_any_field_is_answered_without_a_5xx(run, tmp_path):
 def test_answer_request_is_the_apps_answer_without_a_socket(run, client, tmp_path):
     import asyncio
 
-    from subzero.view.app import answer_request
+    from subzero.tools.view.app import answer_request
 
     app = create_app(run, tmp_path, warm=False)
     body = {"node": "bright", "direction": "forward", "boxes": [[2, 5, 3, 9]], "to": None}

@@ -30,7 +30,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from subzero.view.server import make_server
+    from subzero.tools.view.server import make_server
 
     run = make_run(tmp_path_factory.mktemp("viewbrowser") / "s", "FullMany")
     srv, url = make_server(run.path, "127.0.0.1", _free_port(), tmp_path_factory.mktemp("viewbrowsercache"))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import subzero as sz
 from subzero.frontier import Frontier
-from subzero.view.lineage import (disjoint_boxes, lineage_answers, node_list, parse_lineage_request,
+from subzero.tools.view.lineage import (disjoint_boxes, lineage_answers, node_list, parse_lineage_request,
                                   reachable)
 
 from view_store import SHAPE, STRATEGIES, make_run

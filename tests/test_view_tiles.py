@@ -13,8 +13,8 @@ import pytest
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.view import tiles
-from subzero.view.tiles import TILE, TilePyramid, label_colors, render, run_cache_dir
+from subzero.tools.view import tiles
+from subzero.tools.view.tiles import TILE, TilePyramid, label_colors, render, run_cache_dir
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The notebook widget (`subzero.view.widget`, `run.view()`): its answers are the HTTP server's,
+"""The notebook widget (`subzero.tools.view.widget`, `run.view()`): its answers are the HTTP server's,
 its selection round-trips from Python, and its JavaScript works in a real chromium.
 
 No JavaScript runs in a kernel without a notebook front end, so the widget's module is also
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from subzero.errors import LineageError
-from subzero.view.widget import Selection, ViewerWidget, widget_css, widget_esm
+from subzero.tools.view.widget import Selection, ViewerWidget, widget_css, widget_esm
 from view_store import make_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -50,7 +50,7 @@ def widget(run, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(run, tmp_path_factory):
-    from subzero.view.server import make_server
+    from subzero.tools.view.server import make_server
 
     srv, url = make_server(run.path, "127.0.0.1", _free_port(), tmp_path_factory.mktemp("widgetservercache"))
     thread = threading.Thread(target=srv.run, daemon=True)
@@ -167,7 +167,7 @@ def test_show_and_selection_round_trip(widget, run):
 
 
 def test_the_module_is_the_pages_and_the_style_stays_inside_the_widget(widget):
-    from subzero.view.app import STATIC
+    from subzero.tools.view.app import STATIC
 
     esm = widget._esm
     assert esm == widget_esm() and esm.startswith((STATIC / "view.js").read_text())

@@ -13,8 +13,9 @@ query re-executes an operator).  Two queries, each in a fresh Python process:
 Each is run by this checkout's code ("after") and, when a baseline source tree is given
 (``SUBZERO_COLDQUERY_BASELINE``: a directory holding the older ``subzero`` package; default
 the package the interpreter's environment installs, when that is another tree), by the
-baseline's ("before"), both through the same launcher (``python -c "from subzero.cli import
-main; ..."``), plus this checkout's ``python -m subzero``.  Configurations are interleaved
+baseline's ("before"), both through the same launcher (``python -c "from subzero.tools.cli import
+main; ..."``, or ``subzero.cli`` in a baseline from before that move), plus this checkout's
+``python -m subzero``.  Configurations are interleaved
 (numpy, before, after, ... in every round) so the load of the machine falls on all alike;
 each command runs twice untimed first, and bytecode is cached in a private directory
 (``PYTHONPYCACHEPREFIX``), as for an installed package.  The answers of before and after are
@@ -44,7 +45,9 @@ QUERIES: dict[str, list[str]] = {
     "auto": ["backward", "column_total", "--cells", "3", "--to", "exposure_a"],
 }
 PINS = ["merge=FullOne/backward", "blur=FullMany/backward", "crd_a=FullRange", "crd_b=FullOne/backward"]
-LAUNCHER = "import sys; from subzero.cli import main; sys.exit(main(sys.argv[1:]))"
+LAUNCHER = ("import sys\ntry:\n    from subzero.tools.cli import main\n"
+            "except ImportError:  # a baseline from before the move\n    from subzero.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))")
 GOAL_SECONDS = 0.3
 
 
@@ -197,7 +200,7 @@ def render_coldquery(doc: dict[str, Any]) -> list[str]:
     out += ["", "Queries (`subzero query STORE ...`): " + "; ".join(
         f"{name}: `{' '.join(args)}` ({s['cells'][name]} cells)" for name, args in s["queries"].items()), "",
         f"\"before\": the code in {s['baseline'] or '(no baseline given)'}; \"after\": this checkout ({s['ours']}); "
-        "both through `python -c \"from subzero.cli import main; ...\"`. Same answers before and after: "
+        "both through `python -c \"from subzero.tools.cli import main; ...\"`. Same answers before and after: "
         f"{r['same_answer'] or 'not compared'}.  Imports (ms): the sum of `-X importtime`'s top-level "
         "entries, median of 5 runs (noisy under load); modules: `len(sys.modules)` at exit, and the heavy "
         f"packages among them ({', '.join(HEAVY)}).", "",

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from subzero.describe import jsonable
+from subzero.tools.describe import jsonable
 
 __all__ = ["figure", "write_json", "read_json", "jsonable"]
 

@@ -68,7 +68,7 @@ def _load() -> str:
 
 
 def _brushes(client, run, rng: random.Random, per_node: int, log: Callable[[str], None]) -> dict[str, Any]:
-    from subzero.view.lineage import reachable
+    from subzero.tools.view.lineage import reachable
 
     rows: dict[str, dict[str, list[float]]] = {}
     for node in BRUSH_NODES:
@@ -126,7 +126,7 @@ def _tiles(client, app, run, rng: random.Random, count: int, log: Callable[[str]
                 out["levels"].setdefault(str(z), []).append(ms)
     baseline = {}
     for node in TILE_NODES:
-        from subzero.view.tiles import render
+        from subzero.tools.view.tiles import render
 
         p = viewer.pyramid(node)
         t0 = time.perf_counter()
@@ -148,7 +148,7 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
 
     from subzero_bench.timing import machine_info, now_iso
     from subzero.run import open_run
-    from subzero.view.app import create_app
+    from subzero.tools.view.app import create_app
 
     log = log or (lambda line: print(line, flush=True))
     shape: tuple[int, ...] = (400, 4000) if quick else SHAPE

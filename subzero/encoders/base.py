@@ -18,6 +18,7 @@ import numpy as np
 from subzero.encoders.codec import CELL, keys_to_bytes, make_keys, split_keys
 from subzero.errors import StoreError
 from subzero.pairs import FullPairs, PayloadPairs
+from subzero.modes import Direction
 
 __all__ = ["Reader", "EncodedTile", "Batch", "Encoder", "merge_tiles", "frontier_boxes"]
 
@@ -193,8 +194,8 @@ class Encoder(ABC):
 
     base: str = ""
 
-    def __init__(self, direction: str = "backward"):
-        self.direction = direction
+    def __init__(self, direction: "Direction | str" = Direction.BACKWARD):
+        self.direction = Direction.parse(direction)
 
     @abstractmethod
     def encode(self, pairs, tile_index: int, shapes) -> EncodedTile:
@@ -217,13 +218,13 @@ class FullEncoder(Encoder):
         from subzero.encoders.codec import OUT
 
         pairs = (self.candidates(reader, frontier, OUT, shapes)
-                 if self.direction == "backward" else self.load(reader, shapes))
+                 if self.direction is Direction.BACKWARD else self.load(reader, shapes))
         return pairs.backward(frontier, i)
 
     def forward(self, reader: Reader, frontier, i: int, shapes) -> np.ndarray:
         """Output ids whose lineage meets ``frontier`` (a `Frontier` over input ``i``)."""
         pairs = (self.candidates(reader, frontier, i, shapes)
-                 if self.direction == "forward" else self.load(reader, shapes))
+                 if self.direction is Direction.FORWARD else self.load(reader, shapes))
         return pairs.forward(frontier, i)
 
 

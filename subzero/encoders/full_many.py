@@ -8,6 +8,7 @@ import numpy as np
 
 from subzero.encoders.base import EncodedTile, FullEncoder, Reader, scan, bounding_boxes, frontier_boxes
 from subzero.encoders.codec import OUT, PAIR, make_keys, pack_groups, pair_id_base, unpack_groups
+from subzero.modes import Direction
 from subzero.pairs import FullPairs
 
 __all__ = ["FullMany", "decode_full"]
@@ -20,7 +21,7 @@ class FullMany(FullEncoder):
         out_shape, in_shapes = shapes
         ids = pair_id_base(tile_index) + np.arange(pairs.n_pairs, dtype=np.int64)
         sides = [(pairs.out_ids, pairs.out_ptr)] + list(zip(pairs.in_ids, pairs.in_ptr))
-        if self.direction == "backward":
+        if self.direction is Direction.BACKWARD:
             keyed = {OUT: (pairs.out_ids, pairs.out_ptr, out_shape)}
         else:
             keyed = {i: (a, p, in_shapes[i]) for i, (a, p) in enumerate(zip(pairs.in_ids, pairs.in_ptr))}

@@ -12,6 +12,7 @@ import numpy as np
 from subzero.encoders.base import (EncodedTile, FullEncoder, Reader, scan, cells_to_pairs,
                                    scan_cell_keys)
 from subzero.encoders.codec import CELL, OUT, PAIR, make_keys, pack_groups, pair_id_base, split_keys, unpack_groups
+from subzero.modes import Direction
 from subzero.pairs import FullPairs, owners, ptr_from_counts
 
 __all__ = ["FullOne"]
@@ -22,7 +23,7 @@ class FullOne(FullEncoder):
 
     def encode(self, pairs: FullPairs, tile_index: int, shapes) -> EncodedTile:
         ids = pair_id_base(tile_index) + np.arange(pairs.n_pairs, dtype=np.int64)
-        if self.direction == "backward":
+        if self.direction is Direction.BACKWARD:
             cell_keys = make_keys(CELL, OUT, pairs.out_ids)
             cell_pairs = ids[owners(pairs.out_ptr)]
             values = pack_groups(list(zip(pairs.in_ids, pairs.in_ptr)))
@@ -34,12 +35,12 @@ class FullOne(FullEncoder):
                            cell_pairs=cell_pairs, n_pairs=pairs.n_pairs)
 
     def backward(self, reader: Reader, frontier, i: int, shapes) -> np.ndarray:
-        if self.direction != "backward":
+        if self.direction is not Direction.BACKWARD:
             return self.load(reader, shapes).backward(frontier, i)
         return self._other_side(reader, OUT, frontier.ids(), i)
 
     def forward(self, reader: Reader, frontier, i: int, shapes) -> np.ndarray:
-        if self.direction != "forward":
+        if self.direction is not Direction.FORWARD:
             return self.load(reader, shapes).forward(frontier, i)
         return self._other_side(reader, i, frontier.ids(), 0)
 
@@ -56,7 +57,7 @@ class FullOne(FullEncoder):
         pair_ids = split_keys(keys)[2]
         n_in = len(shapes[1])
         empty = (np.empty(0, np.int64), np.zeros(len(values) + 1, np.int64))
-        stored = unpack_groups(values) if values else [empty] * (n_in if self.direction == "backward" else 1)
+        stored = unpack_groups(values) if values else [empty] * (n_in if self.direction is Direction.BACKWARD else 1)
         slot, cell, pair = scan_cell_keys(reader)
         index = np.searchsorted(pair_ids, pair)
         n = len(pair_ids)
@@ -66,7 +67,7 @@ class FullOne(FullEncoder):
             order = np.lexsort((cell[sel], index[sel]))
             return cell[sel][order], ptr_from_counts(np.bincount(index[sel], minlength=n))
 
-        if self.direction == "backward":
+        if self.direction is Direction.BACKWARD:
             out, ins = keyed(OUT), stored
         else:
             out, ins = stored[0], [keyed(i) for i in range(n_in)]

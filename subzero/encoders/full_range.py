@@ -23,6 +23,7 @@ from subzero.encoders.base import EncodedTile, FullEncoder, Reader, scan
 from subzero.encoders.codec import OUT, PAIR, make_keys, pair_id_base
 from subzero.encoders.ranges import RangeRules, compress, deserialize, merge_tables, serialize
 from subzero.frontier import Frontier
+from subzero.modes import Direction
 from subzero.pairs import FullPairs
 
 __all__ = ["FullRange", "CHUNK_RULES", "INLINE_BYTES"]
@@ -62,10 +63,10 @@ class FullRange(FullEncoder):
 
     # -- queries: boxes in, boxes out ----------------------------------------------------------
     def backward(self, reader: Reader, frontier: Frontier, i: int, shapes) -> Frontier:
-        return self._step(self._tables(reader, frontier, OUT), frontier, i, "backward", shapes)
+        return self._step(self._tables(reader, frontier, OUT), frontier, i, Direction.BACKWARD, shapes)
 
     def forward(self, reader: Reader, frontier: Frontier, i: int, shapes) -> Frontier:
-        return self._step(self._tables(reader, frontier, i), frontier, i, "forward", shapes)
+        return self._step(self._tables(reader, frontier, i), frontier, i, Direction.FORWARD, shapes)
 
     def candidates(self, reader, frontier, slot, shapes):  # pragma: no cover - answered by rules
         raise NotImplementedError
@@ -88,15 +89,15 @@ class FullRange(FullEncoder):
         return [deserialize(v) for v in values]
 
     @staticmethod
-    def _step(tables: list[RangeRules], frontier: Frontier, i: int, direction: str, shapes) -> Frontier:
+    def _step(tables: list[RangeRules], frontier: Frontier, i: int, direction: Direction, shapes) -> Frontier:
         out_shape, in_shapes = shapes
-        target = tuple(in_shapes[i]) if direction == "backward" else tuple(out_shape)
+        target = tuple(in_shapes[i]) if direction is Direction.BACKWARD else tuple(out_shape)
         if not tables or frontier.is_empty:
             return Frontier.empty(target)
         q_lo, q_hi = frontier.boxes()
         los, his = [], []
         for table in tables:
-            lo, hi = table.backward(q_lo, q_hi, i) if direction == "backward" else table.forward(q_lo, q_hi, i)
+            lo, hi = table.backward(q_lo, q_hi, i) if direction is Direction.BACKWARD else table.forward(q_lo, q_hi, i)
             los.append(lo)
             his.append(hi)
         return Frontier.of_boxes(np.concatenate(los), np.concatenate(his), target)
@@ -112,7 +113,7 @@ class FullRange(FullEncoder):
         data = serialize(merged)
         return data if len(data) <= limit else None
 
-    def query_inline(self, data: bytes, frontier: Frontier, i: int, direction: str, shapes) -> Frontier:
+    def query_inline(self, data: bytes, frontier: Frontier, i: int, direction: Direction, shapes) -> Frontier:
         """A step answered from a node's merged table (see `merge_inline`), decoded once per
         process (its box indexes are built on first use and kept with it)."""
         return self._step([_inline_table(data)], frontier, i, direction, shapes)

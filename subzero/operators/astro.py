@@ -41,7 +41,7 @@ CLEANTYPES = ("meanmask", "medmask", "idw")
 FSMODES = ("median", "convolve")
 
 
-def window_pairs(cells: np.ndarray, radius: int, shape) -> tuple[np.ndarray, np.ndarray]:
+def window_pairs(cells: np.ndarray, radius: int, shape: Shape) -> tuple[np.ndarray, np.ndarray]:
     """Per-cell ``(owner, coords)`` of the ``(2r+1)^2`` windows around ``cells``, clipped to ``shape``."""
     return WindowLineage._window_pairs(np.asarray(cells, np.int64), int(radius), tuple(shape))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from subzero.context import Context
 from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operators._kernels import box_offsets, repeat_pairs, stencil_pairs, unique_rows
@@ -55,7 +56,7 @@ class WindowLineage:
         return self.window(i) if r == 0 else int(r)
 
     # -- writing lineage from run -------------------------------------------------------
-    def write_window_lineage(self, ctx, payload: np.ndarray) -> None:
+    def write_window_lineage(self, ctx: Context, payload: np.ndarray) -> None:
         """``lwrite`` the lineage of an output whose per-cell payload radii are ``payload``
         (uint8, the output's shape, 0 = the default window) for ``ctx.modes``."""
         payload = np.asarray(payload, np.uint8)

@@ -110,24 +110,12 @@ class Einsum(Operator):
     # -- lineage ------------------------------------------------------------------------
     def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         operands, out = self._parsed()
-        part = operands[i]
-        reduced = np.any(mask, axis=tuple(k for k, c in enumerate(out) if c not in part))
-        shared = [c for c in out if c in part]
-        order = [shared.index(c) for c in part if c in shared]
-        reduced = np.transpose(reduced, order) if order else reduced
-        expanded = np.expand_dims(reduced, tuple(k for k, c in enumerate(part) if c not in shared))
-        return np.broadcast_to(expanded, self.input_shapes[i]).copy()
+        return _project_mask(mask, out, operands[i], self.input_shapes[i])
 
     def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         assert self.output_shape is not None
         operands, out = self._parsed()
-        part = operands[i]
-        reduced = np.any(mask, axis=tuple(k for k, c in enumerate(part) if c not in out))
-        shared = [c for c in part if c in out]
-        order = [shared.index(c) for c in out if c in shared]
-        reduced = np.transpose(reduced, order) if order else reduced
-        expanded = np.expand_dims(reduced, tuple(k for k, c in enumerate(out) if c not in shared))
-        return np.broadcast_to(expanded, self.output_shape).copy()
+        return _project_mask(mask, operands[i], out, self.output_shape)
 
     @staticmethod
     def _expand(cells: np.ndarray, src: str, dst: str, shape: Shape) -> tuple[np.ndarray, np.ndarray]:
@@ -166,3 +154,15 @@ class Einsum(Operator):
         if self._fan(len(cells), operands[i], out, self.output_shape) <= int(np.prod(self.output_shape)):
             return unique_rows(self._expand(cells, operands[i], out, self.output_shape)[1])
         return np.argwhere(np.asarray(self.map_f_mask(mask_from_coords(cells, self.input_shapes[i]), i)))
+
+
+def _project_mask(mask: np.ndarray, labels: str, target: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The cells of an array labelled ``target`` (of ``shape``) that share an index with a cell of
+    ``mask`` (labelled ``labels``) on every label the two have in common: ``mask`` reduced over its
+    own labels, put in ``target``'s order, and broadcast over ``target``'s other labels."""
+    reduced = np.any(mask, axis=tuple(k for k, c in enumerate(labels) if c not in target))
+    shared = [c for c in labels if c in target]
+    order = [shared.index(c) for c in target if c in shared]
+    reduced = np.transpose(reduced, order) if order else reduced
+    expanded = np.expand_dims(reduced, tuple(k for k, c in enumerate(target) if c not in shared))
+    return np.broadcast_to(expanded, shape).copy()

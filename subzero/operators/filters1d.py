@@ -9,6 +9,7 @@ carry a halo along that axis alone.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from typing import TYPE_CHECKING
 
@@ -64,7 +65,7 @@ class Correlate1D(Filter1D):
     keeps_float = True
     flip = False
 
-    def __init__(self, weights, axis: int = -1, mode: str = "reflect", cval: float = 0.0):
+    def __init__(self, weights: ArrayLike, axis: int = -1, mode: str = "reflect", cval: float = 0.0):
         super().__init__(axis, mode, cval)
         self.weights = np.asarray(weights, dtype=np.float64)
         if self.weights.ndim != 1 or not len(self.weights):

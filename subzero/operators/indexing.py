@@ -209,6 +209,8 @@ class Gather(_Guided):
         return _bounding(src, len(self.input_shapes[0]))
 
     def input_box(self, out_box: Box, i: int) -> Box:
+        """The box of input ``i`` a tile of ``out_box`` reads: the source's cells the guides point at
+        (input 0), or the guides' own box."""
         if i == 0:
             return self._source_box(out_box)
         return self._guide_box(out_box, self.guides[i - 1], self.input_shapes[i])
@@ -363,6 +365,8 @@ class Scatter(_Guided):
         return written, _coords(at, self.input_shapes[1])
 
     def input_box(self, out_box: Box, i: int) -> Box:
+        """The box of input ``i`` a tile of ``out_box`` reads: the tile itself of the array written
+        into (input 0), the written values' bounding box, or the guides' box."""
         if i == 0:
             return out_box
         if i == 1 and self.has_values:  # the values the tile's written cells receive: their bounding box

@@ -23,9 +23,11 @@ whole-array operator.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from subzero.errors import LineageError, WorkflowError
 from subzero.lazy import LazyModule
@@ -131,7 +133,7 @@ class Label(IdentityMapping, Operator):
     #: set by `combine` (None: no first pass yet, or an operator pickled before Label was tiled)
     _seams: SeamIndex | None = None
 
-    def __init__(self, structure=None):
+    def __init__(self, structure: ArrayLike | None = None):
         self.structure = None if structure is None else np.asarray(structure, dtype=bool)
 
     def supported_modes(self) -> set[Mode]:
@@ -489,7 +491,8 @@ def first_cells(flat: np.ndarray, n: int) -> np.ndarray:
     return index[values > 0]
 
 
-def canonical_ids(labels: np.ndarray, n: int, origin, shape) -> np.ndarray:
+def canonical_ids(labels: np.ndarray, n: int, origin: "Sequence[int] | np.ndarray",
+                  shape: "Sequence[int] | np.ndarray") -> np.ndarray:
     """``1 +`` the global flat index of each local component's first cell, for labels ``1..n``
     of a tile at ``origin`` in an array of ``shape`` (raster order is the same in the tile
     and in the array, so the tile's first cell is the component's first cell in the tile).

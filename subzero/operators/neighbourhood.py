@@ -8,7 +8,11 @@ radius; the ``wrap`` modes need the far edge, so they run on whole arrays.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from subzero.errors import WorkflowError
 from subzero.lazy import LazyModule
@@ -306,7 +310,8 @@ class RankFilter(_RankFilter):
 
     fn = "rank_filter"
 
-    def __init__(self, rank: int, size: int | tuple[int, ...] | None = 3, footprint=None, mode: str = "reflect",
+    def __init__(self, rank: int, size: int | tuple[int, ...] | None = 3, footprint: ArrayLike | None = None,
+                 mode: str = "reflect",
                  cval: float = 0.0):
         super().__init__(size, footprint, mode, cval)
         if not isinstance(rank, (int, np.integer)) or isinstance(rank, bool):
@@ -322,7 +327,7 @@ class PercentileFilter(_RankFilter):
 
     fn = "percentile_filter"
 
-    def __init__(self, percentile: float, size: int | tuple[int, ...] | None = 3, footprint=None,
+    def __init__(self, percentile: float, size: int | tuple[int, ...] | None = 3, footprint: ArrayLike | None = None,
                  mode: str = "reflect", cval: float = 0.0):
         super().__init__(size, footprint, mode, cval)
         self.percentile = float(percentile)
@@ -441,7 +446,8 @@ class GenericFilter(_RankFilter):
     scipy runs it, so a cell reads its footprint and nothing else.  ``function`` must be
     picklable by cloudpickle to run on Spark."""
 
-    def __init__(self, function, size: int | tuple[int, ...] | None = None, footprint=None, mode: str = "reflect",
+    def __init__(self, function: Callable[..., Any], size: int | tuple[int, ...] | None = None,
+                 footprint: ArrayLike | None = None, mode: str = "reflect",
                  cval: float = 0.0, extra_arguments: tuple = (), extra_keywords: dict | None = None):
         if not callable(function):
             raise WorkflowError(f"GenericFilter: function must be callable, got {function!r}")

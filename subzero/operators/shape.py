@@ -245,7 +245,8 @@ class Slice(IndexMapOperator):
     Slice(start=(1, None), stop=None, step=(2, -1))
     """
 
-    def __init__(self, start=None, stop=None, step=None):
+    def __init__(self, start: int | Sequence[int | None] | None = None, stop: int | Sequence[int | None] | None = None,
+                 step: int | Sequence[int | None] | None = None):
         self.start, self.stop, self.step = (tuple(v) if isinstance(v, Sequence) else v for v in (start, stop, step))
 
     def maps_for(self, shape: Shape) -> list[np.ndarray]:
@@ -288,7 +289,8 @@ class Pad(IndexMapOperator):
     ``pad_width`` is as in numpy: an int, ``(before, after)``, or one pair per axis.
     """
 
-    def __init__(self, pad_width, mode: str = "constant", constant_values: float = 0):
+    def __init__(self, pad_width: int | Sequence[int] | Sequence[Sequence[int]], mode: str = "constant",
+                 constant_values: float = 0):
         self.pad_width = np.asarray(pad_width).tolist()
         self.mode = check_choice(mode, tuple(_PAD_MODES), "Pad", "mode")
         self.fill = constant_values

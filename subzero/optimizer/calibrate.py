@@ -430,11 +430,11 @@ def distinct_count(ids: np.ndarray, size: int) -> int:
 
 
 def profile_from_run(node: str, op, stats) -> NodeProfile:
-    """A profile from a finished node's measured statistics (`subzero.catalog.NodeStats`),
+    """A profile from a finished node's measured statistics (`subzero.catalog.NodeMetrics`),
     which is what queries plan with."""
-    from subzero.catalog import NodeStats
+    from subzero.catalog import NodeMetrics
 
-    stats = stats or NodeStats()
+    stats = stats or NodeMetrics()
     profile = NodeProfile(
         node=node, tiles=stats.tiles, op_seconds=stats.op_seconds, trace_seconds=stats.lineage_seconds,
         out_size=int(np.prod(op.output_shape)), in_sizes=[int(np.prod(s)) for s in op.input_shapes],

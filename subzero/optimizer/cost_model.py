@@ -118,7 +118,7 @@ def step_cost(profile: NodeProfile, strategy: Strategy | str, direction: Directi
         return STEP_OVERHEAD + min(cells, 4096) * RTREE_BOX + (0 if not sp.keys else 2 * KEY_LOOKUP) + \
             min(out, 4096) * CELL
     payload = s.mode in (Mode.PAY, Mode.COMP)
-    if direction is not Direction.parse(s.direction) and not payload:  # mismatched index: every entry of the touched tiles is read
+    if direction is not s.direction and not payload:  # mismatched index: every entry of the touched tiles is read
         share = min(profile.tiles, max(1.0, cells)) / max(profile.tiles, 1)
         cost = (sp.keys * KEY_LOOKUP + sp.pairs * PAIR_DECODE + (sp.out_cells + sp.in_cells) * CELL) * share
         return STEP_OVERHEAD + cost

@@ -372,7 +372,7 @@ def _structural_reason(problem: Problem, c: Candidate, siblings: list[Candidate]
     if s.mode is Mode.COMP:
         return None  # a mapping default answers both directions; only the overrides are keyed
     keyed = s.stored and not s.both_directions
-    if keyed and problem.weight(c.node, Direction.parse(s.direction)) == 0:
+    if keyed and problem.weight(c.node, s.direction) == 0:
         return f"{s.direction}-optimized but the workload has no {s.direction} queries on this node"
     return None
 

@@ -1,7 +1,7 @@
 """Questions built on lineage: per-object lineage statistics and contamination maps.
 
 - `lineage_table`: one row per object of a label array, with its lineage's size, flagged
-  cells and value statistics over an ancestor (``Run.lineage_table``, ``subzero catalog``);
+  cells and value statistics over an ancestor (``Run.lineage_table``, ``subzero table``);
 - `contamination_mask` / `contamination_count`: where flagged input cells end up, and how
   many distinct flagged cells each output cell depends on (``subzero contaminate``).
 

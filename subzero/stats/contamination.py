@@ -3,6 +3,8 @@ cell of a descendant, how many distinct flagged cells its lineage holds (`contam
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from subzero.errors import LineageError
@@ -27,7 +29,7 @@ def _check_path(run, src, to):
     return src, to
 
 
-def contamination_mask(run, src, flags, to, using: dict | None = None) -> np.ndarray:
+def contamination_mask(run: Any, src: str, flags: np.ndarray | str, to: str, using: dict | None = None) -> np.ndarray:
     """Boolean mask of ``to``: the cells whose lineage holds a flagged cell of ``src``
     (the forward query of every flagged cell at once).
 
@@ -45,7 +47,7 @@ def contamination_mask(run, src, flags, to, using: dict | None = None) -> np.nda
 BATCH_CELLS = 1 << 16
 
 
-def contamination_count(run, src, flags, to, using: dict | None = None,
+def contamination_count(run: Any, src: str, flags: np.ndarray | str, to: str, using: dict | None = None,
                         batch_cells: int | None = BATCH_CELLS) -> np.ndarray:
     """For each cell of ``to``, the number of distinct flagged cells of ``src`` in its backward
     lineage (set semantics: a flagged cell reached through two paths counts once).

@@ -148,7 +148,7 @@ def step_backward(source, node, labelled: LabelledCells, i: int, strategy: Strat
         if _reads_one_cell(op, frontier.ids()[:64], i):
             got = _function_step(op, labelled, frontier.ids(), i, target)
         if got is None:
-            got = _box_step(op, labelled, i, target, "backward")
+            got = _box_step(op, labelled, i, target, Direction.BACKWARD)
         if got is not None:
             return got
     if strategy.mode in (Mode.PAY, Mode.COMP) and not op.all_to_all:
@@ -207,7 +207,7 @@ def step_forward(source, node, labelled: LabelledCells, i: int, strategy: Strate
     if strategy.mode is Mode.MAP and not op.all_to_all:
         corner = np.arange(min(64, int(np.prod(target, dtype=np.int64))), dtype=np.int64)
         if not _reads_one_cell(op, corner, i):
-            got = _box_step(op, labelled, i, target, "forward")
+            got = _box_step(op, labelled, i, target, Direction.FORWARD)
             if got is not None:
                 return got
             if frontier.kind == "ids" and type(op).map_f_boxes is not Operator.map_f_boxes:
@@ -247,7 +247,7 @@ def _function_step(op, labelled: LabelledCells, cells: np.ndarray, i: int, targe
 def _box_step(op, labelled: LabelledCells, i: int, target, direction: str) -> LabelledCells | None:
     """Each label's cells as boxes through ``map_b_boxes`` (``map_f_boxes`` forward), or None
     when the operator has no box form or does not map one box to one box."""
-    name = "map_b_boxes" if direction == "backward" else "map_f_boxes"
+    name = "map_b_boxes" if direction is Direction.BACKWARD else "map_f_boxes"
     if getattr(type(op), name) is getattr(Operator, name):
         return None
     label, lo, hi = cover_ids(labelled.cells, labelled.shape, groups=labelled.labels)

@@ -191,7 +191,7 @@ def _shard_groups(op, enc, s: Strategy, reader, sub: Frontier, i: int, shapes) -
 
         return _rule_groups(RangeRules.concat(tables), sub.ids(), i)
     if s.mode is Mode.FULL:
-        if enc.direction != "backward":  # keyed by input cells: the tile's pairs, whole
+        if enc.direction is not Direction.BACKWARD:  # keyed by input cells: the tile's pairs, whole
             return Groups.of_pairs(enc.load(reader, shapes), i)
         if s.base == "FullOne":
             return _full_one_groups(reader, sub.ids(), i)

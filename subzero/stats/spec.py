@@ -32,7 +32,7 @@ def _looks_like_file(spec: str) -> bool:
 def read_array_spec(run, spec: str, flag: str):
     """A file's array or a stored node's name (returned as the name: the table reads it)."""
     if _looks_like_file(spec):
-        from subzero.inputs import read_input
+        from subzero.input_files import read_input
 
         try:
             array, _ = read_input(spec)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -12,6 +12,9 @@ from subzero.errors import LineageError
 from subzero.modes import Direction, Strategy
 from subzero.stats.chunks import gather, nonzero_cells
 from subzero.stats.labelled import LabelledCells, propagate
+
+if TYPE_CHECKING:
+    from astropy.table import Table
 
 __all__ = ["lineage_table", "object_labels", "array_over", "default_over"]
 
@@ -193,9 +196,10 @@ def _executor_for(run, executor: str | None, size: int) -> str:
     return executor
 
 
-def lineage_table(run, node, over=None, flags=None, values=None, objects=None, using: dict | None = None,
-                  batch_objects: int | None = BATCH_OBJECTS, executor: str | None = None, spark=None,
-                  opener: Callable[[str], Any] | None = None):
+def lineage_table(run: Any, node: Any, over: Any = None, flags: np.ndarray | str | None = None,
+                  values: np.ndarray | str | None = None, objects: np.ndarray | None = None,
+                  using: dict | None = None, batch_objects: int | None = BATCH_OBJECTS, executor: str | None = None,
+                  spark: Any = None, opener: Callable[[str], Any] | None = None) -> "Table":
     """Per-object statistics of the objects' backward lineage in ``over`` (see `Run.lineage_table`).
 
     Objects are carried in batches of at most ``batch_objects`` neighbouring objects (None:

@@ -10,17 +10,20 @@
 
 from __future__ import annotations
 
+from numpy.typing import DTypeLike
+
 from subzero.trace import numpy_api  # noqa: F401  (installs numpy's handlers on symbolic arrays)
 from subzero.trace.errors import ControlFlowError, ConversionError, InPlaceError, TraceError, UnsupportedCallError
 from subzero.trace.naming import name
 from subzero.trace.symbolic import SymbolicArray
+from subzero.operator import Operator
 from subzero.trace.traced import TracedWorkflow, workflow
 
 __all__ = ["workflow", "TracedWorkflow", "SymbolicArray", "name", "apply", "TraceError", "ControlFlowError",
            "ConversionError", "InPlaceError", "UnsupportedCallError"]
 
 
-def apply(op, *arrays: SymbolicArray, name: str | None = None, dtype=None) -> SymbolicArray:
+def apply(op: Operator, *arrays: SymbolicArray, name: str | None = None, dtype: DTypeLike | None = None) -> SymbolicArray:
     """Apply an operator instance (any `subzero.Operator`, built-in or your own) to symbolic
     arrays inside a traced function: the way to use an operator class from numpy code.
 

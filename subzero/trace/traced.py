@@ -26,10 +26,11 @@ also still the function (``f(raw, dark)`` computes with numpy).
 from __future__ import annotations
 
 import functools
+import os
 import inspect
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import xxhash
@@ -231,7 +232,8 @@ class TracedWorkflow:
         return wf, True, list(tracer.events)
 
     # -- running ---------------------------------------------------------------------------------
-    def run(self, inputs: Mapping[str, Any], store, params: Mapping[str, Any] | None = None, **kwargs):
+    def run(self, inputs: Mapping[str, Any], store: "str | os.PathLike[str]", params: Mapping[str, Any] | None = None,
+            **kwargs: Any) -> Any:
         """Trace with ``inputs`` and ``params``, and run: `Workflow.run`'s arguments otherwise.
         Inputs that are not parameters of the function are refused."""
         arrays, _ = self.split(inputs, params)
@@ -270,7 +272,16 @@ class TraceReport:
     __repr__ = __str__
 
 
-def workflow(fn: Callable | None = None, *, name: str | None = None):
+@overload
+def workflow(fn: Callable, *, name: str | None = None) -> TracedWorkflow: ...
+
+
+@overload
+def workflow(fn: None = None, *, name: str | None = None) -> Callable[[Callable], TracedWorkflow]: ...
+
+
+def workflow(fn: Callable | None = None, *, name: str | None = None
+             ) -> "TracedWorkflow | Callable[[Callable], TracedWorkflow]":
     """Decorator: trace a plain numpy function into a workflow (see `TracedWorkflow`).
 
     Examples

@@ -2,8 +2,8 @@
 
 Results go to stdout; progress and diagnostics (`logging`, ``-v``/``-q``) to stderr.
 Errors a user can fix print one line on stderr and exit with code 2, having written nothing
-(`subzero.cli.common.dispatch`).  One module per command or small family (``run``, ``query``
-with ``brush``, ``replay``, ``demo``, ``info`` with ``explain``, ``stats``: ``catalog`` and
+(`subzero.tools.cli.common.dispatch`).  One module per command or small family (``run``, ``query``
+with ``brush``, ``replay``, ``demo``, ``info`` with ``explain``, ``stats``: ``table`` and
 ``contaminate``, ``view``, ``bench``), each giving ``add_parser(sub, common)`` and its ``cmd_*``;
 `build_parser` assembles them.  Imports are deferred to the command that needs them, so a
 query starts fast.
@@ -15,9 +15,9 @@ import argparse
 import re
 import sys
 
-from subzero.cli import bench, demo, info, query, replay, run, stats, view
-from subzero.cli.cells import parse_boxes, parse_cells
-from subzero.cli.common import dispatch
+from subzero.tools.cli import bench, demo, info, query, replay, run, stats, view
+from subzero.tools.cli.cells import parse_boxes, parse_cells
+from subzero.tools.cli.common import dispatch
 
 __all__ = ["main", "build_parser", "parse_cells", "parse_boxes"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from subzero.cli.common import run_with_progress
+from subzero.tools.cli.common import run_with_progress
 from subzero.errors import LineageError
 
 __all__ = ["add_parser", "cmd_demo", "DEMO"]

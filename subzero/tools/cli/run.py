@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from subzero.cli.common import check_store, run_with_progress, spark_session
+from subzero.tools.cli.common import check_store, run_with_progress, spark_session
 from subzero.errors import WorkflowError
 from subzero.modes import parse_node_strategies as _parse_strategies
 
@@ -22,7 +22,7 @@ def _load_workflow(ref: str, files: dict[str, Any], params: dict[str, str], quic
     ``@sz.workflow`` functions (``choice``: which one, ``--workflow NAME``)."""
     import importlib
 
-    from subzero.inputs import call_build
+    from subzero.input_files import call_build
     from subzero.workflows import BUILTIN
 
     if ref in BUILTIN:
@@ -99,7 +99,7 @@ def _check_workload(path: str | None, workload: Any, wf, inputs: dict) -> None:
 
 def cmd_run(args) -> int:
     """``subzero run``: run a workflow into a store; the exit status."""
-    from subzero.inputs import check_bound, parse_assignments, read_inputs
+    from subzero.input_files import check_bound, parse_assignments, read_inputs
 
     files = parse_assignments(args.input, "--input", "NAME=PATH")
     params = parse_assignments(args.param, "--param", "KEY=VALUE")
@@ -110,7 +110,7 @@ def cmd_run(args) -> int:
     wf, inputs = _load_workflow(args.workflow, arrays, params, args.quick, args.workflow_name)
     check_bound(wf, inputs, files)
     _check_workload(args.workload, workload, wf, inputs)
-    from subzero.inputs import header_to_text
+    from subzero.input_files import header_to_text
 
     metadata = {name: {"fits_header": header_to_text(h)} for name, h in headers.items() if name in inputs}
     spark = spark_session(args)
@@ -140,7 +140,7 @@ def _committed_text(store: str) -> str:
     if retry.gave_up() not in (None, "the run was interrupted"):  # the service fails: reading it would wait again
         return failing
     try:
-        from subzero.info import info_data
+        from subzero.tools.info import info_data
 
         data = info_data(store)
     except StorageUnavailable:

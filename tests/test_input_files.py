@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import subzero as sz
-from subzero.inputs import (
+from subzero.input_files import (
     call_build, check_bound, header_from_text, header_to_text, parse_assignments, read_input, read_inputs,
 )
 
@@ -202,5 +202,13 @@ def test_docstring_examples():
     import doctest
     import importlib
 
-    result = doctest.testmod(importlib.import_module("subzero.inputs"), optionflags=doctest.ELLIPSIS)
+    result = doctest.testmod(importlib.import_module("subzero.input_files"), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_the_older_name_is_a_deprecated_alias():
+    import subzero
+    import subzero.input_files
+
+    with pytest.warns(DeprecationWarning, match="subzero.input_files"):
+        assert subzero.inputs is subzero.input_files

@@ -16,8 +16,18 @@ from typing import Any
 
 from subzero.errors import StorageUnavailable, SubZeroError, WorkflowError
 
-__all__ = ["dispatch", "one_line", "check_store", "spark_session", "quiet_spark_launch", "parse_spark_conf",
+__all__ = ["store_command", "dispatch", "one_line", "check_store", "spark_session", "quiet_spark_launch", "parse_spark_conf",
            "run_with_progress", "apply_storage_options"]
+
+
+def store_command(sub: Any, common: argparse.ArgumentParser, name: str, func: Any, help: str,
+                  description: str | None = None, aliases: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    """The sub-parser of a command that reads a store: ``subzero NAME STORE ...`` calling
+    ``func(args)``, with the options every command takes (``common``); the caller adds its own."""
+    parser = sub.add_parser(name, aliases=list(aliases), parents=[common], help=help, description=description)
+    parser.add_argument("store")
+    parser.set_defaults(func=func)
+    return parser
 
 
 def check_store(path: str, overwrite: bool, resume: bool) -> None:

@@ -3,8 +3,8 @@
 The widget's module is the page's own code (``static/view.js``, read when a widget is made)
 followed by ``static/widget.js``, which mounts it in the output cell (``mount(element, api)``)
 with an ``api`` that sends the page's requests over the widget's message channel. Python
-answers each with the viewer's own app (`subzero.view.app.create_app`, through
-`subzero.view.app.answer_request`): the same routes, checks and errors as ``subzero view``,
+answers each with the viewer's own app (`subzero.tools.view.app.create_app`, through
+`subzero.tools.view.app.answer_request`): the same routes, checks and errors as ``subzero view``,
 in this process, without a port.
 
 The brush is the synced trait ``brush`` (``{"node": NAME, "boxes": [[lo0, hi0, lo1, hi1, ...], ...]}``,
@@ -32,7 +32,7 @@ import traitlets
 from subzero.boxes import cover_coords, ids_in_boxes
 from subzero.cells import as_boxes, as_coords, sorted_unique, to_coords, to_ids
 from subzero.errors import LineageError
-from subzero.view.app import STATIC, Reply, answer_request, create_app
+from subzero.tools.view.app import STATIC, Reply, answer_request, create_app
 
 if TYPE_CHECKING:
     from subzero.run import Run
@@ -111,7 +111,7 @@ class ViewerWidget(anywidget.AnyWidget):
         Make every 2-D node's overview tile at once, on a background thread, as ``subzero view``
         does.
     cache_dir : pathlib.Path, optional
-        Where tiles are cached (default `subzero.view.tiles.run_cache_dir`).
+        Where tiles are cached (default `subzero.tools.view.tiles.run_cache_dir`).
 
     Attributes
     ----------

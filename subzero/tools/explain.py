@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from subzero.describe import committed_summary, human_bytes, operator_name
+from subzero.tools.describe import committed_summary, human_bytes, operator_name
 from subzero.run import Run
 
 __all__ = ["explain"]

@@ -1,4 +1,4 @@
-"""``subzero view``: serve the viewer (`subzero.view`) over a store."""
+"""``subzero view``: serve the viewer (`subzero.tools.view`) over a store."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ __all__ = ["add_parser", "cmd_view"]
 
 def cmd_view(args) -> int:
     """``subzero view``: serve the viewer over a store until interrupted; the exit status."""
-    from subzero.view.server import serve
+    from subzero.tools.view.server import serve
 
     serve(args.store, host=args.host, port=args.port, open_browser=args.open, token=args.token)
     return 0

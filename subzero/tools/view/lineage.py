@@ -99,7 +99,8 @@ def reachable(run: "Run", name: str, direction: "Direction | str") -> list[str]:
     """The committed nodes ``direction`` reaches from ``name`` (its ancestors backward, its
     descendants forward), in workflow order."""
     node = run.node(name)
-    reach = run.workflow.ancestors(node) if direction == "backward" else run.workflow.descendants(node)
+    backward = Direction.parse(direction) is Direction.BACKWARD
+    reach = run.workflow.ancestors(node) if backward else run.workflow.descendants(node)
     return [n.name for n in run.workflow.nodes if n in reach and n is not node and n.name in run.catalog.nodes]
 
 
@@ -107,7 +108,7 @@ def node_list(run: "Run", sky: dict[str, bool] | None = None) -> list[dict[str, 
     """Every committed node, as ``GET /api/nodes`` lists it: ``name, operator, shape, dtype,
     strategies, inputs`` (the contract) plus ``kind`` (input/operator), ``display`` (see
     `display_kind`) and ``wcs`` (whether pixel positions have sky coordinates)."""
-    from subzero.describe import operator_name
+    from subzero.tools.describe import operator_name
 
     out = []
     for node in run.workflow.nodes:
@@ -182,7 +183,7 @@ def parse_lineage_request(run: "Run", body: Any, max_boxes: int | None = None) -
     if to is None:
         targets = tuple(reach)
     else:
-        where = "upstream" if direction == "backward" else "downstream"
+        where = "upstream" if direction is Direction.BACKWARD else "downstream"
         if not isinstance(to, list) or not all(isinstance(t, str) for t in to):
             raise LineageError(f'"to" must be a list of node names or null (every node reached), got {shown(to)}')
         if not to:

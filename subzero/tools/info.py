@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from subzero.catalog import NodeRecord, RunRecord
-from subzero.describe import committed_summary, human_bytes, jsonable
+from subzero.tools.describe import committed_summary, human_bytes, jsonable
 
 if TYPE_CHECKING:
     from subzero.store import LineageReader

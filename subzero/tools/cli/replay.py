@@ -7,9 +7,9 @@ import json
 import logging
 import sys
 
-from subzero.cli.cells import add_cell_options, query_start
-from subzero.cli.common import check_store, quiet_spark_launch, spark_session
-from subzero.cli.query import bbox_text
+from subzero.tools.cli.cells import add_cell_options, query_start
+from subzero.tools.cli.common import check_store, quiet_spark_launch, spark_session
+from subzero.tools.cli.query import bbox_text
 from subzero.errors import WorkflowError
 
 __all__ = ["add_parser", "cmd_replay"]
@@ -20,8 +20,8 @@ log = logging.getLogger(__name__)
 def _replay_patches(args, run) -> list:
     """The `subzero.replay.Patch` es of ``subzero replay``'s flags, every file read and every
     cell checked before anything is written."""
-    from subzero.brush import default_source
-    from subzero.inputs import parse_assignments, read_input
+    from subzero.tools.brush import default_source
+    from subzero.input_files import parse_assignments, read_input
     from subzero.replay import Patch
 
     files = parse_assignments(args.input, "--input", "NAME=PATH")
@@ -120,7 +120,7 @@ def cmd_replay(args) -> int:
         finally:
             reporter.run_finished(ok)
     if args.json:
-        from subzero.describe import frontier_data
+        from subzero.tools.describe import frontier_data
 
         print(json.dumps({
             "source": result.source, "store": result.run.path, "executor": result.executor,

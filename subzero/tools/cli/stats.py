@@ -1,4 +1,8 @@
-"""The ``subzero catalog`` and ``subzero contaminate`` commands (lineage statistics: `subzero.stats`)."""
+"""The ``subzero table`` and ``subzero contaminate`` commands (lineage statistics: `subzero.stats`).
+
+``subzero catalog`` is the older name of ``subzero table`` (an alias): a run's catalog is its
+``catalog.json``, the record of what it stored.
+"""
 
 from __future__ import annotations
 
@@ -7,38 +11,38 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from subzero.errors import LineageError
+from subzero.tools.cli.common import store_command
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["add_parser", "cmd_catalog", "cmd_contaminate"]
+__all__ = ["add_parser", "cmd_table", "cmd_contaminate"]
 
 TABLE_FORMATS = {".ecsv": "ascii.ecsv", ".csv": "ascii.csv", ".fits": "fits", ".fit": "fits", ".fts": "fits"}
 
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
-    """``subzero catalog`` and ``subzero contaminate``."""
-    catalog = sub.add_parser(
-        "catalog", parents=[common], help="per-object lineage statistics of a label array (one row per object)",
+    """``subzero table`` (also ``subzero catalog``, its older name) and ``subzero contaminate``."""
+    table = store_command(
+        sub, common, "table", cmd_table, aliases=("catalog",),
+        help="per-object lineage statistics of a label array (one row per object)",
         description="For every object of a label array (a node holding ints, 0 = background), the size of its "
                     "backward lineage in --over, how many of those cells are flagged, and statistics of --values "
                     "over them; all objects carried together (in batches of neighbours), never a query per object.")
-    catalog.add_argument("store")
-    catalog.add_argument("--objects", required=True, help="the node whose array labels the objects")
-    catalog.add_argument("--over", help="the ancestor the lineage is measured in (default: the one input --objects "
-                                        "is computed from)")
-    catalog.add_argument("--flags", help="flagged cells of --over: a file (.npy, .fits, .fits[EXT], .zarr), a node, "
-                                         "or an expression such as 'raw>60000' (nonzero = flagged)")
-    catalog.add_argument("--values", help="values of --over's cells to sum, average and maximise: a file or a node")
-    catalog.add_argument("--out", required=True, metavar="FILE.ecsv|FILE.fits|FILE.csv", help="the table to write")
-    catalog.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
-    catalog.set_defaults(func=cmd_catalog)
+    table.add_argument("--objects", required=True, help="the node whose array labels the objects")
+    table.add_argument("--over", help="the ancestor the lineage is measured in (default: the one input --objects "
+                                      "is computed from)")
+    table.add_argument("--flags", help="flagged cells of --over: a file (.npy, .fits, .fits[EXT], .zarr), a node, "
+                                       "or an expression such as 'raw>60000' (nonzero = flagged)")
+    table.add_argument("--values", help="values of --over's cells to sum, average and maximise: a file or a node")
+    table.add_argument("--out", required=True, metavar="FILE.ecsv|FILE.fits|FILE.csv", help="the table to write")
+    table.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
 
-    cont = sub.add_parser(
-        "contaminate", parents=[common], help="where flagged input cells end up (and, with --count, how many)",
+    cont = store_command(
+        sub, common, "contaminate", cmd_contaminate,
+        help="where flagged input cells end up (and, with --count, how many)",
         description="The forward lineage of every flagged cell of --from in --to, as a mask; with --count, for "
                     "each cell of --to the number of distinct flagged cells in its backward lineage.")
-    cont.add_argument("store")
     cont.add_argument("--from", dest="source", required=True, help="the node the flags are on (e.g. an input)")
     cont.add_argument("--flags", required=True,
                       help="flagged cells: a file (.npy, .fits, .fits[EXT], .zarr), a node, or 'raw>60000'")
@@ -49,7 +53,6 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
                       help="count distinct flagged cells per cell (set semantics) instead of a mask")
     cont.add_argument("--plot", metavar="FILE.png", help="draw the flags and the contamination (PNG, PDF, SVG)")
     cont.add_argument("--using", action="append", metavar="NODE=STRATEGY", help="force a stored strategy")
-    cont.set_defaults(func=cmd_contaminate)
 
 
 def _using(args) -> dict | None:
@@ -62,17 +65,17 @@ def _table_format(path: str) -> str:
     suffix = Path(path).suffix.lower()
     if suffix not in TABLE_FORMATS:
         raise LineageError(f"--out {path!r}: give a file ending in {', '.join(TABLE_FORMATS)}")
-    from subzero.export import check_output
+    from subzero.tools.export import check_output
 
     check_output(path, tuple(TABLE_FORMATS), "--out")
     return TABLE_FORMATS[suffix]
 
 
-def cmd_catalog(args) -> int:
-    """``subzero catalog``: a per-object lineage table of a stored run; the exit status."""
+def cmd_table(args) -> int:
+    """``subzero table``: a per-object lineage table of a stored run; the exit status."""
     import numpy as np
 
-    from subzero.export import atomic_path
+    from subzero.tools.export import atomic_path
     from subzero.run import open_run
     from subzero.stats.spec import parse_flags, read_array_spec
 
@@ -94,14 +97,14 @@ def cmd_catalog(args) -> int:
         table.write(tmp, format=fmt, overwrite=True)
     flagged = int(np.count_nonzero(table["n_flagged"])) if "n_flagged" in table.colnames else None
     extra = f", {flagged} with flagged cells in their lineage" if flagged is not None else ""
-    print(f"catalog {args.objects} over {over.name}: {len(table)} object(s){extra}; wrote {out}")
+    print(f"table of {args.objects} over {over.name}: {len(table)} object(s){extra}; wrote {out}")
     return 0
 
 
 def _write_counts(path: Path, counts: np.ndarray, header, history: str) -> None:
     import numpy as np
 
-    from subzero.export import atomic_path
+    from subzero.tools.export import atomic_path
 
     if path.suffix.lower() == ".npy":
         with atomic_path(path) as tmp:
@@ -109,7 +112,7 @@ def _write_counts(path: Path, counts: np.ndarray, header, history: str) -> None:
         return
     from astropy.io import fits
 
-    from subzero.export import write_fits_mask
+    from subzero.tools.export import write_fits_mask
 
     write_fits_mask(path, counts > 0, header, history)  # the header handling, then the counts as data
     with fits.open(path) as hdus:
@@ -122,8 +125,8 @@ def cmd_contaminate(args) -> int:
     """``subzero contaminate``: contamination masks and counts of flagged cells; the exit status."""
     import numpy as np
 
-    from subzero.inputs import node_fits_header
-    from subzero.export import MASK_SUFFIXES, PLOT_SUFFIXES, Panel, check_output, plot_panels, write_mask
+    from subzero.input_files import node_fits_header
+    from subzero.tools.export import MASK_SUFFIXES, PLOT_SUFFIXES, Panel, check_output, plot_panels, write_mask
     from subzero.run import open_run
     from subzero.stats import contamination_count, contamination_mask
     from subzero.stats.spec import parse_flags

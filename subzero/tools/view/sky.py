@@ -33,7 +33,7 @@ def input_wcs(run: "Run", name: str) -> "WCS | None":
         return None
     from astropy.wcs import WCS, FITSFixedWarning
 
-    from subzero.inputs import header_from_text
+    from subzero.input_files import header_from_text
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FITSFixedWarning)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from subzero.errors import LineageError
-from subzero.export import MASK_RGB, atomic_path, NAN_RGB, label_colors
+from subzero.tools.export import MASK_RGB, atomic_path, NAN_RGB, label_colors
 
 if TYPE_CHECKING:
     from subzero.run import Run
@@ -116,7 +116,7 @@ class TilePyramid:
     root
         The run's cache directory (`run_cache_dir`).
     display
-        ``"image"``, ``"labels"`` or ``"mask"`` (`subzero.view.lineage.display_kind`).
+        ``"image"``, ``"labels"`` or ``"mask"`` (`subzero.tools.view.lineage.display_kind`).
     """
 
     def __init__(self, run: "Run", name: str, root: Path, display: str):

@@ -9,7 +9,7 @@ Routes
 ``POST /api/export``                       the same body plus ``"target"`` and ``"format"``
                                            (``npy``, ``fits``, ``reg``, ``reg-fk5``): the answer in ``target`` as a file
 ``GET /api/pixel/{node}?row=R&col=C``      the cell's value, and its RA/Dec where the node has a WCS
-``GET /tiles/{node}/{z}/{ty}/{tx}.png``    a tile of a 2-D node (`subzero.view.tiles`)
+``GET /tiles/{node}/{z}/{ty}/{tx}.png``    a tile of a 2-D node (`subzero.tools.view.tiles`)
 
 `answer_request` answers one request with these same routes and handlers in this process,
 without a socket (the notebook widget, `subzero.view.widget`, sends its page's requests so).
@@ -20,7 +20,7 @@ without the token when the app has one, 404 for what does not exist, 413 for a b
 ``view_max_body_bytes`` setting, 415 for a POST body that is not ``application/json``. The app
 only reads the store.
 
-With a ``token`` (`subzero.view.server` gives one whenever it listens on an address other
+With a ``token`` (`subzero.tools.view.server` gives one whenever it listens on an address other
 than loopback), every request must carry it: ``?token=T`` in the URL (the page's URL as the
 server prints it; the answer then sets a cookie, so the page's own requests carry it), the
 cookie, or the header ``Authorization: token T``.
@@ -55,10 +55,10 @@ from starlette.staticfiles import StaticFiles
 
 from subzero import config
 from subzero.errors import LineageError, StoreError
-from subzero.view.lineage import (answer_frontiers, display_kind, lineage_answers, node_list,
+from subzero.tools.view.lineage import (answer_frontiers, display_kind, lineage_answers, node_list,
                                   parse_lineage_request, reachable, shown)
-from subzero.view.sky import node_wcs, pixel_to_sky
-from subzero.view.tiles import TILE, TilePyramid, run_cache_dir
+from subzero.tools.view.sky import node_wcs, pixel_to_sky
+from subzero.tools.view.tiles import TILE, TilePyramid, run_cache_dir
 
 if TYPE_CHECKING:
     from subzero.run import Run
@@ -253,7 +253,7 @@ class Viewer:
 
 def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, token: str | None = None) -> Starlette:
     """The viewer app over ``run`` (`subzero.open_run`); tiles cached under ``cache_dir``
-    (default `subzero.view.tiles.run_cache_dir`). With ``warm``, a background thread makes
+    (default `subzero.tools.view.tiles.run_cache_dir`). With ``warm``, a background thread makes
     every node's overview tile at once (`Viewer.warm`). With ``token``, every request must
     carry it (see the module docstring), else HTTP 403."""
     viewer = Viewer(run, cache_dir)
@@ -465,8 +465,8 @@ def _tile_index(text: str) -> int:
 
 def _export_file(viewer: Viewer, req, target: str, fmt: str) -> tuple[bytes, str]:
     """The answer of ``req`` in ``target`` (or the brush itself when ``target`` is the brushed
-    node) written as ``fmt`` by `subzero.export`; returns the file's bytes and its name."""
-    from subzero.export import write_mask, write_regions
+    node) written as ``fmt`` by `subzero.tools.export`; returns the file's bytes and its name."""
+    from subzero.tools.export import write_mask, write_regions
 
     run = viewer.run
     if target == req.node:
@@ -492,7 +492,7 @@ def _export_file(viewer: Viewer, req, target: str, fmt: str) -> tuple[bytes, str
         if fmt in ("npy", "fits"):
             header = None
             if fmt == "fits":
-                from subzero.inputs import header_from_text
+                from subzero.input_files import header_from_text
 
                 text = run.catalog.node(target).metadata.get("fits_header")
                 header = header_from_text(text) if text else None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from subzero.tools.cli.common import store_command
+
 __all__ = ["add_parser", "cmd_explain", "cmd_info"]
 
 
@@ -14,11 +16,11 @@ def cmd_explain(args) -> int:
 
     run = open_run(args.store, partial=True)  # a failed or running store: what it committed
     if args.json:
-        from subzero.describe import explain_data
+        from subzero.tools.describe import explain_data
 
         print(json.dumps(explain_data(run), indent=2))
         return 0
-    from subzero.explain import explain
+    from subzero.tools.explain import explain
 
     print(explain(run))
     return 0
@@ -26,7 +28,7 @@ def cmd_explain(args) -> int:
 
 def cmd_info(args) -> int:
     """``subzero info``: a store's summary; the exit status."""
-    from subzero.info import info_data, info_text
+    from subzero.tools.info import info_data, info_text
 
     data = info_data(args.store)
     print(json.dumps(data, indent=2) if args.json else info_text(data))
@@ -35,20 +37,16 @@ def cmd_info(args) -> int:
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
     """``subzero explain``, ``subzero info`` and ``subzero config``."""
-    explain = sub.add_parser("explain", parents=[common],
-                             help="the chosen strategy per node, predicted and measured costs, and why")
-    explain.add_argument("store")
+    explain = store_command(sub, common, "explain", cmd_explain,
+                            help="the chosen strategy per node, predicted and measured costs, and why")
     explain.add_argument("--json", action="store_true", help="print JSON")
-    explain.set_defaults(func=cmd_explain)
 
-    info = sub.add_parser("info", parents=[common],
-                          help="what a store holds: nodes, shapes, dtypes, strategies, sizes, status",
-                          description="Describe a store from its catalog: its nodes (inputs and operators), their "
-                                      "shapes, dtypes, chunks, strategies and sizes, and the run's status (also for "
-                                      "a run that failed or is still running).")
-    info.add_argument("store")
+    info = store_command(sub, common, "info", cmd_info,
+                         help="what a store holds: nodes, shapes, dtypes, strategies, sizes, status",
+                         description="Describe a store from its catalog: its nodes (inputs and operators), their "
+                                     "shapes, dtypes, chunks, strategies and sizes, and the run's status (also for "
+                                     "a run that failed or is still running).")
     info.add_argument("--json", action="store_true", help="print JSON")
-    info.set_defaults(func=cmd_info)
 
     conf = sub.add_parser("config", parents=[common], help="every setting's current value and its source",
                           description="Print every setting (docs/guide/configuration.md) with its current value "

@@ -100,7 +100,7 @@ def add_sky_cells(args: argparse.Namespace, run, node: str) -> None:
     to ``args.cells`` in the convention of the other cells (numpy, or FITS with --fits-coords)."""
     if not getattr(args, "sky", None):
         return
-    from subzero.view.sky import node_wcs, parse_sky, sky_to_pixel
+    from subzero.tools.view.sky import node_wcs, parse_sky, sky_to_pixel
 
     wcs = node_wcs(run).get(run.node(node).name)
     if wcs is None:

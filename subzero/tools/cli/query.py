@@ -9,9 +9,11 @@ import logging
 import sys
 from typing import Any
 
-from subzero.cli.cells import add_cell_options, add_sky_cells, query_start
+from subzero.tools.cli.cells import add_cell_options, add_sky_cells, query_start
+from subzero.tools.cli.common import store_command
 from subzero.errors import LineageError
-from subzero.inputs import node_fits_header as _fits_header
+from subzero.input_files import node_fits_header as _fits_header
+from subzero.modes import Direction
 from subzero.modes import parse_node_strategies as _parse_strategies
 
 __all__ = ["add_parser", "cmd_query", "cmd_brush", "bbox_text"]
@@ -24,7 +26,7 @@ def _check_outputs(args, run, mask_node: str, drawn: list[str]) -> None:
     and ``--regions`` are of ``mask_node``, ``--plot`` draws the 2-D ones of ``drawn``."""
     if not (args.mask or args.regions or args.plot):
         return  # nothing to write: no need for the export module (numpy.ma, astropy on demand)
-    from subzero.export import MASK_SUFFIXES, PLOT_SUFFIXES, REGION_SUFFIXES, check_output
+    from subzero.tools.export import MASK_SUFFIXES, PLOT_SUFFIXES, REGION_SUFFIXES, check_output
 
     if args.mask:
         check_output(args.mask, MASK_SUFFIXES, "--mask")
@@ -34,7 +36,7 @@ def _check_outputs(args, run, mask_node: str, drawn: list[str]) -> None:
             raise LineageError(f"--regions: node {mask_node!r} has shape {run.shape(mask_node)}; DS9 regions are for "
                                "2-D images (use --mask for other ranks)")
         if getattr(args, "regions_frame", "image") == "fk5":
-            from subzero.view.sky import node_wcs
+            from subzero.tools.view.sky import node_wcs
 
             if run.node(mask_node).name not in node_wcs(run):
                 raise LineageError(f"--regions-frame fk5: node {mask_node!r} has no WCS (not a FITS input with one, "
@@ -49,9 +51,9 @@ def _check_outputs(args, run, mask_node: str, drawn: list[str]) -> None:
 def _plot(args, run, ends: list[tuple[str, Any, str]]) -> None:
     """Draw ``(node, cells, title)`` panels side by side (cells: a mask or a `Frontier`);
     an end that is not 2-D is left out with a warning."""
-    from subzero.export import Panel, plot_panels
-    from subzero.view.lineage import display_kind
-    from subzero.view.sky import node_wcs
+    from subzero.tools.export import Panel, plot_panels
+    from subzero.tools.view.lineage import display_kind
+    from subzero.tools.view.sky import node_wcs
 
     panels = []
     grids = node_wcs(run)
@@ -69,15 +71,15 @@ def _write_files(args, run, node: str, mask, history: str, text: str) -> list[st
     """``--mask`` and ``--regions`` of ``mask`` (cells of ``node``); the paths written."""
     written = []
     if args.mask:
-        from subzero.export import write_mask
+        from subzero.tools.export import write_mask
 
         written.append(str(write_mask(args.mask, mask, _fits_header(run, node), history=history)))
     if args.regions:
-        from subzero.export import write_regions
+        from subzero.tools.export import write_regions
 
         wcs = None
         if getattr(args, "regions_frame", "image") == "fk5":  # `_check_outputs` made sure the node has one
-            from subzero.view.sky import node_wcs
+            from subzero.tools.view.sky import node_wcs
 
             wcs = node_wcs(run)[run.node(node).name]
         written.append(str(write_regions(args.regions, mask, text=text, wcs=wcs)))
@@ -98,13 +100,13 @@ def cmd_query(args) -> int:
     """``subzero query``: trace cells backward or forward and print or write them; the exit status."""
     run, start, using = _open_traced(args)
     _check_outputs(args, run, args.to, [args.node, args.to])
-    query = run.backward if args.direction == "backward" else run.forward
+    query = run.backward if Direction.parse(args.direction) is Direction.BACKWARD else run.forward
     answer = query(args.node, to=args.to, using=using, as_="frontier", **start)
     result = answer.coords()  # the answer's cells; a mask of the array only for the files that need one
     mask = answer.mask() if (args.mask or args.regions) else None
     shown = result
     if args.fits_coords:
-        from subzero.export import to_fits_coords
+        from subzero.tools.export import to_fits_coords
 
         shown = to_fits_coords(result)
     written = _write_files(args, run, args.to, mask,
@@ -140,7 +142,7 @@ def bbox_text(frontier, fits: bool) -> str:
 
 def cmd_brush(args) -> int:
     """``subzero brush``: linked brushing from a node's cells; the exit status."""
-    from subzero.brush import brush, brush_data, default_source
+    from subzero.tools.brush import brush, brush_data, default_source
 
     run, start, using = _open_traced(args)
     to = args.to or default_source(run, args.node)
@@ -190,20 +192,18 @@ def _add_answer_options(parser, func, traced: str, json_help: str, plot_help: st
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
     """``subzero query`` and ``subzero brush``."""
-    query = sub.add_parser("query", parents=[common], help="backward or forward lineage of cells of a stored run")
-    query.add_argument("store")
+    query = store_command(sub, common, "query", cmd_query, help="backward or forward lineage of cells of a stored run")
     query.add_argument("direction", choices=["backward", "forward"])
     query.add_argument("node", help="the node the cells belong to")
     query.add_argument("--to", required=True, help="the node to trace to")
     _add_answer_options(query, cmd_query, "traced cells", "print JSON instead of one cell per line",
                         "draw the traced cells over the arrays (PNG, PDF, SVG)")
 
-    brush = sub.add_parser("brush", parents=[common],
-                           help="linked brushing: cells of a node back to an input and forward to every output",
-                           description="Trace the brushed cells of NODE back to an input (--to; default: NODE's only "
-                                       "input) and those input cells forward to every output of the workflow, in "
-                                       "one call (Smoke's linked brushing).")
-    brush.add_argument("store")
+    brush = store_command(sub, common, "brush", cmd_brush,
+                          help="linked brushing: cells of a node back to an input and forward to every output",
+                          description="Trace the brushed cells of NODE back to an input (--to; default: NODE's only "
+                                      "input) and those input cells forward to every output of the workflow, in "
+                                      "one call (Smoke's linked brushing).")
     brush.add_argument("node", help="the node the brushed cells belong to")
     brush.add_argument("--to", help="the input to trace back to (default: the node's only input)")
     brush.add_argument("--outputs", action="append", metavar="NODE[,NODE]",

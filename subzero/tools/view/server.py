@@ -59,7 +59,7 @@ def make_server(store: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, 
     import uvicorn
 
     from subzero.run import open_run
-    from subzero.view.app import create_app
+    from subzero.tools.view.app import create_app
 
     if not 1 <= port <= 65535:
         raise LineageError(f"--port {port}: give a port number 1..65535")

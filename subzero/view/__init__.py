@@ -1,1 +1,0 @@
-"""``subzero view``: a stored run in the browser, with linked brushing (see `subzero.view.app`)."""

@@ -10,6 +10,11 @@ Routes
                                            (``npy``, ``fits``, ``reg``, ``reg-fk5``): the answer in ``target`` as a file
 ``GET /api/pixel/{node}?row=R&col=C``      the cell's value, and its RA/Dec where the node has a WCS
 ``GET /tiles/{node}/{z}/{ty}/{tx}.png``    a tile of a 2-D node (`subzero.view.tiles`)
+``GET /api/values/{node}/{z}/{ty}/{tx}``   the same tile's values, little-endian float32 (header ``X-Shape: H,W``)
+``GET /api/limits/{node}?mode=M``          display limits ``{"lo", "hi", "mode"}`` (zscale, minmax, 99.5, ...)
+``GET /api/line/{node}``                   a 1-D node's line plot, or a one-value node's value (`subzero.view.readouts`)
+``GET /api/compass/{node}``                north and east as ``[dcol, drow]`` where the node has a WCS
+``POST /api/stats``                        a lineage body -> statistics and histograms of the brushed and lineage cells
 
 Every error is JSON ``{"error": "..."}``: 400 for a bad request (not JSON, nested too
 deeply, unknown node or field, box outside the array, bad direction, too many boxes...), 403
@@ -49,6 +54,7 @@ from starlette.staticfiles import StaticFiles
 
 from subzero import config
 from subzero.errors import LineageError, StoreError
+from subzero.view import readouts
 from subzero.view.lineage import (answer_frontiers, display_kind, lineage_answers, node_list,
                                   parse_lineage_request, reachable, shown)
 from subzero.view.sky import node_wcs, pixel_to_sky
@@ -339,6 +345,51 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
         data = await run_in_threadpool(pyramid.png, z, ty, tx)
         return Response(data, media_type="image/png", headers={"Cache-Control": "max-age=3600"})
 
+    async def values(request: Request) -> Response:
+        p = request.path_params
+        pyramid = viewer.pyramid(p["node"])
+        from starlette.concurrency import run_in_threadpool
+
+        z, ty, tx = (_tile_index(p[k]) for k in ("z", "ty", "tx"))
+        try:
+            pyramid.check(z, ty, tx)
+        except LineageError as exc:
+            raise _NotFound(str(exc)) from None
+        data, (h, w) = await run_in_threadpool(readouts.tile_values, pyramid, z, ty, tx)
+        return Response(data, media_type="application/octet-stream",
+                        headers={"X-Shape": f"{h},{w}", "Cache-Control": "max-age=3600"})
+
+    async def limits(request: Request) -> Response:
+        pyramid = viewer.pyramid(request.path_params["node"])
+        from starlette.concurrency import run_in_threadpool
+
+        mode = request.query_params.get("mode", "zscale")
+        return JSONResponse(await run_in_threadpool(readouts.limits, pyramid, mode))
+
+    async def line(request: Request) -> Response:
+        name = request.path_params["node"]
+        if name not in run.catalog.nodes:
+            raise _NotFound(f"unknown node {name!r}")
+        from starlette.concurrency import run_in_threadpool
+
+        return JSONResponse(await run_in_threadpool(readouts.line, run, name))
+
+    async def compass(request: Request) -> Response:
+        name = request.path_params["node"]
+        if name not in run.catalog.nodes:
+            raise _NotFound(f"unknown node {name!r}")
+        if name not in viewer.wcs:
+            raise LineageError(f"node {name!r} has no WCS, so no compass; nodes with one: "
+                               f"{', '.join(viewer.wcs) or 'none'}")
+        return JSONResponse(readouts.compass(viewer.wcs[name], run.shape(name)))
+
+    async def stats(request: Request) -> Response:
+        body = await _json_body(request)
+        from starlette.concurrency import run_in_threadpool
+
+        req = parse_lineage_request(run, body)
+        return JSONResponse(await run_in_threadpool(readouts.request_stats, run, req))
+
     async def bad_request(request: Request, exc: Exception) -> Response:
         return _error(getattr(exc, "status", 400), str(exc))
 
@@ -361,6 +412,11 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
         Route("/api/export", export, methods=["POST"]),
         Route("/api/pixel/{node}", pixel),
         Route("/tiles/{node}/{z}/{ty}/{tx}.png", tile),
+        Route("/api/values/{node}/{z}/{ty}/{tx}", values),
+        Route("/api/limits/{node}", limits),
+        Route("/api/line/{node}", line),
+        Route("/api/compass/{node}", compass),
+        Route("/api/stats", stats, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={LineageError: bad_request, StoreError: bad_request,

@@ -2,12 +2,14 @@
 installed by scripts/setup.sh), on the astronomy workflow with a WCS: the graph, `stars` in the
 main frame, a lasso around a star, its lineage lit on the inputs with linked zoom, a value read
 in sexagesimal RA/Dec, statistics, export, regions and the state in the URL. Each state's
-screenshot is saved as ``docs/images/viewer-*.png`` (the viewer's guide page shows them).
+screenshot is saved as ``docs/images/viewer-*.png`` (the viewer's guide page shows them) when
+the page changed since they were taken.
 Bounded in time: every wait has a deadline, the server runs on a free loopback port and is
 stopped at the end; one page load is shared (plus one reload for the URL state)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import socket
@@ -90,9 +92,26 @@ def _settled(driver) -> None:
     time.sleep(0.3)
 
 
-def _shot(driver, name: str) -> None:
+def _page_digest() -> str:
+    """The digest of the page's files: the screenshots in docs/ are of this version of the page."""
+    from subzero.view.app import STATIC
+
+    return hashlib.sha256(b"".join((STATIC / f).read_bytes() for f in ("index.html", "view.js", "view.css"))).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    """Where the screenshots go: docs/images when the page changed since they were taken (its
+    digest is kept beside them, so an unchanged page leaves the tree clean), else a temporary folder."""
+    stamp = IMAGES / "viewer-page.sha256"
+    if stamp.exists() and stamp.read_text().strip() == _page_digest():
+        return tmp_path_factory.mktemp("shots")
     IMAGES.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(IMAGES / f"viewer-{name}.png"))
+    return IMAGES
+
+
+def _shot(driver, folder: Path, name: str) -> None:
+    driver.save_screenshot(str(folder / f"viewer-{name}.png"))
 
 
 def _mask_of(boxes, shape) -> np.ndarray:
@@ -112,7 +131,7 @@ def _centres_inside(polygon, shape) -> np.ndarray:
     return inside.reshape(shape)
 
 
-def test_graph_lasso_lineage_sky_stats_export(server, browser):
+def test_graph_lasso_lineage_sky_stats_export(server, browser, shots):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
@@ -132,7 +151,7 @@ def test_graph_lasso_lineage_sky_stats_export(server, browser):
     _wait(browser, "return window.subzeroView.main === 'exposure_1'")
     assert len(browser.find_elements(By.CSS_SELECTOR, "g.szv-gnode.szv-dim")) == len(run.committed) - 1
     _settled(browser)
-    _shot(browser, "graph")
+    _shot(browser, shots, "graph")
     search.clear()
     search.send_keys(" ")
     browser.find_element(By.CSS_SELECTOR, 'g.szv-gnode[data-node="stars"]').click()
@@ -206,7 +225,7 @@ def test_graph_lasso_lineage_sky_stats_export(server, browser):
     for key, want in (("min", values.min()), ("max", values.max()), ("mean", values.mean()),
                       ("median", np.median(values))):
         assert got[key] == pytest.approx(float(want), rel=1e-5)
-    _shot(browser, "lineage")
+    _shot(browser, shots, "lineage")
 
     # exposure_1 in the main frame keeps the view; a value read in sexagesimal RA/Dec, DS9's 1-based x, y
     browser.find_element(By.CSS_SELECTOR, '.szv-frame[data-node="exposure_1"]').click()
@@ -227,7 +246,7 @@ def test_graph_lasso_lineage_sky_stats_export(server, browser):
     assert m.group(5) == sky.dec.to_string(sep=":", precision=2, alwayssign=True, pad=True)
     comp = browser.execute_script("return window.subzeroView.compass.exposure_1")
     assert comp["north"] == pytest.approx([0, 1], abs=1e-3) and comp["east"] == pytest.approx([-1, 0], abs=1e-3)
-    _shot(browser, "readout")
+    _shot(browser, shots, "readout")
 
     # export the lineage in exposure_1 as a mask: exactly run.backward's
     Select(browser.find_element(By.CSS_SELECTOR, ".szv-export-target")).select_by_value("exposure_1")
@@ -253,7 +272,7 @@ def test_graph_lasso_lineage_sky_stats_export(server, browser):
     lo, hi = (float(v) for v in browser.execute_script(
         "const c = document.querySelector('.szv-cbar'); return [c.dataset.lo, c.dataset.hi]"))
     assert lo < value and hi > value
-    _shot(browser, "controls")
+    _shot(browser, shots, "controls")
     browser.find_element(By.CSS_SELECTOR, "button.szv-enlarge").click()
 
     # the state is in the URL: a reload restores the node, the view, the brush and the display
@@ -271,3 +290,5 @@ def test_graph_lasso_lineage_sky_stats_export(server, browser):
     circle = (rows + 0.5 - cy) ** 2 + (cols + 0.5 - cx) ** 2 <= 4.2 ** 2
     np.testing.assert_array_equal(_mask_of(browser.execute_script("return window.subzeroView.boxes"), shape), circle)
     assert browser.execute_script("return window.subzeroView.errors") == 0
+    if shots == IMAGES:  # every state passed: the screenshots are of this page
+        (IMAGES / "viewer-page.sha256").write_text(_page_digest() + "\n")

@@ -74,5 +74,5 @@ def make_astro_run(path):
 
     wf, data = build_astronomy(shape=ASTRO_SHAPE)
     header = header_to_text(astro_wcs().to_header())
-    return wf.run(data, store=str(path), executor="local", tile_shape=32,
+    return wf.run(data, store=str(path), executor="local", tile_shape=48,
                   input_metadata={name: {"fits_header": header} for name in data})

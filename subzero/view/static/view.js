@@ -79,6 +79,7 @@ export function sexagesimal(deg, hours) {
   let d = Math.floor(v), m = Math.floor((v - d) * 60), s = ((v - d) * 60 - m) * 60;
   if (Number(s.toFixed(decimals)) >= 60) { s = 0; m += 1; }
   if (m >= 60) { m = 0; d += 1; }
+  if (hours && d >= 24) d -= 24;
   const two = (x) => String(x).padStart(2, "0");
   return `${sign}${two(d)}:${two(m)}:${s.toFixed(decimals).padStart(3 + decimals, "0")}`;
 }
@@ -584,7 +585,7 @@ export function mount(element, api, options) {
   // the main node onto the answer's bounding box in the side node, axis by axis.
   function linkedView(f) {
     const main = state.frames.main;
-    if (!main) return;
+    if (!main) { f.fit(); f.mapped = false; return; }
     f.size();
     const [r0, r1, c0, c1] = main.window();
     const same = f.n.shape[0] === main.n.shape[0] && f.n.shape[1] === main.n.shape[1];
@@ -797,6 +798,13 @@ export function mount(element, api, options) {
         const c = el("canvas", "szv-frame-canvas", null, card);
         const f = new Frame(n, c, "side");
         state.frames[nm] = f;
+        c.addEventListener("wheel", (ev) => {  // zooms the main frame about the same place: the frames stay linked
+          const main = state.frames.main;
+          if (!main || !f.mapped) return;
+          ev.preventDefault();
+          const r = c.getBoundingClientRect(), [rs, cs] = f.toCell(ev.clientX - r.left, ev.clientY - r.top);
+          zoomMain((rs - f.map.br) / f.map.ar, (cs - f.map.bc) / f.map.ac, ev.deltaY < 0 ? 1.25 : 0.8);
+        }, {passive: false});
         limitsOf(n);
       } else if (n.shape.length <= 1 || n.shape.every((k) => k === 1)) showLine(n, card, false);
       else el("div", "szv-note", `${n.shape.length}-D: ${fmtInt(a.cells || 0)} cell(s)`, card);
@@ -852,15 +860,19 @@ export function mount(element, api, options) {
     if (t === "circle") return {t: "circle", r: a[0], c: a[1], rad: Math.hypot(cell[0] - a[0], cell[1] - a[1])};
     return {t: "poly", pts: d.pts.slice(), open: !final};
   }
+  function zoomMain(r, c, factor) {  // zoom the main frame by factor, cell (r, c) staying in place
+    const f = state.frames.main, [x, y] = f.toScreen(r, c);
+    f.s = Math.min(256, Math.max(f.fitScale() / 4, f.s * factor));
+    const [r2, c2] = f.toCell(x, y);
+    f.cx += c - c2; f.cy += r - r2;
+    redrawAll();
+  }
   mainCanvas.addEventListener("wheel", (ev) => {
     const f = state.frames.main;
     if (!f) return;
     ev.preventDefault();
     const [x, y] = pos(ev), [r, c] = f.toCell(x, y);
-    f.s = Math.min(256, Math.max(f.fitScale() / 4, f.s * (ev.deltaY < 0 ? 1.25 : 0.8)));
-    const [r2, c2] = f.toCell(x, y);
-    f.cx += c - c2; f.cy += r - r2;
-    redrawAll();
+    zoomMain(r, c, ev.deltaY < 0 ? 1.25 : 0.8);
   }, {passive: false});
   mainCanvas.addEventListener("dblclick", () => { const f = state.frames.main; if (f) { f.fit(); redrawAll(); } });
   let lastAsk = 0, askTimer = null, readSeq = 0;

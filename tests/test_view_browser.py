@@ -289,6 +289,27 @@ def test_graph_lasso_lineage_sky_stats_export(server, browser, shots):
     rows, cols = np.mgrid[0:shape[0], 0:shape[1]]
     circle = (rows + 0.5 - cy) ** 2 + (cols + 0.5 - cx) ** 2 <= 4.2 ** 2
     np.testing.assert_array_equal(_mask_of(browser.execute_script("return window.subzeroView.boxes"), shape), circle)
+    # "add" joins a box to the selection: the union, as disjoint boxes
+    browser.execute_script("window.subzeroView.controller.select([{t: 'box', r0: 2, r1: 9, c0: 3, c1: 7}], null, 'add')")
+    _wait(browser, "return window.subzeroView.shapes.length === 2 && window.subzeroView.brushes > 2")
+    boxes = browser.execute_script("return window.subzeroView.boxes")
+    union = circle.copy()
+    union[2:9, 3:7] = True
+    np.testing.assert_array_equal(_mask_of(boxes, shape), union)
+    assert sum((b[1] - b[0]) * (b[3] - b[2]) for b in boxes) == union.sum()  # disjoint
+    # regions out: the selection's shapes as a DS9 file that the regions package reads back
+    from regions import Regions
+
+    browser.find_element(By.XPATH, "//button[normalize-space(.)='regions out']").click()
+    path = browser.downloads / "exposure_1-brush.reg"
+    deadline = time.monotonic() + 20
+    while not path.exists():
+        assert time.monotonic() < deadline, "the regions were not downloaded"
+        time.sleep(0.1)
+    time.sleep(0.2)
+    circle_reg, box_reg = Regions.parse(path.read_text(), format="ds9")  # 0-based pixel centres
+    assert (circle_reg.center.x, circle_reg.center.y, circle_reg.radius) == pytest.approx((cx - 0.5, cy - 0.5, 4.2))
+    assert (box_reg.center.x, box_reg.center.y, box_reg.width, box_reg.height) == pytest.approx((4.5, 5.0, 4, 7))
     assert browser.execute_script("return window.subzeroView.errors") == 0
     if shots == IMAGES:  # every state passed: the screenshots are of this page
         (IMAGES / "viewer-page.sha256").write_text(_page_digest() + "\n")

@@ -731,7 +731,9 @@ export function mount(element, api, options) {
     } else {
       mainCanvas.style.display = "none";
       delete state.frames.main;
-      showLine(n, mainBox, true);
+      if (n.shape.length <= 1 || n.shape.every((k) => k === 1)) showLine(n, mainBox, true);
+      else el("div", "szv-value szv-note", `${n.shape.join(" \u00d7 ")}: the viewer draws nodes of one or two axes; ` +
+        "its lineage is counted in the side panel and can be exported", mainBox);
     }
     syncControls();
     litGraph();
@@ -1125,7 +1127,8 @@ export function mount(element, api, options) {
     await show(first, saved.view);
     restoring = false;
     state.ready = true;
-    status("Draw on the main frame (lasso, box or circle) to trace a selection; click a node of the graph to show it.");
+    status("Draw on the main frame to trace a selection (lasso, box or circle; a click: one cell). Wheel: zoom, " +
+      "shift-drag or right-drag: pan, double-click: fit. Click a node of the graph to show it.");
     if (saved.brush && Array.isArray(saved.shapes)) await brushShapes(saved.shapes, saved.brush, "replace");
     redrawAll();
   })();

@@ -78,6 +78,11 @@ def test_stats_of_brush_and_lineage_match_numpy(store):
     for key, fn in (("min", np.min), ("max", np.max), ("mean", np.mean), ("median", np.median), ("std", np.std)):
         assert x[key] == pytest.approx(float(fn(values)), rel=1e-5)
     assert client.post("/api/stats", json={"node": "bright", "direction": "sideways", "boxes": boxes}).status_code == 400
+    # the same cells given as boxes (the page sends a lineage answer's boxes): the same statistics, no walk
+    answer = client.post("/api/lineage", json={"node": "bright", "direction": "backward", "boxes": boxes,
+                                               "to": ["x"]}).json()["answers"]["x"]
+    direct = client.post("/api/stats", json={"node": "x", "boxes": answer["boxes"]}).json()
+    assert direct["brush"] == x and direct["answers"] == {}
 
 
 def test_cell_stats_counts_nan_without_using_it():

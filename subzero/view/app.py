@@ -14,7 +14,8 @@ Routes
 ``GET /api/limits/{node}?mode=M``          display limits ``{"lo", "hi", "mode"}`` (zscale, minmax, 99.5, ...)
 ``GET /api/line/{node}``                   a 1-D node's line plot, or a one-value node's value (`subzero.view.readouts`)
 ``GET /api/compass/{node}``                north and east as ``[dcol, drow]`` where the node has a WCS
-``POST /api/stats``                        a lineage body -> statistics and histograms of the brushed and lineage cells
+``POST /api/stats``                        a lineage body -> statistics and histograms of the brushed and lineage cells;
+                                           ``{"node", "boxes"}`` alone -> those cells' (no lineage walk)
 
 Every error is JSON ``{"error": "..."}``: 400 for a bad request (not JSON, nested too
 deeply, unknown node or field, box outside the array, bad direction, too many boxes...), 403
@@ -30,6 +31,7 @@ cookie, or the header ``Authorization: token T``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import http.cookies
 import json
@@ -387,7 +389,11 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
         body = await _json_body(request)
         from starlette.concurrency import run_in_threadpool
 
-        req = parse_lineage_request(run, body)
+        if isinstance(body, dict) and "direction" not in body and "to" not in body:  # these cells, no walk
+            req = parse_lineage_request(run, {**body, "direction": "backward", "to": None})
+            req = dataclasses.replace(req, to=())
+        else:
+            req = parse_lineage_request(run, body)
         return JSONResponse(await run_in_threadpool(readouts.request_stats, run, req))
 
     async def bad_request(request: Request, exc: Exception) -> Response:

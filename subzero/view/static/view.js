@@ -980,9 +980,14 @@ export function mount(element, api, options) {
     fillStatsTargets();
     if (!state.request) { statsPane.innerHTML = ""; return; }
     const a = statsTarget && state.answers[statsTarget], request = state.request;
-    const req = {node: request.node, boxes: request.boxes, direction: a ? a.direction : "backward", to: a ? [statsTarget] : null};
+    // the cells themselves when the page has them (no second walk); the lineage body otherwise
+    const cellsOf = (name, boxes) => api.post("api/stats", {node: name, boxes}).then((r) => r.json()).then((x) => x.brush);
+    const viaWalk = () => api.post("api/stats", {node: request.node, boxes: request.boxes, direction: a.direction, to: [statsTarget]})
+      .then((r) => r.json()).then((x) => x.answers[statsTarget]);
     try {
-      const got = await (await api.post("api/stats", req)).json();
+      const [brush, target] = await Promise.all([cellsOf(request.node, request.boxes),
+        a ? cellsOf(statsTarget, a.boxes).catch(viaWalk) : Promise.resolve(null)]);
+      const got = {brush, answers: target ? {[statsTarget]: target} : {}};
       if (state.request !== request) return;
       state.stats = got;
       statsPane.innerHTML = "";
@@ -1032,7 +1037,11 @@ export function mount(element, api, options) {
     cmapSel.value = state.settings.cmap; outline.checked = state.settings.outline; astro.checked = !!state.settings.astro;
   }
   modeSel.addEventListener("change", () => { state.settings.mode = modeSel.value; saveUrl(); });
-  limitsSel.addEventListener("change", () => { state.settings.limits = limitsSel.value; for (const n of state.nodes) limitsOf(n); redrawAll(); });
+  limitsSel.addEventListener("change", () => {
+    state.settings.limits = limitsSel.value;
+    for (const f of Object.values(state.frames)) limitsOf(f.n);  // the others as they are shown
+    redrawAll();
+  });
   stretchSel.addEventListener("change", () => { state.settings.stretch = stretchSel.value; redrawAll(); });
   cmapSel.addEventListener("change", () => { state.settings.cmap = cmapSel.value; redrawAll(); });
   outline.addEventListener("change", () => { state.settings.outline = outline.checked; redrawAll(); });

@@ -207,6 +207,16 @@ def test_graph_lasso_lineage_sky_stats_export(server, browser, shots):
     for name in ("exposure_1", "exposure_2"):  # same grid: the same window, up to the frames' aspect
         main, side = views["main"], views[name]
         assert abs((side[0] + side[1]) - (main[0] + main[1])) < 0.5 and abs((side[2] + side[3]) - (main[2] + main[3])) < 0.5
+    # another shape (the 16 x 16 background mesh): the window mapped through the lineage's bounding boxes
+    mapped, mesh_box = browser.execute_script("const s = window.subzeroView; return [s.frames.mesh_1.mapped, "
+                                              "s.answers.mesh_1.bbox]")
+    rows, cols = np.nonzero(brushed)
+    src = (rows.min(), rows.max() + 1, cols.min(), cols.max() + 1)
+    for axis, (a, b) in enumerate(((0, 1), (2, 3))):
+        scale = (mesh_box[b] - mesh_box[a]) / (src[b] - src[a])
+        want = mesh_box[a] + scale * ((views["main"][a] + views["main"][b]) / 2 - src[a])
+        assert (views["mesh_1"][a] + views["mesh_1"][b]) / 2 == pytest.approx(want, abs=1e-6)
+    assert mapped
     magenta = browser.execute_script("""
         const c = document.querySelector('.szv-frame[data-node="exposure_1"] canvas');
         const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;

@@ -1,7 +1,7 @@
 """The viewer in a real browser (Debian's chromium and chromedriver, driven by selenium; both
 installed by scripts/setup.sh), on the astronomy workflow with a WCS: the graph, `stars` in the
 main frame, a lasso around a star, its lineage lit on the inputs with linked zoom, a value read
-in sexagesimal RA/Dec, statistics, export, regions and the state in the URL. Each state's
+in sexagesimal RA/Dec, statistics, export, regions, a catalogue and the state in the URL. Each state's
 screenshot is saved as ``docs/images/viewer-*.png`` (the viewer's guide page shows them) when
 the page changed since they were taken.
 Bounded in time: every wait has a deadline, the server runs on a free loopback port and is
@@ -10,6 +10,7 @@ stopped at the end; one page load is shared (plus one reload for the URL state).
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 import shutil
 import socket
@@ -320,6 +321,21 @@ def test_graph_lasso_lineage_sky_stats_export(server, browser, shots):
     circle_reg, box_reg = Regions.parse(path.read_text(), format="ds9")  # 0-based pixel centres
     assert (circle_reg.center.x, circle_reg.center.y, circle_reg.radius) == pytest.approx((cx - 0.5, cy - 0.5, 4.2))
     assert (box_reg.center.x, box_reg.center.y, box_reg.width, box_reg.height) == pytest.approx((4.5, 5.0, 4, 7))
+    # a catalogue written by `subzero catalog` (ECSV): a ring on every object; a row brushes exactly its object
+    table = run.lineage_table("stars", over="exposure_1")
+    text = io.StringIO()
+    table.write(text, format="ascii.ecsv")
+    browser.execute_script("window.subzeroView.controller.loadCatalog(arguments[0])", text.getvalue())
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".szv-cat-table tbody tr")) == len(table) == len(ids)
+    star = int(table["label"][np.argmax(table["area"])])
+    done = browser.execute_script("return window.subzeroView.brushes")
+    browser.find_element(By.CSS_SELECTOR, f'.szv-cat-table tr[data-label="{star}"]').click()
+    _wait(browser, "return window.subzeroView.brushes > arguments[0]", 30, done)
+    assert browser.execute_script("return window.subzeroView.main") == "stars"
+    np.testing.assert_array_equal(_mask_of(browser.execute_script("return window.subzeroView.boxes"), shape),
+                                  labels == star)
+    _settled(browser)
+    _shot(browser, shots, "catalog")
     assert browser.execute_script("return window.subzeroView.errors") == 0
     if shots == IMAGES:  # every state passed: the screenshots are of this page
         (IMAGES / "viewer-page.sha256").write_text(_page_digest() + "\n")

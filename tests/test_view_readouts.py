@@ -108,3 +108,20 @@ def test_line_and_scalar_nodes(tmp_path):
     total = client.get("/api/line/total").json()
     assert total == {"kind": "scalar", "value": pytest.approx(float(data.sum()), rel=1e-6)}
     assert client.get("/api/line/nope").status_code == 404
+
+
+def test_object_boxes_are_exactly_the_label(store):
+    run, client = store
+    labels = np.asarray(run.output("stars")[:])
+    label = int(np.bincount(labels[labels > 0]).argmax())
+    rows, cols = np.nonzero(labels == label)
+    bbox = f"{rows.min()},{rows.max() + 1},{cols.min()},{cols.max() + 1}"
+    got = client.get(f"/api/object/stars?label={label}&bbox={bbox}").json()
+    mask = np.zeros(labels.shape, bool)
+    for r0, r1, c0, c1 in got["boxes"]:
+        assert not mask[r0:r1, c0:c1].any()  # disjoint
+        mask[r0:r1, c0:c1] = True
+    np.testing.assert_array_equal(mask, labels == label)
+    assert got["cells"] == mask.sum() and client.get(f"/api/object/stars?label={label}").json() == got
+    assert client.get("/api/object/stars?label=1&bbox=0,99,0,1").status_code == 400
+    assert client.get("/api/object/stars?label=star").status_code == 400

@@ -14,6 +14,7 @@ Routes
 ``GET /api/limits/{node}?mode=M``          display limits ``{"lo", "hi", "mode"}`` (zscale, minmax, 99.5, ...)
 ``GET /api/line/{node}``                   a 1-D node's line plot, or a one-value node's value (`subzero.view.readouts`)
 ``GET /api/compass/{node}``                north and east as ``[dcol, drow]`` where the node has a WCS
+``GET /api/object/{node}?label=L&bbox=r0,r1,c0,c1``  one catalogue object's cells as row-run boxes
 ``POST /api/stats``                        a lineage body -> statistics and histograms of the brushed and lineage cells;
                                            ``{"node", "boxes"}`` alone -> those cells' (no lineage walk)
 
@@ -385,6 +386,23 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
                                f"{', '.join(viewer.wcs) or 'none'}")
         return JSONResponse(readouts.compass(viewer.wcs[name], run.shape(name)))
 
+    async def catalog_object(request: Request) -> Response:
+        name = request.path_params["node"]
+        if name not in run.catalog.nodes:
+            raise _NotFound(f"unknown node {name!r}")
+        q = request.query_params
+        try:
+            label = int(q["label"])
+            bbox = tuple(int(v) for v in q["bbox"].split(",")) if "bbox" in q else None
+        except (KeyError, ValueError):
+            raise LineageError("give ?label=L (an integer) and optionally &bbox=r0,r1,c0,c1 (integers)") from None
+        if bbox is not None and len(bbox) != 4:
+            raise LineageError(f"bbox has {len(bbox)} numbers; give r0,r1,c0,c1")
+        from starlette.concurrency import run_in_threadpool
+
+        box = None if bbox is None else (bbox[0], bbox[1], bbox[2], bbox[3])
+        return JSONResponse(await run_in_threadpool(readouts.object_boxes, run, name, label, box))
+
     async def stats(request: Request) -> Response:
         body = await _json_body(request)
         from starlette.concurrency import run_in_threadpool
@@ -423,6 +441,7 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
         Route("/api/line/{node}", line),
         Route("/api/compass/{node}", compass),
         Route("/api/stats", stats, methods=["POST"]),
+        Route("/api/object/{node}", catalog_object),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={LineageError: bad_request, StoreError: bad_request,

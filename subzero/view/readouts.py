@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from subzero.view.tiles import TilePyramid
 
 __all__ = ["LIMIT_MODES", "HIST_BINS", "LINE_POINTS", "STATS_DIGITS", "tile_values", "limits", "line",
-           "compass", "cell_stats", "request_stats"]
+           "compass", "cell_stats", "request_stats", "object_boxes"]
 
 #: display limits the page offers: DS9's zscale, the extremes, or symmetric percentiles
 LIMIT_MODES = ("zscale", "minmax", "99.5", "99", "95", "90")
@@ -179,3 +179,28 @@ def request_stats(run: "Run", request: LineageRequest) -> dict[str, Any]:
         out["answers"][name] = cell_stats(_values_in(run, name, sub, flo, fhi) if full.ndim else
                                           np.asarray(run.output(name)[...]).reshape(-1))
     return out
+
+
+def object_boxes(run: "Run", name: str, label: int, bbox: tuple[int, int, int, int] | None = None) -> dict[str, Any]:
+    """The cells of a 2-D label array ``name`` equal to ``label`` (one object of a catalogue),
+    within ``bbox`` ``(r0, r1, c0, c1)`` (half-open; default the whole array), as disjoint
+    row-run boxes: ``{"label", "cells", "boxes": [[r, r + 1, c0, c1], ...]}``.
+
+    Raises
+    ------
+    LineageError
+        ``name`` is not 2-D, or ``bbox`` is empty or outside it.
+    """
+    shape = tuple(run.shape(name))
+    if len(shape) != 2:
+        raise LineageError(f"node {name!r} has shape {shape}: catalogue objects are on 2-D label arrays")
+    r0, r1, c0, c1 = bbox if bbox is not None else (0, shape[0], 0, shape[1])
+    if not (0 <= r0 < r1 <= shape[0] and 0 <= c0 < c1 <= shape[1]):
+        raise LineageError(f"bbox {[r0, r1, c0, c1]} is empty or outside node {name!r} of shape {shape}; give "
+                           "r0,r1,c0,c1 with 0 <= r0 < r1 <= rows and 0 <= c0 < c1 <= cols")
+    inside = np.asarray(run.output(name)[r0:r1, c0:c1]) == label
+    edges = np.diff(np.pad(inside, ((0, 0), (1, 1))).astype(np.int8), axis=1)
+    rows, starts = np.nonzero(edges == 1)   # row-major order: the k-th start and end are one run
+    _, ends = np.nonzero(edges == -1)
+    boxes = np.column_stack([rows + r0, rows + r0 + 1, starts + c0, ends + c0])
+    return {"label": label, "cells": int(inside.sum()), "boxes": boxes.tolist()}

@@ -210,6 +210,28 @@ export function writeRegions(shapes) {
   return lines.join("\n") + "\n";
 }
 
+// A table written by `subzero catalog` (ECSV or CSV): one object a row, with at least the
+// columns label, centroid_r, centroid_c; ECSV's meta names the label node ({node: NAME}).
+export function parseCatalog(text) {
+  const lines = text.split(/\r?\n/);
+  const meta = /^#\s*-\s*\{node:\s*([^}\s]+)\s*\}/;
+  let node = null, header = null;
+  const rows = [];
+  for (const line of lines) {
+    if (line.startsWith("#")) { const m = meta.exec(line); if (m) node = m[1].replace(/^['"]|['"]$/g, ""); continue; }
+    if (!line.trim()) continue;
+    const cells = line.includes(",") ? line.split(",").map((x) => x.trim()) : line.trim().split(/\s+/);
+    if (!header) { header = cells; continue; }
+    const row = {};
+    header.forEach((h, k) => { row[h] = Number(cells[k]); });
+    rows.push(row);
+  }
+  for (const need of ["label", "centroid_r", "centroid_c"]) {
+    if (!header || !header.includes(need)) throw new Error(`the table has no column ${need}; load a table written by subzero catalog`);
+  }
+  return {node, columns: header, rows};
+}
+
 // -- small DOM helpers ---------------------------------------------------------------------------
 function el(tag, cls, text, parent) {
   const e = document.createElement(tag);
@@ -260,6 +282,8 @@ export function mount(element, api, options) {
   const regionBtn = el("button", null, "regions in\u2026", bar); regionBtn.type = "button";
   const regionFile = el("input", null, null, bar); regionFile.type = "file"; regionFile.accept = ".reg,.txt"; regionFile.hidden = true;
   const regionOut = el("button", null, "regions out", bar); regionOut.type = "button";
+  const catalogBtn = el("button", null, "catalog in\u2026", bar); catalogBtn.type = "button";
+  const catalogFile = el("input", null, null, bar); catalogFile.type = "file"; catalogFile.accept = ".ecsv,.csv,.txt"; catalogFile.hidden = true;
   const clearBtn = el("button", null, "clear", bar); clearBtn.type = "button";
   const display = el("span", "szv-group", null, bar);
   const limitsSel = select(["zscale", "minmax", "99.5", "99", "95", "90"], "zscale", display, "limits ");
@@ -292,6 +316,7 @@ export function mount(element, api, options) {
   const readout = el("div", "szv-readout", "\u00a0", centre);
   const cbar = el("canvas", "szv-cbar", null, centre);
   const side = el("aside", "szv-side", null, body);
+  const catalogPane = el("div", "szv-catalog", null, side);
   const statsPane = el("div", "szv-stats", null, side);
   const sideHead = el("div", "szv-side-head", "Brush an image: the nodes its lineage reaches appear here.", side);
   const frameList = el("div", "szv-frames", null, side);
@@ -447,6 +472,7 @@ export function mount(element, api, options) {
         this.paintShapes();
       }
       if (this.band) this.paintShapeList([this.band], "#ffffff", [4, 3]);
+      this.paintCatalog();
       if (this.cross) {
         const [r, c] = this.cross, [rr0, rr1, cc0, cc1] = this.window(), lw = 1 / this.s;
         ctx.lineWidth = lw; ctx.strokeStyle = "rgba(255,255,120,0.85)"; ctx.setLineDash([4 * lw, 3 * lw]);
@@ -454,7 +480,24 @@ export function mount(element, api, options) {
         ctx.setLineDash([]);
       }
     }
-    paintShapes() { this.paintShapeList(state.shapes, "rgba(255,255,255,0.9)", [3, 3]); }
+    paintCatalog() {  // the loaded catalogue's objects: a yellow ring each, on frames of its label node's shape
+      const cat = state.catalog, n = cat && node(cat.node);
+      if (!n || n.shape[0] !== this.n.shape[0] || n.shape[1] !== this.n.shape[1]) return;
+      const ctx = this.ctx, [r0, r1, c0, c1] = this.window();
+      ctx.setLineDash([]);
+      for (const pass of [["rgba(0,0,0,0.8)", 3], ["#ffe14d", 1.4]]) {
+        ctx.strokeStyle = pass[0]; ctx.lineWidth = pass[1] / this.s; ctx.beginPath();
+        for (const row of cat.rows) {
+          const r = row.centroid_r + 0.5, c = row.centroid_c + 0.5, rad = Math.sqrt((row.area || 4) / Math.PI) + 1.5;
+          if (r + rad < r0 || r - rad > r1 || c + rad < c0 || c - rad > c1) continue;
+          ctx.moveTo(c + rad, r); ctx.arc(c, r, rad, 0, 2 * Math.PI);
+        }
+        ctx.stroke();
+      }
+    }
+    paintShapes() {  // the drawn shapes (an object's rows, "o", are outlined by the selection itself)
+      this.paintShapeList(state.shapes.filter((x) => !x.o), "rgba(255,255,255,0.9)", [3, 3]);
+    }
     paintShapeList(shapes, colour, dash) {
       const ctx = this.ctx, lw = 1.5 / this.s;
       ctx.lineWidth = lw; ctx.strokeStyle = colour; ctx.setLineDash(dash.map((x) => x / this.s));
@@ -1030,6 +1073,62 @@ export function mount(element, api, options) {
     });
   }
 
+  // ---- a catalogue: markers, and a table whose rows brush their object ----
+  function loadCatalog(text) {
+    try {
+      const cat = parseCatalog(text);
+      if (!cat.node || !node(cat.node)) cat.node = state.main;
+      if (!is2d(node(cat.node))) throw new Error(`the catalogue's objects need a 2-D label node; show it first (${cat.node} is not)`);
+      state.catalog = cat;
+      drawCatalog();
+      status(`catalogue of ${fmtInt(cat.rows.length)} object(s) of ${cat.node}: click a row to brush its object`);
+      redrawAll();
+    } catch (e) { fail(e, "catalogue"); }
+  }
+  function drawCatalog() {
+    catalogPane.innerHTML = "";
+    const cat = state.catalog;
+    if (!cat) return;
+    const head = el("div", "szv-stats-head", `Catalogue of ${cat.node}: ${fmtInt(cat.rows.length)} object(s)`, catalogPane);
+    const close = el("button", null, "\u00d7", head); close.type = "button"; close.title = "remove the catalogue";
+    close.addEventListener("click", () => { state.catalog = null; drawCatalog(); redrawAll(); });
+    const extra = cat.columns.filter((c) => !["label", "centroid_r", "centroid_c", "bbox_r0", "bbox_r1", "bbox_c0", "bbox_c1"].includes(c));
+    const table = el("table", "szv-cat-table", null, el("div", "szv-cat-scroll", null, catalogPane));
+    const hr = el("tr", null, null, el("thead", null, null, table));
+    for (const h of ["label", astroOn() ? "x" : "col", astroOn() ? "y" : "row", ...extra]) el("th", null, h, hr);
+    const tbody = el("tbody", null, null, table);
+    for (const row of cat.rows) {
+      const tr = el("tr", null, null, tbody);
+      tr.dataset.label = String(row.label);
+      const x = row.centroid_c + (astroOn() ? 1 : 0), y = row.centroid_r + (astroOn() ? 1 : 0);
+      for (const v of [row.label, fmtValue(x, 5), fmtValue(y, 5), ...extra.map((c) => fmtValue(row[c], 4))]) el("td", null, String(v), tr);
+      tr.addEventListener("click", () => brushObject(row));
+    }
+  }
+  async function brushObject(row) {
+    const cat = state.catalog, n = node(cat.node);
+    const hasBox = ["bbox_r0", "bbox_r1", "bbox_c0", "bbox_c1"].every((k) => Number.isFinite(row[k]));
+    const q = `label=${encodeURIComponent(row.label)}` + (hasBox ? `&bbox=${row.bbox_r0},${row.bbox_r1},${row.bbox_c0},${row.bbox_c1}` : "");
+    try {
+      const got = await api.json(`api/object/${encodeURIComponent(cat.node)}?${q}`);
+      if (!got.boxes.length) { status(`object ${row.label} has no cells in ${cat.node}`, true); return; }
+      if (state.main !== cat.node) await show(cat.node);
+      const f = state.frames.main;
+      if (f && f.n === n) { f.cx = row.centroid_c + 0.5; f.cy = row.centroid_r + 0.5; }
+      catalogPane.querySelectorAll("tr.szv-on").forEach((t) => t.classList.remove("szv-on"));
+      const tr = catalogPane.querySelector(`tr[data-label="${CSS.escape(String(row.label))}"]`);
+      if (tr) tr.classList.add("szv-on");
+      await brushShapes(got.boxes.map((b) => ({t: "box", r0: b[0], r1: b[1], c0: b[2], c1: b[3], o: 1})), cat.node, state.settings.mode);
+    } catch (e) { fail(e, `object ${row.label}`); }
+  }
+  catalogBtn.addEventListener("click", () => catalogFile.click());
+  catalogFile.addEventListener("change", async () => {
+    const file = catalogFile.files[0];
+    if (file) loadCatalog(await file.text());
+    catalogFile.value = "";
+  });
+  controller.loadCatalog = loadCatalog;
+
   // ---- controls ----
   function syncControls() {
     for (const [t, b] of Object.entries(toolButtons)) b.classList.toggle("szv-on", state.settings.tool === t);
@@ -1045,7 +1144,7 @@ export function mount(element, api, options) {
   stretchSel.addEventListener("change", () => { state.settings.stretch = stretchSel.value; redrawAll(); });
   cmapSel.addEventListener("change", () => { state.settings.cmap = cmapSel.value; redrawAll(); });
   outline.addEventListener("change", () => { state.settings.outline = outline.checked; redrawAll(); });
-  astro.addEventListener("change", () => { state.settings.astro = astro.checked; redrawAll(); });
+  astro.addEventListener("change", () => { state.settings.astro = astro.checked; drawCatalog(); redrawAll(); });
   search.addEventListener("input", () => {
     litGraph();
     const q = search.value.trim().toLowerCase(), hit = q && Object.keys(graphNodes).find((nm) => nm.toLowerCase().includes(q));

@@ -850,6 +850,12 @@ export function mount(element, api, options) {
           const r = c.getBoundingClientRect(), [rs, cs] = f.toCell(ev.clientX - r.left, ev.clientY - r.top);
           zoomMain((rs - f.map.br) / f.map.ar, (cs - f.map.bc) / f.map.ac, ev.deltaY < 0 ? 1.25 : 0.8);
         }, {passive: false});
+        c.addEventListener("mousemove", (ev) => {  // the crosshair follows in every frame; the readout is this node's
+          const main = state.frames.main, r = c.getBoundingClientRect(), [rs, cs] = f.toCell(ev.clientX - r.left, ev.clientY - r.top);
+          if (main && f.mapped) main.cross = [(Math.floor(rs) + 0.5 - f.map.br) / f.map.ar, (Math.floor(cs) + 0.5 - f.map.bc) / f.map.ac];
+          redrawAll();
+          if (rs >= 0 && cs >= 0 && rs < n.shape[0] && cs < n.shape[1]) askPixel(nm, Math.floor(rs), Math.floor(cs));
+        });
         limitsOf(n);
       } else if (n.shape.length <= 1 || n.shape.every((k) => k === 1)) showLine(n, card, false);
       else el("div", "szv-note", `${n.shape.length}-D: ${fmtInt(a.cells || 0)} cell(s)`, card);
@@ -929,10 +935,13 @@ export function mount(element, api, options) {
     f.cross = [r + 0.5, c + 0.5];
     redrawAll();
     if (r < 0 || c < 0 || r >= f.n.shape[0] || c >= f.n.shape[1]) return;
-    clearTimeout(askTimer);
-    const ask = () => { lastAsk = Date.now(); readPixel(f.n.name, r, c); };
-    if (Date.now() - lastAsk > 100) ask(); else askTimer = setTimeout(ask, 100);
+    askPixel(f.n.name, r, c);
   });
+  function askPixel(name, r, c) {  // at most one value request per 100 ms, the last position always asked
+    clearTimeout(askTimer);
+    const ask = () => { lastAsk = Date.now(); readPixel(name, r, c); };
+    if (Date.now() - lastAsk > 100) ask(); else askTimer = setTimeout(ask, 100);
+  }
   async function readPixel(name, r, c) {
     const seq = ++readSeq;
     try {

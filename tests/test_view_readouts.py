@@ -30,12 +30,15 @@ def store(tmp_path_factory):
     return run, TestClient(create_app(run, tmp_path_factory.mktemp("readoutscache"), warm=False))
 
 
-def test_tile_values_are_the_pyramids_as_float32(store):
+def test_tile_values_are_the_pyramids(store):
     run, client = store
     got = client.get("/api/values/blur/0/0/0")
     assert got.status_code == 200 and got.headers["x-shape"] == "24,20"
     np.testing.assert_array_equal(np.frombuffer(got.content, "<f4").reshape(24, 20),
                                   np.asarray(run.output("blur")[:], np.float32))
+    labels = client.get("/api/values/stars/0/0/0")  # labels stay exact integers
+    assert labels.headers["x-dtype"] == "int32" and got.headers["x-dtype"] == "float32"
+    np.testing.assert_array_equal(np.frombuffer(labels.content, "<i4").reshape(24, 20), np.asarray(run.output("stars")[:]))
     assert client.get("/api/values/blur/0/1/0").status_code == 404
     assert client.get("/api/values/nope/0/0/0").status_code == 404
 

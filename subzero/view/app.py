@@ -10,7 +10,7 @@ Routes
                                            (``npy``, ``fits``, ``reg``, ``reg-fk5``): the answer in ``target`` as a file
 ``GET /api/pixel/{node}?row=R&col=C``      the cell's value, and its RA/Dec where the node has a WCS
 ``GET /tiles/{node}/{z}/{ty}/{tx}.png``    a tile of a 2-D node (`subzero.view.tiles`)
-``GET /api/values/{node}/{z}/{ty}/{tx}``   the same tile's values, little-endian float32 (header ``X-Shape: H,W``)
+``GET /api/values/{node}/{z}/{ty}/{tx}``   the same tile's values, little-endian (headers ``X-Shape: H,W``, ``X-Dtype``)
 ``GET /api/limits/{node}?mode=M``          display limits ``{"lo", "hi", "mode"}`` (zscale, minmax, 99.5, ...)
 ``GET /api/line/{node}``                   a 1-D node's line plot, or a one-value node's value (`subzero.view.readouts`)
 ``GET /api/compass/{node}``                north and east as ``[dcol, drow]`` where the node has a WCS
@@ -358,9 +358,9 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
             pyramid.check(z, ty, tx)
         except LineageError as exc:
             raise _NotFound(str(exc)) from None
-        data, (h, w) = await run_in_threadpool(readouts.tile_values, pyramid, z, ty, tx)
+        data, (h, w), dtype = await run_in_threadpool(readouts.tile_values, pyramid, z, ty, tx)
         return Response(data, media_type="application/octet-stream",
-                        headers={"X-Shape": f"{h},{w}", "Cache-Control": "max-age=3600"})
+                        headers={"X-Shape": f"{h},{w}", "X-Dtype": dtype, "Cache-Control": "max-age=3600"})
 
     async def limits(request: Request) -> Response:
         pyramid = viewer.pyramid(request.path_params["node"])

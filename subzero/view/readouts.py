@@ -40,11 +40,15 @@ def _round(value: float, digits: int = STATS_DIGITS) -> float | None:
     return float(f"{value:.{digits}g}") if math.isfinite(value) else None
 
 
-def tile_values(pyramid: "TilePyramid", z: int, ty: int, tx: int) -> tuple[bytes, tuple[int, int]]:
+def tile_values(pyramid: "TilePyramid", z: int, ty: int, tx: int) -> tuple[bytes, tuple[int, int], str]:
     """Tile ``(z, ty, tx)``'s values (level ``z`` of `subzero.view.tiles`) as little-endian
-    ``float32`` bytes, row-major, and their shape: the page maps them to colours itself."""
-    values = np.ascontiguousarray(pyramid.values(z, ty, tx), dtype="<f4")
-    return values.tobytes(), (int(values.shape[0]), int(values.shape[1]))
+    bytes, row-major, their shape and their type: ``"float32"`` for images, ``"int32"`` for
+    labels and masks whose values fit (labels stay exact), ``"float32"`` otherwise. The page
+    maps them to colours itself."""
+    raw = pyramid.values(z, ty, tx)
+    exact = pyramid.display != "image" and (not raw.size or (int(raw.min()) >= -2**31 and int(raw.max()) < 2**31))
+    values = np.ascontiguousarray(raw, dtype="<i4" if exact else "<f4")
+    return values.tobytes(), (int(values.shape[0]), int(values.shape[1])), "int32" if exact else "float32"
 
 
 def _sample(pyramid: "TilePyramid") -> np.ndarray:

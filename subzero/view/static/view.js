@@ -5,7 +5,7 @@
 //
 // `mount(element, api, options)` builds the whole viewer inside `element` and talks to the run
 // only through `api` (httpApi: the viewer's HTTP API; a notebook widget gives its own with the
-// same four methods: json(path), post(path, body) -> Response, bytes(path) -> {buffer, shape}).
+// same three methods: json(path), post(path, body) -> Response, bytes(path) -> {buffer, shape, dtype}).
 // It returns {state, select(shapes, node), selection(), show(node), destroy()}.
 //
 // The page: the workflow as a graph (click a node: it goes in the main frame), one large main
@@ -106,7 +106,8 @@ export function httpApi(base) {
     post: (path, body) => call(path, body),
     bytes: async (path) => {
       const res = await call(path);
-      return {buffer: await res.arrayBuffer(), shape: (res.headers.get("X-Shape") || "0,0").split(",").map(Number)};
+      return {buffer: await res.arrayBuffer(), shape: (res.headers.get("X-Shape") || "0,0").split(",").map(Number),
+        dtype: res.headers.get("X-Dtype") || "float32"};
     },
   };
 }
@@ -355,8 +356,8 @@ export function mount(element, api, options) {
     if (!t) {
       t = {values: null, canvas: null, key: null};
       tiles.set(k, t);
-      api.bytes(`api/values/${encodeURIComponent(n.name)}/${k}`).then(({buffer, shape}) => {
-        t.values = new Float32Array(buffer); t.h = shape[0]; t.w = shape[1];
+      api.bytes(`api/values/${encodeURIComponent(n.name)}/${k}`).then(({buffer, shape, dtype}) => {
+        t.values = dtype === "int32" ? new Int32Array(buffer) : new Float32Array(buffer); t.h = shape[0]; t.w = shape[1];
         redrawNode(n.name);
       }).catch((e) => { t.error = true; fail(e, `tile ${k} of ${n.name}`); });
     }

@@ -64,14 +64,14 @@ def server(run, tmp_path_factory):
     thread.join(10)
 
 
-def _http(url: str, method: str, path: str, body: str | None) -> tuple[int, str, bytes]:
+def _http(url: str, method: str, path: str, body: str | None) -> tuple[int, str, bytes, dict[str, str]]:
     req = urllib.request.Request(url.rstrip("/") + path, method=method, data=body.encode() if body else None,
                                  headers={"Content-Type": "application/json"} if body is not None else {})
     try:
         with urllib.request.urlopen(req, timeout=30) as res:
-            return res.status, res.headers.get("content-type"), res.read()
+            return res.status, res.headers.get("content-type"), res.read(), {k.lower(): v for k, v in res.headers.items()}
     except urllib.error.HTTPError as err:
-        return err.code, err.headers.get("content-type"), err.read()
+        return err.code, err.headers.get("content-type"), err.read(), {k.lower(): v for k, v in err.headers.items()}
 
 
 def _reply(widget: ViewerWidget, message: dict) -> tuple[dict, list]:
@@ -98,6 +98,11 @@ REQUESTS = [
                                         "target": "x", "format": "npy"})),
     ("GET", "/tiles/x/0/0/0.png", None),
     ("GET", "/tiles/nope/0/0/0.png", None),
+    ("GET", "/api/values/blur/0/0/0", None),
+    ("GET", "/api/values/stars/0/0/0", None),
+    ("GET", "/api/limits/blur?mode=zscale", None),
+    ("GET", "/api/object/stars?label=1", None),
+    ("POST", "/api/stats", json.dumps({"node": "bright", "boxes": [[6, 12, 4, 10]]})),
     ("GET", "/static/view.js", None),
 ]
 
@@ -106,9 +111,12 @@ def test_the_widget_answers_every_request_as_the_http_server(widget, server):
     for k, (method, path, body) in enumerate(REQUESTS):
         content, buffers = _reply(widget, {"kind": "request", "id": f"t-{k}", "method": method, "path": path,
                                            "body": body})
-        status, ctype, data = _http(server, method, path, body)
+        status, ctype, data, headers = _http(server, method, path, body)
         assert content["kind"] == "reply" and content["id"] == f"t-{k}"
         assert (content["status"], content["headers"]["content-type"]) == (status, ctype), (method, path)
+        for name, value in headers.items():  # the shape and dtype of tile values reach the cell
+            if name in ("x-shape", "x-dtype"):
+                assert content["headers"][name] == value, (method, path, name)
         got = buffers[0]
         if ctype.startswith("application/json"):
             a, b = json.loads(got), json.loads(data)
@@ -166,16 +174,27 @@ def test_show_and_selection_round_trip(widget, run):
     assert widget.brush == {} and widget.selection.node is None
 
 
+def test_values_reach_the_cell_as_the_array(widget, run):
+    """A tile's values travel as raw bytes with their shape and dtype: the cell rebuilds the array."""
+    content, buffers = _reply(widget, {"kind": "request", "id": "v", "method": "GET", "path": "/api/values/stars/0/0/0",
+                                       "body": None})
+    shape = tuple(int(v) for v in content["headers"]["x-shape"].split(","))
+    got = np.frombuffer(buffers[0], dtype=np.dtype(content["headers"]["x-dtype"]).newbyteorder("<")).reshape(shape)
+    want = np.asarray(run.output("stars")[:])
+    np.testing.assert_array_equal(got[:want.shape[0], :want.shape[1]], want[:shape[0], :shape[1]])
+
+
 def test_the_module_is_the_pages_and_the_style_stays_inside_the_widget(widget):
     from subzero.tools.view.app import STATIC
 
     esm = widget._esm
     assert esm == widget_esm() and esm.startswith((STATIC / "view.js").read_text())
     assert esm.count("export function mount(") == 1 and esm.count("export default") == 1
+    assert not re.search(r"^\s*import\b", esm, re.M)  # one module: no file imports another
     css = widget_css()
-    selectors = [s.strip() for rule in re.findall(r"([^{}]+)\{", css) for s in rule.split(",")]
-    assert len(selectors) >= 20 and all(s.startswith(".subzero-view") for s in selectors), selectors
-    assert "body" not in " ".join(selectors)
+    selectors = [s.strip() for rule in re.findall(r"([^{}]+)\{", re.sub(r"/\*.*?\*/", "", css, flags=re.S))
+                 for s in rule.split(",")]
+    assert len(selectors) >= 20 and all(re.match(r"\.szv[-.\s]", s + " ") for s in selectors), selectors
 
 
 # -- the widget's JavaScript in chromium -------------------------------------------------------
@@ -229,7 +248,7 @@ window.model = {
     fetch(msg.path, msg.method === "POST" ? {method: "POST", headers: {"Content-Type": "application/json"}, body: msg.body} : {})
       .then(async (res) => {
         const body = await res.arrayBuffer(), headers = {};
-        for (const k of ["content-type", "content-disposition"]) if (res.headers.get(k)) headers[k] = res.headers.get(k);
+        for (const k of ["content-type", "content-disposition", "x-shape", "x-dtype"]) if (res.headers.get(k)) headers[k] = res.headers.get(k);
         emit("msg:custom", {kind: "reply", id: msg.id, status: res.status, headers}, [new DataView(body)]);
       });
   },
@@ -245,7 +264,12 @@ def open_harness(driver, url: str) -> None:
     driver.get(url.rstrip("/") + "/api/run")  # any page of the server: its origin answers the model's requests
     assert driver.execute_async_script(HARNESS, widget_esm(), widget_css()) is True
     _wait(driver, "const v = document.getElementById('out').subzeroView; return v && v.ready")
-    _wait(driver, "return Object.values(document.getElementById('out').subzeroView.views).every(v => v.tilesLoaded > 0)")
+    _settled(driver)
+
+
+def _settled(driver) -> None:
+    _wait(driver, "const s = document.getElementById('out').subzeroView; return Object.values(s.frames)"
+                  ".every(f => f.tilesDrawn > 0) && Object.values(s.limits).every(l => !l.then)")
 
 
 @needs_chromium
@@ -257,14 +281,20 @@ def test_the_widget_brushes_in_chromium_and_python_reads_it_back(widget, run, se
     open_harness(browser, server)
     state = "document.getElementById('out').subzeroView"
     assert browser.execute_script(f"return {state}.errors") == 0
+    # the cell is the page: its graph, a main frame, its toolbar
+    drawn = [g.get_attribute("data-node") for g in browser.find_elements(By.CSS_SELECTOR, "#out g.szv-gnode")]
+    assert sorted(drawn) == sorted(run.committed)
     # drag a box on 'bright' in the cell, as in the page
-    canvas = browser.find_element(By.CSS_SELECTOR, '#out canvas[data-node="bright"]')
+    browser.find_element(By.CSS_SELECTOR, '#out g.szv-gnode[data-node="bright"]').click()
+    _wait(browser, f"return {state}.main === 'bright'")
+    _settled(browser)
+    browser.find_element(By.CSS_SELECTOR, '#out button[data-tool="box"]').click()
+    canvas = browser.find_element(By.CSS_SELECTOR, "#out canvas.szv-main-canvas")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
-    scale, ox, oy = browser.execute_script(f"const v = {state}.views.bright; return [v.scale, v.ox, v.oy];")
-    w, h = canvas.size["width"], canvas.size["height"]
 
-    def offset(row, col):
-        return round((col - ox) * scale - w / 2), round((row - oy) * scale - h / 2)
+    def offset(r, c):  # selenium offsets are from the element's centre
+        x, y = browser.execute_script(f"return {state}.frames.main.toScreen(arguments[0], arguments[1])", r, c)
+        return round(x - canvas.size["width"] / 2), round(y - canvas.size["height"] / 2)
 
     (ActionChains(browser).move_to_element_with_offset(canvas, *offset(6.5, 4.5)).click_and_hold()
      .move_to_element_with_offset(canvas, *offset(11.5, 9.5)).release().perform())
@@ -275,23 +305,29 @@ def test_the_widget_brushes_in_chromium_and_python_reads_it_back(widget, run, se
     # what Python reads back is the brushed cells
     widget.brush = brush
     np.testing.assert_array_equal(widget.selection.cells, np.argwhere(np.ones((6, 6), bool)) + [6, 4])
-    cards = lambda: {c.get_attribute("data-node"): c.get_attribute("data-cells")  # noqa: E731
-                     for c in browser.find_elements(By.CSS_SELECTOR, "#out .card")}
-    assert cards()["x"] == str(len(run.backward("bright", box=[(6, 12), (4, 10)], to="x")))
+    answers = browser.execute_script(f"return {state}.answers")
+    assert answers["x"]["cells"] == len(run.backward("bright", box=[(6, 12), (4, 10)], to="x"))
 
-    # a brush set from Python is drawn in the cell, with its lineage
-    star = np.argwhere(np.asarray(run.output("stars")) == np.asarray(run.output("stars")).max())
+    # a brush set from Python is drawn in the cell (its node in the main frame), with its lineage
+    stars = np.asarray(run.output("stars")[:])
+    star = np.argwhere(stars == stars.max())
     widget.show(star, node="stars")
     browser.execute_script("window.model.set('brush', arguments[0])", widget.brush)
     _wait(browser, f"return {state}.brushes > 1")
-    assert browser.execute_script(f"return {state}.request") == widget.brush
-    got = cards()
-    assert got["stars"] == str(len(star))
-    assert got["x"] == str(len(run.backward("stars", star, to="x")))
+    assert browser.execute_script(f"return {state}.main") == "stars"
+    request = browser.execute_script(f"return {state}.request")
+    assert request["node"] == "stars"
+    mask = np.zeros(stars.shape, bool)
+    for r0, r1, c0, c1 in request["boxes"]:
+        mask[r0:r1, c0:c1] = True
+    np.testing.assert_array_equal(np.argwhere(mask), star)
+    answers = browser.execute_script(f"return {state}.answers")
+    assert answers["x"]["cells"] == len(run.backward("stars", star, to="x"))
     assert browser.execute_script("return window.saved.length") == 1  # a brush from Python is not sent back
-    # Clear in the cell clears the brush in Python too
-    browser.find_element(By.CSS_SELECTOR, "#out #clear").click()
+    # clear in the cell clears the brush in Python too
+    browser.find_element(By.XPATH, "//div[@id='out']//button[normalize-space(.)='clear']").click()
     assert browser.execute_script("return window.model.get('brush')") == {}
+    assert browser.execute_script("return window.saved.slice(-1)[0]") == {}
     assert browser.execute_script(f"return {state}.errors") == 0
     # closing the view lets go of the model
     browser.execute_script("window.cleanup()")

@@ -48,3 +48,31 @@ def make_run(path, strategy: str = "Map", metadata: dict | None = None):
     wf = build()
     return wf.run(inputs(), store=str(path), executor="local", tile_shape=8, strategies=pins(wf, strategy),
                   input_metadata=metadata)
+
+
+#: the astronomy store's image shape (both axes multiples of 16) and the WCS of its inputs
+ASTRO_SHAPE = (96, 192)
+
+
+def astro_wcs():
+    """A TAN projection, 0.72 arcsec pixels, north up and east left, centred on the image."""
+    from astropy.wcs import WCS
+
+    w = WCS(naxis=2)
+    w.wcs.ctype = ["RA---TAN", "DEC--TAN"]
+    w.wcs.crval = [150.1, 2.2]
+    w.wcs.crpix = [ASTRO_SHAPE[1] / 2 + 0.5, ASTRO_SHAPE[0] / 2 + 0.5]
+    w.wcs.cdelt = [-0.0002, 0.0002]
+    return w
+
+
+def make_astro_run(path):
+    """The astronomy workflow (`subzero.workflows.astronomy`) on small images whose inputs carry
+    a FITS header with `astro_wcs`, stored with the planner's strategies (local executor)."""
+    from subzero.input_files import header_to_text
+    from subzero.workflows.astronomy import build as build_astronomy
+
+    wf, data = build_astronomy(shape=ASTRO_SHAPE)
+    header = header_to_text(astro_wcs().to_header())
+    return wf.run(data, store=str(path), executor="local", tile_shape=48,
+                  input_metadata={name: {"fits_header": header} for name in data})

@@ -10,9 +10,16 @@ Routes
                                            (``npy``, ``fits``, ``reg``, ``reg-fk5``): the answer in ``target`` as a file
 ``GET /api/pixel/{node}?row=R&col=C``      the cell's value, and its RA/Dec where the node has a WCS
 ``GET /tiles/{node}/{z}/{ty}/{tx}.png``    a tile of a 2-D node (`subzero.tools.view.tiles`)
+``GET /api/values/{node}/{z}/{ty}/{tx}``   the same tile's values, little-endian (headers ``X-Shape: H,W``, ``X-Dtype``)
+``GET /api/limits/{node}?mode=M``          display limits ``{"lo", "hi", "mode"}`` (zscale, minmax, 99.5, ...)
+``GET /api/line/{node}``                   a 1-D node's line plot, or a one-value node's value (`subzero.tools.view.readouts`)
+``GET /api/compass/{node}``                north and east as ``[dcol, drow]`` where the node has a WCS
+``GET /api/object/{node}?label=L&bbox=r0,r1,c0,c1``  one catalogue object's cells as row-run boxes
+``POST /api/stats``                        a lineage body -> statistics and histograms of the brushed and lineage cells;
+                                           ``{"node", "boxes"}`` alone -> those cells' (no lineage walk)
 
 `answer_request` answers one request with these same routes and handlers in this process,
-without a socket (the notebook widget, `subzero.view.widget`, sends its page's requests so).
+without a socket (the notebook widget, `subzero.tools.view.widget`, sends its page's requests so).
 
 Every error is JSON ``{"error": "..."}``: 400 for a bad request (not JSON, nested too
 deeply, unknown node or field, box outside the array, bad direction, too many boxes...), 403
@@ -29,6 +36,7 @@ cookie, or the header ``Authorization: token T``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import http.cookies
 import json
@@ -55,6 +63,7 @@ from starlette.staticfiles import StaticFiles
 
 from subzero import config
 from subzero.errors import LineageError, StoreError
+from subzero.tools.view import readouts
 from subzero.tools.view.lineage import (answer_frontiers, display_kind, lineage_answers, node_list,
                                   parse_lineage_request, reachable, shown)
 from subzero.tools.view.sky import node_wcs, pixel_to_sky
@@ -345,6 +354,72 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
         data = await run_in_threadpool(pyramid.png, z, ty, tx)
         return Response(data, media_type="image/png", headers={"Cache-Control": "max-age=3600"})
 
+    async def values(request: Request) -> Response:
+        p = request.path_params
+        pyramid = viewer.pyramid(p["node"])
+        from starlette.concurrency import run_in_threadpool
+
+        z, ty, tx = (_tile_index(p[k]) for k in ("z", "ty", "tx"))
+        try:
+            pyramid.check(z, ty, tx)
+        except LineageError as exc:
+            raise _NotFound(str(exc)) from None
+        data, (h, w), dtype = await run_in_threadpool(readouts.tile_values, pyramid, z, ty, tx)
+        return Response(data, media_type="application/octet-stream",
+                        headers={"X-Shape": f"{h},{w}", "X-Dtype": dtype, "Cache-Control": "max-age=3600"})
+
+    async def limits(request: Request) -> Response:
+        pyramid = viewer.pyramid(request.path_params["node"])
+        from starlette.concurrency import run_in_threadpool
+
+        mode = request.query_params.get("mode", "zscale")
+        return JSONResponse(await run_in_threadpool(readouts.limits, pyramid, mode))
+
+    async def line(request: Request) -> Response:
+        name = request.path_params["node"]
+        if name not in run.catalog.nodes:
+            raise _NotFound(f"unknown node {name!r}")
+        from starlette.concurrency import run_in_threadpool
+
+        return JSONResponse(await run_in_threadpool(readouts.line, run, name))
+
+    async def compass(request: Request) -> Response:
+        name = request.path_params["node"]
+        if name not in run.catalog.nodes:
+            raise _NotFound(f"unknown node {name!r}")
+        if name not in viewer.wcs:
+            raise LineageError(f"node {name!r} has no WCS, so no compass; nodes with one: "
+                               f"{', '.join(viewer.wcs) or 'none'}")
+        return JSONResponse(readouts.compass(viewer.wcs[name], run.shape(name)))
+
+    async def catalog_object(request: Request) -> Response:
+        name = request.path_params["node"]
+        if name not in run.catalog.nodes:
+            raise _NotFound(f"unknown node {name!r}")
+        q = request.query_params
+        try:
+            label = int(q["label"])
+            bbox = tuple(int(v) for v in q["bbox"].split(",")) if "bbox" in q else None
+        except (KeyError, ValueError):
+            raise LineageError("give ?label=L (an integer) and optionally &bbox=r0,r1,c0,c1 (integers)") from None
+        if bbox is not None and len(bbox) != 4:
+            raise LineageError(f"bbox has {len(bbox)} numbers; give r0,r1,c0,c1")
+        from starlette.concurrency import run_in_threadpool
+
+        box = None if bbox is None else (bbox[0], bbox[1], bbox[2], bbox[3])
+        return JSONResponse(await run_in_threadpool(readouts.object_boxes, run, name, label, box))
+
+    async def stats(request: Request) -> Response:
+        body = await _json_body(request)
+        from starlette.concurrency import run_in_threadpool
+
+        if isinstance(body, dict) and "direction" not in body and "to" not in body:  # these cells, no walk
+            req = parse_lineage_request(run, {**body, "direction": "backward", "to": None})
+            req = dataclasses.replace(req, to=())
+        else:
+            req = parse_lineage_request(run, body)
+        return JSONResponse(await run_in_threadpool(readouts.request_stats, run, req))
+
     async def bad_request(request: Request, exc: Exception) -> Response:
         return _error(getattr(exc, "status", 400), str(exc))
 
@@ -367,6 +442,12 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
         Route("/api/export", export, methods=["POST"]),
         Route("/api/pixel/{node}", pixel),
         Route("/tiles/{node}/{z}/{ty}/{tx}.png", tile),
+        Route("/api/values/{node}/{z}/{ty}/{tx}", values),
+        Route("/api/limits/{node}", limits),
+        Route("/api/line/{node}", line),
+        Route("/api/compass/{node}", compass),
+        Route("/api/stats", stats, methods=["POST"]),
+        Route("/api/object/{node}", catalog_object),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={LineageError: bad_request, StoreError: bad_request,

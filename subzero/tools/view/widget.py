@@ -1,15 +1,17 @@
 """``run.view()``: the viewer inside a Jupyter notebook, as an anywidget.
 
 The widget's module is the page's own code (``static/view.js``, read when a widget is made)
-followed by ``static/widget.js``, which mounts it in the output cell (``mount(element, api)``)
-with an ``api`` that sends the page's requests over the widget's message channel. Python
-answers each with the viewer's own app (`subzero.tools.view.app.create_app`, through
-`subzero.tools.view.app.answer_request`): the same routes, checks and errors as ``subzero view``,
-in this process, without a port.
+followed by ``static/widget.js``, which mounts it in the output cell (``mount(element, api,
+{onSelect})``) with an ``api`` (``json``, ``post``, ``bytes``, as the page's own over HTTP) that
+sends the page's requests over the widget's message channel. Python answers each with the
+viewer's own app (`subzero.tools.view.app.create_app`, through `subzero.tools.view.app.answer_request`):
+the same routes, checks and errors as ``subzero view``, binary tile values included, in this
+process, without a port.
 
-The brush is the synced trait ``brush`` (``{"node": NAME, "boxes": [[lo0, hi0, lo1, hi1, ...], ...]}``,
-``{}`` for none): a brush drawn in the cell sets it, and setting it (`ViewerWidget.show`)
-brushes in the cell. `ViewerWidget.selection` reads it as cells.
+The brushed cells are the synced trait ``brush`` (``{"node": NAME, "boxes": [[r0, r1, c0, c1],
+...]}``, ``{}`` for none): a selection drawn in the cell (box, circle, lasso, regions, a
+catalogue row) sets it, and setting it (`ViewerWidget.show`) brushes in the cell.
+`ViewerWidget.selection` reads it as cells.
 
 >>> w = run.view()                                          # doctest: +SKIP
 >>> w.show([(3, 4), (3, 5)], node="bright")                 # doctest: +SKIP
@@ -20,7 +22,6 @@ brushes in the cell. `ViewerWidget.selection` reads it as cells.
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -37,35 +38,29 @@ from subzero.tools.view.app import STATIC, Reply, answer_request, create_app
 if TYPE_CHECKING:
     from subzero.run import Run
 
-__all__ = ["ViewerWidget", "Selection", "widget_esm", "widget_css", "REQUEST_SECONDS"]
+__all__ = ["ViewerWidget", "Selection", "widget_esm", "widget_css", "REQUEST_SECONDS", "HEIGHT"]
 
 #: the longest one request from the cell may take before its answer is an error (a 504)
 REQUEST_SECONDS = 120.0
+#: the viewer's height in the output cell, in CSS pixels
+HEIGHT = 760
+#: the headers of an answer the cell's page reads (the others stay in Python)
+_HEADERS = ("content-type", "content-disposition", "x-shape", "x-dtype")
 
 
 def widget_esm(static: Path = STATIC) -> str:
     """The widget's ES module: the page's ``view.js`` followed by ``widget.js`` (which uses its
-    ``mount``), read from ``static`` now, so the widget runs the page's code as it is."""
+    ``mount``), read from ``static`` now, so the widget runs the page's code as it is (neither
+    file imports another: the two make one module)."""
     return (static / "view.js").read_text(encoding="utf-8") + "\n" + (static / "widget.js").read_text(encoding="utf-8")
 
 
-_RULE = re.compile(r"([^{}]+)\{([^{}]*)\}")
-
-
 def widget_css(static: Path = STATIC) -> str:
-    """The page's ``view.css`` scoped to the widget's element (class ``subzero-view``), so it
-    styles the viewer and nothing else of the notebook: ``body`` becomes the element itself and
-    every other selector is looked for inside it."""
-
-    def scoped(match: re.Match[str]) -> str:
-        selectors = []
-        for sel in match.group(1).split(","):
-            sel = sel.strip()
-            selectors.append(".subzero-view" + sel[4:] if sel.split(" ")[0] == "body" else f".subzero-view {sel}")
-        return f"{', '.join(selectors)} {{{match.group(2)}}}\n"
-
+    """The page's ``view.css`` (every rule is under the class ``szv``, which the notebook does not
+    use, so it styles the viewer and nothing else) and the widget's own size in the cell
+    (`HEIGHT`)."""
     css = (static / "view.css").read_text(encoding="utf-8")
-    return _RULE.sub(scoped, css) + "\n.subzero-view header { position: static; }\n"
+    return css + f"\n.szv.szv-widget {{ height: {HEIGHT}px; border: 1px solid #333; }}\n"
 
 
 class Selection(NamedTuple):
@@ -116,8 +111,8 @@ class ViewerWidget(anywidget.AnyWidget):
     Attributes
     ----------
     brush : dict
-        The synced brush, ``{"node": NAME, "boxes": [[lo0, hi0, lo1, hi1, ...], ...]}`` (flat
-        half-open boxes, as the viewer's API takes them) or ``{}``.
+        The synced brush, ``{"node": NAME, "boxes": [[r0, r1, c0, c1], ...]}`` (disjoint
+        half-open boxes of a 2-D node, as the viewer's API takes them) or ``{}``.
     """
 
     _esm = traitlets.Unicode("").tag(sync=True)
@@ -144,8 +139,8 @@ class ViewerWidget(anywidget.AnyWidget):
         return Selection(node, to_coords(ids, shape))
 
     def show(self, cells: Any = None, node: Any = None, box: Any = None) -> None:
-        """Brush ``cells`` (or ``box``) of ``node`` in the viewer, as if drawn there: the cell
-        shows their lineage, and `selection` gives them back.
+        """Brush ``cells`` (or ``box``) of the 2-D ``node`` in the viewer, as if drawn there: the
+        cell shows the node in its main frame with their lineage, and `selection` gives them back.
 
         Parameters
         ----------
@@ -160,7 +155,8 @@ class ViewerWidget(anywidget.AnyWidget):
         Raises
         ------
         LineageError
-            No node (none given and none brushed), an unknown node, or cells outside it.
+            No node (none given and none brushed), an unknown node, a node that is not 2-D, or
+            cells outside it.
         """
         if node is None:
             node = self.brush.get("node")
@@ -169,6 +165,9 @@ class ViewerWidget(anywidget.AnyWidget):
                                    "give node=NAME")
         name = self.run.node(node).name
         shape = self.run.shape(name)
+        if len(shape) != 2:
+            raise LineageError(f"the viewer brushes cells of 2-D nodes; node {name!r} has shape {shape}: brush a "
+                               f"2-D node, or ask the run itself (run.backward / run.forward)")
         if (cells is None) == (box is None):
             raise LineageError(f"show needs cells or box (one of them) of node {name!r} (shape {shape})")
         if box is not None:
@@ -224,5 +223,5 @@ def _reply_message(widget: ViewerWidget, content: dict[str, Any]) -> tuple[dict[
     except TimeoutError:
         reply = Reply(504, {"content-type": "application/json"},
                       _json_bytes({"error": f"the request took over {REQUEST_SECONDS:.0f} s"}))
-    headers = {k: v for k, v in reply.headers.items() if k in ("content-type", "content-disposition")}
+    headers = {k: v for k, v in reply.headers.items() if k in _HEADERS}
     return {"kind": "reply", "id": content.get("id"), "status": reply.status, "headers": headers}, [reply.body]

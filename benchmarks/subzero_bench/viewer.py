@@ -200,7 +200,7 @@ def concurrent_brushes(store: str | Path, clients: tuple[int, ...] = (1, 5, 20),
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
                 conn.request("GET", "/api/run")
                 res = conn.getresponse()
-                if res.status == 200 and json.loads(res.read()).get("warm"):  # overview tiles made: the server idle
+                if res.status == 200 and json.loads(res.read()).get("warm", True):  # overview tiles made: idle
                     conn.close()
                     break
             except OSError:

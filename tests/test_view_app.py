@@ -373,3 +373,34 @@ def test_a_newer_brush_of_a_client_cancels_its_older_one(run, tmp_path):
         bad = c.post("/api/lineage", json=body, headers={"X-Subzero-Client": "x" * 200})
         assert bad.status_code == 400 and "X-Subzero-Client" in bad.json()["error"].replace("x-subzero-client",
                                                                                            "X-Subzero-Client")
+
+
+def test_a_client_that_disconnects_cancels_its_walk(run, monkeypatch):
+    """While a walk runs, the app asks whether its client is still there; once it has gone,
+    the walk's cancel event is set (the walk stops at its next step: QueryCancelled)."""
+    import asyncio
+
+    import subzero.view.app as app_module
+    from subzero.errors import QueryCancelled
+    from subzero.view.app import Brushes
+    from subzero.view.lineage import parse_lineage_request
+
+    def walk(run, request, cancel):  # a walk that runs until it is cancelled (at most 10 s)
+        if cancel.wait(10):
+            raise QueryCancelled("cancelled at a step")
+        return {"answers": {}, "ms": 0}
+
+    asked = []
+
+    async def gone() -> bool:
+        asked.append(True)
+        return True
+
+    monkeypatch.setattr(app_module, "lineage_answers", walk)
+    monkeypatch.setattr(app_module, "DISCONNECT_POLL", 0.01)
+    brushes = Brushes(workers=1)
+    req = parse_lineage_request(run, {"node": "stars", "direction": "backward", "boxes": [[2, 10, 3, 9]], "to": None})
+    with pytest.raises(QueryCancelled):
+        asyncio.run(brushes.answer(run, req, "tab-1", gone))
+    assert asked and brushes.cancelled == 1
+    brushes.pool.shutdown()

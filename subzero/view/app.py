@@ -26,7 +26,8 @@ concurrently; more threads than cores would only queue on the interpreter). A re
 names its client in the header ``X-Subzero-Client: ID`` (the page sends one per tab) is
 superseded by the next lineage request of that client in the same direction: the older
 one's walk stops at its next step (or never starts, if still queued) and answers 409, so a
-dragged brush never leaves a queue of stale walks behind it.
+dragged brush never leaves a queue of stale walks behind it. A client that disconnects (a
+page that aborts its request) cancels its walk the same way.
 
 With a ``token`` (`subzero.view.server` gives one whenever it listens on an address other
 than loopback), every request must carry it: ``?token=T`` in the URL (the page's URL as the
@@ -47,6 +48,7 @@ import secrets
 import tempfile
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,7 +73,7 @@ if TYPE_CHECKING:
     from subzero.run import Run
 
 __all__ = ["create_app", "STATIC", "EXPORT_FORMATS", "TOKEN_COOKIE", "MAX_DEPTH", "VALUE_DIGITS", "SKY_DECIMALS",
-           "readout", "LINEAGE_WORKERS", "CLIENT_HEADER", "Brushes"]
+           "readout", "LINEAGE_WORKERS", "CLIENT_HEADER", "DISCONNECT_POLL", "Brushes"]
 
 STATIC = Path(__file__).parent / "static"
 EXPORT_FORMATS = {"npy": ".npy", "fits": ".fits", "reg": ".reg", "reg-fk5": ".reg"}
@@ -87,6 +89,8 @@ SKY_DECIMALS = 7
 LINEAGE_WORKERS = max(2, min(8, os.cpu_count() or 2))
 #: the request header naming a page's client, whose newer brush supersedes its older one
 CLIENT_HEADER = "x-subzero-client"
+#: seconds between checks that the client of a running lineage request is still connected
+DISCONNECT_POLL = 0.1
 
 
 class _NotFound(Exception):
@@ -257,12 +261,20 @@ class Brushes:
             if event.is_set():
                 self.cancelled += 1
 
-    async def answer(self, run: "Run", request: Any, client: str | None) -> dict[str, Any]:
-        """`lineage_answers` of ``request`` on the pool; `QueryCancelled` when superseded."""
+    async def answer(self, run: "Run", request: Any, client: str | None,
+                     disconnected: Callable[[], Awaitable[bool]] | None = None) -> dict[str, Any]:
+        """`lineage_answers` of ``request`` on the pool; `QueryCancelled` when superseded, or
+        when ``disconnected`` (asked every `DISCONNECT_POLL` seconds while the walk runs)
+        says the client has gone: nobody is left to answer."""
         event = self.begin(client, request.direction.value)
         try:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.pool, lineage_answers, run, request, event)
+            future = asyncio.get_running_loop().run_in_executor(self.pool, lineage_answers, run, request, event)
+            while disconnected is not None and not future.done():
+                await asyncio.wait({future}, timeout=DISCONNECT_POLL)
+                if not future.done() and await disconnected():
+                    event.set()  # the walk stops at its next step
+                    break
+            return await future
         finally:
             self.end(client, request.direction.value, event)
 
@@ -345,7 +357,7 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
         client = _client(request)
         body = await _json_body(request)
         req = parse_lineage_request(run, body)
-        return JSONResponse(await brushes.answer(run, req, client))
+        return JSONResponse(await brushes.answer(run, req, client, request.is_disconnected))
 
     async def style(request: Request) -> Response:
         from subzero.export import LINEAGE_COLORS, MASK_RGB, NAN_RGB

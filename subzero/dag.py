@@ -137,22 +137,31 @@ class Workflow:
         return [(n, i) for n in self._nodes.values() for i, src in enumerate(n.inputs) if src is node]
 
     def ancestors(self, node: Node) -> set[Node]:
-        """``node`` and every node it is computed from."""
-        seen, todo = {node}, [node]
-        while todo:
-            for parent in todo.pop().inputs:
-                if parent not in seen:
-                    seen.add(parent)
-                    todo.append(parent)
-        return seen
+        """``node`` and every node it is computed from (a new set; remembered until a node
+        is added: every step of a query's walk asks)."""
+        memo = self.__dict__.setdefault("_ancestors", {})
+        key = (node.name, len(self._nodes))
+        if key not in memo or memo[key][0] is not node:
+            seen, todo = {node}, [node]
+            while todo:
+                for parent in todo.pop().inputs:
+                    if parent not in seen:
+                        seen.add(parent)
+                        todo.append(parent)
+            memo[key] = (node, frozenset(seen))
+        return set(memo[key][1])
 
     def descendants(self, node: Node) -> set[Node]:
-        """``node`` and every node computed from it."""
-        seen = {node}
-        for other in self._nodes.values():  # insertion order is topological
-            if any(i in seen for i in other.inputs):
-                seen.add(other)
-        return seen
+        """``node`` and every node computed from it (a new set; remembered as `ancestors`)."""
+        memo = self.__dict__.setdefault("_descendants", {})
+        key = (node.name, len(self._nodes))
+        if key not in memo or memo[key][0] is not node:
+            seen = {node}
+            for other in self._nodes.values():  # insertion order is topological
+                if any(i in seen for i in other.inputs):
+                    seen.add(other)
+            memo[key] = (node, frozenset(seen))
+        return set(memo[key][1])
 
     def between(self, low: Node, high: Node) -> list[Node]:
         """Nodes on some path from ``low`` up to ``high`` (both included), in topological order

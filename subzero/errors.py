@@ -15,6 +15,12 @@ class LineageError(SubZeroError, ValueError):
     """A lineage query or lineage write was malformed (bad cell, node, path, strategy)."""
 
 
+class QueryCancelled(SubZeroError):
+    """A lineage walk stopped at a step boundary because its caller cancelled it (the
+    ``cancel`` event of `subzero.run.Run.backward_many` was set), e.g. the viewer dropping a
+    brush that a newer brush of the same client superseded."""
+
+
 class WorkflowError(SubZeroError, ValueError):
     """A workflow is malformed: cycle, unknown input, shape mismatch, bad strategy."""
 

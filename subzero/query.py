@@ -29,7 +29,7 @@ from subzero.catalog import Manifest, RunRecord
 from subzero.encoders import encoder_for
 from subzero.encoders.base import FullEncoder
 from subzero.encoders.codec import slot_ndims
-from subzero.errors import LineageError, LookupTimeout, StoreError
+from subzero.errors import LineageError, LookupTimeout, QueryCancelled, StoreError
 from subzero.frontier import MAX_BOX_EXPANSION, Frontier
 from subzero.modes import Direction, Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile
@@ -240,6 +240,9 @@ def map_step(op, frontier: Frontier, i: int, direction: str, target) -> Frontier
         got = _mask_step(op, frontier.mask(), i, direction, target)
         if got is not None:
             return got
+    if frontier.kind == "ids" and frontier.shape == target and getattr(op, "same_cells", None) is not None \
+            and op.same_cells(i):
+        return Frontier.of_ids(frontier.ids(), target, unique=True)  # elementwise over one shape: the same cells
     cells = frontier.coords()
     got = op.map_b(cells, i) if direction == "backward" else op.map_f(cells, i)
     got = np.asarray(got, np.int64).reshape(-1, len(target))
@@ -301,12 +304,15 @@ C = TypeVar("C", Frontier, Carrier)
 @dataclass
 class QueryPlan:
     """How one query steps: its direction, the strategies forced per node (``using=``),
-    whether full frontiers may skip entire-array-safe steps, and the per-step log it fills."""
+    whether full frontiers may skip entire-array-safe steps, the per-step log it fills, and
+    ``cancel``: an event (``is_set()``) that stops the walk at its next step with
+    `subzero.errors.QueryCancelled` once set (None: the walk runs to its end)."""
 
     direction: Direction
     using: dict = field(default_factory=dict)
     entire_array: bool = True
     log: list[dict] = field(default_factory=list)
+    cancel: Any = None
 
 
 class QueryEngine:
@@ -453,6 +459,8 @@ class QueryEngine:
         the cheapest one `choose_step` predicts; stored lookups of a frontier past the
         predicted re-run time switch to re-execution.  Appends the step's statistics to
         ``plan.log``.  ``carried`` is a `Frontier` or another `Carrier` (which steps itself)."""
+        if plan.cancel is not None and plan.cancel.is_set():
+            raise QueryCancelled(f"the {plan.direction} walk was cancelled before it stepped through {node.name!r}")
         cells = carried.estimate()
         strategy, deadline, predicted = self.choose(node, plan, cells)
         forced = plan.using.get(node) is not None

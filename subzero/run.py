@@ -153,18 +153,20 @@ class Run:
         return _form(self._walk(node, cells, box, to, Direction.FORWARD, using, entire_array), as_)
 
     def forward_many(self, node, cells=None, to=(), using: dict | None = None, entire_array: bool = True,
-                     box=None, as_: str = "frontier") -> dict:
+                     box=None, as_: str = "frontier", cancel: Any = None) -> dict:
         """`forward` to several nodes in one walk, each node stepping once (linked brushing).
 
         Returns ``{name: answer}`` for each node of ``to`` (default ``as_``: the `Frontier`);
-        a node that is not a descendant of ``node`` gets an empty answer.
+        a node that is not a descendant of ``node`` gets an empty answer. ``cancel``, an
+        event (e.g. a ``threading.Event``), stops the walk at its next step once it is set,
+        with `subzero.errors.QueryCancelled`. A run answers walks from several threads at once.
         """
-        return self._walk_many(node, cells, box, to, Direction.FORWARD, using, entire_array, as_)
+        return self._walk_many(node, cells, box, to, Direction.FORWARD, using, entire_array, as_, cancel)
 
     def backward_many(self, node, cells=None, to=(), using: dict | None = None, entire_array: bool = True,
-                      box=None, as_: str = "frontier") -> dict:
+                      box=None, as_: str = "frontier", cancel: Any = None) -> dict:
         """`backward` to several nodes in one walk; see `forward_many`."""
-        return self._walk_many(node, cells, box, to, Direction.BACKWARD, using, entire_array, as_)
+        return self._walk_many(node, cells, box, to, Direction.BACKWARD, using, entire_array, as_, cancel)
 
     def backward_mask(self, node, cells=None, to=None, using=None, entire_array=True, box=None) -> np.ndarray:
         """`backward` as a boolean mask over ``to``'s array."""
@@ -286,10 +288,11 @@ class Run:
             self._record(plan, src, dst)
         return result
 
-    def _walk_many(self, src, cells, box, dsts, direction: Direction, using, entire_array, as_) -> dict:
+    def _walk_many(self, src, cells, box, dsts, direction: Direction, using, entire_array, as_,
+                   cancel: Any = None) -> dict:
         _check_form(as_)
         src, dsts = self.node(src), [self.node(d) for d in dsts]
-        plan = QueryPlan(direction, self._check_using(using), entire_array)
+        plan = QueryPlan(direction, self._check_using(using), entire_array, cancel=cancel)
         got = self.lineage.walk_many(src, dsts, self._start(src, cells, box), plan)
         self._record(plan, src, dsts)
         return {d.name: _form(f if f is not None else Frontier.empty(self.shape(d)), as_) for d, f in got.items()}

@@ -79,3 +79,14 @@ def test_ancestors_descendants_and_the_nodes_between():
     assert wf.between(x, b) == [x, a, b]
     d = wf.add(ops.Add(), b, c, name="d")  # a new node: paths are worked out again
     assert wf.between(x, d) == [x, a, b, d] and wf.between(y, d) == [y, b, c, d]
+
+
+def test_ancestors_and_descendants_are_remembered_until_a_node_is_added():
+    wf = sz.Workflow("w")
+    x = wf.input("x")
+    a = wf.add(ops.Transpose(), x)
+    first = wf.descendants(x)
+    first.add("scribble")  # the caller's own set: the remembered one is untouched
+    assert wf.descendants(x) == {x, a} and wf.ancestors(a) == {x, a}
+    b = wf.add(ops.Transpose(), a)
+    assert wf.descendants(x) == {x, a, b} and wf.ancestors(b) == {x, a, b}

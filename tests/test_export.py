@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -117,9 +119,14 @@ class Recording:
         return self.array[key]
 
 
-def red_pixels(path) -> int:
+def tinted(path, role: str = "backward") -> int:
+    """Pixels of a picture tinted by ``role``'s overlay (magenta backward: red and blue well over
+    green; cyan forward: green and blue well over red)."""
     pixels = png(path)[..., :3]
-    return int(np.count_nonzero((pixels[..., 0] > pixels[..., 1] + 0.25) & (pixels[..., 0] > pixels[..., 2] + 0.25)))
+    r, g, b = pixels[..., 0], pixels[..., 1], pixels[..., 2]
+    if role == "backward":
+        return int(np.count_nonzero((r > g + 0.25) & (b > g + 0.25)))
+    return int(np.count_nonzero((g > r + 0.25) & (b > r + 0.25)))
 
 
 def test_a_plot_is_a_cutout_around_the_cells_read_alone(tmp_path):
@@ -130,9 +137,9 @@ def test_a_plot_is_a_cutout_around_the_cells_read_alone(tmp_path):
     mask = np.zeros((1000, 1200), bool)
     mask[500:506, 300:304] = True
     assert panel_window(mask.shape, mask) == (492, 514, 292, 312)  # the box, 8 cells of margin at least
-    plot_panels(tmp_path / "p.png", [Panel("star", image, mask)])
+    plot_panels(tmp_path / "p.png", [Panel("star", image, mask, role="backward")])
     assert image.reads == [(slice(492, 514), slice(292, 312))]  # never the whole array
-    assert red_pixels(tmp_path / "p.png") > 2000  # the traced cells fill a good part of the picture
+    assert tinted(tmp_path / "p.png") > 2000  # the traced cells fill a good part of the picture
 
 
 def test_the_whole_array_when_the_cells_span_it(tmp_path):
@@ -144,11 +151,11 @@ def test_the_whole_array_when_the_cells_span_it(tmp_path):
     assert panel_window((40, 60), np.zeros((40, 60), bool)) == (0, 40, 0, 60)
     frontier = Frontier.of_boxes(np.array([[100, 200]]), np.array([[110, 220]]), (1000, 1000))
     assert panel_window(frontier.shape, frontier) == (90, 120, 190, 230)
-    plot_panels(tmp_path / "p.png", [Panel("a", np.arange(2400.0).reshape(40, 60), mask),
+    plot_panels(tmp_path / "p.png", [Panel("a", np.arange(2400.0).reshape(40, 60), mask, role="forward"),
                                      Panel("b", np.arange(600).reshape(20, 30), np.zeros((20, 30), bool))],
                 origin="lower")
     height, width = png(tmp_path / "p.png").shape[:2]
-    assert width > 1.5 * height and red_pixels(tmp_path / "p.png") > 50
+    assert width > 1.5 * height and tinted(tmp_path / "p.png", "forward") > 50
 
 
 def test_window_masks_of_frontiers_match_masks():
@@ -209,3 +216,50 @@ def test_counts_are_drawn_on_a_sequential_scale_from_zero(tmp_path):
                                                               display=display)])
         rgb = np.asarray(Image.open(out).convert("RGB"), np.float64)
         assert (np.abs(rgb - top).max(axis=-1) < 8).any() == expected, display
+
+
+def test_pictures_have_colour_bars_titles_and_the_users_file_mode(tmp_path, monkeypatch):
+    """An image panel has a colour bar (a labels panel none), the title is the caller's alone
+    (no window range that reads as the query), and the file has the mode of any new file of
+    the user (0o666 less the umask), not mkstemp's private 0o600."""
+    from matplotlib.figure import Figure
+
+    from subzero.tools.export import LINEAGE_COLORS
+
+    made: list = []
+    real_savefig = Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        made.append(fig)
+        return real_savefig(fig, *args, **kwargs)
+
+    rng = np.random.default_rng(1)
+    mask = star_mask((40, 60))
+    labels = mask.astype(np.int32) * 7
+    monkeypatch.setattr(Figure, "savefig", keep)
+    old = os.umask(0o027)
+    try:
+        out = plot_panels(tmp_path / "p.png", [Panel("raw[8:20, 18:30]: queried", rng.normal(0, 1, (40, 60)), mask),
+                                               Panel("stars: backward", labels, mask, role="backward")])
+    finally:
+        os.umask(old)
+    assert (out.stat().st_mode & 0o777) == 0o640
+    (fig,) = made
+    bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    assert len(bars) == 1 and "zscale" in bars[0].get_ylabel()
+    titles = [ax.get_title() for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert titles == ["raw[8:20, 18:30]: queried", "stars: backward"]
+    assert set(LINEAGE_COLORS) == {"brush", "backward", "forward"}
+    with pytest.raises(sz.LineageError, match="role 'sideways'"):
+        plot_panels(tmp_path / "q.png", [Panel("a", np.zeros((4, 4)), np.ones((4, 4), bool), role="sideways")])
+
+
+def test_wide_arrays_are_stacked_at_a_size_that_reads(tmp_path):
+    """Whole wide exposures (4 times wider than high) stack in one column, 6 to 12 inches wide,
+    not three 13-inch strips side by side."""
+    image = np.random.default_rng(2).normal(0, 1, (100, 400))
+    mask = np.zeros(image.shape, bool)
+    mask[::7, ::5] = True  # cells spread over the whole array
+    out = plot_panels(tmp_path / "w.png", [Panel(t, image, mask, role="forward") for t in ("a", "b", "c")], dpi=50)
+    height, width = png(out).shape[:2]
+    assert 300 <= width <= 700 and height > width / 2

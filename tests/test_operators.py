@@ -1721,6 +1721,26 @@ def test_window_lineage_of_cells_is_the_dilation_of_their_mask(n_cells):
                                   np.argwhere(ndimage.binary_dilation(mask, np.ones((5, 5), bool))))
 
 
+@pytest.mark.parametrize("corner", [(0, 0), (180, 1400), (388, 2988)])
+def test_window_lineage_of_clustered_cells_dilates_only_around_them(corner):
+    """Cells clustered in a large array (a brush): the dilation of a mask of their bounding
+    box grown by the window, clipped at the array's edges, is exactly the whole array's."""
+    from scipy import ndimage
+
+    shape = (400, 3000)
+    op = ops.CosmicRayDetect(radius=3)
+    op.input_shapes, op.output_shape = (shape,), shape
+    rng = np.random.default_rng(sum(corner))
+    cells = np.unique(np.stack([corner[0] + rng.integers(0, 12, 60), corner[1] + rng.integers(0, 12, 60)], axis=1),
+                      axis=0)
+    mask = np.zeros(shape, bool)
+    mask[tuple(cells.T)] = True
+    side = 2 * op.window(0) + 1
+    expected = np.argwhere(ndimage.binary_dilation(mask, np.ones((side, side), bool)))
+    np.testing.assert_array_equal(op.map_b(cells, 0), expected)
+    np.testing.assert_array_equal(op.map_f(cells, 0), expected)
+
+
 @pytest.mark.parametrize("op", [ops.Convolve(np.ones((3, 3)) / 9.0), ops.Correlate(np.ones((3, 3)) / 9.0),
                                 ops.GaussianFilter(1.0), ops.Laplace()])
 def test_filters_keep_float32_as_scipy_does_and_widen_integers(op):

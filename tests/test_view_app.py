@@ -351,3 +351,79 @@ def test_answer_request_is_the_apps_answer_without_a_socket(run, client, tmp_pat
             if isinstance(got, dict):
                 got.pop("ms", None), want.pop("ms", None)
             assert got == want, path
+
+
+def test_style_gives_the_colours_the_cli_pictures_use(client):
+    from subzero.tools.export import LINEAGE_COLORS, MASK_RGB
+
+    got = client.get("/api/style")
+    assert got.status_code == 200
+    assert got.json()["lineage"] == LINEAGE_COLORS and got.json()["mask"] == [list(c) for c in MASK_RGB]
+
+
+def test_a_newer_brush_of_a_client_cancels_its_older_one(run, tmp_path):
+    """A client's next lineage request in a direction sets the cancel event of its previous
+    one (other clients and the other direction untouched); a cancelled request is a 409 JSON
+    answer; a bad client id a 400."""
+    from subzero.tools.view.app import Brushes
+
+    brushes = Brushes(workers=2)
+    first = brushes.begin("tab-1", "backward")
+    other_direction, other_client = brushes.begin("tab-1", "forward"), brushes.begin("tab-2", "backward")
+    anonymous = brushes.begin(None, "backward")
+    second = brushes.begin("tab-1", "backward")
+    assert first.is_set() and not any(e.is_set() for e in (second, other_direction, other_client, anonymous))
+    brushes.end("tab-1", "backward", first)
+    brushes.end("tab-1", "backward", second)
+    assert brushes.cancelled == 1 and ("tab-1", "backward") not in brushes._latest
+    brushes.pool.shutdown()
+
+    app = create_app(run, tmp_path / "cache", warm=False)
+    body = {"node": "stars", "direction": "backward", "boxes": [[2, 10, 3, 9]], "to": None}
+    with TestClient(app) as c:
+        real_begin = app.state.brushes.begin
+
+        def superseded(client, direction):
+            event = real_begin(client, direction)
+            real_begin(client, direction)  # a newer brush of the same client arrives at once
+            return event
+
+        app.state.brushes.begin = superseded
+        got = c.post("/api/lineage", json=body, headers={"X-Subzero-Client": "tab-1"})
+        assert got.status_code == 409 and got.json()["cancelled"] is True and "superseded" in got.json()["error"]
+        app.state.brushes.begin = real_begin
+        assert c.post("/api/lineage", json=body, headers={"X-Subzero-Client": "tab-1"}).status_code == 200
+        bad = c.post("/api/lineage", json=body, headers={"X-Subzero-Client": "x" * 200})
+        assert bad.status_code == 400 and "X-Subzero-Client" in bad.json()["error"].replace("x-subzero-client",
+                                                                                           "X-Subzero-Client")
+
+
+def test_a_client_that_disconnects_cancels_its_walk(run, monkeypatch):
+    """While a walk runs, the app asks whether its client is still there; once it has gone,
+    the walk's cancel event is set (the walk stops at its next step: QueryCancelled)."""
+    import asyncio
+
+    import subzero.tools.view.app as app_module
+    from subzero.errors import QueryCancelled
+    from subzero.tools.view.app import Brushes
+    from subzero.tools.view.lineage import parse_lineage_request
+
+    def walk(run, request, cancel):  # a walk that runs until it is cancelled (at most 10 s)
+        if cancel.wait(10):
+            raise QueryCancelled("cancelled at a step")
+        return {"answers": {}, "ms": 0}
+
+    asked = []
+
+    async def gone() -> bool:
+        asked.append(True)
+        return True
+
+    monkeypatch.setattr(app_module, "lineage_answers", walk)
+    monkeypatch.setattr(app_module, "DISCONNECT_POLL", 0.01)
+    brushes = Brushes(workers=1)
+    req = parse_lineage_request(run, {"node": "stars", "direction": "backward", "boxes": [[2, 10, 3, 9]], "to": None})
+    with pytest.raises(QueryCancelled):
+        asyncio.run(brushes.answer(run, req, "tab-1", gone))
+    assert asked and brushes.cancelled == 1
+    brushes.pool.shutdown()

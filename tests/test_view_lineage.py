@@ -121,3 +121,54 @@ def test_overlapping_boxes_become_disjoint():
         mask[a[0]:b[0], a[1]:b[1]] += 1
     assert mask.max() == 1 and np.array_equal(mask.astype(bool), f.mask())
     assert disjoint_boxes(Frontier.empty((3, 3)))[0].shape == (0, 2)
+
+
+def test_twenty_threads_brushing_at_once_get_the_serial_answers(runs):
+    """Walks share the run's query engine and shard readers without a lock: 20 threads
+    brushing every node in both directions at once answer exactly what one thread does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    run = runs["FullOne"]
+    rng = np.random.default_rng(7)
+    bodies = []
+    for k in range(40):
+        node = NODES[k % len(NODES)]
+        rows, cols = SHAPE[::-1] if node == "flipped" else SHAPE
+        r0, c0 = int(rng.integers(0, rows - 4)), int(rng.integers(0, cols - 4))
+        bodies.append({"node": node, "direction": ("backward", "forward")[k % 2],
+                       "boxes": [[r0, r0 + 4, c0, c0 + 4]], "to": None})
+
+    def answer(body):
+        got = lineage_answers(run, parse_lineage_request(run, body))["answers"]
+        return {name: (a["boxes"], a["cells"]) for name, a in got.items()}
+
+    serial = [answer(b) for b in bodies]
+    with ThreadPoolExecutor(20) as pool:
+        together = list(pool.map(answer, bodies * 2))
+    assert together == serial * 2 and any(serial)
+
+
+class _SetAfter:
+    """An event that reads as set from its ``n``-th question on (a walk asks once per step)."""
+
+    def __init__(self, n: int):
+        self.n, self.asked = n, 0
+
+    def is_set(self) -> bool:
+        self.asked += 1
+        return self.asked > self.n
+
+
+def test_a_cancelled_walk_stops_at_a_step_boundary(runs):
+    from subzero.errors import QueryCancelled
+
+    run = runs["FullOne"]
+    req = parse_lineage_request(run, {"node": "stars", "direction": "backward", "boxes": [[2, 9, 3, 9]], "to": None})
+    with pytest.raises(QueryCancelled, match="before its walk began"):
+        lineage_answers(run, req, cancel=_SetAfter(0))
+    midway = _SetAfter(2)  # asked before the walk, then at each step: stops at the second step
+    with pytest.raises(QueryCancelled, match=r"cancelled before it stepped through '\w+'"):
+        lineage_answers(run, req, cancel=midway)
+    assert midway.asked == 3
+    never = _SetAfter(10 ** 6)
+    assert lineage_answers(run, req, cancel=never)["answers"] == lineage_answers(run, req)["answers"]

@@ -13,8 +13,12 @@ encoding included, no network):
   empty cache (uncached), then the same tiles again (cached). Baseline: what a viewer without
   tiles does, reading the whole array and rendering one picture of it.
 
-``python -m subzero_bench.viewer [--out DIR] [--store DIR]`` (``subzero bench viewer``)
-writes ``results.json`` and ``REPORT.md``; ``--store`` reuses a store built before.
+- under load: ``subzero view`` in a process of its own and 1, 5, 20 concurrent clients
+  brushing stars (`concurrent_brushes`), at 512 x 2000 and at the size measured.
+
+``python -m subzero_bench.viewer [--out DIR] [--store DIR] [--clients 1,5,20]`` (``subzero
+bench viewer``) writes ``results.json`` and ``REPORT.md``; ``--store`` reuses a store built
+before; else the stores are built once under ``--out`` (``stores-HxW``) and kept.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["run_viewer", "build_store", "render", "SHAPE", "TARGETS"]
+__all__ = ["run_viewer", "build_store", "render", "concurrent_brushes", "star_boxes", "SHAPE", "TARGETS"]
 
 SHAPE = (800, 20000)
 #: issue 19's targets (ms, p95)
@@ -139,11 +143,148 @@ def _tiles(client, app, run, rng: random.Random, count: int, log: Callable[[str]
     return out
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def star_boxes(run, count: int, rng: random.Random, node: str = "stars", side: int = 16) -> list[list[int]]:
+    """``count`` boxes ``side`` x ``side`` centred on random pixels of stars (non-zero cells of
+    the label array ``node``), as the page sends them: ``[r0, r1, c0, c1]``."""
+    labels = np.asarray(run.output(node))
+    hit = np.argwhere(labels != 0)
+    h, w = labels.shape
+    out = []
+    for _ in range(count):
+        r, c = (int(v) for v in hit[rng.randrange(len(hit))])
+        r0, c0 = min(max(0, r - side // 2), h - side), min(max(0, c - side // 2), w - side)
+        out.append([r0, r0 + side, c0, c0 + side])
+    return out
+
+
+def concurrent_brushes(store: str | Path, clients: tuple[int, ...] = (1, 5, 20), brushes: int = 10, seed: int = 31,
+                       log: Callable[[str], None] | None = None, node: str = "stars",
+                       cache: str | Path | None = None) -> dict[str, Any]:
+    """Brush latency under load: ``subzero view`` started as a user starts it (a process of its
+    own, uvicorn on loopback), then for each count of ``clients``, that many threads, each a
+    client of its own (own connection and client id) brushing ``brushes`` stars one after the
+    other: ``POST /api/lineage`` backward then forward, as the page sends a brush. A brush's
+    latency is both answers end to end, as the client sees them.
+
+    ``cache``: the server's cache directory (its tiles and query log; default the user's).
+    Returns ``{"clients": {N: {"p50", "p95", "max", "n", "seconds", "brushes_per_second", "load"}}, ...}``.
+    """
+    import http.client
+    import subprocess
+    import threading
+
+    from subzero.run import open_run
+
+    log = log or (lambda line: print(line, flush=True))
+    run = open_run(str(store))
+    rng = random.Random(seed)
+    port = _free_port()
+    env = dict(os.environ)
+    if cache is not None:
+        env["SUBZERO_CACHE"] = str(cache)
+    proc = subprocess.Popen([sys.executable, "-m", "subzero", "view", str(store), "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    out: dict[str, Any] = {"clients": {}, "load_before": _load(), "node": node}
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                conn.request("GET", "/api/run")
+                res = conn.getresponse()
+                if res.status == 200 and json.loads(res.read()).get("warm", True):  # overview tiles made: idle
+                    conn.close()
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"subzero view did not start: {proc.stderr.read().decode() if proc.stderr else ''}")
+            time.sleep(0.2)
+
+        def brush_once(conn, box: list[int], client: str) -> float:
+            t0 = time.perf_counter()
+            for direction in ("backward", "forward"):
+                body = json.dumps({"node": node, "direction": direction, "boxes": [box], "to": None})
+                conn.request("POST", "/api/lineage", body=body,
+                             headers={"Content-Type": "application/json", "X-Subzero-Client": client})
+                res = conn.getresponse()
+                data = res.read()
+                if res.status != 200:
+                    raise RuntimeError(f"brush {box}: HTTP {res.status} {data[:300]!r}")
+            return 1000 * (time.perf_counter() - t0)
+
+        warm = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        for box in star_boxes(run, 3, rng, node):  # opens the shards the brushes read
+            brush_once(warm, box, "warm-up")
+        warm.close()
+        for n in clients:
+            boxes = [star_boxes(run, brushes, rng, node) for _ in range(n)]
+            times: list[list[float]] = [[] for _ in range(n)]
+            errors: list[BaseException] = []
+
+            def client(k: int) -> None:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+                try:
+                    for box in boxes[k]:
+                        times[k].append(brush_once(conn, box, f"bench-{n}-{k}"))
+                except BaseException as exc:  # reported below  # noqa: BLE001
+                    errors.append(exc)
+                finally:
+                    conn.close()
+
+            threads = [threading.Thread(target=client, args=(k,)) for k in range(n)]
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            seconds = time.perf_counter() - t0
+            if errors:
+                raise errors[0]
+            every = [v for row in times for v in row]
+            out["clients"][str(n)] = {**_stats(every), "seconds": seconds, "brushes_per_second": len(every) / seconds,
+                                      "load": _load()}
+            log(f"viewer: {n} concurrent client(s) brushing {node}: p50 {_pct(every, 50):.0f} ms, p95 "
+                f"{_pct(every, 95):.0f} ms, {len(every) / seconds:.1f} brushes/s (load {_load()})")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            proc.kill()
+    out["load_after"] = _load()
+    out["shape"] = list(run.shape(node))
+    return out
+
+
+def cached_store(out: Path, shape: tuple[int, ...], log: Callable[[str], None]) -> tuple[Path, float | None]:
+    """The astronomy store at ``shape`` under ``out/stores-HxW`` (built once, kept for the
+    next run; ignored by git), and the seconds its build took now (None: it was there)."""
+    path = out / f"stores-{shape[0]}x{shape[1]}" / "astronomy"
+    if (path / "catalog.json").exists():
+        return path, None
+    log(f"viewer: building the astronomy workflow at {shape[0]} x {shape[1]} into {path} (local executor, kept)")
+    return path, build_store(path, shape)
+
+
 def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | Path | None = None,
                brushes: int = 40, tiles: int = 40, seed: int = 19, log: Callable[[str], None] | None = None,
-               quick: bool = False) -> dict:
+               quick: bool = False, clients: tuple[int, ...] = (1, 5, 20), load_brushes: int = 10) -> dict:
     """Run the benchmark and write ``results.json`` and ``REPORT.md`` into ``out_dir``
-    (``quick``: 400 x 4000 images, 8 brushes and 8 tiles per node)."""
+    (``quick``: 400 x 4000 images, 8 brushes and 8 tiles per node, built in a temporary
+    directory; else the stores are built once under ``out_dir``, see `cached_store`).
+
+    Brushes under load (`concurrent_brushes`): ``clients`` counts of concurrent clients,
+    ``load_brushes`` brushes each, on the store measured and (not ``quick``) on the
+    512 x 2000 astronomy store as well."""
     from starlette.testclient import TestClient
 
     from subzero_bench.timing import machine_info, now_iso
@@ -160,10 +301,12 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
     tmp = Path(tempfile.mkdtemp(prefix="viewer-", dir=out))
     try:
         build_seconds = None
-        if store is None:
+        if store is None and quick:
             store = tmp / "astronomy"
             log(f"viewer: building the astronomy workflow at {shape[0]} x {shape[1]} (local executor)")
             build_seconds = build_store(store, shape)
+        elif store is None:
+            store, build_seconds = cached_store(out, shape, log)
         run = open_run(str(store))
         load_before = _load()
         app = create_app(run, tmp / "cache", warm=False)
@@ -176,6 +319,14 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
             brush = _brushes(client, run, rng, brushes, log)
             tile = _tiles(client, app, run, rng, tiles, log)
         load_after = _load()
+        under_load: dict[str, Any] = {}
+        if clients:
+            stores = {"x".join(map(str, run.shape("exposure_1"))): Path(store)}
+            if not quick:
+                stores = {"512x2000": cached_store(out, (512, 2000), log)[0], **stores}
+            for label, path in stores.items():
+                under_load[label] = concurrent_brushes(path, tuple(clients), load_brushes, seed, log,
+                                                       cache=tmp / "server-cache")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     server = [v for r in brush.values() for v in r["server_ms"]]
@@ -191,8 +342,10 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
            "tiles": {"uncached": _stats(tile["uncached"]), "cached": _stats(tile["cached"]),
                      "uncached_by_level": {z: _stats(v) for z, v in sorted(tile["levels"].items(), key=lambda kv: int(kv[0]))},
                      "whole_array_ms": tile["whole_array_ms"]},
-           "targets": TARGETS}
+           "targets": TARGETS, "under_load": under_load}
+    most = [r["clients"][str(max(clients))] for r in under_load.values()] if clients else []
     doc["met"] = {"brush": doc["brush_all"]["server_ms"]["p95"] <= TARGETS["brush"],
+                  "brush_under_load": bool(most) and most[-1]["p95"] <= TARGETS["brush"],
                   "tile_cached": doc["tiles"]["cached"]["p95"] <= TARGETS["tile_cached"],
                   "tile_uncached": doc["tiles"]["uncached"]["p95"] <= TARGETS["tile_uncached"]}
     (out / "results.json").write_text(json.dumps(doc, indent=1))
@@ -228,6 +381,25 @@ def render(doc: dict) -> str:
     for node, r in doc["brush"].items():
         lines.append(f"| {node} | {r['server_ms']['n']} | {_f(r['server_ms']['p50'])} | {_f(r['server_ms']['p95'])} | "
                      f"{_f(r['http_ms']['p95'])} | {_f(r['direct_ms']['p95'])} | {_f(r['cells']['p50'], 0)} |")
+    loads = doc.get("under_load") or {}
+    if loads:
+        lines += ["", "## Brushes under load", "",
+                  "`subzero view` started as a user starts it (its own process, uvicorn on loopback, once its overview "
+                  "tiles are made), then N clients at once, each a thread with its own connection, brushing random "
+                  "stars (16 x 16 boxes centred on a star's pixel) one after the other: `POST /api/lineage` backward "
+                  "then forward, as the page sends a brush. Latency: both answers end to end, as the client sees "
+                  "them. Load average (1, 5, 15 min) after each row.", "",
+                  "| store (cells) | clients | brushes | p50 (ms) | p95 (ms) | max (ms) | brushes/s | load |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for label, r in loads.items():
+            h, w = (int(v) for v in label.split("x"))
+            for n, c in r["clients"].items():
+                lines.append(f"| {label} ({h * w:.1e}) | {n} | {c['n']} | {_f(c['p50'])} | {_f(c['p95'])} | "
+                             f"{_f(c['max'])} | {_f(c['brushes_per_second'])} | {c['load']} |")
+        last = list(loads.values())[-1]["clients"]
+        top = max(last, key=int)
+        lines += ["", f"At {top} clients on the largest store: p95 **{_f(last[top]['p95'])} ms** (target <= "
+                      f"{t['brush']:.0f} ms: {ok[bool(doc['met'].get('brush_under_load'))]})."]
     lines += ["", "Backward answers include every cell of the input `flat`: the flat field is normalised by its "
                   "mean, so every pixel depends on all of it (one box in the answer, never expanded into cells).", "",
               f"All brushes: server p95 **{_f(b['server_ms']['p95'])} ms** (target <= {t['brush']:.0f} ms: "
@@ -273,8 +445,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--brushes", type=int, default=40, help="brushes per node")
     parser.add_argument("--tiles", type=int, default=40, help="random tiles per node")
     parser.add_argument("--quick", action="store_true", help="400 x 4000 images, 8 brushes and tiles per node")
+    parser.add_argument("--clients", default="1,5,20", help="counts of concurrent clients brushing (comma-separated; "
+                                                             "empty: none)")
+    parser.add_argument("--load-brushes", type=int, default=10, help="brushes per concurrent client")
     args = parser.parse_args(argv)
-    run_viewer(args.out, args.store, args.brushes, args.tiles, quick=args.quick)
+    clients = tuple(int(c) for c in args.clients.split(",") if c.strip())
+    run_viewer(args.out, args.store, args.brushes, args.tiles, quick=args.quick, clients=clients,
+               load_brushes=args.load_brushes)
     return 0
 
 

@@ -125,7 +125,17 @@ class WindowLineage:
         when there are few (the cost of the answer), by dilating a mask when there are many."""
         cells = np.asarray(cells, np.int64).reshape(-1, len(shape))
         size = int(np.prod(shape, dtype=np.int64))
-        if not len(shape) or len(cells) * (2 * radius + 1) ** len(shape) <= min(MAX_WINDOW_CELLS, size // 8):
+        enumerated = len(cells) * (2 * radius + 1) ** len(shape)
+        if len(shape) and len(cells):
+            # a mask of the cells' bounding box grown by the window (clipped to the array),
+            # dilated: exactly the windows' cells, at the cost of the box, not of the array
+            lo = np.maximum(cells.min(axis=0) - radius, 0)
+            hi = np.minimum(cells.max(axis=0) + radius + 1, np.asarray(shape, np.int64))
+            if int(np.prod(hi - lo)) <= min(enumerated, size // 2):
+                mask = np.zeros(tuple((hi - lo).tolist()), bool)
+                mask[tuple((cells - lo).T)] = True
+                return (np.argwhere(dilate(mask, radius)) + lo).astype(np.int64)
+        if not len(shape) or enumerated <= min(MAX_WINDOW_CELLS, size // 8):
             coords = cls._window_pairs(cells, radius, shape)[1]
             if not len(shape) or not len(coords):
                 return unique_rows(coords)

@@ -65,6 +65,11 @@ class ElementwiseOperator(Operator):
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
         return unique_rows(self._to_input(cells, i))
 
+    def same_cells(self, i: int) -> bool:
+        """Whether input ``i`` has the output's shape, so a step either way keeps the cells
+        as they are (no broadcasting): the query engine then skips the mapping functions."""
+        return tuple(self.input_shapes[i]) == tuple(self.output_shape)
+
     def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         return np.arange(len(cells), dtype=np.int64), self._to_input(cells, i)
 

@@ -45,6 +45,6 @@ def choose_step(profile: NodeProfile, stored: tuple[Strategy, ...], mapping: boo
     Strategy('Map')
     """
     options = list(dict.fromkeys([*([_MAP] if mapping else []), *stored, _BLACKBOX]))
-    costs = {s: step_cost(profile, s, direction, cells) for s in options}
-    best = min(options, key=lambda s: (costs[s], options.index(s)))
-    return StepChoice(best, costs[best], costs[_BLACKBOX])
+    costs = [step_cost(profile, s, direction, cells) for s in options]
+    k = min(range(len(options)), key=lambda j: (costs[j], j))  # ties: the earlier option
+    return StepChoice(options[k], costs[k], costs[options.index(_BLACKBOX)])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from subzero.errors import LineageError
 if TYPE_CHECKING:
     from astropy.io.fits import Header
 
-__all__ = ["atomic_path", "to_fits_coords", "from_fits_coords", "mask_boxes", "check_output", "write_mask", "write_fits_mask",
+__all__ = ["atomic_path", "current_umask", "LINEAGE_COLORS", "query_text", "to_fits_coords", "from_fits_coords", "mask_boxes", "check_output", "write_mask", "write_fits_mask",
            "write_regions", "Panel", "plot_panels", "panel_window", "window_mask", "display_of", "label_colors",
            "MASK_RGB", "NAN_RGB", "MASK_SUFFIXES", "PLOT_SUFFIXES", "REGION_SUFFIXES"]
 
@@ -113,14 +114,38 @@ def check_output(path: str | os.PathLike, suffixes: Sequence[str], flag: str) ->
     return p
 
 
+_umask_lock = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process's file mode creation mask (read from ``/proc`` where it can be, as setting
+    it to read it is not thread-safe; else set and restored under a lock)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _umask_lock:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary path next to ``path``, renamed onto it if the block succeeds."""
+    """A temporary path next to ``path``, renamed onto it if the block succeeds.
+
+    The file gets the mode any new file of the user gets (``0o666`` less the umask), not the
+    private ``0o600`` of the temporary file ``mkstemp`` makes.
+    """
     fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.",
                                suffix=path.suffix)
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -233,6 +258,40 @@ def write_regions(path: str | os.PathLike, mask: np.ndarray, color: str = "red",
 
 # -- pictures --------------------------------------------------------------------------------
 
+#: the colour of each kind of cells, in the CLI's pictures and the viewer's page alike (served
+#: by ``GET /api/style``): the cells queried (brushed) white, backward lineage magenta, forward
+#: lineage cyan. None of them is a label colour (`label_colors` are saturated, bright hues that
+#: stay off pure magenta and cyan only by chance, so overlays are also outlined) nor grey.
+LINEAGE_COLORS = {"brush": "#ffffff", "backward": "#ff00ff", "forward": "#00ffff"}
+
+
+def query_text(cells: Any, fits: bool = False) -> str:
+    """The cells of a query, briefly: ``[10:26, 30:46]`` (numpy's half-open rows, cols) when
+    they fill their bounding box, else ``N cells in [..]``; FITS/DS9's 1-based inclusive
+    ``[x0:x1,y0:y1]`` with ``fits``. ``cells`` is a mask or a `subzero.frontier.Frontier`.
+
+    Examples
+    --------
+    >>> m = np.zeros((40, 60), bool); m[10:26, 30:46] = True
+    >>> query_text(m), query_text(m, fits=True)
+    ('[10:26, 30:46]', '[31:46,11:26]')
+    >>> m[0, 0] = True; query_text(m)
+    '257 cells in [0:26, 0:46]'
+    """
+    if hasattr(cells, "bbox"):
+        box, count = cells.bbox(), int(cells.count)
+    else:
+        hit = np.argwhere(np.asarray(cells, dtype=bool))
+        box, count = (None if not len(hit) else (hit.min(axis=0), hit.max(axis=0) + 1)), len(hit)
+    if box is None:
+        return "no cells"
+    lo, hi = (np.asarray(b, np.int64).reshape(-1) for b in box)
+    if fits:
+        where = "[" + ",".join(f"{int(a) + 1}:{int(b)}" for a, b in zip(lo[::-1], hi[::-1])) + "]"
+    else:
+        where = "[" + ", ".join(f"{int(a)}:{int(b)}" for a, b in zip(lo, hi)) + "]"
+    return where if count == int(np.prod(hi - lo)) else f"{count} cells in {where}"
+
 @dataclass(frozen=True)
 class Panel:
     """One picture: a 2-D array, the cells to show over it, and a title.
@@ -249,6 +308,9 @@ class Panel:
     mask: Any
     wcs: Any = None
     display: str | None = None
+    #: what the cells are: ``"brush"`` (the cells queried), ``"backward"`` or ``"forward"``
+    #: (a lineage answer); their colour is `LINEAGE_COLORS`'s
+    role: str = "brush"
 
 
 def _bbox(cells: Any) -> tuple[int, int, int, int] | None:
@@ -367,22 +429,27 @@ def _rgb(image: np.ndarray, display: str) -> np.ndarray | None:
     return None
 
 
-def plot_panels(path: str | os.PathLike, panels: Sequence[Panel], origin: str = "upper", color: str = "red",
+def plot_panels(path: str | os.PathLike, panels: Sequence[Panel], origin: str = "upper",
                 panel_inches: float = 4.5, dpi: int = 100) -> Path:
-    """Draw each panel as a cutout around its cells, with axes, side by side, and save the
-    figure (PNG, PDF or SVG by the suffix).
+    """Draw each panel as a cutout around its cells, with axes, and save the figure (PNG, PDF
+    or SVG by the suffix).
 
     Each panel shows `panel_window` of its array (the whole array when the cells span most
-    of it): images with DS9's zscale and an asinh stretch, labels in a categorical colormap,
-    masks in two colours; the cells as a translucent overlay with an outline (and a ring
-    when they are too small to see). Axes count the array's rows and columns (FITS/DS9
-    ``x``, ``y`` from 1 with ``origin="lower"``), or RA and Dec when the panel has a WCS;
-    the title sits above the panel, never on the data.
+    of it): images with DS9's zscale and an asinh stretch and a colour bar, labels in a
+    categorical colormap, masks in two colours, counts on a sequential scale with a colour
+    bar; the cells as a translucent overlay with an outline (and a ring when they are too
+    small to see) in their role's colour (`LINEAGE_COLORS`). Axes count the array's rows and
+    columns (FITS/DS9 ``x``, ``y`` from 1 with ``origin="lower"``), or RA and Dec when the
+    panel has a WCS; the title sits above the panel, never on the data.
+
+    Panels sit side by side, ``panel_inches`` high; when one is more than twice as wide as
+    high (a whole wide exposure) they are stacked in one column instead, 6 to 12 inches wide,
+    so a figure stays a readable size whatever the arrays' shapes.
 
     Parameters
     ----------
     panels
-        2-D panels, left to right (e.g. the query's cells, then the traced cells).
+        2-D panels, left to right or top to bottom (e.g. the query's cells, then the traced cells).
     origin
         ``"upper"``: row 0 at the top (numpy); ``"lower"``: y up and FITS coordinates, as
         DS9 shows FITS images.
@@ -396,20 +463,34 @@ def plot_panels(path: str | os.PathLike, panels: Sequence[Panel], origin: str = 
     for panel in panels:
         if len(np.shape(panel.image)) != 2:
             raise LineageError(f"--plot: {panel.title!r} has shape {np.shape(panel.image)}; only 2-D arrays are drawn")
+        if panel.role not in LINEAGE_COLORS:
+            raise LineageError(f"--plot: panel {panel.title!r} has role {panel.role!r}; give one of "
+                               f"{', '.join(LINEAGE_COLORS)}")
     windows = [panel_window(np.shape(pl.image), pl.mask) for pl in panels]
     aspects = [(w[3] - w[2]) / (w[1] - w[0]) for w in windows]  # width / height of each cutout
-    height = panel_inches
-    widths = [min(max(a * height, 1.6), 3 * height) for a in aspects]
-    fig = Figure(figsize=(sum(widths) + 0.9 * len(panels), height + 1.0), dpi=dpi, layout="constrained")
-    grid = fig.add_gridspec(1, len(panels), width_ratios=widths)
-    rgba = to_rgba(color)
+    bar = 0.9  # inches beside a panel for its colour bar and labels
+    if max(aspects) <= 2.0:
+        height = panel_inches
+        widths = [min(max(a * height, 1.6), 2 * height) for a in aspects]
+        fig = Figure(figsize=(sum(widths) + (0.9 + bar) * len(panels), height + 1.0), dpi=dpi, layout="constrained")
+        grid = fig.add_gridspec(1, len(panels), width_ratios=widths)
+        cells = [grid[0, k] for k in range(len(panels))]
+    else:
+        width = min(max(max(aspects) * 2.5, 6.0), 12.0)
+        heights = [min(max(width / a, 1.0), panel_inches) for a in aspects]
+        fig = Figure(figsize=(width + 0.9 + bar, sum(heights) + 0.9 * len(panels)), dpi=dpi, layout="constrained")
+        grid = fig.add_gridspec(len(panels), 1, height_ratios=heights)
+        cells = [grid[k, 0] for k in range(len(panels))]
     fits = origin == "lower"
     for k, (panel, (r0, r1, c0, c1)) in enumerate(zip(panels, windows)):
+        color = LINEAGE_COLORS[panel.role]
+        rgba = to_rgba(color)
         image = np.asarray(panel.image[r0:r1, c0:c1])
         mask = window_mask(panel.mask, (r0, r1, c0, c1))
         display = display_of(image, panel.display)
         wcs = panel.wcs[r0:r1, c0:c1] if panel.wcs is not None else None
-        ax = fig.add_subplot(grid[0, k], projection=wcs) if wcs is not None else fig.add_subplot(grid[0, k])
+        ax = fig.add_subplot(cells[k], projection=wcs) if wcs is not None else fig.add_subplot(cells[k])
+        ax.set_facecolor("#808080")
         base = 1.0 if fits else 0.0  # FITS pixels count from 1
         extent = None  # WCS axes draw in the cutout's own pixels, and with north up (origin lower)
         if wcs is None:
@@ -424,11 +505,12 @@ def plot_panels(path: str | os.PathLike, panels: Sequence[Panel], origin: str = 
 
             drawn = ax.imshow(image, cmap="magma", norm=Normalize(0, max(int(image.max(initial=0)), 1)),
                               origin=shown_origin, interpolation="nearest", extent=extent, aspect="equal")
-            fig.colorbar(drawn, ax=ax, shrink=0.8)
+            fig.colorbar(drawn, ax=ax, shrink=0.9, label="count")
         else:
             values = image.astype(np.float32) if image.dtype.kind == "b" else image
-            ax.imshow(values, cmap="gray", norm=_norm(np.asarray(values)), origin=shown_origin,
-                      interpolation="nearest", extent=extent, aspect="equal")
+            drawn = ax.imshow(values, cmap="gray", norm=_norm(np.asarray(values)), origin=shown_origin,
+                              interpolation="nearest", extent=extent, aspect="equal")
+            fig.colorbar(drawn, ax=ax, shrink=0.9, label="value (zscale, asinh)")
         overlay = np.zeros(mask.shape + (4,), dtype=np.float32)
         overlay[mask] = (rgba[0], rgba[1], rgba[2], 0.45)
         ax.imshow(overlay, origin=shown_origin, interpolation="nearest", extent=extent, aspect="equal")
@@ -448,9 +530,7 @@ def plot_panels(path: str | os.PathLike, panels: Sequence[Panel], origin: str = 
             ax.set_xlabel("x (FITS)" if fits else "column")
             ax.set_ylabel("y (FITS)" if fits else "row")
         ax.tick_params(labelsize=8)
-        whole = (r0, r1, c0, c1) == (0, np.shape(panel.image)[0], 0, np.shape(panel.image)[1])
-        where = "" if whole else (f" [x {c0 + 1}:{c1}, y {r0 + 1}:{r1}]" if fits else f" [rows {r0}:{r1}, cols {c0}:{c1}]")
-        ax.set_title(panel.title + (f"\n{where.strip()}" if where else ""), fontsize=9)
+        ax.set_title(panel.title, fontsize=9, color="black")
     with atomic_path(p) as tmp:
         fig.savefig(tmp, dpi=dpi, format=p.suffix.lstrip(".").lower(), facecolor="white", bbox_inches="tight",
                     pad_inches=0.1)

@@ -48,22 +48,23 @@ def _check_outputs(args, run, mask_node: str, drawn: list[str]) -> None:
             raise LineageError(f"--plot draws 2-D arrays; {shapes} (use --mask or --json instead)")
 
 
-def _plot(args, run, ends: list[tuple[str, Any, str]]) -> None:
-    """Draw ``(node, cells, title)`` panels side by side (cells: a mask or a `Frontier`);
-    an end that is not 2-D is left out with a warning."""
+def _plot(args, run, ends: list[tuple[str, Any, str, str]]) -> None:
+    """Draw ``(node, cells, title, role)`` panels side by side (cells: a mask or a `Frontier`;
+    role: ``brush``, ``backward`` or ``forward``, their colour); an end that is not 2-D is
+    left out with a warning."""
     from subzero.tools.export import Panel, plot_panels
     from subzero.tools.view.lineage import display_kind
     from subzero.tools.view.sky import node_wcs
 
     panels = []
     grids = node_wcs(run)
-    for node, cells, title in ends:
+    for node, cells, title, role in ends:
         if len(run.shape(node)) != 2:
             log.warning("--plot: %s has shape %s, not 2-D: not drawn", node, run.shape(node))
             continue
         # the stored array itself: only the cutout around the cells is read
         panels.append(Panel(title, run.output(node), cells, wcs=grids.get(run.node(node).name),
-                            display=display_kind(run, run.node(node).name)))
+                            display=display_kind(run, run.node(node).name), role=role))
     plot_panels(args.plot, panels, origin="lower" if args.fits_coords else "upper")
 
 
@@ -113,10 +114,13 @@ def cmd_query(args) -> int:
                            f"subzero {args.direction} lineage of {args.node} in {args.to}: {len(result)} cells",
                            f"{args.to}: {args.direction} of {args.node}")
     if args.plot:
+        from subzero.tools.export import query_text
+
         first = run.frontier(args.node, **start)
-        what = f"{args.direction} lineage"
-        _plot(args, run, [(args.node, first, f"{args.node}: {first.count} cell(s) queried"),
-                          (args.to, answer, f"{args.to}: {len(result)} cell(s), {what} of {args.node}")])
+        asked = f"{args.node}{query_text(first, args.fits_coords)}"
+        _plot(args, run, [(args.node, first, f"{asked}: {first.count} cell(s) queried", "brush"),
+                          (args.to, answer, f"{args.to}: {len(result)} cell(s), {args.direction} lineage of {asked}",
+                           args.direction)])
         written.append(str(args.plot))
     if args.json:
         print(json.dumps({"direction": args.direction, "from": args.node, "to": args.to,
@@ -154,9 +158,13 @@ def cmd_brush(args) -> int:
                            f"subzero brush: lineage of {result.brushed.count} cells of {args.node} in {to}: "
                            f"{result.traced.count} cells", f"{to}: lineage of the brush on {args.node}")
     if args.plot:
-        ends = [(args.node, result.brushed, f"{args.node}: {result.brushed.count} cell(s) brushed"),
-                (to, result.traced, f"{to}: {result.traced.count} cell(s) they come from")]
-        ends += [(name, f, f"{name}: {f.count} cell(s) they reach") for name, f in result.linked.items()]
+        from subzero.tools.export import query_text
+
+        asked = f"{args.node}{query_text(result.brushed, args.fits_coords)}"
+        ends = [(args.node, result.brushed, f"{asked}: {result.brushed.count} cell(s) brushed", "brush"),
+                (to, result.traced, f"{to}: {result.traced.count} cell(s), backward lineage of {asked}", "backward")]
+        ends += [(name, f, f"{name}: {f.count} cell(s), forward lineage of those in {to}", "forward")
+                 for name, f in result.linked.items()]
         _plot(args, run, ends)
         written.append(str(args.plot))
     if args.json:

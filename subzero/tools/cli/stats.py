@@ -157,12 +157,14 @@ def cmd_contaminate(args) -> int:
     if args.plot:
         panels = []
         if len(run.shape(src)) == 2:
-            panels.append(Panel(f"{src.name}: {n_flags} flagged cell(s)", np.asarray(run.output(src)), flag_mask))
+            panels.append(Panel(f"{src.name}: {n_flags} flagged cell(s) ({args.flags})", np.asarray(run.output(src)),
+                                flag_mask, role="brush"))
         if len(run.shape(to)) == 2:
-            panels.append(Panel(f"{to.name}: {int(mask.sum())} contaminated cell(s)", np.asarray(run.output(to)), mask))
+            panels.append(Panel(f"{to.name}: {int(mask.sum())} contaminated cell(s), forward lineage of the flagged "
+                                f"cells of {src.name}", np.asarray(run.output(to)), mask, role="forward"))
             if args.count:
                 panels.append(Panel(f"distinct flagged cells per cell of {to.name} (max {int(counts.max(initial=0))})",
-                                    counts, np.zeros(counts.shape, bool), display="counts"))
+                                    counts, np.zeros(counts.shape, bool), display="counts", role="forward"))
         if not panels:
             raise LineageError(f"--plot draws 2-D arrays; {src.name!r} and {to.name!r} are not 2-D")
         plot_panels(args.plot, panels)

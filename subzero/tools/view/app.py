@@ -4,11 +4,14 @@ Routes
 ------
 ``GET /``                                  the page (``static/index.html``)
 ``GET /static/...``                        its script and style
+``GET /api/run``                           the store, workflow, status, tile size and ``warm`` (overview tiles made)
 ``GET /api/nodes``                         the nodes: ``[{name, operator, shape, dtype, strategies, inputs, ...}]``
 ``POST /api/lineage``                      ``{"node", "direction", "boxes", "to"}`` -> ``{"answers": {...}, "ms": M}``
 ``POST /api/export``                       the same body plus ``"target"`` and ``"format"``
                                            (``npy``, ``fits``, ``reg``, ``reg-fk5``): the answer in ``target`` as a file
 ``GET /api/pixel/{node}?row=R&col=C``      the cell's value, and its RA/Dec where the node has a WCS
+``GET /api/style``                         the colours of the brush and of each direction's lineage
+                                           (`subzero.tools.export.LINEAGE_COLORS`, as the CLI's pictures use them)
 ``GET /tiles/{node}/{z}/{ty}/{tx}.png``    a tile of a 2-D node (`subzero.tools.view.tiles`)
 ``GET /api/values/{node}/{z}/{ty}/{tx}``   the same tile's values, little-endian (headers ``X-Shape: H,W``, ``X-Dtype``)
 ``GET /api/limits/{node}?mode=M``          display limits ``{"lo", "hi", "mode"}`` (zscale, minmax, 99.5, ...)
@@ -24,8 +27,17 @@ without a socket (the notebook widget, `subzero.tools.view.widget`, sends its pa
 Every error is JSON ``{"error": "..."}``: 400 for a bad request (not JSON, nested too
 deeply, unknown node or field, box outside the array, bad direction, too many boxes...), 403
 without the token when the app has one, 404 for what does not exist, 413 for a body over the
-``view_max_body_bytes`` setting, 415 for a POST body that is not ``application/json``. The app
-only reads the store.
+``view_max_body_bytes`` setting, 415 for a POST body that is not ``application/json``, 409
+(with ``"cancelled": true``) for a lineage request a newer one superseded. The app only
+reads the store.
+
+Lineage requests are answered by a bounded pool of `LINEAGE_WORKERS` threads (walks run
+concurrently; more threads than cores would only queue on the interpreter). A request that
+names its client in the header ``X-Subzero-Client: ID`` (the page sends one per tab) is
+superseded by the next lineage request of that client in the same direction: the older
+one's walk stops at its next step (or never starts, if still queued) and answers 409, so a
+dragged brush never leaves a queue of stale walks behind it. A client that disconnects (a
+page that aborts its request) cancels its walk the same way.
 
 With a ``token`` (`subzero.tools.view.server` gives one whenever it listens on an address other
 than loopback), every request must carry it: ``?token=T`` in the URL (the page's URL as the
@@ -47,7 +59,8 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,7 +75,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from subzero import config
-from subzero.errors import LineageError, StoreError
+from subzero.errors import LineageError, QueryCancelled, StoreError
 from subzero.tools.view import readouts
 from subzero.tools.view.lineage import (answer_frontiers, display_kind, lineage_answers, node_list,
                                   parse_lineage_request, reachable, shown)
@@ -73,7 +86,8 @@ if TYPE_CHECKING:
     from subzero.run import Run
 
 __all__ = ["create_app", "answer_request", "Reply", "STATIC", "EXPORT_FORMATS", "TOKEN_COOKIE", "MAX_DEPTH",
-           "VALUE_DIGITS", "SKY_DECIMALS", "readout"]
+           "VALUE_DIGITS", "SKY_DECIMALS", "readout", "LINEAGE_WORKERS", "CLIENT_HEADER", "DISCONNECT_POLL",
+           "Brushes"]
 
 STATIC = Path(__file__).parent / "static"
 EXPORT_FORMATS = {"npy": ".npy", "fits": ".fits", "reg": ".reg", "reg-fk5": ".reg"}
@@ -85,6 +99,12 @@ MAX_DEPTH = 16
 VALUE_DIGITS = 7
 #: decimals of RA/Dec in degrees in ``/api/pixel`` (1e-7 degree: 0.36 milliarcseconds)
 SKY_DECIMALS = 7
+#: threads answering lineage requests (the cores, at least 2, at most 8)
+LINEAGE_WORKERS = max(2, min(8, os.cpu_count() or 2))
+#: the request header naming a page's client, whose newer brush supersedes its older one
+CLIENT_HEADER = "x-subzero-client"
+#: seconds between checks that the client of a running lineage request is still connected
+DISCONNECT_POLL = 0.1
 
 
 class _NotFound(Exception):
@@ -217,6 +237,73 @@ class _TokenGate:
         await self.app(scope, receive, send_with_cookie)
 
 
+class Brushes:
+    """The lineage requests in flight: a bounded pool of worker threads answers them, and a
+    client's newer request in one direction cancels its older one (see the module docstring).
+
+    Parameters
+    ----------
+    workers
+        Threads of the pool (default `LINEAGE_WORKERS`).
+    """
+
+    def __init__(self, workers: int = LINEAGE_WORKERS):
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="subzero-view-lineage")
+        self._lock = threading.Lock()
+        self._latest: dict[tuple[str, str], threading.Event] = {}
+        #: requests a newer one cancelled, since the app started
+        self.cancelled = 0
+
+    def begin(self, client: str | None, direction: str) -> threading.Event:
+        """A cancel event for a new request; the same client's older one in ``direction`` is cancelled."""
+        event = threading.Event()
+        if client is not None:
+            with self._lock:
+                older = self._latest.get((client, direction))
+                if older is not None:
+                    older.set()
+                self._latest[(client, direction)] = event
+        return event
+
+    def end(self, client: str | None, direction: str, event: threading.Event) -> None:
+        """Forget a finished request (unless a newer one of its client replaced it)."""
+        if client is None:
+            return
+        with self._lock:
+            if self._latest.get((client, direction)) is event:
+                del self._latest[(client, direction)]
+            if event.is_set():
+                self.cancelled += 1
+
+    async def answer(self, run: "Run", request: Any, client: str | None,
+                     disconnected: Callable[[], Awaitable[bool]] | None = None) -> dict[str, Any]:
+        """`lineage_answers` of ``request`` on the pool; `QueryCancelled` when superseded, or
+        when ``disconnected`` (asked every `DISCONNECT_POLL` seconds while the walk runs)
+        says the client has gone: nobody is left to answer."""
+        event = self.begin(client, request.direction.value)
+        try:
+            future = asyncio.get_running_loop().run_in_executor(self.pool, lineage_answers, run, request, event)
+            while disconnected is not None and not future.done():
+                await asyncio.wait({future}, timeout=DISCONNECT_POLL)
+                if not future.done() and await disconnected():
+                    event.set()  # the walk stops at its next step
+                    break
+            return await future
+        finally:
+            self.end(client, request.direction.value, event)
+
+
+def _client(request: Request) -> str | None:
+    """The ``X-Subzero-Client`` header: a short printable id, or None."""
+    value = request.headers.get(CLIENT_HEADER)
+    if value is None:
+        return None
+    if not value or len(value) > 128 or not value.isprintable():
+        raise LineageError(f"the {CLIENT_HEADER} header must be a printable id of 1 to 128 characters, got "
+                           f"{shown(value)}; send one id per page (tab), or no header")
+    return value
+
+
 class Viewer:
     """The state of the app: the run, its nodes' WCS and tile pyramids (made on first use)."""
 
@@ -266,6 +353,7 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
     every node's overview tile at once (`Viewer.warm`). With ``token``, every request must
     carry it (see the module docstring), else HTTP 403."""
     viewer = Viewer(run, cache_dir)
+    brushes = Brushes()
     if warm:
         threading.Thread(target=viewer.warm, name="subzero-view-warm", daemon=True).start()
 
@@ -277,14 +365,18 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
 
     async def info(request: Request) -> Response:
         return JSONResponse({"store": run.path, "workflow": run.workflow.name, "status": run.catalog.status,
-                             "tile": TILE})
+                             "tile": TILE, "warm": viewer.warmed.is_set()})
 
     async def lineage(request: Request) -> Response:
+        client = _client(request)
         body = await _json_body(request)
-        from starlette.concurrency import run_in_threadpool
-
         req = parse_lineage_request(run, body)
-        return JSONResponse(await run_in_threadpool(lineage_answers, run, req))
+        return JSONResponse(await brushes.answer(run, req, client, request.is_disconnected))
+
+    async def style(request: Request) -> Response:
+        from subzero.tools.export import LINEAGE_COLORS, MASK_RGB, NAN_RGB
+
+        return JSONResponse({"lineage": LINEAGE_COLORS, "mask": [list(c) for c in MASK_RGB], "nan": list(NAN_RGB)})
 
     async def export(request: Request) -> Response:
         body = await _json_body(request)
@@ -420,6 +512,9 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
             req = parse_lineage_request(run, body)
         return JSONResponse(await run_in_threadpool(readouts.request_stats, run, req))
 
+    async def cancelled(request: Request, exc: Exception) -> Response:
+        return JSONResponse({"error": str(exc), "cancelled": True}, status_code=409)
+
     async def bad_request(request: Request, exc: Exception) -> Response:
         return _error(getattr(exc, "status", 400), str(exc))
 
@@ -441,6 +536,7 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
         Route("/api/lineage", lineage, methods=["POST"]),
         Route("/api/export", export, methods=["POST"]),
         Route("/api/pixel/{node}", pixel),
+        Route("/api/style", style),
         Route("/tiles/{node}/{z}/{ty}/{tx}.png", tile),
         Route("/api/values/{node}/{z}/{ty}/{tx}", values),
         Route("/api/limits/{node}", limits),
@@ -450,10 +546,11 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
         Route("/api/object/{node}", catalog_object),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes, exception_handlers={LineageError: bad_request, StoreError: bad_request,
+    app = Starlette(routes=routes, exception_handlers={LineageError: bad_request, StoreError: bad_request, QueryCancelled: cancelled,
                                                        _NotFound: not_found, HTTPException: http_error,
                                                        Exception: server_error})
     app.state.viewer = viewer
+    app.state.brushes = brushes
     if token is not None:
         if not token:
             raise LineageError("the viewer's token is empty; give a non-empty token, or none on a loopback address")

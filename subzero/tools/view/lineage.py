@@ -18,7 +18,6 @@ A box is flat, numpy's half-open bounds per axis: ``[r0, r1, c0, c1]`` for a 2-D
 from __future__ import annotations
 
 import reprlib
-import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,7 @@ import numpy as np
 
 from subzero import config
 from subzero.boxes import normalize
-from subzero.errors import LineageError
+from subzero.errors import LineageError, QueryCancelled
 from subzero.modes import Direction
 
 if TYPE_CHECKING:
@@ -221,31 +220,47 @@ def disjoint_boxes(frontier: "Frontier") -> tuple[np.ndarray, np.ndarray]:
     return normalize(lo, hi, frontier.shape)
 
 
-_walk_lock = threading.Lock()  # a Run's query state (shard caches, last_query) is per process, not per thread
+def _check_cancel(cancel: Any, what: str) -> None:
+    if cancel is not None and cancel.is_set():
+        raise QueryCancelled(f"the brush was cancelled {what}: a newer brush of the same client superseded it")
 
 
-def answer_frontiers(run: "Run", request: LineageRequest) -> tuple[dict[str, "Frontier"], float]:
-    """The answer of each node of ``request.to`` as a `Frontier`, and the seconds the walk took."""
+def answer_frontiers(run: "Run", request: LineageRequest, cancel: Any = None) -> tuple[dict[str, "Frontier"], float]:
+    """The answer of each node of ``request.to`` as a `Frontier`, and the seconds the walk took.
+
+    Walks run concurrently from any number of threads (a `Run`'s query engine and shard
+    readers are shared and thread-safe). ``cancel`` (a ``threading.Event``) stops the walk
+    at its next step once set: `subzero.errors.QueryCancelled`.
+    """
     if not request.to:
         return {}, 0.0
     box = [list(zip(lo.tolist(), hi.tolist())) for lo, hi in zip(request.lo, request.hi)]
     walk = run.backward_many if request.direction is Direction.BACKWARD else run.forward_many
-    with _walk_lock:
-        t0 = time.perf_counter()
-        got = walk(request.node, box=box, to=list(request.to), as_="frontier")
-        seconds = time.perf_counter() - t0
-    return got, seconds
+    _check_cancel(cancel, "before its walk began")
+    t0 = time.perf_counter()
+    got = walk(request.node, box=box, to=list(request.to), as_="frontier", cancel=cancel)
+    return got, time.perf_counter() - t0
 
 
-def lineage_answers(run: "Run", request: LineageRequest) -> dict[str, Any]:
+def lineage_answers(run: "Run", request: LineageRequest, cancel: Any = None) -> dict[str, Any]:
     """``{"answers": {NAME: {"boxes": [[r0, r1, c0, c1], ...], "cells": N, "bbox": [...] | null}},
     "ms": M}``: per node disjoint flat boxes whose union is exactly the answer of
     `Run.backward`/`Run.forward`, its cell count and bounding box; ``ms`` is the server time
-    of the walk and of making the boxes."""
+    of the walk and of making the boxes. ``cancel``: see `answer_frontiers` (also checked
+    between the answers' boxes)."""
     t0 = time.perf_counter()
-    frontiers, _ = answer_frontiers(run, request)
+    frontiers, _ = answer_frontiers(run, request, cancel)
     answers = {}
+    made: dict[tuple, dict[str, Any]] = {}  # nodes a chain of elementwise steps reaches share their cells
     for name, frontier in frontiers.items():
+        _check_cancel(cancel, "while its answers were made")
+        key = None
+        if frontier.kind == "ids":
+            ids = frontier.ids()
+            key = (frontier.shape, ids.__array_interface__["data"][0], len(ids), ids.strides)
+            if key in made:
+                answers[name] = made[key]
+                continue
         lo, hi = disjoint_boxes(frontier)
         flat = np.empty((len(lo), 2 * lo.shape[1]), np.int64)
         flat[:, 0::2], flat[:, 1::2] = lo, hi
@@ -256,4 +271,6 @@ def lineage_answers(run: "Run", request: LineageRequest) -> dict[str, Any]:
             bbox[0::2], bbox[1::2] = lo.min(axis=0), hi.max(axis=0)
             bbox = bbox.tolist()
         answers[name] = {"boxes": flat.tolist(), "cells": cells, "bbox": bbox}
+        if key is not None:
+            made[key] = answers[name]
     return {"answers": answers, "ms": round(1000 * (time.perf_counter() - t0), 3)}

@@ -86,24 +86,6 @@ def _stencil(name: str, op, x, same_dtype: bool = True) -> SymbolicArray:
     return node if node.dtype == x.dtype else astype(node, x.dtype)
 
 
-def convolve(input: Array, weights: Array, output: Array | None = None, mode: str = "reflect", cval: float = 0.0,
-             origin: int | Sequence[int] = 0, *, axes: Sequence[int] | None = None) -> Any:
-    """``scipy.ndimage.convolve``: lineage is the weights' non-zero footprint."""
-    if not isinstance(input, SymbolicArray):
-        return _scipy("convolve", input, weights, output, mode, cval, origin, axes=axes)
-    _check("convolve", output=output, origin=origin, axes=axes)
-    return _stencil("convolve", ops.Convolve(np.asarray(weights), mode, cval), input)
-
-
-def correlate(input: Array, weights: Array, output: Array | None = None, mode: str = "reflect", cval: float = 0.0,
-              origin: int | Sequence[int] = 0, *, axes: Sequence[int] | None = None) -> Any:
-    """``scipy.ndimage.correlate``: lineage is the weights' non-zero footprint."""
-    if not isinstance(input, SymbolicArray):
-        return _scipy("correlate", input, weights, output, mode, cval, origin, axes=axes)
-    _check("correlate", output=output, origin=origin, axes=axes)
-    return _stencil("correlate", ops.Correlate(np.asarray(weights), mode, cval), input)
-
-
 def gaussian_filter(input: Array, sigma: float | tuple[float, ...], order: int = 0, output: Array | None = None,
                     mode: str = "reflect", cval: float = 0.0, truncate: float = 4.0, *,
                     radius: int | Sequence[int] | None = None, axes: Sequence[int] | None = None) -> Any:
@@ -129,6 +111,20 @@ def _named(fn: Callable[..., Any], name: str, doc: str) -> Callable[..., Any]:
     fn.__name__ = name
     fn.__doc__ = doc
     return fn
+
+
+def _weights_nd(name: str, cls: type) -> Callable[..., Any]:
+    def fn(input: Array, weights: Array, output: Array | None = None, mode: str = "reflect", cval: float = 0.0,
+           origin: int | Sequence[int] = 0, *, axes: Sequence[int] | None = None) -> Any:
+        if not isinstance(input, SymbolicArray):
+            return _scipy(name, input, weights, output, mode, cval, origin, axes=axes)
+        _check(name, output=output, origin=origin, axes=axes)
+        return _stencil(name, cls(np.asarray(weights), mode, cval), input)
+    return _named(fn, name, f"``scipy.ndimage.{name}``: lineage is the weights' non-zero footprint.")
+
+
+convolve = _weights_nd("convolve", ops.Convolve)
+correlate = _weights_nd("correlate", ops.Correlate)
 
 
 def _rank(name: str, cls):

@@ -31,7 +31,7 @@ import inspect
 import itertools
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,10 @@ __all__ = ["convolve", "correlate", "gaussian_filter", "uniform_filter", "median
            "grey_closing", "label", "zoom", "sum", "sum_labels", "mean", "maximum", "minimum", "variance",
            "standard_deviation", "median", "center_of_mass", "maximum_position", "minimum_position",
            "labeled_comprehension", "scipy_dispatch", "MissingFunctionError"]
+
+#: an array argument: a numpy array (scipy.ndimage runs on it) or, inside a trace, a
+#: `subzero.trace.SymbolicArray` (subzero builds the operator)
+Array = Any
 
 
 def _scipy(name: str, *args, **kwargs):
@@ -82,24 +86,9 @@ def _stencil(name: str, op, x, same_dtype: bool = True) -> SymbolicArray:
     return node if node.dtype == x.dtype else astype(node, x.dtype)
 
 
-def convolve(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
-    """``scipy.ndimage.convolve``: lineage is the weights' non-zero footprint."""
-    if not isinstance(input, SymbolicArray):
-        return _scipy("convolve", input, weights, output, mode, cval, origin, axes=axes)
-    _check("convolve", output=output, origin=origin, axes=axes)
-    return _stencil("convolve", ops.Convolve(np.asarray(weights), mode, cval), input)
-
-
-def correlate(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
-    """``scipy.ndimage.correlate``: lineage is the weights' non-zero footprint."""
-    if not isinstance(input, SymbolicArray):
-        return _scipy("correlate", input, weights, output, mode, cval, origin, axes=axes)
-    _check("correlate", output=output, origin=origin, axes=axes)
-    return _stencil("correlate", ops.Correlate(np.asarray(weights), mode, cval), input)
-
-
-def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0, truncate=4.0, *, radius=None,
-                    axes=None):
+def gaussian_filter(input: Array, sigma: float | tuple[float, ...], order: int = 0, output: Array | None = None,
+                    mode: str = "reflect", cval: float = 0.0, truncate: float = 4.0, *,
+                    radius: int | Sequence[int] | None = None, axes: Sequence[int] | None = None) -> Any:
     """``scipy.ndimage.gaussian_filter``: lineage is the truncated kernel's box."""
     if not isinstance(input, SymbolicArray):
         return _scipy("gaussian_filter", input, sigma, order, output, mode, cval, truncate, radius=radius, axes=axes)
@@ -107,7 +96,9 @@ def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0
     return _stencil("gaussian_filter", ops.GaussianFilter(sigma, order, mode, cval, truncate), input)
 
 
-def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+def uniform_filter(input: Array, size: int | tuple[int, ...] = 3, output: Array | None = None,
+                   mode: str = "reflect", cval: float = 0.0, origin: int | Sequence[int] = 0, *,
+                   axes: Sequence[int] | None = None) -> Any:
     """``scipy.ndimage.uniform_filter``: lineage is the ``size`` box."""
     if not isinstance(input, SymbolicArray):
         return _scipy("uniform_filter", input, size, output, mode, cval, origin, axes=axes)
@@ -122,8 +113,24 @@ def _named(fn: Callable[..., Any], name: str, doc: str) -> Callable[..., Any]:
     return fn
 
 
+def _weights_nd(name: str, cls: type) -> Callable[..., Any]:
+    def fn(input: Array, weights: Array, output: Array | None = None, mode: str = "reflect", cval: float = 0.0,
+           origin: int | Sequence[int] = 0, *, axes: Sequence[int] | None = None) -> Any:
+        if not isinstance(input, SymbolicArray):
+            return _scipy(name, input, weights, output, mode, cval, origin, axes=axes)
+        _check(name, output=output, origin=origin, axes=axes)
+        return _stencil(name, cls(np.asarray(weights), mode, cval), input)
+    return _named(fn, name, f"``scipy.ndimage.{name}``: lineage is the weights' non-zero footprint.")
+
+
+convolve = _weights_nd("convolve", ops.Convolve)
+correlate = _weights_nd("correlate", ops.Correlate)
+
+
 def _rank(name: str, cls):
-    def fn(input, size=None, footprint=None, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    def fn(input: Array, size: int | tuple[int, ...] | None = None, footprint: Array | None = None,
+           output: Array | None = None, mode: str = "reflect", cval: float = 0.0, origin: int | Sequence[int] = 0, *,
+           axes: Sequence[int] | None = None) -> Any:
         if not isinstance(input, SymbolicArray):
             return _scipy(name, input, size, footprint, output, mode, cval, origin, axes=axes)
         _check(name, output=output, origin=origin, axes=axes)
@@ -136,8 +143,9 @@ maximum_filter = _rank("maximum_filter", ops.MaximumFilter)
 minimum_filter = _rank("minimum_filter", ops.MinimumFilter)
 
 
-def rank_filter(input, rank, size=None, footprint=None, output=None, mode="reflect", cval=0.0, origin=0, *,
-                axes=None):
+def rank_filter(input: Array, rank: int, size: int | tuple[int, ...] | None = None, footprint: Array | None = None,
+                output: Array | None = None, mode: str = "reflect", cval: float = 0.0,
+                origin: int | Sequence[int] = 0, *, axes: Sequence[int] | None = None) -> Any:
     """``scipy.ndimage.rank_filter``: lineage is the ``size`` box or the footprint."""
     if not isinstance(input, SymbolicArray):
         return _scipy("rank_filter", input, rank, size, footprint, output, mode, cval, origin, axes=axes)
@@ -146,8 +154,9 @@ def rank_filter(input, rank, size=None, footprint=None, output=None, mode="refle
     return _stencil("rank_filter", op, input, same_dtype=False)
 
 
-def percentile_filter(input, percentile, size=None, footprint=None, output=None, mode="reflect", cval=0.0, origin=0,
-                      *, axes=None):
+def percentile_filter(input: Array, percentile: float, size: int | tuple[int, ...] | None = None,
+                      footprint: Array | None = None, output: Array | None = None, mode: str = "reflect",
+                      cval: float = 0.0, origin: int | Sequence[int] = 0, *, axes: Sequence[int] | None = None) -> Any:
     """``scipy.ndimage.percentile_filter``: lineage is the ``size`` box or the footprint."""
     if not isinstance(input, SymbolicArray):
         return _scipy("percentile_filter", input, percentile, size, footprint, output, mode, cval, origin, axes=axes)
@@ -157,7 +166,8 @@ def percentile_filter(input, percentile, size=None, footprint=None, output=None,
 
 
 def _gaussian_derivatives(name: str, cls):
-    def fn(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None, **kwargs):
+    def fn(input: Array, sigma: float | tuple[float, ...], output: Array | None = None, mode: str = "reflect",
+           cval: float = 0.0, *, axes: Sequence[int] | None = None, **kwargs: Any) -> Any:
         if not isinstance(input, SymbolicArray):
             return _scipy(name, input, sigma, output, mode, cval, axes=axes, **kwargs)
         truncate = kwargs.pop("truncate", 4.0)
@@ -174,7 +184,7 @@ gaussian_gradient_magnitude = _gaussian_derivatives("gaussian_gradient_magnitude
                                                     ops.neighbourhood.GaussianGradientMagnitude)
 
 
-def prewitt(input, axis=-1, output=None, mode="reflect", cval=0.0):
+def prewitt(input: Array, axis: int = -1, output: Array | None = None, mode: str = "reflect", cval: float = 0.0) -> Any:
     """``scipy.ndimage.prewitt``: a cell reads its whole 3**ndim box."""
     if not isinstance(input, SymbolicArray):
         return _scipy("prewitt", input, axis, output, mode, cval)
@@ -182,7 +192,8 @@ def prewitt(input, axis=-1, output=None, mode="reflect", cval=0.0):
     return _stencil("prewitt", ops.neighbourhood.Prewitt(axis, mode, cval), input)
 
 
-def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None):
+def laplace(input: Array, output: Array | None = None, mode: str = "reflect", cval: float = 0.0, *,
+            axes: Sequence[int] | None = None) -> Any:
     """``scipy.ndimage.laplace``: a cell reads itself and its axis neighbours."""
     if not isinstance(input, SymbolicArray):
         return _scipy("laplace", input, output, mode, cval, axes=axes)
@@ -190,7 +201,7 @@ def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None):
     return _stencil("laplace", ops.Laplace(mode, cval), input)
 
 
-def sobel(input, axis=-1, output=None, mode="reflect", cval=0.0):
+def sobel(input: Array, axis: int = -1, output: Array | None = None, mode: str = "reflect", cval: float = 0.0) -> Any:
     """``scipy.ndimage.sobel``: a cell reads its 3**ndim box but the plane normal to ``axis``."""
     if not isinstance(input, SymbolicArray):
         return _scipy("sobel", input, axis, output, mode, cval)
@@ -206,8 +217,9 @@ def _check_iterations(name: str, iterations: Any) -> None:
 
 
 def _morphology(name: str, cls):
-    def fn(input, structure=None, iterations=1, mask=None, output=None, border_value=0, origin=0,
-           brute_force=False, *, axes=None):
+    def fn(input: Array, structure: Array | None = None, iterations: int = 1, mask: Array | None = None,
+           output: Array | None = None, border_value: int = 0, origin: int | Sequence[int] = 0,
+           brute_force: bool = False, *, axes: Sequence[int] | None = None) -> Any:
         if not isinstance(input, SymbolicArray):
             return _scipy(name, input, structure, iterations, mask, output, border_value, origin, brute_force,
                           axes=axes)
@@ -224,8 +236,9 @@ binary_erosion = _morphology("binary_erosion", ops.BinaryErosion)
 
 
 def _opening(name: str, first: str, second: str):
-    def fn(input, structure=None, iterations=1, output=None, origin=0, mask=None, border_value=0, brute_force=False,
-           *, axes=None):
+    def fn(input: Array, structure: Array | None = None, iterations: int = 1, output: Array | None = None,
+           origin: int | Sequence[int] = 0, mask: Array | None = None, border_value: int = 0,
+           brute_force: bool = False, *, axes: Sequence[int] | None = None) -> Any:
         if not isinstance(input, SymbolicArray):
             return _scipy(name, input, structure, iterations, output, origin, mask, border_value, brute_force,
                           axes=axes)
@@ -245,7 +258,8 @@ binary_opening = _opening("binary_opening", "binary_erosion", "binary_dilation")
 binary_closing = _opening("binary_closing", "binary_dilation", "binary_erosion")
 
 
-def binary_fill_holes(input, structure=None, output=None, origin=0, *, axes=None):
+def binary_fill_holes(input: Array, structure: Array | None = None, output: Array | None = None,
+                      origin: int | Sequence[int] = 0, *, axes: Sequence[int] | None = None) -> Any:
     """``scipy.ndimage.binary_fill_holes``: a background cell depends on its background
     component and the foreground ring around it (`subzero.operators.BinaryFillHoles`); a
     foreground cell on itself."""
@@ -283,8 +297,9 @@ def _flat_footprint(name: str, size, footprint, structure, ndim: int, flip: bool
 
 
 def _grey(name: str, flip: bool, cls):
-    def fn(input, size=None, footprint=None, structure=None, output=None, mode="reflect", cval=0.0, origin=0, *,
-           axes=None):
+    def fn(input: Array, size: int | tuple[int, ...] | None = None, footprint: Array | None = None,
+           structure: Array | None = None, output: Array | None = None, mode: str = "reflect", cval: float = 0.0,
+           origin: int | Sequence[int] = 0, *, axes: Sequence[int] | None = None) -> Any:
         if not isinstance(input, SymbolicArray):
             return _scipy(name, input, size, footprint, structure, output, mode, cval, origin, axes=axes)
         _check(name, output=output, origin=origin, axes=axes)
@@ -301,8 +316,9 @@ grey_dilation = _grey("grey_dilation", True, ops.MaximumFilter)
 
 
 def _grey_pair(name: str, first, second):
-    def fn(input, size=None, footprint=None, structure=None, output=None, mode="reflect", cval=0.0, origin=0, *,
-           axes=None):
+    def fn(input: Array, size: int | tuple[int, ...] | None = None, footprint: Array | None = None,
+           structure: Array | None = None, output: Array | None = None, mode: str = "reflect", cval: float = 0.0,
+           origin: int | Sequence[int] = 0, *, axes: Sequence[int] | None = None) -> Any:
         if not isinstance(input, SymbolicArray):
             return _scipy(name, input, size, footprint, structure, output, mode, cval, origin, axes=axes)
         _check(name, output=output, origin=origin, axes=axes)
@@ -315,7 +331,8 @@ grey_opening = _grey_pair("grey_opening", grey_erosion, grey_dilation)
 grey_closing = _grey_pair("grey_closing", grey_dilation, grey_erosion)
 
 
-def label(input, structure=None, output=None, *, lineage="component"):
+def label(input: Array, structure: Array | None = None, output: Array | None = None, *, lineage: str = "component"
+         ) -> Any:
     """``scipy.ndimage.label``: ``(labels, n)`` numbered 1..n in raster order, as scipy does.
 
     Two nodes: ``label`` (`subzero.operators.Label`: canonical ids, a cell depends on its
@@ -334,7 +351,8 @@ def label(input, structure=None, output=None, *, lineage="component"):
     return numbers, SymbolicArray(count.tracer, count.entry, (), count.dtype)
 
 
-def zoom(input, zoom, output=None, order=3, mode="constant", cval=0.0, prefilter=True, *, grid_mode=False):
+def zoom(input: Array, zoom: float | Sequence[float], output: Array | None = None, order: int = 3,
+         mode: str = "constant", cval: float = 0.0, prefilter: bool = True, *, grid_mode: bool = False) -> Any:
     """``scipy.ndimage.zoom`` with ``order=0`` (nearest): each output cell copies one input cell."""
     if not isinstance(input, SymbolicArray):
         return _scipy("zoom", input, zoom, output, order, mode, cval, prefilter, grid_mode=grid_mode)
@@ -352,7 +370,8 @@ def zoom(input, zoom, output=None, order=3, mode="constant", cval=0.0, prefilter
 
 # -- one-axis filters and generic_filter ---------------------------------------------------------------
 def _weights_filter(name: str, cls):
-    def fn(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+    def fn(input: Array, weights: Array, axis: int = -1, output: Array | None = None, mode: str = "reflect",
+           cval: float = 0.0, origin: int | Sequence[int] = 0) -> Any:
         if not isinstance(input, SymbolicArray):
             return _scipy(name, input, weights, axis, output, mode, cval, origin)
         _check(name, output=output, origin=origin)
@@ -361,7 +380,8 @@ def _weights_filter(name: str, cls):
 
 
 def _size_filter(name: str, cls, same_dtype: bool = True):
-    def fn(input, size, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+    def fn(input: Array, size: int | tuple[int, ...] | None, axis: int = -1, output: Array | None = None,
+           mode: str = "reflect", cval: float = 0.0, origin: int | Sequence[int] = 0) -> Any:
         if not isinstance(input, SymbolicArray):
             return _scipy(name, input, size, axis, output, mode, cval, origin)
         _check(name, output=output, origin=origin)
@@ -376,8 +396,9 @@ minimum_filter1d = _size_filter("minimum_filter1d", filters1d.MinimumFilter1D, s
 maximum_filter1d = _size_filter("maximum_filter1d", filters1d.MaximumFilter1D, same_dtype=False)
 
 
-def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect", cval=0.0, truncate=4.0, *,
-                      radius=None):
+def gaussian_filter1d(input: Array, sigma: float, axis: int = -1, order: int = 0,
+                      output: Array | None = None, mode: str = "reflect", cval: float = 0.0, truncate: float = 4.0, *,
+                      radius: int | Sequence[int] | None = None) -> Any:
     """``scipy.ndimage.gaussian_filter1d``: lineage is the truncated kernel along ``axis``."""
     if not isinstance(input, SymbolicArray):
         return _scipy("gaussian_filter1d", input, sigma, axis, order, output, mode, cval, truncate, radius=radius)
@@ -385,8 +406,10 @@ def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect
     return _stencil("gaussian_filter1d", filters1d.GaussianFilter1D(sigma, axis, order, mode, cval, truncate), input)
 
 
-def generic_filter(input, function, size=None, footprint=None, output=None, mode="reflect", cval=0.0, origin=0,
-                   extra_arguments=(), extra_keywords=None, *, axes=None):
+def generic_filter(input: Array, function: Callable[..., Any], size: int | tuple[int, ...] | None = None,
+                   footprint: Array | None = None, output: Array | None = None, mode: str = "reflect",
+                   cval: float = 0.0, origin: int | Sequence[int] = 0, extra_arguments: tuple = (),
+                   extra_keywords: dict | None = None, *, axes: Sequence[int] | None = None) -> Any:
     """``scipy.ndimage.generic_filter``: ``function`` runs on each window as scipy runs it;
     lineage is the ``size`` box or the footprint.  The output has the input's dtype."""
     if not isinstance(input, SymbolicArray):
@@ -434,7 +457,8 @@ def _measure(how: str, input, labels, index, lineage: str, **extra: Any) -> Any:
 def _measurement(how: str):
     name = "sum" if how == "sum_labels" else how
 
-    def fn(input, labels=None, index=None, *, lineage="dependence"):
+    def fn(input: Array, labels: Array | None = None, index: Array | None = None, *, lineage: str = "dependence"
+          ) -> Any:
         if not any(isinstance(v, SymbolicArray) for v in (input, labels, index)):
             return _scipy(how, input, labels, index)
         return _measure(how, input, labels, index, lineage)
@@ -459,8 +483,9 @@ maximum_position = _measurement("maximum_position")
 minimum_position = _measurement("minimum_position")
 
 
-def labeled_comprehension(input, labels, index, func, out_dtype, default, pass_positions=False, *,
-                          lineage="dependence"):
+def labeled_comprehension(input: Array, labels: Array | None, index: Array | None, func: Callable[..., Any],
+                          out_dtype: Any, default: Any, pass_positions: bool = False, *, lineage: str = "dependence"
+                         ) -> Any:
     """``scipy.ndimage.labeled_comprehension``: ``func`` runs on each label's values as scipy
     runs it; lineage as `sum_labels`."""
     if not any(isinstance(v, SymbolicArray) for v in (input, labels, index)):
@@ -486,7 +511,7 @@ def _writes_output(fn: Callable) -> Callable:
     name = fn.__name__
 
     @functools.wraps(fn)
-    def call(*args, **kwargs):
+    def call(*args, **kwargs: Any) -> Any:
         output = kwargs.get("output") if "output" in kwargs else (args[at] if len(args) > at else None)
         if not isinstance(output, SymbolicArray):
             return fn(*args, **kwargs)
@@ -512,7 +537,7 @@ def _coarse_on_values(fn: Callable) -> Callable:
     """``fn``, or, when its arguments have no exact rule (an `UnsupportedCallError`) and the trace
     has values, scipy.ndimage's own function on them as a labelled coarse step."""
     @functools.wraps(fn)
-    def call(*args, **kwargs):
+    def call(*args, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except UnsupportedCallError as exc:
@@ -555,7 +580,7 @@ _dispatch_live: list[Callable] = []  # the dispatchers themselves: alive, so the
 
 def _dispatcher(original: Callable, ours: Callable) -> Callable:
     """``original`` for plain arguments, ``ours`` when any argument is a `SymbolicArray`."""
-    def dispatch(*args, **kwargs):
+    def dispatch(*args, **kwargs: Any) -> Any:
         for value in itertools.chain(args, kwargs.values()):
             if isinstance(value, SymbolicArray):
                 return ours(*args, **kwargs)

@@ -118,6 +118,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("in_process_bytes", int, 2**20,
             "inputs up to this many bytes run on the local executor instead of starting Spark (0: never)",
             minimum=0),
+    Setting("hold_mb", float, 2048.0,
+            "megabytes of unstored intermediate arrays the local executor keeps in memory for later nodes (beyond: "
+            "stored)", minimum=0),
+    Setting("recompute_cache_mb", float, 256.0,
+            "megabytes of recomputed tiles of an unstored array a reader keeps, per array", minimum=0),
+    Setting("commit_seconds", float, 1.0,
+            "the longest a run goes without writing its catalog (committed nodes become visible to a resume; 0: "
+            "after every node)", minimum=0),
     Setting("local_threads", int, None, "threads of the local executor (unset: the cores, at most 4)", minimum=1),
     Setting("compressor", str, "auto", "how array chunks are compressed",
             choices=("auto", "none", "lz4", "zstd")),

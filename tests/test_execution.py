@@ -348,6 +348,20 @@ def clean_run(tmp_path_factory):
                            strategies=PINS, tile_shape=16)
 
 
+def test_a_resumed_run_reads_its_unstored_committed_nodes_by_recomputing_them(tmp_path, monkeypatch, clean_run):
+    """By default an intermediate is not stored: a run that failed after committing it resumes
+    by recomputing it from the stored input for the nodes left, and answers as a clean run."""
+    path = tmp_path / "s"
+    failed_run(path, monkeypatch, strategies=PINS)
+    catalog = FileStore.open(path).read_catalog()
+    assert set(catalog.nodes) == {"x", "blur"} and not catalog.nodes["blur"].array.stored
+    assert not (path / "arrays" / "blur").exists()
+    run = resumable().run({"x": field()}, store=path, executor="local", strategies=PINS, tile_shape=16, resume=True)
+    assert run.catalog.status == "done"
+    same_run(run, clean_run)
+    assert np.array_equal(np.asarray(run.output("blur")), np.asarray(clean_run.output("blur")))
+
+
 def failed_run(path, monkeypatch, when="run", **options):
     monkeypatch.setenv("SUBZERO_TEST_FAIL", when)
     with pytest.raises(sz.WorkflowError, match="sensor overflow"):
@@ -357,14 +371,15 @@ def failed_run(path, monkeypatch, when="run", **options):
 
 def test_resume_keeps_the_committed_nodes_and_runs_the_rest(tmp_path, monkeypatch, clean_run):
     path = tmp_path / "s"
-    failed_run(path, monkeypatch, strategies=PINS)
+    failed_run(path, monkeypatch, strategies=PINS, keep="all")
     catalog = FileStore.open(path).read_catalog()
     assert catalog.status == "failed" and set(catalog.nodes) == {"x", "blur"}
     kept = {k: v for k, v in mtimes(path).items() if k.startswith(("arrays/x/", "arrays/blur/"))}
     (path / "lineage" / "flaky" / "FullMany-backward" / "t000099-dead.mdb").parent.mkdir(parents=True, exist_ok=True)
     (path / "lineage" / "flaky" / "FullMany-backward" / "t000099-dead.mdb").write_bytes(b"half")  # a killed task's
     (path / "arrays" / "blur" / "c" / "0" / "0.ab12.tmp").write_bytes(b"half")  # a killed writer's temporary
-    run = resumable().run({"x": field()}, store=path, executor="local", strategies=PINS, tile_shape=16, resume=True)
+    run = resumable().run({"x": field()}, store=path, executor="local", strategies=PINS, tile_shape=16, resume=True,
+                          keep="all")
     assert run.catalog.status == "done" and len(run.catalog.resumed) == 1
     assert {k: v for k, v in mtimes(path).items() if k in kept} == kept  # committed arrays were not rewritten
     assert not list(path.rglob("*.tmp")) and not (path / "lineage" / "flaky" / "FullMany-backward" /

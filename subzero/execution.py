@@ -103,7 +103,13 @@ class _Execution:
         self.held: dict[str, MemoryArray] = {}
         self._destinations: dict[str, Any] = {}
         self._why: dict[str, str] = {}
-        self._readers_left = {n.name: len({c.name for c, _ in wf.consumers(n)}) for n in wf.nodes}
+        #: node name -> the nodes that read it (one pass over the graph)
+        self.readers: dict[str, set[str]] = {n.name: set() for n in wf.nodes}
+        for n in wf.nodes:
+            for i in n.inputs:
+                self.readers[i.name].add(n.name)
+        self._readers_left = {name: len(readers) for name, readers in self.readers.items()}
+        self._stages: dict[str, tuple[tuple, NodeStage]] = {}  # the last stage made per node, and its key
         self._hold_limit = int(config.get("hold_mb") * 2**20)
         self._commit_every = config.get("commit_seconds")
         self._written_at = time.perf_counter()
@@ -276,10 +282,18 @@ class _Execution:
     def stage(self, node: Node) -> NodeStage:
         """The node's stage: its operator bound to its inputs' shapes (and to its own, once computed)."""
         computed = self.arrays.get(node.name)
-        inputs = tuple(self.ref(i.name) for i in node.inputs)
-        return NodeStage.bind(node.name, self.operator(node), tuple(self.arrays[i.name].shape for i in node.inputs),
-                              inputs, self.store, self.tile_shape, computed.shape if computed is not None else None,
-                              destination=self.destination(node, inputs))
+        op = self.operator(node)
+        key = (node.name, id(op), computed.shape if computed is not None else None,
+               tuple(id(self.arrays.get(i.name)) for i in node.inputs), tuple(id(self.held.get(i.name)) for i in node.inputs))
+        kept = self._stages.get(node.name)
+        got = kept[1] if kept is not None and kept[0] == key else None
+        if got is None:
+            inputs = tuple(self.ref(i.name) for i in node.inputs)
+            got = NodeStage.bind(node.name, op, tuple(self.arrays[i.name].shape for i in node.inputs),
+                                 inputs, self.store, self.tile_shape, computed.shape if computed is not None else None,
+                                 destination=self.destination(node, inputs))
+            self._stages[node.name] = (key, got)
+        return got
 
     def compute(self, node: Node, strategies: tuple[Strategy, ...],
                 prepared: list[Any] | None = None) -> tuple[list[TileMeta], float]:
@@ -325,7 +339,7 @@ class _Execution:
         members = {s.name for s in stages}
         for k, stage in enumerate(stages):  # where each member's output goes
             node = self.wf.node(stage.name)
-            readers = {c.name for c, _ in self.wf.consumers(node)}
+            readers = self.readers[node.name]
             if node.name not in self.kept and readers and readers <= members:
                 self.discard(node.name)  # only its own stage reads it: not written, not held
             stages[k] = replace(stage, destination=self.destination(node, stage.inputs))
@@ -341,8 +355,8 @@ class _Execution:
         out = []
         for node, member in zip(nodes, done):
             self.operators[node.name] = member.stage.operator
-            self.arrays[node.name] = replace(replace(member, stage=self.stage(node)).commit_array(),
-                                             why=self.why(node.name))
+            # committed through the stage that ran (its chunks' codec is in the tiles' metadata)
+            self.arrays[node.name] = replace(member.commit_array(), why=self.why(node.name))
             out.append((member.metas, member.wall))
         return out, summaries
 
@@ -365,7 +379,8 @@ class _Execution:
         start = time.perf_counter()
         manifest = Manifest(node.name, {s: recs for s, recs in manifest.shards.items() if s not in dropped},
                             {s: b for s, b in manifest.inline.items() if s not in dropped})
-        self.store.write_manifest(manifest)
+        if manifest.shards or manifest.inline:  # a node storing no lineage has no manifest to read
+            self.store.write_manifest(manifest)
         lineage = lineage_stats(manifest)
         if self.disk_left is not None:
             self.disk_left -= sum(lineage["bytes"].values())
@@ -380,7 +395,8 @@ class _Execution:
             dropped={s: "over the disk budget at run time" for s in dropped},
             tile_shape=stage.record_tile_shape, **extra)
         self._commit_record(record)
-        self.store.remove_uncommitted(node.name, manifest)
+        if manifest.shards:
+            self.store.remove_uncommitted(node.name, manifest)
         self._release(node)
         return record
 

@@ -304,7 +304,8 @@ class _Replayer:
                                tuple(self.shapes[i.name] for i in node.inputs),
                                tuple(self.ref(i.name) for i in node.inputs), self.fs, self.tile_shape,
                                destination=None if old_record.array.stored else DISCARD)
-        manifest = self.old.read_manifest(node.name)
+        stores_lineage = any(Strategy.parse(s).stored for s in old_record.strategies)
+        manifest = self.old.read_manifest(node.name) if stores_lineage else Manifest(node.name, {}, {})
         tiles = list(stage.tiles)
         why = ""
         if stage.output_shape is None or len(tiles) == 1:
@@ -340,8 +341,9 @@ class _Replayer:
                                 "one dtype for every tile")
         array = done.commit_array(metadata=whole)
         new_manifest = done.stage.manifest(strategies, done.metas, previous=manifest)
-        self.fs.write_manifest(new_manifest)
-        self.fs.remove_uncommitted(node.name, new_manifest)
+        if new_manifest.shards or new_manifest.inline:
+            self.fs.write_manifest(new_manifest)
+            self.fs.remove_uncommitted(node.name, new_manifest)
         self.commit(self._record(old_record, new_manifest, array, len(chosen), len(tiles),
                                  time.perf_counter() - start))
         if done.shape != tuple(old_record.shape):

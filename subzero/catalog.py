@@ -142,11 +142,21 @@ class ArrayRecord:
     chunks: tuple[int, ...]
     nbytes: int = 0
     meta_xxh3: str | None = None
+    #: False: the run kept no chunks of it (an intermediate no query needs stored): reads re-run its
+    #: tiles from its stored ancestors (`subzero.runtime.RecomputedArray`)
+    stored: bool = True
+    #: why it was stored or not, as `subzero info` and `subzero explain` tell it
+    why: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form."""
-        return {"shape": list(self.shape), "dtype": self.dtype, "chunks": list(self.chunks), "nbytes": self.nbytes,
-                "meta_xxh3": self.meta_xxh3}
+        """The JSON form (``stored`` and ``why`` only when they say something: older stores' form)."""
+        out: dict[str, Any] = {"shape": list(self.shape), "dtype": self.dtype, "chunks": list(self.chunks),
+                               "nbytes": self.nbytes, "meta_xxh3": self.meta_xxh3}
+        if not self.stored:
+            out["stored"] = False
+        if self.why:
+            out["why"] = self.why
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ArrayRecord":
@@ -154,7 +164,7 @@ class ArrayRecord:
         meta = data.get("meta_xxh3")
         return cls(tuple(int(n) for n in data["shape"]), str(data["dtype"]),
                    tuple(int(n) for n in data["chunks"]), int(data.get("nbytes", 0)),
-                   str(meta) if meta is not None else None)
+                   str(meta) if meta is not None else None, bool(data.get("stored", True)), str(data.get("why", "")))
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("in_process_bytes", int, 2**20,
             "inputs up to this many bytes run on the local executor instead of starting Spark (0: never)",
             minimum=0),
+    Setting("hold_mb", float, 2048.0,
+            "megabytes of unstored intermediate arrays the local executor keeps in memory for later nodes (beyond: "
+            "stored)", minimum=0),
+    Setting("recompute_cache_mb", float, 256.0,
+            "megabytes of recomputed tiles of an unstored array a reader keeps, per array", minimum=0),
+    Setting("commit_seconds", float, 1.0,
+            "the longest a run goes without writing its catalog (committed nodes become visible to a resume; 0: "
+            "after every node)", minimum=0),
     Setting("local_threads", int, None, "threads of the local executor (unset: the cores, at most 4)", minimum=1),
     Setting("compressor", str, "auto", "how array chunks are compressed",
             choices=("auto", "none", "lz4", "zstd")),
@@ -173,33 +181,46 @@ def config_path() -> Path:
     return Path(given).expanduser() if given else Path.home() / ".config" / "subzero" / "config.toml"
 
 
+_paths: dict[tuple[str | None, str | None], str] = {}  # (SUBZERO_CONFIG, HOME) -> config_path(), as text
+
+
+def _config_file() -> str:
+    """`config_path` as text, worked out once per value of the variables it depends on (a
+    setting is read per node and per array handle: this keeps a read to a stat)."""
+    key = (os.environ.get("SUBZERO_CONFIG"), os.environ.get("HOME"))
+    got = _paths.get(key)
+    if got is None:
+        got = _paths[key] = str(config_path())
+    return got
+
+
 def _file_values() -> tuple[str, dict[str, Any]]:
     """The config file's settings (re-read when the file changes; empty when there is none)."""
-    path = config_path()
+    path = _config_file()
     try:
-        stamp = path.stat().st_mtime_ns
+        stamp = os.stat(path).st_mtime_ns
     except OSError:
         if os.environ.get("SUBZERO_CONFIG"):
-            raise ConfigError(f"SUBZERO_CONFIG={str(path)!r}: no such config file; create it or unset "
+            raise ConfigError(f"SUBZERO_CONFIG={path!r}: no such config file; create it or unset "
                               "SUBZERO_CONFIG") from None
-        return str(path), {}
-    cached = _file_cache.get(str(path))
+        return path, {}
+    cached = _file_cache.get(path)
     if cached is not None and cached[0] == stamp:
-        return str(path), cached[1]
+        return path, cached[1]
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"config file {str(path)!r} cannot be read ({exc}); fix its TOML or move it away") from None
+        raise ConfigError(f"config file {path!r} cannot be read ({exc}); fix its TOML or move it away") from None
     if isinstance(data.get("subzero"), dict):
         data = {**{k: v for k, v in data.items() if k != "subzero"}, **data["subzero"]}
     unknown = sorted(data.keys() - _BY_NAME.keys())
     if unknown:
-        raise ConfigError(f"config file {str(path)!r} names unknown settings {', '.join(unknown)}; "
+        raise ConfigError(f"config file {path!r} names unknown settings {', '.join(unknown)}; "
                           f"known: {', '.join(_BY_NAME)}")
     values = {name: _BY_NAME[name].parse(value, f"{path}: {name}") for name, value in data.items()}
-    _file_cache[str(path)] = (stamp, values)
-    return str(path), values
+    _file_cache[path] = (stamp, values)
+    return path, values
 
 
 def _setting(name: str) -> Setting:

@@ -58,6 +58,8 @@ class Workflow:
         #: input name -> array for the inputs a traced function captured (constants, array
         #: parameters): `run` binds them unless ``inputs`` gives them
         self.constants: dict[str, Any] = {}
+        #: the nodes a traced function returned (some may be read by other nodes too): outputs
+        self.results: list[str] = []
 
     # -- building -----------------------------------------------------------------------
     def input(self, name: str) -> Node:
@@ -115,9 +117,11 @@ class Workflow:
 
     @property
     def outputs(self) -> list[Node]:
-        """Nodes no other node reads: the workflow's results."""
+        """The workflow's results: the nodes no other node reads, and those a traced function
+        returned (`results`)."""
         used = {id(i) for n in self._nodes.values() for i in n.inputs}
-        return [n for n in self._nodes.values() if id(n) not in used and not n.is_input]
+        return [n for n in self._nodes.values()
+                if not n.is_input and (id(n) not in used or n.name in self.results)]
 
     def node(self, ref: "Node | str") -> Node:
         """Resolve a node or a node name to this workflow's node."""
@@ -244,7 +248,7 @@ class Workflow:
             max_disk: float | None = None, max_runtime: float | None = None, workload: Any = None,
             executor: str = "spark", spark: Any = None, tile_shape: int | tuple[int, ...] | None = None,
             overwrite: bool = False, resume: bool = False, progress: Any = None, input_metadata: dict | None = None,
-            storage_options: dict | None = None) -> Any:
+            storage_options: dict | None = None, keep: Any = "needed") -> Any:
         """Execute the workflow, record lineage, and return the `Run` to query.
 
         Parameters
@@ -287,6 +291,13 @@ class Workflow:
             "http://127.0.0.1:9000"}`` for an S3-compatible service; they travel with the
             store to the tasks.  Without them, fsspec's configuration and the environment
             (``AWS_ENDPOINT_URL``, ``FSSPEC_S3_ENDPOINT_URL``) apply.
+        keep : "needed", "all", or a list of nodes
+            Which arrays the store keeps.  ``"needed"`` (the default): the inputs, the
+            outputs (nodes no other node reads) and the nodes the ``workload`` queries; an
+            intermediate array is not written (on the local executor it is held in memory
+            until its readers ran), and reading it (`Run.output`, a query that re-runs a
+            node over it) recomputes the tiles asked for from its stored ancestors.
+            ``"all"`` stores every array; a list stores those nodes as well.
 
         Returns
         -------
@@ -309,7 +320,7 @@ class Workflow:
         return execute(self, inputs, RunOptions(
             store, strategies=strategies, max_disk=max_disk, max_runtime=max_runtime, workload=workload,
             executor=executor, spark=spark, tile_shape=tile_shape, overwrite=overwrite, resume=resume,
-            progress=progress, input_metadata=input_metadata, storage_options=storage_options))
+            progress=progress, input_metadata=input_metadata, storage_options=storage_options, keep=keep))
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, nodes={list(self._nodes)})"

@@ -42,17 +42,20 @@ from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
 from subzero.planning import default_strategies, resolve_pinned
 from subzero.progress import Reporter
-from subzero.runtime import Held, TileMeta
-from subzero.stage import FusedStage, NodeStage, array_record, lineage_stats
+from subzero.runtime import Held, NodeTask, RecomputedArray, TileMeta
+from subzero.stage import DISCARD, FusedStage, NodeStage, array_record, lineage_stats
 from subzero.store import RunWriter, create_run, open_store, resume_run
 from subzero.store import retry as storage_retry
-from subzero.store.arrays import ExternalArray, write_array
+from subzero.store.arrays import ExternalArray, MemoryArray, output_compressor, write_array
 from subzero.tiling import Elementwise, Tile, default_chunks, tile_grid
 from subzero.dag import Node, Workflow
 
 log = logging.getLogger(__name__)
 
-__all__ = ["execute", "RunOptions", "Policy", "FixedPolicy", "OnlinePolicy", "PendingPolicy", "OptimizerState",
+#: the ``why`` of an array the run did not store
+UNSTORED = "not stored: an intermediate no query needs stored; recomputed from its stored ancestors when read"
+
+__all__ = ["execute", "RunOptions", "kept_arrays", "UNSTORED", "Policy", "FixedPolicy", "OnlinePolicy", "PendingPolicy", "OptimizerState",
            "static_shapes"]
 
 
@@ -90,8 +93,27 @@ class _Execution:
     """One run in progress: the store, the executor, the catalog so far, the disk budget left."""
 
     def __init__(self, wf: Workflow, store: RunWriter, catalog: RunRecord, runner, tile_shape,
-                 max_disk: float | None, progress: Reporter):
+                 max_disk: float | None, progress: Reporter, kept: dict[str, str] | None = None,
+                 in_memory: bool = False):
         self.wf, self.store, self.catalog = wf, store, catalog
+        #: node name -> why its array is stored (`kept_arrays`); the others are not, unless they must be
+        self.kept: dict[str, str] = dict(kept) if kept is not None else {n.name: "kept: every array" for n in wf.nodes}
+        #: whether unstored outputs are held in this process for their readers (the local executor)
+        self.in_memory = in_memory
+        self.held: dict[str, MemoryArray] = {}
+        self._destinations: dict[str, Any] = {}
+        self._why: dict[str, str] = {}
+        #: node name -> the nodes that read it (one pass over the graph)
+        self.readers: dict[str, set[str]] = {n.name: set() for n in wf.nodes}
+        for n in wf.nodes:
+            for i in n.inputs:
+                self.readers[i.name].add(n.name)
+        self._readers_left = {name: len(readers) for name, readers in self.readers.items()}
+        self._stages: dict[str, tuple[tuple, NodeStage]] = {}  # the last stage made per node, and its key
+        self._hold_limit = int(config.get("hold_mb") * 2**20)
+        self._commit_every = config.get("commit_seconds")
+        self._written_at = time.perf_counter()
+        self._recomputed: dict[str, RecomputedArray] = {}
         self._runner: Executor | Callable[[], Executor] = runner  # or a function making one when first needed
         self._runner_is_factory = not isinstance(runner, Executor)
         self.tile_shape, self.progress = tile_shape, progress
@@ -116,9 +138,65 @@ class _Execution:
         return self._runner
 
     def ref(self, name: str):
-        """The stored array of a committed (or computed) node, checked against its metadata checksum."""
+        """The array of a committed (or computed) node: the stored one, checked against its
+        metadata checksum; held in memory (`MemoryArray`); or, not stored and not held (a
+        resumed run), recomputed from its ancestors when read (`RecomputedArray`)."""
+        if name in self.held:
+            return self.held[name]
+        if self._destinations.get(name) is DISCARD:  # only its fused stage read it, in that stage's memory
+            return Held(name)
         record = self.arrays.get(name)
+        if record is not None and not record.stored:
+            return self._recompute(name)
         return self.store.array(name, record.meta_xxh3 if record is not None else None)
+
+    def _recompute(self, name: str) -> RecomputedArray:
+        """The `RecomputedArray` of a committed node this run did not store or hold."""
+        if name not in self._recomputed:
+            node, record = self.wf.node(name), self.arrays[name]
+            op = self.operators[name]
+            task = NodeTask(name, op, tuple(self.ref(i.name) for i in node.inputs), op.input_shapes, op.output_shape)
+            tiles = tile_grid(record.shape, op.effective_tiling().split_axes(op), self.catalog.nodes[name].tile_shape)
+            self._recomputed[name] = RecomputedArray(task, tiles, record.chunks, record.dtype,
+                                                     int(config.get("recompute_cache_mb") * 2**20))
+        return self._recomputed[name]
+
+    # -- which arrays are stored ----------------------------------------------------------
+    def destination(self, node: Node, inputs: Sequence[Any] = ()) -> Any:
+        """Where ``node``'s output goes: None (the store: it is kept, or a later stage on another
+        process reads it), or a `MemoryArray` this process holds for its readers (the local
+        executor).  Decided once per node; `why` tells the reason."""
+        name = node.name
+        if name not in self._destinations:
+            if name in self.kept:
+                self._destinations[name], self._why[name] = None, self.kept[name]
+            elif not self.in_memory:
+                self._destinations[name], self._why[name] = None, "stored: read by a later stage on the executor"
+            elif sum(h.nbytes for h in self.held.values()) > self._hold_limit:
+                self._destinations[name], self._why[name] = None, "stored: over the in-memory limit (hold_mb)"
+            else:
+                held_inputs = any(isinstance(i, Held) for i in inputs)  # a fused member: its task chooses
+                compressor = config.get("compressor") if held_inputs else output_compressor(inputs)
+                self.held[name] = MemoryArray(name, compressor)
+                self._destinations[name] = self.held[name]
+                self._why[name] = UNSTORED
+        return self._destinations[name]
+
+    def discard(self, name: str) -> None:
+        """``name`` is a fused member only its own stage reads: its output is not written at all."""
+        self._destinations[name], self._why[name] = DISCARD, UNSTORED
+        self.held.pop(name, None)
+
+    def why(self, name: str) -> str:
+        """Why ``name``'s array is stored or not (its catalog record's ``why``)."""
+        return self._why.get(name, self.kept.get(name, ""))
+
+    def _release(self, node: Node) -> None:
+        """``node`` is committed: drop the held outputs it was the last reader of."""
+        for i in {i.name for i in node.inputs}:
+            self._readers_left[i] -= 1
+            if self._readers_left[i] <= 0 and i in self.held:
+                self.held.pop(i).release()
 
     # -- inputs ---------------------------------------------------------------------------
     def save_input(self, node: Node, value, metadata: dict | None = None) -> None:
@@ -137,7 +215,7 @@ class _Execution:
             meta_xxh3 = self.store.array_meta_checksum(node.name)
             self.progress.node_finished(node.name)
         dtype = str(value.dtype)
-        self.arrays[node.name] = array_record(shape, dtype, chunks, meta_xxh3)
+        self.arrays[node.name] = replace(array_record(shape, dtype, chunks, meta_xxh3), why="stored: an input")
         fingerprint = {**self.catalog.fingerprint, f"input:{node.name}": combine_digests(shape, dtype, digests)}
         self.catalog = replace(self.catalog, fingerprint=fingerprint)
         self._commit_record(NodeRecord(node.name, "input", self.arrays[node.name], metadata=dict(metadata or {})))
@@ -204,9 +282,18 @@ class _Execution:
     def stage(self, node: Node) -> NodeStage:
         """The node's stage: its operator bound to its inputs' shapes (and to its own, once computed)."""
         computed = self.arrays.get(node.name)
-        return NodeStage.bind(node.name, self.operator(node), tuple(self.arrays[i.name].shape for i in node.inputs),
-                              tuple(self.ref(i.name) for i in node.inputs), self.store, self.tile_shape,
-                              computed.shape if computed is not None else None)
+        op = self.operator(node)
+        key = (node.name, id(op), computed.shape if computed is not None else None,
+               tuple(id(self.arrays.get(i.name)) for i in node.inputs), tuple(id(self.held.get(i.name)) for i in node.inputs))
+        kept = self._stages.get(node.name)
+        got = kept[1] if kept is not None and kept[0] == key else None
+        if got is None:
+            inputs = tuple(self.ref(i.name) for i in node.inputs)
+            got = NodeStage.bind(node.name, op, tuple(self.arrays[i.name].shape for i in node.inputs),
+                                 inputs, self.store, self.tile_shape, computed.shape if computed is not None else None,
+                                 destination=self.destination(node, inputs))
+            self._stages[node.name] = (key, got)
+        return got
 
     def compute(self, node: Node, strategies: tuple[Strategy, ...],
                 prepared: list[Any] | None = None) -> tuple[list[TileMeta], float]:
@@ -215,7 +302,7 @@ class _Execution:
         done = self.stage(node).run(self.runner, strategies, write_output=True, progress=self.progress,
                                     prepared=prepared)
         self.operators[node.name] = done.stage.operator  # bound, with its run state: the run's queries use it
-        self.arrays[node.name] = done.commit_array()
+        self.arrays[node.name] = replace(done.commit_array(), why=self.why(node.name))
         return done.metas, done.wall
 
     def fused_group(self, nodes: Sequence[Node], chosen: dict[str, tuple[Strategy, ...]]) -> FusedStage | None:
@@ -226,10 +313,10 @@ class _Execution:
         over them.  None: no fusion (the ``fuse`` setting off, or fewer than two nodes to run together)."""
         stages: list[NodeStage] = []
         shapes: dict[str, tuple[int, ...]] = {}
+        prepare = None
         for node in nodes if config.get("fuse") else ():
             names = [i.name for i in node.inputs]
-            if (stages and not any(n in shapes for n in names)) or \
-                    any(n not in shapes and n not in self.arrays for n in names):
+            if any(n not in shapes and n not in self.arrays for n in names):
                 break
             inputs: tuple[Any, ...] = tuple(Held(n) if n in shapes else self.ref(n) for n in names)
             try:
@@ -241,12 +328,22 @@ class _Execution:
             if stages and stage.tiles != stages[0].tiles:
                 break
             if stages and FusedStage.prepares(stage):
-                return FusedStage(tuple(stages), stage)
+                prepare = stage
+                break
             if not FusedStage.fusable(stage, chosen[node.name]):
                 break
             stages.append(stage)
             shapes[node.name] = tuple(stage.output_shape or ())
-        return FusedStage(tuple(stages)) if len(stages) > 1 else None
+        if len(stages) < (1 if prepare is not None else 2):
+            return None
+        members = {s.name for s in stages}
+        for k, stage in enumerate(stages):  # where each member's output goes
+            node = self.wf.node(stage.name)
+            readers = self.readers[node.name]
+            if node.name not in self.kept and readers and readers <= members:
+                self.discard(node.name)  # only its own stage reads it: not written, not held
+            stages[k] = replace(stage, destination=self.destination(node, stage.inputs))
+        return FusedStage(tuple(stages), prepare)
 
     def compute_fused(self, nodes: Sequence[Node], fused: FusedStage) -> tuple[list[tuple[list[TileMeta], float]],
                                                                                list[Any] | None]:
@@ -258,7 +355,8 @@ class _Execution:
         out = []
         for node, member in zip(nodes, done):
             self.operators[node.name] = member.stage.operator
-            self.arrays[node.name] = replace(member, stage=self.stage(node)).commit_array()
+            # committed through the stage that ran (its chunks' codec is in the tiles' metadata)
+            self.arrays[node.name] = replace(member.commit_array(), why=self.why(node.name))
             out.append((member.metas, member.wall))
         return out, summaries
 
@@ -281,7 +379,8 @@ class _Execution:
         start = time.perf_counter()
         manifest = Manifest(node.name, {s: recs for s, recs in manifest.shards.items() if s not in dropped},
                             {s: b for s, b in manifest.inline.items() if s not in dropped})
-        self.store.write_manifest(manifest)
+        if manifest.shards or manifest.inline:  # a node storing no lineage has no manifest to read
+            self.store.write_manifest(manifest)
         lineage = lineage_stats(manifest)
         if self.disk_left is not None:
             self.disk_left -= sum(lineage["bytes"].values())
@@ -296,12 +395,23 @@ class _Execution:
             dropped={s: "over the disk budget at run time" for s in dropped},
             tile_shape=stage.record_tile_shape, **extra)
         self._commit_record(record)
-        self.store.remove_uncommitted(node.name, manifest)
+        if manifest.shards:
+            self.store.remove_uncommitted(node.name, manifest)
+        self._release(node)
         return record
 
     def _commit_record(self, record: NodeRecord) -> None:
+        """The node is committed: the catalog gains its record (written at once, or with the next
+        nodes' when less than ``commit_seconds`` passed since the last write: a resume then re-runs
+        at most that much work; the run's end writes it in any case)."""
         self.catalog = self.catalog.with_node(record)
-        self.store.write_catalog(self.catalog)
+        if time.perf_counter() - self._written_at >= self._commit_every:
+            self.write_catalog()
+
+    def write_catalog(self, catalog: RunRecord | None = None) -> None:
+        """Write the catalog as it stands (or ``catalog``) to the store."""
+        self.store.write_catalog(catalog if catalog is not None else self.catalog)
+        self._written_at = time.perf_counter()
 
     def _fit_budget(self, sizes: dict[str, int]) -> list[str]:
         """Drop the largest strategies until the node fits in what is left of the budget."""
@@ -384,6 +494,57 @@ class RunOptions:
     input_metadata: dict | None = None
     made_by: str | None = None
     storage_options: dict | None = None
+    keep: Any = "needed"
+
+
+def kept_arrays(wf: Workflow, keep: Any = "needed", queries: Sequence[Any] = ()) -> dict[str, str]:
+    """The nodes whose arrays a run stores, each with why: the inputs, the workflow's outputs
+    (the nodes no other node reads), the nodes the workload's queries start or end at, and
+    ``keep``'s; the other intermediates are not stored (their reads recompute them).
+
+    Parameters
+    ----------
+    wf : Workflow
+        The workflow.
+    keep : "needed", "all", or node names
+        ``"all"`` stores every array; a list of nodes (or names) stores those as well.
+    queries : sequence
+        The parsed workload (`subzero.optimizer.workload.parse_workload`).
+
+    Raises
+    ------
+    WorkflowError
+        ``keep`` is neither of the two words nor nodes of ``wf``.
+    """
+    kept = {n.name: "stored: an input" for n in wf.inputs}
+    kept.update((n.name, "stored: an output of the workflow") for n in wf.outputs)
+    for q in queries:
+        for name in _query_nodes(q):
+            kept.setdefault(name, "stored: the workload queries it")
+    if isinstance(keep, str) and keep in ("needed", "all"):
+        if keep == "all":
+            for n in wf.nodes:
+                kept.setdefault(n.name, "stored: keep='all'")
+        return kept
+    if isinstance(keep, (str, Node)) or not hasattr(keep, "__iter__"):
+        keep = [keep]
+    for ref in keep:
+        if not isinstance(ref, (str, Node)):
+            raise WorkflowError(f"keep={keep!r}: give 'needed' (the default), 'all', or a list of nodes or node names")
+        kept.setdefault(wf.node(ref).name, "stored: named in keep")
+    return kept
+
+
+def _query_nodes(query: Any) -> list[str]:
+    """The node names a parsed workload query names (its start and its ends)."""
+    names = []
+    for attr in ("node", "start", "source", "target", "to"):
+        value = getattr(query, attr, None)
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            name = getattr(v, "name", v)
+            if isinstance(name, str):
+                names.append(name)
+    return names
 
 
 def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
@@ -420,11 +581,14 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
     check_executor(executor, location.url)
     executor = _in_process_if_tiny(executor, spark, input_bytes, progress)
     operators = [n for n in wf.nodes if not n.is_input]
+    kept = kept_arrays(wf, options.keep, queries)
     optimized = bool(queries or max_disk is not None or max_runtime is not None) and \
         any(n.name not in pinned for n in operators)
     settings = {"tile_shape": list(tile_shape) if isinstance(tile_shape, tuple) else tile_shape,
                 "pinned": {k: list(v) for k, v in sorted(pinned.items())}, "workload": workload,
                 "max_disk": max_disk, "max_runtime": max_runtime}
+    if options.keep != "needed":  # the default leaves the fingerprint of older stores' runs as it was
+        settings["keep"] = sorted(kept)
     fingerprint = run_fingerprint(wf, settings)
     catalog = RunRecord(
         workflow=wf.to_dict(), created=_now(),
@@ -448,14 +612,14 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
             if differ:
                 raise StoreError(_not_the_same(fs, differ))
         run = _Execution(wf, fs, stored or catalog, lambda: make_executor(executor, spark), tile_shape, disk_budget,
-                         progress)
+                         progress, kept, in_memory=executor == "local")
         started = time.perf_counter()
         if stored is not None:
             run.prepare_resume(arrays, clean=stored.status != "done")
             if stored.status == "done":  # nothing left to do
                 return Run(open_store(location), wf, operators=run.operators)
             run.catalog = replace(run.catalog, status="running", resumed=[*run.catalog.resumed, _now()])
-            fs.write_catalog(run.catalog)
+            run.write_catalog()
         if executor == "spark" and operators and (spark is not None or not _starts_spark()):
             run.runner.warm_up()  # a session is there: its workers start while the driver stores the inputs
         try:
@@ -471,11 +635,11 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
                 storage_retry.abandon("the run was interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc))
             with storage_retry.cleanup_window():  # after an outage: bounded by lock_release_timeout
                 try:
-                    fs.write_catalog(replace(run.catalog, status="failed"))
+                    run.write_catalog(replace(run.catalog, status="failed"))
                 except OSError:  # the store itself failed (disk full, gone): the error that did it is the one to show
                     pass
             raise
-        fs.write_catalog(replace(run.catalog, status="done", wall_seconds=time.perf_counter() - started))
+        run.write_catalog(replace(run.catalog, status="done", wall_seconds=time.perf_counter() - started))
     except BaseException as exc:
         failed = exc
         raise

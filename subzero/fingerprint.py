@@ -23,6 +23,7 @@ import enum
 import json
 import re
 import types
+import weakref
 from typing import Any, Iterable
 
 import numpy as np
@@ -165,12 +166,35 @@ def _class(cls: type, h, depth: int, seen: set[int]) -> None:
             _canon(attr, h, depth + 1, seen)
 
 
+class _Recorder:
+    """Takes what a hasher would, to feed it to hashers later (`operator_digest`'s cache)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def update(self, data: bytes) -> None:
+        self.parts.append(bytes(data))
+
+
+_CLASS_BYTES: "weakref.WeakKeyDictionary[type, tuple[tuple, bytes, frozenset[int]]]" = weakref.WeakKeyDictionary()
+
+
 def operator_digest(op) -> str:
     """The digest of an operator: its class's code and its public attributes (not the
     shapes the runtime binds, nor private state a run sets)."""
     h = xxhash.xxh3_64()
-    seen: set[int] = set()
-    _class(type(op), h, 0, seen)
+    cls = type(op)
+    # a class's code is canonicalized once per process while its attributes stay the same objects
+    # (a traced workflow has hundreds of nodes of a few classes; a patched method is seen)
+    stamp = tuple((id(k), tuple(map(id, vars(k).values()))) for k in cls.__mro__)
+    cached = _CLASS_BYTES.get(cls)
+    if cached is None or cached[0] != stamp:
+        recorder = _Recorder()
+        class_seen: set[int] = set()
+        _class(cls, recorder, 0, class_seen)
+        cached = _CLASS_BYTES[cls] = (stamp, b"".join(recorder.parts), frozenset(class_seen))
+    h.update(cached[1])
+    seen: set[int] = set(cached[2])
     state = {k: v for k, v in vars(op).items() if not k.startswith("_") and k not in _BOUND}
     _canon(state, h, 0, seen)
     return h.hexdigest()

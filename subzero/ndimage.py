@@ -576,6 +576,8 @@ _dispatch_patched: list[tuple[dict, str, Any]] = []  # (namespace, name, origina
 _dispatch_seen: set[str] = set()  # the modules imported when the dispatchers were bound
 _dispatch_bound: dict[int, Callable] = {}  # id(dispatcher) -> original, while active
 _dispatch_live: list[Callable] = []  # the dispatchers themselves: alive, so their ids stay theirs
+_dispatch_scanned: set[str] = set()  # modules whose namespaces were scanned once
+_dispatch_holders: dict[int, Any] = {}  # the modules found holding one of scipy.ndimage's functions
 
 
 def _dispatcher(original: Callable, ours: Callable) -> Callable:
@@ -590,9 +592,11 @@ def _dispatcher(original: Callable, ours: Callable) -> Callable:
     return dispatch
 
 
-def _swap(namespaces: Iterable[Any], table: dict[int, Callable], record: bool) -> None:
+def _swap(namespaces: Iterable[Any], table: dict[int, Callable], record: bool) -> list[Any]:
     """In every module namespace, bind ``table[id(value)]`` where a value's id is a key
-    (a live object's id names it alone); ``record`` keeps what to put back."""
+    (a live object's id names it alone); ``record`` keeps what to put back.  Returns the
+    modules where it bound one."""
+    bound = []
     for module in namespaces:
         namespace = getattr(module, "__dict__", None)
         if type(namespace) is not dict or namespace is globals():
@@ -607,6 +611,9 @@ def _swap(namespaces: Iterable[Any], table: dict[int, Callable], record: bool) -
             namespace[key] = table[id(value)]
             if record:
                 _dispatch_patched.append((namespace, key, value))
+        if hits:
+            bound.append(module)
+    return bound
 
 
 def _patch() -> None:
@@ -623,7 +630,14 @@ def _patch() -> None:
     _dispatch_seen.update(sys.modules)
     _dispatch_live.extend(targets.values())
     _dispatch_bound.update({id(d): d.__subzero_original__ for d in _dispatch_live})  # type: ignore[attr-defined]
-    _swap(list(sys.modules.values()), targets, record=True)
+    # a module binds scipy.ndimage's functions when it is imported: one scan of each module in
+    # the process's life, then only the modules that held one (a trace pays microseconds, not a
+    # scan of every loaded module's namespace)
+    fresh = [(name, module) for name, module in list(sys.modules.items()) if name not in _dispatch_scanned]
+    _dispatch_scanned.update(name for name, _ in fresh)
+    known = [module for module in _dispatch_holders.values()]
+    for module in _swap([module for _, module in fresh] + known, targets, record=True):
+        _dispatch_holders[id(module)] = module
 
 
 def _restore() -> None:

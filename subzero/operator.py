@@ -14,6 +14,7 @@ hot path override them with vectorized versions.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -103,10 +104,7 @@ class Operator:
     @property
     def n_inputs(self) -> int | None:
         """Number of inputs ``run`` takes, or None for ``*inputs``."""
-        params = list(inspect.signature(self.run).parameters.values())[1:]
-        if any(p.kind is p.VAR_POSITIONAL for p in params):
-            return None
-        return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params)
+        return _run_arity(type(self).run)
 
     @property
     def all_to_all(self) -> bool:
@@ -241,3 +239,13 @@ def _per_cell(fn, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not parts:
         return np.empty(0, np.int64), np.empty((0, cells.shape[1] if cells.ndim == 2 else 0), np.int64)
     return np.concatenate(owners), np.concatenate(parts)
+
+
+@functools.lru_cache(maxsize=None)
+def _run_arity(run: Any) -> int | None:
+    """`Operator.n_inputs` of a class's ``run`` (read once per class: a traced workflow makes
+    hundreds of operators of a few classes)."""
+    params = list(inspect.signature(run).parameters.values())[2:]  # self, ctx
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params)

@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from subzero import config
 from subzero.catalog import Manifest, RunRecord
 from subzero.encoders import encoder_for
 from subzero.encoders.base import FullEncoder
@@ -35,7 +36,7 @@ from subzero.modes import Direction, Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile
 from subzero.optimizer.query_time import choose_step
 from subzero.pairs import FullPairs
-from subzero.runtime import NodeTask, expand_payloads, trace_tile
+from subzero.runtime import NodeTask, RecomputedArray, expand_payloads, trace_tile
 from subzero.store.roles import LineageReader
 from subzero.tiling import Tile, tile_grid
 
@@ -336,11 +337,25 @@ class QueryEngine:
         self._stored: dict[str, tuple[Strategy, ...]] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()  # damaged lineage already reported
+        self._recomputed: dict[str, RecomputedArray] = {}  # the unstored arrays read so far
 
     # -- the lineage source the steps read ------------------------------------------------------
     def array(self, name: str) -> Any:
-        """The `subzero.store.ArrayRef` of a committed node, checked against the catalog."""
-        return self.reader.array(name, self.catalog.node(name).array.meta_xxh3)
+        """The array of a committed node: its `subzero.store.ArrayRef`, checked against the
+        catalog, or, when the run did not store it, a `subzero.runtime.RecomputedArray` that
+        re-runs the tiles a read covers from the node's inputs (kept per engine, with its cache)."""
+        record = self.catalog.node(name).array
+        if record.stored:
+            return self.reader.array(name, record.meta_xxh3)
+        with self._lock:
+            got = self._recomputed.get(name)
+        if got is None:
+            node = self.workflow.node(name)
+            got = RecomputedArray(self.tile_task(node), self.grid(node).tiles, record.chunks, record.dtype,
+                                  int(config.get("recompute_cache_mb") * 2**20))
+            with self._lock:
+                got = self._recomputed.setdefault(name, got)
+        return got
 
     def grid(self, node) -> TileGrid:
         """The node's tiles, with their output and input boxes."""

@@ -46,7 +46,8 @@ from subzero.executors import Executor, check_executor, make_executor
 from subzero.frontier import Frontier
 from subzero.modes import Strategy
 from subzero.progress import Reporter
-from subzero.stage import NodeStage, lineage_stats
+from subzero.runtime import NodeTask, RecomputedArray
+from subzero.stage import DISCARD, NodeStage, lineage_stats
 from subzero.store import LineageReader, RunWriter, create_run
 from subzero.tiling import Tile, box_slices, tile_grid
 
@@ -221,9 +222,9 @@ def _patch_input(old: LineageReader, new: RunWriter, patch: Patch, shape, dtype:
     return replaced, Frontier.of_ids(ids, tuple(shape)), written, len(grid)
 
 
-def _changed_cells(old: LineageReader, new: RunWriter, name: str, tiles: list[Tile], shape) -> Frontier:
-    """Cells of the re-run ``tiles`` whose value differs between the old and new arrays."""
-    a, b = old.array(name), new.array(name)
+def _changed_cells(a: Any, b: Any, tiles: list[Tile], shape) -> Frontier:
+    """Cells of the re-run ``tiles`` whose value differs between the old array ``a`` and the new
+    ``b`` (stored, or recomputed when read)."""
     parts = []
     for tile in tiles:
         diff = _differs(a.read(tile.box), b.read(tile.box))
@@ -245,6 +246,22 @@ class _Replayer:
         self.changed: dict[str, Frontier] = {}
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.report: list[NodeReplay] = []
+        self._recomputed: dict[str, RecomputedArray] = {}
+
+    def ref(self, name: str) -> Any:
+        """The new store's array of a replayed node: stored, or (the run did not store it)
+        recomputed from its replayed ancestors when read."""
+        record = self.catalog.nodes[name]
+        if record.array.stored:
+            return self.fs.array(name, record.array.meta_xxh3)
+        if name not in self._recomputed:
+            node = self.run.workflow.node(name)
+            op = self.fs.load_operator(name)
+            task = NodeTask(name, op, tuple(self.ref(i.name) for i in node.inputs), op.input_shapes,
+                            op.output_shape)
+            tiles = tile_grid(record.shape, op.effective_tiling().split_axes(op), record.tile_shape)
+            self._recomputed[name] = RecomputedArray(task, tiles, record.array.chunks, record.array.dtype)
+        return self._recomputed[name]
 
     def commit(self, record: NodeRecord) -> None:
         """Add ``record`` to the new store's catalog."""
@@ -285,8 +302,10 @@ class _Replayer:
         # a fresh copy of the operator: the old run's keeps its state
         stage = NodeStage.bind(node.name, self.old.load_operator(node.name),
                                tuple(self.shapes[i.name] for i in node.inputs),
-                               tuple(self.fs.array(i.name) for i in node.inputs), self.fs, self.tile_shape)
-        manifest = self.old.read_manifest(node.name)
+                               tuple(self.ref(i.name) for i in node.inputs), self.fs, self.tile_shape,
+                               destination=None if old_record.array.stored else DISCARD)
+        stores_lineage = any(Strategy.parse(s).stored for s in old_record.strategies)
+        manifest = self.old.read_manifest(node.name) if stores_lineage else Manifest(node.name, {}, {})
         tiles = list(stage.tiles)
         why = ""
         if stage.output_shape is None or len(tiles) == 1:
@@ -322,14 +341,16 @@ class _Replayer:
                                 "one dtype for every tile")
         array = done.commit_array(metadata=whole)
         new_manifest = done.stage.manifest(strategies, done.metas, previous=manifest)
-        self.fs.write_manifest(new_manifest)
-        self.fs.remove_uncommitted(node.name, new_manifest)
+        if new_manifest.shards or new_manifest.inline:
+            self.fs.write_manifest(new_manifest)
+            self.fs.remove_uncommitted(node.name, new_manifest)
         self.commit(self._record(old_record, new_manifest, array, len(chosen), len(tiles),
                                  time.perf_counter() - start))
         if done.shape != tuple(old_record.shape):
             changed = Frontier.full(done.shape)
         else:
-            changed = _changed_cells(self.old, self.fs, node.name, [m.tile for m in done.metas], done.shape)
+            changed = _changed_cells(self.run.array(node.name), self.ref(node.name), [m.tile for m in done.metas],
+                                     done.shape)
         self.changed[node.name] = changed
         self.report.append(NodeReplay(node.name, "whole" if whole else "tiles", len(tiles), len(chosen),
                                       changed.count, time.perf_counter() - start, why))

@@ -103,15 +103,18 @@ class Run:
         return self.node_record(ref).shape
 
     def output(self, ref: "Node | str") -> Any:
-        """The stored array of a node, read-only (`subzero.store.StoredArray`): index it like a
-        numpy array (reading only the chunks the index covers) or ``np.asarray`` it; its
-        chunks' checksums are checked on every read (``.zarr`` gives the Zarr array)."""
+        """The array of a node, read-only (`subzero.store.StoredArray`): index it like a numpy
+        array (reading only the chunks the index covers) or ``np.asarray`` it; its chunks'
+        checksums are checked on every read (``.zarr`` gives the Zarr array).  An array the
+        run did not store (``keep=``) reads the same way: the tiles an index covers are
+        recomputed from the node's stored ancestors (and kept a while for the next read)."""
         from subzero.store.arrays import StoredArray
 
         return StoredArray(self.array(self.node(ref).name))
 
     def array(self, name: str) -> Any:
-        """The `subzero.store.ArrayRef` of a committed node, checked against the catalog."""
+        """The array handle of a committed node (`subzero.store.ArrayRef`, checked against the
+        catalog, or a `subzero.runtime.RecomputedArray` when it was not stored)."""
         return self.lineage.array(name)
 
     def frontier(self, ref: "Node | str", cells=None, box=None) -> Frontier:

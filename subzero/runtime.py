@@ -12,9 +12,10 @@ re-execution) and returns the tile's lineage as in-memory pairs.
 from __future__ import annotations
 
 import contextlib
-
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
@@ -24,7 +25,7 @@ from subzero.catalog import ShardRecord
 from subzero.cells import box_cells, to_coords, to_ids
 from subzero.context import Context
 from subzero.encoders import encoder_for, merge_tiles
-from subzero.errors import LookupTimeout, WorkflowError
+from subzero.errors import LookupTimeout, StoreError, WorkflowError
 from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
 from subzero.pairs import FullPairs, PayloadPairs, owners, ptr_from_counts
@@ -35,7 +36,7 @@ from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
 
 __all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "Held", "FusedTask",
            "FusedTile", "run_fused_tile", "trace_tile", "modes_for",
-           "derived_full", "expand_payloads", "merge_inline"]
+           "derived_full", "expand_payloads", "merge_inline", "RecomputedArray"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ class TileMeta:
     shards: dict[str, ShardRecord] = field(default_factory=dict)
     inline: dict[str, bytes] = field(default_factory=dict)
     digest: str | None = None
+    #: the codec pipeline the output's chunks were written with (its metadata must say the same)
+    pipeline: str | None = None
 
 
 def modes_for(strategies: "tuple[Strategy, ...] | list[Strategy]") -> list[frozenset[Mode]]:
@@ -284,18 +287,23 @@ def run_fused_tile(fused: FusedTask, tile: Tile) -> FusedTile:
     for t in fused.tasks:
         started = time.perf_counter()
         box = need[t.node]
-        if t.output is None or t.output_shape is None or (box != tile.box and t.stored):
-            raise WorkflowError(f"node {t.node!r}: only nodes that write their output, know its shape and store "
-                                "no lineage can be fused")
+        if t.output_shape is None or (box != tile.box and t.stored):
+            raise WorkflowError(f"node {t.node!r}: only nodes that know their shape and store no lineage can be "
+                                "fused")
         inputs = tuple(held[r.node] if isinstance(r, Held) else r for r in t.inputs)
         output = t.output
-        if any(isinstance(r, Held) for r in t.inputs):  # the choice the driver makes once they are committed
-            output = replace(output, compressor=output_compressor(inputs, output.compressor))
+        if output is not None and any(isinstance(r, Held) for r in t.inputs):
+            # the choice the driver makes once they are committed
+            if isinstance(output, ArrayRef):
+                output = replace(output, compressor=output_compressor(inputs, output.compressor))
+            else:  # a MemoryArray: this process's own, told once (every tile finds the same)
+                output.compressor = output_compressor(inputs, output.compressor)
         member = replace(t, inputs=inputs, output=output)
         capture = capture_tile(member, Tile(tile.index, box))
         chunks = t.chunks if t.chunks is not None else default_chunks(t.output_shape)
         held[t.node] = HeldArray(t.output_shape, tuple(chunks), box, capture.output,
-                                 resolve_compressor(output.compressor, capture.output.dtype))
+                                 resolve_compressor(output.compressor if output is not None else
+                                                    output_compressor(inputs), capture.output.dtype))
         if box != tile.box:  # its own tile of what it computed
             capture = replace(capture, tile=tile, output=capture.output[box_slices(tile.box, box)])
         metas.append(_finish_tile(member, capture, started))
@@ -304,6 +312,105 @@ def run_fused_tile(fused: FusedTask, tile: Tile) -> FusedTile:
         first: tuple[Any, ...] = tuple(held[r.node] if isinstance(r, Held) else r for r in fused.prepare.inputs)
         summary = prepare_tile(replace(fused.prepare, inputs=first), tile)
     return FusedTile(metas, summary)
+
+
+class RecomputedArray:
+    """A node's output that the run did not store, read as its stored array would be: the tiles
+    a read covers are re-run from the node's inputs (stored arrays, or recomputed the same way
+    from theirs) with no lineage, and the last ones kept in memory (``cache_bytes``).
+
+    Parameters
+    ----------
+    task : NodeTask
+        The node's task at query time (its bound operator and its inputs' arrays).
+    tiles : sequence of Tile
+        The node's tiles as the run computed them.
+    chunks : tuple of int
+        Its chunk shape (the catalog's).
+    dtype : str
+        Its dtype (the catalog's).
+    cache_bytes : int
+        How many bytes of computed tiles to keep (least recently used go first).
+    """
+
+    def __init__(self, task: NodeTask, tiles: Sequence[Tile], chunks: tuple[int, ...], dtype: str,
+                 cache_bytes: int = 256 << 20):
+        self.task, self.tiles, self.chunks = task, list(tiles), tuple(chunks)
+        self.shape = tuple(task.output_shape or ())
+        self.dtype = np.dtype(dtype)
+        self.cache_bytes = cache_bytes
+        self._cache: "OrderedDict[int, np.ndarray]" = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+        self._lo = np.array([[lo for lo, _ in t.box] for t in self.tiles], np.int64).reshape(len(self.tiles), -1)
+        self._hi = np.array([[hi for _, hi in t.box] for t in self.tiles], np.int64).reshape(len(self.tiles), -1)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a task holding it goes to a worker thread or process: the recipe, not the cache
+        state = dict(self.__dict__)
+        state.update(_cache=OrderedDict(), _held=0, _lock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        """Where it comes from (for messages)."""
+        return f"recomputed:{self.task.node}"
+
+    def layout(self) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype, str | None]:
+        """(shape, chunks, dtype, pipeline): no pipeline, nothing is stored."""
+        return self.shape, self.chunks, self.dtype, "none"
+
+    def open(self):
+        """There is no Zarr array to open."""
+        raise StoreError(f"node {self.task.node!r} was not stored (its array is recomputed when read): index it or "
+                         "np.asarray it; run with keep='all' to store every array")
+
+    def forget(self) -> None:
+        """Drop the computed tiles."""
+        with self._lock:
+            self._cache.clear()
+            self._held = 0
+
+    def tile(self, index: int) -> np.ndarray:
+        """The values of tile ``index`` (computed once, then cached while there is room)."""
+        with self._lock:
+            got = self._cache.get(index)
+            if got is not None:
+                self._cache.move_to_end(index)
+                return got
+        block = _call(self.task, self.tiles[index], frozenset())[1]
+        block.setflags(write=False)
+        with self._lock:
+            if index not in self._cache and block.nbytes <= self.cache_bytes:
+                self._cache[index] = block
+                self._held += block.nbytes
+                while self._held > self.cache_bytes:
+                    _, old = self._cache.popitem(last=False)
+                    self._held -= old.nbytes
+        return block
+
+    def read(self, box: Box | None = None) -> np.ndarray:
+        """The cells of ``box`` (the whole array when None), from the tiles that hold them."""
+        box = tuple((0, n) for n in self.shape) if box is None else tuple(box)
+        if len(box) != len(self.shape) or any(lo < 0 or hi > n for (lo, hi), n in zip(box, self.shape)):
+            raise StoreError(f"box {box} is outside node {self.task.node!r} of shape {self.shape}")
+        out = np.empty(tuple(hi - lo for lo, hi in box), dtype=self.dtype)
+        if not out.size:
+            return out
+        lo = np.array([a for a, _ in box], np.int64)
+        hi = np.array([b for _, b in box], np.int64)
+        touched = np.flatnonzero(np.all((self._lo < hi) & (self._hi > lo), axis=1)) if self.shape else [0]
+        for index in touched:
+            t = self.tiles[int(index)]
+            block = self.tile(int(index))
+            part = tuple((max(a, c), min(b, d)) for (a, b), (c, d) in zip(box, t.box))
+            out[tuple(slice(a - c, b - c) for (a, b), (c, _) in zip(part, box))] = \
+                block[tuple(slice(a - c, b - c) for (a, b), (c, _) in zip(part, t.box))]
+        return out
 
 
 def _hull(box: Box | None, other: Box) -> Box:
@@ -327,6 +434,7 @@ def _finish_tile(task: NodeTask, capture: TileCapture, lineage_start: float) -> 
     write_start = time.perf_counter()
     if task.output is not None:
         meta.array_bytes = task.output.write_block(capture.tile.box, capture.output, shape, meta.chunks)
+        meta.pipeline = resolve_compressor(task.output.compressor, capture.output.dtype)
     write_seconds = time.perf_counter() - write_start
     dirs = dict(task.shard_dirs)
     attempt = uuid.uuid4().hex[:12]

@@ -29,7 +29,7 @@ from subzero.store import RunWriter
 from subzero.store.arrays import ArrayRef, output_compressor
 from subzero.tiling import Elementwise, Halo, Tile, Whole, default_chunks, tile_grid, tile_lens
 
-__all__ = ["NodeStage", "FusedStage", "StageRun", "array_record", "lineage_stats"]
+__all__ = ["NodeStage", "FusedStage", "StageRun", "DISCARD", "array_record", "lineage_stats"]
 
 Shape = tuple[int, ...]
 _UNKNOWN_BOX: Any = None  # the box of the one tile of an output whose shape only running tells
@@ -53,11 +53,14 @@ class NodeStage:
     store: RunWriter
     tile_shape: Any = None
     digest: bool = False
+    #: where the output goes when the run does not store it: a `subzero.store.arrays.MemoryArray`
+    #: (held in this process for later nodes), or `DISCARD` (a fused member only its own stage reads)
+    destination: Any = None
 
     @classmethod
     def bind(cls, name: str, operator: Operator, input_shapes: Sequence[Sequence[int]],
              inputs: Sequence[ArrayRef], store: RunWriter, tile_shape: Any = None,
-             output_shape: Shape | None = None) -> "NodeStage":
+             output_shape: Shape | None = None, destination: Any = None) -> "NodeStage":
         """The stage of node ``name``: a copy of ``operator`` bound to ``input_shapes`` and its
         inferred output shape (else ``output_shape``, a computed node's), and its tiles.
 
@@ -75,19 +78,26 @@ class NodeStage:
             raise WorkflowError(f"node {name!r}: {type(operator).__name__} declares a tiling, so it must "
                                 "implement infer_output_shape(input_shapes)")
         shape = inferred if inferred is not None else output_shape
-        return cls._of(name, operator.bound(shapes, shape), tuple(inputs), store, tile_shape)
+        return cls._of(name, operator.bound(shapes, shape), tuple(inputs), store, tile_shape, destination)
 
     @classmethod
     def _of(cls, name: str, op: Operator, inputs: tuple[ArrayRef, ...], store: RunWriter,
-            tile_shape: Any) -> "NodeStage":
+            tile_shape: Any, destination: Any = None) -> "NodeStage":
         """The stage of a bound operator: its tiles (one of unknown box while only running tells
         the shape) and chunks (its tiles', or the default chunks of a whole-array operator)."""
         shape = op.output_shape
         if shape is None:
-            return cls(name, op, op.input_shapes, None, (Tile(0, _UNKNOWN_BOX),), None, inputs, store, tile_shape)
+            return cls(name, op, op.input_shapes, None, (Tile(0, _UNKNOWN_BOX),), None, inputs, store, tile_shape,
+                       destination=destination)
         split = op.effective_tiling().split_axes(op)
         return cls(name, op, op.input_shapes, shape, tuple(tile_grid(shape, split, tile_shape)),
-                   tile_lens(shape, split, tile_shape) if split else default_chunks(shape), inputs, store, tile_shape)
+                   tile_lens(shape, split, tile_shape) if split else default_chunks(shape), inputs, store, tile_shape,
+                   destination=destination)
+
+    @property
+    def stores_output(self) -> bool:
+        """Whether the output is written to the store (else held in memory, or discarded)."""
+        return self.destination is None
 
     @property
     def record_tile_shape(self) -> Shape:
@@ -105,11 +115,14 @@ class NodeStage:
                         shard_dirs=tuple((s.name, self.store.shard_directory(self.name, s.name)) for s in stored),
                         digest=self.digest)
 
-    def output_ref(self) -> ArrayRef:
-        """The handle the tiles write and the driver commits the output through.  Its compressor
+    def output_ref(self) -> Any:
+        """The handle the tiles write and the driver commits the output through (the
+        `destination` when the output is not stored: None when it is discarded).  Its compressor
         is the committed array's (a replay re-running some of its tiles), else the one the
         inputs suggest (`subzero.store.arrays.output_compressor`): chunks and metadata agree.
         A fused member's task makes that choice (an input is `Held`: not stored yet)."""
+        if self.destination is not None:
+            return None if self.destination is DISCARD else self.destination
         ref = self.store.array(self.name)
         try:
             pipeline = ref.layout()[3]
@@ -150,7 +163,7 @@ class NodeStage:
         shape, dtype, chunks = self._agreed(metas)
         stage = self if shape == self.output_shape else \
             self._of(self.name, self.operator.bound(self.input_shapes, shape), self.inputs, self.store,
-                     self.tile_shape)
+                     self.tile_shape, self.destination)
         return StageRun(stage, metas, wall, shape, dtype, chunks)
 
     def _agreed(self, metas: list[TileMeta]) -> tuple[Shape, str, Shape]:
@@ -184,6 +197,16 @@ class NodeStage:
                 inline[s.name] = merged
                 shards[s.name] = tuple(replace(r, name=None, files=(), index_bytes=0) for r in shards[s.name])
         return Manifest(self.name, shards, inline)
+
+
+class _Discard:
+    """The `NodeStage.destination` of an output nothing outside its stage reads: not written."""
+
+    def __repr__(self) -> str:
+        return "DISCARD"
+
+
+DISCARD = _Discard()
 
 
 @dataclass(frozen=True)
@@ -256,10 +279,15 @@ class StageRun:
 
     def commit_array(self, metadata: bool = True) -> ArrayRecord:
         """Commit the output array (its ``zarr.json`` unless not ``metadata``: a replay that
-        re-ran some tiles keeps the old one) and the bound operator; returns its record."""
+        re-ran some tiles keeps the old one) and the bound operator; returns its record (an
+        output not stored: ``stored=False``, no metadata)."""
         stage = self.stage
+        if not stage.stores_output:
+            stage.store.save_operator(stage.name, dump_operator(stage.operator, stage.name))
+            return replace(array_record(self.shape, self.dtype, self.chunks), stored=False)
         ref = stage.output_ref()
-        meta_xxh3 = ref.commit(self.shape, self.dtype, self.chunks) if metadata else None
+        pipeline = next((m.pipeline for m in self.metas if m.pipeline is not None), None)  # as the tiles wrote
+        meta_xxh3 = ref.commit(self.shape, self.dtype, self.chunks, pipeline) if metadata else None
         ref.forget()
         stage.store.save_operator(stage.name, dump_operator(stage.operator, stage.name))
         return array_record(self.shape, self.dtype, self.chunks, meta_xxh3)

@@ -11,6 +11,7 @@ its halo too and the runtime trims it).
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -184,8 +185,8 @@ def tile_lens(shape: Shape, split_axes: tuple[int, ...], tile_shape: "int | tupl
     """
     ndim = len(shape)
     if tile_shape is None:
-        whole = int(np.prod([shape[a] for a in range(ndim) if a not in split_axes], dtype=np.int64))
-        size = int(np.prod(shape, dtype=np.int64))
+        whole = math.prod(int(shape[a]) for a in range(ndim) if a not in split_axes)
+        size = math.prod(int(n) for n in shape)
         per = max(target_tile_cells(size) / max(whole, 1), 1.0)
         lens = [max(1, int(round(per ** (1.0 / max(len(split_axes), 1)))))] * ndim
     elif isinstance(tile_shape, (int, np.integer)):

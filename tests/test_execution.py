@@ -348,6 +348,20 @@ def clean_run(tmp_path_factory):
                            strategies=PINS, tile_shape=16)
 
 
+def test_a_resumed_run_reads_its_unstored_committed_nodes_by_recomputing_them(tmp_path, monkeypatch, clean_run):
+    """By default an intermediate is not stored: a run that failed after committing it resumes
+    by recomputing it from the stored input for the nodes left, and answers as a clean run."""
+    path = tmp_path / "s"
+    failed_run(path, monkeypatch, strategies=PINS)
+    catalog = FileStore.open(path).read_catalog()
+    assert set(catalog.nodes) == {"x", "blur"} and not catalog.nodes["blur"].array.stored
+    assert not (path / "arrays" / "blur").exists()
+    run = resumable().run({"x": field()}, store=path, executor="local", strategies=PINS, tile_shape=16, resume=True)
+    assert run.catalog.status == "done"
+    same_run(run, clean_run)
+    assert np.array_equal(np.asarray(run.output("blur")), np.asarray(clean_run.output("blur")))
+
+
 def failed_run(path, monkeypatch, when="run", **options):
     monkeypatch.setenv("SUBZERO_TEST_FAIL", when)
     with pytest.raises(sz.WorkflowError, match="sensor overflow"):
@@ -357,14 +371,15 @@ def failed_run(path, monkeypatch, when="run", **options):
 
 def test_resume_keeps_the_committed_nodes_and_runs_the_rest(tmp_path, monkeypatch, clean_run):
     path = tmp_path / "s"
-    failed_run(path, monkeypatch, strategies=PINS)
+    failed_run(path, monkeypatch, strategies=PINS, keep="all")
     catalog = FileStore.open(path).read_catalog()
     assert catalog.status == "failed" and set(catalog.nodes) == {"x", "blur"}
     kept = {k: v for k, v in mtimes(path).items() if k.startswith(("arrays/x/", "arrays/blur/"))}
     (path / "lineage" / "flaky" / "FullMany-backward" / "t000099-dead.mdb").parent.mkdir(parents=True, exist_ok=True)
     (path / "lineage" / "flaky" / "FullMany-backward" / "t000099-dead.mdb").write_bytes(b"half")  # a killed task's
     (path / "arrays" / "blur" / "c" / "0" / "0.ab12.tmp").write_bytes(b"half")  # a killed writer's temporary
-    run = resumable().run({"x": field()}, store=path, executor="local", strategies=PINS, tile_shape=16, resume=True)
+    run = resumable().run({"x": field()}, store=path, executor="local", strategies=PINS, tile_shape=16, resume=True,
+                          keep="all")
     assert run.catalog.status == "done" and len(run.catalog.resumed) == 1
     assert {k: v for k, v in mtimes(path).items() if k in kept} == kept  # committed arrays were not rewritten
     assert not list(path.rglob("*.tmp")) and not (path / "lineage" / "flaky" / "FullMany-backward" /
@@ -811,3 +826,71 @@ def test_an_optimized_run_fuses_the_nodes_whose_candidates_store_nothing():
     assert {n: s for n, s in fused[1].items() if n != "n3-label"} == \
         {n: s for n, s in alone[1].items() if n != "n3-label"}
     assert "n0-sub+n1-conv+n2-thresh" in fused[4] and all("+" not in n for n in alone[4])
+
+
+# -- which arrays a run stores ---------------------------------------------------------------------------
+def _branchy(steps):
+    """`_chain` with a side branch read by the last node: an unstored intermediate read both inside
+    and outside a fused stage."""
+    wf = _chain(steps)
+    first = wf.node(f"n0-{steps[0]}")
+    side = wf.add(ops.GaussianFilter(1.0), first, name="side")
+    wf.add(ops.Add(), wf.node(f"n{len(steps) - 1}-{steps[-1]}"), side, name="sum")
+    return wf
+
+
+def test_a_run_stores_its_inputs_and_outputs_and_recomputes_the_rest(tmp_path):
+    wf = _branchy(["sub", "conv", "thresh", "tanh"])
+    rng = np.random.default_rng(3)
+    inputs = {"x": rng.normal(size=(20, 22)), "dark": rng.normal(size=(20, 22)) * 0.1}
+    lean = wf.run(inputs, store=tmp_path / "lean", executor="local", tile_shape=8)
+    full = wf.run(inputs, store=tmp_path / "full", executor="local", tile_shape=8, keep="all")
+    picked = wf.run(inputs, store=tmp_path / "picked", executor="local", tile_shape=8, keep=["n1-conv"])
+    assert sorted(os.listdir(tmp_path / "lean" / "arrays")) == ["dark", "sum", "x"]
+    assert sorted(os.listdir(tmp_path / "full" / "arrays")) == sorted(n.name for n in wf.nodes)
+    assert sorted(os.listdir(tmp_path / "picked" / "arrays")) == ["dark", "n1-conv", "sum", "x"]
+    for run in (lean, picked):
+        for node in wf.nodes:
+            record = run.catalog.nodes[node.name].array
+            assert record.stored == (node.name in os.listdir(run.path + "/arrays")) and record.why
+            np.testing.assert_array_equal(np.asarray(run.output(node.name)), np.asarray(full.output(node.name)))
+            np.testing.assert_array_equal(run.output(node.name)[3:9, 2], np.asarray(full.output(node.name))[3:9, 2])
+            assert run.shape(node.name) == full.shape(node.name)
+    assert not lean.catalog.nodes["n2-thresh"].array.stored
+    assert "not stored" in lean.catalog.nodes["n2-thresh"].array.why
+    assert lean.catalog.nodes["sum"].array.why == "stored: an output of the workflow"
+    with pytest.raises(sz.WorkflowError, match="keep="):
+        wf.run(inputs, store=tmp_path / "bad", executor="local", keep=3.5)
+    with pytest.raises(sz.WorkflowError, match="unknown node"):
+        wf.run(inputs, store=tmp_path / "bad2", executor="local", keep=["nope"])
+
+
+@settings(max_examples=8, deadline=None)
+@given(steps=st.lists(st.sampled_from(sorted(_STEPS)), min_size=0, max_size=3),
+       side=st.integers(6, 14), tile=st.integers(3, 7), pin=st.integers(-1, 3), data=st.data())
+def test_queries_through_unstored_intermediates_answer_as_with_every_array_stored(steps, side, tile, pin, data):
+    """Every strategy answers the same cells whether or not the intermediates were stored (a
+    query re-running a node over an unstored input recomputes that input's tiles)."""
+    import tempfile
+
+    rng = np.random.default_rng(side)
+    inputs = {"x": rng.normal(size=(side, side + 1)), "dark": rng.normal(size=(side, side + 1)) * 0.1}
+    steps = ["sub", *steps]  # both inputs reach the output
+    pins = {f"n{pin}-{steps[pin]}": "FullOne"} if 0 <= pin < len(steps) else None
+    cell = [data.draw(st.integers(0, side - 1)), data.draw(st.integers(0, side))]
+    wf = _branchy(steps)
+    with tempfile.TemporaryDirectory() as root:
+        runs = {keep: wf.run(inputs, store=os.path.join(root, keep), executor="local", tile_shape=tile,
+                             strategies=pins, keep=keep) for keep in ("needed", "all")}
+        lean, full = runs["needed"], runs["all"]
+        for node in wf.nodes:
+            np.testing.assert_array_equal(np.asarray(lean.output(node.name)), np.asarray(full.output(node.name)))
+        blackbox = {n.name: "BlackBox" for n in wf.nodes if not n.is_input}
+        for using in (None, blackbox):
+            for to in ("x", "dark"):
+                want = full.backward("sum", [cell], to=to, using=using)
+                assert np.array_equal(lean.backward("sum", [cell], to=to, using=using), want)
+            assert np.array_equal(lean.forward("x", [cell], to="sum", using=using),
+                                  full.forward("x", [cell], to="sum", using=using))
+        assert np.array_equal(lean.backward("sum", [cell], to="x", using=blackbox),
+                              lean.backward("sum", [cell], to="x"))

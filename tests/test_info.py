@@ -49,11 +49,15 @@ def test_info_of_a_finished_store(stores):
     t = nodes["t"]
     assert t["operator"] == "Transpose" and t["shape"] == [8, 6] and t["strategies"] == ["FullOne/backward"]
     assert t["lineage_bytes"] > 0 and t["lineage_file_bytes"] > 0 and t["array_bytes"] == 8 * 6 * 8
-    assert 0 < t["array_disk_bytes"] and nodes["blur"]["strategies"] == ["Map", "FullMany/forward"]
+    assert nodes["blur"]["strategies"] == ["Map", "FullMany/forward"]
+    # an intermediate is not stored (recomputed when read); the outputs and the input are
+    assert not t["array_stored"] and not t["array_disk_bytes"] and "recomputed" in t["array_why"]
+    assert all(nodes[n]["array_stored"] and nodes[n]["array_disk_bytes"] > 0 for n in ("x", "last", "total"))
     assert data["totals"]["lineage_bytes"] == sum(n.get("lineage_bytes", 0) for n in data["nodes"])
     text = info_text(data)
     assert "workflow 'life', status done" in text and "Transpose" in text and "8x6" in text
     assert "outputs: last, total" in text and "FullMany/forward" in text
+    assert "not stored (2): " in text and text.rstrip().count("not stored") >= 3  # t and blur, in the table too
 
 
 def test_a_failed_store_says_what_it_committed(stores):

@@ -86,7 +86,7 @@ def test_outputs_are_compressed_as_their_inputs_suggest(tmp_path, noisy):
     wf = sz.Workflow("c")
     blur = wf.add(ops.Convolve(np.ones((3, 3)) / 9.0), wf.input("x"), name="blur")
     wf.add(ops.Threshold(0.5), blur, name="mask")
-    run = wf.run({"x": x}, store=tmp_path / "c", executor="local", tile_shape=16)
+    run = wf.run({"x": x}, store=tmp_path / "c", executor="local", tile_shape=16, keep="all")
     pipelines = {name: run.array(name).layout()[3] for name in ("x", "blur", "mask")}
     assert pipelines == ({"x": "none", "blur": "none", "mask": "zstd"} if noisy else
                          {"x": "zstd", "blur": "zstd", "mask": "zstd"})

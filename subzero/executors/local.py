@@ -6,7 +6,7 @@ import contextvars
 import os
 import pickle
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Callable, Sequence, TypeVar
 
 from subzero import config
@@ -72,13 +72,27 @@ class LocalExecutor(Executor):
             progress.tiles_done(node, 1)
             return got
 
-        pool = ThreadPoolExecutor(self.threads, thread_name_prefix="subzero-tile")
+        futures = [_pool(self.threads).submit(one, item) for item in items]
         try:
-            out = list(pool.map(one, items))
+            return [f.result() for f in futures]
         except BaseException as exc:
             # Ctrl-C or the store's service failing: report now, items not started never start, and the
             # running ones end on their own (the driver's cleanup stops their storage retries)
-            pool.shutdown(wait=not isinstance(exc, (KeyboardInterrupt, StoreError)), cancel_futures=True)
+            for f in futures:
+                f.cancel()
+            if not isinstance(exc, (KeyboardInterrupt, StoreError)):
+                wait(futures)
             raise
-        pool.shutdown()
-        return out
+
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """The process's pool of ``threads`` tile threads, started once (a job of a few small tiles
+    then costs no thread start)."""
+    with _POOLS_LOCK:
+        if threads not in _POOLS:
+            _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix=f"subzero-tile-{threads}")
+        return _POOLS[threads]

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -46,7 +47,7 @@ from subzero.errors import StoreError
 from subzero.store.failures import REBUILD, REBUILD_ARRAY, reading
 from subzero.store.location import Location
 
-__all__ = ["ArrayRef", "StoredArray", "ExternalArray", "HeldArray", "write_array", "chunk_boxes",
+__all__ = ["ArrayRef", "StoredArray", "ExternalArray", "HeldArray", "MemoryArray", "write_array", "chunk_boxes",
            "resolve_compressor", "sampled_compressor", "output_compressor"]
 
 # chunk compression is the ``compressor`` setting (`subzero.config`): "auto" (by what compresses,
@@ -92,7 +93,8 @@ def output_compressor(inputs: "Sequence[ArrayRef | ExternalArray]", compressor: 
     ``compressor`` setting)."""
     if compressor is None:
         compressor = config.get("compressor")
-    stored = [ref for ref in inputs if isinstance(ref, (ArrayRef, HeldArray))]
+    stored = [ref for ref in inputs if isinstance(ref, (ArrayRef, HeldArray, MemoryArray))
+              or (not isinstance(ref, ExternalArray) and hasattr(ref, "layout"))]
     if compressor != "auto" or not stored:
         return compressor
     layouts = [ref.layout() for ref in stored]  # (shape, chunks, dtype, pipeline), read once per array
@@ -336,7 +338,7 @@ class ArrayRef:
         self.forget()
         self.location.makedirs(self.path)
         meta = _metadata(tuple(shape), tuple(chunks), dtype, resolve_compressor(compressor or self.compressor, dtype))
-        self.location.write_bytes(meta, self.path, "zarr.json")
+        self.location.write_bytes(meta, self.path, "zarr.json", durable=False)  # the catalog keeps its checksum
         return xxhash.xxh3_64_hexdigest(meta)
 
     def checked(self, meta_xxh3: str | None) -> "ArrayRef":
@@ -596,6 +598,93 @@ class HeldArray:
     def layout(self) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype, str | None]:
         """(shape, chunks, dtype, pipeline), as `ArrayRef.layout` gives the stored array's."""
         return self.shape, self.chunks, self.block.dtype, self.pipeline
+
+
+class MemoryArray:
+    """A node's whole output held in this process's memory instead of the store: the local
+    executor's tiles write their boxes into it (threads, each its own box) and later nodes
+    read boxes from it, as they would the stored array.  The driver keeps one per unstored
+    node until its last reader has run (`subzero.execution`); nothing is written to disk.
+
+    Parameters
+    ----------
+    name : str
+        The node (named in errors).
+    compressor : str
+        The codec pipeline name its stored form would have (`output_compressor` reads it
+        through `layout`, so readers choose as they do over a stored array).
+    """
+
+    def __init__(self, name: str, compressor: str = "none"):
+        self.name, self.compressor = name, compressor
+        self.block: np.ndarray | None = None
+        self.chunks: tuple[int, ...] = ()
+        self._lock = threading.Lock()
+        with _HELD_LOCK:
+            global _HELD_NEXT
+            _HELD_NEXT += 1
+            self.token = _HELD_NEXT
+            _HELD[self.token] = self
+
+    def __reduce__(self):
+        # the local executor gives each thread its own copy of a task: every copy is this one array
+        return (_held_array, (self.token, self.name))
+
+    def release(self) -> None:
+        """Drop the cells (its last reader has run)."""
+        with _HELD_LOCK:
+            _HELD.pop(self.token, None)
+        self.block = None
+
+    @property
+    def url(self) -> str:
+        """Where it is (for messages): this process's memory."""
+        return f"memory:{self.name}"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (0 before the first tile is written)."""
+        return 0 if self.block is None else int(self.block.nbytes)
+
+    def write_block(self, box: Box, block: np.ndarray, shape: tuple[int, ...], chunks: tuple[int, ...],
+                    compressor: str | None = None) -> int:
+        """Keep ``block`` as the cells of ``box``; returns 0 (no bytes written anywhere)."""
+        block = np.asarray(block)
+        with self._lock:
+            if self.block is None or self.block.shape != tuple(shape) or self.block.dtype != block.dtype:
+                self.block = np.empty(tuple(shape), dtype=block.dtype)
+                self.chunks = tuple(chunks)
+        self.block[tuple(slice(lo, hi) for lo, hi in box)] = block
+        return 0
+
+    def read(self, box: Box | None = None) -> np.ndarray:
+        """The cells of ``box`` (the whole array when None): a copy, as a stored read is."""
+        if self.block is None:
+            raise StoreError(f"node {self.name!r}: its output is read before any tile of it ran")
+        if box is None:
+            return self.block.copy()
+        return self.block[tuple(slice(lo, hi) for lo, hi in box)].copy()
+
+    def layout(self) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype, str | None]:
+        """(shape, chunks, dtype, pipeline), as `ArrayRef.layout` gives a stored array's."""
+        if self.block is None:
+            raise StoreError(f"node {self.name!r}: its output is read before any tile of it ran")
+        return self.block.shape, self.chunks, self.block.dtype, resolve_compressor(self.compressor, self.block.dtype)
+
+
+_HELD: "weakref.WeakValueDictionary[int, MemoryArray]" = weakref.WeakValueDictionary()
+_HELD_LOCK = threading.Lock()
+_HELD_NEXT = 0
+
+
+def _held_array(token: int, name: str) -> MemoryArray:
+    """The `MemoryArray` a pickled task names (in the process that holds it)."""
+    with _HELD_LOCK:
+        got = _HELD.get(token)
+    if got is None:
+        raise StoreError(f"node {name!r}: its output is held in the driver's memory, not stored; only the local "
+                         "executor can read it (run with keep='all' to store every array)")
+    return got
 
 
 def write_array(ref: ArrayRef, array: np.ndarray, chunks: tuple[int, ...] | None = None,

@@ -298,8 +298,9 @@ class FileStore(RunWriter):
         return ArrayRef(self.location, f"arrays/{node}", meta_xxh3)
 
     def save_operator(self, node: str, payload: bytes) -> None:
-        """Write ``operators/NODE.pkl`` (a checksummed frame)."""
-        self.location.write_bytes(seal_pickle(payload), "operators", f"{node}.pkl")
+        """Write ``operators/NODE.pkl`` (a checksummed frame: like a chunk, not flushed to the disk
+        one by one; only the catalog is, and a torn frame after a power loss is told by its checksum)."""
+        self.location.write_bytes(seal_pickle(payload), "operators", f"{node}.pkl", durable=False)
 
     def load_operator(self, node: str) -> Any:
         """Unpickle a node's operator; a `StoreError` when damaged or not importable here."""
@@ -318,10 +319,11 @@ class FileStore(RunWriter):
         return f"lineage/{node}/{strategy_dirname(strategy)}"
 
     def write_manifest(self, manifest: Manifest) -> None:
-        """Write ``manifests/NODE.json`` atomically, sealed (a writer that lost its lock raises instead)."""
+        """Write ``manifests/NODE.json`` atomically, sealed (a writer that lost its lock raises instead;
+        not flushed one by one: a torn one after a power loss is told by its seal)."""
         if self._lock is not None:
             self._lock.check()
-        self.location.write_bytes(seal_json(manifest.to_dict()), "manifests", f"{manifest.node}.json")
+        self.location.write_bytes(seal_json(manifest.to_dict()), "manifests", f"{manifest.node}.json", durable=False)
 
     def read_manifest(self, node: str) -> Manifest:
         """A node's manifest, checked; a `StoreError` when missing or damaged."""

@@ -45,6 +45,8 @@ def explain(run: Run) -> str:
         total_disk += disk
         lines.append(f"\n{name} ({operator_name(node)}, shape {tuple(entry.shape)}): "
                      f"{', '.join(entry.strategies)}  [{entry.reason}]")
+        if entry.array.why:
+            lines.append(f"  array: {entry.array.why}")
         if getattr(node.operator, "coarse", False):
             lines.append(f"  coarse: {getattr(node.operator, 'reason', '')}")
         lines.append(f"  measured: disk {human_bytes(disk)}, operator {_fmt_s(stats.op_seconds)}, "

@@ -39,6 +39,7 @@ def _node(spec: dict[str, Any], record: NodeRecord | None, store: LineageReader)
         "shape": list(record.shape), "dtype": record.dtype, "chunks": list(record.array.chunks),
         "tiles": stats.tiles if stats is not None else None,
         "array_bytes": record.array.nbytes, "array_disk_bytes": store.disk_bytes(record.name),
+        "array_stored": record.array.stored, "array_why": record.array.why or None,
         "strategies": list(record.strategies), "reason": record.reason or None,
         "lineage_bytes": sum(stats.bytes.values()) if stats is not None else 0,
         "lineage_file_bytes": sum(stats.file_bytes.values()) if stats is not None else 0,
@@ -58,7 +59,8 @@ def info_data(path) -> dict[str, Any]:
         "inputs", "outputs", "nodes", "totals"}``.  Each node: ``name``, ``kind``,
         ``inputs``, ``operator``, ``committed`` and, once committed, ``shape``, ``dtype``,
         ``chunks``, ``tiles``, ``array_bytes`` (in memory), ``array_disk_bytes`` (stored,
-        compressed), ``strategies``, ``reason``, ``lineage_bytes``, ``lineage_file_bytes``,
+        compressed), ``array_stored`` (False: not stored, recomputed when read), ``array_why``
+        (why it was stored or not), ``strategies``, ``reason``, ``lineage_bytes``, ``lineage_file_bytes``,
         ``dropped``, ``metadata`` (the keys kept with it, e.g. ``fits_header``).
         ``writer`` describes the process writing the store, if one holds it.
     """
@@ -122,7 +124,7 @@ def info_text(data: dict[str, Any]) -> str:
         extra = " +FITS header" if "fits_header" in n["metadata"] else ""
         rows.append((n["name"], n["operator"] or "input", "x".join(map(str, n["shape"])) or "()", n["dtype"] + extra,
                      str(n["tiles"] or "-"), ", ".join(n["strategies"]) or "-", human_bytes(n["array_bytes"]),
-                     human_bytes(n["array_disk_bytes"]), human_bytes(n["lineage_bytes"]) if n["kind"] == "operator" else "-"))
+                     human_bytes(n["array_disk_bytes"]) if n.get("array_stored", True) else "not stored", human_bytes(n["lineage_bytes"]) if n["kind"] == "operator" else "-"))
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
     lines.append("")
     lines.extend("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
@@ -130,6 +132,10 @@ def info_text(data: dict[str, Any]) -> str:
     ratio = t["lineage_bytes"] / t["input_bytes"] if t["input_bytes"] else 0.0
     lines.append(f"\ntotal: arrays {human_bytes(t['array_bytes'])} ({human_bytes(t['array_disk_bytes'])} on disk), lineage "
                  f"{human_bytes(t['lineage_bytes'])} ({ratio:.2f}x the input), store {human_bytes(t['store_disk_bytes'])}")
+    unstored = [n["name"] for n in data["nodes"] if n["committed"] and not n.get("array_stored", True)]
+    if unstored:
+        lines.append(f"\nnot stored ({len(unstored)}): intermediates no query needs stored, recomputed from their "
+                     f"stored ancestors when read (keep='all' stores every array): {', '.join(unstored)}")
     coarse = [n for n in data["nodes"] if n.get("coarse")]
     if coarse:
         lines.append(f"\ncoarse steps ({len(coarse)}): every output cell depends on every cell they read")

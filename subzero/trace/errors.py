@@ -7,6 +7,7 @@ outside subzero, numpy and scipy), as JAX's ``TracerBoolConversionError`` does.
 from __future__ import annotations
 
 import contextlib
+import functools
 import contextvars
 import linecache
 import os
@@ -40,8 +41,14 @@ def user_files(*files: str) -> Iterator[None]:
         _USER_FILES.reset(token)
 
 
+@functools.lru_cache(maxsize=8192)
+def _abspath(filename: str) -> str:
+    return os.path.abspath(filename)
+
+
+@functools.lru_cache(maxsize=8192)
 def _is_library(filename: str) -> bool:
-    path = os.path.abspath(filename)
+    path = _abspath(filename)
     if path.startswith(_HERE + os.sep) and os.sep + "workflows" + os.sep not in path:
         return True
     return any(part in path for part in _LIBRARIES) or filename.startswith("<frozen")
@@ -53,7 +60,7 @@ def is_user_frame(frame: FrameType) -> bool:
     name = frame.f_code.co_filename
     if _is_library(name):
         return False
-    path = os.path.abspath(name)
+    path = _abspath(name)
     return path in _USER_FILES.get() or not path.startswith(_INSTALLED)
 
 

@@ -327,6 +327,7 @@ def _name_outputs(tracer: Tracer, result, where: str) -> None:
                 any(e.name == key and e is not entry for e in tracer.entries):
             value = _copy(value)
         name_node(value, key)
+        tracer.outputs.append(value.entry)
 
 
 class _Copying:

@@ -90,6 +90,7 @@ class Tracer:
     def __init__(self, name: str):
         self.name = name
         self.entries: list[Entry] = []
+        self.outputs: list[Entry] = []  # the entries the traced function returned, in order
         self.events: list[Event] = []
         self.leaked: list[Entry] = []
         self._inputs_without_values = 0
@@ -212,6 +213,7 @@ class Tracer:
                     wf.constants[names[id(e)]] = e.value
             else:
                 nodes[id(e)] = wf.add(e.op, *[nodes[id(i)] for i in e.inputs], name=names[id(e)])
+        wf.results = [names[id(e)] for e in self.outputs if e.op is not None]
         return wf
 
     # -- the tracer in force ----------------------------------------------------------------------

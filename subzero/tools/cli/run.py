@@ -118,13 +118,20 @@ def cmd_run(args) -> int:
         run = run_with_progress(args, wf, inputs, store=args.store, strategies=strategies or None,
                                  executor=args.executor, spark=spark, tile_shape=args.tile, max_disk=args.max_disk,
                                  max_runtime=args.max_runtime, workload=workload, input_metadata=metadata or None,
-                                 overwrite=args.overwrite, resume=args.resume)
+                                 overwrite=args.overwrite, resume=args.resume, keep=_keep(args.keep))
     except KeyboardInterrupt:
         raise _Interrupted(_committed_text(args.store)) from None
     for node, stored in run.strategies.items():
         print(f"{node:>16}  {', '.join(stored)}")
     print(f"stored in {run.path}")
     return 0
+
+
+def _keep(given: str | None):
+    """``--keep``: "needed" (the default), "all", or comma-separated node names."""
+    if not given or given in ("needed", "all"):
+        return given or "needed"
+    return [name.strip() for name in given.split(",") if name.strip()]
 
 
 class _Interrupted(KeyboardInterrupt):
@@ -186,4 +193,7 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
                           "options): committed nodes are kept, the others run")
     run.add_argument("--overwrite", action="store_true",
                      help="replace the run in --store (a store subzero made that no live run is writing)")
+    run.add_argument("--keep", metavar="needed|all|NODE,...", default="needed",
+                     help="which arrays to store: 'needed' (inputs, outputs, the workload's nodes; the default: "
+                          "the others are recomputed when read), 'all', or these nodes as well")
     run.set_defaults(func=cmd_run)

@@ -167,7 +167,7 @@ class Context:
     def payload_pairs(self, result_box: Box) -> PayloadPairs:
         """All payload pairs in global cell ids, trimmed to the tile's output box."""
         if self._tile is not None:
-            return self._tile_pairs()
+            return self._tile_pairs(*self._tile)
         if not self._pay:
             return PayloadPairs.empty()
         offs, n_labels = _offsets([[lab] for _, lab, _ in self._pay], [len(p) for _, _, p in self._pay])
@@ -177,13 +177,12 @@ class Context:
         payloads = [b for _, _, bs in self._pay for b in bs]
         return PayloadPairs(ids, ptr, [b for b, k in zip(payloads, keep) if k])
 
-    def _tile_pairs(self) -> PayloadPairs:
+    def _tile_pairs(self, payload: bytes, lo: np.ndarray, hi: np.ndarray) -> PayloadPairs:
         """The covered tile of `lwrite_tile`: one pair over every cell of the tile box, its
         envelope (the tile and every record's box) and the record boxes."""
         if self._pay:
             raise LineageError(f"{self.op_name}: lwrite_tile covers the whole tile; it cannot be mixed with "
                                "other payload pairs in one call")
-        payload, lo, hi = self._tile
         box = tuple((int(a), int(b)) for a, b in self.tile_box)
         if self._output_shape is None or len(self._output_shape) != len(self._input_shapes[0]):
             raise LineageError(f"{self.op_name}: lwrite_tile needs an output of the input's axes")

@@ -14,8 +14,9 @@ tile in two passes (`subzero.Operator.prepare` / `subzero.Operator.combine`):
    (global components made of several local parts), the map local id -> global id, their
    bounding boxes, and per tile the box its lineage may reach (`Label.lineage_box`).
 3. ``run`` labels its tile again, renames the parts of seam components, and writes
-   lineage; the input cells of a seam component lie partly in other tiles, so the task
-   reads them from the store (`subzero.context.Context.read_input`).
+   lineage; FULL lineage lists a seam component's input cells, which lie partly in other
+   tiles, so the task reads them from the store (`subzero.context.Context.read_input`);
+   PAY and COMP lineage is one record per component, read nothing beyond the tile.
 
 Run untiled (one tile covering the array), nothing crosses a seam and ``run`` is the
 whole-array operator.
@@ -117,10 +118,15 @@ class Label(IdentityMapping, Operator):
     - ``FULL``: one region pair per component per tile (the component's cells in the
       tile on the out side, all its cells and its ring on the in side), one per
       background cell;
-    - ``PAY``: a component's cells share one payload, the component and its ring encoded
-      as their bounding box and a bitmask over it (``16 * ndim`` bytes + 1 bit per box
-      cell); background cells carry the empty payload, meaning "itself";
-    - ``COMP``: the identity mapping by default, component payloads as overrides.
+    - ``PAY`` and ``COMP``: one payload over every cell of the tile
+      (`subzero.context.Context.lwrite_tile`), the table of its components' records
+      (`component_table`: each one's canonical id and the box holding it and its ring,
+      ``8 * (1 + 2 * ndim)`` bytes per component whatever its size); ``map_p`` reads a
+      cell's label back from the stored label array (attached by the run,
+      `attach_output`): a background cell reads itself, a labelled cell its component
+      (the cells with its id in its box) grown by the structure.  Payloads of stores
+      written before (a component's bounding box and bitmask; the empty payload,
+      "itself") are still read.
 
     Examples
     --------

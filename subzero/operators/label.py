@@ -483,7 +483,9 @@ class Label(IdentityMapping, Operator):
         if not len(cells):
             return np.zeros(0, np.int64), np.zeros((0, ndim), np.int64)
         lo, hi = cells.min(axis=0), cells.max(axis=0) + 1
-        value = self._read_labels(lo, hi)[tuple((cells - lo).T)].astype(np.int64)
+        # the cells' labels and every component they name, from one read when that box is small
+        window = _Window(self._read_labels)
+        value = window.read(lo, hi)[tuple((cells - lo).T)].astype(np.int64)
         background = np.flatnonzero(value == 0)
         owners, reads = [background], [cells[background]]
         fg = np.flatnonzero(value)
@@ -496,10 +498,11 @@ class Label(IdentityMapping, Operator):
         order = np.argsort(which, kind="stable")
         bounds = np.searchsorted(which[order], np.arange(len(comps) + 1))
         structure = self._structure(ndim)
+        window.cover(rlo[k], rhi[k])
         for j, c in enumerate(comps.tolist()):
             mine = fg[order[bounds[j]:bounds[j + 1]]]
             box_lo, box_hi = rlo[k[j]], rhi[k[j]]
-            inside = self._read_labels(box_lo, box_hi) == c
+            inside = window.read(box_lo, box_hi) == c
             if not inside.any():
                 raise LineageError(f"Label: the stored label array holds no cell of component {c} in its box "
                                    f"{tuple(zip(box_lo.tolist(), box_hi.tolist()))}; the label array does not match "
@@ -591,6 +594,39 @@ def read_component_table(payload: bytes, ndim: int) -> tuple[np.ndarray, np.ndar
     ids = words[2:2 + m].astype(np.int64)
     lo = words[2 + m:2 + m + m * ndim].reshape(m, ndim).astype(np.int64)
     return ids, lo, words[2 + m + m * ndim:].reshape(m, ndim).astype(np.int64)
+
+
+class _Window:
+    """Reads of the stored label array for one `Label._resolve` call: boxes inside the last
+    window read are cut from it; `cover` reads one window around several boxes when it is
+    small next to them (one store read in place of one per component)."""
+
+    def __init__(self, read):
+        self._read = read
+        self._lo: np.ndarray | None = None
+        self._hi: np.ndarray | None = None
+        self._cells: np.ndarray | None = None
+
+    def cover(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Read the window around the boxes ``[lo[k], hi[k])`` (and the last window) if it is at
+        most four times their cells (plus 64 Ki cells)."""
+        if not len(lo):
+            return
+        wlo, whi = lo.min(axis=0), hi.max(axis=0)
+        area = int(np.prod(hi - lo, axis=1, dtype=np.int64).sum())
+        if self._lo is not None and self._hi is not None:
+            area += int(np.prod(self._hi - self._lo, dtype=np.int64))
+            wlo, whi = np.minimum(wlo, self._lo), np.maximum(whi, self._hi)
+        if int(np.prod(whi - wlo, dtype=np.int64)) <= 4 * area + (1 << 16):
+            self._lo, self._hi, self._cells = wlo, whi, self._read(wlo, whi)
+
+    def read(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """The label array's cells in ``[lo, hi)``."""
+        if self._cells is not None and self._lo is not None and self._hi is not None and \
+                np.all(lo >= self._lo) and np.all(hi <= self._hi):
+            return self._cells[tuple(slice(a, b) for a, b in zip((lo - self._lo).tolist(), (hi - self._lo).tolist()))]
+        self._lo, self._hi, self._cells = lo, hi, self._read(lo, hi)
+        return self._cells
 
 
 def _is_table(payload: bytes) -> bool:

@@ -474,20 +474,26 @@ class Label(IdentityMapping, Operator):
     def _resolve(self, cells: np.ndarray, payload: bytes) -> tuple[np.ndarray, np.ndarray]:
         """``(owner, coords)``: the lineage of each of ``cells`` under a component table
         (`component_table`), read back from the stored label array: a background cell reads
-        itself, a labelled cell its component and the component's ring (the component's
-        cells in its record box, grown by the structure: every neighbour outside the
-        component is background).  One read for the cells, one per component they touch."""
+        itself, a labelled cell its component and the component's ring.
+
+        One read (the cells' box grown by the records' boxes that meet it) and no loop per
+        cell or component: the components are painted on that box by one table look-up and
+        their rings found by one shifted comparison per neighbour offset (`raster_rings`; a
+        record's box holds its component and its ring)."""
         ndim = len(self.input_shapes[0])
+        shape = tuple(self.input_shapes[0])
         cells = np.asarray(cells, np.int64).reshape(-1, ndim)
         ids, rlo, rhi = read_component_table(payload, ndim)
         if not len(cells):
             return np.zeros(0, np.int64), np.zeros((0, ndim), np.int64)
+        # one read: the cells' box and the boxes of the records that meet it (every component
+        # holding one of the cells is among them, with its ring)
         lo, hi = cells.min(axis=0), cells.max(axis=0) + 1
-        # the cells' labels and every component they name, from one read when that box is small
-        window = _Window(self._read_labels)
-        value = window.read(lo, hi)[tuple((cells - lo).T)].astype(np.int64)
-        background = np.flatnonzero(value == 0)
-        owners, reads = [background], [cells[background]]
+        meet = np.all((rlo < hi) & (rhi > lo), axis=1)
+        wlo = np.concatenate([lo[None], rlo[meet]]).min(axis=0)
+        whi = np.concatenate([hi[None], rhi[meet]]).max(axis=0)
+        window = self._read_labels(wlo, whi)
+        value = window[tuple((cells - wlo).T)].astype(np.int64)
         fg = np.flatnonzero(value)
         comps, which = np.unique(value[fg], return_inverse=True)
         k = np.minimum(np.searchsorted(ids, comps), max(len(ids) - 1, 0))
@@ -495,23 +501,23 @@ class Label(IdentityMapping, Operator):
             bad = comps[ids[k] != comps][0] if len(ids) else comps[0]
             raise LineageError(f"Label: the stored label array holds component {int(bad)}, which the tile's lineage "
                                "does not name; the label array does not match its lineage: re-run the workflow")
-        order = np.argsort(which, kind="stable")
-        bounds = np.searchsorted(which[order], np.arange(len(comps) + 1))
-        structure = self._structure(ndim)
-        window.cover(rlo[k], rhi[k])
-        for j, c in enumerate(comps.tolist()):
-            mine = fg[order[bounds[j]:bounds[j + 1]]]
-            box_lo, box_hi = rlo[k[j]], rhi[k[j]]
-            inside = window.read(box_lo, box_hi) == c
-            if not inside.any():
-                raise LineageError(f"Label: the stored label array holds no cell of component {c} in its box "
-                                   f"{tuple(zip(box_lo.tolist(), box_hi.tolist()))}; the label array does not match "
-                                   "its lineage: re-run the workflow")
-            region = np.argwhere(ndimage.binary_dilation(inside, structure)).astype(np.int64) + box_lo
-            owner, got = repeat_pairs(len(mine), region)
-            owners.append(mine[owner])
-            reads.append(got)
-        return np.concatenate(owners), np.concatenate(reads).reshape(-1, ndim)
+        background = np.flatnonzero(value == 0)
+        known = np.r_[comps, -1]  # a sentinel no label equals: no branch for no components
+        at = np.searchsorted(comps, window)
+        raster = np.where(known[at] == window, at + 1, 0).astype(np.int32)  # component index + 1
+        inside = np.flatnonzero(raster)
+        ring, ring_group = raster_rings(raster, window == 0, wlo, shape, self._structure(ndim))
+        region = np.concatenate([np.stack(np.unravel_index(inside, raster.shape), axis=1).reshape(-1, ndim) + wlo, ring])
+        group = np.concatenate([raster.reshape(-1)[inside].astype(np.int64) - 1, ring_group])
+        order = np.argsort(group, kind="stable")
+        region = region[order]
+        count = np.bincount(group, minlength=len(comps))
+        start = np.cumsum(count) - count
+        n = count[which]  # the reads of each labelled cell
+        owner = np.repeat(fg, n)
+        first = np.repeat(start[which] - (np.cumsum(n) - n), n)
+        reads = region[first + np.arange(int(n.sum()), dtype=np.int64)]
+        return np.concatenate([background, owner]), np.concatenate([cells[background], reads]).reshape(-1, ndim)
 
     def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
         if not payload or not len(cells):
@@ -594,39 +600,6 @@ def read_component_table(payload: bytes, ndim: int) -> tuple[np.ndarray, np.ndar
     ids = words[2:2 + m].astype(np.int64)
     lo = words[2 + m:2 + m + m * ndim].reshape(m, ndim).astype(np.int64)
     return ids, lo, words[2 + m + m * ndim:].reshape(m, ndim).astype(np.int64)
-
-
-class _Window:
-    """Reads of the stored label array for one `Label._resolve` call: boxes inside the last
-    window read are cut from it; `cover` reads one window around several boxes when it is
-    small next to them (one store read in place of one per component)."""
-
-    def __init__(self, read):
-        self._read = read
-        self._lo: np.ndarray | None = None
-        self._hi: np.ndarray | None = None
-        self._cells: np.ndarray | None = None
-
-    def cover(self, lo: np.ndarray, hi: np.ndarray) -> None:
-        """Read the window around the boxes ``[lo[k], hi[k])`` (and the last window) if it is at
-        most four times their cells (plus 64 Ki cells)."""
-        if not len(lo):
-            return
-        wlo, whi = lo.min(axis=0), hi.max(axis=0)
-        area = int(np.prod(hi - lo, axis=1, dtype=np.int64).sum())
-        if self._lo is not None and self._hi is not None:
-            area += int(np.prod(self._hi - self._lo, dtype=np.int64))
-            wlo, whi = np.minimum(wlo, self._lo), np.maximum(whi, self._hi)
-        if int(np.prod(whi - wlo, dtype=np.int64)) <= 4 * area + (1 << 16):
-            self._lo, self._hi, self._cells = wlo, whi, self._read(wlo, whi)
-
-    def read(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """The label array's cells in ``[lo, hi)``."""
-        if self._cells is not None and self._lo is not None and self._hi is not None and \
-                np.all(lo >= self._lo) and np.all(hi <= self._hi):
-            return self._cells[tuple(slice(a, b) for a, b in zip((lo - self._lo).tolist(), (hi - self._lo).tolist()))]
-        self._lo, self._hi, self._cells = lo, hi, self._read(lo, hi)
-        return self._cells
 
 
 def _is_table(payload: bytes) -> bool:

@@ -235,6 +235,23 @@ def box_cells(lo: tuple[int, ...], hi: tuple[int, ...]) -> np.ndarray:
     return np.stack([g.reshape(-1) for g in grid], axis=1)
 
 
+def box_ids(box, shape: Shape) -> np.ndarray:
+    """The flat ids (C order, sorted) of every cell of the half-open ``box`` (``((lo, hi), ...)``)
+    in an array of ``shape``: one broadcast sum, no coordinates.
+
+    Examples
+    --------
+    >>> box_ids(((1, 3), (2, 4)), (4, 5)).tolist()
+    [7, 8, 12, 13]
+    """
+    strides = np.cumprod((1,) + tuple(int(n) for n in shape[:0:-1]))[::-1].astype(np.int64)
+    total = np.zeros((), np.int64)
+    for a, ((lo, hi), stride) in enumerate(zip(box, strides)):
+        axis = np.arange(int(lo), int(hi), dtype=np.int64) * stride
+        total = np.add.outer(total, axis) if a else axis
+    return np.asarray(total, np.int64).reshape(-1)
+
+
 def as_boxes(box: Any, shape: Shape, where: str) -> tuple[np.ndarray, np.ndarray]:
     """Validate a user's box (``[(lo, hi), ...]``, one half-open pair per axis) or list of
     boxes against an array shape; return ``(lo, hi)`` as two ``(N, ndim)`` int64 arrays.

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from subzero.cells import to_ids
+from subzero.cells import box_ids, to_ids
 from subzero.errors import LineageError
 from subzero.modes import Mode
 from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
@@ -51,6 +51,7 @@ class Context:
         self._full: list[tuple[np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray]]] = []
         self._pay: list[tuple[np.ndarray, np.ndarray, list[bytes]]] = []
         self._result_shape: tuple[int, ...] | None = None
+        self._tile: tuple[bytes, np.ndarray, np.ndarray] | None = None
 
     # -- the API operators call ----------------------------------------------------
     def read_input(self, i: int, box: Box) -> np.ndarray:
@@ -115,6 +116,22 @@ class Context:
             raise LineageError(f"{self.op_name}: lwrite_many needs one cell array and one in_pair per input")
         self._full.append((out, out_labels, ins, [self._labels(p, len(c)) for p, c in zip(in_pair, ins)]))
 
+    def lwrite_tile(self, payload: bytes, record_lo, record_hi) -> None:
+        """Record one payload pair over every cell of the tile: the operator's ``map_p``
+        resolves the payload cell by cell (Label reads each cell's component back from
+        its stored output).  ``record_lo``/``record_hi`` (``(m, ndim)``, half-open, global
+        coordinates of input 0) are the boxes of the ``m`` records the payload names: every
+        out cell in none of them must read only itself.  Encoders of one payload per cell
+        store the payload and the boxes, not the cells (a *covered tile*).  Nothing else
+        may be written with payloads in the same call.
+        """
+        ndim = len(self._input_shapes[0]) if self._input_shapes else 0
+        lo, hi = np.asarray(record_lo, np.int64), np.asarray(record_hi, np.int64)
+        if lo.shape != hi.shape or lo.ndim != 2 or lo.shape[1] != ndim:
+            raise LineageError(f"{self.op_name}: lwrite_tile record boxes must be two (m, ndim) arrays of input 0's "
+                               f"axes, got shapes {lo.shape} and {hi.shape}")
+        self._tile = (bytes(payload), lo, hi)
+
     def _labels(self, labels, n: int) -> np.ndarray:
         lab = np.asarray(labels, np.int64).reshape(-1)
         if len(lab) and lab.min() < 0:
@@ -153,6 +170,8 @@ class Context:
 
     def payload_pairs(self, result_box: Box) -> PayloadPairs:
         """All payload pairs in global cell ids, trimmed to the tile's output box."""
+        if self._tile is not None:
+            return self._tile_pairs(*self._tile)
         if not self._pay:
             return PayloadPairs.empty()
         offs, n_labels = _offsets([[lab] for _, lab, _ in self._pay], [len(p) for _, _, p in self._pay])
@@ -161,6 +180,23 @@ class Context:
         ids, ptr = _group(out_ids, out_lab, keep)
         payloads = [b for _, _, bs in self._pay for b in bs]
         return PayloadPairs(ids, ptr, [b for b, k in zip(payloads, keep) if k])
+
+    def _tile_pairs(self, payload: bytes, lo: np.ndarray, hi: np.ndarray) -> PayloadPairs:
+        """The covered tile of `lwrite_tile`: one pair over every cell of the tile box, its
+        envelope (the tile and every record's box) and the record boxes."""
+        if self._pay:
+            raise LineageError(f"{self.op_name}: lwrite_tile covers the whole tile; it cannot be mixed with "
+                               "other payload pairs in one call")
+        box = tuple((int(a), int(b)) for a, b in self.tile_box)
+        if self._output_shape is None or len(self._output_shape) != len(self._input_shapes[0]):
+            raise LineageError(f"{self.op_name}: lwrite_tile needs an output of the input's axes")
+        ids = box_ids(box, self._output_shape)
+        tlo = np.array([a for a, _ in box], np.int64)
+        thi = np.array([b for _, b in box], np.int64)
+        elo = np.minimum(tlo, lo.min(axis=0)) if len(lo) else tlo
+        ehi = np.maximum(thi, hi.max(axis=0)) if len(hi) else thi
+        envelopes = ((elo.reshape(1, -1), ehi.reshape(1, -1)),)
+        return PayloadPairs(ids, np.array([0, len(ids)], np.int64), [payload], envelopes, box, ((lo, hi),))
 
     # -- helpers -----------------------------------------------------------------------
     def _coords(self, cells, i: int | None, what: str, in_global: bool = False) -> np.ndarray:

@@ -104,17 +104,33 @@ class PayloadPairs:
     ``(lo, hi)`` (two ``(n_pairs, ndim_i)`` arrays; ``lo == hi`` for no cells) of what
     ``map_p`` computes for each pair: the encoders index it so that forward queries
     expand only the payloads that can reach their cells.
+
+    ``cover``, when set, says these are a *covered tile* (`subzero.context.Context.lwrite_tile`):
+    one pair over every cell of the box ``cover`` (its out cells, in C order), whose payload
+    the operator's ``map_p`` resolves cell by cell; ``records`` then holds per input the
+    boxes ``(lo, hi)`` of the records it names (every out cell in no record's box reads only
+    itself), which PayOne and CompOne store in place of the cells.
     """
 
     out_ids: np.ndarray
     out_ptr: np.ndarray
     payloads: list[bytes]
     envelopes: tuple[tuple[np.ndarray, np.ndarray], ...] | None = None
+    cover: tuple[tuple[int, int], ...] | None = None
+    records: tuple[tuple[np.ndarray, np.ndarray], ...] | None = None
 
     @classmethod
     def empty(cls) -> "PayloadPairs":
         """No pairs."""
         return cls(_EMPTY, np.zeros(1, dtype=np.int64), [])
+
+    @classmethod
+    def of_cells(cls, ids: np.ndarray, payload: bytes) -> "PayloadPairs":
+        """One pair: the out cells ``ids`` carrying ``payload`` (no pair without cells)."""
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        if not len(ids):
+            return cls.empty()
+        return cls(ids, np.array([0, len(ids)], np.int64), [payload])
 
     @property
     def n_pairs(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -55,6 +56,9 @@ class Run:
         #: operators bound to the shapes the catalog records; the caller's workflow stays as it was
         self.workflow = workflow.with_operators(bound_operators(workflow, self.record, operators or {}))
         self.lineage = QueryEngine(store, self.workflow, self.record)
+        for node in self.workflow.nodes:  # lineage that names cells of its node's own stored output (Label's)
+            if node.operator is not None and node.name in self.record.nodes and hasattr(node.operator, "attach_output"):
+                node.operator.attach_output(functools.partial(_read_output, self, node.name))
         self.last_query: list[dict] = []
 
     # -- what the run holds -----------------------------------------------------------
@@ -449,6 +453,12 @@ def _form(frontier: Frontier, as_: str):
     if as_ == "mask":
         return frontier.mask()
     return frontier
+
+
+def _read_output(run: "Run", name: str, box) -> np.ndarray:
+    """The cells of node ``name``'s stored output in ``box`` (what `Run` attaches to operators
+    whose stored lineage refers to their own output)."""
+    return run.array(name).read(box)
 
 
 def bound_operators(workflow: Workflow, catalog: RunRecord,

@@ -329,3 +329,27 @@ def test_lwrite_many_with_one_payload_per_pair():
         ctx.lwrite_many(out, out_pair=[0, 0, 5, 0], payload=[b"a"])
     with pytest.raises(sz.LineageError, match="not both"):
         ctx.lwrite_many(out, out, out_pair=[0] * 4, in_pair=[[0] * 4], payload=[b"a"])
+
+
+# -- covered tiles ----------------------------------------------------------------------------------------
+def test_lwrite_tile_covers_every_cell_of_the_tile_with_one_payload():
+    tile = ((2, 4), (0, 8))
+    ctx = make_ctx(tile_box=tile, input_boxes=(tile,), result_box=tile, modes=(sz.Mode.COMP,))
+    lo, hi = np.array([[1, 0], [3, 6]]), np.array([[4, 3], [5, 8]])
+    ctx.lwrite_tile(b"table", lo, hi)
+    pay = ctx.payload_pairs(tile)
+    assert pay.payloads == [b"table"] and pay.out_ptr.tolist() == [0, 16]
+    assert pay.out_ids.tolist() == ids(np.argwhere(np.ones((2, 8), bool)) + [2, 0])
+    assert pay.cover == tile and np.array_equal(pay.records[0][0], lo) and np.array_equal(pay.records[0][1], hi)
+    elo, ehi = pay.envelopes[0]
+    assert elo.tolist() == [[1, 0]] and ehi.tolist() == [[5, 8]]  # the tile and every record
+
+
+def test_lwrite_tile_is_checked():
+    ctx = make_ctx(modes=(sz.Mode.COMP,))
+    with pytest.raises(sz.LineageError, match="record boxes must be two"):
+        ctx.lwrite_tile(b"t", np.zeros((2, 3)), np.zeros((2, 3)))
+    ctx.lwrite_tile(b"t", np.zeros((0, 2)), np.zeros((0, 2)))
+    ctx.lwrite(cells((0, 0)), payload=b"p")
+    with pytest.raises(sz.LineageError, match="cannot be mixed"):
+        ctx.payload_pairs(WHOLE)

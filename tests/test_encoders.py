@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import subzero as sz
+from subzero.cells import to_ids
 from subzero.encoders import EncodedTile, FullOne, PayMany, PayOne, encoder_for, merge_tiles
 from subzero.encoders.base import frontier_boxes
 from subzero.encoders.codec import (CELL, OUT, PAIR, bytes_to_keys, keys_to_bytes, make_keys, pack_groups,
@@ -573,6 +574,40 @@ class TestPayOne(PayloadStrategyTests):
             self.encoder.lookup(reader, mask(OUT_SHAPE, [0]), SHAPES)
         with pytest.raises(StoreError, match="layout version 99"):
             self.encoder.load(reader, SHAPES)
+
+
+    def test_a_covered_tile_stores_its_payload_and_record_boxes_not_its_cells(self, store):
+        """Layout 4 (Label's covered tiles): one payload over every cell of each tile; a lookup pairs
+        the frontier's cells with their tile's payload, a forward step takes the cells of the record
+        boxes its frontier meets and its own cells."""
+        from subzero.encoders.codec import RUN
+
+        shape = (6, 8)
+        shapes, ndims = (shape, (shape,)), {OUT: 2, 0: 2}
+        tiles = [(((0, 3), (0, 8)), b"A", np.array([[0, 0], [1, 5]]), np.array([[2, 3], [3, 8]])),
+                 (((3, 6), (0, 8)), b"B", np.zeros((0, 2), np.int64), np.zeros((0, 2), np.int64))]
+        encoded = []
+        for index, (box, payload, lo, hi) in enumerate(tiles):
+            ids = to_ids(np.argwhere(np.ones((3, 8), bool)) + [box[0][0], 0], shape)
+            pairs = PayloadPairs(ids, np.array([0, len(ids)]), [payload], ((np.array([[0, 0]]), np.array([[3, 8]])),),
+                                 box, ((lo, hi),))
+            encoded.append(self.encoder.encode(pairs, index, shapes))
+        batch = merge_tiles(encoded)
+        assert batch.n_pairs == 2 and len(batch.keys) == 6  # per tile: the payload, its record table, the layout
+        stem = f"n{next(_nodes)}"
+        files, _ = write_shard(store, "shards", stem, batch)
+        reader = ShardReader(store, "shards", ShardRecord(0, stem, files), ndims)
+        assert not reader.scan_ranges(make_keys(RUN, 0, np.zeros(1, np.int64)),
+                                      make_keys(RUN + 1, 0, np.zeros(1, np.int64)))[1]  # no cells stored
+        got = self.encoder.lookup(reader, mask(shape, [0, 9, 30, 47]), shapes)
+        assert per_cell(got) == {(0, b"A"), (9, b"A"), (30, b"B"), (47, b"B")}
+        assert per_cell(self.encoder.load(reader, shapes)) == {(c, b"A" if c < 24 else b"B") for c in range(48)}
+        near = self.encoder.forward_candidates(reader, mask(shape, to_ids(np.array([[1, 1]]), shape)), 0, shapes)
+        assert per_cell(near) == {(c, b"A") for c in to_ids(np.argwhere(np.ones((2, 3), bool)), shape).tolist()}
+        own = self.encoder.forward_candidates(reader, mask(shape, to_ids(np.array([[4, 4]]), shape)), 0, shapes)
+        assert per_cell(own) == {(36, b"B")}
+        lone = self.encoder.forward_candidates(reader, mask(shape, to_ids(np.array([[0, 4]]), shape)), 0, shapes)
+        assert per_cell(lone) == {(4, b"A")}  # in no record box: only the cell itself
 
 
 class TestPayMany(PayloadStrategyTests):

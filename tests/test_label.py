@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import pickle
 
 import numpy as np
 import pytest
@@ -26,7 +27,7 @@ from subzero.cells import to_coords, to_ids
 from subzero.context import Context
 from subzero.modes import Mode
 from subzero.operators._kernels import decode_region, encode_region, encode_regions, region_envelopes
-from subzero.operators.label import SeamIndex, TileSummary, canonical_ids, first_cells
+from subzero.operators.label import SeamIndex, TileSummary, canonical_ids, first_cells, read_component_table
 from subzero.pairs import FullPairs, PayloadPairs
 from subzero.runtime import expand_payloads
 from subzero.tiling import box_slices, full_box, tile_grid
@@ -123,6 +124,7 @@ def two_pass(op: ops.Label, x: np.ndarray, tile_shape, modes=()):
         out[box_slices(t.box)] = got
         fulls.append(ctx.full_pairs(t.box))
         pays.append(ctx.payload_pairs(t.box))
+    op.attach_output(lambda box: out[box_slices(box)])  # as a run does: payloads name its components
     return out, FullPairs.concat(fulls, 1), PayloadPairs.concat(pays), summaries
 
 
@@ -211,7 +213,8 @@ def test_components_crossing_tiles_every_way(name, mask, structure, tile):
     whole = bound(ops.Label(structure), mask.shape)
     _, wfull, wpay, _ = two_pass(whole, mask, None, {Mode.FULL, Mode.PAY})
     assert relation(full) == relation(wfull)
-    assert payload_map(pay) == payload_map(wpay), "a component's payload does not depend on the tiling"
+    assert relation(expand_payloads(op, pay)) == relation(full), "payloads resolve to the same lineage at any tiling"
+    assert relation(expand_payloads(whole, wpay)) == relation(wfull)
 
 
 def relation(pairs: FullPairs) -> set[tuple[int, int]]:
@@ -224,18 +227,39 @@ def relation(pairs: FullPairs) -> set[tuple[int, int]]:
     return got
 
 
-def payload_map(pay: PayloadPairs) -> dict[int, bytes]:
-    return {int(c): p for p, ids in pay.by_payload() for c in ids.tolist()}
-
-
-def test_a_component_spanning_many_tiles_is_one_label_and_one_payload():
+def test_a_component_spanning_many_tiles_is_one_label_and_one_record():
     mask = snake(16)
     op = bound(ops.Label(), mask.shape)
     out, _, pay, _ = two_pass(op, mask, (3, 3), {Mode.PAY})
     assert len(np.unique(out[mask])) == 1 and out[0, 0] == 1
     assert len(op._seams.global_ids) == 1
+    # every tile covers its cells with one table; the snake's record, in every tile it crosses, is
+    # its id and its bounding box grown by one (the whole array), not its cells
+    assert len(pay.payloads) == 36 and pay.cover is None  # 6 x 6 tiles, concatenated
+    for table in pay.payloads:
+        ids, lo, hi = read_component_table(table, 2)
+        assert ids.tolist() in ([], [1]) and all(a.tolist() == [0, 0] and b.tolist() == [16, 16] for a, b in zip(lo, hi))
     lineage = backward_ref(out, np.argwhere(mask)[:1])  # the snake and its ring
-    assert {p for p, _ in pay.by_payload() if p} == {encode_region(lineage, 2)}
+    owner, got = op.map_p_pairs(np.argwhere(mask)[:2], pay.payloads[0], 0)
+    assert owner.tolist() == [0] * len(lineage) + [1] * len(lineage)
+    assert all(np.array_equal(np.unique(got[owner == k], axis=0), lineage) for k in (0, 1))
+
+
+def test_a_table_payload_needs_the_stored_label_array():
+    mask = corner_ring()
+    op = bound(ops.Label(), mask.shape)
+    _, _, pay, _ = two_pass(op, mask, (4, 4), {Mode.COMP})
+    cell = np.argwhere(mask)[:1]
+    table = next(p for p, ids in pay.by_payload() if to_ids(cell, mask.shape)[0] in ids)
+    fresh = bound(ops.Label(), mask.shape)  # no label array attached
+    with pytest.raises(sz.LineageError, match="no label array is attached"):
+        fresh.map_p(cell, table, 0)
+    with pytest.raises(sz.LineageError, match="not a component table"):
+        op.map_p(cell, table[:-8], 0)
+    assert pickle.loads(pickle.dumps(op)).__dict__.get("_output") is None  # a process attaches its own
+    op.attach_output(lambda box: np.full(tuple(b - a for a, b in box), 99, np.int64))  # labels that do not match
+    with pytest.raises(sz.LineageError, match="does not match its lineage"):
+        op.map_p(cell, table, 0)
 
 
 # =====================================================================================
@@ -255,9 +279,7 @@ def test_lineage_of_every_mode_is_the_component_relation(case):
     for mode in (Mode.PAY, Mode.COMP):
         _, _, pay, _ = two_pass(op, mask, tile, {mode})
         got = relation(expand_payloads(op, pay))
-        if mode is Mode.COMP:  # the identity default answers background cells
-            assert set(pay.out_ids.tolist()) == set(to_ids(np.argwhere(mask), mask.shape).tolist())
-            got |= {(int(c), int(c)) for c in to_ids(np.argwhere(~mask), mask.shape)}
+        assert sorted(pay.out_ids.tolist()) == list(range(mask.size))  # covered tiles: every cell, one table each
         assert got == truth, mode
     # every tile's lineage lies in its lineage box
     for t in tile_grid(mask.shape, tuple(range(mask.ndim)), tile):
@@ -303,14 +325,11 @@ def test_every_strategy_answers_like_the_component_relation(seed, tmp_path):
 @settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # fixtures: same each time
 @given(case=cases(max_side=8), data=st.data())
-def test_stored_payload_strategies_answer_like_the_definition_and_every_other(case, data, tmp_path_factory,
-                                                                             monkeypatch):
-    """Through the store (local executor, random masks, structures and tile shapes): CompOne and
-    PayOne (layout 3, with entries of at most 2 runs, so rows take several) answer backward and
-    forward exactly as the component relation, FullRange, FullOne and BlackBox do."""
-    from subzero.encoders import pay_one
-
-    monkeypatch.setattr(pay_one, "RUNS_PER_ENTRY", 2)
+def test_stored_payload_strategies_answer_like_the_definition_and_every_other(case, data, tmp_path_factory):
+    """Through the store (local executor, random masks, structures and tile shapes, components
+    crossing the tiles' seams): CompOne and PayOne (covered tiles: a table of component records
+    per tile, the cells read back from the stored label array) answer backward and forward
+    exactly as the component relation, FullRange, FullOne and BlackBox do."""
     mask, structure, tile = case
     wf, _ = label_workflow(structure)
     store = tmp_path_factory.mktemp("stored")
@@ -471,17 +490,15 @@ def test_map_p_envelope_reads_the_headers():
     op = bound(ops.Label(), mask.shape)
     _, _, pay, _ = two_pass(op, mask, (4, 4), {Mode.PAY})
     payloads = [p for p, _ in pay.by_payload()]
-    lo, hi = op.map_p_envelope(payloads, 0)
-    for p, a, b in zip(payloads, lo, hi):
-        if p:
-            cells = decode_region(p, 2)
-            assert np.array_equal(a, cells.min(axis=0)) and np.array_equal(b, cells.max(axis=0) + 1)
-        else:  # "the cell itself", cells unknown: the whole input
-            assert a.tolist() == [0, 0] and b.tolist() == [8, 8]
+    lo, hi = op.map_p_envelope(payloads, 0)  # tables over cells not given: the whole input
+    assert lo.tolist() == [[0, 0]] * len(payloads) and hi.tolist() == [[8, 8]] * len(payloads)
     owned = [to_coords(ids, mask.shape) for _, ids in pay.by_payload()]
-    lo, hi = op.map_p_envelope(payloads, 0, cells=owned)
+    lo, hi = op.map_p_envelope(payloads, 0, cells=owned)  # the cells' boxes and their records' boxes
     base_lo, base_hi = sz.Operator.map_p_envelope(op, payloads, 0, cells=owned)  # the default, from map_p
     assert np.array_equal(lo, base_lo) and np.array_equal(hi, base_hi)
+    regions = [encode_region(np.array([[1, 2], [3, 1]]), 2), b""]  # region payloads (stores before tables)
+    lo, hi = op.map_p_envelope(regions, 0, cells=[np.array([[0, 0]]), np.array([[5, 6]])])
+    assert lo.tolist() == [[1, 1], [5, 6]] and hi.tolist() == [[4, 3], [6, 7]]
     one = np.array([[1, 1], [6, 7]])
     lo, hi = op.map_p_envelope([b"", b""], 0, cells=one)
     assert lo.tolist() == one.tolist() and hi.tolist() == (one + 1).tolist()

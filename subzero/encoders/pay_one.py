@@ -21,6 +21,15 @@ entry per input (``ENVELOPE``: group ids, then the half-open boxes, ``<i8``), me
 the frontier's boxes in numpy (`subzero.boxes.boxes_intersect`); a tile holds a few hundred
 payloads, and building an R-tree file per tile cost more than the rest of the shard.
 Layout 2 kept them in an R-tree per input beside the shard; its shards are still read.
+
+Layout 4 stores a *covered tile* (`subzero.context.Context.lwrite_tile`: one payload over
+every cell of the tile, which the operator's ``map_p`` resolves cell by cell, as Label
+reads each cell's component back from its stored label array): no cells at all, only the
+payload entry (the tile box, then the payload) and, per input, the table of the boxes of
+the records the payload names (``ENVELOPE``, as in layout 3).  A lookup pairs the
+frontier's cells in the tile box with the payload; a forward step's candidates are the
+out cells in the record boxes its frontier meets and the frontier's own cells (an out
+cell in no record's box reads only itself).
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.boxes import boxes_intersect
-from subzero.cells import to_coords, to_ids
+from subzero.cells import box_ids, to_coords, to_ids
 from subzero.encoders.base import EncodedTile, PayloadEncoder, Reader, scan, envelope_boxes, frontier_boxes
 from subzero.encoders.codec import CELL, ENVELOPE, LAYOUT, OUT, PAIR, RUN, make_keys, pair_id_base, split_keys
 from subzero.errors import StoreError
@@ -38,10 +47,12 @@ __all__ = ["PayOne", "LAYOUT_VERSION"]
 
 _ONE, _MANY = b"\x00", b"\x01"
 #: the layout PayOne writes: 3 = runs of cells, envelope tables in the shard (2 = runs of cells,
-#: envelopes in R-trees; 1 = one entry per cell, no layout key)
+#: envelopes in R-trees; 1 = one entry per cell, no layout key); covered tiles are layout 4
 LAYOUT_VERSION = 3
-#: the run layouts this code reads (layout 1 has no layout key)
-READ_LAYOUTS = (2, 3)
+#: the layout of a covered tile: its payload and record boxes, no cells
+COVERED_LAYOUT = 4
+#: the layouts with a layout key this code reads (layout 1 has none)
+READ_LAYOUTS = (2, 3, 4)
 #: runs per entry at most (layout 3): a lookup decodes at most this many runs per entry it reads
 RUNS_PER_ENTRY = 128
 
@@ -50,6 +61,8 @@ class PayOne(PayloadEncoder):
     base = "PayOne"
 
     def encode(self, pairs: PayloadPairs, tile_index: int, shapes) -> EncodedTile:
+        if pairs.cover is not None:
+            return _encode_covered(pairs, tile_index)
         distinct, code = pairs.groups()
         group_keys, group_values, boxes = _payload_groups(pairs, tile_index, shapes[0], distinct, code)
         run_keys, run_values, longest = _encode_runs(pairs, pair_id_base(tile_index) + code, shapes[0])  # span
@@ -66,8 +79,11 @@ class PayOne(PayloadEncoder):
                            values=run_values + group_values + tables + [layout], n_pairs=pairs.n_pairs)
 
     def lookup(self, reader: Reader, frontier, shapes) -> PayloadPairs:
-        ids = np.unique(np.asarray(frontier.ids(), np.int64))
         version, longest = _layout(reader)
+        if version == COVERED_LAYOUT:
+            return PayloadPairs.concat([PayloadPairs.of_cells(frontier.within(lo, hi).ids(), payload)
+                                        for _, lo, hi, payload in _covers(reader, len(shapes[0]))])
+        ids = np.unique(np.asarray(frontier.ids(), np.int64))
         if longest is None:  # layout 1: one entry per cell
             keys, values = reader.get_many(make_keys(CELL, OUT, ids))
             return _one_cell_pairs(keys, values)
@@ -83,6 +99,9 @@ class PayOne(PayloadEncoder):
 
     def load(self, reader: Reader, shapes) -> PayloadPairs:
         version, longest = _layout(reader)
+        if version == COVERED_LAYOUT:
+            return PayloadPairs.concat([PayloadPairs.of_cells(box_ids(tuple(zip(lo.tolist(), hi.tolist())), shapes[0]),
+                                                              payload) for _, lo, hi, payload in _covers(reader, len(shapes[0]))])
         if longest is None:
             return _one_cell_pairs(*scan(reader, CELL))
         runs = _Runs.decode(*scan(reader, RUN), version)
@@ -97,6 +116,8 @@ class PayOne(PayloadEncoder):
         out_shape = shapes[0]
         mins, maxs = frontier_boxes(frontier)
         version, longest = _layout(reader)
+        if version == COVERED_LAYOUT:
+            return _covered_candidates(reader, frontier, i, mins.astype(np.int64), maxs.astype(np.int64) + 1, shapes)
         if version < 3:  # envelopes in an R-tree
             ids = np.unique(reader.intersect(i, mins, maxs))
         else:
@@ -141,6 +162,77 @@ def _layout(reader: Reader) -> tuple[int, int | None]:
         raise StoreError(f"a PayOne/CompOne lineage shard mixes layouts {sorted(versions)}; the store is damaged: "
                          "re-run the workflow")
     return versions.pop(), longest
+
+
+def _encode_covered(pairs: PayloadPairs, tile_index: int) -> EncodedTile:
+    """Layout 4 entries of a covered tile: its payload entry (the tile box, then the payload),
+    one table of record boxes per input, the layout key."""
+    box = np.array(pairs.cover, np.int64).reshape(-1, 2)
+    group = pair_id_base(tile_index)
+    head = np.concatenate([box[:, 0], box[:, 1]]).astype("<i8").tobytes()
+    keys = [make_keys(PAIR, 0, np.array([group], np.int64))]
+    values = [head + pairs.payloads[0]]
+    for i, (lo, hi) in enumerate(pairs.records or ()):
+        keys.append(make_keys(ENVELOPE, i, np.array([tile_index], np.int64)))
+        values.append(_envelope_table(np.full(len(lo), group, np.int64), lo.astype(np.int64), hi.astype(np.int64)))
+    keys.append(make_keys(LAYOUT, 0, np.array([tile_index], np.int64)))
+    values.append(np.array([COVERED_LAYOUT, 1], "<u4").tobytes())
+    return EncodedTile(keys=np.concatenate(keys), values=values, n_pairs=1)
+
+
+def _covers(reader: Reader, ndim: int) -> list[tuple[int, np.ndarray, np.ndarray, bytes]]:
+    """The covered tiles of a layout 4 shard: group id, tile box (half-open) and payload each."""
+    keys, values = scan(reader, PAIR)
+    width = 16 * ndim
+    out = []
+    for key, value in zip(split_keys(keys)[2].tolist(), values):
+        if len(value) < width:
+            raise StoreError("a PayOne/CompOne lineage shard has a damaged covered-tile entry; re-run the workflow")
+        head = np.frombuffer(value[:width], "<i8").astype(np.int64)
+        out.append((int(key), head[:ndim], head[ndim:], value[width:]))
+    return out
+
+
+def _covered_candidates(reader: Reader, frontier, i: int, lo: np.ndarray, hi: np.ndarray, shapes) -> PayloadPairs:
+    """A forward step's candidates in a layout 4 shard: per covered tile, its out cells in the
+    record boxes (over input ``i``) that meet one of the frontier's boxes ``[lo, hi)``, and the
+    frontier's own cells in the tile (an out cell in no record box reads only itself); every
+    cell of the tile when the input's frame is not the output's."""
+    out_shape = tuple(shapes[0])
+    ndim = len(out_shape)
+    same_frame = tuple(shapes[1][i]) == out_shape
+    _, tables = reader.scan_ranges(make_keys(ENVELOPE, i, np.zeros(1, np.int64)),
+                                   make_keys(ENVELOPE, i + 1, np.zeros(1, np.int64)))
+    boxes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for value in tables:
+        table = np.frombuffer(value, "<i8")
+        n = int(table[0]) if len(table) else -1
+        if n < 0 or len(table) != 1 + n * (1 + 2 * ndim):
+            raise StoreError("a PayOne/CompOne lineage shard has a damaged envelope table; re-run the workflow")
+        rlo = table[1 + n:1 + n + n * ndim].reshape(n, ndim).astype(np.int64)
+        rhi = table[1 + n + n * ndim:].reshape(n, ndim).astype(np.int64)
+        hit = boxes_intersect(rlo, rhi, lo, hi)[0] if n and len(lo) else np.zeros(0, np.int64)
+        for group in np.unique(table[1:1 + n][hit]).tolist():
+            mine = hit[table[1:1 + n][hit] == group]
+            boxes[int(group)] = (rlo[mine], rhi[mine])
+    parts = []
+    for group, tlo, thi, payload in _covers(reader, ndim):
+        extent = tuple((thi - tlo).tolist())
+        if not same_frame:
+            parts.append(PayloadPairs.of_cells(box_ids(tuple(zip(tlo.tolist(), thi.tolist())), out_shape), payload))
+            continue
+        raster = np.zeros(extent, bool)
+        for a, b in zip(*boxes.get(group, (np.zeros((0, ndim), np.int64),) * 2)):
+            a, b = np.maximum(a, tlo) - tlo, np.minimum(b, thi) - tlo
+            if np.all(b > a):
+                raster[tuple(slice(x, y) for x, y in zip(a.tolist(), b.tolist()))] = True
+        own = frontier.within(tlo, thi).coords()
+        if len(own):
+            raster[tuple((own - tlo).T)] = True
+        at = np.argwhere(raster).astype(np.int64)
+        if len(at):
+            parts.append(PayloadPairs.of_cells(to_ids(at + tlo, out_shape), payload))
+    return PayloadPairs.concat(parts)
 
 
 def _envelope_table(ids: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bytes:

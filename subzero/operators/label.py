@@ -14,8 +14,9 @@ tile in two passes (`subzero.Operator.prepare` / `subzero.Operator.combine`):
    (global components made of several local parts), the map local id -> global id, their
    bounding boxes, and per tile the box its lineage may reach (`Label.lineage_box`).
 3. ``run`` labels its tile again, renames the parts of seam components, and writes
-   lineage; the input cells of a seam component lie partly in other tiles, so the task
-   reads them from the store (`subzero.context.Context.read_input`).
+   lineage; FULL lineage lists a seam component's input cells, which lie partly in other
+   tiles, so the task reads them from the store (`subzero.context.Context.read_input`);
+   PAY and COMP lineage is one record per component, read nothing beyond the tile.
 
 Run untiled (one tile covering the array), nothing crosses a seam and ``run`` is the
 whole-array operator.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -34,7 +36,7 @@ from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators.identity import IdentityMapping
-from subzero.operators._kernels import (cell_set_boxes, decode_region, encode_regions, group_boxes, region_envelopes,
+from subzero.operators._kernels import (cell_set_boxes, decode_region, group_boxes, region_envelopes,
                                        repeat_pairs)
 from subzero.tiling import Box, Elementwise, Shape, full_box
 
@@ -43,7 +45,9 @@ ndimage = LazyModule("scipy.ndimage")
 sparse = LazyModule("scipy.sparse")
 csgraph = LazyModule("scipy.sparse.csgraph")
 
-__all__ = ["Label", "TileSummary", "SeamIndex", "canonical_ids", "first_cells"]
+_START, _STOP = attrgetter("start"), attrgetter("stop")
+
+__all__ = ["Label", "TileSummary", "SeamIndex", "canonical_ids", "first_cells", "component_table", "read_component_table"]
 
 
 @dataclass(frozen=True)
@@ -116,10 +120,15 @@ class Label(IdentityMapping, Operator):
     - ``FULL``: one region pair per component per tile (the component's cells in the
       tile on the out side, all its cells and its ring on the in side), one per
       background cell;
-    - ``PAY``: a component's cells share one payload, the component and its ring encoded
-      as their bounding box and a bitmask over it (``16 * ndim`` bytes + 1 bit per box
-      cell); background cells carry the empty payload, meaning "itself";
-    - ``COMP``: the identity mapping by default, component payloads as overrides.
+    - ``PAY`` and ``COMP``: one payload over every cell of the tile
+      (`subzero.context.Context.lwrite_tile`), the table of its components' records
+      (`component_table`: each one's canonical id and the box holding it and its ring,
+      ``8 * (1 + 2 * ndim)`` bytes per component whatever its size); ``map_p`` reads a
+      cell's label back from the stored label array (attached by the run,
+      `attach_output`): a background cell reads itself, a labelled cell its component
+      (the cells with its id in its box) grown by the structure.  Payloads of stores
+      written before (a component's bounding box and bitmask; the empty payload,
+      "itself") are still read.
 
     Examples
     --------
@@ -301,31 +310,32 @@ class Label(IdentityMapping, Operator):
 
     def _write_lineage(self, ctx, labels: np.ndarray, canon: np.ndarray, crossing: np.ndarray, origin: np.ndarray,
                        shape: tuple[int, ...]) -> None:
-        """Every mode in ``ctx.modes``: components inside the tile from the tile, seam components
-        from the store (`_seam_reads`); all of them at once, with no loop per component."""
+        """Every mode in ``ctx.modes``, with no loop per component.  ``FULL``: the cells of
+        components inside the tile and their rings from the tile, seam components from the
+        store (`_seam_reads`).  ``PAY``/``COMP``: one payload over the tile, the table of
+        its components' records (`component_records`), nothing read beyond the tile."""
         ndim = labels.ndim
         n = len(canon)
-        flat = labels.reshape(-1)
-        fg = np.flatnonzero(flat)
-        lab = flat[fg].astype(np.int64) - 1
-        inner = ~crossing[lab]
-        in_lab = lab[inner]
-        fg_cells = np.stack(np.unravel_index(fg, labels.shape), axis=1).reshape(-1, ndim)  # raster order
-        in_cells = fg_cells[inner]
-        # each inner component and its ring, in global coordinates (its reads): the tile's labels
-        # are the raster of the inner components already
-        inner_label = np.r_[False, ~crossing]
-        ring, ring_lab = raster_rings(np.where(inner_label[labels], labels, 0), labels == 0, origin, shape,
-                                      self._structure(ndim))
-        reads = np.concatenate([in_cells + origin, ring])
-        reads_lab = np.concatenate([in_lab, ring_lab])
-        # seam components: one pair per global component (its parts in this tile merge)
-        seam_ids = np.unique(canon[crossing])
-        seam_cells = fg_cells[~inner]
-        seam_pair = np.searchsorted(seam_ids, canon[lab[~inner]])
-        seam_reads, seam_owner = self._seam_reads(ctx, seam_ids, shape) if len(seam_ids) else \
-            (np.zeros((0, ndim), np.int64), np.zeros(0, np.int64))
         if Mode.FULL in ctx.modes:
+            flat = labels.reshape(-1)
+            fg = np.flatnonzero(flat)
+            lab = flat[fg].astype(np.int64) - 1
+            fg_cells = np.stack(np.unravel_index(fg, labels.shape), axis=1).reshape(-1, ndim)  # raster order
+            inner = ~crossing[lab]
+            in_lab = lab[inner]
+            in_cells = fg_cells[inner]
+            # each inner component and its ring, in global coordinates (its reads): the tile's labels
+            # are the raster of the inner components already
+            inner_label = np.r_[False, ~crossing]
+            ring, ring_lab = raster_rings(np.where(inner_label[labels], labels, 0), labels == 0, origin, shape,
+                                          self._structure(ndim))
+            reads = np.concatenate([in_cells + origin, ring])
+            reads_lab = np.concatenate([in_lab, ring_lab])
+            # seam components: one pair per global component (its parts in this tile merge)
+            seam_ids = np.unique(canon[crossing])
+            seam_pair = np.searchsorted(seam_ids, canon[lab[~inner]])
+            seam_reads, seam_owner = self._seam_reads(ctx, seam_ids, shape) if len(seam_ids) else \
+                (np.zeros((0, ndim), np.int64), np.zeros(0, np.int64))
             bg = np.flatnonzero(flat == 0)
             bg_cells = np.stack(np.unravel_index(bg, labels.shape), axis=1).reshape(-1, ndim)
             bg_pair = n + np.arange(len(bg), dtype=np.int64)
@@ -333,26 +343,35 @@ class Label(IdentityMapping, Operator):
                             out_pair=np.concatenate([in_lab, bg_pair]), in_pair=[np.concatenate([reads_lab, bg_pair])],
                             in_global=True)
             if len(seam_ids):
-                ctx.lwrite_many(seam_cells, seam_reads, out_pair=seam_pair, in_pair=[seam_owner], in_global=True)
-        if ctx.modes & {Mode.PAY, Mode.COMP}:
-            # inner components first (renumbered 0..m-1), then the seam components: one encoding
-            present = np.zeros(n, bool)
-            present[in_lab] = True
-            rank = np.cumsum(present) - 1  # a table, not a search: labels are 0..n-1
-            m = int(rank[-1]) + 1 if n else 0
-            cells = np.concatenate([reads, seam_reads])
-            region = np.concatenate([rank[reads_lab], m + seam_owner])
-            payloads = encode_regions(cells, region, *group_boxes(cells, region, m + len(seam_ids))) \
-                if len(cells) else []
-            pair = np.empty(len(fg), np.int64)  # the out cells stay in raster order: the context sorts less
-            pair[inner], pair[~inner] = rank[in_lab], m + seam_pair
-            if Mode.PAY in ctx.modes:  # every cell; a background cell carries the empty payload, "itself"
-                every = np.full(flat.size, len(payloads), np.int64)
-                every[fg] = pair
-                ctx.lwrite_many(np.stack(np.unravel_index(np.arange(flat.size), labels.shape), axis=1)
-                                .reshape(-1, ndim), out_pair=every, payload=payloads + [b""])
-            elif len(fg):
-                ctx.lwrite_many(fg_cells, out_pair=pair, payload=payloads)
+                ctx.lwrite_many(fg_cells[~inner], seam_reads, out_pair=seam_pair, in_pair=[seam_owner],
+                                in_global=True)
+        if ctx.modes & {Mode.PAY, Mode.COMP}:  # one payload over the tile: its components' records
+            ids, lo, hi = self.component_records(labels, canon, crossing, origin, shape)
+            ctx.lwrite_tile(component_table(ids, lo, hi), lo, hi)
+
+    def component_records(self, labels: np.ndarray, canon: np.ndarray, crossing: np.ndarray, origin: np.ndarray,
+                          shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One record per component with cells in the tile: its canonical id (sorted) and the
+        half-open box holding its cells and its ring (its bounding box grown by one cell,
+        clipped to the array).
+
+        A component inside the tile takes its bounding box from the tile
+        (`scipy.ndimage.find_objects`), a seam component its global box from the first
+        pass (`SeamIndex`): nothing is read beyond the tile.
+        """
+        ndim = labels.ndim
+        n = len(canon)
+        if not n:
+            return np.zeros(0, np.int64), np.zeros((0, ndim), np.int64), np.zeros((0, ndim), np.int64)
+        axes = [s for box in ndimage.find_objects(labels, n) for s in box]  # n * ndim slices, C code to here
+        lo = np.fromiter(map(_START, axes), np.int64, len(axes)).reshape(n, ndim) + origin
+        hi = np.fromiter(map(_STOP, axes), np.int64, len(axes)).reshape(n, ndim) + origin
+        if crossing.any():
+            seams = self._seams
+            k = np.searchsorted(seams.global_ids, canon[crossing])
+            lo[crossing], hi[crossing] = seams.global_lo[k], seams.global_hi[k]
+        ids, first = np.unique(canon, return_index=True)  # the parts of a seam component share its record
+        return ids, np.maximum(lo[first] - 1, 0), np.minimum(hi[first] + 1, np.asarray(shape, np.int64))
 
     def _seam_reads(self, ctx, seam_ids: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """The cells of each seam component and of its ring (global coordinates), and the
@@ -433,33 +452,160 @@ class Label(IdentityMapping, Operator):
         return np.concatenate([cells] + rings), np.concatenate([owner] + ring_owners)
 
     # -- the mapping default of COMP (a background cell reads itself) and payloads --------
+    def attach_output(self, read) -> None:
+        """Give this (bound) operator its run's stored label array: ``read(box)`` returns its
+        cells in ``box`` (global coordinates).  A run attaches it to the operators its
+        queries use; component tables (`component_table`) are read back from it.  It
+        is not pickled: a process opening the run attaches its own."""
+        self._output = read
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_output", None)
+        return state
+
+    def _read_labels(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """The stored label array's cells in ``[lo, hi)``, through the attached reader."""
+        read = getattr(self, "_output", None)
+        if read is None:
+            raise LineageError("Label: this lineage names components of the stored label array, and no label "
+                               "array is attached to the operator; query it through its run (subzero.open_run), "
+                               "which attaches it")
+        return np.asarray(read(tuple(zip(lo.tolist(), hi.tolist()))))
+
+    def _resolve(self, cells: np.ndarray, payload: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """``(owner, coords)``: the lineage of each of ``cells`` under a component table
+        (`component_table`), read back from the stored label array: a background cell reads
+        itself, a labelled cell its component and the component's ring.
+
+        One read (the cells' box grown by the records' boxes that meet it) and no loop per
+        cell or component: the components are painted on that box by one table look-up and
+        their rings found by one shifted comparison per neighbour offset (`raster_rings`; a
+        record's box holds its component and its ring)."""
+        ndim = len(self.input_shapes[0])
+        shape = tuple(self.input_shapes[0])
+        cells = np.asarray(cells, np.int64).reshape(-1, ndim)
+        ids, rlo, rhi = read_component_table(payload, ndim)
+        if not len(cells):
+            return np.zeros(0, np.int64), np.zeros((0, ndim), np.int64)
+        # one read: the cells' box and the boxes of the records that meet it (every component
+        # holding one of the cells is among them, with its ring)
+        lo, hi = cells.min(axis=0), cells.max(axis=0) + 1
+        meet = np.all((rlo < hi) & (rhi > lo), axis=1)
+        wlo = np.concatenate([lo[None], rlo[meet]]).min(axis=0)
+        whi = np.concatenate([hi[None], rhi[meet]]).max(axis=0)
+        window = self._read_labels(wlo, whi)
+        value = window[tuple((cells - wlo).T)].astype(np.int64)
+        fg = np.flatnonzero(value)
+        comps, which = np.unique(value[fg], return_inverse=True)
+        k = np.minimum(np.searchsorted(ids, comps), max(len(ids) - 1, 0))
+        if len(comps) and (not len(ids) or np.any(ids[k] != comps)):
+            bad = comps[ids[k] != comps][0] if len(ids) else comps[0]
+            raise LineageError(f"Label: the stored label array holds component {int(bad)}, which the tile's lineage "
+                               "does not name; the label array does not match its lineage: re-run the workflow")
+        background = np.flatnonzero(value == 0)
+        known = np.r_[comps, -1]  # a sentinel no label equals: no branch for no components
+        at = np.searchsorted(comps, window)
+        raster = np.where(known[at] == window, at + 1, 0).astype(np.int32)  # component index + 1
+        inside = np.flatnonzero(raster)
+        ring, ring_group = raster_rings(raster, window == 0, wlo, shape, self._structure(ndim))
+        region = np.concatenate([np.stack(np.unravel_index(inside, raster.shape), axis=1).reshape(-1, ndim) + wlo, ring])
+        group = np.concatenate([raster.reshape(-1)[inside].astype(np.int64) - 1, ring_group])
+        order = np.argsort(group, kind="stable")
+        region = region[order]
+        count = np.bincount(group, minlength=len(comps))
+        start = np.cumsum(count) - count
+        n = count[which]  # the reads of each labelled cell
+        owner = np.repeat(fg, n)
+        first = np.repeat(start[which] - (np.cumsum(n) - n), n)
+        reads = region[first + np.arange(int(n.sum()), dtype=np.int64)]
+        return np.concatenate([background, owner]), np.concatenate([cells[background], reads]).reshape(-1, ndim)
+
     def map_p(self, cells: np.ndarray, payload: bytes, i: int) -> np.ndarray:
         if not payload or not len(cells):
             return np.asarray(cells, np.int64)
-        return decode_region(payload, len(self.input_shapes[0]))
+        ndim = len(self.input_shapes[0])
+        if _is_table(payload):
+            return np.unique(self._resolve(cells, payload)[1], axis=0)
+        return decode_region(payload, ndim)
 
     def map_p_pairs(self, cells: np.ndarray, payload: bytes, i: int) -> tuple[np.ndarray, np.ndarray]:
         if not payload:
             return self.map_b_pairs(cells, i)
+        if _is_table(payload):
+            return self._resolve(cells, payload)
         return repeat_pairs(len(cells), decode_region(payload, len(self.input_shapes[0])))
 
     def map_p_envelope(self, payloads: list[bytes], i: int, cells=None) -> tuple[np.ndarray, np.ndarray]:
-        """The component boxes, read from the payloads' headers at once; the empty payload
-        ("the cell itself") gets the box of its pair's ``cells``, or the whole input when
-        ``cells`` is not given."""
+        """The component boxes, read from the payloads' headers at once (region payloads: their
+        bounding box; a component table: its records' boxes and the box of its pair's
+        ``cells``, or the whole input without them); the empty payload ("the cell itself")
+        gets the box of its pair's ``cells``, or the whole input when ``cells`` is not given."""
         shape = tuple(self.input_shapes[0])
+        ndim = len(shape)
+        table = np.fromiter(map(_is_table, payloads), bool, len(payloads))
+        lo, hi = np.zeros((len(payloads), ndim), np.int64), np.zeros((len(payloads), ndim), np.int64)
+        empty = np.zeros(len(payloads), bool)
         try:
-            lo, hi, empty = region_envelopes(payloads, len(shape))
+            if not table.all():
+                rest = np.flatnonzero(~table)
+                lo[rest], hi[rest], empty[rest] = region_envelopes([payloads[k] for k in rest.tolist()], ndim)
         except ValueError as exc:
             raise LineageError(f"Label.map_p_envelope: {exc}; these are not Label payloads of a "
-                               f"{len(shape)}-D input") from None
-        if empty.any():
+                               f"{ndim}-D input") from None
+        whole = np.flatnonzero(table | empty)
+        if len(whole):
             if cells is None:
-                hi[empty] = shape
+                lo[whole], hi[whole] = 0, shape
             else:
-                own = cell_set_boxes(cells, np.flatnonzero(empty), len(shape))
-                lo[empty], hi[empty] = own
+                lo[whole], hi[whole] = cell_set_boxes(cells, whole, ndim)
+        if cells is not None:
+            for k in np.flatnonzero(table).tolist():  # a covered tile: one table per tile
+                _, rlo, rhi = read_component_table(payloads[k], ndim)
+                if len(rlo):
+                    lo[k] = np.minimum(lo[k], rlo.min(axis=0))
+                    hi[k] = np.maximum(hi[k], rhi.max(axis=0))
         return lo, hi
+
+
+# =====================================================================================
+# Component tables: a tile's components named, their cells read back from the label array
+# =====================================================================================
+#: the first word of a component table; a region payload starts with its box's first
+#: coordinate, never negative
+TABLE = -2
+
+
+def component_table(ids: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bytes:
+    """The payload of a covered tile: ``<i8`` words `TABLE`, the number of components ``m``,
+    their canonical ids (sorted), then the half-open boxes ``[lo, hi)`` holding each one's
+    cells and ring: ``16 + 8 * m * (1 + 2 * ndim)`` bytes, whatever the components' sizes.
+
+    Examples
+    --------
+    >>> p = component_table(np.array([5]), np.array([[0, 3]]), np.array([[2, 6]]))
+    >>> len(p), read_component_table(p, 2)[0].tolist()
+    (56, [5])
+    """
+    m = len(ids)
+    return np.concatenate([[TABLE, m], np.asarray(ids, np.int64), np.asarray(lo, np.int64).reshape(-1),
+                           np.asarray(hi, np.int64).reshape(-1)]).astype("<i8").tobytes()
+
+
+def read_component_table(payload: bytes, ndim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ids and boxes of a `component_table` payload."""
+    words = np.frombuffer(payload, "<i8") if len(payload) % 8 == 0 else np.zeros(0, np.int64)
+    m = int(words[1]) if len(words) >= 2 else -1
+    if len(words) < 2 or words[0] != TABLE or m < 0 or len(words) != 2 + m * (1 + 2 * ndim):
+        raise LineageError(f"Label: a lineage payload of {len(payload)} bytes is not a component table of a "
+                           f"{ndim}-D label array; the store is damaged: re-run the workflow")
+    ids = words[2:2 + m].astype(np.int64)
+    lo = words[2 + m:2 + m + m * ndim].reshape(m, ndim).astype(np.int64)
+    return ids, lo, words[2 + m + m * ndim:].reshape(m, ndim).astype(np.int64)
+
+
+def _is_table(payload: bytes) -> bool:
+    return len(payload) >= 8 and payload[7] >= 0x80  # a negative first word: TABLE
 
 
 # =====================================================================================

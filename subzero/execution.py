@@ -379,7 +379,7 @@ class _Execution:
         start = time.perf_counter()
         manifest = Manifest(node.name, {s: recs for s, recs in manifest.shards.items() if s not in dropped},
                             {s: b for s, b in manifest.inline.items() if s not in dropped})
-        if manifest.shards or manifest.inline:  # a node storing no lineage has no manifest to read
+        if any(s.stored for s in strategies):  # a node storing no lineage has no manifest to read
             self.store.write_manifest(manifest)
         lineage = lineage_stats(manifest)
         if self.disk_left is not None:
@@ -395,7 +395,7 @@ class _Execution:
             dropped={s: "over the disk budget at run time" for s in dropped},
             tile_shape=stage.record_tile_shape, **extra)
         self._commit_record(record)
-        if manifest.shards:
+        if any(s.stored for s in strategies):  # its shards not in the manifest (dropped, retried) go
             self.store.remove_uncommitted(node.name, manifest)
         self._release(node)
         return record

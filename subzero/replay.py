@@ -341,7 +341,7 @@ class _Replayer:
                                 "one dtype for every tile")
         array = done.commit_array(metadata=whole)
         new_manifest = done.stage.manifest(strategies, done.metas, previous=manifest)
-        if new_manifest.shards or new_manifest.inline:
+        if any(s.stored for s in strategies):  # a node storing no lineage has no manifest
             self.fs.write_manifest(new_manifest)
             self.fs.remove_uncommitted(node.name, new_manifest)
         self.commit(self._record(old_record, new_manifest, array, len(chosen), len(tiles),

@@ -13,6 +13,7 @@ pytest.importorskip("moto.server")
 pytest.importorskip("s3fs")
 
 
+@pytest.mark.slow
 def test_failing_requests_end_exact_or_refused_clearly(tmp_path):
     ref = F.reference(tmp_path / "clean")
     rates = (("5% of requests fail", 0.05, None), ("outage after 150 requests", 0.0, 150))

@@ -366,6 +366,7 @@ def _executor_jvms(mark: str) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the executors' JVMs through /proc")
 def test_standalone_cluster_on_loopback(tmp_path, monkeypatch):
     """The cluster of docs/guide/spark.md on loopback, every command of its opening as written (ports and

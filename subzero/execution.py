@@ -55,8 +55,8 @@ log = logging.getLogger(__name__)
 #: the ``why`` of an array the run did not store
 UNSTORED = "not stored: an intermediate no query needs stored; recomputed from its stored ancestors when read"
 
-__all__ = ["execute", "RunOptions", "kept_arrays", "UNSTORED", "Policy", "FixedPolicy", "OnlinePolicy", "PendingPolicy", "OptimizerState",
-           "static_shapes"]
+__all__ = ["execute", "RunOptions", "kept_arrays", "UNSTORED", "Policy", "FixedPolicy", "OnlinePolicy",
+           "PendingPolicy", "OptimizerState", "static_shapes"]
 
 
 class _Source(Operator):
@@ -284,7 +284,8 @@ class _Execution:
         computed = self.arrays.get(node.name)
         op = self.operator(node)
         key = (node.name, id(op), computed.shape if computed is not None else None,
-               tuple(id(self.arrays.get(i.name)) for i in node.inputs), tuple(id(self.held.get(i.name)) for i in node.inputs))
+               tuple(id(self.arrays.get(i.name)) for i in node.inputs),
+               tuple(id(self.held.get(i.name)) for i in node.inputs))
         kept = self._stages.get(node.name)
         got = kept[1] if kept is not None and kept[0] == key else None
         if got is None:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import subzero as sz
+from subzero.errors import StoreError
 from subzero.store.sealed import seal_json, seal_pickle, unseal_json, unseal_pickle
 
 records = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -70,3 +71,26 @@ def test_framed_pickles(how):
         raw = bytearray(b"\x80\x05plain pickle")
     with pytest.raises(sz.StoreError, match="the operator"):
         unseal_pickle(bytes(raw), "the operator")
+
+
+def test_a_large_pickle_is_stored_compressed_and_read_back_checked():
+    """An operator holding a traced mask's positions (megabytes of sorted int64) is stored
+    zstd-compressed; the checksum covers the stored bytes, so a changed byte is refused; the
+    frame of smaller pickles (and of older stores) is read as before."""
+    import pickle
+
+    import numpy as np
+
+    from subzero.store.sealed import COMPRESS_PICKLES_FROM
+
+    positions = np.flatnonzero(np.random.default_rng(0).random(1 << 19) > 0.5)
+    payload = pickle.dumps(positions)
+    assert len(payload) >= COMPRESS_PICKLES_FROM
+    framed = seal_pickle(payload)
+    assert framed.startswith(b"SZPK2") and len(framed) < len(payload) / 3
+    assert unseal_pickle(framed, "op") == payload
+    damaged = framed[:-10] + bytes(10)
+    with pytest.raises(StoreError, match="checksum"):
+        unseal_pickle(damaged, "op")
+    small = seal_pickle(b"abc")
+    assert small.startswith(b"SZPK1") and unseal_pickle(small, "op") == b"abc"

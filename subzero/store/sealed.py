@@ -8,7 +8,8 @@ changed byte in any of them is refused instead of read (the store's marker,
 
 - a JSON record carries ``"checksum": "xxh3-64:<hex>"``, the digest of its canonical form
   (keys sorted, no spaces), so the checksum is of what the record says, not of its layout;
-- a pickle is framed as ``SZPK1`` + the 8-byte xxh3-64 digest of the payload + the payload.
+- a pickle is framed as ``SZPK1`` + the 8-byte xxh3-64 digest of the payload + the payload, or,
+  from 1 MiB, as ``SZPK2`` + the digest of the zstd-compressed payload + that compressed payload.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ __all__ = ["seal_json", "unseal_json", "seal_pickle", "unseal_pickle", "CHECKSUM
 CHECKSUM_KEY = "checksum"
 _PREFIX = "xxh3-64:"
 _MAGIC = b"SZPK1"
+_MAGIC_ZSTD = b"SZPK2"  # the payload zstd-compressed (the digest is of the compressed bytes, as stored)
+#: pickles of at least this many bytes are stored compressed
+COMPRESS_PICKLES_FROM = 1 << 20
 
 
 def _canonical(data: dict[str, Any]) -> bytes:
@@ -80,22 +84,40 @@ def unseal_json(data: Any, where: str) -> dict[str, Any]:
 
 
 def seal_pickle(payload: bytes) -> bytes:
-    """A pickle framed with its checksum.
+    """A pickle framed with its checksum; one of at least `COMPRESS_PICKLES_FROM` bytes (an
+    operator holding the positions a traced mask selects) compressed with zstd first.
 
     Examples
     --------
     >>> unseal_pickle(seal_pickle(b"abc"), "x")
     b'abc'
+    >>> big = bytes(range(256)) * 8192
+    >>> framed = seal_pickle(big)
+    >>> framed.startswith(b"SZPK2") and len(framed) < len(big) // 10 and unseal_pickle(framed, "x") == big
+    True
     """
+    if len(payload) >= COMPRESS_PICKLES_FROM:
+        from numcodecs import Zstd
+
+        packed = bytes(Zstd(level=1).encode(payload))
+        return _MAGIC_ZSTD + xxhash.xxh3_64_digest(packed) + packed
     return _MAGIC + xxhash.xxh3_64_digest(payload) + payload
 
 
 def unseal_pickle(raw: bytes, where: str) -> bytes:
-    """The payload of `seal_pickle`; a wrong frame or checksum is a `StoreError` naming ``where``."""
+    """The payload of `seal_pickle` (either frame); a wrong frame or checksum is a `StoreError`
+    naming ``where``."""
     head = len(_MAGIC) + 8
-    if len(raw) < head or not raw.startswith(_MAGIC):
+    if len(raw) < head or not raw.startswith((_MAGIC, _MAGIC_ZSTD)):
         raise StoreError(f"{where} is damaged (not a checksummed subzero pickle)")
     payload = raw[head:]
     if xxhash.xxh3_64_digest(payload) != raw[len(_MAGIC):head]:
         raise StoreError(f"{where} does not match its checksum (its bytes were changed or cut); the store is damaged")
+    if raw.startswith(_MAGIC_ZSTD):
+        from numcodecs import Zstd
+
+        try:
+            return bytes(Zstd().decode(payload))
+        except Exception as exc:  # a frame whose checksum matched but does not decode: written wrong
+            raise StoreError(f"{where} cannot be decompressed ({exc}); the store is damaged") from exc
     return payload

@@ -74,7 +74,8 @@ def clean(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("damaged")
     wf, inputs = build(quick=True)
-    run = wf.run(inputs, store=str(root / "clean"), executor="local", tile_shape=TILE, strategies=STRATEGIES)
+    run = wf.run(inputs, store=str(root / "clean"), executor="local", tile_shape=TILE, strategies=STRATEGIES,
+                 keep="all")  # the damage trials reach every array
     rays = np.argwhere(np.asarray(run.output("crd_a")) > 0)[:3]
     cells = {"rays": np.concatenate([rays, [[0, 0]]])}
     answers = []

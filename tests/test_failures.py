@@ -302,7 +302,8 @@ def test_a_run_into_a_damaged_store_is_refused_or_succeeds_never_a_raw_error(cle
     store = _damaged(clean_store, tmp_path, rel, how)
     before = F.snapshot(store)
     wf, inputs = build(quick=True)
-    options = dict(store=str(store), executor="local", tile_shape=TILE, strategies=STRATEGIES, **{mode: True})
+    options = dict(store=str(store), executor="local", tile_shape=TILE, strategies=STRATEGIES, keep="all",
+                   **{mode: True})
     if refusal is None:
         run = wf.run(inputs, **options)
         assert np.array_equal(_ask(run, QUERIES[1], cells), answers[1])

@@ -116,7 +116,7 @@ class Context:
             raise LineageError(f"{self.op_name}: lwrite_many needs one cell array and one in_pair per input")
         self._full.append((out, out_labels, ins, [self._labels(p, len(c)) for p, c in zip(in_pair, ins)]))
 
-    def lwrite_tile(self, payload: bytes, record_lo, record_hi) -> None:
+    def lwrite_tile(self, payload: bytes, record_lo: np.ndarray, record_hi: np.ndarray) -> None:
         """Record one payload pair over every cell of the tile: the operator's ``map_p``
         resolves the payload cell by cell (Label reads each cell's component back from
         its stored output).  ``record_lo``/``record_hi`` (``(m, ndim)``, half-open, global

@@ -1417,10 +1417,13 @@ def test_entire_array_safety_is_declared_where_it_holds(op, shapes, safe):
 
 
 def test_payloads_are_small():
-    """A Label component costs its bounding box in bits; a selection one row index."""
+    """A Label tile's payload is its component table: 16 bytes and, per component, its id and
+    the box of its cells and ring (five words in 2-D), whatever the components' sizes; a
+    selection's one row index."""
     case = build("Label", 3, 2, 6)
     _, _, pay = execute(case.op, case.inputs, {Mode.PAY})
-    assert max(map(len, pay.payloads)) <= 16 * 2 + (6 * 6 + 7) // 8
+    components = int(np.asarray(case.op.run(None, *case.inputs)).max())
+    assert max(map(len, pay.payloads)) <= 16 + 8 * components * (1 + 2 * 2)
     for name in ("Filter", "Compress"):
         case = build(name, 3, 2, 6)
         _, _, pay = execute(case.op, case.inputs, {Mode.PAY})

@@ -87,8 +87,9 @@ def strategies(plan: str) -> dict[str, Any]:
 
 
 def run_options(plan: str) -> dict[str, Any]:
-    """The `Workflow.run` options of a plan (``"optimized"`` adds a workload and budgets)."""
-    options: dict[str, Any] = {"strategies": strategies(plan), "tile_shape": TILE}
+    """The `Workflow.run` options of a plan (``"optimized"`` adds a workload and budgets); every
+    array is stored (``keep="all"``), so the damage trials reach intermediates' chunks too."""
+    options: dict[str, Any] = {"strategies": strategies(plan), "tile_shape": TILE, "keep": "all"}
     if plan == "optimized":
         options |= {"workload": [{"direction": "backward", "node": "stars", "to": "x", "cells": [[40, 60]]},
                                  {"direction": "forward", "node": "x", "to": "rays", "cells": [[10, 10]]}],

@@ -24,7 +24,7 @@ whole-array operator.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -452,7 +452,7 @@ class Label(IdentityMapping, Operator):
         return np.concatenate([cells] + rings), np.concatenate([owner] + ring_owners)
 
     # -- the mapping default of COMP (a background cell reads itself) and payloads --------
-    def attach_output(self, read) -> None:
+    def attach_output(self, read: "Callable[[Box], np.ndarray]") -> None:
         """Give this (bound) operator its run's stored label array: ``read(box)`` returns its
         cells in ``box`` (global coordinates).  A run attaches it to the operators its
         queries use; component tables (`component_table`) are read back from it.  It

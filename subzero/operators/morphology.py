@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.errors import WorkflowError
+from subzero.modes import Mode
 from subzero.lazy import LazyModule
 from subzero.operators._kernels import unique_rows
 from subzero.operators.label import Label
@@ -83,8 +84,9 @@ class BinaryFillHoles(Label):
     itself; a background cell is filled or not by its background component (connected
     under ``structure``) and by the foreground cells around it (one of them cleared can
     join it to the border): exactly `Label`'s lineage of ``x == 0``, component and ring.
-    Modes ``FULL``, ``PAY``, ``COMP`` as `Label`; it runs on the whole array (a hole is
-    only known to be one once its whole component is seen).
+    Mode ``FULL`` (`Label`'s payloads name components of the stored output, which here is the
+    filled mask); it runs on the whole array (a hole is only known to be one once its whole
+    component is seen).
 
     Examples
     --------
@@ -93,6 +95,11 @@ class BinaryFillHoles(Label):
     """
 
     tiling = None  # type: ignore[assignment]  # whole arrays: one task, no seams
+
+    def supported_modes(self) -> set[Mode]:
+        """``FULL`` only: `Label`'s payloads name components of its stored output, and this
+        operator's output is the filled mask, not the background's labels."""
+        return {Mode.FULL}
 
     def run(self, ctx, x) -> np.ndarray:
         x = np.asarray(x) != 0

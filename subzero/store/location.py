@@ -317,6 +317,8 @@ class Location:
         except FileNotFoundError:
             return []
         except OSError as exc:  # a file where the directory belongs, no permission...
+            if not self.is_local:  # the service failing (SlowDown, resets): retried, then said as such
+                raise
             raise store_file_error(exc, "the directory", self.child_url(*parts)) from exc
 
     def makedirs(self, *parts: str) -> None:

@@ -378,6 +378,8 @@ class _Execution:
         dropped = self._fit_budget(lineage_stats(manifest)["bytes"])
         kept = tuple(s.name for s in strategies if s.name not in dropped) or ("BlackBox",)
         start = time.perf_counter()
+        if any(s.mode in (Mode.PAY, Mode.COMP) for s in strategies if s.name in kept):
+            self._store_read_back(node)
         manifest = Manifest(node.name, {s: recs for s, recs in manifest.shards.items() if s not in dropped},
                             {s: b for s, b in manifest.inline.items() if s not in dropped})
         if any(s.stored for s in strategies):  # a node storing no lineage has no manifest to read
@@ -400,6 +402,20 @@ class _Execution:
             self.store.remove_uncommitted(node.name, manifest)
         self._release(node)
         return record
+
+    def _store_read_back(self, node: Node) -> None:
+        """A node whose stored payloads name cells of its own output (`Label`'s components, read
+        back at query time through ``attach_output``) has that output stored: held in memory,
+        it is written now, so a query reads it instead of recomputing it."""
+        name = node.name
+        held, record = self.held.get(name), self.arrays.get(name)
+        if held is None or held.block is None or record is None or record.stored or \
+                not hasattr(self.operator(node), "attach_output"):
+            return
+        write_array(self.store.array(name), held.block, record.chunks, held.compressor)
+        self.arrays[name] = replace(record, meta_xxh3=self.store.array_meta_checksum(name), stored=True,
+                                    why="stored: its stored lineage reads it back (its components)")
+        self._why[name] = self.arrays[name].why
 
     def _commit_record(self, record: NodeRecord) -> None:
         """The node is committed: the catalog gains its record (written at once, or with the next

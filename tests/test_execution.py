@@ -894,3 +894,23 @@ def test_queries_through_unstored_intermediates_answer_as_with_every_array_store
                                   full.forward("x", [cell], to="sum", using=using))
         assert np.array_equal(lean.backward("sum", [cell], to="x", using=blackbox),
                               lean.backward("sum", [cell], to="x"))
+
+
+def test_a_label_whose_stored_lineage_reads_its_output_back_has_it_stored(tmp_path):
+    """Label's stored payloads name components of its own output: an intermediate Label that
+    stores them has its output stored (queries read it, not recompute it), and answers as a
+    run storing every array."""
+    wf = sz.Workflow("labelled")
+    bright = wf.add(ops.Threshold(0.5), wf.input("x"), name="bright")
+    stars = wf.add(ops.Label(), bright, name="stars")
+    wf.add(ops.GaussianFilter(1.0), stars, name="smooth")
+    x = np.random.default_rng(4).random((30, 34))
+    pins = {"stars": "CompOne"}
+    lean = wf.run({"x": x}, store=tmp_path / "lean", executor="local", tile_shape=8, strategies=pins)
+    full = wf.run({"x": x}, store=tmp_path / "full", executor="local", tile_shape=8, strategies=pins, keep="all")
+    record = lean.catalog.nodes["stars"].array
+    assert record.stored and "reads it back" in record.why and not lean.catalog.nodes["bright"].array.stored
+    assert (tmp_path / "lean" / "arrays" / "stars" / "zarr.json").is_file()
+    for cell in ([3, 4], [15, 20], [29, 33]):
+        assert np.array_equal(lean.backward("smooth", [cell], to="x"), full.backward("smooth", [cell], to="x"))
+        assert np.array_equal(lean.forward("x", [cell], to="smooth"), full.forward("x", [cell], to="smooth"))

@@ -433,29 +433,28 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
             out["ra"], out["dec"] = round(float(ra), SKY_DECIMALS), round(float(dec), SKY_DECIMALS)
         return JSONResponse(out)
 
-    async def tile(request: Request) -> Response:
+    def checked_tile(request: Request) -> tuple[Any, int, int, int]:
+        """The pyramid and tile index a tile request names (an unknown tile: 404)."""
         p = request.path_params
         pyramid = viewer.pyramid(p["node"])
-        from starlette.concurrency import run_in_threadpool
-
         z, ty, tx = (_tile_index(p[k]) for k in ("z", "ty", "tx"))
         try:
             pyramid.check(z, ty, tx)
         except LineageError as exc:
             raise _NotFound(str(exc)) from None
+        return pyramid, z, ty, tx
+
+    async def tile(request: Request) -> Response:
+        from starlette.concurrency import run_in_threadpool
+
+        pyramid, z, ty, tx = checked_tile(request)
         data = await run_in_threadpool(pyramid.png, z, ty, tx)
         return Response(data, media_type="image/png", headers={"Cache-Control": "max-age=3600"})
 
     async def values(request: Request) -> Response:
-        p = request.path_params
-        pyramid = viewer.pyramid(p["node"])
         from starlette.concurrency import run_in_threadpool
 
-        z, ty, tx = (_tile_index(p[k]) for k in ("z", "ty", "tx"))
-        try:
-            pyramid.check(z, ty, tx)
-        except LineageError as exc:
-            raise _NotFound(str(exc)) from None
+        pyramid, z, ty, tx = checked_tile(request)
         data, (h, w), dtype = await run_in_threadpool(readouts.tile_values, pyramid, z, ty, tx)
         return Response(data, media_type="application/octet-stream",
                         headers={"X-Shape": f"{h},{w}", "X-Dtype": dtype, "Cache-Control": "max-age=3600"})

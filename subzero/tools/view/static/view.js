@@ -95,9 +95,15 @@ function niceStep(span, n) {
 // -- the HTTP API ----------------------------------------------------------------------------
 export function httpApi(base) {
   const root = base ? base.replace(/\/$/, "") + "/" : "";
+  return apiOver((path, body) => fetch(root + path, body === undefined ? {} : {
+    method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)}));
+}
+
+// The page's api over any transport: ``send(path, body)`` answers like fetch (the HTTP server,
+// or the notebook widget's message channel); an answer other than 2xx throws its error.
+export function apiOver(send) {
   async function call(path, body) {
-    const res = await fetch(root + path, body === undefined ? {} : {
-      method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
+    const res = await send(path, body);
     if (!res.ok) {
       let msg = res.statusText;
       try { msg = (await res.json()).error || msg; } catch (e) { /* not JSON */ }

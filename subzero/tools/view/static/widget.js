@@ -38,23 +38,8 @@ function channelApi(model) {
     model.send({kind: "request", id, method: body === undefined ? "GET" : "POST",
                 path: path.startsWith("/") ? path : "/" + path, body: body === undefined ? null : JSON.stringify(body)});
   });
-  const call = async (path, body) => {  // as httpApi: an answer other than 2xx throws its error
-    const res = await send(path, body);
-    if (!res.ok) {
-      let text = res.statusText;
-      try { text = (await res.json()).error || text; } catch (e) { /* not JSON */ }
-      throw new Error(text);
-    }
-    return res;
-  };
   return {
-    json: async (path) => (await call(path)).json(),
-    post: (path, body) => call(path, body),
-    bytes: async (path) => {
-      const res = await call(path);
-      return {buffer: await res.arrayBuffer(), shape: (res.headers.get("X-Shape") || "0,0").split(",").map(Number),
-        dtype: res.headers.get("X-Dtype") || "float32"};
-    },
+    ...apiOver(send),
     close: () => model.off("msg:custom", onMessage),
   };
 }

@@ -339,3 +339,37 @@ def test_graph_lasso_lineage_sky_stats_export(server, browser, shots):
     assert browser.execute_script("return window.subzeroView.errors") == 0
     if shots == IMAGES:  # every state passed: the screenshots are of this page
         (IMAGES / "viewer-page.sha256").write_text(_page_digest() + "\n")
+
+
+def test_the_page_names_its_client_and_drops_a_superseded_brush_silently(server, browser):
+    """Every POST of a page carries one ``X-Subzero-Client`` id (so the server lets its newer brush
+    supersede its older one), and a 409 ``cancelled`` answer rejects with `Cancelled`, which the
+    page does not count as an error."""
+    run, url = server
+    browser.get(url)
+    _wait(browser, "return window.subzeroView && window.subzeroView.ready")
+    got = browser.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        import(new URL("static/view.js", location.href).href).then(async (m) => {
+          const seen = [], realFetch = window.fetch;
+          window.fetch = (path, init) => { seen.push(init.headers["X-Subzero-Client"]); return realFetch(path, init); };
+          const answers = [];
+          try {
+            const api = m.httpApi("");
+            for (let k = 0; k < 2; k++)
+              answers.push((await (await api.post("api/lineage",
+                {node: "stars", direction: "backward", boxes: [[0, 2, 0, 2]], to: null})).json()).answers);
+          } finally { window.fetch = realFetch; }
+          let cancelled = null, plain = null;
+          const answer409 = async () => new Response(JSON.stringify({error: "superseded", cancelled: true}), {status: 409});
+          const answer400 = async () => new Response(JSON.stringify({error: "bad box"}), {status: 400});
+          try { await m.apiOver(answer409).post("api/lineage", {}); } catch (e) { cancelled = e instanceof m.Cancelled; }
+          try { await m.apiOver(answer400).post("api/lineage", {}); } catch (e) { plain = [e instanceof m.Cancelled, e.message]; }
+          done({seen, answers, cancelled, plain});
+        }).catch((e) => done({failed: String(e)}));
+    """)
+    assert "failed" not in got, got
+    assert len(got["seen"]) == 2 and got["seen"][0] == got["seen"][1] and got["seen"][0].startswith("page-")
+    assert got["answers"][0] == got["answers"][1] and got["answers"][0]  # the same walk, answered both times
+    assert got["cancelled"] is True
+    assert got["plain"] == [False, "bad box"]

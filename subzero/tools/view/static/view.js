@@ -93,21 +93,29 @@ function niceStep(span, n) {
 }
 
 // -- the HTTP API ----------------------------------------------------------------------------
+// Each page names itself to the server (``X-Subzero-Client``), so that its newer brush supersedes
+// its older one still being traced: the older answers 409 and is dropped (see `Cancelled`).
 export function httpApi(base) {
   const root = base ? base.replace(/\/$/, "") + "/" : "";
+  const client = `page-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 10)}`;
   return apiOver((path, body) => fetch(root + path, body === undefined ? {} : {
-    method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)}));
+    method: "POST", headers: {"Content-Type": "application/json", "X-Subzero-Client": client},
+    body: JSON.stringify(body)}));
 }
 
+// A request the server dropped because a newer one of this page replaced it: not an error.
+export class Cancelled extends Error {}
+
 // The page's api over any transport: ``send(path, body)`` answers like fetch (the HTTP server,
-// or the notebook widget's message channel); an answer other than 2xx throws its error.
+// or the notebook widget's message channel); an answer other than 2xx throws its error
+// (a 409 that says ``cancelled`` throws `Cancelled`).
 export function apiOver(send) {
   async function call(path, body) {
     const res = await send(path, body);
     if (!res.ok) {
-      let msg = res.statusText;
-      try { msg = (await res.json()).error || msg; } catch (e) { /* not JSON */ }
-      throw new Error(msg);
+      let msg = res.statusText, cancelled = false;
+      try { const got = await res.json(); msg = got.error || msg; cancelled = res.status === 409 && !!got.cancelled; } catch (e) { /* not JSON */ }
+      throw cancelled ? new Cancelled(msg) : new Error(msg);
     }
     return res;
   }
@@ -333,7 +341,10 @@ export function mount(element, api, options) {
   const frameList = el("div", "szv-frames", null, side);
 
   function status(text, error) { statusLine.textContent = text; statusLine.classList.toggle("szv-error", !!error); }
-  function fail(e, what) { state.errors++; status(`${what}: ${e.message}`, true); }
+  function fail(e, what) {  // a brush a newer one replaced is not an error: the newer one reports
+    if (e instanceof Cancelled) return;
+    state.errors++; status(`${what}: ${e.message}`, true);
+  }
 
   // ---- data ----
   function node(name) { return state.byName[name]; }

@@ -21,7 +21,7 @@ from typing import Any
 from subzero.errors import StoreError
 from subzero.modes import Strategy
 
-__all__ = ["FORMAT", "READ_FORMATS", "FileRecord", "ShardRecord", "Manifest", "ArrayRecord", "NodeMetrics", "NodeStats",
+__all__ = ["FORMAT", "READ_FORMATS", "FileRecord", "ShardRecord", "Manifest", "ArrayRecord", "NodeMetrics",
            "NodeRecord", "PendingNode", "RunRecord"]
 
 #: version of the store layout and of these records (1: .npy arrays and one LMDB environment;
@@ -143,7 +143,7 @@ class ArrayRecord:
     nbytes: int = 0
     meta_xxh3: str | None = None
     #: False: the run kept no chunks of it (an intermediate no query needs stored): reads re-run its
-    #: tiles from its stored ancestors (`subzero.runtime.RecomputedArray`)
+    #: tiles from its stored ancestors (`subzero.worker.RecomputedArray`)
     stored: bool = True
     #: why it was stored or not, as `subzero info` and `subzero explain` tell it
     why: str = ""
@@ -223,11 +223,6 @@ class NodeMetrics:
         data = dict(data)
         data["pairs"] = {k: tuple(int(x) for x in v) for k, v in data.get("pairs", {}).items()}
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
-
-
-#: the older name of `NodeMetrics` ("stats" names the lineage statistics of `subzero.stats`); kept
-#: while the driver and `stage` import it by that name
-NodeStats = NodeMetrics
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,11 @@ from subzero.modes import Direction, Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile
 from subzero.optimizer.query_time import choose_step
 from subzero.pairs import FullPairs
-from subzero.runtime import NodeTask, RecomputedArray, expand_payloads, trace_tile
+from subzero.worker import NodeTask, RecomputedArray, expand_payloads, trace_tile
 from subzero.store.roles import LineageReader
 from subzero.tiling import Tile, tile_grid
 
-__all__ = ["TileGrid", "QueryEngine", "QueryPlan", "Carrier", "step", "check_forced", "map_step"]
+__all__ = ["TileGrid", "QueryEngine", "QueryOptions", "Carrier", "step", "check_forced", "map_step"]
 
 logger = logging.getLogger(__name__)
 
@@ -303,7 +303,7 @@ C = TypeVar("C", Frontier, Carrier)
 
 
 @dataclass
-class QueryPlan:
+class QueryOptions:
     """How one query steps: its direction, the strategies forced per node (``using=``),
     whether full frontiers may skip entire-array-safe steps, the per-step log it fills, and
     ``cancel``: an event (``is_set()``) that stops the walk at its next step with
@@ -342,7 +342,7 @@ class QueryEngine:
     # -- the lineage source the steps read ------------------------------------------------------
     def array(self, name: str) -> Any:
         """The array of a committed node: its `subzero.store.ArrayRef`, checked against the
-        catalog, or, when the run did not store it, a `subzero.runtime.RecomputedArray` that
+        catalog, or, when the run did not store it, a `subzero.worker.RecomputedArray` that
         re-runs the tiles a read covers from the node's inputs (kept per engine, with its cache)."""
         record = self.catalog.node(name).array
         if record.stored:
@@ -457,7 +457,7 @@ class QueryEngine:
                 profile_from_run(node.name, node.operator, entry.stats)
         return self._profiles[node.name]
 
-    def choose(self, node, plan: QueryPlan, cells: int) -> tuple[Strategy, float | None, float | None]:
+    def choose(self, node, plan: QueryOptions, cells: int) -> tuple[Strategy, float | None, float | None]:
         """The strategy of one step through ``node`` reaching it with ``cells`` cells: the one
         ``plan`` forces, else the cheapest `choose_step` predicts.  Returns it, the deadline
         (perf_counter) of its stored lookups (None: none) and its predicted seconds (None: forced)."""
@@ -469,7 +469,7 @@ class QueryEngine:
         deadline = time.perf_counter() + choice.budget if choice.strategy.stored else None
         return choice.strategy, deadline, choice.predicted
 
-    def advance(self, node, carried: C, i: int, plan: QueryPlan) -> C:
+    def advance(self, node, carried: C, i: int, plan: QueryOptions) -> C:
         """One step through ``node`` (w.r.t. input ``i``), by the strategy ``plan`` forces or
         the cheapest one `choose_step` predicts; stored lookups of a frontier past the
         predicted re-run time switch to re-execution.  Appends the step's statistics to
@@ -499,7 +499,7 @@ class QueryEngine:
         return result
 
     # -- walks -------------------------------------------------------------------------------
-    def walk(self, src, dst, start: C, plan: QueryPlan) -> C:
+    def walk(self, src, dst, start: C, plan: QueryOptions) -> C:
         """Carry ``start`` (a `Frontier` or another `Carrier` over ``src``) to ``dst`` along
         every path: what arrives at a node by several paths is united before it steps, so
         each node steps once per input (lineage of a union is the union of lineages)."""
@@ -514,7 +514,7 @@ class QueryEngine:
         assert got is not None  # dst is reachable
         return got
 
-    def walk_many(self, src, dsts, start: C, plan: QueryPlan) -> dict:
+    def walk_many(self, src, dsts, start: C, plan: QueryOptions) -> dict:
         """`walk` to several nodes at once, each node on a path stepping once (Smoke's linked
         brushing).  Returns node -> what reached it for each of ``dsts`` (None: no path reaches it).
 
@@ -544,7 +544,7 @@ class QueryEngine:
                 del held[node]  # each node steps once: what it held is done
         return {dst: held.get(dst) for dst in dsts}
 
-    def follow(self, steps: list, start: C, plan: QueryPlan) -> C:
+    def follow(self, steps: list, start: C, plan: QueryOptions) -> C:
         """Carry ``start`` along an explicit path of ``(node, input index)`` steps."""
         carried = start
         for node, i in steps:

@@ -14,7 +14,7 @@ from subzero.errors import LineageError, StoreError, WorkflowError
 from subzero.frontier import Frontier
 from subzero.modes import Direction, Strategy
 from subzero.operator import Operator
-from subzero.query import QueryEngine, QueryPlan, check_forced
+from subzero.query import QueryEngine, QueryOptions, check_forced
 from subzero.store import LineageReader, open_store
 from subzero.store.cache import log_query, query_log
 from subzero.dag import Node, Workflow
@@ -118,7 +118,7 @@ class Run:
 
     def array(self, name: str) -> Any:
         """The array handle of a committed node (`subzero.store.ArrayRef`, checked against the
-        catalog, or a `subzero.runtime.RecomputedArray` when it was not stored)."""
+        catalog, or a `subzero.worker.RecomputedArray` when it was not stored)."""
         return self.lineage.array(name)
 
     def frontier(self, ref: "Node | str", cells=None, box=None) -> Frontier:
@@ -197,7 +197,7 @@ class Run:
         way = Direction.parse(direction) if direction is not None else self._path_direction(steps)
         self._check_links(steps, way)
         _check_form(as_)
-        plan = QueryPlan(way, self._check_using(using), entire_array)
+        plan = QueryOptions(way, self._check_using(using), entire_array)
         first, idx = steps[0]
         start = self._start(first if way is Direction.BACKWARD else first.inputs[idx], cells, None)
         frontier = self.lineage.follow(steps, start, plan)
@@ -289,7 +289,7 @@ class Run:
         if dst is None:
             raise LineageError(f"give to= (the node to trace {direction} to)")
         src, dst = self.node(src), self.node(dst)
-        plan = QueryPlan(direction, self._check_using(using), entire_array)
+        plan = QueryOptions(direction, self._check_using(using), entire_array)
         result = self.lineage.walk(src, dst, self._start(src, cells, box), plan)
         if src is not dst:
             self._record(plan, src, dst)
@@ -299,12 +299,12 @@ class Run:
                    cancel: Any = None) -> dict:
         _check_form(as_)
         src, dsts = self.node(src), [self.node(d) for d in dsts]
-        plan = QueryPlan(direction, self._check_using(using), entire_array, cancel=cancel)
+        plan = QueryOptions(direction, self._check_using(using), entire_array, cancel=cancel)
         got = self.lineage.walk_many(src, dsts, self._start(src, cells, box), plan)
         self._record(plan, src, dsts)
         return {d.name: _form(f if f is not None else Frontier.empty(self.shape(d)), as_) for d, f in got.items()}
 
-    def _record(self, plan: QueryPlan, src: Node, dst: "Node | list[Node]") -> None:
+    def _record(self, plan: QueryOptions, src: Node, dst: "Node | list[Node]") -> None:
         self.last_query = plan.log
         to = [d.name for d in dst] if isinstance(dst, list) else dst.name
         log_query(self.path, {"direction": plan.direction.value, "from": src.name, "to": to, "steps": plan.log})

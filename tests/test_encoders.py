@@ -209,7 +209,7 @@ def payload_pairs(pairs) -> PayloadPairs:
 
 def with_envelopes_of(pp: PayloadPairs) -> PayloadPairs:
     """``pp`` with an input envelope per pair and input (pair ``k``: from ``k % n`` on each axis, two
-    cells wide, clipped), as `subzero.runtime.with_envelopes` gives the encoders."""
+    cells wide, clipped), as `subzero.worker.with_envelopes` gives the encoders."""
     k = np.arange(pp.n_pairs)[:, None]
     envelopes = tuple((np.broadcast_to(k % np.asarray(s), (pp.n_pairs, len(s))).astype(np.int64),
                        np.minimum(k % np.asarray(s) + 2, s).astype(np.int64)) for s in IN_SHAPES)

@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import subzero
 import subzero.operators
 
@@ -114,3 +116,16 @@ def test_the_check_sees_what_is_missing():
     assert gaps("untyped", untyped) == ["untyped: no docstring", "untyped: parameters without a type: x",
                                         "untyped: no return type"]
     assert gaps("typed", typed) == []
+
+
+@pytest.mark.parametrize("old", sorted(subzero._MOVED))
+def test_a_moved_module_imports_by_its_older_name(old):
+    """``subzero.execution``, ``subzero.inputs``, ``subzero.cli`` (an older install's console
+    script) and ``subzero.brush`` still import: the new module itself, with a warning naming it."""
+    import sys
+
+    new = importlib.import_module(f"subzero.{subzero._MOVED[old]}")
+    sys.modules.pop(f"subzero.{old}", None)
+    with pytest.warns(DeprecationWarning, match=new.__name__):
+        module = importlib.import_module(f"subzero.{old}")
+    assert module is new and module.__spec__.name == new.__name__

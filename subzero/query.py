@@ -160,14 +160,14 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
     frontiers: list[Frontier] = []
     failed: list[int] = []
     overrides: list[np.ndarray] = []
-    side = None if direction == "backward" else i
+    side = None if direction is Direction.BACKWARD else i
     for _, sub, reader in source.tile_readers(node, s.name, frontier, side, deadline, failed, damaged, forced):
         if reader is None:  # the tile stored no lineage under this strategy
             continue
         if isinstance(enc, FullEncoder):
-            got = enc.backward(reader, sub, i, shapes) if direction == "backward" else \
+            got = enc.backward(reader, sub, i, shapes) if direction is Direction.BACKWARD else \
                 enc.forward(reader, sub, i, shapes)
-        elif direction == "backward":
+        elif direction is Direction.BACKWARD:
             pay = enc.lookup(reader, sub, shapes)
             got = expand_payloads(op, pay, deadline).backward(sub, i)
             overrides.append(pay.out_ids)
@@ -183,7 +183,7 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
     if failed:
         result = result.union(_trace(source, node, failed, frontier, i, direction, target))
     if s.mode is Mode.COMP:
-        if direction == "backward":
+        if direction is Direction.BACKWARD:
             covered = np.concatenate(overrides) if overrides else np.empty(0, np.int64)
             rest = Frontier.of_ids(frontier.ids()[~np.isin(frontier.ids(), covered)], frontier.shape, unique=True)
             default = map_step(op, _outside(rest, grid.out_lo[failed], grid.out_hi[failed]), i, direction, target)
@@ -222,14 +222,14 @@ def _not_overridden(source, node, enc, s: Strategy, default: Frontier, deadline,
     return _outside(kept, grid.out_lo[failed], grid.out_hi[failed])
 
 
-def map_step(op, frontier: Frontier, i: int, direction: str, target) -> Frontier:
+def map_step(op, frontier: Frontier, i: int, direction: "Direction | str", target) -> Frontier:
     """One step through an operator's mapping functions, on the frontier's own form."""
-    target = tuple(target)
+    direction, target = Direction.parse(direction), tuple(target)
     if frontier.is_empty:
         return Frontier.empty(target)
     if frontier.kind == "boxes":
         lo, hi = frontier.boxes()
-        fn = getattr(op, "map_b_boxes" if direction == "backward" else "map_f_boxes", None)
+        fn = getattr(op, "map_b_boxes" if direction is Direction.BACKWARD else "map_f_boxes", None)
         got = fn(lo, hi, i) if fn is not None else None
         if got is not None:
             return Frontier.of_boxes(got[0], got[1], target)
@@ -245,7 +245,7 @@ def map_step(op, frontier: Frontier, i: int, direction: str, target) -> Frontier
             and op.same_cells(i):
         return Frontier.of_ids(frontier.ids(), target, unique=True)  # elementwise over one shape: the same cells
     cells = frontier.coords()
-    got = op.map_b(cells, i) if direction == "backward" else op.map_f(cells, i)
+    got = op.map_b(cells, i) if direction is Direction.BACKWARD else op.map_f(cells, i)
     got = np.asarray(got, np.int64).reshape(-1, len(target))
     if len(got) and (got.min() < 0 or np.any(got.max(axis=0) >= np.asarray(target))):
         raise LineageError(f"{type(op).__name__}.map_{direction[0]} returned cells outside the array of "
@@ -253,8 +253,8 @@ def map_step(op, frontier: Frontier, i: int, direction: str, target) -> Frontier
     return Frontier.of_coords(got, target)
 
 
-def _mask_step(op, mask: np.ndarray, i: int, direction: str, target) -> Frontier | None:
-    masked = op.map_b_mask(mask, i) if direction == "backward" else op.map_f_mask(mask, i)
+def _mask_step(op, mask: np.ndarray, i: int, direction: Direction, target) -> Frontier | None:
+    masked = op.map_b_mask(mask, i) if direction is Direction.BACKWARD else op.map_f_mask(mask, i)
     if masked is None:
         return None
     masked = np.asarray(masked, bool)
@@ -264,14 +264,14 @@ def _mask_step(op, mask: np.ndarray, i: int, direction: str, target) -> Frontier
     return Frontier.of_mask(masked)
 
 
-def _reexecute(source, node, frontier: Frontier, i: int, direction: str, target) -> Frontier:
+def _reexecute(source, node, frontier: Frontier, i: int, direction: Direction, target) -> Frontier:
     """Black-box step: re-run, in tracing mode, only the tiles the frontier touches."""
-    tiles = [t for t, _ in source.grid(node).split(frontier, None if direction == "backward" else i)]
+    tiles = [t for t, _ in source.grid(node).split(frontier, None if direction is Direction.BACKWARD else i)]
     return _trace(source, node, tiles, frontier, i, direction, target)
 
 
-def _trace(source, node, tiles: list[int], frontier: Frontier, i: int, direction: str, target) -> Frontier:
-    parts = [pairs.backward(frontier, i) if direction == "backward" else pairs.forward(frontier, i)
+def _trace(source, node, tiles: list[int], frontier: Frontier, i: int, direction: Direction, target) -> Frontier:
+    parts = [pairs.backward(frontier, i) if direction is Direction.BACKWARD else pairs.forward(frontier, i)
              for pairs in source.trace(node, tiles, frontier, i, direction)]
     return Frontier.of_ids(np.concatenate(parts) if parts else np.empty(0, np.int64), target)
 
@@ -426,7 +426,7 @@ class QueryEngine:
         op = node.operator
         return NodeTask(node.name, op, tuple(self.array(n.name) for n in node.inputs), op.input_shapes, op.output_shape)
 
-    def trace(self, node, tiles: list[int], frontier: Frontier, i: int, direction: str) -> list[FullPairs]:
+    def trace(self, node, tiles: list[int], frontier: Frontier, i: int, direction: Direction) -> list[FullPairs]:
         """The region pairs of ``node``'s ``tiles`` (indices into its grid) for the cells of
         ``frontier``, by re-running them in tracing mode from the stored inputs."""
         task, grid = self.tile_task(node), self.grid(node)

@@ -458,11 +458,6 @@ def test_no_new_output_shape_mutation_sites():
                       f"{Path(__file__).name} and from \"Known debts\" in {DOC}")
 
 
-#: modules that still compare a direction with its name ("backward"): the driver's and the query's
-#: files, being rewritten as this is pinned, and the viewer's check of a request's raw JSON
-STRING_DIRECTIONS = {"query", "worker", "tools.view.app"}
-
-
 def test_directions_are_compared_as_the_enum():
     """A direction is a `modes.Direction`, parsed once where a name enters: code compares it
     with ``Direction.BACKWARD``, never with the string ``"backward"``."""
@@ -474,11 +469,8 @@ def test_directions_are_compared_as_the_enum():
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if pattern.search(line.split("#")[0]) and ">>>" not in line and "``" not in line:
                 found.setdefault(name, []).append(number)
-    new = {m: lines for m, lines in found.items() if m not in STRING_DIRECTIONS}
-    assert not new, (f"directions compared with strings at {new}: compare with modes.Direction (parse the name "
-                     "once, with Direction.parse, where it enters)")
-    gone = STRING_DIRECTIONS - set(found)
-    assert not gone, f"{sorted(gone)} compare directions as the enum now: remove them from STRING_DIRECTIONS"
+    assert not found, (f"directions compared with strings at {found}: compare with modes.Direction (parse the "
+                       "name once, with Direction.parse, where it enters)")
 
 
 # -- the page itself -------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Measure range rules (subzero/encoders/ranges.py) against today's FullOne/FullMany.
 
 Issue 10's five operations at 1000 x 1000 (matmul 300 x 300): the Full lineage of each
-node (mapping-derived, one pair per out cell, as `subzero.runtime.derived_full` makes
+node (mapping-derived, one pair per out cell, as `subzero.worker.derived_full` makes
 it) is produced per tile on a 4 x 4 grid of the output (250 x 250 tiles), compressed per
 tile and merged.  Printed per operation: serialized bytes of the merged rules, compress
 time (all tiles plus the merge), the median latency of a 1-cell and a 100 x 100-box
@@ -28,7 +28,7 @@ import numpy as np
 from subzero import operators as ops
 from subzero.encoders import FullMany, FullOne, merge_tiles
 from subzero.encoders.ranges import RangeRules, compress, to_ids
-from subzero.runtime import derived_full
+from subzero.worker import derived_full
 from subzero.tiling import tile_grid
 
 #: issue 10's DSLog numbers: bytes, 100x100-box backward query (ms)

@@ -11,6 +11,11 @@ only pays for the modules it touches.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
@@ -39,6 +44,35 @@ _LAZY = {
     "check_lineage": "subzero.udfs",
 }
 
+#: modules that moved, by their old name: importing the old name (``from subzero.execution import
+#: execute``, the console script of an older install: ``subzero.cli``) warns and gives the new module
+_MOVED = {"execution": "driver", "inputs": "input_files", "cli": "tools.cli", "brush": "tools.brush"}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``subzero.OLD`` for each name of `_MOVED` (first, so that no older copy of subzero
+    on the path answers): the module is the new one itself (``subzero.inputs is
+    subzero.input_files``)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname.partition(".")[0] != "subzero" or fullname[len("subzero."):] not in _MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: Any) -> ModuleType:
+        new = f"subzero.{_MOVED[spec.name[len('subzero.'):]]}"
+        warnings.warn(f"{spec.name} is now {new}: import it by that name", DeprecationWarning, stacklevel=2)
+        module = importlib.import_module(new)
+        self.spec = module.__spec__  # the import system writes the old name's spec over it
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__ = self.spec
+
+
+if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
+    sys.meta_path.insert(0, _MovedModules())
+
 if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from subzero import config, operators
     from subzero.context import Context
@@ -53,12 +87,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
 def __getattr__(name: str) -> Any:
     if name in ("operators", "ndimage", "config"):
         return importlib.import_module(f"subzero.{name}")
-    if name == "inputs":  # deprecated: the older name of `subzero.input_files`
-        import warnings
-
-        warnings.warn("subzero.inputs is now subzero.input_files (reading input files): use that name",
-                      DeprecationWarning, stacklevel=2)
-        return importlib.import_module("subzero.input_files")
+    if name in _MOVED:  # deprecated: an older name of a module
+        return importlib.import_module(f"subzero.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'subzero' has no attribute {name!r}")

@@ -307,13 +307,13 @@ class Workflow:
 
         Notes
         -----
-        This is a convenience entry point: `subzero.execution.execute` runs the workflow.
+        This is a convenience entry point: `subzero.driver.execute` runs the workflow.
         The workflow is not changed by running it: the run binds its own graph
         (`with_operators`), held by the returned `Run`.  The driver is imported here, on
         the first run (as dask's ``compute`` imports its scheduler): the one import from
         this module upward, allowed by name in tests/test_architecture.py.
         """
-        from subzero.execution import RunOptions, execute
+        from subzero.driver import RunOptions, execute
 
         if self.constants:  # the arrays a traced function captured
             inputs = {**self.constants, **dict(inputs)}

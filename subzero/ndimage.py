@@ -209,24 +209,28 @@ def sobel(input: Array, axis: int = -1, output: Array | None = None, mode: str =
     return _stencil("sobel", ops.Sobel(axis, mode, cval), input)
 
 
-def _check_iterations(name: str, iterations: Any) -> None:
+def _binary(name: str, input: Array, structure: Array | None, iterations: int, mask: Array | None,
+            output: Array | None, border_value: int, origin: int | Sequence[int], brute_force: bool,
+            axes: Sequence[int] | None, build: Callable[[SymbolicArray, Array | None], Any]) -> Any:
+    """A binary morphology call: scipy's own on plain arrays; on a symbolic array, its arguments
+    checked, the node(s) ``build(input, structure)`` adds."""
+    if not isinstance(input, SymbolicArray):
+        return _scipy(name, input, structure=structure, iterations=iterations, mask=mask, output=output,
+                      border_value=border_value, origin=origin, brute_force=brute_force, axes=axes)
+    _check(name, mask=mask, output=output, origin=origin, axes=axes)
     if isinstance(iterations, (int, np.integer)) and not isinstance(iterations, bool) and iterations < 1:
         raise UnsupportedCallError(f"subzero.ndimage.{name}(iterations={iterations}) repeats until nothing changes, "
                                    "which has no fixed footprint; give iterations >= 1, or wrap "
                                    f"scipy.ndimage.{name} with sz.udf(fn, lineage='all')")
+    return build(input, structure)
 
 
 def _morphology(name: str, cls):
     def fn(input: Array, structure: Array | None = None, iterations: int = 1, mask: Array | None = None,
            output: Array | None = None, border_value: int = 0, origin: int | Sequence[int] = 0,
            brute_force: bool = False, *, axes: Sequence[int] | None = None) -> Any:
-        if not isinstance(input, SymbolicArray):
-            return _scipy(name, input, structure, iterations, mask, output, border_value, origin, brute_force,
-                          axes=axes)
-        _check(name, mask=mask, output=output, origin=origin, axes=axes)
-        _check_iterations(name, iterations)
-        node = add_node(cls(structure, iterations, border_value), [input], name, dtype=np.dtype(bool))
-        return node
+        return _binary(name, input, structure, iterations, mask, output, border_value, origin, brute_force, axes,
+                       lambda x, s: add_node(cls(s, iterations, border_value), [x], name, dtype=np.dtype(bool)))
     return _named(fn, name, f"``scipy.ndimage.{name}`` (``iterations`` >= 1): lineage is the structure grown by "
                             "the iterations.")
 
@@ -239,19 +243,15 @@ def _opening(name: str, first: str, second: str):
     def fn(input: Array, structure: Array | None = None, iterations: int = 1, output: Array | None = None,
            origin: int | Sequence[int] = 0, mask: Array | None = None, border_value: int = 0,
            brute_force: bool = False, *, axes: Sequence[int] | None = None) -> Any:
-        if not isinstance(input, SymbolicArray):
-            return _scipy(name, input, structure, iterations, output, origin, mask, border_value, brute_force,
-                          axes=axes)
-        _check(name, mask=mask, output=output, origin=origin, axes=axes)
-        _check_iterations(name, iterations)
-        if structure is None:  # scipy's default for both steps
-            structure = np.asarray(_scipy("generate_binary_structure", input.ndim, 1))
-        inner = globals()[first](input, structure, iterations, border_value=border_value)
-        return globals()[second](inner, structure, iterations, border_value=border_value)
-    fn.__name__ = name
-    fn.__doc__ = (f"``scipy.ndimage.{name}``: {first} then {second} with the same structure and iterations "
-                  "(two nodes; lineage composes the two footprints).")
-    return fn
+        def build(x: SymbolicArray, s: Array | None) -> Any:
+            if s is None:  # scipy's default for both steps
+                s = np.asarray(_scipy("generate_binary_structure", x.ndim, 1))
+            inner = globals()[first](x, s, iterations, border_value=border_value)
+            return globals()[second](inner, s, iterations, border_value=border_value)
+        return _binary(name, input, structure, iterations, mask, output, border_value, origin, brute_force, axes,
+                       build)
+    return _named(fn, name, f"``scipy.ndimage.{name}``: {first} then {second} with the same structure and "
+                            "iterations (two nodes; lineage composes the two footprints).")
 
 
 binary_opening = _opening("binary_opening", "binary_erosion", "binary_dilation")
@@ -296,35 +296,36 @@ def _flat_footprint(name: str, size, footprint, structure, ndim: int, flip: bool
     return None, grid
 
 
-def _grey(name: str, flip: bool, cls):
+def _grey(name: str, doc: str, build: Callable[..., Any]) -> Callable[..., Any]:
+    """A flat grey morphology call: scipy's own on plain arrays; on a symbolic array, its
+    arguments checked, the node(s) ``build(input, size, footprint, structure, mode, cval)`` adds."""
     def fn(input: Array, size: int | tuple[int, ...] | None = None, footprint: Array | None = None,
            structure: Array | None = None, output: Array | None = None, mode: str = "reflect", cval: float = 0.0,
            origin: int | Sequence[int] = 0, *, axes: Sequence[int] | None = None) -> Any:
         if not isinstance(input, SymbolicArray):
             return _scipy(name, input, size, footprint, structure, output, mode, cval, origin, axes=axes)
         _check(name, output=output, origin=origin, axes=axes)
-        size, footprint = _flat_footprint(name, size, footprint, structure, input.ndim, flip)
-        return _stencil(name, cls(size, footprint, mode, cval), input, same_dtype=False)
-    fn.__name__ = name
-    fn.__doc__ = (f"``scipy.ndimage.{name}`` with a flat ``size`` or ``footprint``: lineage is the footprint"
-                  f"{' mirrored' if flip else ''}.")
-    return fn
+        return build(input, size, footprint, structure, mode, cval)
+    return _named(fn, name, doc)
 
 
-grey_erosion = _grey("grey_erosion", False, ops.MinimumFilter)
-grey_dilation = _grey("grey_dilation", True, ops.MaximumFilter)
+def _flat(name: str, flip: bool, cls):
+    def build(x: SymbolicArray, size, footprint, structure, mode: str, cval: float) -> Any:
+        size, footprint = _flat_footprint(name, size, footprint, structure, x.ndim, flip)
+        return _stencil(name, cls(size, footprint, mode, cval), x, same_dtype=False)
+    return _grey(name, f"``scipy.ndimage.{name}`` with a flat ``size`` or ``footprint``: lineage is the footprint"
+                       f"{' mirrored' if flip else ''}.", build)
+
+
+grey_erosion = _flat("grey_erosion", False, ops.MinimumFilter)
+grey_dilation = _flat("grey_dilation", True, ops.MaximumFilter)
 
 
 def _grey_pair(name: str, first, second):
-    def fn(input: Array, size: int | tuple[int, ...] | None = None, footprint: Array | None = None,
-           structure: Array | None = None, output: Array | None = None, mode: str = "reflect", cval: float = 0.0,
-           origin: int | Sequence[int] = 0, *, axes: Sequence[int] | None = None) -> Any:
-        if not isinstance(input, SymbolicArray):
-            return _scipy(name, input, size, footprint, structure, output, mode, cval, origin, axes=axes)
-        _check(name, output=output, origin=origin, axes=axes)
-        inner = first(input, size, footprint, structure, mode=mode, cval=cval)
+    def build(x: SymbolicArray, size, footprint, structure, mode: str, cval: float) -> Any:
+        inner = first(x, size, footprint, structure, mode=mode, cval=cval)
         return second(inner, size, footprint, structure, mode=mode, cval=cval)
-    return _named(fn, name, f"``scipy.ndimage.{name}`` (flat): {first.__name__} then {second.__name__}.")
+    return _grey(name, f"``scipy.ndimage.{name}`` (flat): {first.__name__} then {second.__name__}.", build)
 
 
 grey_opening = _grey_pair("grey_opening", grey_erosion, grey_dilation)

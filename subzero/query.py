@@ -36,11 +36,11 @@ from subzero.modes import Direction, Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile
 from subzero.optimizer.query_time import choose_step
 from subzero.pairs import FullPairs
-from subzero.runtime import NodeTask, RecomputedArray, expand_payloads, trace_tile
+from subzero.worker import NodeTask, RecomputedArray, expand_payloads, trace_tile
 from subzero.store.roles import LineageReader
 from subzero.tiling import Tile, tile_grid
 
-__all__ = ["TileGrid", "QueryEngine", "QueryPlan", "Carrier", "step", "check_forced", "map_step"]
+__all__ = ["TileGrid", "QueryEngine", "QueryOptions", "Carrier", "step", "check_forced", "map_step"]
 
 logger = logging.getLogger(__name__)
 
@@ -160,14 +160,14 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
     frontiers: list[Frontier] = []
     failed: list[int] = []
     overrides: list[np.ndarray] = []
-    side = None if direction == "backward" else i
+    side = None if direction is Direction.BACKWARD else i
     for _, sub, reader in source.tile_readers(node, s.name, frontier, side, deadline, failed, damaged, forced):
         if reader is None:  # the tile stored no lineage under this strategy
             continue
         if isinstance(enc, FullEncoder):
-            got = enc.backward(reader, sub, i, shapes) if direction == "backward" else \
+            got = enc.backward(reader, sub, i, shapes) if direction is Direction.BACKWARD else \
                 enc.forward(reader, sub, i, shapes)
-        elif direction == "backward":
+        elif direction is Direction.BACKWARD:
             pay = enc.lookup(reader, sub, shapes)
             got = expand_payloads(op, pay, deadline).backward(sub, i)
             overrides.append(pay.out_ids)
@@ -183,7 +183,7 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
     if failed:
         result = result.union(_trace(source, node, failed, frontier, i, direction, target))
     if s.mode is Mode.COMP:
-        if direction == "backward":
+        if direction is Direction.BACKWARD:
             covered = np.concatenate(overrides) if overrides else np.empty(0, np.int64)
             rest = Frontier.of_ids(frontier.ids()[~np.isin(frontier.ids(), covered)], frontier.shape, unique=True)
             default = map_step(op, _outside(rest, grid.out_lo[failed], grid.out_hi[failed]), i, direction, target)
@@ -222,14 +222,14 @@ def _not_overridden(source, node, enc, s: Strategy, default: Frontier, deadline,
     return _outside(kept, grid.out_lo[failed], grid.out_hi[failed])
 
 
-def map_step(op, frontier: Frontier, i: int, direction: str, target) -> Frontier:
+def map_step(op, frontier: Frontier, i: int, direction: "Direction | str", target) -> Frontier:
     """One step through an operator's mapping functions, on the frontier's own form."""
-    target = tuple(target)
+    direction, target = Direction.parse(direction), tuple(target)
     if frontier.is_empty:
         return Frontier.empty(target)
     if frontier.kind == "boxes":
         lo, hi = frontier.boxes()
-        fn = getattr(op, "map_b_boxes" if direction == "backward" else "map_f_boxes", None)
+        fn = getattr(op, "map_b_boxes" if direction is Direction.BACKWARD else "map_f_boxes", None)
         got = fn(lo, hi, i) if fn is not None else None
         if got is not None:
             return Frontier.of_boxes(got[0], got[1], target)
@@ -245,7 +245,7 @@ def map_step(op, frontier: Frontier, i: int, direction: str, target) -> Frontier
             and op.same_cells(i):
         return Frontier.of_ids(frontier.ids(), target, unique=True)  # elementwise over one shape: the same cells
     cells = frontier.coords()
-    got = op.map_b(cells, i) if direction == "backward" else op.map_f(cells, i)
+    got = op.map_b(cells, i) if direction is Direction.BACKWARD else op.map_f(cells, i)
     got = np.asarray(got, np.int64).reshape(-1, len(target))
     if len(got) and (got.min() < 0 or np.any(got.max(axis=0) >= np.asarray(target))):
         raise LineageError(f"{type(op).__name__}.map_{direction[0]} returned cells outside the array of "
@@ -253,8 +253,8 @@ def map_step(op, frontier: Frontier, i: int, direction: str, target) -> Frontier
     return Frontier.of_coords(got, target)
 
 
-def _mask_step(op, mask: np.ndarray, i: int, direction: str, target) -> Frontier | None:
-    masked = op.map_b_mask(mask, i) if direction == "backward" else op.map_f_mask(mask, i)
+def _mask_step(op, mask: np.ndarray, i: int, direction: Direction, target) -> Frontier | None:
+    masked = op.map_b_mask(mask, i) if direction is Direction.BACKWARD else op.map_f_mask(mask, i)
     if masked is None:
         return None
     masked = np.asarray(masked, bool)
@@ -264,14 +264,14 @@ def _mask_step(op, mask: np.ndarray, i: int, direction: str, target) -> Frontier
     return Frontier.of_mask(masked)
 
 
-def _reexecute(source, node, frontier: Frontier, i: int, direction: str, target) -> Frontier:
+def _reexecute(source, node, frontier: Frontier, i: int, direction: Direction, target) -> Frontier:
     """Black-box step: re-run, in tracing mode, only the tiles the frontier touches."""
-    tiles = [t for t, _ in source.grid(node).split(frontier, None if direction == "backward" else i)]
+    tiles = [t for t, _ in source.grid(node).split(frontier, None if direction is Direction.BACKWARD else i)]
     return _trace(source, node, tiles, frontier, i, direction, target)
 
 
-def _trace(source, node, tiles: list[int], frontier: Frontier, i: int, direction: str, target) -> Frontier:
-    parts = [pairs.backward(frontier, i) if direction == "backward" else pairs.forward(frontier, i)
+def _trace(source, node, tiles: list[int], frontier: Frontier, i: int, direction: Direction, target) -> Frontier:
+    parts = [pairs.backward(frontier, i) if direction is Direction.BACKWARD else pairs.forward(frontier, i)
              for pairs in source.trace(node, tiles, frontier, i, direction)]
     return Frontier.of_ids(np.concatenate(parts) if parts else np.empty(0, np.int64), target)
 
@@ -303,7 +303,7 @@ C = TypeVar("C", Frontier, Carrier)
 
 
 @dataclass
-class QueryPlan:
+class QueryOptions:
     """How one query steps: its direction, the strategies forced per node (``using=``),
     whether full frontiers may skip entire-array-safe steps, the per-step log it fills, and
     ``cancel``: an event (``is_set()``) that stops the walk at its next step with
@@ -342,7 +342,7 @@ class QueryEngine:
     # -- the lineage source the steps read ------------------------------------------------------
     def array(self, name: str) -> Any:
         """The array of a committed node: its `subzero.store.ArrayRef`, checked against the
-        catalog, or, when the run did not store it, a `subzero.runtime.RecomputedArray` that
+        catalog, or, when the run did not store it, a `subzero.worker.RecomputedArray` that
         re-runs the tiles a read covers from the node's inputs (kept per engine, with its cache)."""
         record = self.catalog.node(name).array
         if record.stored:
@@ -426,7 +426,7 @@ class QueryEngine:
         op = node.operator
         return NodeTask(node.name, op, tuple(self.array(n.name) for n in node.inputs), op.input_shapes, op.output_shape)
 
-    def trace(self, node, tiles: list[int], frontier: Frontier, i: int, direction: str) -> list[FullPairs]:
+    def trace(self, node, tiles: list[int], frontier: Frontier, i: int, direction: Direction) -> list[FullPairs]:
         """The region pairs of ``node``'s ``tiles`` (indices into its grid) for the cells of
         ``frontier``, by re-running them in tracing mode from the stored inputs."""
         task, grid = self.tile_task(node), self.grid(node)
@@ -457,7 +457,7 @@ class QueryEngine:
                 profile_from_run(node.name, node.operator, entry.stats)
         return self._profiles[node.name]
 
-    def choose(self, node, plan: QueryPlan, cells: int) -> tuple[Strategy, float | None, float | None]:
+    def choose(self, node, plan: QueryOptions, cells: int) -> tuple[Strategy, float | None, float | None]:
         """The strategy of one step through ``node`` reaching it with ``cells`` cells: the one
         ``plan`` forces, else the cheapest `choose_step` predicts.  Returns it, the deadline
         (perf_counter) of its stored lookups (None: none) and its predicted seconds (None: forced)."""
@@ -469,7 +469,7 @@ class QueryEngine:
         deadline = time.perf_counter() + choice.budget if choice.strategy.stored else None
         return choice.strategy, deadline, choice.predicted
 
-    def advance(self, node, carried: C, i: int, plan: QueryPlan) -> C:
+    def advance(self, node, carried: C, i: int, plan: QueryOptions) -> C:
         """One step through ``node`` (w.r.t. input ``i``), by the strategy ``plan`` forces or
         the cheapest one `choose_step` predicts; stored lookups of a frontier past the
         predicted re-run time switch to re-execution.  Appends the step's statistics to
@@ -499,7 +499,7 @@ class QueryEngine:
         return result
 
     # -- walks -------------------------------------------------------------------------------
-    def walk(self, src, dst, start: C, plan: QueryPlan) -> C:
+    def walk(self, src, dst, start: C, plan: QueryOptions) -> C:
         """Carry ``start`` (a `Frontier` or another `Carrier` over ``src``) to ``dst`` along
         every path: what arrives at a node by several paths is united before it steps, so
         each node steps once per input (lineage of a union is the union of lineages)."""
@@ -514,7 +514,7 @@ class QueryEngine:
         assert got is not None  # dst is reachable
         return got
 
-    def walk_many(self, src, dsts, start: C, plan: QueryPlan) -> dict:
+    def walk_many(self, src, dsts, start: C, plan: QueryOptions) -> dict:
         """`walk` to several nodes at once, each node on a path stepping once (Smoke's linked
         brushing).  Returns node -> what reached it for each of ``dsts`` (None: no path reaches it).
 
@@ -544,7 +544,7 @@ class QueryEngine:
                 del held[node]  # each node steps once: what it held is done
         return {dst: held.get(dst) for dst in dsts}
 
-    def follow(self, steps: list, start: C, plan: QueryPlan) -> C:
+    def follow(self, steps: list, start: C, plan: QueryOptions) -> C:
         """Carry ``start`` along an explicit path of ``(node, input index)`` steps."""
         carried = start
         for node, i in steps:

@@ -46,8 +46,8 @@ from subzero.executors import Executor, check_executor, make_executor
 from subzero.frontier import Frontier
 from subzero.modes import Strategy
 from subzero.progress import Reporter
-from subzero.runtime import NodeTask, RecomputedArray
-from subzero.stage import DISCARD, NodeStage, lineage_stats
+from subzero.worker import NodeTask, RecomputedArray
+from subzero.stage import DISCARD, NodeStage, lineage_metrics
 from subzero.store import LineageReader, RunWriter, create_run
 from subzero.tiling import Tile, box_slices, tile_grid
 
@@ -366,7 +366,7 @@ class _Replayer:
             array = replace(old.array, meta_xxh3=array.meta_xxh3) if fresh else old.array
         stats = old.stats
         if stats is not None:
-            got = lineage_stats(manifest)  # encode seconds: the run's, as measured
+            got = lineage_metrics(manifest)  # encode seconds: the run's, as measured
             stats = replace(stats, bytes=got["bytes"], keys=got["keys"], pairs=got["pairs"], file_bytes=got["file_bytes"])
         return replace(old, array=array, stats=stats,
                        metadata={**old.metadata, "replayed": {"tiles": rerun, "of": tiles, "seconds": seconds}})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Sequence, TypeAlias, Union, overload
 
 import numpy as np
 
@@ -14,15 +14,27 @@ from subzero.errors import LineageError, StoreError, WorkflowError
 from subzero.frontier import Frontier
 from subzero.modes import Direction, Strategy
 from subzero.operator import Operator
-from subzero.query import QueryEngine, QueryPlan, check_forced
+from subzero.query import QueryEngine, QueryOptions, check_forced
 from subzero.store import LineageReader, open_store
 from subzero.store.cache import log_query, query_log
 from subzero.dag import Node, Workflow
+
+if TYPE_CHECKING:
+    from astropy.table import Table
+    from numpy.typing import ArrayLike
 
 __all__ = ["Run", "open_run", "bound_operators", "run_html", "RESULT_FORMS", "Uncommitted"]
 
 #: what ``as_`` may ask a query to return
 RESULT_FORMS = ("coords", "boxes", "mask", "frontier")
+
+#: a node, or its name, wherever a query takes one
+NodeRef: TypeAlias = Union[Node, str]
+#: the cells a query starts from: coordinate tuples, an ``(N, ndim)`` array, a boolean mask of
+#: the node's array, or a `Frontier` (an earlier answer); a box: ``[(lo, hi), ...]`` or a list of them
+Cells: TypeAlias = Union["ArrayLike", Frontier, None]
+#: an answer in the form ``as_`` asks: coordinates, ``(lo, hi)`` boxes, a mask, or the `Frontier`
+Answer: TypeAlias = Union[np.ndarray, tuple[np.ndarray, np.ndarray], Frontier]
 
 
 class Run:
@@ -118,16 +130,23 @@ class Run:
 
     def array(self, name: str) -> Any:
         """The array handle of a committed node (`subzero.store.ArrayRef`, checked against the
-        catalog, or a `subzero.runtime.RecomputedArray` when it was not stored)."""
+        catalog, or a `subzero.worker.RecomputedArray` when it was not stored)."""
         return self.lineage.array(name)
 
-    def frontier(self, ref: "Node | str", cells=None, box=None) -> Frontier:
+    def frontier(self, ref: NodeRef, cells: Cells = None, box: "ArrayLike | None" = None) -> Frontier:
         """The ``cells`` (or ``box``) of a node, checked, as the `Frontier` a query carries."""
         return self._start(self.node(ref), cells, box)
 
     # -- queries ------------------------------------------------------------------------
-    def backward(self, node, cells=None, to=None, using: dict | None = None, entire_array: bool = True,
-                 box=None, as_: str = "coords"):
+    @overload
+    def backward(self, node: NodeRef, cells: Cells = ..., to: NodeRef | None = ..., using: dict | None = ...,
+                 entire_array: bool = ..., box: "ArrayLike | None" = ..., *, as_: Literal["frontier"]) -> Frontier: ...
+    @overload
+    def backward(self, node: NodeRef, cells: Cells = ..., to: NodeRef | None = ..., using: dict | None = ...,
+                 entire_array: bool = ..., box: "ArrayLike | None" = ..., as_: str = ...) -> Answer: ...
+
+    def backward(self, node: NodeRef, cells: Cells = None, to: NodeRef | None = None, using: dict | None = None,
+                 entire_array: bool = True, box: "ArrayLike | None" = None, as_: str = "coords") -> Answer:
         """Input cells of ``to`` that the ``cells`` (or ``box``) of ``node`` depend on, over every path.
 
         Parameters
@@ -153,14 +172,31 @@ class Run:
         """
         return _form(self._walk(node, cells, box, to, Direction.BACKWARD, using, entire_array), as_)
 
-    def forward(self, node, cells=None, to=None, using: dict | None = None, entire_array: bool = True,
-                box=None, as_: str = "coords"):
+    @overload
+    def forward(self, node: NodeRef, cells: Cells = ..., to: NodeRef | None = ..., using: dict | None = ...,
+                entire_array: bool = ..., box: "ArrayLike | None" = ..., *, as_: Literal["frontier"]) -> Frontier: ...
+    @overload
+    def forward(self, node: NodeRef, cells: Cells = ..., to: NodeRef | None = ..., using: dict | None = ...,
+                entire_array: bool = ..., box: "ArrayLike | None" = ..., as_: str = ...) -> Answer: ...
+
+    def forward(self, node: NodeRef, cells: Cells = None, to: NodeRef | None = None, using: dict | None = None,
+                entire_array: bool = True, box: "ArrayLike | None" = None, as_: str = "coords") -> Answer:
         """Cells of ``to`` whose lineage contains the ``cells`` (or ``box``) of ``node``, over every
         path; the parameters are those of `backward`."""
         return _form(self._walk(node, cells, box, to, Direction.FORWARD, using, entire_array), as_)
 
-    def forward_many(self, node, cells=None, to=(), using: dict | None = None, entire_array: bool = True,
-                     box=None, as_: str = "frontier", cancel: Any = None) -> dict:
+    @overload
+    def forward_many(self, node: NodeRef, cells: Cells = ..., to: Sequence[NodeRef] = ..., using: dict | None = ...,
+                     entire_array: bool = ..., box: "ArrayLike | None" = ..., as_: Literal["frontier"] = ...,
+                     cancel: Any = ...) -> dict[str, Frontier]: ...
+    @overload
+    def forward_many(self, node: NodeRef, cells: Cells = ..., to: Sequence[NodeRef] = ..., using: dict | None = ...,
+                     entire_array: bool = ..., box: "ArrayLike | None" = ..., as_: str = ...,
+                     cancel: Any = ...) -> dict[str, Answer]: ...
+
+    def forward_many(self, node: NodeRef, cells: Cells = None, to: Sequence[NodeRef] = (), using: dict | None = None,
+                     entire_array: bool = True, box: "ArrayLike | None" = None, as_: str = "frontier",
+                     cancel: Any = None) -> dict[str, Frontier] | dict[str, Answer]:
         """`forward` to several nodes in one walk, each node stepping once (linked brushing).
 
         Returns ``{name: answer}`` for each node of ``to`` (default ``as_``: the `Frontier`);
@@ -170,21 +206,33 @@ class Run:
         """
         return self._walk_many(node, cells, box, to, Direction.FORWARD, using, entire_array, as_, cancel)
 
-    def backward_many(self, node, cells=None, to=(), using: dict | None = None, entire_array: bool = True,
-                      box=None, as_: str = "frontier", cancel: Any = None) -> dict:
+    @overload
+    def backward_many(self, node: NodeRef, cells: Cells = ..., to: Sequence[NodeRef] = ..., using: dict | None = ...,
+                      entire_array: bool = ..., box: "ArrayLike | None" = ..., as_: Literal["frontier"] = ...,
+                      cancel: Any = ...) -> dict[str, Frontier]: ...
+    @overload
+    def backward_many(self, node: NodeRef, cells: Cells = ..., to: Sequence[NodeRef] = ..., using: dict | None = ...,
+                      entire_array: bool = ..., box: "ArrayLike | None" = ..., as_: str = ...,
+                      cancel: Any = ...) -> dict[str, Answer]: ...
+
+    def backward_many(self, node: NodeRef, cells: Cells = None, to: Sequence[NodeRef] = (),
+                      using: dict | None = None, entire_array: bool = True, box: "ArrayLike | None" = None,
+                      as_: str = "frontier", cancel: Any = None) -> dict[str, Frontier] | dict[str, Answer]:
         """`backward` to several nodes in one walk; see `forward_many`."""
         return self._walk_many(node, cells, box, to, Direction.BACKWARD, using, entire_array, as_, cancel)
 
-    def backward_mask(self, node, cells=None, to=None, using=None, entire_array=True, box=None) -> np.ndarray:
+    def backward_mask(self, node: NodeRef, cells: Cells = None, to: NodeRef | None = None, using: dict | None = None,
+                      entire_array: bool = True, box: "ArrayLike | None" = None) -> np.ndarray:
         """`backward` as a boolean mask over ``to``'s array."""
-        return self.backward(node, cells, to, using, entire_array, box, as_="mask")
+        return self._walk(node, cells, box, to, Direction.BACKWARD, using, entire_array).mask()
 
-    def forward_mask(self, node, cells=None, to=None, using=None, entire_array=True, box=None) -> np.ndarray:
+    def forward_mask(self, node: NodeRef, cells: Cells = None, to: NodeRef | None = None, using: dict | None = None,
+                     entire_array: bool = True, box: "ArrayLike | None" = None) -> np.ndarray:
         """`forward` as a boolean mask over ``to``'s array."""
-        return self.forward(node, cells, to, using, entire_array, box, as_="mask")
+        return self._walk(node, cells, box, to, Direction.FORWARD, using, entire_array).mask()
 
-    def query(self, cells, path, direction: str | None = None, using: dict | None = None,
-              entire_array: bool = True, as_: str = "coords"):
+    def query(self, cells: Cells, path: Sequence[tuple[NodeRef, int]], direction: "Direction | str | None" = None,
+              using: dict | None = None, entire_array: bool = True, as_: str = "coords") -> Answer:
         """SubZero's ``execute_query(C, ((P1, idx1), ..., (Pm, idxm)))``.
 
         Backward when each ``P(k+1)`` is input ``idx_k`` of ``P_k`` (cells are in ``P1``'s
@@ -197,7 +245,7 @@ class Run:
         way = Direction.parse(direction) if direction is not None else self._path_direction(steps)
         self._check_links(steps, way)
         _check_form(as_)
-        plan = QueryPlan(way, self._check_using(using), entire_array)
+        plan = QueryOptions(way, self._check_using(using), entire_array)
         first, idx = steps[0]
         start = self._start(first if way is Direction.BACKWARD else first.inputs[idx], cells, None)
         frontier = self.lineage.follow(steps, start, plan)
@@ -205,8 +253,10 @@ class Run:
         return _form(frontier, as_)
 
     # -- questions built on lineage ------------------------------------------------------------
-    def lineage_table(self, node, over=None, flags=None, values=None, objects=None, using: dict | None = None,
-                      batch_objects: int | None = 2048, executor: str | None = None):
+    def lineage_table(self, node: NodeRef, over: NodeRef | None = None, flags: "ArrayLike | str | None" = None,
+                      values: "ArrayLike | str | None" = None, objects: "ArrayLike | None" = None,
+                      using: dict | None = None, batch_objects: int | None = 2048,
+                      executor: str | None = None) -> "Table":
         """Per-object statistics of each object's backward lineage in ``over``: one labelled pass.
 
         Parameters
@@ -289,7 +339,7 @@ class Run:
         if dst is None:
             raise LineageError(f"give to= (the node to trace {direction} to)")
         src, dst = self.node(src), self.node(dst)
-        plan = QueryPlan(direction, self._check_using(using), entire_array)
+        plan = QueryOptions(direction, self._check_using(using), entire_array)
         result = self.lineage.walk(src, dst, self._start(src, cells, box), plan)
         if src is not dst:
             self._record(plan, src, dst)
@@ -299,12 +349,12 @@ class Run:
                    cancel: Any = None) -> dict:
         _check_form(as_)
         src, dsts = self.node(src), [self.node(d) for d in dsts]
-        plan = QueryPlan(direction, self._check_using(using), entire_array, cancel=cancel)
+        plan = QueryOptions(direction, self._check_using(using), entire_array, cancel=cancel)
         got = self.lineage.walk_many(src, dsts, self._start(src, cells, box), plan)
         self._record(plan, src, dsts)
         return {d.name: _form(f if f is not None else Frontier.empty(self.shape(d)), as_) for d, f in got.items()}
 
-    def _record(self, plan: QueryPlan, src: Node, dst: "Node | list[Node]") -> None:
+    def _record(self, plan: QueryOptions, src: Node, dst: "Node | list[Node]") -> None:
         self.last_query = plan.log
         to = [d.name for d in dst] if isinstance(dst, list) else dst.name
         log_query(self.path, {"direction": plan.direction.value, "from": src.name, "to": to, "steps": plan.log})
@@ -444,7 +494,7 @@ def _check_form(as_: str) -> None:
         raise LineageError(f"as_={as_!r} is not a result form; use one of {', '.join(RESULT_FORMS)}")
 
 
-def _form(frontier: Frontier, as_: str):
+def _form(frontier: Frontier, as_: str) -> Answer:
     _check_form(as_)
     if as_ == "coords":
         return frontier.coords()

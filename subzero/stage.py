@@ -24,12 +24,12 @@ from subzero.modes import Strategy
 from subzero.operator import Operator
 from subzero.pickling import dump_operator
 from subzero.progress import Reporter
-from subzero.runtime import FusedTask, Held, NodeTask, TileMeta, merge_inline
+from subzero.worker import FusedTask, Held, NodeTask, TileMeta, merge_inline
 from subzero.store import RunWriter
 from subzero.store.arrays import ArrayRef, output_compressor
 from subzero.tiling import Elementwise, Halo, Tile, Whole, default_chunks, tile_grid, tile_lens
 
-__all__ = ["NodeStage", "FusedStage", "StageRun", "DISCARD", "array_record", "lineage_stats"]
+__all__ = ["NodeStage", "FusedStage", "StageRun", "DISCARD", "array_record", "lineage_metrics"]
 
 Shape = tuple[int, ...]
 _UNKNOWN_BOX: Any = None  # the box of the one tile of an output whose shape only running tells
@@ -129,7 +129,7 @@ class NodeStage:
         except StoreError:  # not committed yet: the usual case
             pipeline = None
         if pipeline is None and any(isinstance(i, Held) for i in self.inputs):
-            return ref  # a fused member: its task chooses over the outputs it holds (`runtime.run_fused_tile`)
+            return ref  # a fused member: its task chooses over the outputs it holds (`worker.run_fused_tile`)
         return replace(ref, compressor=pipeline or output_compressor(self.inputs, ref.compressor))
 
     def run(self, executor: Executor, strategies: Sequence[Strategy] = (), write_output: bool = True,
@@ -211,11 +211,11 @@ DISCARD = _Discard()
 
 @dataclass(frozen=True)
 class FusedStage:
-    """Consecutive nodes computed tile by tile in one stage (`runtime.run_fused_tile`): one job
+    """Consecutive nodes computed tile by tile in one stage (`worker.run_fused_tile`): one job
     for all of them, each tile's upstream outputs handed on in memory (grown by the halos
     their readers need) instead of written and read back, each node's output still written
     chunk by chunk and committed by the driver as its own.  Build it from `NodeStage` stages that
-    are `fusable`, share their tiles, and read each other through `subzero.runtime.Held`
+    are `fusable`, share their tiles, and read each other through `subzero.worker.Held`
     inputs."""
 
     stages: tuple[NodeStage, ...]
@@ -299,10 +299,10 @@ def array_record(shape: Shape, dtype: str, chunks: Shape, meta_xxh3: str | None 
     return ArrayRecord(tuple(shape), dtype, tuple(chunks), nbytes, meta_xxh3)
 
 
-def lineage_stats(manifest: Manifest) -> dict[str, dict[str, Any]]:
+def lineage_metrics(manifest: Manifest) -> dict[str, dict[str, Any]]:
     """Per stored strategy of ``manifest``, its bytes (the merged table's or the shards'),
     keys, encode seconds, (pairs, out cells, in cells) and shard file bytes, as
-    `subzero.catalog.NodeStats` keeps them."""
+    `subzero.catalog.NodeMetrics` keeps them."""
     recs = manifest.shards
     return {
         "bytes": {s: (len(manifest.inline[s]) if s in manifest.inline else

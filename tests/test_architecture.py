@@ -32,7 +32,7 @@ ALLOWED_CYCLES: set[frozenset[str]] = set()
 #: function (lazy), and left out of the cycle check: `Workflow.run` imports the driver when
 #: called (as dask's ``compute`` imports its scheduler), so the workflow stays a plain DAG;
 #: `Run.view` imports the notebook widget when called, so a run loads no front end
-UPWARD_LAZY_EDGES: set[tuple[str, str]] = {("dag", "execution"), ("run", "tools.view.widget")}
+UPWARD_LAZY_EDGES: set[tuple[str, str]] = {("dag", "driver"), ("run", "tools.view.widget")}
 
 #: the bottom layer: may import each other only
 FOUNDATIONS = {"errors", "tiling", "cells", "boxes", "pairs", "frontier", "modes", "catalog", "spatial_index",
@@ -263,7 +263,7 @@ def test_the_walk_sees_every_kind_of_import():
     assert len(src.modules) > 80 and "store.shards" in src.modules and "subzero" in src.modules
     kinds = {(e.source, e.target): e.kind for e in src.edges}
     assert kinds[("run", "query")] == "top"
-    assert kinds[("dag", "execution")] == "lazy"  # Workflow.run imports the driver when called
+    assert kinds[("dag", "driver")] == "lazy"  # Workflow.run imports the driver when called
     assert kinds[("subzero", "run")] == "type"  # under TYPE_CHECKING
     assert ("encoders", "encoders.full_one") in kinds  # relative to absolute, package __init__
     assert ("store", "store.file_store") in kinds
@@ -332,7 +332,7 @@ def test_encoders_import_no_store_and_nothing_above_them():
     allowed = lambda m: m in FOUNDATIONS or _in("encoders")(m)  # noqa: E731
     _check_allowed(src, _under("encoders", src), allowed, set(),
                    "encoders (encoders/*) import only the foundations and each other: never the store, the "
-                   "runtime, the driver, queries or operators")
+                   "worker, the driver, queries or operators")
 
 
 def test_operators_import_only_the_model_and_the_foundations():
@@ -340,7 +340,7 @@ def test_operators_import_only_the_model_and_the_foundations():
     allowed = lambda m: m in FOUNDATIONS or m in MODEL or _in("operators")(m)  # noqa: E731
     _check_allowed(src, _under("operators", src), allowed, set(),
                    "operators (operators/*) import only operator, context and the foundations: no run, CLI, "
-                   "store, encoders, runtime, query or optimizer")
+                   "store, encoders, worker, query or optimizer")
 
 
 def test_foundations_import_only_foundations():
@@ -357,33 +357,33 @@ def test_the_model_imports_only_the_foundations():
 
 def test_optimizer_imports_no_driver_query_store_or_cli():
     src = source()
-    forbidden = _in("execution", "run", "query", "replay", "tools", "executors.spark", "store", "workflows")
+    forbidden = _in("driver", "run", "query", "replay", "tools", "executors.spark", "store", "workflows")
     _check_allowed(src, _under("optimizer", src), lambda m: not forbidden(m), set(),
-                   "the optimizer (optimizer/*) never imports the driver (execution), run, query, replay, "
+                   "the optimizer (optimizer/*) never imports the driver (driver.py), run, query, replay, "
                    "spark, the store or the CLI")
 
 
 def test_query_reads_runs_through_its_protocol():
     src = source()
-    forbidden = _in("run", "execution", "replay", "tools", "store", "executors.spark")
+    forbidden = _in("run", "driver", "replay", "tools", "store", "executors.spark")
     _check_allowed(src, ["query"], lambda m: not forbidden(m) or m == "store.roles", set(),
-                   "query imports neither run, execution nor the store: it reads a run through the "
+                   "query imports neither run, the driver nor the store: it reads a run through the "
                    "store's LineageReader role (store.roles, interfaces only)")
 
 
-def test_runtime_and_the_executors_never_import_the_driver_or_queries():
+def test_the_worker_and_the_executors_never_import_the_driver_or_queries():
     src = source()
-    forbidden = _in("execution", "run", "query", "replay", "tools", "dag", "planning", "optimizer")
-    _check_allowed(src, ["runtime", *_under("executors", src)], lambda m: not forbidden(m), set(),
-                   "the task side (runtime, executors/*) never imports the driver, queries, the workflow or the "
+    forbidden = _in("driver", "run", "query", "replay", "tools", "dag", "strategies", "optimizer")
+    _check_allowed(src, ["worker", *_under("executors", src)], lambda m: not forbidden(m), set(),
+                   "the task side (worker, executors/*) never imports the driver, queries, the workflow or the "
                    "optimizer")
 
 
 def test_workflow_imports_only_the_model():
     src = source()
-    _check_allowed(src, ["dag"], lambda m: m in {"operator", "errors"}, {("dag", "execution")},
-                   "dag (the workflow DAG) imports only operator and errors, and the driver (execution) "
-                   "inside Workflow.run; never run, planning or the optimizer")
+    _check_allowed(src, ["dag"], lambda m: m in {"operator", "errors"}, {("dag", "driver")},
+                   "dag (the workflow DAG) imports only operator and errors, and the driver (driver.py) "
+                   "inside Workflow.run; never run, strategies or the optimizer")
 
 
 def test_upward_imports_are_the_pinned_lazy_ones():
@@ -398,17 +398,14 @@ def test_upward_imports_are_the_pinned_lazy_ones():
 
 def test_the_core_imports_no_tool():
     """The tools (tools/*: the command line, the viewer, info, explain, describe, brush, export)
-    sit on top of the core: nothing below imports them but ``python -m subzero`` and the two
-    deprecated aliases of their old paths (``subzero.cli``, ``subzero.brush``)."""
+    sit on top of the core: nothing below imports them but ``python -m subzero`` (their old
+    paths, ``subzero.cli`` and ``subzero.brush``, are names `subzero._MOVED` resolves, no files)."""
     src = source()
-    ok = _in("tools", "__main__", "cli", "brush")
+    ok = _in("tools", "__main__")
     bad = [str(e) for e in src.edges if _in("tools")(e.target) and not ok(e.source)
            and (e.source, e.target) not in UPWARD_LAZY_EDGES]  # Run.view's lazy import of the widget
     assert not bad, _fail("the core imports nothing of tools/* (the command line, the viewer, the reports)",
                           "Packages and modules", sorted(bad))
-    aliases = {m: src.targets(m) for m in ("cli", "brush")}
-    assert aliases == {"cli": {"tools.cli"}, "brush": {"tools.brush"}}, \
-        f"the deprecated aliases subzero.cli and subzero.brush only re-export their new homes: {aliases}"
 
 
 def test_only_the_front_ends_import_the_cli_and_workflows():
@@ -416,7 +413,7 @@ def test_only_the_front_ends_import_the_cli_and_workflows():
     bad = []
     for target in src.modules:
         if _in("tools.cli")(target):
-            ok = _in("tools.cli", "__main__", "cli")
+            ok = _in("tools.cli", "__main__")
         elif _in("workflows")(target):
             ok = _in("workflows", "tools.cli")
         else:
@@ -461,11 +458,6 @@ def test_no_new_output_shape_mutation_sites():
                       f"{Path(__file__).name} and from \"Known debts\" in {DOC}")
 
 
-#: modules that still compare a direction with its name ("backward"): the driver's and the query's
-#: files, being rewritten as this is pinned, and the viewer's check of a request's raw JSON
-STRING_DIRECTIONS = {"query", "runtime", "tools.view.app"}
-
-
 def test_directions_are_compared_as_the_enum():
     """A direction is a `modes.Direction`, parsed once where a name enters: code compares it
     with ``Direction.BACKWARD``, never with the string ``"backward"``."""
@@ -477,11 +469,8 @@ def test_directions_are_compared_as_the_enum():
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if pattern.search(line.split("#")[0]) and ">>>" not in line and "``" not in line:
                 found.setdefault(name, []).append(number)
-    new = {m: lines for m, lines in found.items() if m not in STRING_DIRECTIONS}
-    assert not new, (f"directions compared with strings at {new}: compare with modes.Direction (parse the name "
-                     "once, with Direction.parse, where it enters)")
-    gone = STRING_DIRECTIONS - set(found)
-    assert not gone, f"{sorted(gone)} compare directions as the enum now: remove them from STRING_DIRECTIONS"
+    assert not found, (f"directions compared with strings at {found}: compare with modes.Direction (parse the "
+                       "name once, with Direction.parse, where it enters)")
 
 
 # -- the page itself -------------------------------------------------------------------------------

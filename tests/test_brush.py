@@ -64,15 +64,3 @@ def test_brush_data_is_json(run):
     assert data["traced"]["count"] == 25 and data["outputs"]["mixed"]["count"] == got.linked["mixed"].count
     fits = brush_data(got, fits=True)
     assert fits["brushed"]["boxes"] == ["5:5,4:4"] and fits["coords"] == "fits"
-
-
-def test_the_old_import_path_is_a_deprecated_alias():
-    import importlib
-    import sys
-
-    import subzero.tools.brush
-
-    sys.modules.pop("subzero.brush", None)
-    with pytest.warns(DeprecationWarning, match="subzero.tools.brush"):
-        old = importlib.import_module("subzero.brush")
-    assert old.brush is subzero.tools.brush.brush and old.default_source is subzero.tools.brush.default_source

@@ -10,9 +10,9 @@ from subzero import operators as ops
 from subzero.executors import LocalExecutor
 from subzero.modes import Strategy
 from subzero.tiling import tile_grid
-from subzero.runtime import NodeTask
+from subzero.worker import NodeTask
 from subzero.optimizer.calibrate import profile_node
-from subzero.planning import supported_strategies
+from subzero.strategies import supported_strategies
 
 
 def node_tiles(op, tile_shape):
@@ -75,7 +75,7 @@ def test_mapping_fans_count_what_the_derived_pairs_hold(make, shape):
     """The fans of a mapping node, counted from ``map_b_pairs``, equal those of its
     derived FULL pairs: input cells per output cell, output cells per distinct input cell."""
     from subzero.optimizer.calibrate import mapping_fans
-    from subzero.runtime import derived_full
+    from subzero.worker import derived_full
 
     op = make()
     op.input_shapes = (shape,)

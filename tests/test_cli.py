@@ -854,17 +854,3 @@ def test_the_command_line_page_lists_every_benchmark():
 
     usage = re.search(r"^subzero bench (\S+)", page("guide/cli.md"), re.M)
     assert usage and set(BENCHES) <= set(usage.group(1).split("|")), usage
-
-
-def test_the_old_import_path_is_a_deprecated_alias():
-    """``subzero.cli`` (the console script of an older install, older scripts) still gives the
-    command line, and says where it moved."""
-    import importlib
-    import sys as _sys
-
-    import subzero.tools.cli
-
-    _sys.modules.pop("subzero.cli", None)
-    with pytest.warns(DeprecationWarning, match="subzero.tools.cli"):
-        old = importlib.import_module("subzero.cli")
-    assert old.main is subzero.tools.cli.main

@@ -195,7 +195,7 @@ def test_a_run_honours_set_and_the_environment(no_file, tmp_path, monkeypatch):
 def test_nothing_is_read_at_import_time():
     """A bad value in the environment does not break ``import subzero`` or the modules that read
     settings: only the use of the setting fails."""
-    code = ("import subzero, subzero.execution, subzero.store.arrays, subzero.store.cache, subzero.store.location, "
+    code = ("import subzero, subzero.driver, subzero.store.arrays, subzero.store.cache, subzero.store.location, "
             "subzero.executors, subzero.tools.view.tiles\n"
             "try:\n    subzero.config.get('fuse')\nexcept subzero.ConfigError as e:\n    print('late:', e)\n")
     env = {"PYTHONPATH": str(ROOT), "SUBZERO_FUSE": "maybe", "SUBZERO_S3_RETRIES": "x", "SUBZERO_CHUNK_CACHE_MB": "x",

@@ -10,7 +10,7 @@ from subzero.executors import Executor, Job, LocalExecutor, check_executor, make
 from subzero.executors.tasks import map_calls, map_items, map_tiles
 from subzero.operators import Transpose
 from subzero.progress import Reporter
-from subzero.runtime import NodeTask
+from subzero.worker import NodeTask
 from subzero.dag import Workflow
 
 

@@ -204,11 +204,3 @@ def test_docstring_examples():
 
     result = doctest.testmod(importlib.import_module("subzero.input_files"), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
-
-
-def test_the_older_name_is_a_deprecated_alias():
-    import subzero
-    import subzero.input_files
-
-    with pytest.warns(DeprecationWarning, match="subzero.input_files"):
-        assert subzero.inputs is subzero.input_files

@@ -29,7 +29,7 @@ from subzero.modes import Mode
 from subzero.operators._kernels import decode_region, encode_region, encode_regions, region_envelopes
 from subzero.operators.label import SeamIndex, TileSummary, canonical_ids, first_cells, read_component_table
 from subzero.pairs import FullPairs, PayloadPairs
-from subzero.runtime import expand_payloads
+from subzero.worker import expand_payloads
 from subzero.tiling import box_slices, full_box, tile_grid
 
 STRATEGIES = ["FullOne", "FullMany", "FullOne/forward", "FullMany/forward", "PayOne", "PayMany", "CompOne", "CompMany"]

@@ -43,7 +43,7 @@ from subzero.operators.neighbourhood import (GaussianGradientMagnitude, Gaussian
                                             Prewitt, RankFilter)
 from subzero.oracle import check_operator, evaluate_operator
 from subzero.pairs import FullPairs, PayloadPairs, owners
-from subzero.runtime import expand_payloads
+from subzero.worker import expand_payloads
 from subzero.tiling import box_slices, full_box, tile_grid
 
 MODES = ops.neighbourhood.MODES
@@ -1087,7 +1087,7 @@ def bind(op, inputs):
 
 
 def execute(op, inputs, modes=frozenset(), tile_shape=None):
-    """Run a bound operator tile by tile, as `subzero.runtime` does (input boxes, halos,
+    """Run a bound operator tile by tile, as `subzero.worker` does (input boxes, halos,
     trimming); returns (output, FULL pairs, payload pairs) in global cell ids."""
     tiling = op.effective_tiling()
     out, fulls, pays = None, [], []

@@ -13,7 +13,7 @@ from subzero import operators as ops
 from subzero.optimizer import query_time
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.modes import Direction, Strategy
-from subzero.query import Carrier, QueryPlan, check_forced, step
+from subzero.query import Carrier, QueryOptions, check_forced, step
 from subzero.errors import LookupTimeout
 from subzero.frontier import Frontier
 
@@ -139,9 +139,9 @@ def test_a_carrier_walks_like_a_frontier_each_node_stepping_once_per_input(diamo
     start = Frontier.of_coords(np.array([[0, 0], [6, 7]]), (12, 12))
     for direction, a, b, cells in ((Direction.BACKWARD, src, dst, start),
                                    (Direction.FORWARD, dst, src, Frontier.of_coords(np.array([[5, 5]]), (12, 12)))):
-        expected = diamond.lineage.walk(a, b, cells, QueryPlan(direction))
+        expected = diamond.lineage.walk(a, b, cells, QueryOptions(direction))
         steps: list = []
-        plan = QueryPlan(direction)
+        plan = QueryOptions(direction)
         got = diamond.lineage.walk(a, b, Counted(cells, steps), plan)
         assert isinstance(got, Counted) and isinstance(got, Carrier)
         np.testing.assert_array_equal(got.frontier.ids(), expected.ids())
@@ -151,9 +151,9 @@ def test_a_carrier_walks_like_a_frontier_each_node_stepping_once_per_input(diamo
 
 def test_a_carrier_steps_by_the_strategy_the_plan_forces(diamond):
     steps: list = []
-    plan = QueryPlan(Direction.BACKWARD, using={diamond.node("blur"): Strategy.parse("BlackBox")})
+    plan = QueryOptions(Direction.BACKWARD, using={diamond.node("blur"): Strategy.parse("BlackBox")})
     start = Frontier.of_coords(np.array([[6, 7]]), (12, 12))
     got = diamond.lineage.walk(diamond.node("mixed"), diamond.node("x"), Counted(start, steps), plan)
     assert [s.name for n, _, s in steps if n == "blur"] == ["BlackBox"]
-    expected = diamond.lineage.walk(diamond.node("mixed"), diamond.node("x"), start, QueryPlan(Direction.BACKWARD))
+    expected = diamond.lineage.walk(diamond.node("mixed"), diamond.node("x"), start, QueryOptions(Direction.BACKWARD))
     np.testing.assert_array_equal(got.frontier.ids(), expected.ids())

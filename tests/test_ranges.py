@@ -29,7 +29,7 @@ from subzero.encoders.ranges import (ABS, TERM, RangeRules, compress, deserializ
                                      merge_tables, serialize, to_ids)
 from subzero.modes import Mode
 from subzero.pairs import FullPairs, owners, ptr_from_counts
-from subzero.runtime import derived_full
+from subzero.worker import derived_full
 from subzero.tiling import full_box, tile_grid
 
 MODES = ops.neighbourhood.MODES

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.planning import supported_strategies
+from subzero.strategies import supported_strategies
 
 # -- random workflows ---------------------------------------------------------------------
 

@@ -312,7 +312,7 @@ RANDOM_ON_CLUSTER = r"""
 import sys
 sys.path[:0] = [{root!r}, {tests!r}]
 import numpy as np
-from subzero.planning import supported_strategies
+from subzero.strategies import supported_strategies
 from subzero.executors.spark import get_session
 from test_run import BINARY, UNARY, build, inputs_for
 from test_spark import dump_lineage

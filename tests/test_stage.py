@@ -11,7 +11,7 @@ from subzero.errors import WorkflowError
 from subzero.executors import LocalExecutor
 from subzero.modes import Strategy
 from subzero.operator import Operator
-from subzero.stage import NodeStage, lineage_stats
+from subzero.stage import NodeStage, lineage_metrics
 from subzero.store import FileStore
 from subzero.store.arrays import write_array
 
@@ -71,7 +71,7 @@ def test_a_manifest_keeps_the_previous_shards_of_tiles_that_did_not_run(tmp_path
     assert [r.tile for r in new.shards[name]] == [0, 1, 2, 3]
     assert [r.name for r in new.shards[name]] == [r.name if r.tile != 2 else again.metas[0].shards[name].name
                                                    for r in old.shards[name]]
-    assert lineage_stats(new)["pairs"][name] == lineage_stats(old)["pairs"][name]
+    assert lineage_metrics(new)["pairs"][name] == lineage_metrics(old)["pairs"][name]
     store.close()
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.planning import supported_strategies
+from subzero.strategies import supported_strategies
 from subzero.stats import contamination_count, contamination_mask, lineage_table
 
 UNARY = ["transpose", "convolve", "gauss", "median", "flip", "crd", "label", "downsample"]
@@ -306,7 +306,7 @@ def test_labelled_cells_walk_through_the_query_engine_by_its_step_choice(labelle
     by the strategy the plan forces or `choose_step` picks, each labelled cell reaching exactly
     what a single query from that cell reaches."""
     from subzero.modes import Direction, Strategy
-    from subzero.query import Carrier, QueryPlan
+    from subzero.query import Carrier, QueryOptions
     from subzero.stats.labelled import LabelledCells
 
     run, _ = labelled
@@ -314,12 +314,12 @@ def test_labelled_cells_walk_through_the_query_engine_by_its_step_choice(labelle
     cells = np.array([0, 37, 38, 150], np.int64)
     start = LabelledCells.of(np.arange(len(cells)), cells, run.shape("bright"))
     assert isinstance(start, Carrier)
-    forced = QueryPlan(Direction.BACKWARD, using={run.node("blur"): Strategy.parse("BlackBox")})
-    for plan in (QueryPlan(Direction.BACKWARD), forced):
+    forced = QueryOptions(Direction.BACKWARD, using={run.node("blur"): Strategy.parse("BlackBox")})
+    for plan in (QueryOptions(Direction.BACKWARD), forced):
         got = run.lineage.walk(src, dst, start, plan)
         assert [e["node"] for e in plan.log] == ["bright", "blur"]
         assert plan.log[1]["strategy"] == ("BlackBox" if plan is forced else run.lineage.choose(
-            run.node("blur"), QueryPlan(Direction.BACKWARD), plan.log[1]["cells_in"])[0].name)
+            run.node("blur"), QueryOptions(Direction.BACKWARD), plan.log[1]["cells_in"])[0].name)
         for label, cell in enumerate(cells):
             coord = tuple(int(c) for c in np.unravel_index(cell, run.shape("bright")))
             expected = np.flatnonzero(run.backward_mask("bright", [coord], to="x"))

@@ -24,8 +24,8 @@ from subzero.errors import LineageError
 from subzero.pairs import FullPairs, owners
 from subzero.run import Run
 from subzero.modes import Direction
-from subzero.query import QueryEngine, QueryPlan
-from subzero.runtime import trace_tile
+from subzero.query import QueryEngine, QueryOptions
+from subzero.worker import trace_tile
 from subzero.dag import Node
 
 __all__ = ["write_cellpairs", "estimate_cellpairs", "CellPairs", "expand_cell_pairs", "MAX_PAIRS"]
@@ -152,7 +152,7 @@ class CellPairs:
         src, dst = self.run.node(src), self.run.node(dst)
         start = Frontier.of_coords(np.asarray(cells, np.int64).reshape(-1, len(self.run.shape(src))),
                                    self.run.shape(src))
-        return _ParquetSteps(self).walk(src, dst, start, QueryPlan(Direction.parse(direction)))
+        return _ParquetSteps(self).walk(src, dst, start, QueryOptions(Direction.parse(direction)))
 
 
 class _ParquetSteps(QueryEngine):
@@ -162,6 +162,6 @@ class _ParquetSteps(QueryEngine):
         super().__init__(pairs.run.store, pairs.run.workflow, pairs.run.catalog)
         self.pairs = pairs
 
-    def advance(self, node, frontier: Frontier, i: int, plan: QueryPlan) -> Frontier:
+    def advance(self, node, frontier: Frontier, i: int, plan: QueryOptions) -> Frontier:
         return self.pairs.step(node, frontier, i, plan.direction)
 

@@ -80,7 +80,7 @@ def _provrc_table(run, nodes: list[str]):
     store): the ProvRC-style baseline computed from the same pairs."""
     from subzero.encoders.ranges import compress
     from subzero.pairs import FullPairs
-    from subzero.runtime import derived_full
+    from subzero.worker import derived_full
 
     out = {}
     for name in nodes:

@@ -3,7 +3,7 @@
 An executor runs ``fn(context, item)`` for every item somewhere (threads in this process:
 `subzero.executors.local.LocalExecutor`; Spark tasks: `subzero.executors.spark.SparkExecutor`)
 and returns the small results in item order.  Each worker gets a private copy of the context
-(a node's task: `runtime.NodeTask`, `runtime.FusedTask`), so an operator never sees two tiles at
+(a node's task: `worker.NodeTask`, `worker.FusedTask`), so an operator never sees two tiles at
 once; no executor changes the context.  What runs is given by the caller: the task kinds
 (a node's tiles, a fused stage's, a two-pass operator's first pass, calibration's parts, lineage
 statistics' batches) are plain functions over an executor (`subzero.executors.tasks`).
@@ -17,7 +17,7 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar, runtime_checkable
 
 from subzero.pickling import dumps_with_operator
 from subzero.progress import Reporter
-from subzero.runtime import FusedTask
+from subzero.worker import FusedTask
 
 __all__ = ["Executor", "Job", "payload"]
 

@@ -3,7 +3,7 @@
 A task receives the pickled node task and a few neighbouring tiles (``tasks_per_core``
 tasks per core of the session, so Spark's per-task cost is paid per core, not per tile);
 for each tile it reads its tile of the inputs from the store, writes its output chunk and
-lineage shards into the store, and returns a `subzero.runtime.TileMeta`: a few hundred
+lineage shards into the store, and returns a `subzero.worker.TileMeta`: a few hundred
 bytes.  Only the metadata of successful
 attempts reaches the driver, which commits exactly one shard per tile; shards of failed,
 retried or speculative attempts are removed at commit.
@@ -309,7 +309,7 @@ def _tail(path: str | None, lines: int = 3) -> str:
 def would_start_embedded() -> bool:
     """True when a Spark executor made now would start a new embedded session (no session
     in this process, not under spark-submit, no master chosen: `DEFAULT_MASTER`): a JVM start
-    of several seconds that a workflow on tiny inputs does not need (`subzero.execution`)."""
+    of several seconds that a workflow on tiny inputs does not need (`subzero.driver`)."""
     if os.environ.get("PYSPARK_GATEWAY_PORT") or config.get("spark_master"):
         return False
     return "pyspark" not in sys.modules or _active_session() is None
@@ -547,7 +547,7 @@ def _import_task_code(_) -> None:
     """What a task of a run imports before its first tile (`SparkExecutor.warm_up`)."""
     import scipy.ndimage  # noqa: F401 - what the array operators compute with
 
-    import subzero.runtime  # noqa: F401 - numpy, the store, the encoders and the task code
+    import subzero.worker  # noqa: F401 - numpy, the store, the encoders and the task code
 
 
 def _call_partition(fn, payload: bytes, tiles):

@@ -1,8 +1,8 @@
 """The task kinds: plain functions that map the runtime's task code over an executor.
 
 Each is one `Executor.map` call with its function and `Job`: a node's tiles
-(`runtime.run_tile`), a fused stage's (`runtime.run_fused_tile`), a two-pass operator's first
-pass (`runtime.prepare_tile`), any module-level function over a node's task (calibration's
+(`worker.run_tile`), a fused stage's (`worker.run_fused_tile`), a two-pass operator's first
+pass (`worker.prepare_tile`), any module-level function over a node's task (calibration's
 `profile_part`), or over any context outside a node (lineage statistics' batches).
 """
 
@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from subzero.executors.base import Executor, Job
 from subzero.progress import Reporter
-from subzero.runtime import FusedTask, FusedTile, NodeTask, TileMeta, prepare_tile, run_fused_tile, run_tile
+from subzero.worker import FusedTask, FusedTile, NodeTask, TileMeta, prepare_tile, run_fused_tile, run_tile
 from subzero.tiling import Tile
 
 __all__ = ["map_tiles", "map_fused", "map_prepare", "map_calls", "map_items"]
@@ -24,14 +24,14 @@ _Context = TypeVar("_Context")
 
 def map_tiles(executor: Executor, task: NodeTask, tiles: Sequence[Tile],
               progress: Reporter | None = None) -> list[TileMeta]:
-    """`runtime.run_tile` on every tile: write its chunk and shards, return its `TileMeta`."""
+    """`worker.run_tile` on every tile: write its chunk and shards, return its `TileMeta`."""
     return executor.map(run_tile, task, tiles, Job(f"node {task.node!r}", f"subzero node {task.node}", task.node),
                         progress)
 
 
 def map_fused(executor: Executor, task: FusedTask, tiles: Sequence[Tile],
               progress: Reporter | None = None) -> list[FusedTile]:
-    """`runtime.run_fused_tile` on every tile: each member's `TileMeta` (and the first-pass
+    """`worker.run_fused_tile` on every tile: each member's `TileMeta` (and the first-pass
     summary of the node after them), per tile, in one job for every member."""
     return executor.map(run_fused_tile, task, tiles,
                         Job(f"node {task.node!r}", f"subzero nodes {task.node}", task.node), progress)
@@ -46,7 +46,7 @@ def map_calls(executor: Executor, fn: Callable[[NodeTask, _Item], _Out], task: N
 
 
 def map_prepare(executor: Executor, task: NodeTask, tiles: Sequence[Tile]) -> list[Any]:
-    """The first pass of a two-pass operator: `runtime.prepare_tile`'s summary per tile."""
+    """The first pass of a two-pass operator: `worker.prepare_tile`'s summary per tile."""
     return map_calls(executor, prepare_tile, task, tiles)
 
 

@@ -38,7 +38,7 @@ from subzero.executors.tasks import map_calls
 from subzero.modes import Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.cells import box_cells, to_ids, unique_ids
-from subzero.runtime import NodeTask, capture_tile, merge_inline, with_envelopes
+from subzero.worker import NodeTask, capture_tile, merge_inline, with_envelopes
 from subzero.tiling import Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",

@@ -274,7 +274,7 @@ def propagate(run, src, dst, start: LabelledCells, direction: Direction, using: 
     The walk and each step's strategy are the query engine's (`subzero.query.QueryEngine.walk`,
     `subzero.optimizer.query_time.choose_step`); ``using`` forces a strategy per node.
     """
-    from subzero.query import QueryPlan
+    from subzero.query import QueryOptions
 
-    plan = QueryPlan(direction, using=dict(using or {}))
+    plan = QueryOptions(direction, using=dict(using or {}))
     return run.lineage.walk(src, dst, start, plan)

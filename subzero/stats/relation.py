@@ -35,7 +35,7 @@ from subzero.errors import LineageError, StoreError
 from subzero.frontier import Frontier
 from subzero.modes import Direction, Mode, Strategy
 from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
-from subzero.runtime import expand_payloads
+from subzero.worker import expand_payloads
 
 __all__ = ["Groups", "backward_groups", "forward_groups", "payload_lookup"]
 

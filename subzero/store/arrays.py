@@ -574,7 +574,7 @@ class ExternalArray:
 class HeldArray:
     """A box of a node's output held in a task's memory, read as its stored array would be.
 
-    A fused task (`subzero.runtime.run_fused_tile`) computes an upstream node over the box
+    A fused task (`subzero.worker.run_fused_tile`) computes an upstream node over the box
     its downstream nodes read and hands them this instead of the stored array: the same
     values, without writing and decoding them in between.  ``pipeline`` is the codec
     pipeline the stored array gets (`resolve_compressor`), so `output_compressor` chooses
@@ -604,7 +604,7 @@ class MemoryArray:
     """A node's whole output held in this process's memory instead of the store: the local
     executor's tiles write their boxes into it (threads, each its own box) and later nodes
     read boxes from it, as they would the stored array.  The driver keeps one per unstored
-    node until its last reader has run (`subzero.execution`); nothing is written to disk.
+    node until its last reader has run (`subzero.driver`); nothing is written to disk.
 
     Parameters
     ----------

@@ -281,28 +281,23 @@ class Location:
 
     def exists(self, *parts: str) -> bool:
         """True when the store path ``parts`` exists."""
+        return self._check("exists", parts)
+
+    def isdir(self, *parts: str) -> bool:
+        """True when the store path ``parts`` is a directory."""
+        return self._check("isdir", parts)
+
+    def _check(self, test: str, parts: tuple[str, ...]) -> bool:
+        """The filesystem's ``test`` (``exists``, ``isdir``) of ``parts``, on fresh listings."""
         def call() -> bool:
             self._fresh(self.path(*parts))
-            return bool(self.fs.exists(self.path(*parts)))
+            return bool(getattr(self.fs, test)(self.path(*parts)))
 
         try:
             return self.retrying(f"checking {'/'.join(parts)!r}", call)
         except StoreError:
             raise
         except Exception as exc:  # botocore's connection errors are not OSErrors
-            raise self._unreachable(exc) from exc
-
-    def isdir(self, *parts: str) -> bool:
-        """True when the store path ``parts`` is a directory."""
-        def call() -> bool:
-            self._fresh(self.path(*parts))
-            return bool(self.fs.isdir(self.path(*parts)))
-
-        try:
-            return self.retrying(f"checking {'/'.join(parts)!r}", call)
-        except StoreError:
-            raise
-        except Exception as exc:
             raise self._unreachable(exc) from exc
 
     @_remote("listing")

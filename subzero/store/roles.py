@@ -56,7 +56,7 @@ class LineageReader(Protocol):
 class RunWriter(LineageReader, Protocol):
     """The one writer of a run (it holds the writer lock until `close`)."""
 
-    #: where tasks write (the driver hands it to each `subzero.runtime.NodeTask` with `shard_directory`)
+    #: where tasks write (the driver hands it to each `subzero.worker.NodeTask` with `shard_directory`)
     location: Location
 
     def write_catalog(self, record: RunRecord) -> None:

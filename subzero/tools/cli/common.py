@@ -74,7 +74,7 @@ def spark_session(args):
 def run_with_progress(args, wf, inputs: dict, **kwargs):
     import contextlib
 
-    from subzero.execution import RunOptions, execute
+    from subzero.driver import RunOptions, execute
     from subzero.progress import choose_reporter
 
     if kwargs.get("executor", "spark") == "spark":

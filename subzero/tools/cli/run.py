@@ -88,7 +88,7 @@ def _check_workload(path: str | None, workload: Any, wf, inputs: dict) -> None:
     """Check the workload against the workflow before anything runs, naming the file."""
     if workload is None:
         return
-    from subzero.execution import static_shapes
+    from subzero.driver import static_shapes
     from subzero.optimizer.workload import parse_workload
 
     try:

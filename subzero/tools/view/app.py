@@ -76,6 +76,7 @@ from starlette.staticfiles import StaticFiles
 
 from subzero import config
 from subzero.errors import LineageError, QueryCancelled, StoreError
+from subzero.modes import DIRECTIONS, Direction
 from subzero.tools.view import readouts
 from subzero.tools.view.lineage import (answer_frontiers, display_kind, lineage_answers, node_list,
                                   parse_lineage_request, reachable, shown)
@@ -398,10 +399,11 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
                                f'{", ".join(run.committed)}')
         brushed = body.get("node")
         if target != brushed and isinstance(brushed, str) and brushed in run.catalog.nodes \
-                and body.get("direction") in ("backward", "forward"):
-            reach = reachable(run, brushed, body["direction"])
+                and body.get("direction") in DIRECTIONS:
+            direction = Direction(body["direction"])
+            reach = reachable(run, brushed, direction)
             if target not in reach:
-                where = "upstream" if body["direction"] == "backward" else "downstream"
+                where = "upstream" if direction is Direction.BACKWARD else "downstream"
                 raise LineageError(f'"target" {target!r} is not {where} of {brushed!r}, so it has no '
                                    f'{body["direction"]} lineage from it; give the brushed node itself or one of '
                                    f'the {where} nodes: {", ".join(reach) or "none"}')

@@ -277,13 +277,13 @@ def test_workflow_run_hands_the_driver_one_frozen_record_of_its_keywords(monkeyp
     import dataclasses
     import inspect
 
-    from subzero import execution
+    from subzero import driver
 
     seen = []
-    monkeypatch.setattr(execution, "execute", lambda wf, inputs, options: seen.append((wf, inputs, options)))
+    monkeypatch.setattr(driver, "execute", lambda wf, inputs, options: seen.append((wf, inputs, options)))
     wf, data = small_workflow(), {"x": image()}
     keywords = [p for p in inspect.signature(sz.Workflow.run).parameters if p not in ("self", "inputs")]
-    fields = [f.name for f in dataclasses.fields(execution.RunOptions)]
+    fields = [f.name for f in dataclasses.fields(driver.RunOptions)]
     assert keywords == [f for f in fields if f != "made_by"], "Workflow.run's keywords are the record's fields"
     wf.run(data, "somewhere", executor="local", tile_shape=4, max_disk="2x", resume=True)
     (got_wf, got_inputs, options), = seen
@@ -456,9 +456,9 @@ def test_resume_a_one_pass_run_killed_mid_way(tmp_path, monkeypatch, clean_run):
     path = tmp_path / "s"
     options = {"strategies": {"stars": "PayOne", "flaky": "FullMany"}, "max_disk": "1000x",
                "workload": [{"direction": "backward", "node": "stars", "to": "x", "cells": [[20, 20]]}]}
-    from subzero import execution
+    from subzero import driver
 
-    real, computed = execution._Execution.compute, []
+    real, computed = driver._Execution.compute, []
 
     def compute_then_die(self, node, strategies, *rest):
         computed.append(node.name)
@@ -466,10 +466,10 @@ def test_resume_a_one_pass_run_killed_mid_way(tmp_path, monkeypatch, clean_run):
             raise RuntimeError("killed mid-way")
         return real(self, node, strategies, *rest)
 
-    monkeypatch.setattr(execution._Execution, "compute", compute_then_die)
+    monkeypatch.setattr(driver._Execution, "compute", compute_then_die)
     with pytest.raises(RuntimeError, match="killed mid-way"):
         resumable().run({"x": field()}, store=path, executor="local", tile_shape=16, **options)
-    monkeypatch.setattr(execution._Execution, "compute", real)
+    monkeypatch.setattr(driver._Execution, "compute", real)
     catalog = FileStore.open(path).read_catalog()
     assert catalog.status == "failed" and catalog.optimizer["one_pass"] and computed[0] in catalog.nodes
     assert "flaky" not in catalog.nodes and "pending" not in catalog.optimizer
@@ -536,10 +536,10 @@ def test_commit_keeps_one_attempt_per_tile_and_removes_the_others(tmp_path):
     received) leaves a second shard; the manifest names the attempt the driver got, the other
     is removed, and the lineage is that of a clean run."""
     from subzero.catalog import RunRecord
-    from subzero.execution import _Execution
+    from subzero.driver import _Execution
     from subzero.modes import Strategy
     from subzero.progress import Reporter
-    from subzero.runtime import run_tile
+    from subzero.worker import run_tile
     from subzero.store import FileStore
 
     wf = small_workflow()
@@ -572,7 +572,7 @@ def test_calibration_skips_what_the_workload_never_asks(tmp_path):
     """Candidates the integer program would prune for the workload are not measured: a node
     no query steps through is BlackBox without calibration, a direction no query takes there
     keeps no candidate indexed for it (composites answer both and stay)."""
-    from subzero.execution import _candidates
+    from subzero.driver import _candidates
     from subzero.optimizer.workload import parse_workload, step_sizes
 
     wf = small_workflow()
@@ -594,7 +594,7 @@ def test_calibration_skips_what_the_workload_never_asks(tmp_path):
 
 def test_tiny_inputs_run_in_process_when_spark_would_have_to_start(tmp_path, monkeypatch):
     import subzero.executors.spark as spark_mod
-    from subzero import execution
+    from subzero import driver
 
     monkeypatch.setattr(spark_mod, "would_start_embedded", lambda: True)
     wf = sz.Workflow("tiny")
@@ -602,7 +602,7 @@ def test_tiny_inputs_run_in_process_when_spark_would_have_to_start(tmp_path, mon
     wf.add(ops.Threshold(0.5), blur, name="mask")
     x = np.arange(12, dtype=np.float32).reshape(3, 4) / 12
     notes: list[str] = []
-    reporter = execution.Reporter()
+    reporter = driver.Reporter()
     monkeypatch.setattr(reporter, "note", notes.append)
     tiny = wf.run({"x": x}, store=str(tmp_path / "tiny"), executor="spark", progress=reporter)
     local = wf.run({"x": x}, store=str(tmp_path / "local"), executor="local")
@@ -611,17 +611,17 @@ def test_tiny_inputs_run_in_process_when_spark_would_have_to_start(tmp_path, mon
     assert np.array_equal(np.asarray(tiny.output("mask")), np.asarray(local.output("mask")))
     assert np.array_equal(tiny.backward("mask", [(1, 1)], to="x"), local.backward("mask", [(1, 1)], to="x"))
     # above the threshold, or with a session running already, Spark runs it
-    assert execution._in_process_if_tiny("spark", None, sz.config.get("in_process_bytes") + 1, reporter) == "spark"
+    assert driver._in_process_if_tiny("spark", None, sz.config.get("in_process_bytes") + 1, reporter) == "spark"
     monkeypatch.setattr(spark_mod, "would_start_embedded", lambda: False)
-    assert execution._in_process_if_tiny("spark", None, 48, reporter) == "spark"
-    assert execution._in_process_if_tiny("local", None, 48, reporter) == "local"
+    assert driver._in_process_if_tiny("spark", None, 48, reporter) == "spark"
+    assert driver._in_process_if_tiny("local", None, 48, reporter) == "local"
 
 
 def test_an_optimized_run_computes_each_node_once_with_its_lineage(tmp_path, monkeypatch):
     """One pass: each node is planned once its inputs are committed and computed once, with the
     lineage chosen (nothing re-runs to capture it); a whole-array node is calibrated on a crop
     of its inputs, not the whole array; the answers are the pinned reference's."""
-    from subzero import execution
+    from subzero import driver
     from subzero.optimizer import calibrate
 
     wf = sz.Workflow("stars")
@@ -633,7 +633,7 @@ def test_an_optimized_run_computes_each_node_once_with_its_lineage(tmp_path, mon
     sky[rng.integers(5, 295, 40), rng.integers(5, 295, 40)] = 40.0
     workload = [{"direction": "backward", "node": "stars", "to": "x", "cells": [[150, 150]]}]
     computed, captured, sampled = [], [], {}
-    real_compute, real_capture, real_profile = execution._Execution.compute, execution._Execution.capture, \
+    real_compute, real_capture, real_profile = driver._Execution.compute, driver._Execution.capture, \
         calibrate.profile_node
 
     def compute(self, node, strategies, *rest):
@@ -648,8 +648,8 @@ def test_an_optimized_run_computes_each_node_once_with_its_lineage(tmp_path, mon
         sampled[task.node] = task.input_shapes
         return real_profile(task, tiles, *args, **kwargs)
 
-    monkeypatch.setattr(execution._Execution, "compute", compute)
-    monkeypatch.setattr(execution._Execution, "capture", capture)
+    monkeypatch.setattr(driver._Execution, "compute", compute)
+    monkeypatch.setattr(driver._Execution, "capture", capture)
     monkeypatch.setattr(calibrate, "profile_node", profile)
     run = wf.run({"x": sky}, store=tmp_path / "o", workload=workload, max_runtime="1.15x", executor="local",
                  tile_shape=100)
@@ -751,7 +751,7 @@ def test_fused_nodes_store_and_answer_exactly_what_nodes_run_one_by_one(steps, s
     first pass in the stage of the per-tile nodes before it."""
     import tempfile
 
-    import subzero.execution as execution
+    import subzero.driver as driver
     rng = np.random.default_rng(side)
     inputs = {"x": rng.normal(size=(side, side + 2)), "dark": rng.normal(size=(side, side + 2)) * 0.1}
     pins = {f"n{pin}-{steps[pin]}": "FullOne"} if 0 <= pin < len(steps) else None
@@ -802,7 +802,7 @@ def test_an_optimized_run_fuses_the_nodes_whose_candidates_store_nothing():
     stored bytes and the answers are those of the same run one stage per node."""
     import tempfile
 
-    import subzero.execution as execution
+    import subzero.driver as driver
     wf = _chain(["sub", "conv", "thresh", "label", "tanh", "conv"])
     rng = np.random.default_rng(7)
     inputs = {"x": rng.normal(size=(24, 26)), "dark": rng.normal(size=(24, 26)) * 0.1}

@@ -11,7 +11,7 @@ from subzero import operators as ops
 from subzero.modes import Mode, Strategy
 from subzero.pairs import PayloadPairs
 from subzero.frontier import Frontier
-from subzero.runtime import NodeTask, derived_full, expand_payloads, modes_for, run_tile, trace_tile, with_envelopes
+from subzero.worker import NodeTask, derived_full, expand_payloads, modes_for, run_tile, trace_tile, with_envelopes
 from subzero.store import ArrayRef, resolve
 from subzero.store.arrays import write_array
 from subzero.tiling import Tile
@@ -190,7 +190,7 @@ def test_a_fused_tile_grows_each_upstream_box_by_its_readers_halos(tmp_path):
     values are those of the nodes computed one after another."""
     from scipy import ndimage
 
-    from subzero.runtime import FusedTask, Held, run_fused_tile
+    from subzero.worker import FusedTask, Held, run_fused_tile
 
     rng = np.random.default_rng(4)
     x, y = rng.normal(size=(12, 12)), rng.normal(size=(12, 12))

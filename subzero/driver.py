@@ -33,17 +33,17 @@ from typing import Any, Callable, Protocol, Sequence, cast
 import numpy as np
 
 from subzero import config
-from subzero.catalog import ArrayRecord, Manifest, NodeRecord, NodeStats, PendingNode, RunRecord
+from subzero.catalog import ArrayRecord, Manifest, NodeMetrics, NodeRecord, PendingNode, RunRecord
 from subzero.errors import StorageUnavailable, StoreError, WorkflowError
 from subzero.executors import Executor, check_executor, make_executor
 from subzero.fingerprint import array_digest, combine_digests, differences, run_fingerprint
 from subzero.inputs_check import check_input_array
 from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
-from subzero.planning import default_strategies, resolve_pinned
+from subzero.strategies import default_strategies, resolve_pinned
 from subzero.progress import Reporter
-from subzero.runtime import Held, NodeTask, RecomputedArray, TileMeta
-from subzero.stage import DISCARD, FusedStage, NodeStage, array_record, lineage_stats
+from subzero.worker import Held, NodeTask, RecomputedArray, TileMeta
+from subzero.stage import DISCARD, FusedStage, NodeStage, array_record, lineage_metrics
 from subzero.store import RunWriter, create_run, open_store, resume_run
 from subzero.store import retry as storage_retry
 from subzero.store.arrays import ExternalArray, MemoryArray, output_compressor, write_array
@@ -375,7 +375,7 @@ class _Execution:
         """
         stage = self.stage(node)
         manifest = stage.manifest(strategies, metas)
-        dropped = self._fit_budget(lineage_stats(manifest)["bytes"])
+        dropped = self._fit_budget(lineage_metrics(manifest)["bytes"])
         kept = tuple(s.name for s in strategies if s.name not in dropped) or ("BlackBox",)
         start = time.perf_counter()
         if any(s.mode in (Mode.PAY, Mode.COMP) for s in strategies if s.name in kept):
@@ -384,13 +384,13 @@ class _Execution:
                             {s: b for s, b in manifest.inline.items() if s not in dropped})
         if any(s.stored for s in strategies):  # a node storing no lineage has no manifest to read
             self.store.write_manifest(manifest)
-        lineage = lineage_stats(manifest)
+        lineage = lineage_metrics(manifest)
         if self.disk_left is not None:
             self.disk_left -= sum(lineage["bytes"].values())
         measured = measured or _measured(metas, wall)
-        stats = NodeStats(tiles=measured["tiles"], wall_seconds=wall, op_seconds=measured["op_seconds"],
-                          lineage_seconds=measured["lineage_seconds"],
-                          write_seconds=measured["write_seconds"] + time.perf_counter() - start, **lineage)
+        stats = NodeMetrics(tiles=measured["tiles"], wall_seconds=wall, op_seconds=measured["op_seconds"],
+                            lineage_seconds=measured["lineage_seconds"],
+                            write_seconds=measured["write_seconds"] + time.perf_counter() - start, **lineage)
         extra = dict(extra or {})
         record = NodeRecord(
             node.name, "operator", self.arrays[node.name], strategies=kept,
@@ -829,7 +829,7 @@ class Policy(Protocol):
 
 
 class FixedPolicy:
-    """The strategies the user pinned, else each node's default (`subzero.planning`)."""
+    """The strategies the user pinned, else each node's default (`subzero.strategies`)."""
 
     def __init__(self, operators: Sequence[Node], pinned: dict[str, tuple[str, ...]]):
         self.pinned = pinned
@@ -1137,7 +1137,7 @@ def _candidates(node: Node, pinned: dict[str, tuple[str, ...]], access: dict | N
     the integer program would prune anyway are not measured either: every stored one of a
     node no query steps through, and those indexed for a direction no query takes there.
     ``op``: the node's operator as the run bound it (default: the workflow's)."""
-    from subzero.planning import supported_strategies
+    from subzero.strategies import supported_strategies
 
     op = op if op is not None else node.operator
     assert op is not None, f"{node!r} is an input"

@@ -6,7 +6,7 @@ import pytest
 
 import subzero as sz
 from subzero import operators as ops
-from subzero.planning import check_strategy, default_strategies, resolve_pinned, supported_strategies
+from subzero.strategies import check_strategy, default_strategies, resolve_pinned, supported_strategies
 
 
 class Opaque(sz.Operator):

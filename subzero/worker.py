@@ -26,7 +26,7 @@ from subzero.cells import box_cells, to_coords, to_ids
 from subzero.context import Context
 from subzero.encoders import encoder_for, merge_tiles
 from subzero.errors import LookupTimeout, StoreError, WorkflowError
-from subzero.modes import Mode, Strategy
+from subzero.modes import Direction, Mode, Strategy
 from subzero.operator import Operator
 from subzero.pairs import FullPairs, PayloadPairs, owners, ptr_from_counts
 from subzero.store.arrays import ArrayRef, HeldArray, output_compressor, resolve_compressor
@@ -475,7 +475,8 @@ def merge_inline(strategy: Strategy, tables: "list[bytes | None]", shapes: tuple
     return merge(tables, shapes)
 
 
-def trace_tile(task: NodeTask, tile: Tile, frontier: Any = None, i: int = 0, direction: str = "backward") -> FullPairs:
+def trace_tile(task: NodeTask, tile: Tile, frontier: Any = None, i: int = 0,
+               direction: "Direction | str" = Direction.BACKWARD) -> FullPairs:
     """Re-run one tile in tracing mode and return its lineage as full region pairs.
 
     Without ``frontier``, the lineage of every cell of the tile: the operator produces
@@ -489,6 +490,7 @@ def trace_tile(task: NodeTask, tile: Tile, frontier: Any = None, i: int = 0, dir
     not the tile.  Every mode gives the same lineage, so the cheapest is used.  An
     all-to-all operator's lineage needs no re-run.
     """
+    direction = Direction.parse(direction)
     op = task.operator
     supported = op.supported_modes()
     if op.all_to_all:  # every output cell of the tile reads every input cell: no re-run needed
@@ -519,11 +521,11 @@ def trace_tile(task: NodeTask, tile: Tile, frontier: Any = None, i: int = 0, dir
     return FullPairs.concat([default.select(~np.isin(default.out_ids, overridden)), expanded], len(op.input_shapes))
 
 
-def _wanted(op: Operator, box: Box, frontier, i: int, direction: str) -> np.ndarray:
+def _wanted(op: Operator, box: Box, frontier, i: int, direction: Direction) -> np.ndarray:
     """The out cells of the tile ``box`` whose mapping lineage a step from ``frontier`` needs."""
     lo = np.array([a for a, _ in box], np.int64)
     hi = np.array([b for _, b in box], np.int64)
-    if direction == "backward":
+    if direction is Direction.BACKWARD:
         return frontier.within(lo, hi).coords()
     reach = op.lineage_box(box, i)
     cells = frontier.within([a for a, _ in reach], [b for _, b in reach]).coords()
@@ -534,10 +536,10 @@ def _wanted(op: Operator, box: Box, frontier, i: int, direction: str) -> np.ndar
     return np.unique(out, axis=0) if len(out) else out  # one pair per out cell
 
 
-def _payloads_for(op: Operator, pay: PayloadPairs, frontier, i: int, direction: str) -> PayloadPairs:
+def _payloads_for(op: Operator, pay: PayloadPairs, frontier, i: int, direction: Direction) -> PayloadPairs:
     """The payload pairs a step from ``frontier`` needs: backward, the pairs' cells in the
     frontier; forward, the pairs whose input envelope meets it."""
-    if direction == "backward":
+    if direction is Direction.BACKWARD:
         wanted = frontier.contains(pay.out_ids)
         counts = np.bincount(owners(pay.out_ptr)[wanted], minlength=pay.n_pairs)
         kept = PayloadPairs(pay.out_ids[wanted], ptr_from_counts(counts), pay.payloads)

@@ -29,8 +29,8 @@ __all__ = ["FORMAT", "READ_FORMATS", "FileRecord", "ShardRecord", "Manifest", "A
 #: the run's fingerprint, so a killed run can be resumed; 4: PayOne/CompOne shards keep one entry
 #: per run of cells, which format-3 code would read as no lineage, so it must refuse them)
 FORMAT = 4
-#: the formats this subzero reads (format 3 stores, whose PayOne shards keep one entry per cell, are re-run)
-READ_FORMATS = (4,)
+#: the formats this subzero reads: format 3 stores answer as before (their shards say their layout)
+READ_FORMATS = (3, 4)
 
 Box = tuple[tuple[int, int], ...]
 
@@ -124,7 +124,8 @@ class Manifest:
 
         if data.get("format") not in READ_FORMATS:
             raise StoreError(f"manifest of node {data.get('node')!r} has format {data.get('format')!r}, "
-                             f"this subzero reads format {FORMAT}; re-run the workflow into a new store")
+                             f"this subzero reads format {FORMAT} (and the older 3); re-run the workflow into a new "
+                             "store")
         return cls(str(data["node"]), {s: tuple(ShardRecord.from_dict(r) for r in recs)
                                        for s, recs in data.get("shards", {}).items()},
                    {s: base64.b64decode(b) for s, b in data.get("inline", {}).items()})
@@ -332,7 +333,7 @@ class RunRecord:
         """The JSON form of ``catalog.json``."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["nodes"] = {name: rec.to_dict() for name, rec in self.nodes.items()}
-        data["format"] = FORMAT  # what this code writes
+        data["format"] = FORMAT  # what this code writes: a resumed format-3 run becomes format 4
         return data
 
     @staticmethod
@@ -342,7 +343,8 @@ class RunRecord:
             raise StoreError(f"{where} has a catalog.json that is not a subzero catalog; re-run the workflow")
         if data.get("format") not in READ_FORMATS:
             raise StoreError(f"{where} was written in store format {data.get('format')!r}; this subzero reads "
-                             f"format {FORMAT}. Re-run the workflow into a new store to query it")
+                             f"format {FORMAT} (and the older 3: chunked Zarr arrays, per-tile lineage shards, "
+                             "checksummed records). Re-run the workflow into a new store to query it")
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "the store") -> "RunRecord":

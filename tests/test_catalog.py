@@ -120,7 +120,6 @@ def minimal(**extra) -> dict:
 
 @pytest.mark.parametrize("data,message", [
     ({**minimal(), "format": 1}, "store format 1"),
-    ({**minimal(), "format": 3}, "store format 3"),  # one PayOne entry per cell: no longer read
     ({**minimal(), "format": FORMAT + 1}, f"store format {FORMAT + 1}"),
     ({**minimal(), "format": None}, "store format None"),
     ({k: v for k, v in minimal().items() if k != "format"}, "store format None"),
@@ -130,6 +129,15 @@ def test_a_catalog_of_another_format_says_to_re_run(data, message):
         RunRecord.from_dict(data, where="store 'runs/x'")
     text = str(err.value)
     assert text.startswith("store 'runs/x'") and f"reads format {FORMAT}" in text and "Re-run the workflow" in text
+
+
+def test_a_format_3_store_is_read_and_written_back_as_this_format():
+    """Format 3 stores (one PayOne entry per cell) are still read; a catalog written again (a
+    resumed run) says format 4, so format-3 code refuses the run layout it cannot read."""
+    record = RunRecord.from_dict({**minimal(), "format": 3})
+    assert record.format == 3 and record.to_dict()["format"] == FORMAT == 4
+    manifest = Manifest.from_dict({"format": 3, "node": "blur", "shards": {}, "inline": {}})
+    assert manifest.node == "blur" and manifest.to_dict()["format"] == FORMAT
 
 
 @pytest.mark.parametrize("data", [None, [], "catalog", 3, {"format": FORMAT}])

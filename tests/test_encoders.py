@@ -453,6 +453,41 @@ class TestPayOne(PayloadStrategyTests):
     strategy = "PayOne/backward"
 
     @staticmethod
+    def layout_one(pairs: PayloadPairs, tile_index: int) -> EncodedTile:
+        """A tile as PayOne wrote it before runs (layout 1, as stores written by 5378c07 hold
+        it): one ``CELL`` entry per out cell (``0`` + payload, or ``1`` + length-prefixed
+        payloads) and the same payload-group entries; no layout key."""
+        from subzero.encoders import pay_one
+        from subzero.pairs import owners
+
+        order = np.argsort(pairs.out_ids, kind="stable")
+        ids, pair_of = pairs.out_ids[order], owners(pairs.out_ptr)[order]
+        cells, first = np.unique(ids, return_index=True)
+        ends = np.r_[first[1:], len(ids)]
+        values = [b"\x00" + pairs.payloads[pair_of[a]] if b - a == 1 else
+                  pay_one._pack([pairs.payloads[k] for k in pair_of[a:b]]) for a, b in zip(first, ends)]
+        distinct, code = pairs.groups()
+        group_keys, group_values, boxes = pay_one._payload_groups(pairs, tile_index, OUT_SHAPE, distinct, code)
+        return EncodedTile(keys=np.concatenate([make_keys(CELL, OUT, cells), group_keys]),
+                           values=values + group_values, boxes=boxes, n_pairs=pairs.n_pairs)
+
+    @conformance
+    @given(data=st.data(), pairs=random_payload_pairs())
+    def test_a_layout_one_shard_answers_like_a_run_shard(self, store, data, pairs):
+        """Stores written before runs keep answering, exactly as the run layout does."""
+        split = data.draw(tilings(len(pairs)))
+        runs = self.write_pay(store, pairs, split)
+        stem = f"n{next(_nodes)}"
+        files, _ = write_shard(store, "shards", stem,
+                               merge_tiles([self.layout_one(payload_pairs(pairs[a:b]), t) for t, a, b in split]))
+        old = ShardReader(store, "shards", ShardRecord(0, stem, files), NDIMS)
+        assert not bytes_to_keys(runs.scan_ranges(make_keys(CELL, OUT, np.zeros(1, np.int64)),
+                                                  make_keys(PAIR, 0, np.zeros(1, np.int64)))[0]).size
+        assert per_cell(self.encoder.load(old, SHAPES)) == per_cell(self.encoder.load(runs, SHAPES))
+        query = mask(OUT_SHAPE, data.draw(cells_of(OUT_SHAPE, 12)))
+        assert per_cell(self.encoder.lookup(old, query, SHAPES)) == per_cell(self.encoder.lookup(runs, query, SHAPES))
+
+    @staticmethod
     def layout_two(pairs: PayloadPairs, tile_index: int) -> EncodedTile:
         """A tile as PayOne wrote it before run entries and envelope tables (layout 2, as stores
         written by e47cab4 hold it): one ``RUN`` entry per run (``<u8``: its length, then its

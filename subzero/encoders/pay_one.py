@@ -9,8 +9,8 @@ holding a cell by a floor search: it scans the entry keys from ``cell - span + 1
 widest span of an entry, first cell to last cell covered, is stored with the layout
 version), decodes them and keeps the last run starting at or before the cell.  Layout 2
 kept one entry per run (its length, then the group ids, ``<u8``; the span is then the
-longest run); it is still read.  A shard with no layout key holds no payload (layout 1, one
-entry per cell, was written by stores of format 3, which are no longer read).
+longest run); layout 1 (written before runs) one entry per cell and no layout key.  Both
+are still read.
 
 For forward queries, each distinct payload of a tile also gets one entry (the bounding
 box of the out cells carrying it, then the payload) and, per input, the bounding box of
@@ -39,18 +39,19 @@ import numpy as np
 from subzero.boxes import boxes_intersect
 from subzero.cells import box_ids, to_coords, to_ids
 from subzero.encoders.base import EncodedTile, PayloadEncoder, Reader, scan, envelope_boxes, frontier_boxes
-from subzero.encoders.codec import ENVELOPE, LAYOUT, OUT, PAIR, RUN, make_keys, pair_id_base, split_keys
+from subzero.encoders.codec import CELL, ENVELOPE, LAYOUT, OUT, PAIR, RUN, make_keys, pair_id_base, split_keys
 from subzero.errors import StoreError
 from subzero.pairs import PayloadPairs, owners
 
 __all__ = ["PayOne", "LAYOUT_VERSION"]
 
+_ONE, _MANY = b"\x00", b"\x01"
 #: the layout PayOne writes: 3 = runs of cells, envelope tables in the shard (2 = runs of cells,
-#: envelopes in R-trees); covered tiles are layout 4
+#: envelopes in R-trees; 1 = one entry per cell, no layout key); covered tiles are layout 4
 LAYOUT_VERSION = 3
 #: the layout of a covered tile: its payload and record boxes, no cells
 COVERED_LAYOUT = 4
-#: the layouts this code reads
+#: the layouts with a layout key this code reads (layout 1 has none)
 READ_LAYOUTS = (2, 3, 4)
 #: runs per entry at most (layout 3): a lookup decodes at most this many runs per entry it reads
 RUNS_PER_ENTRY = 128
@@ -83,7 +84,10 @@ class PayOne(PayloadEncoder):
             return PayloadPairs.concat([PayloadPairs.of_cells(frontier.within(lo, hi).ids(), payload)
                                         for _, lo, hi, payload in _covers(reader, len(shapes[0]))])
         ids = np.unique(np.asarray(frontier.ids(), np.int64))
-        if longest is None or not len(ids):  # no payload in the shard, or no cell asked
+        if longest is None:  # layout 1: one entry per cell
+            keys, values = reader.get_many(make_keys(CELL, OUT, ids))
+            return _one_cell_pairs(keys, values)
+        if not len(ids):
             return PayloadPairs.empty()
         breaks = np.flatnonzero(np.diff(ids) != 1) + 1
         starts, stops = ids[np.r_[0, breaks]], ids[np.r_[breaks - 1, len(ids) - 1]] + 1
@@ -99,13 +103,13 @@ class PayOne(PayloadEncoder):
             return PayloadPairs.concat([PayloadPairs.of_cells(box_ids(tuple(zip(lo.tolist(), hi.tolist())), shapes[0]),
                                                               payload) for _, lo, hi, payload in _covers(reader, len(shapes[0]))])
         if longest is None:
-            return PayloadPairs.empty()
+            return _one_cell_pairs(*scan(reader, CELL))
         runs = _Runs.decode(*scan(reader, RUN), version)
         return runs.all_pairs(_group_payloads(reader, runs.pids, len(shapes[0])))
 
     def forward_candidates(self, reader: Reader, frontier, i: int, shapes) -> PayloadPairs:
         """The cells carrying a payload whose envelope meets ``frontier``: the payload groups from
-        the envelope tables (an R-tree in layout 2), their out cells from key ranges over
+        the envelope tables (an R-tree in layouts 1 and 2), their out cells from key ranges over
         each group's out box."""
         if frontier.is_empty:
             return PayloadPairs.empty()
@@ -114,8 +118,6 @@ class PayOne(PayloadEncoder):
         version, longest = _layout(reader)
         if version == COVERED_LAYOUT:
             return _covered_candidates(reader, frontier, i, mins.astype(np.int64), maxs.astype(np.int64) + 1, shapes)
-        if longest is None:
-            return PayloadPairs.empty()
         if version < 3:  # envelopes in an R-tree
             ids = np.unique(reader.intersect(i, mins, maxs))
         else:
@@ -127,6 +129,12 @@ class PayOne(PayloadEncoder):
         boxes = np.frombuffer(b"".join(v[:width] for v in values), "<i8").reshape(len(values), 2, ndim) \
             if ndim else np.zeros((len(values), 2, 0), np.int64)
         starts, stops = _row_ranges(boxes[:, 0], boxes[:, 1], out_shape)
+        if longest is None:  # layout 1
+            wanted = {v[width:] for v in values}
+            keys, cell_values = reader.scan_ranges(make_keys(CELL, OUT, starts), make_keys(CELL, OUT, stops))
+            found = _one_cell_pairs(keys, cell_values)
+            keep = np.fromiter((p in wanted for p in found.payloads), bool, found.n_pairs)
+            return found.select(keep)
         # every cell of a run naming a wanted group lies in that group's box, so whole runs are found
         runs = _scan_runs(reader, starts - longest + 1, stops, version)
         group_ids = split_keys(group_keys)[2]
@@ -135,12 +143,12 @@ class PayOne(PayloadEncoder):
 
 def _layout(reader: Reader) -> tuple[int, int | None]:
     """The layout of a shard and the widest span of its run entries (layout 2: the longest
-    run): ``(0, None)`` for a shard without payloads (no layout key).  Each tile in the shard has a layout
+    run): ``(1, None)`` for layout 1 (no layout key).  Each tile in the shard has a layout
     entry (key: its tile index) with the version and its span; an unknown version is a
     `StoreError`."""
     _, values = scan(reader, LAYOUT)
     if not values:
-        return 0, None
+        return 1, None
     longest, versions = 1, set()
     for value in values:
         version = int.from_bytes(value[:4], "little")
@@ -474,3 +482,29 @@ def _row_ranges(lo: np.ndarray, hi: np.ndarray, shape) -> tuple[np.ndarray, np.n
     begin = np.concatenate([s for s, _ in starts])
     length = np.concatenate([np.full(len(s), n) for s, n in starts])
     return begin, begin + length
+
+
+def _pack(payloads: list[bytes]) -> bytes:
+    lengths = np.array([len(p) for p in payloads], "<u4")
+    return _MANY + np.uint32(len(payloads)).tobytes() + lengths.tobytes() + b"".join(payloads)
+
+
+def _unpack(value: bytes) -> list[bytes]:
+    if value[:1] == _ONE:
+        return [value[1:]]
+    n = int(np.frombuffer(value, "<u4", 1, 1)[0])
+    lengths = np.frombuffer(value, "<u4", n, 5).tolist()
+    out, pos = [], 5 + 4 * n
+    for length in lengths:
+        out.append(value[pos : pos + length])
+        pos += length
+    return out
+
+
+def _one_cell_pairs(keys: np.ndarray, values: list[bytes]) -> PayloadPairs:
+    """One pair per (cell, payload)."""
+    ids = split_keys(keys)[2]
+    payloads = [_unpack(v) for v in values]
+    counts = np.array([len(p) for p in payloads], np.int64)
+    flat = [p for group in payloads for p in group]
+    return PayloadPairs(np.repeat(ids, counts), np.arange(len(flat) + 1, dtype=np.int64), flat)

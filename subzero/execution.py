@@ -52,6 +52,8 @@ from subzero.dag import Node, Workflow
 
 log = logging.getLogger(__name__)
 
+#: the ``why`` of an intermediate array stored because ``keep=`` says so
+KEPT_ALL, KEPT_NAMED = "stored: keep='all'", "stored: named in keep"
 #: unstored arrays up to this many bytes stay held after their last reader (they may still be stored)
 KEEP_HELD_BYTES = 1 << 16
 #: the ``why`` of an array the run did not store
@@ -120,6 +122,7 @@ class _Execution:
         self._runner_is_factory = not isinstance(runner, Executor)
         self.tile_shape, self.progress = tile_shape, progress
         self.disk_left = max_disk
+        self._kept_bytes = 0  # the intermediates keep= stored, counted against max_disk
         self.arrays: dict[str, ArrayRecord] = {}
         #: the run's own graph: node name -> its operator as this run bound it (with its run state:
         #: a two-pass operator's combined summaries); the workflow's nodes keep the user's operators
@@ -394,6 +397,7 @@ class _Execution:
         lineage = lineage_stats(manifest)
         if self.disk_left is not None:
             self.disk_left -= sum(lineage["bytes"].values())
+            self._charge_kept(node.name)
         measured = measured or _measured(metas, wall)
         stats = NodeStats(tiles=measured["tiles"], wall_seconds=wall, op_seconds=measured["op_seconds"],
                           lineage_seconds=measured["lineage_seconds"],
@@ -417,6 +421,20 @@ class _Execution:
         it is written now, so a query reads it instead of recomputing it."""
         if hasattr(self.operator(node), "attach_output"):
             self._store_held(node.name, "stored: its stored lineage reads it back (its components)")
+
+    def _charge_kept(self, name: str) -> None:
+        """An intermediate ``keep=`` stores counts against the disk budget (uncompressed, as the
+        optimizer's stored arrays do); past it, the run stops with what to change."""
+        record = self.arrays[name]
+        if not record.stored or self.kept.get(name) not in (KEPT_ALL, KEPT_NAMED) or self.disk_left is None:
+            return
+        self.disk_left -= record.nbytes
+        self._kept_bytes += record.nbytes
+        if self.disk_left < 0:
+            raise WorkflowError(
+                f"the intermediate arrays keep= stores need {self._kept_bytes} bytes so far (uncompressed; "
+                f"{name!r} the last), over the disk budget max_disk, which lineage and stored intermediates share; "
+                "raise max_disk, keep fewer arrays, or leave keep= out and let the optimizer choose")
 
     def _store_held(self, name: str, why: str) -> None:
         """Write the unstored array ``name`` from memory, if it is still held (its catalog entry
@@ -583,14 +601,14 @@ def kept_arrays(wf: Workflow, keep: Any = "needed", queries: Sequence[Any] = ())
     if isinstance(keep, str) and keep in ("needed", "all"):
         if keep == "all":
             for n in wf.nodes:
-                kept.setdefault(n.name, "stored: keep='all'")
+                kept.setdefault(n.name, KEPT_ALL)
         return kept
     if isinstance(keep, (str, Node)) or not hasattr(keep, "__iter__"):
         keep = [keep]
     for ref in keep:
         if not isinstance(ref, (str, Node)):
             raise WorkflowError(f"keep={keep!r}: give 'needed' (the default), 'all', or a list of nodes or node names")
-        kept.setdefault(wf.node(ref).name, "stored: named in keep")
+        kept.setdefault(wf.node(ref).name, KEPT_NAMED)
     return kept
 
 
@@ -1131,8 +1149,8 @@ def _default_stores(run: _Execution, node: Node, stage: NodeStage, chosen: tuple
     query: the tiles it touches) costs more than the ``recompute_seconds`` setting
     (`subzero.optimizer.storage.default_stores`)."""
     op = stage.operator
-    if not run.held or op.all_to_all or any(s.stored or s.mode is Mode.MAP for s in chosen) or \
-            all(run.arrays[i.name].stored for i in node.inputs):
+    if not run.held or run.disk_left is not None or op.all_to_all or \
+            any(s.stored or s.mode is Mode.MAP for s in chosen) or all(run.arrays[i.name].stored for i in node.inputs):
         return {}
     from subzero.optimizer.storage import default_stores
 

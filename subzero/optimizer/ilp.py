@@ -735,20 +735,21 @@ def _array_reasons(problem: Problem, picked: Survivors, stored: Collection[str],
                     saves[a] = saves.get(a, 0.0) + problem.weight(node, d) * gain
                     readers.setdefault(a, set()).add(node)
     out = {}
-    for a in problem.arrays:
-        if not a.storable:
+    for array in problem.arrays:
+        if not array.storable:
             continue
-        who = ", ".join(sorted(readers.get(a.node, ()))) or "no query of the workload"
-        gain = saves.get(a.node, 0.0)
-        if a.node in stored:
-            out[a.node] = (f"stored: the optimizer's choice: re-running {who} would recompute it, "
-                           f"{gain:.3g} s of expected query time, more than its {a.disk:.3g} bytes cost")
+        name, nbytes = array.node, array.disk
+        who = ", ".join(sorted(readers.get(name, ()))) or "no query of the workload"
+        gain = saves.get(name, 0.0)
+        if name in stored:
+            out[name] = (f"stored: the optimizer's choice: re-running {who} would recompute it, "
+                         f"{gain:.3g} s of expected query time, more than its {nbytes:.3g} bytes cost")
         elif gain <= 0:
-            out[a.node] = f"not stored: the optimizer's choice: {who} recomputes it at query time"
-        elif problem.max_disk is not None and totals["disk"] + a.disk > problem.max_disk:
-            out[a.node] = (f"not stored: its {a.disk:.3g} bytes do not fit in the disk budget left; "
-                           f"queries through {who} recompute it ({gain:.3g} s of expected query time)")
+            out[name] = f"not stored: the optimizer's choice: {who} recomputes it at query time"
+        elif problem.max_disk is not None and totals["disk"] + nbytes > problem.max_disk:
+            out[name] = (f"not stored: its {nbytes:.3g} bytes do not fit in the disk budget left; "
+                         f"queries through {who} recompute it ({gain:.3g} s of expected query time)")
         else:
-            out[a.node] = (f"not stored: the optimizer's choice: recomputing it for {who} ({gain:.3g} s of "
-                           f"expected query time) costs less than storing its {a.disk:.3g} bytes")
+            out[name] = (f"not stored: the optimizer's choice: recomputing it for {who} ({gain:.3g} s of "
+                         f"expected query time) costs less than storing its {nbytes:.3g} bytes")
     return out

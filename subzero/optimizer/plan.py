@@ -39,12 +39,15 @@ def build_problem(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[
 
     access, entering = step_sizes(wf, queries, fan)
     arrays = arrays or {}
-    candidates, reads = [], set()
+    candidates, reads = [], set[str]()
     for node in wf.nodes:
         if node.is_input or (nodes is not None and node.name not in nodes):
             continue
         profile = profiles[node.name]
         strategies = [BLACKBOX] + ([MAP] if profile.mapping else []) + [Strategy.parse(n) for n in profile.strategies]
+        if pinned.get(node.name):  # a pinned node stores its pins only (`node_choice`): the plan prices those
+            pins_of = {Strategy.parse(p) for p in pinned[node.name]}
+            strategies = [s for s in strategies if s in pins_of or s == BLACKBOX]
         unstored = tuple(dict.fromkeys(i.name for i in node.inputs if i.name in arrays))
         reads.update(unstored)
         for s in strategies:

@@ -61,7 +61,8 @@ class ArrayChoice:
     def __post_init__(self) -> None:
         for name in ("disk", "runtime", "seconds"):
             value = getattr(self, name)
-            if not (isinstance(value, numbers.Real) and math.isfinite(value) and value >= 0):
+            if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+                    and float(value) >= 0):
                 raise WorkflowError(f"{name} of array {self.node!r} must be a finite number >= 0, got {value!r}")
             object.__setattr__(self, name, float(value))
         object.__setattr__(self, "inputs", tuple(self.inputs))

@@ -123,6 +123,9 @@ SETTINGS: tuple[Setting, ...] = (
             "stored)", minimum=0),
     Setting("recompute_cache_mb", float, 256.0,
             "megabytes of recomputed tiles of an unstored array a reader keeps, per array", minimum=0),
+    Setting("recompute_seconds", float, 0.05,
+            "a run without budgets stores an intermediate a query's re-run step would recompute for longer than "
+            "this many seconds", minimum=0),
     Setting("commit_seconds", float, 1.0,
             "the longest a run goes without writing its catalog (committed nodes become visible to a resume; 0: "
             "after every node)", minimum=0),

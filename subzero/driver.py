@@ -52,6 +52,10 @@ from subzero.dag import Node, Workflow
 
 log = logging.getLogger(__name__)
 
+#: the ``why`` of an intermediate array stored because ``keep=`` says so
+KEPT_ALL, KEPT_NAMED = "stored: keep='all'", "stored: named in keep"
+#: unstored arrays up to this many bytes stay held after their last reader (they may still be stored)
+KEEP_HELD_BYTES = 1 << 16
 #: the ``why`` of an array the run did not store
 UNSTORED = "not stored: an intermediate no query needs stored; recomputed from its stored ancestors when read"
 
@@ -118,6 +122,7 @@ class _Execution:
         self._runner_is_factory = not isinstance(runner, Executor)
         self.tile_shape, self.progress = tile_shape, progress
         self.disk_left = max_disk
+        self._kept_bytes = 0  # the intermediates keep= stored, counted against max_disk
         self.arrays: dict[str, ArrayRecord] = {}
         #: the run's own graph: node name -> its operator as this run bound it (with its run state:
         #: a two-pass operator's combined summaries); the workflow's nodes keep the user's operators
@@ -192,10 +197,12 @@ class _Execution:
         return self._why.get(name, self.kept.get(name, ""))
 
     def _release(self, node: Node) -> None:
-        """``node`` is committed: drop the held outputs it was the last reader of."""
+        """``node`` is committed: drop the held outputs it was the last reader of (but small ones,
+        up to `KEEP_HELD_BYTES`: a later node's plan may still store them, e.g. a scalar that cuts
+        a long chain of recomputation)."""
         for i in {i.name for i in node.inputs}:
             self._readers_left[i] -= 1
-            if self._readers_left[i] <= 0 and i in self.held:
+            if self._readers_left[i] <= 0 and i in self.held and self.held[i].nbytes > KEEP_HELD_BYTES:
                 self.held.pop(i).release()
 
     # -- inputs ---------------------------------------------------------------------------
@@ -367,11 +374,14 @@ class _Execution:
         return done.metas, done.wall
 
     def commit(self, node: Node, strategies: tuple[Strategy, ...], metas: list[TileMeta], wall: float,
-               extra: dict | None = None, measured: dict | None = None) -> NodeRecord:
+               extra: dict | None = None, measured: dict | None = None,
+               arrays: dict[str, str] | None = None) -> NodeRecord:
         """Commit the node: the manifest of its shards (within the disk budget), then its catalog entry.
 
         ``measured`` (`_measured` of the tiles that computed the node) stands in for ``metas``
-        in the statistics of a node whose lineage was not captured in this pass.
+        in the statistics of a node whose lineage was not captured in this pass.  ``arrays``:
+        the policy's choice for unstored arrays (`settle_arrays`), settled before the node's
+        inputs are released.
         """
         stage = self.stage(node)
         manifest = stage.manifest(strategies, metas)
@@ -387,6 +397,7 @@ class _Execution:
         lineage = lineage_metrics(manifest)
         if self.disk_left is not None:
             self.disk_left -= sum(lineage["bytes"].values())
+            self._charge_kept(node.name)
         measured = measured or _measured(metas, wall)
         stats = NodeMetrics(tiles=measured["tiles"], wall_seconds=wall, op_seconds=measured["op_seconds"],
                             lineage_seconds=measured["lineage_seconds"],
@@ -400,6 +411,7 @@ class _Execution:
         self._commit_record(record)
         if any(s.stored for s in strategies):  # its shards not in the manifest (dropped, retried) go
             self.store.remove_uncommitted(node.name, manifest)
+        self.settle_arrays(arrays or {})
         self._release(node)
         return record
 
@@ -407,15 +419,63 @@ class _Execution:
         """A node whose stored payloads name cells of its own output (`Label`'s components, read
         back at query time through ``attach_output``) has that output stored: held in memory,
         it is written now, so a query reads it instead of recomputing it."""
-        name = node.name
+        if hasattr(self.operator(node), "attach_output"):
+            self._store_held(node.name, "stored: its stored lineage reads it back (its components)")
+
+    def _charge_kept(self, name: str) -> None:
+        """An intermediate ``keep=`` stores counts against the disk budget (uncompressed, as the
+        optimizer's stored arrays do); past it, the run stops with what to change."""
+        record = self.arrays[name]
+        if not record.stored or self.kept.get(name) not in (KEPT_ALL, KEPT_NAMED) or self.disk_left is None:
+            return
+        self.disk_left -= record.nbytes
+        self._kept_bytes += record.nbytes
+        if self.disk_left < 0:
+            raise WorkflowError(
+                f"the intermediate arrays keep= stores need {self._kept_bytes} bytes so far (uncompressed; "
+                f"{name!r} the last), over the disk budget max_disk, which lineage and stored intermediates share; "
+                "raise max_disk, keep fewer arrays, or leave keep= out and let the optimizer choose")
+
+    def _store_held(self, name: str, why: str) -> None:
+        """Write the unstored array ``name`` from memory, if it is still held (its catalog entry
+        too, when committed); its bytes count against the disk budget."""
         held, record = self.held.get(name), self.arrays.get(name)
-        if held is None or held.block is None or record is None or record.stored or \
-                not hasattr(self.operator(node), "attach_output"):
+        if held is None or held.block is None or record is None or record.stored:
             return
         write_array(self.store.array(name), held.block, record.chunks, held.compressor)
-        self.arrays[name] = replace(record, meta_xxh3=self.store.array_meta_checksum(name), stored=True,
-                                    why="stored: its stored lineage reads it back (its components)")
-        self._why[name] = self.arrays[name].why
+        self._set_array(name, replace(record, meta_xxh3=self.store.array_meta_checksum(name), stored=True, why=why))
+        if self.disk_left is not None:
+            self.disk_left -= held.nbytes
+
+    def _set_array(self, name: str, record: ArrayRecord) -> None:
+        self.arrays[name], self._why[name] = record, record.why
+        entry = self.catalog.nodes.get(name)
+        if entry is not None:
+            self._commit_record(replace(entry, array=record))
+
+    def unstored_arrays(self, node: Node) -> dict[str, Any]:
+        """The committed arrays this run did not store that re-running ``node`` recomputes (its
+        unstored inputs and theirs), as the optimizer prices them (`subzero.optimizer.storage.
+        array_choices`: measured operator time; those still held in memory may be stored)."""
+        from subzero.optimizer.storage import array_choices
+
+        unstored = {name: float(getattr(self.catalog.nodes[name].stats, "op_seconds", 0.0) or 0.0)
+                    for name, record in self.arrays.items() if not record.stored and name in self.catalog.nodes}
+        held = {name: h.nbytes for name, h in self.held.items() if name in unstored and h.block is not None}
+        return array_choices({n.name: [i.name for i in n.inputs] for n in self.wf.nodes}, unstored, held,
+                             [i.name for i in node.inputs])
+
+    def settle_arrays(self, arrays: dict[str, str]) -> None:
+        """A policy's choice for unstored arrays (name -> why): those whose why says "stored"
+        are written from memory (`_store_held`), the others keep its reason."""
+        for name, why in arrays.items():
+            record = self.arrays.get(name)
+            if record is None or record.stored:
+                continue
+            if why.startswith("stored"):
+                self._store_held(name, why)
+            elif name not in self._destinations or self._destinations[name] is not DISCARD:
+                self._set_array(name, replace(record, why=why))
 
     def _commit_record(self, record: NodeRecord) -> None:
         """The node is committed: the catalog gains its record (written at once, or with the next
@@ -541,14 +601,14 @@ def kept_arrays(wf: Workflow, keep: Any = "needed", queries: Sequence[Any] = ())
     if isinstance(keep, str) and keep in ("needed", "all"):
         if keep == "all":
             for n in wf.nodes:
-                kept.setdefault(n.name, "stored: keep='all'")
+                kept.setdefault(n.name, KEPT_ALL)
         return kept
     if isinstance(keep, (str, Node)) or not hasattr(keep, "__iter__"):
         keep = [keep]
     for ref in keep:
         if not isinstance(ref, (str, Node)):
             raise WorkflowError(f"keep={keep!r}: give 'needed' (the default), 'all', or a list of nodes or node names")
-        kept.setdefault(wf.node(ref).name, "stored: named in keep")
+        kept.setdefault(wf.node(ref).name, KEPT_NAMED)
     return kept
 
 
@@ -790,6 +850,8 @@ class _Choice:
 
     strategies: tuple[Strategy, ...]
     extra: dict[str, Any] = field(default_factory=dict)
+    #: unstored arrays -> why they are stored now ("stored: ...") or stay unstored (`_Execution.settle_arrays`)
+    arrays: dict[str, str] = field(default_factory=dict)
 
 
 class Policy(Protocol):
@@ -848,7 +910,9 @@ class FixedPolicy:
         pass
 
     def choose(self, run: _Execution, node: Node, stage: NodeStage, computed: _Computed | None) -> _Choice:
-        return _Choice(self.chosen[node.name], {"reason": "pinned" if node.name in self.pinned else "default"})
+        chosen = self.chosen[node.name]
+        return _Choice(chosen, {"reason": "pinned" if node.name in self.pinned else "default"},
+                       _default_stores(run, node, stage, chosen))
 
     def ran(self, run: _Execution, node: Node, choice: _Choice, computed: _Computed) -> dict[str, Any]:
         return {}
@@ -999,20 +1063,23 @@ class OnlinePolicy:
         budget = parse_runtime_budget(self.max_runtime, state.base_seconds + profile.op_seconds)
         left = None if budget is None else max(budget - state.predicted_runtime, 0.0)
         mine = {node.name}
+        arrays = run.unstored_arrays(node) if run.held else {}  # whether to store them is the program's too
         try:
-            plan, problem = optimize(run.wf, self.profiles, self.queries, run.disk_left, left, self.pinned, mine)
+            plan, problem = optimize(run.wf, self.profiles, self.queries, run.disk_left, left, self.pinned, mine,
+                                     arrays)
         except WorkflowError as exc:  # pins alone break a budget: plan the rest, pins fall back at commit
-            plan, problem = optimize(run.wf, self.profiles, self.queries, run.disk_left, left, {}, mine)
+            plan, problem = optimize(run.wf, self.profiles, self.queries, run.disk_left, left, {}, mine, arrays)
             state.pins_over_budget = str(exc)
         chosen, extra = node_choice(plan, problem, self.pinned, profile, node.name)
         picked = [c for c in problem.candidates if c.node == node.name and c.strategy in chosen]
-        state.predicted_disk += sum(c.disk for c in picked)
-        state.predicted_runtime += sum(c.runtime for c in picked)
+        stored = [a for a in problem.arrays if a.node in plan.stored]
+        state.predicted_disk += sum(c.disk for c in picked) + sum(a.disk for a in stored)
+        state.predicted_runtime += sum(c.runtime for c in picked) + sum(a.runtime for a in stored)
         state.solve_seconds += plan.solve_seconds
         state.objective += plan.objective
         state.status = state.status if plan.status == "optimal" else plan.status
         self._planned[node.name] = (profile, budget)
-        return _Choice(chosen, extra)
+        return _Choice(chosen, extra, dict(plan.array_reasons))
 
     def ran(self, run: _Execution, node: Node, choice: _Choice, computed: _Computed) -> dict[str, Any]:
         profile, budget = self._planned.pop(node.name)
@@ -1070,8 +1137,26 @@ def _run_nodes(run: _Execution, operators: Sequence[Node], policy: Policy) -> No
         else:
             metas, wall, measured = [], now.wall, now.measured or _measured(now.metas, now.wall)
         extra = choice.extra | policy.ran(run, node, choice, now)
-        run.commit(node, choice.strategies, metas, wall, extra, measured=measured)
+        run.commit(node, choice.strategies, metas, wall, extra, measured=measured, arrays=choice.arrays)
     policy.finish(run)
+    for name in list(run.held):  # the small arrays kept for later plans
+        run.held.pop(name).release()
+
+
+def _default_stores(run: _Execution, node: Node, stage: NodeStage, chosen: tuple[Strategy, ...]) -> dict[str, str]:
+    """A run without budgets stores an unstored input of a node its queries re-run (neither Map
+    nor stored lineage) when one step's recomputation of it and its unstored inputs (a 1-cell
+    query: the tiles it touches) costs more than the ``recompute_seconds`` setting
+    (`subzero.optimizer.storage.default_stores`)."""
+    op = stage.operator
+    if not run.held or run.disk_left is not None or op.all_to_all or \
+            any(s.stored or s.mode is Mode.MAP for s in chosen) or all(run.arrays[i.name].stored for i in node.inputs):
+        return {}
+    from subzero.optimizer.storage import default_stores
+
+    arrays = run.unstored_arrays(node)
+    reads = [i.name for i in node.inputs if i.name in arrays]
+    return default_stores(arrays, node.name, reads, 1.0 / max(len(stage.tiles), 1), config.get("recompute_seconds"))
 
 
 def _capture_limit(max_runtime, state: OptimizerState, pins: Sequence[str]):

@@ -338,6 +338,7 @@ class QueryEngine:
         self._lock = threading.Lock()
         self._warned: set[str] = set()  # damaged lineage already reported
         self._recomputed: dict[str, RecomputedArray] = {}  # the unstored arrays read so far
+        self._reread: dict[str, float] = {}  # node -> seconds re-running it recomputes its unstored inputs
 
     # -- the lineage source the steps read ------------------------------------------------------
     def array(self, name: str) -> Any:
@@ -457,6 +458,26 @@ class QueryEngine:
                 profile_from_run(node.name, node.operator, entry.stats)
         return self._profiles[node.name]
 
+    def reread_seconds(self, node) -> float:
+        """Seconds re-running ``node`` spends recomputing its inputs the run did not store, and
+        their unstored inputs, whole (`subzero.optimizer.storage.recompute_seconds`, from the
+        operators' measured times): a re-run step pays it, a stored or mapped one does not."""
+        got = self._reread.get(node.name)
+        if got is None:
+            from subzero.optimizer.storage import array_choices, recompute_seconds
+
+            reads = [i.name for i in node.inputs]
+            records = self.catalog.nodes
+            if all(records[r].array.stored for r in reads if r in records):
+                got = 0.0
+            else:
+                unstored = {name: float(getattr(r.stats, "op_seconds", 0.0) or 0.0)
+                            for name, r in records.items() if not r.array.stored}
+                inputs = {n.name: [i.name for i in n.inputs] for n in self.workflow.nodes}
+                got = recompute_seconds(array_choices(inputs, unstored, {}, reads), reads)
+            self._reread[node.name] = got
+        return got
+
     def choose(self, node, plan: QueryOptions, cells: int) -> tuple[Strategy, float | None, float | None]:
         """The strategy of one step through ``node`` reaching it with ``cells`` cells: the one
         ``plan`` forces, else the cheapest `choose_step` predicts.  Returns it, the deadline
@@ -465,7 +486,7 @@ class QueryEngine:
         if forced is not None:
             return Strategy.parse(forced), None, None
         choice = choose_step(self.profile(node), self.stored(node), Mode.MAP in node.operator.supported_modes(),
-                             plan.direction, cells)
+                             plan.direction, cells, self.reread_seconds(node))
         deadline = time.perf_counter() + choice.budget if choice.strategy.stored else None
         return choice.strategy, deadline, choice.predicted
 

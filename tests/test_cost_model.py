@@ -61,3 +61,12 @@ def test_fan_is_capped_by_the_array():
     p = profile(out_size=100, in_sizes=[50])
     assert p.fan("backward", 1000) == 50 and p.fan("forward", 3) == 27
     assert profile(all_to_all=True).fan("forward", 1) == 10**6
+
+
+def test_a_re_run_step_pays_the_share_of_its_unstored_inputs_its_tiles_read():
+    p = profile()
+    for cells, share in ((1, 1 / 16), (4, 4 / 16), (10**6, 1.0)):
+        plain = step_cost(p, "BlackBox", "backward", cells)
+        assert step_cost(p, "BlackBox", "backward", cells, reread=8.0) == pytest.approx(plain + 8.0 * share)
+        assert step_cost(p, "FullOne/backward", "backward", cells, reread=8.0) == \
+            step_cost(p, "FullOne/backward", "backward", cells)  # stored lineage reads no input

@@ -809,18 +809,23 @@ def test_an_optimized_run_fuses_the_nodes_whose_candidates_store_nothing():
     workload = [{"direction": "backward", "node": "n5-conv", "to": "x", "cells": [[12, 13]]},
                 {"direction": "forward", "node": "x", "to": "n3-label", "cells": [[3, 4]]}]
     got = {}
+    chosen = set()  # intermediates the program chose to store (or not) after the Label's timed plan
     with tempfile.TemporaryDirectory() as root:
         for fuse in (True, False):
             seen = _StagesSeen()
             with sz.config.set(fuse=fuse):
                 run = wf.run(inputs, store=os.path.join(root, str(fuse)), executor="local", tile_shape=8,
                              workload=workload, max_runtime="1.5x", progress=seen)
+            chosen |= {n for n, r in run.catalog.nodes.items() if "optimizer's choice" in r.array.why}
             got[fuse] = (_stored_arrays(os.path.join(root, str(fuse))),
                          {n: r.strategies for n, r in run.catalog.nodes.items()},
                          run.backward("n5-conv", [(12, 13)], to="x").tolist(),
                          run.forward("x", [(3, 4)], to="n3-label").tolist(), seen.names)
             assert run.catalog.optimizer["one_pass"]
     fused, alone = got[True], got[False]
+    for arrays in (fused[0], alone[0]):
+        for path in [p for p in arrays if p.split("/")[1] in chosen]:
+            del arrays[path]
     assert fused[0] == alone[0] and fused[2:4] == alone[2:4]  # the same arrays, the same answers
     # the nodes fused chose as alone (the Label's plan may differ: timed budgets; its answers may not)
     assert {n: s for n, s in fused[1].items() if n != "n3-label"} == \
@@ -914,3 +919,102 @@ def test_a_label_whose_stored_lineage_reads_its_output_back_has_it_stored(tmp_pa
     for cell in ([3, 4], [15, 20], [29, 33]):
         assert np.array_equal(lean.backward("smooth", [cell], to="x"), full.backward("smooth", [cell], to="x"))
         assert np.array_equal(lean.forward("x", [cell], to="smooth"), full.forward("x", [cell], to="smooth"))
+
+
+# -- storing an intermediate is the optimizer's decision --------------------------------------------------
+class SlowTanh(ops.ElementwiseOperator):
+    """An elementwise step that takes its time (what recomputing it at query time costs)."""
+
+    @staticmethod
+    def fn(a):
+        import time
+
+        time.sleep(0.03)
+        return np.tanh(a)
+
+
+class Flip(sz.Operator):
+    """A whole-array step without mapping functions: its queries re-run it over its input."""
+
+    def supported_modes(self):
+        return {sz.Mode.FULL}
+
+    def infer_output_shape(self, input_shapes):
+        return tuple(input_shapes[0])
+
+    def run(self, ctx, x):
+        if sz.Mode.FULL in ctx.modes:
+            cells = np.argwhere(np.ones(x.shape, bool))
+            ctx.lwrite_many(cells, np.c_[x.shape[0] - 1 - cells[:, 0], cells[:, 1]],
+                            out_pair=np.arange(len(cells)), in_pair=[np.arange(len(cells))])
+        return x[::-1]
+
+
+def _slow_then_flip():
+    wf = sz.Workflow("reread")
+    slow = wf.add(SlowTanh(), wf.input("x"), name="slow")
+    wf.add(Flip(), slow, name="flip")
+    return wf
+
+
+def _same_answers(run, full, cells=((0, 0), (5, 7), (15, 15))):
+    blackbox = {"slow": "BlackBox", "flip": "BlackBox"}
+    for using in (None, blackbox, {"flip": "FullMany"} if "FullMany" in full.strategies["flip"] else None):
+        for cell in cells:
+            assert np.array_equal(run.backward("flip", [cell], to="x", using=using),
+                                  full.backward("flip", [cell], to="x", using=using))
+            assert np.array_equal(run.forward("x", [cell], to="flip", using=using),
+                                  full.forward("x", [cell], to="flip", using=using))
+    np.testing.assert_array_equal(np.asarray(run.output("slow")), np.asarray(full.output("slow")))
+
+
+def test_a_default_run_stores_what_a_rerun_step_would_recompute_past_the_threshold(tmp_path):
+    """Without budgets, an input a query's re-run step (Flip: BlackBox) would recompute for
+    longer than ``recompute_seconds`` is stored, with why; under the threshold it is not; the
+    answers are those of a run storing every array."""
+    x = np.random.default_rng(1).normal(size=(16, 16))
+    wf = _slow_then_flip()
+    full = wf.run({"x": x}, store=tmp_path / "full", executor="local", keep="all",
+                  strategies={"flip": ["FullMany", "BlackBox"], "slow": "Map"})
+    with sz.config.set(recompute_seconds=0.005):
+        stored = wf.run({"x": x}, store=tmp_path / "stored", executor="local")
+    with sz.config.set(recompute_seconds=60.0):
+        lean = wf.run({"x": x}, store=tmp_path / "lean", executor="local")
+    record = stored.catalog.nodes["slow"].array
+    assert record.stored and "re-running flip" in record.why and "recompute_seconds" in record.why
+    assert (tmp_path / "stored" / "arrays" / "slow" / "zarr.json").is_file()
+    assert not lean.catalog.nodes["slow"].array.stored and not (tmp_path / "lean" / "arrays" / "slow").exists()
+    for run in (stored, lean):
+        _same_answers(run, full)
+
+
+@pytest.mark.parametrize("max_disk, stored", [(10**6, True), (100, False)])
+def test_an_optimized_run_stores_an_intermediate_or_recomputes_it_within_the_disk_budget(tmp_path, max_disk,
+                                                                                          stored):
+    """With a workload and a disk budget, whether ``slow`` (2 KB, about 30 ms to recompute for
+    every query re-running ``flip``) is stored is the integer program's choice: stored while
+    the budget has room, recomputed once it has not; `explain`'s why says which; queries
+    through it answer as with every array stored, by every strategy."""
+    from subzero.tools.explain import explain
+
+    x = np.random.default_rng(2).normal(size=(16, 16))
+    wf = _slow_then_flip()
+    workload = [{"direction": "backward", "node": "flip", "to": "x", "cells": [[3, 4]]}]
+    pins = {"flip": "BlackBox"}
+    run = wf.run({"x": x}, store=tmp_path / "o", executor="local", workload=workload, max_disk=max_disk,
+                 strategies=pins)
+    full = wf.run({"x": x}, store=tmp_path / "full", executor="local", keep="all",
+                  strategies={"flip": ["FullMany", "BlackBox"], "slow": "Map"})
+    record = run.catalog.nodes["slow"].array
+    assert record.stored is stored and record.why.startswith("stored: the optimizer's choice" if stored else
+                                                             "not stored: its")
+    assert record.why in explain(run)
+    _same_answers(run, full)
+
+
+def test_intermediates_keep_stores_over_the_disk_budget_are_a_clear_error(tmp_path):
+    x = np.random.default_rng(3).normal(size=(16, 16))
+    workload = [{"direction": "backward", "node": "flip", "to": "x", "cells": [[3, 4]]}]
+    with pytest.raises(sz.WorkflowError, match=r"keep= stores need 2048 bytes .*'slow'.*raise max_disk"):
+        _slow_then_flip().run({"x": x}, store=tmp_path / "o", executor="local", workload=workload, max_disk=1000,
+                              keep=["slow"])

@@ -12,6 +12,7 @@ from subzero.modes import Strategy
 S = Strategy.parse
 from subzero.optimizer.ilp import (
     FALLBACK_REASON,
+    ArrayChoice,
     Candidate,
     Problem,
     brute_force,
@@ -79,6 +80,18 @@ def problems(draw):
         share = draw(st.sampled_from([None, 0.0, 0.5, 1.0, 1.0, 1.5, 2.0]))
         return None if share is None else round(share * largest, 3)
 
+    arrays = []
+    for k in range(draw(st.sampled_from([0, 0, 1, 2, 3]))):  # unstored arrays, each reading earlier ones
+        inputs = draw(st.lists(st.sampled_from([f"a{j}" for j in range(k)] or ["a0"]), max_size=2, unique=True))
+        arrays.append(ArrayChoice(f"a{k}", disk=draw(rounded(0, 1000)), runtime=draw(rounded(0, 1)),
+                                  seconds=draw(rounded(0, 100)), inputs=tuple(i for i in inputs if i != f"a{k}"),
+                                  storable=draw(st.sampled_from([True, True, False]))))
+    if arrays:  # the BlackBox candidates re-read some of them
+        names = [a.node for a in arrays]
+        candidates = [c if c.strategy != S("BlackBox") else Candidate(
+            c.node, c.strategy, c.disk, c.runtime, c.query_cost,
+            reads=tuple(draw(st.lists(st.sampled_from(names), max_size=2, unique=True))),
+            reread={"backward": draw(st.sampled_from([1.0, 0.25])), "forward": 1.0}) for c in candidates]
     pinned = {}
     if draw(st.booleans()):
         pin = draw(st.sampled_from(candidates))
@@ -86,7 +99,8 @@ def problems(draw):
     return Problem(
         tuple(candidates),
         access,
-        max_disk=budget(max(c.disk for c in candidates)),
+        arrays=tuple(arrays),
+        max_disk=budget(max(c.disk for c in [*candidates, *arrays])),
         max_runtime=budget(max(c.runtime for c in candidates)),
         epsilon=draw(st.sampled_from([1e-6, 1e-3, 0.05])),
         beta=draw(st.sampled_from([1.0, 100.0])),
@@ -107,7 +121,8 @@ def test_solve_matches_brute_force(problem):
     plan = solve(problem)
     assert plan.status == expected.status == "optimal"
     assert plan.objective == pytest.approx(expected.objective, rel=1e-9, abs=1e-12)
-    assert plan.objective == pytest.approx(objective_of(problem, plan.chosen), rel=1e-12)
+    assert plan.objective == pytest.approx(objective_of(problem, plan.chosen, plan.stored), rel=1e-12)
+    assert set(plan.stored) <= {a.node for a in problem.arrays if a.storable}
     if problem.max_disk is not None:
         assert plan.disk <= problem.max_disk * (1 + 1e-9)
     if problem.max_runtime is not None:
@@ -313,3 +328,49 @@ def test_candidate_validation():
         Problem((backward_only,), {("u", "forward"): 1.0})
     with pytest.raises(WorkflowError, match="duplicate"):
         Problem((cand("u", "BlackBox"), cand("u", "BlackBox")), {})
+
+
+# -- storing an intermediate array or recomputing it ---------------------------------
+
+
+def _reread_problem(max_disk):
+    """A whole-array node ``g`` whose queries re-run it (BlackBox) over an unstored mask (1 MB),
+    computed from an unstored scalar threshold (8 bytes), computed by a long chain (2 s) that
+    can no longer be stored: store the mask, or the threshold, or recompute everything."""
+    arrays = (ArrayChoice("mask", disk=1e6, runtime=0.005, seconds=0.003, inputs=("t",)),
+              ArrayChoice("t", disk=8, runtime=0.0, seconds=0.001, inputs=("chain",)),
+              ArrayChoice("chain", disk=8e6, runtime=0.04, seconds=2.0, storable=False))
+    candidates = (Candidate("g", "BlackBox", 0, 0, {"backward": 0.1}, reads=("mask",)),)
+    return Problem(candidates, {("g", "backward"): 1.0}, max_disk=max_disk, arrays=arrays, epsilon=1e-9)
+
+
+@pytest.mark.parametrize("max_disk, stored, query", [
+    (None, ("mask",), 0.1),          # storing the mask makes a step cost only its own re-run
+    (1e7, ("mask",), 0.1),
+    (100, ("t",), 0.1 + 0.003),      # the mask does not fit; the threshold cuts the 2 s chain
+    (0, (), 0.1 + 0.003 + 0.001 + 2.0),  # nothing fits: the step recomputes all three
+])
+def test_the_program_stores_or_recomputes_an_array_as_the_disk_budget_tightens(max_disk, stored, query):
+    problem = _reread_problem(max_disk)
+    for plan in (solve(problem), brute_force(problem)):
+        assert plan.stored == stored and plan.status == "optimal"
+        disk = sum(problem.array(a).disk for a in stored)
+        runtime = sum(problem.array(a).runtime for a in stored)
+        assert plan.disk == disk and plan.runtime == runtime
+        assert plan.objective == pytest.approx(query + 1e-9 * (disk + runtime))
+        assert problem.reread_cost(problem.candidates[0], problem.queried("g")[0], stored) == \
+            pytest.approx(query - 0.1)
+        for name in ("mask", "t"):  # every storable array says why
+            assert plan.array_reasons[name].startswith("stored" if name in stored else "not stored")
+        assert "chain" not in plan.array_reasons
+    if max_disk == 0:
+        assert "do not fit in the disk budget" in plan.array_reasons["mask"]
+
+
+def test_arrays_are_checked():
+    with pytest.raises(WorkflowError, match="not in arrays"):
+        Problem((Candidate("g", "BlackBox", 0, 0, {"backward": 1.0}, reads=("m",)),), {("g", "backward"): 1.0})
+    with pytest.raises(WorkflowError, match="seconds of array 'm'"):
+        ArrayChoice("m", disk=1.0, runtime=0.0, seconds=-1.0)
+    with pytest.raises(WorkflowError, match="duplicate arrays"):
+        Problem((cand("g", "BlackBox"),), {}, arrays=(ArrayChoice("m", 1, 0, 1), ArrayChoice("m", 1, 0, 1)))

@@ -23,3 +23,13 @@ def test_the_lookup_budget_is_the_re_execution_estimate():
     choice = choose_step(p, (), False, Direction.BACKWARD, 1)
     assert choice.budget == choice.rerun >= 3.0
     assert choose_step(NodeProfile("m"), (), False, Direction.BACKWARD, 1).budget == MIN_BUDGET
+
+
+def test_re_execution_over_unstored_inputs_pays_their_recomputation():
+    """A re-run step reads the node's inputs: unstored, they are recomputed, which can make a
+    mapped step (reading no values) the cheaper choice even over many cells."""
+    p = NodeProfile("n", tiles=1, op_seconds=0.01, out_size=10**6, in_sizes=[10**6])
+    cheap = choose_step(p, (), True, Direction.BACKWARD, 10**6)
+    assert cheap.strategy == Strategy.parse("BlackBox")
+    costly = choose_step(p, (), True, Direction.BACKWARD, 10**6, reread=2.0)
+    assert costly.strategy == Strategy.parse("Map") and costly.rerun == cheap.rerun + 2.0

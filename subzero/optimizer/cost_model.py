@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from subzero.modes import Direction, Mode, Strategy
 
-__all__ = ["StrategyProfile", "NodeProfile", "step_cost", "disk_cost", "runtime_cost"]
+__all__ = ["StrategyProfile", "NodeProfile", "step_cost", "disk_cost", "runtime_cost", "touched_share"]
 
 # seconds per operation (measured with benchmarks/micro on the project machine)
 KEY_LOOKUP = 1.5e-6      # one LMDB get in a batched getmulti
@@ -95,22 +95,30 @@ def runtime_cost(profile: NodeProfile, strategy: Strategy | str) -> float:
     return rerun + sp.encode_seconds + sp.bytes * 5e-9 + sp.keys * 1e-6
 
 
+def touched_share(profile: NodeProfile, cells: float) -> float:
+    """The share of the node's tiles a step of ``cells`` frontier cells touches, at most (a
+    re-run step runs those tiles, and reads the inputs they read)."""
+    return min(profile.tiles, max(1.0, cells)) / max(profile.tiles, 1)
+
+
 def _rerun(profile: NodeProfile, cells: float) -> float:
-    touched = min(profile.tiles, max(1.0, cells))
-    return (profile.op_seconds + profile.trace_seconds) * touched / max(profile.tiles, 1)
+    return (profile.op_seconds + profile.trace_seconds) * touched_share(profile, cells)
 
 
-def step_cost(profile: NodeProfile, strategy: Strategy | str, direction: Direction | str, cells: float) -> float:
+def step_cost(profile: NodeProfile, strategy: Strategy | str, direction: Direction | str, cells: float,
+              reread: float = 0.0) -> float:
     """Predicted seconds of one query step through the node with ``strategy``.
 
-    ``cells`` is the number of frontier cells entering the step.
+    ``cells`` is the number of frontier cells entering the step.  ``reread``: the seconds
+    recomputing the node's unstored inputs takes, whole (`subzero.optimizer.storage`); a
+    re-run step pays the share of it its touched tiles read.
     """
     cells, direction, s = max(float(cells), 1.0), Direction.parse(direction), Strategy.parse(strategy)
     out = profile.fan(direction, cells)
     if profile.all_to_all:
         return STEP_OVERHEAD
     if s.mode is Mode.BLACKBOX:
-        return STEP_OVERHEAD + _rerun(profile, cells) + out * CELL
+        return STEP_OVERHEAD + _rerun(profile, cells) + out * CELL + reread * touched_share(profile, cells)
     if s.mode is Mode.MAP:
         return STEP_OVERHEAD + (cells + out) * MAP_CELL
     sp = profile.strategies.get(s.name, StrategyProfile())

@@ -9,7 +9,19 @@ a set of strategies that minimizes
         + epsilon * sum_(j chosen) (disk_ij + beta * runtime_ij)
 
 subject to the disk and runtime budgets, at least one strategy per node, and
-the strategies the user pinned.  The ``min`` is linearized with assignment
+the strategies the user pinned.
+
+Storing an intermediate array is a choice of the same program.  A candidate that
+answers by re-running its node (BlackBox) reads the node's inputs; an input the run
+did not store is recomputed from its nearest stored ancestors, so such a step also
+pays the recomputation of every unstored array on the way (`Candidate.reads`, the
+`ArrayChoice` records and their ``inputs``).  A binary ``z_a`` per array that may
+still be stored says whether it is: its bytes count against the disk budget (and its
+writing against the runtime budget), and a continuous ``u_(i,d,a) >= 0`` says whether
+serving (node i, direction d) recomputes array ``a``: ``u >= y_(i,d,j) - z_a`` for the
+arrays candidate j reads, ``u_b >= u_a - z_b`` for each unstored input b of a.  The
+objective adds ``p_(i,d) * share_(j,d) * seconds_a * u_(i,d,a)``; minimized, u is 1
+exactly where a recomputation happens.  The ``min`` is linearized with assignment
 variables ``y_(i,d,j) <= x_ij``, ``sum_j y_(i,d,j) = 1``: since query costs are
 non-negative and the objective is minimized, each (node, direction) is served
 by its cheapest chosen strategy.
@@ -34,15 +46,16 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 import pulp
 
 from subzero.errors import WorkflowError
 from subzero.modes import Direction, Mode, Strategy
+from subzero.optimizer.storage import ArrayChoice
 
-__all__ = ["Candidate", "Problem", "Plan", "solve", "brute_force", "objective_of"]
+__all__ = ["Candidate", "ArrayChoice", "Problem", "Plan", "solve", "brute_force", "objective_of"]
 
 DIRECTIONS = tuple(Direction)
 BLACKBOX = Strategy.parse("BlackBox")
@@ -75,6 +88,12 @@ class Candidate:
         left out only if the workload never queries the node that way.
     mapping : bool
         True for mapping functions ("Map"): no disk, no runtime.
+    reads : tuple of str
+        The unstored arrays (`ArrayChoice` nodes) one query step with this candidate
+        recomputes: the node's inputs the run did not store, when the step re-runs the node.
+    reread : Mapping[Direction or str, float]
+        Per direction, the share of those arrays one step recomputes (the touched tiles);
+        1 where left out.
 
     Examples
     --------
@@ -89,9 +108,14 @@ class Candidate:
     runtime: float
     query_cost: Mapping[Direction, float]
     mapping: bool = False
+    reads: tuple[str, ...] = ()
+    reread: Mapping[Direction, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strategy", Strategy.parse(self.strategy))
+        object.__setattr__(self, "reads", tuple(self.reads))
+        object.__setattr__(self, "reread", MappingProxyType({Direction.parse(d): float(v)
+                                                             for d, v in self.reread.items()}))
         label = f"candidate {str(self.strategy)!r} of node {self.node!r}"
         _check_amount(f"disk of {label}", self.disk)
         _check_amount(f"runtime of {label}", self.runtime)
@@ -112,6 +136,10 @@ class Candidate:
     def key(self) -> Key:
         """``(node, strategy)``, unique within a :class:`Problem`."""
         return (self.node, self.strategy)
+
+    def share(self, direction: Direction) -> float:
+        """The share of its `reads` one step in ``direction`` recomputes."""
+        return self.reread.get(direction, 1.0)
 
 
 Survivors = dict[str, list[Candidate]]
@@ -146,6 +174,9 @@ class Problem:
     pinned : Mapping[str, tuple[Strategy, ...]]
         ``node -> strategies`` the user fixed; they are always chosen and never
         pruned.  Names are parsed; a single strategy is accepted as well as a tuple.
+    arrays : tuple of ArrayChoice
+        The unstored arrays candidates read (`Candidate.reads`) and their unstored
+        inputs, recursively: whether each is stored is chosen with the strategies.
 
     Examples
     --------
@@ -162,8 +193,10 @@ class Problem:
     epsilon: float = 1e-6
     beta: float = 1.0
     pinned: Mapping[str, tuple[Strategy, ...]] = field(default_factory=dict)
+    arrays: tuple[ArrayChoice, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "arrays", tuple(self.arrays))
         pinned = {n: tuple(Strategy.parse(x) for x in ((s,) if isinstance(s, (str, Strategy)) else s))
                   for n, s in self.pinned.items()}
         object.__setattr__(self, "candidates", _with_blackbox(tuple(self.candidates)))
@@ -183,6 +216,31 @@ class Problem:
     def queried(self, node: str) -> list[Direction]:
         """Directions in which the workload steps through ``node``."""
         return [d for d in DIRECTIONS if self.weight(node, d) > 0]
+
+    def array(self, name: str) -> ArrayChoice:
+        """The `ArrayChoice` of ``name``."""
+        return {a.node: a for a in self.arrays}[name]
+
+    def recomputed(self, reads: Iterable[str], stored: Collection[str] = ()) -> list[str]:
+        """The arrays reading ``reads`` recomputes when ``stored`` are stored: each of ``reads``
+        not stored and, recursively, their inputs not stored (each once, readers first)."""
+        table = {a.node: a for a in self.arrays}
+        out: dict[str, None] = {}
+        todo = [r for r in reads if r not in stored]
+        while todo:
+            name = todo.pop()
+            if name in out:
+                continue
+            out[name] = None
+            todo.extend(i for i in table[name].inputs if i not in stored and i not in out)
+        return list(out)
+
+    def reread_cost(self, c: Candidate, direction: Direction, stored: Collection[str] = ()) -> float:
+        """Seconds one step of ``c`` in ``direction`` spends recomputing unstored arrays."""
+        if not c.reads:
+            return 0.0
+        table = {a.node: a for a in self.arrays}
+        return c.share(direction) * sum(table[a].seconds for a in self.recomputed(c.reads, stored))
 
 
 @dataclass(frozen=True)
@@ -208,6 +266,10 @@ class Plan:
         ``node -> short human reason`` for its choice.
     pruned : Mapping[tuple[str, Strategy], str]
         ``(node, strategy) -> why`` the candidate was pruned before solving.
+    stored : tuple of str
+        The arrays of ``problem.arrays`` chosen to be stored (their bytes are in ``disk``).
+    array_reasons : Mapping[str, str]
+        ``array -> why`` it is stored or not (every storable array of the problem).
     """
 
     chosen: Mapping[str, tuple[Strategy, ...]]
@@ -218,6 +280,8 @@ class Plan:
     solve_seconds: float
     reasons: Mapping[str, str]
     pruned: Mapping[Key, str]
+    stored: tuple[str, ...] = ()
+    array_reasons: Mapping[str, str] = field(default_factory=dict)
 
     def names(self) -> dict[str, tuple[str, ...]]:
         """``chosen`` with strategy names (as the catalog stores them)."""
@@ -268,8 +332,10 @@ def brute_force(problem: Problem) -> Plan:
     return _optimize(problem, _enumerate)
 
 
-def objective_of(problem: Problem, chosen: Mapping[str, Iterable[Strategy | str]]) -> float:
-    """Objective value of choosing ``chosen`` (budgets and pins not checked).
+def objective_of(problem: Problem, chosen: Mapping[str, Iterable[Strategy | str]],
+                 stored: Collection[str] = ()) -> float:
+    """Objective value of choosing ``chosen`` and storing the arrays ``stored`` (budgets and
+    pins not checked).
 
     Parameters
     ----------
@@ -277,6 +343,8 @@ def objective_of(problem: Problem, chosen: Mapping[str, Iterable[Strategy | str]
         The instance.
     chosen : Mapping[str, Iterable[Strategy or str]]
         ``node -> strategies`` (or their names); every node needs at least one.
+    stored : collection of str
+        Arrays of ``problem.arrays`` stored.
 
     Examples
     --------
@@ -286,7 +354,10 @@ def objective_of(problem: Problem, chosen: Mapping[str, Iterable[Strategy | str]
     3.01
     """
     picked = _picked(problem, chosen)
-    return float(sum(_node_cost(problem, node, cands) for node, cands in picked.items()))
+    arrays = {a.node: a for a in problem.arrays}
+    penalty = sum(arrays[a].disk + problem.beta * arrays[a].runtime for a in stored)
+    return float(sum(_node_cost(problem, node, cands, stored) for node, cands in picked.items())
+                 + problem.epsilon * penalty)
 
 
 # -- validation ---------------------------------------------------------------
@@ -338,6 +409,14 @@ def _validate(problem: Problem) -> None:
         missing = [c.strategy.name for c in nodes[node] if weight > 0 and direction not in c.query_cost]
         if missing:
             raise WorkflowError(f"{where} > 0 but {missing} lack a {direction} query cost")
+    names = [a.node for a in problem.arrays]
+    if len(set(names)) != len(names):
+        raise WorkflowError(f"duplicate arrays: {sorted({n for n in names if names.count(n) > 1})}")
+    read = {r for c in problem.candidates for r in c.reads} | {i for a in problem.arrays for i in a.inputs}
+    unknown = sorted(read - set(names))
+    if unknown:
+        raise WorkflowError(f"candidates or arrays read the arrays {unknown}, which are not in arrays "
+                            f"({sorted(names)}); give an ArrayChoice for each unstored array read")
     for node, strategies in problem.pinned.items():
         known = [c.strategy for c in nodes.get(node, [])]
         if not strategies or not set(strategies) <= set(known):
@@ -408,34 +487,42 @@ def _prune(problem: Problem) -> tuple[Survivors, dict[Key, str], Survivors]:
 # -- solving ------------------------------------------------------------------
 
 
-def _optimize(problem: Problem, search: Callable[[Problem, Survivors], Choice | None]) -> Plan:
+Found = tuple[Choice, tuple[str, ...]]
+
+
+def _optimize(problem: Problem, search: Callable[[Problem, Survivors], Found | None]) -> Plan:
     _check_pins(problem)
     survivors, pruned, unbudgeted = _prune(problem)
     start = time.perf_counter()
     found = search(problem, survivors)
     seconds = time.perf_counter() - start
     status = "fallback" if found is None else "optimal"
-    chosen = _fallback(problem) if found is None else _trimmed(problem, found)
+    stored = () if found is None else found[1]
+    chosen = _fallback(problem) if found is None else _trimmed(problem, found[0], stored)
     picked = _picked(problem, chosen)
     every = [c for cs in picked.values() for c in cs]
-    totals = {name: sum(getattr(c, name) for c in every) for name in ("disk", "runtime")}
+    arrays = {a.node: a for a in problem.arrays}
+    totals = {name: sum(getattr(c, name) for c in every) + sum(getattr(arrays[a], name) for a in stored)
+              for name in ("disk", "runtime")}
     reasons = {
-        node: FALLBACK_REASON if found is None else _reason(problem, cs, totals, unbudgeted[node])
+        node: FALLBACK_REASON if found is None else _reason(problem, cs, totals, unbudgeted[node], stored)
         for node, cs in picked.items()
     }
     return Plan(
         chosen=chosen,
-        objective=objective_of(problem, chosen),
+        objective=objective_of(problem, chosen, stored),
         disk=totals["disk"],
         runtime=totals["runtime"],
         status=status,
         solve_seconds=seconds,
         reasons=reasons,
         pruned=pruned,
+        stored=tuple(sorted(stored)),
+        array_reasons=_array_reasons(problem, picked, stored, totals),
     )
 
 
-def _trimmed(problem: Problem, chosen: Choice) -> Choice:
+def _trimmed(problem: Problem, chosen: Choice, stored: Collection[str] = ()) -> Choice:
     """Drop chosen strategies that serve no query and are not pinned.
 
     Such strategies only add disk/runtime (possibly zero, which ties), so
@@ -444,28 +531,40 @@ def _trimmed(problem: Problem, chosen: Choice) -> Choice:
     trimmed = {}
     for node, picked in _picked(problem, chosen).items():
         pins = set(problem.pinned.get(node, ()))
-        keep = {_cheapest(problem, picked, d).strategy for d in problem.queried(node)}
+        keep = {_cheapest(problem, picked, d, stored).strategy for d in problem.queried(node)}
         trimmed[node] = tuple(sorted(keep | pins or {_cheapest(problem, picked, None).strategy}))
     return trimmed
 
 
-def _cheapest(problem: Problem, picked: list[Candidate], direction: Direction | None) -> Candidate:
-    """The candidate serving ``direction`` best (any direction if None); ties
-    go to pinned candidates, then to the smaller disk/runtime penalty."""
+def _cheapest(problem: Problem, picked: list[Candidate], direction: Direction | None,
+              stored: Collection[str] = ()) -> Candidate:
+    """The candidate serving ``direction`` best (any direction if None), its re-reads of
+    unstored arrays counted; ties go to pinned candidates, then to the smaller disk/runtime penalty."""
     pins = problem.pinned.get(picked[0].node, ())
 
     def rank(c: Candidate) -> tuple:
-        query = c.query_cost[direction] if direction else 0.0
+        query = c.query_cost[direction] + problem.reread_cost(c, direction, stored) if direction else 0.0
         return (query, c.strategy not in pins, c.disk + problem.beta * c.runtime, c.strategy)
 
     return min(picked, key=rank)
 
 
-def _solve_ilp(problem: Problem, survivors: Survivors) -> Choice | None:
+def _solve_ilp(problem: Problem, survivors: Survivors) -> Found | None:
     if not all(survivors.values()):
         return None
     model = pulp.LpProblem("subzero_strategies", pulp.LpMinimize)
     x, objective = {}, []
+    flat = [c for cands in survivors.values() for c in cands]
+    arrays = {a.node: a for a in problem.arrays}
+    needed = problem.recomputed({r for c in flat for r in c.reads})  # the arrays a surviving candidate may recompute
+    z: dict[str, Any] = {}  # array -> stored (a variable, or 0 for one that can no longer be stored)
+    for k, name in enumerate(needed):
+        a = arrays[name]
+        if a.storable:
+            z[name] = model.add_variable(f"z{k}", 0, 1, pulp.LpBinary)
+            objective.append(problem.epsilon * (a.disk + problem.beta * a.runtime) * z[name])
+        else:
+            z[name] = 0
     for i, (node, cands) in enumerate(survivors.items()):
         for j, c in enumerate(cands):
             x[c.key] = model.add_variable(f"x{i}_{j}", 0, 1, pulp.LpBinary)
@@ -476,13 +575,25 @@ def _solve_ilp(problem: Problem, survivors: Survivors) -> Choice | None:
         for direction in problem.queried(node):  # y: which chosen strategy serves (node, direction)
             y = [model.add_variable(f"y{i}_{j}_{direction}", 0) for j in range(len(cands))]
             model += pulp.lpSum(y) == 1
-            for c, y_c in zip(cands, y):
+            u: dict[str, Any] = {}  # array -> recomputed to serve (node, direction)
+            for j, (c, y_c) in enumerate(zip(cands, y)):
                 model += y_c <= x[c.key]
                 objective.append(problem.weight(node, direction) * c.query_cost[direction] * y_c)
-    flat = [c for cands in survivors.values() for c in cands]
+                closure = problem.recomputed(c.reads)
+                for name in closure:
+                    if name not in u:
+                        u[name] = model.add_variable(f"u{i}_{direction}_{len(u)}", 0)
+                        share = c.share(direction)
+                        objective.append(problem.weight(node, direction) * share * arrays[name].seconds * u[name])
+                for name in c.reads:
+                    model += u[name] >= y_c - z[name]
+                for name in closure:
+                    for b in arrays[name].inputs:
+                        model += u[b] >= u[name] - z[b]
     for name, limit in (("disk", problem.max_disk), ("runtime", problem.max_runtime)):
         if limit is not None:  # scaled so the right-hand side is 1 (or 0)
-            used = pulp.lpSum(getattr(c, name) / (limit or 1.0) * x[c.key] for c in flat)
+            used = pulp.lpSum(getattr(c, name) / (limit or 1.0) * x[c.key] for c in flat) + \
+                pulp.lpSum(getattr(arrays[a], name) / (limit or 1.0) * v for a, v in z.items() if not isinstance(v, int))
             model += used <= (1 if limit else 0)
     model += pulp.lpSum(objective)
     with warnings.catch_warnings():  # pulp 3.3 announces PULP_CBC_CMD's removal in pulp 4
@@ -494,20 +605,36 @@ def _solve_ilp(problem: Problem, survivors: Survivors) -> Choice | None:
         return None
     if model.status != pulp.LpStatusOptimal:
         return None
-    return {
+    chosen = {
         node: tuple(sorted(c.strategy for c in cands if x[c.key].value() > 0.5))
         for node, cands in survivors.items()
     }
+    return chosen, tuple(sorted(a for a, v in z.items() if not isinstance(v, int) and v.value() > 0.5))
 
 
-def _enumerate(problem: Problem, survivors: Survivors) -> Choice | None:
+def _enumerate(problem: Problem, survivors: Survivors) -> Found | None:
     options = {
         node: _subsets(cands, problem.pinned.get(node, ()))
         for node, cands in survivors.items()
     }
-    cost, disk, runtime = np.zeros(1), np.zeros(1), np.zeros(1)
+    flat = [c for cands in survivors.values() for c in cands]
+    storable = [a for a in problem.recomputed({r for c in flat for r in c.reads}) if problem.array(a).storable]
+    best: tuple[float, Choice, tuple[str, ...]] | None = None
+    for k in range(len(storable) + 1):  # every set of arrays stored, then every choice of strategies
+        for stored in itertools.combinations(storable, k):
+            found = _enumerate_choices(problem, options, stored)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = (found[0], found[1], tuple(sorted(stored)))
+    return None if best is None else (best[1], best[2])
+
+
+def _enumerate_choices(problem: Problem, options: dict[str, list[tuple[Candidate, ...]]],
+                       stored: tuple[str, ...]) -> tuple[float, Choice] | None:
+    arrays = [problem.array(a) for a in stored]
+    cost = np.full(1, problem.epsilon * sum(a.disk + problem.beta * a.runtime for a in arrays))
+    disk, runtime = np.full(1, sum(a.disk for a in arrays)), np.full(1, sum(a.runtime for a in arrays))
     for node, subsets in options.items():  # totals of every combination, first node slowest
-        cost = np.add.outer(cost, [_node_cost(problem, node, s) for s in subsets]).ravel()
+        cost = np.add.outer(cost, [_node_cost(problem, node, s, stored) for s in subsets]).ravel()
         disk = np.add.outer(disk, [sum(c.disk for c in s) for s in subsets]).ravel()
         runtime = np.add.outer(runtime, [sum(c.runtime for c in s) for s in subsets]).ravel()
     feasible = np.ones(cost.shape, dtype=bool)
@@ -518,7 +645,7 @@ def _enumerate(problem: Problem, survivors: Survivors) -> Choice | None:
         return None
     best = np.flatnonzero(feasible)[np.argmin(cost[feasible])]
     index = np.unravel_index(best, [len(s) for s in options.values()])
-    return {
+    return float(cost[best]), {
         node: tuple(sorted(c.strategy for c in subsets[i]))
         for (node, subsets), i in zip(options.items(), index)
     }
@@ -559,14 +686,15 @@ def _picked(problem: Problem, chosen: Mapping[str, Iterable[Strategy | str]]) ->
     return picked
 
 
-def _node_cost(problem: Problem, node: str, picked: Sequence[Candidate]) -> float:
-    best = {d: min(c.query_cost[d] for c in picked) for d in problem.queried(node)}
+def _node_cost(problem: Problem, node: str, picked: Sequence[Candidate], stored: Collection[str] = ()) -> float:
+    best = {d: min(c.query_cost[d] + problem.reread_cost(c, d, stored) for c in picked) for d in problem.queried(node)}
     query = sum(problem.weight(node, d) * q for d, q in best.items())
     return query + problem.epsilon * sum(c.disk + problem.beta * c.runtime for c in picked)
 
 
 def _reason(
-    problem: Problem, picked: list[Candidate], totals: dict[str, float], unbudgeted: list[Candidate]
+    problem: Problem, picked: list[Candidate], totals: dict[str, float], unbudgeted: list[Candidate],
+    stored: Collection[str] = (),
 ) -> str:
     node = picked[0].node
     directions = problem.queried(node)
@@ -576,8 +704,12 @@ def _reason(
         return "mapping"
     if not directions:
         return "not queried by the workload"
-    best = {d: min(unbudgeted, key=lambda c: c.query_cost[d]) for d in directions}
-    if all(min(c.query_cost[d] for c in picked) <= best[d].query_cost[d] for d in directions):
+
+    def query(c: Candidate, d: Direction) -> float:
+        return c.query_cost[d] + problem.reread_cost(c, d, stored)
+
+    best = {d: min(unbudgeted, key=lambda c: query(c, d)) for d in directions}
+    if all(min(query(c, d) for c in picked) <= query(best[d], d) for d in directions):
         return "cheapest expected query cost"
     chosen = {c.key for c in picked}
     missing = {c.key: c for c in best.values() if c.key not in chosen}.values()
@@ -586,3 +718,38 @@ def _reason(
             only_blackbox = [c.strategy for c in picked] == [BLACKBOX]
             return "only BlackBox fits the budget" if only_blackbox else "budget binding"
     return "disk/runtime penalty (epsilon) outweighs the query gain"
+
+
+def _array_reasons(problem: Problem, picked: Survivors, stored: Collection[str],
+                   totals: dict[str, float]) -> dict[str, str]:
+    """Why each storable array of the problem is stored or not, under the chosen plan."""
+    saves: dict[str, float] = {}  # array -> expected query seconds storing it saves (the others as chosen)
+    readers: dict[str, set[str]] = {}
+    for node, cands in picked.items():
+        for d in problem.queried(node):
+            serving = _cheapest(problem, cands, d, stored)
+            for a in problem.recomputed(serving.reads):
+                without = set(stored) - {a}
+                gain = problem.reread_cost(serving, d, without) - problem.reread_cost(serving, d, set(without) | {a})
+                if gain > 0:
+                    saves[a] = saves.get(a, 0.0) + problem.weight(node, d) * gain
+                    readers.setdefault(a, set()).add(node)
+    out = {}
+    for array in problem.arrays:
+        if not array.storable:
+            continue
+        name, nbytes = array.node, array.disk
+        who = ", ".join(sorted(readers.get(name, ()))) or "no query of the workload"
+        gain = saves.get(name, 0.0)
+        if name in stored:
+            out[name] = (f"stored: the optimizer's choice: re-running {who} would recompute it, "
+                         f"{gain:.3g} s of expected query time, more than its {nbytes:.3g} bytes cost")
+        elif gain <= 0:
+            out[name] = f"not stored: the optimizer's choice: {who} recomputes it at query time"
+        elif problem.max_disk is not None and totals["disk"] + nbytes > problem.max_disk:
+            out[name] = (f"not stored: its {nbytes:.3g} bytes do not fit in the disk budget left; "
+                         f"queries through {who} recompute it ({gain:.3g} s of expected query time)")
+        else:
+            out[name] = (f"not stored: the optimizer's choice: recomputing it for {who} ({gain:.3g} s of "
+                         f"expected query time) costs less than storing its {nbytes:.3g} bytes")
+    return out

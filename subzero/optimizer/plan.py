@@ -7,8 +7,9 @@ from typing import Any, Collection, Mapping, Sequence
 from subzero.catalog import ArrayRecord, PendingNode
 from subzero.dag import Workflow
 from subzero.modes import Direction, Mode, Strategy
-from subzero.optimizer.cost_model import NodeProfile, disk_cost, runtime_cost, step_cost
-from subzero.optimizer.ilp import BLACKBOX, Candidate, Plan, Problem, brute_force, solve
+from subzero.optimizer.cost_model import NodeProfile, disk_cost, runtime_cost, step_cost, touched_share
+from subzero.optimizer.ilp import BLACKBOX, ArrayChoice, Candidate, Plan, Problem, brute_force, solve
+from subzero.optimizer.storage import recomputed
 from subzero.optimizer.workload import Query, step_sizes
 
 __all__ = ["build_problem", "optimize", "pending_nodes", "node_choice", "EPSILON", "BETA"]
@@ -17,46 +18,65 @@ EPSILON = 1e-9   # seconds of expected query time per byte: a tie-breaker (1 MB 
 BETA = 1e6       # bytes per second of runtime overhead in the tie-breaker
 MAP = Strategy.parse("Map")
 ENUMERATE_AT_MOST = 8   # candidates an instance may have to be solved by enumeration (same plan, no CBC start)
+ENUMERATE_ARRAYS = 3    # and storable arrays (each doubles the enumeration)
 
 Pins = Mapping[str, Sequence[str | Strategy]]
 
 
 def build_problem(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[Query],
                   max_disk: float | None, max_runtime: float | None, pinned: Pins,
-                  nodes: Collection[str] | None = None) -> tuple[Problem, dict]:
+                  nodes: Collection[str] | None = None,
+                  arrays: Mapping[str, ArrayChoice] | None = None) -> tuple[Problem, dict]:
     """The ILP instance: candidates with predicted costs, workload access weights, budgets.
 
     ``nodes`` limits the instance to those nodes (a one-pass run plans one node at a time,
-    with the fans of the nodes profiled so far); every node by default."""
+    with the fans of the nodes profiled so far); every node by default.  ``arrays``: the run's
+    unstored arrays (`subzero.optimizer.storage.array_choices`): a BlackBox candidate re-reads
+    a node's inputs among them (`Candidate.reads`, the share its touched tiles read), and the
+    program chooses which to store."""
     def fan(node: str, direction: Direction, cells: float) -> float:
         return profiles[node].fan(direction, cells) if node in profiles else cells
 
     access, entering = step_sizes(wf, queries, fan)
-    candidates = []
+    arrays = arrays or {}
+    candidates, reads = [], set[str]()
     for node in wf.nodes:
         if node.is_input or (nodes is not None and node.name not in nodes):
             continue
         profile = profiles[node.name]
         strategies = [BLACKBOX] + ([MAP] if profile.mapping else []) + [Strategy.parse(n) for n in profile.strategies]
+        if pinned.get(node.name):  # a pinned node stores its pins only (`node_choice`): the plan prices those
+            pins_of = {Strategy.parse(p) for p in pinned[node.name]}
+            strategies = [s for s in strategies if s in pins_of or s == BLACKBOX]
+        unstored = tuple(dict.fromkeys(i.name for i in node.inputs if i.name in arrays))
+        reads.update(unstored)
         for s in strategies:
             costs = {d: step_cost(profile, s, d, entering.get((node.name, d), 1.0)) for d in Direction}
+            rerun = s == BLACKBOX and not profile.all_to_all
+            share = {d: touched_share(profile, entering.get((node.name, d), 1.0)) for d in Direction}
             candidates.append(Candidate(node.name, s, disk=disk_cost(profile, s), runtime=runtime_cost(profile, s),
-                                        query_cost=costs, mapping=s.mode is Mode.MAP))
+                                        query_cost=costs, mapping=s.mode is Mode.MAP,
+                                        reads=unstored if rerun else (), reread=share if rerun else {}))
     pins = {n: tuple(Strategy.parse(s) for s in ss) for n, ss in pinned.items() if nodes is None or n in nodes}
     if nodes is not None:
         access = {k: w for k, w in access.items() if k[0] in nodes}
     problem = Problem(tuple(candidates), access, max_disk=max_disk, max_runtime=max_runtime,
-                      epsilon=EPSILON, beta=BETA, pinned=pins)
+                      epsilon=EPSILON, beta=BETA, pinned=pins,
+                      arrays=tuple(arrays[a] for a in recomputed(arrays, sorted(reads))))
     return problem, entering
 
 
 def optimize(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[Query],
              max_disk: float | None, max_runtime: float | None, pinned: Pins,
-             nodes: Collection[str] | None = None) -> tuple[Plan, Problem]:
-    """Solve SubZero's integer program for ``wf`` (or its ``nodes``, see `build_problem`);
-    returns the plan and the instance."""
-    problem, _ = build_problem(wf, profiles, queries, max_disk, max_runtime, pinned, nodes)
-    if len(problem.candidates) <= ENUMERATE_AT_MOST:  # one node's few choices: enumerating beats starting CBC
+             nodes: Collection[str] | None = None,
+             arrays: Mapping[str, ArrayChoice] | None = None) -> tuple[Plan, Problem]:
+    """Solve SubZero's integer program for ``wf`` (or its ``nodes``, see `build_problem`), with
+    the store-or-recompute choice of the unstored ``arrays`` its candidates read; returns the
+    plan and the instance."""
+    problem, _ = build_problem(wf, profiles, queries, max_disk, max_runtime, pinned, nodes, arrays)
+    storable = sum(a.storable for a in problem.arrays)
+    if len(problem.candidates) <= ENUMERATE_AT_MOST and storable <= ENUMERATE_ARRAYS:
+        # one node's few choices: enumerating beats starting CBC
         return brute_force(problem), problem
     return solve(problem), problem
 

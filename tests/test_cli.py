@@ -868,3 +868,13 @@ def test_the_old_import_path_is_a_deprecated_alias():
     with pytest.warns(DeprecationWarning, match="subzero.tools.cli"):
         old = importlib.import_module("subzero.cli")
     assert old.main is subzero.tools.cli.main
+
+
+def test_bench_shape_is_checked_before_any_benchmark_runs(capsys):
+    """``--shape HxW`` is the viewer benchmark's: a malformed shape, or a shape for another
+    benchmark, is one line saying what to give, exit 2."""
+    for argv, words in ((["bench", "viewer", "--shape", "800by20000"], "HxW"),
+                        (["bench", "micro", "--shape", "800x20000"], "viewer")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.splitlines() == [err.strip()] and "--shape" in err and words in err, err

@@ -446,6 +446,10 @@ def test_warm_makes_the_stored_overviews_first_then_the_recomputed_ones(tmp_path
         real(self, name)
 
     monkeypatch.setattr(Viewer, "_overview", noted)
+    viewer.warm(recompute=False)  # the stored nodes only
+    assert viewer.warmed.is_set() and not viewer.recomputed.is_set() and not any(after for _, after in order)
+    order.clear()
+    viewer.warmed.clear()
     viewer.warm()
     assert {name for name, after in order if after} == unstored and len(order) == len(run.catalog.nodes)
     assert [after for _, after in order] == sorted(after for _, after in order)  # stored first

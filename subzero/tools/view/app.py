@@ -4,7 +4,7 @@ Routes
 ------
 ``GET /``                                  the page (``static/index.html``)
 ``GET /static/...``                        its script and style
-``GET /api/run``                           the store, workflow, status, tile size and ``warm`` (overview tiles made)
+``GET /api/run``                           the store, workflow, status, tile size and ``warm`` (stored overview tiles made)
 ``GET /api/nodes``                         the nodes: ``[{name, operator, shape, dtype, strategies, inputs, ...}]``
 ``POST /api/lineage``                      ``{"node", "direction", "boxes", "to"}`` -> ``{"answers": {...}, "ms": M}``
 ``POST /api/export``                       the same body plus ``"target"`` and ``"format"``
@@ -323,7 +323,7 @@ class Viewer:
                 entry["tile"] = TILE
                 entry["levels"] = self.pyramid(entry["name"]).top + 1
 
-    def warm(self) -> None:
+    def warm(self, recompute: bool = True) -> None:
         """Make every 2-D node's stretch limits and overview tile (the page's first view), so
         the slow tiles, those that read a whole array, are made once, before they are asked for.
 
@@ -331,7 +331,8 @@ class Viewer:
         the run did not store, in the workflow's order: each overview re-runs the node's tiles
         from its stored ancestors one at a time (memory bounded by the recompute cache), and a
         page asking for it meanwhile waits for that one computation (`TilePyramid.values`);
-        then `recomputed` is set."""
+        then `recomputed` is set. ``recompute=False`` stops after the stored nodes (the others'
+        overviews are then made when first asked for)."""
         t0 = time.perf_counter()
         names = [entry["name"] for entry in self.nodes if len(entry["shape"]) == 2]
         stored = [name for name in names if self.pyramid(name).stored]
@@ -339,6 +340,8 @@ class Viewer:
             self._overview(name)
         self.warm_seconds = time.perf_counter() - t0
         self.warmed.set()
+        if not recompute:
+            return
         t0 = time.perf_counter()
         for name in names:
             if name not in stored:

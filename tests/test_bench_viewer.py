@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from subzero_bench.viewer import TARGETS, run_viewer
+from subzero_bench.viewer import TARGETS, parse_shape, run_viewer, star_boxes
 
 
 def test_quick_viewer_bench_writes_results_and_report(tmp_path):
@@ -18,8 +18,36 @@ def test_quick_viewer_bench_writes_results_and_report(tmp_path):
     assert saved["tiles"]["uncached"]["n"] == saved["tiles"]["cached"]["n"] == 6
     assert saved["targets"] == TARGETS and set(doc["met"]) == {"brush", "brush_under_load", "tile_cached", "tile_uncached"}
     report = (tmp_path / "out" / "REPORT.md").read_text()
-    assert "## Brush to highlights" in report and "target <= 150 ms" in report and "1e9-cell row" in report
+    assert "## Brush to highlights" in report and "target <= 150 ms" in report and "## Store" in report
+    store = saved["store"]
+    assert store["bytes"] > 0 and {"exposure_1", "exposure_2", "flat", "stars"} <= set(store["stored"])
+    assert store["recomputed"] and not set(store["stored"]) & set(store["recomputed"])  # the defaults keep only some
+    assert len(store["stored"]) + len(store["recomputed"]) == 29 and saved["recompute_seconds"] >= 0
+    assert f"{len(store['stored'])} arrays stored" in report
     loaded = saved["under_load"]["400x4000"]["clients"]
     assert set(loaded) == {"1", "3"} and loaded["3"]["n"] == 3 and loaded["3"]["p95"] >= loaded["3"]["p50"] > 0
     assert "## Brushes under load" in report and "| 400x4000 (1.6e+06) | 3 | 3 |" in report
     assert not any(p.name.startswith("viewer-") for p in (tmp_path / "out").iterdir())  # its store is removed
+
+
+def test_star_boxes_come_from_windows_of_the_labels(tmp_path):
+    """Each box is centred on a labelled cell found in one small window of the label array
+    (never the whole array in memory), inside the array."""
+    import random
+
+    import numpy as np
+    import pytest
+
+    from view_store import make_run
+
+    run = make_run(tmp_path / "s")
+    stars = np.asarray(run.output("stars"))
+    boxes = star_boxes(run, 12, random.Random(5), side=4, window=8)
+    h, w = stars.shape
+    assert len(boxes) == 12
+    for r0, r1, c0, c1 in boxes:
+        assert 0 <= r0 < r1 == r0 + 4 <= h and 0 <= c0 < c1 == c0 + 4 <= w
+        assert stars[r0:r1, c0:c1].any()
+    assert parse_shape("800x125008") == (800, 125008)
+    with pytest.raises(ValueError, match="HxW"):
+        parse_shape("800x-3")

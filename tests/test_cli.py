@@ -854,3 +854,13 @@ def test_the_command_line_page_lists_every_benchmark():
 
     usage = re.search(r"^subzero bench (\S+)", page("guide/cli.md"), re.M)
     assert usage and set(BENCHES) <= set(usage.group(1).split("|")), usage
+
+
+def test_bench_shape_is_checked_before_any_benchmark_runs(capsys):
+    """``--shape HxW`` is the viewer benchmark's: a malformed shape, or a shape for another
+    benchmark, is one line saying what to give, exit 2."""
+    for argv, words in ((["bench", "viewer", "--shape", "800by20000"], "HxW"),
+                        (["bench", "micro", "--shape", "800x20000"], "viewer")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.splitlines() == [err.strip()] and "--shape" in err and words in err, err

@@ -427,3 +427,33 @@ def test_a_client_that_disconnects_cancels_its_walk(run, monkeypatch):
         asyncio.run(brushes.answer(run, req, "tab-1", gone))
     assert asked and brushes.cancelled == 1
     brushes.pool.shutdown()
+
+
+def test_warm_makes_the_stored_overviews_first_then_the_recomputed_ones(tmp_path, monkeypatch):
+    """The nodes the run did not store (here ``blur`` and ``bright``: intermediates) have their
+    overviews made after ``warmed`` is set, from their recomputed tiles."""
+    from subzero.tools.view.app import Viewer
+
+    run = make_run(tmp_path / "s")
+    viewer = create_app(run, tmp_path / "cache", warm=False).state.viewer
+    unstored = {name for name in run.catalog.nodes if not run.catalog.node(name).array.stored}
+    assert unstored == {"blur", "bright"}
+    order: list[tuple[str, bool]] = []
+    real = Viewer._overview
+
+    def noted(self, name):
+        order.append((name, self.warmed.is_set()))
+        real(self, name)
+
+    monkeypatch.setattr(Viewer, "_overview", noted)
+    viewer.warm(recompute=False)  # the stored nodes only
+    assert viewer.warmed.is_set() and not viewer.recomputed.is_set() and not any(after for _, after in order)
+    order.clear()
+    viewer.warmed.clear()
+    viewer.warm()
+    assert {name for name, after in order if after} == unstored and len(order) == len(run.catalog.nodes)
+    assert [after for _, after in order] == sorted(after for _, after in order)  # stored first
+    assert viewer.warmed.is_set() and viewer.recomputed.is_set() and viewer.recompute_seconds is not None
+    for name in unstored:
+        pyramid = viewer.pyramid(name)
+        assert pyramid.png_path(pyramid.top, 0, 0).exists()

@@ -102,3 +102,34 @@ def test_cache_dir_follows_the_environment(run, monkeypatch, tmp_path):
     monkeypatch.setenv("SUBZERO_CACHE", str(tmp_path))
     d = run_cache_dir(run)
     assert d.parent == tmp_path / "view" and d == run_cache_dir(sz.open_run(run.path))
+
+
+def test_an_unstored_nodes_upper_tiles_are_made_once_however_many_ask(run, tmp_path, monkeypatch):
+    """``bright`` was not stored (an intermediate: its tiles re-run from ``x``): threads asking
+    for its overview at once wait for one computation of each tile above the direct reads,
+    whose values are the block maxima of the recomputed array."""
+    import threading
+
+    monkeypatch.setattr(tiles, "DIRECT_READ", TILE)
+    pyramid = TilePyramid(run, "bright", tmp_path, "mask")
+    assert not pyramid.stored and TilePyramid(run, "x", tmp_path, "image").stored
+    made: list[tuple[int, int, int]] = []
+    real = pyramid._from_children
+
+    def counted(path, z, ty, tx):
+        made.append((z, ty, tx))
+        return real(path, z, ty, tx)
+
+    monkeypatch.setattr(pyramid, "_from_children", counted)
+    got: list[np.ndarray] = []
+    threads = [threading.Thread(target=lambda: got.append(pyramid.values(pyramid.top, 0, 0))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    upper = [(z, ty, tx) for z in range(1, pyramid.top + 1) for ty in range(pyramid.grid(z)[0])
+             for tx in range(pyramid.grid(z)[1])]
+    assert sorted(made) == sorted(upper)  # each once, not once per thread
+    bright = np.asarray(run.output("bright"))
+    expected = _blocks(bright, 4, np.max)
+    assert len(got) == 4 and all(np.array_equal(g, expected) for g in got)

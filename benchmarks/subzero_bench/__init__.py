@@ -157,7 +157,8 @@ def main(name: str, quick: bool = False, out_dir: str | None = None, **options) 
     return 0
 
 
-def run_command(name: str, quick: bool = False, out_dir: str | None = None, max_: bool = False) -> int:
+def run_command(name: str, quick: bool = False, out_dir: str | None = None, max_: bool = False,
+                shape: tuple[int, int] | None = None) -> int:
     """``subzero bench NAME`` (and ``python -m subzero_bench NAME``): run one of `COMMANDS` into
     ``out_dir`` (default ``benchmarks/results/NAME``); the exit status (faults and viewer: 1 when
     a trial failed or a target was missed).
@@ -172,6 +173,9 @@ def run_command(name: str, quick: bool = False, out_dir: str | None = None, max_
         The output directory (refresh: the results file rewritten, default ``benchmarks/RESULTS.md``).
     max_ : bool
         scale only: also 1e9 cells.
+    shape : tuple of int, optional
+        viewer only: the astronomy images' shape (default 800 x 20,000; the default ``out_dir`` is then
+        ``benchmarks/results/viewer-HxW``).
     """
     if name == "refresh":  # out_dir: the results file rewritten
         import os
@@ -180,11 +184,11 @@ def run_command(name: str, quick: bool = False, out_dir: str | None = None, max_
 
         sections = [s for s in os.environ.get("SUBZERO_REFRESH_SECTIONS", "").split(",") if s]
         return refresh(sections or None, quick=quick, results=out_dir)
-    out = out_dir or f"benchmarks/results/{name}"
+    out = out_dir or (f"benchmarks/results/{name}-{shape[0]}x{shape[1]}" if shape else f"benchmarks/results/{name}")
     if name == "viewer":
         from subzero_bench.viewer import run_viewer
 
-        return 0 if all(run_viewer(out, quick=quick)["met"].values()) else 1
+        return 0 if all(run_viewer(out, quick=quick, shape=shape)["met"].values()) else 1
     if name == "faults":
         from subzero_bench.faults import run_faults
 

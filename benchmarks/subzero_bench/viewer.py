@@ -16,9 +16,10 @@ encoding included, no network):
 - under load: ``subzero view`` in a process of its own and 1, 5, 20 concurrent clients
   brushing stars (`concurrent_brushes`), at 512 x 2000 and at the size measured.
 
-``python -m subzero_bench.viewer [--out DIR] [--store DIR] [--clients 1,5,20]`` (``subzero
-bench viewer``) writes ``results.json`` and ``REPORT.md``; ``--store`` reuses a store built
-before; else the stores are built once under ``--out`` (``stores-HxW``) and kept.
+``python -m subzero_bench.viewer [--out DIR] [--store DIR] [--clients 1,5,20] [--shape HxW]``
+(``subzero bench viewer [--shape HxW]``) writes ``results.json`` and ``REPORT.md``; ``--store``
+reuses a store built before; else the stores are built once under ``--out`` (``stores-HxW``) and
+kept. ``--shape`` sets the images' shape (default 800 x 20,000).
 """
 
 from __future__ import annotations
@@ -43,6 +44,24 @@ SHAPE = (800, 20000)
 TARGETS = {"brush": 150.0, "tile_cached": 50.0, "tile_uncached": 500.0}
 BRUSH_NODES = ("stars", "clean", "crmask_1", "exposure_1")
 TILE_NODES = ("exposure_1", "crmask_1", "stars")
+#: the side of the label windows `star_boxes` draws stars from
+STAR_WINDOW = 1024
+#: the largest array the whole-array baseline of the tiles reads (cells): above it the
+#: baseline is not measured (at 1e8 cells it took this process to a peak of 19 GB: the
+#: recomputed array whole, and its picture's colours as float64 per cell)
+WHOLE_READ_CELLS = 20_000_000
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    """``"HxW"`` as ``(H, W)``: the astronomy images' shape (both multiples of 16).
+
+    >>> parse_shape("800x125008")
+    (800, 125008)
+    """
+    parts = str(text).lower().replace(" ", "").split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"a shape is HxW with two positive integers, e.g. 800x20000; got {text!r}")
+    return int(parts[0]), int(parts[1])
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -128,11 +147,14 @@ def _tiles(client, app, run, rng: random.Random, count: int, log: Callable[[str]
             out[phase].append(ms)
             if phase == "uncached":
                 out["levels"].setdefault(str(z), []).append(ms)
-    baseline = {}
+    baseline: dict[str, float | None] = {}
     for node in TILE_NODES:
         from subzero.tools.view.tiles import render
 
         p = viewer.pyramid(node)
+        if p.shape[0] * p.shape[1] > WHOLE_READ_CELLS:
+            baseline[node] = None  # the whole array would not fit this process's share of memory
+            continue
         t0 = time.perf_counter()
         whole = np.asarray(run.output(node))
         render(whole if p.display != "image" else whole.astype(np.float32), p.display, p.limits())
@@ -151,15 +173,28 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def star_boxes(run, count: int, rng: random.Random, node: str = "stars", side: int = 16) -> list[list[int]]:
+def star_boxes(run, count: int, rng: random.Random, node: str = "stars", side: int = 16,
+               window: int = STAR_WINDOW) -> list[list[int]]:
     """``count`` boxes ``side`` x ``side`` centred on random pixels of stars (non-zero cells of
-    the label array ``node``), as the page sends them: ``[r0, r1, c0, c1]``."""
-    labels = np.asarray(run.output(node))
-    hit = np.argwhere(labels != 0)
-    h, w = labels.shape
-    out = []
-    for _ in range(count):
+    the label array ``node``), as the page sends them: ``[r0, r1, c0, c1]``.
+
+    Each box comes from one random ``window`` x ``window`` read of the labels (a window with no
+    star is drawn again), so the memory it takes does not grow with the array."""
+    labels = run.output(node)
+    h, w = (int(n) for n in run.shape(node))
+    wh, ww = min(window, h), min(window, w)
+    out: list[list[int]] = []
+    misses = 0
+    while len(out) < count:
+        y0, x0 = rng.randrange(0, h - wh + 1), rng.randrange(0, w - ww + 1)
+        hit = np.argwhere(np.asarray(labels[y0:y0 + wh, x0:x0 + ww]) != 0)
+        if not len(hit):
+            misses += 1
+            if misses > 100 * count:
+                raise RuntimeError(f"no star found in {misses} random {wh} x {ww} windows of {node!r}")
+            continue
         r, c = (int(v) for v in hit[rng.randrange(len(hit))])
+        r, c = r + y0, c + x0
         r0, c0 = min(max(0, r - side // 2), h - side), min(max(0, c - side // 2), w - side)
         out.append([r0, r0 + side, c0, c0 + side])
     return out
@@ -167,14 +202,15 @@ def star_boxes(run, count: int, rng: random.Random, node: str = "stars", side: i
 
 def concurrent_brushes(store: str | Path, clients: tuple[int, ...] = (1, 5, 20), brushes: int = 10, seed: int = 31,
                        log: Callable[[str], None] | None = None, node: str = "stars",
-                       cache: str | Path | None = None) -> dict[str, Any]:
+                       cache: str | Path | None = None, start_seconds: float = 600.0) -> dict[str, Any]:
     """Brush latency under load: ``subzero view`` started as a user starts it (a process of its
     own, uvicorn on loopback), then for each count of ``clients``, that many threads, each a
     client of its own (own connection and client id) brushing ``brushes`` stars one after the
     other: ``POST /api/lineage`` backward then forward, as the page sends a brush. A brush's
     latency is both answers end to end, as the client sees them.
 
-    ``cache``: the server's cache directory (its tiles and query log; default the user's).
+    ``cache``: the server's cache directory (its tiles and query log; default the user's);
+    ``start_seconds``: how long the server may take to start and make its overview tiles.
     Returns ``{"clients": {N: {"p50", "p95", "max", "n", "seconds", "brushes_per_second", "load"}}, ...}``.
     """
     import http.client
@@ -194,7 +230,7 @@ def concurrent_brushes(store: str | Path, clients: tuple[int, ...] = (1, 5, 20),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     out: dict[str, Any] = {"clients": {}, "load_before": _load(), "node": node}
     try:
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + start_seconds
         while True:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
@@ -277,10 +313,13 @@ def cached_store(out: Path, shape: tuple[int, ...], log: Callable[[str], None]) 
 
 def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | Path | None = None,
                brushes: int = 40, tiles: int = 40, seed: int = 19, log: Callable[[str], None] | None = None,
-               quick: bool = False, clients: tuple[int, ...] = (1, 5, 20), load_brushes: int = 10) -> dict:
+               quick: bool = False, clients: tuple[int, ...] = (1, 5, 20), load_brushes: int = 10,
+               shape: tuple[int, int] | None = None, recompute: bool = True) -> dict:
     """Run the benchmark and write ``results.json`` and ``REPORT.md`` into ``out_dir``
     (``quick``: 400 x 4000 images, 8 brushes and 8 tiles per node, built in a temporary
     directory; else the stores are built once under ``out_dir``, see `cached_store`).
+    ``shape``: the images' shape (default `SHAPE`; 400 x 4000 when ``quick``). ``recompute=False``:
+    the overviews of the arrays the run did not store are not made (nor timed) before the brushes.
 
     Brushes under load (`concurrent_brushes`): ``clients`` counts of concurrent clients,
     ``load_brushes`` brushes each, on the store measured and (not ``quick``) on the
@@ -290,9 +329,10 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
     from subzero_bench.timing import machine_info, now_iso
     from subzero.run import open_run
     from subzero.tools.view.app import create_app
+    from subzero.tools.view.tiles import run_cache_dir
 
     log = log or (lambda line: print(line, flush=True))
-    shape: tuple[int, ...] = (400, 4000) if quick else SHAPE
+    shape = tuple(shape) if shape is not None else (400, 4000) if quick else SHAPE
     if quick:
         brushes, tiles = min(brushes, 8), min(tiles, 8)
     out = Path(out_dir)
@@ -308,12 +348,16 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
         elif store is None:
             store, build_seconds = cached_store(out, shape, log)
         run = open_run(str(store))
+        store_info = store_summary(run, store)
         load_before = _load()
-        app = create_app(run, tmp / "cache", warm=False)
-        t0 = time.perf_counter()
-        app.state.viewer.warm()  # what `subzero view` does in the background as it starts
-        warm_seconds = time.perf_counter() - t0
-        log(f"viewer: stretch limits and overview tiles of every node in {warm_seconds:.1f} s")
+        # the server started for the brushes under load shares this cache: its overview tiles are made once
+        app = create_app(run, run_cache_dir(run, tmp / "cache" / "view"), warm=False)
+        viewer = app.state.viewer
+        viewer.warm(recompute=recompute)  # what `subzero view` does in the background as it starts
+        warm_seconds = float(viewer.warm_seconds or 0.0)
+        recompute_seconds = viewer.recompute_seconds
+        log(f"viewer: stretch limits and overview tiles of the stored nodes in {warm_seconds:.1f} s, of the others "
+            f"(recomputed) in {_f(recompute_seconds)} s (load {_load()})")
         rng = random.Random(seed)
         with TestClient(app) as client:
             brush = _brushes(client, run, rng, brushes, log)
@@ -326,7 +370,8 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
                 stores = {"512x2000": cached_store(out, (512, 2000), log)[0], **stores}
             for label, path in stores.items():
                 under_load[label] = concurrent_brushes(path, tuple(clients), load_brushes, seed, log,
-                                                       cache=tmp / "server-cache")
+                                                       cache=tmp / "cache",
+                                                       start_seconds=600 + 2 * (warm_seconds + (recompute_seconds or 0)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     server = [v for r in brush.values() for v in r["server_ms"]]
@@ -335,7 +380,9 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
     doc: dict[str, Any] = {"bench": "viewer", "quick": bool(quick), "date": now_iso(), "machine": machine_info(),
            "command": " ".join(["python", "-m", "subzero_bench.viewer"] + sys.argv[1:]),
            "seconds": time.perf_counter() - start, "shape": list(shape), "cells": shape[0] * shape[1],
-           "build_seconds": build_seconds, "warm_seconds": warm_seconds, "load": {"before": load_before, "after": load_after},
+           "build_seconds": build_seconds, "warm_seconds": warm_seconds,
+           "recompute_seconds": recompute_seconds, "load": {"before": load_before, "after": load_after},
+           "store": store_info,
            "strategies": {k: list(v) for k, v in run.strategies.items()},
            "brush": {node: {k: _stats(v) for k, v in r.items()} for node, r in brush.items()},
            "brush_all": {"server_ms": _stats(server), "direct_ms": _stats(direct)},
@@ -352,6 +399,21 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
     (out / "REPORT.md").write_text(render(doc))
     log(f"viewer: wrote {out / 'results.json'} and {out / 'REPORT.md'} in {doc['seconds']:.0f} s")
     return doc
+
+
+def store_summary(run, path: str | Path) -> dict[str, Any]:
+    """What the store holds: its bytes on disk (every file under ``path``) and which nodes'
+    arrays were stored (the run's ``keep``) or are recomputed when read."""
+    size = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                size += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:  # pragma: no cover  (a file removed meanwhile)
+                pass
+    nodes = run.catalog.nodes
+    return {"bytes": size, "stored": sorted(n for n in nodes if nodes[n].array.stored),
+            "recomputed": sorted(n for n in nodes if not nodes[n].array.stored)}
 
 
 def _f(v: float | None, digits: int = 1) -> str:
@@ -408,7 +470,13 @@ def render(doc: dict) -> str:
               "## Tiles", "",
               f"As it starts, the app makes every 2-D node's stretch limits (zscale over nine level-0 tiles) and "
               f"overview tile (the top level: the whole array read once, through the levels below), in a "
-              f"background thread: here {_f(doc.get('warm_seconds'))} s for all {len(doc['strategies']) + 3} nodes. "
+              f"background thread: here {_f(doc.get('warm_seconds'))} s for the "
+              f"{len((doc.get('store') or {}).get('stored', [])) or len(doc['strategies']) + 3} stored nodes"
+              + (f", then {_f(doc.get('recompute_seconds'))} s for the {len(doc['store']['recomputed'])} the run did "
+                 "not store (each re-run tile by tile from its stored ancestors, at a lower priority than the page's "
+                 "requests)" if (doc.get("store") or {}).get("recomputed") and doc.get("recompute_seconds") is not None
+                 else ", the others' (not stored) not made before the brushes here" if (doc.get("store") or {}).get(
+                     "recomputed") else "") + ". "
               "Then uniformly random 256 x 256 tiles over every other level of the pyramids of "
               f"{', '.join(doc['tiles']['whole_array_ms'])}, not made before (uncached: the tile's footprint read "
               "from the store, downsampled, rendered, PNG-encoded, written to the cache), then the same tiles again "
@@ -425,15 +493,29 @@ def render(doc: dict) -> str:
               "| level | tiles | p50 (ms) | p95 (ms) | max (ms) |", "|---|---|---|---|---|"]
     for z, s in doc["tiles"]["uncached_by_level"].items():
         lines.append(f"| {z} | {s['n']} | {_f(s['p50'])} | {_f(s['p95'])} | {_f(s['max'])} |")
-    lines += ["", "Whole array read and rendered (baseline): " + ", ".join(
-        f"{n} {_f(v, 0)} ms" for n, v in doc["tiles"]["whole_array_ms"].items()) + ".", "",
-        "The issue's 1e9-cell row was not run: this workflow's store takes 11 GB at 1e8 cells per image "
-        "(measured, 26 arrays and their lineage), so about 110 GB at 1e9, more than the free disk of this machine "
-        "(75 GB). `benchmarks/results/viewer` (1.6e7 cells) and `benchmarks/results/viewer-1e8` (1e8) hold the "
-        "two sizes that were run. What a brush or a tile costs follows its footprint, not the array: a tile reads "
-        "the chunks under it, a brush the shards of the tiles it touches (tiles hold 1/64 of the array up to "
-        "about 4 million cells, so they stop growing before 1e9); only the overview tiles read whole arrays, "
-        "once, in the background as the server starts, and are cached.", ""]
+    whole = doc["tiles"]["whole_array_ms"]
+    measured = {n: v for n, v in whole.items() if v is not None}
+    lines += [""]
+    if measured:
+        lines += ["Whole array read and rendered (baseline): " + ", ".join(f"{n} {_f(v, 0)} ms" for n, v in measured.items())
+                  + "."]
+    if len(measured) < len(whole):
+        lines += [f"The whole-array baseline is not measured above {WHOLE_READ_CELLS:.1e} cells: it would hold the "
+                  "whole array in this process (what the tiles avoid)."]
+    lines += ["", "## Store", ""]
+    st = doc.get("store")
+    if st:
+        lines += [f"The store takes {st['bytes'] / 1e9:.2f} GB on disk ({st['bytes'] / doc['cells'] * 1e8 / 1e9:.2f} GB "
+                  f"per 1e8 cells per image), with the run's defaults: {len(st['stored'])} arrays stored "
+                  f"({', '.join(st['stored'])}), {len(st['recomputed'])} recomputed from their stored ancestors when "
+                  f"read ({', '.join(st['recomputed']) or 'none'})."
+                  + (f" Built in {doc['build_seconds']:.0f} s with the local executor "
+                     f"({doc['build_seconds'] / doc['cells'] * 1e8:.0f} s per 1e8 cells per image)."
+                     if doc.get("build_seconds") else ""), ""]
+    lines += ["What a brush or a tile costs follows its footprint, not the array: a tile reads the chunks under it "
+              "(an unstored node's tiles re-run only the tiles of its ancestors under them), a brush the shards of the "
+              "tiles it touches; only the overview tiles read whole arrays, once, in the background as the server "
+              "starts, and are cached.", ""]
     return "\n".join(lines)
 
 
@@ -448,10 +530,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default="1,5,20", help="counts of concurrent clients brushing (comma-separated; "
                                                              "empty: none)")
     parser.add_argument("--load-brushes", type=int, default=10, help="brushes per concurrent client")
+    parser.add_argument("--stored-overviews-only", action="store_true",
+                        help="make only the stored arrays' overviews before measuring (not the recomputed ones)")
+    parser.add_argument("--shape", type=parse_shape, help=f"the images' shape, HxW (default {SHAPE[0]}x{SHAPE[1]})")
     args = parser.parse_args(argv)
     clients = tuple(int(c) for c in args.clients.split(",") if c.strip())
     run_viewer(args.out, args.store, args.brushes, args.tiles, quick=args.quick, clients=clients,
-               load_brushes=args.load_brushes)
+               load_brushes=args.load_brushes, shape=args.shape, recompute=not args.stored_overviews_only)
     return 0
 
 

@@ -81,7 +81,7 @@ def sky_image(shape: tuple[int, int]) -> np.ndarray:
 def flat_field(shape: tuple[int, int], seed: int = 3) -> np.ndarray:
     """A flat field: vignetting (10% at the corners) times 1% pixel-to-pixel response."""
     rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:shape[0], 0:shape[1]]
+    yy, xx = np.ogrid[0:shape[0], 0:shape[1]]  # broadcast: no two full index arrays
     r2 = ((yy - shape[0] / 2) / shape[0]) ** 2 + ((xx - shape[1] / 2) / shape[1]) ** 2
     return ((1.0 - 0.2 * r2) * rng.normal(1.0, 0.01, shape)).astype(np.float32)
 
@@ -120,6 +120,7 @@ def _simulate(shape: tuple[int, int]) -> tuple[dict[str, np.ndarray], dict[str, 
     field = sky_image(shape)
     objects = np.clip(field - np.percentile(field, OBJECT_PERCENTILE), 0.0, None)
     sky = SKY + SCALE / max(objects.max(), 1e-9) * ndimage.gaussian_filter(objects, PSF_SIGMA)
+    del field, objects  # large images: hold only what the exposures need
     flat = flat_field(shape)
     out, hits = {"flat": flat}, {}
     for k, seed in ((1, 11), (2, 22)):

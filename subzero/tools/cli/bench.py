@@ -28,6 +28,15 @@ def cmd_bench(args) -> int:
             raise
         raise WorkflowError("the benchmarks are not installed: from a checkout of subzero, pip install -e ./benchmarks "
                             "(scripts/setup.sh does)") from None
+    shape = getattr(args, "shape", None)
+    if shape is not None:
+        if args.name != "viewer":
+            raise WorkflowError(f"--shape sets the viewer benchmark's image shape; {args.name!r} does not take it")
+        parts = shape.lower().split("x")
+        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise WorkflowError(f"--shape must be HxW with two positive integers (e.g. 800x125008), got {shape!r}")
+        return subzero_bench.run_command(args.name, quick=args.quick, out_dir=args.out,
+                                         shape=(int(parts[0]), int(parts[1])))
     return subzero_bench.run_command(args.name, quick=args.quick, out_dir=args.out, max_=args.max)
 
 
@@ -39,6 +48,8 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     bench.add_argument("--quick", action="store_true", help="small sizes: under two minutes")
     bench.add_argument("--max", action="store_true",
                        help="scale: also 1e9 cells (Spark only; about 20 minutes on 2 cores and 40 GB of disk)")
+    bench.add_argument("--shape", help="viewer: the astronomy images' shape, HxW (default 800x20000; stores are kept "
+                                       "under the output directory)")
     bench.add_argument("--out", help="output directory (default benchmarks/results/NAME; refresh: the results file "
                                      "rewritten, default benchmarks/RESULTS.md)")
     bench.set_defaults(func=cmd_bench)

@@ -4,7 +4,7 @@ Routes
 ------
 ``GET /``                                  the page (``static/index.html``)
 ``GET /static/...``                        its script and style
-``GET /api/run``                           the store, workflow, status, tile size and ``warm`` (overview tiles made)
+``GET /api/run``                           the store, workflow, status, tile size and ``warm`` (stored overview tiles made)
 ``GET /api/nodes``                         the nodes: ``[{name, operator, shape, dtype, strategies, inputs, ...}]``
 ``POST /api/lineage``                      ``{"node", "direction", "boxes", "to"}`` -> ``{"answers": {...}, "ms": M}``
 ``POST /api/export``                       the same body plus ``"target"`` and ``"format"``
@@ -316,26 +316,47 @@ class Viewer:
         self._pyramids: dict[str, TilePyramid] = {}
         self.warmed = threading.Event()
         self.warm_seconds: float | None = None
+        #: set when the overviews of the nodes the run did not store are made too (after `warmed`)
+        self.recomputed = threading.Event()
+        self.recompute_seconds: float | None = None
         for entry in self.nodes:
             if len(entry["shape"]) == 2:
                 entry["tile"] = TILE
                 entry["levels"] = self.pyramid(entry["name"]).top + 1
 
-    def warm(self) -> None:
+    def warm(self, recompute: bool = True) -> None:
         """Make every 2-D node's stretch limits and overview tile (the page's first view), so
-        the slow tiles, those that read a whole array, are made once, before they are asked for."""
+        the slow tiles, those that read a whole array, are made once, before they are asked for.
+
+        The stored nodes first (one read of each array), then `warmed` is set; then the nodes
+        the run did not store, in the workflow's order: each overview re-runs the node's tiles
+        from its stored ancestors one at a time (memory bounded by the recompute cache), and a
+        page asking for it meanwhile waits for that one computation (`TilePyramid.values`);
+        then `recomputed` is set. ``recompute=False`` stops after the stored nodes (the others'
+        overviews are then made when first asked for)."""
         t0 = time.perf_counter()
-        for entry in self.nodes:
-            if len(entry["shape"]) != 2:
-                continue
-            try:
-                pyramid = self.pyramid(entry["name"])
-                pyramid.limits()
-                pyramid.png(pyramid.top, 0, 0)
-            except Exception as exc:  # a damaged chunk: its tile requests will report it  # noqa: BLE001
-                log.warning("view: could not prepare the overview of %s: %s", entry["name"], exc)
+        names = [entry["name"] for entry in self.nodes if len(entry["shape"]) == 2]
+        stored = [name for name in names if self.pyramid(name).stored]
+        for name in stored:
+            self._overview(name)
         self.warm_seconds = time.perf_counter() - t0
         self.warmed.set()
+        if not recompute:
+            return
+        t0 = time.perf_counter()
+        for name in names:
+            if name not in stored:
+                self._overview(name)
+        self.recompute_seconds = time.perf_counter() - t0
+        self.recomputed.set()
+
+    def _overview(self, name: str) -> None:
+        try:
+            pyramid = self.pyramid(name)
+            pyramid.limits()
+            pyramid.png(pyramid.top, 0, 0)
+        except Exception as exc:  # a damaged chunk: its tile requests will report it  # noqa: BLE001
+            log.warning("view: could not prepare the overview of %s: %s", name, exc)
 
     def pyramid(self, name: str) -> TilePyramid:
         """The tile pyramid of node ``name``, built on first use (a 404 for an unknown node)."""
@@ -348,6 +369,16 @@ class Viewer:
         return self._pyramids[name]
 
 
+def _in_background(work: Callable[[], None]) -> None:
+    """Run ``work`` in this thread at a lower CPU priority (Linux niceness is per thread), so
+    the page's requests come first while the overviews are made."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(os.getpriority(os.PRIO_PROCESS, 0) + 10, 19))
+    except (AttributeError, OSError):  # not Linux, or not allowed: the same work at the same priority
+        pass
+    work()
+
+
 def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, token: str | None = None) -> Starlette:
     """The viewer app over ``run`` (`subzero.open_run`); tiles cached under ``cache_dir``
     (default `subzero.tools.view.tiles.run_cache_dir`). With ``warm``, a background thread makes
@@ -356,7 +387,7 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
     viewer = Viewer(run, cache_dir)
     brushes = Brushes()
     if warm:
-        threading.Thread(target=viewer.warm, name="subzero-view-warm", daemon=True).start()
+        threading.Thread(target=_in_background, args=(viewer.warm,), name="subzero-view-warm", daemon=True).start()
 
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})

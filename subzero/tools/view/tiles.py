@@ -104,6 +104,14 @@ def _reduce(block: np.ndarray, factor: int, display: str) -> np.ndarray:
     return padded.reshape(H // factor, factor, W // factor, factor).max(axis=(1, 3))
 
 
+def _load_values(path: Path) -> np.ndarray | None:
+    """The cached values at ``path``, or None (absent, or damaged: made again)."""
+    try:
+        return np.load(path)
+    except (OSError, ValueError):
+        return None
+
+
 class TilePyramid:
     """The tiles of one 2-D node (see the module's docstring).
 
@@ -126,11 +134,18 @@ class TilePyramid:
             raise LineageError(f"node {name!r} has shape {self.array.shape}; only 2-D nodes have tiles")
         self.shape = tuple(int(n) for n in self.array.shape)
         self.display = display
-        meta = run.catalog.node(name).array.meta_xxh3 or "nometa"
+        record = run.catalog.node(name).array
+        #: False: the run did not store the array; its tiles re-run the node's tiles from its stored ancestors
+        self.stored = bool(record.stored)
+        meta = record.meta_xxh3 or "nometa"
         self.dir = root / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}-{meta[:16]}-{display}"
         self.top = max(0, math.ceil(math.log2(max(self.shape) / TILE))) if max(self.shape) > TILE else 0
         self._limits: tuple[float, float] | None = None
         self._lock = threading.Lock()
+        # held while a tile above the direct-read levels is made from its children: concurrent
+        # requests (the background overview, a page) wait for it and read the cached values
+        # instead of each reading (or recomputing) the same footprint
+        self._making = threading.RLock()
 
     # -- geometry ---------------------------------------------------------------------------
     def level_shape(self, z: int) -> tuple[int, int]:
@@ -162,11 +177,15 @@ class TilePyramid:
                 block = block.astype(np.float32, copy=False)
             return _reduce(block, f, self.display)
         path = self.dir / "values" / str(z) / f"{ty}_{tx}.npy"
-        if path.exists():
-            try:
-                return np.load(path)
-            except (OSError, ValueError):  # a damaged cache file: make it again
-                pass
+        cached = _load_values(path)
+        if cached is not None:
+            return cached
+        with self._making:
+            cached = _load_values(path)  # made by another thread while this one waited
+            return cached if cached is not None else self._from_children(path, z, ty, tx)
+
+    def _from_children(self, path: Path, z: int, ty: int, tx: int) -> np.ndarray:
+        """Make tile ``(z, ty, tx)`` from its four children and cache it at ``path``."""
         hz, wz = self.level_shape(z)
         h, w = min(TILE, hz - ty * TILE), min(TILE, wz - tx * TILE)
         gy, gx = self.grid(z - 1)

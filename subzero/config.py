@@ -122,7 +122,7 @@ SETTINGS: tuple[Setting, ...] = (
             "megabytes of unstored intermediate arrays the local executor keeps in memory for later nodes (beyond: "
             "stored)", minimum=0),
     Setting("recompute_cache_mb", float, 256.0,
-            "megabytes of recomputed tiles of an unstored array a reader keeps, per array", minimum=0),
+            "megabytes of recomputed tiles of unstored arrays a process keeps, of all arrays together", minimum=0),
     Setting("recompute_seconds", float, 0.05,
             "a run without budgets stores an intermediate a query's re-run step would recompute for longer than "
             "this many seconds", minimum=0),

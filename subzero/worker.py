@@ -314,10 +314,51 @@ def run_fused_tile(fused: FusedTask, tile: Tile) -> FusedTile:
     return FusedTile(metas, summary)
 
 
+class TileCache:
+    """The process's least-recently-used cache of recomputed tiles, shared by every
+    `RecomputedArray` (so ``recompute_cache_mb`` bounds them all together, not each)."""
+
+    def __init__(self) -> None:
+        self._tiles: "OrderedDict[tuple[str, int], np.ndarray]" = OrderedDict()
+        self._lock = threading.Lock()
+        #: bytes held
+        self.held = 0
+
+    def get(self, key: tuple[str, int]) -> np.ndarray | None:
+        """The tile kept under ``key`` (now the most recently used), or None."""
+        with self._lock:
+            got = self._tiles.get(key)
+            if got is not None:
+                self._tiles.move_to_end(key)
+            return got
+
+    def put(self, key: tuple[str, int], block: np.ndarray, budget: int) -> None:
+        """Keep ``block`` under ``key`` if it fits ``budget`` bytes, dropping the least recently used."""
+        with self._lock:
+            if key in self._tiles or block.nbytes > budget:
+                return
+            self._tiles[key] = block
+            self.held += block.nbytes
+            while self.held > budget:
+                _, old = self._tiles.popitem(last=False)
+                self.held -= old.nbytes
+
+    def drop(self, array: str) -> None:
+        """Forget every tile of the array keyed ``array``."""
+        with self._lock:
+            for key in [k for k in self._tiles if k[0] == array]:
+                self.held -= self._tiles.pop(key).nbytes
+
+
+#: recomputed tiles of every unstored array this process reads
+RECOMPUTED_TILES = TileCache()
+
+
 class RecomputedArray:
     """A node's output that the run did not store, read as its stored array would be: the tiles
     a read covers are re-run from the node's inputs (stored arrays, or recomputed the same way
-    from theirs) with no lineage, and the last ones kept in memory (``cache_bytes``).
+    from theirs) with no lineage, and the last ones kept in memory (`RECOMPUTED_TILES`, shared
+    by every recomputed array of the process, within ``cache_bytes``).
 
     Parameters
     ----------
@@ -330,7 +371,8 @@ class RecomputedArray:
     dtype : str
         Its dtype (the catalog's).
     cache_bytes : int
-        How many bytes of computed tiles to keep (least recently used go first).
+        How many bytes of computed tiles the process keeps, of every recomputed array together
+        (least recently used go first).
     """
 
     def __init__(self, task: NodeTask, tiles: Sequence[Tile], chunks: tuple[int, ...], dtype: str,
@@ -339,21 +381,9 @@ class RecomputedArray:
         self.shape = tuple(task.output_shape or ())
         self.dtype = np.dtype(dtype)
         self.cache_bytes = cache_bytes
-        self._cache: "OrderedDict[int, np.ndarray]" = OrderedDict()
-        self._held = 0
-        self._lock = threading.Lock()
+        self._key = uuid.uuid4().hex  # its tiles' key in the process's cache (`RECOMPUTED_TILES`)
         self._lo = np.array([[lo for lo, _ in t.box] for t in self.tiles], np.int64).reshape(len(self.tiles), -1)
         self._hi = np.array([[hi for _, hi in t.box] for t in self.tiles], np.int64).reshape(len(self.tiles), -1)
-
-    def __getstate__(self) -> dict[str, Any]:
-        # a task holding it goes to a worker thread or process: the recipe, not the cache
-        state = dict(self.__dict__)
-        state.update(_cache=OrderedDict(), _held=0, _lock=None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -370,27 +400,17 @@ class RecomputedArray:
                          "np.asarray it; run with keep='all' to store every array")
 
     def forget(self) -> None:
-        """Drop the computed tiles."""
-        with self._lock:
-            self._cache.clear()
-            self._held = 0
+        """Drop its computed tiles."""
+        RECOMPUTED_TILES.drop(self._key)
 
     def tile(self, index: int) -> np.ndarray:
         """The values of tile ``index`` (computed once, then cached while there is room)."""
-        with self._lock:
-            got = self._cache.get(index)
-            if got is not None:
-                self._cache.move_to_end(index)
-                return got
+        got = RECOMPUTED_TILES.get((self._key, index))
+        if got is not None:
+            return got
         block = _call(self.task, self.tiles[index], frozenset())[1]
         block.setflags(write=False)
-        with self._lock:
-            if index not in self._cache and block.nbytes <= self.cache_bytes:
-                self._cache[index] = block
-                self._held += block.nbytes
-                while self._held > self.cache_bytes:
-                    _, old = self._cache.popitem(last=False)
-                    self._held -= old.nbytes
+        RECOMPUTED_TILES.put((self._key, index), block, self.cache_bytes)
         return block
 
     def read(self, box: Box | None = None) -> np.ndarray:

@@ -218,3 +218,24 @@ def test_a_fused_tile_grows_each_upstream_box_by_its_readers_halos(tmp_path):
     with pytest.raises(sz.WorkflowError, match="store no lineage"):  # a grown member cannot store its lineage
         run_fused_tile(FusedTask((tasks[0].__class__(**{**tasks[0].__dict__, "strategies": typed("FullOne")}),
                                   *tasks[1:])), tile)
+
+
+def test_recomputed_tiles_share_one_budget_in_a_process():
+    """`RECOMPUTED_TILES` holds the tiles of every recomputed array together within the budget
+    it is given, least recently used out first; `drop` forgets one array's tiles only."""
+    from subzero.worker import TileCache
+
+    cache = TileCache()
+    block = np.zeros(100, np.uint8)  # 100 bytes
+    for k in range(3):
+        cache.put(("a", k), block, budget=400)
+    cache.put(("b", 0), block, budget=400)
+    assert cache.held == 400
+    assert cache.get(("a", 0)) is block  # now the most recently used
+    cache.put(("b", 1), block, budget=400)  # over: ("a", 1), the least recently used, goes
+    assert cache.get(("a", 1)) is None and cache.held == 400
+    cache.put(("c", 0), np.zeros(500, np.uint8), budget=400)  # larger than the budget: not kept
+    assert cache.get(("c", 0)) is None
+    cache.drop("a")
+    assert cache.get(("a", 0)) is None and cache.get(("a", 2)) is None
+    assert cache.get(("b", 0)) is block and cache.held == 200

@@ -18,7 +18,7 @@ from subzero.errors import LineageError
 
 __all__ = [
     "check_boxes", "cover_ids", "cover_coords", "ids_in_boxes", "count_cells", "boxes_intersect",
-    "intersect_pairs", "coalesce", "normalize", "BoxIndex", "bounding_box", "lexsort", "unique_boxes",
+    "coalesce", "normalize", "BoxIndex", "lexsort", "unique_boxes",
 ]
 
 Shape = tuple[int, ...]
@@ -79,12 +79,6 @@ def count_cells(lo: np.ndarray, hi: np.ndarray) -> int:
     if len(lo) == 0:
         return 0
     return int(np.prod(np.maximum(hi - lo, 0), axis=1).sum())
-
-
-def bounding_box(lo: np.ndarray, hi: np.ndarray, ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per CSR group of boxes (``ptr`` offsets, every group non-empty), its bounding box."""
-    starts = ptr[:-1]
-    return np.minimum.reduceat(lo, starts, axis=0), np.maximum.reduceat(hi, starts, axis=0)
 
 
 # -- covers: cell sets -> few disjoint boxes ------------------------------------------
@@ -445,6 +439,3 @@ def boxes_intersect(a_lo: np.ndarray, a_hi: np.ndarray, b_lo: np.ndarray, b_hi: 
     return ia[order], ib[order]
 
 
-def intersect_pairs(a_lo, a_hi, b_lo, b_hi, ia: np.ndarray, ib: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The intersection boxes of the pairs ``(a[ia], b[ib])``."""
-    return np.maximum(a_lo[ia], b_lo[ib]), np.minimum(a_hi[ia], b_hi[ib])

@@ -19,7 +19,7 @@ import numpy as np
 
 __all__ = [
     "Box", "BoundShapes", "Tile", "Tiling", "Whole", "Elementwise", "Halo", "Permuted", "Reduced",
-    "RowBlocks", "tile_grid", "tile_lens", "tile_of", "default_chunks", "target_tile_cells", "box_shape",
+    "RowBlocks", "tile_grid", "tile_lens", "default_chunks", "target_tile_cells", "box_shape",
     "box_slices", "intersects", "full_box",
 ]
 
@@ -216,9 +216,3 @@ def tile_grid(shape: Shape, split_axes: tuple[int, ...], tile_shape: "int | tupl
     return [Tile(k, tuple(box)) for k, box in enumerate(itertools.product(*ranges))]
 
 
-def tile_of(coords: np.ndarray, shape: Shape, lens: tuple[int, ...]) -> np.ndarray:
-    """The index (in `tile_grid` order) of the tile holding each ``(N, ndim)`` coordinate."""
-    if not len(shape):
-        return np.zeros(len(coords), np.int64)
-    counts = tuple(max(-(-int(n) // int(l)), 1) for n, l in zip(shape, lens))
-    return np.ravel_multi_index(tuple((np.asarray(coords, np.int64) // np.asarray(lens, np.int64)).T), counts)

@@ -43,7 +43,7 @@ from subzero.dag import Workflow
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
-__all__ = ["build", "build_gmos", "gmos_frame", "gmos_path", "header_gain", "GMOS_UDFS", "cosmic_rays_udf",
+__all__ = ["build", "build_gmos", "gmos_frame", "gmos_path", "header_gain", "cosmic_rays_udf",
            "CosmicRays", "RepairCosmics", "DetectStars", "UDFS", "SHAPE", "QUICK_SHAPE",
            "sky_image", "exposures", "cosmic_ray_masks"]
 
@@ -193,7 +193,6 @@ def build(quick: bool = False, shape: tuple[int, int] | None = None) -> tuple[Wo
 
 # -- real data: astroscrappy's GMOS frame -----------------------------------------------------
 #: node name -> role, for the real-data workflow (`build_gmos`)
-GMOS_UDFS = {"crmask": "A", "clean": "C", "stars": "D"}
 #: astroscrappy's test cutout of a GMOS-S long-slit frame (S20190808S0048, reduced with DRAGONS)
 GMOS_FILE = ("tests", "data", "gmos.fits")
 

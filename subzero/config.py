@@ -129,6 +129,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("commit_seconds", float, 1.0,
             "the longest a run goes without writing its catalog (committed nodes become visible to a resume; 0: "
             "after every node)", minimum=0),
+    Setting("write_behind", bool, True,
+            "a local run into a local store returns once computed; a background thread writes the store "
+            "(Run.wait() until it is durable)"),
+    Setting("write_behind_mb", float, 1024.0,
+            "megabytes of arrays a run written behind keeps queued for writing (beyond: the run waits; larger "
+            "arrays are written by the tiles)", minimum=0),
     Setting("local_threads", int, None, "threads of the local executor (unset: the cores, at most 4)", minimum=1),
     Setting("compressor", str, "auto", "how array chunks are compressed",
             choices=("auto", "none", "lz4", "zstd")),

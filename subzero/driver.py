@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import itertools
+import json
 import logging
 import os
 import time
@@ -46,7 +47,9 @@ from subzero.worker import Held, NodeTask, RecomputedArray, TileMeta
 from subzero.stage import DISCARD, FusedStage, NodeStage, array_record, lineage_metrics
 from subzero.store import RunWriter, create_run, open_store, resume_run
 from subzero.store import retry as storage_retry
-from subzero.store.arrays import ExternalArray, MemoryArray, output_compressor, write_array
+from subzero.store.arrays import (ExternalArray, MemoryArray, output_compressor, resolve_compressor,
+                                   sampled_compressor, write_array)
+from subzero.store.behind import AfterWrites, BehindStore, wait_for_writes
 from subzero.tiling import Elementwise, Tile, default_chunks, tile_grid
 from subzero.dag import Node, Workflow
 
@@ -115,6 +118,10 @@ class _Execution:
         self._readers_left = {name: len(readers) for name, readers in self.readers.items()}
         self._stages: dict[str, tuple[tuple, NodeStage]] = {}  # the last stage made per node, and its key
         self._hold_limit = int(config.get("hold_mb") * 2**20)
+        #: the store is written behind the run (`subzero.store.behind`): the arrays it keeps are held
+        #: in memory for their readers and queued for writing, up to this many bytes each
+        self.behind = isinstance(store, BehindStore)
+        self._behind_limit = int(config.get("write_behind_mb") * 2**20)
         self._commit_every = config.get("commit_seconds")
         self._written_at = time.perf_counter()
         self._recomputed: dict[str, RecomputedArray] = {}
@@ -173,19 +180,45 @@ class _Execution:
         executor).  Decided once per node; `why` tells the reason."""
         name = node.name
         if name not in self._destinations:
-            if name in self.kept:
+            if name in self.kept and not (self.behind and self._fits_behind(node)):
                 self._destinations[name], self._why[name] = None, self.kept[name]
+            elif name in self.kept:  # held for its readers; written behind the run once committed
+                self._hold(name, inputs)
+                self._why[name] = self.kept[name]
             elif not self.in_memory:
                 self._destinations[name], self._why[name] = None, "stored: read by a later stage on the executor"
-            elif sum(h.nbytes for h in self.held.values()) > self._hold_limit:
+            elif sum(h.nbytes for n, h in self.held.items() if n not in self.kept) > self._hold_limit:
                 self._destinations[name], self._why[name] = None, "stored: over the in-memory limit (hold_mb)"
             else:
-                held_inputs = any(isinstance(i, Held) for i in inputs)  # a fused member: its task chooses
-                compressor = config.get("compressor") if held_inputs else output_compressor(inputs)
-                self.held[name] = MemoryArray(name, compressor)
-                self._destinations[name] = self.held[name]
+                self._hold(name, inputs)
                 self._why[name] = UNSTORED
         return self._destinations[name]
+
+    def _hold(self, name: str, inputs: Sequence[Any]) -> None:
+        """``name``'s output goes to a `MemoryArray` of this process."""
+        held_inputs = any(isinstance(i, Held) for i in inputs)  # a fused member: its task chooses
+        compressor = config.get("compressor") if held_inputs else output_compressor(inputs)
+        self.held[name] = MemoryArray(name, compressor)
+        self._destinations[name] = self.held[name]
+
+    def _fits_behind(self, node: Node) -> bool:
+        """Whether a kept array is small enough to hold and write behind the run (its largest
+        input's bytes stand for its own; larger ones are written by its tiles, as on Spark)."""
+        sizes = [self.arrays[i.name].nbytes for i in node.inputs if i.name in self.arrays]
+        return max(sizes, default=0) <= self._behind_limit
+
+    def _persist(self, name: str, record: ArrayRecord, metas: Sequence[TileMeta]) -> ArrayRecord:
+        """A kept array held in memory is queued for writing behind the run (its chunks as its
+        tiles would have written them); its record says it is stored."""
+        held = self.held.get(name)
+        if name not in self.kept or held is None or self._destinations.get(name) is not held:
+            return record
+        block = held.block if held.block is not None else np.empty(record.shape, record.dtype)
+        pipeline = next((m.pipeline for m in metas if m.pipeline is not None), None) or \
+            resolve_compressor(held.compressor, block.dtype)
+        assert isinstance(self.store, BehindStore)
+        meta_xxh3 = self.store.write_array(name, block, record.chunks, pipeline)
+        return replace(record, meta_xxh3=meta_xxh3, stored=True)
 
     def discard(self, name: str) -> None:
         """``name`` is a fused member only its own stage reads: its output is not written at all."""
@@ -213,17 +246,30 @@ class _Execution:
         ref = self.store.array(node.name)
         if isinstance(value, ExternalArray):  # the executor's tasks copy it, tile by tile
             metas = self._copy(node, value, chunks, True)
-            digests = [m.digest for m in sorted(metas, key=lambda m: m.tile.index)]
+            ordered = sorted(metas, key=lambda m: m.tile.index)
+            digest = combine_digests(shape, value.dtype, [str(m.digest) for m in ordered])
             meta_xxh3 = ref.commit(shape, str(value.dtype), chunks)
+        elif self.behind and value.nbytes <= self._behind_limit:  # held for the readers, written behind
+            self.progress.node_started(node.name, 1)
+            block = np.array(value, copy=True, order="C")  # the caller may change its array once run returns
+            digest = array_digest(block, chunks)
+            compressor = ref.compressor if ref.compressor != "auto" else sampled_compressor(block, chunks)
+            assert isinstance(self.store, BehindStore)
+            meta_xxh3 = self.store.write_array(node.name, block, chunks, compressor)
+            held = MemoryArray(node.name, compressor)
+            held.block, held.chunks = block, chunks
+            self.held[node.name] = self._destinations[node.name] = held
+            self.progress.node_finished(node.name)
         else:
             self.progress.node_started(node.name, 1)
-            digests = []
+            digests: list[str] = []
             write_array(ref, value, chunks, digests=digests)
+            digest = combine_digests(shape, value.dtype, digests)
             meta_xxh3 = self.store.array_meta_checksum(node.name)
             self.progress.node_finished(node.name)
         dtype = str(value.dtype)
         self.arrays[node.name] = replace(array_record(shape, dtype, chunks, meta_xxh3), why="stored: an input")
-        fingerprint = {**self.catalog.fingerprint, f"input:{node.name}": combine_digests(shape, dtype, digests)}
+        fingerprint = {**self.catalog.fingerprint, f"input:{node.name}": digest}
         self.catalog = replace(self.catalog, fingerprint=fingerprint)
         self._commit_record(NodeRecord(node.name, "input", self.arrays[node.name], metadata=dict(metadata or {})))
 
@@ -310,7 +356,8 @@ class _Execution:
         done = self.stage(node).run(self.runner, strategies, write_output=True, progress=self.progress,
                                     prepared=prepared)
         self.operators[node.name] = done.stage.operator  # bound, with its run state: the run's queries use it
-        self.arrays[node.name] = replace(done.commit_array(), why=self.why(node.name))
+        self.arrays[node.name] = self._persist(node.name, replace(done.commit_array(), why=self.why(node.name)),
+                                               done.metas)
         return done.metas, done.wall
 
     def fused_group(self, nodes: Sequence[Node], chosen: dict[str, tuple[Strategy, ...]]) -> FusedStage | None:
@@ -364,7 +411,8 @@ class _Execution:
         for node, member in zip(nodes, done):
             self.operators[node.name] = member.stage.operator
             # committed through the stage that ran (its chunks' codec is in the tiles' metadata)
-            self.arrays[node.name] = replace(member.commit_array(), why=self.why(node.name))
+            self.arrays[node.name] = self._persist(node.name, replace(member.commit_array(), why=self.why(node.name)),
+                                                   member.metas)
             out.append((member.metas, member.wall))
         return out, summaries
 
@@ -442,8 +490,13 @@ class _Execution:
         held, record = self.held.get(name), self.arrays.get(name)
         if held is None or held.block is None or record is None or record.stored:
             return
-        write_array(self.store.array(name), held.block, record.chunks, held.compressor)
-        self._set_array(name, replace(record, meta_xxh3=self.store.array_meta_checksum(name), stored=True, why=why))
+        if isinstance(self.store, BehindStore):  # queued, as the compressor "auto" would choose
+            compressor = held.compressor if held.compressor != "auto" else sampled_compressor(held.block, record.chunks)
+            meta_xxh3 = self.store.write_array(name, held.block, record.chunks, compressor)
+        else:
+            write_array(self.store.array(name), held.block, record.chunks, held.compressor)
+            meta_xxh3 = self.store.array_meta_checksum(name)
+        self._set_array(name, replace(record, meta_xxh3=meta_xxh3, stored=True, why=why))
         if self.disk_left is not None:
             self.disk_left -= held.nbytes
 
@@ -675,10 +728,14 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
         budgets={"max_disk": max_disk, "max_runtime": max_runtime}, fingerprint=fingerprint)
     # exclusive, before Spark starts: a second writer is refused at once
     storage_retry.begin()  # the run's storage failure budget starts now
+    wait_for_writes(location.url)  # an earlier run of this process may still be writing this store behind it
+    fs: RunWriter
     if resume:
         fs, stored = resume_run(location, catalog, made_by)
     else:
         fs, stored = create_run(location, catalog, overwrite=overwrite, made_by=made_by), None
+    if executor == "local" and location.is_local and config.get("write_behind"):
+        fs = BehindStore(fs, int(config.get("write_behind_mb") * 2**20))  # written by a thread of its own
     failed: BaseException | None = None
     try:
         if stored is not None:
@@ -716,7 +773,8 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
                 except OSError:  # the store itself failed (disk full, gone): the error that did it is the one to show
                     pass
             raise
-        run.write_catalog(replace(run.catalog, status="done", wall_seconds=time.perf_counter() - started))
+        final = replace(run.catalog, status="done", wall_seconds=time.perf_counter() - started)
+        run.write_catalog(final)
     except BaseException as exc:
         failed = exc
         raise
@@ -732,6 +790,11 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
             else:
                 if isinstance(failed, StorageUnavailable):
                     failed.cleanup = "the writer lock was released"
+        if failed is not None and isinstance(fs, BehindStore):  # a failed run leaves its store settled
+            fs.behind.settle()
+    if isinstance(fs, BehindStore):  # its queries wait for the writes; the catalog as it will be read back
+        return Run(cast(Any, AfterWrites(open_store(location, wait=False), fs.behind)), wf,
+                   catalog=RunRecord.from_dict(json.loads(json.dumps(final.to_dict()))), operators=run.operators)
     return Run(open_store(location), wf, operators=run.operators)
 
 

@@ -73,6 +73,31 @@ class Run:
                 node.operator.attach_output(functools.partial(_read_output, self, node.name))
         self.last_query: list[dict] = []
 
+    def wait(self) -> "Run":
+        """Wait until the run's store is durable, and return the run.
+
+        A run on the local executor into a local directory returns as soon as its arrays are
+        computed; its inputs, kept arrays, lineage records and catalog are written by a
+        background thread (the ``write_behind`` setting).  Queries, `output` and `open_run` in
+        this process wait for those writes by themselves; call ``wait`` before another
+        process reads the store, or to see a failed write here.  The interpreter also waits
+        for them at a normal exit.  A run written in the caller's thread returns at once.
+
+        Raises
+        ------
+        StoreError
+            Writing the store failed (a full disk...): the store holds the nodes committed
+            before the failure and is resumed as after a crash (``resume=True``).
+
+        Examples
+        --------
+        >>> run = wf.run(inputs, store="runs/demo", executor="local").wait()   # doctest: +SKIP
+        """
+        wait = getattr(self.store, "wait", None)
+        if wait is not None:
+            wait()
+        return self
+
     # -- what the run holds -----------------------------------------------------------
     @property
     def path(self) -> str:

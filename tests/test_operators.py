@@ -1594,6 +1594,7 @@ def test_lineage_functions_do_not_loop_over_cells(name):
     case = build(name, 5, 2, 8)
     few, many = lineage_calls(case, 2), lineage_calls(case, 10**9)
     for key in few:
+        few[key]()  # what an operator makes once per shape (its index maps) is made before counting
         assert line_events(many[key]) - line_events(few[key]) <= 8, f"{name}.{key} loops over cells"
 
 

@@ -312,6 +312,7 @@ class Scatter(_Guided):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_rank_cache"] = None  # rebuilt where it is needed, never shipped
+        state.pop("_written_cache", None)
         return state
 
     @property
@@ -324,8 +325,15 @@ class Scatter(_Guided):
 
     @property
     def _written(self) -> np.ndarray:
-        size = int(np.prod(self._shape))
-        return np.unpackbits(self._bits, count=size).view(bool).reshape(self._shape)
+        """Which cells are written (read-only), unpacked once per copy of the operator: every
+        tile asks, several times."""
+        got = self.__dict__.get("_written_cache")
+        if got is None:
+            size = int(np.prod(self._shape))
+            got = np.unpackbits(self._bits, count=size).view(bool).reshape(self._shape)
+            got.flags.writeable = False
+            self._written_cache = got
+        return got
 
     def _rank(self) -> np.ndarray:
         """For every cell, the index of its write among the written cells (C order)."""

@@ -48,8 +48,21 @@ class IndexMapOperator(Operator):
         raise NotImplementedError
 
     def axis_maps(self) -> list[np.ndarray]:
-        """The maps for the bound input shape."""
-        return self.maps_for(self.input_shapes[0])
+        """The maps for the bound input shape (read-only), made once per bound operator: every
+        tile asks for them, and each is as long as its axis."""
+        shape = tuple(self.input_shapes[0])
+        cached = self.__dict__.get("_maps_cache")
+        if cached is None or cached[0] != shape:
+            maps = self.maps_for(shape)
+            for m in maps:
+                m.flags.writeable = False
+            cached = self._maps_cache = (shape, maps)
+        return cached[1]
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_maps_cache", None)  # rebuilt where it is needed, never shipped or stored
+        return state
 
     def supported_modes(self) -> set[Mode]:
         return {Mode.MAP}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from subzero.catalog import RunRecord
 from subzero.store.arrays import ArrayRef
+from subzero.store.behind import wait_for_writes
 from subzero.store.file_store import FileStore, strategy_dirname
 from subzero.store.location import Location, resolve
 from subzero.store.roles import LineageReader, RunWriter
@@ -31,8 +32,11 @@ def resume_run(store, record: RunRecord, made_by: str | None = None) -> tuple[Ru
     return FileStore.resume(store, record, made_by)
 
 
-def open_store(store) -> LineageReader:
-    """Open an existing store for reading (`FileStore.open`)."""
+def open_store(store, wait: bool = True) -> LineageReader:
+    """Open an existing store for reading (`FileStore.open`), once this process has finished
+    writing it behind a run (`subzero.store.behind`; not when ``wait`` is False)."""
+    if wait:
+        wait_for_writes(resolve(store).url)
     return FileStore.open(store)
 
 

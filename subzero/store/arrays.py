@@ -48,7 +48,7 @@ from subzero.store.failures import REBUILD, REBUILD_ARRAY, reading
 from subzero.store.location import Location
 
 __all__ = ["ArrayRef", "StoredArray", "ExternalArray", "HeldArray", "MemoryArray", "write_array", "chunk_boxes",
-           "resolve_compressor", "sampled_compressor", "output_compressor"]
+           "resolve_compressor", "sampled_compressor", "output_compressor", "metadata_checksum"]
 
 # chunk compression is the ``compressor`` setting (`subzero.config`): "auto" (by what compresses,
 # see the module's text), "none", "lz4" (Blosc LZ4, byte shuffle) or "zstd" (level 1); see docs/guide/storage.md
@@ -173,6 +173,23 @@ def _metadata(shape: tuple[int, ...], chunks: tuple[int, ...], dtype, compressor
     zarr.create_array(MemoryStore(store_dict=store), shape=shape, chunks=chunks, dtype=np.dtype(dtype),
                       fill_value=0, compressors=_compressors(compressor), config={"write_empty_chunks": True})
     return store["zarr.json"].to_bytes()
+
+
+_META_SUMS: dict[tuple, str] = {}
+
+
+def metadata_checksum(shape: tuple[int, ...], chunks: tuple[int, ...], dtype, compressor: str) -> str:
+    """The xxh3-64 checksum of the ``zarr.json`` `ArrayRef.commit` writes for these arguments
+    (``compressor`` resolved as there), computed without writing it (cached per process)."""
+    key = (tuple(int(n) for n in shape), tuple(int(n) for n in chunks), np.dtype(dtype).str,
+           resolve_compressor(compressor, dtype))
+    got = _META_SUMS.get(key)
+    if got is None:
+        import xxhash
+
+        got = xxhash.xxh3_64_hexdigest(_metadata(key[0], key[1], dtype, key[3]))
+        _META_SUMS[key] = got
+    return got
 
 
 def _codec(compressor: str, itemsize: int):
@@ -688,8 +705,12 @@ def _held_array(token: int, name: str) -> MemoryArray:
 
 
 def write_array(ref: ArrayRef, array: np.ndarray, chunks: tuple[int, ...] | None = None,
-                compressor: str | None = None, digests: list[str] | None = None) -> tuple[int, ...]:
+                compressor: str | None = None, digests: list[str] | None = None,
+                parallel: bool = True) -> tuple[int, ...]:
     """Store an in-memory array under ``ref``, chunk by chunk, and commit it; returns its chunks.
+
+    ``parallel``: one writer thread per core (else the calling thread writes every chunk: a
+    writer behind a run leaves the cores to it).
 
     ``digests``, when given, receives the `subzero.fingerprint.block_digest` of every chunk
     as it is written (in chunk order), for the input's fingerprint.
@@ -713,7 +734,7 @@ def write_array(ref: ArrayRef, array: np.ndarray, chunks: tuple[int, ...] | None
         return block_digest(block) if digests is not None else ""
 
     boxes = [tile.box for tile in tile_grid(shape, tuple(range(len(shape))), chunks)]
-    if len(boxes) > 1:  # compression, checksums and file writes release the GIL: one writer per core
+    if len(boxes) > 1 and parallel:  # compression, checksums and file writes release the GIL: one writer per core
         with ThreadPoolExecutor(max_workers=min(len(boxes), os.cpu_count() or 1)) as pool:
             got = list(pool.map(one, boxes))
     else:

@@ -1,0 +1,246 @@
+"""Write-behind persistence (`subzero.store.behind`): a local run returns once computed and a
+background thread writes its store in commit order.  The same store and the same answers as a
+run written in the caller's thread; a crash part way leaves a store that is resumed as after a
+crash mid-run; a failed write is reported, never hidden."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import subzero as sz
+from subzero import operators as ops
+from subzero.store.behind import AfterWrites, BehindStore, WriteBehind, wait_for_writes
+from subzero.store.file_store import FileStore
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def workflow() -> sz.Workflow:
+    wf = sz.Workflow("behind")
+    x = wf.input("x")
+    crd = wf.add(ops.CosmicRayDetect(threshold=30.0, radius=1), x, name="crd")
+    blur = wf.add(ops.Convolve(np.ones((3, 3)), mode="constant"), x, name="blur")
+    wf.add(ops.Multiply(), crd, blur, name="hits")
+    return wf
+
+
+@sz.workflow
+def traced(a, b):
+    d = (a - b) / (a + b + 1.0)
+    return np.where(d > 0, d * 2.0, np.abs(d))
+
+
+def image(n: int = 300, seed: int = 5) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(n, n))
+    x[3, 3] = x[n * 2 // 3, n // 2] = 200.0
+    return x
+
+
+PINS = {"crd": ("PayOne", "FullRange"), "hits": ("FullMany", "FullOne/forward")}
+CELLS = [(3, 3), (200, 150), (0, 0), (299, 120)]
+
+
+def run_it(wf, inputs, store, behind: bool, **kw):
+    with sz.config.set(write_behind=behind, commit_seconds=0.0):
+        return wf.run(inputs, store=store, executor="local", **kw)
+
+
+def answers(run, wf) -> dict:
+    """Every node's values and each node's backward and forward lineage of ``CELLS`` to and from the inputs."""
+    got: dict = {}
+    inputs = [n.name for n in wf.inputs]
+    for node in run.workflow.nodes:
+        got[node.name] = np.asarray(run.output(node.name))
+        if node.is_input:
+            continue
+        cells = [c for c in CELLS if all(i < n for i, n in zip(c, run.shape(node.name)))]
+        for src in inputs:
+            got[(node.name, src, "b")] = run.backward(node.name, cells, to=src)
+            got[(node.name, src, "f")] = run.forward(src, cells, to=node.name)
+    return got
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=str(k))
+
+
+def array_files(store: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(store)): p.read_bytes() for p in sorted((store / "arrays").rglob("*")) if p.is_file()}
+
+
+def records(run) -> dict:
+    return {n: (r.array, r.strategies, r.kind) for n, r in run.catalog.nodes.items()}
+
+
+@pytest.mark.parametrize("keep", ["needed", "all"])
+def test_the_same_store_and_answers_as_writing_in_the_callers_thread(tmp_path, keep):
+    wf, inputs = workflow(), {"x": image()}
+    direct = run_it(wf, inputs, tmp_path / "direct", False, strategies=PINS, keep=keep)
+    behind = run_it(wf, inputs, tmp_path / "behind", True, strategies=PINS, keep=keep)
+    assert isinstance(behind.store, AfterWrites) and not isinstance(direct.store, AfterWrites)
+    assert behind.wait() is behind
+    assert records(behind) == records(direct)
+    assert array_files(tmp_path / "behind") == array_files(tmp_path / "direct")  # chunk for chunk, zarr.json too
+    assert_same(answers(behind, wf), answers(direct, wf))
+    reopened = sz.open_run(tmp_path / "behind")
+    assert reopened.catalog.status == "done" and records(reopened) == records(direct)
+    assert_same(answers(reopened, wf), answers(direct, wf))
+
+
+def test_a_traced_function_fused_and_held_in_memory(tmp_path):
+    rng = np.random.default_rng(1)
+    inputs = {"a": rng.random((257, 300)), "b": rng.random((257, 300))}
+    wf = traced.trace(inputs)
+    direct = run_it(wf, inputs, tmp_path / "direct", False)
+    behind = run_it(wf, inputs, tmp_path / "behind", True)
+    np.testing.assert_array_equal(np.asarray(behind.output(wf.results[0])), traced.fn(**inputs))
+    assert records(behind) == records(direct)
+    assert array_files(tmp_path / "behind") == array_files(tmp_path / "direct")
+    assert_same(answers(behind, wf), answers(direct, wf))
+
+
+def test_the_callers_array_may_change_once_run_returns(tmp_path):
+    wf, x = workflow(), image(64)
+    kept = x.copy()
+    run = run_it(wf, {"x": x}, tmp_path / "s", True)
+    x[:] = -1.0  # before the writer has stored it, perhaps
+    np.testing.assert_array_equal(np.asarray(run.wait().output("x")), kept)
+    resumed = run_it(wf, {"x": kept}, tmp_path / "s", True, resume=True)  # the fingerprint is of the values run
+    assert resumed.catalog.status == "done"
+
+
+def test_a_new_run_into_the_store_waits_for_the_writes_behind_the_last(tmp_path):
+    wf = workflow()
+    first = run_it(wf, {"x": image()}, tmp_path / "s", True)
+    second = run_it(wf, {"x": image(seed=6)}, tmp_path / "s", True, overwrite=True)  # the lock is ours again
+    np.testing.assert_array_equal(np.asarray(second.output("x")), image(seed=6))
+    assert first.store.behind.pending == 0  # the second waited for the first's writes before taking the store
+    assert sz.open_run(tmp_path / "s").catalog.status == "done"
+
+
+def test_writes_run_in_order_with_bounded_memory():
+    w = WriteBehind("test-order", limit=100)
+    gate, done = threading.Event(), []
+    w.submit(gate.wait, nbytes=80)
+    started = time.perf_counter()
+    blocked = threading.Thread(target=lambda: w.submit(done.append, 2, nbytes=80))
+    blocked.start()
+    blocked.join(0.2)
+    assert blocked.is_alive()  # 160 bytes would be queued: the caller waits
+    gate.set()
+    blocked.join(5)
+    w.submit(done.append, 3)
+    w.finish()
+    w.wait()
+    assert done == [2, 3] and w.pending == 0 and time.perf_counter() - started >= 0.2
+    with pytest.raises(sz.StoreError, match="finished"):
+        w.submit(done.append, 4)
+
+
+def test_a_failed_write_stops_the_writes_and_is_reported(tmp_path, monkeypatch):
+    calls = []
+
+    def full(self, manifest):
+        calls.append(manifest.node)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(FileStore, "write_manifest", full)
+    run = run_it(workflow(), {"x": image(64)}, tmp_path / "s", True, strategies=PINS)  # computing succeeds
+    with pytest.raises(sz.StoreError, match="failed .*No space left.*resume the run") as exc:
+        run.wait()
+    assert isinstance(exc.value.__cause__, OSError)
+    with pytest.raises(sz.StoreError):  # a query says so too
+        run.backward("hits", [(3, 3)], to="x")
+    assert calls == ["crd"]  # the first failure stopped every later write, but the lock was released
+    with pytest.raises(sz.StoreError, match="did not finish"):
+        sz.open_run(tmp_path / "s")
+    monkeypatch.undo()
+    resumed = run_it(workflow(), {"x": image(64)}, tmp_path / "s", True, strategies=PINS, resume=True)
+    reference = run_it(workflow(), {"x": image(64)}, tmp_path / "ref", False, strategies=PINS)
+    assert_same(answers(resumed, workflow()), answers(reference, workflow()))
+
+
+CHILD = textwrap.dedent('''
+    import os, signal, sys
+    import numpy as np
+    import subzero as sz
+    from subzero.store.file_store import FileStore
+    sys.path.insert(0, {tests!r})
+    from test_store_behind import PINS, image, workflow
+
+    writes = [0]
+    original = FileStore.write_catalog
+
+    def write_catalog(self, record):  # on the writer's thread: the process dies mid-write
+        writes[0] += 1
+        if writes[0] == {kill_at}:
+            os.kill(os.getpid(), signal.SIGKILL)
+        original(self, record)
+
+    FileStore.write_catalog = write_catalog
+    with sz.config.set(write_behind=True, commit_seconds=0.0):
+        run = workflow().run({{"x": image()}}, store=sys.argv[1], executor="local", strategies=PINS)
+    print("returned", flush=True)
+    {after}
+''')
+
+
+def child(store: Path, kill_at: int, after: str = "") -> subprocess.CompletedProcess:
+    script = CHILD.format(tests=str(ROOT / "tests"), kill_at=kill_at, after=after)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "SUBZERO_WRITE_BEHIND": "1"}
+    return subprocess.run([sys.executable, "-c", script, str(store)], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_kill_9_while_writing_behind_then_resume_gives_the_same_answers(tmp_path):
+    store = tmp_path / "s"
+    got = child(store, kill_at=4)  # 1: created, 2: the input, 3: crd, 4: blur, when the writer gets there
+    assert got.returncode == -signal.SIGKILL, got.stderr
+    with pytest.raises(sz.StoreError, match="did not finish"):
+        sz.open_run(store)
+    partial = sz.open_run(store, partial=True)
+    assert partial.committed == ["x", "crd"]  # committed in order: the nodes whose writes all ran
+    resumed = run_it(workflow(), {"x": image()}, store, True, strategies=PINS, resume=True)
+    reference = run_it(workflow(), {"x": image()}, tmp_path / "ref", False, strategies=PINS)
+    assert records(resumed).keys() == records(reference).keys()
+    assert array_files(store) == array_files(tmp_path / "ref")
+    assert_same(answers(resumed, workflow()), answers(reference, workflow()))
+
+
+def test_a_normal_exit_waits_for_the_writes(tmp_path):
+    got = child(tmp_path / "s", kill_at=-1)  # never killed; the script ends as soon as the run returned
+    assert got.returncode == 0 and "returned" in got.stdout, got.stderr
+    run = sz.open_run(tmp_path / "s")
+    assert run.catalog.status == "done" and run.writer() is None if hasattr(run, "writer") else True
+    reference = run_it(workflow(), {"x": image()}, tmp_path / "ref", False, strategies=PINS)
+    assert_same(answers(run, workflow()), answers(reference, workflow()))
+
+
+def test_spark_and_object_stores_are_written_in_the_callers_thread(tmp_path):
+    store = FileStore.create(tmp_path / "s", _record())
+    behind = BehindStore(store, 2**20)
+    assert behind.url == store.url and behind.location is store.location
+    behind.close()
+    behind.behind.wait()
+    wait_for_writes(store.url)  # nothing left: returns at once
+    run = run_it(workflow(), {"x": image(16)}, "memory://behind-test/s", True)
+    assert not isinstance(run.store, AfterWrites)  # an fsspec URL: written by the caller
+
+
+def _record():
+    from subzero.catalog import RunRecord
+
+    return RunRecord(workflow={}, created="now", executor="local")

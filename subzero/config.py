@@ -170,6 +170,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("lock_release_timeout", float, 10.0,
             "seconds a failed run's cleanup (marking it failed, releasing the writer lock) may take in all",
             minimum=0),
+    Setting("open_wait_seconds", float, 60.0,
+            "seconds open_run waits for a store another live process is still writing (its run, or the "
+            "writes behind it) before refusing it", minimum=0),
     Setting("lock_lease", float, 60.0,
             "seconds a writer lock on object storage lasts unless renewed (a heartbeat renews it every third)",
             minimum=1),

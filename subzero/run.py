@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from typing import TYPE_CHECKING, Any, Literal, Sequence, TypeAlias, Union, overload
 
 import numpy as np
 
+from subzero import config
 from subzero.catalog import NodeRecord, RunRecord
 from subzero.cells import as_coords, as_boxes
 from subzero.errors import LineageError, StoreError, WorkflowError
@@ -567,6 +569,20 @@ class Uncommitted(Operator):
         raise StoreError(f"the operator {self.declared} was not committed to this store; re-run the workflow")
 
 
+def _after_live_writer(store: LineageReader, catalog: RunRecord) -> RunRecord:
+    """The catalog of a store that says it is still running, read again until it is done while a
+    live process holds its writer lock (a run in another process, or the writes it does behind
+    the run it returned), for at most ``open_wait_seconds``."""
+    deadline = time.monotonic() + float(config.get("open_wait_seconds"))
+    while catalog.status == "running" and time.monotonic() < deadline:
+        who = store.writer()
+        if who is None or not who.alive:
+            break
+        time.sleep(0.05)
+        catalog = store.read_catalog()
+    return catalog
+
+
 def open_run(path: "str | os.PathLike", partial: bool = False, storage_options: dict | None = None) -> Run:
     """Reopen a run from its store (a directory or an fsspec URL), in any process.
 
@@ -589,7 +605,14 @@ def open_run(path: "str | os.PathLike", partial: bool = False, storage_options: 
 
     store = open_store(resolve(path, storage_options))
     catalog = store.read_catalog()
+    if catalog.status == "running" and not partial:
+        catalog = _after_live_writer(store, catalog)
     if catalog.status != "done" and not partial:
+        who = store.writer() if catalog.status == "running" else None
+        if who is not None and who.alive:
+            raise StoreError(f"run in {store.url!r} is still being written by {who.describe()} (waited "
+                             f"{config.get('open_wait_seconds'):g} s, the open_wait_seconds setting): wait for it "
+                             "to finish, or open it with partial=True to query the nodes it has committed")
         raise StoreError(f"run in {store.url!r} did not finish (status {catalog.status!r}); its lineage is "
                          "incomplete: resume it (--resume) or re-run the workflow (`subzero info` and "
                          "`subzero explain` show what it committed)")

@@ -244,3 +244,43 @@ def _record():
     from subzero.catalog import RunRecord
 
     return RunRecord(workflow={}, created="now", executor="local")
+
+
+SLOW_CHILD = textwrap.dedent('''
+    import sys, time
+    import subzero as sz
+    from subzero.store.file_store import FileStore
+    sys.path.insert(0, {tests!r})
+    from test_store_behind import PINS, image, workflow
+
+    original = FileStore.write_catalog
+
+    def write_catalog(self, record):  # a slow disk, on the writer's thread
+        time.sleep(0.5)
+        original(self, record)
+
+    FileStore.write_catalog = write_catalog
+    with sz.config.set(write_behind=True, commit_seconds=0.0):
+        run = workflow().run({{"x": image()}}, store=sys.argv[1], executor="local", strategies=PINS)
+    print("returned", flush=True)
+''')
+
+
+def test_another_process_opening_the_store_waits_for_the_writes_behind(tmp_path):
+    """A store another live process still writes behind its run is waited for by `open_run` (for
+    at most ``open_wait_seconds``; past that, the refusal names the writer and ``partial=True``)."""
+    store = tmp_path / "s"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_CHILD.format(tests=str(ROOT / "tests")), str(store)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "returned", proc.stderr
+        with sz.config.set(open_wait_seconds=0.0), pytest.raises(sz.StoreError, match=r"still being written by pid"):
+            sz.open_run(store)
+        run = sz.open_run(store)  # waits for the writer
+        assert run.catalog.status == "done"
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+    reference = run_it(workflow(), {"x": image()}, tmp_path / "ref", False, strategies=PINS)
+    assert_same(answers(run, workflow()), answers(reference, workflow()))

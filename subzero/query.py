@@ -61,6 +61,23 @@ class TileGrid:
             boxes = [op.lineage_box(t.box, i) for t in tiles]
             self.in_lo.append(np.array([[lo for lo, _ in b] for b in boxes], np.int64).reshape(len(tiles), len(shape)))
             self.in_hi.append(np.array([[hi for _, hi in b] for b in boxes], np.int64).reshape(len(tiles), len(shape)))
+        self.edges = self._grid_edges()
+
+    def _grid_edges(self) -> list[np.ndarray] | None:
+        """Per axis, the sorted starts of the tiles' output boxes when those boxes are the
+        product of one split per axis in C order (`subzero.tiling.tile_grid`'s), else None."""
+        lo, hi = self.out_lo, self.out_hi
+        if not len(lo) or not lo.shape[1]:
+            return None
+        edges = [np.unique(lo[:, a]) for a in range(lo.shape[1])]
+        counts = tuple(len(e) for e in edges)
+        if int(np.prod(counts)) != len(lo):
+            return None
+        at = np.stack([np.searchsorted(e, lo[:, a]) for a, e in enumerate(edges)])
+        ends = [np.r_[e[1:], hi[:, a].max()] for a, e in enumerate(edges)]
+        ok = np.array_equal(np.ravel_multi_index(tuple(at), counts), np.arange(len(lo))) and all(
+            np.array_equal(hi[:, a], ends[a][at[a]]) for a in range(lo.shape[1]))
+        return edges if ok else None
 
     def key_boxes(self, side: int | None) -> tuple[np.ndarray, np.ndarray]:
         """The tiles' output boxes (``side`` None) or the boxes they read of input ``side``."""
@@ -81,6 +98,16 @@ class TileGrid:
             return out
         coords = frontier.coords()  # sorted by flat id, so by axis 0
         ids = frontier.ids()
+        if side is None and self.edges is not None:  # output boxes on a grid: each cell's tile at once
+            counts = tuple(len(e) for e in self.edges)
+            tile = np.ravel_multi_index(tuple(np.searchsorted(e, coords[:, a], "right") - 1
+                                              for a, e in enumerate(self.edges)), counts)
+            order = np.argsort(tile, kind="stable")  # ids stay sorted within a tile
+            tile, sorted_ids = tile[order], ids[order]
+            starts = np.flatnonzero(np.r_[True, tile[1:] != tile[:-1]])
+            ends = np.r_[starts[1:], len(tile)]
+            return [(int(tile[a]), Frontier(frontier.shape, ids=sorted_ids[a:b], count=int(b - a)))
+                    for a, b in zip(starts.tolist(), ends.tolist())]
         out = []
         for t in near.tolist():
             a, b = np.searchsorted(coords[:, 0], [lo[t, 0], hi[t, 0]]) if coords.shape[1] else (0, len(coords))

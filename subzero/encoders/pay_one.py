@@ -95,7 +95,9 @@ class PayOne(PayloadEncoder):
         run = np.searchsorted(runs.first, ids, "right") - 1
         hit = run >= 0
         hit[hit] = ids[hit] < runs.first[run[hit]] + runs.length[run[hit]]
-        return runs.pairs(ids[hit], run[hit], _group_payloads(reader, runs.pids, len(shapes[0])))
+        used = np.unique(run[hit])  # the payloads of the runs holding the cells, not of every run scanned
+        pids = runs.pids[_ranges(runs.ptr[used], runs.ptr[used + 1] - runs.ptr[used])]
+        return runs.pairs(ids[hit], run[hit], _group_payloads(reader, pids, len(shapes[0])))
 
     def load(self, reader: Reader, shapes) -> PayloadPairs:
         version, longest = _layout(reader)

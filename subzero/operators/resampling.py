@@ -69,6 +69,16 @@ class Downsample(MapTiled):
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         return unique_rows(np.asarray(cells, np.int64) // np.array(self._factors(), np.int64))
 
+    def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        factors = np.array(self._factors(), np.int64)
+        lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        return lo * factors, np.minimum(hi * factors, np.array(self.input_shapes[0], np.int64))
+
+    def map_f_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        factors = np.array(self._factors(), np.int64)
+        lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        return lo // factors, np.where(hi > lo, (hi - 1) // factors + 1, lo // factors)  # an empty box stays empty
+
     def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         for axis, (f, n) in enumerate(zip(self._factors(), self.input_shapes[0])):
             mask = np.repeat(mask, f, axis=axis)[(slice(None),) * axis + (slice(0, n),)]

@@ -169,12 +169,15 @@ def payload_lookup(source, node, frontier: Frontier, i: int, strategy: Strategy)
     parts: list[Groups] = []
     failed: list = []
     damaged: list[str] = []
+    default: list[np.ndarray] = []  # Comp: the cells without a payload, mapped once for every tile
     for _, sub, reader in source.tile_readers(node, s.name, frontier, None, failed=failed, damaged=damaged):
         pay = enc.lookup(reader, sub, shapes) if reader is not None else PayloadPairs.empty()
         pays.append(pay)
         if s.mode is Mode.COMP:
             ids = sub.ids()
-            parts.append(_map_groups(op, ids[~np.isin(ids, pay.out_ids)], i))
+            default.append(ids[~np.isin(ids, pay.out_ids)])
+    if default:
+        parts.append(_map_groups(op, np.sort(np.concatenate(default)), i))
     if failed:
         source.report_damaged(node, damaged)
         parts.append(_traced(source, node, failed, frontier, i))

@@ -15,7 +15,6 @@ import contextlib
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
@@ -29,7 +28,7 @@ from subzero.errors import LookupTimeout, StoreError, WorkflowError
 from subzero.modes import Direction, Mode, Strategy
 from subzero.operator import Operator
 from subzero.pairs import FullPairs, PayloadPairs, owners, ptr_from_counts
-from subzero.store.arrays import ArrayRef, HeldArray, output_compressor, resolve_compressor
+from subzero.store.arrays import ArrayRef, BlockCache, HeldArray, output_compressor, resolve_compressor
 from subzero.store.location import Location
 from subzero.store.shards import ShardSink
 from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
@@ -314,44 +313,8 @@ def run_fused_tile(fused: FusedTask, tile: Tile) -> FusedTile:
     return FusedTile(metas, summary)
 
 
-class TileCache:
-    """The process's least-recently-used cache of recomputed tiles, shared by every
-    `RecomputedArray` (so ``recompute_cache_mb`` bounds them all together, not each)."""
-
-    def __init__(self) -> None:
-        self._tiles: "OrderedDict[tuple[str, int], np.ndarray]" = OrderedDict()
-        self._lock = threading.Lock()
-        #: bytes held
-        self.held = 0
-
-    def get(self, key: tuple[str, int]) -> np.ndarray | None:
-        """The tile kept under ``key`` (now the most recently used), or None."""
-        with self._lock:
-            got = self._tiles.get(key)
-            if got is not None:
-                self._tiles.move_to_end(key)
-            return got
-
-    def put(self, key: tuple[str, int], block: np.ndarray, budget: int) -> None:
-        """Keep ``block`` under ``key`` if it fits ``budget`` bytes, dropping the least recently used."""
-        with self._lock:
-            if key in self._tiles or block.nbytes > budget:
-                return
-            self._tiles[key] = block
-            self.held += block.nbytes
-            while self.held > budget:
-                _, old = self._tiles.popitem(last=False)
-                self.held -= old.nbytes
-
-    def drop(self, array: str) -> None:
-        """Forget every tile of the array keyed ``array``."""
-        with self._lock:
-            for key in [k for k in self._tiles if k[0] == array]:
-                self.held -= self._tiles.pop(key).nbytes
-
-
-#: recomputed tiles of every unstored array this process reads
-RECOMPUTED_TILES = TileCache()
+#: recomputed tiles of every unstored array this process reads, by (array key, tile)
+RECOMPUTED_TILES = BlockCache(0)
 
 
 class RecomputedArray:
@@ -401,7 +364,7 @@ class RecomputedArray:
 
     def forget(self) -> None:
         """Drop its computed tiles."""
-        RECOMPUTED_TILES.drop(self._key)
+        RECOMPUTED_TILES.clear(self._key)
 
     def tile(self, index: int) -> np.ndarray:
         """The values of tile ``index`` (computed once, then cached while there is room)."""

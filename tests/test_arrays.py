@@ -479,7 +479,7 @@ def test_a_rewritten_chunk_is_never_served_from_the_chunk_cache(tmp_path):
 
 
 def test_the_chunk_cache_stays_within_its_bytes():
-    cache = arrays_mod._ChunkCache(4000)
+    cache = arrays_mod.BlockCache(4000)
     for i in range(10):
         cache.put(("k", i), np.zeros(100, np.float64))  # 800 bytes each
     assert cache.size <= 4000 and cache.get(("k", 0)) is None and cache.get(("k", 9)) is not None

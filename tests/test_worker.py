@@ -221,21 +221,22 @@ def test_a_fused_tile_grows_each_upstream_box_by_its_readers_halos(tmp_path):
 
 
 def test_recomputed_tiles_share_one_budget_in_a_process():
-    """`RECOMPUTED_TILES` holds the tiles of every recomputed array together within the budget
-    it is given, least recently used out first; `drop` forgets one array's tiles only."""
-    from subzero.worker import TileCache
+    """Recomputed tiles are kept in one cache per process (`RECOMPUTED_TILES`), every array's
+    together within the budget a put gives, least recently used out first; clearing one array's
+    key forgets its tiles only."""
+    from subzero.worker import RECOMPUTED_TILES
 
-    cache = TileCache()
+    cache = type(RECOMPUTED_TILES)(0)
     block = np.zeros(100, np.uint8)  # 100 bytes
     for k in range(3):
-        cache.put(("a", k), block, budget=400)
-    cache.put(("b", 0), block, budget=400)
-    assert cache.held == 400
-    assert cache.get(("a", 0)) is block  # now the most recently used
-    cache.put(("b", 1), block, budget=400)  # over: ("a", 1), the least recently used, goes
-    assert cache.get(("a", 1)) is None and cache.held == 400
-    cache.put(("c", 0), np.zeros(500, np.uint8), budget=400)  # larger than the budget: not kept
+        cache.put(("a", k), block.copy(), limit=400)
+    cache.put(("b", 0), block, limit=400)
+    assert cache.size == 400
+    assert cache.get(("a", 0)) is not None  # now the most recently used
+    cache.put(("b", 1), block.copy(), limit=400)  # over: ("a", 1), the least recently used, goes
+    assert cache.get(("a", 1)) is None and cache.size == 400
+    cache.put(("c", 0), np.zeros(101, np.uint8), limit=400)  # more than a quarter of the budget: not kept
     assert cache.get(("c", 0)) is None
-    cache.drop("a")
+    cache.clear("a")
     assert cache.get(("a", 0)) is None and cache.get(("a", 2)) is None
-    assert cache.get(("b", 0)) is block and cache.held == 200
+    assert cache.get(("b", 0)) is block and cache.size == 200

@@ -53,7 +53,7 @@ import pulp
 
 from subzero.errors import WorkflowError
 from subzero.modes import Direction, Mode, Strategy
-from subzero.optimizer.storage import ArrayChoice
+from subzero.optimizer.storage import ArrayChoice, recomputed
 
 __all__ = ["Candidate", "ArrayChoice", "Problem", "Plan", "solve", "brute_force", "objective_of"]
 
@@ -224,16 +224,7 @@ class Problem:
     def recomputed(self, reads: Iterable[str], stored: Collection[str] = ()) -> list[str]:
         """The arrays reading ``reads`` recomputes when ``stored`` are stored: each of ``reads``
         not stored and, recursively, their inputs not stored (each once, readers first)."""
-        table = {a.node: a for a in self.arrays}
-        out: dict[str, None] = {}
-        todo = [r for r in reads if r not in stored]
-        while todo:
-            name = todo.pop()
-            if name in out:
-                continue
-            out[name] = None
-            todo.extend(i for i in table[name].inputs if i not in stored and i not in out)
-        return list(out)
+        return recomputed({a.node: a for a in self.arrays}, reads, stored)
 
     def reread_cost(self, c: Candidate, direction: Direction, stored: Collection[str] = ()) -> float:
         """Seconds one step of ``c`` in ``direction`` spends recomputing unstored arrays."""

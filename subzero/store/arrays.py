@@ -102,12 +102,13 @@ def output_compressor(inputs: "Sequence[ArrayRef | ExternalArray]", compressor: 
     return "auto" if pipelines and all(p == "none" for p in pipelines) else "zstd"
 
 
-class _ChunkCache:
-    """Decoded chunks, least recently used evicted first, at most ``limit`` bytes in all (None:
-    the ``chunk_cache_mb`` setting, read at use).
+class BlockCache:
+    """Arrays by key, least recently used evicted first, at most ``limit`` bytes in all (None:
+    the ``chunk_cache_mb`` setting, read at use; `put` may give its own).  Values are read-only.
 
-    Keys carry the chunk file's inode, size and modification time: chunk files are replaced
-    atomically (a new inode), so a rewritten chunk misses.  Values are read-only arrays.
+    The store's decoded chunks (`_CHUNKS`): keys carry the chunk file's inode, size and
+    modification time; chunk files are replaced atomically (a new inode), so a rewritten chunk
+    misses.  Also the process's recomputed tiles (`subzero.worker.RECOMPUTED_TILES`).
     """
 
     def __init__(self, limit: int | None = None):
@@ -129,8 +130,9 @@ class _ChunkCache:
                 self._items.move_to_end(key)
             return got
 
-    def put(self, key: tuple, chunk: np.ndarray) -> None:
-        limit = self.limit
+    def put(self, key: tuple, chunk: np.ndarray, limit: int | None = None) -> None:
+        """Keep ``chunk`` (unless larger than a quarter of ``limit``, default `limit`)."""
+        limit = self.limit if limit is None else limit
         if chunk.nbytes > limit // 4:
             return
         chunk.flags.writeable = False
@@ -143,13 +145,18 @@ class _ChunkCache:
                 _, old = self._items.popitem(last=False)
                 self.size -= old.nbytes
 
-    def clear(self) -> None:
+    def clear(self, first: Any = None) -> None:
+        """Forget every entry (``first``: those whose key starts with it)."""
         with self._lock:
-            self._items.clear()
-            self.size = 0
+            if first is None:
+                self._items.clear()
+                self.size = 0
+                return
+            for key in [k for k in self._items if k[0] == first]:
+                self.size -= self._items.pop(key).nbytes
 
 
-_CHUNKS = _ChunkCache()
+_CHUNKS = BlockCache()
 
 
 def _compressors(name: str) -> list:

@@ -147,7 +147,7 @@ def test_every_way_to_name_the_endpoint_works_from_the_command_line(s3, tmp_path
 SLOW = FLOW.replace("def build(inputs=None):", '''class Slow(ops.AddScalar):
     def run(self, ctx, x):
         import time
-        time.sleep(1.0)
+        time.sleep(0.15)
         return super().run(ctx, x)
 
 
@@ -162,9 +162,7 @@ def test_kill_9_then_resume_then_overwrite_then_replay_on_s3(s3, tmp_path, monke
     (tmp_path / "flow.py").write_text(SLOW)
     monkeypatch.chdir(tmp_path)
     store = "s3://runs/killed"
-    # tiles of 16: 9 per node (each one S3 request or more), and "late" sleeps 1 s per tile: a
-    # window of seconds to kill the run between its last two nodes
-    args = ["run", "flow.py", "--store", store, "--executor", "local", "--tile", "16", "--strategy", "stars=FullMany"]
+    args = ["run", "flow.py", "--store", store, "--executor", "local", "--tile", "8", "--strategy", "stars=FullMany"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "subzero", *args], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

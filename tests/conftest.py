@@ -36,3 +36,14 @@ def private_cache(tmp_path_factory):
     """Query statistics and remote-shard caches go to a directory of this test session."""
     os.environ["SUBZERO_CACHE"] = str(tmp_path_factory.mktemp("cache"))
     yield
+
+
+@pytest.fixture(scope="session")
+def faults_clean(tmp_path_factory):
+    """``(root, store, reference)``: a clean run of the faults bench's workflow (every strategy
+    pinned) and its outputs and answers, made once for the modules that judge runs against it
+    (tests/test_faults.py, tests/test_object_faults.py); tests copy the store, never change it."""
+    from subzero_bench import faults
+
+    root = tmp_path_factory.mktemp("faults")
+    return root, root / "clean", faults.reference(root / "clean")

@@ -65,13 +65,13 @@ class Exit:
 
 def run_cli(workdir: Path, endpoint: str, store: str, *flags: str, env: dict[str, str] | None = None,
             timeout: float = 900) -> Exit:
-    """``subzero run flow.py --store STORE`` (local executor, tiles of 8) against ``endpoint``."""
+    """``subzero run flow.py --store STORE`` (local executor, tiles of 16: 9 per node) against ``endpoint``."""
     (workdir / "flow.py").write_text(FLOW)
     environ = dict(os.environ, PYTHONPATH=str(ROOT), AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="testing",
                    AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1", **(env or {}))
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "subzero", "run", "flow.py", "--store", store, "--executor", "local",
-                           "--tile", "8", *PINS, *flags], cwd=workdir, env=environ, capture_output=True, text=True,
+                           "--tile", "16", *PINS, *flags], cwd=workdir, env=environ, capture_output=True, text=True,
                           timeout=timeout)
     return Exit(done.returncode, time.monotonic() - started, done.stderr, time.monotonic())
 

@@ -33,11 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def clean(tmp_path_factory):
-    """A clean run of the faults workflow (every strategy pinned) and its outputs and answers."""
-    root = tmp_path_factory.mktemp("faults")
-    ref = F.reference(root / "clean")
-    return root, root / "clean", ref
+def clean(faults_clean):
+    """A clean run of the faults workflow (every strategy pinned) and its outputs and answers
+    (tests/conftest.py: made once per session, tests/test_object_faults.py judges against it too)."""
+    return faults_clean
 
 
 def cli_error(capsys, argv: list[str], fragment: str) -> str:

@@ -14,8 +14,8 @@ pytest.importorskip("s3fs")
 
 
 @pytest.mark.slow
-def test_failing_requests_end_exact_or_refused_clearly(tmp_path):
-    ref = F.reference(tmp_path / "clean")
+def test_failing_requests_end_exact_or_refused_clearly(faults_clean):
+    _, _, ref = faults_clean  # the clean run tests/test_faults.py judges against (tests/conftest.py)
     rates = (("5% of requests fail", 0.05, None), ("outage after 150 requests", 0.0, 150))
     # the outage's failed run cleans up (marks itself failed, releases its lock) within a second,
     # not lock_release_timeout's default 10: the same outcome, in seconds

@@ -373,7 +373,7 @@ def test_standalone_cluster_on_loopback(tmp_path, monkeypatch):
     directories aside): an S3 service (moto's), a master, two workers with work directories of
     their own, a run and a spark-submit job whose store is on S3.  A master without workers
     fails in one line; the cluster records exactly the lineage of the in-process executor, for
-    the page's workflow and random ones; and a run whose executor JVM is killed with kill -9
+    the page's workflow and a random one; and a run whose executor JVM is killed with kill -9
     mid-run stores lineage identical to an undisturbed run's."""
     import shlex
     import uuid
@@ -439,12 +439,13 @@ def test_standalone_cluster_on_loopback(tmp_path, monkeypatch):
                                env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert local.returncode == 0, local.stderr
         assert dump_lineage("s3://runs/stars-cluster") == dump_lineage(tmp_path / "runs" / "stars-local")
-        script = RANDOM_ON_CLUSTER.format(root=str(ROOT), tests=str(ROOT / "tests"), master=master, count=2,
+        # one random workflow on the cluster (tests/test_run.py and the shared session's tests draw many)
+        script = RANDOM_ON_CLUSTER.format(root=str(ROOT), tests=str(ROOT / "tests"), master=master, count=1,
                                           out=str(tmp_path / "random"))
         done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
                               timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
-        assert done.stdout.count("same lineage on the cluster") == 2 and f"master {master}" in done.stdout
+        assert done.stdout.count("same lineage on the cluster") == 1 and f"master {master}" in done.stdout
         _kill_an_executor_mid_run(tmp_path, env, master, mark)
     finally:
         for proc in reversed(procs):

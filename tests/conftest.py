@@ -8,11 +8,6 @@ import os
 # shared with Spark) one thread is 5x faster per call; set before anything loads OpenMP
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# a local run's store is written behind it (the ``write_behind`` setting): tests that read a
-# store's files right after ``wf.run`` (or from another process) would race its writer, so the
-# suite writes in the caller's thread; tests/test_store_behind.py runs write-behind itself
-os.environ.setdefault("SUBZERO_WRITE_BEHIND", "0")
-
 import pytest
 from hypothesis import HealthCheck, settings
 

@@ -82,7 +82,7 @@ def test_shape_mismatch_names_the_node(tmp_path):
 
 def test_existing_store_is_never_overwritten(tmp_path):
     wf = small_workflow()
-    wf.run({"x": image()}, store=tmp_path / "s", executor="local")
+    wf.run({"x": image()}, store=tmp_path / "s", executor="local").wait()  # its files as written
     before = (tmp_path / "s" / "catalog.json").read_bytes()
     with pytest.raises(sz.StoreError, match="never overwritten"):
         small_workflow().run({"x": image()}, store=tmp_path / "s", executor="local")
@@ -412,7 +412,7 @@ def test_resume_refuses_another_workflow_settings_or_inputs_naming_what_differs(
 
 def test_resume_of_a_finished_run_returns_it_untouched(tmp_path, clean_run):
     path = tmp_path / "s"
-    resumable().run({"x": field()}, store=path, executor="local", strategies=PINS, tile_shape=16)
+    resumable().run({"x": field()}, store=path, executor="local", strategies=PINS, tile_shape=16).wait()
     before = {k: (p.read_bytes(), p.stat().st_mtime_ns) for k, p in ((str(p), p) for p in path.rglob("*"))
               if p.is_file()}
     run = resumable().run({"x": field()}, store=path, executor="local", strategies=PINS, tile_shape=16, resume=True)
@@ -773,7 +773,7 @@ def test_fused_nodes_store_and_answer_exactly_what_nodes_run_one_by_one(steps, s
             try:
                 with sz.config.set(fuse=fuse):
                     run = _chain(steps).run(inputs, store=os.path.join(root, str(fuse)), executor="local",
-                                            tile_shape=tile, strategies=pins, progress=seen)
+                                            tile_shape=tile, strategies=pins, progress=seen).wait()
             finally:
                 stage_mod.map_prepare = map_prepare
             got[fuse] = (_stored_arrays(os.path.join(root, str(fuse))),
@@ -815,7 +815,7 @@ def test_an_optimized_run_fuses_the_nodes_whose_candidates_store_nothing():
             seen = _StagesSeen()
             with sz.config.set(fuse=fuse):
                 run = wf.run(inputs, store=os.path.join(root, str(fuse)), executor="local", tile_shape=8,
-                             workload=workload, max_runtime="1.5x", progress=seen)
+                             workload=workload, max_runtime="1.5x", progress=seen).wait()
             chosen |= {n for n, r in run.catalog.nodes.items() if "optimizer's choice" in r.array.why}
             got[fuse] = (_stored_arrays(os.path.join(root, str(fuse))),
                          {n: r.strategies for n, r in run.catalog.nodes.items()},
@@ -848,9 +848,9 @@ def test_a_run_stores_its_inputs_and_outputs_and_recomputes_the_rest(tmp_path):
     wf = _branchy(["sub", "conv", "thresh", "tanh"])
     rng = np.random.default_rng(3)
     inputs = {"x": rng.normal(size=(20, 22)), "dark": rng.normal(size=(20, 22)) * 0.1}
-    lean = wf.run(inputs, store=tmp_path / "lean", executor="local", tile_shape=8)
-    full = wf.run(inputs, store=tmp_path / "full", executor="local", tile_shape=8, keep="all")
-    picked = wf.run(inputs, store=tmp_path / "picked", executor="local", tile_shape=8, keep=["n1-conv"])
+    lean = wf.run(inputs, store=tmp_path / "lean", executor="local", tile_shape=8).wait()  # its files as written
+    full = wf.run(inputs, store=tmp_path / "full", executor="local", tile_shape=8, keep="all").wait()
+    picked = wf.run(inputs, store=tmp_path / "picked", executor="local", tile_shape=8, keep=["n1-conv"]).wait()
     assert sorted(os.listdir(tmp_path / "lean" / "arrays")) == ["dark", "sum", "x"]
     assert sorted(os.listdir(tmp_path / "full" / "arrays")) == sorted(n.name for n in wf.nodes)
     assert sorted(os.listdir(tmp_path / "picked" / "arrays")) == ["dark", "n1-conv", "sum", "x"]

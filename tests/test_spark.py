@@ -101,7 +101,7 @@ def dump_lineage(path: Path) -> dict:
 
 def test_spark_records_exactly_the_lineage_of_the_local_executor(spark, tmp_path):
     on_spark = build().run(inputs(), store=tmp_path / "spark", strategies=PINS, spark=spark, tile_shape=4)
-    local = build().run(inputs(), store=tmp_path / "local", strategies=PINS, executor="local", tile_shape=4)
+    local = build().run(inputs(), store=tmp_path / "local", strategies=PINS, executor="local", tile_shape=4).wait()
     assert on_spark.catalog.executor == "spark" and on_spark.catalog.nodes["blur"].stats.tiles == 9
     lineage = dump_lineage(tmp_path / "spark")
     assert lineage == dump_lineage(tmp_path / "local") and len(lineage) == 9 * (2 + 3 + 2)
@@ -128,7 +128,7 @@ def test_a_retried_task_neither_duplicates_nor_loses_lineage(spark, tmp_path, ki
     assert marker.read_text() == "failed once"  # the first attempt really failed
     (tmp_path / "already-failed").write_text("so the reference run never fails")
     build(str(tmp_path / "already-failed")).run(inputs(), store=tmp_path / "clean", strategies=PINS,
-                                                executor="local", tile_shape=4)
+                                                executor="local", tile_shape=4).wait()  # its files as written
     assert dump_lineage(tmp_path / "flaky") == dump_lineage(tmp_path / "clean")
     pairs = run.catalog.nodes["sum"].stats.pairs["FullOne/backward"]
     assert pairs == (100, 100, 200)  # one pair per cell, each reading x and y once

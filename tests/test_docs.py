@@ -17,7 +17,7 @@ DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 TWO_COMMANDS = [
     "bash scripts/setup.sh && .venv/bin/subzero demo",
-    "bash scripts/setup.sh && .venv/bin/python -m pytest -q -n 2 --dist loadfile",
+    "bash scripts/setup.sh && .venv/bin/python -m pytest -q",
 ]
 README_MAX_LINES = 200
 ISSUE_NUMBER = re.compile(r"\bissues? #?\d+", re.IGNORECASE)

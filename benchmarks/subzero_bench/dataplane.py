@@ -151,6 +151,8 @@ def worker(config: str, side: int, store: str) -> dict[str, Any]:
         profile.enable()
     start = stages.start = time.perf_counter()
     run = wf.run(arrays, store=store, executor=executor, spark=spark, progress=stages)
+    if hasattr(run, "wait"):  # a local run's store is written behind it: timed until durable
+        run.wait()
     wall = time.perf_counter() - start
     extra["stages"] = stages.spans
     if profile is not None:

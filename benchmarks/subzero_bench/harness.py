@@ -183,9 +183,9 @@ class Harness:
         best: RunRecord | None = None
         for _ in range(max(repeat, 1)):
             store = self.root / f"{next(self._ids):03d}-{config.replace('/', '-')}"
-            run, seconds = timed(lambda: self.wf.run(
+            run, seconds = timed(lambda: self.wf.run(  # until durable: a local run's store is written behind it
                 self.inputs, store=store, strategies=strategies, executor=self.executor,
-                spark=self.spark, tile_shape=self.tile_shape, **optimizer))
+                spark=self.spark, tile_shape=self.tile_shape, **optimizer).wait())
             record = RunRecord(config, run, seconds, None if strategies is None else
                                {k: tuple([v] if isinstance(v, str) else v) for k, v in strategies.items()})
             if best is None or record.wall_seconds < best.wall_seconds:

@@ -206,6 +206,8 @@ def worker(config: str, side: int, inputs: dict[str, str], store: str) -> dict[s
     wf = workflow()
     start = time.perf_counter()
     run = wf.run(arrays, store=store, executor=executor, spark=spark, **options)
+    if hasattr(run, "wait"):  # a local run's store is written behind it: timed until durable
+        run.wait()
     wall = time.perf_counter() - start
     run_python, run_jvm = _python_peak(), sampler.jvm  # the run's own peaks, before the queries re-execute
     nodes = {n: {"wall": r.stats.wall_seconds, "op": r.stats.op_seconds, "lineage": r.stats.lineage_seconds,

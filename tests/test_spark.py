@@ -328,7 +328,7 @@ for k in range({count}):  # random workflows, as tests/test_run.py draws them
         names.append(f"n{{j}}")
     pins = {{node.name: supported_strategies(node.operator) for node in build(spec).nodes if not node.is_input}}
     runs = [build(spec).run(inputs_for(n, k), store=f"{out}/{{k}}-{{executor}}", strategies=pins, spark=spark,
-                            executor=executor, tile_shape=3) for executor in ("spark", "local")]
+                            executor=executor, tile_shape=3).wait() for executor in ("spark", "local")]
     assert dump_lineage(runs[0].path) == dump_lineage(runs[1].path), spec
     last = spec[-1][0]
     for node in pins:

@@ -1146,9 +1146,9 @@ class OnlinePolicy:
 
     def ran(self, run: _Execution, node: Node, choice: _Choice, computed: _Computed) -> dict[str, Any]:
         profile, budget = self._planned.pop(node.name)
-        # the workflow alone as measured so far (the operators' time, lineage apart): the next budget's base
         op_measured = sum(m.op_seconds for m in computed.metas)
-        self.state.base_seconds += op_measured
+        # the workflow alone as measured so far (the operators' time, lineage apart): the next budget's base
+        self.state.base_seconds += _plain_op_seconds(profile, choice.strategies, op_measured)
         run.catalog = replace(run.catalog, optimizer=self.state.to_record(budget))
         return {"compute_seconds": computed.wall, "profile": _as_run(profile, op_measured).to_dict()}
 
@@ -1238,6 +1238,19 @@ def _capture_limit(max_runtime, state: OptimizerState, pins: Sequence[str]):
             state.predicted_runtime
 
     return CaptureLimit(left(0.0), left(1.0) - left(0.0), 0.0, tuple(pins))
+
+
+def _plain_op_seconds(profile, strategies: Sequence[Strategy], op_measured: float) -> float:
+    """The node's operator time without lineage, as a relative runtime budget's base counts it.
+
+    A node planned before it ran (a one-pass profile) and run once with stored lineage
+    measured its operator making that lineage too (a FULL strategy's pairs cost many times
+    the operator): its base is calibration's estimate of the operator alone, measured on a
+    sample without lineage.  Counting the capture would let each capture raise the budget of
+    every node after it."""
+    if profile.one_pass and profile.op_seconds > 0 and any(s.stored for s in strategies):
+        return min(op_measured, float(profile.op_seconds))
+    return op_measured
 
 
 def _as_run(profile, op_seconds: float):

@@ -1018,3 +1018,22 @@ def test_intermediates_keep_stores_over_the_disk_budget_are_a_clear_error(tmp_pa
     with pytest.raises(sz.WorkflowError, match=r"keep= stores need 2048 bytes .*'slow'.*raise max_disk"):
         _slow_then_flip().run({"x": x}, store=tmp_path / "o", executor="local", workload=workload, max_disk=1000,
                               keep=["slow"])
+
+
+def test_a_relative_budgets_base_counts_a_one_pass_nodes_operator_without_its_capture():
+    # a node planned before it ran and run once storing lineage measured its operator making
+    # that lineage: the budget's base takes calibration's estimate of the operator alone, so a
+    # capture does not raise the budget of the nodes after it
+    from subzero import driver
+    from subzero.modes import Strategy
+    from subzero.optimizer.cost_model import NodeProfile
+
+    full, bare = (Strategy.parse("FullRange"),), (Strategy.parse("Map"),)
+    one_pass = NodeProfile(node="clean", op_seconds=0.3, one_pass=True)
+    assert driver._plain_op_seconds(one_pass, full, 4.2) == pytest.approx(0.3)
+    assert driver._plain_op_seconds(one_pass, full, 0.2) == pytest.approx(0.2)  # never above what ran
+    assert driver._plain_op_seconds(one_pass, bare, 4.2) == pytest.approx(4.2)  # no lineage made: as measured
+    computed_first = NodeProfile(node="clean", op_seconds=0.3, one_pass=False)
+    assert driver._plain_op_seconds(computed_first, full, 0.5) == pytest.approx(0.5)
+    unsampled = NodeProfile(node="clean", op_seconds=0.0, one_pass=True)
+    assert driver._plain_op_seconds(unsampled, full, 0.5) == pytest.approx(0.5)

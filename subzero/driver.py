@@ -207,11 +207,16 @@ class _Execution:
         sizes = [self.arrays[i.name].nbytes for i in node.inputs if i.name in self.arrays]
         return max(sizes, default=0) <= self._behind_limit
 
+    def _written_behind(self, name: str) -> bool:
+        """Whether ``name``'s output is a kept array held in memory (`_persist` writes it)."""
+        held = self.held.get(name)
+        return name in self.kept and held is not None and self._destinations.get(name) is held
+
     def _persist(self, name: str, record: ArrayRecord, metas: Sequence[TileMeta]) -> ArrayRecord:
         """A kept array held in memory is queued for writing behind the run (its chunks as its
         tiles would have written them); its record says it is stored."""
         held = self.held.get(name)
-        if name not in self.kept or held is None or self._destinations.get(name) is not held:
+        if not self._written_behind(name) or held is None:
             return record
         block = held.block if held.block is not None else np.empty(record.shape, record.dtype)
         pipeline = next((m.pipeline for m in metas if m.pipeline is not None), None) or \
@@ -356,8 +361,8 @@ class _Execution:
         done = self.stage(node).run(self.runner, strategies, write_output=True, progress=self.progress,
                                     prepared=prepared)
         self.operators[node.name] = done.stage.operator  # bound, with its run state: the run's queries use it
-        self.arrays[node.name] = self._persist(node.name, replace(done.commit_array(), why=self.why(node.name)),
-                                               done.metas)
+        committed = done.commit_array(written_behind=self._written_behind(node.name))
+        self.arrays[node.name] = self._persist(node.name, replace(committed, why=self.why(node.name)), done.metas)
         return done.metas, done.wall
 
     def fused_group(self, nodes: Sequence[Node], chosen: dict[str, tuple[Strategy, ...]]) -> FusedStage | None:
@@ -411,7 +416,8 @@ class _Execution:
         for node, member in zip(nodes, done):
             self.operators[node.name] = member.stage.operator
             # committed through the stage that ran (its chunks' codec is in the tiles' metadata)
-            self.arrays[node.name] = self._persist(node.name, replace(member.commit_array(), why=self.why(node.name)),
+            committed = member.commit_array(written_behind=self._written_behind(node.name))
+            self.arrays[node.name] = self._persist(node.name, replace(committed, why=self.why(node.name)),
                                                    member.metas)
             out.append((member.metas, member.wall))
         return out, summaries

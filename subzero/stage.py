@@ -277,20 +277,28 @@ class StageRun:
     dtype: str
     chunks: Shape
 
-    def commit_array(self, metadata: bool = True) -> ArrayRecord:
+    def commit_array(self, metadata: bool = True, written_behind: bool = False) -> ArrayRecord:
         """Commit the output array (its ``zarr.json`` unless not ``metadata``: a replay that
         re-ran some tiles keeps the old one) and the bound operator; returns its record (an
-        output not stored: ``stored=False``, no metadata)."""
+        output not stored: ``stored=False``, no metadata).  ``written_behind``: the output,
+        held in memory, is written by the run behind it (it will be stored all the same)."""
         stage = self.stage
         if not stage.stores_output:
-            stage.store.save_operator(stage.name, dump_operator(stage.operator, stage.name))
+            self._save_operator(written_behind)
             return replace(array_record(self.shape, self.dtype, self.chunks), stored=False)
         ref = stage.output_ref()
         pipeline = next((m.pipeline for m in self.metas if m.pipeline is not None), None)  # as the tiles wrote
         meta_xxh3 = ref.commit(self.shape, self.dtype, self.chunks, pipeline) if metadata else None
         ref.forget()
-        stage.store.save_operator(stage.name, dump_operator(stage.operator, stage.name))
+        self._save_operator(True)
         return array_record(self.shape, self.dtype, self.chunks, meta_xxh3)
+
+    def _save_operator(self, output_stored: bool) -> None:
+        """Save the bound operator; one that holds its output (a traced array's values) is saved
+        without it when the output array is stored (`subzero.operators.indexing.Opaque.stored_form`)."""
+        op = self.stage.operator
+        form = getattr(op, "stored_form", None) if output_stored else None
+        self.stage.store.save_operator(self.stage.name, dump_operator(form() if form else op, self.stage.name))
 
 
 def array_record(shape: Shape, dtype: str, chunks: Shape, meta_xxh3: str | None = None) -> ArrayRecord:

@@ -58,6 +58,29 @@ def test_arrays_entering_after_a_leak_depend_on_what_leaked(tmp_path):
     assert any(e.kind == "leak" for e in report.events) and not report.exact
 
 
+def test_an_array_entering_after_a_leak_is_stored_once_when_its_output_is(tmp_path):
+    # its step holds the values it had when traced; with its output array stored, the saved
+    # operator does not hold them again: a reopened run's operator reads them from the array
+    from scipy import ndimage
+
+    @sz.workflow
+    def f(x):
+        return ndimage.distance_transform_edt(x > 0)  # compiled code reads x's values: what it returns entered after
+
+    x = np.random.default_rng(5).normal(size=(256, 256))
+    expected = ndimage.distance_transform_edt(x > 0)
+    path = tmp_path / "run"
+    f.run({"x": x}, store=path, executor="local").wait()
+    saved = {p.stem: p.stat().st_size for p in (path / "operators").glob("*.pkl")}
+    assert saved and max(saved.values()) < expected.nbytes // 20, saved
+    opened = sz.open_run(path)
+    name = "out"
+    np.testing.assert_array_equal(np.asarray(opened.output(name)), expected)
+    op = opened.workflow.node(name).operator
+    np.testing.assert_array_equal(np.asarray(op.run(None, x)).reshape(expected.shape), expected)
+    assert len(opened.backward(name, [(3, 4)], to="x")) == x.size  # still coarse over the leaked array
+
+
 def test_counts_and_sets_are_all_to_all_and_not_coarse():
     @sz.workflow
     def f(x):

@@ -27,6 +27,7 @@ on every input cell (sound by construction), with the reason recorded.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -476,6 +477,27 @@ class Opaque(Operator):
             raise WorkflowError(f"{self.call!r} returned {out.size} values where the trace saw "
                                 f"{int(np.prod(self.shape))}: the step depends on values that changed")
         return out.reshape(self.shape)
+
+    def stored_form(self) -> "Opaque":
+        """The operator as a run saves it when its output array is stored: a call that holds
+        its result (the values an array had when traced) is saved without them, and
+        `restored` reads them back from that array (one copy in the store, not two)."""
+        strip = getattr(self.call, "without_value", None)
+        if strip is None:
+            return self
+        out = copy.copy(self)
+        out.call = strip()
+        return out
+
+    def restored(self, read_output: Callable[[], np.ndarray]) -> "Opaque":
+        """The operator a store loaded, its held result read (on first use) by ``read_output``
+        from its node's stored array (see `stored_form`)."""
+        bind = getattr(self.call, "reading", None)
+        if bind is None:
+            return self
+        out = copy.copy(self)
+        out.call = bind(read_output)
+        return out
 
     def __repr__(self) -> str:
         return f"Opaque({self.call!r}{'' if self.pick is None else f'[{self.pick}]'})"

@@ -308,10 +308,12 @@ class FileStore(RunWriter):
             raw = self.location.read_bytes("operators", f"{node}.pkl")
         raw = unseal_pickle(raw, f"the operator of node {node!r} in store {self.url!r}")
         try:
-            return pickle.loads(raw)
+            op = pickle.loads(raw)
         except Exception as exc:
             raise StoreError(f"operator of node {node!r} cannot be loaded from {self.url!r} "
                              f"({type(exc).__name__}: {exc}); is its module importable here?") from exc
+        restored = getattr(op, "restored", None)  # an operator saved without the output it holds reads it here
+        return restored(lambda: self.array(node).read()) if restored is not None else op
 
     # -- lineage ------------------------------------------------------------------------------
     def shard_directory(self, node: str, strategy: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from subzero.errors import WorkflowError
 from subzero.operators.indexing import Opaque
 from subzero.trace.calls import ARG, NumpyCall
 from subzero.trace.errors import UnsupportedCallError, user_line
@@ -148,16 +149,41 @@ def lift(tracer: Tracer, value: Any) -> Any:
 
 
 class _Captured:
-    """The values an array had when traced (a step after a leak: it re-reads nothing)."""
+    """The values an array had when traced (a step after a leak: it re-reads nothing).
 
-    def __init__(self, value: np.ndarray):
-        self.value = value
+    Saved with a stored output, it holds no values (`without_value`): a store that loads it
+    gives it a reader of that output (`reading`), called on first use."""
+
+    def __init__(self, value: np.ndarray | None, shape: tuple[int, ...] | None = None,
+                 read: Callable[[], np.ndarray] | None = None):
+        self.value, self.read = value, read
+        self.shape = tuple(value.shape) if value is not None else tuple(shape or ())
+
+    def without_value(self) -> "_Captured":
+        """This call without its values (its node's stored output holds them)."""
+        return _Captured(None, self.shape)
+
+    def reading(self, read: Callable[[], np.ndarray]) -> "_Captured":
+        """This call, its values read by ``read`` when first needed."""
+        return self if self.value is not None else _Captured(None, self.shape, read)
 
     def __call__(self, *arrays: np.ndarray) -> np.ndarray:
+        if self.value is None:
+            if self.read is None:
+                raise WorkflowError(f"{self!r} was saved without its values and loaded outside its store: "
+                                    "open the run with sz.open_run to read them")
+            self.value = np.asarray(self.read()).reshape(self.shape)
         return self.value
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {"value": self.value, "shape": self.shape}  # a reader belongs to the store that loaded it
+
+    def __setstate__(self, state: dict[str, Any]) -> None:  # also a store's from before readers: its values only
+        self.value, self.read = state.get("value"), None
+        self.shape = tuple(state["shape"]) if "shape" in state else tuple(np.shape(self.value))
+
     def __repr__(self) -> str:
-        return f"captured array of shape {self.value.shape}"
+        return f"captured array of shape {self.shape}"
 
 
 def _leaked_constant(tracer: Tracer, value: np.ndarray) -> SymbolicArray:

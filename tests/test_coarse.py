@@ -92,3 +92,21 @@ def test_counts_and_sets_are_all_to_all_and_not_coarse():
     expected = np.unique(((X > 0).astype(np.int64) + (X > 1)), return_counts=True)[1]
     np.testing.assert_array_equal(evaluate_workflow(wf, {"x": X})["counts"], expected)
     assert f.report({"x": X}).exact
+
+
+def test_an_array_a_library_writes_into_after_it_entered_keeps_the_values_it_had(tmp_path):
+    # skimage's sobel makes `output = np.zeros(...)` (a library's array: numpy values) and adds
+    # each axis's traced edges into it in place: the array enters as a constant of zeros, the
+    # first add leaks, and what it holds after each later write is not what the steps read
+    import skimage.filters
+
+    @sz.workflow
+    def f(image):
+        return skimage.filters.sobel(image)
+
+    image = np.random.default_rng(2).normal(size=(40, 30))
+    run = f.run({"image": image}, store=tmp_path / "run", executor="local", keep="all")
+    assert "constant" in {n.name for n in run.workflow.nodes}
+    np.testing.assert_array_equal(np.asarray(run.output("constant")), 0.0)  # np.zeros, as it entered
+    np.testing.assert_allclose(np.asarray(run.output("add")), np.asarray(run.output("multiply")))  # 0 + edges**2
+    np.testing.assert_allclose(np.asarray(run.output("out")), skimage.filters.sobel(image))

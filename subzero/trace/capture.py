@@ -49,7 +49,7 @@ def _creator(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
             return out
         if name == "empty":  # numpy's values are undefined: the trace's are zeros, the same in every run
             out = np.zeros_like(out)
-        return SymbolicArray(tracer, tracer.constant(out, user_line()), out.shape, out.dtype)
+        return SymbolicArray(tracer, tracer.constant(out, user_line(), owned=True), out.shape, out.dtype)
 
     return create
 
@@ -72,7 +72,7 @@ def _converter(original: Callable[..., Any], copies: bool) -> Callable[..., Any]
                     and out.dtype != object and is_user_frame(sys._getframe(1)):
                 # an array the user writes down (np.array([...])): a captured constant, so indexing it
                 # with traced values (sizes[labels]) or writing into it keeps exact lineage
-                return SymbolicArray(tracer, tracer.constant(out, user_line()), out.shape, out.dtype)
+                return SymbolicArray(tracer, tracer.constant(out, user_line(), owned=True), out.shape, out.dtype)
             return out
         if sys._getframe(1).f_globals.get("__name__", "").startswith(_CONTAINERS):
             return original(a, dtype, *args, **kwargs)  # values: the array's __array__ records the leak
@@ -96,8 +96,8 @@ def _stacked(items: Any) -> SymbolicArray:
     for p in parts:
         if not isinstance(p, SymbolicArray):
             value = np.broadcast_to(np.asarray(p, dtype), like.shape).copy()
-            p = SymbolicArray(tracer, tracer.constant(value.reshape(value.shape or (1,)), user_line()), value.shape,
-                              value.dtype)
+            entry = tracer.constant(value.reshape(value.shape or (1,)), user_line(), owned=True)
+            p = SymbolicArray(tracer, entry, value.shape, value.dtype)
         nodes.append(p.astype(dtype))
     return cast(SymbolicArray, np.stack(nodes))
 

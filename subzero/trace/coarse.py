@@ -194,6 +194,7 @@ def _leaked_constant(tracer: Tracer, value: np.ndarray) -> SymbolicArray:
     line = user_line()
     tracer.note("coarse", line, reason)
     shape = node_shape(value.shape)
+    value = np.array(value, copy=True)  # the values it has now: the code may write into the array afterwards
     entry = tracer.add(Opaque(_Captured(value.reshape(shape)), shape, reason, nin=len(sources)), sources,
                        "from_values", line)
     entry.value = value.reshape(shape)

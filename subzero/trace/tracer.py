@@ -102,10 +102,12 @@ class Tracer:
         self._inputs_without_values += value is None
         return entry
 
-    def constant(self, value: np.ndarray, line: str = "") -> Entry:
+    def constant(self, value: np.ndarray, line: str = "", owned: bool = False) -> Entry:
         """Record an array the function captured as an input the workflow carries (tiled
-        like any input, so it never meets a tile of another shape); its entry."""
-        value = np.asarray(value)
+        like any input, so it never meets a tile of another shape); its entry.  The values it
+        has now are kept (a copy, unless ``owned``: no one else holds the array), since the
+        code may write into it afterwards (a library's ``np.add(out, x, out=out)``)."""
+        value = np.asarray(value) if owned else np.array(value, copy=True)
         entry = Entry("constant", None, (), tuple(int(n) for n in value.shape), line=line, constant=True,
                       value=value)
         self.entries.append(entry)

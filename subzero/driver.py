@@ -29,7 +29,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Protocol, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -923,43 +923,42 @@ class _Choice:
     arrays: dict[str, str] = field(default_factory=dict)
 
 
-class Policy(Protocol):
+class Policy:
     """Chooses each node's strategies for `_run_nodes`, the one run loop: a fixed choice (pins
     and defaults: `FixedPolicy`), the online optimizer (`OnlinePolicy`), or an older store's
-    two-phase plan (`PendingPolicy`)."""
+    two-phase plan (`PendingPolicy`).  A policy says what it fuses and chooses; the other
+    steps do nothing unless it overrides them."""
 
     def fusable(self, nodes: Sequence[Node]) -> list[tuple[Node, tuple[Strategy, ...]]]:
         """The leading ``nodes`` a fused stage may compute, each with the strategies it stores
         whatever the policy chooses later (`_Execution.fused_group` fuses a prefix of them)."""
-        ...
+        raise NotImplementedError
 
     def computed_before(self, run: _Execution, node: Node) -> _Computed | None:
         """The node's output as an earlier run computed it (None: this run computes it)."""
-        ...
+        return None
 
     def computes_first(self, stage: NodeStage) -> bool:
         """Whether the node is computed without lineage before `choose` (only running tells
         its shape, or its tiles need its first pass); its lineage is captured after."""
-        ...
+        return False
 
     def committed(self, name: str, record: NodeRecord) -> None:
         """A node committed before this run was resumed."""
-        ...
 
     def choose(self, run: _Execution, node: Node, stage: NodeStage, computed: _Computed | None) -> _Choice:
         """The node's strategies (``computed``: its output, when computed already)."""
-        ...
+        raise NotImplementedError
 
     def ran(self, run: _Execution, node: Node, choice: _Choice, computed: _Computed) -> dict[str, Any]:
         """The node ran as ``choice`` says: account for it; the catalog entry's further extras."""
-        ...
+        return {}
 
     def finish(self, run: _Execution) -> None:
         """Every node is committed."""
-        ...
 
 
-class FixedPolicy:
+class FixedPolicy(Policy):
     """The strategies the user pinned, else each node's default (`subzero.strategies`)."""
 
     def __init__(self, operators: Sequence[Node], pinned: dict[str, tuple[str, ...]]):
@@ -969,28 +968,13 @@ class FixedPolicy:
     def fusable(self, nodes: Sequence[Node]) -> list[tuple[Node, tuple[Strategy, ...]]]:
         return [(n, self.chosen[n.name]) for n in nodes]
 
-    def computed_before(self, run: _Execution, node: Node) -> _Computed | None:
-        return None
-
-    def computes_first(self, stage: NodeStage) -> bool:
-        return False
-
-    def committed(self, name: str, record: NodeRecord) -> None:
-        pass
-
     def choose(self, run: _Execution, node: Node, stage: NodeStage, computed: _Computed | None) -> _Choice:
         chosen = self.chosen[node.name]
         return _Choice(chosen, {"reason": "pinned" if node.name in self.pinned else "default"},
                        _default_stores(run, node, stage, chosen))
 
-    def ran(self, run: _Execution, node: Node, choice: _Choice, computed: _Computed) -> dict[str, Any]:
-        return {}
 
-    def finish(self, run: _Execution) -> None:
-        pass
-
-
-class PendingPolicy:
+class PendingPolicy(Policy):
     """Phase 2 of an older subzero's two-phase run, resumed from its catalog (its plan:
     `catalog.PendingNode` records): every node phase 1 computed captures the lineage its plan
     stores."""
@@ -1005,18 +989,9 @@ class PendingPolicy:
         item = self.pending[node.name]
         return _Computed([], item.measured["wall"], item.measured)
 
-    def computes_first(self, stage: NodeStage) -> bool:
-        return False
-
-    def committed(self, name: str, record: NodeRecord) -> None:
-        pass
-
     def choose(self, run: _Execution, node: Node, stage: NodeStage, computed: _Computed | None) -> _Choice:
         item = self.pending[node.name]
         return _Choice(tuple(item.strategies), dict(item.extra))
-
-    def ran(self, run: _Execution, node: Node, choice: _Choice, computed: _Computed) -> dict[str, Any]:
-        return {}
 
     def finish(self, run: _Execution) -> None:
         optimizer = {k: v for k, v in (run.catalog.optimizer or {}).items() if k != "pending"}
@@ -1056,7 +1031,7 @@ class OptimizerState:
                 "one_pass": True}
 
 
-class OnlinePolicy:
+class OnlinePolicy(Policy):
     """The optimizer, planning each node in one pass once its inputs are committed.
 
     In topological order: the node is calibrated on sample windows of its stored inputs
@@ -1092,9 +1067,6 @@ class OnlinePolicy:
                 break
             lead.append((node, strategies))
         return lead
-
-    def computed_before(self, run: _Execution, node: Node) -> _Computed | None:
-        return None
 
     def computes_first(self, stage: NodeStage) -> bool:
         return stage.output_shape is None or stage.operator.two_pass

@@ -179,8 +179,9 @@ class _Captured:
         return {"value": self.value, "shape": self.shape}  # a reader belongs to the store that loaded it
 
     def __setstate__(self, state: dict[str, Any]) -> None:  # also a store's from before readers: its values only
-        self.value, self.read = state.get("value"), None
-        self.shape = tuple(state["shape"]) if "shape" in state else tuple(np.shape(self.value))
+        value = state.get("value")
+        self.value, self.read = value, None
+        self.shape = tuple(state["shape"]) if "shape" in state else tuple(np.asarray(value).shape)
 
     def __repr__(self) -> str:
         return f"captured array of shape {self.shape}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import types
 
 import numpy as np
@@ -79,6 +80,8 @@ def test_an_array_entering_after_a_leak_is_stored_once_when_its_output_is(tmp_pa
     op = opened.workflow.node(name).operator
     np.testing.assert_array_equal(np.asarray(op.run(None, x)).reshape(expected.shape), expected)
     assert len(opened.backward(name, [(3, 4)], to="x")) == x.size  # still coarse over the leaked array
+    shipped = pickle.loads(pickle.dumps(sz.open_run(path).workflow.node(name).operator))  # to a Spark task
+    np.testing.assert_array_equal(np.asarray(shipped.run(None, x)).reshape(expected.shape), expected)
 
 
 def test_counts_and_sets_are_all_to_all_and_not_coarse():

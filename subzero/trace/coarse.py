@@ -176,7 +176,9 @@ class _Captured:
         return self.value
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"value": self.value, "shape": self.shape}  # a reader belongs to the store that loaded it
+        # a reader belongs to the store that loaded it: a copy sent elsewhere (a Spark task) carries the values
+        value = self.value if self.value is not None or self.read is None else self()
+        return {"value": value, "shape": self.shape}
 
     def __setstate__(self, state: dict[str, Any]) -> None:  # also a store's from before readers: its values only
         value = state.get("value")

@@ -214,15 +214,26 @@ def _codec(compressor: str, itemsize: int):
     raise StoreError(f"unknown compressor {compressor!r}; use 'none', 'lz4' or 'zstd' (the compressor setting, SUBZERO_COMPRESSOR)")
 
 
-def encode_chunk(chunk: np.ndarray, compressor: str) -> bytes:
-    """A full chunk as the bytes of a Zarr v3 chunk: little-endian C order, compressed, CRC32C last."""
+def encode_chunk(chunk: np.ndarray, compressor: str) -> "bytes | memoryview":
+    """A full chunk as the bytes of a Zarr v3 chunk: little-endian C order, compressed, CRC32C last.
+
+    Uncompressed, the cells are copied once, straight from ``chunk`` (any strides) into the
+    buffer returned, the checksum after them (no intermediate copies: inputs are written at the
+    speed of one memory copy)."""
     import google_crc32c
 
-    data = np.ascontiguousarray(chunk, dtype=chunk.dtype.newbyteorder("<")).tobytes()
+    dtype = chunk.dtype.newbyteorder("<")
     codec = _codec(resolve_compressor(compressor, chunk.dtype), chunk.dtype.itemsize)
     if codec is not None:
-        data = bytes(codec.encode(data))
-    return data + np.uint32(google_crc32c.value(data)).astype("<u4").tobytes()
+        data = bytes(codec.encode(np.ascontiguousarray(chunk, dtype=dtype)))
+        return data + np.uint32(google_crc32c.value(data)).astype("<u4").tobytes()
+    nbytes = chunk.size * dtype.itemsize
+    buffer = np.empty(nbytes + 4, np.uint8)
+    np.copyto(buffer[:nbytes].view(dtype).reshape(chunk.shape), chunk, casting="no" if chunk.dtype == dtype else
+              "equiv")
+    view = memoryview(buffer)
+    buffer[nbytes:] = np.frombuffer(np.uint32(google_crc32c.value(buffer[:nbytes])).astype("<u4").tobytes(), np.uint8)
+    return view
 
 
 def decode_chunk(data: bytes, shape: tuple[int, ...], dtype, compressor: str, where: str) -> np.ndarray:

@@ -338,7 +338,7 @@ class Location:
         return self.fs.cat_file(self.path(*parts))
 
     @_remote("writing")
-    def write_bytes(self, data: bytes, *parts: str, durable: bool = True) -> None:
+    def write_bytes(self, data: "bytes | memoryview", *parts: str, durable: bool = True) -> None:
         """Write a file atomically: a reader sees the old file or the new one, never a part.
 
         ``durable`` also flushes it to the disk before it replaces the old one (catalogs and
@@ -346,7 +346,7 @@ class Location:
         """
         path = self.path(*parts)
         if not self.is_local:
-            self.fs.pipe_file(path, data)  # object stores replace objects whole
+            self.fs.pipe_file(path, bytes(data))  # object stores replace objects whole
             return
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + ".",
                                    suffix=".tmp")

@@ -240,11 +240,12 @@ def decode_chunk(data: bytes, shape: tuple[int, ...], dtype, compressor: str, wh
     """Inverse of `encode_chunk`; a checksum mismatch is a `StoreError` naming ``where``."""
     import google_crc32c
 
-    if len(data) < 4 or np.frombuffer(data[-4:], "<u4")[0] != google_crc32c.value(data[:-4]):
+    raw = np.frombuffer(data, np.uint8)  # the file's bytes, sliced without copies
+    if len(raw) < 4 or raw[-4:].view("<u4")[0] != google_crc32c.value(raw[:-4]):
         raise StoreError(f"{where} does not match its checksum (its bytes were changed or cut); the store is "
                          "damaged: re-run the workflow to rebuild it")
     dtype = np.dtype(dtype)
-    body = data[:-4]
+    body: Any = raw[:-4]
     codec = _codec(compressor, dtype.itemsize)
     if codec is not None:
         try:

@@ -553,3 +553,24 @@ def test_the_metadata_checksum_is_that_of_the_zarr_json_written(tmp_path, dtype,
         ref.commit(shape, dtype, chunks, compressor)
         written = (tmp_path / "arrays" / f"a{k}" / "zarr.json").read_bytes()
         assert metadata_checksum(shape, chunks, dtype, compressor) == xxhash.xxh3_64_hexdigest(written)
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(["<f8", ">f8", "<f4", ">i4", "<i2", "u1", "?", "<c8"]),
+       shape=st.lists(st.integers(1, 7), min_size=0, max_size=3), step=st.integers(1, 3),
+       compressor=st.sampled_from(["none", "zstd", "lz4"]))
+def test_a_chunk_encodes_as_zarr_writes_it_and_decodes_to_its_cells(dtype, shape, step, compressor):
+    # any strides and byte order: one copy into the chunk's buffer (none compressed), which is
+    # little-endian C order then the CRC32C, as zarr's bytes + crc32c codecs write it
+    import google_crc32c
+
+    from subzero.store.arrays import decode_chunk, encode_chunk
+
+    rng = np.random.default_rng(len(shape) + step)
+    full = rng.integers(0, 100, size=[n * step for n in shape]).astype(dtype)
+    chunk = full[tuple(slice(None, None, step) for _ in shape)] if shape else np.asarray(full).reshape(())
+    data = bytes(encode_chunk(chunk, compressor))
+    assert int.from_bytes(data[-4:], "little") == google_crc32c.value(data[:-4])
+    if compressor == "none":
+        assert data[:-4] == np.ascontiguousarray(chunk, dtype=chunk.dtype.newbyteorder("<")).tobytes()
+    np.testing.assert_array_equal(decode_chunk(data, chunk.shape, chunk.dtype, compressor, "a chunk"), chunk)

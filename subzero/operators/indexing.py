@@ -27,6 +27,7 @@ on every input cell (sound by construction), with the reason recorded.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,7 +39,7 @@ from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._kernels import unique_rows
-from subzero.tiling import Box, Shape, Tiling
+from subzero.tiling import Box, Shape, Tiling, box_shape
 
 __all__ = ["Gather", "Scatter", "Opaque", "Coordinates", "digest"]
 
@@ -81,8 +82,34 @@ def _coords(flat: np.ndarray, shape: Shape) -> np.ndarray:
     return np.stack(np.unravel_index(flat, shape), axis=1).astype(np.int64)
 
 
-def _region(box: Box) -> tuple[slice, ...]:
-    return tuple(slice(lo, hi) for lo, hi in box)
+def _region(box: Box, origin: Box | None = None) -> tuple[slice, ...]:
+    if origin is None:
+        return tuple(slice(lo, hi) for lo, hi in box)
+    return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin))
+
+
+def _meet(a: Box, b: Box) -> Box:
+    """The intersection of two boxes (empty ranges where they do not meet)."""
+    out = []
+    for (alo, ahi), (blo, bhi) in zip(a, b):
+        lo = max(alo, blo)
+        out.append((lo, max(lo, min(ahi, bhi))))
+    return tuple(out)
+
+
+def _written_block(written: np.ndarray, source: np.ndarray | None) -> Box | None:
+    """The box ``written`` covers when it is exactly one box whose cells receive ``v``'s cells in
+    C order (``source`` is 0, 1, 2, ...), else None."""
+    if source is None or not written.ndim or not len(source):
+        return None
+    box = tuple((int(np.argmax(a)), len(a) - int(np.argmax(a[::-1])))
+                for a in (written.any(axis=tuple(k for k in range(written.ndim) if k != axis))
+                          for axis in range(written.ndim)))
+    if math.prod(hi - lo for lo, hi in box) != len(source):
+        return None
+    if source[0] != 0 or source[-1] != len(source) - 1 or (len(source) > 1 and not bool((np.diff(source) == 1).all())):
+        return None
+    return box
 
 
 def _bounding(coords: np.ndarray, ndim: int) -> Box:
@@ -308,6 +335,7 @@ class Scatter(_Guided):
         self._rank_cache: np.ndarray | None = None
         if self._source is not None and len(self._source) != self.written_cells:
             raise WorkflowError(f"Scatter: {len(self._source)} sources for {self.written_cells} written cells")
+        self._block = _written_block(written, self._source)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -365,6 +393,15 @@ class Scatter(_Guided):
     def _source_box(self, out_box: Box) -> Box:
         return out_box
 
+    def _block_of(self) -> Box | None:
+        """The box written when the assignment copies ``v`` whole into it in C order (``v`` has
+        the box's shape, ``x[a:b, c:d] = v``), else None: then a tile's values are a box of
+        ``v``, found without looking at cells."""
+        block = getattr(self, "_block", None)  # operators stored before it was kept: none
+        if block is None or not self.has_values or tuple(self.input_shapes[1]) != box_shape(block):
+            return None
+        return block
+
     def _sources_in(self, out_box: Box) -> tuple[np.ndarray, np.ndarray]:
         """(the written cells of ``out_box``, as a mask over it; the cells of v they receive)."""
         written = self._written[_region(out_box)]
@@ -378,6 +415,12 @@ class Scatter(_Guided):
         if i == 0:
             return out_box
         if i == 1 and self.has_values:  # the values the tile's written cells receive: their bounding box
+            block = self._block_of()
+            if block is not None:
+                part = _meet(out_box, block)
+                if any(lo == hi for lo, hi in part):
+                    return tuple((0, 0) for _ in part)
+                return tuple((lo - b, hi - b) for (lo, hi), (b, _) in zip(part, block))
             return _bounding(self._sources_in(out_box)[1], len(self.input_shapes[1]))
         return self._guide_box(out_box, self.guides[i - self._first_guide], self.input_shapes[i])
 
@@ -389,6 +432,12 @@ class Scatter(_Guided):
             return out
         if not self.has_values:
             out[self._written[_region(box)]] = self.fill
+            return out
+        block = self._block_of()
+        if block is not None:  # the tile's part of the block receives the values read, as they are
+            part = _meet(box, block)
+            with np.errstate(all="ignore"):
+                out[_region(part, box)] = np.asarray(rest[0]).astype(out.dtype, copy=False)
             return out
         written, sources = self._sources_in(box)
         lo = np.asarray([b[0] for b in ctx.input_boxes[1]], np.int64)

@@ -112,6 +112,28 @@ def _written_block(written: np.ndarray, source: np.ndarray | None) -> Box | None
     return box
 
 
+def _flat_bounding(flat: np.ndarray, shape: Shape) -> Box:
+    """The bounding box of the cells at flat positions ``flat`` in an array of ``shape`` (as
+    ``_bounding(_coords(flat, shape))``, without making the coordinates)."""
+    if not len(flat):
+        return tuple((0, 0) for _ in shape)
+    if not len(shape):
+        return ()
+    inner = math.prod(int(n) for n in shape[1:])
+    first = (int(flat.min()) // inner, int(flat.max()) // inner + 1)
+    if len(shape) == 1:
+        return (first,)
+    rest = flat % inner
+    if int(rest.min()) == 0 and int(rest.max()) == inner - 1:  # (0, .., 0) and (n-1, .., n-1): every later axis whole
+        return (first,) + tuple((0, int(n)) for n in shape[1:])
+    out, stride = [first], inner
+    for n in shape[1:]:
+        stride //= max(int(n), 1)
+        along = (rest // stride) % n
+        out.append((int(along.min()), int(along.max()) + 1))
+    return tuple(out)
+
+
 def _bounding(coords: np.ndarray, ndim: int) -> Box:
     if not len(coords):
         return tuple((0, 0) for _ in range(ndim))
@@ -215,7 +237,10 @@ class Gather(_Guided):
             raise WorkflowError(f"Gather takes {1 + len(self.guides)} inputs (the array and its guides), got "
                                 f"{len(input_shapes)}")
         size = int(np.prod(input_shapes[0]))
-        if self._source.size and (self._source.min() < 0 or self._source.max() >= size):
+        span = self.__dict__.get("_span")
+        if span is None and self._source.size:  # every bind asks: found once per copy
+            span = self._span = (int(self._source.min()), int(self._source.max()))
+        if span is not None and (span[0] < 0 or span[1] >= size):
             raise WorkflowError(f"Gather: a source position is outside the input of shape {input_shapes[0]}")
         return tuple(int(n) for n in self._source.shape)
 
@@ -232,8 +257,18 @@ class Gather(_Guided):
         return _coords(flat, self.input_shapes[0])
 
     def _source_box(self, out_box: Box) -> Box:
-        src = _coords(self._source[_region(out_box)].ravel(), self.input_shapes[0])
-        return _bounding(src, len(self.input_shapes[0]))
+        memo = self.__dict__.setdefault("_box_memo", {})  # every input of a tile asks: found once
+        got = memo.get(out_box)
+        if got is None:
+            if len(memo) > 64:
+                memo.clear()
+            got = memo[out_box] = _flat_bounding(self._source[_region(out_box)].ravel(), self.input_shapes[0])
+        return got
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_box_memo", None)  # rebuilt where it is needed, never shipped or stored
+        return state
 
     def input_box(self, out_box: Box, i: int) -> Box:
         """The box of input ``i`` a tile of ``out_box`` reads: the source's cells the guides point at
@@ -244,7 +279,13 @@ class Gather(_Guided):
 
     def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
         x = inputs[0]
-        src = _coords(self._source[_region(ctx.tile_box)].ravel(), self.input_shapes[0])
+        shape, read = tuple(self.input_shapes[0]), ctx.input_boxes[0]
+        flat = self._source[_region(ctx.tile_box)].ravel()
+        if len(flat) and all(box == (0, n) for box, n in zip(read[1:], shape[1:])) and x.flags.c_contiguous:
+            # the box read is whole rows: a slab of x's flat order, indexed by flat position directly
+            start = read[0][0] * math.prod(shape[1:])
+            return np.take(x.reshape(-1), flat - start).reshape(box_shape(ctx.tile_box))
+        src = _coords(flat, self.input_shapes[0])
         lo = np.asarray([b[0] for b in ctx.input_boxes[0]], np.int64)
         out = x[tuple((src - lo).T)] if len(src) else np.empty(0, x.dtype)
         return out.reshape(tuple(hi - lo for lo, hi in ctx.tile_box))

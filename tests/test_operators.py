@@ -1797,3 +1797,26 @@ def test_scatter_of_a_box_reads_each_tiles_part_of_the_values(shape, tile, seed)
         assert op.input_box(t.box, 1) == cell_by_cell.input_box(t.box, 1)
     cells = np.argwhere(np.ones(x.shape, bool))
     np.testing.assert_array_equal(op.map_b(cells, 1), np.argwhere(np.ones(v.shape, bool)))
+
+
+def test_opaque_nodes_of_one_call_compute_it_once_per_inputs(tmp_path):
+    """The nodes picking elements of one call's result (a library call returning a tuple) share
+    it: the call runs once for them, again only when its inputs' values differ."""
+    calls = []
+
+    def stats(x):
+        calls.append(1)
+        return np.sort(x), np.cumsum(x), "a label"
+
+    x = np.random.default_rng(0).normal(size=50)
+    wf = sz.Workflow("shared")
+    xin = wf.input("x")
+    for k in (0, 1):
+        wf.add(ops.Opaque(stats, (50,), "a test", pick=k), xin, name=f"part{k}")
+    for values in (x, x + 1):
+        calls.clear()
+        run = wf.run({"x": values}, store=str(tmp_path / str(values[0])), executor="local")
+        assert np.array_equal(np.asarray(run.output("part0")), np.sort(values))
+        assert np.array_equal(np.asarray(run.output("part1")), np.cumsum(values))
+        assert len(calls) == 1
+    assert ops.Opaque(stats, (50,), "a test")._call_key is None  # one node: nothing shared

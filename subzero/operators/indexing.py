@@ -28,7 +28,11 @@ on every input cell (sound by construction), with the reason recorded.
 from __future__ import annotations
 
 import math
+import threading
+import uuid
 import warnings
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -538,6 +542,9 @@ class Opaque(Operator):
                  nin: int = 1, coarse: bool = True):
         self.coarse = bool(coarse)
         self.call = call
+        # the nodes picking elements of one call's result share its key: the first to run computes
+        # the call, the others take their element (`_shared_result`)
+        self._call_key = _call_key(call) if pick is not None else None
         self.shape = tuple(int(n) for n in output_shape)
         self.reason = str(reason)
         self.pick = pick
@@ -556,11 +563,15 @@ class Opaque(Operator):
         return self.shape
 
     def run(self, ctx, *inputs) -> np.ndarray:
-        with warnings.catch_warnings():  # the trace ran the call once already and showed its warnings
-            warnings.simplefilter("ignore")
-            out = self.call(*inputs)
-        if self.pick is not None:
-            out = out[self.pick]
+        key = getattr(self, "_call_key", None)  # operators stored before it was kept: none
+        if key is not None:
+            out = np.array(_shared_result(key, self.call, inputs, self.pick), copy=True)
+        else:
+            with warnings.catch_warnings():  # the trace ran the call once already and showed its warnings
+                warnings.simplefilter("ignore")
+                out = self.call(*inputs)
+            if self.pick is not None:
+                out = out[self.pick]
         out = np.asarray(out)
         if out.size != int(np.prod(self.shape)):
             raise WorkflowError(f"{self.call!r} returned {out.size} values where the trace saw "
@@ -569,3 +580,60 @@ class Opaque(Operator):
 
     def __repr__(self) -> str:
         return f"Opaque({self.call!r}{'' if self.pick is None else f'[{self.pick}]'})"
+
+
+# -- one call, several nodes: an Opaque per element of a call's result -------------------------
+_KEYS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+#: call key -> (the inputs' digest, the call's result, the picks not served yet); a few at most
+_RESULTS: "OrderedDict[str, tuple[str, Any, set[Any]]]" = OrderedDict()
+_RESULTS_LOCK = threading.Lock()
+_RESULTS_KEPT = 2
+
+
+def _call_key(call: Any) -> str | None:
+    """A key the call object keeps while traced (the Opaque nodes of one call share it, and it
+    travels with them when pickled), None for a call that cannot be weakly referenced."""
+    try:
+        key = _KEYS.get(call)
+        if key is None:
+            key = _KEYS[call] = uuid.uuid4().hex
+        return key
+    except TypeError:
+        return None
+
+
+def _inputs_digest(inputs: Sequence[Any]) -> str:
+    h = xxhash.xxh3_64()
+    for a in inputs:
+        a = np.ascontiguousarray(a)
+        h.update(repr((a.shape, a.dtype.str)).encode())
+        h.update(a.data if a.dtype != object else repr(a.tolist()).encode())
+    return h.hexdigest()
+
+
+def _shared_result(key: str, call: Callable[..., Any], inputs: Sequence[Any], pick: Any) -> Any:
+    """Element ``pick`` of ``call(*inputs)``, computing the call once for all the nodes that pick
+    from it in this process (the same key, inputs of the same values): each node takes its own
+    element and the result is dropped once every element that is an array was taken."""
+    digest_in = _inputs_digest(inputs)
+    with _RESULTS_LOCK:
+        kept = _RESULTS.get(key)
+        if kept is not None and kept[0] == digest_in and pick in kept[2]:
+            kept[2].discard(pick)
+            if not kept[2]:
+                del _RESULTS[key]
+            return kept[1][pick]
+    with warnings.catch_warnings():  # the trace ran the call once already and showed its warnings
+        warnings.simplefilter("ignore")
+        result = call(*inputs)
+    items = result.items() if isinstance(result, dict) else \
+        enumerate(result) if isinstance(result, (tuple, list)) else ()
+    left = {k for k, v in items if isinstance(v, (np.ndarray, np.generic)) and k != pick}
+    if left:
+        with _RESULTS_LOCK:
+            _RESULTS[key] = (digest_in, result, left)
+            _RESULTS.move_to_end(key)
+            while len(_RESULTS) > _RESULTS_KEPT:
+                _RESULTS.popitem(last=False)
+    return result[pick]
+

@@ -106,9 +106,11 @@ def _written_block(written: np.ndarray, source: np.ndarray | None) -> Box | None
     C order (``source`` is 0, 1, 2, ...), else None."""
     if source is None or not written.ndim or not len(source):
         return None
-    box = tuple((int(np.argmax(a)), len(a) - int(np.argmax(a[::-1])))
-                for a in (written.any(axis=tuple(k for k in range(written.ndim) if k != axis))
-                          for axis in range(written.ndim)))
+    ranges = []
+    for axis in range(written.ndim):
+        hit: np.ndarray = np.asarray(written.any(axis=tuple(k for k in range(written.ndim) if k != axis)))
+        ranges.append((int(np.argmax(hit)), len(hit) - int(np.argmax(hit[::-1]))))
+    box = tuple(ranges)
     if math.prod(hi - lo for lo, hi in box) != len(source):
         return None
     if source[0] != 0 or source[-1] != len(source) - 1 or (len(source) > 1 and not bool((np.diff(source) == 1).all())):

@@ -10,6 +10,7 @@ its halo too and the runtime trims it).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -185,7 +186,7 @@ def tile_lens(shape: Shape, split_axes: tuple[int, ...], tile_shape: "int | tupl
     """
     ndim = len(shape)
     if tile_shape is None:
-        lens = _target_lens(shape, split_axes)
+        lens = list(_target_lens(tuple(int(n) for n in shape), tuple(int(a) for a in split_axes)))
     elif isinstance(tile_shape, (int, np.integer)):
         lens = [int(tile_shape)] * ndim
     else:
@@ -194,7 +195,8 @@ def tile_lens(shape: Shape, split_axes: tuple[int, ...], tile_shape: "int | tupl
                  for a, n in enumerate(shape))
 
 
-def _target_lens(shape: Shape, split_axes: tuple[int, ...]) -> list[int]:
+@functools.lru_cache(maxsize=1024)  # every stage of a node asks again
+def _target_lens(shape: Shape, split_axes: tuple[int, ...]) -> tuple[int, ...]:
     """Lengths holding about `target_tile_cells` cells per tile whatever the array's shape: the
     split axes take equal shares (the per-axis root of the cells), except that an axis shorter
     than its share is taken whole and the cells it leaves go to the others (a (1048576, 1)
@@ -211,7 +213,7 @@ def _target_lens(shape: Shape, split_axes: tuple[int, ...]) -> list[int]:
         short = [a for a in split if lens[a] < per ** (1.0 / len(split))] if split else []
     for a in split:
         lens[a] = max(1, int(round(per ** (1.0 / len(split)))))
-    return lens
+    return tuple(lens)
 
 
 def default_chunks(shape: Shape) -> tuple[int, ...]:

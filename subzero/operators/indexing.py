@@ -51,7 +51,10 @@ __all__ = ["Gather", "Scatter", "Opaque", "Coordinates", "digest"]
 def digest(array: np.ndarray) -> str:
     """A short content digest of ``array`` (recorded in the catalog instead of the array)."""
     array = np.ascontiguousarray(array)
-    return xxhash.xxh3_64_hexdigest(array.tobytes() + repr((array.shape, array.dtype.str)).encode())
+    h = xxhash.xxh3_64()  # streamed: the digest of the bytes then the description, with no copy of them
+    h.update(array.data.cast("B") if array.size else b"")
+    h.update(repr((array.shape, array.dtype.str)).encode())
+    return h.hexdigest()
 
 
 def _check_guides(guides: Sequence[str]) -> tuple[str, ...]:

@@ -6,12 +6,14 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from scipy import ndimage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import subzero as sz
 from subzero import operators as ops
 from subzero.context import Context
+from subzero.replay import Patch, replay
 from subzero.tiling import (Elementwise, Halo, Permuted, Reduced, RowBlocks, Whole, box_shape, box_slices,
                             intersects, target_tile_cells, tile_grid, tile_lens)
 
@@ -141,6 +143,14 @@ def test_a_store_tiled_as_before_opens_and_answers_identically(tmp_path, monkeyp
                      resume=True)
     resumed.wait()
     np.testing.assert_array_equal(np.asarray(resumed.output("out")), values)
+    cells = reopened.frontier("x", cells=[(300, 0)])
+    replayed = replay(reopened, Patch("x", cells, value=7.0), str(tmp_path / "replayed"))
+    assert {n.name: (n.how, n.rerun) for n in replayed.nodes if n.name != "x"} == {"smooth": ("tiles", 1),
+                                                                                  "out": ("tiles", 1)}
+    expected = x.copy()
+    expected[300, 0] = 7.0
+    np.testing.assert_allclose(np.asarray(replayed.run.output("out")),
+                               ndimage.uniform_filter(expected, 5) * expected)
 
 
 def test_tiles_are_row_major():

@@ -285,10 +285,11 @@ class _Execution:
                           tuple(_input_tiles(shape, chunks)), chunks, (value,), self.store, digest=True)
         return stage.run(self.runner, (), write, progress=self.progress if write else None).metas
 
-    def input_digest(self, node: Node, value) -> str:
-        """The digest of an input as `save_input` computes it, without storing anything."""
+    def input_digest(self, node: Node, value, chunks: tuple[int, ...] | None = None) -> str:
+        """The digest of an input as `save_input` computes it (over ``chunks``, default: the
+        default chunks), without storing anything."""
         shape = tuple(int(n) for n in value.shape)
-        chunks = default_chunks(shape)
+        chunks = tuple(chunks) if chunks is not None else default_chunks(shape)
         if not isinstance(value, ExternalArray):
             return array_digest(value, chunks)
         metas = self._copy(node, value, chunks, False)
@@ -307,7 +308,9 @@ class _Execution:
                 continue
             value = arrays[node.name]
             same_layout = tuple(int(n) for n in value.shape) == record.shape and str(value.dtype) == record.dtype
-            if not same_layout or self.input_digest(node, value) != catalog.fingerprint.get(f"input:{node.name}"):
+            # digested over the stored chunks: a store made when the default chunks differed resumes
+            if not same_layout or self.input_digest(node, value, record.array.chunks) != \
+                    catalog.fingerprint.get(f"input:{node.name}"):
                 differ.append(f"input {node.name!r} (its values, shape or dtype)")
         if differ:
             raise StoreError(_not_the_same(self.store, differ))

@@ -299,10 +299,13 @@ class _Replayer:
         from subzero.query import TileGrid
 
         old_record = self.run.catalog.nodes[node.name]
+        # the node's own tiles when the run chose none (a store made when the default tiles differed)
+        tile_shape = self.tile_shape if self.tile_shape is not None or not old_record.tile_shape \
+            else tuple(old_record.tile_shape)
         # a fresh copy of the operator: the old run's keeps its state
         stage = NodeStage.bind(node.name, self.old.load_operator(node.name),
                                tuple(self.shapes[i.name] for i in node.inputs),
-                               tuple(self.ref(i.name) for i in node.inputs), self.fs, self.tile_shape,
+                               tuple(self.ref(i.name) for i in node.inputs), self.fs, tile_shape,
                                destination=None if old_record.array.stored else DISCARD)
         stores_lineage = any(Strategy.parse(s).stored for s in old_record.strategies)
         manifest = self.old.read_manifest(node.name) if stores_lineage else Manifest(node.name, {}, {})

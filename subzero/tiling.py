@@ -10,6 +10,7 @@ its halo too and the runtime trims it).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -185,16 +186,34 @@ def tile_lens(shape: Shape, split_axes: tuple[int, ...], tile_shape: "int | tupl
     """
     ndim = len(shape)
     if tile_shape is None:
-        whole = math.prod(int(shape[a]) for a in range(ndim) if a not in split_axes)
-        size = math.prod(int(n) for n in shape)
-        per = max(target_tile_cells(size) / max(whole, 1), 1.0)
-        lens = [max(1, int(round(per ** (1.0 / max(len(split_axes), 1)))))] * ndim
+        lens = list(_target_lens(tuple(int(n) for n in shape), tuple(int(a) for a in split_axes)))
     elif isinstance(tile_shape, (int, np.integer)):
         lens = [int(tile_shape)] * ndim
     else:
         lens = [int(t) for t in tile_shape] + [max(shape, default=1)] * (ndim - len(tile_shape))
     return tuple(max(1, min(int(lens[a]), max(int(n), 1))) if a in split_axes else max(int(n), 1)
                  for a, n in enumerate(shape))
+
+
+@functools.lru_cache(maxsize=1024)  # every stage of a node asks again
+def _target_lens(shape: Shape, split_axes: tuple[int, ...]) -> tuple[int, ...]:
+    """Lengths holding about `target_tile_cells` cells per tile whatever the array's shape: the
+    split axes take equal shares (the per-axis root of the cells), except that an axis shorter
+    than its share is taken whole and the cells it leaves go to the others (a (1048576, 1)
+    array gets tiles of 65,536 x 1, not 256 x 1)."""
+    ndim = len(shape)
+    whole = math.prod(int(shape[a]) for a in range(ndim) if a not in split_axes)
+    per = max(target_tile_cells(math.prod(int(n) for n in shape)) / max(whole, 1), 1.0)
+    lens = [max(int(n), 1) for n in shape]
+    split = [a for a in range(ndim) if a in split_axes]
+    short = [a for a in split if lens[a] < per ** (1.0 / len(split))]
+    while short:  # taken whole: their unused share goes to the other split axes
+        split = [a for a in split if a not in short]
+        per = max(per / math.prod(lens[a] for a in short), 1.0)
+        short = [a for a in split if lens[a] < per ** (1.0 / len(split))] if split else []
+    for a in split:
+        lens[a] = max(1, int(round(per ** (1.0 / len(split)))))
+    return tuple(lens)
 
 
 def default_chunks(shape: Shape) -> tuple[int, ...]:

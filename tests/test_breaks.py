@@ -53,6 +53,19 @@ def test_a_function_that_cannot_be_traced_runs_whole_as_one_coarse_step():
     assert not report.exact and "could not be traced" in str(report)
 
 
+def test_a_function_that_cannot_be_traced_runs_once_on_values_when_traced():
+    calls = []
+
+    @sz.workflow
+    def f(x):
+        calls.append(type(x).__name__)
+        return {"s": x * x.strides[0]}
+
+    wf = f.trace({"x": IMAGE})
+    assert calls.count("ndarray") == 1  # numpy's run of it (does numpy fail too?) gives the coarse step its values
+    np.testing.assert_allclose(evaluate_workflow(wf, {"x": IMAGE})["s"], IMAGE * IMAGE.strides[0])
+
+
 def test_numpys_own_errors_are_not_hidden():
     @sz.workflow
     def f(x):

@@ -1772,3 +1772,51 @@ def test_convolve1d_tiles_give_numpys_values_to_the_bit(n, m, mode, correlate, a
     op = bind(ops.SequenceConvolve(mode, correlate, constant=a if at == 0 else v, constant_at=at), [v if at == 0 else a])
     got = execute(op, [v if at == 0 else a], tile_shape=tile)[0]
     assert np.array_equal(got, (np.correlate if correlate else np.convolve)(a, v, mode))
+
+
+@examples(60)
+@given(shape=st.lists(st.integers(1, 9), min_size=1, max_size=3), tile=st.integers(1, 4), seed=st.integers(0, 2**16))
+def test_scatter_of_a_box_reads_each_tiles_part_of_the_values(shape, tile, seed):
+    """``x[a:b, c:d] = v`` with ``v`` of the box's shape: each tile reads its part of ``v`` as a
+    box (no cell lookup), and the values and lineage are those of the cell by cell path."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=shape)
+    box = tuple(slice(lo, int(rng.integers(lo + 1, n + 1))) for lo, n in
+                ((int(rng.integers(0, n)), n) for n in shape))
+    written = np.zeros(x.shape, bool)
+    written[box] = True
+    v = rng.normal(size=x[box].shape)
+    expected = x.copy()
+    expected[box] = v
+    op = bind(ops.Scatter(written, np.arange(v.size)), [x, v])
+    assert op._block_of() == tuple((s.start, s.stop) for s in box)
+    assert np.array_equal(execute(op, [x, v], tile_shape=tile)[0], expected)
+    cell_by_cell = bind(ops.Scatter(written, np.arange(v.size)), [x, v])
+    cell_by_cell._block = None
+    for t in tile_grid(x.shape, tuple(range(x.ndim)), tile):
+        assert op.input_box(t.box, 1) == cell_by_cell.input_box(t.box, 1)
+    cells = np.argwhere(np.ones(x.shape, bool))
+    np.testing.assert_array_equal(op.map_b(cells, 1), np.argwhere(np.ones(v.shape, bool)))
+
+
+def test_opaque_nodes_of_one_call_compute_it_once_per_inputs(tmp_path):
+    """The nodes picking elements of one call's result (a library call returning a tuple) share
+    it: the call runs once for them, again only when its inputs' values differ."""
+    calls = []
+
+    def stats(x):
+        calls.append(1)
+        return np.sort(x), np.cumsum(x), "a label"
+
+    x = np.random.default_rng(0).normal(size=50)
+    wf = sz.Workflow("shared")
+    xin = wf.input("x")
+    for k in (0, 1):
+        wf.add(ops.Opaque(stats, (50,), "a test", pick=k), xin, name=f"part{k}")
+    for values in (x, x + 1):
+        calls.clear()
+        run = wf.run({"x": values}, store=str(tmp_path / str(values[0])), executor="local")
+        assert np.array_equal(np.asarray(run.output("part0")), np.sort(values))
+        assert np.array_equal(np.asarray(run.output("part1")), np.cumsum(values))
+        assert len(calls) == 1
+    assert ops.Opaque(stats, (50,), "a test")._call_key is None  # one node: nothing shared

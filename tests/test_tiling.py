@@ -6,14 +6,16 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from scipy import ndimage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import subzero as sz
 from subzero import operators as ops
 from subzero.context import Context
+from subzero.replay import Patch, replay
 from subzero.tiling import (Elementwise, Halo, Permuted, Reduced, RowBlocks, Whole, box_shape, box_slices,
-                            intersects, tile_grid)
+                            intersects, target_tile_cells, tile_grid, tile_lens)
 
 
 def bound(shapes, out=None):
@@ -82,6 +84,73 @@ def test_default_tile_size_is_about_65536_cells():
     tiles = tile_grid((1000, 1000), (0, 1), None)
     assert 10 <= len(tiles) <= 30
     assert max(np.prod(box_shape(t.box)) for t in tiles) <= 1 << 17
+
+
+@pytest.mark.parametrize("shape, split", [((1 << 20, 1), (0, 1)), ((1, 1 << 20), (0, 1)), ((1 << 20,), (0,)),
+                                          ((1 << 18, 4), (0, 1)), ((3, 5, 1 << 17), (0, 1, 2)), ((1 << 20, 1), (0,)),
+                                          ((2048, 2048), (0, 1)), ((1 << 17, 8), (0,))])
+def test_default_tiles_hold_the_target_cells_whatever_the_arrays_shape(shape, split):
+    """A narrow array ((N, 1), a row, a short axis) gets tiles of about the target cells, as a
+    square one does: a short axis is taken whole and the cells it leaves go to the others."""
+    target = target_tile_cells(int(np.prod(shape)))
+    tiles = tile_grid(shape, split, None)
+    cells = [int(np.prod(box_shape(t.box))) for t in tiles]
+    assert len(cells) <= -(-int(np.prod(shape)) // int(target * 0.98))
+    assert max(cells) <= target * 1.02 and np.median(cells) >= target * 0.98
+
+
+def test_default_tiles_of_arrays_with_no_short_axis_are_unchanged():
+    """Where every split axis is longer than its share, the lengths are the per-axis root of
+    the target cells, as stores written before the shares were redistributed have them."""
+    for shape in [(1000, 1000), (130, 7), (4096, 4096), (365, 55, 50), (7,)]:
+        split = tuple(range(len(shape)))
+        root = int(round((target_tile_cells(int(np.prod(shape)))) ** (1 / len(shape))))
+        assert tile_lens(shape, split, None) == tuple(min(root, n) for n in shape)
+
+
+def test_a_store_tiled_as_before_opens_and_answers_identically(tmp_path, monkeypatch):
+    """A store whose narrow arrays were tiled by the per-axis root (256 x 1 tiles of a (4096, 1)
+    array) opens, reads and answers as it did, and resumes, after the default tiles changed: the
+    tiles of each array are its record's, never today's default."""
+    import subzero.tiling as tiling
+
+    def old_lens(shape, split_axes):  # the per-axis root, before short axes were taken whole
+        whole = int(np.prod([shape[a] for a in range(len(shape)) if a not in split_axes]))
+        per = max(target_tile_cells(int(np.prod(shape))) / max(whole, 1), 1.0)
+        return [max(1, int(round(per ** (1.0 / max(len(split_axes), 1)))))] * len(shape)
+
+    x = np.random.default_rng(0).normal(size=(4096, 1))
+    wf = sz.Workflow("narrow")
+    xin = wf.input("x")
+    smooth = wf.add(ops.UniformFilter(5), xin, name="smooth")
+    wf.add(ops.Multiply(), smooth, xin, name="out")
+    queries = [("out", [(7, 0), (300, 0), (4095, 0)], "x"), ("smooth", [(255, 0), (256, 0)], "x")]
+    with monkeypatch.context() as m:
+        m.setattr(tiling, "_target_lens", old_lens)
+        run = wf.run({"x": x}, store=str(tmp_path / "old"), executor="local", strategies={"out": "FullOne"})
+        run.wait()
+        before = {q[0] + str(q[1]): run.backward(*q[:2], to=q[2]) for q in queries}
+        forward = run.forward("x", [(256, 0)], to="out")
+        values = np.asarray(run.output("out"))
+    assert sz.open_run(str(tmp_path / "old")).catalog.nodes["out"].tile_shape == (256, 1)
+    assert tile_lens((4096, 1), (0, 1), None) == (4096, 1)  # today's default: one tile
+    reopened = sz.open_run(str(tmp_path / "old"))
+    for node, cells, to in queries:
+        np.testing.assert_array_equal(reopened.backward(node, cells, to=to), before[node + str(cells)])
+    np.testing.assert_array_equal(reopened.forward("x", [(256, 0)], to="out"), forward)
+    np.testing.assert_array_equal(np.asarray(reopened.output("out")), values)
+    resumed = wf.run({"x": x}, store=str(tmp_path / "old"), executor="local", strategies={"out": "FullOne"},
+                     resume=True)
+    resumed.wait()
+    np.testing.assert_array_equal(np.asarray(resumed.output("out")), values)
+    cells = reopened.frontier("x", cells=[(300, 0)])
+    replayed = replay(reopened, Patch("x", cells, value=7.0), str(tmp_path / "replayed"))
+    assert {n.name: (n.how, n.rerun) for n in replayed.nodes if n.name != "x"} == {"smooth": ("tiles", 1),
+                                                                                  "out": ("tiles", 1)}
+    expected = x.copy()
+    expected[300, 0] = 7.0
+    np.testing.assert_allclose(np.asarray(replayed.run.output("out")),
+                               ndimage.uniform_filter(expected, 5) * expected)
 
 
 def test_tiles_are_row_major():

@@ -28,7 +28,12 @@ on every input cell (sound by construction), with the reason recorded.
 from __future__ import annotations
 
 import copy
+import math
+import threading
+import uuid
 import warnings
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,7 +44,7 @@ from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._kernels import unique_rows
-from subzero.tiling import Box, Shape, Tiling
+from subzero.tiling import Box, Shape, Tiling, box_shape
 
 __all__ = ["Gather", "Scatter", "Opaque", "Coordinates", "digest"]
 
@@ -47,7 +52,10 @@ __all__ = ["Gather", "Scatter", "Opaque", "Coordinates", "digest"]
 def digest(array: np.ndarray) -> str:
     """A short content digest of ``array`` (recorded in the catalog instead of the array)."""
     array = np.ascontiguousarray(array)
-    return xxhash.xxh3_64_hexdigest(array.tobytes() + repr((array.shape, array.dtype.str)).encode())
+    h = xxhash.xxh3_64()  # streamed: the digest of the bytes then the description, with no copy of them
+    h.update(array.data.cast("B") if array.size else b"")
+    h.update(repr((array.shape, array.dtype.str)).encode())
+    return h.hexdigest()
 
 
 def _check_guides(guides: Sequence[str]) -> tuple[str, ...]:
@@ -82,8 +90,58 @@ def _coords(flat: np.ndarray, shape: Shape) -> np.ndarray:
     return np.stack(np.unravel_index(flat, shape), axis=1).astype(np.int64)
 
 
-def _region(box: Box) -> tuple[slice, ...]:
-    return tuple(slice(lo, hi) for lo, hi in box)
+def _region(box: Box, origin: Box | None = None) -> tuple[slice, ...]:
+    if origin is None:
+        return tuple(slice(lo, hi) for lo, hi in box)
+    return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin))
+
+
+def _meet(a: Box, b: Box) -> Box:
+    """The intersection of two boxes (empty ranges where they do not meet)."""
+    out = []
+    for (alo, ahi), (blo, bhi) in zip(a, b):
+        lo = max(alo, blo)
+        out.append((lo, max(lo, min(ahi, bhi))))
+    return tuple(out)
+
+
+def _written_block(written: np.ndarray, source: np.ndarray | None) -> Box | None:
+    """The box ``written`` covers when it is exactly one box whose cells receive ``v``'s cells in
+    C order (``source`` is 0, 1, 2, ...), else None."""
+    if source is None or not written.ndim or not len(source):
+        return None
+    ranges = []
+    for axis in range(written.ndim):
+        hit: np.ndarray = np.asarray(written.any(axis=tuple(k for k in range(written.ndim) if k != axis)))
+        ranges.append((int(np.argmax(hit)), len(hit) - int(np.argmax(hit[::-1]))))
+    box = tuple(ranges)
+    if math.prod(hi - lo for lo, hi in box) != len(source):
+        return None
+    if source[0] != 0 or source[-1] != len(source) - 1 or (len(source) > 1 and not bool((np.diff(source) == 1).all())):
+        return None
+    return box
+
+
+def _flat_bounding(flat: np.ndarray, shape: Shape) -> Box:
+    """The bounding box of the cells at flat positions ``flat`` in an array of ``shape`` (as
+    ``_bounding(_coords(flat, shape))``, without making the coordinates)."""
+    if not len(flat):
+        return tuple((0, 0) for _ in shape)
+    if not len(shape):
+        return ()
+    inner = math.prod(int(n) for n in shape[1:])
+    first = (int(flat.min()) // inner, int(flat.max()) // inner + 1)
+    if len(shape) == 1:
+        return (first,)
+    rest = flat % inner
+    if int(rest.min()) == 0 and int(rest.max()) == inner - 1:  # (0, .., 0) and (n-1, .., n-1): every later axis whole
+        return (first,) + tuple((0, int(n)) for n in shape[1:])
+    out, stride = [first], inner
+    for n in shape[1:]:
+        stride //= max(int(n), 1)
+        along = (rest // stride) % n
+        out.append((int(along.min()), int(along.max()) + 1))
+    return tuple(out)
 
 
 def _bounding(coords: np.ndarray, ndim: int) -> Box:
@@ -189,7 +247,10 @@ class Gather(_Guided):
             raise WorkflowError(f"Gather takes {1 + len(self.guides)} inputs (the array and its guides), got "
                                 f"{len(input_shapes)}")
         size = int(np.prod(input_shapes[0]))
-        if self._source.size and (self._source.min() < 0 or self._source.max() >= size):
+        span = self.__dict__.get("_span")
+        if span is None and self._source.size:  # every bind asks: found once per copy
+            span = self._span = (int(self._source.min()), int(self._source.max()))
+        if span is not None and (span[0] < 0 or span[1] >= size):
             raise WorkflowError(f"Gather: a source position is outside the input of shape {input_shapes[0]}")
         return tuple(int(n) for n in self._source.shape)
 
@@ -206,8 +267,18 @@ class Gather(_Guided):
         return _coords(flat, self.input_shapes[0])
 
     def _source_box(self, out_box: Box) -> Box:
-        src = _coords(self._source[_region(out_box)].ravel(), self.input_shapes[0])
-        return _bounding(src, len(self.input_shapes[0]))
+        memo = self.__dict__.setdefault("_box_memo", {})  # every input of a tile asks: found once
+        got = memo.get(out_box)
+        if got is None:
+            if len(memo) > 64:
+                memo.clear()
+            got = memo[out_box] = _flat_bounding(self._source[_region(out_box)].ravel(), self.input_shapes[0])
+        return got
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_box_memo", None)  # rebuilt where it is needed, never shipped or stored
+        return state
 
     def input_box(self, out_box: Box, i: int) -> Box:
         """The box of input ``i`` a tile of ``out_box`` reads: the source's cells the guides point at
@@ -218,7 +289,13 @@ class Gather(_Guided):
 
     def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
         x = inputs[0]
-        src = _coords(self._source[_region(ctx.tile_box)].ravel(), self.input_shapes[0])
+        shape, read = tuple(self.input_shapes[0]), ctx.input_boxes[0]
+        flat = self._source[_region(ctx.tile_box)].ravel()
+        if len(flat) and all(box == (0, n) for box, n in zip(read[1:], shape[1:])) and x.flags.c_contiguous:
+            # the box read is whole rows: a slab of x's flat order, indexed by flat position directly
+            start = read[0][0] * math.prod(shape[1:])
+            return np.take(x.reshape(-1), flat - start).reshape(box_shape(ctx.tile_box))
+        src = _coords(flat, self.input_shapes[0])
         lo = np.asarray([b[0] for b in ctx.input_boxes[0]], np.int64)
         out = x[tuple((src - lo).T)] if len(src) else np.empty(0, x.dtype)
         return out.reshape(tuple(hi - lo for lo, hi in ctx.tile_box))
@@ -309,6 +386,7 @@ class Scatter(_Guided):
         self._rank_cache: np.ndarray | None = None
         if self._source is not None and len(self._source) != self.written_cells:
             raise WorkflowError(f"Scatter: {len(self._source)} sources for {self.written_cells} written cells")
+        self._block = _written_block(written, self._source)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -366,6 +444,15 @@ class Scatter(_Guided):
     def _source_box(self, out_box: Box) -> Box:
         return out_box
 
+    def _block_of(self) -> Box | None:
+        """The box written when the assignment copies ``v`` whole into it in C order (``v`` has
+        the box's shape, ``x[a:b, c:d] = v``), else None: then a tile's values are a box of
+        ``v``, found without looking at cells."""
+        block = getattr(self, "_block", None)  # operators stored before it was kept: none
+        if block is None or not self.has_values or tuple(self.input_shapes[1]) != box_shape(block):
+            return None
+        return block
+
     def _sources_in(self, out_box: Box) -> tuple[np.ndarray, np.ndarray]:
         """(the written cells of ``out_box``, as a mask over it; the cells of v they receive)."""
         written = self._written[_region(out_box)]
@@ -379,6 +466,12 @@ class Scatter(_Guided):
         if i == 0:
             return out_box
         if i == 1 and self.has_values:  # the values the tile's written cells receive: their bounding box
+            block = self._block_of()
+            if block is not None:
+                part = _meet(out_box, block)
+                if any(lo == hi for lo, hi in part):
+                    return tuple((0, 0) for _ in part)
+                return tuple((lo - b, hi - b) for (lo, hi), (b, _) in zip(part, block))
             return _bounding(self._sources_in(out_box)[1], len(self.input_shapes[1]))
         return self._guide_box(out_box, self.guides[i - self._first_guide], self.input_shapes[i])
 
@@ -390,6 +483,12 @@ class Scatter(_Guided):
             return out
         if not self.has_values:
             out[self._written[_region(box)]] = self.fill
+            return out
+        block = self._block_of()
+        if block is not None:  # the tile's part of the block receives the values read, as they are
+            part = _meet(box, block)
+            with np.errstate(all="ignore"):
+                out[_region(part, box)] = np.asarray(rest[0]).astype(out.dtype, copy=False)
             return out
         written, sources = self._sources_in(box)
         lo = np.asarray([b[0] for b in ctx.input_boxes[1]], np.int64)
@@ -449,6 +548,9 @@ class Opaque(Operator):
                  nin: int = 1, coarse: bool = True):
         self.coarse = bool(coarse)
         self.call = call
+        # the nodes picking elements of one call's result share its key: the first to run computes
+        # the call, the others take their element (`_shared_result`)
+        self._call_key = _call_key(call) if pick is not None else None
         self.shape = tuple(int(n) for n in output_shape)
         self.reason = str(reason)
         self.pick = pick
@@ -467,11 +569,15 @@ class Opaque(Operator):
         return self.shape
 
     def run(self, ctx, *inputs) -> np.ndarray:
-        with warnings.catch_warnings():  # the trace ran the call once already and showed its warnings
-            warnings.simplefilter("ignore")
-            out = self.call(*inputs)
-        if self.pick is not None:
-            out = out[self.pick]
+        key = getattr(self, "_call_key", None)  # operators stored before it was kept: none
+        if key is not None:
+            out = np.array(_shared_result(key, self.call, inputs, self.pick), copy=True)
+        else:
+            with warnings.catch_warnings():  # the trace ran the call once already and showed its warnings
+                warnings.simplefilter("ignore")
+                out = self.call(*inputs)
+            if self.pick is not None:
+                out = out[self.pick]
         out = np.asarray(out)
         if out.size != int(np.prod(self.shape)):
             raise WorkflowError(f"{self.call!r} returned {out.size} values where the trace saw "
@@ -501,3 +607,60 @@ class Opaque(Operator):
 
     def __repr__(self) -> str:
         return f"Opaque({self.call!r}{'' if self.pick is None else f'[{self.pick}]'})"
+
+
+# -- one call, several nodes: an Opaque per element of a call's result -------------------------
+_KEYS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+#: call key -> (the inputs' digest, the call's result, the picks not served yet); a few at most
+_RESULTS: "OrderedDict[str, tuple[str, Any, set[Any]]]" = OrderedDict()
+_RESULTS_LOCK = threading.Lock()
+_RESULTS_KEPT = 2
+
+
+def _call_key(call: Any) -> str | None:
+    """A key the call object keeps while traced (the Opaque nodes of one call share it, and it
+    travels with them when pickled), None for a call that cannot be weakly referenced."""
+    try:
+        key = _KEYS.get(call)
+        if key is None:
+            key = _KEYS[call] = uuid.uuid4().hex
+        return key
+    except TypeError:
+        return None
+
+
+def _inputs_digest(inputs: Sequence[Any]) -> str:
+    h = xxhash.xxh3_64()
+    for a in inputs:
+        a = np.ascontiguousarray(a)
+        h.update(repr((a.shape, a.dtype.str)).encode())
+        h.update(a.data if a.dtype != object else repr(a.tolist()).encode())
+    return h.hexdigest()
+
+
+def _shared_result(key: str, call: Callable[..., Any], inputs: Sequence[Any], pick: Any) -> Any:
+    """Element ``pick`` of ``call(*inputs)``, computing the call once for all the nodes that pick
+    from it in this process (the same key, inputs of the same values): each node takes its own
+    element and the result is dropped once every element that is an array was taken."""
+    digest_in = _inputs_digest(inputs)
+    with _RESULTS_LOCK:
+        kept = _RESULTS.get(key)
+        if kept is not None and kept[0] == digest_in and pick in kept[2]:
+            kept[2].discard(pick)
+            if not kept[2]:
+                del _RESULTS[key]
+            return kept[1][pick]
+    with warnings.catch_warnings():  # the trace ran the call once already and showed its warnings
+        warnings.simplefilter("ignore")
+        result = call(*inputs)
+    items = result.items() if isinstance(result, dict) else \
+        enumerate(result) if isinstance(result, (tuple, list)) else ()
+    left = {k for k, v in items if isinstance(v, (np.ndarray, np.generic)) and k != pick}
+    if left:
+        with _RESULTS_LOCK:
+            _RESULTS[key] = (digest_in, result, left)
+            _RESULTS.move_to_end(key)
+            while len(_RESULTS) > _RESULTS_KEPT:
+                _RESULTS.popitem(last=False)
+    return result[pick]
+

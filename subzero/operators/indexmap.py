@@ -31,6 +31,22 @@ def _runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return v[np.r_[0, brk]], v[np.r_[brk, len(v)] - 1] + 1
 
 
+def _strided(maps: list[np.ndarray], box: tuple, base_box: tuple) -> tuple[slice, ...] | None:
+    """Slices of the input block (covering ``base_box``) that read output box ``box`` when every
+    axis's map is a constant-step run there with no -1, else None."""
+    out = []
+    for m, (lo, hi), (base, _) in zip(maps, box, base_box):
+        part = m[lo:hi]
+        if not len(part) or part.min() < 0:
+            return None
+        step = int(part[1] - part[0]) if len(part) > 1 else 1
+        if step == 0 or (len(part) > 2 and not bool((np.diff(part) == step).all())):
+            return None
+        start, last = int(part[0]) - base, int(part[-1]) - base
+        out.append(slice(start, last + 1, step) if step > 0 else slice(start, last - 1 if last > 0 else None, step))
+    return tuple(out)
+
+
 class IndexMapOperator(Operator):
     """Base of operators whose output cell reads at most one input cell, axis by axis.
 
@@ -79,6 +95,9 @@ class IndexMapOperator(Operator):
                    for m, n in zip(self.axis_maps(), self.input_shapes[0]))
 
     def run(self, ctx, x) -> np.ndarray:
+        strided = _strided(self.axis_maps(), ctx.tile_box, ctx.input_boxes[0])
+        if strided is not None:  # every axis reads a constant-step run (a slice, a flip): no index arrays
+            return np.array(x[strided], copy=True)
         index, valid = [], []
         for m, (lo, hi), (base, _) in zip(self.axis_maps(), ctx.tile_box, ctx.input_boxes[0]):
             part = m[lo:hi]

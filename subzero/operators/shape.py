@@ -256,6 +256,15 @@ class Slice(IndexMapOperator):
             raise WorkflowError(f"Slice: step must be non-zero on every axis, got {self.step!r}")
         return [np.arange(*slice(a, b, c).indices(n), dtype=np.int64) for n, a, b, c in zip(shape, *bounds)]
 
+    def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
+        """The sliced lengths, from the slices alone (no index map is built)."""
+        shape = tuple(input_shapes[0])
+        bounds = [self._per_axis(v, len(shape), name) for v, name in
+                  ((self.start, "start"), (self.stop, "stop"), (self.step, "step"))]
+        if any(s == 0 for s in bounds[2]):
+            raise WorkflowError(f"Slice: step must be non-zero on every axis, got {self.step!r}")
+        return tuple(len(range(*slice(a, b, c).indices(n))) for n, a, b, c in zip(shape, *bounds))
+
     @staticmethod
     def _per_axis(value, ndim: int, name: str) -> tuple:
         items = list(value) if isinstance(value, tuple) else [value] * ndim

@@ -128,7 +128,10 @@ def _concrete_key(parts: tuple, what: str) -> tuple:
 def gather(x: SymbolicArray, parts: tuple) -> SymbolicArray:
     """``x[key]`` for a key with arrays: the cells this run's key selects."""
     key = _concrete_key(parts, f"indexing {x.entry.name or x.entry.base} with an array")
-    positions = np.arange(x.size, dtype=np.int64).reshape(x.shape)[key]
+    if len(key) == 1 and isinstance(key[0], np.ndarray) and key[0].dtype == np.bool_ and key[0].shape == x.shape:
+        positions = np.flatnonzero(key[0])  # x[mask]: the positions of the mask's cells, in C order
+    else:
+        positions = np.arange(x.size, dtype=np.int64).reshape(x.shape)[key]
     guides, guide_inputs = _guides(x, parts, positions.shape)
     shape = positions.shape
     op = ops.Gather(positions.reshape(node_shape(shape)), guides)

@@ -216,7 +216,7 @@ class TracedWorkflow:
         the function fails on numpy arrays too."""
         concrete = {name: np.asarray(arrays[name]) for name, _, _ in signature}
         try:
-            self.fn(**{k: v.copy() for k, v in concrete.items()}, **values)
+            checked = self.fn(**{k: v.copy() for k, v in concrete.items()}, **values)
         except Exception:
             raise exc from None  # numpy fails too: the trace's error names the user's line
         tracer = Tracer(self.name)
@@ -225,7 +225,7 @@ class TracedWorkflow:
         reason = (f"the function could not be traced ({type(exc).__name__}: {first[:160]}), so it ran on this run's "
                   "values as one coarse step: every output depends on every input")
         with tracer:
-            result = coarse_call(_Copying(self.fn), (), {**args, **values}, reason, base=self.name)
+            result = coarse_call(_Copying(self.fn, checked), (), {**args, **values}, reason, base=self.name)
             _name_outputs(tracer, result, self.name)
         wf = tracer.build()
         self.last_trace_seconds = time.perf_counter() - started
@@ -334,13 +334,20 @@ class _Copying:
     """``fn`` called with copies of its array arguments (so a re-run never updates the stored
     inputs in place), its mapping result laid out as a tuple in key order for `Opaque`'s pick."""
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, first: Any = None):
         self.fn = fn
         self.__name__ = getattr(fn, "__name__", "workflow")
+        self._first = first  # the result of the call the trace made already on the same values: used once
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        first, self._first = self.__dict__.get("_first"), None
+        if first is not None:
+            return first
         copied = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
         return self.fn(*args, **copied)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_first": None}  # never shipped or stored
 
     def __repr__(self) -> str:
         return f"{self.__name__}(...)"

@@ -200,7 +200,9 @@ def _target_lens(shape: Shape, split_axes: tuple[int, ...]) -> tuple[int, ...]:
     """Lengths holding about `target_tile_cells` cells per tile whatever the array's shape: the
     split axes take equal shares (the per-axis root of the cells), except that an axis shorter
     than its share is taken whole and the cells it leaves go to the others (a (1048576, 1)
-    array gets tiles of 65,536 x 1, not 256 x 1)."""
+    array gets tiles of 65,536 x 1, not 256 x 1).  Each axis is cut into as many tiles as its
+    share asks for, of even lengths, so that no chunk is mostly padding: Zarr stores every
+    chunk at its full size (365 days in tiles of 37, not ten of 40 with a last one of 5)."""
     ndim = len(shape)
     whole = math.prod(int(shape[a]) for a in range(ndim) if a not in split_axes)
     per = max(target_tile_cells(math.prod(int(n) for n in shape)) / max(whole, 1), 1.0)
@@ -211,8 +213,10 @@ def _target_lens(shape: Shape, split_axes: tuple[int, ...]) -> tuple[int, ...]:
         split = [a for a in split if a not in short]
         per = max(per / math.prod(lens[a] for a in short), 1.0)
         short = [a for a in split if lens[a] < per ** (1.0 / len(split))] if split else []
-    for a in split:
-        lens[a] = max(1, int(round(per ** (1.0 / len(split)))))
+    for a in split:  # as many tiles as the share asks for (1% over it: one tile), of even lengths
+        share = max(1, int(round(per ** (1.0 / len(split)))))
+        count = max(1, math.ceil(lens[a] / share - 0.01))
+        lens[a] = -(-lens[a] // count)
     return tuple(lens)
 
 

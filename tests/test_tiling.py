@@ -99,13 +99,21 @@ def test_default_tiles_hold_the_target_cells_whatever_the_arrays_shape(shape, sp
     assert max(cells) <= target * 1.02 and np.median(cells) >= target * 0.98
 
 
-def test_default_tiles_of_arrays_with_no_short_axis_are_unchanged():
-    """Where every split axis is longer than its share, the lengths are the per-axis root of
-    the target cells, as stores written before the shares were redistributed have them."""
-    for shape in [(1000, 1000), (130, 7), (4096, 4096), (365, 55, 50), (7,)]:
+def test_default_tiles_of_arrays_with_no_short_axis_cut_each_axis_evenly():
+    """Where every split axis is longer than its share (the per-axis root of the target cells),
+    it is cut into as many tiles as the share asks for, of even lengths: no last tile is a
+    sliver, whose chunk Zarr would store at full size (365 days: ten tiles of 37, not nine of 40
+    and one of 5); a length that divides evenly is the root itself."""
+    for shape in [(1000, 1000), (130, 7), (4096, 4096), (365, 55, 50), (7,), (512, 2000), (3, 5, 1 << 17)]:
         split = tuple(range(len(shape)))
+        lens = tile_lens(shape, split, None)
         root = int(round((target_tile_cells(int(np.prod(shape)))) ** (1 / len(shape))))
-        assert tile_lens(shape, split, None) == tuple(min(root, n) for n in shape)
+        for n, length in zip(shape, lens):
+            count = -(-n // length)
+            assert -(-n // count) == length and count * length - n < count  # even: the last tile short by < 1 cell each
+            if n % root == 0 and n > root:
+                assert length == root
+    assert tile_lens((365, 55, 50), (0, 1, 2), None) == (37, 28, 25)  # 10 x 2 x 2 tiles, none mostly padding
 
 
 def test_a_store_tiled_as_before_opens_and_answers_identically(tmp_path, monkeypatch):

@@ -564,7 +564,7 @@ def _input_tiles(shape: tuple[int, ...], chunks: tuple[int, ...]) -> list[Tile]:
 
 def _measured(metas: list[TileMeta], wall: float) -> dict[str, float]:
     """What a node's tiles measured, summed (kept in the plan for the nodes phase 2 does not re-run)."""
-    return {"tiles": len(metas), "wall": wall, "op_seconds": sum(m.op_seconds for m in metas),
+    return {"tiles": sum(m.covers for m in metas), "wall": wall, "op_seconds": sum(m.op_seconds for m in metas),
             "lineage_seconds": sum(m.lineage_seconds for m in metas),
             "write_seconds": sum(m.write_seconds for m in metas)}
 
@@ -730,12 +730,13 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
     storage_retry.begin()  # the run's storage failure budget starts now
     wait_for_writes(location.url)  # an earlier run of this process may still be writing this store behind it
     fs: RunWriter
+    behind = int(config.get("write_behind_mb") * 2**20) if executor == "local" and location.is_local and \
+        config.get("write_behind") else None  # written by a thread of its own
     if resume:
         fs, stored = resume_run(location, catalog, made_by)
-    else:
-        fs, stored = create_run(location, catalog, overwrite=overwrite, made_by=made_by), None
-    if executor == "local" and location.is_local and config.get("write_behind"):
-        fs = BehindStore(fs, int(config.get("write_behind_mb") * 2**20))  # written by a thread of its own
+        fs = BehindStore(fs, behind) if behind is not None else fs
+    else:  # written behind: the first catalog too
+        fs, stored = create_run(location, catalog, overwrite=overwrite, made_by=made_by, behind=behind), None
     failed: BaseException | None = None
     try:
         if stored is not None:

@@ -537,3 +537,20 @@ def test_a_held_array_reads_like_its_stored_array_within_its_box():
                                                                                 np.zeros(1), "zstd")]) == "zstd"
     with pytest.raises(sz.StoreError, match="outside the held box"):
         held.read(((1, 5), (4, 6)))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "bool", "complex128"])
+@pytest.mark.parametrize("compressor", ["none", "zstd"])
+def test_the_metadata_checksum_is_that_of_the_zarr_json_written(tmp_path, dtype, compressor):
+    """Computed without writing (zarr asked once per kind of array, the shapes put in), it is the
+    checksum of the ``zarr.json`` a commit writes, for every shape: zarr's own document."""
+    import xxhash
+
+    from subzero.store.arrays import metadata_checksum
+
+    for k, (shape, chunks) in enumerate([((5, 7), (2, 3)), ((1024, 1000), (256, 256)), ((9,), (4,)), ((), ())]):
+        ref = ArrayRef(resolve(str(tmp_path)), f"arrays/a{k}", compressor=compressor)
+        ref.commit(shape, dtype, chunks, compressor)
+        written = (tmp_path / "arrays" / f"a{k}" / "zarr.json").read_bytes()
+        assert written == arrays_mod._metadata(shape, chunks, dtype, compressor)  # zarr's own, byte for byte
+        assert metadata_checksum(shape, chunks, dtype, compressor) == xxhash.xxh3_64_hexdigest(written)

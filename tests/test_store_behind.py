@@ -284,3 +284,21 @@ def test_another_process_opening_the_store_waits_for_the_writes_behind(tmp_path)
         proc.kill()
     reference = run_it(workflow(), {"x": image()}, tmp_path / "ref", False, strategies=PINS)
     assert_same(answers(run, workflow()), answers(reference, workflow()))
+
+
+def test_a_new_store_is_ours_at_once_and_its_first_catalog_is_written_behind(tmp_path):
+    """Written behind, a new store has its lock and marker when `create_run` returns (another
+    writer is refused, a kill leaves a store `overwrite` replaces); its first catalog is the
+    first write queued."""
+    from subzero.catalog import RunRecord
+    from subzero.store import create_run
+
+    fs = create_run(tmp_path / "s", RunRecord(workflow={}, created="now", executor="local"), behind=2**20)
+    assert isinstance(fs, BehindStore) and (tmp_path / "s" / ".writer").exists()
+    assert {"arrays", "lineage"} <= {p.name for p in (tmp_path / "s").iterdir()}
+    with pytest.raises(sz.StoreError, match="writ"):
+        FileStore.create(tmp_path / "s", RunRecord(workflow={}, created="now", executor="local"), overwrite=True)
+    fs.behind.settle()
+    assert fs.read_catalog().status == "running"
+    fs.close()
+    fs.behind.wait()

@@ -183,6 +183,28 @@ def _metadata(shape: tuple[int, ...], chunks: tuple[int, ...], dtype, compressor
 
 
 _META_SUMS: dict[tuple, str] = {}
+_META_TEMPLATES: dict[tuple, dict | None] = {}
+
+
+def _metadata_from_template(shape: tuple[int, ...], chunks: tuple[int, ...], dtype, compressor: str) -> bytes:
+    """`_metadata`'s bytes, from zarr's own document for the same dtype, compressor and number of
+    axes with the shape and chunk shape put in: zarr is asked once per such kind, not per shape.
+    Used only where re-serializing zarr's document gives back its very bytes (else zarr is asked)."""
+    import json
+
+    kind = (len(shape), np.dtype(dtype).str, compressor)
+    if kind not in _META_TEMPLATES:
+        ones = (1,) * len(shape)
+        made = _metadata(ones, ones, dtype, compressor)
+        doc = json.loads(made)
+        same = json.dumps(doc, indent=2).encode() == made and doc.get("shape") == list(ones) and \
+            doc.get("chunk_grid", {}).get("configuration", {}).get("chunk_shape") == list(ones)
+        _META_TEMPLATES[kind] = doc if same else None
+    doc = _META_TEMPLATES[kind]
+    if doc is None:
+        return _metadata(shape, chunks, dtype, compressor)
+    grid = {**doc["chunk_grid"], "configuration": {**doc["chunk_grid"]["configuration"], "chunk_shape": list(chunks)}}
+    return json.dumps({**doc, "shape": list(shape), "chunk_grid": grid}, indent=2).encode()
 
 
 def metadata_checksum(shape: tuple[int, ...], chunks: tuple[int, ...], dtype, compressor: str) -> str:
@@ -194,7 +216,7 @@ def metadata_checksum(shape: tuple[int, ...], chunks: tuple[int, ...], dtype, co
     if got is None:
         import xxhash
 
-        got = xxhash.xxh3_64_hexdigest(_metadata(key[0], key[1], dtype, key[3]))
+        got = xxhash.xxh3_64_hexdigest(_metadata_from_template(key[0], key[1], dtype, key[3]))
         _META_SUMS[key] = got
     return got
 
@@ -361,7 +383,8 @@ class ArrayRef:
 
         self.forget()
         self.location.makedirs(self.path)
-        meta = _metadata(tuple(shape), tuple(chunks), dtype, resolve_compressor(compressor or self.compressor, dtype))
+        meta = _metadata_from_template(tuple(int(n) for n in shape), tuple(int(n) for n in chunks), dtype,
+                                       resolve_compressor(compressor or self.compressor, dtype))
         self.location.write_bytes(meta, self.path, "zarr.json", durable=False)  # the catalog keeps its checksum
         return xxhash.xxh3_64_hexdigest(meta)
 
@@ -617,7 +640,17 @@ class HeldArray:
         box = self.box if box is None else box
         if any(lo < hlo or hi > hhi for (lo, hi), (hlo, hhi) in zip(box, self.box)):
             raise StoreError(f"box {box} is outside the held box {self.box} of a fused node's output")
-        return self.block[tuple(slice(lo - hlo, hi - hlo) for (lo, hi), (hlo, _) in zip(box, self.box))].copy()
+        return self.view(box).copy()
+
+    def view(self, box: Box | None = None) -> np.ndarray:
+        """The cells of ``box`` as a read-only view, for an operator that never writes its inputs
+        (`subzero.operator.Operator.reads_only`)."""
+        box = self.box if box is None else box
+        if any(lo < hlo or hi > hhi for (lo, hi), (hlo, hhi) in zip(box, self.box)):
+            raise StoreError(f"box {box} is outside the held box {self.box} of a fused node's output")
+        out = self.block[tuple(slice(lo - hlo, hi - hlo) for (lo, hi), (hlo, _) in zip(box, self.box))]
+        out.flags.writeable = False
+        return out
 
     def layout(self) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype, str | None]:
         """(shape, chunks, dtype, pipeline), as `ArrayRef.layout` gives the stored array's."""
@@ -688,6 +721,15 @@ class MemoryArray:
         if box is None:
             return self.block.copy()
         return self.block[tuple(slice(lo, hi) for lo, hi in box)].copy()
+
+    def view(self, box: Box | None = None) -> np.ndarray:
+        """The cells of ``box`` as a read-only view, for an operator that never writes its inputs
+        (`subzero.operator.Operator.reads_only`); the cells stay while the view lives."""
+        if self.block is None:
+            raise StoreError(f"node {self.name!r}: its output is read before any tile of it ran")
+        out = self.block[tuple(slice(lo, hi) for lo, hi in box)] if box is not None else self.block[...]
+        out.flags.writeable = False
+        return out
 
     def layout(self) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype, str | None]:
         """(shape, chunks, dtype, pipeline), as `ArrayRef.layout` gives a stored array's."""

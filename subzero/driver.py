@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence, cast
 
@@ -130,6 +131,8 @@ class _Execution:
         self.tile_shape, self.progress = tile_shape, progress
         self.disk_left = max_disk
         self._kept_bytes = 0  # the intermediates keep= stored, counted against max_disk
+        #: input name -> the digest of its held copy, computed beside the run (`save_input`, `digested`)
+        self._digests: dict[str, Future[str]] = {}
         self.arrays: dict[str, ArrayRecord] = {}
         #: the run's own graph: node name -> its operator as this run bound it (with its run state:
         #: a two-pass operator's combined summaries); the workflow's nodes keep the user's operators
@@ -257,7 +260,8 @@ class _Execution:
         elif self.behind and value.nbytes <= self._behind_limit:  # held for the readers, written behind
             self.progress.node_started(node.name, 1)
             block = np.array(value, copy=True, order="C")  # the caller may change its array once run returns
-            digest = array_digest(block, chunks)
+            digest = None  # the copy's digest, computed beside the run: no catalog is written without it
+            self._digests[node.name] = _digest_pool().submit(array_digest, block, chunks)
             compressor = ref.compressor if ref.compressor != "auto" else sampled_compressor(block, chunks)
             assert isinstance(self.store, BehindStore)
             meta_xxh3 = self.store.write_array(node.name, block, chunks, compressor)
@@ -274,9 +278,22 @@ class _Execution:
             self.progress.node_finished(node.name)
         dtype = str(value.dtype)
         self.arrays[node.name] = replace(array_record(shape, dtype, chunks, meta_xxh3), why="stored: an input")
-        fingerprint = {**self.catalog.fingerprint, f"input:{node.name}": digest}
-        self.catalog = replace(self.catalog, fingerprint=fingerprint)
+        if digest is not None:
+            fingerprint = {**self.catalog.fingerprint, f"input:{node.name}": digest}
+            self.catalog = replace(self.catalog, fingerprint=fingerprint)
         self._commit_record(NodeRecord(node.name, "input", self.arrays[node.name], metadata=dict(metadata or {})))
+
+    def digested(self, catalog: RunRecord | None = None) -> RunRecord:
+        """``catalog`` (default: the run's, which is updated too) with the digests of the inputs
+        `save_input` digests beside the run, waited for, in the fingerprint."""
+        if self._digests:
+            done = {f"input:{name}": got.result() for name, got in self._digests.items()}
+            self._digests.clear()
+            self.catalog = replace(self.catalog, fingerprint={**self.catalog.fingerprint, **done})
+        if catalog is None:
+            return self.catalog
+        missing = {k: v for k, v in self.catalog.fingerprint.items() if k not in catalog.fingerprint}
+        return replace(catalog, fingerprint={**catalog.fingerprint, **missing}) if missing else catalog
 
     def _copy(self, node: Node, value: ExternalArray, chunks, write: bool) -> list[TileMeta]:
         """The tiles of an external input copied into the store (when ``write``) and digested."""
@@ -548,8 +565,8 @@ class _Execution:
             self.write_catalog()
 
     def write_catalog(self, catalog: RunRecord | None = None) -> None:
-        """Write the catalog as it stands (or ``catalog``) to the store."""
-        self.store.write_catalog(catalog if catalog is not None else self.catalog)
+        """Write the catalog as it stands (or ``catalog``) to the store (with every input's digest)."""
+        self.store.write_catalog(self.digested(catalog))
         self._written_at = time.perf_counter()
 
     def _fit_budget(self, sizes: dict[str, int]) -> list[str]:
@@ -567,13 +584,23 @@ class _Execution:
 
 
 
+_DIGEST_POOL: list[ThreadPoolExecutor] = []
+
+
+def _digest_pool() -> ThreadPoolExecutor:
+    """The thread that digests held inputs beside the run (started once per process)."""
+    if not _DIGEST_POOL:
+        _DIGEST_POOL.append(ThreadPoolExecutor(1, thread_name_prefix="subzero-digest"))
+    return _DIGEST_POOL[0]
+
+
 def _input_tiles(shape: tuple[int, ...], chunks: tuple[int, ...]) -> list[Tile]:
     return tile_grid(shape, tuple(range(len(shape))), chunks)
 
 
 def _measured(metas: list[TileMeta], wall: float) -> dict[str, float]:
     """What a node's tiles measured, summed (kept in the plan for the nodes phase 2 does not re-run)."""
-    return {"tiles": len(metas), "wall": wall, "op_seconds": sum(m.op_seconds for m in metas),
+    return {"tiles": sum(m.covers for m in metas), "wall": wall, "op_seconds": sum(m.op_seconds for m in metas),
             "lineage_seconds": sum(m.lineage_seconds for m in metas),
             "write_seconds": sum(m.write_seconds for m in metas)}
 
@@ -739,12 +766,13 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
     storage_retry.begin()  # the run's storage failure budget starts now
     wait_for_writes(location.url)  # an earlier run of this process may still be writing this store behind it
     fs: RunWriter
+    behind = int(config.get("write_behind_mb") * 2**20) if executor == "local" and location.is_local and \
+        config.get("write_behind") else None  # written by a thread of its own
     if resume:
         fs, stored = resume_run(location, catalog, made_by)
-    else:
-        fs, stored = create_run(location, catalog, overwrite=overwrite, made_by=made_by), None
-    if executor == "local" and location.is_local and config.get("write_behind"):
-        fs = BehindStore(fs, int(config.get("write_behind_mb") * 2**20))  # written by a thread of its own
+        fs = BehindStore(fs, behind) if behind is not None else fs
+    else:  # written behind: the first catalog too
+        fs, stored = create_run(location, catalog, overwrite=overwrite, made_by=made_by, behind=behind), None
     failed: BaseException | None = None
     try:
         if stored is not None:
@@ -782,7 +810,7 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
                 except OSError:  # the store itself failed (disk full, gone): the error that did it is the one to show
                     pass
             raise
-        final = replace(run.catalog, status="done", wall_seconds=time.perf_counter() - started)
+        final = replace(run.digested(), status="done", wall_seconds=time.perf_counter() - started)
         run.write_catalog(final)
     except BaseException as exc:
         failed = exc

@@ -42,6 +42,10 @@ class Operator:
     entire_array_safe : bool
         True when the lineage of an entire output (input) array is the entire input
         (output) array, so a full frontier can skip the lookup (SubZero VI-C).
+    reads_only : bool
+        True when ``run`` never writes into the input blocks it is given: a run holding its
+        inputs in memory then hands it read-only views of them instead of copies (False, the
+        default: each tile gets its own copy, which it may change).
 
     Examples
     --------
@@ -58,6 +62,7 @@ class Operator:
 
     tiling: Tiling | None = None
     entire_array_safe: bool = False
+    reads_only: bool = False
 
     #: numpy's floating-point error handling to run under (``np.errstate`` keywords), or None for
     #: numpy's defaults: a traced step keeps the ``np.errstate`` its code was under

@@ -29,10 +29,13 @@ from subzero.store import RunWriter
 from subzero.store.arrays import ArrayRef, output_compressor
 from subzero.tiling import Elementwise, Halo, Tile, Whole, default_chunks, tile_grid, tile_lens
 
-__all__ = ["NodeStage", "FusedStage", "StageRun", "DISCARD", "array_record", "lineage_metrics"]
+__all__ = ["NodeStage", "FusedStage", "StageRun", "DISCARD", "array_record", "lineage_metrics", "bands",
+           "BAND_CELLS"]
 
 Shape = tuple[int, ...]
 _UNKNOWN_BOX: Any = None  # the box of the one tile of an output whose shape only running tells
+#: at most this many cells per task of a stage held in memory (`bands`), and at least one task per thread
+BAND_CELLS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,15 @@ class NodeStage:
         return self.destination is None
 
     @property
+    def in_memory(self) -> bool:
+        """Whether its tiles may run as fewer, larger boxes (`bands`): its output is held in memory
+        or discarded (no chunk written by a tile), its shape known, and its tiling computes any box
+        from its input boxes (`Elementwise`, `Halo`), in one pass, with no digest asked."""
+        op = self.operator
+        return (self.destination is not None and self.output_shape is not None and not op.two_pass
+                and not self.digest and type(op.effective_tiling()) in (Elementwise, Halo))
+
+    @property
     def record_tile_shape(self) -> Shape:
         """The cells per tile along each axis, as the node's catalog record keeps them."""
         op = self.operator
@@ -152,6 +164,10 @@ class NodeStage:
             except Exception as exc:
                 raise WorkflowError(f"node {self.name!r} ({type(op).__name__}) failed to combine its tiles' "
                                     f"summaries: {type(exc).__name__}: {exc}") from exc
+        banded = tiles == list(self.tiles) and write_output and not any(s.stored for s in strategies) and \
+            self.in_memory
+        if banded:
+            tiles = bands(tiles, self.output_shape or (), executor)
         progress.node_started(self.name, len(tiles))
         try:
             metas = map_tiles(executor, self.task(strategies, write_output), tiles, progress)
@@ -159,6 +175,8 @@ class NodeStage:
             progress.node_finished(self.name, ok=False)
             raise
         progress.node_finished(self.name)
+        if banded:
+            _count_covered(metas, self.tiles)
         wall = time.perf_counter() - start
         shape, dtype, chunks = self._agreed(metas)
         stage = self if shape == self.output_shape else \
@@ -247,6 +265,9 @@ class FusedStage:
         task = FusedTask(tuple(s.task((), write_output=True) for s in self.stages),
                          self.prepare.task() if self.prepare is not None else None)
         tiles = list(self.stages[0].tiles)
+        banded = self.prepare is None and all(s.in_memory for s in self.stages)
+        if banded:  # held in memory: a few large boxes, not a task per tile
+            tiles = bands(tiles, self.stages[0].output_shape or (), executor)
         start = time.perf_counter()
         progress.node_started(task.node, len(tiles))
         try:
@@ -257,6 +278,9 @@ class FusedStage:
         progress.node_finished(task.node)
         wall = time.perf_counter() - start
         metas = [[got.metas[k] for got in per_tile] for k in range(len(self.stages))]
+        if banded:
+            for ms in metas:
+                _count_covered(ms, self.stages[0].tiles)
         own = [sum(m.op_seconds + m.write_seconds for m in ms) for ms in metas]
         runs = []
         for stage, ms, mine in zip(self.stages, metas, own):
@@ -299,6 +323,53 @@ class StageRun:
         op = self.stage.operator
         form = getattr(op, "stored_form", None) if output_stored else None
         self.stage.store.save_operator(self.stage.name, dump_operator(form() if form else op, self.stage.name))
+
+
+def bands(tiles: Sequence[Tile], shape: Shape, executor: Any) -> list[Tile]:
+    """``tiles`` (a node's grid) merged into a few bands of whole tiles, for a stage whose output
+    is held in memory (`NodeStage.in_memory`): one task per band instead of one per tile, so a
+    small array costs a few calls, not a pool round trip, slicing and bookkeeping per tile.
+
+    The bands split the axis with the most tiles into runs of whole tiles (each band spans the
+    others), as many as the executor has threads (``executor.threads``, else 1) or more when a band
+    would exceed `BAND_CELLS`.  Every band is a union of whole tiles (chunk-aligned), so what is
+    written and recorded per chunk is unchanged; the grid itself (the catalog's tile shape, the
+    tiles queries re-run) stays the node's.  ``tiles`` itself when it is not a full grid, or
+    already as few.
+
+    Examples
+    --------
+    >>> from subzero.tiling import tile_grid
+    >>> [t.box for t in bands(tile_grid((4, 4), (0, 1), 2), (4, 4), None)]
+    [((0, 4), (0, 4))]
+    """
+    tiles = list(tiles)
+    cells = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    count = max(int(getattr(executor, "threads", 1) or 1), -(-cells // BAND_CELLS))
+    if len(tiles) <= count or not shape or any(t.box is None for t in tiles):
+        return tiles
+    spans = [sorted({t.box[axis] for t in tiles}) for axis in range(len(shape))]
+    if int(np.prod([len(s) for s in spans])) != len(tiles):  # not a full grid: left as it is
+        return tiles
+    axis = max(range(len(shape)), key=lambda a: len(spans[a]))
+    whole = [(s[0][0], s[-1][1]) for s in spans]
+    out = []
+    for k, part in enumerate(np.array_split(np.arange(len(spans[axis])), min(count, len(spans[axis])))):
+        box = list(whole)
+        box[axis] = (spans[axis][part[0]][0], spans[axis][part[-1]][1])
+        out.append(Tile(k, tuple(box)))
+    return out
+
+
+def _count_covered(metas: Sequence[TileMeta], tiles: Sequence[Tile]) -> None:
+    """Each band's `TileMeta.covers`: how many of the node's ``tiles`` it holds (a node's
+    statistics count its tiles, not its tasks)."""
+    lo = np.array([[a for a, _ in t.box] for t in tiles], np.int64)
+    hi = np.array([[b for _, b in t.box] for t in tiles], np.int64)
+    for meta in metas:
+        blo = np.array([a for a, _ in meta.tile.box], np.int64)
+        bhi = np.array([b for _, b in meta.tile.box], np.int64)
+        meta.covers = int(np.count_nonzero(np.all((lo >= blo) & (hi <= bhi), axis=1)))
 
 
 def array_record(shape: Shape, dtype: str, chunks: Shape, meta_xxh3: str | None = None) -> ArrayRecord:

@@ -28,7 +28,7 @@ from subzero.errors import LookupTimeout, StoreError, WorkflowError
 from subzero.modes import Direction, Mode, Strategy
 from subzero.operator import Operator
 from subzero.pairs import FullPairs, PayloadPairs, owners, ptr_from_counts
-from subzero.store.arrays import ArrayRef, BlockCache, HeldArray, output_compressor, resolve_compressor
+from subzero.store.arrays import ArrayRef, BlockCache, HeldArray, MemoryArray, output_compressor, resolve_compressor
 from subzero.store.location import Location
 from subzero.store.shards import ShardSink
 from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
@@ -97,6 +97,8 @@ class TileMeta:
     digest: str | None = None
     #: the codec pipeline the output's chunks were written with (its metadata must say the same)
     pipeline: str | None = None
+    #: how many of the node's tiles this task's box covers (more than 1: a band of them, `stage.bands`)
+    covers: int = 1
 
 
 def modes_for(strategies: "tuple[Strategy, ...] | list[Strategy]") -> list[frozenset[Mode]]:
@@ -117,6 +119,9 @@ def _context(task: NodeTask, tile: Tile, modes: frozenset[Mode]) -> tuple[Contex
                      for i, s in enumerate(task.input_shapes))
     ctx = Context(task.node, modes & op.supported_modes(), tile.box, in_boxes, task.input_shapes, task.output_shape,
                   reader=lambda i, box: task.inputs[i].read(box))
+    if op.reads_only:  # never written: views of what is held in memory, not copies
+        return ctx, in_boxes, [ref.view(box) if isinstance(ref, (HeldArray, MemoryArray)) else ref.read(box)
+                               for ref, box in zip(task.inputs, in_boxes)]
     return ctx, in_boxes, [ref.read(box) for ref, box in zip(task.inputs, in_boxes)]
 
 

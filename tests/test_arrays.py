@@ -543,7 +543,7 @@ def test_a_held_array_reads_like_its_stored_array_within_its_box():
 @pytest.mark.parametrize("compressor", ["none", "zstd"])
 def test_the_metadata_checksum_is_that_of_the_zarr_json_written(tmp_path, dtype, compressor):
     """Computed without writing (zarr asked once per kind of array, the shapes put in), it is the
-    checksum of the ``zarr.json`` a commit writes, for every shape."""
+    checksum of the ``zarr.json`` a commit writes, for every shape: zarr's own document."""
     import xxhash
 
     from subzero.store.arrays import metadata_checksum
@@ -552,6 +552,7 @@ def test_the_metadata_checksum_is_that_of_the_zarr_json_written(tmp_path, dtype,
         ref = ArrayRef(resolve(str(tmp_path)), f"arrays/a{k}", compressor=compressor)
         ref.commit(shape, dtype, chunks, compressor)
         written = (tmp_path / "arrays" / f"a{k}" / "zarr.json").read_bytes()
+        assert written == arrays_mod._metadata(shape, chunks, dtype, compressor)  # zarr's own, byte for byte
         assert metadata_checksum(shape, chunks, dtype, compressor) == xxhash.xxh3_64_hexdigest(written)
 
 

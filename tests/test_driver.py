@@ -379,7 +379,7 @@ def test_resume_keeps_the_committed_nodes_and_runs_the_rest(tmp_path, monkeypatc
     (path / "lineage" / "flaky" / "FullMany-backward" / "t000099-dead.mdb").write_bytes(b"half")  # a killed task's
     (path / "arrays" / "blur" / "c" / "0" / "0.ab12.tmp").write_bytes(b"half")  # a killed writer's temporary
     run = resumable().run({"x": field()}, store=path, executor="local", strategies=PINS, tile_shape=16, resume=True,
-                          keep="all")
+                          keep="all").wait()  # its files, once written
     assert run.catalog.status == "done" and len(run.catalog.resumed) == 1
     assert {k: v for k, v in mtimes(path).items() if k in kept} == kept  # committed arrays were not rewritten
     assert not list(path.rglob("*.tmp")) and not (path / "lineage" / "flaky" / "FullMany-backward" /

@@ -1820,3 +1820,20 @@ def test_opaque_nodes_of_one_call_compute_it_once_per_inputs(tmp_path):
         assert np.array_equal(np.asarray(run.output("part1")), np.cumsum(values))
         assert len(calls) == 1
     assert ops.Opaque(stats, (50,), "a test")._call_key is None  # one node: nothing shared
+
+
+def test_histogram_bins_are_those_a_binary_search_finds():
+    """Histogram's cell-to-bin assignment (a guess from the value, checked against the edges)
+    is `np.searchsorted`'s, cell for cell: values on edges, at the ends, outside, NaN, inf."""
+    from subzero.operators.value import _bins_of
+
+    rng = np.random.default_rng(4)
+    for bins in (1, 7, 256):
+        v = np.concatenate([rng.normal(size=5000), rng.integers(-3, 4, 500).astype(float),
+                            [np.nan, np.inf, -np.inf, 1e300, -1e-300, 0.0]])
+        finite = np.isfinite(v)
+        edges = np.histogram_bin_edges(v[finite], bins=bins, range=(-2.0, 2.5) if bins == 7 else None)
+        v = np.concatenate([v, edges, np.nextafter(edges, np.inf), np.nextafter(edges, -np.inf)])
+        inside = np.isfinite(v) & (v >= edges[0]) & (v <= edges[-1])
+        got = _bins_of(v, edges, inside)
+        np.testing.assert_array_equal(got[inside], (np.searchsorted(edges, v, side="right") - 1)[inside])

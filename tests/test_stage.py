@@ -118,3 +118,51 @@ def test_tiles_rewritten_into_a_committed_array_keep_its_pipeline(tmp_path):
 
     np.testing.assert_allclose(got, ndimage.gaussian_filter(x, 1.0)[0:4, 4:8])
     store.close()
+
+
+def test_bands_merge_a_grid_into_whole_tile_runs_one_per_thread(monkeypatch):
+    """A stage held in memory runs as a few bands of whole tiles (chunk-aligned), one per thread,
+    more only past `BAND_CELLS`; a box list that is not a full grid is left as it is."""
+    from subzero import stage as stage_module
+    from subzero.stage import bands
+    from subzero.tiling import Tile, tile_grid
+
+    grid = tile_grid((10, 7), (0, 1), 2)
+    got = bands(grid, (10, 7), LocalExecutor(threads=2))
+    assert [t.box for t in got] == [((0, 6), (0, 7)), ((6, 10), (0, 7))]  # 5 tile rows, split 3 + 2
+    assert bands(grid, (10, 7), None) == [Tile(0, ((0, 10), (0, 7)))]
+    monkeypatch.setattr(stage_module, "BAND_CELLS", 30)  # 70 cells: at least 3 bands
+    assert [t.box[0] for t in bands(grid, (10, 7), None)] == [(0, 4), (4, 8), (8, 10)]
+    assert bands(grid[:3], (10, 7), None) == grid[:3]
+
+
+def test_a_stage_held_in_memory_runs_as_bands_with_the_same_values_and_tile_count(tmp_path):
+    """Banded or tile by tile, a traced chain held in memory gives numpy's values; its catalog
+    still counts its tiles (queries price re-running them), not its bands."""
+    import subzero as sz
+
+    @sz.workflow
+    def chain(a, b):
+        d = (a - b) / (a + b + 1.0)
+        return np.where(d > 0, d * 2.0, np.abs(d))
+
+    rng = np.random.default_rng(3)
+    inputs = {"a": rng.random((70, 50)), "b": rng.random((70, 50))}
+    from subzero.progress import Reporter
+
+    class Tasks(Reporter):
+        started: dict[str, int] = {}
+
+        def node_started(self, name: str, n_tiles: int) -> None:
+            self.started[name] = n_tiles
+
+    wf = chain.trace(inputs)
+    with sz.config.set(local_threads=2):
+        run = wf.run(inputs, store=tmp_path / "s", executor="local", tile_shape=16, progress=Tasks()).wait()
+    np.testing.assert_array_equal(np.asarray(run.output(wf.results[0])), chain.fn(**inputs))
+    assert max(Tasks.started.values()) == 2 and any("+" in name for name in Tasks.started)  # one fused stage, 2 bands
+    for node in wf.nodes:
+        if not node.is_input:
+            assert run.catalog.nodes[node.name].stats.tiles == 5 * 4, node.name
+    cell = [(33, 21)]
+    assert {tuple(c) for c in run.backward(wf.results[0], cell, to="a")} == {(33, 21)}

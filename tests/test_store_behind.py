@@ -284,3 +284,37 @@ def test_another_process_opening_the_store_waits_for_the_writes_behind(tmp_path)
         proc.kill()
     reference = run_it(workflow(), {"x": image()}, tmp_path / "ref", False, strategies=PINS)
     assert_same(answers(run, workflow()), answers(reference, workflow()))
+
+
+def test_a_new_store_is_ours_at_once_and_its_first_catalog_is_written_behind(tmp_path):
+    """Written behind, a new store has its lock and marker when `create_run` returns (another
+    writer is refused, a kill leaves a store `overwrite` replaces); its first catalog is the
+    first write queued."""
+    from subzero.catalog import RunRecord
+    from subzero.store import create_run
+
+    fs = create_run(tmp_path / "s", RunRecord(workflow={}, created="now", executor="local"), behind=2**20)
+    assert isinstance(fs, BehindStore) and (tmp_path / "s" / ".writer").exists()
+    assert {"arrays", "lineage"} <= {p.name for p in (tmp_path / "s").iterdir()}
+    with pytest.raises(sz.StoreError, match="writ"):
+        FileStore.create(tmp_path / "s", RunRecord(workflow={}, created="now", executor="local"), overwrite=True)
+    fs.behind.settle()
+    assert fs.read_catalog().status == "running"
+    fs.close()
+    fs.behind.wait()
+
+
+def test_inputs_are_digested_beside_the_run_into_every_catalog_written(tmp_path):
+    """A held input's digest is computed beside the run (not before its first node), yet the
+    returned and the stored catalogs name it: the digest of the values the run was given."""
+    from subzero.fingerprint import array_digest
+    from subzero.tiling import default_chunks
+
+    wf, x = workflow(), image(64)
+    kept = x.copy()
+    with sz.config.set(write_behind=True):  # the default commit_seconds: one catalog write at the end
+        run = wf.run({"x": x}, store=tmp_path / "s", executor="local")
+    x[:] = 0.0
+    digest = array_digest(kept, default_chunks(kept.shape))
+    assert run.catalog.fingerprint["input:x"] == digest
+    assert sz.open_run(tmp_path / "s").catalog.fingerprint["input:x"] == digest

@@ -240,3 +240,30 @@ def test_recomputed_tiles_share_one_budget_in_a_process():
     cache.clear("a")
     assert cache.get(("a", 0)) is None and cache.get(("a", 2)) is None
     assert cache.get(("b", 0)) is block and cache.size == 200
+
+
+def test_an_operator_that_only_reads_gets_read_only_views_of_held_arrays():
+    """Held in memory, a numpy step's inputs are views (no copy), read-only, so a step that did
+    write would fail, not change another reader's values; any other operator gets copies."""
+    from subzero.store.arrays import MemoryArray
+    from subzero.tiling import Tile
+    from subzero.worker import capture_tile
+
+    held = MemoryArray("x")
+    held.write_block(((0, 4), (0, 4)), np.arange(16.0).reshape(4, 4), (4, 4), (4, 4))
+    seen = []
+
+    class Keep(ops.Apply):
+        def run(self, ctx, x):
+            seen.append(x)
+            return super().run(ctx, x)
+
+    for op, views in [(Keep(np.negative), True), (Keep(lambda v: -v), False)]:
+        assert op.reads_only is views
+        bound = op.bound(((4, 4),), (4, 4))
+        task = NodeTask("n", bound, (held,), ((4, 4),), (4, 4), (), chunks=(4, 4))
+        got = capture_tile(task, Tile(0, ((1, 3), (0, 4))))
+        np.testing.assert_array_equal(got.output, -np.arange(16.0).reshape(4, 4)[1:3])
+        block = seen.pop()
+        assert np.shares_memory(block, held.block) is views and block.flags.writeable is not views
+    assert ops.Add().reads_only and ops.Threshold(0.5).reads_only and not ops.GaussianFilter(1.0).reads_only

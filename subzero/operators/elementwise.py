@@ -123,6 +123,8 @@ class ElementwiseOperator(Operator):
 class BinaryOperator(ElementwiseOperator):
     """``fn(x, y)`` for a binary numpy ufunc ``fn`` (a class attribute)."""
 
+    reads_only = True  # numpy's own function: never writes its inputs
+
     def run(self, ctx, x, y) -> np.ndarray:
         return np.asarray(type(self).fn(x, y))
 
@@ -175,12 +177,16 @@ class Where(ElementwiseOperator):
     The lineage names both branches (a mapping cannot know which one was taken).
     """
 
+    reads_only = True  # numpy's own function: never writes its inputs
+
     def run(self, ctx, condition, x, y) -> np.ndarray:
         return np.where(condition, x, y)
 
 
 class Clip(ElementwiseOperator):
     """``np.clip(x, lo, hi)`` with scalar bounds; either bound may be None."""
+
+    reads_only = True  # numpy's own function: never writes its inputs
 
     def __init__(self, lo: float | None = None, hi: float | None = None):
         if lo is None and hi is None:
@@ -203,6 +209,8 @@ class Threshold(ElementwiseOperator):
     >>> Threshold(0.5, compare="<=").run(None, np.array([0.2, 0.9]))
     array([ True, False])
     """
+
+    reads_only = True  # numpy's own function: never writes its inputs
 
     def __init__(self, value: float, compare: str = ">"):
         self.value = value
@@ -232,6 +240,13 @@ class Apply(ElementwiseOperator):
                                 "pass nin= to Apply")
         return super().infer_output_shape(input_shapes)
 
+    @property
+    def reads_only(self) -> bool:
+        """Whether ``fn`` is a numpy ufunc (or a call of one, as tracing makes) with no ``out=``:
+        it never writes its inputs (any other function may)."""
+        kwargs = getattr(self.fn, "kwargs", None)
+        return isinstance(getattr(self.fn, "fn", self.fn), np.ufunc) and "out" not in (kwargs or {})
+
     def run(self, ctx, *inputs) -> np.ndarray:
         out = np.asarray(self.fn(*inputs))
         expected = np.broadcast_shapes(*[np.shape(x) for x in inputs])
@@ -243,6 +258,8 @@ class Apply(ElementwiseOperator):
 
 class ScalarOperator(ElementwiseOperator):
     """``fn(x, value)``, or ``fn(value, x)`` with ``reverse=True``, for a scalar ``value``."""
+
+    reads_only = True  # numpy's own function: never writes its inputs
 
     def __init__(self, value: float, reverse: bool = False):
         if not np.isscalar(value):

@@ -46,6 +46,25 @@ def _all_cells(shape: tuple[int, ...]) -> np.ndarray:
     return np.argwhere(np.ones(shape, bool)).astype(np.int64)
 
 
+def _bins_of(v: np.ndarray, edges: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(edges, v, side="right") - 1`` (the last edge at or below each value)
+    for the values ``inside`` the edges (the others get any index): a guess from the value's
+    place between the first and last edge (exact for most values of evenly spaced edges, as
+    ``np.histogram`` finds its bins), checked against the edges, and searched for only where
+    it is not ``edges[i] <= v < edges[i + 1]``.  The same answer, without a binary search per cell."""
+    nb = len(edges) - 1
+    first, last = float(edges[0]), float(edges[-1])
+    if nb < 1 or not last > first:
+        return np.searchsorted(edges, v, side="right") - 1
+    with np.errstate(invalid="ignore", over="ignore"):
+        guess = np.where(inside, (v - first) * (nb / (last - first)), 0.0)
+    index = guess.astype(np.intp)
+    np.clip(index, 0, nb - 1, out=index)
+    missed = inside & ~((edges[index] <= v) & (v < edges[index + 1]))
+    index[missed] = np.searchsorted(edges, v[missed], side="right") - 1
+    return index
+
+
 class Histogram(Operator):
     """``np.histogram(x, bins, range)`` counts, ignoring NaN and infinite values.
 
@@ -104,9 +123,10 @@ class Histogram(Operator):
         v = np.asarray(x, dtype=np.float64).reshape(-1)
         finite = np.isfinite(v)
         edges = np.histogram_bin_edges(v[finite], bins=self.bins, range=self.range)
-        index = np.searchsorted(edges, v, side="right") - 1
+        inside = finite & (v >= edges[0]) & (v <= edges[-1])
+        index = _bins_of(v, edges, inside)
         index[v == edges[-1]] = self.n_bins - 1
-        index = np.where(finite & (v >= edges[0]) & (v <= edges[-1]), index, -1)
+        index = np.where(inside, index, -1)
         extremes = np.zeros(len(v), bool)
         if isinstance(self.bins, int) and self.range is None and finite.any():
             extremes = finite & ((v == v[finite].min()) | (v == v[finite].max()))

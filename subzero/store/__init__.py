@@ -9,9 +9,11 @@ the functions below.  Only `subzero.store.arrays` imports zarr and only
 
 from __future__ import annotations
 
+from typing import cast
+
 from subzero.catalog import RunRecord
 from subzero.store.arrays import ArrayRef
-from subzero.store.behind import wait_for_writes
+from subzero.store.behind import BehindStore, wait_for_writes
 from subzero.store.file_store import FileStore, strategy_dirname
 from subzero.store.location import Location, resolve
 from subzero.store.roles import LineageReader, RunWriter
@@ -21,9 +23,19 @@ __all__ = ["FileStore", "ArrayRef", "Location", "resolve", "strategy_dirname", "
            "ShardSink", "create_run", "resume_run", "open_store", "check_store_path", "made_by"]
 
 
-def create_run(store, record: RunRecord, overwrite: bool = False, made_by: str | None = None) -> RunWriter:
-    """Take a new store for a run and write its first catalog (`FileStore.create`)."""
-    return FileStore.create(store, record, overwrite=overwrite, made_by=made_by)
+def create_run(store, record: RunRecord, overwrite: bool = False, made_by: str | None = None,
+               behind: int | None = None) -> RunWriter:
+    """Take a new store for a run and write its first catalog (`FileStore.create`).  ``behind``:
+    the store is a `BehindStore` holding at most that many bytes of queued writes, its first
+    catalog the first of them (the caller's thread does not wait for it to reach the disk)."""
+    if behind is None:
+        return FileStore.create(store, record, overwrite=overwrite, made_by=made_by)
+    first: list = []
+    out = BehindStore(FileStore.create(store, record, overwrite=overwrite, made_by=made_by, later=first.append),
+                      behind)
+    for job in first:
+        out.behind.submit(job)
+    return cast(RunWriter, out)  # a RunWriter whose location is read-only
 
 
 def resume_run(store, record: RunRecord, made_by: str | None = None) -> tuple[RunWriter, RunRecord | None]:
@@ -34,10 +46,13 @@ def resume_run(store, record: RunRecord, made_by: str | None = None) -> tuple[Ru
 
 def open_store(store, wait: bool = True) -> LineageReader:
     """Open an existing store for reading (`FileStore.open`), once this process has finished
-    writing it behind a run (`subzero.store.behind`; not when ``wait`` is False)."""
+    writing it behind a run (`subzero.store.behind`).  Not when ``wait`` is False: the reader
+    of a store this process is still writing behind a run (its catalog may not be on the disk
+    yet; the reads wait for the writes: `subzero.store.behind.AfterWrites`), unchecked."""
     if wait:
         wait_for_writes(resolve(store).url)
-    return FileStore.open(store)
+        return FileStore.open(store)
+    return FileStore(resolve(store))
 
 
 def check_store_path(store, resume: bool, overwrite: bool = False) -> None:

@@ -54,6 +54,8 @@ __all__ = ["ArrayRef", "StoredArray", "ExternalArray", "HeldArray", "MemoryArray
 # see the module's text), "none", "lz4" (Blosc LZ4, byte shuffle) or "zstd" (level 1); see docs/guide/storage.md
 #: "auto" stores a sampled array compressed only when zstd shrinks it below this fraction
 AUTO_RATIO = 0.8
+#: the most bytes of its sample chunk "auto" compresses to decide (the middle of the chunk)
+AUTO_SAMPLE_BYTES = 1 << 16
 
 Box = tuple[tuple[int, int], ...]
 
@@ -70,8 +72,8 @@ def resolve_compressor(name: str, dtype) -> str:
 
 
 def sampled_compressor(array: np.ndarray, chunks: tuple[int, ...]) -> str:
-    """"zstd" if one chunk-sized sample of ``array`` (its middle) compresses below
-    `AUTO_RATIO` of its bytes under zstd, else "none"."""
+    """"zstd" if one chunk-sized sample of ``array`` (its middle; of that, the middle
+    `AUTO_SAMPLE_BYTES`) compresses below `AUTO_RATIO` of its bytes under zstd, else "none"."""
     from numcodecs import Zstd
 
     if not array.size:
@@ -80,7 +82,11 @@ def sampled_compressor(array: np.ndarray, chunks: tuple[int, ...]) -> str:
     sample = np.ascontiguousarray(array[box] if array.ndim else array)
     if not sample.nbytes:
         return "zstd"
-    return "zstd" if len(Zstd(level=1).encode(sample.tobytes())) < AUTO_RATIO * sample.nbytes else "none"
+    raw = sample.reshape(-1).view(np.uint8)
+    if raw.size > AUTO_SAMPLE_BYTES:  # whole cells from the middle
+        start = (raw.size - AUTO_SAMPLE_BYTES) // 2 // sample.itemsize * sample.itemsize
+        raw = raw[start:start + AUTO_SAMPLE_BYTES]
+    return "zstd" if len(Zstd(level=1).encode(raw)) < AUTO_RATIO * raw.size else "none"
 
 
 def output_compressor(inputs: "Sequence[ArrayRef | ExternalArray]", compressor: str | None = None) -> str:
@@ -183,6 +189,28 @@ def _metadata(shape: tuple[int, ...], chunks: tuple[int, ...], dtype, compressor
 
 
 _META_SUMS: dict[tuple, str] = {}
+_META_TEMPLATES: dict[tuple, dict | None] = {}
+
+
+def _metadata_from_template(shape: tuple[int, ...], chunks: tuple[int, ...], dtype, compressor: str) -> bytes:
+    """`_metadata`'s bytes, from zarr's own document for the same dtype, compressor and number of
+    axes with the shape and chunk shape put in: zarr is asked once per such kind, not per shape.
+    Used only where re-serializing zarr's document gives back its very bytes (else zarr is asked)."""
+    import json
+
+    kind = (len(shape), np.dtype(dtype).str, compressor)
+    if kind not in _META_TEMPLATES:
+        ones = (1,) * len(shape)
+        made = _metadata(ones, ones, dtype, compressor)
+        doc = json.loads(made)
+        same = json.dumps(doc, indent=2).encode() == made and doc.get("shape") == list(ones) and \
+            doc.get("chunk_grid", {}).get("configuration", {}).get("chunk_shape") == list(ones)
+        _META_TEMPLATES[kind] = doc if same else None
+    doc = _META_TEMPLATES[kind]
+    if doc is None:
+        return _metadata(shape, chunks, dtype, compressor)
+    grid = {**doc["chunk_grid"], "configuration": {**doc["chunk_grid"]["configuration"], "chunk_shape": list(chunks)}}
+    return json.dumps({**doc, "shape": list(shape), "chunk_grid": grid}, indent=2).encode()
 
 
 def metadata_checksum(shape: tuple[int, ...], chunks: tuple[int, ...], dtype, compressor: str) -> str:
@@ -194,7 +222,7 @@ def metadata_checksum(shape: tuple[int, ...], chunks: tuple[int, ...], dtype, co
     if got is None:
         import xxhash
 
-        got = xxhash.xxh3_64_hexdigest(_metadata(key[0], key[1], dtype, key[3]))
+        got = xxhash.xxh3_64_hexdigest(_metadata_from_template(key[0], key[1], dtype, key[3]))
         _META_SUMS[key] = got
     return got
 
@@ -373,7 +401,8 @@ class ArrayRef:
 
         self.forget()
         self.location.makedirs(self.path)
-        meta = _metadata(tuple(shape), tuple(chunks), dtype, resolve_compressor(compressor or self.compressor, dtype))
+        meta = _metadata_from_template(tuple(int(n) for n in shape), tuple(int(n) for n in chunks), dtype,
+                                       resolve_compressor(compressor or self.compressor, dtype))
         self.location.write_bytes(meta, self.path, "zarr.json", durable=False)  # the catalog keeps its checksum
         return xxhash.xxh3_64_hexdigest(meta)
 
@@ -629,7 +658,17 @@ class HeldArray:
         box = self.box if box is None else box
         if any(lo < hlo or hi > hhi for (lo, hi), (hlo, hhi) in zip(box, self.box)):
             raise StoreError(f"box {box} is outside the held box {self.box} of a fused node's output")
-        return self.block[tuple(slice(lo - hlo, hi - hlo) for (lo, hi), (hlo, _) in zip(box, self.box))].copy()
+        return self.view(box).copy()
+
+    def view(self, box: Box | None = None) -> np.ndarray:
+        """The cells of ``box`` as a read-only view, for an operator that never writes its inputs
+        (`subzero.operator.Operator.reads_only`)."""
+        box = self.box if box is None else box
+        if any(lo < hlo or hi > hhi for (lo, hi), (hlo, hhi) in zip(box, self.box)):
+            raise StoreError(f"box {box} is outside the held box {self.box} of a fused node's output")
+        out = self.block[tuple(slice(lo - hlo, hi - hlo) for (lo, hi), (hlo, _) in zip(box, self.box))]
+        out.flags.writeable = False
+        return out
 
     def layout(self) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype, str | None]:
         """(shape, chunks, dtype, pipeline), as `ArrayRef.layout` gives the stored array's."""
@@ -700,6 +739,15 @@ class MemoryArray:
         if box is None:
             return self.block.copy()
         return self.block[tuple(slice(lo, hi) for lo, hi in box)].copy()
+
+    def view(self, box: Box | None = None) -> np.ndarray:
+        """The cells of ``box`` as a read-only view, for an operator that never writes its inputs
+        (`subzero.operator.Operator.reads_only`); the cells stay while the view lives."""
+        if self.block is None:
+            raise StoreError(f"node {self.name!r}: its output is read before any tile of it ran")
+        out = self.block[tuple(slice(lo, hi) for lo, hi in box)] if box is not None else self.block[...]
+        out.flags.writeable = False
+        return out
 
     def layout(self) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype, str | None]:
         """(shape, chunks, dtype, pipeline), as `ArrayRef.layout` gives a stored array's."""

@@ -23,12 +23,13 @@ the user's cache directory (`subzero.store.cache`).  `FileStore` implements ever
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import pickle
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import xxhash
 
@@ -81,13 +82,17 @@ class FileStore(RunWriter):
 
     # -- lifecycle ----------------------------------------------------------------------------
     @classmethod
-    def create(cls, store, record: RunRecord, overwrite: bool = False, made_by: str | None = None) -> "FileStore":
+    def create(cls, store, record: RunRecord, overwrite: bool = False, made_by: str | None = None,
+               later: "Callable[[Callable[[], None]], None] | None" = None) -> "FileStore":
         """Take a new store for a run and write its first catalog.
 
         Refuses a store path that holds anything, unless ``overwrite`` is set and the
         directory is a store subzero made that no live run is writing.  ``made_by`` is
         kept in the store's marker (`made_by` reads it back: ``subzero demo`` replaces
-        only stores it made).
+        only stores it made).  ``later``: given the first catalog's write instead of it being
+        done now (a run written behind queues it first: the store is ours once the writer lock
+        and the marker are there, and a store killed before any catalog is one a run left as it
+        began, which ``overwrite`` replaces); the marker is then not flushed to the disk either.
         """
         location = resolve(store)
         cls.check_new(location, overwrite)
@@ -98,23 +103,28 @@ class FileStore(RunWriter):
             elif [name for name in _entries(location) if name != LOCK_NAME]:  # filled since check_new
                 raise StoreError(f"store {location.url!r} already exists and is not empty; runs are never "
                                  "overwritten silently: choose a new store, or pass overwrite=True (--overwrite)")
-            out = cls._start(location, lock, record, made_by)
+            out = cls._start(location, lock, record, made_by, later)
         except BaseException:
             lock.release()
             raise
         return out
 
     @classmethod
-    def _start(cls, location: Location, lock: WriterLock, record: RunRecord, made_by: str | None) -> "FileStore":
+    def _start(cls, location: Location, lock: WriterLock, record: RunRecord, made_by: str | None,
+               later: "Callable[[Callable[[], None]], None] | None" = None) -> "FileStore":
         made = {"format": FORMAT, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "made_by": made_by}
         for name in dead_temporaries(location):  # a lock file a killed writer was making
             location.remove(name)
-        location.write_bytes(json.dumps(made).encode(), MARKER)  # first: from now on the directory is ours
+        # first: from now on the directory is ours
+        location.write_bytes(json.dumps(made).encode(), MARKER, durable=later is None)
         for sub in _SUBDIRS:
             location.makedirs(sub)
         out = cls(location, lock)
-        out.write_catalog(record)
+        if later is not None:
+            later(functools.partial(out.write_catalog, record))
+        else:
+            out.write_catalog(record)
         return out
 
     @staticmethod

@@ -37,6 +37,17 @@ def _size(shape: Shape) -> int:
     return int(np.prod(shape, dtype=np.int64)) if shape else 1
 
 
+def _box_coords(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The ``(N, ndim)`` coordinates of the half-open box ``[lo, hi)`` in C order (sorted ids)."""
+    ext = tuple(max(int(b) - int(a), 0) for a, b in zip(lo, hi))
+    out = np.empty(ext + (len(ext),), np.int64)
+    for axis, (a, n) in enumerate(zip(lo, ext)):
+        along = [1] * len(ext)
+        along[axis] = n
+        out[..., axis] = np.arange(int(a), int(a) + n, dtype=np.int64).reshape(along)
+    return out.reshape(-1, len(ext))
+
+
 class Frontier:
     """A set of cells of an array, held as ids, boxes or a dense mask (see the module docs).
 
@@ -176,6 +187,8 @@ class Frontier:
 
     def coords(self) -> np.ndarray:
         """Sorted unique ``(N, ndim)`` coordinates."""
+        if self._ids is None and self._boxes is not None and len(self._boxes[0]) == 1 and self.shape:
+            return _box_coords(self._boxes[0][0], self._boxes[1][0])  # one box: laid out, not unravelled
         return to_coords(self.ids(), self.shape)
 
     def mask(self) -> np.ndarray:

@@ -31,8 +31,9 @@ from subzero.encoders import encoder_for
 from subzero.encoders.base import FullEncoder
 from subzero.encoders.codec import slot_ndims
 from subzero.errors import LineageError, LookupTimeout, QueryCancelled, StoreError
-from subzero.frontier import MAX_BOX_EXPANSION, Frontier
+from subzero.frontier import DENSE_FRACTION, MAX_BOX_EXPANSION, Frontier
 from subzero.modes import Direction, Mode, Strategy
+from subzero.operator import Operator
 from subzero.optimizer.cost_model import NodeProfile
 from subzero.optimizer.query_time import choose_step
 from subzero.pairs import FullPairs
@@ -154,7 +155,7 @@ def step(source: "QueryEngine", node, frontier: Frontier, i: int, direction: Dir
     target = in_shape if direction is Direction.BACKWARD else out_shape
     if frontier.is_empty:
         return Frontier.empty(target)
-    if op.all_to_all or (entire_array and op.entire_array_safe and frontier.is_full):
+    if op.all_to_all or (entire_array and frontier.is_full and op.entire_array_safe):  # is_full first: cheap
         return Frontier.full(target)
     if strategy.mode is Mode.MAP:
         return map_step(op, frontier, i, direction, target)
@@ -260,7 +261,8 @@ def map_step(op, frontier: Frontier, i: int, direction: "Direction | str", targe
         got = fn(lo, hi, i) if fn is not None else None
         if got is not None:
             return Frontier.of_boxes(got[0], got[1], target)
-        if frontier.estimate() > MAX_BOX_EXPANSION:
+        held = frontier.estimate()
+        if held > MAX_BOX_EXPANSION or held > max(DENSE_FRACTION * frontier.size, 64):  # dense: a mask, not cells
             got = _mask_step(op, frontier.mask(), i, direction, target)
             if got is not None:
                 return got
@@ -301,6 +303,38 @@ def _trace(source, node, tiles: list[int], frontier: Frontier, i: int, direction
     parts = [pairs.backward(frontier, i) if direction is Direction.BACKWARD else pairs.forward(frontier, i)
              for pairs in source.trace(node, tiles, frontier, i, direction)]
     return Frontier.of_ids(np.concatenate(parts) if parts else np.empty(0, np.int64), target)
+
+
+#: bytes of whole-array step answers one engine keeps (`QueryEngine`: the answer of a step
+#: reached by every cell of its array depends on the run alone, so it is computed once)
+WHOLE_STEP_BYTES = 64 << 20
+
+
+def _nbytes(f: Frontier) -> int:
+    """Bytes a frontier's arrays hold."""
+    parts = [f._ids, f._mask, *(f._boxes or ())]
+    return sum(int(a.nbytes) for a in parts if a is not None)
+
+
+def _copy(f: Frontier) -> Frontier:
+    """A frontier holding copies of ``f``'s arrays (an answer a caller may write into)."""
+    copy = (lambda a: None if a is None else a.copy())
+    boxes = None if f._boxes is None else (f._boxes[0].copy(), f._boxes[1].copy())
+    return Frontier(f.shape, ids=copy(f._ids), mask=copy(f._mask), boxes=boxes, count=f._count)
+
+
+def maps_whole(op, frontier: Frontier, i: int, direction: Direction) -> bool:
+    """True when `map_step` takes ``frontier`` through ``op`` without walking its cells one by
+    one: an elementwise step over one shape keeps the cells, and a frontier held as boxes or a
+    mask goes through the operator's box or mask form (a pass over the arrays, not per cell)."""
+    same = getattr(op, "same_cells", None)
+    if same is not None and same(i):
+        return True
+    if frontier.kind == "ids":
+        return False
+    suffix = "b" if direction is Direction.BACKWARD else "f"
+    forms = [f"map_{suffix}_mask"] + ([f"map_{suffix}_boxes"] if frontier.kind == "boxes" else [])
+    return any(getattr(type(op), name, None) is not getattr(Operator, name) for name in forms)
 
 
 @runtime_checkable
@@ -366,6 +400,8 @@ class QueryEngine:
         self._warned: set[str] = set()  # damaged lineage already reported
         self._recomputed: dict[str, RecomputedArray] = {}  # the unstored arrays read so far
         self._reread: dict[str, float] = {}  # node -> seconds re-running it recomputes its unstored inputs
+        self._whole: dict[tuple[str, int, str], Frontier] = {}  # (node, input, direction) -> a whole array's step
+        self._whole_bytes = 0
 
     # -- the lineage source the steps read ------------------------------------------------------
     def array(self, name: str) -> Any:
@@ -505,15 +541,17 @@ class QueryEngine:
             self._reread[node.name] = got
         return got
 
-    def choose(self, node, plan: QueryOptions, cells: int) -> tuple[Strategy, float | None, float | None]:
+    def choose(self, node, plan: QueryOptions, cells: int, whole: bool = False) -> tuple[Strategy, float | None,
+                                                                                      float | None]:
         """The strategy of one step through ``node`` reaching it with ``cells`` cells: the one
-        ``plan`` forces, else the cheapest `choose_step` predicts.  Returns it, the deadline
+        ``plan`` forces, else the cheapest `choose_step` predicts (``whole``: its mapping
+        functions take the frontier whole, see `maps_whole`).  Returns it, the deadline
         (perf_counter) of its stored lookups (None: none) and its predicted seconds (None: forced)."""
         forced = plan.using.get(node)
         if forced is not None:
             return Strategy.parse(forced), None, None
         choice = choose_step(self.profile(node), self.stored(node), Mode.MAP in node.operator.supported_modes(),
-                             plan.direction, cells, self.reread_seconds(node))
+                             plan.direction, cells, self.reread_seconds(node), whole)
         deadline = time.perf_counter() + choice.budget if choice.strategy.stored else None
         return choice.strategy, deadline, choice.predicted
 
@@ -525,12 +563,18 @@ class QueryEngine:
         if plan.cancel is not None and plan.cancel.is_set():
             raise QueryCancelled(f"the {plan.direction} walk was cancelled before it stepped through {node.name!r}")
         cells = carried.estimate()
-        strategy, deadline, predicted = self.choose(node, plan, cells)
+        frontier = isinstance(carried, Frontier)
+        strategy, deadline, predicted = self.choose(node, plan, cells,
+                                                    frontier and maps_whole(node.operator, carried, i, plan.direction))
         forced = plan.using.get(node) is not None
         start = time.perf_counter()
         switched, damaged = False, list[str]()
         result: Any
-        if not isinstance(carried, Frontier):
+        key = (node.name, i, plan.direction.value)
+        whole = frontier and not forced and carried.is_full  # every cell: the same answer each time
+        if whole and key in self._whole:
+            result = _copy(self._whole[key])
+        elif not isinstance(carried, Frontier):
             result = carried.step(self, node, i, plan.direction, strategy)
         else:
             try:
@@ -539,12 +583,23 @@ class QueryEngine:
             except LookupTimeout:
                 switched = True
                 result = step(self, node, carried, i, plan.direction, BLACKBOX, plan.entire_array)
+            if whole:
+                self._keep_whole(key, result)
         self.report_damaged(node, damaged)
         plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value, "strategy": strategy.name,
                          "switched_to_blackbox": switched, "damaged_lineage": "; ".join(damaged) or None,
                          "cells_in": cells, "cells_out": result.estimate(), "seconds": time.perf_counter() - start,
                          "predicted_seconds": predicted})
         return result
+
+    def _keep_whole(self, key: tuple[str, int, str], result: Frontier) -> None:
+        """Keep the step of a whole array (``key``: node, input, direction) for the next query
+        reaching it whole, a copy within `WHOLE_STEP_BYTES` of all kept together."""
+        size = _nbytes(result)
+        with self._lock:
+            if key not in self._whole and self._whole_bytes + size <= WHOLE_STEP_BYTES:
+                self._whole[key] = _copy(result)
+                self._whole_bytes += size
 
     # -- walks -------------------------------------------------------------------------------
     def walk(self, src, dst, start: C, plan: QueryOptions) -> C:

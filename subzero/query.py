@@ -310,6 +310,30 @@ def _trace(source, node, tiles: list[int], frontier: Frontier, i: int, direction
 WHOLE_STEP_BYTES = 64 << 20
 
 
+#: bytes of re-run tiles' lineage (full or payload pairs) one engine keeps: a tile a black-box
+#: step re-ran answers the next steps and queries reaching it without running again
+RERUN_BYTES = 64 << 20
+
+
+class _Kept(dict):
+    """What re-running a node's tiles produced (`subzero.worker.trace_tile`'s ``reruns``),
+    kept while a budget shared by the engine's nodes (a one-item list of bytes left) lasts."""
+
+    def __init__(self, budget: list[int], lock: threading.Lock):
+        super().__init__()
+        self.budget, self.lock = budget, lock
+
+    def __setitem__(self, key, value) -> None:
+        pairs = value[0]
+        arrays = [getattr(pairs, name, None) for name in ("out_ids", "out_ptr")]
+        arrays += [*getattr(pairs, "in_ids", ()), *getattr(pairs, "in_ptr", ())]
+        size = sum(int(a.nbytes) for a in arrays if a is not None) + sum(len(p) for p in getattr(pairs, "payloads", ()))
+        with self.lock:
+            if size <= self.budget[0]:
+                self.budget[0] -= size
+                super().__setitem__(key, value)
+
+
 def _nbytes(f: Frontier) -> int:
     """Bytes a frontier's arrays hold."""
     parts = [f._ids, f._mask, *(f._boxes or ())]
@@ -402,6 +426,8 @@ class QueryEngine:
         self._reread: dict[str, float] = {}  # node -> seconds re-running it recomputes its unstored inputs
         self._whole: dict[tuple[str, int, str], Frontier] = {}  # (node, input, direction) -> a whole array's step
         self._whole_bytes = 0
+        self._reruns: dict[str, _Kept] = {}  # node -> what re-running its tiles produced
+        self._rerun_budget = [RERUN_BYTES]  # bytes the engine may still keep of those, all nodes together
 
     # -- the lineage source the steps read ------------------------------------------------------
     def array(self, name: str) -> Any:
@@ -494,7 +520,9 @@ class QueryEngine:
         """The region pairs of ``node``'s ``tiles`` (indices into its grid) for the cells of
         ``frontier``, by re-running them in tracing mode from the stored inputs."""
         task, grid = self.tile_task(node), self.grid(node)
-        return [trace_tile(task, grid.tiles[t], frontier, i, direction) for t in tiles]
+        with self._lock:
+            kept = self._reruns.setdefault(node.name, _Kept(self._rerun_budget, self._lock))
+        return [trace_tile(task, grid.tiles[t], frontier, i, direction, kept) for t in tiles]
 
     def report_damaged(self, node, damaged: list[str]) -> None:
         """Warn, once per shard, that the shards of ``damaged`` could not be read and their

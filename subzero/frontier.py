@@ -189,6 +189,8 @@ class Frontier:
         """Sorted unique ``(N, ndim)`` coordinates."""
         if self._ids is None and self._boxes is not None and len(self._boxes[0]) == 1 and self.shape:
             return _box_coords(self._boxes[0][0], self._boxes[1][0])  # one box: laid out, not unravelled
+        if self._ids is None and self._count is not None and self._count == self.size and self.shape:
+            return _box_coords(np.zeros(len(self.shape), np.int64), np.asarray(self.shape, np.int64))  # every cell
         return to_coords(self.ids(), self.shape)
 
     def mask(self) -> np.ndarray:

@@ -17,6 +17,8 @@ entire-array optimization asks `is_full`.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from subzero.boxes import cover_ids, ids_in_boxes
@@ -34,7 +36,7 @@ MAX_BOX_EXPANSION = 1 << 24
 
 
 def _size(shape: Shape) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return math.prod(shape)  # Python ints: asked at every step, and never overflows
 
 
 def _box_coords(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -334,10 +334,22 @@ class _Kept(dict):
                 super().__setitem__(key, value)
 
 
+def _arrays(f: Frontier) -> list[np.ndarray]:
+    """The arrays a frontier holds."""
+    return [a for a in (f._ids, f._mask, *(f._boxes or ())) if a is not None]
+
+
 def _nbytes(f: Frontier) -> int:
     """Bytes a frontier's arrays hold."""
-    parts = [f._ids, f._mask, *(f._boxes or ())]
-    return sum(int(a.nbytes) for a in parts if a is not None)
+    return sum(int(a.nbytes) for a in _arrays(f))
+
+
+def _private(carried: Any) -> Any:
+    """What a walk hands out: a frontier sharing a kept step's read-only arrays is copied
+    (the caller may write into its answer); anything else as it is."""
+    if isinstance(carried, Frontier) and not all(a.flags.writeable for a in _arrays(carried)):
+        return _copy(carried)
+    return carried
 
 
 def _copy(f: Frontier) -> Frontier:
@@ -424,7 +436,7 @@ class QueryEngine:
         self._warned: set[str] = set()  # damaged lineage already reported
         self._recomputed: dict[str, RecomputedArray] = {}  # the unstored arrays read so far
         self._reread: dict[str, float] = {}  # node -> seconds re-running it recomputes its unstored inputs
-        self._whole: dict[tuple[str, int, str], Frontier] = {}  # (node, input, direction) -> a whole array's step
+        self._whole: dict[tuple[str, int, str], tuple[Strategy, Frontier]] = {}  # whole arrays' steps
         self._whole_bytes = 0
         self._reruns: dict[str, _Kept] = {}  # node -> what re-running its tiles produced
         self._rerun_budget = [RERUN_BYTES]  # bytes the engine may still keep of those, all nodes together
@@ -591,18 +603,24 @@ class QueryEngine:
         if plan.cancel is not None and plan.cancel.is_set():
             raise QueryCancelled(f"the {plan.direction} walk was cancelled before it stepped through {node.name!r}")
         cells = carried.estimate()
-        frontier = isinstance(carried, Frontier)
-        strategy, deadline, predicted = self.choose(node, plan, cells,
-                                                    frontier and maps_whole(node.operator, carried, i, plan.direction))
-        forced = plan.using.get(node) is not None
         start = time.perf_counter()
-        switched, damaged = False, list[str]()
-        result: Any
+        frontier = isinstance(carried, Frontier)
+        forced = plan.using.get(node) is not None
         key = (node.name, i, plan.direction.value)
         whole = frontier and not forced and carried.is_full  # every cell: the same answer each time
-        if whole and key in self._whole:
-            result = _copy(self._whole[key])
-        elif not isinstance(carried, Frontier):
+        kept = self._whole.get(key) if whole else None
+        if kept is not None:  # shared, read-only: the walk hands out a copy at its end (`_private`)
+            plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value,
+                             "strategy": kept[0].name, "switched_to_blackbox": False, "damaged_lineage": None,
+                             "cells_in": cells, "cells_out": kept[1].estimate(),
+                             "seconds": time.perf_counter() - start, "predicted_seconds": None})
+            shared: Any = kept[1]
+            return shared
+        strategy, deadline, predicted = self.choose(node, plan, cells,
+                                                    frontier and maps_whole(node.operator, carried, i, plan.direction))
+        switched, damaged = False, list[str]()
+        result: Any
+        if not isinstance(carried, Frontier):
             result = carried.step(self, node, i, plan.direction, strategy)
         else:
             try:
@@ -612,7 +630,7 @@ class QueryEngine:
                 switched = True
                 result = step(self, node, carried, i, plan.direction, BLACKBOX, plan.entire_array)
             if whole:
-                self._keep_whole(key, result)
+                self._keep_whole(key, strategy, result)
         self.report_damaged(node, damaged)
         plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value, "strategy": strategy.name,
                          "switched_to_blackbox": switched, "damaged_lineage": "; ".join(damaged) or None,
@@ -620,13 +638,17 @@ class QueryEngine:
                          "predicted_seconds": predicted})
         return result
 
-    def _keep_whole(self, key: tuple[str, int, str], result: Frontier) -> None:
-        """Keep the step of a whole array (``key``: node, input, direction) for the next query
-        reaching it whole, a copy within `WHOLE_STEP_BYTES` of all kept together."""
+    def _keep_whole(self, key: tuple[str, int, str], strategy: Strategy, result: Frontier) -> None:
+        """Keep the step of a whole array (``key``: node, input, direction; the ``strategy`` that
+        answered it) for the next step reaching it whole: a read-only copy, within
+        `WHOLE_STEP_BYTES` of all kept together."""
         size = _nbytes(result)
         with self._lock:
             if key not in self._whole and self._whole_bytes + size <= WHOLE_STEP_BYTES:
-                self._whole[key] = _copy(result)
+                kept = _copy(result)
+                for a in _arrays(kept):
+                    a.flags.writeable = False
+                self._whole[key] = (strategy, kept)
                 self._whole_bytes += size
 
     # -- walks -------------------------------------------------------------------------------
@@ -673,11 +695,11 @@ class QueryEngine:
                     held[parent] = held[parent].union(got) if parent in held else got
             if not forward and node not in keep:
                 del held[node]  # each node steps once: what it held is done
-        return {dst: held.get(dst) for dst in dsts}
+        return {dst: _private(held.get(dst)) for dst in dsts}
 
     def follow(self, steps: list, start: C, plan: QueryOptions) -> C:
         """Carry ``start`` along an explicit path of ``(node, input index)`` steps."""
         carried = start
         for node, i in steps:
             carried = self.advance(node, carried, i, plan)
-        return carried
+        return _private(carried)

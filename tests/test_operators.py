@@ -1030,6 +1030,17 @@ def _gather(rng, ndim, side):
     return Case(ops.Gather(source), [x], x[keep], tight=True)
 
 
+@pytest.mark.parametrize("axis", [0, 1, (0, 2), (1, 2)])
+def test_a_reduction_maps_a_few_cells_by_their_pairs_as_its_mask_form_does(axis):
+    op = ops.Mean(axis)
+    op = op.bound([(6, 7, 5)], op.infer_output_shape(((6, 7, 5),)))
+    every = np.argwhere(np.ones(op.output_shape, bool))
+    for cells in (every[[0, 3]], every):  # a few cells (their pairs) and every cell (the mask)
+        mask = np.zeros(op.output_shape, bool)
+        mask[tuple(cells.T)] = True
+        np.testing.assert_array_equal(op.map_b(cells, 0), np.argwhere(op.map_b_mask(mask, 0)))
+
+
 @given(seed=st.integers(0, 2**16), density=st.floats(0.05, 1.0))
 @settings(max_examples=25, deadline=None)
 def test_gather_mask_forms_are_the_union_of_its_cells_for_every_guide(seed, density):

@@ -255,6 +255,8 @@ def map_step(op, frontier: Frontier, i: int, direction: "Direction | str", targe
     direction, target = Direction.parse(direction), tuple(target)
     if frontier.is_empty:
         return Frontier.empty(target)
+    if frontier.shape == target and getattr(op, "same_cells", None) is not None and op.same_cells(i):
+        return frontier  # elementwise over one shape: the same cells, in the form they came (never written)
     if frontier.kind == "boxes":
         lo, hi = frontier.boxes()
         fn = getattr(op, "map_b_boxes" if direction is Direction.BACKWARD else "map_f_boxes", None)
@@ -270,9 +272,6 @@ def map_step(op, frontier: Frontier, i: int, direction: "Direction | str", targe
         got = _mask_step(op, frontier.mask(), i, direction, target)
         if got is not None:
             return got
-    if frontier.kind == "ids" and frontier.shape == target and getattr(op, "same_cells", None) is not None \
-            and op.same_cells(i):
-        return Frontier.of_ids(frontier.ids(), target, unique=True)  # elementwise over one shape: the same cells
     cells = frontier.coords()
     got = op.map_b(cells, i) if direction is Direction.BACKWARD else op.map_f(cells, i)
     got = np.asarray(got, np.int64).reshape(-1, len(target))

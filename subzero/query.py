@@ -435,6 +435,7 @@ class QueryEngine:
         self._warned: set[str] = set()  # damaged lineage already reported
         self._recomputed: dict[str, RecomputedArray] = {}  # the unstored arrays read so far
         self._reread: dict[str, float] = {}  # node -> seconds re-running it recomputes its unstored inputs
+        self._unstored: dict[str, Any] | None = None  # the unstored arrays (optimizer.storage.ArrayChoice)
         self._whole: dict[tuple[str, int, str], tuple[Strategy, Frontier]] = {}  # whole arrays' steps
         self._whole_bytes = 0
         self._reruns: dict[str, _Kept] = {}  # node -> what re-running its tiles produced
@@ -573,10 +574,12 @@ class QueryEngine:
             if all(records[r].array.stored for r in reads if r in records):
                 got = 0.0
             else:
-                unstored = {name: float(getattr(r.stats, "op_seconds", 0.0) or 0.0)
-                            for name, r in records.items() if not r.array.stored}
-                inputs = {n.name: [i.name for i in n.inputs] for n in self.workflow.nodes}
-                got = recompute_seconds(array_choices(inputs, unstored, {}, reads), reads)
+                if self._unstored is None:  # the run's unstored arrays: worked out once, not per node
+                    unstored = {name: float(getattr(r.stats, "op_seconds", 0.0) or 0.0)
+                                for name, r in records.items() if not r.array.stored}
+                    inputs = {n.name: [i.name for i in n.inputs] for n in self.workflow.nodes}
+                    self._unstored = array_choices(inputs, unstored, {})
+                got = recompute_seconds(self._unstored, reads)
             self._reread[node.name] = got
         return got
 

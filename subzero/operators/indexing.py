@@ -244,6 +244,8 @@ class Gather(_Guided):
         shape, source_shape = tuple(self.input_shapes[i]), tuple(self.input_shapes[0])
         picked = self._source.ravel()[np.asarray(mask, bool).ravel()]
         kind, a, n = _guide_parts(self.guides[i - 1]) if i else ("src", 0, len(source_shape))
+        # the source itself, or a mask of its shape (x[m]): the cells are the source cells, a flat scatter
+        flat = kind == "src" and a == 0 and n == len(source_shape) and shape == source_shape
         if kind == "out":  # the guide cells are output coordinates a..a+n: the mask projected
             other = tuple(k for k in range(len(self._out)) if not a <= k < a + n)
             projected = np.asarray(np.asarray(mask, bool).any(axis=other)) if other else np.array(mask, bool)
@@ -251,7 +253,7 @@ class Gather(_Guided):
         got = np.zeros(shape, bool)
         if kind == "one":
             got.reshape(-1)[:1] = bool(len(picked))
-        elif i == 0:
+        elif flat:
             got.reshape(-1)[picked] = True
         elif source_shape:
             at = np.unravel_index(picked, source_shape)[a:a + n]

@@ -163,6 +163,8 @@ class Frontier:
     @property
     def is_full(self) -> bool:
         """True when the frontier holds every cell of its array."""
+        if self._count is not None:  # counted (exactly): asked at every step of a walk
+            return self._count == self.size
         if self._boxes is not None:
             lo, hi = self._boxes
             if not (np.all(lo.min(axis=0) == 0) and np.all(hi.max(axis=0) == np.asarray(self.shape))):
@@ -236,6 +238,8 @@ class Frontier:
     # -- set operations ---------------------------------------------------------------------
     def union(self, other: "Frontier") -> "Frontier":
         """The cells of either frontier (same shape)."""
+        if other is self:
+            return self
         if self.is_empty:
             return other
         if other.is_empty:

@@ -17,6 +17,8 @@ entire-array optimization asks `is_full`.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from subzero.boxes import cover_ids, ids_in_boxes
@@ -34,7 +36,18 @@ MAX_BOX_EXPANSION = 1 << 24
 
 
 def _size(shape: Shape) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return math.prod(shape)  # Python ints: asked at every step, and never overflows
+
+
+def _box_coords(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The ``(N, ndim)`` coordinates of the half-open box ``[lo, hi)`` in C order (sorted ids)."""
+    ext = tuple(max(int(b) - int(a), 0) for a, b in zip(lo, hi))
+    out = np.empty(ext + (len(ext),), np.int64)
+    for axis, (a, n) in enumerate(zip(lo, ext)):
+        along = [1] * len(ext)
+        along[axis] = n
+        out[..., axis] = np.arange(int(a), int(a) + n, dtype=np.int64).reshape(along)
+    return out.reshape(-1, len(ext))
 
 
 class Frontier:
@@ -150,6 +163,8 @@ class Frontier:
     @property
     def is_full(self) -> bool:
         """True when the frontier holds every cell of its array."""
+        if self._count is not None:  # counted (exactly): asked at every step of a walk
+            return self._count == self.size
         if self._boxes is not None:
             lo, hi = self._boxes
             if not (np.all(lo.min(axis=0) == 0) and np.all(hi.max(axis=0) == np.asarray(self.shape))):
@@ -176,6 +191,10 @@ class Frontier:
 
     def coords(self) -> np.ndarray:
         """Sorted unique ``(N, ndim)`` coordinates."""
+        if self._ids is None and self._boxes is not None and len(self._boxes[0]) == 1 and self.shape:
+            return _box_coords(self._boxes[0][0], self._boxes[1][0])  # one box: laid out, not unravelled
+        if self._ids is None and self._count is not None and self._count == self.size and self.shape:
+            return _box_coords(np.zeros(len(self.shape), np.int64), np.asarray(self.shape, np.int64))  # every cell
         return to_coords(self.ids(), self.shape)
 
     def mask(self) -> np.ndarray:
@@ -219,6 +238,8 @@ class Frontier:
     # -- set operations ---------------------------------------------------------------------
     def union(self, other: "Frontier") -> "Frontier":
         """The cells of either frontier (same shape)."""
+        if other is self:
+            return self
         if self.is_empty:
             return other
         if other.is_empty:

@@ -31,8 +31,9 @@ from subzero.encoders import encoder_for
 from subzero.encoders.base import FullEncoder
 from subzero.encoders.codec import slot_ndims
 from subzero.errors import LineageError, LookupTimeout, QueryCancelled, StoreError
-from subzero.frontier import MAX_BOX_EXPANSION, Frontier
+from subzero.frontier import DENSE_FRACTION, MAX_BOX_EXPANSION, Frontier
 from subzero.modes import Direction, Mode, Strategy
+from subzero.operator import Operator
 from subzero.optimizer.cost_model import NodeProfile
 from subzero.optimizer.query_time import choose_step
 from subzero.pairs import FullPairs
@@ -154,7 +155,7 @@ def step(source: "QueryEngine", node, frontier: Frontier, i: int, direction: Dir
     target = in_shape if direction is Direction.BACKWARD else out_shape
     if frontier.is_empty:
         return Frontier.empty(target)
-    if op.all_to_all or (entire_array and op.entire_array_safe and frontier.is_full):
+    if op.all_to_all or (entire_array and frontier.is_full and op.entire_array_safe):  # is_full first: cheap
         return Frontier.full(target)
     if strategy.mode is Mode.MAP:
         return map_step(op, frontier, i, direction, target)
@@ -254,13 +255,16 @@ def map_step(op, frontier: Frontier, i: int, direction: "Direction | str", targe
     direction, target = Direction.parse(direction), tuple(target)
     if frontier.is_empty:
         return Frontier.empty(target)
+    if frontier.shape == target and getattr(op, "same_cells", None) is not None and op.same_cells(i):
+        return frontier  # elementwise over one shape: the same cells, in the form they came (never written)
     if frontier.kind == "boxes":
         lo, hi = frontier.boxes()
         fn = getattr(op, "map_b_boxes" if direction is Direction.BACKWARD else "map_f_boxes", None)
         got = fn(lo, hi, i) if fn is not None else None
         if got is not None:
             return Frontier.of_boxes(got[0], got[1], target)
-        if frontier.estimate() > MAX_BOX_EXPANSION:
+        held = frontier.estimate()
+        if held > MAX_BOX_EXPANSION or held > max(DENSE_FRACTION * frontier.size, 64):  # dense: a mask, not cells
             got = _mask_step(op, frontier.mask(), i, direction, target)
             if got is not None:
                 return got
@@ -268,9 +272,6 @@ def map_step(op, frontier: Frontier, i: int, direction: "Direction | str", targe
         got = _mask_step(op, frontier.mask(), i, direction, target)
         if got is not None:
             return got
-    if frontier.kind == "ids" and frontier.shape == target and getattr(op, "same_cells", None) is not None \
-            and op.same_cells(i):
-        return Frontier.of_ids(frontier.ids(), target, unique=True)  # elementwise over one shape: the same cells
     cells = frontier.coords()
     got = op.map_b(cells, i) if direction is Direction.BACKWARD else op.map_f(cells, i)
     got = np.asarray(got, np.int64).reshape(-1, len(target))
@@ -301,6 +302,74 @@ def _trace(source, node, tiles: list[int], frontier: Frontier, i: int, direction
     parts = [pairs.backward(frontier, i) if direction is Direction.BACKWARD else pairs.forward(frontier, i)
              for pairs in source.trace(node, tiles, frontier, i, direction)]
     return Frontier.of_ids(np.concatenate(parts) if parts else np.empty(0, np.int64), target)
+
+
+#: bytes of whole-array step answers one engine keeps (`QueryEngine`: the answer of a step
+#: reached by every cell of its array depends on the run alone, so it is computed once)
+WHOLE_STEP_BYTES = 64 << 20
+
+
+#: bytes of re-run tiles' lineage (full or payload pairs) one engine keeps: a tile a black-box
+#: step re-ran answers the next steps and queries reaching it without running again
+RERUN_BYTES = 64 << 20
+
+
+class _Kept(dict):
+    """What re-running a node's tiles produced (`subzero.worker.trace_tile`'s ``reruns``),
+    kept while a budget shared by the engine's nodes (a one-item list of bytes left) lasts."""
+
+    def __init__(self, budget: list[int], lock: threading.Lock):
+        super().__init__()
+        self.budget, self.lock = budget, lock
+
+    def __setitem__(self, key, value) -> None:
+        pairs = value[0]
+        arrays = [getattr(pairs, name, None) for name in ("out_ids", "out_ptr")]
+        arrays += [*getattr(pairs, "in_ids", ()), *getattr(pairs, "in_ptr", ())]
+        size = sum(int(a.nbytes) for a in arrays if a is not None) + sum(len(p) for p in getattr(pairs, "payloads", ()))
+        with self.lock:
+            if size <= self.budget[0]:
+                self.budget[0] -= size
+                super().__setitem__(key, value)
+
+
+def _arrays(f: Frontier) -> list[np.ndarray]:
+    """The arrays a frontier holds."""
+    return [a for a in (f._ids, f._mask, *(f._boxes or ())) if a is not None]
+
+
+def _nbytes(f: Frontier) -> int:
+    """Bytes a frontier's arrays hold."""
+    return sum(int(a.nbytes) for a in _arrays(f))
+
+
+def _private(carried: Any) -> Any:
+    """What a walk hands out: a frontier sharing a kept step's read-only arrays is copied
+    (the caller may write into its answer); anything else as it is."""
+    if isinstance(carried, Frontier) and not all(a.flags.writeable for a in _arrays(carried)):
+        return _copy(carried)
+    return carried
+
+
+def _copy(f: Frontier) -> Frontier:
+    """A frontier holding copies of ``f``'s arrays (an answer a caller may write into)."""
+    copy = (lambda a: None if a is None else a.copy())
+    boxes = None if f._boxes is None else (f._boxes[0].copy(), f._boxes[1].copy())
+    return Frontier(f.shape, ids=copy(f._ids), mask=copy(f._mask), boxes=boxes, count=f._count)
+
+
+def maps_whole(op, frontier: Frontier, i: int, direction: Direction) -> bool:
+    """True when `map_step` takes ``frontier`` through ``op`` without walking its cells one by
+    one: an elementwise step over one shape keeps the cells, and a frontier held as boxes or a
+    mask goes through the operator's box or mask form (a pass over the arrays, not per cell)."""
+    same = getattr(op, "same_cells", None)
+    if same is not None and same(i):
+        return True
+    if frontier.kind == "ids":
+        return False
+    suffix = "b" if direction is Direction.BACKWARD else "f"
+    forms = [f"map_{suffix}_mask"] + ([f"map_{suffix}_boxes"] if frontier.kind == "boxes" else [])
+    return any(getattr(type(op), name, None) is not getattr(Operator, name) for name in forms)
 
 
 @runtime_checkable
@@ -366,6 +435,11 @@ class QueryEngine:
         self._warned: set[str] = set()  # damaged lineage already reported
         self._recomputed: dict[str, RecomputedArray] = {}  # the unstored arrays read so far
         self._reread: dict[str, float] = {}  # node -> seconds re-running it recomputes its unstored inputs
+        self._unstored: dict[str, Any] | None = None  # the unstored arrays (optimizer.storage.ArrayChoice)
+        self._whole: dict[tuple[str, int, str], tuple[Strategy, Frontier]] = {}  # whole arrays' steps
+        self._whole_bytes = 0
+        self._reruns: dict[str, _Kept] = {}  # node -> what re-running its tiles produced
+        self._rerun_budget = [RERUN_BYTES]  # bytes the engine may still keep of those, all nodes together
 
     # -- the lineage source the steps read ------------------------------------------------------
     def array(self, name: str) -> Any:
@@ -458,7 +532,9 @@ class QueryEngine:
         """The region pairs of ``node``'s ``tiles`` (indices into its grid) for the cells of
         ``frontier``, by re-running them in tracing mode from the stored inputs."""
         task, grid = self.tile_task(node), self.grid(node)
-        return [trace_tile(task, grid.tiles[t], frontier, i, direction) for t in tiles]
+        with self._lock:
+            kept = self._reruns.setdefault(node.name, _Kept(self._rerun_budget, self._lock))
+        return [trace_tile(task, grid.tiles[t], frontier, i, direction, kept) for t in tiles]
 
     def report_damaged(self, node, damaged: list[str]) -> None:
         """Warn, once per shard, that the shards of ``damaged`` could not be read and their
@@ -498,22 +574,26 @@ class QueryEngine:
             if all(records[r].array.stored for r in reads if r in records):
                 got = 0.0
             else:
-                unstored = {name: float(getattr(r.stats, "op_seconds", 0.0) or 0.0)
-                            for name, r in records.items() if not r.array.stored}
-                inputs = {n.name: [i.name for i in n.inputs] for n in self.workflow.nodes}
-                got = recompute_seconds(array_choices(inputs, unstored, {}, reads), reads)
+                if self._unstored is None:  # the run's unstored arrays: worked out once, not per node
+                    unstored = {name: float(getattr(r.stats, "op_seconds", 0.0) or 0.0)
+                                for name, r in records.items() if not r.array.stored}
+                    inputs = {n.name: [i.name for i in n.inputs] for n in self.workflow.nodes}
+                    self._unstored = array_choices(inputs, unstored, {})
+                got = recompute_seconds(self._unstored, reads)
             self._reread[node.name] = got
         return got
 
-    def choose(self, node, plan: QueryOptions, cells: int) -> tuple[Strategy, float | None, float | None]:
+    def choose(self, node, plan: QueryOptions, cells: int, whole: bool = False) -> tuple[Strategy, float | None,
+                                                                                      float | None]:
         """The strategy of one step through ``node`` reaching it with ``cells`` cells: the one
-        ``plan`` forces, else the cheapest `choose_step` predicts.  Returns it, the deadline
+        ``plan`` forces, else the cheapest `choose_step` predicts (``whole``: its mapping
+        functions take the frontier whole, see `maps_whole`).  Returns it, the deadline
         (perf_counter) of its stored lookups (None: none) and its predicted seconds (None: forced)."""
         forced = plan.using.get(node)
         if forced is not None:
             return Strategy.parse(forced), None, None
         choice = choose_step(self.profile(node), self.stored(node), Mode.MAP in node.operator.supported_modes(),
-                             plan.direction, cells, self.reread_seconds(node))
+                             plan.direction, cells, self.reread_seconds(node), whole)
         deadline = time.perf_counter() + choice.budget if choice.strategy.stored else None
         return choice.strategy, deadline, choice.predicted
 
@@ -525,9 +605,21 @@ class QueryEngine:
         if plan.cancel is not None and plan.cancel.is_set():
             raise QueryCancelled(f"the {plan.direction} walk was cancelled before it stepped through {node.name!r}")
         cells = carried.estimate()
-        strategy, deadline, predicted = self.choose(node, plan, cells)
-        forced = plan.using.get(node) is not None
         start = time.perf_counter()
+        frontier = isinstance(carried, Frontier)
+        forced = plan.using.get(node) is not None
+        key = (node.name, i, plan.direction.value)
+        whole = frontier and not forced and carried.is_full  # every cell: the same answer each time
+        kept = self._whole.get(key) if whole else None
+        if kept is not None:  # shared, read-only: the walk hands out a copy at its end (`_private`)
+            plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value,
+                             "strategy": kept[0].name, "switched_to_blackbox": False, "damaged_lineage": None,
+                             "cells_in": cells, "cells_out": kept[1].estimate(),
+                             "seconds": time.perf_counter() - start, "predicted_seconds": None})
+            shared: Any = kept[1]
+            return shared
+        strategy, deadline, predicted = self.choose(node, plan, cells,
+                                                    frontier and maps_whole(node.operator, carried, i, plan.direction))
         switched, damaged = False, list[str]()
         result: Any
         if not isinstance(carried, Frontier):
@@ -539,12 +631,27 @@ class QueryEngine:
             except LookupTimeout:
                 switched = True
                 result = step(self, node, carried, i, plan.direction, BLACKBOX, plan.entire_array)
+            if whole:
+                self._keep_whole(key, strategy, result)
         self.report_damaged(node, damaged)
         plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value, "strategy": strategy.name,
                          "switched_to_blackbox": switched, "damaged_lineage": "; ".join(damaged) or None,
                          "cells_in": cells, "cells_out": result.estimate(), "seconds": time.perf_counter() - start,
                          "predicted_seconds": predicted})
         return result
+
+    def _keep_whole(self, key: tuple[str, int, str], strategy: Strategy, result: Frontier) -> None:
+        """Keep the step of a whole array (``key``: node, input, direction; the ``strategy`` that
+        answered it) for the next step reaching it whole: a read-only copy, within
+        `WHOLE_STEP_BYTES` of all kept together."""
+        size = _nbytes(result)
+        with self._lock:
+            if key not in self._whole and self._whole_bytes + size <= WHOLE_STEP_BYTES:
+                kept = _copy(result)
+                for a in _arrays(kept):
+                    a.flags.writeable = False
+                self._whole[key] = (strategy, kept)
+                self._whole_bytes += size
 
     # -- walks -------------------------------------------------------------------------------
     def walk(self, src, dst, start: C, plan: QueryOptions) -> C:
@@ -590,11 +697,11 @@ class QueryEngine:
                     held[parent] = held[parent].union(got) if parent in held else got
             if not forward and node not in keep:
                 del held[node]  # each node steps once: what it held is done
-        return {dst: held.get(dst) for dst in dsts}
+        return {dst: _private(held.get(dst)) for dst in dsts}
 
     def follow(self, steps: list, start: C, plan: QueryOptions) -> C:
         """Carry ``start`` along an explicit path of ``(node, input index)`` steps."""
         carried = start
         for node, i in steps:
             carried = self.advance(node, carried, i, plan)
-        return carried
+        return _private(carried)

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, MutableMapping, Sequence
 
 import numpy as np
 
@@ -464,7 +464,7 @@ def merge_inline(strategy: Strategy, tables: "list[bytes | None]", shapes: tuple
 
 
 def trace_tile(task: NodeTask, tile: Tile, frontier: Any = None, i: int = 0,
-               direction: "Direction | str" = Direction.BACKWARD) -> FullPairs:
+               direction: "Direction | str" = Direction.BACKWARD, reruns: "MutableMapping | None" = None) -> FullPairs:
     """Re-run one tile in tracing mode and return its lineage as full region pairs.
 
     Without ``frontier``, the lineage of every cell of the tile: the operator produces
@@ -476,7 +476,10 @@ def trace_tile(task: NodeTask, tile: Tile, frontier: Any = None, i: int = 0,
     cells they map to), and payloads are expanded only for those cells (backward) or for
     the pairs whose envelope meets the frontier (forward), so a step costs its frontier,
     not the tile.  Every mode gives the same lineage, so the cheapest is used.  An
-    all-to-all operator's lineage needs no re-run.
+    all-to-all operator's lineage needs no re-run.  ``reruns``: a mapping the caller keeps
+    (e.g. one per query engine and node) of what re-running a tile produced (its full or
+    payload pairs, by tile index and mode): a tile is re-run once for all the steps and
+    queries that need it.
     """
     direction = Direction.parse(direction)
     op = task.operator
@@ -485,8 +488,7 @@ def trace_tile(task: NodeTask, tile: Tile, frontier: Any = None, i: int = 0,
         return all_to_all_pairs(op, tile.box)
     if frontier is None or not (supported & {Mode.MAP, Mode.COMP, Mode.PAY}):
         if Mode.FULL in supported:
-            ctx, _, result_box, tile, _ = _call(task, tile, frozenset({Mode.FULL}))
-            return ctx.full_pairs(result_box)
+            return _rerun(task, tile, Mode.FULL, reruns)[0]
         if Mode.MAP in supported:
             _call(task, tile, frozenset())
             return derived_full(op, tile.box)
@@ -497,8 +499,7 @@ def trace_tile(task: NodeTask, tile: Tile, frontier: Any = None, i: int = 0,
     if mode is Mode.MAP:
         _call(task, tile, frozenset())
         return derived_full(op, tile.box, wanted)
-    ctx, _, result_box, tile, _ = _call(task, tile, frozenset({mode}))
-    pay = ctx.payload_pairs(result_box)
+    pay, tile = _rerun(task, tile, mode, reruns)
     overridden = pay.out_ids  # every cell with a payload: its default lineage does not hold
     if frontier is not None:
         pay = _payloads_for(op, pay, frontier, i, direction)
@@ -506,7 +507,22 @@ def trace_tile(task: NodeTask, tile: Tile, frontier: Any = None, i: int = 0,
     if mode is Mode.PAY:
         return expanded
     default = derived_full(op, tile.box, wanted)
-    return FullPairs.concat([default.select(~np.isin(default.out_ids, overridden)), expanded], len(op.input_shapes))
+    kept = ~np.isin(default.out_ids, overridden, kind="table") if len(default.out_ids) else np.ones(0, bool)
+    return FullPairs.concat([default.select(kept), expanded], len(op.input_shapes))
+
+
+def _rerun(task: NodeTask, tile: Tile, mode: Mode, reruns: "MutableMapping | None") -> tuple[Any, Tile]:
+    """The full (``Mode.FULL``) or payload pairs of re-running ``tile`` with ``mode``, and the
+    tile as it ran (a whole-array operator's, bound to its output): from ``reruns`` when the
+    tile was re-run before, else re-run and kept there."""
+    key = (tile.index, mode)
+    got = None if reruns is None else reruns.get(key)
+    if got is None:
+        ctx, _, result_box, ran, _ = _call(task, tile, frozenset({mode}))
+        got = (ctx.full_pairs(result_box) if mode is Mode.FULL else ctx.payload_pairs(result_box), ran)
+        if reruns is not None:
+            reruns[key] = got
+    return got
 
 
 def _wanted(op: Operator, box: Box, frontier, i: int, direction: Direction) -> np.ndarray:

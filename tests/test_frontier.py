@@ -341,6 +341,11 @@ def test_full_is_full_only_when_every_cell_is_in():
     assert not hole.is_full and hole.count == 18
     almost = Frontier.of_ids(np.arange(19), shape)
     assert not almost.is_full and Frontier.of_ids(np.arange(20), shape).is_full
+    every = np.argwhere(np.ones(shape, bool))  # every cell as a mask or as one box: laid out in C order
+    for full in (Frontier.of_mask(np.ones(shape, bool)), Frontier((4, 5), mask=np.ones(shape, bool), count=20),
+                 Frontier.of_boxes(np.array([[1, 2]]), np.array([[3, 5]]), shape)):
+        expected = every if full.count == 20 else np.argwhere(full.mask())
+        np.testing.assert_array_equal(full.coords(), expected)
 
 
 def test_a_0d_array_has_one_cell():

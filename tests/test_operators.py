@@ -1030,6 +1030,44 @@ def _gather(rng, ndim, side):
     return Case(ops.Gather(source), [x], x[keep], tight=True)
 
 
+@pytest.mark.parametrize("axis", [0, 1, (0, 2), (1, 2)])
+def test_a_reduction_maps_a_few_cells_by_their_pairs_as_its_mask_form_does(axis):
+    op = ops.Mean(axis)
+    op = op.bound([(6, 7, 5)], op.infer_output_shape(((6, 7, 5),)))
+    every = np.argwhere(np.ones(op.output_shape, bool))
+    for cells in (every[[0, 3]], every):  # a few cells (their pairs) and every cell (the mask)
+        mask = np.zeros(op.output_shape, bool)
+        mask[tuple(cells.T)] = True
+        np.testing.assert_array_equal(op.map_b(cells, 0), np.argwhere(op.map_b_mask(mask, 0)))
+
+
+@given(seed=st.integers(0, 2**16), density=st.floats(0.05, 1.0))
+@settings(max_examples=25, deadline=None)
+def test_gather_mask_forms_are_the_union_of_its_cells_for_every_guide(seed, density):
+    # a boolean mask (src guide), an integer index (out guide) and a summary (one): the mask
+    # forms a dense frontier takes agree with map_b / map_f cell by cell
+    rng = np.random.default_rng(seed)
+    flat = np.arange(20).reshape(4, 5)
+    keep = rng.random((4, 5)) < 0.6
+    keep.flat[0] = True
+    index = rng.integers(0, 5, 3)
+    cases = [(ops.Gather(flat[keep], ["src:0:2"]), [(4, 5), (4, 5)]),
+             (ops.Gather(flat[:, index], ["out:1:1"]), [(4, 5), (3,)]),
+             (ops.Gather(flat[keep], ["one"]), [(4, 5), (2,)])]
+    for gather, shapes in cases:
+        op = gather.bound(shapes, gather._source.shape)
+        out_cells = to_coords(np.arange(op._source.size), op.output_shape)
+        pick = rng.random(len(out_cells)) < density
+        for i, shape in enumerate(shapes):
+            expect = np.zeros(shape, bool)
+            expect.reshape(-1)[to_ids(op.map_b(out_cells[pick], i), shape)] = True
+            assert np.array_equal(op.map_b_mask(pick.reshape(op.output_shape), i), expect)
+        hit = rng.random(shapes[0]) < density
+        expect = np.zeros(op.output_shape, bool)
+        expect.reshape(-1)[to_ids(op.map_f(np.argwhere(hit), 0), op.output_shape)] = True
+        assert np.array_equal(op.map_f_mask(hit, 0), expect)
+
+
 @spec("Scatter")
 def _scatter(rng, ndim, side):
     x = floats(rng, rand_shape(rng, ndim, side))

@@ -157,3 +157,34 @@ def test_a_carrier_steps_by_the_strategy_the_plan_forces(diamond):
     assert [s.name for n, _, s in steps if n == "blur"] == ["BlackBox"]
     expected = diamond.lineage.walk(diamond.node("mixed"), diamond.node("x"), start, QueryOptions(Direction.BACKWARD))
     np.testing.assert_array_equal(got.frontier.ids(), expected.ids())
+
+
+SHIFT = np.array([[1.0, 0.0, 0.0]])  # each cell reads its neighbour along the last axis, not itself
+
+
+def edges(image):
+    g = sz.ndimage.convolve(image, SHIFT, mode="constant")  # not entire-array safe: one border is never read
+    strong = g[g > 0.0]  # a Gather guided by a mask
+    return strong.mean() + g.mean()  # global statistics: both reached by every cell of their input
+
+
+def test_a_step_reached_by_a_whole_array_maps_it_whole_and_answers_the_same_cells(tmp_path):
+    """A frontier holding every cell (after a global statistic) goes through the stencil and the
+    Gather by their mask forms (Map, priced as a pass over the array, not re-execution), is
+    kept for the next query, and is the same set as every cell's brute force and re-execution."""
+    image = np.random.default_rng(3).random((24, 30))
+    wf = sz.workflow(edges, name="edges").trace({"image": image})
+    run = wf.run({"image": image}, store=tmp_path / "e", executor="local", tile_shape=8)
+    out = wf.nodes[-1].name
+    cell = [(0,) * len(run.shape(out))]
+    got = run.backward(out, cell, to="image")
+    assert {s["node"]: s["strategy"] for s in run.last_query if s["cells_in"] > 1}.get("convolve") == "Map"
+    rerun = run.backward(out, cell, to="image", using={n.name: "BlackBox" for n in wf.nodes if n.inputs})
+    np.testing.assert_array_equal(got, rerun)
+    conv = run.node("convolve").operator
+    brute = np.unique(conv.map_b(np.argwhere(np.ones(image.shape, bool)), 0), axis=0)
+    assert len(brute) == 24 * 29
+    np.testing.assert_array_equal(got, brute)
+    mask = run.backward_mask(out, cell, to="image")
+    mask[:] = False  # an answer is the caller's: the kept step is not written through it
+    np.testing.assert_array_equal(run.backward(out, cell, to="image"), got)

@@ -33,3 +33,13 @@ def test_re_execution_over_unstored_inputs_pays_their_recomputation():
     assert cheap.strategy == Strategy.parse("BlackBox")
     costly = choose_step(p, (), True, Direction.BACKWARD, 10**6, reread=2.0)
     assert costly.strategy == Strategy.parse("Map") and costly.rerun == cheap.rerun + 2.0
+
+
+def test_a_frontier_mapped_whole_is_priced_as_a_pass_not_per_cell():
+    """Boxes or a mask through an operator's box or mask form (or an elementwise step keeping the
+    cells) cost a pass over the arrays: a million-cell step maps rather than re-runs the node."""
+    p = NodeProfile("n", tiles=1, op_seconds=0.01, out_size=10**6, in_sizes=[10**6])
+    per_cell = choose_step(p, (), True, Direction.BACKWARD, 10**6)
+    whole = choose_step(p, (), True, Direction.BACKWARD, 10**6, whole=True)
+    assert per_cell.strategy == Strategy.parse("BlackBox")
+    assert whole.strategy == Strategy.parse("Map") and whole.predicted < per_cell.predicted / 2

@@ -150,7 +150,8 @@ def test_envelopes_bound_each_pairs_expanded_cells(cls):
 ], ids=["map", "comp", "pay", "permuted", "far-payload"])
 @pytest.mark.parametrize("direction", ["backward", "forward"])
 def test_tracing_for_a_frontier_answers_like_tracing_the_whole_tile(tmp_path, make, direction):
-    """A black-box step asks only about its frontier's cells; the answer is the same."""
+    """A black-box step asks only about its frontier's cells; the answer is the same, also from
+    what an earlier step's re-run of the tile kept (``reruns``: each tile runs once)."""
     rng = np.random.default_rng(4)
     x = rng.normal(size=(9, 8))
     x[2, 3] = x[6, 6] = 40.0
@@ -161,14 +162,20 @@ def test_tracing_for_a_frontier_answers_like_tracing_the_whole_tile(tmp_path, ma
     task = run.lineage.tile_task(node)
     side = node.operator.output_shape if direction == "backward" else node.operator.input_shapes[0]
     picks = [rng.choice(int(np.prod(side)), size=int(rng.integers(1, 6)), replace=False) for _ in range(4)]
+    reruns: dict = {}
     for ids in [np.array([0, 4])] + picks:  # first: cells of the first row (FarPayload's overridden cells)
         frontier = Frontier.of_ids(ids, tuple(side))
         for tile in run.lineage.grid(node).tiles:
             whole, part = trace_tile(task, tile), trace_tile(task, tile, frontier, 0, direction)
+            kept = trace_tile(task, tile, frontier, 0, direction, reruns)
             if direction == "backward":
                 assert set(part.backward(frontier, 0).tolist()) == set(whole.backward(frontier, 0).tolist())
+                assert set(kept.backward(frontier, 0).tolist()) == set(whole.backward(frontier, 0).tolist())
             else:
                 assert set(part.forward(frontier, 0).tolist()) == set(whole.forward(frontier, 0).tolist())
+                assert set(kept.forward(frontier, 0).tolist()) == set(whole.forward(frontier, 0).tolist())
+    payloads = bool(node.operator.supported_modes() & {Mode.PAY, Mode.COMP})
+    assert len(reruns) == (len(run.lineage.grid(node).tiles) if payloads else 0)  # one run per tile, reused
 
 
 def test_envelopes_of_label_payloads_give_the_empty_payload_its_own_cells():

@@ -317,6 +317,34 @@ class Gather(_Guided):
         hit = np.flatnonzero(np.isin(self._source.ravel(), flat))
         return _coords(hit, self._out)
 
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
+        # dense frontiers (a whole output read by a reduction): a flat scatter, no coordinates
+        shape, source_shape = tuple(self.input_shapes[i]), tuple(self.input_shapes[0])
+        picked = self._source.ravel()[np.asarray(mask, bool).ravel()]
+        kind, a, n = _guide_parts(self.guides[i - 1]) if i else ("src", 0, len(source_shape))
+        # the source itself, or a mask of its shape (x[m]): the cells are the source cells, a flat scatter
+        flat = kind == "src" and a == 0 and n == len(source_shape) and shape == source_shape
+        if kind == "out":  # the guide cells are output coordinates a..a+n: the mask projected
+            other = tuple(k for k in range(len(self._out)) if not a <= k < a + n)
+            projected = np.asarray(np.asarray(mask, bool).any(axis=other)) if other else np.array(mask, bool)
+            return projected if projected.shape == shape else None
+        got = np.zeros(shape, bool)
+        if kind == "one":
+            got.reshape(-1)[:1] = bool(len(picked))
+        elif flat:
+            got.reshape(-1)[picked] = True
+        elif source_shape:
+            at = np.unravel_index(picked, source_shape)[a:a + n]
+            got[tuple(at)] = True
+        else:
+            return None  # a 0-d source: the cell form answers
+        return got
+
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
+        if i:
+            return None
+        return np.asarray(mask, bool).reshape(-1)[self._source.ravel()].reshape(self._out)
+
 
 class Coordinates(Gather):
     """``np.nonzero(x)[axis]`` / ``np.argwhere`` / ``np.flatnonzero`` for the cells fixed when

@@ -77,7 +77,8 @@ class IndexMapOperator(Operator):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.pop("_maps_cache", None)  # rebuilt where it is needed, never shipped or stored
+        state.pop("_maps_cache", None)
+        state.pop("_safe_cache", None)  # rebuilt where it is needed, never shipped or stored
         return state
 
     def supported_modes(self) -> set[Mode]:
@@ -91,8 +92,13 @@ class IndexMapOperator(Operator):
         """Safe when every output index reads an input and every input index is read."""
         if not self.input_shapes:
             return False
-        return all(bool(np.all(m >= 0)) and np.unique(m).size == n
-                   for m, n in zip(self.axis_maps(), self.input_shapes[0]))
+        cached = self.__dict__.get("_safe_cache")  # asked per query step: counted once per bound shape
+        shape = tuple(self.input_shapes[0])
+        if cached is None or cached[0] != shape:
+            safe = all(bool(np.all(m >= 0)) and int(np.count_nonzero(np.bincount(m, minlength=n))) == n
+                       for m, n in zip(self.axis_maps(), shape))
+            cached = self._safe_cache = (shape, safe)
+        return cached[1]
 
     def run(self, ctx, x) -> np.ndarray:
         strided = _strided(self.axis_maps(), ctx.tile_box, ctx.input_boxes[0])

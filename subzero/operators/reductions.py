@@ -12,7 +12,7 @@ from subzero.cells import mask_from_coords
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
 from subzero.operators._args import normalize_axes
-from subzero.operators._kernels import corner_offsets
+from subzero.operators._kernels import corner_offsets, unique_rows
 from subzero.operators.tilings import MapTiled, ReducedAxes
 from subzero.tiling import Shape, Tiling
 
@@ -60,6 +60,11 @@ class AxisReduction(MapTiled):
         return np.repeat(np.arange(len(cells), dtype=np.int64), len(sub)), coords.reshape(-1, len(shape))
 
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
+        cells = np.asarray(cells, np.int64).reshape(-1, len(self.output_shape))
+        shape = self.input_shapes[0]
+        reduced = int(np.prod([shape[a] for a in self._axes()]))
+        if len(cells) * reduced * 8 < int(np.prod(shape)):  # a few cells: their own pairs, not a mask of the input
+            return unique_rows(self.map_b_pairs(cells, i)[1])
         return np.argwhere(self.map_b_mask(mask_from_coords(cells, self.output_shape), i))
 
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:

@@ -22,6 +22,7 @@ CELL = 2.0e-8            # one cell id decoded and set in a mask
 PAIR_DECODE = 4.0e-6     # one stored entry unpacked in Python
 RTREE_BOX = 4.0e-6       # one frontier box probed in the R-tree
 MAP_CELL = 6.0e-8        # one cell through a vectorized mapping function
+MASK_CELL = 2.0e-9       # one cell of a mask or box form passed whole through a mapping function
 PAYLOAD_CALL = 3.0e-5    # one map_p call (per distinct payload)
 STEP_OVERHEAD = 2.0e-4   # opening readers, building masks
 
@@ -106,12 +107,14 @@ def _rerun(profile: NodeProfile, cells: float) -> float:
 
 
 def step_cost(profile: NodeProfile, strategy: Strategy | str, direction: Direction | str, cells: float,
-              reread: float = 0.0) -> float:
+              reread: float = 0.0, whole: bool = False) -> float:
     """Predicted seconds of one query step through the node with ``strategy``.
 
     ``cells`` is the number of frontier cells entering the step.  ``reread``: the seconds
     recomputing the node's unstored inputs takes, whole (`subzero.optimizer.storage`); a
-    re-run step pays the share of it its touched tiles read.
+    re-run step pays the share of it its touched tiles read.  ``whole``: a Map step takes
+    the frontier whole (boxes or a mask through the operator's box or mask form, or the
+    same cells through an elementwise step): a pass over the arrays, not a walk per cell.
     """
     cells, direction, s = max(float(cells), 1.0), Direction.parse(direction), Strategy.parse(strategy)
     out = profile.fan(direction, cells)
@@ -120,6 +123,8 @@ def step_cost(profile: NodeProfile, strategy: Strategy | str, direction: Directi
     if s.mode is Mode.BLACKBOX:
         return STEP_OVERHEAD + _rerun(profile, cells) + out * CELL + reread * touched_share(profile, cells)
     if s.mode is Mode.MAP:
+        if whole:
+            return STEP_OVERHEAD + (cells + out) * MASK_CELL
         return STEP_OVERHEAD + (cells + out) * MAP_CELL
     sp = profile.strategies.get(s.name, StrategyProfile())
     if s.both_directions:  # range rules: boxes in, boxes out, a few rules per frontier box

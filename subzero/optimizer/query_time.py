@@ -34,11 +34,13 @@ class StepChoice:
 
 
 def choose_step(profile: NodeProfile, stored: tuple[Strategy, ...], mapping: bool, direction: Direction,
-                cells: int, reread: float = 0.0) -> StepChoice:
+                cells: int, reread: float = 0.0, whole: bool = False) -> StepChoice:
     """The cheapest of ``stored`` (plus Map when ``mapping``, plus BlackBox) for this step.
 
     Ties go to the earlier option: Map, then ``stored`` in order, then BlackBox.  ``reread``:
     seconds recomputing the node's unstored inputs takes (a re-run pays its touched share).
+    ``whole``: the mapping functions take the frontier whole (its boxes or mask, or the same
+    cells through an elementwise step), not cell by cell (`subzero.optimizer.cost_model.step_cost`).
 
     Examples
     --------
@@ -46,6 +48,6 @@ def choose_step(profile: NodeProfile, stored: tuple[Strategy, ...], mapping: boo
     Strategy('Map')
     """
     options = list(dict.fromkeys([*([_MAP] if mapping else []), *stored, _BLACKBOX]))
-    costs = [step_cost(profile, s, direction, cells, reread) for s in options]
+    costs = [step_cost(profile, s, direction, cells, reread, whole) for s in options]
     k = min(range(len(options)), key=lambda j: (costs[j], j))  # ties: the earlier option
     return StepChoice(options[k], costs[k], costs[options.index(_BLACKBOX)])

@@ -304,14 +304,12 @@ def _trace(source, node, tiles: list[int], frontier: Frontier, i: int, direction
     return Frontier.of_ids(np.concatenate(parts) if parts else np.empty(0, np.int64), target)
 
 
-#: bytes of whole-array step answers one engine keeps (`QueryEngine`: the answer of a step
-#: reached by every cell of its array depends on the run alone, so it is computed once)
-WHOLE_STEP_BYTES = 64 << 20
-
-
-#: bytes of re-run tiles' lineage (full or payload pairs) one engine keeps: a tile a black-box
-#: step re-ran answers the next steps and queries reaching it without running again
-RERUN_BYTES = 64 << 20
+def _memo_bytes() -> int:
+    """Bytes one engine keeps of each of its two memos (the ``query_memo_mb`` setting): the
+    answers of whole-array steps (a step reached by every cell of its array depends on the run
+    alone, so it is computed once) and re-run tiles' lineage (full or payload pairs: a tile a
+    black-box step re-ran answers the next steps and queries reaching it without running again)."""
+    return int(config.get("query_memo_mb") * 2**20)
 
 
 class _Kept(dict):
@@ -437,9 +435,9 @@ class QueryEngine:
         self._reread: dict[str, float] = {}  # node -> seconds re-running it recomputes its unstored inputs
         self._unstored: dict[str, Any] | None = None  # the unstored arrays (optimizer.storage.ArrayChoice)
         self._whole: dict[tuple[str, int, str], tuple[Strategy, Frontier]] = {}  # whole arrays' steps
-        self._whole_bytes = 0
+        self._whole_bytes, self._whole_limit = 0, _memo_bytes()
         self._reruns: dict[str, _Kept] = {}  # node -> what re-running its tiles produced
-        self._rerun_budget = [RERUN_BYTES]  # bytes the engine may still keep of those, all nodes together
+        self._rerun_budget = [_memo_bytes()]  # bytes the engine may still keep of those, all nodes together
 
     # -- the lineage source the steps read ------------------------------------------------------
     def array(self, name: str) -> Any:
@@ -642,11 +640,11 @@ class QueryEngine:
 
     def _keep_whole(self, key: tuple[str, int, str], strategy: Strategy, result: Frontier) -> None:
         """Keep the step of a whole array (``key``: node, input, direction; the ``strategy`` that
-        answered it) for the next step reaching it whole: a read-only copy, within
-        `WHOLE_STEP_BYTES` of all kept together."""
+        answered it) for the next step reaching it whole: a read-only copy, within the
+        ``query_memo_mb`` setting for all kept together."""
         size = _nbytes(result)
         with self._lock:
-            if key not in self._whole and self._whole_bytes + size <= WHOLE_STEP_BYTES:
+            if key not in self._whole and self._whole_bytes + size <= self._whole_limit:
                 kept = _copy(result)
                 for a in _arrays(kept):
                     a.flags.writeable = False

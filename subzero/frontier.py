@@ -307,6 +307,21 @@ class Frontier:
         c = self.coords()
         return bool(np.any(np.all((c >= lo) & (c < hi), axis=1)))
 
+    def arrays(self) -> list[np.ndarray]:
+        """The arrays the frontier holds (its ids, mask and boxes, as far as made)."""
+        return [a for a in (self._ids, self._mask, *(self._boxes or ())) if a is not None]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes its arrays hold."""
+        return sum(int(a.nbytes) for a in self.arrays())
+
+    def copy(self) -> "Frontier":
+        """A frontier holding copies of this one's arrays (one its holder may write into)."""
+        boxes = None if self._boxes is None else (self._boxes[0].copy(), self._boxes[1].copy())
+        return Frontier(self.shape, ids=None if self._ids is None else self._ids.copy(),
+                        mask=None if self._mask is None else self._mask.copy(), boxes=boxes, count=self._count)
+
     def __len__(self) -> int:
         return self.count
 

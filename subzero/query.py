@@ -331,29 +331,12 @@ class _Kept(dict):
                 super().__setitem__(key, value)
 
 
-def _arrays(f: Frontier) -> list[np.ndarray]:
-    """The arrays a frontier holds."""
-    return [a for a in (f._ids, f._mask, *(f._boxes or ())) if a is not None]
-
-
-def _nbytes(f: Frontier) -> int:
-    """Bytes a frontier's arrays hold."""
-    return sum(int(a.nbytes) for a in _arrays(f))
-
-
 def _private(carried: Any) -> Any:
     """What a walk hands out: a frontier sharing a kept step's read-only arrays is copied
     (the caller may write into its answer); anything else as it is."""
-    if isinstance(carried, Frontier) and not all(a.flags.writeable for a in _arrays(carried)):
-        return _copy(carried)
+    if isinstance(carried, Frontier) and not all(a.flags.writeable for a in carried.arrays()):
+        return carried.copy()
     return carried
-
-
-def _copy(f: Frontier) -> Frontier:
-    """A frontier holding copies of ``f``'s arrays (an answer a caller may write into)."""
-    copy = (lambda a: None if a is None else a.copy())
-    boxes = None if f._boxes is None else (f._boxes[0].copy(), f._boxes[1].copy())
-    return Frontier(f.shape, ids=copy(f._ids), mask=copy(f._mask), boxes=boxes, count=f._count)
 
 
 def maps_whole(op, frontier: Frontier, i: int, direction: Direction) -> bool:
@@ -642,11 +625,11 @@ class QueryEngine:
         """Keep the step of a whole array (``key``: node, input, direction; the ``strategy`` that
         answered it) for the next step reaching it whole: a read-only copy, within the
         ``query_memo_mb`` setting for all kept together."""
-        size = _nbytes(result)
+        size = result.nbytes
         with self._lock:
             if key not in self._whole and self._whole_bytes + size <= self._whole_limit:
-                kept = _copy(result)
-                for a in _arrays(kept):
+                kept = result.copy()
+                for a in kept.arrays():
                     a.flags.writeable = False
                 self._whole[key] = (strategy, kept)
                 self._whole_bytes += size

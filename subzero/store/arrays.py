@@ -257,8 +257,7 @@ def encode_chunk(chunk: np.ndarray, compressor: str) -> "bytes | memoryview":
         return data + np.uint32(google_crc32c.value(data)).astype("<u4").tobytes()
     nbytes = chunk.size * dtype.itemsize
     buffer = np.empty(nbytes + 4, np.uint8)
-    np.copyto(buffer[:nbytes].view(dtype).reshape(chunk.shape), chunk, casting="no" if chunk.dtype == dtype else
-              "equiv")
+    np.copyto(buffer[:nbytes].view(dtype).reshape(chunk.shape), chunk, casting="equiv")  # byte order only
     view = memoryview(buffer)
     buffer[nbytes:] = np.frombuffer(np.uint32(google_crc32c.value(buffer[:nbytes])).astype("<u4").tobytes(), np.uint8)
     return view

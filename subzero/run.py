@@ -613,6 +613,9 @@ def open_run(path: "str | os.PathLike", partial: bool = False, storage_options: 
             raise StoreError(f"run in {store.url!r} is still being written by {who.describe()} (waited "
                              f"{config.get('open_wait_seconds'):g} s, the open_wait_seconds setting): wait for it "
                              "to finish, or open it with partial=True to query the nodes it has committed")
+        if catalog.status == "running":  # its writer may have finished since the catalog was read
+            catalog = store.read_catalog()
+    if catalog.status != "done" and not partial:
         raise StoreError(f"run in {store.url!r} did not finish (status {catalog.status!r}); its lineage is "
                          "incomplete: resume it (--resume) or re-run the workflow (`subzero info` and "
                          "`subzero explain` show what it committed)")

@@ -140,6 +140,17 @@ def test_open_a_directory_without_catalog(tmp_path):
         FileStore.open(tmp_path / "plain")
 
 
+def test_a_store_whose_live_writer_has_no_catalog_yet_is_being_written_not_lost(store, tmp_path):
+    """A run writing its first catalog behind: another reader is told to wait, not that the catalog
+    was lost; once its writer is gone, a missing catalog is a loss."""
+    (tmp_path / "s" / "catalog.json").unlink()
+    with pytest.raises(sz.StoreError, match=f"still being written by pid {os.getpid()}.*has no catalog yet"):
+        FileStore.open(tmp_path / "s")
+    store.close()
+    with pytest.raises(sz.StoreError, match="lost its catalog.json"):
+        FileStore.open(tmp_path / "s")
+
+
 @pytest.mark.parametrize("garbage", [b"\xff\xfe\x00\x81garbage", b"", b"{\"format\": 2,", b"\x89PNG\r\n\x1a\n"])
 def test_a_corrupt_catalog(store, tmp_path, garbage):
     (tmp_path / "s" / "catalog.json").write_bytes(garbage)

@@ -247,16 +247,21 @@ def _record():
 
 
 SLOW_CHILD = textwrap.dedent('''
-    import sys, time
+    import os, sys, time
     import subzero as sz
     from subzero.store.file_store import FileStore
     sys.path.insert(0, {tests!r})
     from test_store_behind import PINS, image, workflow
 
     original = FileStore.write_catalog
+    go = sys.argv[1] + "-go"
+    written = []
 
-    def write_catalog(self, record):  # a slow disk, on the writer's thread
-        time.sleep(0.5)
+    def write_catalog(self, record):  # a stalled disk, on the writer's thread: after the first
+        waited = time.monotonic() + 30  # catalog, each waits for the test's signal (30 s at most)
+        while written and not os.path.exists(go) and time.monotonic() < waited:
+            time.sleep(0.02)
+        written.append(record)
         original(self, record)
 
     FileStore.write_catalog = write_catalog
@@ -277,6 +282,7 @@ def test_another_process_opening_the_store_waits_for_the_writes_behind(tmp_path)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "returned", proc.stderr
         with sz.config.set(open_wait_seconds=0.0), pytest.raises(sz.StoreError, match=r"still being written by pid"):
             sz.open_run(store)
+        (tmp_path / "s-go").touch()  # the writer's disk recovers
         run = sz.open_run(store)  # waits for the writer
         assert run.catalog.status == "done"
         assert proc.wait(timeout=60) == 0

@@ -266,7 +266,11 @@ class FileStore(RunWriter):
         if not location.isdir():
             raise StoreError(f"store {location.url!r} does not exist; pass the store given to wf.run (--store)")
         if not location.exists("catalog.json"):
-            if location.exists(MARKER):  # subzero made it: the catalog was lost
+            if location.exists(MARKER):  # subzero made it: a live run has yet to write its first catalog, or it was lost
+                current = holder(location)
+                if current is not None and current.alive:
+                    raise StoreError(f"store {location.url!r} is still being written by {current.describe()} and "
+                                     "has no catalog yet: wait for the run to commit its first node and try again")
                 raise StoreError(f"store {location.url!r} has lost its catalog.json; {REBUILD}")
             raise StoreError(f"{location.url!r} is not a subzero store (no catalog.json)")
         return cls(location)

@@ -378,6 +378,23 @@ def test_two_writers_racing_for_a_lapsed_lock_never_both_take_it():
         loc.remove()
 
 
+def test_a_lock_file_this_process_left_behind_is_no_live_writer():
+    """A run of this process that could not remove its remote lock (the service failed) is over:
+    the lock file naming it is not taken for a live writer here (open_run would wait for it),
+    while a lock this process holds is."""
+    loc = resolve(f"memory://test-lock-left-{os.getpid()}/run")
+    try:
+        lock = WriterLock.acquire(loc)
+        assert holder(loc).alive is True
+        left = loc.read_bytes(LOCK_NAME)
+        lock.release()
+        loc.write_bytes(left, LOCK_NAME)  # as if its removal had failed
+        assert holder(loc).pid == os.getpid() and holder(loc).alive is False
+        WriterLock.acquire(loc, take_stale=True).release()  # resume takes it at once
+    finally:
+        loc.remove()
+
+
 def test_the_heartbeat_renews_the_lease_and_a_writer_that_lost_its_lock_stops_committing():
     loc = resolve(f"memory://test-lock-beat-{os.getpid()}/run")
     try:

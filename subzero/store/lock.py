@@ -43,6 +43,9 @@ _WRITE_WAIT = 0.5  # seconds a lock file may take to get its contents (created, 
 #: writer's file has replaced it by then)
 SETTLE = 0.5
 log = logging.getLogger(__name__)
+#: the tokens of the writer locks this process holds now: a lock file naming this process with
+#: another token is a run of ours that ended without removing it (the service failed), not a live one
+_HELD_TOKENS: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -107,8 +110,9 @@ def holder(location: Location) -> Holder | None:
     if not isinstance(info, dict):
         return Holder(-1, "?", "?", _flock_held(location.path(LOCK_NAME)) if location.is_local else None)
     alive = _flock_held(location.path(LOCK_NAME)) if location.is_local else None
-    if alive is None and info.get("host") == _hostname():
-        alive = pid_alive(int(info.get("pid", -1)))  # an object store: a holder on this machine can be checked
+    if alive is None and info.get("host") == _hostname():  # an object store: a holder on this machine can be checked
+        pid = int(info.get("pid", -1))
+        alive = info.get("token") in _HELD_TOKENS if pid == os.getpid() else pid_alive(pid)
     lease = info.get("lease_until")
     lease_until = float(lease) if isinstance(lease, (int, float)) and not isinstance(lease, bool) and \
         not location.is_local else None  # a local lock's fcntl lock tells whether its run lives
@@ -208,12 +212,17 @@ class WriterLock:
                 raise _held(location, current)
             if current is not None:
                 log.warning("taking over the writer lock of %s (%s)", location.url, current.describe())
-            location.write_bytes(payload, LOCK_NAME)
-            time.sleep(SETTLE)  # a writer racing for the same stale lock has written by now: the last one wins
-            now = holder(location)
-            if now is None or now.token != lock.token:
-                raise _held(location, now) if now is not None else StoreError(
-                    f"store {location.url!r}: the writer lock vanished while it was taken; try again")
+            _HELD_TOKENS.add(lock.token)  # ours from the moment the file may name it
+            try:
+                location.write_bytes(payload, LOCK_NAME)
+                time.sleep(SETTLE)  # a writer racing for the same stale lock has written by now: the last one wins
+                now = holder(location)
+                if now is None or now.token != lock.token:
+                    raise _held(location, now) if now is not None else StoreError(
+                        f"store {location.url!r}: the writer lock vanished while it was taken; try again")
+            except BaseException:
+                _HELD_TOKENS.discard(lock.token)
+                raise
             lock._start_heartbeat()
             return lock
         path = location.path(LOCK_NAME)
@@ -234,6 +243,7 @@ class WriterLock:
                                      "directory you can write") from exc
                 raise
             lock._fd = fd
+            _HELD_TOKENS.add(lock.token)
             return lock
         raise StoreError(f"store {location.url!r}: could not take the writer lock; try again")
 
@@ -242,6 +252,7 @@ class WriterLock:
         storage, a lock another writer took over is left to it; a lock that cannot be removed
         (the service fails) is a `StoreError` saying when its lease ends and what happens then."""
         self._stop.set()
+        _HELD_TOKENS.discard(self.token)  # this run writes no more, whether or not the file goes
         try:
             if self.location.is_local:
                 self.location.remove(LOCK_NAME)

@@ -427,7 +427,12 @@ def _finish_tile(task: NodeTask, capture: TileCapture, lineage_start: float) -> 
 
         meta.digest = block_digest(capture.output)
     write_start = time.perf_counter()
-    if task.output is not None:
+    if isinstance(task.output, MemoryArray) and op.reads_only and capture.output.shape == tuple(shape) and \
+            all(lo == 0 and hi == n for (lo, hi), n in zip(capture.tile.box, shape)):
+        # the whole array from numpy's own function: kept as computed (its cells never change), not copied
+        meta.array_bytes = task.output.write_whole(capture.output, tuple(meta.chunks))
+        meta.pipeline = resolve_compressor(task.output.compressor, capture.output.dtype)
+    elif task.output is not None:
         meta.array_bytes = task.output.write_block(capture.tile.box, capture.output, shape, meta.chunks)
         meta.pipeline = resolve_compressor(task.output.compressor, capture.output.dtype)
     write_seconds = time.perf_counter() - write_start

@@ -735,6 +735,14 @@ class MemoryArray:
         self.block[tuple(slice(lo, hi) for lo, hi in box)] = block
         return 0
 
+    def write_whole(self, block: np.ndarray, chunks: tuple[int, ...]) -> int:
+        """Keep ``block`` itself (not a copy) as the whole array: for a block nothing writes once
+        computed (a numpy function's output over held inputs: fresh, or a read-only view of
+        them; `subzero.operator.Operator.reads_only`); returns 0."""
+        with self._lock:
+            self.block, self.chunks = np.asarray(block), tuple(chunks)
+        return 0
+
     def read(self, box: Box | None = None) -> np.ndarray:
         """The cells of ``box`` (the whole array when None): a copy, as a stored read is."""
         if self.block is None:

@@ -130,8 +130,8 @@ SETTINGS: tuple[Setting, ...] = (
             "a run without budgets stores an intermediate a query's re-run step would recompute for longer than "
             "this many seconds", minimum=0),
     Setting("commit_seconds", float, 1.0,
-            "the longest a run goes without writing its catalog (committed nodes become visible to a resume; 0: "
-            "after every node)", minimum=0),
+            "the longest a run goes without writing its catalog, and the longest a write behind it waits while it "
+            "computes (committed nodes become visible to a resume; 0: after every node)", minimum=0),
     Setting("write_behind", bool, True,
             "a local run into a local store returns once computed; a background thread writes the store "
             "(Run.wait() until it is durable)"),

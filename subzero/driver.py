@@ -768,11 +768,13 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
     fs: RunWriter
     behind = int(config.get("write_behind_mb") * 2**20) if executor == "local" and location.is_local and \
         config.get("write_behind") else None  # written by a thread of its own
+    hold = config.get("commit_seconds")  # ... which leaves the cores to the run as long as its catalog may lag
     if resume:
         fs, stored = resume_run(location, catalog, made_by)
-        fs = BehindStore(fs, behind) if behind is not None else fs
+        fs = BehindStore(fs, behind, hold) if behind is not None else fs
     else:  # written behind: the first catalog too
-        fs, stored = create_run(location, catalog, overwrite=overwrite, made_by=made_by, behind=behind), None
+        fs, stored = create_run(location, catalog, overwrite=overwrite, made_by=made_by, behind=behind,
+                                hold=hold), None
     failed: BaseException | None = None
     try:
         if stored is not None:

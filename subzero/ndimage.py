@@ -579,6 +579,8 @@ _dispatch_bound: dict[int, Callable] = {}  # id(dispatcher) -> original, while a
 _dispatch_live: list[Callable] = []  # the dispatchers themselves: alive, so their ids stay theirs
 _dispatch_scanned: set[str] = set()  # modules whose namespaces were scanned once
 _dispatch_holders: dict[int, Any] = {}  # the modules found holding one of scipy.ndimage's functions
+#: id(original) -> (original, its dispatcher): made once per scipy function, bound by every trace
+_dispatchers: dict[int, tuple[Callable, Callable]] = {}
 
 
 def _dispatcher(original: Callable, ours: Callable) -> Callable:
@@ -627,17 +629,20 @@ def _patch() -> None:
     for name in __all__:
         original = getattr(scipy.ndimage, name, None)
         if callable(original) and not hasattr(original, "__subzero_original__") and id(original) not in targets:
-            targets[id(original)] = _dispatcher(original, globals()[name])
+            made = _dispatchers.get(id(original))
+            if made is None or made[0] is not original:  # made once per function (kept alive: ids stay theirs)
+                made = _dispatchers[id(original)] = (original, _dispatcher(original, globals()[name]))
+            targets[id(original)] = made[1]
     _dispatch_seen.update(sys.modules)
     _dispatch_live.extend(targets.values())
     _dispatch_bound.update({id(d): d.__subzero_original__ for d in _dispatch_live})  # type: ignore[attr-defined]
     # a module binds scipy.ndimage's functions when it is imported: one scan of each module in
     # the process's life, then only the modules that held one (a trace pays microseconds, not a
     # scan of every loaded module's namespace)
-    fresh = [(name, module) for name, module in list(sys.modules.items()) if name not in _dispatch_scanned]
+    fresh = [(name, sys.modules.get(name)) for name in sys.modules.keys() - _dispatch_scanned]
     _dispatch_scanned.update(name for name, _ in fresh)
     known = [module for module in _dispatch_holders.values()]
-    for module in _swap([module for _, module in fresh] + known, targets, record=True):
+    for module in _swap([module for _, module in fresh if module is not None] + known, targets, record=True):
         _dispatch_holders[id(module)] = module
 
 
@@ -648,8 +653,8 @@ def _restore() -> None:
         namespace, key, original = _dispatch_patched.pop()
         if getattr(namespace.get(key), "__subzero_original__", None) is original:
             namespace[key] = original
-    new = [module for name, module in list(sys.modules.items()) if name not in _dispatch_seen]
-    _swap(new, _dispatch_bound, record=False)
+    new = [sys.modules.get(name) for name in sys.modules.keys() - _dispatch_seen]
+    _swap([module for module in new if module is not None], _dispatch_bound, record=False)
     _dispatch_seen.clear()
     _dispatch_bound.clear()
     _dispatch_live.clear()

@@ -286,9 +286,12 @@ def run_fused_tile(fused: FusedTask, tile: Tile) -> FusedTile:
         for i, ref in enumerate(t.inputs):
             if isinstance(ref, Held):
                 need[ref.node] = _hull(need.get(ref.node), op.effective_tiling().input_box(op, box, i))
+    # the last task reading each member's output: past it, the output is dropped, so the next
+    # member's output takes memory just freed (as numpy's own temporaries do), not fresh pages
+    last_read = {r.node: k for k, t in enumerate(tasks) for r in t.inputs if isinstance(r, Held)}
     held: dict[str, HeldArray] = {}
     metas = []
-    for t in fused.tasks:
+    for k, t in enumerate(fused.tasks):
         started = time.perf_counter()
         box = need[t.node]
         if t.output_shape is None or (box != tile.box and t.stored):
@@ -305,12 +308,16 @@ def run_fused_tile(fused: FusedTask, tile: Tile) -> FusedTile:
         member = replace(t, inputs=inputs, output=output)
         capture = capture_tile(member, Tile(tile.index, box))
         chunks = t.chunks if t.chunks is not None else default_chunks(t.output_shape)
-        held[t.node] = HeldArray(t.output_shape, tuple(chunks), box, capture.output,
-                                 resolve_compressor(output.compressor if output is not None else
-                                                    output_compressor(inputs), capture.output.dtype))
+        if t.node in last_read:
+            held[t.node] = HeldArray(t.output_shape, tuple(chunks), box, capture.output,
+                                     resolve_compressor(output.compressor if output is not None else
+                                                        output_compressor(inputs), capture.output.dtype))
         if box != tile.box:  # its own tile of what it computed
             capture = replace(capture, tile=tile, output=capture.output[box_slices(tile.box, box)])
         metas.append(_finish_tile(member, capture, started))
+        for name in [name for name, at in last_read.items() if at == k]:
+            held.pop(name, None)
+        del capture, member, inputs
     summary = None
     if fused.prepare is not None:
         first: tuple[Any, ...] = tuple(held[r.node] if isinstance(r, Held) else r for r in fused.prepare.inputs)
@@ -420,7 +427,12 @@ def _finish_tile(task: NodeTask, capture: TileCapture, lineage_start: float) -> 
 
         meta.digest = block_digest(capture.output)
     write_start = time.perf_counter()
-    if task.output is not None:
+    if isinstance(task.output, MemoryArray) and op.reads_only and capture.output.shape == tuple(shape) and \
+            all(lo == 0 and hi == n for (lo, hi), n in zip(capture.tile.box, shape)):
+        # the whole array from numpy's own function: kept as computed (its cells never change), not copied
+        meta.array_bytes = task.output.write_whole(capture.output, tuple(meta.chunks))
+        meta.pipeline = resolve_compressor(task.output.compressor, capture.output.dtype)
+    elif task.output is not None:
         meta.array_bytes = task.output.write_block(capture.tile.box, capture.output, shape, meta.chunks)
         meta.pipeline = resolve_compressor(task.output.compressor, capture.output.dtype)
     write_seconds = time.perf_counter() - write_start

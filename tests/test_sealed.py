@@ -94,3 +94,7 @@ def test_a_large_pickle_is_stored_compressed_and_read_back_checked():
         unseal_pickle(damaged, "op")
     small = seal_pickle(b"abc")
     assert small.startswith(b"SZPK1") and unseal_pickle(small, "op") == b"abc"
+    noise = np.random.default_rng(1).bytes(COMPRESS_PICKLES_FROM)  # values that do not compress: kept as they are
+    assert seal_pickle(noise).startswith(b"SZPK1") and unseal_pickle(seal_pickle(noise), "op") == noise
+    mask = pickle.dumps(np.flatnonzero(np.random.default_rng(2).random(4096) > 0.3))  # a small run's mask
+    assert len(mask) < 1 << 20 and len(seal_pickle(mask)) < len(mask) / 3

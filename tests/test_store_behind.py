@@ -149,6 +149,31 @@ def test_writes_run_in_order_with_bounded_memory():
         w.submit(done.append, 4)
 
 
+def test_writes_wait_while_the_run_computes_until_waited_for_full_or_finished():
+    """With ``hold``, a queued write leaves the cores to the run until it is that old, someone
+    waits for the writes, the queue is full, or the run finished: none waits longer than needed."""
+    w, done = WriteBehind("test-hold", limit=100, hold=60.0), []
+    w.submit(done.append, 1)
+    time.sleep(0.1)
+    assert done == []  # held back: the run computes
+    w.settle()  # a reader waits for the writes: they run now
+    assert done == [1]
+    w.submit(done.append, 2, nbytes=80)
+    w.submit(done.append, 3, nbytes=80)  # 160 bytes would be queued: the held write runs, this one queues
+    assert done == [1, 2]
+    w.finish()  # the run is over: the rest is written at once
+    w.wait()
+    assert done == [1, 2, 3]
+    aged = WriteBehind("test-hold-age", limit=100, hold=0.05)
+    queued = time.monotonic()
+    aged.submit(done.append, 4)
+    while done[-1] != 4 and time.monotonic() - queued < 5:
+        time.sleep(0.005)
+    assert done[-1] == 4 and time.monotonic() - queued >= 0.05  # the longest a write waits
+    aged.finish()
+    aged.wait()
+
+
 def test_a_failed_write_stops_the_writes_and_is_reported(tmp_path, monkeypatch):
     calls = []
 

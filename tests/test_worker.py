@@ -274,3 +274,34 @@ def test_an_operator_that_only_reads_gets_read_only_views_of_held_arrays():
         block = seen.pop()
         assert np.shares_memory(block, held.block) is views and block.flags.writeable is not views
     assert ops.Add().reads_only and ops.Threshold(0.5).reads_only and not ops.GaussianFilter(1.0).reads_only
+
+
+def test_a_numpy_steps_whole_output_is_held_as_computed_and_a_tiles_is_copied_in():
+    """A held node whose one tile is the whole array from numpy's own function keeps the array
+    computed (no copy: a reshape stays a read-only view of its input); a tile of a larger array,
+    or any other operator's output, is copied into the held array."""
+    from subzero.store.arrays import MemoryArray
+
+    held = MemoryArray("x")
+    held.write_block(((0, 4), (0, 4)), np.arange(16.0).reshape(4, 4), (4, 4), (4, 4))
+    out = MemoryArray("r")
+    run_tile(NodeTask("r", ops.Reshape((2, 8)).bound(((4, 4),), (2, 8)), (held,), ((4, 4),), (2, 8), (), output=out,
+                      chunks=(2, 8)), Tile(0, ((0, 2), (0, 8))))
+    np.testing.assert_array_equal(out.read(), np.arange(16.0).reshape(2, 8))
+    assert np.shares_memory(out.block, held.block) and not out.block.flags.writeable
+    made = []
+
+    class Keep(ops.Apply):
+        def run(self, ctx, x):
+            made.append(super().run(ctx, x))
+            return made[-1]
+
+    for fn, kept, boxes in [(np.negative, True, [((0, 4), (0, 4))]), (lambda v: -v, False, [((0, 4), (0, 4))]),
+                            (np.negative, False, [((0, 2), (0, 4)), ((2, 4), (0, 4))])]:
+        out = MemoryArray("n")
+        task = NodeTask("n", Keep(fn).bound(((4, 4),), (4, 4)), (held,), ((4, 4),), (4, 4), (), output=out,
+                        chunks=(2, 4))
+        for k, box in enumerate(boxes):
+            run_tile(task, Tile(k, box))
+        np.testing.assert_array_equal(out.read(), -np.arange(16.0).reshape(4, 4))
+        assert np.shares_memory(out.block, made[-1]) is kept

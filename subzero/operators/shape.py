@@ -24,6 +24,7 @@ class Transpose(MapTiled):
     """Permute axes (``np.transpose``); the default reverses them."""
 
     entire_array_safe = True
+    reads_only = True  # numpy's own function: a view of its input, never written
 
     def __init__(self, axes: Sequence[int] | None = None):
         self.axes = None if axes is None else tuple(int(a) for a in axes)
@@ -83,6 +84,7 @@ class Reshape(Operator):
     """
 
     entire_array_safe = True
+    reads_only = True  # numpy's own method: a view of its input (or a copy), never written
 
     def __init__(self, shape: Sequence[int]):
         self.shape = tuple(int(n) for n in shape)

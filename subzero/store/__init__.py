@@ -24,15 +24,16 @@ __all__ = ["FileStore", "ArrayRef", "Location", "resolve", "strategy_dirname", "
 
 
 def create_run(store, record: RunRecord, overwrite: bool = False, made_by: str | None = None,
-               behind: int | None = None) -> RunWriter:
+               behind: int | None = None, hold: float = 0.0) -> RunWriter:
     """Take a new store for a run and write its first catalog (`FileStore.create`).  ``behind``:
     the store is a `BehindStore` holding at most that many bytes of queued writes, its first
-    catalog the first of them (the caller's thread does not wait for it to reach the disk)."""
+    catalog the first of them (the caller's thread does not wait for it to reach the disk), each
+    write waiting up to ``hold`` seconds while the run computes (`subzero.store.behind.WriteBehind`)."""
     if behind is None:
         return FileStore.create(store, record, overwrite=overwrite, made_by=made_by)
     first: list = []
     out = BehindStore(FileStore.create(store, record, overwrite=overwrite, made_by=made_by, later=first.append),
-                      behind)
+                      behind, hold)
     for job in first:
         out.behind.submit(job)
     return cast(RunWriter, out)  # a RunWriter whose location is read-only

@@ -79,13 +79,17 @@ def sampled_compressor(array: np.ndarray, chunks: tuple[int, ...]) -> str:
     if not array.size:
         return "zstd"
     box = tuple(slice(max(0, n // 2 - c // 2), max(0, n // 2 - c // 2) + c) for n, c in zip(array.shape, chunks))
-    sample = np.ascontiguousarray(array[box] if array.ndim else array)
-    if not sample.nbytes:
+    sample = array[box] if array.ndim else array.reshape(1)
+    nbytes = sample.size * sample.itemsize
+    if not nbytes:
         return "zstd"
-    raw = sample.reshape(-1).view(np.uint8)
-    if raw.size > AUTO_SAMPLE_BYTES:  # whole cells from the middle
-        start = (raw.size - AUTO_SAMPLE_BYTES) // 2 // sample.itemsize * sample.itemsize
-        raw = raw[start:start + AUTO_SAMPLE_BYTES]
+    start = 0
+    if nbytes > AUTO_SAMPLE_BYTES:  # whole cells from the middle: only the rows holding them are copied
+        start = (nbytes - AUTO_SAMPLE_BYTES) // 2 // sample.itemsize * sample.itemsize
+        row = nbytes // sample.shape[0]
+        first, last = start // row, -(-(start + AUTO_SAMPLE_BYTES) // row)
+        sample, start = sample[first:last], start - first * row
+    raw = np.ascontiguousarray(sample).reshape(-1).view(np.uint8)[start:start + AUTO_SAMPLE_BYTES]
     return "zstd" if len(Zstd(level=1).encode(raw)) < AUTO_RATIO * raw.size else "none"
 
 
@@ -729,6 +733,14 @@ class MemoryArray:
                 self.block = np.empty(tuple(shape), dtype=block.dtype)
                 self.chunks = tuple(chunks)
         self.block[tuple(slice(lo, hi) for lo, hi in box)] = block
+        return 0
+
+    def write_whole(self, block: np.ndarray, chunks: tuple[int, ...]) -> int:
+        """Keep ``block`` itself (not a copy) as the whole array: for a block nothing writes once
+        computed (a numpy function's output over held inputs: fresh, or a read-only view of
+        them; `subzero.operator.Operator.reads_only`); returns 0."""
+        with self._lock:
+            self.block, self.chunks = np.asarray(block), tuple(chunks)
         return 0
 
     def read(self, box: Box | None = None) -> np.ndarray:

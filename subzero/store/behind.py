@@ -14,6 +14,13 @@ methods queue a job, its reading methods first wait for the jobs queued before t
 reader never sees a half-written file of this run).  `AfterWrites` is the `LineageReader` a
 `subzero.Run` reads through until the writes are done: every read waits for them once.
 
+While the run computes, the thread leaves it the cores: a job waits until it is ``hold``
+seconds old (the driver gives its ``commit_seconds``) unless the run is finished
+(`WriteBehind.finish`), someone waits for the writes (`WriteBehind.settle`, a read) or the queue
+is full.  A short run thus returns before anything is written (its writes then take the cores it
+no longer uses, rather than slowing each of its stages down), and a long one's store lags it by
+at most ``hold`` seconds, as its catalog does (``commit_seconds``).
+
 The thread is not a daemon: at a normal interpreter exit Python waits for it, so nothing
 queued is lost.  Its memory is bounded: a job carries the bytes it holds (an array's cells)
 and `WriteBehind.submit` blocks while more than ``limit`` bytes are queued.  A job that fails
@@ -26,6 +33,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 import weakref
 from typing import Any, Callable
 
@@ -60,6 +68,9 @@ class WriteBehind:
         What it writes (the thread's name and messages: the store's URL).
     limit : int
         The most bytes the queued jobs may hold (a single larger job is queued alone).
+    hold : float
+        Seconds a job may wait, while the run computes, before it runs (0: at once); a waiter
+        (`settle`, a submit that finds the queue full) or `finish` ends the wait.
 
     Examples
     --------
@@ -70,11 +81,13 @@ class WriteBehind:
     [1, 2]
     """
 
-    def __init__(self, name: str, limit: int):
-        self.name, self.limit = name, max(int(limit), 0)
-        self._jobs: collections.deque[tuple[Callable[..., Any], tuple, int, bool]] = collections.deque()
+    def __init__(self, name: str, limit: int, hold: float = 0.0):
+        self.name, self.limit, self.hold = name, max(int(limit), 0), max(float(hold), 0.0)
+        #: (function, arguments, bytes held, run after a failure, when it was queued)
+        self._jobs: collections.deque[tuple[Callable[..., Any], tuple, int, bool, float]] = collections.deque()
         self._queued = 0  # bytes the queued and running jobs hold
         self._submitted = self._done = 0
+        self._waiting = 0  # callers waiting for the thread (settle, a full queue): no job waits then
         self._finished = False
         self.error: BaseException | None = None
         self._cond = threading.Condition()
@@ -90,9 +103,15 @@ class WriteBehind:
             if self._finished:
                 raise StoreError(f"the writes behind the run into {self.name!r} are finished; nothing more can "
                                  "be queued (this is a bug in subzero)")
-            while self._queued and self._queued + nbytes > self.limit and self.error is None:
-                self._cond.wait()
-            self._jobs.append((fn, args, nbytes, always))
+            if self._queued and self._queued + nbytes > self.limit and self.error is None:
+                self._waiting += 1
+                self._cond.notify_all()
+                try:
+                    while self._queued and self._queued + nbytes > self.limit and self.error is None:
+                        self._cond.wait()
+                finally:
+                    self._waiting -= 1
+            self._jobs.append((fn, args, nbytes, always, time.monotonic()))
             self._queued += nbytes
             self._submitted += 1
             self._cond.notify_all()
@@ -113,8 +132,15 @@ class WriteBehind:
         """Wait until every job queued so far ran (or was skipped after a failure)."""
         with self._cond:
             target = self._submitted
-            while self._done < target:
-                self._cond.wait()
+            if self._done >= target:
+                return
+            self._waiting += 1
+            self._cond.notify_all()  # the jobs held back run now
+            try:
+                while self._done < target:
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
 
     def wait(self) -> None:
         """`settle`, then raise the error that stopped the writing, if any (a `StoreError` naming
@@ -125,14 +151,26 @@ class WriteBehind:
                              f"{self.error}); the store holds the nodes committed before the failure: free the "
                              "cause, then resume the run (resume=True, --resume)") from self.error
 
+    def _delay(self) -> float:
+        """Seconds the first queued job still waits (the run computes); 0: run it now."""
+        if not self.hold or self._finished or self._waiting:
+            return 0.0
+        return self._jobs[0][4] + self.hold - time.monotonic()
+
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._jobs and not self._finished:
-                    self._cond.wait()
-                if not self._jobs:  # finished and drained
-                    return
-                fn, args, nbytes, always = self._jobs[0]
+                while True:
+                    if not self._jobs:
+                        if self._finished:  # finished and drained
+                            return
+                        self._cond.wait()
+                        continue
+                    delay = self._delay()
+                    if delay <= 0:
+                        break
+                    self._cond.wait(delay)
+                fn, args, nbytes, always, _ = self._jobs[0]
                 skip = self.error is not None and not always
             try:
                 if not skip:
@@ -157,11 +195,12 @@ class BehindStore:
     removals, ``close``) queue a job; reading methods wait for what was queued before them.
     ``shard_directory`` and ``array`` answer at once (tasks write their own shards and the
     chunks of arrays not held in memory, before the driver queues the node's commit).
+    ``limit`` and ``hold`` are its `WriteBehind`'s.
     """
 
-    def __init__(self, inner: Any, limit: int):
+    def __init__(self, inner: Any, limit: int, hold: float = 0.0):
         self.inner = inner
-        self.behind = WriteBehind(inner.url, limit)
+        self.behind = WriteBehind(inner.url, limit, hold)
         self._arrays: collections.Counter[str] = collections.Counter()  # node -> its array writes queued
         self._arrays_lock = threading.Lock()
 

@@ -276,14 +276,15 @@ def _locked_file(path: str, payload: bytes) -> int:
     """Create ``path`` exclusively, already written and already ``flock``-ed: the contents go
     to a private file that is locked, then hard-linked into place (``link`` fails if the
     path exists), so no reader ever sees the lock file empty or unlocked.  Returns the
-    descriptor that holds the lock."""
+    descriptor that holds the lock.  Not flushed to the disk: whether its run lives is the
+    ``flock``, which no machine crash leaves held, so a lock left unreadable by one is a dead
+    run's (`holder`), taken over by resume and overwrite as any other."""
     import fcntl
 
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     try:
         os.write(fd, payload)
-        os.fsync(fd)
         fcntl.flock(fd, fcntl.LOCK_EX)  # the lock belongs to the file, so to every name it has
         os.link(tmp, path)
     except BaseException:

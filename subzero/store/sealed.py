@@ -27,8 +27,9 @@ CHECKSUM_KEY = "checksum"
 _PREFIX = "xxh3-64:"
 _MAGIC = b"SZPK1"
 _MAGIC_ZSTD = b"SZPK2"  # the payload zstd-compressed (the digest is of the compressed bytes, as stored)
-#: pickles of at least this many bytes are stored compressed
-COMPRESS_PICKLES_FROM = 1 << 20
+#: pickles of at least this many bytes are stored compressed (when that makes them smaller): an
+#: operator holding a traced mask's positions is most of a small run's store otherwise
+COMPRESS_PICKLES_FROM = 1 << 14
 
 
 def _canonical(data: dict[str, Any]) -> bytes:
@@ -85,7 +86,8 @@ def unseal_json(data: Any, where: str) -> dict[str, Any]:
 
 def seal_pickle(payload: bytes) -> bytes:
     """A pickle framed with its checksum; one of at least `COMPRESS_PICKLES_FROM` bytes (an
-    operator holding the positions a traced mask selects) compressed with zstd first.
+    operator holding the positions a traced mask selects) compressed with zstd first, unless
+    that does not make it smaller (values that do not compress).
 
     Examples
     --------
@@ -100,7 +102,8 @@ def seal_pickle(payload: bytes) -> bytes:
         from numcodecs import Zstd
 
         packed = bytes(Zstd(level=1).encode(payload))
-        return _MAGIC_ZSTD + xxhash.xxh3_64_digest(packed) + packed
+        if len(packed) < len(payload):
+            return _MAGIC_ZSTD + xxhash.xxh3_64_digest(packed) + packed
     return _MAGIC + xxhash.xxh3_64_digest(payload) + payload
 
 

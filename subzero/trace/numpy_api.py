@@ -26,11 +26,11 @@ from subzero.trace.building import (HANDLED, _no_out, _plain, add_node, astype, 
                                     supported)
 from subzero.trace.coarse import coarse_call, leaves
 from subzero.trace.errors import TraceError, UnsupportedCallError
-from subzero.trace.numpy_indexing import getitem, inplace, setitem, write_out
+from subzero.trace.numpy_indexing import getitem, setitem, write_out
 from subzero.trace.numpy_math import matmul, outer  # numpy_math's handlers register in HANDLED too
 from subzero.trace.symbolic import SymbolicArray
 
-__all__ = ["HANDLED", "apply_ufunc", "apply_function", "astype", "getitem", "setitem", "inplace", "add_node",
+__all__ = ["HANDLED", "apply_ufunc", "apply_function", "astype", "getitem", "setitem", "add_node",
            "implements", "supported", "elementwise", "call_operator"]
 
 #: ``ufunc.reduce`` as the numpy reduction it is

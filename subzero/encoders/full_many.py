@@ -4,6 +4,8 @@ each input's cells when forward-optimized).  Best for high fanout."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from subzero.encoders.base import EncodedTile, FullEncoder, Reader, scan, bounding_boxes, frontier_boxes
@@ -11,13 +13,17 @@ from subzero.encoders.codec import OUT, PAIR, make_keys, pack_groups, pair_id_ba
 from subzero.modes import Direction
 from subzero.pairs import FullPairs
 
+if TYPE_CHECKING:
+    from subzero.encoders.base import Shapes
+    from subzero.frontier import Frontier
+
 __all__ = ["FullMany", "decode_full"]
 
 
 class FullMany(FullEncoder):
     base = "FullMany"
 
-    def encode(self, pairs: FullPairs, tile_index: int, shapes) -> EncodedTile:
+    def encode(self, pairs: FullPairs, tile_index: int, shapes: Shapes) -> EncodedTile:
         out_shape, in_shapes = shapes
         ids = pair_id_base(tile_index) + np.arange(pairs.n_pairs, dtype=np.int64)
         sides = [(pairs.out_ids, pairs.out_ptr)] + list(zip(pairs.in_ids, pairs.in_ptr))
@@ -32,7 +38,7 @@ class FullMany(FullEncoder):
         return EncodedTile(keys=make_keys(PAIR, 0, ids), values=pack_groups(sides),
                            boxes=boxes, n_pairs=pairs.n_pairs)
 
-    def candidates(self, reader: Reader, frontier, slot: int, shapes) -> FullPairs:
+    def candidates(self, reader: Reader, frontier: Frontier, slot: int, shapes: Shapes) -> FullPairs:
         in_shapes = shapes[1]
         if frontier.is_empty:
             return FullPairs.empty(len(in_shapes))
@@ -41,7 +47,7 @@ class FullMany(FullEncoder):
         _, values = reader.get_many(make_keys(PAIR, 0, pair_ids))
         return decode_full(values, len(in_shapes))
 
-    def load(self, reader: Reader, shapes) -> FullPairs:
+    def load(self, reader: Reader, shapes: Shapes) -> FullPairs:
         _, values = scan(reader, PAIR)
         return decode_full(values, len(shapes[1]))
 

@@ -18,6 +18,8 @@ and zeroing ``x[1, 1]`` flags it), so it is not offered.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from subzero.errors import WorkflowError
@@ -26,6 +28,10 @@ from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators.composite import WindowLineage
 from subzero.tiling import Halo, Shape
+
+if TYPE_CHECKING:
+    from subzero.context import Context
+    from subzero.tiling import Tiling
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
@@ -54,7 +60,7 @@ class CosmicRayDetect(WindowLineage, Operator):
         self.threshold, self.radius = float(threshold), int(radius)
 
     @property
-    def tiling(self):
+    def tiling(self) -> Tiling | None:
         """Tiles with a halo wide enough for detection and growth."""
         return Halo(max(self.radius + 1, self.DETECT))
 
@@ -77,7 +83,7 @@ class CosmicRayDetect(WindowLineage, Operator):
         radius = np.where(flags, np.maximum(self.radius + bright, self.DETECT), 0).astype(np.uint8)
         return flags, radius
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         flags, radius = self.radii(x)
         self.write_window_lineage(ctx, radius)
         return flags.astype(np.uint8)

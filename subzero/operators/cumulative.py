@@ -16,7 +16,7 @@ Each lineage is a function of coordinates (a mapping operator) and exact:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from subzero.operators._kernels import unique_rows
 from subzero.operators.indexmap import IndexMapOperator
 from subzero.operators.sorting import LineOperator
 from subzero.tiling import Shape, Tiling
+
+if TYPE_CHECKING:
+    from subzero.context import Context
 
 __all__ = ["CUMULATIVE", "Cumulative", "Diff", "SequenceConvolve", "Take", "TakeAlong"]
 
@@ -159,7 +162,7 @@ class Cumulative(_AlongAxis):
         self._axis(len(input_shapes[0]))
         return tuple(input_shapes[0])
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         (x,) = inputs
         return np.asarray(CUMULATIVE[self.how](x, axis=self._axis()))
 
@@ -195,7 +198,7 @@ class Diff(_AlongAxis):
         shape[a] -= self.n
         return tuple(shape)
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         (x,) = inputs
         return np.diff(x, self.n, axis=self._axis())
 
@@ -288,7 +291,7 @@ class SequenceConvolve(Operator):
         n, m = self._lengths(input_shapes)
         return (n + m - 1,) if self.mode == "full" else (abs(n - m) + 1,) if self.mode == "valid" else (max(n, m),)
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         operands = list(inputs)
         fn: Callable[..., Any] = np.correlate if self.correlate else np.convolve
         if self.constant is None:
@@ -459,7 +462,7 @@ class TakeAlong(Operator):
     def _axis(self) -> int:
         return normalize_axis(self.axis, len(self.input_shapes[0]), "TakeAlong")
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         (x,) = inputs
         shape = np.shape(x)
         a = normalize_axis(self.axis, len(shape), "TakeAlong")

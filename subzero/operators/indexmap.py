@@ -9,6 +9,7 @@ operator whose run, tiling, mapping functions and mask forms all derive from the
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +17,9 @@ from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._kernels import gather_axis, scatter_or, unique_rows
 from subzero.operators.tilings import IndexMapped
+
+if TYPE_CHECKING:
+    from subzero.context import Context
 
 __all__ = ["IndexMapOperator"]
 
@@ -100,7 +104,7 @@ class IndexMapOperator(Operator):
             cached = self._safe_cache = (shape, safe)
         return cached[1]
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         strided = _strided(self.axis_maps(), ctx.tile_box, ctx.input_boxes[0])
         if strided is not None:  # every axis reads a constant-step run (a slice, a flip): no index arrays
             return np.array(x[strided], copy=True)

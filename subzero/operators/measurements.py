@@ -24,7 +24,7 @@ only where scipy's value is.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from subzero.operators._args import check_choice
 from subzero.operators._kernels import (decode_region, encode_region, encode_regions, group_boxes, region_envelopes,
                                        repeat_pairs)
 from subzero.tiling import Shape
+
+if TYPE_CHECKING:
+    from subzero.context import Context
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
@@ -137,7 +140,7 @@ class LabeledStatistic(Operator):
             return out.reshape(shape)
         return out.reshape(self.n_values)
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         x = np.asarray(inputs[0])
         labels = np.asarray(inputs[1]) if self.labels else None
         with np.errstate(all="ignore"):
@@ -218,7 +221,8 @@ class LabeledStatistic(Operator):
     def map_p_pairs(self, cells: np.ndarray, payload: bytes, i: int) -> tuple[np.ndarray, np.ndarray]:
         return repeat_pairs(len(cells), self.map_p(cells, payload, i))
 
-    def map_p_envelope(self, payloads: list[bytes], i: int, cells=None) -> tuple[np.ndarray, np.ndarray]:
+    def map_p_envelope(self, payloads: list[bytes], i: int, cells: np.ndarray | None = None) -> tuple[np.ndarray,
+                       np.ndarray]:
         """Each payload's box, read from the headers at once (every cell: the input's box)."""
         shape = np.asarray(self.input_shapes[i], np.int64)
         lo, hi, _ = region_envelopes([p[1:] for p in payloads], len(shape))

@@ -11,6 +11,8 @@ inverted image.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from subzero.errors import WorkflowError
@@ -19,6 +21,9 @@ from subzero.lazy import LazyModule
 from subzero.operators._kernels import unique_rows
 from subzero.operators.label import Label
 from subzero.operators.neighbourhood import StencilOperator, kernel_offsets
+
+if TYPE_CHECKING:
+    from subzero.context import Context
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
@@ -101,7 +106,7 @@ class BinaryFillHoles(Label):
         operator's output is the filled mask, not the background's labels."""
         return {Mode.FULL}
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x) != 0
         if ctx is not None and ctx.modes:
             super().run(ctx, ~x)  # Label's lineage of the background: component and ring

@@ -4,7 +4,7 @@ reduces), and whole-array statistics (all-to-all)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from subzero.operators._args import normalize_axes
 from subzero.operators._kernels import corner_offsets, unique_rows
 from subzero.operators.tilings import MapTiled, ReducedAxes
 from subzero.tiling import Shape, Tiling
+
+if TYPE_CHECKING:
+    from subzero.context import Context
 
 __all__ = ["AxisReduction", "DdofReduction", "Sum", "Mean", "Std", "Min", "Max", "Count", "GlobalMean", "GlobalStd"]
 
@@ -45,7 +48,7 @@ class AxisReduction(MapTiled):
         """``x`` reduced over ``axes``."""
         return type(self).fn(x, axis=axes)
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return np.asarray(self.reduce(x, self._axes()))
 
     # -- lineage ------------------------------------------------------------------------
@@ -142,7 +145,7 @@ class _GlobalStatistic(Operator):
 class GlobalMean(_GlobalStatistic):
     """``np.mean(x, keepdims=True)``."""
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return np.mean(x, keepdims=True)
 
 
@@ -152,5 +155,5 @@ class GlobalStd(_GlobalStatistic):
     def __init__(self, ddof: int = 0):
         self.ddof = int(ddof)
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return np.std(x, ddof=self.ddof, keepdims=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -11,6 +12,9 @@ from subzero.operators._kernels import corner_offsets, unique_rows
 from subzero.operators.indexmap import IndexMapOperator
 from subzero.operators.tilings import Blocks, MapTiled
 from subzero.tiling import Shape, Tiling
+
+if TYPE_CHECKING:
+    from subzero.context import Context
 
 __all__ = ["Downsample", "Upsample"]
 
@@ -42,7 +46,7 @@ class Downsample(MapTiled):
         shape = tuple(input_shapes[0])
         return tuple(-(-n // f) for n, f in zip(shape, self._factors(len(shape))))
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         out = np.asarray(x, dtype=np.float64) if self.how == "mean" else np.asarray(x)
         for axis, f in enumerate(self._factors()):
             if out.shape[axis]:

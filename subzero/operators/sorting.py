@@ -11,12 +11,17 @@ only, so both operators are mapping operators, tiled into whole lines.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from subzero.cells import mask_from_coords
 from subzero.operators._args import normalize_axis
 from subzero.operators.tilings import Lines, MapTiled
 from subzero.tiling import Shape, Tiling
+
+if TYPE_CHECKING:
+    from subzero.context import Context
 
 __all__ = ["LineOperator", "Sort", "ArgSort"]
 
@@ -63,12 +68,12 @@ class LineOperator(MapTiled):
 class Sort(LineOperator):
     """``np.sort(x, axis)``."""
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return np.sort(x, axis=self._axis(), kind="stable")
 
 
 class ArgSort(LineOperator):
     """``np.argsort(x, axis, kind="stable")``: positions within the line (ties keep order)."""
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return np.argsort(x, axis=self._axis(), kind="stable")

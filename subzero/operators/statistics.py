@@ -13,7 +13,7 @@ of ``a``), ``np.interp(x, xp, fp)`` (its ``x`` and all of ``xp`` and ``fp``),
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from subzero.operators._args import check_choice
 from subzero.operators._kernels import unique_rows
 from subzero.operators.reductions import AxisReduction
 from subzero.tiling import Box, Shape, Tiling, full_box
+
+if TYPE_CHECKING:
+    from subzero.context import Context
 
 __all__ = ["STATISTICS", "Statistic", "Lookup", "LookupTiling"]
 
@@ -87,12 +90,12 @@ class LookupTiling(Tiling):
     """Tiles split the output; a cell input is read on the tile's box (broadcast), a whole
     input whole.  Without any cell input the call gives its whole output at once: one tile."""
 
-    def split_axes(self, op) -> tuple[int, ...]:
+    def split_axes(self, op: Any) -> tuple[int, ...]:
         if all(op.whole) or not op.split:
             return ()
         return tuple(range(len(op.output_shape)))
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: Any, out_box: Box, i: int) -> Box:
         shape = op.input_shapes[i]
         if op.whole[i]:
             return full_box(shape)
@@ -140,7 +143,7 @@ class Lookup(Operator):
                                     f"shape {self.shape}")
         return self.shape
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         return np.asarray(self.fn(*inputs))
 
     # -- lineage ------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,12 +22,16 @@ from subzero.trace.errors import InPlaceError, TraceError, UnsupportedCallError,
 from subzero.trace.symbolic import SymbolicArray
 from subzero.trace.tracer import Tracer
 
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+    from subzero.operator import Operator
+
 __all__ = ["HANDLED", "implements", "supported", "add_node", "elementwise", "astype"]
 
 HANDLED: dict[Callable, Callable] = {}
 
 
-def implements(*functions: Callable):
+def implements(*functions: Callable) -> Callable[[Callable], Callable]:
     """Register the decorated handler for these numpy functions."""
     def register(handler):
         for fn in functions:
@@ -48,8 +53,8 @@ def _tracer_of(values) -> Tracer:
     raise TraceError("no symbolic array among the arguments")  # pragma: no cover - dispatch guarantees one
 
 
-def add_node(op, inputs: Sequence[SymbolicArray], base: str, shape: tuple[int, ...] | None = None,
-             dtype=None) -> SymbolicArray:
+def add_node(op: Operator, inputs: Sequence[SymbolicArray], base: str, shape: tuple[int, ...] | None = None,
+             dtype: DTypeLike | None = None) -> SymbolicArray:
     """Add ``op`` on ``inputs`` (whole nodes); ``shape`` is the logical shape when the node's
     has extra leading 1-axes (0-d results), else the node's own."""
     tracer = inputs[0].tracer
@@ -182,7 +187,7 @@ def _elementwise_op(fn, args, kwargs, syms):
     return ops.Apply(call, nin=len(ordered)), ordered
 
 
-def astype(x: SymbolicArray, dtype) -> SymbolicArray:
+def astype(x: SymbolicArray, dtype: DTypeLike) -> SymbolicArray:
     """``x.astype(dtype)``."""
     dtype = np.dtype(dtype)
     if dtype == x.dtype:

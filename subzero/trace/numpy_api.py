@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,10 @@ from subzero.trace.numpy_indexing import getitem, setitem, write_out
 from subzero.trace.numpy_math import matmul, outer  # numpy_math's handlers register in HANDLED too
 from subzero.trace.symbolic import SymbolicArray
 
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+    from subzero.operator import Operator
+
 __all__ = ["HANDLED", "apply_ufunc", "apply_function", "astype", "getitem", "setitem", "add_node",
            "implements", "supported", "elementwise", "call_operator"]
 
@@ -38,7 +42,7 @@ _REDUCE: dict[np.ufunc, Callable[..., Any]] = {np.add: np.sum, np.multiply: np.p
            np.logical_and: np.all, np.fmax: np.nanmax, np.fmin: np.nanmin}
 
 
-def apply_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
+def apply_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
     """``ufunc.method(*inputs, **kwargs)`` on symbolic arrays; ``out=`` (and ``where=`` with
     it) writes into the output array as numpy does."""
     out = kwargs.pop("out", None)
@@ -99,7 +103,7 @@ def _ufunc_at(ufunc: np.ufunc) -> _UfuncAt:
     return _UfuncAt(ufunc)
 
 
-def apply_function(func: Callable, args: tuple, kwargs: dict):
+def apply_function(func: Callable, args: tuple, kwargs: dict) -> Any:
     """``func(*args, **kwargs)`` on symbolic arrays through its handler (a coarse step without one)."""
     handler = HANDLED.get(func)
     if handler is None:
@@ -166,7 +170,8 @@ def _imag(val):
 
 
 # -- an operator called on symbolic arrays ----------------------------------------------------------------------
-def call_operator(op, arrays: Sequence[SymbolicArray], name: str | None = None, dtype=None) -> SymbolicArray:
+def call_operator(op: Operator, arrays: Sequence[SymbolicArray], name: str | None = None,
+                  dtype: DTypeLike | None = None) -> SymbolicArray:
     """``op`` applied to symbolic arrays as one node (``sz.apply``)."""
     if not arrays or not all(isinstance(a, SymbolicArray) for a in arrays):
         raise TraceError(f"sz.apply({type(op).__name__}, ...) needs symbolic arrays of the traced function")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from subzero.trace.building import _as_logical, _axes_of, _no_out, _plain, _resh
 from subzero.trace.calls import ARG, NumpyCall
 from subzero.trace.errors import TraceError, UnsupportedCallError
 from subzero.trace.symbolic import SymbolicArray
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 __all__ = ["statistic", "take"]
 
@@ -47,7 +50,8 @@ def _constant(value, name: str, what: str) -> np.ndarray:
 
 
 # -- reductions along axes -------------------------------------------------------------------------------
-def statistic(a: SymbolicArray, how: str, axis, keepdims: bool = False, dtype=None, **params) -> SymbolicArray:
+def statistic(a: SymbolicArray, how: str, axis: Any, keepdims: bool = False, dtype: DTypeLike | None = None,
+              **params: Any) -> SymbolicArray:
     """``np.<how>(a, axis=axis, keepdims=keepdims, **params)`` as one `subzero.operators.Statistic`
     node (``how`` one of `subzero.operators.statistics.STATISTICS`, one scalar ``q`` at most).
 
@@ -210,7 +214,7 @@ implements(np.correlate)(_convolution("correlate", True, "valid"))
 
 
 # -- gathers by constant indices ----------------------------------------------------------------------------------
-def take(a, indices, axis=None, out=None, mode="raise"):
+def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Any:
     """``np.take`` with constant indices: a `Take` node (symbolic indices gather by values:
     `subzero.trace.numpy_indexing`)."""
     _no_out(out, "take")

@@ -304,7 +304,7 @@ class SymbolicArray(np.lib.mixins.NDArrayOperatorsMixin, ArrayShape):
         """``np.transpose(x, axes)``, traced."""
         return np.transpose(self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None))
 
-    def reshape(self, *shape, order="C") -> Any:
+    def reshape(self, *shape: Any, order: Any = "C") -> Any:
         """``np.reshape(x, shape)``, traced."""
         return np.reshape(self, shape[0] if len(shape) == 1 else shape, order=order)
 

@@ -4,18 +4,14 @@ each input's cells when forward-optimized).  Best for high fanout."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from subzero.encoders.base import EncodedTile, FullEncoder, Reader, scan, bounding_boxes, frontier_boxes
+from subzero.encoders.base import EncodedTile, Shapes, FullEncoder, Reader, scan, bounding_boxes, frontier_boxes
 from subzero.encoders.codec import OUT, PAIR, make_keys, pack_groups, pair_id_base, unpack_groups
+from subzero.frontier import Frontier
 from subzero.modes import Direction
 from subzero.pairs import FullPairs
 
-if TYPE_CHECKING:
-    from subzero.encoders.base import Shapes
-    from subzero.frontier import Frontier
 
 __all__ = ["FullMany", "decode_full"]
 

@@ -7,19 +7,15 @@ Queries in the keyed direction are direct hash lookups, with no index.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from subzero.encoders.base import (EncodedTile, FullEncoder, Reader, scan, cells_to_pairs,
+from subzero.encoders.base import (EncodedTile, Shapes, FullEncoder, Reader, scan, cells_to_pairs,
                                    scan_cell_keys)
 from subzero.encoders.codec import CELL, OUT, PAIR, make_keys, pack_groups, pair_id_base, split_keys, unpack_groups
+from subzero.frontier import Frontier
 from subzero.modes import Direction
 from subzero.pairs import FullPairs, owners, ptr_from_counts
 
-if TYPE_CHECKING:
-    from subzero.encoders.base import Shapes
-    from subzero.frontier import Frontier
 
 __all__ = ["FullOne"]
 

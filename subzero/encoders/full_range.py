@@ -16,19 +16,16 @@ read at all.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from subzero.encoders.base import EncodedTile, FullEncoder, Reader, scan
+from subzero.encoders.base import EncodedTile, Shapes, FullEncoder, Reader, scan
 from subzero.encoders.codec import OUT, PAIR, make_keys, pair_id_base
 from subzero.encoders.ranges import RangeRules, compress, deserialize, merge_tables, serialize
 from subzero.frontier import Frontier
 from subzero.modes import Direction
 from subzero.pairs import FullPairs
 
-if TYPE_CHECKING:
-    from subzero.encoders.base import Shapes
 
 __all__ = ["FullRange", "CHUNK_RULES", "INLINE_BYTES"]
 

@@ -5,18 +5,14 @@ envelope meets the frontier are expanded)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from subzero.encoders.base import (EncodedTile, PayloadEncoder, Reader, scan, bounding_boxes, decode_payload_pairs,
-                                   envelope_boxes, frontier_boxes)
+from subzero.encoders.base import (EncodedTile, Shapes, PayloadEncoder, Reader, scan, bounding_boxes,
+                                   decode_payload_pairs, envelope_boxes, frontier_boxes)
 from subzero.encoders.codec import OUT, PAIR, make_keys, pack_groups, pair_id_base
+from subzero.frontier import Frontier
 from subzero.pairs import PayloadPairs, owners, ptr_from_counts
 
-if TYPE_CHECKING:
-    from subzero.encoders.base import Shapes
-    from subzero.frontier import Frontier
 
 __all__ = ["PayMany"]
 

@@ -34,20 +34,16 @@ cell in no record's box reads only itself).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from subzero.boxes import boxes_intersect
 from subzero.cells import box_ids, to_coords, to_ids
-from subzero.encoders.base import EncodedTile, PayloadEncoder, Reader, scan, envelope_boxes, frontier_boxes
+from subzero.encoders.base import EncodedTile, Shapes, PayloadEncoder, Reader, scan, envelope_boxes, frontier_boxes
 from subzero.encoders.codec import CELL, ENVELOPE, LAYOUT, OUT, PAIR, RUN, make_keys, pair_id_base, split_keys
 from subzero.errors import StoreError
+from subzero.frontier import Frontier
 from subzero.pairs import PayloadPairs, owners
 
-if TYPE_CHECKING:
-    from subzero.encoders.base import Shapes
-    from subzero.frontier import Frontier
 
 __all__ = ["PayOne", "LAYOUT_VERSION"]
 

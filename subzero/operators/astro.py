@@ -20,10 +20,10 @@ oracle (`subzero.oracle`) holds each of them to it.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from subzero.context import Context
 from subzero.errors import LineageError, WorkflowError
 from subzero.lazy import LazyModule
 from subzero.modes import Mode
@@ -32,11 +32,7 @@ from subzero.operators._args import check_choice
 from subzero.operators._kernels import cell_set_boxes, decode_region, encode_region, region_envelopes, repeat_pairs
 from subzero.operators.composite import WHOLE, WindowLineage, dilate
 from subzero.operators.identity import IdentityMapping
-from subzero.tiling import Halo, Shape
-
-if TYPE_CHECKING:
-    from subzero.context import Context
-    from subzero.tiling import Tiling
+from subzero.tiling import Halo, Shape, Tiling
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 

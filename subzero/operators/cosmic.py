@@ -18,20 +18,15 @@ and zeroing ``x[1, 1]`` flags it), so it is not offered.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators.composite import WindowLineage
-from subzero.tiling import Halo, Shape
-
-if TYPE_CHECKING:
-    from subzero.context import Context
-    from subzero.tiling import Tiling
+from subzero.tiling import Halo, Shape, Tiling
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 

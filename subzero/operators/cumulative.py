@@ -16,11 +16,12 @@ Each lineage is a function of coordinates (a mapping operator) and exact:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from subzero.cells import mask_from_coords
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
@@ -29,9 +30,6 @@ from subzero.operators._kernels import unique_rows
 from subzero.operators.indexmap import IndexMapOperator
 from subzero.operators.sorting import LineOperator
 from subzero.tiling import Shape, Tiling
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 __all__ = ["CUMULATIVE", "Cumulative", "Diff", "SequenceConvolve", "Take", "TakeAlong"]
 

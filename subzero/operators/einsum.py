@@ -9,19 +9,17 @@ over the ones the other side adds.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from subzero.cells import mask_from_coords
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._kernels import corner_offsets, unique_rows
 from subzero.tiling import Box, Shape, Tiling
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 __all__ = ["Einsum", "EinsumTiling", "parse_subscripts"]
 

@@ -11,19 +11,17 @@ Scalar forms (``AddScalar(2.0)`` is ``x + 2``) are one class per arithmetic oper
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._args import check_choice
 from subzero.operators._kernels import unique_rows
 from subzero.tiling import Elementwise, Shape
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 __all__ = [
     "ElementwiseOperator", "BinaryOperator", "Add", "Subtract", "Multiply", "Divide", "Power", "Maximum",

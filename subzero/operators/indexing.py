@@ -35,19 +35,17 @@ import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import xxhash
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._kernels import unique_rows
 from subzero.tiling import Box, Shape, Tiling, box_shape
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 __all__ = ["Gather", "Scatter", "Opaque", "Coordinates", "digest"]
 

@@ -9,17 +9,14 @@ operator whose run, tiling, mapping functions and mask forms all derive from the
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from subzero.context import Context
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._kernels import gather_axis, scatter_or, unique_rows
 from subzero.operators.tilings import IndexMapped
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 __all__ = ["IndexMapOperator"]
 

@@ -27,11 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import TYPE_CHECKING
-
 import numpy as np
 from numpy.typing import ArrayLike
 
+from subzero.context import Context
 from subzero.errors import LineageError, WorkflowError
 from subzero.lazy import LazyModule
 from subzero.modes import Mode
@@ -40,9 +39,6 @@ from subzero.operators.identity import IdentityMapping
 from subzero.operators._kernels import (cell_set_boxes, decode_region, group_boxes, region_envelopes,
                                        repeat_pairs)
 from subzero.tiling import Box, Elementwise, Shape, full_box
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 # imported on first use: a query answered from stored lineage needs no scipy
 ndimage = LazyModule("scipy.ndimage")

@@ -3,19 +3,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from subzero.cells import mask_from_coords
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
 from subzero.operators._kernels import unique_rows
 from subzero.operators.tilings import Contracted, MapTiled, OuterSplit
 from subzero.tiling import Shape, Tiling
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 __all__ = ["Dot", "MatMul", "Outer", "Inverse"]
 

@@ -24,10 +24,11 @@ only where scipy's value is.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.lazy import LazyModule
 from subzero.modes import Mode
@@ -36,9 +37,6 @@ from subzero.operators._args import check_choice
 from subzero.operators._kernels import (decode_region, encode_region, encode_regions, group_boxes, region_envelopes,
                                        repeat_pairs)
 from subzero.tiling import Shape
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 

@@ -11,19 +11,15 @@ inverted image.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.lazy import LazyModule
 from subzero.operators._kernels import unique_rows
 from subzero.operators.label import Label
 from subzero.operators.neighbourhood import StencilOperator, kernel_offsets
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 

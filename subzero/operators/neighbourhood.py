@@ -9,11 +9,12 @@ radius; the ``wrap`` modes need the far edge, so they run on whole arrays.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.lazy import LazyModule
 from subzero.modes import Mode
@@ -23,11 +24,7 @@ from subzero.operators._kernels import (
     BOUNDARY_MODES, boundary_index, boundary_preimages, box_offsets, gather_axis, scatter_or, shift_or,
     stencil_pairs, unique_rows,
 )
-from subzero.tiling import Halo, Shape
-
-if TYPE_CHECKING:
-    from subzero.context import Context
-    from subzero.tiling import Tiling
+from subzero.tiling import Halo, Shape, Tiling
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 

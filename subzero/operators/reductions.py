@@ -4,20 +4,18 @@ reduces), and whole-array statistics (all-to-all)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from subzero.cells import mask_from_coords
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
 from subzero.operators._args import normalize_axes
 from subzero.operators._kernels import corner_offsets, unique_rows
 from subzero.operators.tilings import MapTiled, ReducedAxes
 from subzero.tiling import Shape, Tiling
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 __all__ = ["AxisReduction", "DdofReduction", "Sum", "Mean", "Std", "Min", "Max", "Count", "GlobalMean", "GlobalStd"]
 

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from subzero.context import Context
 from subzero.operators._args import check_choice, per_axis
 from subzero.operators._kernels import corner_offsets, unique_rows
 from subzero.operators.indexmap import IndexMapOperator
 from subzero.operators.tilings import Blocks, MapTiled
 from subzero.tiling import Shape, Tiling
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 __all__ = ["Downsample", "Upsample"]
 

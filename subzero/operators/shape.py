@@ -4,11 +4,10 @@ whose output cell reads at most one input cell."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from subzero.cells import to_coords, to_ids
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
@@ -17,9 +16,6 @@ from subzero.operators._kernels import BOUNDARY_MODES, boundary_index
 from subzero.operators.indexmap import IndexMapOperator
 from subzero.operators.tilings import Concatenated, MapTiled, Stacked
 from subzero.tiling import Permuted, Shape, Tiling
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 __all__ = ["Transpose", "Reshape", "Concatenate", "Stack", "Slice", "Flip", "Pad", "Shift", "Tile"]
 

@@ -11,17 +11,13 @@ only, so both operators are mapping operators, tiled into whole lines.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from subzero.cells import mask_from_coords
+from subzero.context import Context
 from subzero.operators._args import normalize_axis
 from subzero.operators.tilings import Lines, MapTiled
 from subzero.tiling import Shape, Tiling
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 __all__ = ["LineOperator", "Sort", "ArgSort"]
 

@@ -13,11 +13,12 @@ of ``a``), ``np.interp(x, xp, fp)`` (its ``x`` and all of ``xp`` and ``fp``),
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from subzero.cells import mask_from_coords
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
@@ -25,9 +26,6 @@ from subzero.operators._args import check_choice
 from subzero.operators._kernels import unique_rows
 from subzero.operators.reductions import AxisReduction
 from subzero.tiling import Box, Shape, Tiling, full_box
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 __all__ = ["STATISTICS", "Statistic", "Lookup", "LookupTiling"]
 

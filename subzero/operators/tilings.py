@@ -7,14 +7,11 @@ Each maps an output tile box to the box of each input the tile's task reads (see
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from subzero.modes import Mode
 from subzero.operator import Operator
-from subzero.tiling import Box, Tiling
-
-if TYPE_CHECKING:
-    from subzero.tiling import BoundShapes
+from subzero.tiling import BoundShapes, Box, Tiling
 
 __all__ = ["IndexMapped", "Concatenated", "Stacked", "Blocks", "ReducedAxes", "Lines", "Contracted", "OuterSplit"]
 

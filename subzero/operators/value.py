@@ -23,10 +23,9 @@ identified by what they are.  That makes two readings explicit here:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
@@ -34,9 +33,6 @@ from subzero.operators._args import check_choice, normalize_axis
 from subzero.operators._kernels import corner_offsets, decode_region, encode_region, repeat_pairs
 from subzero.operators.label import Label  # moved to label.py (tiled, two passes); re-exported here
 from subzero.tiling import Shape
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 __all__ = ["Label", "Histogram", "Filter", "Compress", "SELECTION_LINEAGES", "HISTOGRAM_LINEAGES"]
 

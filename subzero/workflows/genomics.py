@@ -23,11 +23,12 @@ Lineage of the UDFs (exact: the perturbation oracle holds them to it):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 from scipy import special
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
@@ -36,9 +37,6 @@ from subzero.operators.reductions import Mean, Std
 from subzero.operators.value import Filter
 from subzero.dag import Workflow
 from subzero.tiling import Shape
-
-if TYPE_CHECKING:
-    from subzero.context import Context
 
 __all__ = ["build", "build_gse7390", "gse7390", "er_positive", "GSE7390_UDFS", "patients", "CompleteCases", "NaiveBayes", "Predict", "discretize", "complete_rows", "UDFS",
            "COLUMNS", "KINDS", "LEVELS"]

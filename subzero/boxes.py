@@ -11,15 +11,13 @@ handful of size classes, never over cells.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from subzero.cells import to_coords, to_ids, unique_ids
 from subzero.errors import LineageError
-
-if TYPE_CHECKING:
-    from numpy.typing import ArrayLike
 
 __all__ = [
     "check_boxes", "cover_ids", "cover_coords", "ids_in_boxes", "count_cells", "boxes_intersect",

@@ -24,13 +24,11 @@ import json
 import re
 import types
 import weakref
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 import numpy as np
+from numpy.typing import DTypeLike
 import xxhash
-
-if TYPE_CHECKING:
-    from numpy.typing import DTypeLike
 
 __all__ = ["block_digest", "combine_digests", "array_digest", "operator_digest", "run_fingerprint",
            "differences"]

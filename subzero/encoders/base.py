@@ -11,17 +11,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from subzero.encoders.codec import CELL, keys_to_bytes, make_keys, split_keys
 from subzero.errors import StoreError
+from subzero.frontier import Frontier
 from subzero.pairs import FullPairs, PayloadPairs
 from subzero.modes import Direction
-
-if TYPE_CHECKING:
-    from subzero.frontier import Frontier
 
 #: what an encoder is told of a node's arrays: ``(output_shape, input_shapes)``
 Shapes = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]

@@ -27,24 +27,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from subzero.catalog import NodeMetrics
 from subzero.encoders import encoder_for, merge_tiles
 from subzero.encoders.base import index_bytes_bound
 from subzero.executors import Executor
 from subzero.executors.tasks import map_calls
 from subzero.modes import Mode, Strategy
+from subzero.operator import Operator
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.cells import box_cells, to_ids, unique_ids
 from subzero.worker import NodeTask, capture_tile, merge_inline, with_envelopes
-from subzero.tiling import Elementwise, Halo, Tile
-
-if TYPE_CHECKING:
-    from subzero.catalog import NodeMetrics
-    from subzero.operator import Operator
-    from subzero.tiling import Box
+from subzero.tiling import Box, Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
            "TileProfile", "profile_from_run", "crop_box", "CroppedInput", "CaptureLimit", "fans_window", "fans_corner"]
@@ -439,8 +436,6 @@ def distinct_count(ids: np.ndarray, size: int) -> int:
 def profile_from_run(node: str, op: Operator, stats: NodeMetrics | None) -> NodeProfile:
     """A profile from a finished node's measured statistics (`subzero.catalog.NodeMetrics`),
     which is what queries plan with."""
-    from subzero.catalog import NodeMetrics
-
     stats = stats or NodeMetrics()
     profile = NodeProfile(
         node=node, tiles=stats.tiles, op_seconds=stats.op_seconds, trace_seconds=stats.lineage_seconds,

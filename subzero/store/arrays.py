@@ -37,18 +37,16 @@ import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from subzero import config
 from subzero.cells import ArrayShape
 from subzero.errors import StoreError
 from subzero.store.failures import REBUILD, REBUILD_ARRAY, reading
 from subzero.store.location import Location
-
-if TYPE_CHECKING:
-    from numpy.typing import DTypeLike
 
 __all__ = ["ArrayRef", "StoredArray", "ExternalArray", "HeldArray", "MemoryArray", "write_array", "chunk_boxes",
            "resolve_compressor", "sampled_compressor", "output_compressor", "metadata_checksum"]

@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from subzero import operators as ops
+from subzero.operator import Operator
 from subzero.trace.calls import ARG, NumpyCall, astype as _astype_fn
 from subzero.trace.coarse import lift
 from subzero.trace.errors import InPlaceError, TraceError, UnsupportedCallError, user_line
 from subzero.trace.symbolic import SymbolicArray
 from subzero.trace.tracer import Tracer
-
-if TYPE_CHECKING:
-    from numpy.typing import DTypeLike
-    from subzero.operator import Operator
 
 __all__ = ["HANDLED", "implements", "supported", "add_node", "elementwise", "astype"]
 

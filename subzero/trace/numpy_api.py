@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
+from subzero.operator import Operator
 from subzero.trace import numpy_shapes  # noqa: F401  (its handlers register in HANDLED)
 from subzero.trace import numpy_stats  # noqa: F401  (its handlers register in HANDLED)
 from subzero.trace import symbolic
@@ -29,10 +31,6 @@ from subzero.trace.errors import TraceError, UnsupportedCallError
 from subzero.trace.numpy_indexing import getitem, setitem, write_out
 from subzero.trace.numpy_math import matmul, outer  # numpy_math's handlers register in HANDLED too
 from subzero.trace.symbolic import SymbolicArray
-
-if TYPE_CHECKING:
-    from numpy.typing import DTypeLike
-    from subzero.operator import Operator
 
 __all__ = ["HANDLED", "apply_ufunc", "apply_function", "astype", "getitem", "setitem", "add_node",
            "implements", "supported", "elementwise", "call_operator"]

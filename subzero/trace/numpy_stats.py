@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from subzero import operators as ops
 from subzero.errors import WorkflowError
@@ -25,9 +26,6 @@ from subzero.trace.building import _as_logical, _axes_of, _no_out, _plain, _resh
 from subzero.trace.calls import ARG, NumpyCall
 from subzero.trace.errors import TraceError, UnsupportedCallError
 from subzero.trace.symbolic import SymbolicArray
-
-if TYPE_CHECKING:
-    from numpy.typing import DTypeLike
 
 __all__ = ["statistic", "take"]
 

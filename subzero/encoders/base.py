@@ -18,7 +18,7 @@ import numpy as np
 from subzero.encoders.codec import CELL, keys_to_bytes, make_keys, split_keys
 from subzero.errors import StoreError
 from subzero.frontier import Frontier
-from subzero.pairs import FullPairs, PayloadPairs
+from subzero.pairs import PayloadPairs
 from subzero.modes import Direction
 
 #: what an encoder is told of a node's arrays: ``(output_shape, input_shapes)``
@@ -214,22 +214,12 @@ class FullEncoder(Encoder):
     """Full lineage: answers both directions, fast in the one it is keyed by."""
 
     @abstractmethod
-    def candidates(self, reader: Reader, frontier: Frontier, slot: int, shapes: Shapes) -> FullPairs:
-        """Pairs that may contain cells of ``frontier`` in ``slot`` (keyed direction)."""
-
     def backward(self, reader: Reader, frontier: Frontier, i: int, shapes: Shapes) -> np.ndarray:
         """Input-``i`` ids of the lineage of ``frontier`` (a `Frontier` over the output)."""
-        from subzero.encoders.codec import OUT
 
-        pairs = (self.candidates(reader, frontier, OUT, shapes)
-                 if self.direction is Direction.BACKWARD else self.load(reader, shapes))
-        return pairs.backward(frontier, i)
-
+    @abstractmethod
     def forward(self, reader: Reader, frontier: Frontier, i: int, shapes: Shapes) -> np.ndarray:
         """Output ids whose lineage meets ``frontier`` (a `Frontier` over input ``i``)."""
-        pairs = (self.candidates(reader, frontier, i, shapes)
-                 if self.direction is Direction.FORWARD else self.load(reader, shapes))
-        return pairs.forward(frontier, i)
 
 
 class PayloadEncoder(Encoder):

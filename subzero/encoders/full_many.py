@@ -34,7 +34,19 @@ class FullMany(FullEncoder):
         return EncodedTile(keys=make_keys(PAIR, 0, ids), values=pack_groups(sides),
                            boxes=boxes, n_pairs=pairs.n_pairs)
 
+    def backward(self, reader: Reader, frontier: Frontier, i: int, shapes: Shapes) -> np.ndarray:
+        pairs = (self.candidates(reader, frontier, OUT, shapes)
+                 if self.direction is Direction.BACKWARD else self.load(reader, shapes))
+        return pairs.backward(frontier, i)
+
+    def forward(self, reader: Reader, frontier: Frontier, i: int, shapes: Shapes) -> np.ndarray:
+        pairs = (self.candidates(reader, frontier, i, shapes)
+                 if self.direction is Direction.FORWARD else self.load(reader, shapes))
+        return pairs.forward(frontier, i)
+
     def candidates(self, reader: Reader, frontier: Frontier, slot: int, shapes: Shapes) -> FullPairs:
+        """Pairs that may hold cells of ``frontier`` in ``slot`` (the keyed side): those whose
+        bounding box meets one of its boxes in the R-tree."""
         in_shapes = shapes[1]
         if frontier.is_empty:
             return FullPairs.empty(len(in_shapes))

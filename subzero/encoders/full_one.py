@@ -46,10 +46,6 @@ class FullOne(FullEncoder):
             return self.load(reader, shapes).forward(frontier, i)
         return self._other_side(reader, i, frontier.ids(), 0)
 
-    def candidates(self, reader: Reader, frontier: Frontier, slot: int,
-                   shapes: Shapes) -> FullPairs:  # pragma: no cover - FullOne answers directly
-        raise NotImplementedError
-
     def _other_side(self, reader: Reader, slot: int, ids: np.ndarray, which: int) -> np.ndarray:
         pair_ids = cells_to_pairs(reader, slot, ids)
         _, values = reader.get_many(make_keys(PAIR, 0, pair_ids))

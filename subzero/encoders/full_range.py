@@ -69,10 +69,6 @@ class FullRange(FullEncoder):
     def forward(self, reader: Reader, frontier: Frontier, i: int, shapes: Shapes) -> Frontier:
         return self._step(self._tables(reader, frontier, i), frontier, i, Direction.FORWARD, shapes)
 
-    def candidates(self, reader: Reader, frontier: Frontier, slot: int,
-                   shapes: Shapes) -> FullPairs:  # pragma: no cover - answered by rules
-        raise NotImplementedError
-
     def load(self, reader: Reader, shapes: Shapes) -> FullPairs:
         _, values = scan(reader, PAIR)
         if not values:

@@ -7,15 +7,17 @@ import argparse
 import json
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from subzero.frontier import Frontier
 from subzero.tools.cli.cells import add_cell_options, add_sky_cells, query_start
 from subzero.tools.cli.common import store_command
 from subzero.errors import LineageError
 from subzero.input_files import node_fits_header as _fits_header
 from subzero.modes import Direction
 from subzero.modes import parse_node_strategies as _parse_strategies
+
+if TYPE_CHECKING:
+    from subzero.frontier import Frontier
 
 __all__ = ["add_parser", "cmd_query", "cmd_brush", "bbox_text"]
 

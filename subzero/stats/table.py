@@ -133,8 +133,8 @@ class Question:
     """What every batch of objects asks (picklable: it travels to Spark's executors)."""
 
     store: str
-    node: Node
-    over: Node
+    node: str
+    over: str
     shape: tuple[int, ...]
     flags: Any = None       # a node's name, an array of ``over``'s shape, or None
     values: Any = None

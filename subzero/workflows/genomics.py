@@ -23,8 +23,6 @@ Lineage of the UDFs (exact: the perturbation oracle holds them to it):
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 from scipy import special
 

@@ -27,8 +27,8 @@ __all__ = [
 Shape = tuple[int, ...]
 
 
-def check_boxes(lo: ArrayLike, hi: ArrayLike, shape: Shape | None = None, where: str = "boxes") -> tuple[np.ndarray,
-                np.ndarray]:
+def check_boxes(lo: ArrayLike, hi: ArrayLike, shape: Shape | None = None,
+                where: str = "boxes") -> tuple[np.ndarray, np.ndarray]:
     """Validate a box set and return it as two ``(N, ndim)`` int64 arrays.
 
     A single box may be given as two 1-D coordinate rows.  Raises

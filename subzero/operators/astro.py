@@ -392,8 +392,8 @@ class DetectStars(IdentityMapping, Operator):
             return self.map_b_pairs(cells, i)
         return repeat_pairs(len(cells), self._region(payload))
 
-    def map_p_envelope(self, payloads: list[bytes], i: int, cells: np.ndarray | None = None) -> tuple[np.ndarray,
-                       np.ndarray]:
+    def map_p_envelope(self, payloads: list[bytes], i: int,
+                       cells: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The groups' boxes, read from the payloads' headers at once and grown by one pixel
         (the ring, clipped to the image); the empty payload ("the pixel itself") gets the box
         of its pair's ``cells``, or the whole image when ``cells`` is not given."""

@@ -536,8 +536,8 @@ class Label(IdentityMapping, Operator):
             return self._resolve(cells, payload)
         return repeat_pairs(len(cells), decode_region(payload, len(self.input_shapes[0])))
 
-    def map_p_envelope(self, payloads: list[bytes], i: int, cells: np.ndarray | None = None) -> tuple[np.ndarray,
-                       np.ndarray]:
+    def map_p_envelope(self, payloads: list[bytes], i: int,
+                       cells: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The component boxes, read from the payloads' headers at once (region payloads: their
         bounding box; a component table: its records' boxes and the box of its pair's
         ``cells``, or the whole input without them); the empty payload ("the cell itself")

@@ -219,8 +219,8 @@ class LabeledStatistic(Operator):
     def map_p_pairs(self, cells: np.ndarray, payload: bytes, i: int) -> tuple[np.ndarray, np.ndarray]:
         return repeat_pairs(len(cells), self.map_p(cells, payload, i))
 
-    def map_p_envelope(self, payloads: list[bytes], i: int, cells: np.ndarray | None = None) -> tuple[np.ndarray,
-                       np.ndarray]:
+    def map_p_envelope(self, payloads: list[bytes], i: int,
+                       cells: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Each payload's box, read from the headers at once (every cell: the input's box)."""
         shape = np.asarray(self.input_shapes[i], np.int64)
         lo, hi, _ = region_envelopes([p[1:] for p in payloads], len(shape))

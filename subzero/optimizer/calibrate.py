@@ -398,8 +398,8 @@ def _subsample(pairs, max_pairs: int):
     return pairs.select(keep)
 
 
-def fans_corner(op: Operator, box: Box, side: int = 32, max_links: int = MAX_MAPPED_LINKS) -> tuple[tuple[int, int],
-                ...]:
+def fans_corner(op: Operator, box: Box, side: int = 32,
+                max_links: int = MAX_MAPPED_LINKS) -> tuple[tuple[int, int], ...]:
     """The corner of ``box`` whose mapping fans calibration counts: ``side`` cells along each
     axis, fewer when the first cell's input cells say the corner would map to more than
     ``max_links`` (a wide window, such as a cosmic-ray mask's)."""

@@ -40,8 +40,8 @@ def create_run(store: str | os.PathLike | Location, record: RunRecord, overwrite
     return cast(RunWriter, out)  # a RunWriter whose location is read-only
 
 
-def resume_run(store: str | os.PathLike | Location, record: RunRecord, made_by: str | None = None) -> tuple[RunWriter,
-               RunRecord | None]:
+def resume_run(store: str | os.PathLike | Location, record: RunRecord,
+               made_by: str | None = None) -> tuple[RunWriter, RunRecord | None]:
     """Take a store back to continue its run: the writer and the catalog as stored, or None
     when there was nothing to continue (`FileStore.resume`)."""
     return FileStore.resume(store, record, made_by)

@@ -514,12 +514,19 @@ def test_the_pages_line_references_point_into_existing_files():
 
 # -- public functions: documented and typed ----------------------------------------------------------
 
+@functools.lru_cache(maxsize=1)
+def _trees() -> dict[Path, ast.Module]:
+    """Every module of the package, parsed once for the tests below."""
+    return {path: ast.parse(path.read_text(), filename=str(path)) for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+@functools.lru_cache(maxsize=1)
 def _public_functions() -> list[tuple[str, ast.ClassDef | None, ast.FunctionDef | ast.AsyncFunctionDef]]:
     """Every public function and method of a public module (``where``, its class, its def):
     names without a leading underscore, classes without one, no nested functions, no
     ``@overload`` stubs nor property setters."""
     found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path, tree in _trees().items():
         rel = path.relative_to(ROOT)
         if any(part.startswith("_") and part != "__init__.py" for part in rel.parts):
             continue
@@ -535,15 +542,15 @@ def _public_functions() -> list[tuple[str, ast.ClassDef | None, ast.FunctionDef 
                         where = f"{rel}:{node.lineno} {cls.name + '.' if cls else ''}{node.name}"
                         found.append((where, cls, node))
 
-        public(ast.parse(path.read_text(), filename=str(path)).body, None)
+        public(tree.body, None)
     return found
 
 
 def _documented_methods() -> dict[str, tuple[list[str], set[str]]]:
     """Class name -> (its bases' names, its methods that have a docstring), over the package."""
     classes: dict[str, tuple[list[str], set[str]]] = {}
-    for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for tree in _trees().values():
+        for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 bases = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases]
                 docs = {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))

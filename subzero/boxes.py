@@ -11,7 +11,10 @@ handful of size classes, never over cells.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from subzero.cells import to_coords, to_ids, unique_ids
 from subzero.errors import LineageError
@@ -24,7 +27,8 @@ __all__ = [
 Shape = tuple[int, ...]
 
 
-def check_boxes(lo, hi, shape: Shape | None = None, where: str = "boxes") -> tuple[np.ndarray, np.ndarray]:
+def check_boxes(lo: ArrayLike, hi: ArrayLike, shape: Shape | None = None,
+                where: str = "boxes") -> tuple[np.ndarray, np.ndarray]:
     """Validate a box set and return it as two ``(N, ndim)`` int64 arrays.
 
     A single box may be given as two 1-D coordinate rows.  Raises
@@ -169,7 +173,7 @@ def _merge_along(lo: np.ndarray, hi: np.ndarray, axis: int, groups: np.ndarray |
     return new_lo, new_hi, g[starts]
 
 
-def cover_ids(ids: np.ndarray, shape: Shape, groups: np.ndarray | None = None):
+def cover_ids(ids: np.ndarray, shape: Shape, groups: np.ndarray | None = None) -> Any:
     """An exact, disjoint cover of a set of flat cell ids by few boxes.
 
     Without ``groups``: returns ``(lo, hi)``.  With ``groups`` (one int label per id):
@@ -254,7 +258,7 @@ def normalize(lo: np.ndarray, hi: np.ndarray, shape: Shape) -> tuple[np.ndarray,
     return cover_ids(ids_in_boxes(lo, hi, shape), shape)
 
 
-def coalesce(lo: np.ndarray, hi: np.ndarray, groups: np.ndarray | None = None, rounds: int = 8):
+def coalesce(lo: np.ndarray, hi: np.ndarray, groups: np.ndarray | None = None, rounds: int = 8) -> Any:
     """Merge boxes that touch along one axis and agree on all others, until nothing
     merges (at most ``rounds`` sweeps over the axes); drops empty and repeated boxes.
     The union (per group) is unchanged; it costs the boxes, not their cells.
@@ -343,7 +347,7 @@ class BoxIndex:
     def __len__(self) -> int:
         return len(self.lo)
 
-    def query(self, q_lo: np.ndarray, q_hi: np.ndarray, max_candidates: int | None = None):
+    def query(self, q_lo: np.ndarray, q_hi: np.ndarray, max_candidates: int | None = None) -> Any:
         """Pairs ``(query index, box index)`` of non-empty intersections, sorted by query.
 
         ``max_candidates`` bounds the work: when the boxes to test exceed it (heavily

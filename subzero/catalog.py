@@ -32,13 +32,6 @@ FORMAT = 4
 #: the formats this subzero reads: format 3 stores answer as before (their shards say their layout)
 READ_FORMATS = (3, 4)
 
-Box = tuple[tuple[int, int], ...]
-
-
-def _box(value) -> Box:
-    return tuple((int(lo), int(hi)) for lo, hi in value)
-
-
 @dataclass(frozen=True)
 class FileRecord:
     """One file of a shard: its name suffix (``.mdb``, ``.255.dat``...), size and xxh3-64 checksum."""

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from subzero.errors import LineageError
+
+if TYPE_CHECKING:
+    from subzero.tiling import Box
 
 __all__ = ["ArrayShape", "as_coords", "as_boxes", "to_ids", "to_coords", "mask_from_coords", "coords_from_mask", "box_cells",
            "unique_ids"]
@@ -235,7 +238,7 @@ def box_cells(lo: tuple[int, ...], hi: tuple[int, ...]) -> np.ndarray:
     return np.stack([g.reshape(-1) for g in grid], axis=1)
 
 
-def box_ids(box, shape: Shape) -> np.ndarray:
+def box_ids(box: Box, shape: Shape) -> np.ndarray:
     """The flat ids (C order, sorted) of every cell of the half-open ``box`` (``((lo, hi), ...)``)
     in an array of ``shape``: one broadcast sum, no coordinates.
 

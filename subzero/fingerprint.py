@@ -27,6 +27,7 @@ import weakref
 from typing import Any, Iterable
 
 import numpy as np
+from numpy.typing import DTypeLike
 import xxhash
 
 __all__ = ["block_digest", "combine_digests", "array_digest", "operator_digest", "run_fingerprint",
@@ -49,7 +50,7 @@ def block_digest(block: np.ndarray) -> str:
     return xxhash.xxh3_64_hexdigest(memoryview(data).cast("B") if data.size else b"")
 
 
-def combine_digests(shape: tuple[int, ...], dtype, digests: Iterable[str]) -> str:
+def combine_digests(shape: tuple[int, ...], dtype: DTypeLike, digests: Iterable[str]) -> str:
     """One digest of an array from its tiles' digests (in tile order), its shape and dtype."""
     h = xxhash.xxh3_64()
     h.update(f"{tuple(int(n) for n in shape)}|{np.dtype(dtype).str.replace('>', '<')}|".encode())
@@ -179,7 +180,7 @@ class _Recorder:
 _CLASS_BYTES: "weakref.WeakKeyDictionary[type, tuple[tuple, bytes, frozenset[int]]]" = weakref.WeakKeyDictionary()
 
 
-def operator_digest(op) -> str:
+def operator_digest(op: Any) -> str:
     """The digest of an operator: its class's code and its public attributes (not the
     shapes the runtime binds, nor private state a run sets)."""
     h = xxhash.xxh3_64()
@@ -202,7 +203,7 @@ def operator_digest(op) -> str:
 
 # -- a run ---------------------------------------------------------------------------------------------------------
 
-def run_fingerprint(wf, settings: dict[str, Any]) -> dict[str, str]:
+def run_fingerprint(wf: Any, settings: dict[str, Any]) -> dict[str, str]:
     """The fingerprint of a run before it stores anything: workflow, operators and settings
     (`subzero.catalog.RunRecord.fingerprint`; inputs are added as they are stored)."""
     out = {"workflow": xxhash.xxh3_64_hexdigest(json.dumps(wf.to_dict(), sort_keys=True, default=repr).encode()),

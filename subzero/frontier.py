@@ -18,6 +18,7 @@ entire-array optimization asks `is_full`.
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 
@@ -272,7 +273,7 @@ class Frontier:
         pos[pos == len(own)] = 0
         return own[pos] == ids if len(own) else np.zeros(len(ids), bool)
 
-    def within(self, lo, hi) -> "Frontier":
+    def within(self, lo: Sequence[int] | np.ndarray, hi: Sequence[int] | np.ndarray) -> "Frontier":
         """The frontier's cells inside the half-open box ``[lo, hi)`` (same array)."""
         lo, hi = (np.maximum(np.asarray(b, np.int64), 0) for b in (lo, hi))  # negative bounds would wrap slices
         if self._boxes is not None:
@@ -294,7 +295,7 @@ class Frontier:
         inside = np.all((c >= lo) & (c < hi), axis=1)
         return Frontier(self.shape, ids=self._ids[inside], count=int(inside.sum()))
 
-    def meets(self, lo, hi) -> bool:
+    def meets(self, lo: Sequence[int] | np.ndarray, hi: Sequence[int] | np.ndarray) -> bool:
         """True when some cell of the frontier lies in the half-open box ``[lo, hi)``."""
         lo, hi = (np.maximum(np.asarray(b, np.int64), 0) for b in (lo, hi))
         if np.any(hi <= lo):

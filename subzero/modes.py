@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from subzero.errors import WorkflowError
 
-__all__ = ["Mode", "Direction", "Strategy", "STRATEGY_NAMES", "parse_strategy"]
+__all__ = ["Mode", "Direction", "Strategy", "STRATEGY_NAMES"]
 
 
 class Mode(enum.Enum):
@@ -159,11 +159,6 @@ class Strategy:
 
     def __repr__(self) -> str:
         return f"Strategy({self.name!r})"
-
-
-def parse_strategy(name: "str | Strategy") -> Strategy:
-    """Functional alias of `Strategy.parse`."""
-    return Strategy.parse(name)
 
 
 def parse_node_strategies(items: list[str] | None, what: str) -> dict[str, list[str]]:

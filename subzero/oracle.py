@@ -42,7 +42,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -218,7 +218,8 @@ def _scale(x: np.ndarray) -> float:
     return peak if peak > 0 else 1.0
 
 
-def perturbations(x: np.ndarray, index: int, kinds: Sequence[str] = KINDS, scale: float | None = None):
+def perturbations(x: np.ndarray, index: int, kinds: Sequence[str] = KINDS,
+                  scale: float | None = None) -> Iterator[tuple[str, np.ndarray]]:
     """Yield ``(kind, copy of x with flat cell index changed)`` for each kind that changes it.
 
     Floats: ``tiny`` adds ``1e-6 * max(|x|, sigma)``, ``+5sigma``/``-5sigma`` add or subtract

@@ -10,10 +10,14 @@ answers queries from.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-__all__ = ["FullPairs", "PayloadPairs", "owners", "gather_groups"]
+if TYPE_CHECKING:
+    from subzero.frontier import Frontier
+
+__all__ = ["FullPairs", "PayloadPairs", "owners", "gather_groups", "concat_csr"]
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -35,7 +39,8 @@ def gather_groups(ids: np.ndarray, ptr: np.ndarray, selected: np.ndarray) -> np.
     return ids[selected[owners(ptr)]]
 
 
-def _concat_csr(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+def concat_csr(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The CSR arrays ``(ids, ptr)`` of ``parts`` as one, their groups in order."""
     if not parts:
         return _EMPTY, np.zeros(1, dtype=np.int64)
     ids = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
@@ -72,8 +77,8 @@ class FullPairs:
     def concat(cls, parts: "list[FullPairs]", n_inputs: int) -> "FullPairs":
         """The pairs of ``parts`` in one set, in order."""
         parts = [p for p in parts if p.n_pairs]
-        out_ids, out_ptr = _concat_csr([(p.out_ids, p.out_ptr) for p in parts])
-        ins = [_concat_csr([(p.in_ids[i], p.in_ptr[i]) for p in parts]) for i in range(n_inputs)]
+        out_ids, out_ptr = concat_csr([(p.out_ids, p.out_ptr) for p in parts])
+        ins = [concat_csr([(p.in_ids[i], p.in_ptr[i]) for p in parts]) for i in range(n_inputs)]
         return cls(out_ids, out_ptr, tuple(a for a, _ in ins), tuple(b for _, b in ins))
 
     def select(self, keep: np.ndarray) -> "FullPairs":
@@ -84,13 +89,13 @@ class FullPairs:
         ins = [sub(a, b) for a, b in zip(self.in_ids, self.in_ptr)]
         return FullPairs(out[0], out[1], tuple(a for a, _ in ins), tuple(b for _, b in ins))
 
-    def backward(self, frontier, i: int) -> np.ndarray:
+    def backward(self, frontier: Frontier, i: int) -> np.ndarray:
         """Input-``i`` cell ids of every pair whose out cells meet ``frontier`` (a
         `subzero.frontier.Frontier` over the output, or anything with ``contains(ids)``)."""
         hit = _hit_pairs(self.out_ids, self.out_ptr, frontier)
         return gather_groups(self.in_ids[i], self.in_ptr[i], hit)
 
-    def forward(self, frontier, i: int) -> np.ndarray:
+    def forward(self, frontier: Frontier, i: int) -> np.ndarray:
         """Output cell ids of every pair whose input-``i`` cells meet ``frontier`` (over input ``i``)."""
         hit = _hit_pairs(self.in_ids[i], self.in_ptr[i], frontier)
         return gather_groups(self.out_ids, self.out_ptr, hit)
@@ -141,7 +146,7 @@ class PayloadPairs:
     def concat(cls, parts: "list[PayloadPairs]") -> "PayloadPairs":
         """The pairs of ``parts`` in one set, in order."""
         parts = [p for p in parts if p.n_pairs]
-        out_ids, out_ptr = _concat_csr([(p.out_ids, p.out_ptr) for p in parts])
+        out_ids, out_ptr = concat_csr([(p.out_ids, p.out_ptr) for p in parts])
         envelopes = None
         if parts and all(p.envelopes is not None for p in parts):
             envelopes = tuple((np.concatenate([p.envelopes[i][0] for p in parts]),

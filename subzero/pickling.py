@@ -24,7 +24,7 @@ def dump_operator(op: Operator, node: str) -> bytes:
     return dumps_with_operator(op, op, node)
 
 
-def dumps_with_operator(obj, op: "Operator | Sequence[Operator]", node: str) -> bytes:
+def dumps_with_operator(obj: object, op: "Operator | Sequence[Operator]", node: str) -> bytes:
     """Serialize ``obj`` (``op`` or something holding it, e.g. a task), pickling the
     operator's class (each operator's, for a sequence: a fused task's) by value unless it
     belongs to subzero."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -413,8 +413,8 @@ def _check_patches(run: "Run", patches: list[Patch]) -> dict[str, Patch]:
     return out
 
 
-def replay(run: "Run", patches: "Patch | list[Patch]", store, executor: str = "local", spark=None,
-           progress: Reporter | None = None, outputs=None, check: bool = True,
+def replay(run: "Run", patches: "Patch | list[Patch]", store: Any, executor: str = "local", spark: Any = None,
+           progress: Reporter | None = None, outputs: Sequence[str] | None = None, check: bool = True,
            overwrite: bool = False) -> ReplayResult:
     """Re-run ``run``'s workflow with some input cells replaced, into the new ``store``,
     re-running only what the change reaches (see the module docs).

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, MutableMapping, Sequence
+from typing import Any, Callable, MutableMapping, NoReturn, Sequence
 
 import numpy as np
 
@@ -369,7 +369,7 @@ class RecomputedArray:
         """(shape, chunks, dtype, pipeline): no pipeline, nothing is stored."""
         return self.shape, self.chunks, self.dtype, "none"
 
-    def open(self):
+    def open(self) -> NoReturn:
         """There is no Zarr array to open."""
         raise StoreError(f"node {self.task.node!r} was not stored (its array is recomputed when read): index it or "
                          "np.asarray it; run with keep='all' to store every array")

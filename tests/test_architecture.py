@@ -510,3 +510,107 @@ def test_the_pages_line_references_point_into_existing_files():
         elif int(line) > len(path.read_text().splitlines()):
             bad.append(f"{rel}:{line} (past its end)")
     assert not bad, f"{DOC} refers to {bad}; bring \"Known debts\" up to date"
+
+
+# -- public functions: documented and typed ----------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _trees() -> dict[Path, ast.Module]:
+    """Every module of the package, parsed once for the tests below."""
+    return {path: ast.parse(path.read_text(), filename=str(path)) for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+@functools.lru_cache(maxsize=1)
+def _public_functions() -> list[tuple[str, ast.ClassDef | None, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Every public function and method of a public module (``where``, its class, its def):
+    names without a leading underscore, classes without one, no nested functions, no
+    ``@overload`` stubs nor property setters."""
+    found = []
+    for path, tree in _trees().items():
+        rel = path.relative_to(ROOT)
+        if any(part.startswith("_") and part != "__init__.py" for part in rel.parts):
+            continue
+
+        def public(body: list[ast.stmt], cls: ast.ClassDef | None) -> None:
+            for node in body:
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    public(node.body, node)
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+                    decorators = {d.attr if isinstance(d, ast.Attribute) else getattr(d, "id", "")
+                                  for d in node.decorator_list}
+                    if not decorators & {"overload", "setter"}:
+                        where = f"{rel}:{node.lineno} {cls.name + '.' if cls else ''}{node.name}"
+                        found.append((where, cls, node))
+
+        public(tree.body, None)
+    return found
+
+
+def _documented_methods() -> dict[str, tuple[list[str], set[str]]]:
+    """Class name -> (its bases' names, its methods that have a docstring), over the package."""
+    classes: dict[str, tuple[list[str], set[str]]] = {}
+    for tree in _trees().values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                bases = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases]
+                docs = {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        and ast.get_docstring(f)}
+                known = classes.get(node.name, ([], set()))
+                classes[node.name] = (known[0] + bases, known[1] | docs)
+    return classes
+
+
+def _inherits_doc(classes: dict[str, tuple[list[str], set[str]]], cls: ast.ClassDef, name: str) -> bool:
+    """Whether a base of ``cls`` documents ``name`` (as ``inspect.getdoc`` and the API reference
+    read it); a base from outside subzero (``json.JSONEncoder.default``) documents its own API."""
+    todo, seen = list(classes.get(cls.name, ([], set()))[0]), set()
+    while todo:
+        base = todo.pop()
+        if base in seen or base in ("object", "Protocol", "Generic", "ABC"):
+            continue
+        seen.add(base)
+        if base not in classes:
+            return True
+        bases, docs = classes[base]
+        if name in docs:
+            return True
+        todo.extend(bases)
+    return False
+
+
+def test_every_public_function_has_a_docstring():
+    classes = _documented_methods()
+    missing = [where for where, cls, node in _public_functions()
+               if not ast.get_docstring(node) and not (cls and _inherits_doc(classes, cls, node.name))]
+    assert not missing, ("public functions without a docstring (numpydoc: what it returns, its parameters where "
+                         "their names do not say it; an override may rely on its base's):\n  " + "\n  ".join(missing))
+
+
+#: public functions still without full hints, by module and name: the query walk's, whose
+#: ``node`` is typed when that module's rework lands (a `Node` there needs its operator
+#: checked, as `subzero.stats.relation` does); fixing one means taking it off this list
+UNTYPED = {"subzero/query.py": {
+    "check_forced", "step", "map_step", "maps_whole", "Carrier.step", "QueryEngine.grid", "QueryEngine.manifest",
+    "QueryEngine.shard_reader", "QueryEngine.tile_readers", "QueryEngine.inline", "QueryEngine.tile_task",
+    "QueryEngine.trace", "QueryEngine.report_damaged", "QueryEngine.stored", "QueryEngine.profile",
+    "QueryEngine.reread_seconds", "QueryEngine.choose", "QueryEngine.advance", "QueryEngine.walk",
+    "QueryEngine.walk_many"}}
+
+
+def test_every_public_function_has_type_hints():
+    missing, pinned = [], set()
+    for where, cls, node in _public_functions():
+        args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+        if cls is not None and args and args[0].arg in ("self", "cls"):
+            args = args[1:]
+        bare = [a.arg for a in args + [a for a in (node.args.vararg, node.args.kwarg) if a] if a.annotation is None]
+        if node.returns is None and node.name != "__init__":
+            bare.append("return")
+        path, name = where.split(":")[0], where.split(" ")[1]
+        if bare and name in UNTYPED.get(path, ()):
+            pinned.add((path, name))
+        elif bare:
+            missing.append(f"{where}: {', '.join(bare)}")
+    assert not missing, "public functions without type hints (mypy checks what they say):\n  " + "\n  ".join(missing)
+    typed = sorted(f"{path} {name}" for path, names in UNTYPED.items() for name in names if (path, name) not in pinned)
+    assert not typed, f"now typed (or gone): take them off UNTYPED: {typed}"

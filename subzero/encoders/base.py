@@ -11,16 +11,20 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from subzero.encoders.codec import CELL, keys_to_bytes, make_keys, split_keys
 from subzero.errors import StoreError
-from subzero.pairs import FullPairs, PayloadPairs
+from subzero.frontier import Frontier
+from subzero.pairs import PayloadPairs
 from subzero.modes import Direction
 
-__all__ = ["Reader", "EncodedTile", "Batch", "Encoder", "merge_tiles", "frontier_boxes"]
+#: what an encoder is told of a node's arrays: ``(output_shape, input_shapes)``
+Shapes = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]
+
+__all__ = ["Shapes", "Reader", "EncodedTile", "Batch", "Encoder", "merge_tiles", "frontier_boxes"]
 
 
 class Reader(Protocol):
@@ -75,7 +79,7 @@ class Batch:
         return sum(index_bytes_bound(len(ids)) for ids, _, _ in self.boxes.values())
 
 
-def envelope_boxes(ids: np.ndarray, envelopes) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def envelope_boxes(ids: np.ndarray, envelopes: Any) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """R-tree entries (closed boxes) of the non-empty input envelopes of payload pairs, per input."""
     boxes = {}
     for i, (lo, hi) in enumerate(envelopes or ()):
@@ -152,7 +156,7 @@ def scan_cell_keys(reader: Reader) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.repeat(slot, counts), np.repeat(ids, counts), pairs.astype(np.int64)
 
 
-def frontier_boxes(frontier, max_boxes: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+def frontier_boxes(frontier: Frontier, max_boxes: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     """Closed boxes covering a `subzero.frontier.Frontier`: its own boxes when it has few,
     else one per cell when few, else one per touched block of a coarse grid (an R-tree
     query is a superset filter anyway)."""
@@ -198,11 +202,11 @@ class Encoder(ABC):
         self.direction = Direction.parse(direction)
 
     @abstractmethod
-    def encode(self, pairs, tile_index: int, shapes) -> EncodedTile:
+    def encode(self, pairs: Any, tile_index: int, shapes: Shapes) -> EncodedTile:
         """Encode one tile's pairs.  ``shapes`` = (output shape, input shapes)."""
 
     @abstractmethod
-    def load(self, reader: Reader, shapes):
+    def load(self, reader: Reader, shapes: Shapes) -> Any:
         """Every stored pair, as `FullPairs` or `PayloadPairs`."""
 
 
@@ -210,32 +214,22 @@ class FullEncoder(Encoder):
     """Full lineage: answers both directions, fast in the one it is keyed by."""
 
     @abstractmethod
-    def candidates(self, reader: Reader, frontier, slot: int, shapes) -> FullPairs:
-        """Pairs that may contain cells of ``frontier`` in ``slot`` (keyed direction)."""
-
-    def backward(self, reader: Reader, frontier, i: int, shapes) -> np.ndarray:
+    def backward(self, reader: Reader, frontier: Frontier, i: int, shapes: Shapes) -> np.ndarray:
         """Input-``i`` ids of the lineage of ``frontier`` (a `Frontier` over the output)."""
-        from subzero.encoders.codec import OUT
 
-        pairs = (self.candidates(reader, frontier, OUT, shapes)
-                 if self.direction is Direction.BACKWARD else self.load(reader, shapes))
-        return pairs.backward(frontier, i)
-
-    def forward(self, reader: Reader, frontier, i: int, shapes) -> np.ndarray:
+    @abstractmethod
+    def forward(self, reader: Reader, frontier: Frontier, i: int, shapes: Shapes) -> np.ndarray:
         """Output ids whose lineage meets ``frontier`` (a `Frontier` over input ``i``)."""
-        pairs = (self.candidates(reader, frontier, i, shapes)
-                 if self.direction is Direction.FORWARD else self.load(reader, shapes))
-        return pairs.forward(frontier, i)
 
 
 class PayloadEncoder(Encoder):
     """Payload lineage: the out cells and payloads; `map_p` computes the inputs."""
 
     @abstractmethod
-    def lookup(self, reader: Reader, frontier, shapes) -> PayloadPairs:
+    def lookup(self, reader: Reader, frontier: Frontier, shapes: Shapes) -> PayloadPairs:
         """Pairs holding out cells of ``frontier`` (over the output), restricted to those cells."""
 
-    def forward_candidates(self, reader: Reader, frontier, i: int, shapes) -> PayloadPairs:
+    def forward_candidates(self, reader: Reader, frontier: Frontier, i: int, shapes: Shapes) -> PayloadPairs:
         """Pairs whose input-``i`` envelope meets ``frontier`` (over input ``i``): the only
         ones whose payload can reach it, found in the envelope R-tree without expanding any."""
         from subzero.encoders.codec import PAIR, make_keys

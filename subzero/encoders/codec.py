@@ -13,6 +13,8 @@ A cell set is its sorted flat ids, stored as uint32 when they fit, else uint64.
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 import numpy as np
 
 __all__ = ["CELL", "PAIR", "RUN", "ENVELOPE", "LAYOUT", "OUT", "slot_ndims", "make_keys", "split_keys", "keys_to_bytes",
@@ -26,7 +28,7 @@ _ID_BITS = 52
 _ID_MASK = (1 << _ID_BITS) - 1
 
 
-def slot_ndims(output_shape, input_shapes) -> dict[int, int]:
+def slot_ndims(output_shape: tuple[int, ...], input_shapes: Sequence[tuple[int, ...]]) -> dict[int, int]:
     """Axes per key slot (and R-tree slot): ``OUT`` for the output, the input index for each input."""
     return {OUT: len(output_shape)} | {i: len(s) for i, s in enumerate(input_shapes)}
 
@@ -141,7 +143,7 @@ def pack_groups(sides: list[tuple[np.ndarray, np.ndarray]], tails: list[bytes] |
 _PAIRS_PER_CHUNK = 1 << 14
 
 
-def unpack_groups(values: list[bytes], with_tails: bool = False):
+def unpack_groups(values: list[bytes], with_tails: bool = False) -> Any:
     """`unpack_sets` for many values at once: one CSR ``(ids, ptr)`` per set position
     (pair ``k``'s set ``s`` is ``ids_s[ptr_s[k]:ptr_s[k+1]]``), plus the tails if asked.
 

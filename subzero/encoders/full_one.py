@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from subzero.encoders.base import (EncodedTile, FullEncoder, Reader, scan, cells_to_pairs,
+from subzero.encoders.base import (EncodedTile, Shapes, FullEncoder, Reader, scan, cells_to_pairs,
                                    scan_cell_keys)
 from subzero.encoders.codec import CELL, OUT, PAIR, make_keys, pack_groups, pair_id_base, split_keys, unpack_groups
+from subzero.frontier import Frontier
 from subzero.modes import Direction
 from subzero.pairs import FullPairs, owners, ptr_from_counts
+
 
 __all__ = ["FullOne"]
 
@@ -21,7 +23,7 @@ __all__ = ["FullOne"]
 class FullOne(FullEncoder):
     base = "FullOne"
 
-    def encode(self, pairs: FullPairs, tile_index: int, shapes) -> EncodedTile:
+    def encode(self, pairs: FullPairs, tile_index: int, shapes: Shapes) -> EncodedTile:
         ids = pair_id_base(tile_index) + np.arange(pairs.n_pairs, dtype=np.int64)
         if self.direction is Direction.BACKWARD:
             cell_keys = make_keys(CELL, OUT, pairs.out_ids)
@@ -34,25 +36,22 @@ class FullOne(FullEncoder):
         return EncodedTile(keys=make_keys(PAIR, 0, ids), values=values, cell_keys=cell_keys,
                            cell_pairs=cell_pairs, n_pairs=pairs.n_pairs)
 
-    def backward(self, reader: Reader, frontier, i: int, shapes) -> np.ndarray:
+    def backward(self, reader: Reader, frontier: Frontier, i: int, shapes: Shapes) -> np.ndarray:
         if self.direction is not Direction.BACKWARD:
             return self.load(reader, shapes).backward(frontier, i)
         return self._other_side(reader, OUT, frontier.ids(), i)
 
-    def forward(self, reader: Reader, frontier, i: int, shapes) -> np.ndarray:
+    def forward(self, reader: Reader, frontier: Frontier, i: int, shapes: Shapes) -> np.ndarray:
         if self.direction is not Direction.FORWARD:
             return self.load(reader, shapes).forward(frontier, i)
         return self._other_side(reader, i, frontier.ids(), 0)
-
-    def candidates(self, reader, frontier, slot, shapes):  # pragma: no cover - FullOne answers directly
-        raise NotImplementedError
 
     def _other_side(self, reader: Reader, slot: int, ids: np.ndarray, which: int) -> np.ndarray:
         pair_ids = cells_to_pairs(reader, slot, ids)
         _, values = reader.get_many(make_keys(PAIR, 0, pair_ids))
         return unpack_groups(values)[which][0] if values else np.empty(0, np.int64)
 
-    def load(self, reader: Reader, shapes) -> FullPairs:
+    def load(self, reader: Reader, shapes: Shapes) -> FullPairs:
         keys, values = scan(reader, PAIR)
         pair_ids = split_keys(keys)[2]
         n_in = len(shapes[1])

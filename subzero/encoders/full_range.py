@@ -19,12 +19,13 @@ import functools
 
 import numpy as np
 
-from subzero.encoders.base import EncodedTile, FullEncoder, Reader, scan
+from subzero.encoders.base import EncodedTile, Shapes, FullEncoder, Reader, scan
 from subzero.encoders.codec import OUT, PAIR, make_keys, pair_id_base
 from subzero.encoders.ranges import RangeRules, compress, deserialize, merge_tables, serialize
 from subzero.frontier import Frontier
 from subzero.modes import Direction
 from subzero.pairs import FullPairs
+
 
 __all__ = ["FullRange", "CHUNK_RULES", "INLINE_BYTES"]
 
@@ -35,7 +36,7 @@ INLINE_BYTES = 1 << 16      # a tile table this small is also reported to the dr
 class FullRange(FullEncoder):
     base = "FullRange"
 
-    def encode(self, pairs: FullPairs, tile_index: int, shapes) -> EncodedTile:
+    def encode(self, pairs: FullPairs, tile_index: int, shapes: Shapes) -> EncodedTile:
         out_shape, in_shapes = shapes
         rules = compress(pairs, tuple(out_shape), [tuple(s) for s in in_shapes])
         tile = self.encode_rules(rules, tile_index)
@@ -62,16 +63,13 @@ class FullRange(FullEncoder):
         return EncodedTile(keys=make_keys(PAIR, 0, ids), values=values, boxes=boxes)
 
     # -- queries: boxes in, boxes out ----------------------------------------------------------
-    def backward(self, reader: Reader, frontier: Frontier, i: int, shapes) -> Frontier:
+    def backward(self, reader: Reader, frontier: Frontier, i: int, shapes: Shapes) -> Frontier:
         return self._step(self._tables(reader, frontier, OUT), frontier, i, Direction.BACKWARD, shapes)
 
-    def forward(self, reader: Reader, frontier: Frontier, i: int, shapes) -> Frontier:
+    def forward(self, reader: Reader, frontier: Frontier, i: int, shapes: Shapes) -> Frontier:
         return self._step(self._tables(reader, frontier, i), frontier, i, Direction.FORWARD, shapes)
 
-    def candidates(self, reader, frontier, slot, shapes):  # pragma: no cover - answered by rules
-        raise NotImplementedError
-
-    def load(self, reader: Reader, shapes) -> FullPairs:
+    def load(self, reader: Reader, shapes: Shapes) -> FullPairs:
         _, values = scan(reader, PAIR)
         if not values:
             return FullPairs.empty(len(shapes[1]))
@@ -104,7 +102,7 @@ class FullRange(FullEncoder):
 
     # -- one table per node -----------------------------------------------------------------
     @staticmethod
-    def merge_inline(parts: list[bytes], shapes, limit: int = INLINE_BYTES) -> bytes | None:
+    def merge_inline(parts: list[bytes], shapes: Shapes, limit: int = INLINE_BYTES) -> bytes | None:
         """The tiles' tables merged into one (bytes), or None when it would exceed ``limit``."""
         out_shape, in_shapes = shapes
         tables = [deserialize(p) for p in parts if p]
@@ -113,7 +111,7 @@ class FullRange(FullEncoder):
         data = serialize(merged)
         return data if len(data) <= limit else None
 
-    def query_inline(self, data: bytes, frontier: Frontier, i: int, direction: Direction, shapes) -> Frontier:
+    def query_inline(self, data: bytes, frontier: Frontier, i: int, direction: Direction, shapes: Shapes) -> Frontier:
         """A step answered from a node's merged table (see `merge_inline`), decoded once per
         process (its box indexes are built on first use and kept with it)."""
         return self._step([_inline_table(data)], frontier, i, direction, shapes)

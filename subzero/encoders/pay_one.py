@@ -38,10 +38,12 @@ import numpy as np
 
 from subzero.boxes import boxes_intersect
 from subzero.cells import box_ids, to_coords, to_ids
-from subzero.encoders.base import EncodedTile, PayloadEncoder, Reader, scan, envelope_boxes, frontier_boxes
+from subzero.encoders.base import EncodedTile, Shapes, PayloadEncoder, Reader, scan, envelope_boxes, frontier_boxes
 from subzero.encoders.codec import CELL, ENVELOPE, LAYOUT, OUT, PAIR, RUN, make_keys, pair_id_base, split_keys
 from subzero.errors import StoreError
+from subzero.frontier import Frontier
 from subzero.pairs import PayloadPairs, owners
+
 
 __all__ = ["PayOne", "LAYOUT_VERSION"]
 
@@ -60,7 +62,7 @@ RUNS_PER_ENTRY = 128
 class PayOne(PayloadEncoder):
     base = "PayOne"
 
-    def encode(self, pairs: PayloadPairs, tile_index: int, shapes) -> EncodedTile:
+    def encode(self, pairs: PayloadPairs, tile_index: int, shapes: Shapes) -> EncodedTile:
         if pairs.cover is not None:
             return _encode_covered(pairs, tile_index)
         distinct, code = pairs.groups()
@@ -78,7 +80,7 @@ class PayOne(PayloadEncoder):
         return EncodedTile(keys=np.concatenate([run_keys, group_keys, table_keys, layout_key]),
                            values=run_values + group_values + tables + [layout], n_pairs=pairs.n_pairs)
 
-    def lookup(self, reader: Reader, frontier, shapes) -> PayloadPairs:
+    def lookup(self, reader: Reader, frontier: Frontier, shapes: Shapes) -> PayloadPairs:
         version, longest = _layout(reader)
         if version == COVERED_LAYOUT:
             return PayloadPairs.concat([PayloadPairs.of_cells(frontier.within(lo, hi).ids(), payload)
@@ -99,7 +101,7 @@ class PayOne(PayloadEncoder):
         pids = runs.pids[_ranges(runs.ptr[used], runs.ptr[used + 1] - runs.ptr[used])]
         return runs.pairs(ids[hit], run[hit], _group_payloads(reader, pids, len(shapes[0])))
 
-    def load(self, reader: Reader, shapes) -> PayloadPairs:
+    def load(self, reader: Reader, shapes: Shapes) -> PayloadPairs:
         version, longest = _layout(reader)
         if version == COVERED_LAYOUT:
             return PayloadPairs.concat([PayloadPairs.of_cells(box_ids(tuple(zip(lo.tolist(), hi.tolist())), shapes[0]),
@@ -109,7 +111,7 @@ class PayOne(PayloadEncoder):
         runs = _Runs.decode(*scan(reader, RUN), version)
         return runs.all_pairs(_group_payloads(reader, runs.pids, len(shapes[0])))
 
-    def forward_candidates(self, reader: Reader, frontier, i: int, shapes) -> PayloadPairs:
+    def forward_candidates(self, reader: Reader, frontier: Frontier, i: int, shapes: Shapes) -> PayloadPairs:
         """The cells carrying a payload whose envelope meets ``frontier``: the payload groups from
         the envelope tables (an R-tree in layouts 1 and 2), their out cells from key ranges over
         each group's out box."""

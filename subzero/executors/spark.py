@@ -36,7 +36,7 @@ import threading
 import time
 from contextlib import contextmanager
 from functools import partial
-from typing import Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 from urllib.parse import urlparse
 
 from subzero import config
@@ -321,7 +321,7 @@ def _active_session():
     return SparkSession.getActiveSession()
 
 
-def get_session(master: str | None = None, log_level: str = "ERROR", conf: dict[str, str] | None = None):
+def get_session(master: str | None = None, log_level: str = "ERROR", conf: dict[str, str] | None = None) -> Any:
     """The active Spark session, or a new one for ``master`` (default: embedded ``local[*, 4]``).
 
     A session that exists already (``spark-submit``, or one the user made) is returned as

@@ -23,6 +23,7 @@ import warnings
 
 import numpy as np
 
+from subzero.context import Context
 from subzero.errors import LineageError, WorkflowError
 from subzero.lazy import LazyModule
 from subzero.modes import Mode
@@ -31,7 +32,7 @@ from subzero.operators._args import check_choice
 from subzero.operators._kernels import cell_set_boxes, decode_region, encode_region, region_envelopes, repeat_pairs
 from subzero.operators.composite import WHOLE, WindowLineage, dilate
 from subzero.operators.identity import IdentityMapping
-from subzero.tiling import Halo, Shape
+from subzero.tiling import Halo, Shape, Tiling
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
@@ -139,7 +140,7 @@ class CosmicRays(WindowLineage, Operator):
         return 1 + self.background + self.variance
 
     @property
-    def tiling(self):
+    def tiling(self) -> Tiling | None:
         """One iteration: tiles with a halo of ``reach`` are exact.  More: whole images (the
         cleaning rounds read global medians)."""
         return Halo(self.reach) if self.niter == 1 else None
@@ -195,7 +196,7 @@ class CosmicRays(WindowLineage, Operator):
         fallback = ndimage.binary_erosion(bad, np.ones((5, 5), bool), border_value=0) & flags
         return dilate(fallback, self.reach) if fallback.any() else np.zeros(flags.shape, bool)
 
-    def run(self, ctx, *inputs) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         flags = self.mask(*inputs)
         if ctx.modes & {Mode.COMP, Mode.FULL}:
             payload = np.where(self.global_pixels(flags, inputs[0]), WHOLE, 0).astype(np.uint8)
@@ -228,7 +229,7 @@ class RepairCosmics(WindowLineage, Operator):
         self.radius = self.window_radius + 1
 
     @property
-    def tiling(self):
+    def tiling(self) -> Tiling | None:
         """Tiles with a halo of the repair radius."""
         return Halo(self.radius)
 
@@ -257,7 +258,7 @@ class RepairCosmics(WindowLineage, Operator):
         with np.errstate(invalid="ignore"):
             return (np.asarray(cover) <= 0) | ((excess > self.nsigma * self.sigma) & (excess > 2 * np.abs(median)))
 
-    def run(self, ctx, merged, cover) -> np.ndarray:
+    def run(self, ctx: Context, merged: np.ndarray, cover: np.ndarray) -> np.ndarray:
         flags = self.flags(merged, cover)
         out = np.array(merged, np.float64)
         bad = np.argwhere(flags)
@@ -337,7 +338,7 @@ class DetectStars(IdentityMapping, Operator):
             above = np.asarray(snr, np.float64) > self.threshold
         return ndimage.label(above, self.STRUCTURE)
 
-    def run(self, ctx, snr) -> np.ndarray:
+    def run(self, ctx: Context, snr: np.ndarray) -> np.ndarray:
         labels = self.labels(snr)
         if ctx.modes:
             self._write(ctx, *self.groups(snr))
@@ -391,7 +392,8 @@ class DetectStars(IdentityMapping, Operator):
             return self.map_b_pairs(cells, i)
         return repeat_pairs(len(cells), self._region(payload))
 
-    def map_p_envelope(self, payloads: list[bytes], i: int, cells=None) -> tuple[np.ndarray, np.ndarray]:
+    def map_p_envelope(self, payloads: list[bytes], i: int,
+                       cells: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The groups' boxes, read from the payloads' headers at once and grown by one pixel
         (the ring, clipped to the image); the empty payload ("the pixel itself") gets the box
         of its pair's ``cells``, or the whole image when ``cells`` is not given."""

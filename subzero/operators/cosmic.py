@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators.composite import WindowLineage
-from subzero.tiling import Halo, Shape
+from subzero.tiling import Halo, Shape, Tiling
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
@@ -54,7 +55,7 @@ class CosmicRayDetect(WindowLineage, Operator):
         self.threshold, self.radius = float(threshold), int(radius)
 
     @property
-    def tiling(self):
+    def tiling(self) -> Tiling | None:
         """Tiles with a halo wide enough for detection and growth."""
         return Halo(max(self.radius + 1, self.DETECT))
 
@@ -77,7 +78,7 @@ class CosmicRayDetect(WindowLineage, Operator):
         radius = np.where(flags, np.maximum(self.radius + bright, self.DETECT), 0).astype(np.uint8)
         return flags, radius
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         flags, radius = self.radii(x)
         self.write_window_lineage(ctx, radius)
         return flags.astype(np.uint8)

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from subzero.cells import mask_from_coords
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
@@ -159,7 +160,7 @@ class Cumulative(_AlongAxis):
         self._axis(len(input_shapes[0]))
         return tuple(input_shapes[0])
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         (x,) = inputs
         return np.asarray(CUMULATIVE[self.how](x, axis=self._axis()))
 
@@ -195,7 +196,7 @@ class Diff(_AlongAxis):
         shape[a] -= self.n
         return tuple(shape)
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         (x,) = inputs
         return np.diff(x, self.n, axis=self._axis())
 
@@ -288,7 +289,7 @@ class SequenceConvolve(Operator):
         n, m = self._lengths(input_shapes)
         return (n + m - 1,) if self.mode == "full" else (abs(n - m) + 1,) if self.mode == "valid" else (max(n, m),)
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         operands = list(inputs)
         fn: Callable[..., Any] = np.correlate if self.correlate else np.convolve
         if self.constant is None:
@@ -459,7 +460,7 @@ class TakeAlong(Operator):
     def _axis(self) -> int:
         return normalize_axis(self.axis, len(self.input_shapes[0]), "TakeAlong")
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         (x,) = inputs
         shape = np.shape(x)
         a = normalize_axis(self.axis, len(shape), "TakeAlong")

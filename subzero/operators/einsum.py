@@ -9,9 +9,12 @@ over the ones the other side adds.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from subzero.cells import mask_from_coords
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
@@ -59,7 +62,7 @@ class EinsumTiling(Tiling):
     """Tiles split the output; an operand is read on the tile's range of its output indices
     and whole along its summed ones."""
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: Any, out_box: Box, i: int) -> Box:
         operands, out = op._parsed()
         return tuple(out_box[out.index(c)] if c in out else (0, n)
                      for c, n in zip(operands[i], op.input_shapes[i]))
@@ -103,7 +106,7 @@ class Einsum(Operator):
                                         f"{c!r} must have the same length")
         return tuple(sizes.get(c, 1) for c in out)
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         out = np.asarray(np.einsum(self.subscripts, *inputs))
         return out.reshape(1) if out.ndim == 0 else out
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
@@ -44,7 +45,7 @@ class ElementwiseOperator(Operator):
     def supported_modes(self) -> set[Mode]:
         return {Mode.MAP}
 
-    def run(self, ctx, *inputs) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         return np.asarray(type(self).fn(*inputs))
 
     def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
@@ -125,7 +126,7 @@ class BinaryOperator(ElementwiseOperator):
 
     reads_only = True  # numpy's own function: never writes its inputs
 
-    def run(self, ctx, x, y) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.asarray(type(self).fn(x, y))
 
 
@@ -179,7 +180,7 @@ class Where(ElementwiseOperator):
 
     reads_only = True  # numpy's own function: never writes its inputs
 
-    def run(self, ctx, condition, x, y) -> np.ndarray:
+    def run(self, ctx: Context, condition: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.where(condition, x, y)
 
 
@@ -193,7 +194,7 @@ class Clip(ElementwiseOperator):
             raise WorkflowError("Clip: give lo, hi or both; got lo=None and hi=None")
         self.lo, self.hi = lo, hi
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return np.clip(x, self.lo, self.hi)
 
 
@@ -216,7 +217,7 @@ class Threshold(ElementwiseOperator):
         self.value = value
         self.compare = check_choice(compare, tuple(_COMPARE), "Threshold", "compare")
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return _COMPARE[self.compare](x, self.value)
 
 
@@ -247,7 +248,7 @@ class Apply(ElementwiseOperator):
         kwargs = getattr(self.fn, "kwargs", None)
         return isinstance(getattr(self.fn, "fn", self.fn), np.ufunc) and "out" not in (kwargs or {})
 
-    def run(self, ctx, *inputs) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         out = np.asarray(self.fn(*inputs))
         expected = np.broadcast_shapes(*[np.shape(x) for x in inputs])
         if out.shape != expected:
@@ -267,7 +268,7 @@ class ScalarOperator(ElementwiseOperator):
                                 f"use {type(self).__name__.removesuffix('Scalar')} for arrays")
         self.value, self.reverse = value, bool(reverse)
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         fn = type(self).fn
         return np.asarray(fn(self.value, x) if self.reverse else fn(x, self.value))
 

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
@@ -287,7 +288,7 @@ class Gather(_Guided):
             return self._source_box(out_box)
         return self._guide_box(out_box, self.guides[i - 1], self.input_shapes[i])
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         x = inputs[0]
         shape, read = tuple(self.input_shapes[0]), ctx.input_boxes[0]
         flat = self._source[_region(ctx.tile_box)].ravel()
@@ -363,7 +364,7 @@ class Coordinates(Gather):
         self.axis = axis
         self.input_shape = tuple(int(n) for n in input_shape)
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         flat = self._source[_region(ctx.tile_box)]
         if self.axis == "flat":
             return flat.astype(np.intp)
@@ -503,7 +504,7 @@ class Scatter(_Guided):
             return _bounding(self._sources_in(out_box)[1], len(self.input_shapes[1]))
         return self._guide_box(out_box, self.guides[i - self._first_guide], self.input_shapes[i])
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         x, rest = inputs[0], inputs[1:]
         box = ctx.tile_box
         out = np.array(x, copy=True)
@@ -596,7 +597,7 @@ class Opaque(Operator):
             raise WorkflowError(f"Opaque({self.call!r}) takes {self.nin} input(s), got {len(input_shapes)}")
         return self.shape
 
-    def run(self, ctx, *inputs) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         key = getattr(self, "_call_key", None)  # operators stored before it was kept: none
         if key is not None:
             out = np.array(_shared_result(key, self.call, inputs, self.pick), copy=True)

@@ -12,6 +12,7 @@ import functools
 
 import numpy as np
 
+from subzero.context import Context
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._kernels import gather_axis, scatter_or, unique_rows
@@ -100,7 +101,7 @@ class IndexMapOperator(Operator):
             cached = self._safe_cache = (shape, safe)
         return cached[1]
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         strided = _strided(self.axis_maps(), ctx.tile_box, ctx.input_boxes[0])
         if strided is not None:  # every axis reads a constant-step run (a slice, a flip): no index arrays
             return np.array(x[strided], copy=True)

@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-
 import numpy as np
 from numpy.typing import ArrayLike
 
+from subzero.context import Context
 from subzero.errors import LineageError, WorkflowError
 from subzero.lazy import LazyModule
 from subzero.modes import Mode
@@ -165,7 +165,7 @@ class Label(IdentityMapping, Operator):
         return ndimage.generate_binary_structure(ndim, 1) if self.structure is None else self.structure
 
     # -- pass 1: each tile's faces ----------------------------------------------------------
-    def prepare(self, ctx, x) -> TileSummary:
+    def prepare(self, ctx: Context, x: np.ndarray) -> TileSummary:
         """Label the tile; return its boundary components (`TileSummary`, O(perimeter))."""
         shape = tuple(self.input_shapes[0])
         box = tuple(ctx.input_boxes[0])
@@ -256,7 +256,7 @@ class Label(IdentityMapping, Operator):
                                 parts[crossing], gmin[group[crossing]], gmin[multi], glo[multi], ghi[multi],
                                 span_ptr, span[:, 1].astype(np.int64))
 
-    def lineage_box(self, out_box, i):
+    def lineage_box(self, out_box: Box, i: int) -> Box:
         """The tile's box grown by the bounding boxes of the seam components it holds parts of,
         and by one cell for the components' rings."""
         seams = self._seams
@@ -277,7 +277,7 @@ class Label(IdentityMapping, Operator):
         return tuple(zip(lo.tolist(), hi.tolist()))
 
     # -- pass 2: relabel the tile and write its lineage ---------------------------------------
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         """Label the tile, rename the parts of seam components with their global ids, and
         write the lineage ``ctx.modes`` asks for; a whole-array call needs no first pass."""
         shape = tuple(self.input_shapes[0]) if self.input_shapes else tuple(np.shape(x))
@@ -536,7 +536,8 @@ class Label(IdentityMapping, Operator):
             return self._resolve(cells, payload)
         return repeat_pairs(len(cells), decode_region(payload, len(self.input_shapes[0])))
 
-    def map_p_envelope(self, payloads: list[bytes], i: int, cells=None) -> tuple[np.ndarray, np.ndarray]:
+    def map_p_envelope(self, payloads: list[bytes], i: int,
+                       cells: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The component boxes, read from the payloads' headers at once (region payloads: their
         bounding box; a component table: its records' boxes and the box of its pair's
         ``cells``, or the whole input without them); the empty payload ("the cell itself")
@@ -677,7 +678,8 @@ def _half_offsets(structure: np.ndarray) -> np.ndarray:
     return offsets[after] if len(offsets) else offsets
 
 
-def raster_rings(raster: np.ndarray, free: np.ndarray, origin, shape, structure: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def raster_rings(raster: np.ndarray, free: np.ndarray, origin: np.ndarray, shape: tuple[int, ...],
+                 structure: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The ring of every group painted on ``raster`` (group + 1 on its cells, 0 elsewhere; a box
     of the array at ``origin``): the cells next to a group's cells under ``structure``, inside
     the array, that are ``free`` (background) within the box or lie just outside it (which the
@@ -731,7 +733,8 @@ def raster_rings(raster: np.ndarray, free: np.ndarray, origin, shape, structure:
             np.concatenate(groups + [np.zeros(0, np.int64)]))
 
 
-def ring_cells(cells: np.ndarray, group: np.ndarray, structure: np.ndarray, shape, labels: np.ndarray | None = None,
+def ring_cells(cells: np.ndarray, group: np.ndarray, structure: np.ndarray, shape: tuple[int, ...],
+               labels: np.ndarray | None = None,
                origin: np.ndarray | None = None, ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The ring of each group of component cells: the cells next to it under ``structure``,
     inside the array, that are not in it (so background: a foreground neighbour would be in

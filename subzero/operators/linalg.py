@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.cells import mask_from_coords
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
 from subzero.operators._kernels import unique_rows
@@ -57,7 +58,7 @@ class Dot(MapTiled):
                                 f"of a has {a[-1]} cells, axis {cb} of b has {b[cb]}")
         return (a[:-1] + b[:cb] + b[cb + 1:]) or (1,)
 
-    def run(self, ctx, a, b) -> np.ndarray:
+    def run(self, ctx: Context, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out = np.dot(a, b)
         return out.reshape(1) if out.ndim == 0 else out
 
@@ -102,7 +103,7 @@ class MatMul(Dot):
                                 "expected (n, k) and (k, m)")
         return (a[0], b[1])
 
-    def run(self, ctx, a, b) -> np.ndarray:
+    def run(self, ctx: Context, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.asarray(a) @ np.asarray(b)
 
 
@@ -118,7 +119,7 @@ class Outer(MapTiled):
     def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         return tuple(input_shapes[0]) + tuple(input_shapes[1])
 
-    def run(self, ctx, a, b) -> np.ndarray:
+    def run(self, ctx: Context, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.multiply.outer(a, b)
 
     def _span(self, i: int) -> tuple[int, int]:
@@ -154,5 +155,5 @@ class Inverse(Operator):
             raise WorkflowError(f"Inverse: expected a square matrix (n, n), got shape {shape}")
         return shape
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return np.linalg.inv(x)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.lazy import LazyModule
 from subzero.modes import Mode
@@ -137,7 +138,7 @@ class LabeledStatistic(Operator):
             return out.reshape(shape)
         return out.reshape(self.n_values)
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         x = np.asarray(inputs[0])
         labels = np.asarray(inputs[1]) if self.labels else None
         with np.errstate(all="ignore"):
@@ -218,7 +219,8 @@ class LabeledStatistic(Operator):
     def map_p_pairs(self, cells: np.ndarray, payload: bytes, i: int) -> tuple[np.ndarray, np.ndarray]:
         return repeat_pairs(len(cells), self.map_p(cells, payload, i))
 
-    def map_p_envelope(self, payloads: list[bytes], i: int, cells=None) -> tuple[np.ndarray, np.ndarray]:
+    def map_p_envelope(self, payloads: list[bytes], i: int,
+                       cells: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Each payload's box, read from the headers at once (every cell: the input's box)."""
         shape = np.asarray(self.input_shapes[i], np.int64)
         lo, hi, _ = region_envelopes([p[1:] for p in payloads], len(shape))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.lazy import LazyModule
@@ -101,7 +102,7 @@ class BinaryFillHoles(Label):
         operator's output is the filled mask, not the background's labels."""
         return {Mode.FULL}
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x) != 0
         if ctx is not None and ctx.modes:
             super().run(ctx, ~x)  # Label's lineage of the background: component and ring

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.lazy import LazyModule
 from subzero.modes import Mode
@@ -23,7 +24,7 @@ from subzero.operators._kernels import (
     BOUNDARY_MODES, boundary_index, boundary_preimages, box_offsets, gather_axis, scatter_or, shift_or,
     stencil_pairs, unique_rows,
 )
-from subzero.tiling import Halo, Shape
+from subzero.tiling import Halo, Shape, Tiling
 
 ndimage = LazyModule("scipy.ndimage")  # imported on first use
 
@@ -75,7 +76,7 @@ class StencilOperator(Operator):
         return {Mode.MAP}
 
     @property
-    def tiling(self):
+    def tiling(self) -> Tiling | None:
         """Tiles with a halo of the stencil's radius (None for wrap-around modes)."""
         if "wrap" in self.mode or not self.input_shapes:
             return None
@@ -187,14 +188,14 @@ class Convolve(_KernelStencil):
 
     flip = True
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return ndimage.convolve(_floating(x), self.kernel, mode=self.mode, cval=self.cval)
 
 
 class Correlate(_KernelStencil):
     """``scipy.ndimage.correlate(x, kernel, mode, cval)``; lineage is the kernel's non-zero footprint."""
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return ndimage.correlate(_floating(x), self.kernel, mode=self.mode, cval=self.cval)
 
 
@@ -219,7 +220,7 @@ class GaussianFilter(StencilOperator):
         per_axis(self.order, ndim, "GaussianFilter", "order", int, minimum=0)
         return box_offsets(tuple(int(self.truncate * s + 0.5) for s in sigmas))
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return ndimage.gaussian_filter(_floating(x), self.sigma, order=self.order,
                                        mode=self.mode, cval=self.cval, truncate=self.truncate)
 
@@ -238,7 +239,7 @@ class UniformFilter(StencilOperator):
     def stencil(self, ndim: int) -> np.ndarray:
         return kernel_offsets(np.ones(per_axis(self.size, ndim, "UniformFilter", "size", minimum=1), bool))
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         # one explicit sum per cell and axis (correlate1d), not uniform_filter's running sum:
         # a running sum carries a NaN or an infinity to every later cell of the line
         out = _floating(x)
@@ -388,7 +389,7 @@ class Prewitt(StencilOperator):
         normalize_axis(self.axis, ndim, "Prewitt")
         return box_offsets((1,) * ndim)
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return ndimage.prewitt(_floating(x), self.axis, mode=self.mode, cval=self.cval)
 
 
@@ -401,7 +402,7 @@ class Laplace(StencilOperator):
         eye = np.eye(ndim, dtype=np.int64)
         return np.concatenate([np.zeros((1, ndim), np.int64), eye, -eye])
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return ndimage.laplace(_floating(x), mode=self.mode, cval=self.cval)
 
 
@@ -418,7 +419,7 @@ class Sobel(StencilOperator):
         box = box_offsets((1,) * ndim)
         return box[box[:, normalize_axis(self.axis, ndim, "Sobel")] != 0]
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         # the derivative as a difference of the two neighbours (scipy multiplies the centre
         # by its zero weight, so a NaN or an infinity there would leak into the result)
         x = np.asarray(x, dtype=np.float64)
@@ -455,7 +456,7 @@ class GenericFilter(_RankFilter):
         self.function = function
         self.extra_arguments, self.extra_keywords = tuple(extra_arguments), dict(extra_keywords or {})
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x)
         shape = {"footprint": self.footprint} if self.footprint is not None else {"size": self.size}
         return ndimage.generic_filter(x, self.function, mode=self.mode, cval=self.cval,

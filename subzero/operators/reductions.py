@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from subzero.cells import mask_from_coords
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
 from subzero.operators._args import normalize_axes
@@ -45,7 +46,7 @@ class AxisReduction(MapTiled):
         """``x`` reduced over ``axes``."""
         return type(self).fn(x, axis=axes)
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return np.asarray(self.reduce(x, self._axes()))
 
     # -- lineage ------------------------------------------------------------------------
@@ -142,7 +143,7 @@ class _GlobalStatistic(Operator):
 class GlobalMean(_GlobalStatistic):
     """``np.mean(x, keepdims=True)``."""
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return np.mean(x, keepdims=True)
 
 
@@ -152,5 +153,5 @@ class GlobalStd(_GlobalStatistic):
     def __init__(self, ddof: int = 0):
         self.ddof = int(ddof)
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return np.std(x, ddof=self.ddof, keepdims=True)

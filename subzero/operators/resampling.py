@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-
 import numpy as np
 
+from subzero.context import Context
 from subzero.operators._args import check_choice, per_axis
 from subzero.operators._kernels import corner_offsets, unique_rows
 from subzero.operators.indexmap import IndexMapOperator
@@ -42,7 +42,7 @@ class Downsample(MapTiled):
         shape = tuple(input_shapes[0])
         return tuple(-(-n // f) for n, f in zip(shape, self._factors(len(shape))))
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         out = np.asarray(x, dtype=np.float64) if self.how == "mean" else np.asarray(x)
         for axis, f in enumerate(self._factors()):
             if out.shape[axis]:

@@ -4,10 +4,10 @@ whose output cell reads at most one input cell."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-
 import numpy as np
 
 from subzero.cells import to_coords, to_ids
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
@@ -46,7 +46,7 @@ class Transpose(MapTiled):
                                 f"of the input of shape {shape}")
         return tuple(shape[a] for a in axes)
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return np.transpose(x, self._axes())
 
     def map_b(self, cells: np.ndarray, i: int) -> np.ndarray:
@@ -104,7 +104,7 @@ class Reshape(Operator):
         raise WorkflowError(f"Reshape: cannot reshape an input of shape {tuple(input_shapes[0])} "
                             f"({size} cells) to shape {self.shape}")
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return x.reshape(self.output_shape)
 
     def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -152,7 +152,7 @@ class Concatenate(MapTiled):
                                     f"they must match on every axis except axis={self.axis}")
         return first[:a] + (sum(s[a] for s in input_shapes),) + first[a + 1:]
 
-    def run(self, ctx, *inputs) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         return np.concatenate(inputs, axis=self._axis())
 
     def map_b_pairs(self, cells: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -208,7 +208,7 @@ class Stack(MapTiled):
                                     "stacked inputs must have the same shape")
         return first[:a] + (len(input_shapes),) + first[a:]
 
-    def run(self, ctx, *inputs) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         a = self._axis()
         lo, hi = ctx.tile_box[a]
         return np.stack(inputs[lo:hi], axis=a)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from subzero.cells import mask_from_coords
+from subzero.context import Context
 from subzero.operators._args import normalize_axis
 from subzero.operators.tilings import Lines, MapTiled
 from subzero.tiling import Shape, Tiling
@@ -63,12 +64,12 @@ class LineOperator(MapTiled):
 class Sort(LineOperator):
     """``np.sort(x, axis)``."""
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return np.sort(x, axis=self._axis(), kind="stable")
 
 
 class ArgSort(LineOperator):
     """``np.argsort(x, axis, kind="stable")``: positions within the line (ties keep order)."""
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return np.argsort(x, axis=self._axis(), kind="stable")

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from subzero.cells import mask_from_coords
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
@@ -87,12 +88,12 @@ class LookupTiling(Tiling):
     """Tiles split the output; a cell input is read on the tile's box (broadcast), a whole
     input whole.  Without any cell input the call gives its whole output at once: one tile."""
 
-    def split_axes(self, op) -> tuple[int, ...]:
+    def split_axes(self, op: Any) -> tuple[int, ...]:
         if all(op.whole) or not op.split:
             return ()
         return tuple(range(len(op.output_shape)))
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: Any, out_box: Box, i: int) -> Box:
         shape = op.input_shapes[i]
         if op.whole[i]:
             return full_box(shape)
@@ -140,7 +141,7 @@ class Lookup(Operator):
                                     f"shape {self.shape}")
         return self.shape
 
-    def run(self, ctx, *inputs: np.ndarray) -> np.ndarray:
+    def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         return np.asarray(self.fn(*inputs))
 
     # -- lineage ------------------------------------------------------------------------

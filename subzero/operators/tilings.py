@@ -7,10 +7,11 @@ Each maps an output tile box to the box of each input the tile's task reads (see
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from subzero.modes import Mode
 from subzero.operator import Operator
-from subzero.tiling import Box, Tiling
+from subzero.tiling import BoundShapes, Box, Tiling
 
 __all__ = ["IndexMapped", "Concatenated", "Stacked", "Blocks", "ReducedAxes", "Lines", "Contracted", "OuterSplit"]
 
@@ -19,7 +20,7 @@ class IndexMapped(Tiling):
     """Output axis ``k`` reads input axis ``k`` through ``op.axis_maps()[k]`` (an index per
     output position, -1 for none): the tile reads the bounding range of the indices."""
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: Any, out_box: Box, i: int) -> Box:
         box = []
         for index, (lo, hi) in zip(op.axis_maps(), out_box):
             part = index[lo:hi]
@@ -35,7 +36,7 @@ class Concatenated(Tiling):
     axis: int
     starts: tuple[int, ...]
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: BoundShapes, out_box: Box, i: int) -> Box:
         n = op.input_shapes[i][self.axis]
         lo, hi = (min(max(b - self.starts[i], 0), n) for b in out_box[self.axis])
         box = list(out_box)
@@ -49,7 +50,7 @@ class Stacked(Tiling):
 
     axis: int
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: BoundShapes, out_box: Box, i: int) -> Box:
         rest = out_box[: self.axis] + out_box[self.axis + 1:]
         lo, hi = out_box[self.axis]
         return rest if lo <= i < hi else tuple((0, 0) for _ in rest)
@@ -61,7 +62,7 @@ class Blocks(Tiling):
 
     factors: tuple[int, ...]
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: BoundShapes, out_box: Box, i: int) -> Box:
         return tuple((lo * f, min(hi * f, n)) for (lo, hi), f, n in zip(out_box, self.factors, op.input_shapes[i]))
 
 
@@ -71,7 +72,7 @@ class ReducedAxes(Tiling):
 
     axes: tuple[int, ...]
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: BoundShapes, out_box: Box, i: int) -> Box:
         kept = iter(out_box)
         return tuple((0, n) if a in self.axes else next(kept) for a, n in enumerate(op.input_shapes[i]))
 
@@ -82,10 +83,10 @@ class Lines(Tiling):
 
     axis: int
 
-    def split_axes(self, op) -> tuple[int, ...]:
+    def split_axes(self, op: BoundShapes) -> tuple[int, ...]:
         return tuple(a for a in range(len(op.output_shape)) if a != self.axis)
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: BoundShapes, out_box: Box, i: int) -> Box:
         box = list(out_box)
         box[self.axis] = (0, op.input_shapes[i][self.axis])
         return tuple(box)
@@ -98,10 +99,10 @@ class Contracted(Tiling):
 
     a_axes: int  # number of output axes taken from ``a`` (a.ndim - 1)
 
-    def split_axes(self, op) -> tuple[int, ...]:
+    def split_axes(self, op: BoundShapes) -> tuple[int, ...]:
         return tuple(range(self.a_axes))
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: BoundShapes, out_box: Box, i: int) -> Box:
         if i == 0:
             return tuple(out_box[: self.a_axes]) + ((0, op.input_shapes[0][-1]),)
         return tuple((0, n) for n in op.input_shapes[1])
@@ -113,7 +114,7 @@ class OuterSplit(Tiling):
 
     a_ndim: int
 
-    def input_box(self, op, out_box: Box, i: int) -> Box:
+    def input_box(self, op: BoundShapes, out_box: Box, i: int) -> Box:
         return tuple(out_box[: self.a_ndim]) if i == 0 else tuple(out_box[self.a_ndim:])
 
 

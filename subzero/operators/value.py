@@ -23,9 +23,9 @@ identified by what they are.  That makes two readings explicit here:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-
 import numpy as np
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
@@ -105,6 +105,7 @@ class Histogram(Operator):
 
     @property
     def entire_array_safe(self) -> bool:
+        """`Operator.entire_array_safe`: true for the dependence lineage (every bin reads every cell)."""
         return self.lineage == "dependence"
 
     @property
@@ -132,7 +133,7 @@ class Histogram(Operator):
             extremes = finite & ((v == v[finite].min()) | (v == v[finite].max()))
         return index, extremes
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         index, extremes = self.assign(x)
         nb = self.n_bins
         if Mode.FULL in ctx.modes:
@@ -289,7 +290,7 @@ class Filter(_Selection):
         normalize_axis(self.axis, len(input_shapes[0]), "Filter")
         return None
 
-    def keep(self, x):
+    def keep(self, x: np.ndarray) -> np.ndarray:
         keep = np.asarray(self.predicate(x))
         n = np.shape(x)[self._axis()]
         if keep.shape != (n,):
@@ -297,10 +298,11 @@ class Filter(_Selection):
                                 f"one bool per slice along axis {self.axis}")
         return keep.astype(bool)
 
-    def run(self, ctx, x) -> np.ndarray:
+    def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return self._select(ctx, x, self.keep(x))
 
-    def write_full(self, ctx, cells, origin, bound, shape):
+    def write_full(self, ctx: Context, cells: np.ndarray, origin: np.ndarray, bound: np.ndarray,
+                   shape: tuple[int, ...]) -> None:
         """Write the FULL lineage of the kept ``cells`` (pairs of each kept cell and its source)."""
         a = self._axis()
         r = cells[:, a]
@@ -346,13 +348,14 @@ class Compress(_Selection):
                                 f"per slice of x (shape {shape}) along axis {self.axis}")
         return None
 
-    def keep(self, condition, x):
+    def keep(self, condition: np.ndarray, x: np.ndarray) -> np.ndarray:
         return np.asarray(condition) != 0
 
-    def run(self, ctx, condition, x) -> np.ndarray:
+    def run(self, ctx: Context, condition: np.ndarray, x: np.ndarray) -> np.ndarray:
         return self._select(ctx, x, self.keep(condition, x))
 
-    def write_full(self, ctx, cells, origin, bound, shape):
+    def write_full(self, ctx: Context, cells: np.ndarray, origin: np.ndarray, bound: np.ndarray,
+                   shape: tuple[int, ...]) -> None:
         """Write the FULL lineage of the kept ``cells`` (pairs of each kept cell and its source)."""
         n = len(cells)
         pair = np.arange(n, dtype=np.int64)

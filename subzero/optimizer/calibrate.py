@@ -31,15 +31,17 @@ from typing import Any
 
 import numpy as np
 
+from subzero.catalog import NodeMetrics
 from subzero.encoders import encoder_for, merge_tiles
 from subzero.encoders.base import index_bytes_bound
 from subzero.executors import Executor
 from subzero.executors.tasks import map_calls
 from subzero.modes import Mode, Strategy
+from subzero.operator import Operator
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.cells import box_cells, to_ids, unique_ids
 from subzero.worker import NodeTask, capture_tile, merge_inline, with_envelopes
-from subzero.tiling import Elementwise, Halo, Tile
+from subzero.tiling import Box, Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
            "TileProfile", "profile_from_run", "crop_box", "CroppedInput", "CaptureLimit", "fans_window", "fans_corner"]
@@ -119,7 +121,7 @@ def sample_tiles(tiles: list[Tile], sample: int = 2) -> list[Tile]:
     return [tiles[k] for k in sorted({0, len(tiles) // 2, len(tiles) - 1})[:sample]]
 
 
-def sample_windows(op, tiles: list[Tile], sample: int = 2, fraction: float = SAMPLE_FRACTION,
+def sample_windows(op: Operator, tiles: list[Tile], sample: int = 2, fraction: float = SAMPLE_FRACTION,
                    min_cells: int = MIN_SAMPLE_CELLS) -> list[Tile]:
     """The boxes calibration measures: `sample_tiles`, each cut to a centred window when
     the operator's tiles may be any box (one pass, `Elementwise` or `Halo` tiling), so the
@@ -144,7 +146,8 @@ def sample_windows(op, tiles: list[Tile], sample: int = 2, fraction: float = SAM
     return out
 
 
-def fans_window(op, tile: Tile, fraction: float = FANS_FRACTION, min_cells: int = MIN_FANS_CELLS) -> Tile | None:
+def fans_window(op: Operator, tile: Tile, fraction: float = FANS_FRACTION,
+                min_cells: int = MIN_FANS_CELLS) -> Tile | None:
     """A centred window of ``tile`` holding ``fraction`` of its cells (at least ``min_cells``),
     where calibration may measure the fans alone: None when the operator's tiles may not be
     any box (see `sample_windows`) or the tile is too small to cut.
@@ -195,7 +198,7 @@ class CroppedInput:
     ref: Any
     offset: tuple[int, ...]
 
-    def read(self, box):
+    def read(self, box: Box) -> np.ndarray:
         """The window's cells in ``box`` (coordinates within the window)."""
         return self.ref.read(tuple((lo + o, hi + o) for (lo, hi), o in zip(box, self.offset)))
 
@@ -395,7 +398,8 @@ def _subsample(pairs, max_pairs: int):
     return pairs.select(keep)
 
 
-def fans_corner(op, box, side: int = 32, max_links: int = MAX_MAPPED_LINKS) -> tuple[tuple[int, int], ...]:
+def fans_corner(op: Operator, box: Box, side: int = 32,
+                max_links: int = MAX_MAPPED_LINKS) -> tuple[tuple[int, int], ...]:
     """The corner of ``box`` whose mapping fans calibration counts: ``side`` cells along each
     axis, fewer when the first cell's input cells say the corner would map to more than
     ``max_links`` (a wide window, such as a cosmic-ray mask's)."""
@@ -409,7 +413,7 @@ def fans_corner(op, box, side: int = 32, max_links: int = MAX_MAPPED_LINKS) -> t
     return tuple((lo, lo + max(1, int(np.ceil((hi - lo) * ratio)))) for lo, hi in corner)
 
 
-def mapping_fans(op, box) -> tuple[float, float]:
+def mapping_fans(op: Operator, box: Box) -> tuple[float, float]:
     """Mean input cells per output cell, and output cells per distinct input cell, of a
     mapping operator's cells in ``box`` (from ``map_b_pairs``: counted, never sorted)."""
     cells = box_cells(tuple(lo for lo, _ in box), tuple(hi for _, hi in box))
@@ -429,11 +433,9 @@ def distinct_count(ids: np.ndarray, size: int) -> int:
     return len(unique_ids(ids, size))
 
 
-def profile_from_run(node: str, op, stats) -> NodeProfile:
+def profile_from_run(node: str, op: Operator, stats: NodeMetrics | None) -> NodeProfile:
     """A profile from a finished node's measured statistics (`subzero.catalog.NodeMetrics`),
     which is what queries plan with."""
-    from subzero.catalog import NodeMetrics
-
     stats = stats or NodeMetrics()
     profile = NodeProfile(
         node=node, tiles=stats.tiles, op_seconds=stats.op_seconds, trace_seconds=stats.lineage_seconds,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from subzero.errors import WorkflowError
 from subzero.dag import Workflow
@@ -28,7 +29,7 @@ class Query:
     n_cells: int
 
 
-def parse_workload(wf: Workflow, workload, shapes: dict[str, tuple[int, ...]] | None = None) -> list[Query]:
+def parse_workload(wf: Workflow, workload: Any, shapes: dict[str, tuple[int, ...]] | None = None) -> list[Query]:
     """Validate a workload against ``wf``; raises `WorkflowError` naming the bad query.
 
     ``cells`` must be a list of integer coordinate lists of one rank; with ``shapes``
@@ -57,7 +58,7 @@ def parse_workload(wf: Workflow, workload, shapes: dict[str, tuple[int, ...]] | 
     return queries
 
 
-def workload_record(wf: Workflow, workload) -> list[dict] | None:
+def workload_record(wf: Workflow, workload: Any) -> list[dict] | None:
     """A checked workload (see `parse_workload`) as plain JSON: node names for nodes given as
     `Node` objects, cells as lists of ints; for the catalog and the run's fingerprint."""
     if workload is None:

@@ -5,6 +5,7 @@ an in-memory array is indexed directly)."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ def _chunk_boxes(shape, chunks):
         yield np.asarray(lo, np.int64), tuple(slice(a, min(a + c, n)) for a, c, n in zip(lo, chunks, shape))
 
 
-def nonzero_cells(arr) -> tuple[np.ndarray, np.ndarray]:
+def nonzero_cells(arr: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(values, flat cell ids)`` of the nonzero cells of ``arr``, in flat order.
 
     Examples
@@ -51,7 +52,7 @@ def nonzero_cells(arr) -> tuple[np.ndarray, np.ndarray]:
     return values[order], cells[order]
 
 
-def gather(arr, cells: np.ndarray) -> np.ndarray:
+def gather(arr: Any, cells: np.ndarray) -> np.ndarray:
     """The values of ``arr`` at flat ``cells`` (any order), reading only the chunks that hold them.
 
     Examples

@@ -21,6 +21,7 @@ Three steps avoid the per-cell expansion where it would multiply the work:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -33,6 +34,10 @@ from subzero.modes import Direction, Mode, Strategy
 from subzero.operator import Operator
 from subzero.pairs import owners
 from subzero.stats.relation import backward_groups, forward_groups, payload_lookup
+
+if TYPE_CHECKING:
+    from subzero.dag import Node
+    from subzero.query import QueryEngine
 
 __all__ = ["LabelledCells", "propagate"]
 
@@ -54,14 +59,14 @@ class LabelledCells:
         return int(np.prod(self.shape, dtype=np.int64))
 
     @classmethod
-    def of(cls, labels: np.ndarray, cells: np.ndarray, shape) -> "LabelledCells":
+    def of(cls, labels: np.ndarray, cells: np.ndarray, shape: tuple[int, ...]) -> "LabelledCells":
         """The (label, cell) pairs of ``labels`` and flat ``cells`` of an array of ``shape``."""
         shape = tuple(int(n) for n in shape)
         size = int(np.prod(shape, dtype=np.int64))
         return cls(shape, sorted_unique(np.asarray(labels, np.int64) * size + np.asarray(cells, np.int64)))
 
     @classmethod
-    def empty(cls, shape) -> "LabelledCells":
+    def empty(cls, shape: tuple[int, ...]) -> "LabelledCells":
         """No pairs over an array of ``shape``."""
         return cls(tuple(shape), np.empty(0, np.int64))
 
@@ -97,7 +102,8 @@ class LabelledCells:
         """The distinct cells held (the union frontier a step reads lineage for)."""
         return self.frontier().estimate()
 
-    def step(self, engine, node, i: int, direction: Direction, strategy: Strategy) -> "LabelledCells":
+    def step(self, engine: QueryEngine, node: Node, i: int, direction: Direction,
+             strategy: Strategy) -> "LabelledCells":
         """The pairs carried one step through ``node`` w.r.t. its input ``i`` (a
         `subzero.query.Carrier` step: the engine's walk chose ``strategy``)."""
         if direction is Direction.BACKWARD:
@@ -136,9 +142,11 @@ def _join(labelled: LabelledCells, cells_side: tuple[np.ndarray, np.ndarray], ot
     return LabelledCells(target, sorted_unique(lab_u[row] * size + out_ids[where]))
 
 
-def step_backward(source, node, labelled: LabelledCells, i: int, strategy: Strategy) -> LabelledCells:
+def step_backward(source: QueryEngine, node: Node, labelled: LabelledCells, i: int,
+                  strategy: Strategy) -> LabelledCells:
     """The labelled cells of ``node``'s output carried to its input ``i``."""
     op = node.operator
+    assert op is not None, f"{node!r} is an input"
     target = tuple(op.input_shapes[i])
     if not len(labelled):
         return LabelledCells.empty(target)
@@ -164,6 +172,7 @@ def _payload_step(source, node, labelled: LabelledCells, frontier: Frontier, i: 
     of expanding every cell's lineage (a component's payload read by each of its cells would
     cost the component's area squared); the other cells through the joined groups."""
     op = node.operator
+    assert op is not None, f"{node!r} is an input"
     pay, rest = payload_lookup(source, node, frontier, i, strategy)
     size = int(np.prod(target, dtype=np.int64))
     parts = [_join(labelled, (rest.out_ids, rest.out_ptr), (rest.in_ids, rest.in_ptr), rest.n_groups, target).keys]
@@ -197,10 +206,11 @@ def _payload_step(source, node, labelled: LabelledCells, frontier: Frontier, i: 
     return LabelledCells(target, sorted_unique(np.concatenate(parts)))
 
 
-def step_forward(source, node, labelled: LabelledCells, i: int, strategy: Strategy) -> LabelledCells:
+def step_forward(source: QueryEngine, node: Node, labelled: LabelledCells, i: int, strategy: Strategy) -> LabelledCells:
     """The labelled cells of ``node``'s input ``i`` carried to its output."""
     op = node.operator
-    target = tuple(op.output_shape)
+    assert op is not None, f"{node!r} is an input"
+    target = tuple(op.output_shape or ())
     if not len(labelled):
         return LabelledCells.empty(target)
     frontier = labelled.frontier()
@@ -265,7 +275,8 @@ def _box_step(op, labelled: LabelledCells, i: int, target, direction: str) -> La
 
 
 # -- a walk --------------------------------------------------------------------------------
-def propagate(run, src, dst, start: LabelledCells, direction: Direction, using: dict | None = None) -> LabelledCells:
+def propagate(run: Any, src: Node | str, dst: Node | str, start: LabelledCells, direction: Direction,
+              using: dict | None = None) -> LabelledCells:
     """Carry labelled cells of ``src`` to ``dst`` along every path of the workflow, each node
     stepping once per input; labelled cells arriving by several paths are united (set
     semantics: a cell reached by one label through two paths is held once).  ``using`` maps
@@ -277,4 +288,4 @@ def propagate(run, src, dst, start: LabelledCells, direction: Direction, using: 
     from subzero.query import QueryOptions
 
     plan = QueryOptions(direction, using=dict(using or {}))
-    return run.lineage.walk(src, dst, start, plan)
+    return cast(LabelledCells, run.lineage.walk(src, dst, start, plan))

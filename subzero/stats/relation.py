@@ -22,6 +22,7 @@ labelled join (`subzero.stats.labelled`) keeps only the cells it carries.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,8 +35,12 @@ from subzero.encoders.ranges.terms import images
 from subzero.errors import LineageError, StoreError
 from subzero.frontier import Frontier
 from subzero.modes import Direction, Mode, Strategy
-from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
+from subzero.pairs import FullPairs, PayloadPairs, concat_csr, ptr_from_counts
 from subzero.worker import expand_payloads
+
+if TYPE_CHECKING:
+    from subzero.dag import Node
+    from subzero.query import QueryEngine
 
 __all__ = ["Groups", "backward_groups", "forward_groups", "payload_lookup"]
 
@@ -74,13 +79,8 @@ class Groups:
     @classmethod
     def concat(cls, parts: "list[Groups]") -> "Groups":
         """The groups of ``parts`` in one set, in order."""
-        parts = [p for p in parts if len(p.out_ptr) > 1]
-        if not parts:
-            return cls.empty()
-        return cls(np.concatenate([p.out_ids for p in parts]),
-                   ptr_from_counts(np.concatenate([np.diff(p.out_ptr) for p in parts])),
-                   np.concatenate([p.in_ids for p in parts]),
-                   ptr_from_counts(np.concatenate([np.diff(p.in_ptr) for p in parts])))
+        return cls(*concat_csr([(p.out_ids, p.out_ptr) for p in parts]),
+                   *concat_csr([(p.in_ids, p.in_ptr) for p in parts]))
 
     @property
     def n_groups(self) -> int:
@@ -89,13 +89,14 @@ class Groups:
 
 
 # -- backward: the lineage of each cell of a frontier over the output ---------------------------
-def backward_groups(source, node, frontier: Frontier, i: int, strategy: Strategy) -> Groups:
+def backward_groups(source: QueryEngine, node: Node, frontier: Frontier, i: int, strategy: Strategy) -> Groups:
     """For every cell of ``frontier`` (over ``node``'s output), the input-``i`` cells it reads.
 
     ``source`` is the run's `subzero.query.QueryEngine` (``run.lineage``); ``strategy`` one the node stored,
     Map (when the operator supports it) or BlackBox.
     """
     op = node.operator
+    assert op is not None, f"{node!r} is an input"
     in_shape = tuple(op.input_shapes[i])
     if frontier.is_empty:
         return Groups.empty()
@@ -129,8 +130,9 @@ def _traced(source, node, tiles: list[int], frontier: Frontier, i: int) -> Group
 
 def _stored(source, node, frontier: Frontier, i: int, s: Strategy) -> Groups:
     op = node.operator
+    assert op is not None, f"{node!r} is an input"
     enc = encoder_for(s)
-    shapes = (tuple(op.output_shape), tuple(op.input_shapes))
+    shapes = (tuple(op.output_shape or ()), tuple(op.input_shapes))
     if s.base == "FullRange":
         try:
             whole = source.inline(node, s.name)
@@ -155,16 +157,18 @@ def _stored(source, node, frontier: Frontier, i: int, s: Strategy) -> Groups:
     return Groups.concat(parts)
 
 
-def payload_lookup(source, node, frontier: Frontier, i: int, strategy: Strategy) -> tuple[PayloadPairs, Groups]:
+def payload_lookup(source: QueryEngine, node: Node, frontier: Frontier, i: int,
+                   strategy: Strategy) -> tuple[PayloadPairs, Groups]:
     """For a Pay or Comp step: the payload pairs of the frontier's cells (restricted to them),
     and as `Groups` the lineage of its other cells (Comp's mapping default, and the cells of
     tiles whose shard cannot be read, re-run in tracing mode)."""
     op = node.operator
+    assert op is not None, f"{node!r} is an input"
     s = strategy
     enc = encoder_for(s)
     if not isinstance(enc, PayloadEncoder):
         raise LineageError(f"{strategy.name} is not a payload strategy (PayOne, PayMany, CompOne, CompMany)")
-    shapes = (tuple(op.output_shape), tuple(op.input_shapes))
+    shapes = (tuple(op.output_shape or ()), tuple(op.input_shapes))
     pays: list[PayloadPairs] = []
     parts: list[Groups] = []
     failed: list = []
@@ -251,7 +255,7 @@ def _rule_groups(table, out_ids: np.ndarray, i: int) -> Groups:
 
 
 # -- forward: the cells of the output that read each cell of a frontier over input i ----------
-def forward_groups(source, node, frontier: Frontier, i: int, strategy: Strategy) -> Groups:
+def forward_groups(source: QueryEngine, node: Node, frontier: Frontier, i: int, strategy: Strategy) -> Groups:
     """Groups holding every out cell whose input-``i`` lineage meets ``frontier``, with its
     whole input-``i`` lineage: the union forward step finds the out cells, then their
     per-cell backward lineage (`backward_groups`) gives the exact relation."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,7 @@ def _looks_like_file(spec: str) -> bool:
     return bool(_FILE.search(spec.strip())) or Path(spec).exists()
 
 
-def read_array_spec(run, spec: str, flag: str):
+def read_array_spec(run: Any, spec: str, flag: str) -> np.ndarray | str:
     """A file's array or a stored node's name (returned as the name: the table reads it)."""
     if _looks_like_file(spec):
         from subzero.input_files import read_input
@@ -45,7 +46,7 @@ def read_array_spec(run, spec: str, flag: str):
                        f"nodes: {', '.join(n.name for n in run.workflow.nodes)}")
 
 
-def parse_flags(run, spec: str, over_shape) -> "np.ndarray | str":
+def parse_flags(run: Any, spec: str, over_shape: tuple[int, ...]) -> "np.ndarray | str":
     """``--flags``: a file's array, a node's name, or the boolean mask an expression selects."""
     if _looks_like_file(spec) or spec.strip() in {n.name for n in run.workflow.nodes}:
         return read_array_spec(run, spec.strip(), "--flags")

@@ -15,11 +15,12 @@ from subzero.stats.labelled import LabelledCells, propagate
 
 if TYPE_CHECKING:
     from astropy.table import Table
+    from subzero.dag import Node
 
 __all__ = ["lineage_table", "object_labels", "array_over", "default_over"]
 
 
-def object_labels(run, node, objects=None):
+def object_labels(run: Any, node: Node, objects: np.ndarray | None = None) -> tuple[Any, ...]:
     """The label array of ``node``: ``objects`` when given (checked against its shape), else the
     node's stored array (read chunk by chunk later), which must hold integers (0 = background)."""
     shape = tuple(run.shape(node))
@@ -51,7 +52,7 @@ def _label_cells(labels, where: str, fix: str) -> tuple[np.ndarray, np.ndarray]:
     return values, cells
 
 
-def array_over(run, over, arg, what: str) -> np.ndarray:
+def array_over(run: Any, over: Node, arg: Any, what: str) -> np.ndarray:
     """``arg`` (an array of ``over``'s shape, or a stored node's name) as an array of ``over``'s shape."""
     shape = tuple(run.shape(over))
     if isinstance(arg, str):
@@ -67,7 +68,7 @@ def array_over(run, over, arg, what: str) -> np.ndarray:
     return arr
 
 
-def default_over(run, node):
+def default_over(run: Any, node: Node) -> Node:
     """The one input array ``node`` is computed from (the default ``over``)."""
     inputs = [n for n in run.workflow.nodes if n.is_input and n in run.workflow.ancestors(node)]
     if len(inputs) != 1:
@@ -155,7 +156,8 @@ def _opened(question: Question):
     return _RUNS[question.store]
 
 
-def batch_statistics(question: Question, batch: tuple[np.ndarray, np.ndarray], run=None):
+def batch_statistics(question: Question, batch: tuple[np.ndarray, np.ndarray],
+                     run: Any = None) -> tuple[np.ndarray, ...]:
     """Lineage statistics of one batch of objects: ``batch`` is (object index, flat cell) of
     their cells; returns the batch's object indices and, for each, n_lineage, n_flagged,
     values sum and max (arrays aligned with the indices)."""

@@ -9,6 +9,7 @@ the functions below.  Only `subzero.store.arrays` imports zarr and only
 
 from __future__ import annotations
 
+import os
 from typing import cast
 
 from subzero.catalog import RunRecord
@@ -23,8 +24,8 @@ __all__ = ["FileStore", "ArrayRef", "Location", "resolve", "strategy_dirname", "
            "ShardSink", "create_run", "resume_run", "open_store", "check_store_path", "made_by"]
 
 
-def create_run(store, record: RunRecord, overwrite: bool = False, made_by: str | None = None,
-               behind: int | None = None, hold: float = 0.0) -> RunWriter:
+def create_run(store: str | os.PathLike | Location, record: RunRecord, overwrite: bool = False,
+               made_by: str | None = None, behind: int | None = None, hold: float = 0.0) -> RunWriter:
     """Take a new store for a run and write its first catalog (`FileStore.create`).  ``behind``:
     the store is a `BehindStore` holding at most that many bytes of queued writes, its first
     catalog the first of them (the caller's thread does not wait for it to reach the disk), each
@@ -39,13 +40,14 @@ def create_run(store, record: RunRecord, overwrite: bool = False, made_by: str |
     return cast(RunWriter, out)  # a RunWriter whose location is read-only
 
 
-def resume_run(store, record: RunRecord, made_by: str | None = None) -> tuple[RunWriter, RunRecord | None]:
+def resume_run(store: str | os.PathLike | Location, record: RunRecord,
+               made_by: str | None = None) -> tuple[RunWriter, RunRecord | None]:
     """Take a store back to continue its run: the writer and the catalog as stored, or None
     when there was nothing to continue (`FileStore.resume`)."""
     return FileStore.resume(store, record, made_by)
 
 
-def open_store(store, wait: bool = True) -> LineageReader:
+def open_store(store: str | os.PathLike | Location, wait: bool = True) -> LineageReader:
     """Open an existing store for reading (`FileStore.open`), once this process has finished
     writing it behind a run (`subzero.store.behind`).  Not when ``wait`` is False: the reader
     of a store this process is still writing behind a run (its catalog may not be on the disk
@@ -56,7 +58,7 @@ def open_store(store, wait: bool = True) -> LineageReader:
     return FileStore(resolve(store))
 
 
-def check_store_path(store, resume: bool, overwrite: bool = False) -> None:
+def check_store_path(store: str | os.PathLike | Location, resume: bool, overwrite: bool = False) -> None:
     """Refuse, before any input is read, a store path a new (or resumed) run cannot take."""
     if resume:
         FileStore.check_resumable(store)
@@ -64,6 +66,6 @@ def check_store_path(store, resume: bool, overwrite: bool = False) -> None:
         FileStore.check_new(store, overwrite=overwrite, create=False)
 
 
-def made_by(store) -> str | None:
+def made_by(store: str | os.PathLike | Location) -> str | None:
     """Who made a store (``made_by`` given to `create_run`), or None when unknown."""
     return FileStore.made_by(store)

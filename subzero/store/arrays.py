@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from subzero import config
 from subzero.cells import ArrayShape
@@ -63,7 +64,7 @@ _OPEN: dict[tuple[str, str], Any] = {}
 _OPEN_LOCK = threading.Lock()
 
 
-def resolve_compressor(name: str, dtype) -> str:
+def resolve_compressor(name: str, dtype: DTypeLike) -> str:
     """The pipeline ``name`` means for an array of ``dtype``: "auto" is "none" for float and
     complex arrays, "zstd" for the others; any other name is itself."""
     if name != "auto":
@@ -134,6 +135,7 @@ class BlockCache:
         return int(config.get("chunk_cache_mb") * 2**20)
 
     def get(self, key: tuple) -> np.ndarray | None:
+        """The chunk kept under ``key`` (now the most recently used), or None."""
         with self._lock:
             got = self._items.get(key)
             if got is not None:
@@ -217,7 +219,7 @@ def _metadata_from_template(shape: tuple[int, ...], chunks: tuple[int, ...], dty
     return json.dumps({**doc, "shape": list(shape), "chunk_grid": grid}, indent=2).encode()
 
 
-def metadata_checksum(shape: tuple[int, ...], chunks: tuple[int, ...], dtype, compressor: str) -> str:
+def metadata_checksum(shape: tuple[int, ...], chunks: tuple[int, ...], dtype: DTypeLike, compressor: str) -> str:
     """The xxh3-64 checksum of the ``zarr.json`` `ArrayRef.commit` writes for these arguments
     (``compressor`` resolved as there), computed without writing it (cached per process)."""
     key = (tuple(int(n) for n in shape), tuple(int(n) for n in chunks), np.dtype(dtype).str,
@@ -267,7 +269,7 @@ def encode_chunk(chunk: np.ndarray, compressor: str) -> "bytes | memoryview":
     return view
 
 
-def decode_chunk(data: bytes, shape: tuple[int, ...], dtype, compressor: str, where: str) -> np.ndarray:
+def decode_chunk(data: bytes, shape: tuple[int, ...], dtype: DTypeLike, compressor: str, where: str) -> np.ndarray:
     """Inverse of `encode_chunk`; a checksum mismatch is a `StoreError` naming ``where``."""
     import google_crc32c
 
@@ -414,7 +416,7 @@ class ArrayRef:
         return ArrayRef(self.location, self.path, meta_xxh3, self.compressor)
 
     # -- reading ----------------------------------------------------------------------------
-    def open(self):
+    def open(self) -> Any:
         """The array, read-only, opened once per process."""
         key = (self.location.url, self.path)
         with _OPEN_LOCK:
@@ -556,7 +558,7 @@ class StoredArray(ArrayShape):
         self.shape, self.chunks, self.dtype, _ = ref.layout()
 
     @property
-    def zarr(self):
+    def zarr(self) -> Any:
         """The Zarr array (its metadata checked first)."""
         return self._ref.open()
 
@@ -624,7 +626,7 @@ class ExternalArray:
             raise StoreError(f"input {name!r} is a Zarr array of dtype {self.dtype}; inputs must be numeric")
 
     @staticmethod
-    def accepts(value) -> bool:
+    def accepts(value: Any) -> bool:
         """True for the array types read in place (Zarr arrays)."""
         return type(value).__module__.split(".")[0] == "zarr" and hasattr(value, "shape")
 

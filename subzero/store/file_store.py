@@ -82,7 +82,8 @@ class FileStore(RunWriter):
 
     # -- lifecycle ----------------------------------------------------------------------------
     @classmethod
-    def create(cls, store, record: RunRecord, overwrite: bool = False, made_by: str | None = None,
+    def create(cls, store: str | os.PathLike | Location, record: RunRecord, overwrite: bool = False,
+               made_by: str | None = None,
                later: "Callable[[Callable[[], None]], None] | None" = None) -> "FileStore":
         """Take a new store for a run and write its first catalog.
 
@@ -142,7 +143,8 @@ class FileStore(RunWriter):
             location.remove(MARKER)
 
     @classmethod
-    def resume(cls, store, record: RunRecord, made_by: str | None = None) -> "tuple[FileStore, RunRecord | None]":
+    def resume(cls, store: str | os.PathLike | Location, record: RunRecord,
+               made_by: str | None = None) -> "tuple[FileStore, RunRecord | None]":
         """Take a store back to continue the run a crash or a failure left in it.
 
         Returns the store (its writer lock held) and the catalog as stored, or ``None``
@@ -172,7 +174,7 @@ class FileStore(RunWriter):
         return out, stored
 
     @classmethod
-    def check_resumable(cls, store) -> bool:
+    def check_resumable(cls, store: str | os.PathLike | Location) -> bool:
         """Refuse a store path a resumed run cannot take (a regular file, a directory subzero
         did not make, a store a live run is writing); False when there is nothing to resume
         (no directory, or an empty one)."""
@@ -190,7 +192,7 @@ class FileStore(RunWriter):
         return True
 
     @staticmethod
-    def made_by(store) -> str | None:
+    def made_by(store: str | os.PathLike | Location) -> str | None:
         """Who made a store (the ``made_by`` given to `create`), or None when unknown."""
         location = resolve(store)
         try:
@@ -209,7 +211,7 @@ class FileStore(RunWriter):
                                  "path for the run")
 
     @classmethod
-    def check_new(cls, store, overwrite: bool = False, create: bool = True) -> None:
+    def check_new(cls, store: str | os.PathLike | Location, overwrite: bool = False, create: bool = True) -> None:
         """Refuse a store path a new run cannot take: a regular file, a directory that is not
         writable, one that holds anything (unless ``overwrite`` of a store subzero made
         that no live run writes), or one a run is writing.  ``create=False`` checks
@@ -256,7 +258,7 @@ class FileStore(RunWriter):
                          "subzero made")
 
     @classmethod
-    def open(cls, store) -> "FileStore":
+    def open(cls, store: str | os.PathLike | Location) -> "FileStore":
         """Open an existing store for reading, checking that it is one."""
         location = resolve(store)
         if location.is_local:

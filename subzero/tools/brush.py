@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from subzero.errors import LineageError
 
 if TYPE_CHECKING:
     from subzero.frontier import Frontier
     from subzero.run import Run
+    from subzero.dag import Node
 
 __all__ = ["BrushResult", "brush", "brush_data", "default_source"]
 
@@ -77,7 +78,8 @@ def default_source(run: "Run", node: str) -> str:
                        f"to with --to (to=)")
 
 
-def brush(run: "Run", node, cells=None, box=None, to=None, outputs=None, using: dict | None = None) -> BrushResult:
+def brush(run: "Run", node: Node | str, cells: Any = None, box: Any = None, to: Node | str | None = None,
+          outputs: Sequence[Node | str] | None = None, using: dict | None = None) -> BrushResult:
     """Trace ``cells`` (or ``box``) of ``node`` back to ``to``, then forward to every output.
 
     Parameters

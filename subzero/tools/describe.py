@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from subzero.run import Run
+    from subzero.dag import Node
+    from subzero.frontier import Frontier
 
 __all__ = ["explain_data", "jsonable", "operator_name", "committed_summary", "frontier_data", "human_bytes"]
 
@@ -32,7 +34,7 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def frontier_data(frontier, fits: bool = False) -> dict[str, Any]:
+def frontier_data(frontier: Frontier, fits: bool = False) -> dict[str, Any]:
     """A set of cells (a `subzero.frontier.Frontier`) as JSON-able data: its shape, count and
     disjoint boxes, numpy's half-open ``[[lo, hi], ...]`` per axis or, with ``fits``,
     inclusive 1-based FITS sections ``"X0:X1,Y0:Y1"``.
@@ -45,7 +47,8 @@ def frontier_data(frontier, fits: bool = False) -> dict[str, Any]:
     >>> frontier_data(f)["boxes"], frontier_data(f, fits=True)["boxes"]
     ([[[2, 4], [5, 8]]], ['6:8,3:4'])
     """
-    lo, hi = frontier.boxes() if not frontier.is_empty else ([], [])
+    bounds: tuple[Any, Any] = frontier.boxes() if not frontier.is_empty else ([], [])
+    lo, hi = bounds
     if fits:
         boxes: list = [",".join(f"{int(a) + 1}:{int(b)}" for a, b in zip(l[::-1], h[::-1])) for l, h in zip(lo, hi)]
     else:
@@ -64,7 +67,7 @@ def human_bytes(n: float | None) -> str:
     return f"{n:.1f} GB"
 
 
-def operator_name(node) -> str:
+def operator_name(node: Node) -> str:
     """The class name of a node's operator (of the stand-in's declared operator for a node a
     partial store did not commit), ``"-"`` for an input."""
     from subzero.run import Uncommitted
@@ -75,7 +78,7 @@ def operator_name(node) -> str:
         return node.operator.name
     name = type(node.operator).__name__
     if getattr(node.operator, "lineage_source", None) == "inferred":  # sz.udf(lineage="infer")
-        return f"{name}, lineage inferred: {node.operator.lineage}"
+        return f"{name}, lineage inferred: {getattr(node.operator, 'lineage')}"
     return name
 
 

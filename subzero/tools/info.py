@@ -48,7 +48,7 @@ def _node(spec: dict[str, Any], record: NodeRecord | None, store: LineageReader)
     return item
 
 
-def info_data(path) -> dict[str, Any]:
+def info_data(path: Any) -> dict[str, Any]:
     """A store's contents as a dict (what ``subzero info --json`` prints).
 
     Returns

@@ -13,8 +13,10 @@ import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from subzero import operators as ops
+from subzero.operator import Operator
 from subzero.trace.calls import ARG, NumpyCall, astype as _astype_fn
 from subzero.trace.coarse import lift
 from subzero.trace.errors import InPlaceError, TraceError, UnsupportedCallError, user_line
@@ -26,7 +28,7 @@ __all__ = ["HANDLED", "implements", "supported", "add_node", "elementwise", "ast
 HANDLED: dict[Callable, Callable] = {}
 
 
-def implements(*functions: Callable):
+def implements(*functions: Callable) -> Callable[[Callable], Callable]:
     """Register the decorated handler for these numpy functions."""
     def register(handler):
         for fn in functions:
@@ -48,8 +50,8 @@ def _tracer_of(values) -> Tracer:
     raise TraceError("no symbolic array among the arguments")  # pragma: no cover - dispatch guarantees one
 
 
-def add_node(op, inputs: Sequence[SymbolicArray], base: str, shape: tuple[int, ...] | None = None,
-             dtype=None) -> SymbolicArray:
+def add_node(op: Operator, inputs: Sequence[SymbolicArray], base: str, shape: tuple[int, ...] | None = None,
+             dtype: DTypeLike | None = None) -> SymbolicArray:
     """Add ``op`` on ``inputs`` (whole nodes); ``shape`` is the logical shape when the node's
     has extra leading 1-axes (0-d results), else the node's own."""
     tracer = inputs[0].tracer
@@ -182,7 +184,7 @@ def _elementwise_op(fn, args, kwargs, syms):
     return ops.Apply(call, nin=len(ordered)), ordered
 
 
-def astype(x: SymbolicArray, dtype) -> SymbolicArray:
+def astype(x: SymbolicArray, dtype: DTypeLike) -> SymbolicArray:
     """``x.astype(dtype)``."""
     dtype = np.dtype(dtype)
     if dtype == x.dtype:

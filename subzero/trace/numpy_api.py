@@ -18,7 +18,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
+from subzero.operator import Operator
 from subzero.trace import numpy_shapes  # noqa: F401  (its handlers register in HANDLED)
 from subzero.trace import numpy_stats  # noqa: F401  (its handlers register in HANDLED)
 from subzero.trace import symbolic
@@ -26,11 +28,11 @@ from subzero.trace.building import (HANDLED, _no_out, _plain, add_node, astype, 
                                     supported)
 from subzero.trace.coarse import coarse_call, leaves
 from subzero.trace.errors import TraceError, UnsupportedCallError
-from subzero.trace.numpy_indexing import getitem, inplace, setitem, write_out
+from subzero.trace.numpy_indexing import getitem, setitem, write_out
 from subzero.trace.numpy_math import matmul, outer  # numpy_math's handlers register in HANDLED too
 from subzero.trace.symbolic import SymbolicArray
 
-__all__ = ["HANDLED", "apply_ufunc", "apply_function", "astype", "getitem", "setitem", "inplace", "add_node",
+__all__ = ["HANDLED", "apply_ufunc", "apply_function", "astype", "getitem", "setitem", "add_node",
            "implements", "supported", "elementwise", "call_operator"]
 
 #: ``ufunc.reduce`` as the numpy reduction it is
@@ -38,7 +40,7 @@ _REDUCE: dict[np.ufunc, Callable[..., Any]] = {np.add: np.sum, np.multiply: np.p
            np.logical_and: np.all, np.fmax: np.nanmax, np.fmin: np.nanmin}
 
 
-def apply_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict):
+def apply_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
     """``ufunc.method(*inputs, **kwargs)`` on symbolic arrays; ``out=`` (and ``where=`` with
     it) writes into the output array as numpy does."""
     out = kwargs.pop("out", None)
@@ -99,7 +101,7 @@ def _ufunc_at(ufunc: np.ufunc) -> _UfuncAt:
     return _UfuncAt(ufunc)
 
 
-def apply_function(func: Callable, args: tuple, kwargs: dict):
+def apply_function(func: Callable, args: tuple, kwargs: dict) -> Any:
     """``func(*args, **kwargs)`` on symbolic arrays through its handler (a coarse step without one)."""
     handler = HANDLED.get(func)
     if handler is None:
@@ -166,7 +168,8 @@ def _imag(val):
 
 
 # -- an operator called on symbolic arrays ----------------------------------------------------------------------
-def call_operator(op, arrays: Sequence[SymbolicArray], name: str | None = None, dtype=None) -> SymbolicArray:
+def call_operator(op: Operator, arrays: Sequence[SymbolicArray], name: str | None = None,
+                  dtype: DTypeLike | None = None) -> SymbolicArray:
     """``op`` applied to symbolic arrays as one node (``sz.apply``)."""
     if not arrays or not all(isinstance(a, SymbolicArray) for a in arrays):
         raise TraceError(f"sz.apply({type(op).__name__}, ...) needs symbolic arrays of the traced function")

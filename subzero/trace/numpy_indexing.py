@@ -31,7 +31,7 @@ from subzero.trace.numpy_shapes import getitem as basic_getitem
 from subzero.trace.numpy_shapes import reshape
 from subzero.trace.symbolic import SymbolicArray
 
-__all__ = ["getitem", "setitem", "inplace", "scatter"]
+__all__ = ["getitem", "setitem", "scatter"]
 
 
 def _normalize(key: Any) -> tuple:
@@ -178,14 +178,6 @@ def setitem(x: SymbolicArray, key: Any, value: Any) -> None:
     if not x.shape:
         raise InPlaceError("assigning into a 0-d traced value is not supported; build the value you need instead")
     x.rebind(scatter(x, key, value))
-
-
-def inplace(x: SymbolicArray, ufunc: np.ufunc, other: Any) -> SymbolicArray:
-    """``x op= other``: ``x`` rebound to ``ufunc(x, other)`` with numpy's casting rule."""
-    result = ufunc(x, other)
-    _check_out(ufunc, result, x)
-    x.rebind(result)
-    return x
 
 
 def _check_out(ufunc: Any, result: SymbolicArray, out: SymbolicArray) -> None:

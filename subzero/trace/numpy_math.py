@@ -89,7 +89,7 @@ for _how, _fns in _REDUCTION_FUNCTIONS.items():
 
 # -- products ---------------------------------------------------------------------------------------------
 @implements(np.matmul)
-def matmul(a, b, out=None, **kwargs):
+def matmul(a: Any, b: Any, out: Any = None, **kwargs: Any) -> SymbolicArray:
     """``np.matmul`` of two symbolic arrays, traced as a `MatMul` node."""
     _no_out(out, "matmul")
     a, b = _both_symbolic(a, b, "matmul")
@@ -124,7 +124,7 @@ def _np_outer(a, b, out=None):
     return outer(numpy_shapes.ravel(a), numpy_shapes.ravel(b))
 
 
-def outer(a, b):
+def outer(a: Any, b: Any) -> SymbolicArray:
     """``np.multiply.outer`` of two symbolic arrays, traced as an `Outer` node."""
     a, b = _both_symbolic(a, b, "multiply.outer")
     return add_node(ops.Outer(), [_plain(a), _plain(b)], "outer", dtype=np.result_type(a.dtype, b.dtype))

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from subzero import operators as ops
@@ -44,7 +46,7 @@ def _moveaxis(a, source, destination):
 
 
 @implements(np.reshape)
-def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+def reshape(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = None, copy: bool | None = None) -> Any:
     """``np.reshape`` of a symbolic array (C order), traced as a `Reshape` node."""
     shape = newshape if shape is None else shape
     if order != "C":
@@ -66,7 +68,7 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
 
 
 @implements(np.ravel)
-def ravel(a, order="C"):
+def ravel(a: Any, order: str = "C") -> Any:
     """``np.ravel``: `reshape` to one axis."""
     return reshape(a, (-1,), order)
 
@@ -194,7 +196,7 @@ def _repeat(a, repeats, axis=None):
 
 
 # -- indexing --------------------------------------------------------------------------------------------------
-def getitem(x: SymbolicArray, key) -> SymbolicArray:
+def getitem(x: SymbolicArray, key: Any) -> SymbolicArray:
     """``x[key]`` for basic indexing: ints, slices (any step), ``...`` and ``None``."""
     key = key if isinstance(key, tuple) else (key,)
     for k in key:

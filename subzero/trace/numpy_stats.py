@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from subzero import operators as ops
 from subzero.errors import WorkflowError
@@ -47,7 +48,8 @@ def _constant(value, name: str, what: str) -> np.ndarray:
 
 
 # -- reductions along axes -------------------------------------------------------------------------------
-def statistic(a: SymbolicArray, how: str, axis, keepdims: bool = False, dtype=None, **params) -> SymbolicArray:
+def statistic(a: SymbolicArray, how: str, axis: Any, keepdims: bool = False, dtype: DTypeLike | None = None,
+              **params: Any) -> SymbolicArray:
     """``np.<how>(a, axis=axis, keepdims=keepdims, **params)`` as one `subzero.operators.Statistic`
     node (``how`` one of `subzero.operators.statistics.STATISTICS`, one scalar ``q`` at most).
 
@@ -210,7 +212,7 @@ implements(np.correlate)(_convolution("correlate", True, "valid"))
 
 
 # -- gathers by constant indices ----------------------------------------------------------------------------------
-def take(a, indices, axis=None, out=None, mode="raise"):
+def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Any:
     """``np.take`` with constant indices: a `Take` node (symbolic indices gather by values:
     `subzero.trace.numpy_indexing`)."""
     _no_out(out, "take")

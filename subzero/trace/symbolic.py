@@ -53,9 +53,6 @@ class NumpyHandlers(Protocol):
     def setitem(self, x: "SymbolicArray", key: Any, value: Any) -> None:
         """Answer ``x[key] = value`` (rebinding ``x``)."""
 
-    def inplace(self, x: "SymbolicArray", ufunc: np.ufunc, other: Any) -> "SymbolicArray":
-        """Answer ``x op= other`` (rebinding ``x``); returns ``x``."""
-
 
 _handlers: NumpyHandlers | None = None
 
@@ -102,7 +99,7 @@ class View:
         self.depth: int = 1 + (parent._view.depth if parent._view is not None else 0)
 
 
-class SymbolicArray(ArrayShape):
+class SymbolicArray(np.lib.mixins.NDArrayOperatorsMixin, ArrayShape):
     """An array of a traced function: its node, shape and dtype; values on demand."""
 
     __slots__ = ("tracer", "_entry", "shape", "dtype", "_view", "_deep")
@@ -250,25 +247,9 @@ class SymbolicArray(ArrayShape):
         return self._decide(".tolist()").tolist()
 
     # -- in-place updates: rebinding (a new node; views write through) ---------------------------
+    # ``x op= y`` is numpy's mixin's ``op(x, y, out=(x,))``: `apply_ufunc`'s ``out=`` rebinds ``x``
     def __setitem__(self, key, value):
         _numpy().setitem(self, key, value)
-
-    def __iadd__(self, o): return _numpy().inplace(self, np.add, o)
-    def __isub__(self, o): return _numpy().inplace(self, np.subtract, o)
-    def __imul__(self, o): return _numpy().inplace(self, np.multiply, o)
-    def __itruediv__(self, o): return _numpy().inplace(self, np.true_divide, o)
-    def __ifloordiv__(self, o): return _numpy().inplace(self, np.floor_divide, o)
-    def __imod__(self, o): return _numpy().inplace(self, np.remainder, o)
-    def __ipow__(self, o): return _numpy().inplace(self, np.power, o)
-    def __iand__(self, o): return _numpy().inplace(self, np.bitwise_and, o)
-    def __ior__(self, o): return _numpy().inplace(self, np.bitwise_or, o)
-    def __ixor__(self, o): return _numpy().inplace(self, np.bitwise_xor, o)
-    def __ilshift__(self, o): return _numpy().inplace(self, np.left_shift, o)
-    def __irshift__(self, o): return _numpy().inplace(self, np.right_shift, o)
-
-    def __imatmul__(self, o):
-        self.rebind(cast("SymbolicArray", np.matmul(self, o)))
-        return self
 
     def fill(self, value: Any) -> None:
         """Set every cell to ``value`` (a rebinding to a constant array)."""
@@ -278,39 +259,7 @@ class SymbolicArray(ArrayShape):
         """Sort in place along ``axis`` (a rebinding to ``np.sort(x, axis)``)."""
         self.rebind(cast("SymbolicArray", np.sort(self, axis=axis, kind=kind, order=order)))
 
-    # -- operators ---------------------------------------------------------------------------------
-    def __add__(self, o): return np.add(self, o)
-    def __radd__(self, o): return np.add(o, self)
-    def __sub__(self, o): return np.subtract(self, o)
-    def __rsub__(self, o): return np.subtract(o, self)
-    def __mul__(self, o): return np.multiply(self, o)
-    def __rmul__(self, o): return np.multiply(o, self)
-    def __truediv__(self, o): return np.true_divide(self, o)
-    def __rtruediv__(self, o): return np.true_divide(o, self)
-    def __floordiv__(self, o): return np.floor_divide(self, o)
-    def __rfloordiv__(self, o): return np.floor_divide(o, self)
-    def __mod__(self, o): return np.remainder(self, o)
-    def __rmod__(self, o): return np.remainder(o, self)
-    def __pow__(self, o): return np.power(self, o)
-    def __rpow__(self, o): return np.power(o, self)
-    def __matmul__(self, o): return np.matmul(self, o)
-    def __rmatmul__(self, o): return np.matmul(o, self)
-    def __and__(self, o): return np.bitwise_and(self, o)
-    def __rand__(self, o): return np.bitwise_and(o, self)
-    def __or__(self, o): return np.bitwise_or(self, o)
-    def __ror__(self, o): return np.bitwise_or(o, self)
-    def __xor__(self, o): return np.bitwise_xor(self, o)
-    def __rxor__(self, o): return np.bitwise_xor(o, self)
-    def __invert__(self): return np.invert(self)
-    def __neg__(self): return np.negative(self)
-    def __pos__(self): return np.positive(self)
-    def __abs__(self): return np.absolute(self)
-    def __lt__(self, o): return np.less(self, o)
-    def __le__(self, o): return np.less_equal(self, o)
-    def __gt__(self, o): return np.greater(self, o)
-    def __ge__(self, o): return np.greater_equal(self, o)
-    def __eq__(self, o): return np.equal(self, o)
-    def __ne__(self, o): return np.not_equal(self, o)
+    # -- operators: numpy's mixin (every binary, reflected, in-place and unary operator as its ufunc)
     __hash__ = object.__hash__
 
     # -- methods -----------------------------------------------------------------------------------
@@ -355,7 +304,7 @@ class SymbolicArray(ArrayShape):
         """``np.transpose(x, axes)``, traced."""
         return np.transpose(self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None))
 
-    def reshape(self, *shape, order="C") -> Any:
+    def reshape(self, *shape: Any, order: Any = "C") -> Any:
         """``np.reshape(x, shape)``, traced."""
         return np.reshape(self, shape[0] if len(shape) == 1 else shape, order=order)
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
 
 from subzero.errors import WorkflowError
+
+if TYPE_CHECKING:
+    from subzero.dag import Workflow
 
 __all__ = ["BUILTIN", "load_builtin"]
 
@@ -16,7 +20,7 @@ BUILTIN = {
 }
 
 
-def load_builtin(name: str, quick: bool = False):
+def load_builtin(name: str, quick: bool = False) -> tuple[Workflow, dict[str, Any]]:
     """(workflow, inputs) of a built-in workflow."""
     if name not in BUILTIN:
         raise WorkflowError(f"unknown built-in workflow {name!r}; built-ins: {', '.join(sorted(BUILTIN))}, "

@@ -29,6 +29,7 @@ oracle holds them to it):
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -210,7 +211,7 @@ def gmos_path() -> str:
     return path
 
 
-def header_gain(header) -> float:
+def header_gain(header: Any) -> float:
     """Electrons per count of a FITS frame: ``GAIN`` if the header has it; 1.0 when the
     frame was already converted to electrons (DRAGONS records ``ADUTOELE``)."""
     for key in ("GAIN", "EGAIN"):

@@ -23,6 +23,7 @@ Examples
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,7 @@ def _background(elec, mesh_name: str, back_name: str):
 
 
 @traced_workflow
-def astronomy(flat, exposure_1, exposure_2):
+def astronomy(flat: np.ndarray, exposure_1: np.ndarray, exposure_2: np.ndarray) -> dict[str, Any]:
     """Two exposures calibrated, cleaned of background and cosmic rays, merged, repaired,
     smoothed and searched for stars (SubZero Fig. 1)."""
     sigma = noise_sigma()

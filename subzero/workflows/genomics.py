@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
+from subzero.context import Context
 from subzero.errors import WorkflowError
 from subzero.modes import Mode
 from subzero.operator import Operator
@@ -75,7 +76,7 @@ def patients(n: int, seed: int) -> np.ndarray:
     return out
 
 
-def discretize(z, raw, kinds):
+def discretize(z: np.ndarray, raw: np.ndarray, kinds: np.ndarray) -> np.ndarray:
     """Expression levels become low/normal/high (z below -0.5, within, above 0.5); every
     other column keeps its (already discrete) value."""
     level = np.digitize(z, [-0.5, 0.5]).astype(np.float64)
@@ -133,7 +134,7 @@ class NaiveBayes(Operator):
                                 f"{input_shapes[0]}")
         return (input_shapes[0][1], self.levels)
 
-    def run(self, ctx, d) -> np.ndarray:
+    def run(self, ctx: Context, d: np.ndarray) -> np.ndarray:
         d = np.asarray(d, np.float64)
         y = d[:, 0] != 0
         values = d[:, 1:]
@@ -176,21 +177,21 @@ class NaiveBayes(Operator):
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.argwhere(self.map_f_mask(_mask(cells, self.input_shapes[0]), i)).astype(np.int64)
 
-    def map_b_mask(self, mask, i: int) -> np.ndarray:
-        mask = np.asarray(mask, bool)
+    def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray:
+        cells = np.asarray(mask, bool)
         out = np.zeros(self.input_shapes[0], bool)
-        if mask[0, 0] or mask[1:].any():
+        if cells[0, 0] or cells[1:].any():
             out[:, 0] = True
-        out[:, 1:] = mask[1:].any(axis=1)[None, :]
+        out[:, 1:] = np.asarray(cells[1:].any(axis=1))[None, :]
         return out
 
-    def map_f_mask(self, mask, i: int) -> np.ndarray:
-        mask = np.asarray(mask, bool)
+    def map_f_mask(self, mask: np.ndarray, i: int) -> np.ndarray:
+        cells = np.asarray(mask, bool)
         out = np.zeros(self.output_shape, bool)
-        if mask[:, 0].any():
+        if cells[:, 0].any():
             out[0, 0] = True
             out[1:] = True
-        out[1:] |= mask[:, 1:].any(axis=0)[:, None]
+        out[1:] |= np.asarray(cells[:, 1:].any(axis=0))[:, None]
         return out
 
 
@@ -226,7 +227,7 @@ class Predict(Operator):
         values = np.concatenate([np.zeros((n, 1), np.int64), x], axis=1)
         return np.stack([rows, values], axis=-1)
 
-    def run(self, ctx, model, d) -> np.ndarray:
+    def run(self, ctx: Context, model: np.ndarray, d: np.ndarray) -> np.ndarray:
         values = np.asarray(d, np.float64)[:, 1:]
         levels = np.shape(model)[1]
         ok = np.isfinite(values) & (values == np.round(values)) & (values >= 0) & (values < levels)

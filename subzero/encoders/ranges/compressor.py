@@ -10,6 +10,8 @@ run over inputs, axes and candidate references, never over cells or pairs.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from subzero.boxes import cover_coords, cover_ids
@@ -28,7 +30,8 @@ __all__ = ["compress", "explicit", "fullmany_nbytes", "demo_pairs"]
 KEY_SPAN = 1 << 62
 
 
-def compress(pairs: FullPairs, out_shape: Shape, in_shapes, *, sample: int = 256) -> RangeRules:
+def compress(pairs: FullPairs, out_shape: Shape, in_shapes: Sequence[tuple[int, ...]], *,
+             sample: int = 256) -> RangeRules:
     """Compress region pairs into range rules (exact: same lineage as ``pairs``).
 
     Pairs with one out cell (the usual explicit or mapping-derived lineage) are grouped
@@ -72,7 +75,7 @@ def compress(pairs: FullPairs, out_shape: Shape, in_shapes, *, sample: int = 256
     return table
 
 
-def explicit(pairs: FullPairs, out_shape: Shape, in_shapes) -> RangeRules:
+def explicit(pairs: FullPairs, out_shape: Shape, in_shapes: Sequence[tuple[int, ...]]) -> RangeRules:
     """Region pairs as rules of absolute cell sets, one rule per pair (no relative
     ranges): the fallback for irregular lineage.  Never larger than the FullMany
     encoding of the same pairs, but for a header of a few dozen bytes.

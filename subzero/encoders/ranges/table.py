@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Sequence
 
 import numpy as np
 
@@ -36,7 +37,7 @@ class RangeRules:
 
     # -- construction -----------------------------------------------------------------
     @classmethod
-    def empty(cls, out_shape: Shape, in_shapes) -> "RangeRules":
+    def empty(cls, out_shape: Shape, in_shapes: Sequence[tuple[int, ...]]) -> "RangeRules":
         """A table with no rules.
 
         Examples
@@ -51,7 +52,8 @@ class RangeRules:
                    tuple(np.empty((0, len(s)), TERM) for s in in_shapes))
 
     @classmethod
-    def build(cls, out_shape: Shape, in_shapes, n_rules: int, box_rule: np.ndarray, lo: np.ndarray,
+    def build(cls, out_shape: Shape, in_shapes: Sequence[tuple[int, ...]], n_rules: int, box_rule: np.ndarray,
+              lo: np.ndarray,
               hi: np.ndarray, term_rule: list[np.ndarray], terms: list[np.ndarray]) -> "RangeRules":
         """A canonical table from loose columns: ``box_rule[k]`` is the rule of box ``k``,
         ``term_rule[i][t]`` the rule of term ``t`` of input ``i``.  Sorts boxes and terms
@@ -132,7 +134,7 @@ class RangeRules:
             and all(np.array_equal(a, b) for a, b in zip(self.terms, other.terms))
 
     # -- sub-tables and merging -------------------------------------------------------
-    def select(self, rule_ids) -> "RangeRules":
+    def select(self, rule_ids: np.ndarray | None) -> "RangeRules":
         """The sub-table of the rules ``rule_ids`` (in that order).
 
         Examples
@@ -245,7 +247,8 @@ class RangeRules:
         return self._term_indexes[i]
 
     # -- queries ----------------------------------------------------------------------
-    def backward(self, q_lo, q_hi, i: int, rule_ids=None) -> tuple[np.ndarray, np.ndarray]:
+    def backward(self, q_lo: np.ndarray, q_hi: np.ndarray, i: int,
+                 rule_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Boxes of the input-``i`` cells the out cells of the query boxes depend on.
 
         ``rule_ids`` (e.g. from an R-tree over `out_envelopes`) restricts the rules looked
@@ -284,7 +287,8 @@ class RangeRules:
         lo, hi = np.clip(lo, 0, n), np.clip(hi, 0, n)
         return unique_boxes(lo, hi)
 
-    def forward(self, q_lo, q_hi, i: int, rule_ids=None) -> tuple[np.ndarray, np.ndarray]:
+    def forward(self, q_lo: np.ndarray, q_hi: np.ndarray, i: int,
+                rule_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Boxes of the out cells whose input-``i`` lineage meets the query boxes.
 
         ``rule_ids`` (e.g. from an R-tree over `in_envelopes`) restricts the rules looked

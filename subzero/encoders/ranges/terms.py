@@ -8,6 +8,8 @@ the out boxes whose terms meet them (forward), and rewrite a term in other refer
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from subzero.boxes import lexsort
@@ -27,7 +29,7 @@ TERM = np.dtype([("ref", "i1"), ("mul", "i8"), ("div", "i8"), ("a", "i8"), ("b",
 ABS = -1
 
 
-def check_shapes(out_shape, in_shapes) -> tuple[Shape, tuple[Shape, ...]]:
+def check_shapes(out_shape: tuple[int, ...], in_shapes: Sequence[tuple[int, ...]]) -> tuple[Shape, tuple[Shape, ...]]:
     """Shapes as tuples of ints; a `subzero.LineageError` for rank 0 or negative sizes."""
     out_shape = tuple(int(n) for n in out_shape)
     in_shapes = tuple(tuple(int(n) for n in s) for s in in_shapes)

@@ -16,7 +16,7 @@ NAMES = ("astronomy", "genomics", "micro", "scale", "faults", "trace", "stats", 
          "viewer", "traced", "refresh")
 
 
-def cmd_bench(args) -> int:
+def cmd_bench(args: argparse.Namespace) -> int:
     """``subzero bench``: run a benchmark and write its results; the exit status.
 
     The benchmarks are a distribution of their own (``subzero-benchmarks``, package
@@ -40,7 +40,7 @@ def cmd_bench(args) -> int:
     return subzero_bench.run_command(args.name, quick=args.quick, out_dir=args.out, max_=args.max)
 
 
-def add_parser(sub, common: argparse.ArgumentParser) -> None:
+def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``subzero bench``."""
     bench = sub.add_parser("bench", parents=[common],
                            help="reproduce the paper's experiments side by side with baselines")

@@ -10,6 +10,7 @@ from subzero.errors import LineageError
 
 if TYPE_CHECKING:
     import numpy as np
+    from subzero.run import Run
 
 __all__ = ["parse_cells", "parse_boxes", "add_cell_options", "add_sky_cells", "query_start"]
 
@@ -94,7 +95,7 @@ def parse_cells(cells: list[str] | None, boxes: list[str] | None, fits: bool = F
     return np.concatenate(blocks).astype(np.int64, copy=False)
 
 
-def add_sky_cells(args: argparse.Namespace, run, node: str) -> None:
+def add_sky_cells(args: argparse.Namespace, run: Run, node: str) -> None:
     """``--sky "RA DEC"`` (repeatable): each position becomes the cell of ``node`` holding it,
     through the WCS of its pixel grid (a FITS input's, or that of a node on its grid), added
     to ``args.cells`` in the convention of the other cells (numpy, or FITS with --fits-coords)."""
@@ -118,7 +119,7 @@ def query_start(args: argparse.Namespace) -> dict[str, Any]:
     return {"cells": parse_cells(args.cells, args.box, args.fits_coords)}
 
 
-def add_cell_options(parser) -> None:
+def add_cell_options(parser: argparse.ArgumentParser) -> None:
     """``--cells``, ``--box`` and ``--fits-coords``: the cells a query, brush or replay starts from."""
     parser.add_argument("--cells", action="append", metavar="R,C[;R,C...]",
                         help="one cell 'R,C' or several 'R,C;R,C' (repeatable)")

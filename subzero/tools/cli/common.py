@@ -12,9 +12,13 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from subzero.errors import StorageUnavailable, SubZeroError, WorkflowError
+
+if TYPE_CHECKING:
+    from subzero.dag import Workflow
+    from subzero.run import Run
 
 __all__ = ["store_command", "dispatch", "one_line", "check_store", "spark_session", "quiet_spark_launch", "parse_spark_conf",
            "run_with_progress", "apply_storage_options"]
@@ -52,7 +56,7 @@ def quiet_spark_launch(verbosity: int) -> None:
     os.environ["PYSPARK_SUBMIT_ARGS"] = f'--driver-java-options "{options}" pyspark-shell'
 
 
-def spark_session(args):
+def spark_session(args: argparse.Namespace) -> Any:
     """The session for ``--executor spark``: with ``--master``, made for that master unless a
     session exists already (spark-submit's, used as it is); else None (the executor makes or
     finds one itself)."""
@@ -71,7 +75,9 @@ def spark_session(args):
     return get_session(args.master, log_level=spark_log_level(args.verbose), conf=conf)
 
 
-def run_with_progress(args, wf, inputs: dict, **kwargs):
+def run_with_progress(args: argparse.Namespace, wf: Workflow, inputs: dict, **kwargs: Any) -> Run:
+    """`subzero.driver.execute` of ``wf`` with ``RunOptions(**kwargs)``, its progress reported on
+    stderr as the command's ``--quiet``/``--verbose`` ask (a Spark launch's log kept quiet)."""
     import contextlib
 
     from subzero.driver import RunOptions, execute
@@ -90,7 +96,7 @@ def run_with_progress(args, wf, inputs: dict, **kwargs):
     return run
 
 
-def apply_storage_options(args) -> None:
+def apply_storage_options(args: argparse.Namespace) -> None:
     """``--storage-option KEY=VALUE``: fsspec's configuration for the protocol of every store the
     command names, so each place that opens them (and the tasks they travel to) uses them."""
     from subzero.store.location import configure_storage_options, parse_storage_options
@@ -114,6 +120,7 @@ def parse_spark_conf(items: list[str] | None) -> dict[str, str]:
 
 
 def one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line (its type's name when it has none), for ``subzero: error: ...``."""
     text = " ".join(part.strip() for part in str(exc).strip().splitlines() if part.strip())
     return text or type(exc).__name__
 

@@ -29,7 +29,7 @@ def _made_by_demo(store: Path) -> bool:
     return made_by(store) == DEMO or DEMO_MARKER in names or names == [LOCK_NAME]
 
 
-def cmd_demo(args) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     """The main job: the astronomy benchmark workflow on Spark, planned by the optimizer for a
     small workload, then a backward query (a star back to the raw pixels of exposure 1) and a
     forward one (a cosmic-ray pixel of exposure 1 forward to the repaired image), each timed
@@ -90,7 +90,7 @@ def _check_same(stored, re_executed, direction: str) -> None:
                            f"{len(re_executed)} by re-execution; this is a bug in subzero, please report it")
 
 
-def add_parser(sub, common: argparse.ArgumentParser) -> None:
+def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``subzero demo``."""
     demo = sub.add_parser("demo", parents=[common],
                           help="the main job: the astronomy workflow on Spark and two lineage queries")

@@ -10,7 +10,7 @@ from subzero.tools.cli.common import store_command
 __all__ = ["add_parser", "cmd_explain", "cmd_info"]
 
 
-def cmd_explain(args) -> int:
+def cmd_explain(args: argparse.Namespace) -> int:
     """``subzero explain``: what each node stored and why; the exit status."""
     from subzero.run import open_run
 
@@ -26,7 +26,7 @@ def cmd_explain(args) -> int:
     return 0
 
 
-def cmd_info(args) -> int:
+def cmd_info(args: argparse.Namespace) -> int:
     """``subzero info``: a store's summary; the exit status."""
     from subzero.tools.info import info_data, info_text
 
@@ -35,7 +35,7 @@ def cmd_info(args) -> int:
     return 0
 
 
-def add_parser(sub, common: argparse.ArgumentParser) -> None:
+def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``subzero explain``, ``subzero info`` and ``subzero config``."""
     explain = store_command(sub, common, "explain", cmd_explain,
                             help="the chosen strategy per node, predicted and measured costs, and why")
@@ -56,7 +56,7 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     conf.set_defaults(func=cmd_config)
 
 
-def cmd_config(args) -> int:
+def cmd_config(args: argparse.Namespace) -> int:
     """``subzero config``: every setting's current value and where it comes from; the exit status."""
     import json
 

@@ -7,7 +7,7 @@ import argparse
 import json
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from subzero.tools.cli.cells import add_cell_options, add_sky_cells, query_start
 from subzero.tools.cli.common import store_command
@@ -15,6 +15,9 @@ from subzero.errors import LineageError
 from subzero.input_files import node_fits_header as _fits_header
 from subzero.modes import Direction
 from subzero.modes import parse_node_strategies as _parse_strategies
+
+if TYPE_CHECKING:
+    from subzero.frontier import Frontier
 
 __all__ = ["add_parser", "cmd_query", "cmd_brush", "bbox_text"]
 
@@ -97,7 +100,7 @@ def _open_traced(args) -> tuple[Any, dict, dict | None]:
     return run, query_start(args), {k: v[-1] for k, v in _parse_strategies(args.using, "--using").items()} or None
 
 
-def cmd_query(args) -> int:
+def cmd_query(args: argparse.Namespace) -> int:
     """``subzero query``: trace cells backward or forward and print or write them; the exit status."""
     run, start, using = _open_traced(args)
     _check_outputs(args, run, args.to, [args.node, args.to])
@@ -133,7 +136,7 @@ def cmd_query(args) -> int:
     return 0
 
 
-def bbox_text(frontier, fits: bool) -> str:
+def bbox_text(frontier: Frontier, fits: bool) -> str:
     """A frontier's bounding box: ``rows 3:9, cols 10:12`` (numpy) or ``[11:12,4:9]`` (FITS)."""
     box = frontier.bbox()
     if box is None:
@@ -144,7 +147,7 @@ def bbox_text(frontier, fits: bool) -> str:
     return "[" + ", ".join(f"{int(a)}:{int(b)}" for a, b in zip(lo, hi)) + "]"
 
 
-def cmd_brush(args) -> int:
+def cmd_brush(args: argparse.Namespace) -> int:
     """``subzero brush``: linked brushing from a node's cells; the exit status."""
     from subzero.tools.brush import brush, brush_data, default_source
 
@@ -198,7 +201,7 @@ def _add_answer_options(parser, func, traced: str, json_help: str, plot_help: st
                              "(repeatable)")
 
 
-def add_parser(sub, common: argparse.ArgumentParser) -> None:
+def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``subzero query`` and ``subzero brush``."""
     query = store_command(sub, common, "query", cmd_query, help="backward or forward lineage of cells of a stored run")
     query.add_argument("direction", choices=["backward", "forward"])

@@ -95,7 +95,7 @@ def _replay_text(result, fits: bool) -> str:
     return "\n".join(lines)
 
 
-def cmd_replay(args) -> int:
+def cmd_replay(args: argparse.Namespace) -> int:
     """``subzero replay``: replace input cells and re-run what they reach into a new store; the exit status."""
     import contextlib
 
@@ -137,7 +137,7 @@ def cmd_replay(args) -> int:
     return 0
 
 
-def add_parser(sub, common: argparse.ArgumentParser) -> None:
+def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``subzero replay``."""
     replay = sub.add_parser("replay", parents=[common],
                             help="what-if: replace input cells and re-run only what they reach, into a new store",

@@ -97,7 +97,7 @@ def _check_workload(path: str | None, workload: Any, wf, inputs: dict) -> None:
         raise WorkflowError(f"--workload {path!r}: {exc}") from None
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     """``subzero run``: run a workflow into a store; the exit status."""
     from subzero.input_files import check_bound, parse_assignments, read_inputs
 
@@ -160,7 +160,7 @@ def _committed_text(store: str) -> str:
             f"{f' ({names})' if done else ''}; run the same command with --resume to continue")
 
 
-def add_parser(sub, common: argparse.ArgumentParser) -> None:
+def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``subzero run``."""
     run = sub.add_parser("run", parents=[common], help="run a workflow and store its lineage",
                          description="Run a workflow (a built-in name or a Python file defining build()) and store "

@@ -21,7 +21,7 @@ __all__ = ["add_parser", "cmd_table", "cmd_contaminate"]
 TABLE_FORMATS = {".ecsv": "ascii.ecsv", ".csv": "ascii.csv", ".fits": "fits", ".fit": "fits", ".fts": "fits"}
 
 
-def add_parser(sub, common: argparse.ArgumentParser) -> None:
+def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``subzero table`` (also ``subzero catalog``, its older name) and ``subzero contaminate``."""
     table = store_command(
         sub, common, "table", cmd_table, aliases=("catalog",),
@@ -71,7 +71,7 @@ def _table_format(path: str) -> str:
     return TABLE_FORMATS[suffix]
 
 
-def cmd_table(args) -> int:
+def cmd_table(args: argparse.Namespace) -> int:
     """``subzero table``: a per-object lineage table of a stored run; the exit status."""
     import numpy as np
 
@@ -121,7 +121,7 @@ def _write_counts(path: Path, counts: np.ndarray, header, history: str) -> None:
         out.writeto(tmp, overwrite=True, output_verify="silentfix")
 
 
-def cmd_contaminate(args) -> int:
+def cmd_contaminate(args: argparse.Namespace) -> int:
     """``subzero contaminate``: contamination masks and counts of flagged cells; the exit status."""
     import numpy as np
 

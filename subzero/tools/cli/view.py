@@ -7,7 +7,7 @@ import argparse
 __all__ = ["add_parser", "cmd_view"]
 
 
-def cmd_view(args) -> int:
+def cmd_view(args: argparse.Namespace) -> int:
     """``subzero view``: serve the viewer over a store until interrupted; the exit status."""
     from subzero.tools.view.server import serve
 
@@ -15,7 +15,7 @@ def cmd_view(args) -> int:
     return 0
 
 
-def add_parser(sub, common: argparse.ArgumentParser) -> None:
+def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``subzero view``."""
     view = sub.add_parser("view", parents=[common], help="browse a store in a web page, with linked brushing",
                           description="Serve a page showing every node of a stored run (2-D nodes as pan/zoom "

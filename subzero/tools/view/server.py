@@ -14,6 +14,7 @@ import socket
 import threading
 import webbrowser
 from pathlib import Path
+from typing import Any
 
 from subzero.errors import LineageError
 
@@ -47,7 +48,7 @@ def is_loopback(host: str) -> bool:
 
 
 def make_server(store: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, cache_dir: Path | None = None,
-                token: str | None = None):
+                token: str | None = None) -> tuple[Any, str]:
     """An unstarted ``uvicorn.Server`` for the viewer of ``store`` (opened read-only), and its URL.
 
     ``server.run()`` serves until ``server.should_exit`` is set (or, in the main thread,

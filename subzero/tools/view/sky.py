@@ -11,7 +11,7 @@ transpose, a flip, a crop or a resampling does not.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -80,7 +80,7 @@ def pixel_to_sky(wcs: "WCS", row: float, col: float) -> tuple[float, float]:
     return float(sky.ra.deg), float(sky.dec.deg)
 
 
-def parse_sky(text: str):
+def parse_sky(text: str) -> Any:
     """``"RA DEC"`` in degrees (``"150.1 2.2"``) or sexagesimal (``"10:00:24 +02:12:00"``,
     ``"10h00m24s +2d12m"``), ICRS/fk5, as an astropy ``SkyCoord``.
 
@@ -106,7 +106,7 @@ def parse_sky(text: str):
                            "sexagesimal") from None
 
 
-def sky_to_pixel(wcs: "WCS", coord, shape: tuple[int, ...]) -> tuple[int, int]:
+def sky_to_pixel(wcs: "WCS", coord: Any, shape: tuple[int, ...]) -> tuple[int, int]:
     """The cell ``(row, col)`` holding sky position ``coord`` (a ``SkyCoord``).
 
     Raises

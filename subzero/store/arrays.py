@@ -731,6 +731,12 @@ class MemoryArray:
         self.block[tuple(slice(lo, hi) for lo, hi in box)] = block
         return 0
 
+    def hold(self, block: np.ndarray, chunks: tuple[int, ...]) -> None:
+        """Keep ``block`` as the whole array, computed elsewhere (a traced run's values): never
+        written into afterwards, so it is held as it is, not copied."""
+        with self._lock:
+            self.block, self.chunks = block, tuple(chunks)
+
     def read(self, box: Box | None = None) -> np.ndarray:
         """The cells of ``box`` (the whole array when None): a copy, as a stored read is."""
         if self.block is None:

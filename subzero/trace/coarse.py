@@ -56,8 +56,17 @@ def _template(tree: Any) -> Any:
     return _map_leaves(tree, lambda x: ARG)
 
 
-def _concrete(tree: Any) -> Any:
-    return _map_leaves(tree, lambda x: x.values())
+def _concrete(tree: Any, copy: bool = False) -> Any:
+    """``tree`` with each symbolic array replaced by its values: a read-only view (or a copy)."""
+    def values(x: SymbolicArray) -> np.ndarray:
+        value = x.values()
+        if copy:
+            return np.array(value, copy=True)
+        view = value.view()
+        view.flags.writeable = False
+        return view
+
+    return _map_leaves(tree, values)
 
 
 def node_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -97,7 +106,12 @@ def coarse_call(func: Callable[..., Any], args: tuple, kwargs: dict, reason: str
             "f = sz.udf(fn, lineage=...) and call f(x)")
     concrete_args, concrete_kwargs = _concrete(args), _concrete(kwargs)
     with outside_trace():
-        result = func(*concrete_args, **concrete_kwargs)
+        try:  # the values are this run's, kept for the run: a call that writes into them is given copies
+            result = func(*concrete_args, **concrete_kwargs)
+        except ValueError as exc:
+            if "read-only" not in str(exc):
+                raise
+            result = func(*_concrete(args, copy=True), **_concrete(kwargs, copy=True))
     call = _Logical(NumpyCall(func, _template(args), _template(kwargs)), tuple(x.shape for x in found))
     line = user_line()
     items = list(result.values()) if isinstance(result, dict) else \

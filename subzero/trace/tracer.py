@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -68,6 +69,7 @@ class Entry:
     line: str = ""                   # the user's line that made it
     constant: bool = False           # an array the function captured (an input the workflow carries)
     value: Any = field(default=None, repr=False)   # the values, once computed (or given)
+    seconds: float = 0.0             # how long computing its values took (0: given, or not computed)
 
 
 @dataclass(frozen=True)
@@ -87,8 +89,15 @@ class Event:
 class Tracer:
     """Collects entries while a function is traced; `build` turns them into a `Workflow`."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, eager_bytes: int | None = None):
         self.name = name
+        #: evaluate each step as it is recorded while the values computed so far hold at most this
+        #: many bytes (None: only when Python asks for a value); past it, values are computed on demand
+        self.eager_bytes = eager_bytes
+        #: bytes of the values computed so far (the inputs' own arrays are not counted)
+        self.value_bytes = 0
+        self._pending: Entry | None = None  # the step recorded last: evaluated when the next one is
+        self._names: dict[int, str] = {}  # id(entry) -> its node's name, once built
         self.entries: list[Entry] = []
         self.outputs: list[Entry] = []  # the entries the traced function returned, in order
         self.events: list[Event] = []
@@ -129,7 +138,31 @@ class Tracer:
             op.errstate = {k: str(v) for k, v in state.items()}
         entry = Entry(base, op, tuple(inputs), tuple(int(n) for n in shape), line=line)
         self.entries.append(entry)
+        if self.eager_bytes is not None:
+            self.evaluate_pending()
+            self._pending = entry  # evaluated with the next step (its caller may still give it its values)
         return entry
+
+    def evaluate_pending(self) -> None:
+        """Evaluate the step recorded last, if the trace evaluates eagerly and the values fit in
+        `eager_bytes` (an estimate before, the value's own bytes after); a step that fails on its
+        values, or one over the budget, is left to be computed on demand (past the budget, every
+        later step too)."""
+        e, self._pending = self._pending, None
+        if e is None or self.eager_bytes is None:
+            return
+        if e.value is not None:  # given by its caller (a coarse step's result)
+            self.value_bytes += int(np.asarray(e.value).nbytes)
+            return
+        if any(i.value is None for i in e.inputs):
+            return
+        if self.value_bytes + int(np.prod(e.shape, dtype=np.int64)) * 8 > self.eager_bytes:
+            self.eager_bytes = None  # over the budget: lazily from here on, as a trace from shapes is
+            return
+        try:
+            self._evaluate(e)
+        except Exception:  # noqa: BLE001 - the run computes it (and fails there, naming the node, as without this)
+            e.value = None
 
     # -- values -----------------------------------------------------------------------------------
     @property
@@ -178,12 +211,43 @@ class Tracer:
         order = sorted(needed.values(), key=lambda e: position[id(e)])
         for e in order:
             if e.value is None:
-                args = [np.asarray(i.value) for i in e.inputs]
-                with warnings.catch_warnings(), outside_trace():
-                    warnings.simplefilter("ignore")
-                    out = np.asarray(evaluate_operator(e.op, args))  # type: ignore[arg-type]
-                e.value = out.reshape(e.shape) if out.size == int(np.prod(e.shape)) else out
+                self._evaluate(e)
         return np.asarray(entry.value)
+
+    def _evaluate(self, e: Entry) -> None:
+        """Compute ``e``'s values from its inputs' (which have theirs), timed.  The operator sees
+        read-only views of them (the values are this run's, shared by every reader and handed to the
+        run): one that writes into its inputs is given copies instead."""
+        args = [_read_only(i.value) for i in e.inputs]
+        started = time.perf_counter()
+        with warnings.catch_warnings(), outside_trace():
+            warnings.simplefilter("ignore")
+            try:
+                out = np.asarray(evaluate_operator(e.op, args))  # type: ignore[arg-type]
+            except ValueError as exc:
+                if "read-only" not in str(exc):
+                    raise
+                out = np.asarray(evaluate_operator(e.op, [np.array(a, copy=True) for a in args]))  # type: ignore[arg-type]
+        e.seconds = time.perf_counter() - started
+        e.value = out.reshape(e.shape) if out.size == int(np.prod(e.shape)) else out
+        self.value_bytes += int(e.value.nbytes)
+
+    def values(self) -> dict[str, tuple[np.ndarray, float]]:
+        """Node name -> (its values, the seconds computing them took) of every step of the built
+        workflow (`build`) whose values this trace computed, for a run over the same inputs to
+        reuse.  Left out: the values numpy code outside subzero was handed as arrays (`leak`:
+        it may have written into them) and every step computed from them."""
+        self.evaluate_pending()
+        names = self._names
+        tainted = {id(e) for e in self.leaked}
+        out: dict[str, tuple[np.ndarray, float]] = {}
+        for e in self.entries:  # call order is topological
+            if any(id(i) in tainted for i in e.inputs):
+                tainted.add(id(e))
+            if e.op is None or e.value is None or id(e) in tainted or id(e) not in names:
+                continue
+            out[names[id(e)]] = (np.asarray(e.value), e.seconds)
+        return out
 
     def build(self) -> Workflow:
         """The workflow of the entries the named ones need (the outputs, `subzero.name`d
@@ -216,6 +280,7 @@ class Tracer:
             else:
                 nodes[id(e)] = wf.add(e.op, *[nodes[id(i)] for i in e.inputs], name=names[id(e)])
         wf.results = [names[id(e)] for e in self.outputs if e.op is not None]
+        self._names = names
         return wf
 
     # -- the tracer in force ----------------------------------------------------------------------
@@ -225,6 +290,13 @@ class Tracer:
 
     def __exit__(self, *exc) -> None:
         _CURRENT.reset(self._token)
+
+
+def _read_only(value: Any) -> np.ndarray:
+    """A read-only view of ``value`` (as an array)."""
+    view = np.asarray(value).view()
+    view.flags.writeable = False
+    return view
 
 
 def _needed(entries: list[Entry]) -> list[Entry]:

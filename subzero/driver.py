@@ -119,8 +119,7 @@ class _Execution:
         self._readers_left = {name: len(readers) for name, readers in self.readers.items()}
         #: node name -> (values, seconds) its trace computed on this run's inputs (`reuse`), until taken
         self.known: dict[str, tuple[np.ndarray, float]] = {
-            name: got for name, got in (known or {}).items()
-            if in_memory and name in self.readers and not getattr(wf.node(name).operator, "two_pass", True)}
+            name: got for name, got in (known or {}).items() if in_memory and name in self.readers}
         self._stages: dict[str, tuple[tuple, NodeStage]] = {}  # the last stage made per node, and its key
         self._hold_limit = int(config.get("hold_mb") * 2**20)
         #: the store is written behind the run (`subzero.store.behind`): the arrays it keeps are held
@@ -389,14 +388,17 @@ class _Execution:
         self.arrays[node.name] = self._persist(node.name, replace(committed, why=self.why(node.name)), done.metas)
         return done.metas, done.wall
 
-    def reuse(self, node: Node) -> tuple[list[TileMeta], float] | None:
+    def reuse(self, node: Node, prepared: list[Any] | None = None) -> tuple[list[TileMeta], float] | None:
         """Commit ``node``'s output from the values its trace computed on this run's inputs
         (`known`) instead of computing it: held in memory as its tiles would have left it (written
         behind the run when kept, as a held array is), the operator and array committed as
-        `compute` does; one `TileMeta` covering every tile, timed by the trace.  None (the node is
-        computed as usual): no values, or a node they cannot stand for here: its output not held in
-        this process (stored by its tiles), a two-pass operator (its run state comes from running),
-        a shape other than the stage's, or an operator run under ``np.errstate(...="raise")``."""
+        `compute` does; one `TileMeta` covering every tile, timed by the trace.  A two-pass
+        operator's run state still comes from its first pass (`NodeStage.first_pass`, or
+        ``prepared``: the summaries a fused stage made); its values, computed whole, are those its
+        tiles give (Label's canonical ids do not depend on the tiling).  None (the node is computed
+        as usual): no values, or a node they cannot stand for here: its output not held in this
+        process (stored by its tiles), a shape other than the stage's, or an operator run under
+        ``np.errstate(...="raise")``."""
         got = self.known.pop(node.name, None)
         if got is None:
             return None
@@ -404,11 +406,13 @@ class _Execution:
         stage = self.stage(node)
         op, held, shape = stage.operator, stage.destination, stage.output_shape
         errstate = getattr(op, "errstate", None) or {}
-        if not isinstance(held, MemoryArray) or held.block is not None or shape is None or op.two_pass or \
+        if not isinstance(held, MemoryArray) or held.block is not None or shape is None or \
                 tuple(value.shape) != tuple(shape) or value.dtype == object or "raise" in errstate.values():
             return None
         started = time.perf_counter()
         self.progress.node_started(node.name, 1)
+        if op.two_pass:
+            stage.first_pass(self.runner, prepared)
         written_behind = self._written_behind(node.name)
         if written_behind and value.base is not None:  # a view (of an input the caller may change once run returns)
             value = np.array(value, copy=True, order="C")
@@ -1252,10 +1256,10 @@ def _run_nodes(run: _Execution, operators: Sequence[Node], policy: Policy) -> No
                 done, prepared = run.compute_fused(members, group)
                 computed.update((n.name, _Computed(*d)) for n, d in zip(members, done))
         stage, now = run.stage(node), computed.pop(node.name, None) or policy.computed_before(run, node)
-        if now is None and prepared is None and node.name in known:
-            reused = run.reuse(node)
+        if now is None and node.name in known:
+            reused = run.reuse(node, prepared)
             if reused is not None:  # stored from its trace's values; its lineage is captured below if stored
-                now, stage = _Computed(*reused), run.stage(node)
+                now, stage, prepared = _Computed(*reused), run.stage(node), None
         if now is None and policy.computes_first(stage):
             now, prepared = _Computed(*run.compute(node, (), prepared)), None
             stage = run.stage(node)

@@ -196,7 +196,7 @@ class TracedWorkflow:
                         any(b.code is found.code for b in breaks):
                     if not tracer.has_values():
                         raise
-                    return (*self._eager(signature, arrays, values, exc, started), {})
+                    return self._eager(signature, arrays, values, exc, started)
                 breaks.append(found)
         wf = tracer.build()
         known = tracer.values() if tracer.has_values() else {}
@@ -219,26 +219,29 @@ class TracedWorkflow:
         return args
 
     def _eager(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any], exc: BaseException,
-               started: float) -> tuple[Workflow, bool, list]:
+               started: float) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray, float]]]:
         """The whole function as one coarse step over every input (the last resort of a trace that
         failed where numpy does not: every output depends on every input); numpy's own error when
         the function fails on numpy arrays too."""
         concrete = {name: np.asarray(arrays[name]) for name, _, _ in signature}
+        checking = time.perf_counter()
         try:
             checked = self.fn(**{k: v.copy() for k, v in concrete.items()}, **values)
         except Exception:
             raise exc from None  # numpy fails too: the trace's error names the user's line
+        once = _Copying(self.fn, checked)
+        once.seconds = time.perf_counter() - checking  # what computing its outputs took (the run reuses them)
         tracer = Tracer(self.name)
         args = self._symbolic_inputs(tracer, signature, arrays)
         first = str(exc).splitlines()[0] if str(exc) else ""
         reason = (f"the function could not be traced ({type(exc).__name__}: {first[:160]}), so it ran on this run's "
                   "values as one coarse step: every output depends on every input")
         with tracer:
-            result = coarse_call(_Copying(self.fn, checked), (), {**args, **values}, reason, base=self.name)
+            result = coarse_call(once, (), {**args, **values}, reason, base=self.name)
             _name_outputs(tracer, result, self.name)
         wf = tracer.build()
         self.last_trace_seconds = time.perf_counter() - started
-        return wf, True, list(tracer.events)
+        return wf, True, list(tracer.events), tracer.values()
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, inputs: Mapping[str, Any], store: "str | os.PathLike[str]", params: Mapping[str, Any] | None = None,
@@ -352,6 +355,7 @@ class _Copying:
         self.fn = fn
         self.__name__ = getattr(fn, "__name__", "workflow")
         self._first = first  # the result of the call the trace made already on the same values: used once
+        self.seconds = 0.0  # how long that call took
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         first, self._first = self.__dict__.get("_first"), None

@@ -364,9 +364,7 @@ class _Execution:
         """The node's stage: its operator bound to its inputs' shapes (and to its own, once computed)."""
         computed = self.arrays.get(node.name)
         op = self.operator(node)
-        key = (node.name, id(op), computed.shape if computed is not None else None,
-               tuple(id(self.arrays.get(i.name)) for i in node.inputs),
-               tuple(id(self.held.get(i.name)) for i in node.inputs))
+        key = self._stage_key(node, op)
         kept = self._stages.get(node.name)
         got = kept[1] if kept is not None and kept[0] == key else None
         if got is None:
@@ -376,6 +374,13 @@ class _Execution:
                                  destination=self.destination(node, inputs))
             self._stages[node.name] = (key, got)
         return got
+
+    def _stage_key(self, node: Node, op: Operator) -> tuple:
+        """What a node's stage is bound to: its operator, its shape once computed, its inputs' arrays."""
+        computed = self.arrays.get(node.name)
+        return (node.name, id(op), computed.shape if computed is not None else None,
+                tuple(id(self.arrays.get(i.name)) for i in node.inputs),
+                tuple(id(self.held.get(i.name)) for i in node.inputs))
 
     def compute(self, node: Node, strategies: tuple[Strategy, ...],
                 prepared: list[Any] | None = None) -> tuple[list[TileMeta], float]:
@@ -425,6 +430,7 @@ class _Execution:
         self.operators[node.name] = stage.operator
         committed = done.commit_array(written_behind=written_behind)
         self.arrays[node.name] = self._persist(node.name, replace(committed, why=self.why(node.name)), done.metas)
+        self._stages[node.name] = (self._stage_key(node, stage.operator), stage)  # bound to the shape it has
         self.progress.node_finished(node.name)
         return done.metas, done.wall
 
@@ -1250,7 +1256,7 @@ def _run_nodes(run: _Execution, operators: Sequence[Node], policy: Policy) -> No
         if node.name not in computed and prepared is None:
             lead = policy.fusable(list(itertools.takewhile(
                 lambda n: n.name not in run.catalog.nodes and n.name not in known, operators[k:])))
-            group = run.fused_group([n for n, _ in lead], dict((n.name, s) for n, s in lead))
+            group = run.fused_group([n for n, _ in lead], dict((n.name, s) for n, s in lead)) if lead else None
             if group is not None:
                 members = operators[k:k + len(group.stages)]
                 done, prepared = run.compute_fused(members, group)

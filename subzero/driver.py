@@ -127,6 +127,7 @@ class _Execution:
         self.behind = isinstance(store, BehindStore)
         self._behind_limit = int(config.get("write_behind_mb") * 2**20)
         self._commit_every = config.get("commit_seconds")
+        self._compressor = config.get("compressor")  # read once: a node's held output asks (`_hold`)
         self._written_at = time.perf_counter()
         self._recomputed: dict[str, RecomputedArray] = {}
         self._runner: Executor | Callable[[], Executor] = runner  # or a function making one when first needed
@@ -203,7 +204,7 @@ class _Execution:
     def _hold(self, name: str, inputs: Sequence[Any]) -> None:
         """``name``'s output goes to a `MemoryArray` of this process."""
         held_inputs = any(isinstance(i, Held) for i in inputs)  # a fused member: its task chooses
-        compressor = config.get("compressor") if held_inputs else output_compressor(inputs)
+        compressor = self._compressor if held_inputs else output_compressor(inputs, self._compressor)
         self.held[name] = MemoryArray(name, compressor)
         self._destinations[name] = self.held[name]
 
@@ -443,7 +444,7 @@ class _Execution:
         stages: list[NodeStage] = []
         shapes: dict[str, tuple[int, ...]] = {}
         prepare = None
-        for node in nodes if config.get("fuse") else ():
+        for node in nodes if nodes and config.get("fuse") else ():
             names = [i.name for i in node.inputs]
             if any(n not in shapes and n not in self.arrays for n in names):
                 break

@@ -197,3 +197,4 @@ def test_a_cached_trace_computes_as_before(tmp_path, reused):
     run = fn.run({"x": x}, tmp_path / "s", executor="local")
     assert reused[0] == []
     np.testing.assert_array_equal(np.asarray(run.output("kept")), sigma_clip(x)["kept"])
+

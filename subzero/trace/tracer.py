@@ -98,6 +98,7 @@ class Tracer:
         self.value_bytes = 0
         self._pending: Entry | None = None  # the step recorded last: evaluated when the next one is
         self._names: dict[int, str] = {}  # id(entry) -> its node's name, once built
+        self._exposed: list[Entry] = []  # entries whose values numpy code outside subzero was handed (`leak`)
         self.entries: list[Entry] = []
         self.outputs: list[Entry] = []  # the entries the traced function returned, in order
         self.events: list[Event] = []
@@ -179,6 +180,7 @@ class Tracer:
     def leak(self, entry: Entry, line: str, caller: str) -> None:
         """Record that ``caller`` turned ``entry`` into numpy values at ``line``: arrays that enter
         the trace afterwards may derive from them (`leaked`)."""
+        self._exposed.append(entry)  # numpy code holds its values now: not handed to the run (`values`)
         if _depends_on_data(entry):
             self.leaked.append(entry)
             self.note("leak", line, f"{caller} turned {entry.name or entry.base} into numpy values: what it "
@@ -235,11 +237,11 @@ class Tracer:
     def values(self) -> dict[str, tuple[np.ndarray, float]]:
         """Node name -> (its values, the seconds computing them took) of every step of the built
         workflow (`build`) whose values this trace computed, for a run over the same inputs to
-        reuse.  Left out: the values numpy code outside subzero was handed as arrays (`leak`:
-        it may have written into them) and every step computed from them."""
+        reuse.  Left out: the values of a step numpy code outside subzero was handed as an array
+        (`leak`: it may have written into them) and of every step computed from them."""
         self.evaluate_pending()
         names = self._names
-        tainted = {id(e) for e in self.leaked}
+        tainted = {id(e) for e in self._exposed if e.op is not None}  # an input's values are the caller's own
         out: dict[str, tuple[np.ndarray, float]] = {}
         for e in self.entries:  # call order is topological
             if any(id(i) in tainted for i in e.inputs):

@@ -138,7 +138,7 @@ def gather(x: SymbolicArray, parts: tuple) -> SymbolicArray:
     shape = positions.shape
     op = ops.Gather(positions.reshape(node_shape(shape)), guides)
     out = add_node(op, [x] + guide_inputs, "getitem", shape=shape, dtype=x.dtype)
-    if x.tracer.eager_bytes is not None and x.entry.value is not None:  # its values, as numpy's own indexing gives them
+    if x.tracer.eager_bytes is not None and x.tracer.evaluate_within_budget(x.entry):  # as numpy's indexing gives them
         started = time.perf_counter()
         out.entry.value = np.asarray(np.asarray(x.entry.value).reshape(x.shape)[key]).reshape(out.entry.shape)
         out.entry.seconds = time.perf_counter() - started

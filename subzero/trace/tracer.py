@@ -27,6 +27,7 @@ import numpy as np
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
 from subzero.oracle import evaluate_operator
+from subzero.tiling import Elementwise, Halo
 from subzero.trace.errors import ControlFlowError, TraceError
 from subzero.dag import Workflow
 
@@ -70,6 +71,7 @@ class Entry:
     constant: bool = False           # an array the function captured (an input the workflow carries)
     value: Any = field(default=None, repr=False)   # the values, once computed (or given)
     seconds: float = 0.0             # how long computing its values took (0: given, or not computed)
+    order: int = 0                   # its place in call order (topological)
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ class Tracer:
 
     def input(self, name: str, shape: tuple[int, ...], value: Any = None) -> Entry:
         """Record an input of ``shape`` named ``name`` (its values, when known); its entry."""
-        entry = Entry(name, None, (), tuple(shape), name=name, value=value)
+        entry = Entry(name, None, (), tuple(shape), name=name, value=value, order=len(self.entries))
         self.entries.append(entry)
         self._inputs_without_values += value is None
         return entry
@@ -119,7 +121,7 @@ class Tracer:
         code may write into it afterwards (a library's ``np.add(out, x, out=out)``)."""
         value = np.asarray(value) if owned else np.array(value, copy=True)
         entry = Entry("constant", None, (), tuple(int(n) for n in value.shape), line=line, constant=True,
-                      value=value)
+                      value=value, order=len(self.entries))
         self.entries.append(entry)
         return entry
 
@@ -137,7 +139,7 @@ class Tracer:
         state = np.geterr()
         if state != _DEFAULT_ERRSTATE:  # the user's np.errstate reaches the run of this step
             op.errstate = {k: str(v) for k, v in state.items()}
-        entry = Entry(base, op, tuple(inputs), tuple(int(n) for n in shape), line=line)
+        entry = Entry(base, op, tuple(inputs), tuple(int(n) for n in shape), line=line, order=len(self.entries))
         self.entries.append(entry)
         if self.eager_bytes is not None:
             self.evaluate_pending()
@@ -145,25 +147,44 @@ class Tracer:
         return entry
 
     def evaluate_pending(self) -> None:
-        """Evaluate the step recorded last, if the trace evaluates eagerly and the values fit in
-        `eager_bytes` (an estimate before, the value's own bytes after); a step that fails on its
-        values, or one over the budget, is left to be computed on demand (past the budget, every
-        later step too)."""
+        """Evaluate the step recorded last (and the steps before it that it needs), if the trace
+        evaluates eagerly and their values fit in `eager_bytes` (an estimate before: 8 bytes a
+        cell; the values' own bytes after).  Left to the run: a step computed tile by tile from
+        its input boxes (`Elementwise`, `Halo`: a fused stage computes a chain of them on the
+        executor's threads without holding each one), unless a later step or Python needs its
+        values; a step that fails on its values (the run fails there, naming the node); past the
+        budget, every later step (computed on demand, as a trace from shapes is)."""
         e, self._pending = self._pending, None
         if e is None or self.eager_bytes is None:
             return
         if e.value is not None:  # given by its caller (a coarse step's result)
             self.value_bytes += int(np.asarray(e.value).nbytes)
             return
-        if any(i.value is None for i in e.inputs):
-            return
-        if self.value_bytes + int(np.prod(e.shape, dtype=np.int64)) * 8 > self.eager_bytes:
-            self.eager_bytes = None  # over the budget: lazily from here on, as a trace from shapes is
-            return
+        if not _tiled_cheaply(e.op):
+            self.evaluate_within_budget(e)
+
+    def evaluate_within_budget(self, e: Entry) -> bool:
+        """Evaluate ``e`` and the steps before it that it needs, if the trace evaluates eagerly
+        and their values fit in `eager_bytes` (past it, the trace stops evaluating eagerly);
+        whether ``e`` has its values now."""
+        if e.value is not None:
+            return True
+        if self.eager_bytes is None:
+            return False
         try:
-            self._evaluate(e)
-        except Exception:  # noqa: BLE001 - the run computes it (and fails there, naming the node, as without this)
-            e.value = None
+            missing = self._missing(e, "")
+        except ControlFlowError:
+            return False
+        if self.value_bytes + sum(int(np.prod(m.shape, dtype=np.int64)) * 8 for m in missing) > self.eager_bytes:
+            self.eager_bytes = None  # over the budget: lazily from here on, as a trace from shapes is
+            return False
+        for m in missing:
+            try:
+                self._evaluate(m)
+            except Exception:  # noqa: BLE001 - the run computes it (and fails there, naming the node, as without this)
+                m.value = None
+                return False
+        return True
 
     # -- values -----------------------------------------------------------------------------------
     @property
@@ -197,6 +218,13 @@ class Tracer:
             if not isinstance(entry.value, np.ndarray):
                 entry.value = np.asarray(entry.value)
             return entry.value
+        for e in self._missing(entry, why):
+            if e.value is None:
+                self._evaluate(e)
+        return np.asarray(entry.value)
+
+    def _missing(self, entry: Entry, why: str) -> list[Entry]:
+        """``entry`` and every ancestor still without values, in call order (topological)."""
         needed: dict[int, Entry] = {}
         stack = [entry]
         while stack:  # every ancestor still without values (no recursion: loops unroll into long chains)
@@ -209,12 +237,7 @@ class Tracer:
                     "with the input arrays (f.trace(inputs) / f.run(inputs, store) with numpy or Zarr arrays)")
             needed[id(e)] = e
             stack.extend(e.inputs)
-        position = {id(e): k for k, e in enumerate(self.entries)}  # call order is topological
-        order = sorted(needed.values(), key=lambda e: position[id(e)])
-        for e in order:
-            if e.value is None:
-                self._evaluate(e)
-        return np.asarray(entry.value)
+        return sorted(needed.values(), key=lambda e: e.order)
 
     def _evaluate(self, e: Entry) -> None:
         """Compute ``e``'s values from its inputs' (which have theirs), timed.  The operator sees
@@ -292,6 +315,18 @@ class Tracer:
 
     def __exit__(self, *exc) -> None:
         _CURRENT.reset(self._token)
+
+
+def _tiled_cheaply(op: Operator | None) -> bool:
+    """Whether the run computes ``op``'s tiles from their input boxes in one pass (`Elementwise`,
+    `Halo`): fused with its neighbours and spread over the executor's threads, it is as fast tiled
+    as evaluated whole here (a large convolution faster), and holds no value in between."""
+    if op is None or op.two_pass:
+        return False
+    try:
+        return type(op.effective_tiling()) in (Elementwise, Halo)
+    except Exception:  # noqa: BLE001 - a tiling that needs shapes: evaluated here
+        return False
 
 
 def _read_only(value: Any) -> np.ndarray:

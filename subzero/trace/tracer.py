@@ -164,9 +164,10 @@ class Tracer:
             self.evaluate_within_budget(e)
 
     def evaluate_within_budget(self, e: Entry) -> bool:
-        """Evaluate ``e`` and the steps before it that it needs, if the trace evaluates eagerly
-        and their values fit in `eager_bytes` (past it, the trace stops evaluating eagerly);
-        whether ``e`` has its values now."""
+        """Evaluate ``e`` and the steps before it that it needs, if the trace evaluates eagerly,
+        those steps are elementwise (a neighbourhood step, a convolution say, is left to the run's
+        threads, and so is everything after it) and their values fit in `eager_bytes` (past it,
+        the trace stops evaluating eagerly); whether ``e`` has its values now."""
         if e.value is not None:
             return True
         if self.eager_bytes is None:
@@ -174,6 +175,8 @@ class Tracer:
         try:
             missing = self._missing(e, "")
         except ControlFlowError:
+            return False
+        if any(m is not e and not _elementwise(m.op) for m in missing):
             return False
         if self.value_bytes + sum(int(np.prod(m.shape, dtype=np.int64)) * 8 for m in missing) > self.eager_bytes:
             self.eager_bytes = None  # over the budget: lazily from here on, as a trace from shapes is
@@ -326,6 +329,16 @@ def _tiled_cheaply(op: Operator | None) -> bool:
     try:
         return type(op.effective_tiling()) in (Elementwise, Halo)
     except Exception:  # noqa: BLE001 - a tiling that needs shapes: evaluated here
+        return False
+
+
+def _elementwise(op: Operator | None) -> bool:
+    """Whether ``op`` computes each cell from the same cell of its inputs (`Elementwise`, one pass)."""
+    if op is None or op.two_pass:
+        return False
+    try:
+        return type(op.effective_tiling()) is Elementwise
+    except Exception:  # noqa: BLE001 - a tiling that needs shapes
         return False
 
 

@@ -212,3 +212,15 @@ def test_outputs_written_by_their_tiles_are_computed_by_them(tmp_path, reused):
     assert reused[0] and not kept & set(reused[0])
     for name, value in sigma_clip(x).items():
         np.testing.assert_array_equal(np.asarray(run.output(name)).reshape(np.shape(value)), value)
+
+
+def test_a_zarr_input_is_not_read_whole_by_the_trace(tmp_path, reused):
+    import zarr
+
+    x = data(11)
+    z = zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=x.shape, chunks=(16, 16), dtype=x.dtype)
+    z[:] = x
+    run = sz.workflow(chain).run({"x": z}, tmp_path / "s", executor="local")
+    assert reused[0] == []  # no value was asked for: the run reads it tile by tile
+    for name, value in chain(x).items():
+        np.testing.assert_array_equal(np.asarray(run.output(name)), value)

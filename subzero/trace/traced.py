@@ -247,10 +247,16 @@ class TracedWorkflow:
     def run(self, inputs: Mapping[str, Any], store: "str | os.PathLike[str]", params: Mapping[str, Any] | None = None,
             **kwargs: Any) -> Any:
         """Trace with ``inputs`` and ``params``, and run: `Workflow.run`'s arguments otherwise.
-        Inputs that are not parameters of the function are refused."""
+        Inputs that are not parameters of the function are refused.
+
+        On the local executor, with numpy inputs, the trace computes each step as it records it
+        (up to the ``trace_values_mb`` setting; elementwise and neighbourhood steps only when a
+        value is needed) and the run stores those values instead of computing the steps again;
+        the values Python asked for are reused that way with any local input."""
         arrays, _ = self.split(inputs, params)
         local = kwargs.get("executor") == "local" and not kwargs.get("resume")
-        eager = int(config.get("trace_values_mb") * 2**20) if local else None
+        in_memory = all(isinstance(a, (np.ndarray, list, tuple)) for a in arrays.values())  # not a Zarr array
+        eager = int(config.get("trace_values_mb") * 2**20) if local and in_memory else None
         wf, known = self._traced(inputs, params, eager)
         if known and local:  # the run takes the steps the trace computed on these very arrays
             kwargs["_known"] = known

@@ -121,6 +121,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("hold_mb", float, 2048.0,
             "megabytes of unstored intermediate arrays the local executor keeps in memory for later nodes (beyond: "
             "stored)", minimum=0),
+    Setting("trace_values_mb", float, 1024.0,
+            "megabytes of values a traced function's local run (f.run(..., executor='local')) computes as it traces, "
+            "each step once with numpy, and stores without computing again (beyond: the run computes the rest)",
+            minimum=0),
     Setting("recompute_cache_mb", float, 256.0,
             "megabytes of recomputed tiles of unstored arrays a process keeps, of all arrays together", minimum=0),
     Setting("query_memo_mb", float, 64.0,

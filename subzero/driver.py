@@ -45,7 +45,7 @@ from subzero.operator import Operator
 from subzero.strategies import default_strategies, resolve_pinned
 from subzero.progress import Reporter
 from subzero.worker import Held, NodeTask, RecomputedArray, TileMeta
-from subzero.stage import DISCARD, FusedStage, NodeStage, array_record, lineage_metrics
+from subzero.stage import DISCARD, FusedStage, NodeStage, StageRun, array_record, lineage_metrics
 from subzero.store import RunWriter, create_run, open_store, resume_run
 from subzero.store import retry as storage_retry
 from subzero.store.arrays import (ExternalArray, MemoryArray, output_compressor, resolve_compressor,
@@ -102,7 +102,7 @@ class _Execution:
 
     def __init__(self, wf: Workflow, store: RunWriter, catalog: RunRecord, runner, tile_shape,
                  max_disk: float | None, progress: Reporter, kept: dict[str, str] | None = None,
-                 in_memory: bool = False):
+                 in_memory: bool = False, known: dict[str, tuple[np.ndarray, float]] | None = None):
         self.wf, self.store, self.catalog = wf, store, catalog
         #: node name -> why its array is stored (`kept_arrays`); the others are not, unless they must be
         self.kept: dict[str, str] = dict(kept) if kept is not None else {n.name: "kept: every array" for n in wf.nodes}
@@ -117,6 +117,9 @@ class _Execution:
             for i in n.inputs:
                 self.readers[i.name].add(n.name)
         self._readers_left = {name: len(readers) for name, readers in self.readers.items()}
+        #: node name -> (values, seconds) its trace computed on this run's inputs (`reuse`), until taken
+        self.known: dict[str, tuple[np.ndarray, float]] = {
+            name: got for name, got in (known or {}).items() if in_memory and name in self.readers}
         self._stages: dict[str, tuple[tuple, NodeStage]] = {}  # the last stage made per node, and its key
         self._hold_limit = int(config.get("hold_mb") * 2**20)
         #: the store is written behind the run (`subzero.store.behind`): the arrays it keeps are held
@@ -124,6 +127,7 @@ class _Execution:
         self.behind = isinstance(store, BehindStore)
         self._behind_limit = int(config.get("write_behind_mb") * 2**20)
         self._commit_every = config.get("commit_seconds")
+        self._compressor = config.get("compressor")  # read once: a node's held output asks (`_hold`)
         self._written_at = time.perf_counter()
         self._recomputed: dict[str, RecomputedArray] = {}
         self._runner: Executor | Callable[[], Executor] = runner  # or a function making one when first needed
@@ -200,7 +204,7 @@ class _Execution:
     def _hold(self, name: str, inputs: Sequence[Any]) -> None:
         """``name``'s output goes to a `MemoryArray` of this process."""
         held_inputs = any(isinstance(i, Held) for i in inputs)  # a fused member: its task chooses
-        compressor = config.get("compressor") if held_inputs else output_compressor(inputs)
+        compressor = self._compressor if held_inputs else output_compressor(inputs, self._compressor)
         self.held[name] = MemoryArray(name, compressor)
         self._destinations[name] = self.held[name]
 
@@ -361,9 +365,7 @@ class _Execution:
         """The node's stage: its operator bound to its inputs' shapes (and to its own, once computed)."""
         computed = self.arrays.get(node.name)
         op = self.operator(node)
-        key = (node.name, id(op), computed.shape if computed is not None else None,
-               tuple(id(self.arrays.get(i.name)) for i in node.inputs),
-               tuple(id(self.held.get(i.name)) for i in node.inputs))
+        key = self._stage_key(node, op)
         kept = self._stages.get(node.name)
         got = kept[1] if kept is not None and kept[0] == key else None
         if got is None:
@@ -373,6 +375,13 @@ class _Execution:
                                  destination=self.destination(node, inputs))
             self._stages[node.name] = (key, got)
         return got
+
+    def _stage_key(self, node: Node, op: Operator) -> tuple:
+        """What a node's stage is bound to: its operator, its shape once computed, its inputs' arrays."""
+        computed = self.arrays.get(node.name)
+        return (node.name, id(op), computed.shape if computed is not None else None,
+                tuple(id(self.arrays.get(i.name)) for i in node.inputs),
+                tuple(id(self.held.get(i.name)) for i in node.inputs))
 
     def compute(self, node: Node, strategies: tuple[Strategy, ...],
                 prepared: list[Any] | None = None) -> tuple[list[TileMeta], float]:
@@ -385,6 +394,47 @@ class _Execution:
         self.arrays[node.name] = self._persist(node.name, replace(committed, why=self.why(node.name)), done.metas)
         return done.metas, done.wall
 
+    def reuse(self, node: Node, prepared: list[Any] | None = None) -> tuple[list[TileMeta], float] | None:
+        """Commit ``node``'s output from the values its trace computed on this run's inputs
+        (`known`) instead of computing it: held in memory as its tiles would have left it (written
+        behind the run when kept, as a held array is), the operator and array committed as
+        `compute` does; one `TileMeta` covering every tile, timed by the trace.  A two-pass
+        operator's run state still comes from its first pass (`NodeStage.first_pass`, or
+        ``prepared``: the summaries a fused stage made); its values, computed whole, are those its
+        tiles give (Label's canonical ids do not depend on the tiling).  None (the node is computed
+        as usual): no values, or a node they cannot stand for here: its output not held in this
+        process (stored by its tiles), a shape other than the stage's, or an operator run under
+        ``np.errstate(...="raise")``."""
+        got = self.known.pop(node.name, None)
+        if got is None:
+            return None
+        value, seconds = got
+        stage = self.stage(node)
+        op, held, shape = stage.operator, stage.destination, stage.output_shape
+        errstate = getattr(op, "errstate", None) or {}
+        if not isinstance(held, MemoryArray) or held.block is not None or shape is None or \
+                tuple(value.shape) != tuple(shape) or value.dtype == object or "raise" in errstate.values():
+            return None
+        started = time.perf_counter()
+        self.progress.node_started(node.name, 1)
+        if op.two_pass:
+            stage.first_pass(self.runner, prepared)
+        written_behind = self._written_behind(node.name)
+        if written_behind and value.base is not None:  # a view (of an input the caller may change once run returns)
+            value = np.array(value, copy=True, order="C")
+        chunks = tuple(stage.chunks or default_chunks(shape))
+        held.write_whole(value, chunks)
+        dtype = str(value.dtype)
+        meta = TileMeta(Tile(0, tuple((0, int(n)) for n in shape)), tuple(shape), dtype, chunks, op_seconds=seconds,
+                        pipeline=resolve_compressor(held.compressor, value.dtype), covers=len(stage.tiles))
+        done = StageRun(stage, [meta], seconds + time.perf_counter() - started, tuple(shape), dtype, chunks)
+        self.operators[node.name] = stage.operator
+        committed = done.commit_array(written_behind=written_behind)
+        self.arrays[node.name] = self._persist(node.name, replace(committed, why=self.why(node.name)), done.metas)
+        self._stages[node.name] = (self._stage_key(node, stage.operator), stage)  # bound to the shape it has
+        self.progress.node_finished(node.name)
+        return done.metas, done.wall
+
     def fused_group(self, nodes: Sequence[Node], chosen: dict[str, tuple[Strategy, ...]]) -> FusedStage | None:
         """The longest run of ``nodes`` (from the first, all not committed yet) that one
         `FusedStage` computes: members `FusedStage.fusable`, with the first one's tiles, each
@@ -394,7 +444,7 @@ class _Execution:
         stages: list[NodeStage] = []
         shapes: dict[str, tuple[int, ...]] = {}
         prepare = None
-        for node in nodes if config.get("fuse") else ():
+        for node in nodes if nodes and config.get("fuse") else ():
             names = [i.name for i in node.inputs]
             if any(n not in shapes and n not in self.arrays for n in names):
                 break
@@ -644,6 +694,11 @@ class RunOptions:
         Kept in the store's marker (``subzero demo`` rebuilds only the stores it made).
     storage_options : dict, optional
         fsspec options of the store's file system.
+    keep : "needed", "all" or nodes
+        Which arrays the store keeps (`kept_arrays`).
+    _known : dict, optional
+        Node name -> (values, seconds) a trace of the workflow computed on these inputs (private to
+        the numpy front end, as ``Workflow.run``'s ``_known``; used by a local run only).
     """
 
     store: Any
@@ -661,6 +716,11 @@ class RunOptions:
     made_by: str | None = None
     storage_options: dict | None = None
     keep: Any = "needed"
+    #: node name -> (its values, the seconds computing them took), computed by the trace that made the
+    #: workflow over these very inputs (`subzero.trace.traced.TracedWorkflow.run`): a local run with a
+    #: fixed choice of strategies stores them instead of computing those nodes again (`_Execution.reuse`);
+    #: private, as ``Workflow.run``'s ``_known``
+    _known: Any = field(default=None, repr=False, compare=False)
 
 
 def kept_arrays(wf: Workflow, keep: Any = "needed", queries: Sequence[Any] = ()) -> dict[str, str]:
@@ -785,7 +845,7 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
             if differ:
                 raise StoreError(_not_the_same(fs, differ))
         run = _Execution(wf, fs, stored or catalog, lambda: make_executor(executor, spark), tile_shape, disk_budget,
-                         progress, kept, in_memory=executor == "local")
+                         progress, kept, in_memory=executor == "local", known=None if resume else options._known)
         started = time.perf_counter()
         if stored is not None:
             run.prepare_resume(arrays, clean=stored.status != "done")
@@ -962,6 +1022,10 @@ class Policy:
     two-phase plan (`PendingPolicy`).  A policy says what it fuses and chooses; the other
     steps do nothing unless it overrides them."""
 
+    #: whether a node whose values the trace computed is stored from them (`_Execution.reuse`)
+    #: instead of computed: a policy whose choice does not depend on running the node
+    reuses_values = False
+
     def fusable(self, nodes: Sequence[Node]) -> list[tuple[Node, tuple[Strategy, ...]]]:
         """The leading ``nodes`` a fused stage may compute, each with the strategies it stores
         whatever the policy chooses later (`_Execution.fused_group` fuses a prefix of them)."""
@@ -993,6 +1057,8 @@ class Policy:
 
 class FixedPolicy(Policy):
     """The strategies the user pinned, else each node's default (`subzero.strategies`)."""
+
+    reuses_values = True
 
     def __init__(self, operators: Sequence[Node], pinned: dict[str, tuple[str, ...]]):
         self.pinned = pinned
@@ -1184,19 +1250,25 @@ def _run_nodes(run: _Execution, operators: Sequence[Node], policy: Policy) -> No
     """
     computed: dict[str, _Computed] = {}  # computed by a fused stage, to choose for and commit
     prepared = None  # the first-pass summaries of the next node, made by the fused stage before it
+    known = run.known if policy.reuses_values else {}  # a fused stage ends before a node whose values are known
     for k, node in enumerate(operators):
         record = run.catalog.nodes.get(node.name)
         if record is not None:  # committed before the run was resumed
             policy.committed(node.name, record)
             continue
         if node.name not in computed and prepared is None:
-            lead = policy.fusable(list(itertools.takewhile(lambda n: n.name not in run.catalog.nodes, operators[k:])))
-            group = run.fused_group([n for n, _ in lead], dict((n.name, s) for n, s in lead))
+            lead = policy.fusable(list(itertools.takewhile(
+                lambda n: n.name not in run.catalog.nodes and n.name not in known, operators[k:])))
+            group = run.fused_group([n for n, _ in lead], dict((n.name, s) for n, s in lead)) if lead else None
             if group is not None:
                 members = operators[k:k + len(group.stages)]
                 done, prepared = run.compute_fused(members, group)
                 computed.update((n.name, _Computed(*d)) for n, d in zip(members, done))
         stage, now = run.stage(node), computed.pop(node.name, None) or policy.computed_before(run, node)
+        if now is None and node.name in known:
+            reused = run.reuse(node, prepared)
+            if reused is not None:  # stored from its trace's values; its lineage is captured below if stored
+                now, stage, prepared = _Computed(*reused), run.stage(node), None
         if now is None and policy.computes_first(stage):
             now, prepared = _Computed(*run.compute(node, (), prepared)), None
             stage = run.stage(node)

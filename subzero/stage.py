@@ -157,13 +157,7 @@ class NodeStage:
         start = time.perf_counter()
         op = self.operator
         if write_output and op.two_pass:  # the first pass: every tile's summary, combined here
-            try:
-                op.combine(prepared if prepared is not None else map_prepare(executor, self.task(), list(self.tiles)))
-            except SubZeroError:
-                raise
-            except Exception as exc:
-                raise WorkflowError(f"node {self.name!r} ({type(op).__name__}) failed to combine its tiles' "
-                                    f"summaries: {type(exc).__name__}: {exc}") from exc
+            self.first_pass(executor, prepared)
         banded = tiles == list(self.tiles) and write_output and not any(s.stored for s in strategies) and \
             self.in_memory
         if banded:
@@ -183,6 +177,18 @@ class NodeStage:
             self._of(self.name, self.operator.bound(self.input_shapes, shape), self.inputs, self.store,
                      self.tile_shape, self.destination)
         return StageRun(stage, metas, wall, shape, dtype, chunks)
+
+    def first_pass(self, executor: Executor, prepared: list[Any] | None = None) -> None:
+        """A two-pass operator's first pass: every tile's `Operator.prepare` summary (``prepared``:
+        made by the `FusedStage` before it), combined into the bound operator's run state."""
+        op = self.operator
+        try:
+            op.combine(prepared if prepared is not None else map_prepare(executor, self.task(), list(self.tiles)))
+        except SubZeroError:
+            raise
+        except Exception as exc:
+            raise WorkflowError(f"node {self.name!r} ({type(op).__name__}) failed to combine its tiles' "
+                                f"summaries: {type(exc).__name__}: {exc}") from exc
 
     def _agreed(self, metas: list[TileMeta]) -> tuple[Shape, str, Shape]:
         """The output shape, dtype and chunks every tile reported (they must agree)."""

@@ -740,7 +740,7 @@ class MemoryArray:
     def write_whole(self, block: np.ndarray, chunks: tuple[int, ...]) -> int:
         """Keep ``block`` itself (not a copy) as the whole array: for a block nothing writes once
         computed (a numpy function's output over held inputs: fresh, or a read-only view of
-        them; `subzero.operator.Operator.reads_only`); returns 0."""
+        them, `subzero.operator.Operator.reads_only`; or a traced run's values); returns 0."""
         with self._lock:
             self.block, self.chunks = np.asarray(block), tuple(chunks)
         return 0

@@ -14,6 +14,7 @@ them a coarse step over the leaked arrays rather than a constant.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,8 +57,17 @@ def _template(tree: Any) -> Any:
     return _map_leaves(tree, lambda x: ARG)
 
 
-def _concrete(tree: Any) -> Any:
-    return _map_leaves(tree, lambda x: x.values())
+def _concrete(tree: Any, copy: bool = False) -> Any:
+    """``tree`` with each symbolic array replaced by its values: a read-only view (or a copy)."""
+    def values(x: SymbolicArray) -> np.ndarray:
+        value = x.values()
+        if copy:
+            return np.array(value, copy=True)
+        view = value.view()
+        view.flags.writeable = False
+        return view
+
+    return _map_leaves(tree, values)
 
 
 def node_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -96,8 +106,16 @@ def coarse_call(func: Callable[..., Any], args: tuple, kwargs: dict, reason: str
             "cannot run as a coarse step; trace with the input arrays (f.run(inputs, store)), or wrap the code: "
             "f = sz.udf(fn, lineage=...) and call f(x)")
     concrete_args, concrete_kwargs = _concrete(args), _concrete(kwargs)
+    started = time.perf_counter()
     with outside_trace():
-        result = func(*concrete_args, **concrete_kwargs)
+        try:  # the values are this run's, kept for the run: a call that writes into them is given copies
+            result = func(*concrete_args, **concrete_kwargs)
+        except ValueError as exc:
+            if "read-only" not in str(exc):
+                raise
+            result = func(*_concrete(args, copy=True), **_concrete(kwargs, copy=True))
+    given = getattr(func, "seconds", None)  # a call made before (the whole-function fallback's), timed then
+    seconds = given if isinstance(given, float) and given > 0 else time.perf_counter() - started
     call = _Logical(NumpyCall(func, _template(args), _template(kwargs)), tuple(x.shape for x in found))
     line = user_line()
     items = list(result.values()) if isinstance(result, dict) else \
@@ -111,15 +129,16 @@ def coarse_call(func: Callable[..., Any], args: tuple, kwargs: dict, reason: str
     entries = tuple(x.entry for x in found)
     reason = f"{_qualified(func)} at {line.split(': ', 1)[0] or 'an unknown line'}: {reason}"
     if isinstance(result, dict):
-        return {k: _node(tracer, call, entries, r, reason, f"{name}_{k}", line, k, coarse) for k, r in result.items()}
+        return {k: _node(tracer, call, entries, r, reason, f"{name}_{k}", line, k, coarse, seconds)
+                for k, r in result.items()}
     if isinstance(result, (tuple, list)) and any(isinstance(r, (np.ndarray, np.generic)) for r in result):
-        out = [_node(tracer, call, entries, r, reason, name, line, k, coarse) for k, r in enumerate(result)]
+        out = [_node(tracer, call, entries, r, reason, name, line, k, coarse, seconds) for k, r in enumerate(result)]
         return tuple(out) if isinstance(result, tuple) else out
-    return _node(tracer, call, entries, result, reason, name, line, None, coarse)
+    return _node(tracer, call, entries, result, reason, name, line, None, coarse, seconds)
 
 
 def _node(tracer: Tracer, call: Callable[..., Any], entries: tuple[Entry, ...], value: Any, reason: str, base: str,
-          line: str, pick: Any, coarse: bool) -> Any:
+          line: str, pick: Any, coarse: bool, seconds: float = 0.0) -> Any:
     if not isinstance(value, (np.ndarray, np.generic)):
         return value
     value = np.asarray(value)
@@ -128,7 +147,7 @@ def _node(tracer: Tracer, call: Callable[..., Any], entries: tuple[Entry, ...], 
                                    "with sz.udf(fn, lineage=...) returning numbers")
     shape = node_shape(value.shape)
     entry = tracer.add(Opaque(call, shape, reason, pick=pick, nin=len(entries), coarse=coarse), entries, base, line)
-    entry.value = value.reshape(shape)
+    entry.value, entry.seconds = value.reshape(shape), seconds
     return SymbolicArray(tracer, entry, value.shape, value.dtype)
 
 

@@ -35,6 +35,7 @@ from typing import Any, overload
 import numpy as np
 import xxhash
 
+from subzero import config
 from subzero.errors import WorkflowError
 from subzero.trace.breaks import Break, coarse_calls, library_break
 from subzero.trace.capture import numpy_calls
@@ -130,6 +131,13 @@ class TracedWorkflow:
         """The workflow for these inputs (arrays, or anything with ``.shape`` and ``.dtype``
         to trace from shapes alone) and these parameters (cached per signature; a trace that
         used values, per input values)."""
+        return self._traced(inputs, params)[0]
+
+    def _traced(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None = None,
+                eager_bytes: int | None = None) -> tuple[Workflow, dict[str, tuple[np.ndarray, float]]]:
+        """`trace`, and the values a new trace computed (node name -> (values, seconds); `Tracer.values`)
+        for a run over the same inputs; none for a cached trace.  ``eager_bytes``: a new trace over
+        arrays evaluates each step as it is recorded, up to that many bytes of values."""
         arrays, values = self.split(inputs, params)
         signature = self._signature(arrays)
         key = (signature, tuple(sorted((k, _param_key(v)) for k, v in values.items())))
@@ -138,12 +146,12 @@ class TracedWorkflow:
         for wf, kept, events in cached:
             if kept is None or kept == digest:
                 self.last_events = events
-                return wf
-        wf, specialized, events = self._trace(signature, arrays, values)
+                return wf, {}
+        wf, specialized, events, known = self._trace(signature, arrays, values, eager_bytes)
         cached.append((wf, _digest(arrays) if specialized else None, events))
         del cached[:-8]  # a few traces per signature: a loop over new inputs must not keep every one
         self.last_events = events
-        return wf
+        return wf, known
 
     def report(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None = None) -> "TraceReport":
         """What tracing with ``inputs`` decided on values and where lineage is coarse, each with
@@ -167,12 +175,12 @@ class TracedWorkflow:
                                 f"least one axis); its parameters: {', '.join(self.parameter_names)}")
         return tuple(out)
 
-    def _trace(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any]
-               ) -> tuple[Workflow, bool, list]:
+    def _trace(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any],
+               eager_bytes: int | None = None) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray, float]]]:
         started = time.perf_counter()
         breaks: list[Break] = []
         while True:
-            tracer = Tracer(self.name)
+            tracer = Tracer(self.name, eager_bytes)
             args = self._symbolic_inputs(tracer, signature, arrays)
             try:
                 with coarse_calls(breaks) as applied:
@@ -191,8 +199,9 @@ class TracedWorkflow:
                     return self._eager(signature, arrays, values, exc, started)
                 breaks.append(found)
         wf = tracer.build()
+        known = tracer.values() if tracer.has_values() else {}
         self.last_trace_seconds = time.perf_counter() - started
-        return wf, tracer.specialized, list(tracer.events)
+        return wf, tracer.specialized, list(tracer.events), known
 
     def _file(self) -> str:
         code = getattr(inspect.unwrap(self.fn), "__code__", None)
@@ -210,34 +219,48 @@ class TracedWorkflow:
         return args
 
     def _eager(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any], exc: BaseException,
-               started: float) -> tuple[Workflow, bool, list]:
+               started: float) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray, float]]]:
         """The whole function as one coarse step over every input (the last resort of a trace that
         failed where numpy does not: every output depends on every input); numpy's own error when
         the function fails on numpy arrays too."""
         concrete = {name: np.asarray(arrays[name]) for name, _, _ in signature}
+        checking = time.perf_counter()
         try:
             checked = self.fn(**{k: v.copy() for k, v in concrete.items()}, **values)
         except Exception:
             raise exc from None  # numpy fails too: the trace's error names the user's line
+        once = _Copying(self.fn, checked)
+        once.seconds = time.perf_counter() - checking  # what computing its outputs took (the run reuses them)
         tracer = Tracer(self.name)
         args = self._symbolic_inputs(tracer, signature, arrays)
         first = str(exc).splitlines()[0] if str(exc) else ""
         reason = (f"the function could not be traced ({type(exc).__name__}: {first[:160]}), so it ran on this run's "
                   "values as one coarse step: every output depends on every input")
         with tracer:
-            result = coarse_call(_Copying(self.fn, checked), (), {**args, **values}, reason, base=self.name)
+            result = coarse_call(once, (), {**args, **values}, reason, base=self.name)
             _name_outputs(tracer, result, self.name)
         wf = tracer.build()
         self.last_trace_seconds = time.perf_counter() - started
-        return wf, True, list(tracer.events)
+        return wf, True, list(tracer.events), tracer.values()
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, inputs: Mapping[str, Any], store: "str | os.PathLike[str]", params: Mapping[str, Any] | None = None,
             **kwargs: Any) -> Any:
         """Trace with ``inputs`` and ``params``, and run: `Workflow.run`'s arguments otherwise.
-        Inputs that are not parameters of the function are refused."""
+        Inputs that are not parameters of the function are refused.
+
+        On the local executor, with numpy inputs, the trace computes each step as it records it
+        (up to the ``trace_values_mb`` setting; elementwise and neighbourhood steps only when a
+        value is needed) and the run stores those values instead of computing the steps again;
+        the values Python asked for are reused that way with any local input."""
         arrays, _ = self.split(inputs, params)
-        return self.trace(inputs, params).run(dict(arrays), store, **kwargs)
+        local = kwargs.get("executor") == "local" and not kwargs.get("resume")
+        in_memory = all(isinstance(a, (np.ndarray, list, tuple)) for a in arrays.values())  # not a Zarr array
+        eager = int(config.get("trace_values_mb") * 2**20) if local and in_memory else None
+        wf, known = self._traced(inputs, params, eager)
+        if known and local:  # the run takes the steps the trace computed on these very arrays
+            kwargs["_known"] = known
+        return wf.run(dict(arrays), store, **kwargs)
 
     def __repr__(self) -> str:
         return f"<sz.workflow {self.name}({', '.join(self.input_names)}; params={self.defaults})>"
@@ -338,6 +361,7 @@ class _Copying:
         self.fn = fn
         self.__name__ = getattr(fn, "__name__", "workflow")
         self._first = first  # the result of the call the trace made already on the same values: used once
+        self.seconds = 0.0  # how long that call took
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         first, self._first = self.__dict__.get("_first"), None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ import numpy as np
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
 from subzero.oracle import evaluate_operator
+from subzero.tiling import Elementwise, Halo
 from subzero.trace.errors import ControlFlowError, TraceError
 from subzero.dag import Workflow
 
@@ -68,6 +70,8 @@ class Entry:
     line: str = ""                   # the user's line that made it
     constant: bool = False           # an array the function captured (an input the workflow carries)
     value: Any = field(default=None, repr=False)   # the values, once computed (or given)
+    seconds: float = 0.0             # how long computing its values took (0: given, or not computed)
+    order: int = 0                   # its place in call order (topological)
 
 
 @dataclass(frozen=True)
@@ -87,8 +91,16 @@ class Event:
 class Tracer:
     """Collects entries while a function is traced; `build` turns them into a `Workflow`."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, eager_bytes: int | None = None):
         self.name = name
+        #: evaluate each step as it is recorded while the values computed so far hold at most this
+        #: many bytes (None: only when Python asks for a value); past it, values are computed on demand
+        self.eager_bytes = eager_bytes
+        #: bytes of the values computed so far (the inputs' own arrays are not counted)
+        self.value_bytes = 0
+        self._pending: Entry | None = None  # the step recorded last: evaluated when the next one is
+        self._names: dict[int, str] = {}  # id(entry) -> its node's name, once built
+        self._exposed: list[Entry] = []  # entries whose values numpy code outside subzero was handed (`leak`)
         self.entries: list[Entry] = []
         self.outputs: list[Entry] = []  # the entries the traced function returned, in order
         self.events: list[Event] = []
@@ -97,7 +109,7 @@ class Tracer:
 
     def input(self, name: str, shape: tuple[int, ...], value: Any = None) -> Entry:
         """Record an input of ``shape`` named ``name`` (its values, when known); its entry."""
-        entry = Entry(name, None, (), tuple(shape), name=name, value=value)
+        entry = Entry(name, None, (), tuple(shape), name=name, value=value, order=len(self.entries))
         self.entries.append(entry)
         self._inputs_without_values += value is None
         return entry
@@ -109,7 +121,7 @@ class Tracer:
         code may write into it afterwards (a library's ``np.add(out, x, out=out)``)."""
         value = np.asarray(value) if owned else np.array(value, copy=True)
         entry = Entry("constant", None, (), tuple(int(n) for n in value.shape), line=line, constant=True,
-                      value=value)
+                      value=value, order=len(self.entries))
         self.entries.append(entry)
         return entry
 
@@ -127,9 +139,55 @@ class Tracer:
         state = np.geterr()
         if state != _DEFAULT_ERRSTATE:  # the user's np.errstate reaches the run of this step
             op.errstate = {k: str(v) for k, v in state.items()}
-        entry = Entry(base, op, tuple(inputs), tuple(int(n) for n in shape), line=line)
+        entry = Entry(base, op, tuple(inputs), tuple(int(n) for n in shape), line=line, order=len(self.entries))
         self.entries.append(entry)
+        if self.eager_bytes is not None:
+            self.evaluate_pending()
+            self._pending = entry  # evaluated with the next step (its caller may still give it its values)
         return entry
+
+    def evaluate_pending(self) -> None:
+        """Evaluate the step recorded last (and the steps before it that it needs), if the trace
+        evaluates eagerly and their values fit in `eager_bytes` (an estimate before: 8 bytes a
+        cell; the values' own bytes after).  Left to the run: a step computed tile by tile from
+        its input boxes (`Elementwise`, `Halo`: a fused stage computes a chain of them on the
+        executor's threads without holding each one), unless a later step or Python needs its
+        values; a step that fails on its values (the run fails there, naming the node); past the
+        budget, every later step (computed on demand, as a trace from shapes is)."""
+        e, self._pending = self._pending, None
+        if e is None or self.eager_bytes is None:
+            return
+        if e.value is not None:  # given by its caller (a coarse step's result)
+            self.value_bytes += int(np.asarray(e.value).nbytes)
+            return
+        if not _tiled_cheaply(e.op):
+            self.evaluate_within_budget(e)
+
+    def evaluate_within_budget(self, e: Entry) -> bool:
+        """Evaluate ``e`` and the steps before it that it needs, if the trace evaluates eagerly,
+        those steps are elementwise (a neighbourhood step, a convolution say, is left to the run's
+        threads, and so is everything after it) and their values fit in `eager_bytes` (past it,
+        the trace stops evaluating eagerly); whether ``e`` has its values now."""
+        if e.value is not None:
+            return True
+        if self.eager_bytes is None:
+            return False
+        try:
+            missing = self._missing(e, "")
+        except ControlFlowError:
+            return False
+        if any(m is not e and not _elementwise(m.op) for m in missing):
+            return False
+        if self.value_bytes + sum(int(np.prod(m.shape, dtype=np.int64)) * 8 for m in missing) > self.eager_bytes:
+            self.eager_bytes = None  # over the budget: lazily from here on, as a trace from shapes is
+            return False
+        for m in missing:
+            try:
+                self._evaluate(m)
+            except Exception:  # noqa: BLE001 - the run computes it (and fails there, naming the node, as without this)
+                m.value = None
+                return False
+        return True
 
     # -- values -----------------------------------------------------------------------------------
     @property
@@ -146,6 +204,7 @@ class Tracer:
     def leak(self, entry: Entry, line: str, caller: str) -> None:
         """Record that ``caller`` turned ``entry`` into numpy values at ``line``: arrays that enter
         the trace afterwards may derive from them (`leaked`)."""
+        self._exposed.append(entry)  # numpy code holds its values now: not handed to the run (`values`)
         if _depends_on_data(entry):
             self.leaked.append(entry)
             self.note("leak", line, f"{caller} turned {entry.name or entry.base} into numpy values: what it "
@@ -162,6 +221,13 @@ class Tracer:
             if not isinstance(entry.value, np.ndarray):
                 entry.value = np.asarray(entry.value)
             return entry.value
+        for e in self._missing(entry, why):
+            if e.value is None:
+                self._evaluate(e)
+        return np.asarray(entry.value)
+
+    def _missing(self, entry: Entry, why: str) -> list[Entry]:
+        """``entry`` and every ancestor still without values, in call order (topological)."""
         needed: dict[int, Entry] = {}
         stack = [entry]
         while stack:  # every ancestor still without values (no recursion: loops unroll into long chains)
@@ -174,16 +240,42 @@ class Tracer:
                     "with the input arrays (f.trace(inputs) / f.run(inputs, store) with numpy or Zarr arrays)")
             needed[id(e)] = e
             stack.extend(e.inputs)
-        position = {id(e): k for k, e in enumerate(self.entries)}  # call order is topological
-        order = sorted(needed.values(), key=lambda e: position[id(e)])
-        for e in order:
-            if e.value is None:
-                args = [np.asarray(i.value) for i in e.inputs]
-                with warnings.catch_warnings(), outside_trace():
-                    warnings.simplefilter("ignore")
-                    out = np.asarray(evaluate_operator(e.op, args))  # type: ignore[arg-type]
-                e.value = out.reshape(e.shape) if out.size == int(np.prod(e.shape)) else out
-        return np.asarray(entry.value)
+        return sorted(needed.values(), key=lambda e: e.order)
+
+    def _evaluate(self, e: Entry) -> None:
+        """Compute ``e``'s values from its inputs' (which have theirs), timed.  The operator sees
+        read-only views of them (the values are this run's, shared by every reader and handed to the
+        run): one that writes into its inputs is given copies instead."""
+        args = [_read_only(i.value) for i in e.inputs]
+        started = time.perf_counter()
+        with warnings.catch_warnings(), outside_trace():
+            warnings.simplefilter("ignore")
+            try:
+                out = np.asarray(evaluate_operator(e.op, args))  # type: ignore[arg-type]
+            except ValueError as exc:
+                if "read-only" not in str(exc):
+                    raise
+                out = np.asarray(evaluate_operator(e.op, [np.array(a, copy=True) for a in args]))  # type: ignore[arg-type]
+        e.seconds = time.perf_counter() - started
+        e.value = out.reshape(e.shape) if out.size == int(np.prod(e.shape)) else out
+        self.value_bytes += int(e.value.nbytes)
+
+    def values(self) -> dict[str, tuple[np.ndarray, float]]:
+        """Node name -> (its values, the seconds computing them took) of every step of the built
+        workflow (`build`) whose values this trace computed, for a run over the same inputs to
+        reuse.  Left out: the values of a step numpy code outside subzero was handed as an array
+        (`leak`: it may have written into them) and of every step computed from them."""
+        self.evaluate_pending()
+        names = self._names
+        tainted = {id(e) for e in self._exposed if e.op is not None}  # an input's values are the caller's own
+        out: dict[str, tuple[np.ndarray, float]] = {}
+        for e in self.entries:  # call order is topological
+            if any(id(i) in tainted for i in e.inputs):
+                tainted.add(id(e))
+            if e.op is None or e.value is None or id(e) in tainted or id(e) not in names:
+                continue
+            out[names[id(e)]] = (np.asarray(e.value), e.seconds)
+        return out
 
     def build(self) -> Workflow:
         """The workflow of the entries the named ones need (the outputs, `subzero.name`d
@@ -216,6 +308,7 @@ class Tracer:
             else:
                 nodes[id(e)] = wf.add(e.op, *[nodes[id(i)] for i in e.inputs], name=names[id(e)])
         wf.results = [names[id(e)] for e in self.outputs if e.op is not None]
+        self._names = names
         return wf
 
     # -- the tracer in force ----------------------------------------------------------------------
@@ -225,6 +318,35 @@ class Tracer:
 
     def __exit__(self, *exc) -> None:
         _CURRENT.reset(self._token)
+
+
+def _tiled_cheaply(op: Operator | None) -> bool:
+    """Whether the run computes ``op``'s tiles from their input boxes in one pass (`Elementwise`,
+    `Halo`): fused with its neighbours and spread over the executor's threads, it is as fast tiled
+    as evaluated whole here (a large convolution faster), and holds no value in between."""
+    if op is None or op.two_pass:
+        return False
+    try:
+        return type(op.effective_tiling()) in (Elementwise, Halo)
+    except Exception:  # noqa: BLE001 - a tiling that needs shapes: evaluated here
+        return False
+
+
+def _elementwise(op: Operator | None) -> bool:
+    """Whether ``op`` computes each cell from the same cell of its inputs (`Elementwise`, one pass)."""
+    if op is None or op.two_pass:
+        return False
+    try:
+        return type(op.effective_tiling()) is Elementwise
+    except Exception:  # noqa: BLE001 - a tiling that needs shapes
+        return False
+
+
+def _read_only(value: Any) -> np.ndarray:
+    """A read-only view of ``value`` (as an array)."""
+    view = np.asarray(value).view()
+    view.flags.writeable = False
+    return view
 
 
 def _needed(entries: list[Entry]) -> list[Entry]:

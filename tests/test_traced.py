@@ -1,0 +1,226 @@
+"""A traced function's local run does numpy's work once: the steps its trace computed (on the
+very arrays the run stores) are stored from those values, not computed again tile by tile
+(`TracedWorkflow.run`, `driver._Execution.reuse`), with the store and every query answer of a
+run that computes them."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import ndimage
+
+import subzero as sz
+from subzero import config, driver
+from subzero.trace.tracer import Tracer
+
+
+def sigma_clip(x, k: float = 2.5):
+    """An iterative sigma clip: how often the loop runs depends on the values."""
+    data = x
+    for _ in range(6):
+        centre, spread = np.mean(data), np.std(data)
+        keep = np.abs(x - centre) < k * spread
+        if np.count_nonzero(keep) == data.size:
+            break
+        data = x[keep]
+    return {"clipped_mean": np.mean(data).reshape(1), "scaled": (x - np.mean(data)) / np.std(data),
+            "kept": keep}
+
+
+def drop_small(image, min_size: int = 4):
+    """Threshold, label (a two-pass operator), drop the small components."""
+    mask = image > np.mean(image) + np.std(image)
+    labels, _ = ndimage.label(mask)
+    sizes = np.bincount(labels.ravel())
+    small = sizes < min_size
+    small[0] = False
+    return {"labels": labels, "kept": mask & ~small[labels]}
+
+
+def data(seed: int = 3, shape: tuple[int, int] = (48, 40)) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=shape)
+    x[::7, ::5] += 9.0  # outliers, clipped over several rounds; small and large components
+    x[10:16, 10:18] += 4.0
+    return x
+
+
+@pytest.fixture
+def reused(monkeypatch):
+    """The names of the nodes each run stored from its trace's values, per run."""
+    taken: list[list[str]] = []
+    original = driver._Execution.reuse
+
+    def counting(self, node, prepared=None):
+        got = original(self, node, prepared)
+        if got is not None:
+            taken[-1].append(node.name)
+        return got
+
+    def execute(wf, inputs, options):
+        taken.append([])
+        return original_execute(wf, inputs, options)
+
+    original_execute = driver.execute
+    monkeypatch.setattr(driver._Execution, "reuse", counting)
+    monkeypatch.setattr(driver, "execute", execute)
+    return taken
+
+
+def _store_contents(run) -> dict:
+    """What a run stored, apart from timings and a shard's attempt name and bytes (an LMDB file's
+    pages differ run to run; queries compare what they hold): per node its array record,
+    strategies, tile count and manifest, and the files of the store."""
+    run.wait()
+    root = Path(run.store.url.replace("file://", ""))
+    nodes = {}
+    for name, rec in run.catalog.nodes.items():
+        manifest = root / "manifests" / f"{name}.json"
+        shards = None
+        if manifest.exists():
+            shards = {s: [{k: v for k, v in r.items() if k not in ("name", "encode_seconds", "files")}
+                          for r in records] for s, records in json.loads(manifest.read_text())["shards"].items()}
+        nodes[name] = (rec.kind, rec.array, rec.strategies, rec.stats.tiles if rec.stats else None, shards)
+    files = sorted(re.sub(r"-[0-9a-f]{12}\.", ".", str(p.relative_to(root)))
+                   for p in root.rglob("*") if p.is_file() and p.name != ".writer")
+    return {"nodes": nodes, "files": files}
+
+
+def _same_run(a, b, queries: list[tuple[str, str, list]]) -> None:
+    assert _store_contents(a) == _store_contents(b)
+    for name in a.catalog.nodes:
+        x, y = np.asarray(a.output(name)), np.asarray(b.output(name))
+        assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True), name
+    for direction, node, cells in queries:
+        if direction == "backward":
+            got, want = a.backward(node, cells, to="x" if "x" in a.catalog.nodes else "image"), \
+                b.backward(node, cells, to="x" if "x" in b.catalog.nodes else "image")
+        else:
+            got, want = a.forward(node, cells, to="scaled" if "scaled" in a.catalog.nodes else "kept"), \
+                b.forward(node, cells, to="scaled" if "scaled" in b.catalog.nodes else "kept")
+        assert np.array_equal(got, want), (direction, node, cells)
+
+
+def test_a_value_dependent_loop_is_stored_from_its_trace_values(tmp_path, reused):
+    fn = sz.workflow(sigma_clip)
+    x = data()
+    run = fn.run({"x": x}, tmp_path / "reused", executor="local")
+    assert fn.report({"x": x}).events, "the loop decided on values"
+    computed = fn.trace({"x": x}).run({"x": x}, tmp_path / "computed", executor="local")
+    steps = [n.name for n in run.workflow.nodes if not n.is_input]
+    # the steps the loop's decisions needed were computed once, by the trace; none by the plain run
+    assert "kept" in reused[0] and len(reused[0]) > len(steps) // 2 and reused[1] == []
+    expected = sigma_clip(x)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(np.asarray(run.output(name)).reshape(np.shape(value)), value)
+    _same_run(run, computed, [("backward", "clipped_mean", [(0,)]), ("backward", "scaled", [(5, 5), (0, 0)]),
+                              ("forward", "x", [(0, 0), (7, 5)])])
+
+
+@pytest.mark.parametrize("pins", [None, {"label": "PayOne"}])
+def test_labels_and_small_objects_match_a_run_that_computes_them(tmp_path, reused, pins):
+    fn = sz.workflow(drop_small)
+    image = data(4)
+    options = dict(executor="local", tile_shape=16, strategies=pins)  # components cross the tiles' seams
+    run = fn.run({"image": image}, tmp_path / "reused", **options)
+    computed = fn.trace({"image": image}).run({"image": image}, tmp_path / "computed", **options)
+    assert "label" in reused[0]  # its first pass still runs: the seams its stored lineage and re-runs read
+    expected = drop_small(image)
+    np.testing.assert_array_equal(np.asarray(run.output("kept")), expected["kept"])
+    np.testing.assert_array_equal(np.asarray(run.output("labels")), expected["labels"])
+    component = tuple(int(v) for v in np.argwhere(expected["kept"])[0])
+    _same_run(run, computed, [("backward", "kept", [component, (0, 0)]), ("backward", "labels", [component]),
+                              ("forward", "image", [component, (1, 1)])])
+
+
+def test_stored_lineage_is_captured_from_the_nodes_inputs(tmp_path, reused):
+    x = data(5)
+    wf = sz.workflow(sigma_clip).trace({"x": x})  # another traced function: its cache is its own
+    pins = {"kept": "FullOne", "scaled": "FullOne"}
+    run = sz.workflow(sigma_clip).run({"x": x}, tmp_path / "reused", executor="local", strategies=pins)
+    computed = wf.run({"x": x}, tmp_path / "computed", executor="local", strategies=pins)
+    assert "kept" in reused[0]
+    _same_run(run, computed, [("backward", "kept", [(3, 4)]), ("backward", "scaled", [(3, 4)]),
+                              ("forward", "x", [(3, 4)])])
+
+
+def chain(x):
+    """Steps no Python decision asks for: running sums are evaluated as traced (with the scaling
+    each reads) while the budget allows; elementwise steps alone are left to the run."""
+    y = x
+    for k in range(8):
+        y = np.cumsum(y * 0.5, axis=k % 2)
+    return {"out": y, "alone": x * 3.0 - 1.0}
+
+
+def test_values_are_held_within_the_budget_and_the_run_computes_the_rest(tmp_path, reused, monkeypatch):
+    x = data(6, (64, 64))
+    budget = 5 * x.nbytes  # room for two rounds of the loop (a scaling and a running sum each)
+    seen: list[Tracer] = []
+    original = Tracer.__init__
+
+    def recording(self, name, eager_bytes=None):
+        original(self, name, eager_bytes)
+        seen.append(self)
+
+    monkeypatch.setattr(Tracer, "__init__", recording)
+    with config.set(trace_values_mb=budget / 2**20):
+        run = sz.workflow(chain).run({"x": x}, tmp_path / "s", executor="local")
+    assert 0 < seen[-1].value_bytes <= budget
+    steps = [n.name for n in run.workflow.nodes if not n.is_input]
+    assert len(reused[0]) == 4 and len(steps) == 18 and "alone" not in reused[0]
+    for name, value in chain(x).items():
+        np.testing.assert_array_equal(np.asarray(run.output(name)), value)
+
+
+def test_an_operator_writing_into_its_input_does_not_change_the_values_kept(tmp_path, reused):
+    def clip_in_place(a):
+        np.clip(a, -1.0, 1.0, out=a)
+        return a
+
+    @sz.workflow
+    def f(x):
+        y = x * 2.0
+        z = sz.udf(clip_in_place, lineage="elementwise")(y)
+        return {"y": y + 0.0, "z": z}
+
+    x = data(7)
+    run = f.run({"x": x}, tmp_path / "s", executor="local")
+    np.testing.assert_array_equal(np.asarray(run.output("y")), x * 2.0)
+    np.testing.assert_array_equal(np.asarray(run.output("z")), np.clip(x * 2.0, -1.0, 1.0))
+
+
+def test_a_cached_trace_computes_as_before(tmp_path, reused):
+    fn = sz.workflow(sigma_clip)
+    x = data(8)
+    fn.trace({"x": x})  # cached: the run's trace computes nothing, so nothing is reused
+    run = fn.run({"x": x}, tmp_path / "s", executor="local")
+    assert reused[0] == []
+    np.testing.assert_array_equal(np.asarray(run.output("kept")), sigma_clip(x)["kept"])
+
+
+
+def test_outputs_written_by_their_tiles_are_computed_by_them(tmp_path, reused):
+    x = data(10)
+    with config.set(write_behind=False):  # a kept array is then written by its tiles, not held
+        run = sz.workflow(sigma_clip).run({"x": x}, tmp_path / "s", executor="local")
+    kept = {name for name, rec in run.catalog.nodes.items() if rec.array.stored}
+    assert reused[0] and not kept & set(reused[0])
+    for name, value in sigma_clip(x).items():
+        np.testing.assert_array_equal(np.asarray(run.output(name)).reshape(np.shape(value)), value)
+
+
+def test_a_zarr_input_is_not_read_whole_by_the_trace(tmp_path, reused):
+    import zarr
+
+    x = data(11)
+    z = zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=x.shape, chunks=(16, 16), dtype=x.dtype)
+    z[:] = x
+    run = sz.workflow(chain).run({"x": z}, tmp_path / "s", executor="local")
+    assert reused[0] == []  # no value was asked for: the run reads it tile by tile
+    for name, value in chain(x).items():
+        np.testing.assert_array_equal(np.asarray(run.output(name)), value)

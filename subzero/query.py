@@ -257,12 +257,13 @@ def map_step(op, frontier: Frontier, i: int, direction: "Direction | str", targe
         return Frontier.empty(target)
     if frontier.shape == target and getattr(op, "same_cells", None) is not None and op.same_cells(i):
         return frontier  # elementwise over one shape: the same cells, in the form they came (never written)
-    if frontier.kind == "boxes":
-        lo, hi = frontier.boxes()
-        fn = getattr(op, "map_b_boxes" if direction is Direction.BACKWARD else "map_f_boxes", None)
-        got = fn(lo, hi, i) if fn is not None else None
+    fn = box_form(op, direction)
+    boxes = frontier.compact_boxes() if fn is not None else None
+    if boxes is not None:  # held as boxes, or ids a few boxes cover: the box form, not every cell
+        got = fn(boxes[0], boxes[1], i)
         if got is not None:
             return Frontier.of_boxes(got[0], got[1], target)
+    if frontier.kind == "boxes":
         held = frontier.estimate()
         if held > MAX_BOX_EXPANSION or held > max(DENSE_FRACTION * frontier.size, 64):  # dense: a mask, not cells
             got = _mask_step(op, frontier.mask(), i, direction, target)
@@ -279,6 +280,15 @@ def map_step(op, frontier: Frontier, i: int, direction: "Direction | str", targe
         raise LineageError(f"{type(op).__name__}.map_{direction[0]} returned cells outside the array of "
                            f"shape {target}; mapping functions must clip to the array")
     return Frontier.of_coords(got, target)
+
+
+def box_form(op, direction: Direction):
+    """The operator's box form in ``direction`` (`subzero.Operator.map_b_boxes` or
+    ``map_f_boxes``, bound), or None when its class does not override the base's (which has none)."""
+    name = "map_b_boxes" if direction is Direction.BACKWARD else "map_f_boxes"
+    if getattr(type(op), name, None) is getattr(Operator, name):
+        return None
+    return getattr(op, name, None)
 
 
 def _mask_step(op, mask: np.ndarray, i: int, direction: Direction, target) -> Frontier | None:
@@ -346,8 +356,8 @@ def maps_whole(op, frontier: Frontier, i: int, direction: Direction) -> bool:
     same = getattr(op, "same_cells", None)
     if same is not None and same(i):
         return True
-    if frontier.kind == "ids":
-        return False
+    if frontier.kind == "ids":  # ids a few boxes cover go through the box form (`map_step`)
+        return box_form(op, direction) is not None and frontier.compact_boxes() is not None
     suffix = "b" if direction is Direction.BACKWARD else "f"
     forms = [f"map_{suffix}_mask"] + ([f"map_{suffix}_boxes"] if frontier.kind == "boxes" else [])
     return any(getattr(type(op), name, None) is not getattr(Operator, name) for name in forms)

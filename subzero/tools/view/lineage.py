@@ -254,13 +254,13 @@ def lineage_answers(run: "Run", request: LineageRequest, cancel: Any = None) -> 
     made: dict[tuple, dict[str, Any]] = {}  # nodes a chain of elementwise steps reaches share their cells
     for name, frontier in frontiers.items():
         _check_cancel(cancel, "while its answers were made")
-        key = None
+        key: tuple = ("frontier", id(frontier))  # a walk hands the same frontier to the nodes of an elementwise chain
         if frontier.kind == "ids":
             ids = frontier.ids()
             key = (frontier.shape, ids.__array_interface__["data"][0], len(ids), ids.strides)
-            if key in made:
-                answers[name] = made[key]
-                continue
+        if key in made:
+            answers[name] = made[key]
+            continue
         lo, hi = disjoint_boxes(frontier)
         flat = np.empty((len(lo), 2 * lo.shape[1]), np.int64)
         flat[:, 0::2], flat[:, 1::2] = lo, hi
@@ -271,6 +271,5 @@ def lineage_answers(run: "Run", request: LineageRequest, cancel: Any = None) -> 
             bbox[0::2], bbox[1::2] = lo.min(axis=0), hi.max(axis=0)
             bbox = bbox.tolist()
         answers[name] = {"boxes": flat.tolist(), "cells": cells, "bbox": bbox}
-        if key is not None:
-            made[key] = answers[name]
+        made[key] = answers[name]
     return {"answers": answers, "ms": round(1000 * (time.perf_counter() - t0), 3)}

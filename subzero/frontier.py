@@ -24,7 +24,7 @@ import numpy as np
 from subzero.boxes import cover_ids, ids_in_boxes
 from subzero.cells import sorted_unique, to_coords, to_ids, unique_ids
 
-__all__ = ["Frontier", "ids_in_boxes", "cover_ids", "DENSE_FRACTION", "MAX_BOX_EXPANSION"]
+__all__ = ["Frontier", "ids_in_boxes", "cover_ids", "drop_contained", "DENSE_FRACTION", "MAX_BOX_EXPANSION"]
 
 Shape = tuple[int, ...]
 _EMPTY_IDS = np.empty(0, np.int64)
@@ -50,10 +50,18 @@ def _box_coords(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return out.reshape(-1, len(ext))
 
 
-def _drop_contained(lo: np.ndarray, hi: np.ndarray, limit: int = 256) -> tuple[np.ndarray, np.ndarray]:
+def drop_contained(lo: np.ndarray, hi: np.ndarray, limit: int = 256) -> tuple[np.ndarray, np.ndarray]:
     """The boxes ``[lo, hi)`` without those another of them contains (of equal boxes, the
     first is kept): a walk's unions are mostly one neighbourhood inside a larger one, which
-    then stay one box.  Up to ``limit`` boxes (a pairwise test); more are returned as they are."""
+    then stay one box, and a block reduction maps neighbouring boxes to the same block.  Up to
+    ``limit`` boxes (a pairwise test); more are returned as they are.
+
+    Examples
+    --------
+    >>> lo, hi = drop_contained(np.array([[0, 0], [1, 1], [0, 0]]), np.array([[4, 4], [2, 2], [4, 4]]))
+    >>> lo.tolist(), hi.tolist()
+    ([[0, 0]], [[4, 4]])
+    """
     n = len(lo)
     if n < 2 or n > limit:
         return lo, hi
@@ -238,7 +246,8 @@ class Frontier:
 
     def compact_boxes(self, per_box: int = 16) -> tuple[np.ndarray, np.ndarray] | None:
         """The frontier as boxes when that form is compact: held as boxes, or ids whose cover
-        (`boxes`) has at most one box per ``per_box`` cells; else None (a scattered set, or a mask).
+        (`boxes`) has at most one box per ``per_box`` cells (or is one box); else None (a
+        scattered set, or a mask).
 
         A walk takes such a frontier through the box forms of the operators that have them
         (`subzero.Operator.map_b_boxes`): arithmetic over a few boxes instead of every cell.
@@ -251,13 +260,15 @@ class Frontier:
         ([[0, 0]], [[4, 8]])
         >>> Frontier.of_ids(np.array([0, 2, 4]), (10, 10)).compact_boxes() is None
         True
+        >>> Frontier.of_ids(np.array([5]), (10, 10)).compact_boxes()[1].tolist()
+        [[1, 6]]
         """
         if self._boxes is not None:
             return self._boxes
-        if self._mask is not None or self.count < per_box:
+        if self._mask is not None:
             return None
         lo, hi = self.boxes()
-        return (lo, hi) if len(lo) * per_box <= self.count else None
+        return (lo, hi) if len(lo) <= max(1, self.count // per_box) else None
 
     def bbox(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The frontier's bounding box ``(lo, hi)`` (half-open), or None when empty."""
@@ -295,7 +306,7 @@ class Frontier:
         if self._mask is not None or other._mask is not None:
             return Frontier.of_mask(self.mask() | other.mask())
         if self._boxes is not None and other._boxes is not None:
-            lo, hi = _drop_contained(np.concatenate([self._boxes[0], other._boxes[0]]),
+            lo, hi = drop_contained(np.concatenate([self._boxes[0], other._boxes[0]]),
                                      np.concatenate([self._boxes[1], other._boxes[1]]))
             return Frontier.of_boxes(lo, hi, self.shape)
         return Frontier.of_ids(sorted_unique(np.concatenate([self.ids(), other.ids()]), runs=True), self.shape,

@@ -661,7 +661,7 @@ class QueryEngine:
         frontier = isinstance(carried, Frontier)
         forced = plan.using.get(node) is not None
         rule = self.rule(node, i, plan.direction) if frontier and not forced else None
-        got = rule.apply(carried, plan.entire_array) if rule is not None else None
+        got: Any = rule.apply(carried, plan.entire_array) if rule is not None else None
         if got is not None:  # arithmetic on boxes: no strategy to choose (nothing stored is cheaper)
             plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value, "strategy": "Map",
                              "switched_to_blackbox": False, "damaged_lineage": None, "cells_in": cells,

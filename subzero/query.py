@@ -27,6 +27,7 @@ import numpy as np
 
 from subzero import config
 from subzero.catalog import Manifest, RunRecord
+from subzero.cells import to_coords, to_ids
 from subzero.encoders import encoder_for
 from subzero.encoders.base import FullEncoder
 from subzero.encoders.codec import slot_ndims
@@ -198,7 +199,8 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
                 enc.forward(reader, sub, i, shapes)
         elif direction is Direction.BACKWARD:
             pay = enc.lookup(reader, sub, shapes)
-            got = expand_payloads(op, pay, deadline).backward(sub, i)
+            united = _payload_union(op, pay, i, deadline, target)
+            got = expand_payloads(op, pay, deadline).backward(sub, i) if united is None else united
             overrides.append(pay.out_ids)
         else:  # only the payloads whose envelope meets the frontier can reach it
             got = expand_payloads(op, enc.forward_candidates(reader, sub, i, shapes), deadline).forward(sub, i)
@@ -221,6 +223,23 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
                                       failed, damaged, forced)
         result = result.union(default)
     return result
+
+
+def _payload_union(op, pay, i: int, deadline: float | None, target) -> np.ndarray | None:
+    """The input-``i`` ids the out cells of payload pairs ``pay`` depend on, together: a backward
+    step needs only that union, so each distinct payload is mapped once by the operator's union
+    form (`subzero.Operator.map_p`), not cell by cell into pairs (a star's region repeated for each
+    of its pixels).  None when the operator has no ``map_p`` of its own (then its pairs are expanded).
+    Past ``deadline`` (perf_counter): `subzero.errors.LookupTimeout`."""
+    if getattr(type(op), "map_p", None) is Operator.map_p:
+        return None
+    parts = [np.empty(0, np.int64)]
+    for payload, ids in pay.by_payload():
+        if deadline is not None and time.perf_counter() > deadline:
+            raise LookupTimeout()
+        got = np.asarray(op.map_p(to_coords(ids, tuple(op.output_shape)), payload, i), np.int64)
+        parts.append(to_ids(got.reshape(-1, len(target)), target))
+    return np.concatenate(parts)
 
 
 def _outside(f: Frontier, lo: np.ndarray, hi: np.ndarray) -> Frontier:

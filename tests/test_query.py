@@ -276,3 +276,27 @@ def test_a_brush_through_a_chain_stays_boxes_and_chooses_no_strategy(tmp_path, m
                                                                "x": ("boxes", 10 * 16)}
     assert engine.rule(run.node("b"), 0, Direction.BACKWARD).identity
     assert engine.rule(run.node("lab"), 0, Direction.BACKWARD) is None
+
+
+@pytest.mark.parametrize("strategy", ["PayOne", "CompOne"])
+def test_a_payload_step_backward_maps_each_payload_once_as_a_union(tmp_path, monkeypatch, strategy):
+    """Backward, a payload strategy's step needs only the union of its cells' lineage: each
+    distinct payload goes through the operator's ``map_p`` once (never expanded into one pair
+    per cell), and the answer is re-execution's."""
+    rng = np.random.default_rng(4)
+    image = rng.normal(0.0, 1.0, (48, 64))
+    image[10:16, 20:27] += 40.0
+    image[30:33, 5:12] += 30.0
+    wf = sz.Workflow("p")
+    x = wf.input("x")
+    wf.add(ops.DetectStars(threshold=5.0, minarea=3), x, name="stars")
+    run = wf.run({"x": image}, store=tmp_path / "p", executor="local", tile_shape=16,
+                 strategies={"stars": [strategy]})
+    cells = [(12, 22), (31, 6), (0, 0), (40, 50)]
+    rerun = run.backward("stars", cells, to="x", using={"stars": "BlackBox"})
+    import subzero.query as query_mod
+
+    monkeypatch.setattr(query_mod, "expand_payloads", lambda *a, **k: pytest.fail("payloads expanded per cell"))
+    got = run.backward("stars", cells, to="x", using={"stars": strategy})
+    np.testing.assert_array_equal(got, rerun)
+    assert len(got) > 6 * 7 + 3 * 7

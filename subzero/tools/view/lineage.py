@@ -289,7 +289,10 @@ def lineage_answers(run: "Run", request: LineageRequest, cancel: Any = None) -> 
     for name, frontier in frontiers.items():
         _check_cancel(cancel, "while its answers were made")
         key: tuple = ("frontier", id(frontier))  # a walk hands the same frontier to the nodes of an elementwise chain
-        if frontier.kind == "ids":
+        if frontier.kind == "boxes":  # and unions of the same boxes reach several nodes (two exposures' chains)
+            lo, hi = frontier.boxes()
+            key = (frontier.shape, lo.tobytes(), hi.tobytes())
+        elif frontier.kind == "ids":
             ids = frontier.ids()
             key = (frontier.shape, ids.__array_interface__["data"][0], len(ids), ids.strides)
         if key in made:

@@ -25,7 +25,7 @@ import numpy as np
 from subzero.boxes import cover_ids, ids_in_boxes
 from subzero.cells import sorted_unique, to_coords, to_ids, unique_ids
 
-__all__ = ["Frontier", "ids_in_boxes", "cover_ids", "DENSE_FRACTION", "MAX_BOX_EXPANSION"]
+__all__ = ["Frontier", "ids_in_boxes", "cover_ids", "drop_contained", "DENSE_FRACTION", "MAX_BOX_EXPANSION"]
 
 Shape = tuple[int, ...]
 _EMPTY_IDS = np.empty(0, np.int64)
@@ -51,6 +51,29 @@ def _box_coords(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return out.reshape(-1, len(ext))
 
 
+def drop_contained(lo: np.ndarray, hi: np.ndarray, limit: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """The boxes ``[lo, hi)`` without those another of them contains (of equal boxes, the
+    first is kept): a walk's unions are mostly one neighbourhood inside a larger one, which
+    then stay one box, and a block reduction maps neighbouring boxes to the same block.  Up to
+    ``limit`` boxes (a pairwise test); more are returned as they are.
+
+    Examples
+    --------
+    >>> lo, hi = drop_contained(np.array([[0, 0], [1, 1], [0, 0]]), np.array([[4, 4], [2, 2], [4, 4]]))
+    >>> lo.tolist(), hi.tolist()
+    ([[0, 0]], [[4, 4]])
+    """
+    n = len(lo)
+    if n < 2 or n > limit:
+        return lo, hi
+    inside = np.all((lo[:, None, :] >= lo[None, :, :]) & (hi[:, None, :] <= hi[None, :, :]), axis=2)  # [k, j]: k in j
+    equal = inside & inside.T
+    inside &= ~equal | (np.arange(n)[None, :] < np.arange(n)[:, None])  # of equal boxes, only later ones drop
+    np.fill_diagonal(inside, False)
+    keep = ~inside.any(axis=1)
+    return (lo, hi) if keep.all() else (lo[keep], hi[keep])
+
+
 class Frontier:
     """A set of cells of an array, held as ids, boxes or a dense mask (see the module docs).
 
@@ -63,11 +86,12 @@ class Frontier:
     (2, 'ids', [[0, 0], [1, 2]])
     """
 
-    __slots__ = ("shape", "_ids", "_mask", "_boxes", "_count")
+    __slots__ = ("shape", "_ids", "_mask", "_boxes", "_count", "_cover")
 
     def __init__(self, shape: Shape, ids=None, mask=None, boxes=None, count: int | None = None):
         self.shape = tuple(int(n) for n in shape)
         self._ids, self._mask, self._boxes, self._count = ids, mask, boxes, count
+        self._cover: tuple[np.ndarray, np.ndarray] | None = None  # `boxes` of ids or a mask, made once
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
@@ -211,10 +235,41 @@ class Frontier:
         return self._mask
 
     def boxes(self) -> tuple[np.ndarray, np.ndarray]:
-        """Half-open boxes covering exactly the frontier (disjoint unless built from overlapping boxes)."""
+        """Half-open boxes covering exactly the frontier (disjoint unless built from overlapping boxes).
+
+        The cover of ids or a mask is made once and kept: a walk asks it of the same frontier
+        at every box-form step it reaches and again for the answer."""
         if self._boxes is not None:
             return self._boxes
-        return cover_ids(self.ids(), self.shape)
+        if self._cover is None:
+            self._cover = cover_ids(self.ids(), self.shape)
+        return self._cover
+
+    def compact_boxes(self, per_box: int = 16) -> tuple[np.ndarray, np.ndarray] | None:
+        """The frontier as boxes when that form is compact: held as boxes, or ids whose cover
+        (`boxes`) has at most one box per ``per_box`` cells (or is one box); else None (a
+        scattered set, or a mask).
+
+        A walk takes such a frontier through the box forms of the operators that have them
+        (`subzero.Operator.map_b_boxes`): arithmetic over a few boxes instead of every cell.
+
+        Examples
+        --------
+        >>> f = Frontier.of_boxes(np.array([[0, 0]]), np.array([[4, 8]]), (10, 10))
+        >>> lo, hi = Frontier.of_ids(f.ids(), (10, 10)).compact_boxes()
+        >>> lo.tolist(), hi.tolist()
+        ([[0, 0]], [[4, 8]])
+        >>> Frontier.of_ids(np.array([0, 2, 4]), (10, 10)).compact_boxes() is None
+        True
+        >>> Frontier.of_ids(np.array([5]), (10, 10)).compact_boxes()[1].tolist()
+        [[1, 6]]
+        """
+        if self._boxes is not None:
+            return self._boxes
+        if self._mask is not None:
+            return None
+        lo, hi = self.boxes()
+        return (lo, hi) if len(lo) <= max(1, self.count // per_box) else None
 
     def bbox(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The frontier's bounding box ``(lo, hi)`` (half-open), or None when empty."""
@@ -252,8 +307,9 @@ class Frontier:
         if self._mask is not None or other._mask is not None:
             return Frontier.of_mask(self.mask() | other.mask())
         if self._boxes is not None and other._boxes is not None:
-            return Frontier.of_boxes(np.concatenate([self._boxes[0], other._boxes[0]]),
-                                     np.concatenate([self._boxes[1], other._boxes[1]]), self.shape)
+            lo, hi = drop_contained(np.concatenate([self._boxes[0], other._boxes[0]]),
+                                     np.concatenate([self._boxes[1], other._boxes[1]]))
+            return Frontier.of_boxes(lo, hi, self.shape)
         return Frontier.of_ids(sorted_unique(np.concatenate([self.ids(), other.ids()]), runs=True), self.shape,
                                unique=True)
 
@@ -310,7 +366,7 @@ class Frontier:
 
     def arrays(self) -> list[np.ndarray]:
         """The arrays the frontier holds (its ids, mask and boxes, as far as made)."""
-        return [a for a in (self._ids, self._mask, *(self._boxes or ())) if a is not None]
+        return [a for a in (self._ids, self._mask, *(self._boxes or ()), *(self._cover or ())) if a is not None]
 
     @property
     def nbytes(self) -> int:
@@ -320,8 +376,11 @@ class Frontier:
     def copy(self) -> "Frontier":
         """A frontier holding copies of this one's arrays (one its holder may write into)."""
         boxes = None if self._boxes is None else (self._boxes[0].copy(), self._boxes[1].copy())
-        return Frontier(self.shape, ids=None if self._ids is None else self._ids.copy(),
-                        mask=None if self._mask is None else self._mask.copy(), boxes=boxes, count=self._count)
+        got = Frontier(self.shape, ids=None if self._ids is None else self._ids.copy(),
+                       mask=None if self._mask is None else self._mask.copy(), boxes=boxes, count=self._count)
+        if self._cover is not None:
+            got._cover = (self._cover[0].copy(), self._cover[1].copy())
+        return got
 
     def __len__(self) -> int:
         return self.count

@@ -27,11 +27,12 @@ import numpy as np
 
 from subzero import config
 from subzero.catalog import Manifest, RunRecord
+from subzero.cells import to_coords, to_ids
 from subzero.encoders import encoder_for
 from subzero.encoders.base import FullEncoder
 from subzero.encoders.codec import slot_ndims
 from subzero.errors import LineageError, LookupTimeout, QueryCancelled, StoreError
-from subzero.frontier import DENSE_FRACTION, MAX_BOX_EXPANSION, Frontier
+from subzero.frontier import DENSE_FRACTION, MAX_BOX_EXPANSION, Frontier, drop_contained
 from subzero.modes import Direction, Mode, Strategy
 from subzero.operator import Operator
 from subzero.optimizer.cost_model import NodeProfile
@@ -41,7 +42,8 @@ from subzero.worker import NodeTask, RecomputedArray, expand_payloads, trace_til
 from subzero.store.roles import LineageReader
 from subzero.tiling import Tile, tile_grid
 
-__all__ = ["TileGrid", "QueryEngine", "QueryOptions", "Carrier", "step", "check_forced", "map_step"]
+__all__ = ["TileGrid", "QueryEngine", "QueryOptions", "Carrier", "Rule", "rule_of", "box_form", "step", "check_forced",
+           "map_step"]
 
 logger = logging.getLogger(__name__)
 
@@ -197,7 +199,8 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
                 enc.forward(reader, sub, i, shapes)
         elif direction is Direction.BACKWARD:
             pay = enc.lookup(reader, sub, shapes)
-            got = expand_payloads(op, pay, deadline).backward(sub, i)
+            united = _payload_union(op, pay, i, deadline, target)
+            got = expand_payloads(op, pay, deadline).backward(sub, i) if united is None else united
             overrides.append(pay.out_ids)
         else:  # only the payloads whose envelope meets the frontier can reach it
             got = expand_payloads(op, enc.forward_candidates(reader, sub, i, shapes), deadline).forward(sub, i)
@@ -220,6 +223,23 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
                                       failed, damaged, forced)
         result = result.union(default)
     return result
+
+
+def _payload_union(op, pay, i: int, deadline: float | None, target) -> np.ndarray | None:
+    """The input-``i`` ids the out cells of payload pairs ``pay`` depend on, together: a backward
+    step needs only that union, so each distinct payload is mapped once by the operator's union
+    form (`subzero.Operator.map_p`), not cell by cell into pairs (a star's region repeated for each
+    of its pixels).  None when the operator has no ``map_p`` of its own (then its pairs are expanded).
+    Past ``deadline`` (perf_counter): `subzero.errors.LookupTimeout`."""
+    if getattr(type(op), "map_p", None) is Operator.map_p:
+        return None
+    parts = [np.empty(0, np.int64)]
+    for payload, ids in pay.by_payload():
+        if deadline is not None and time.perf_counter() > deadline:
+            raise LookupTimeout()
+        got = np.asarray(op.map_p(to_coords(ids, tuple(op.output_shape)), payload, i), np.int64)
+        parts.append(to_ids(got.reshape(-1, len(target)), target))
+    return np.concatenate(parts)
 
 
 def _outside(f: Frontier, lo: np.ndarray, hi: np.ndarray) -> Frontier:
@@ -257,12 +277,13 @@ def map_step(op, frontier: Frontier, i: int, direction: "Direction | str", targe
         return Frontier.empty(target)
     if frontier.shape == target and getattr(op, "same_cells", None) is not None and op.same_cells(i):
         return frontier  # elementwise over one shape: the same cells, in the form they came (never written)
-    if frontier.kind == "boxes":
-        lo, hi = frontier.boxes()
-        fn = getattr(op, "map_b_boxes" if direction is Direction.BACKWARD else "map_f_boxes", None)
-        got = fn(lo, hi, i) if fn is not None else None
+    fn = box_form(op, direction)
+    boxes = frontier.compact_boxes() if fn is not None else None
+    if boxes is not None:  # held as boxes, or ids a few boxes cover: the box form, not every cell
+        got = fn(boxes[0], boxes[1], i)
         if got is not None:
-            return Frontier.of_boxes(got[0], got[1], target)
+            return Frontier.of_boxes(*drop_contained(*got), target)
+    if frontier.kind == "boxes":
         held = frontier.estimate()
         if held > MAX_BOX_EXPANSION or held > max(DENSE_FRACTION * frontier.size, 64):  # dense: a mask, not cells
             got = _mask_step(op, frontier.mask(), i, direction, target)
@@ -279,6 +300,15 @@ def map_step(op, frontier: Frontier, i: int, direction: "Direction | str", targe
         raise LineageError(f"{type(op).__name__}.map_{direction[0]} returned cells outside the array of "
                            f"shape {target}; mapping functions must clip to the array")
     return Frontier.of_coords(got, target)
+
+
+def box_form(op, direction: Direction):
+    """The operator's box form in ``direction`` (`subzero.Operator.map_b_boxes` or
+    ``map_f_boxes``, bound), or None when its class does not override the base's (which has none)."""
+    name = "map_b_boxes" if direction is Direction.BACKWARD else "map_f_boxes"
+    if getattr(type(op), name, None) is getattr(Operator, name):
+        return None
+    return getattr(op, name, None)
 
 
 def _mask_step(op, mask: np.ndarray, i: int, direction: Direction, target) -> Frontier | None:
@@ -346,11 +376,61 @@ def maps_whole(op, frontier: Frontier, i: int, direction: Direction) -> bool:
     same = getattr(op, "same_cells", None)
     if same is not None and same(i):
         return True
-    if frontier.kind == "ids":
-        return False
+    if frontier.kind == "ids":  # ids a few boxes cover go through the box form (`map_step`)
+        return box_form(op, direction) is not None and frontier.compact_boxes() is not None
     suffix = "b" if direction is Direction.BACKWARD else "f"
     forms = [f"map_{suffix}_mask"] + ([f"map_{suffix}_boxes"] if frontier.kind == "boxes" else [])
     return any(getattr(type(op), name, None) is not getattr(Operator, name) for name in forms)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A mapped step that is arithmetic on a frontier's boxes: the same cells (an elementwise
+    step over one shape), or the operator's box form (a neighbourhood grows a box by its halo,
+    a block reduction divides it, a broadcast spans an axis).  `QueryEngine.rule` resolves it
+    once per (run, node, input, direction); `apply` then takes a frontier through the step
+    without choosing a strategy or walking cells, so a chain of such steps costs a few
+    operations on a few boxes per node and still yields every node's cells.
+
+    ``identity``: the cells stay as they are; else ``form`` is the bound box form.
+    ``target``: the shape reached; ``all_to_all``/``safe``: the operator's, as `step` reads them.
+    """
+
+    identity: bool
+    form: Any
+    i: int
+    target: tuple[int, ...]
+    all_to_all: bool
+    safe: bool
+
+    def apply(self, frontier: Frontier, entire_array: bool = True) -> Frontier | None:
+        """The step's answer for ``frontier`` (exactly `step`'s), or None when the frontier is
+        not compact as boxes (scattered ids, a mask) or the box form declines: step it then."""
+        if frontier.is_empty:
+            return Frontier.empty(self.target)
+        if self.all_to_all or (entire_array and self.safe and frontier.is_full):
+            return Frontier.full(self.target)
+        if self.identity:
+            return frontier
+        boxes = frontier.compact_boxes()
+        if boxes is None:
+            return None
+        got = self.form(boxes[0], boxes[1], self.i)
+        return None if got is None else Frontier.of_boxes(*drop_contained(*got), self.target)
+
+
+def rule_of(op, i: int, direction: Direction) -> Rule | None:
+    """The `Rule` of a step through ``op`` w.r.t. input ``i``, or None when its lineage is not
+    such a mapping (no Map mode, or neither the same cells nor a box form)."""
+    if Mode.MAP not in op.supported_modes():
+        return None
+    same = getattr(op, "same_cells", None)
+    identity = same is not None and bool(same(i))
+    form = None if identity else box_form(op, direction)
+    if not identity and form is None:
+        return None
+    target = tuple(op.input_shapes[i]) if direction is Direction.BACKWARD else tuple(op.output_shape)
+    return Rule(identity, form, i, target, bool(op.all_to_all), bool(op.entire_array_safe))
 
 
 @runtime_checkable
@@ -420,6 +500,8 @@ class QueryEngine:
         self._whole: dict[tuple[str, int, str], tuple[Strategy, Frontier]] = {}  # whole arrays' steps
         self._whole_bytes, self._whole_limit = 0, _memo_bytes()
         self._reruns: dict[str, _Kept] = {}  # node -> what re-running its tiles produced
+        self._rules: dict[tuple[str, int, Direction], Rule | None] = {}  # arithmetic steps (`rule`)
+        self._plans: dict[tuple, tuple[list, set]] = {}  # walks: (src, dsts, direction) -> order, on path
         self._rerun_budget = [_memo_bytes()]  # bytes the engine may still keep of those, all nodes together
 
     # -- the lineage source the steps read ------------------------------------------------------
@@ -578,6 +660,14 @@ class QueryEngine:
         deadline = time.perf_counter() + choice.budget if choice.strategy.stored else None
         return choice.strategy, deadline, choice.predicted
 
+    def rule(self, node, i: int, direction: Direction) -> Rule | None:
+        """The `Rule` of the step through ``node`` w.r.t. input ``i`` in ``direction`` (None: not
+        arithmetic on boxes), resolved once per engine."""
+        key = (node.name, i, direction)
+        if key not in self._rules:
+            self._rules[key] = rule_of(node.operator, i, direction)
+        return self._rules[key]
+
     def advance(self, node, carried: C, i: int, plan: QueryOptions) -> C:
         """One step through ``node`` (w.r.t. input ``i``), by the strategy ``plan`` forces or
         the cheapest one `choose_step` predicts; stored lookups of a frontier past the
@@ -589,6 +679,14 @@ class QueryEngine:
         start = time.perf_counter()
         frontier = isinstance(carried, Frontier)
         forced = plan.using.get(node) is not None
+        rule = self.rule(node, i, plan.direction) if frontier and not forced else None
+        got: Any = rule.apply(carried, plan.entire_array) if rule is not None else None
+        if got is not None:  # arithmetic on boxes: no strategy to choose (nothing stored is cheaper)
+            plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value, "strategy": "Map",
+                             "switched_to_blackbox": False, "damaged_lineage": None, "cells_in": cells,
+                             "cells_out": got.estimate(), "seconds": time.perf_counter() - start,
+                             "predicted_seconds": None})
+            return got
         key = (node.name, i, plan.direction.value)
         whole = frontier and not forced and carried.is_full  # every cell: the same answer each time
         kept = self._whole.get(key) if whole else None
@@ -656,14 +754,8 @@ class QueryEngine:
 
         What a node holds is dropped once it has stepped, unless it is one of ``dsts``.
         """
-        wf, forward = self.workflow, plan.direction is Direction.FORWARD
-        reach = wf.descendants(src) if forward else wf.ancestors(src)
-        wanted: set = set()
-        for dst in dsts:
-            if dst in reach:
-                wanted |= wf.ancestors(dst) if forward else wf.descendants(dst)
-        on_path = reach & wanted
-        order = [n for n in wf.nodes if n in on_path]
+        forward = plan.direction is Direction.FORWARD
+        order, on_path = self._walk_plan(src, dsts, plan.direction)
         held: dict = {src: start}
         keep = set(dsts)
         for node in (order if forward else reversed(order)):
@@ -679,6 +771,24 @@ class QueryEngine:
             if not forward and node not in keep:
                 del held[node]  # each node steps once: what it held is done
         return {dst: _private(held.get(dst)) for dst in dsts}
+
+    def _walk_plan(self, src, dsts, direction: Direction) -> tuple[list, set]:
+        """The nodes on a path from ``src`` to any of ``dsts`` (in workflow order, and as a set),
+        worked out once per (source, targets, direction): a viewer asks the same walk per brush."""
+        key = (src.name, tuple(d.name for d in dsts), direction)
+        got = self._plans.get(key)
+        if got is None:
+            wf, forward = self.workflow, direction is Direction.FORWARD
+            reach = wf.descendants(src) if forward else wf.ancestors(src)
+            wanted: set = set()
+            for dst in dsts:
+                if dst in reach:
+                    wanted |= wf.ancestors(dst) if forward else wf.descendants(dst)
+            on_path = reach & wanted
+            got = ([n for n in wf.nodes if n in on_path], on_path)
+            with self._lock:
+                self._plans[key] = got
+        return got
 
     def follow(self, steps: list, start: C, plan: QueryOptions) -> C:
         """Carry ``start`` along an explicit path of ``(node, input index)`` steps."""

@@ -369,3 +369,39 @@ def test_a_0d_array_has_one_cell():
 def test_repr_names_the_form_and_the_size():
     f = Frontier.of_ids(np.array([3, 1]), (4, 4))
     assert repr(f) == "Frontier(ids, 2 of 16 cells, shape (4, 4))"
+
+
+# -- compact boxes and contained boxes --------------------------------------------------------------------------
+@given(st.data())
+def test_compact_boxes_are_exactly_the_cells_and_few(data):
+    """`compact_boxes` gives the frontier's own cells as boxes, one per 16 cells at most (or
+    one), or None; its cover is made once and kept, also by a copy."""
+    shape = data.draw(shapes())
+    ref = data.draw(masks(shape))
+    f = Frontier.of_ids(np.flatnonzero(ref.reshape(-1)), shape)
+    got = f.compact_boxes()
+    if f.kind == "mask":
+        assert got is None
+        return
+    lo, hi = f.boxes()
+    assert f.boxes()[0] is lo  # made once
+    assert f.copy().boxes()[0] is not lo and np.array_equal(f.copy().boxes()[0], lo)
+    if got is None:
+        assert len(lo) > max(1, f.count // 16)
+    else:
+        assert len(got[0]) <= max(1, f.count // 16)
+        assert np.array_equal(paint(*got, shape), ref)
+
+
+@given(st.data())
+def test_a_union_of_boxes_drops_those_another_contains(data):
+    shape = data.draw(shapes().filter(lambda s: len(s) > 0))
+    lo, hi = data.draw(box_lists(shape, outside=False))
+    keep = np.all(hi > lo, axis=1)
+    lo, hi = lo[keep], hi[keep]
+    inner = (lo + (hi - lo) // 3, hi - (hi - lo) // 3)  # inside each box (or empty)
+    outer = Frontier.of_boxes(lo, hi, shape)
+    got = outer.union(Frontier.of_boxes(*inner, shape))
+    assert np.array_equal(got.mask(), paint(lo, hi, shape))
+    kept = frontier_mod.drop_contained(*(np.concatenate([a, b]) for a, b in zip((lo, hi), inner)))
+    assert len(kept[0]) <= max(len(lo), 1) and np.array_equal(paint(*kept, shape), paint(lo, hi, shape))

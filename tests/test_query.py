@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import subzero as sz
 from subzero import operators as ops
@@ -188,3 +191,112 @@ def test_a_step_reached_by_a_whole_array_maps_it_whole_and_answers_the_same_cell
     mask = run.backward_mask(out, cell, to="image")
     mask[:] = False  # an answer is the caller's: the kept step is not written through it
     np.testing.assert_array_equal(run.backward(out, cell, to="image"), got)
+
+
+# -- composed steps: a chain of mapped steps taken as arithmetic on boxes ---------------------------
+CHAIN_STEPS = ("scale", "halo1", "halo2", "down", "up", "transpose", "broadcast")
+
+
+def _chain(names: list[str], shape: tuple[int, int]):
+    """A workflow x -> one operator per name (a composable mapping each), its inputs and node names."""
+    wf = sz.Workflow("chain")
+    node = wf.input("x")
+    inputs = {"x": np.arange(shape[0] * shape[1], dtype=float).reshape(shape)}
+    for k, name in enumerate(names):
+        h, w = shape
+        if name == "down" and (h % 2 or w % 2):
+            name = "scale"
+        if name == "up" and h * w > 400:
+            name = "halo1"
+        if name == "broadcast":  # a (1, w) row added to every row of the chain's array
+            inputs[f"row{k}"] = np.ones((1, w))
+            node = wf.add(ops.Add(), node, wf.input(f"row{k}"), name=f"s{k}")
+            continue
+        op = {"scale": lambda: ops.MultiplyScalar(2.0), "halo1": lambda: ops.UniformFilter(3, mode="constant"),
+              "halo2": lambda: ops.UniformFilter(5, mode="reflect"), "down": lambda: ops.Downsample(2),
+              "up": lambda: ops.Upsample(2), "transpose": lambda: ops.Transpose()}[name]()
+        node = wf.add(op, node, name=f"s{k}")
+        shape = {"down": (h // 2, w // 2), "up": (h * 2, w * 2), "transpose": (w, h)}.get(name, shape)
+    return wf, inputs, node.name
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_composed_walk_answers_every_node_as_the_stepped_walk_does(data):
+    """Random chains of composable mappings (same cells, halos, block reductions, repetition,
+    broadcasts, transposes), random cells or boxes: the walk that takes them as arithmetic on
+    boxes gives, at every node, the cells re-execution gives (an independent tracing of the
+    tiles), both directions."""
+    names = data.draw(st.lists(st.sampled_from(CHAIN_STEPS), min_size=1, max_size=5), label="chain")
+    shape = (data.draw(st.sampled_from([8, 12, 16]), label="rows"), data.draw(st.sampled_from([8, 10, 16]), label="cols"))
+    wf, inputs, out = _chain(names, shape)
+    with tempfile.TemporaryDirectory() as tmp:
+        run = wf.run(inputs, store=Path(tmp) / "c", executor="local", tile_shape=4)
+        stepped = {n.name: "BlackBox" for n in wf.nodes if n.inputs}
+        for src, walk, targets in (
+                (out, run.backward_many, [n.name for n in wf.nodes if n.name != out]),
+                ("x", run.forward_many, [n.name for n in wf.nodes if n.inputs])):
+            h, w = run.shape(src)
+            if data.draw(st.booleans(), label="box"):
+                r0, c0 = data.draw(st.integers(0, h - 1)), data.draw(st.integers(0, w - 1))
+                query = {"box": [(r0, data.draw(st.integers(r0 + 1, h))), (c0, data.draw(st.integers(c0 + 1, w)))]}
+            else:
+                cells = data.draw(st.lists(st.tuples(st.integers(0, h - 1), st.integers(0, w - 1)), min_size=1,
+                                           max_size=12))
+                query = {"cells": cells}
+            composed = walk(src, to=targets, as_="coords", **query)
+            if "box" in query:  # a box is compact: its first step at least is arithmetic
+                assert run.last_query[0]["predicted_seconds"] is None, run.last_query[0]
+            reference = walk(src, to=targets, as_="coords", using=stepped, **query)
+            for name in targets:
+                np.testing.assert_array_equal(composed[name], reference[name], err_msg=f"{names}: node {name}")
+        run.wait()  # the store is written behind the run: done before it is removed
+
+
+def test_a_brush_through_a_chain_stays_boxes_and_chooses_no_strategy(tmp_path, monkeypatch):
+    """A box through elementwise steps and halos: each node's answer is boxes (never expanded to
+    cells), each step is its resolved rule (no strategy chosen), and a node whose lineage is no
+    such mapping (a Label) has no rule."""
+    wf = sz.Workflow("b")
+    x = wf.input("x")
+    a = wf.add(ops.UniformFilter(3, mode="constant"), x, name="a")
+    b = wf.add(ops.MultiplyScalar(3.0), a, name="b")
+    c = wf.add(ops.GaussianFilter(1.0, truncate=2.0), b, name="c")
+    wf.add(ops.Label(), wf.add(ops.Threshold(0.5), c, name="t"), name="lab")
+    run = wf.run({"x": np.random.default_rng(0).random((40, 40))}, store=tmp_path / "b", executor="local",
+                 tile_shape=10)
+    engine = run.lineage
+    chosen: list = []
+    choose = type(engine).choose
+    monkeypatch.setattr(type(engine), "choose", lambda self, node, *a, **k: chosen.append(node.name) or choose(
+        self, node, *a, **k))
+    got = run.backward_many("c", box=[(10, 14), (20, 30)], to=["b", "a", "x"], as_="frontier")
+    assert chosen == []
+    assert {n: (f.kind, f.count) for n, f in got.items()} == {"b": ("boxes", 8 * 14), "a": ("boxes", 8 * 14),
+                                                               "x": ("boxes", 10 * 16)}
+    assert engine.rule(run.node("b"), 0, Direction.BACKWARD).identity
+    assert engine.rule(run.node("lab"), 0, Direction.BACKWARD) is None
+
+
+@pytest.mark.parametrize("strategy", ["PayOne", "CompOne"])
+def test_a_payload_step_backward_maps_each_payload_once_as_a_union(tmp_path, monkeypatch, strategy):
+    """Backward, a payload strategy's step needs only the union of its cells' lineage: each
+    distinct payload goes through the operator's ``map_p`` once (never expanded into one pair
+    per cell), and the answer is re-execution's."""
+    rng = np.random.default_rng(4)
+    image = rng.normal(0.0, 1.0, (48, 64))
+    image[10:16, 20:27] += 40.0
+    image[30:33, 5:12] += 30.0
+    wf = sz.Workflow("p")
+    x = wf.input("x")
+    wf.add(ops.DetectStars(threshold=5.0, minarea=3), x, name="stars")
+    run = wf.run({"x": image}, store=tmp_path / "p", executor="local", tile_shape=16,
+                 strategies={"stars": [strategy]})
+    cells = [(12, 22), (31, 6), (0, 0), (40, 50)]
+    rerun = run.backward("stars", cells, to="x", using={"stars": "BlackBox"})
+    import subzero.query as query_mod
+
+    monkeypatch.setattr(query_mod, "expand_payloads", lambda *a, **k: pytest.fail("payloads expanded per cell"))
+    got = run.backward("stars", cells, to="x", using={"stars": strategy})
+    np.testing.assert_array_equal(got, rerun)
+    assert len(got) > 6 * 7 + 3 * 7

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import subzero as sz
 from subzero.frontier import Frontier
-from subzero.tools.view.lineage import (disjoint_boxes, lineage_answers, node_list, parse_lineage_request,
+from subzero.tools.view.lineage import (disjoint_boxes, grid_disjoint, lineage_answers, node_list, parse_lineage_request,
                                   reachable)
 
 from view_store import SHAPE, STRATEGIES, make_run
@@ -172,3 +172,17 @@ def test_a_cancelled_walk_stops_at_a_step_boundary(runs):
     assert midway.asked == 3
     never = _SetAfter(10 ** 6)
     assert lineage_answers(run, req, cancel=never)["answers"] == lineage_answers(run, req)["answers"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30), st.integers(1, 12), st.integers(1, 12)),
+                min_size=1, max_size=20))
+def test_overlapping_boxes_cut_on_their_grid_are_disjoint_and_exact(boxes):
+    lo = np.array([[r, c] for r, c, _, _ in boxes], np.int64)
+    hi = lo + np.array([[h, w] for _, _, h, w in boxes], np.int64)
+    got_lo, got_hi = grid_disjoint(lo, hi)
+    count = np.zeros((42, 42), np.int32)
+    for a, b in zip(got_lo, got_hi):
+        count[a[0]:b[0], a[1]:b[1]] += 1
+    want = Frontier.of_boxes(lo, hi, (42, 42)).mask()
+    assert count.max() == 1 and np.array_equal(count.astype(bool), want)

@@ -101,3 +101,18 @@ class Upsample(IndexMapOperator):
     def maps_for(self, shape: Shape) -> list[np.ndarray]:
         factors = per_axis(self.factor, len(shape), "Upsample", "factor", minimum=1)
         return [np.arange(n * f, dtype=np.int64) // f for n, f in zip(shape, factors)]
+
+    def _factors(self) -> np.ndarray:
+        return np.array(per_axis(self.factor, len(self.input_shapes[0]), "Upsample", "factor", minimum=1), np.int64)
+
+    def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Output boxes to the input cells they repeat: ``[lo // f, ceil(hi / f))`` per axis,
+        arithmetic over the boxes (the index maps' general form walks each box)."""
+        f = self._factors()
+        lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        return lo // f, np.where(hi > lo, (hi - 1) // f + 1, lo // f)  # an empty box stays empty
+
+    def map_f_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Input boxes to every output cell repeating them: ``[lo * f, hi * f)`` per axis."""
+        f = self._factors()
+        return np.asarray(lo, np.int64) * f, np.asarray(hi, np.int64) * f

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subzero import config
-from subzero.boxes import normalize
+from subzero.boxes import cover_coords, normalize
 from subzero.errors import LineageError, QueryCancelled
 from subzero.modes import Direction
 
@@ -34,11 +34,13 @@ if TYPE_CHECKING:
     from subzero.run import Run
 
 __all__ = ["LineageRequest", "node_list", "display_kind", "parse_lineage_request", "lineage_answers",
-           "answer_frontiers", "disjoint_boxes", "reachable", "shown", "DIRECTIONS"]
+           "answer_frontiers", "disjoint_boxes", "grid_disjoint", "reachable", "shown", "DIRECTIONS"]
 
 DIRECTIONS = ("backward", "forward")
 #: boxes checked pairwise for overlap up to this many; beyond, the cover is rebuilt from the cells
 _PAIRWISE_LIMIT = 2048
+#: overlapping boxes up to this many are made disjoint on the grid of their bounds (`grid_disjoint`)
+_GRID_LIMIT = 64
 
 _repr = reprlib.Repr()
 _repr.maxlevel, _repr.maxlist, _repr.maxdict, _repr.maxstring, _repr.maxother, _repr.maxlong = 3, 8, 6, 60, 60, 40
@@ -203,7 +205,8 @@ def disjoint_boxes(frontier: "Frontier") -> tuple[np.ndarray, np.ndarray]:
 
     A frontier built from boxes keeps them as given, and the union of two walks concatenates
     them, so boxes may overlap: they are checked pairwise (vectorized) and, where any
-    overlap, rebuilt from the cells (`subzero.boxes.normalize`).
+    overlap, cut on the grid of their bounds (`grid_disjoint`, up to 64 boxes) or rebuilt from
+    the cells (`subzero.boxes.normalize`).
     """
     nd = len(frontier.shape)
     if frontier.is_empty or nd == 0:
@@ -217,7 +220,38 @@ def disjoint_boxes(frontier: "Frontier") -> tuple[np.ndarray, np.ndarray]:
         np.fill_diagonal(meet, False)
         if not meet.any():
             return lo, hi
+    if len(lo) <= _GRID_LIMIT:
+        return grid_disjoint(lo, hi)
     return normalize(lo, hi, frontier.shape)
+
+
+def grid_disjoint(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint boxes whose union is exactly that of a few (overlapping) boxes ``[lo, hi)``.
+
+    The boxes' own bounds cut each axis into intervals; the grid of those intervals (at most
+    ``(2N)^ndim`` elements for ``N`` boxes, however many cells the boxes hold) is marked box by
+    box and covered (`subzero.boxes.cover_coords`), and its boxes are read back in cells.
+
+    >>> lo, hi = grid_disjoint(np.array([[0, 0], [2, 2]]), np.array([[4, 4], [6, 6]]))
+    >>> int(np.prod(hi - lo, axis=1).sum())  # 16 + 16 - 4 shared
+    28
+    """
+    lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+    keep = np.all(hi > lo, axis=1)
+    lo, hi = lo[keep], hi[keep]
+    nd = lo.shape[1]
+    if not len(lo):
+        return lo, hi
+    edges = [np.unique(np.concatenate([lo[:, a], hi[:, a]])) for a in range(nd)]
+    at_lo = np.stack([np.searchsorted(e, lo[:, a]) for a, e in enumerate(edges)], axis=1)
+    at_hi = np.stack([np.searchsorted(e, hi[:, a]) for a, e in enumerate(edges)], axis=1)
+    grid = np.zeros([len(e) - 1 for e in edges], bool)
+    for a_lo, a_hi in zip(at_lo.tolist(), at_hi.tolist()):  # per box (a few), never per cell
+        grid[tuple(slice(a, b) for a, b in zip(a_lo, a_hi))] = True
+    g_lo, g_hi = cover_coords(np.argwhere(grid))
+    out_lo = np.stack([e[g_lo[:, a]] for a, e in enumerate(edges)], axis=1)
+    out_hi = np.stack([e[g_hi[:, a]] for a, e in enumerate(edges)], axis=1)
+    return out_lo, out_hi
 
 
 def _check_cancel(cancel: Any, what: str) -> None:
@@ -254,13 +288,16 @@ def lineage_answers(run: "Run", request: LineageRequest, cancel: Any = None) -> 
     made: dict[tuple, dict[str, Any]] = {}  # nodes a chain of elementwise steps reaches share their cells
     for name, frontier in frontiers.items():
         _check_cancel(cancel, "while its answers were made")
-        key = None
-        if frontier.kind == "ids":
+        key: tuple = ("frontier", id(frontier))  # a walk hands the same frontier to the nodes of an elementwise chain
+        if frontier.kind == "boxes":  # and unions of the same boxes reach several nodes (two exposures' chains)
+            lo, hi = frontier.boxes()
+            key = (frontier.shape, lo.tobytes(), hi.tobytes())
+        elif frontier.kind == "ids":
             ids = frontier.ids()
             key = (frontier.shape, ids.__array_interface__["data"][0], len(ids), ids.strides)
-            if key in made:
-                answers[name] = made[key]
-                continue
+        if key in made:
+            answers[name] = made[key]
+            continue
         lo, hi = disjoint_boxes(frontier)
         flat = np.empty((len(lo), 2 * lo.shape[1]), np.int64)
         flat[:, 0::2], flat[:, 1::2] = lo, hi
@@ -271,6 +308,5 @@ def lineage_answers(run: "Run", request: LineageRequest, cancel: Any = None) -> 
             bbox[0::2], bbox[1::2] = lo.min(axis=0), hi.max(axis=0)
             bbox = bbox.tolist()
         answers[name] = {"boxes": flat.tolist(), "cells": cells, "bbox": bbox}
-        if key is not None:
-            made[key] = answers[name]
+        made[key] = answers[name]
     return {"answers": answers, "ms": round(1000 * (time.perf_counter() - t0), 3)}

@@ -27,6 +27,7 @@ import numpy as np
 
 from subzero import config
 from subzero.catalog import Manifest, RunRecord
+from subzero.dag import Node
 from subzero.cells import to_coords, to_ids
 from subzero.encoders import encoder_for
 from subzero.encoders.base import FullEncoder
@@ -302,7 +303,7 @@ def map_step(op, frontier: Frontier, i: int, direction: "Direction | str", targe
     return Frontier.of_coords(got, target)
 
 
-def box_form(op, direction: Direction):
+def box_form(op: Operator, direction: Direction) -> Any:
     """The operator's box form in ``direction`` (`subzero.Operator.map_b_boxes` or
     ``map_f_boxes``, bound), or None when its class does not override the base's (which has none)."""
     name = "map_b_boxes" if direction is Direction.BACKWARD else "map_f_boxes"
@@ -419,7 +420,7 @@ class Rule:
         return None if got is None else Frontier.of_boxes(*drop_contained(*got), self.target)
 
 
-def rule_of(op, i: int, direction: Direction) -> Rule | None:
+def rule_of(op: Operator, i: int, direction: Direction) -> Rule | None:
     """The `Rule` of a step through ``op`` w.r.t. input ``i``, or None when its lineage is not
     such a mapping (no Map mode, or neither the same cells nor a box form)."""
     if Mode.MAP not in op.supported_modes():
@@ -660,7 +661,7 @@ class QueryEngine:
         deadline = time.perf_counter() + choice.budget if choice.strategy.stored else None
         return choice.strategy, deadline, choice.predicted
 
-    def rule(self, node, i: int, direction: Direction) -> Rule | None:
+    def rule(self, node: Node, i: int, direction: Direction) -> Rule | None:
         """The `Rule` of the step through ``node`` w.r.t. input ``i`` in ``direction`` (None: not
         arithmetic on boxes), resolved once per engine."""
         key = (node.name, i, direction)

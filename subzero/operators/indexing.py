@@ -218,26 +218,95 @@ class Gather(_Guided):
 
     Parameters
     ----------
-    source : int array
+    source : int array, optional
         The flat position in ``x`` of each output cell, laid out in the output's shape
         (``np.arange(x.size).reshape(x.shape)[key]``).
     guides : sequence of str
         How each further input (mask or index arrays) decides the output cells (module docstring).
+    mask : bool array, optional
+        Instead of ``source``, for ``x[mask]`` with a mask of ``x``'s shape: the output is the
+        mask's cells in C order.
+
+    Notes
+    -----
+    Increasing positions (a selection in C order) are held as the bits of a mask over ``x``
+    (``np.packbits``) whenever those take fewer bytes, and listed again, once per copy, only
+    when a tile or a query needs them: a mask over a large image ships and stores an eighth
+    of a byte per cell of ``x`` instead of eight bytes per selected cell.
 
     Examples
     --------
     >>> x = np.array([5.0, -1.0, 7.0])
+    >>> Gather(mask=x > 0).bound([(3,)], (2,)).map_b(np.array([[1]]), 0).tolist()
+    [[2]]
     >>> op = Gather(np.array([0, 2]))
     >>> op.bound([(3,)], (2,)).map_b(np.array([[1]]), 0).tolist()
     [[2]]
     """
 
-    def __init__(self, source: np.ndarray, guides: Sequence[str] = ()):
-        self._source = np.asarray(source, np.int64)
+    _positions: np.ndarray | None
+    _bits: np.ndarray | None
+    _source_shape: tuple[int, ...]
+
+    def __init__(self, source: np.ndarray | None = None, guides: Sequence[str] = (), *,
+                 mask: np.ndarray | None = None):
         self._selection: bool | None = None
         self.guides = _check_guides(guides)
-        self.source_digest = digest(self._source)
-        self.output_cells = int(self._source.size)
+        if mask is not None:  # x[mask]: the mask's cells in C order, kept as the mask's bits
+            if source is not None:
+                raise WorkflowError("Gather takes source positions or a mask, not both")
+            flat_mask = np.asarray(mask, bool).reshape(-1)
+            count = int(np.count_nonzero(flat_mask))
+            self._set_bits(np.packbits(flat_mask), flat_mask.size, (count,))
+            if count:  # the first and last selected cell, from the bytes holding them
+                held = self._bits != 0
+                lo, hi = int(held.argmax()), held.size - 1 - int(held[::-1].argmax())
+                first, last = np.unpackbits(self._bits[[lo, hi]]).reshape(2, 8) != 0
+                self._span = (lo * 8 + int(first.argmax()), hi * 8 + 7 - int(last[::-1].argmax()))
+            self.source_digest = "bits:" + digest(self._bits)
+            self.output_cells = count
+            return
+        if source is None:
+            raise WorkflowError("Gather needs the source positions (source=) or a boolean mask (mask=)")
+        positions = np.asarray(source, np.int64)
+        self.source_digest = digest(positions)
+        self.output_cells = int(positions.size)
+        self._positions = positions
+        self._bits = None
+        self._source_shape = tuple(int(n) for n in positions.shape)
+        flat = positions.reshape(-1)
+        if flat.size > 1 and int(flat[0]) >= 0:
+            # increasing positions (a selection in C order): their bits, when fewer bytes than the positions
+            extent = int(flat[-1]) + 1
+            if (extent + 7) // 8 < flat.nbytes and bool(np.all(flat[1:] > flat[:-1])):
+                selected = np.zeros(extent, bool)
+                selected[flat] = True
+                self._set_bits(np.packbits(selected), extent, tuple(int(n) for n in positions.shape))
+                self._positions = positions  # kept in this copy; copies shipped or stored carry the bits
+
+    def _set_bits(self, bits: np.ndarray, extent: int, shape: tuple[int, ...]) -> None:
+        """Hold the selected positions as bits over flat positions ``0..extent`` (C order)."""
+        self._bits, self._extent, self._source_shape = bits, int(extent), shape
+        self._positions = None
+        self._selection = True  # increasing positions: each source cell copied once
+
+    @property
+    def _source(self) -> np.ndarray:
+        """The flat source position of each output cell (output-shaped, read-only), listed from the
+        bits once per copy of the operator when they are held as bits."""
+        got = self._positions
+        if got is None:
+            got = np.flatnonzero(np.unpackbits(self._bits, count=self._extent)).reshape(self._source_shape)
+            got.flags.writeable = False
+            self._positions = got
+        return got
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "_source" in state:  # an operator pickled before the bits form: its positions as they were
+            positions = state["_positions"] = state.pop("_source")
+            state.setdefault("_bits", None)
+            state.setdefault("_source_shape", tuple(int(n) for n in positions.shape))
+        self.__dict__.update(state)
 
     @property
     def n_inputs(self) -> int | None:
@@ -249,11 +318,11 @@ class Gather(_Guided):
                                 f"{len(input_shapes)}")
         size = int(np.prod(input_shapes[0]))
         span = self.__dict__.get("_span")
-        if span is None and self._source.size:  # every bind asks: found once per copy
+        if span is None and self.output_cells:  # every bind asks: found once per copy
             span = self._span = (int(self._source.min()), int(self._source.max()))
         if span is not None and (span[0] < 0 or span[1] >= size):
             raise WorkflowError(f"Gather: a source position is outside the input of shape {input_shapes[0]}")
-        return tuple(int(n) for n in self._source.shape)
+        return self._source_shape
 
     def output_identity(self, *inputs: np.ndarray) -> np.ndarray | None:
         """Each output cell is the input cell it copies (when each is copied once: a selection);
@@ -279,6 +348,8 @@ class Gather(_Guided):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_box_memo", None)  # rebuilt where it is needed, never shipped or stored
+        if state.get("_bits") is not None:
+            state["_positions"] = None  # the bits travel; positions are listed again where needed
         return state
 
     def input_box(self, out_box: Box, i: int) -> Box:

@@ -80,7 +80,7 @@ def _is_bool(k: Any) -> bool:
     return isinstance(k, (SymbolicArray, np.ndarray)) and np.dtype(k.dtype) == np.bool_
 
 
-def _guides(x: SymbolicArray, parts: tuple, selection_shape: tuple[int, ...]) -> tuple[list[str], list]:
+def _guides(x: SymbolicArray, parts: tuple) -> tuple[list[str], list]:
     """The guide of each symbolic part of a key (see the module docstring)."""
     arrays = [k for k in parts if isinstance(k, (SymbolicArray, np.ndarray, list))]
     guides: list[str] = []
@@ -131,12 +131,15 @@ def gather(x: SymbolicArray, parts: tuple) -> SymbolicArray:
     """``x[key]`` for a key with arrays: the cells this run's key selects."""
     key = _concrete_key(parts, f"indexing {x.entry.name or x.entry.base} with an array")
     if len(key) == 1 and isinstance(key[0], np.ndarray) and key[0].dtype == np.bool_ and key[0].shape == x.shape:
-        positions = np.flatnonzero(key[0])  # x[mask]: the positions of the mask's cells, in C order
+        # x[mask]: the mask's cells in C order; the operator keeps the mask's bits, not their positions
+        guides, guide_inputs = _guides(x, parts)
+        op = ops.Gather(guides=guides, mask=key[0])
+        shape: tuple[int, ...] = (op.output_cells,)
     else:
         positions = np.arange(x.size, dtype=np.int64).reshape(x.shape)[key]
-    guides, guide_inputs = _guides(x, parts, positions.shape)
-    shape = positions.shape
-    op = ops.Gather(positions.reshape(node_shape(shape)), guides)
+        shape = positions.shape
+        guides, guide_inputs = _guides(x, parts)
+        op = ops.Gather(positions.reshape(node_shape(shape)), guides)
     out = add_node(op, [x] + guide_inputs, "getitem", shape=shape, dtype=x.dtype)
     if x.tracer.eager_bytes is not None and x.tracer.evaluate_within_budget(x.entry):  # as numpy's indexing gives them
         started = time.perf_counter()
@@ -169,7 +172,7 @@ def scatter(x: SymbolicArray, key: Any, value: Any) -> SymbolicArray:
     written = full >= 0
     one = int(np.prod(value_shape)) == 1
     source = None if one else full[written]
-    guides, guide_inputs = _guides(x, parts, np.shape(positions)) if not _is_basic(parts) else ([], [])
+    guides, guide_inputs = _guides(x, parts) if not _is_basic(parts) else ([], [])
     if symbolic_value:
         op = ops.Scatter(written.reshape(x.shape), source, guides)
         inputs = [x, value] + guide_inputs

@@ -1027,7 +1027,9 @@ def _gather(rng, ndim, side):
     keep = rng.random(x.shape) < 0.6
     keep.flat[0] = True
     source = np.arange(x.size).reshape(x.shape)[keep]
-    return Case(ops.Gather(source), [x], x[keep], tight=True)
+    # x[mask] as traced (the mask's bits) or as positions (held as bits when those are smaller)
+    op = ops.Gather(mask=keep) if rng.random() < 0.5 else ops.Gather(source)
+    return Case(op, [x], x[keep], tight=True)
 
 
 @pytest.mark.parametrize("axis", [0, 1, (0, 2), (1, 2)])
@@ -1810,6 +1812,39 @@ def test_convolve1d_tiles_give_numpys_values_to_the_bit(n, m, mode, correlate, a
     op = bind(ops.SequenceConvolve(mode, correlate, constant=a if at == 0 else v, constant_at=at), [v if at == 0 else a])
     got = execute(op, [v if at == 0 else a], tile_shape=tile)[0]
     assert np.array_equal(got, (np.correlate if correlate else np.convolve)(a, v, mode))
+
+
+@given(seed=st.integers(0, 2**16), density=st.floats(0.0, 1.0), size=st.integers(1, 300))
+@settings(max_examples=30, deadline=None)
+def test_gather_of_a_mask_its_bits_and_its_positions_agree_and_ship_small(seed, density, size):
+    """``Gather(mask=m)``, ``Gather(positions)`` (bits when smaller) and an operator pickled in the
+    positions form of older stores give the same values and lineage; a shipped copy carries bits."""
+    import pickle
+
+    rng = np.random.default_rng(seed)
+    shape = (size, 3)
+    keep = rng.random(shape) < density
+    x = floats(rng, shape)
+    positions = np.flatnonzero(keep)
+    old = ops.Gather(positions)
+    old.__dict__.update(_positions=None, _bits=None)  # the state a pickle of older stores holds
+    state = {k: v for k, v in old.__dict__.items() if k not in ("_positions", "_bits", "_source_shape", "_extent")}
+    state["_source"] = positions
+    older = ops.Gather.__new__(ops.Gather)
+    older.__setstate__(state)
+    forms = [ops.Gather(mask=keep), ops.Gather(positions), older]
+    forms += [pickle.loads(pickle.dumps(op)) for op in forms[:2]]
+    out_cells = np.argwhere(np.ones((len(positions),), bool))
+    in_cells = np.argwhere(keep | (rng.random(shape) < 0.5))
+    for op in forms:
+        op = op.bound([shape], op.infer_output_shape((shape,)))
+        assert op.output_shape == (len(positions),)
+        assert np.array_equal(execute(op, [x], tile_shape=7)[0], x[keep])
+        np.testing.assert_array_equal(op.map_b(out_cells, 0), np.argwhere(keep))
+        np.testing.assert_array_equal(to_ids(op.map_f(in_cells, 0), op.output_shape),
+                                      np.flatnonzero(np.isin(positions, to_ids(in_cells, shape))))
+    shipped = len(pickle.dumps(forms[0]))
+    assert shipped <= keep.size // 8 + 2000 and shipped <= positions.nbytes + 2000
 
 
 @examples(60)

@@ -257,13 +257,14 @@ class Gather(_Guided):
                 raise WorkflowError("Gather takes source positions or a mask, not both")
             flat_mask = np.asarray(mask, bool).reshape(-1)
             count = int(np.count_nonzero(flat_mask))
-            self._set_bits(np.packbits(flat_mask), flat_mask.size, (count,))
+            bits = np.packbits(flat_mask)
+            self._set_bits(bits, flat_mask.size, (count,))
             if count:  # the first and last selected cell, from the bytes holding them
-                held = self._bits != 0
+                held: np.ndarray = np.not_equal(bits, 0)
                 lo, hi = int(held.argmax()), held.size - 1 - int(held[::-1].argmax())
-                first, last = np.unpackbits(self._bits[[lo, hi]]).reshape(2, 8) != 0
-                self._span = (lo * 8 + int(first.argmax()), hi * 8 + 7 - int(last[::-1].argmax()))
-            self.source_digest = "bits:" + digest(self._bits)
+                ends: np.ndarray = np.not_equal(np.unpackbits(bits[[lo, hi]]).reshape(2, 8), 0)
+                self._span = (lo * 8 + int(ends[0].argmax()), hi * 8 + 7 - int(ends[1][::-1].argmax()))
+            self.source_digest = "bits:" + digest(bits)
             self.output_cells = count
             return
         if source is None:
@@ -294,11 +295,13 @@ class Gather(_Guided):
     def _source(self) -> np.ndarray:
         """The flat source position of each output cell (output-shaped, read-only), listed from the
         bits once per copy of the operator when they are held as bits."""
-        got = self._positions
-        if got is None:
-            got = np.flatnonzero(np.unpackbits(self._bits, count=self._extent)).reshape(self._source_shape)
+        got, bits = self._positions, self._bits
+        if got is None and bits is not None:
+            got = np.flatnonzero(np.unpackbits(bits, count=self._extent)).reshape(self._source_shape)
             got.flags.writeable = False
             self._positions = got
+        if got is None:
+            raise WorkflowError("Gather holds neither positions nor bits (a damaged operator); re-run the workflow")
         return got
 
     def __setstate__(self, state: dict[str, Any]) -> None:

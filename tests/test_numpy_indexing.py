@@ -142,6 +142,29 @@ def test_a_written_cell_depends_on_the_value_and_the_mask_an_untouched_one_on_th
     assert run.forward("x", [written], to="out").tolist() == []
 
 
+@pytest.mark.parametrize("value", [2.0, np.array([2.0])])
+def test_a_mask_and_its_coordinates_write_the_same_cells(value):
+    """``y[m] = v`` (one value: the mask is taken as it is) and ``y[np.nonzero(m)] = v`` (the
+    general path) make the same assignment, with numpy's values."""
+    def by_mask(x, m):
+        y = x.copy()
+        y[m] = value
+        return y
+
+    def by_coordinates(x, m):
+        y = x.copy()
+        y[np.nonzero(m)] = value
+        return y
+
+    ops = []
+    for fn in (by_mask, by_coordinates):
+        wf = sz.workflow(fn).trace({"x": X, "m": M})
+        (op,) = [n.operator for n in wf.nodes if type(n.operator).__name__ == "Scatter"]
+        ops.append(op)
+        assert np.array_equal(evaluate_workflow(wf, {"x": X, "m": M})[wf.nodes[-1].name], by_mask(X.copy(), M))
+    assert ops[0].map_digest == ops[1].map_digest and ops[0].fill == ops[1].fill
+
+
 def test_a_gathered_cell_is_the_cell_it_copies(tmp_path):
     @sz.workflow
     def f(x):

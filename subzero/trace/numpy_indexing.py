@@ -149,18 +149,11 @@ def gather(x: SymbolicArray, parts: tuple) -> SymbolicArray:
 
 
 # -- writing -----------------------------------------------------------------------------------------------
-def scatter(x: SymbolicArray, key: Any, value: Any) -> SymbolicArray:
-    """The array ``x`` would be after ``x[key] = value`` (numpy's rules), as a new node."""
-    parts = _normalize(key)
-    tracer = x.tracer
-    value = lift(tracer, value)
-    if isinstance(value, (list, tuple)):
-        value = np.asarray(value)
-    key_values = _concrete_key(parts, f"assigning into {x.entry.name or x.entry.base} through an array") \
-        if not _is_basic(parts) else parts
-    positions = np.arange(x.size, dtype=np.int64).reshape(x.shape)[key_values]
-    symbolic_value = isinstance(value, SymbolicArray)
-    value_shape = value.shape if symbolic_value else np.shape(value)
+def _written_and_sources(x: SymbolicArray, key: tuple,
+                         value_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None]:
+    """(which cells of ``x`` ``x[key] = value`` writes, the flat position in the value each
+    written cell receives in C order, or None when the value has one cell), numpy's rules."""
+    positions = np.arange(x.size, dtype=np.int64).reshape(x.shape)[key]
     try:
         sources = np.broadcast_to(np.arange(int(np.prod(value_shape)), dtype=np.int64).reshape(value_shape),
                                   np.shape(positions))
@@ -170,8 +163,25 @@ def scatter(x: SymbolicArray, key: Any, value: Any) -> SymbolicArray:
     full = np.full(x.size, -1, np.int64)
     full[np.ravel(positions)] = np.ravel(sources)  # numpy's order: the last write wins
     written = full >= 0
-    one = int(np.prod(value_shape)) == 1
-    source = None if one else full[written]
+    return written, None if int(np.prod(value_shape)) == 1 else full[written]
+
+
+def scatter(x: SymbolicArray, key: Any, value: Any) -> SymbolicArray:
+    """The array ``x`` would be after ``x[key] = value`` (numpy's rules), as a new node."""
+    parts = _normalize(key)
+    tracer = x.tracer
+    value = lift(tracer, value)
+    if isinstance(value, (list, tuple)):
+        value = np.asarray(value)
+    key_values = _concrete_key(parts, f"assigning into {x.entry.name or x.entry.base} through an array") \
+        if not _is_basic(parts) else parts
+    symbolic_value = isinstance(value, SymbolicArray)
+    value_shape = tuple(value.shape if symbolic_value else np.shape(value))
+    mask = key_values[0] if len(key_values) == 1 else None
+    if isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.shape == x.shape and value_shape in ((), (1,)):
+        written, source = mask, None  # x[mask] = one value: the mask is what is written
+    else:
+        written, source = _written_and_sources(x, key_values, value_shape)
     guides, guide_inputs = _guides(x, parts) if not _is_basic(parts) else ([], [])
     if symbolic_value:
         op = ops.Scatter(written.reshape(x.shape), source, guides)

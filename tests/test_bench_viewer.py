@@ -27,6 +27,7 @@ def test_quick_viewer_bench_writes_results_and_report(tmp_path):
     loaded = saved["under_load"]["400x4000"]["clients"]
     assert set(loaded) == {"1", "3"} and loaded["3"]["n"] == 3 and loaded["3"]["p95"] >= loaded["3"]["p50"] > 0
     assert "## Brushes under load" in report and "| 400x4000 (1.6e+06) | 3 | 3 |" in report
+    assert saved["under_load"]["400x4000"]["idle_seconds"] >= 0 and "measured only once it is idle" in report
     assert not any(p.name.startswith("viewer-") for p in (tmp_path / "out").iterdir())  # its store is removed
 
 

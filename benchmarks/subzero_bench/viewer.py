@@ -209,9 +209,15 @@ def concurrent_brushes(store: str | Path, clients: tuple[int, ...] = (1, 5, 20),
     other: ``POST /api/lineage`` backward then forward, as the page sends a brush. A brush's
     latency is both answers end to end, as the client sees them.
 
+    Nothing is measured before the server is idle (``GET /api/run`` says ``"idle"``: the
+    overview tiles it makes in the background as it starts, of the stored nodes and of those it
+    recomputes, all made), so the brushes never share its CPU with that work;
+    ``idle_seconds`` is how long that took from the server's start.
+
     ``cache``: the server's cache directory (its tiles and query log; default the user's);
-    ``start_seconds``: how long the server may take to start and make its overview tiles.
-    Returns ``{"clients": {N: {"p50", "p95", "max", "n", "seconds", "brushes_per_second", "load"}}, ...}``.
+    ``start_seconds``: how long the server may take to start and become idle.
+    Returns ``{"clients": {N: {"p50", "p95", "max", "n", "seconds", "brushes_per_second", "load"}},
+    "idle_seconds": S, ...}``.
     """
     import http.client
     import subprocess
@@ -230,20 +236,26 @@ def concurrent_brushes(store: str | Path, clients: tuple[int, ...] = (1, 5, 20),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     out: dict[str, Any] = {"clients": {}, "load_before": _load(), "node": node}
     try:
-        deadline = time.monotonic() + start_seconds
+        started = time.monotonic()
+        deadline = started + start_seconds
         while True:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
                 conn.request("GET", "/api/run")
                 res = conn.getresponse()
-                if res.status == 200 and json.loads(res.read()).get("warm", True):  # overview tiles made: idle
+                if res.status == 200 and json.loads(res.read()).get("idle", False):  # every overview made: idle
                     conn.close()
                     break
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"subzero view did not start: {proc.stderr.read().decode() if proc.stderr else ''}")
+                raise RuntimeError(f"subzero view did not start and become idle in {start_seconds:.0f} s: "
+                                   f"{proc.stderr.read().decode() if proc.poll() is not None and proc.stderr else ''}")
             time.sleep(0.2)
+        out["idle_seconds"] = time.monotonic() - started
+        out["load_idle"] = _load()
+        log(f"viewer: subzero view idle (every overview made) {out['idle_seconds']:.1f} s after its start "
+            f"(load {out['load_idle']})")
 
         def brush_once(conn, box: list[int], client: str) -> float:
             t0 = time.perf_counter()
@@ -446,8 +458,11 @@ def render(doc: dict) -> str:
     loads = doc.get("under_load") or {}
     if loads:
         lines += ["", "## Brushes under load", "",
-                  "`subzero view` started as a user starts it (its own process, uvicorn on loopback, once its overview "
-                  "tiles are made), then N clients at once, each a thread with its own connection, brushing random "
+                  "`subzero view` started as a user starts it (its own process, uvicorn on loopback), measured only "
+                  "once it is idle: the overview tiles it makes in the background as it starts (of the stored nodes "
+                  "and of those it recomputes) all made, so no brush shares the CPU with that work ("
+                  + ", ".join(f"{label}: idle {_f(r.get('idle_seconds'))} s after its start" for label, r in loads.items())
+                  + "). Then N clients at once, each a thread with its own connection, brushing random "
                   "stars (16 x 16 boxes centred on a star's pixel) one after the other: `POST /api/lineage` backward "
                   "then forward, as the page sends a brush. Latency: both answers end to end, as the client sees "
                   "them. Load average (1, 5, 15 min) after each row.", "",
@@ -531,7 +546,8 @@ def main(argv: list[str] | None = None) -> int:
                                                              "empty: none)")
     parser.add_argument("--load-brushes", type=int, default=10, help="brushes per concurrent client")
     parser.add_argument("--stored-overviews-only", action="store_true",
-                        help="make only the stored arrays' overviews before measuring (not the recomputed ones)")
+                        help="make only the stored arrays' overviews before measuring the in-process brushes and tiles (the "
+                             "server under load is still measured only once idle)")
     parser.add_argument("--shape", type=parse_shape, help=f"the images' shape, HxW (default {SHAPE[0]}x{SHAPE[1]})")
     args = parser.parse_args(argv)
     clients = tuple(int(c) for c in args.clients.split(",") if c.strip())

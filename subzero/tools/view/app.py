@@ -4,7 +4,8 @@ Routes
 ------
 ``GET /``                                  the page (``static/index.html``)
 ``GET /static/...``                        its script and style
-``GET /api/run``                           the store, workflow, status, tile size and ``warm`` (stored overview tiles made)
+``GET /api/run``                           the store, workflow, status, tile size, ``warm`` (stored overview tiles made)
+                                           and ``idle`` (no background work left: every overview made)
 ``GET /api/nodes``                         the nodes: ``[{name, operator, shape, dtype, strategies, inputs, ...}]``
 ``POST /api/lineage``                      ``{"node", "direction", "boxes", "to"}`` -> ``{"answers": {...}, "ms": M}``
 ``POST /api/export``                       the same body plus ``"target"`` and ``"format"``
@@ -397,7 +398,7 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
 
     async def info(request: Request) -> Response:
         return JSONResponse({"store": run.path, "workflow": run.workflow.name, "status": run.catalog.status,
-                             "tile": TILE, "warm": viewer.warmed.is_set()})
+                             "tile": TILE, "warm": viewer.warmed.is_set(), "idle": not warm or viewer.recomputed.is_set()})
 
     async def lineage(request: Request) -> Response:
         client = _client(request)

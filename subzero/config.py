@@ -187,6 +187,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("view_max_body_bytes", int, 2**20, "the largest request body the viewer accepts, in bytes (HTTP 413 beyond)",
             minimum=1),
     Setting("view_max_boxes", int, 10_000, "the most boxes one viewer lineage or export request may brush", minimum=1),
+    Setting("view_workers", int, None, "processes serving the viewer (subzero view --workers; unset: the cores this "
+            "process may use, at most 4)", minimum=1),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}

@@ -10,7 +10,7 @@ from subzero_bench.viewer import TARGETS, parse_shape, run_viewer, star_boxes
 
 def test_quick_viewer_bench_writes_results_and_report(tmp_path):
     doc = run_viewer(tmp_path / "out", brushes=2, tiles=2, quick=True, log=lambda line: None, clients=(1, 3),
-                     load_brushes=1)
+                     load_brushes=1, workers=(2,))
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved["bench"] == "viewer" and saved["quick"] and saved["cells"] == 400 * 4000
     assert set(saved["brush"]) == {"stars", "clean", "crmask_1", "exposure_1"}
@@ -24,9 +24,10 @@ def test_quick_viewer_bench_writes_results_and_report(tmp_path):
     assert store["recomputed"] and not set(store["stored"]) & set(store["recomputed"])  # the defaults keep only some
     assert len(store["stored"]) + len(store["recomputed"]) == 29 and saved["recompute_seconds"] >= 0
     assert f"{len(store['stored'])} arrays stored" in report
-    loaded = saved["under_load"]["400x4000"]["clients"]
+    loaded = saved["under_load"]["400x4000 (2 workers)"]["clients"]
     assert set(loaded) == {"1", "3"} and loaded["3"]["n"] == 3 and loaded["3"]["p95"] >= loaded["3"]["p50"] > 0
-    assert "## Brushes under load" in report and "| 400x4000 (1.6e+06) | 3 | 3 |" in report
+    assert "## Brushes under load" in report and "| 400x4000 (2 workers) (1.6e+06) | 3 | 3 |" in report
+    assert saved["under_load"]["400x4000 (2 workers)"]["idle_seconds"] >= 0 and "measured only once it is idle" in report
     assert not any(p.name.startswith("viewer-") for p in (tmp_path / "out").iterdir())  # its store is removed
 
 

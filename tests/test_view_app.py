@@ -454,6 +454,14 @@ def test_warm_makes_the_stored_overviews_first_then_the_recomputed_ones(tmp_path
     assert {name for name, after in order if after} == unstored and len(order) == len(run.catalog.nodes)
     assert [after for _, after in order] == sorted(after for _, after in order)  # stored first
     assert viewer.warmed.is_set() and viewer.recomputed.is_set() and viewer.recompute_seconds is not None
+    with TestClient(create_app(run, tmp_path / "cache", warm=False)) as idle:  # no background work at all
+        assert idle.get("/api/run").json()["idle"]
+    busy = create_app(run, tmp_path / "cache2", warm=True)  # idle once its background overviews are all made
+    with TestClient(busy) as client:
+        deadline = time.monotonic() + 30
+        while not client.get("/api/run").json()["idle"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert busy.state.viewer.recomputed.is_set() and client.get("/api/run").json()["warm"]
     for name in unstored:
         pyramid = viewer.pyramid(name)
         assert pyramid.png_path(pyramid.top, 0, 0).exists()

@@ -163,3 +163,55 @@ def test_malformed_requests_over_http_are_4xx_json_and_it_keeps_answering(store,
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _children(pid: int) -> set[int]:
+    try:
+        return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+    except OSError:  # not Linux
+        return set()
+
+
+def test_two_worker_processes_answer_as_one_and_stop_on_sigterm(store, tmp_path):
+    """``--workers 2``: two pre-forked processes on one port answer every request as the app
+    in one process does; both report idle once the one that makes the overviews is done;
+    SIGTERM stops them all."""
+    from starlette.testclient import TestClient
+
+    from subzero.run import open_run
+    from subzero.tools.view.app import create_app
+
+    body = [{"node": node, "direction": direction, "boxes": boxes, "to": None}
+            for node, boxes in (("blur", [[0, 2, 0, 2]]), ("bright", [[1, 5, 2, 9], [3, 4, 0, 12]]), ("x", [[0, 3, 0, 3]]))
+            for direction in ("backward", "forward")] * 2  # each twice: with two workers, both answer some
+    with TestClient(create_app(open_run(store), tmp_path / "one", warm=False)) as one:
+        want = [one.get("/api/nodes").json()] + [one.post("/api/lineage", json=b).json()["answers"] for b in body]
+        want.append(one.get("/tiles/blur/0/0/0.png").content)
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "subzero", "view", store, "--port", str(port), "--workers", "2"],
+                            cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert f"127.0.0.1:{port}" in proc.stdout.readline()
+        base = f"http://127.0.0.1:{port}"
+        _wait(base + "/api/run")
+        deadline = time.monotonic() + 30
+        while not json.loads(_request(base + "/api/run")[1])["idle"]:
+            assert time.monotonic() < deadline, "the viewer did not become idle within 30 s"
+            time.sleep(0.1)
+        got = [json.loads(_request(base + "/api/nodes")[1])]
+        for b in body:
+            status, data, _ = _request(base + "/api/lineage", json.dumps(b).encode(), {"Content-Type": "application/json"})
+            assert status == 200
+            got.append(json.loads(data)["answers"])
+        got.append(_request(base + "/tiles/blur/0/0/0.png")[1])
+        assert got == want
+        kids = _children(proc.pid)
+        assert len(kids) == 2 or not Path("/proc").is_dir()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        assert "stopped" in proc.stdout.read() and "Traceback" not in proc.stderr.read()
+        assert not any(Path(f"/proc/{k}").exists() for k in kids)  # no worker left behind
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

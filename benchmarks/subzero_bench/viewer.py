@@ -202,16 +202,24 @@ def star_boxes(run, count: int, rng: random.Random, node: str = "stars", side: i
 
 def concurrent_brushes(store: str | Path, clients: tuple[int, ...] = (1, 5, 20), brushes: int = 10, seed: int = 31,
                        log: Callable[[str], None] | None = None, node: str = "stars",
-                       cache: str | Path | None = None, start_seconds: float = 600.0) -> dict[str, Any]:
+                       cache: str | Path | None = None, start_seconds: float = 600.0,
+                       workers: int = 1) -> dict[str, Any]:
     """Brush latency under load: ``subzero view`` started as a user starts it (a process of its
     own, uvicorn on loopback), then for each count of ``clients``, that many threads, each a
     client of its own (own connection and client id) brushing ``brushes`` stars one after the
     other: ``POST /api/lineage`` backward then forward, as the page sends a brush. A brush's
     latency is both answers end to end, as the client sees them.
 
+    Nothing is measured before the server is idle (``GET /api/run`` says ``"idle"``: the
+    overview tiles it makes in the background as it starts, of the stored nodes and of those it
+    recomputes, all made), so the brushes never share its CPU with that work;
+    ``idle_seconds`` is how long that took from the server's start.
+
     ``cache``: the server's cache directory (its tiles and query log; default the user's);
-    ``start_seconds``: how long the server may take to start and make its overview tiles.
-    Returns ``{"clients": {N: {"p50", "p95", "max", "n", "seconds", "brushes_per_second", "load"}}, ...}``.
+    ``start_seconds``: how long the server may take to start and become idle; ``workers``: its
+    processes (``subzero view --workers``).
+    Returns ``{"clients": {N: {"p50", "p95", "max", "n", "seconds", "brushes_per_second", "load"}},
+    "idle_seconds": S, ...}``.
     """
     import http.client
     import subprocess
@@ -226,24 +234,31 @@ def concurrent_brushes(store: str | Path, clients: tuple[int, ...] = (1, 5, 20),
     env = dict(os.environ)
     if cache is not None:
         env["SUBZERO_CACHE"] = str(cache)
-    proc = subprocess.Popen([sys.executable, "-m", "subzero", "view", str(store), "--port", str(port)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "subzero", "view", str(store), "--port", str(port), "--workers",
+                             str(workers)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    out: dict[str, Any] = {"clients": {}, "load_before": _load(), "node": node}
+    out: dict[str, Any] = {"clients": {}, "load_before": _load(), "node": node, "workers": workers}
     try:
-        deadline = time.monotonic() + start_seconds
+        started = time.monotonic()
+        deadline = started + start_seconds
         while True:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
                 conn.request("GET", "/api/run")
                 res = conn.getresponse()
-                if res.status == 200 and json.loads(res.read()).get("warm", True):  # overview tiles made: idle
+                if res.status == 200 and json.loads(res.read()).get("idle", False):  # every overview made: idle
                     conn.close()
                     break
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"subzero view did not start: {proc.stderr.read().decode() if proc.stderr else ''}")
+                raise RuntimeError(f"subzero view did not start and become idle in {start_seconds:.0f} s: "
+                                   f"{proc.stderr.read().decode() if proc.poll() is not None and proc.stderr else ''}")
             time.sleep(0.2)
+        out["idle_seconds"] = time.monotonic() - started
+        out["load_idle"] = _load()
+        log(f"viewer: subzero view idle (every overview made) {out['idle_seconds']:.1f} s after its start "
+            f"(load {out['load_idle']})")
 
         def brush_once(conn, box: list[int], client: str) -> float:
             t0 = time.perf_counter()
@@ -288,7 +303,7 @@ def concurrent_brushes(store: str | Path, clients: tuple[int, ...] = (1, 5, 20),
             every = [v for row in times for v in row]
             out["clients"][str(n)] = {**_stats(every), "seconds": seconds, "brushes_per_second": len(every) / seconds,
                                       "load": _load()}
-            log(f"viewer: {n} concurrent client(s) brushing {node}: p50 {_pct(every, 50):.0f} ms, p95 "
+            log(f"viewer: {n} concurrent client(s) brushing {node} ({workers} server process(es)): p50 {_pct(every, 50):.0f} ms, p95 "
                 f"{_pct(every, 95):.0f} ms, {len(every) / seconds:.1f} brushes/s (load {_load()})")
     finally:
         proc.terminate()
@@ -314,11 +329,12 @@ def cached_store(out: Path, shape: tuple[int, ...], log: Callable[[str], None]) 
 def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | Path | None = None,
                brushes: int = 40, tiles: int = 40, seed: int = 19, log: Callable[[str], None] | None = None,
                quick: bool = False, clients: tuple[int, ...] = (1, 5, 20), load_brushes: int = 10,
-               shape: tuple[int, int] | None = None, recompute: bool = True) -> dict:
+               shape: tuple[int, int] | None = None, recompute: bool = True, workers: tuple[int, ...] = (1, 2)) -> dict:
     """Run the benchmark and write ``results.json`` and ``REPORT.md`` into ``out_dir``
     (``quick``: 400 x 4000 images, 8 brushes and 8 tiles per node, built in a temporary
     directory; else the stores are built once under ``out_dir``, see `cached_store`).
-    ``shape``: the images' shape (default `SHAPE`; 400 x 4000 when ``quick``). ``recompute=False``:
+    ``shape``: the images' shape (default `SHAPE`; 400 x 4000 when ``quick``); ``workers``: the
+    counts of server processes the brushes under load are measured with, one after the other. ``recompute=False``:
     the overviews of the arrays the run did not store are not made (nor timed) before the brushes.
 
     Brushes under load (`concurrent_brushes`): ``clients`` counts of concurrent clients,
@@ -369,9 +385,10 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
             if not quick:
                 stores = {"512x2000": cached_store(out, (512, 2000), log)[0], **stores}
             for label, path in stores.items():
-                under_load[label] = concurrent_brushes(path, tuple(clients), load_brushes, seed, log,
-                                                       cache=tmp / "cache",
-                                                       start_seconds=600 + 2 * (warm_seconds + (recompute_seconds or 0)))
+                for w in workers:  # the server in 1, 2, ... processes (`subzero view --workers`)
+                    under_load[label if w == 1 else f"{label} ({w} workers)"] = concurrent_brushes(
+                        path, tuple(clients), load_brushes, seed, log, cache=tmp / "cache",
+                        start_seconds=600 + 2 * (warm_seconds + (recompute_seconds or 0)), workers=w)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     server = [v for r in brush.values() for v in r["server_ms"]]
@@ -446,21 +463,25 @@ def render(doc: dict) -> str:
     loads = doc.get("under_load") or {}
     if loads:
         lines += ["", "## Brushes under load", "",
-                  "`subzero view` started as a user starts it (its own process, uvicorn on loopback, once its overview "
-                  "tiles are made), then N clients at once, each a thread with its own connection, brushing random "
+                  "`subzero view` started as a user starts it (its own process, uvicorn on loopback), measured only "
+                  "once it is idle: the overview tiles it makes in the background as it starts (of the stored nodes "
+                  "and of those it recomputes) all made, so no brush shares the CPU with that work ("
+                  + ", ".join(f"{label}: idle {_f(r.get('idle_seconds'))} s after its start" for label, r in loads.items())
+                  + "). Then N clients at once, each a thread with its own connection, brushing random "
                   "stars (16 x 16 boxes centred on a star's pixel) one after the other: `POST /api/lineage` backward "
                   "then forward, as the page sends a brush. Latency: both answers end to end, as the client sees "
                   "them. Load average (1, 5, 15 min) after each row.", "",
-                  "| store (cells) | clients | brushes | p50 (ms) | p95 (ms) | max (ms) | brushes/s | load |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| store (cells) | clients | brushes | p50 (ms) | p95 (ms) | max (ms) | brushes/s | load | "
+                  "server processes |", "|---|---|---|---|---|---|---|---|---|"]
         for label, r in loads.items():
-            h, w = (int(v) for v in label.split("x"))
+            h, w = (int(v) for v in label.split(" ")[0].split("x"))
             for n, c in r["clients"].items():
                 lines.append(f"| {label} ({h * w:.1e}) | {n} | {c['n']} | {_f(c['p50'])} | {_f(c['p95'])} | "
-                             f"{_f(c['max'])} | {_f(c['brushes_per_second'])} | {c['load']} |")
+                             f"{_f(c['max'])} | {_f(c['brushes_per_second'])} | {c['load']} | {r.get('workers', 1)} |")
         last = list(loads.values())[-1]["clients"]
         top = max(last, key=int)
-        lines += ["", f"At {top} clients on the largest store: p95 **{_f(last[top]['p95'])} ms** (target <= "
+        lines += ["", f"At {top} clients on the largest store ({list(loads.values())[-1].get('workers', 1)} server "
+                      "process(es)): p95 **{_f(last[top]['p95'])} ms** (target <= "
                       f"{t['brush']:.0f} ms: {ok[bool(doc['met'].get('brush_under_load'))]})."]
     lines += ["", "Backward answers include every cell of the input `flat`: the flat field is normalised by its "
                   "mean, so every pixel depends on all of it (one box in the answer, never expanded into cells).", "",
@@ -531,12 +552,16 @@ def main(argv: list[str] | None = None) -> int:
                                                              "empty: none)")
     parser.add_argument("--load-brushes", type=int, default=10, help="brushes per concurrent client")
     parser.add_argument("--stored-overviews-only", action="store_true",
-                        help="make only the stored arrays' overviews before measuring (not the recomputed ones)")
+                        help="make only the stored arrays' overviews before measuring the in-process brushes and tiles (the "
+                             "server under load is still measured only once idle)")
+    parser.add_argument("--workers", default="1,2", help="server processes under load (subzero view --workers), "
+                                                         "each count measured in turn (comma-separated)")
     parser.add_argument("--shape", type=parse_shape, help=f"the images' shape, HxW (default {SHAPE[0]}x{SHAPE[1]})")
     args = parser.parse_args(argv)
     clients = tuple(int(c) for c in args.clients.split(",") if c.strip())
     run_viewer(args.out, args.store, args.brushes, args.tiles, quick=args.quick, clients=clients,
-               load_brushes=args.load_brushes, shape=args.shape, recompute=not args.stored_overviews_only)
+               load_brushes=args.load_brushes, shape=args.shape, recompute=not args.stored_overviews_only,
+               workers=tuple(int(w) for w in args.workers.split(",") if w.strip()) or (1,))
     return 0
 
 

@@ -11,7 +11,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     """``subzero view``: serve the viewer over a store until interrupted; the exit status."""
     from subzero.tools.view.server import serve
 
-    serve(args.store, host=args.host, port=args.port, open_browser=args.open, token=args.token)
+    serve(args.store, host=args.host, port=args.port, open_browser=args.open, token=args.token, workers=args.workers)
     return 0
 
 
@@ -29,4 +29,8 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
                       help="the token every request must carry (?token=T in the URL, or the header "
                            "'Authorization: token T'); default: none on a loopback address, a random one (printed "
                            "in the URL) on any other")
+    view.add_argument("--workers", type=int, default=None, metavar="N",
+                      help="processes answering requests on the one port (default: the view_workers setting, else "
+                           "the cores this process may use, at most 4); more than one lets many clients brush at "
+                           "once on every core")
     view.set_defaults(func=cmd_view)

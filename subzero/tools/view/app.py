@@ -4,7 +4,8 @@ Routes
 ------
 ``GET /``                                  the page (``static/index.html``)
 ``GET /static/...``                        its script and style
-``GET /api/run``                           the store, workflow, status, tile size and ``warm`` (stored overview tiles made)
+``GET /api/run``                           the store, workflow, status, tile size, ``warm`` (stored overview tiles made)
+                                           and ``idle`` (no background work left: every overview made)
 ``GET /api/nodes``                         the nodes: ``[{name, operator, shape, dtype, strategies, inputs, ...}]``
 ``POST /api/lineage``                      ``{"node", "direction", "boxes", "to"}`` -> ``{"answers": {...}, "ms": M}``
 ``POST /api/export``                       the same body plus ``"target"`` and ``"format"``
@@ -308,16 +309,18 @@ def _client(request: Request) -> str | None:
 class Viewer:
     """The state of the app: the run, its nodes' WCS and tile pyramids (made on first use)."""
 
-    def __init__(self, run: "Run", cache_dir: Path | None = None):
+    def __init__(self, run: "Run", cache_dir: Path | None = None, shared: tuple[Any, Any] | None = None):
         self.run = run
         self.cache_dir = cache_dir or run_cache_dir(run)
         self.wcs = node_wcs(run)
         self.nodes = node_list(run, {name: True for name in self.wcs})
         self._pyramids: dict[str, TilePyramid] = {}
-        self.warmed = threading.Event()
+        warmed, recomputed = shared if shared is not None else (threading.Event(), threading.Event())
+        #: set when the stored nodes' overviews are made (by this process, or the one of ``shared`` that warms)
+        self.warmed = warmed
         self.warm_seconds: float | None = None
         #: set when the overviews of the nodes the run did not store are made too (after `warmed`)
-        self.recomputed = threading.Event()
+        self.recomputed = recomputed
         self.recompute_seconds: float | None = None
         for entry in self.nodes:
             if len(entry["shape"]) == 2:
@@ -379,12 +382,17 @@ def _in_background(work: Callable[[], None]) -> None:
     work()
 
 
-def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, token: str | None = None) -> Starlette:
+def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, token: str | None = None,
+               shared: tuple[Any, Any] | None = None) -> Starlette:
     """The viewer app over ``run`` (`subzero.open_run`); tiles cached under ``cache_dir``
     (default `subzero.tools.view.tiles.run_cache_dir`). With ``warm``, a background thread makes
     every node's overview tile at once (`Viewer.warm`). With ``token``, every request must
-    carry it (see the module docstring), else HTTP 403."""
-    viewer = Viewer(run, cache_dir)
+    carry it (see the module docstring), else HTTP 403.
+
+    ``shared``: the ``(warmed, recomputed)`` events of several processes serving one store
+    (`multiprocessing` events made before they fork, `subzero.tools.view.server`): the one made
+    with ``warm`` sets them, and every one reports ``warm`` and ``idle`` from them."""
+    viewer = Viewer(run, cache_dir, shared)
     brushes = Brushes()
     if warm:
         threading.Thread(target=_in_background, args=(viewer.warm,), name="subzero-view-warm", daemon=True).start()
@@ -396,8 +404,9 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
         return JSONResponse(viewer.nodes)
 
     async def info(request: Request) -> Response:
+        idle = not (warm or shared) or viewer.recomputed.is_set()  # no background work left
         return JSONResponse({"store": run.path, "workflow": run.workflow.name, "status": run.catalog.status,
-                             "tile": TILE, "warm": viewer.warmed.is_set()})
+                             "tile": TILE, "warm": viewer.warmed.is_set(), "idle": idle})
 
     async def lineage(request: Request) -> Response:
         client = _client(request)

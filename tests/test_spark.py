@@ -225,7 +225,8 @@ def test_a_master_that_cannot_be_reached_fails_in_one_line_within_30_s(tmp_path)
 
 
 def test_a_port_that_is_no_spark_master_fails_in_one_line(tmp_path):
-    """Something answers on the port, but it is not a Spark master: refused, not waited for."""
+    """Something answers on the port, but it is not a Spark master: refused, not waited for (its silence
+    for spark_probe_timeout, 1 s here instead of the default 5, says so)."""
     import threading
 
     server = socket.socket()
@@ -249,7 +250,7 @@ def test_a_port_that_is_no_spark_master_fails_in_one_line(tmp_path):
         start = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "subzero", "run", "demo", "--quick", "--store",
                                str(tmp_path / "s"), "--master", f"spark://127.0.0.1:{port}"],
-                              capture_output=True, text=True, env=_env(), timeout=120)
+                              capture_output=True, text=True, env=_env(SUBZERO_SPARK_PROBE_TIMEOUT="1"), timeout=120)
         elapsed = time.monotonic() - start
     finally:
         stop.set()

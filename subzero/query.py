@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Iterator, Protocol, Sequence, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -122,7 +122,14 @@ class TileGrid:
         return out
 
 
-def check_forced(node, stored: tuple[str, ...], using) -> Strategy:
+def operator_of(node: Node) -> Operator:
+    """``node``'s operator: a query steps through operator nodes only (an input has none)."""
+    if node.operator is None:
+        raise LineageError(f"node {node.name!r} is an input of the workflow: no lineage step goes through it")
+    return node.operator
+
+
+def check_forced(node: Node, stored: tuple[str, ...], using: Any) -> Strategy:
     """The strategy the caller forced (``using=``) for ``node``, parsed, if it can answer.
 
     Raises
@@ -136,13 +143,13 @@ def check_forced(node, stored: tuple[str, ...], using) -> Strategy:
                            f"got {using!r}")
     forced = Strategy.parse(using)
     if forced.mode is not Mode.BLACKBOX and forced.name not in stored and \
-            not (forced.mode is Mode.MAP and Mode.MAP in node.operator.supported_modes()):
+            not (forced.mode is Mode.MAP and Mode.MAP in operator_of(node).supported_modes()):
         raise LineageError(f"node {node.name!r} did not store {forced.name!r}; it stored {', '.join(stored)} "
                            "(BlackBox re-execution is always available)")
     return forced
 
 
-def step(source: "QueryEngine", node, frontier: Frontier, i: int, direction: Direction, strategy: Strategy,
+def step(source: "QueryEngine", node: Node, frontier: Frontier, i: int, direction: Direction, strategy: Strategy,
          entire_array: bool = True, deadline: float | None = None, forced: bool = False,
          damaged: list | None = None) -> Frontier:
     """One lineage step through ``node`` with respect to its input ``i``.
@@ -153,7 +160,7 @@ def step(source: "QueryEngine", node, frontier: Frontier, i: int, direction: Dir
     cannot be read is answered by re-running its tile (its message appended to
     ``damaged``), unless the strategy was ``forced``: then the `StoreError` propagates.
     """
-    op = node.operator
+    op = operator_of(node)
     out_shape, in_shape = tuple(op.output_shape), tuple(op.input_shapes[i])
     target = in_shape if direction is Direction.BACKWARD else out_shape
     if frontier.is_empty:
@@ -175,7 +182,7 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
     does, keyed by those cells or not; each shard answers for the frontier's cells in
     its tile.
     """
-    op = node.operator
+    op = operator_of(node)
     grid = source.grid(node)
     enc = encoder_for(s)
     shapes = (tuple(op.output_shape), tuple(op.input_shapes))
@@ -271,7 +278,8 @@ def _not_overridden(source, node, enc, s: Strategy, default: Frontier, deadline,
     return _outside(kept, grid.out_lo[failed], grid.out_hi[failed])
 
 
-def map_step(op, frontier: Frontier, i: int, direction: "Direction | str", target) -> Frontier:
+def map_step(op: Operator, frontier: Frontier, i: int, direction: "Direction | str",
+             target: Sequence[int]) -> Frontier:
     """One step through an operator's mapping functions, on the frontier's own form."""
     direction, target = Direction.parse(direction), tuple(target)
     if frontier.is_empty:
@@ -370,7 +378,7 @@ def _private(carried: Any) -> Any:
     return carried
 
 
-def maps_whole(op, frontier: Frontier, i: int, direction: Direction) -> bool:
+def maps_whole(op: Operator, frontier: Frontier, i: int, direction: Direction) -> bool:
     """True when `map_step` takes ``frontier`` through ``op`` without walking its cells one by
     one: an elementwise step over one shape keeps the cells, and a frontier held as boxes or a
     mask goes through the operator's box or mask form (a pass over the arrays, not per cell)."""
@@ -452,7 +460,7 @@ class Carrier(Protocol):
     def union(self, other: Any) -> Any:
         """What either carries (over the same array)."""
 
-    def step(self, engine: "QueryEngine", node, i: int, direction: Direction, strategy: Strategy) -> Any:
+    def step(self, engine: "QueryEngine", node: Node, i: int, direction: Direction, strategy: Strategy) -> Any:
         """One step through ``node`` w.r.t. its input ``i`` by ``strategy`` (read through ``engine``)."""
 
 
@@ -523,24 +531,24 @@ class QueryEngine:
                 got = self._recomputed.setdefault(name, got)
         return got
 
-    def grid(self, node) -> TileGrid:
+    def grid(self, node: Node) -> TileGrid:
         """The node's tiles, with their output and input boxes."""
         with self._lock:
             if node.name not in self._grids:
-                op = node.operator
+                op = operator_of(node)
                 tiles = tile_grid(op.output_shape, op.effective_tiling().split_axes(op),
                                   self.catalog.node(node.name).tile_shape)
                 self._grids[node.name] = TileGrid(tiles, op)
             return self._grids[node.name]
 
-    def manifest(self, node) -> Manifest:
+    def manifest(self, node: Node) -> Manifest:
         """The node's committed shards (read once)."""
         with self._lock:
             if node.name not in self._manifests:
                 self._manifests[node.name] = self.reader.read_manifest(node.name)
             return self._manifests[node.name]
 
-    def shard_reader(self, node, strategy: str, tile: int, deadline: float | None) -> Any:
+    def shard_reader(self, node: Node, strategy: str, tile: int, deadline: float | None) -> Any:
         """The reader of the lineage ``tile`` stored under ``strategy`` (None: it stored none).
 
         Raises
@@ -557,12 +565,13 @@ class QueryEngine:
         record = shards[tile]
         if record.name is None:
             return None
-        op = node.operator
+        op = operator_of(node)
         return self.reader.shard_reader(node.name, strategy, record, slot_ndims(op.output_shape, op.input_shapes),
                                         deadline)
 
-    def tile_readers(self, node, strategy: str, frontier: Frontier, side: int | None, deadline: float | None = None,
-                     failed: list[int] | None = None, damaged: list[str] | None = None, forced: bool = False):
+    def tile_readers(self, node: Node, strategy: str, frontier: Frontier, side: int | None, deadline: float | None = None,
+                     failed: list[int] | None = None, damaged: list[str] | None = None,
+                     forced: bool = False) -> Iterator[tuple[int, Frontier, Any]]:
         """Each tile whose box (output, or input ``side``) holds cells of ``frontier`` and that is
         not in ``failed``: its index, its part of the frontier and its shard reader (None: it
         stored no lineage under ``strategy``).  A tile whose shard cannot be read is appended
@@ -583,16 +592,16 @@ class QueryEngine:
                 continue
             yield tile, sub, reader
 
-    def inline(self, node, strategy: str) -> bytes | None:
+    def inline(self, node: Node, strategy: str) -> bytes | None:
         """A node's lineage kept in its manifest (a merged FullRange table), if any."""
         return self.manifest(node).inline.get(strategy)
 
-    def tile_task(self, node) -> NodeTask:
+    def tile_task(self, node: Node) -> NodeTask:
         """The task that re-runs the node's tiles from its stored inputs (tracing mode)."""
-        op = node.operator
+        op = operator_of(node)
         return NodeTask(node.name, op, tuple(self.array(n.name) for n in node.inputs), op.input_shapes, op.output_shape)
 
-    def trace(self, node, tiles: list[int], frontier: Frontier, i: int, direction: Direction) -> list[FullPairs]:
+    def trace(self, node: Node, tiles: list[int], frontier: Frontier, i: int, direction: Direction) -> list[FullPairs]:
         """The region pairs of ``node``'s ``tiles`` (indices into its grid) for the cells of
         ``frontier``, by re-running them in tracing mode from the stored inputs."""
         task, grid = self.tile_task(node), self.grid(node)
@@ -600,7 +609,7 @@ class QueryEngine:
             kept = self._reruns.setdefault(node.name, _Kept(self._rerun_budget, self._lock))
         return [trace_tile(task, grid.tiles[t], frontier, i, direction, kept) for t in tiles]
 
-    def report_damaged(self, node, damaged: list[str]) -> None:
+    def report_damaged(self, node: Node, damaged: list[str]) -> None:
         """Warn, once per shard, that the shards of ``damaged`` could not be read and their
         tiles were re-run instead."""
         for problem in damaged:
@@ -609,13 +618,13 @@ class QueryEngine:
                 logger.warning("%s; answering by re-running %s instead", problem, node.name)
 
     # -- the step policy ----------------------------------------------------------------------
-    def stored(self, node) -> tuple[Strategy, ...]:
+    def stored(self, node: Node) -> tuple[Strategy, ...]:
         """The strategies the node stored, parsed."""
         if node.name not in self._stored:
             self._stored[node.name] = tuple(Strategy.parse(s) for s in self.catalog.node(node.name).strategies)
         return self._stored[node.name]
 
-    def profile(self, node) -> NodeProfile:
+    def profile(self, node: Node) -> NodeProfile:
         """The cost-model profile of a node: calibrated, or derived from its run statistics."""
         if node.name not in self._profiles:
             from subzero.optimizer.calibrate import profile_from_run
@@ -625,7 +634,7 @@ class QueryEngine:
                 profile_from_run(node.name, node.operator, entry.stats)
         return self._profiles[node.name]
 
-    def reread_seconds(self, node) -> float:
+    def reread_seconds(self, node: Node) -> float:
         """Seconds re-running ``node`` spends recomputing its inputs the run did not store, and
         their unstored inputs, whole (`subzero.optimizer.storage.recompute_seconds`, from the
         operators' measured times): a re-run step pays it, a stored or mapped one does not."""
@@ -647,7 +656,7 @@ class QueryEngine:
             self._reread[node.name] = got
         return got
 
-    def choose(self, node, plan: QueryOptions, cells: int, whole: bool = False) -> tuple[Strategy, float | None,
+    def choose(self, node: Node, plan: QueryOptions, cells: int, whole: bool = False) -> tuple[Strategy, float | None,
                                                                                       float | None]:
         """The strategy of one step through ``node`` reaching it with ``cells`` cells: the one
         ``plan`` forces, else the cheapest `choose_step` predicts (``whole``: its mapping
@@ -656,7 +665,7 @@ class QueryEngine:
         forced = plan.using.get(node)
         if forced is not None:
             return Strategy.parse(forced), None, None
-        choice = choose_step(self.profile(node), self.stored(node), Mode.MAP in node.operator.supported_modes(),
+        choice = choose_step(self.profile(node), self.stored(node), Mode.MAP in operator_of(node).supported_modes(),
                              plan.direction, cells, self.reread_seconds(node), whole)
         deadline = time.perf_counter() + choice.budget if choice.strategy.stored else None
         return choice.strategy, deadline, choice.predicted
@@ -669,7 +678,7 @@ class QueryEngine:
             self._rules[key] = rule_of(node.operator, i, direction)
         return self._rules[key]
 
-    def advance(self, node, carried: C, i: int, plan: QueryOptions) -> C:
+    def advance(self, node: Node, carried: C, i: int, plan: QueryOptions) -> C:
         """One step through ``node`` (w.r.t. input ``i``), by the strategy ``plan`` forces or
         the cheapest one `choose_step` predicts; stored lookups of a frontier past the
         predicted re-run time switch to re-execution.  Appends the step's statistics to
@@ -734,7 +743,7 @@ class QueryEngine:
                 self._whole_bytes += size
 
     # -- walks -------------------------------------------------------------------------------
-    def walk(self, src, dst, start: C, plan: QueryOptions) -> C:
+    def walk(self, src: Node, dst: Node, start: C, plan: QueryOptions) -> C:
         """Carry ``start`` (a `Frontier` or another `Carrier` over ``src``) to ``dst`` along
         every path: what arrives at a node by several paths is united before it steps, so
         each node steps once per input (lineage of a union is the union of lineages)."""
@@ -749,7 +758,8 @@ class QueryEngine:
         assert got is not None  # dst is reachable
         return got
 
-    def walk_many(self, src, dsts, start: C, plan: QueryOptions) -> dict:
+    def walk_many(self, src: Node, dsts: Sequence[Node], start: C,
+                  plan: QueryOptions) -> dict[Node, C | None]:
         """`walk` to several nodes at once, each node on a path stepping once (Smoke's linked
         brushing).  Returns node -> what reached it for each of ``dsts`` (None: no path reaches it).
 

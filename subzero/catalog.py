@@ -21,7 +21,7 @@ from typing import Any
 from subzero.errors import StoreError
 from subzero.modes import Strategy
 
-__all__ = ["FORMAT", "READ_FORMATS", "FileRecord", "ShardRecord", "Manifest", "ArrayRecord", "NodeMetrics",
+__all__ = ["FORMAT", "READ_FORMATS", "FileRecord", "LineageSize", "ShardRecord", "Manifest", "ArrayRecord", "NodeMetrics",
            "NodeRecord", "PendingNode", "RunRecord"]
 
 #: version of the store layout and of these records (1: .npy arrays and one LMDB environment;
@@ -50,26 +50,37 @@ class FileRecord:
         return cls(str(data["suffix"]), int(data["size"]), str(data["xxh3"]))
 
 
+@dataclass(frozen=True, kw_only=True)
+class LineageSize:
+    """How much lineage one strategy holds: its region ``pairs``, their ``out_cells`` and
+    ``in_cells``, its LMDB ``keys`` and the ``encode_seconds`` encoding took: one tile's
+    (`ShardRecord`, measured) or a whole node's (the optimizer's `StrategyProfile`,
+    predicted from a sample or summed from `NodeMetrics`).  Bytes are counted by each: a
+    shard's per kind of file, a node's over all of its files.
+    """
+
+    pairs: float = 0
+    out_cells: float = 0
+    in_cells: float = 0
+    keys: float = 0
+    encode_seconds: float = 0.0
+
+
 @dataclass(frozen=True)
-class ShardRecord:
-    """The committed lineage of one tile for one strategy, as its task reported it.
+class ShardRecord(LineageSize):
+    """The committed lineage of one tile for one strategy, as its task reported it: its
+    `LineageSize` (keyword-only) and its files.
 
     ``name`` is the attempt-unique file stem (None when the tile produced no lineage:
-    nothing was written, and nothing is missing).  ``pairs``, ``out_cells``,
-    ``in_cells`` count the region pairs and their cells; ``keys`` and ``nbytes`` the
-    LMDB entries and their bytes; ``index_bytes`` the R-tree files.
+    nothing was written, and nothing is missing); ``nbytes`` the bytes of the LMDB
+    entries, ``index_bytes`` those of the R-tree files.
     """
 
     tile: int
     name: str | None
     files: tuple[FileRecord, ...] = ()
-    keys: int = 0
     nbytes: int = 0
     index_bytes: int = 0
-    pairs: int = 0
-    out_cells: int = 0
-    in_cells: int = 0
-    encode_seconds: float = 0.0
 
     @property
     def disk_bytes(self) -> int:

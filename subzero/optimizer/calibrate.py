@@ -370,12 +370,13 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         predicted = capture_seconds(strategy, pairs * scale, outs * scale, ins * scale)
         merged = merge_inline(strategy, [m.inline.get(name) for m in tiles_of], task.shapes)
         if merged is not None:  # the node keeps one merged table, about this size whatever its size
-            profile.strategies[name] = StrategyProfile(float(len(merged)), predicted, pairs * scale,
-                                                       outs * scale, ins * scale, 0.0)
+            profile.strategies[name] = StrategyProfile(bytes=float(len(merged)), encode_seconds=predicted,
+                                                       pairs=pairs * scale, out_cells=outs * scale,
+                                                       in_cells=ins * scale)
             continue
         profile.strategies[name] = StrategyProfile(
-            nbytes * scale + index_bytes_bound(boxes * scale), predicted, pairs * scale, outs * scale,
-            ins * scale, keys * scale)
+            bytes=nbytes * scale + index_bytes_bound(boxes * scale), encode_seconds=predicted, pairs=pairs * scale,
+            out_cells=outs * scale, in_cells=ins * scale, keys=keys * scale)
     return profile
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from subzero.catalog import LineageSize
 from subzero.modes import Direction, Mode, Strategy
 
 __all__ = ["StrategyProfile", "NodeProfile", "step_cost", "disk_cost", "runtime_cost", "touched_share"]
@@ -27,16 +28,12 @@ PAYLOAD_CALL = 3.0e-5    # one map_p call (per distinct payload)
 STEP_OVERHEAD = 2.0e-4   # opening readers, building masks
 
 
-@dataclass
-class StrategyProfile:
-    """What one strategy stores for a whole node."""
+@dataclass(frozen=True, kw_only=True)
+class StrategyProfile(LineageSize):
+    """What one strategy stores for a whole node: its `subzero.catalog.LineageSize` and
+    ``bytes``, all its files' (shards and indexes, or the merged table)."""
 
     bytes: float = 0.0
-    encode_seconds: float = 0.0
-    pairs: float = 0.0
-    out_cells: float = 0.0
-    in_cells: float = 0.0
-    keys: float = 0.0
 
 
 @dataclass

@@ -668,38 +668,9 @@ def _strategies(names: Sequence[str]) -> tuple[Strategy, ...]:
 @dataclass(frozen=True)
 class RunOptions:
     """How to run a workflow: `execute`'s options, one typed record (`Workflow.run` builds it
-    from its keywords, which it documents; the command line from its flags).
-
-    Attributes
-    ----------
-    store : path or URL
-        The run's store: a new directory or an fsspec URL (or the one to continue: ``resume``).
-    strategies : dict, optional
-        Node (or node name) -> strategy name or names, pinned; the others the optimizer chooses.
-    max_disk, max_runtime, workload
-        The optimizer's budgets (bytes or ``"Nx"`` relative ones) and sample queries.
-    executor : {"spark", "local"}
-        Spark tasks over tiles, or threads in this process.
-    spark : SparkSession, optional
-        A session to run on instead of the embedded ``local[*]`` one.
-    tile_shape : int or tuple, optional
-        Tile lengths for tiled operators (default: `subzero.tiling.default_chunks`).
-    overwrite, resume : bool
-        Replace a store subzero made; or continue the run a crash or failure left in it.
-    progress : subzero.progress.Reporter, optional
-        Told how the run advances.
-    input_metadata : dict, optional
-        Input name -> a JSON-able dict kept with that input in the catalog.
-    made_by : str, optional
-        Kept in the store's marker (``subzero demo`` rebuilds only the stores it made).
-    storage_options : dict, optional
-        fsspec options of the store's file system.
-    keep : "needed", "all" or nodes
-        Which arrays the store keeps (`kept_arrays`).
-    _known : dict, optional
-        Node name -> (values, seconds) a trace of the workflow computed on these inputs (private to
-        the numpy front end, as ``Workflow.run``'s ``_known``; used by a local run only).
-    """
+    from its keywords, which it documents and which are its fields; the command line from its
+    flags).  ``made_by`` alone is not a keyword of `Workflow.run`: kept in the store's marker
+    (``subzero demo`` rebuilds only the stores it made)."""
 
     store: Any
     strategies: Any = None

@@ -21,8 +21,8 @@ from typing import Any
 from subzero.errors import StoreError
 from subzero.modes import Strategy
 
-__all__ = ["FORMAT", "READ_FORMATS", "FileRecord", "LineageSize", "ShardRecord", "Manifest", "ArrayRecord", "NodeMetrics",
-           "NodeRecord", "PendingNode", "RunRecord"]
+__all__ = ["FORMAT", "READ_FORMATS", "FileRecord", "LineageSize", "ShardRecord", "Manifest", "ArrayRecord",
+           "NodeMetrics", "NodeRecord", "PendingNode", "RunRecord"]
 
 #: version of the store layout and of these records (1: .npy arrays and one LMDB environment;
 #: 2: Zarr arrays and per-tile shards; 3: the catalog, manifests and operators checksummed, and

@@ -8,7 +8,7 @@ from subzero.catalog import ArrayRecord, PendingNode
 from subzero.dag import Workflow
 from subzero.modes import Direction, Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile, disk_cost, runtime_cost, step_cost, touched_share
-from subzero.optimizer.ilp import BLACKBOX, ArrayChoice, Candidate, Plan, Problem, brute_force, solve
+from subzero.optimizer.ilp import BLACKBOX, ArrayChoice, Candidate, Plan, Problem, optimal
 from subzero.optimizer.storage import recomputed
 from subzero.optimizer.workload import Query, step_sizes
 
@@ -17,8 +17,6 @@ __all__ = ["build_problem", "optimize", "pending_nodes", "node_choice", "EPSILON
 EPSILON = 1e-9   # seconds of expected query time per byte: a tie-breaker (1 MB ~ 1 ms)
 BETA = 1e6       # bytes per second of runtime overhead in the tie-breaker
 MAP = Strategy.parse("Map")
-ENUMERATE_AT_MOST = 8   # candidates an instance may have to be solved by enumeration (same plan, no CBC start)
-ENUMERATE_ARRAYS = 3    # and storable arrays (each doubles the enumeration)
 
 Pins = Mapping[str, Sequence[str | Strategy]]
 
@@ -74,11 +72,7 @@ def optimize(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[Query
     the store-or-recompute choice of the unstored ``arrays`` its candidates read; returns the
     plan and the instance."""
     problem, _ = build_problem(wf, profiles, queries, max_disk, max_runtime, pinned, nodes, arrays)
-    storable = sum(a.storable for a in problem.arrays)
-    if len(problem.candidates) <= ENUMERATE_AT_MOST and storable <= ENUMERATE_ARRAYS:
-        # one node's few choices: enumerating beats starting CBC
-        return brute_force(problem), problem
-    return solve(problem), problem
+    return optimal(problem), problem  # one node's few choices are enumerated: no CBC process to start
 
 
 def pending_nodes(plan: Plan, problem: Problem, pinned: Pins, profiles: dict[str, NodeProfile],

@@ -304,3 +304,27 @@ def test_a_wide_mapping_counts_its_fans_on_a_smaller_corner():
     assert links <= 20_000 * 1.5
     back, _ = mapping_fans(wide, corner)
     assert 21 * 21 <= back <= 41 * 41  # a clipped window at the array's corner
+
+
+def test_a_kept_profile_is_recalled_only_while_what_it_skipped_stays_over_the_limit():
+    """`recall` gives back what `remember` kept (a copy), with the operator time a node computed
+    first measured; a profile that skipped a candidate is not recalled under a looser limit (nor
+    without one), under which calibrating now would encode it."""
+    from subzero.optimizer.calibrate import CaptureLimit, forget, recall, remember, reuse_key
+    from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
+
+    forget()
+    key, other = reuse_key(["op:a", [10, 10], ["CompOne/backward"]]), reuse_key(["op:b", [10, 10], []])
+    kept = NodeProfile("n", op_seconds=1.0, one_pass=False, strategies={"CompOne/backward": StrategyProfile(10.0)},
+                       skipped={"FullRange": "over"}, skipped_at={"FullRange": [3.0, 1.0]})
+    remember(key, kept)
+    kept.strategies.clear()  # the kept copy is the caller's no longer
+    tight, loose = CaptureLimit(0.5, 0.5, 0.0), CaptureLimit(2.5, 0.5, 0.0)  # 1.5 s and 3.5 s at 1 s of operator
+    got = recall(key, tight, 2.0)
+    assert got is not None and got.strategies["CompOne/backward"].bytes == 10.0 and got.op_seconds == 2.0
+    assert recall(key, loose, None) is None and recall(key, None, None) is None and recall(other, tight, None) is None
+    plain = NodeProfile("m", op_seconds=1.0, one_pass=True)
+    remember(other, plain)
+    assert recall(other, None, None) == plain and recall(other, loose, 5.0).op_seconds == 1.0  # one pass: its estimate
+    forget()
+    assert recall(key, tight, None) is None

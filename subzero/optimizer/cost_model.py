@@ -57,6 +57,8 @@ class NodeProfile:
     one_pass: bool = False   # the run computes the node once, with its lineage: capture re-runs nothing
     strategies: dict[str, StrategyProfile] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)   # candidates calibration did not encode, and why
+    #: those candidates' predicted capture seconds and the operator seconds their limit was taken at
+    skipped_at: dict[str, list[float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """The JSON form the catalog keeps (strategies by name)."""

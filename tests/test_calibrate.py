@@ -328,3 +328,29 @@ def test_a_kept_profile_is_recalled_only_while_what_it_skipped_stays_over_the_li
     assert recall(other, None, None) == plain and recall(other, loose, 5.0).op_seconds == 1.0  # one pass: its estimate
     forget()
     assert recall(key, tight, None) is None
+
+
+def test_a_samples_range_table_of_many_rules_grows_with_the_node_and_of_few_does_not():
+    """Range rules of regular lineage (a stencil: a few rules) are as large for the node as for
+    the samples; rules per region of the data (here one per cell) grow with the node's cells, and
+    past the inline limit are kept in chunks a query reads."""
+    from subzero.encoders.full_range import CHUNK_RULES, INLINE_BYTES
+    from subzero.encoders.ranges import compress, serialize
+    from subzero.optimizer.calibrate import REGULAR_RULES, _merged_table
+    from subzero.pairs import FullPairs
+
+    shape = (64, 64)
+    out = np.arange(64 * 64, dtype=np.int64)
+    ptr = np.arange(len(out) + 1, dtype=np.int64)
+    shifted = FullPairs(out, ptr, (out,), (ptr,))  # every cell depends on itself: one rule
+    scattered = np.random.default_rng(0).permutation(len(out)).astype(np.int64)[:400]
+    irregular = FullPairs(np.sort(scattered), np.arange(401, dtype=np.int64),
+                          (scattered,), (np.arange(401, dtype=np.int64),))  # no pattern: explicit cells
+    regular_table = serialize(compress(shifted, shape, [shape]))
+    irregular_table = serialize(compress(irregular, shape, [shape]))
+    assert _merged_table(regular_table, 100.0, 1.0, 1.0, 1.0, 1.0).bytes == len(regular_table)
+    for scale in (2.0, 1000.0):
+        got = _merged_table(irregular_table, scale, 1.0, 1.0, 1.0, 1.0)
+        assert got.bytes == pytest.approx(len(irregular_table) * scale)
+        assert (got.keys > 0) == (got.bytes > INLINE_BYTES)
+    assert _merged_table(irregular_table, 1000.0, 1.0, 1.0, 1.0, 1.0).keys >= 1000 * (REGULAR_RULES + 1) / CHUNK_RULES

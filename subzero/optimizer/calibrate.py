@@ -76,6 +76,7 @@ PAIR_SECONDS = 2.0e-6      # one region pair (a payload, a group)
 FANS_FRACTION = 0.25       # of a sample window, where the fans are measured when no FULL candidate can be chosen
 MIN_FANS_CELLS = 4_096     # per such fans window
 LIMIT_MARGIN = 2.0         # a `CaptureLimit` takes the node's operator time this many times as measured on a sample
+REGULAR_RULES = 32         # a sample's range-rule table of at most this many rules is taken as size-invariant
 KEEP_PROFILES = 1024       # profiles a process keeps for reuse (`remember`), the least recently used dropped
 
 
@@ -389,9 +390,9 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         nbytes, _, pairs, outs, ins, keys, boxes = np.array([m.strategies[name] for m in tiles_of]).sum(axis=0)
         predicted = capture_seconds(strategy, pairs * scale, outs * scale, ins * scale)
         merged = merge_inline(strategy, [m.inline.get(name) for m in tiles_of], task.shapes)
-        if merged is not None:  # the node keeps one merged table, about this size whatever its size
-            profile.strategies[name] = StrategyProfile(float(len(merged)), predicted, pairs * scale,
-                                                       outs * scale, ins * scale, 0.0)
+        if merged is not None:
+            profile.strategies[name] = _merged_table(merged, scale, predicted, pairs * scale, outs * scale,
+                                                     ins * scale)
             continue
         profile.strategies[name] = StrategyProfile(
             nbytes * scale + index_bytes_bound(boxes * scale), predicted, pairs * scale, outs * scale,
@@ -454,6 +455,27 @@ def forget() -> None:
     """Drop every kept profile (the next runs calibrate anew)."""
     with _KEPT_LOCK:
         _KEPT.clear()
+
+
+def _merged_table(merged: bytes, scale: float, predicted: float, pairs: float, outs: float,
+                  ins: float) -> StrategyProfile:
+    """The node's range-rule table as the samples' merged table ``merged`` predicts it.
+
+    A table of at most `REGULAR_RULES` rules is regular lineage (a stencil's interior and
+    edges, a transpose, a crop): the node keeps one such table, about this size whatever its
+    size.  A larger one holds rules per region of the data (a source's pixels, cells that
+    fall back to explicit ids): it grows with the node's cells (``scale``), and past
+    `subzero.encoders.full_range.INLINE_BYTES` it is stored in chunks of
+    `subzero.encoders.full_range.CHUNK_RULES` rules (``keys``) a query reads and decodes."""
+    from subzero.encoders.full_range import CHUNK_RULES, INLINE_BYTES
+    from subzero.encoders.ranges import deserialize
+
+    rules = deserialize(merged).n_rules
+    if rules <= REGULAR_RULES:
+        return StrategyProfile(float(len(merged)), predicted, pairs, outs, ins, 0.0)
+    nbytes = len(merged) * scale
+    keys = 0.0 if nbytes <= INLINE_BYTES else float(np.ceil(rules * scale / CHUNK_RULES))
+    return StrategyProfile(nbytes, predicted, pairs, outs, ins, keys)
 
 
 def _groups(stored: tuple[Strategy, ...], n_tiles: int) -> list[tuple[Strategy, ...]]:

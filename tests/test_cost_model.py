@@ -96,3 +96,15 @@ def test_a_range_table_kept_in_chunks_costs_the_chunks_a_step_reads():
         costs = [step_cost(p, "FullRange", direction, 1000) for p in (inline, small, large)]
         assert costs[0] < costs[1] < costs[2]
         assert costs[2] - costs[1] > 4e-3  # about 50 KB more per chunk read and decoded
+
+
+def test_a_composite_default_takes_a_whole_frontier_as_boxes():
+    """A composite whose mapping default has a box or mask form maps a large frontier in one pass
+    and answers boxes: its step no longer costs a mapping call and an id per output cell."""
+    p = profile(strategies={"CompOne/backward": StrategyProfile(bytes=1e3, pairs=500, out_cells=500, keys=500)})
+    for direction in ("backward", "forward"):
+        per_cell = step_cost(p, "CompOne/backward", direction, 50_000)
+        whole = step_cost(p, "CompOne/backward", direction, 50_000, whole=True)
+        assert per_cell - whole > 0.02  # 450,000 output cells at 80 ns each
+        assert step_cost(p, "PayOne/backward", direction, 50_000, whole=True) == \
+            step_cost(p, "PayOne/backward", direction, 50_000)  # a payload strategy has no default to map

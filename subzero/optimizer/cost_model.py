@@ -115,9 +115,10 @@ def step_cost(profile: NodeProfile, strategy: Strategy | str, direction: Directi
 
     ``cells`` is the number of frontier cells entering the step.  ``reread``: the seconds
     recomputing the node's unstored inputs takes, whole (`subzero.optimizer.storage`); a
-    re-run step pays the share of it its touched tiles read.  ``whole``: a Map step takes
-    the frontier whole (boxes or a mask through the operator's box or mask form, or the
-    same cells through an elementwise step): a pass over the arrays, not a walk per cell.
+    re-run step pays the share of it its touched tiles read.  ``whole``: a Map step, or a
+    composite's mapping default, takes the frontier whole (boxes or a mask through the
+    operator's box or mask form, or the same cells through an elementwise step): a pass over
+    the arrays, not a walk per cell, and its answer stays boxes.
     """
     cells, direction, s = max(float(cells), 1.0), Direction.parse(direction), Strategy.parse(strategy)
     out = profile.fan(direction, cells)
@@ -145,15 +146,17 @@ def step_cost(profile: NodeProfile, strategy: Strategy | str, direction: Directi
     # a composite stores its overrides only (its mapping answers the other cells): a frontier
     # cell meets one as often as the overrides cover the output
     covered = min(1.0, sp.out_cells / max(profile.out_size, 1)) if s.mode is Mode.COMP else 1.0
+    boxed = whole and s.mode is Mode.COMP  # its default maps the frontier's boxes or mask; the answer is boxes
+    answer = (min(out, 4096) if boxed else out) * CELL
     if payload and direction is Direction.FORWARD:  # the R-tree of payload envelopes picks what to expand
         pairs_hit = min(sp.pairs, cells * covered * profile.fan_forward / max(per_pair, 1.0) + 1)
-        cost = min(cells, 4096) * RTREE_BOX + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + out * CELL
+        cost = min(cells, 4096) * RTREE_BOX + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + answer
     elif s.encoding == "One":
         pairs_hit = min(sp.pairs, cells * covered)
-        cost = cells * KEY_LOOKUP + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + out * CELL
+        cost = cells * KEY_LOOKUP + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + answer
     else:
         pairs_hit = min(sp.pairs, cells * covered / max(per_pair, 1.0) + 1)
-        cost = min(cells, 4096) * RTREE_BOX + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + out * CELL
+        cost = min(cells, 4096) * RTREE_BOX + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + answer
     if payload:
-        cost += min(pairs_hit, 64) * PAYLOAD_CALL + out * MAP_CELL
+        cost += min(pairs_hit, 64) * PAYLOAD_CALL + ((cells + out) * MASK_CELL if boxed else out * MAP_CELL)
     return STEP_OVERHEAD + cost

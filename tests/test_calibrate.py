@@ -319,9 +319,10 @@ def test_a_kept_profile_is_recalled_only_while_what_it_skipped_stays_over_the_li
                        skipped={"FullRange": "over"}, skipped_at={"FullRange": [3.0, 1.0]})
     remember(key, kept)
     kept.strategies.clear()  # the kept copy is the caller's no longer
-    tight, loose = CaptureLimit(0.5, 0.5, 0.0), CaptureLimit(2.5, 0.5, 0.0)  # 1.5 s and 3.5 s at 1 s of operator
+    tight, near, loose = (CaptureLimit(f, 0.5, 0.0) for f in (0.5, 2.2, 3.0))  # 1.5, 3.2, 4 s at 1 s of operator
     got = recall(key, tight, 2.0)
     assert got is not None and got.strategies["CompOne/backward"].bytes == 10.0 and got.op_seconds == 2.0
+    assert recall(key, near, None) is not None  # 3 s of capture against 3.2 s: within the slack, still skipped
     assert recall(key, loose, None) is None and recall(key, None, None) is None and recall(other, tight, None) is None
     plain = NodeProfile("m", op_seconds=1.0, one_pass=True)
     remember(other, plain)

@@ -27,7 +27,7 @@ the tiles and the candidates: a later run in the same process over the same of t
 (a re-run, a benchmark's rounds, a notebook cell run again) reuses it instead of
 measuring again (`reuse_key`, `recall`, `remember`; the ``reuse_calibration`` setting),
 as long as the candidates calibration skipped then would be skipped under the runtime
-budget left now.
+budget left now (within `REUSE_SLACK`).
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ MIN_FANS_CELLS = 4_096     # per such fans window
 LIMIT_MARGIN = 2.0         # a `CaptureLimit` takes the node's operator time this many times as measured on a sample
 REGULAR_RULES = 32         # a sample's range-rule table of at most this many rules is taken as size-invariant
 KEEP_PROFILES = 1024       # profiles a process keeps for reuse (`remember`), the least recently used dropped
+REUSE_SLACK = 1.25         # a skipped candidate is calibrated anew only once the limit exceeds its capture by this
 
 
 @dataclass(frozen=True)
@@ -430,17 +431,19 @@ def remember(key: str, profile: NodeProfile) -> None:
 
 def recall(key: str, limit: CaptureLimit | None, op_seconds: float | None) -> NodeProfile | None:
     """The profile `remember` kept under ``key``, if calibrating now would measure the same:
-    every candidate it skipped is over ``limit`` too (its predicted capture against the limit
-    at the operator time it was taken at); None otherwise.  ``op_seconds``: the node's operator
-    time measured by this run (a node computed first), which the profile takes instead of the
-    one it was measured with, as `profile_node` would."""
+    every candidate it skipped is still over ``limit``, or within `REUSE_SLACK` of it (its
+    predicted capture against the limit at the operator time it was taken at: the limit itself
+    moves that much with the operator times a run measures, and the integer program's budget
+    is tighter still); None otherwise.  ``op_seconds``: the node's operator time measured by
+    this run (a node computed first), which the profile takes instead of the one it was
+    measured with, as `profile_node` would."""
     with _KEPT_LOCK:
         kept = _KEPT.get(key)
         if kept is None:
             return None
         _KEPT.move_to_end(key)
         profile = copy.deepcopy(kept)
-    if profile.skipped and (limit is None or any(seconds <= limit.seconds(at) for seconds, at in
+    if profile.skipped and (limit is None or any(seconds * REUSE_SLACK <= limit.seconds(at) for seconds, at in
                                                  profile.skipped_at.values()) or
                             len(profile.skipped_at) < len(profile.skipped)):
         return None  # a candidate skipped then may be encoded now

@@ -142,6 +142,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("write_behind_mb", float, 1024.0,
             "megabytes of arrays a run written behind keeps queued for writing (beyond: the run waits; larger "
             "arrays are written by the tiles)", minimum=0),
+    Setting("reuse_calibration", bool, True,
+            "a run planned by the optimizer reuses the calibration an earlier run in the same process made of a "
+            "node with the same operators and inputs upstream, tiles and candidates, instead of measuring again"),
     Setting("local_threads", int, None, "threads of the local executor (unset: the cores, at most 4)", minimum=1),
     Setting("compressor", str, "auto", "how array chunks are compressed",
             choices=("auto", "none", "lz4", "zstd")),

@@ -1149,7 +1149,7 @@ class OnlinePolicy(Policy):
 
     def choose(self, run: _Execution, node: Node, stage: NodeStage, computed: _Computed | None) -> _Choice:
         from subzero.optimizer.budgets import parse_runtime_budget
-        from subzero.optimizer.calibrate import profile_node
+        from subzero.optimizer.calibrate import profile_node, recall, remember
         from subzero.optimizer.cost_model import NodeProfile
         from subzero.optimizer.plan import node_choice, optimize
 
@@ -1159,10 +1159,15 @@ class OnlinePolicy(Policy):
         candidates = _candidates(node, self.pinned, self.access, op)
         op_seconds = None if computed is None else sum(m.op_seconds for m in computed.metas)
         if any(Strategy.parse(c).stored for c in candidates) or Mode.MAP in op.supported_modes():
-            sampled, scale = _calibration_stage(run, node, stage) if computed is None else (stage, 1.0)
             limit = _capture_limit(self.max_runtime, state, self.pinned.get(node.name, ()))
-            profile = profile_node(sampled.task(), list(sampled.tiles), candidates, op_seconds, runner=run.runner,
-                                   scale=scale, limit=limit)
+            key = self._reuse_key(run, node, candidates, computed is None)
+            profile = recall(key, limit, op_seconds) if key is not None else None
+            if profile is None:
+                sampled, scale = _calibration_stage(run, node, stage) if computed is None else (stage, 1.0)
+                profile = profile_node(sampled.task(), list(sampled.tiles), candidates, op_seconds, runner=run.runner,
+                                       scale=scale, limit=limit)
+                if key is not None:
+                    remember(key, profile)
             profile = replace(profile, tiles=len(stage.tiles), out_size=int(np.prod(op.output_shape)),
                               in_sizes=[int(np.prod(sh)) for sh in op.input_shapes])
         else:  # queried by no query and nothing pinned: BlackBox whatever it measures
@@ -1191,6 +1196,32 @@ class OnlinePolicy(Policy):
         state.status = state.status if plan.status == "optimal" else plan.status
         self._planned[node.name] = (profile, budget)
         return _Choice(chosen, extra, dict(plan.array_reasons))
+
+    def _reuse_key(self, run: _Execution, node: Node, candidates: Sequence[str], one_pass: bool) -> str | None:
+        """The key of ``node``'s calibration (`subzero.optimizer.calibrate.reuse_key`): the digests of
+        the workflow, of the node's operator and of every operator and input upstream of it, the
+        executor, the tile shape, the candidates, the pins and whether it was computed first.  None:
+        not reused (the ``reuse_calibration`` setting off, or a digest not known)."""
+        from subzero.optimizer.calibrate import reuse_key
+
+        if not config.get("reuse_calibration"):
+            return None
+        fingerprint = run.digested().fingerprint  # the inputs' digests, computed beside the run
+        upstream, todo = set(), [node]
+        while todo:
+            n = todo.pop()
+            if n.name not in upstream:
+                upstream.add(n.name)
+                todo.extend(n.inputs)
+        parts: list[Any] = [fingerprint.get("workflow"), run.catalog.executor, run.catalog.tile_shape, node.name,
+                            sorted(candidates), sorted(self.pinned.get(node.name, ())), one_pass]
+        for name in sorted(upstream):
+            kind = "input" if run.wf.node(name).is_input else "operator"
+            digest = fingerprint.get(f"{kind}:{name}")
+            if digest is None:
+                return None
+            parts.append(f"{kind}:{name}:{digest}")
+        return reuse_key(parts)
 
     def ran(self, run: _Execution, node: Node, choice: _Choice, computed: _Computed) -> dict[str, Any]:
         profile, budget = self._planned.pop(node.name)

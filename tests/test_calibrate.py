@@ -304,3 +304,54 @@ def test_a_wide_mapping_counts_its_fans_on_a_smaller_corner():
     assert links <= 20_000 * 1.5
     back, _ = mapping_fans(wide, corner)
     assert 21 * 21 <= back <= 41 * 41  # a clipped window at the array's corner
+
+
+def test_a_kept_profile_is_recalled_only_while_what_it_skipped_stays_over_the_limit():
+    """`recall` gives back what `remember` kept (a copy), with the operator time a node computed
+    first measured; a profile that skipped a candidate is not recalled under a looser limit (nor
+    without one), under which calibrating now would encode it."""
+    from subzero.optimizer.calibrate import CaptureLimit, forget, recall, remember, reuse_key
+    from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
+
+    forget()
+    key, other = reuse_key(["op:a", [10, 10], ["CompOne/backward"]]), reuse_key(["op:b", [10, 10], []])
+    kept = NodeProfile("n", op_seconds=1.0, one_pass=False, strategies={"CompOne/backward": StrategyProfile(bytes=10.0)},
+                       skipped={"FullRange": "over"}, skipped_at={"FullRange": [3.0, 1.0]})
+    remember(key, kept)
+    kept.strategies.clear()  # the kept copy is the caller's no longer
+    tight, near, loose = (CaptureLimit(f, 0.5, 0.0) for f in (0.5, 2.2, 3.0))  # 1.5, 3.2, 4 s at 1 s of operator
+    got = recall(key, tight, 2.0)
+    assert got is not None and got.strategies["CompOne/backward"].bytes == 10.0 and got.op_seconds == 2.0
+    assert recall(key, near, None) is not None  # 3 s of capture against 3.2 s: within the slack, still skipped
+    assert recall(key, loose, None) is None and recall(key, None, None) is None and recall(other, tight, None) is None
+    plain = NodeProfile("m", op_seconds=1.0, one_pass=True)
+    remember(other, plain)
+    assert recall(other, None, None) == plain and recall(other, loose, 5.0).op_seconds == 1.0  # one pass: its estimate
+    forget()
+    assert recall(key, tight, None) is None
+
+
+def test_a_samples_range_table_of_many_rules_grows_with_the_node_and_of_few_does_not():
+    """Range rules of regular lineage (a stencil: a few rules) are as large for the node as for
+    the samples; rules per region of the data (here one per cell) grow with the node's cells, and
+    past the inline limit are kept in chunks a query reads."""
+    from subzero.encoders.full_range import CHUNK_RULES, INLINE_BYTES
+    from subzero.encoders.ranges import compress, serialize
+    from subzero.optimizer.calibrate import REGULAR_RULES, _merged_table
+    from subzero.pairs import FullPairs
+
+    shape = (64, 64)
+    out = np.arange(64 * 64, dtype=np.int64)
+    ptr = np.arange(len(out) + 1, dtype=np.int64)
+    shifted = FullPairs(out, ptr, (out,), (ptr,))  # every cell depends on itself: one rule
+    scattered = np.random.default_rng(0).permutation(len(out)).astype(np.int64)[:400]
+    irregular = FullPairs(np.sort(scattered), np.arange(401, dtype=np.int64),
+                          (scattered,), (np.arange(401, dtype=np.int64),))  # no pattern: explicit cells
+    regular_table = serialize(compress(shifted, shape, [shape]))
+    irregular_table = serialize(compress(irregular, shape, [shape]))
+    assert _merged_table(regular_table, 100.0, 1.0, 1.0, 1.0, 1.0).bytes == len(regular_table)
+    for scale in (2.0, 1000.0):
+        got = _merged_table(irregular_table, scale, 1.0, 1.0, 1.0, 1.0)
+        assert got.bytes == pytest.approx(len(irregular_table) * scale)
+        assert (got.keys > 0) == (got.bytes > INLINE_BYTES)
+    assert _merged_table(irregular_table, 1000.0, 1.0, 1.0, 1.0, 1.0).keys >= 1000 * (REGULAR_RULES + 1) / CHUNK_RULES

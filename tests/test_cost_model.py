@@ -70,3 +70,41 @@ def test_a_re_run_step_pays_the_share_of_its_unstored_inputs_its_tiles_read():
         assert step_cost(p, "BlackBox", "backward", cells, reread=8.0) == pytest.approx(plain + 8.0 * share)
         assert step_cost(p, "FullOne/backward", "backward", cells, reread=8.0) == \
             step_cost(p, "FullOne/backward", "backward", cells)  # stored lineage reads no input
+
+
+def test_a_composite_step_decodes_only_the_overrides_its_frontier_meets():
+    """A composite stores overrides for some cells (its mapping answers the rest): a step over a
+    frontier meets as many as the overrides cover of the output, not one per frontier cell."""
+    few = profile(strategies={"CompOne/backward": StrategyProfile(bytes=1e3, pairs=500, out_cells=500, keys=500)})
+    every = profile(strategies={"CompOne/backward": StrategyProfile(bytes=1e6, pairs=10**6, out_cells=10**6,
+                                                                    keys=10**6)})
+    for direction in ("backward", "forward"):
+        assert step_cost(few, "CompOne/backward", direction, 1000) < step_cost(every, "CompOne/backward", direction, 1000)
+        paying = profile(strategies={"PayOne/backward": few.strategies["CompOne/backward"]})
+        assert step_cost(paying, "PayOne/backward", direction, 1000) > step_cost(few, "CompOne/backward", direction,
+                                                                               1000)  # a payload's pairs are all met
+
+
+def test_a_range_table_kept_in_chunks_costs_the_chunks_a_step_reads():
+    """A node's range rules kept inline are read once per process; kept in chunks, a step reads
+    and decodes the chunks its frontier touches: the larger each chunk, the dearer the step."""
+    def ranged(nbytes, keys):
+        return profile(strategies={"FullRange": StrategyProfile(bytes=nbytes, pairs=1e6, out_cells=1e6, keys=keys)})
+
+    inline, small, large = ranged(5e3, 0), ranged(5e3, 5), ranged(2.5e5, 5)
+    for direction in ("backward", "forward"):
+        costs = [step_cost(p, "FullRange", direction, 1000) for p in (inline, small, large)]
+        assert costs[0] < costs[1] < costs[2]
+        assert costs[2] - costs[1] > 4e-3  # about 50 KB more per chunk read and decoded
+
+
+def test_a_composite_default_takes_a_whole_frontier_as_boxes():
+    """A composite whose mapping default has a box or mask form maps a large frontier in one pass
+    and answers boxes: its step no longer costs a mapping call and an id per output cell."""
+    p = profile(strategies={"CompOne/backward": StrategyProfile(bytes=1e3, pairs=500, out_cells=500, keys=500)})
+    for direction in ("backward", "forward"):
+        per_cell = step_cost(p, "CompOne/backward", direction, 50_000)
+        whole = step_cost(p, "CompOne/backward", direction, 50_000, whole=True)
+        assert per_cell - whole > 0.02  # 450,000 output cells at 80 ns each
+        assert step_cost(p, "PayOne/backward", direction, 50_000, whole=True) == \
+            step_cost(p, "PayOne/backward", direction, 50_000)  # a payload strategy has no default to map

@@ -593,6 +593,46 @@ def test_calibration_skips_what_the_workload_never_asks(tmp_path):
     assert run.catalog.nodes["crd"].profile["strategies"].keys() <= set(every) - {"FullOne/forward"}
 
 
+def test_a_second_run_of_the_same_operators_on_the_same_inputs_reuses_their_calibration(tmp_path, monkeypatch):
+    """Calibration depends only on the node's operators and inputs upstream, tiles and candidates:
+    the same run again in this process plans from the profiles the first measured (same plan,
+    same answers); other input values, or the ``reuse_calibration`` setting off, measure anew."""
+    from subzero.optimizer import calibrate
+
+    calibrate.forget()
+    measured = []
+    real = calibrate.profile_node
+
+    def profile(task, *args, **kwargs):
+        measured.append(task.node)
+        return real(task, *args, **kwargs)
+
+    monkeypatch.setattr(calibrate, "profile_node", profile)
+
+    def go(name, x, **settings):
+        with sz.config.set(**settings):
+            return small_workflow().run({"x": x}, store=tmp_path / name, workload=WORKLOAD, max_runtime="3x",
+                                        executor="local")
+
+    first = go("a", image())
+    calibrated = list(measured)
+    assert {"crd", "blur"} <= set(calibrated)
+    again = go("b", image())
+    assert measured == calibrated  # nothing measured again
+    for name in ("crd", "blur", "hits"):
+        assert again.catalog.nodes[name].strategies == first.catalog.nodes[name].strategies
+        assert again.catalog.nodes[name].profile["strategies"] == first.catalog.nodes[name].profile["strategies"]
+    assert again.catalog.optimizer["calibration_seconds"] < first.catalog.optimizer["calibration_seconds"]
+    np.testing.assert_array_equal(again.backward("hits", [[3, 3]], to="x"), first.backward("hits", [[3, 3]], to="x"))
+    other = image()
+    other[5, 6] = 300.0
+    go("c", other)
+    assert measured == calibrated * 2  # other values: measured
+    go("d", image(), reuse_calibration=False)
+    assert measured == calibrated * 3
+    calibrate.forget()
+
+
 def test_tiny_inputs_run_in_process_when_spark_would_have_to_start(tmp_path, monkeypatch):
     import subzero.executors.spark as spark_mod
     from subzero import driver

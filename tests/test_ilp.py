@@ -17,8 +17,10 @@ from subzero.optimizer.ilp import (
     Problem,
     brute_force,
     objective_of,
+    optimal,
     solve,
 )
+from subzero.optimizer import ilp
 
 BOTH = ("backward", "forward")
 STRATEGIES = (
@@ -132,6 +134,23 @@ def test_solve_matches_brute_force(problem):
     assert set(plan.chosen) == set(plan.reasons) == {c.node for c in problem.candidates}
     assert all(chosen == tuple(sorted(chosen)) for chosen in plan.names().values())
     assert not {(n, s) for n, chosen in plan.chosen.items() for s in chosen} & set(plan.pruned)
+
+
+def test_optimal_enumerates_few_choices_and_solves_the_program_for_many(monkeypatch):
+    """One node's few surviving candidates are enumerated (no CBC process), many go to CBC;
+    both give the integer program's objective."""
+    few = Problem(tuple(Candidate("a", s, disk=10.0 * k, runtime=0.1 * k, query_cost={"backward": 5.0 / (k + 1)})
+                        for k, s in enumerate(("FullOne/backward", "FullMany/backward", "CompOne/backward"))),
+                  {("a", "backward"): 1.0}, max_disk=15.0)
+    many = Problem(tuple(Candidate(n, s, disk=10.0 * k, runtime=0.1 * k, query_cost={"backward": 5.0 / (k + 1)})
+                         for n in "abc" for k, s in enumerate(("FullOne/backward", "FullMany/backward"))),
+                   {(n, "backward"): 1.0 for n in "abc"}, max_disk=25.0)
+    expected = {id(p): solve(p).objective for p in (few, many)}
+    called = []
+    real = ilp._solve_ilp
+    monkeypatch.setattr(ilp, "_solve_ilp", lambda *a: called.append(1) or real(*a))
+    assert optimal(few).objective == pytest.approx(expected[id(few)]) and not called
+    assert optimal(many).objective == pytest.approx(expected[id(many)]) and called  # 7**3 choices
 
 
 # -- explicit cases ---------------------------------------------------------------

@@ -114,3 +114,12 @@ def test_one_node_at_a_time_plans_that_node_alike_and_charges_no_rerun_in_one_pa
     chosen, extra = node_choice(whole, two_pass, {}, PROFILES["f"], "f")
     assert chosen == whole.chosen["f"] and extra["profile"] == PROFILES["f"].to_dict()
     assert set(extra["predicted"]) == {c.strategy.name for c in two_pass.candidates}
+
+
+def test_a_mapping_with_a_box_or_mask_form_is_priced_as_taking_the_frontier_whole():
+    from subzero.optimizer.plan import maps_whole
+
+    for direction in Direction:
+        assert maps_whole(ops.Convolve([[1.0, 1.0]]), direction)  # a stencil maps boxes
+        assert maps_whole(ops.RepairCosmics(sigma=1.0), direction)  # a composite's window default too
+        assert not maps_whole(ops.Histogram(bins=4), direction)  # no box or mask form

@@ -21,15 +21,27 @@ capture alone would exceed the runtime budget left (a `CaptureLimit`, with the n
 operator time taken `LIMIT_MARGIN` times as measured) is not encoded at all: the integer
 program would prune it anyway (a candidate that alone exceeds a budget, section VII), and
 the profile names it in ``skipped`` with the reason.
+
+A profile depends only on the node's operator, the operators and inputs upstream of it,
+the tiles and the candidates: a later run in the same process over the same of these
+(a re-run, a benchmark's rounds, a notebook cell run again) reuses it instead of
+measuring again (`reuse_key`, `recall`, `remember`; the ``reuse_calibration`` setting),
+as long as the candidates calibration skipped then would be skipped under the runtime
+budget left now (within `REUSE_SLACK`).
 """
 
 from __future__ import annotations
 
+import copy
+import json
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
+import xxhash
 
 from subzero.catalog import NodeMetrics
 from subzero.encoders import encoder_for, merge_tiles
@@ -44,7 +56,8 @@ from subzero.worker import NodeTask, capture_tile, merge_inline, with_envelopes
 from subzero.tiling import Box, Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
-           "TileProfile", "profile_from_run", "crop_box", "CroppedInput", "CaptureLimit", "fans_window", "fans_corner"]
+           "TileProfile", "profile_from_run", "crop_box", "CroppedInput", "CaptureLimit", "fans_window", "fans_corner",
+           "reuse_key", "recall", "remember", "forget"]
 
 MAX_MAPPED_CELLS = 1 << 17   # input cells a mapping node's fans are counted over (else: sizes' ratio)
 MAX_MAPPED_LINKS = 1 << 16   # links a mapping node's fans are counted over at most (`fans_corner`)
@@ -63,6 +76,9 @@ PAIR_SECONDS = 2.0e-6      # one region pair (a payload, a group)
 FANS_FRACTION = 0.25       # of a sample window, where the fans are measured when no FULL candidate can be chosen
 MIN_FANS_CELLS = 4_096     # per such fans window
 LIMIT_MARGIN = 2.0         # a `CaptureLimit` takes the node's operator time this many times as measured on a sample
+REGULAR_RULES = 32         # a sample's range-rule table of at most this many rules is taken as size-invariant
+KEEP_PROFILES = 1024       # profiles a process keeps for reuse (`remember`), the least recently used dropped
+REUSE_SLACK = 1.25         # a skipped candidate is calibrated anew only once the limit exceeds its capture by this
 
 
 @dataclass(frozen=True)
@@ -110,6 +126,8 @@ class TileProfile:
     strategies: dict[str, tuple] = field(default_factory=dict)
     inline: dict[str, bytes] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)   # over the `CaptureLimit`: not encoded, and why
+    #: those candidates' (predicted capture seconds, the operator seconds the limit was taken at)
+    skipped_at: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def _cells(tile: Tile) -> int:
@@ -247,7 +265,8 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
         if quarter is not None and not any(s.name in limit.keep for s in full):
             plain = capture_tile(replace(task, strategies=()), tile)  # the operator's own time: the cap needs it
             share = limit.cells / max(_cells(plain.tile), 1)
-            cap = limit.seconds(plain.op_seconds * share)
+            at = plain.op_seconds * share  # the node's operator time, as this tile predicts it
+            cap = limit.seconds(at)
             probe = capture_tile(replace(task, strategies=(_FANS,)), quarter)
             ratio = share * _cells(plain.tile) / max(_cells(probe.tile), 1)  # the quarter's cells to the node's
             n_in = sum(len(a) for a in probe.full.in_ids)
@@ -272,6 +291,7 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
     if probe is not None and limit is not None:
         for name, seconds in predicted.items():
             out.skipped[name] = _over_limit(seconds, cap)
+            out.skipped_at[name] = (seconds, at)
     enveloped = {}  # sampled payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
     share = limit.cells / max(out.cells, 1) if limit is not None else 0.0  # this part's cells scaled to the node's
     most = limit.seconds(out.plain_seconds * share) if limit is not None and fans else None
@@ -284,6 +304,7 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
             alone = capture_seconds(strategy, pairs.n_pairs * share, len(pairs.out_ids) * share, n_in * share)
             if alone > most:
                 out.skipped[name] = _over_limit(alone, most)
+                out.skipped_at[name] = (alone, out.plain_seconds * share)
                 continue
         sample = pairs if strategy.both_directions else _subsample(pairs, MAX_PAIRS)
         if strategy.mode is not Mode.FULL:  # envelopes (map_p calls) of the sampled pairs only
@@ -354,6 +375,7 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
     for m in measured:  # skipped by any part: the integer program prunes it anyway
         for name, why in m.skipped.items():
             profile.skipped.setdefault(name, why)
+            profile.skipped_at.setdefault(name, [float(v) for v in m.skipped_at.get(name, (np.inf, 0.0))])
     fanout, links, distinct = (sum(getattr(m, k) for m in measured) for k in ("fanout", "links", "distinct_in"))
     # re-execution's lineage, predicted from its size as a capture is (`capture_seconds`), not timed
     profile.trace_seconds = (LINK_SECONDS * links + OUT_CELL_SECONDS * fanout) * scale
@@ -369,15 +391,96 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         nbytes, _, pairs, outs, ins, keys, boxes = np.array([m.strategies[name] for m in tiles_of]).sum(axis=0)
         predicted = capture_seconds(strategy, pairs * scale, outs * scale, ins * scale)
         merged = merge_inline(strategy, [m.inline.get(name) for m in tiles_of], task.shapes)
-        if merged is not None:  # the node keeps one merged table, about this size whatever its size
-            profile.strategies[name] = StrategyProfile(bytes=float(len(merged)), encode_seconds=predicted,
-                                                       pairs=pairs * scale, out_cells=outs * scale,
-                                                       in_cells=ins * scale)
+        if merged is not None:
+            profile.strategies[name] = _merged_table(merged, scale, predicted, pairs * scale, outs * scale,
+                                                     ins * scale)
             continue
         profile.strategies[name] = StrategyProfile(
             bytes=nbytes * scale + index_bytes_bound(boxes * scale), encode_seconds=predicted, pairs=pairs * scale,
             out_cells=outs * scale, in_cells=ins * scale, keys=keys * scale)
     return profile
+
+
+# -- reusing a profile ---------------------------------------------------------------------------
+
+_KEPT: OrderedDict[str, NodeProfile] = OrderedDict()
+_KEPT_LOCK = threading.Lock()
+
+
+def reuse_key(parts: Sequence[Any]) -> str:
+    """The key a profile is kept under: a digest of what it depends on, ``parts`` (JSON-able:
+    the digests of the node's operator and of every operator and input upstream of it, the
+    tiles, the candidates and pins, whether the node was computed first).
+
+    Examples
+    --------
+    >>> reuse_key(["op:abc", [64, 64], ["CompOne/backward"]]) == reuse_key(["op:abc", [64, 64], ["CompOne/backward"]])
+    True
+    """
+    return xxhash.xxh3_64_hexdigest(json.dumps(list(parts), sort_keys=True, default=repr).encode())
+
+
+def remember(key: str, profile: NodeProfile) -> None:
+    """Keep ``profile`` (as measured, before the run's own sizes are set) for `recall` under ``key``."""
+    with _KEPT_LOCK:
+        _KEPT[key] = copy.deepcopy(profile)
+        _KEPT.move_to_end(key)
+        while len(_KEPT) > KEEP_PROFILES:
+            _KEPT.popitem(last=False)
+
+
+def recall(key: str, limit: CaptureLimit | None, op_seconds: float | None) -> NodeProfile | None:
+    """The profile `remember` kept under ``key``, if calibrating now would measure the same:
+    every candidate it skipped is still over ``limit``, or within `REUSE_SLACK` of it (its
+    predicted capture against the limit at the operator time it was taken at: the limit itself
+    moves that much with the operator times a run measures, and the integer program's budget
+    is tighter still); None otherwise.  ``op_seconds``: the node's operator time measured by
+    this run (a node computed first), which the profile takes instead of the one it was
+    measured with, as `profile_node` would."""
+    with _KEPT_LOCK:
+        kept = _KEPT.get(key)
+        if kept is None:
+            return None
+        _KEPT.move_to_end(key)
+        profile = copy.deepcopy(kept)
+    if profile.skipped and (limit is None or any(seconds * REUSE_SLACK <= limit.seconds(at) for seconds, at in
+                                                 profile.skipped_at.values()) or
+                            len(profile.skipped_at) < len(profile.skipped)):
+        return None  # a candidate skipped then may be encoded now
+    if op_seconds is not None and not profile.one_pass:
+        mapped = profile.mapping and not profile.strategies and profile.trace_seconds == profile.op_seconds
+        profile = replace(profile, op_seconds=op_seconds, trace_seconds=op_seconds if mapped else
+                          profile.trace_seconds)
+    return profile
+
+
+def forget() -> None:
+    """Drop every kept profile (the next runs calibrate anew)."""
+    with _KEPT_LOCK:
+        _KEPT.clear()
+
+
+def _merged_table(merged: bytes, scale: float, predicted: float, pairs: float, outs: float,
+                  ins: float) -> StrategyProfile:
+    """The node's range-rule table as the samples' merged table ``merged`` predicts it.
+
+    A table of at most `REGULAR_RULES` rules is regular lineage (a stencil's interior and
+    edges, a transpose, a crop): the node keeps one such table, about this size whatever its
+    size.  A larger one holds rules per region of the data (a source's pixels, cells that
+    fall back to explicit ids): it grows with the node's cells (``scale``), and past
+    `subzero.encoders.full_range.INLINE_BYTES` it is stored in chunks of
+    `subzero.encoders.full_range.CHUNK_RULES` rules (``keys``) a query reads and decodes."""
+    from subzero.encoders.full_range import CHUNK_RULES, INLINE_BYTES
+    from subzero.encoders.ranges import deserialize
+
+    rules = deserialize(merged).n_rules
+    if rules <= REGULAR_RULES:
+        return StrategyProfile(bytes=float(len(merged)), encode_seconds=predicted, pairs=pairs, out_cells=outs,
+                               in_cells=ins)
+    nbytes = len(merged) * scale
+    keys = 0.0 if nbytes <= INLINE_BYTES else float(np.ceil(rules * scale / CHUNK_RULES))
+    return StrategyProfile(bytes=nbytes, encode_seconds=predicted, pairs=pairs, out_cells=outs, in_cells=ins,
+                           keys=keys)
 
 
 def _groups(stored: tuple[Strategy, ...], n_tiles: int) -> list[tuple[Strategy, ...]]:

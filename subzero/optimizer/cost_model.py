@@ -26,6 +26,7 @@ MAP_CELL = 6.0e-8        # one cell through a vectorized mapping function
 MASK_CELL = 2.0e-9       # one cell of a mask or box form passed whole through a mapping function
 PAYLOAD_CALL = 3.0e-5    # one map_p call (per distinct payload)
 STEP_OVERHEAD = 2.0e-4   # opening readers, building masks
+RANGE_BYTE = 1.0e-7      # one stored byte of a range-rule chunk read, inflated, decoded and indexed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +55,8 @@ class NodeProfile:
     one_pass: bool = False   # the run computes the node once, with its lineage: capture re-runs nothing
     strategies: dict[str, StrategyProfile] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)   # candidates calibration did not encode, and why
+    #: those candidates' predicted capture seconds and the operator seconds their limit was taken at
+    skipped_at: dict[str, list[float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """The JSON form the catalog keeps (strategies by name)."""
@@ -109,9 +112,10 @@ def step_cost(profile: NodeProfile, strategy: Strategy | str, direction: Directi
 
     ``cells`` is the number of frontier cells entering the step.  ``reread``: the seconds
     recomputing the node's unstored inputs takes, whole (`subzero.optimizer.storage`); a
-    re-run step pays the share of it its touched tiles read.  ``whole``: a Map step takes
-    the frontier whole (boxes or a mask through the operator's box or mask form, or the
-    same cells through an elementwise step): a pass over the arrays, not a walk per cell.
+    re-run step pays the share of it its touched tiles read.  ``whole``: a Map step, or a
+    composite's mapping default, takes the frontier whole (boxes or a mask through the
+    operator's box or mask form, or the same cells through an elementwise step): a pass over
+    the arrays, not a walk per cell, and its answer stays boxes.
     """
     cells, direction, s = max(float(cells), 1.0), Direction.parse(direction), Strategy.parse(strategy)
     out = profile.fan(direction, cells)
@@ -125,23 +129,31 @@ def step_cost(profile: NodeProfile, strategy: Strategy | str, direction: Directi
         return STEP_OVERHEAD + (cells + out) * MAP_CELL
     sp = profile.strategies.get(s.name, StrategyProfile())
     if s.both_directions:  # range rules: boxes in, boxes out, a few rules per frontier box
-        return STEP_OVERHEAD + min(cells, 4096) * RTREE_BOX + (0 if not sp.keys else 2 * KEY_LOOKUP) + \
-            min(out, 4096) * CELL
+        cost = STEP_OVERHEAD + min(cells, 4096) * RTREE_BOX + min(out, 4096) * CELL
+        if sp.keys:  # a table kept in chunks: the chunks the frontier touches are read and decoded whole
+            chunks = min(sp.keys, max(1.0, cells * sp.keys / max(profile.out_size, 1)))
+            cost += chunks * (2 * KEY_LOOKUP + sp.bytes / sp.keys * RANGE_BYTE)
+        return cost
     payload = s.mode in (Mode.PAY, Mode.COMP)
     if direction is not s.direction and not payload:  # mismatched index: every entry of the touched tiles is read
         share = min(profile.tiles, max(1.0, cells)) / max(profile.tiles, 1)
         cost = (sp.keys * KEY_LOOKUP + sp.pairs * PAIR_DECODE + (sp.out_cells + sp.in_cells) * CELL) * share
         return STEP_OVERHEAD + cost
     per_pair = sp.out_cells / sp.pairs if sp.pairs else 1.0
+    # a composite stores its overrides only (its mapping answers the other cells): a frontier
+    # cell meets one as often as the overrides cover the output
+    covered = min(1.0, sp.out_cells / max(profile.out_size, 1)) if s.mode is Mode.COMP else 1.0
+    boxed = whole and s.mode is Mode.COMP  # its default maps the frontier's boxes or mask; the answer is boxes
+    answer = (min(out, 4096) if boxed else out) * CELL
     if payload and direction is Direction.FORWARD:  # the R-tree of payload envelopes picks what to expand
-        pairs_hit = min(sp.pairs, cells * profile.fan_forward / max(per_pair, 1.0) + 1)
-        cost = min(cells, 4096) * RTREE_BOX + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + out * CELL
+        pairs_hit = min(sp.pairs, cells * covered * profile.fan_forward / max(per_pair, 1.0) + 1)
+        cost = min(cells, 4096) * RTREE_BOX + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + answer
     elif s.encoding == "One":
-        pairs_hit = min(sp.pairs, cells)
-        cost = cells * KEY_LOOKUP + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + out * CELL
+        pairs_hit = min(sp.pairs, cells * covered)
+        cost = cells * KEY_LOOKUP + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + answer
     else:
-        pairs_hit = min(sp.pairs, cells / max(per_pair, 1.0) + 1)
-        cost = min(cells, 4096) * RTREE_BOX + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + out * CELL
+        pairs_hit = min(sp.pairs, cells * covered / max(per_pair, 1.0) + 1)
+        cost = min(cells, 4096) * RTREE_BOX + pairs_hit * (KEY_LOOKUP + PAIR_DECODE) + answer
     if payload:
-        cost += min(pairs_hit, 64) * PAYLOAD_CALL + out * MAP_CELL
+        cost += min(pairs_hit, 64) * PAYLOAD_CALL + ((cells + out) * MASK_CELL if boxed else out * MAP_CELL)
     return STEP_OVERHEAD + cost

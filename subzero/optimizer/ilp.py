@@ -55,11 +55,15 @@ from subzero.errors import WorkflowError
 from subzero.modes import Direction, Mode, Strategy
 from subzero.optimizer.storage import ArrayChoice, recomputed
 
-__all__ = ["Candidate", "ArrayChoice", "Problem", "Plan", "solve", "brute_force", "objective_of"]
+__all__ = ["Candidate", "ArrayChoice", "Problem", "Plan", "solve", "brute_force", "optimal", "objective_of"]
 
 DIRECTIONS = tuple(Direction)
 BLACKBOX = Strategy.parse("BlackBox")
 FALLBACK_REASON = "fallback: no candidate fits the budget"
+#: `optimal` enumerates an instance whose surviving candidates give at most this many choices
+#: (the product over nodes of ``2**survivors - 1``) and stores at most `ENUMERATE_ARRAYS` arrays
+ENUMERATE_CHOICES = 255
+ENUMERATE_ARRAYS = 3    # each storable array doubles the enumeration
 
 Key = tuple[str, Strategy]
 Access = tuple[str, Direction]
@@ -321,6 +325,33 @@ def brute_force(problem: Problem) -> Plan:
     ``2**survivors - 1``).  Meant to check :func:`solve` in tests (see its examples).
     """
     return _optimize(problem, _enumerate)
+
+
+def optimal(problem: Problem) -> Plan:
+    """The optimal plan: :func:`brute_force`'s search where the candidates that survive pruning
+    leave few choices (one node of a one-pass run planned at a time: enumerating them takes
+    well under a millisecond, starting the CBC process several), :func:`solve`'s integer
+    program otherwise.  Same pruning, same plan (up to ties between equal objectives).
+
+    Examples
+    --------
+    >>> cands = (Candidate("udf", "FullOne/backward", 100.0, 1.0, {"backward": 1.0}),
+    ...          Candidate("udf", "BlackBox", 0.0, 0.0, {"backward": 50.0}))
+    >>> optimal(Problem(cands, {("udf", "backward"): 1.0}, max_disk=10)).names()
+    {'udf': ('BlackBox',)}
+    """
+    return _optimize(problem, _small_first)
+
+
+def _small_first(problem: Problem, survivors: Survivors) -> Found | None:
+    choices = 1
+    for cands in survivors.values():
+        choices *= max(2 ** len(cands) - 1, 1)
+    flat = [c for cands in survivors.values() for c in cands]
+    storable = sum(problem.array(a).storable for a in problem.recomputed({r for c in flat for r in c.reads}))
+    if choices <= ENUMERATE_CHOICES and storable <= ENUMERATE_ARRAYS:
+        return _enumerate(problem, survivors)
+    return _solve_ilp(problem, survivors)
 
 
 def objective_of(problem: Problem, chosen: Mapping[str, Iterable[Strategy | str]],

@@ -8,17 +8,15 @@ from subzero.catalog import ArrayRecord, PendingNode
 from subzero.dag import Workflow
 from subzero.modes import Direction, Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile, disk_cost, runtime_cost, step_cost, touched_share
-from subzero.optimizer.ilp import BLACKBOX, ArrayChoice, Candidate, Plan, Problem, brute_force, solve
+from subzero.optimizer.ilp import BLACKBOX, ArrayChoice, Candidate, Plan, Problem, optimal
 from subzero.optimizer.storage import recomputed
 from subzero.optimizer.workload import Query, step_sizes
 
-__all__ = ["build_problem", "optimize", "pending_nodes", "node_choice", "EPSILON", "BETA"]
+__all__ = ["build_problem", "optimize", "pending_nodes", "node_choice", "maps_whole", "EPSILON", "BETA"]
 
 EPSILON = 1e-9   # seconds of expected query time per byte: a tie-breaker (1 MB ~ 1 ms)
 BETA = 1e6       # bytes per second of runtime overhead in the tie-breaker
 MAP = Strategy.parse("Map")
-ENUMERATE_AT_MOST = 8   # candidates an instance may have to be solved by enumeration (same plan, no CBC start)
-ENUMERATE_ARRAYS = 3    # and storable arrays (each doubles the enumeration)
 
 Pins = Mapping[str, Sequence[str | Strategy]]
 
@@ -50,8 +48,9 @@ def build_problem(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[
             strategies = [s for s in strategies if s in pins_of or s == BLACKBOX]
         unstored = tuple(dict.fromkeys(i.name for i in node.inputs if i.name in arrays))
         reads.update(unstored)
+        whole = {d: maps_whole(node.operator, d) for d in Direction}
         for s in strategies:
-            costs = {d: step_cost(profile, s, d, entering.get((node.name, d), 1.0)) for d in Direction}
+            costs = {d: step_cost(profile, s, d, entering.get((node.name, d), 1.0), whole=whole[d]) for d in Direction}
             rerun = s == BLACKBOX and not profile.all_to_all
             share = {d: touched_share(profile, entering.get((node.name, d), 1.0)) for d in Direction}
             candidates.append(Candidate(node.name, s, disk=disk_cost(profile, s), runtime=runtime_cost(profile, s),
@@ -66,6 +65,19 @@ def build_problem(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[
     return problem, entering
 
 
+def maps_whole(op: Any, direction: Direction) -> bool:
+    """Whether a step through ``op``'s mapping functions (a Map step, a composite's default) is
+    priced as taking the frontier whole: the operator has a box or mask form in ``direction``.
+    The workload's regions are compact and a frontier grown by earlier steps is held as boxes or
+    a mask, which such a form maps in one pass (`subzero.query.maps_whole` decides it for the
+    frontier a query holds)."""
+    from subzero.operator import Operator
+
+    suffix = "b" if direction is Direction.BACKWARD else "f"
+    return any(getattr(type(op), name, None) is not getattr(Operator, name)
+               for name in (f"map_{suffix}_mask", f"map_{suffix}_boxes"))
+
+
 def optimize(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[Query],
              max_disk: float | None, max_runtime: float | None, pinned: Pins,
              nodes: Collection[str] | None = None,
@@ -74,11 +86,7 @@ def optimize(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[Query
     the store-or-recompute choice of the unstored ``arrays`` its candidates read; returns the
     plan and the instance."""
     problem, _ = build_problem(wf, profiles, queries, max_disk, max_runtime, pinned, nodes, arrays)
-    storable = sum(a.storable for a in problem.arrays)
-    if len(problem.candidates) <= ENUMERATE_AT_MOST and storable <= ENUMERATE_ARRAYS:
-        # one node's few choices: enumerating beats starting CBC
-        return brute_force(problem), problem
-    return solve(problem), problem
+    return optimal(problem), problem  # one node's few choices are enumerated: no CBC process to start
 
 
 def pending_nodes(plan: Plan, problem: Problem, pinned: Pins, profiles: dict[str, NodeProfile],

@@ -53,6 +53,7 @@ import asyncio
 import dataclasses
 import hashlib
 import http.cookies
+import importlib
 import json
 import logging
 import math
@@ -90,7 +91,7 @@ if TYPE_CHECKING:
     from subzero.run import Run
 
 __all__ = ["create_app", "answer_request", "Reply", "STATIC", "EXPORT_FORMATS", "TOKEN_COOKIE", "MAX_DEPTH",
-           "VALUE_DIGITS", "SKY_DECIMALS", "readout", "LINEAGE_WORKERS", "RECOMPUTE_WORKERS", "CLIENT_HEADER", "DISCONNECT_POLL",
+           "VALUE_DIGITS", "SKY_DECIMALS", "readout", "LINEAGE_WORKERS", "RECOMPUTE_WORKERS", "PRIMED_MODULES", "CLIENT_HEADER", "DISCONNECT_POLL",
            "Brushes", "Viewer", "display_kinds"]
 
 STATIC = Path(__file__).parent / "static"
@@ -107,6 +108,8 @@ SKY_DECIMALS = 7
 LINEAGE_WORKERS = max(2, min(8, os.cpu_count() or 2))
 #: threads making the tiles of arrays the run did not store (each re-runs the node), at a lower priority
 RECOMPUTE_WORKERS = 2
+#: modules lineage steps import on first use (`subzero.lazy`), imported as the server starts (`Viewer.prime`)
+PRIMED_MODULES = ("scipy.ndimage", "numpy.ma")
 #: the request header naming a page's client, whose newer brush supersedes its older one
 CLIENT_HEADER = "x-subzero-client"
 #: seconds between checks that the client of a running lineage request is still connected
@@ -359,6 +362,31 @@ class Viewer:
         self.warm_seconds = time.perf_counter() - t0
         self.warmed.set()
 
+    def prime(self) -> None:
+        """Make this process ready to answer brushes at full speed: a one-cell backward and
+        forward walk from the middle of every node that stores lineage, to every node it
+        reaches, so the modules the walks import (scipy's, a few hundred milliseconds), the
+        nodes' grids and manifests and the answers of whole-array steps are loaded before the
+        first page brushes rather than during its first brushes. Answers are not kept; the
+        modules of `PRIMED_MODULES` are imported first (a walk imports them only where a stored
+        payload needs them)."""
+        for module in PRIMED_MODULES:
+            importlib.import_module(module)
+        for entry in self.nodes:
+            name = entry["name"]
+            if entry["kind"] == "input" or all(s in ("Map", "BlackBox") for s in entry["strategies"]) \
+                    or not all(entry["shape"]):
+                continue
+            cell = [[n // 2, n // 2 + 1] for n in entry["shape"]]
+            for direction in DIRECTIONS:
+                try:
+                    req = parse_lineage_request(self.run, {"node": name, "direction": direction,
+                                                           "boxes": [[v for pair in cell for v in pair]], "to": None})
+                    if req.to:
+                        answer_frontiers(self.run, req)
+                except Exception as exc:  # a damaged shard: the brushes that need it will report it  # noqa: BLE001
+                    log.warning("view: could not prepare the %s walks from %s: %s", direction, name, exc)
+
     def _overview(self, name: str) -> None:
         try:
             pyramid = self.pyramid(name)
@@ -433,15 +461,21 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
     """The viewer app over ``run`` (`subzero.open_run`); tiles cached under ``cache_dir``
     (default `subzero.tools.view.tiles.run_cache_dir`). With ``warm``, a background thread makes
     the stored nodes' overview tiles at once (`Viewer.warm`). With ``token``, every request must
-    carry it (see the module docstring), else HTTP 403.
+    carry it (see the module docstring), else HTTP 403. Before that thread makes the overviews it
+    primes the process's lineage walks (`Viewer.prime`), as every process of ``shared`` does.
 
     ``shared``: the ``warmed`` event of several processes serving one store (a
     `multiprocessing` event made before they fork, `subzero.tools.view.server`): the one made
     with ``warm`` sets it, and every one reports ``warm`` and ``idle`` from it."""
     viewer = Viewer(run, cache_dir, shared)
     brushes = Brushes()
-    if warm:
-        threading.Thread(target=_in_background, args=(viewer.warm,), name="subzero-view-warm", daemon=True).start()
+    if warm or shared is not None:  # every process serving primes its walks; one makes the overviews
+        def start() -> None:
+            viewer.prime()
+            if warm:
+                viewer.warm()
+
+        threading.Thread(target=_in_background, args=(start,), name="subzero-view-warm", daemon=True).start()
 
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})

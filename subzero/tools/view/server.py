@@ -156,11 +156,15 @@ def _serve_forked(store: str, host: str, port: int, open_browser: bool, cache_di
     if token is None and not is_loopback(host):
         token = secrets.token_urlsafe(24)  # one token for every worker
     run = open_run(store)  # a bad store is reported here, once, before any worker starts
-    from subzero.tools.view.app import display_kinds
+    from subzero.store.shards import close_all
+    from subzero.tools.view.app import Viewer
     from subzero.tools.view.tiles import run_cache_dir
 
-    display_kinds(run, cache_dir or run_cache_dir(run))  # decided once (it may re-run nodes), then read by each worker
-    del run
+    viewer = Viewer(run, cache_dir or run_cache_dir(run))  # display kinds decided once (they may re-run nodes)
+    viewer.prime()  # the modules brushes import, imported once, before the workers fork
+    viewer.recompute.shutdown()
+    del viewer, run
+    close_all()  # an LMDB environment must not be used across a fork: each worker opens its own
     sock = _bind(host, port)
     sock.listen(2048)
     context = multiprocessing.get_context("fork")

@@ -83,6 +83,13 @@ def test_query_log_records_each_step(run):
     record = run.query_log()[-1]
     assert record["direction"] == "forward" and record["steps"][0]["cells_out"] == 4
     assert record["steps"][0]["strategy"] in ("Map", "FullOne/forward")
+    logged = len(run.query_log())
+    run.log_queries = False  # as the viewer's run: its brushes are not logged, last_query still is
+    try:
+        run.backward("blur", [(1, 1)], to="x")
+    finally:
+        run.log_queries = True
+    assert len(run.query_log()) == logged and run.last_query[0]["direction"] == "backward"
 
 
 def test_damaged_stored_lineage_falls_back_to_re_execution(run, monkeypatch):

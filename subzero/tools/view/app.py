@@ -330,6 +330,7 @@ class Viewer:
 
     def __init__(self, run: "Run", cache_dir: Path | None = None, warmed: Any | None = None):
         self.run = run
+        run.log_queries = False  # brushes stay out of the store's query log (`subzero explain`)
         self.cache_dir = cache_dir or run_cache_dir(run)
         self.wcs = node_wcs(run)
         self.kinds = display_kinds(run, self.cache_dir)

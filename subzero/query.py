@@ -151,7 +151,7 @@ def check_forced(node: Node, stored: tuple[str, ...], using: Any) -> Strategy:
 
 def step(source: "QueryEngine", node: Node, frontier: Frontier, i: int, direction: Direction, strategy: Strategy,
          entire_array: bool = True, deadline: float | None = None, forced: bool = False,
-         damaged: list | None = None) -> Frontier:
+         damaged: list | None = None, lookups: dict | None = None) -> Frontier:
     """One lineage step through ``node`` with respect to its input ``i``.
 
     Backward: ``frontier`` is over the node's output, the result over input ``i``.
@@ -171,16 +171,18 @@ def step(source: "QueryEngine", node: Node, frontier: Frontier, i: int, directio
         return map_step(op, frontier, i, direction, target)
     if strategy.mode is Mode.BLACKBOX:
         return _reexecute(source, node, frontier, i, direction, target)
-    return _stored(source, node, frontier, i, direction, strategy, target, deadline, forced, damaged)
+    return _stored(source, node, frontier, i, direction, strategy, target, deadline, forced, damaged, lookups)
 
 
-def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline, forced, damaged) -> Frontier:
+def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline, forced, damaged,
+            lookups: dict | None = None) -> Frontier:
     """A step from stored lineage: only the shards of the tiles the frontier touches.
 
     A tile's lineage lies within what the tile reads, so backward steps open the tiles
     whose output box holds frontier cells and forward steps the tiles whose input box
     does, keyed by those cells or not; each shard answers for the frontier's cells in
-    its tile.
+    its tile. ``lookups`` (one walk's: `QueryOptions.lookups`) keeps each tile's payload
+    lookup for the frontier of a backward step, which every input of the node makes alike.
     """
     op = operator_of(node)
     grid = source.grid(node)
@@ -199,14 +201,20 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
     failed: list[int] = []
     overrides: list[np.ndarray] = []
     side = None if direction is Direction.BACKWARD else i
-    for _, sub, reader in source.tile_readers(node, s.name, frontier, side, deadline, failed, damaged, forced):
+    for tile, sub, reader in source.tile_readers(node, s.name, frontier, side, deadline, failed, damaged, forced):
         if reader is None:  # the tile stored no lineage under this strategy
             continue
         if isinstance(enc, FullEncoder):
             got = enc.backward(reader, sub, i, shapes) if direction is Direction.BACKWARD else \
                 enc.forward(reader, sub, i, shapes)
         elif direction is Direction.BACKWARD:
-            pay = enc.lookup(reader, sub, shapes)
+            key = (id(frontier), node.name, s.name, tile)  # the frontier is held by the walk until every input stepped
+            last = i == len(op.input_shapes) - 1  # the node's last input: nothing left to share it with
+            pay = (lookups.pop(key, None) if last else lookups.get(key)) if lookups is not None else None
+            if pay is None:
+                pay = enc.lookup(reader, sub, shapes)
+                if lookups is not None and not last:
+                    lookups[key] = pay
             united = _payload_union(op, pay, i, deadline, target)
             got = expand_payloads(op, pay, deadline).backward(sub, i) if united is None else united
             overrides.append(pay.out_ids)
@@ -480,6 +488,8 @@ class QueryOptions:
     entire_array: bool = True
     log: list[dict] = field(default_factory=list)
     cancel: Any = None
+    #: a backward walk's payload lookups per (frontier, node, strategy, tile), shared by a node's inputs (`_stored`)
+    lookups: dict = field(default_factory=dict)
 
 
 class QueryEngine:
@@ -716,7 +726,7 @@ class QueryEngine:
         else:
             try:
                 result = step(self, node, carried, i, plan.direction, strategy, plan.entire_array, deadline,
-                              forced=forced, damaged=damaged)
+                              forced=forced, damaged=damaged, lookups=plan.lookups)
             except LookupTimeout:
                 switched = True
                 result = step(self, node, carried, i, plan.direction, BLACKBOX, plan.entire_array)

@@ -74,6 +74,9 @@ class Run:
             if node.operator is not None and node.name in self.record.nodes and hasattr(node.operator, "attach_output"):
                 node.operator.attach_output(functools.partial(_read_output, self, node.name))
         self.last_query: list[dict] = []
+        #: whether queries append their per-step statistics to the store's query log (``subzero
+        #: explain``); the viewer turns it off: thousands of brushes, about 9 KB each, and a write each
+        self.log_queries = True
 
     def wait(self) -> "Run":
         """Wait until the run's store is durable, and return the run.
@@ -383,6 +386,8 @@ class Run:
 
     def _record(self, plan: QueryOptions, src: Node, dst: "Node | list[Node]") -> None:
         self.last_query = plan.log
+        if not self.log_queries:
+            return
         to = [d.name for d in dst] if isinstance(dst, list) else dst.name
         log_query(self.path, {"direction": plan.direction.value, "from": src.name, "to": to, "steps": plan.log})
 

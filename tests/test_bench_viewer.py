@@ -23,6 +23,7 @@ def test_quick_viewer_bench_writes_results_and_report(tmp_path):
     assert store["bytes"] > 0 and {"exposure_1", "exposure_2", "flat", "stars"} <= set(store["stored"])
     assert store["recomputed"] and not set(store["stored"]) & set(store["recomputed"])  # the defaults keep only some
     assert len(store["stored"]) + len(store["recomputed"]) == 29 and saved["recompute_seconds"] >= 0
+    assert saved["recomputed_overviews"] == ["crmask_1"]  # the tiled node the run did not store
     assert f"{len(store['stored'])} arrays stored" in report
     loaded = saved["under_load"]["400x4000 (2 workers)"]["clients"]
     assert set(loaded) == {"1", "3"} and loaded["3"]["n"] == 3 and loaded["3"]["p95"] >= loaded["3"]["p50"] > 0

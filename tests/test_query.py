@@ -83,6 +83,13 @@ def test_query_log_records_each_step(run):
     record = run.query_log()[-1]
     assert record["direction"] == "forward" and record["steps"][0]["cells_out"] == 4
     assert record["steps"][0]["strategy"] in ("Map", "FullOne/forward")
+    logged = len(run.query_log())
+    run.log_queries = False  # as the viewer's run: its brushes are not logged, last_query still is
+    try:
+        run.backward("blur", [(1, 1)], to="x")
+    finally:
+        run.log_queries = True
+    assert len(run.query_log()) == logged and run.last_query[0]["direction"] == "backward"
 
 
 def test_damaged_stored_lineage_falls_back_to_re_execution(run, monkeypatch):
@@ -300,3 +307,31 @@ def test_a_payload_step_backward_maps_each_payload_once_as_a_union(tmp_path, mon
     got = run.backward("stars", cells, to="x", using={"stars": strategy})
     np.testing.assert_array_equal(got, rerun)
     assert len(got) > 6 * 7 + 3 * 7
+
+
+def test_a_backward_walk_looks_each_payload_up_once_for_every_input(tmp_path, monkeypatch):
+    """A two-input node storing payloads (``LabeledStatistic``: values and labels): the walk to
+    both inputs reads each tile's payloads once, and answers as re-execution does."""
+    from subzero.encoders import pay_one
+
+    wf = sz.Workflow("two")
+    x, labels = wf.input("x"), wf.input("labels")
+    wf.add(ops.LabeledStatistic("sum_labels", index=[1, 2, 3]), x, labels, name="stat")
+    grid = np.zeros((12, 12), np.int64)
+    grid[1:4, 2:6], grid[7:11, 0:3], grid[5, 5:12] = 1, 2, 3
+    run = wf.run({"x": np.arange(144.0).reshape(12, 12), "labels": grid}, store=tmp_path / "s", executor="local",
+                 strategies={"stat": ["PayOne"]})
+    calls = []
+    real = pay_one.PayOne.lookup
+
+    def counted(self, reader, frontier, shapes):
+        calls.append(1)
+        return real(self, reader, frontier, shapes)
+
+    monkeypatch.setattr(pay_one.PayOne, "lookup", counted)
+    got = run.backward_many("stat", [(0,), (2,)], to=["x", "labels"], as_="frontier")
+    assert len(calls) == len(run.lineage.grid(run.node("stat")).split(run.frontier("stat", [(0,), (2,)]), None))
+    for name in ("x", "labels"):
+        want = run.backward("stat", [(0,), (2,)], to=name, using={"stat": "BlackBox"}, as_="frontier")
+        np.testing.assert_array_equal(got[name].ids(), want.ids())
+    assert len(got["x"].ids()) and len(got["labels"].ids())

@@ -493,3 +493,30 @@ def test_close_all_closes_and_forgets_every_shard(loc):
     damage(loc.path("lineage/n/s", record.name + ".mdb"), "flip")
     with pytest.raises(sz.StoreError, match="checksum"):  # verified again after close_all
         reader(loc, record)
+
+
+def test_threads_opening_one_shard_at_once_share_one_open(loc):
+    """LMDB refuses a second open of one environment in a process: threads that miss the cache
+    together wait for the first one's open instead of failing (which a query took for damage)."""
+    import threading
+
+    record, _ = write(loc, "PayMany")
+    close_all()
+    barrier = threading.Barrier(8)
+    got: list = []
+    errors: list = []
+
+    def open_it() -> None:
+        barrier.wait()
+        try:
+            got.append(reader(loc, record)._opened)
+        except BaseException as exc:  # noqa: BLE001  (asserted below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors and len(got) == 8 and all(o is got[0] for o in got)
+    assert scan(reader(loc, record), PAIR)[1]

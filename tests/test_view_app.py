@@ -429,39 +429,44 @@ def test_a_client_that_disconnects_cancels_its_walk(run, monkeypatch):
     brushes.pool.shutdown()
 
 
-def test_warm_makes_the_stored_overviews_first_then_the_recomputed_ones(tmp_path, monkeypatch):
-    """The nodes the run did not store (here ``blur`` and ``bright``: intermediates) have their
-    overviews made after ``warmed`` is set, from their recomputed tiles."""
+def test_warm_makes_only_the_stored_overviews_and_the_others_when_asked(tmp_path, monkeypatch):
+    """The server is idle once the stored nodes' overviews are made; those of the nodes the run
+    did not store (here ``blur`` and ``bright``: intermediates, each a re-run) are made when a
+    page asks for one, then cached, with the values the recomputed array has."""
     from subzero.tools.view.app import Viewer
 
     run = make_run(tmp_path / "s")
     viewer = create_app(run, tmp_path / "cache", warm=False).state.viewer
     unstored = {name for name in run.catalog.nodes if not run.catalog.node(name).array.stored}
-    assert unstored == {"blur", "bright"}
-    order: list[tuple[str, bool]] = []
+    assert unstored == {"blur", "bright"} and not run.log_queries  # brushes stay out of the query log
+    warmed: list[str] = []
     real = Viewer._overview
 
     def noted(self, name):
-        order.append((name, self.warmed.is_set()))
+        warmed.append(name)
         real(self, name)
 
     monkeypatch.setattr(Viewer, "_overview", noted)
-    viewer.warm(recompute=False)  # the stored nodes only
-    assert viewer.warmed.is_set() and not viewer.recomputed.is_set() and not any(after for _, after in order)
-    order.clear()
-    viewer.warmed.clear()
     viewer.warm()
-    assert {name for name, after in order if after} == unstored and len(order) == len(run.catalog.nodes)
-    assert [after for _, after in order] == sorted(after for _, after in order)  # stored first
-    assert viewer.warmed.is_set() and viewer.recomputed.is_set() and viewer.recompute_seconds is not None
+    assert viewer.warmed.is_set() and warmed and not set(warmed) & unstored
+    assert all(viewer.pyramid(name).png_path(viewer.pyramid(name).top, 0, 0).exists() for name in warmed)
     with TestClient(create_app(run, tmp_path / "cache", warm=False)) as idle:  # no background work at all
         assert idle.get("/api/run").json()["idle"]
-    busy = create_app(run, tmp_path / "cache2", warm=True)  # idle once its background overviews are all made
+    busy = create_app(run, tmp_path / "cache2", warm=True)  # idle once its stored overviews are made
     with TestClient(busy) as client:
         deadline = time.monotonic() + 30
         while not client.get("/api/run").json()["idle"] and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert busy.state.viewer.recomputed.is_set() and client.get("/api/run").json()["warm"]
-    for name in unstored:
-        pyramid = viewer.pyramid(name)
-        assert pyramid.png_path(pyramid.top, 0, 0).exists()
+        assert client.get("/api/run").json()["warm"]
+        for name in unstored:
+            pyramid = busy.state.viewer.pyramid(name)
+            assert not pyramid.png_path(pyramid.top, 0, 0).exists() and not pyramid.cached(pyramid.top, 0, 0)
+            res = client.get(f"/api/values/{name}/{pyramid.top}/0/0")
+            assert res.status_code == 200 and pyramid.cached(pyramid.top, 0, 0)
+            h, w = (int(v) for v in res.headers["x-shape"].split(","))
+            got = np.frombuffer(res.content, np.dtype(res.headers["x-dtype"]).newbyteorder("<")).reshape(h, w)
+            assert pyramid.top == 0  # the whole array in one tile: the recomputed array's values
+            np.testing.assert_array_equal(got, np.asarray(run.output(name)).astype(got.dtype))
+            assert client.get(f"/tiles/{name}/{pyramid.top}/0/0.png").status_code == 200
+        assert {n["name"]: n["display"] for n in client.get("/api/nodes").json()} == busy.state.viewer.kinds
+    assert json.loads((tmp_path / "cache2" / "display.json").read_text())  # remembered for the next start

@@ -104,32 +104,37 @@ def test_cache_dir_follows_the_environment(run, monkeypatch, tmp_path):
     assert d.parent == tmp_path / "view" and d == run_cache_dir(sz.open_run(run.path))
 
 
-def test_an_unstored_nodes_upper_tiles_are_made_once_however_many_ask(run, tmp_path, monkeypatch):
-    """``bright`` was not stored (an intermediate: its tiles re-run from ``x``): threads asking
-    for its overview at once wait for one computation of each tile above the direct reads,
-    whose values are the block maxima of the recomputed array."""
+def test_an_unstored_nodes_tiles_are_made_once_however_many_ask(run, tmp_path, monkeypatch):
+    """``bright`` was not stored (an intermediate: its tiles re-run from ``x``): threads of two
+    pyramids over one cache (as two server processes are) asking for its overview at once wait
+    for one computation of each tile, the direct reads included, all cached; the values are the
+    block maxima of the recomputed array."""
     import threading
 
     monkeypatch.setattr(tiles, "DIRECT_READ", TILE)
-    pyramid = TilePyramid(run, "bright", tmp_path, "mask")
-    assert not pyramid.stored and TilePyramid(run, "x", tmp_path, "image").stored
+    pyramids = [TilePyramid(run, "bright", tmp_path, "mask") for _ in range(2)]
+    assert not pyramids[0].stored and TilePyramid(run, "x", tmp_path, "image").stored
     made: list[tuple[int, int, int]] = []
-    real = pyramid._from_children
+    for pyramid in pyramids:
+        for method in ("_from_children", "_read"):
+            def counted(z, ty, tx, real=getattr(pyramid, method)):
+                made.append((z, ty, tx))
+                return real(z, ty, tx)
 
-    def counted(path, z, ty, tx):
-        made.append((z, ty, tx))
-        return real(path, z, ty, tx)
-
-    monkeypatch.setattr(pyramid, "_from_children", counted)
+            monkeypatch.setattr(pyramid, method, counted)
+    top = pyramids[0].top
+    assert not pyramids[0].cached(top, 0, 0)
     got: list[np.ndarray] = []
-    threads = [threading.Thread(target=lambda: got.append(pyramid.values(pyramid.top, 0, 0))) for _ in range(4)]
+    threads = [threading.Thread(target=lambda p=pyramids[k % 2]: got.append(p.values(top, 0, 0))) for k in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=60)
-    upper = [(z, ty, tx) for z in range(1, pyramid.top + 1) for ty in range(pyramid.grid(z)[0])
-             for tx in range(pyramid.grid(z)[1])]
-    assert sorted(made) == sorted(upper)  # each once, not once per thread
+    every = [(z, ty, tx) for z in range(top + 1) for ty in range(pyramids[0].grid(z)[0])
+             for tx in range(pyramids[0].grid(z)[1])]
+    assert sorted(made) == sorted(every)  # each once, not once per thread or pyramid
+    assert all(pyramids[1].cached(*t) for t in every)
     bright = np.asarray(run.output("bright"))
-    expected = _blocks(bright, 4, np.max)
-    assert len(got) == 4 and all(np.array_equal(g, expected) for g in got)
+    assert len(got) == 4 and all(np.array_equal(g, _blocks(bright, 4, np.max)) for g in got)
+    np.testing.assert_array_equal(pyramids[1].values(0, 1, 2), bright[256:512, 512:768])  # read back, not made
+    assert len(made) == len(every)

@@ -211,8 +211,8 @@ def concurrent_brushes(store: str | Path, clients: tuple[int, ...] = (1, 5, 20),
     latency is both answers end to end, as the client sees them.
 
     Nothing is measured before the server is idle (``GET /api/run`` says ``"idle"``: the
-    overview tiles it makes in the background as it starts, of the stored nodes and of those it
-    recomputes, all made), so the brushes never share its CPU with that work;
+    overview tiles of the stored nodes, which it makes in the background as it starts, all
+    made), so the brushes never share its CPU with that work;
     ``idle_seconds`` is how long that took from the server's start.
 
     ``cache``: the server's cache directory (its tiles and query log; default the user's);
@@ -246,7 +246,7 @@ def concurrent_brushes(store: str | Path, clients: tuple[int, ...] = (1, 5, 20),
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
                 conn.request("GET", "/api/run")
                 res = conn.getresponse()
-                if res.status == 200 and json.loads(res.read()).get("idle", False):  # every overview made: idle
+                if res.status == 200 and json.loads(res.read()).get("idle", False):  # the stored overviews made: idle
                     conn.close()
                     break
             except OSError:
@@ -257,7 +257,7 @@ def concurrent_brushes(store: str | Path, clients: tuple[int, ...] = (1, 5, 20),
             time.sleep(0.2)
         out["idle_seconds"] = time.monotonic() - started
         out["load_idle"] = _load()
-        log(f"viewer: subzero view idle (every overview made) {out['idle_seconds']:.1f} s after its start "
+        log(f"viewer: subzero view idle (the stored nodes' overviews made) {out['idle_seconds']:.1f} s after its start "
             f"(load {out['load_idle']})")
 
         def brush_once(conn, box: list[int], client: str) -> float:
@@ -334,8 +334,9 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
     (``quick``: 400 x 4000 images, 8 brushes and 8 tiles per node, built in a temporary
     directory; else the stores are built once under ``out_dir``, see `cached_store`).
     ``shape``: the images' shape (default `SHAPE`; 400 x 4000 when ``quick``); ``workers``: the
-    counts of server processes the brushes under load are measured with, one after the other. ``recompute=False``:
-    the overviews of the arrays the run did not store are not made (nor timed) before the brushes.
+    counts of server processes the brushes under load are measured with, one after the other. ``recompute``: the
+    overviews of the tiled nodes the run did not store are asked for (as a page first asking for them would make
+    them, timed) before the tiles are measured; False: not (their upper tiles are then made as they are measured).
 
     Brushes under load (`concurrent_brushes`): ``clients`` counts of concurrent clients,
     ``load_brushes`` brushes each, on the store measured and (not ``quick``) on the
@@ -369,11 +370,17 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
         # the server started for the brushes under load shares this cache: its overview tiles are made once
         app = create_app(run, run_cache_dir(run, tmp / "cache" / "view"), warm=False)
         viewer = app.state.viewer
-        viewer.warm(recompute=recompute)  # what `subzero view` does in the background as it starts
+        viewer.warm()  # what `subzero view` does in the background as it starts
         warm_seconds = float(viewer.warm_seconds or 0.0)
-        recompute_seconds = viewer.recompute_seconds
-        log(f"viewer: stretch limits and overview tiles of the stored nodes in {warm_seconds:.1f} s, of the others "
-            f"(recomputed) in {_f(recompute_seconds)} s (load {_load()})")
+        recompute_seconds: float | None = None
+        unstored = [name for name in TILE_NODES if not viewer.pyramid(name).stored]
+        if recompute:  # what a page asking for their overviews makes (on demand: `subzero view` does not)
+            t0 = time.perf_counter()
+            for name in unstored:
+                viewer._overview(name)
+            recompute_seconds = time.perf_counter() - t0
+        log(f"viewer: stretch limits and overview tiles of the stored nodes in {warm_seconds:.1f} s; of "
+            f"{', '.join(unstored) or 'no node'} (recomputed, on demand) in {_f(recompute_seconds)} s (load {_load()})")
         rng = random.Random(seed)
         with TestClient(app) as client:
             brush = _brushes(client, run, rng, brushes, log)
@@ -398,7 +405,7 @@ def run_viewer(out_dir: str | Path = "benchmarks/results/viewer", store: str | P
            "command": " ".join(["python", "-m", "subzero_bench.viewer"] + sys.argv[1:]),
            "seconds": time.perf_counter() - start, "shape": list(shape), "cells": shape[0] * shape[1],
            "build_seconds": build_seconds, "warm_seconds": warm_seconds,
-           "recompute_seconds": recompute_seconds, "load": {"before": load_before, "after": load_after},
+           "recompute_seconds": recompute_seconds, "recomputed_overviews": unstored, "load": {"before": load_before, "after": load_after},
            "store": store_info,
            "strategies": {k: list(v) for k, v in run.strategies.items()},
            "brush": {node: {k: _stats(v) for k, v in r.items()} for node, r in brush.items()},
@@ -464,8 +471,9 @@ def render(doc: dict) -> str:
     if loads:
         lines += ["", "## Brushes under load", "",
                   "`subzero view` started as a user starts it (its own process, uvicorn on loopback), measured only "
-                  "once it is idle: the overview tiles it makes in the background as it starts (of the stored nodes "
-                  "and of those it recomputes) all made, so no brush shares the CPU with that work ("
+                  "once it is idle: the overview tiles of the stored nodes, which it makes in the background as it "
+                  "starts, all made (those of the nodes it recomputes are made only when a page asks for them), so "
+                  "no brush shares the CPU with that work ("
                   + ", ".join(f"{label}: idle {_f(r.get('idle_seconds'))} s after its start" for label, r in loads.items())
                   + "). Then N clients at once, each a thread with its own connection, brushing random "
                   "stars (16 x 16 boxes centred on a star's pixel) one after the other: `POST /api/lineage` backward "
@@ -489,15 +497,16 @@ def render(doc: dict) -> str:
                   f"{ok[doc['met']['brush']]}); direct p95 {_f(b['direct_ms']['p95'])} ms, so the API costs "
                   f"{_f(b['server_ms']['p95'] / b['direct_ms']['p95'], 2)}x the walks themselves at p95.", "",
               "## Tiles", "",
-              f"As it starts, the app makes every 2-D node's stretch limits (zscale over nine level-0 tiles) and "
-              f"overview tile (the top level: the whole array read once, through the levels below), in a "
-              f"background thread: here {_f(doc.get('warm_seconds'))} s for the "
-              f"{len((doc.get('store') or {}).get('stored', [])) or len(doc['strategies']) + 3} stored nodes"
-              + (f", then {_f(doc.get('recompute_seconds'))} s for the {len(doc['store']['recomputed'])} the run did "
-                 "not store (each re-run tile by tile from its stored ancestors, at a lower priority than the page's "
-                 "requests)" if (doc.get("store") or {}).get("recomputed") and doc.get("recompute_seconds") is not None
-                 else ", the others' (not stored) not made before the brushes here" if (doc.get("store") or {}).get(
-                     "recomputed") else "") + ". "
+              f"As it starts, the app makes the stretch limits (zscale over nine level-0 tiles) and overview tile "
+              f"(the top level: the whole array read once, through the levels below) of every 2-D node the run "
+              f"stored, in a background thread: here {_f(doc.get('warm_seconds'))} s for the "
+              f"{len((doc.get('store') or {}).get('stored', [])) or len(doc['strategies']) + 3} stored nodes. "
+              "The nodes the run did not store have theirs made when a page first asks for them (each tile re-run "
+              "from the stored ancestors, once, cached)"
+              + (f"; here the overviews of {', '.join(doc['recomputed_overviews'])} were asked for before the tiles "
+                 f"were measured and took {_f(doc.get('recompute_seconds'))} s"
+                 if doc.get("recomputed_overviews") and doc.get("recompute_seconds") is not None else "")
+              + ". "
               "Then uniformly random 256 x 256 tiles over every other level of the pyramids of "
               f"{', '.join(doc['tiles']['whole_array_ms'])}, not made before (uncached: the tile's footprint read "
               "from the store, downsampled, rendered, PNG-encoded, written to the cache), then the same tiles again "
@@ -535,8 +544,8 @@ def render(doc: dict) -> str:
                      if doc.get("build_seconds") else ""), ""]
     lines += ["What a brush or a tile costs follows its footprint, not the array: a tile reads the chunks under it "
               "(an unstored node's tiles re-run only the tiles of its ancestors under them), a brush the shards of the "
-              "tiles it touches; only the overview tiles read whole arrays, once, in the background as the server "
-              "starts, and are cached.", ""]
+              "tiles it touches; only the overview tiles read whole arrays, once, and are cached: those of the stored "
+              "nodes in the background as the server starts, the others when first asked for.", ""]
     return "\n".join(lines)
 
 
@@ -552,8 +561,8 @@ def main(argv: list[str] | None = None) -> int:
                                                              "empty: none)")
     parser.add_argument("--load-brushes", type=int, default=10, help="brushes per concurrent client")
     parser.add_argument("--stored-overviews-only", action="store_true",
-                        help="make only the stored arrays' overviews before measuring the in-process brushes and tiles (the "
-                             "server under load is still measured only once idle)")
+                        help="do not ask for the overviews of the tiled nodes the run did not store before measuring "
+                             "the tiles (their upper tiles are then made as they are measured)")
     parser.add_argument("--workers", default="1,2", help="server processes under load (subzero view --workers), "
                                                          "each count measured in turn (comma-separated)")
     parser.add_argument("--shape", type=parse_shape, help=f"the images' shape, HxW (default {SHAPE[0]}x{SHAPE[1]})")

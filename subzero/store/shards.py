@@ -162,6 +162,9 @@ class _Opened:
 _CACHE: "OrderedDict[str, _Opened]" = OrderedDict()
 _VERIFIED: set[tuple[str, str, int, float]] = set()
 _LOCK = threading.Lock()
+#: one lock per shard file being opened: LMDB refuses a second open of an environment in one
+#: process, so threads that miss the cache at once wait for the first one's open
+_OPENING: dict[str, threading.Lock] = {}
 
 
 def close_all() -> None:
@@ -211,6 +214,18 @@ def _open(location: Location, directory: str, record: ShardRecord, where: str) -
         if opened is not None:
             _CACHE.move_to_end(mdb)
             return opened
+        gate = _OPENING.setdefault(mdb, threading.Lock())
+    with gate:  # one thread opens it; the others find it in the cache
+        with _LOCK:
+            opened = _CACHE.get(mdb)
+            if opened is not None:
+                _CACHE.move_to_end(mdb)
+                return opened
+        return _open_new(location, directory, record, where, local, mdb)
+
+
+def _open_new(location: Location, directory: str, record: ShardRecord, where: str, local: str, mdb: str) -> _Opened:
+    """Open (fetch first, when remote) and check the shard ``mdb`` not open yet; cache it."""
     for f in record.files:
         path = os.path.join(local, record.name + f.suffix)
         if not location.is_local and not (os.path.exists(path) and os.path.getsize(path) == f.size):

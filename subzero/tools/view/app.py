@@ -5,7 +5,8 @@ Routes
 ``GET /``                                  the page (``static/index.html``)
 ``GET /static/...``                        its script and style
 ``GET /api/run``                           the store, workflow, status, tile size, ``warm`` (stored overview tiles made)
-                                           and ``idle`` (no background work left: every overview made)
+                                           and ``idle`` (no background work left: the same, as the viewer makes
+                                           the tiles of the arrays the run did not store only when asked for)
 ``GET /api/nodes``                         the nodes: ``[{name, operator, shape, dtype, strategies, inputs, ...}]``
 ``POST /api/lineage``                      ``{"node", "direction", "boxes", "to"}`` -> ``{"answers": {...}, "ms": M}``
 ``POST /api/export``                       the same body plus ``"target"`` and ``"format"``
@@ -52,6 +53,7 @@ import asyncio
 import dataclasses
 import hashlib
 import http.cookies
+import importlib
 import json
 import logging
 import math
@@ -82,14 +84,15 @@ from subzero.tools.view import readouts
 from subzero.tools.view.lineage import (answer_frontiers, display_kind, lineage_answers, node_list,
                                   parse_lineage_request, reachable, shown)
 from subzero.tools.view.sky import node_wcs, pixel_to_sky
+from subzero.tools.export import atomic_path
 from subzero.tools.view.tiles import TILE, TilePyramid, run_cache_dir
 
 if TYPE_CHECKING:
     from subzero.run import Run
 
 __all__ = ["create_app", "answer_request", "Reply", "STATIC", "EXPORT_FORMATS", "TOKEN_COOKIE", "MAX_DEPTH",
-           "VALUE_DIGITS", "SKY_DECIMALS", "readout", "LINEAGE_WORKERS", "CLIENT_HEADER", "DISCONNECT_POLL",
-           "Brushes"]
+           "VALUE_DIGITS", "SKY_DECIMALS", "readout", "LINEAGE_WORKERS", "RECOMPUTE_WORKERS", "PRIMED_MODULES", "CLIENT_HEADER", "DISCONNECT_POLL",
+           "Brushes", "Viewer", "display_kinds"]
 
 STATIC = Path(__file__).parent / "static"
 EXPORT_FORMATS = {"npy": ".npy", "fits": ".fits", "reg": ".reg", "reg-fk5": ".reg"}
@@ -103,6 +106,10 @@ VALUE_DIGITS = 7
 SKY_DECIMALS = 7
 #: threads answering lineage requests (the cores, at least 2, at most 8)
 LINEAGE_WORKERS = max(2, min(8, os.cpu_count() or 2))
+#: threads making the tiles of arrays the run did not store (each re-runs the node), at a lower priority
+RECOMPUTE_WORKERS = 2
+#: modules lineage steps import on first use (`subzero.lazy`), imported as the server starts (`Viewer.prime`)
+PRIMED_MODULES = ("scipy.ndimage", "numpy.ma")
 #: the request header naming a page's client, whose newer brush supersedes its older one
 CLIENT_HEADER = "x-subzero-client"
 #: seconds between checks that the client of a running lineage request is still connected
@@ -307,51 +314,79 @@ def _client(request: Request) -> str | None:
 
 
 class Viewer:
-    """The state of the app: the run, its nodes' WCS and tile pyramids (made on first use)."""
+    """The state of the app: the run, its nodes' WCS, display kinds and tile pyramids (made on
+    first use), and the pool that makes the tiles of the arrays the run did not store.
 
-    def __init__(self, run: "Run", cache_dir: Path | None = None, shared: tuple[Any, Any] | None = None):
+    Parameters
+    ----------
+    run
+        The stored run.
+    cache_dir
+        Its tile cache (default `subzero.tools.view.tiles.run_cache_dir`).
+    warmed
+        The event `warm` sets (default a new one); several processes serving one store share
+        one (`multiprocessing`), so every one reports ``warm`` when one of them has warmed.
+    """
+
+    def __init__(self, run: "Run", cache_dir: Path | None = None, warmed: Any | None = None):
         self.run = run
+        run.log_queries = False  # brushes stay out of the store's query log (`subzero explain`)
         self.cache_dir = cache_dir or run_cache_dir(run)
         self.wcs = node_wcs(run)
-        self.nodes = node_list(run, {name: True for name in self.wcs})
+        self.kinds = display_kinds(run, self.cache_dir)
+        self.nodes = node_list(run, {name: True for name in self.wcs}, self.kinds)
         self._pyramids: dict[str, TilePyramid] = {}
-        warmed, recomputed = shared if shared is not None else (threading.Event(), threading.Event())
-        #: set when the stored nodes' overviews are made (by this process, or the one of ``shared`` that warms)
-        self.warmed = warmed
+        #: set when the stored nodes' overviews are made (by this process, or the one sharing it that warms)
+        self.warmed = warmed if warmed is not None else threading.Event()
         self.warm_seconds: float | None = None
-        #: set when the overviews of the nodes the run did not store are made too (after `warmed`)
-        self.recomputed = recomputed
-        self.recompute_seconds: float | None = None
+        #: makes what re-runs nodes the run did not store (their tiles, their limits), at a lower
+        #: priority than the rest of the app, so brushes come first
+        self.recompute = ThreadPoolExecutor(max_workers=RECOMPUTE_WORKERS, thread_name_prefix="subzero-view-recompute",
+                                            initializer=_lower_priority)
         for entry in self.nodes:
             if len(entry["shape"]) == 2:
                 entry["tile"] = TILE
                 entry["levels"] = self.pyramid(entry["name"]).top + 1
 
-    def warm(self, recompute: bool = True) -> None:
-        """Make every 2-D node's stretch limits and overview tile (the page's first view), so
-        the slow tiles, those that read a whole array, are made once, before they are asked for.
+    def warm(self) -> None:
+        """Make the stretch limits and overview tile (the page's first view) of every 2-D node
+        the run stored (one read of each array), so those slow tiles are made once, before
+        they are asked for; then set `warmed`.
 
-        The stored nodes first (one read of each array), then `warmed` is set; then the nodes
-        the run did not store, in the workflow's order: each overview re-runs the node's tiles
-        from its stored ancestors one at a time (memory bounded by the recompute cache), and a
-        page asking for it meanwhile waits for that one computation (`TilePyramid.values`);
-        then `recomputed` is set. ``recompute=False`` stops after the stored nodes (the others'
-        overviews are then made when first asked for)."""
+        The nodes the run did not store are left alone: an overview of one re-runs the whole
+        node from its stored ancestors (minutes at 1e7 cells), so their tiles are made when a
+        page first asks for them, each once (`TilePyramid.values`), on the `recompute` pool."""
         t0 = time.perf_counter()
-        names = [entry["name"] for entry in self.nodes if len(entry["shape"]) == 2]
-        stored = [name for name in names if self.pyramid(name).stored]
-        for name in stored:
-            self._overview(name)
+        for entry in self.nodes:
+            if len(entry["shape"]) == 2 and self.pyramid(entry["name"]).stored:
+                self._overview(entry["name"])
         self.warm_seconds = time.perf_counter() - t0
         self.warmed.set()
-        if not recompute:
-            return
-        t0 = time.perf_counter()
-        for name in names:
-            if name not in stored:
-                self._overview(name)
-        self.recompute_seconds = time.perf_counter() - t0
-        self.recomputed.set()
+
+    def prime(self) -> None:
+        """Make this process ready to answer brushes at full speed: a one-cell backward and
+        forward walk from the middle of every node that stores lineage, to every node it
+        reaches, so the modules the walks import (scipy's, a few hundred milliseconds), the
+        nodes' grids and manifests and the answers of whole-array steps are loaded before the
+        first page brushes rather than during its first brushes. Answers are not kept; the
+        modules of `PRIMED_MODULES` are imported first (a walk imports them only where a stored
+        payload needs them)."""
+        for module in PRIMED_MODULES:
+            importlib.import_module(module)
+        for entry in self.nodes:
+            name = entry["name"]
+            if entry["kind"] == "input" or all(s in ("Map", "BlackBox") for s in entry["strategies"]) \
+                    or not all(entry["shape"]):
+                continue
+            cell = [[n // 2, n // 2 + 1] for n in entry["shape"]]
+            for direction in DIRECTIONS:
+                try:
+                    req = parse_lineage_request(self.run, {"node": name, "direction": direction,
+                                                           "boxes": [[v for pair in cell for v in pair]], "to": None})
+                    if req.to:
+                        answer_frontiers(self.run, req)
+                except Exception as exc:  # a damaged shard: the brushes that need it will report it  # noqa: BLE001
+                    log.warning("view: could not prepare the %s walks from %s: %s", direction, name, exc)
 
     def _overview(self, name: str) -> None:
         try:
@@ -368,34 +403,80 @@ class Viewer:
                 raise _NotFound(f"unknown node {name!r}")
             if len(self.run.shape(name)) != 2:
                 raise _NotFound(f"node {name!r} has shape {self.run.shape(name)}: only 2-D nodes have tiles")
-            self._pyramids[name] = TilePyramid(self.run, name, self.cache_dir, display_kind(self.run, name))
+            self._pyramids[name] = TilePyramid(self.run, name, self.cache_dir, self.kinds[name])
         return self._pyramids[name]
 
+    async def make(self, quick: bool, work: Callable[..., Any], *args: Any) -> Any:
+        """``work(*args)`` off the event loop: on Starlette's thread pool when ``quick`` (a read
+        of stored or cached values), else on the `recompute` pool."""
+        if quick:
+            from starlette.concurrency import run_in_threadpool
 
-def _in_background(work: Callable[[], None]) -> None:
-    """Run ``work`` in this thread at a lower CPU priority (Linux niceness is per thread), so
-    the page's requests come first while the overviews are made."""
+            return await run_in_threadpool(work, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.recompute, work, *args)
+
+
+def display_kinds(run: "Run", cache_dir: Path) -> dict[str, str]:
+    """Every committed node's `display_kind`, remembered in ``cache_dir`` (``display.json``,
+    keyed by each array's metadata checksum): deciding it samples an integer array, and the
+    sample of one the run did not store re-runs the node."""
+    path = cache_dir / "display.json"
+    try:
+        known = json.loads(path.read_text())
+        known = known if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        known = {}
+    kinds: dict[str, str] = {}
+    for name in run.committed:
+        key = f"{name}|{run.catalog.node(name).array.meta_xxh3 or 'nometa'}"
+        kind = known.get(key)
+        kinds[name] = kind if kind in ("image", "labels", "mask") else display_kind(run, name)
+        known[key] = kinds[name]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(known, sort_keys=True))
+    except OSError as exc:  # a read-only cache: decided again next time
+        log.warning("view: could not remember the nodes' display kinds in %s: %s", path, exc)
+    return kinds
+
+
+def _lower_priority() -> None:
+    """Lower this thread's CPU priority (Linux niceness is per thread), so the page's other
+    requests, brushes first, come before the work it does."""
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(os.getpriority(os.PRIO_PROCESS, 0) + 10, 19))
     except (AttributeError, OSError):  # not Linux, or not allowed: the same work at the same priority
         pass
+
+
+def _in_background(work: Callable[[], None]) -> None:
+    """Run ``work`` in this thread at a lower CPU priority, so the page's requests come first
+    while the overviews are made."""
+    _lower_priority()
     work()
 
 
 def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, token: str | None = None,
-               shared: tuple[Any, Any] | None = None) -> Starlette:
+               shared: Any | None = None) -> Starlette:
     """The viewer app over ``run`` (`subzero.open_run`); tiles cached under ``cache_dir``
     (default `subzero.tools.view.tiles.run_cache_dir`). With ``warm``, a background thread makes
-    every node's overview tile at once (`Viewer.warm`). With ``token``, every request must
-    carry it (see the module docstring), else HTTP 403.
+    the stored nodes' overview tiles at once (`Viewer.warm`). With ``token``, every request must
+    carry it (see the module docstring), else HTTP 403. Before that thread makes the overviews it
+    primes the process's lineage walks (`Viewer.prime`), as every process of ``shared`` does.
 
-    ``shared``: the ``(warmed, recomputed)`` events of several processes serving one store
-    (`multiprocessing` events made before they fork, `subzero.tools.view.server`): the one made
-    with ``warm`` sets them, and every one reports ``warm`` and ``idle`` from them."""
+    ``shared``: the ``warmed`` event of several processes serving one store (a
+    `multiprocessing` event made before they fork, `subzero.tools.view.server`): the one made
+    with ``warm`` sets it, and every one reports ``warm`` and ``idle`` from it."""
     viewer = Viewer(run, cache_dir, shared)
     brushes = Brushes()
-    if warm:
-        threading.Thread(target=_in_background, args=(viewer.warm,), name="subzero-view-warm", daemon=True).start()
+    if warm or shared is not None:  # every process serving primes its walks; one makes the overviews
+        def start() -> None:
+            viewer.prime()
+            if warm:
+                viewer.warm()
+
+        threading.Thread(target=_in_background, args=(start,), name="subzero-view-warm", daemon=True).start()
 
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
@@ -404,7 +485,7 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
         return JSONResponse(viewer.nodes)
 
     async def info(request: Request) -> Response:
-        idle = not (warm or shared) or viewer.recomputed.is_set()  # no background work left
+        idle = not (warm or shared is not None) or viewer.warmed.is_set()  # no background work left
         return JSONResponse({"store": run.path, "workflow": run.workflow.name, "status": run.catalog.status,
                              "tile": TILE, "warm": viewer.warmed.is_set(), "idle": idle})
 
@@ -487,26 +568,22 @@ def create_app(run: "Run", cache_dir: Path | None = None, warm: bool = True, tok
         return pyramid, z, ty, tx
 
     async def tile(request: Request) -> Response:
-        from starlette.concurrency import run_in_threadpool
-
         pyramid, z, ty, tx = checked_tile(request)
-        data = await run_in_threadpool(pyramid.png, z, ty, tx)
+        quick = pyramid.png_path(z, ty, tx).exists() or (pyramid.cached(z, ty, tx) and pyramid.limits_cached())
+        data = await viewer.make(quick, pyramid.png, z, ty, tx)
         return Response(data, media_type="image/png", headers={"Cache-Control": "max-age=3600"})
 
     async def values(request: Request) -> Response:
-        from starlette.concurrency import run_in_threadpool
-
         pyramid, z, ty, tx = checked_tile(request)
-        data, (h, w), dtype = await run_in_threadpool(readouts.tile_values, pyramid, z, ty, tx)
+        data, (h, w), dtype = await viewer.make(pyramid.cached(z, ty, tx), readouts.tile_values, pyramid, z, ty, tx)
         return Response(data, media_type="application/octet-stream",
                         headers={"X-Shape": f"{h},{w}", "X-Dtype": dtype, "Cache-Control": "max-age=3600"})
 
     async def limits(request: Request) -> Response:
         pyramid = viewer.pyramid(request.path_params["node"])
-        from starlette.concurrency import run_in_threadpool
-
         mode = request.query_params.get("mode", "zscale")
-        return JSONResponse(await run_in_threadpool(readouts.limits, pyramid, mode))
+        quick = pyramid.stored or (mode == "zscale" and pyramid.limits_cached())
+        return JSONResponse(await viewer.make(quick, readouts.limits, pyramid, mode))
 
     async def line(request: Request) -> Response:
         name = request.path_params["node"]

@@ -105,10 +105,12 @@ def reachable(run: "Run", name: str, direction: "Direction | str") -> list[str]:
     return [n.name for n in run.workflow.nodes if n in reach and n is not node and n.name in run.catalog.nodes]
 
 
-def node_list(run: "Run", sky: dict[str, bool] | None = None) -> list[dict[str, Any]]:
+def node_list(run: "Run", sky: dict[str, bool] | None = None,
+              display: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Every committed node, as ``GET /api/nodes`` lists it: ``name, operator, shape, dtype,
     strategies, inputs`` (the contract) plus ``kind`` (input/operator), ``display`` (see
-    `display_kind`) and ``wcs`` (whether pixel positions have sky coordinates)."""
+    `display_kind`; those of ``display`` where it names the node) and ``wcs`` (whether pixel
+    positions have sky coordinates)."""
     from subzero.tools.describe import operator_name
 
     out = []
@@ -119,7 +121,7 @@ def node_list(run: "Run", sky: dict[str, bool] | None = None) -> list[dict[str, 
         out.append({"name": node.name, "operator": operator_name(node), "shape": list(record.shape),
                     "dtype": str(record.dtype), "strategies": list(record.strategies),
                     "inputs": [i.name for i in node.inputs], "kind": record.kind,
-                    "display": display_kind(run, node.name), "wcs": bool((sky or {}).get(node.name, False))})
+                    "display": (display or {}).get(node.name) or display_kind(run, node.name), "wcs": bool((sky or {}).get(node.name, False))})
     return out
 
 

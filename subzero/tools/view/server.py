@@ -8,8 +8,8 @@ With ``workers`` > 1 (`default_workers`: the ``view_workers`` setting, else the 
 process may use, at most 4) the server pre-forks: this process binds the one listening socket,
 then forks that many worker processes, each opening the store and serving the same app on that
 socket (the kernel hands each connection to one of them), so brushes from many clients use
-every core instead of queueing on one interpreter. One worker makes the overview tiles in the
-background; all report ``warm`` and ``idle`` from events they share. Ctrl-C or SIGTERM stops
+every core instead of queueing on one interpreter. One worker makes the stored nodes' overview
+tiles in the background; all report ``warm`` and ``idle`` from an event they share. Ctrl-C or SIGTERM stops
 them all; if one dies, the others are stopped.
 """
 
@@ -83,7 +83,7 @@ def is_loopback(host: str) -> bool:
 
 
 def make_server(store: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, cache_dir: Path | None = None,
-                token: str | None = None, warm: bool = True, shared: tuple[Any, Any] | None = None,
+                token: str | None = None, warm: bool = True, shared: Any | None = None,
                 bound: bool = False) -> tuple[Any, str]:
     """An unstarted ``uvicorn.Server`` for the viewer of ``store`` (opened read-only), and its URL.
 
@@ -155,11 +155,20 @@ def _serve_forked(store: str, host: str, port: int, open_browser: bool, cache_di
         raise LineageError("--token is empty: give a non-empty token, or leave it out to have one made")
     if token is None and not is_loopback(host):
         token = secrets.token_urlsafe(24)  # one token for every worker
-    open_run(store)  # a bad store is reported here, once, before any worker starts
+    run = open_run(store)  # a bad store is reported here, once, before any worker starts
+    from subzero.store.shards import close_all
+    from subzero.tools.view.app import Viewer
+    from subzero.tools.view.tiles import run_cache_dir
+
+    viewer = Viewer(run, cache_dir or run_cache_dir(run))  # display kinds decided once (they may re-run nodes)
+    viewer.prime()  # the modules brushes import, imported once, before the workers fork
+    viewer.recompute.shutdown()
+    del viewer, run
+    close_all()  # an LMDB environment must not be used across a fork: each worker opens its own
     sock = _bind(host, port)
     sock.listen(2048)
     context = multiprocessing.get_context("fork")
-    shared = (context.Event(), context.Event())
+    shared = context.Event()  # set by the worker that warms; every worker reports from it
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/" + (f"?token={token}" if token is not None else "")
     print(f"subzero view: {store} at {url} ({workers} worker processes; Ctrl-C stops)", flush=True)

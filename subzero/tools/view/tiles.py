@@ -7,11 +7,18 @@ read of the array where its footprint is at most `DIRECT_READ` cells on a side (
 chunks it covers are read), else from its four children, so no more than a tile's footprint
 of one of those reads is ever in memory, however large the array.
 
-Rendered PNGs, and the values of the tiles above level 0, are cached under a directory of
-the caller's choosing (`cache_root`: ``view`` under the ``cache`` setting's directory, ``~/.cache/subzero/view``),
+An array the run did not store is read by re-running its tiles from its stored ancestors
+(`subzero.worker.RecomputedArray`), which may take minutes for a whole array: its tiles are
+made only when asked for, and every one of them is cached, level 0 included.
+
+Rendered PNGs, and the values of the tiles made from their children (and of every tile of
+an array the run did not store), are cached under a directory of the caller's choosing
+(`cache_root`: ``view`` under the ``cache`` setting's directory, ``~/.cache/subzero/view``),
 never in the store, keyed by the store's location, its run's creation time and each array's
 metadata checksum. Files appear by atomic rename, so concurrent requests never read half a
-tile.
+tile; a tile being made is locked (a file lock next to it: threads and the processes of
+``subzero view --workers`` alike), so it is made once however many ask for it at once, the
+others waiting for it and reading the cached values.
 
 >>> pyramid = TilePyramid(run, "raw", cache_root())          # doctest: +SKIP
 >>> png = pyramid.png(pyramid.top, 0, 0)                      # the whole array in one tile
@@ -26,6 +33,8 @@ import os
 import re
 import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -104,6 +113,27 @@ def _reduce(block: np.ndarray, factor: int, display: str) -> np.ndarray:
     return padded.reshape(H // factor, factor, W // factor, factor).max(axis=(1, 3))
 
 
+@contextmanager
+def one_maker(path: Path) -> Iterator[None]:
+    """Held while the file at ``path`` is made: an exclusive lock on ``path`` + ``.lock``
+    (`fcntl.flock`, so both the threads of this process and other processes wait for it);
+    where there is no `fcntl`, no lock (the same tile may then be made twice, each written
+    atomically)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover  (not POSIX)
+        yield
+        return
+    lock = path.with_name(path.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when the descriptor closes
+        yield
+    finally:
+        os.close(fd)
+
+
 def _load_values(path: Path) -> np.ndarray | None:
     """The cached values at ``path``, or None (absent, or damaged: made again)."""
     try:
@@ -142,10 +172,6 @@ class TilePyramid:
         self.top = max(0, math.ceil(math.log2(max(self.shape) / TILE))) if max(self.shape) > TILE else 0
         self._limits: tuple[float, float] | None = None
         self._lock = threading.Lock()
-        # held while a tile above the direct-read levels is made from its children: concurrent
-        # requests (the background overview, a page) wait for it and read the cached values
-        # instead of each reading (or recomputing) the same footprint
-        self._making = threading.RLock()
 
     # -- geometry ---------------------------------------------------------------------------
     def level_shape(self, z: int) -> tuple[int, int]:
@@ -165,27 +191,49 @@ class TilePyramid:
             raise LineageError(f"node {self.name!r} level {z} has tiles 0..{gy - 1} x 0..{gx - 1}, not ({ty}, {tx})")
 
     # -- values -----------------------------------------------------------------------------
+    def values_path(self, z: int, ty: int, tx: int) -> Path:
+        """The file caching tile ``(z, ty, tx)``'s values (`values` says which tiles it keeps)."""
+        return self.dir / "values" / str(z) / f"{ty}_{tx}.npy"
+
+    def cached(self, z: int, ty: int, tx: int) -> bool:
+        """Whether tile ``(z, ty, tx)``'s values are read without computing anything: a tile of a
+        stored array read in one read, or one cached."""
+        return (self.stored and TILE * (1 << z) <= DIRECT_READ) or self.values_path(z, ty, tx).exists()
+
     def values(self, z: int, ty: int, tx: int) -> np.ndarray:
         """The values of tile ``(z, ty, tx)``: one read of the array when its footprint is
-        small, else its four children (cached as ``.npy`` above level 0)."""
+        small, else its four children. Cached as ``.npy``: the tiles made from their children,
+        and every tile of an array the run did not store (its reads re-run the node); each made
+        once (`one_maker`) however many ask at once."""
         self.check(z, ty, tx)
-        f = 1 << z
-        if TILE * f <= DIRECT_READ:
-            r0, c0 = ty * TILE * f, tx * TILE * f
-            block = self.array[r0:min(r0 + TILE * f, self.shape[0]), c0:min(c0 + TILE * f, self.shape[1])]
-            if self.display == "image":
-                block = block.astype(np.float32, copy=False)
-            return _reduce(block, f, self.display)
-        path = self.dir / "values" / str(z) / f"{ty}_{tx}.npy"
+        direct = TILE * (1 << z) <= DIRECT_READ
+        if direct and self.stored:
+            return self._read(z, ty, tx)
+        path = self.values_path(z, ty, tx)
         cached = _load_values(path)
         if cached is not None:
             return cached
-        with self._making:
-            cached = _load_values(path)  # made by another thread while this one waited
-            return cached if cached is not None else self._from_children(path, z, ty, tx)
+        with one_maker(path):
+            cached = _load_values(path)  # made by another thread or process while this one waited
+            if cached is not None:
+                return cached
+            out = self._read(z, ty, tx) if direct else self._from_children(z, ty, tx)
+            buf = io.BytesIO()
+            np.save(buf, out)
+            _atomic_write(path, buf.getvalue())
+            return out
 
-    def _from_children(self, path: Path, z: int, ty: int, tx: int) -> np.ndarray:
-        """Make tile ``(z, ty, tx)`` from its four children and cache it at ``path``."""
+    def _read(self, z: int, ty: int, tx: int) -> np.ndarray:
+        """Tile ``(z, ty, tx)`` from one read of its footprint in the array."""
+        f = 1 << z
+        r0, c0 = ty * TILE * f, tx * TILE * f
+        block = self.array[r0:min(r0 + TILE * f, self.shape[0]), c0:min(c0 + TILE * f, self.shape[1])]
+        if self.display == "image":
+            block = block.astype(np.float32, copy=False)
+        return _reduce(block, f, self.display)
+
+    def _from_children(self, z: int, ty: int, tx: int) -> np.ndarray:
+        """Tile ``(z, ty, tx)`` made from its four children."""
         hz, wz = self.level_shape(z)
         h, w = min(TILE, hz - ty * TILE), min(TILE, wz - tx * TILE)
         gy, gx = self.grid(z - 1)
@@ -194,11 +242,7 @@ class TilePyramid:
             row = [self.values(z - 1, cy, cx) for cx in (2 * tx, 2 * tx + 1) if cy < gy and cx < gx]
             if cy < gy and row:
                 parts.append(np.concatenate(row, axis=1))
-        out = _reduce(np.concatenate(parts, axis=0), 2, self.display)[:h, :w]
-        buf = io.BytesIO()
-        np.save(buf, out)
-        _atomic_write(path, buf.getvalue())
-        return out
+        return _reduce(np.concatenate(parts, axis=0), 2, self.display)[:h, :w]
 
     # -- pictures ---------------------------------------------------------------------------
     def limits(self) -> tuple[float, float] | None:
@@ -231,6 +275,10 @@ class TilePyramid:
             self._limits = (lo, hi if hi > lo else lo + 1.0)
             _atomic_write(path, json.dumps({"zscale": list(self._limits)}).encode())
             return self._limits
+
+    def limits_cached(self) -> bool:
+        """Whether `limits` answers without reading any tile (known, cached, or not an image)."""
+        return self.display != "image" or self._limits is not None or (self.dir / "stretch.json").exists()
 
     def png_path(self, z: int, ty: int, tx: int) -> Path:
         """The PNG file of tile ``(ty, tx)`` at zoom ``z``."""

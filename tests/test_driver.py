@@ -956,6 +956,7 @@ def test_a_label_whose_stored_lineage_reads_its_output_back_has_it_stored(tmp_pa
     full = wf.run({"x": x}, store=tmp_path / "full", executor="local", tile_shape=8, strategies=pins, keep="all")
     record = lean.catalog.nodes["stars"].array
     assert record.stored and "reads it back" in record.why and not lean.catalog.nodes["bright"].array.stored
+    lean.wait()  # written behind the run's return
     assert (tmp_path / "lean" / "arrays" / "stars" / "zarr.json").is_file()
     for cell in ([3, 4], [15, 20], [29, 33]):
         assert np.array_equal(lean.backward("smooth", [cell], to="x"), full.backward("smooth", [cell], to="x"))
@@ -1023,6 +1024,7 @@ def test_a_default_run_stores_what_a_rerun_step_would_recompute_past_the_thresho
         lean = wf.run({"x": x}, store=tmp_path / "lean", executor="local")
     record = stored.catalog.nodes["slow"].array
     assert record.stored and "re-running flip" in record.why and "recompute_seconds" in record.why
+    stored.wait(), lean.wait()  # written behind the runs' return
     assert (tmp_path / "stored" / "arrays" / "slow" / "zarr.json").is_file()
     assert not lean.catalog.nodes["slow"].array.stored and not (tmp_path / "lean" / "arrays" / "slow").exists()
     for run in (stored, lean):

@@ -14,14 +14,20 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# CPython 3.11 before 3.11.8 may raise this from ast.parse at random (python/cpython#106905,
+# its recursion-depth bookkeeping); mypy is then run once more, a type error is never retried
+INTERPRETER_BUG = "AST constructor recursion depth mismatch"
 
 
 def test_mypy_passes_over_subzero():
     assert importlib.util.find_spec("mypy") is not None, (
         "mypy is not installed; it is in the test extra: pip install -e '.[test]' (scripts/setup.sh does)")
-    done = subprocess.run([sys.executable, "-m", "mypy", "subzero"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
-    report = (done.stdout + done.stderr).strip()
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-m", "mypy", "subzero"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+        report = (done.stdout + done.stderr).strip()
+        if INTERPRETER_BUG not in report:
+            break
     assert done.returncode == 0, (
         f"mypy found type errors in subzero/ (settings: setup.cfg [mypy]; fix the code, do not relax the "
         f"config for new code):\n{report}")

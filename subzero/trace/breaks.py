@@ -56,8 +56,31 @@ def _is_subzero(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_HERE + os.sep)
 
 
-def _functions_with(code: CodeType) -> list[tuple[Any, str, Callable[..., Any]]]:
-    """Every (namespace, attribute, function) binding a function whose code is ``code``."""
+#: code -> (how many modules were loaded, the bindings found then): scanning every module's
+#: namespace takes tens of milliseconds once scipy or pandas is loaded, and each new trace of a
+#: function finds its breaks again
+_BINDINGS: dict[CodeType, tuple[int, list[tuple[Any, str, Callable[..., Any]]]]] = {}
+_BINDINGS_KEPT = 64
+
+
+def _functions_with(code: CodeType, fresh: bool = False) -> list[tuple[Any, str, Callable[..., Any]]]:
+    """Every (namespace, attribute, function) binding a function whose code is ``code``: the
+    bindings found by the last scan while no module was loaded since and each still holds (a
+    binding made since in a loaded module is missed: ``fresh`` scans again, as `coarse_calls`
+    is told when the trace still reaches the function unreplaced)."""
+    known = None if fresh else _BINDINGS.get(code)
+    if known is not None and known[0] == len(sys.modules) and \
+            all(getattr(m, "__dict__", {}).get(k) is fn for m, k, fn in known[1]):
+        return list(known[1])
+    found = _scan(code)
+    _BINDINGS.pop(code, None)
+    _BINDINGS[code] = (len(sys.modules), found)
+    while len(_BINDINGS) > _BINDINGS_KEPT:
+        del _BINDINGS[next(iter(_BINDINGS))]
+    return list(found)
+
+
+def _scan(code: CodeType) -> list[tuple[Any, str, Callable[..., Any]]]:
     found = []
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
@@ -85,14 +108,16 @@ def _coarse(fn: Callable[..., Any], reason: str) -> Callable[..., Any]:
 
 
 @contextlib.contextmanager
-def coarse_calls(breaks: list[Break]) -> Iterator[list[Break]]:
+def coarse_calls(breaks: list[Break], fresh: bool = False) -> Iterator[list[Break]]:
     """While active, each broken library function runs on values (module docstring);
-    yields the breaks whose function was found (the others cannot be replaced)."""
+    yields the breaks whose function was found (the others cannot be replaced).  ``fresh``:
+    every module is searched again for the functions' bindings (else the last search's are
+    reused while no module was loaded since)."""
     replaced: list[tuple[Any, str, Callable[..., Any]]] = []
     applied: list[Break] = []
     try:
         for b in breaks:
-            bindings = _functions_with(b.code)
+            bindings = _functions_with(b.code, fresh)
             if bindings:
                 applied.append(b)
             for module, key, fn in bindings:

@@ -179,11 +179,12 @@ class TracedWorkflow:
                eager_bytes: int | None = None) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray, float]]]:
         started = time.perf_counter()
         breaks: list[Break] = []
+        fresh = False  # the bindings of the broken functions searched for again, not the last search's
         while True:
             tracer = Tracer(self.name, eager_bytes)
             args = self._symbolic_inputs(tracer, signature, arrays)
             try:
-                with coarse_calls(breaks) as applied:
+                with coarse_calls(breaks, fresh) as applied:
                     with tracer, user_files(self._file()), numpy_calls(), trace_contexts():
                         result = self.fn(**args, **values)
                         _name_outputs(tracer, result, self.name)
@@ -192,6 +193,9 @@ class TracedWorkflow:
                 if isinstance(exc, WorkflowError) and not isinstance(exc, _CANNOT_TRACE):
                     raise  # a misuse of subzero's own API (a udf's declaration, a node name): said, not hidden
                 found = library_break(exc) if tracer.has_values() else None
+                if found is not None and not fresh and any(b.code is found.code for b in breaks):
+                    fresh = True  # reached through a binding made since the last search: search again
+                    continue
                 if found is None or len(applied) < len(breaks) or len(breaks) >= MAX_BREAKS or \
                         any(b.code is found.code for b in breaks):
                     if not tracer.has_values():

@@ -10,6 +10,8 @@ calibration) decide only which tiles run and what the node's record says.
 
 from __future__ import annotations
 
+import copy
+import functools
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
@@ -328,7 +330,16 @@ class StageRun:
         without it when the output array is stored (`subzero.operators.indexing.Opaque.stored_form`)."""
         op = self.stage.operator
         form = getattr(op, "stored_form", None) if output_stored else None
-        self.stage.store.save_operator(self.stage.name, dump_operator(form() if form else op, self.stage.name))
+        saved = form() if form else op
+        later = getattr(self.stage.store, "save_operator_later", None)
+        if later is not None and type(saved).__module__.startswith("subzero."):
+            # written behind: pickled there too (a gather's positions: milliseconds per megabyte), from a
+            # snapshot of its attributes; a user's operator is pickled here, so one that cannot be is said at once
+            snapshot = copy.copy(saved)
+            later(self.stage.name, functools.partial(dump_operator, snapshot, self.stage.name),
+                  sum(int(v.nbytes) for v in vars(snapshot).values() if isinstance(v, np.ndarray)))
+            return
+        self.stage.store.save_operator(self.stage.name, dump_operator(saved, self.stage.name))
 
 
 def bands(tiles: Sequence[Tile], shape: Shape, executor: Any) -> list[Tile]:

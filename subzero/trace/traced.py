@@ -411,7 +411,8 @@ def _digest(arrays: Mapping[str, Any]) -> str:
         value = np.ascontiguousarray(np.asarray(arrays[key]))
         h.update(key.encode())
         h.update(repr((value.shape, value.dtype.str)).encode())
-        h.update(value.tobytes() if value.dtype != object else repr(value.tolist()).encode())
+        # the array's own buffer (C-contiguous: the bytes tobytes() would copy out)
+        h.update(value.reshape(-1).view(np.uint8) if value.dtype != object else repr(value.tolist()).encode())
     return h.hexdigest()
 
 

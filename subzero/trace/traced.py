@@ -412,7 +412,8 @@ def _digest(arrays: Mapping[str, Any]) -> str:
         h.update(key.encode())
         h.update(repr((value.shape, value.dtype.str)).encode())
         # the array's own buffer (C-contiguous: the bytes tobytes() would copy out)
-        h.update(value.reshape(-1).view(np.uint8) if value.dtype != object else repr(value.tolist()).encode())
+        h.update(value.reshape(-1).view(np.uint8).data if value.dtype != object else
+                 repr(value.tolist()).encode())
     return h.hexdigest()
 
 

@@ -37,7 +37,7 @@ import xxhash
 
 from subzero import config
 from subzero.errors import WorkflowError
-from subzero.trace.breaks import Break, coarse_calls, library_break
+from subzero.trace.breaks import Break, bound_since, coarse_calls, library_break
 from subzero.trace.capture import numpy_calls
 from subzero.trace.coarse import coarse_call
 from subzero.trace.errors import (ControlFlowError, ConversionError, InPlaceError, TraceError, UnsupportedCallError,
@@ -179,12 +179,11 @@ class TracedWorkflow:
                eager_bytes: int | None = None) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray, float]]]:
         started = time.perf_counter()
         breaks: list[Break] = []
-        fresh = False  # the bindings of the broken functions searched for again, not the last search's
         while True:
             tracer = Tracer(self.name, eager_bytes)
             args = self._symbolic_inputs(tracer, signature, arrays)
             try:
-                with coarse_calls(breaks, fresh) as applied:
+                with coarse_calls(breaks) as applied:
                     with tracer, user_files(self._file()), numpy_calls(), trace_contexts():
                         result = self.fn(**args, **values)
                         _name_outputs(tracer, result, self.name)
@@ -193,9 +192,9 @@ class TracedWorkflow:
                 if isinstance(exc, WorkflowError) and not isinstance(exc, _CANNOT_TRACE):
                     raise  # a misuse of subzero's own API (a udf's declaration, a node name): said, not hidden
                 found = library_break(exc) if tracer.has_values() else None
-                if found is not None and not fresh and any(b.code is found.code for b in breaks):
-                    fresh = True  # reached through a binding made since the last search: search again
-                    continue
+                if found is not None and any(b.code is found.code and b.cached for b in breaks) and \
+                        bound_since(found.code):
+                    continue  # reached through a binding made since the search the trace reused: again
                 if found is None or len(applied) < len(breaks) or len(breaks) >= MAX_BREAKS or \
                         any(b.code is found.code for b in breaks):
                     if not tracer.has_values():

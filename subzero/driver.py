@@ -845,6 +845,11 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
             raise
         final = replace(run.digested(), status="done", wall_seconds=time.perf_counter() - started)
         run.write_catalog(final)
+        if isinstance(fs, BehindStore):  # its queries wait for the writes; the catalog as it will be read back;
+            # made before the writes are let go (close), so they do not take the interpreter from it
+            returned = Run(cast(Any, AfterWrites(open_store(location, wait=False), fs.behind)), wf,
+                           catalog=RunRecord.from_dict(json.loads(json.dumps(final.to_dict()))),
+                           operators=run.operators)
     except BaseException as exc:
         failed = exc
         raise
@@ -862,9 +867,8 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
                     failed.cleanup = "the writer lock was released"
         if failed is not None and isinstance(fs, BehindStore):  # a failed run leaves its store settled
             fs.behind.settle()
-    if isinstance(fs, BehindStore):  # its queries wait for the writes; the catalog as it will be read back
-        return Run(cast(Any, AfterWrites(open_store(location, wait=False), fs.behind)), wf,
-                   catalog=RunRecord.from_dict(json.loads(json.dumps(final.to_dict()))), operators=run.operators)
+    if isinstance(fs, BehindStore):
+        return returned
     return Run(open_store(location), wf, operators=run.operators)
 
 

@@ -10,6 +10,8 @@ calibration) decide only which tiles run and what the node's record says.
 
 from __future__ import annotations
 
+import copy
+import functools
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
@@ -170,7 +172,8 @@ class NodeStage:
             raise
         progress.node_finished(self.name)
         if banded:
-            _count_covered(metas, self.tiles)
+            for meta, count in zip(metas, _covered(metas, self.tiles)):
+                meta.covers = count
         wall = time.perf_counter() - start
         shape, dtype, chunks = self._agreed(metas)
         stage = self if shape == self.output_shape else \
@@ -284,9 +287,11 @@ class FusedStage:
         progress.node_finished(task.node)
         wall = time.perf_counter() - start
         metas = [[got.metas[k] for got in per_tile] for k in range(len(self.stages))]
-        if banded:
+        if banded:  # every member has the same bands: counted once
+            covers = _covered([got.metas[0] for got in per_tile], self.stages[0].tiles)
             for ms in metas:
-                _count_covered(ms, self.stages[0].tiles)
+                for meta, count in zip(ms, covers):
+                    meta.covers = count
         own = [sum(m.op_seconds + m.write_seconds for m in ms) for ms in metas]
         runs = []
         for stage, ms, mine in zip(self.stages, metas, own):
@@ -328,7 +333,16 @@ class StageRun:
         without it when the output array is stored (`subzero.operators.indexing.Opaque.stored_form`)."""
         op = self.stage.operator
         form = getattr(op, "stored_form", None) if output_stored else None
-        self.stage.store.save_operator(self.stage.name, dump_operator(form() if form else op, self.stage.name))
+        saved = form() if form else op
+        later = getattr(self.stage.store, "save_operator_later", None)
+        if later is not None and type(saved).__module__.startswith("subzero."):
+            # written behind: pickled there too (a gather's positions: milliseconds per megabyte), from a
+            # snapshot of its attributes; a user's operator is pickled here, so one that cannot be is said at once
+            snapshot = copy.copy(saved)
+            later(self.stage.name, functools.partial(dump_operator, snapshot, self.stage.name),
+                  sum(int(v.nbytes) for v in vars(snapshot).values() if isinstance(v, np.ndarray)))
+            return
+        self.stage.store.save_operator(self.stage.name, dump_operator(saved, self.stage.name))
 
 
 def bands(tiles: Sequence[Tile], shape: Shape, executor: Any) -> list[Tile]:
@@ -367,15 +381,15 @@ def bands(tiles: Sequence[Tile], shape: Shape, executor: Any) -> list[Tile]:
     return out
 
 
-def _count_covered(metas: Sequence[TileMeta], tiles: Sequence[Tile]) -> None:
+def _covered(metas: Sequence[TileMeta], tiles: Sequence[Tile]) -> list[int]:
     """Each band's `TileMeta.covers`: how many of the node's ``tiles`` it holds (a node's
     statistics count its tiles, not its tasks)."""
     lo = np.array([[a for a, _ in t.box] for t in tiles], np.int64)
     hi = np.array([[b for _, b in t.box] for t in tiles], np.int64)
-    for meta in metas:
-        blo = np.array([a for a, _ in meta.tile.box], np.int64)
-        bhi = np.array([b for _, b in meta.tile.box], np.int64)
-        meta.covers = int(np.count_nonzero(np.all((lo >= blo) & (hi <= bhi), axis=1)))
+    blo = np.array([[a for a, _ in m.tile.box] for m in metas], np.int64)
+    bhi = np.array([[b for _, b in m.tile.box] for m in metas], np.int64)
+    inside = np.all((lo[None] >= blo[:, None]) & (hi[None] <= bhi[:, None]), axis=2)
+    return [int(n) for n in np.count_nonzero(inside, axis=1)]
 
 
 def array_record(shape: Shape, dtype: str, chunks: Shape, meta_xxh3: str | None = None) -> ArrayRecord:

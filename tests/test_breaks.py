@@ -73,3 +73,30 @@ def test_numpys_own_errors_are_not_hidden():
 
     with pytest.raises((ValueError, sz.WorkflowError)):
         f.trace({"x": IMAGE})
+
+
+def test_a_new_trace_reuses_the_search_for_a_broken_function_and_finds_a_binding_made_since(monkeypatch):
+    """Where a broken function is bound is searched for once (every module's namespace: slow),
+    reused by a new trace of it; a binding made since in a loaded module is still replaced (the
+    trace searches again when it reaches the function unreplaced), so the lineage stays as exact."""
+    morphology = pytest.importorskip("skimage.morphology")
+    from subzero.trace import breaks
+
+    def f(image):
+        return {"thin": morphology.skeletonize(image > 3)}
+
+    sz.workflow(f).trace({"image": IMAGE})
+    scans = []
+    scan = breaks._scan
+    monkeypatch.setattr(breaks, "_scan", lambda code: scans.append(code) or scan(code))
+    assert not sz.workflow(f).report({"image": IMAGE}).exact and scans == []  # the search reused
+    monkeypatch.setitem(globals(), "_late_skeletonize", morphology.skeletonize)  # bound since, in a loaded module
+
+    def g(image):
+        return {"thin": _late_skeletonize(image > 3)}  # noqa: F821 - bound just above
+
+    report = sz.workflow(g).report({"image": IMAGE})
+    assert list(report.coarse) == ["thin"] and "skeletonize" in report.coarse["thin"]
+    assert len(scans) == 1
+    np.testing.assert_array_equal(evaluate_workflow(sz.workflow(g).trace({"image": IMAGE}), {"image": IMAGE})["thin"],
+                                  morphology.skeletonize(IMAGE > 3))

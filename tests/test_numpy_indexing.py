@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -257,3 +259,47 @@ def test_random_programs_trace_to_numpys_values_with_sound_lineage(tmp_path_fact
     np.testing.assert_allclose(np.asarray(run.output("out")), _program(steps, x.copy()))
     report = check_workflow(run, traced.trace({"x": x.copy()}), {"x": x.copy()}, cells=6, backward=4)
     assert report.ok, str(report)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_a_basic_assignment_writes_the_cells_and_sources_positions_give(data):
+    """``x[key] = value`` with a basic key: the written cells and each one's source in the value
+    (worked out from the selection, with no position listed per cell of ``x``) are those listing
+    every position gives, reversed slices and broadcast values included; a bad shape fails alike."""
+    from subzero.trace import numpy_indexing as ni
+
+    shape = tuple(data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
+    x = types.SimpleNamespace(shape=shape, size=int(np.prod(shape)))  # all it reads of the array
+    parts = []
+    for n in shape[:data.draw(st.integers(0, len(shape)))]:
+        kind = data.draw(st.sampled_from(["int", "slice", "none", "all"]))
+        parts.append(data.draw(st.integers(-n, n - 1)) if kind == "int" else None if kind == "none" else
+                     slice(None) if kind == "all" else
+                     slice(data.draw(st.integers(-n, n)), data.draw(st.integers(-n, n)),
+                           data.draw(st.sampled_from([None, 1, 2, -1, -2]))))
+    if data.draw(st.booleans()):
+        parts.insert(data.draw(st.integers(0, len(parts))), Ellipsis)
+    key = tuple(parts)
+    selected = np.shape(np.empty(shape)[key])
+    value_shape = data.draw(st.sampled_from([(), (1,), selected, selected[1:], (2,) + selected]))
+
+    def listed():
+        positions = np.arange(x.size, dtype=np.int64).reshape(shape)[key]
+        sources = np.broadcast_to(np.arange(int(np.prod(value_shape)), dtype=np.int64).reshape(value_shape),
+                                  np.shape(positions))
+        full = np.full(x.size, -1, np.int64)
+        full[np.ravel(positions)] = np.ravel(sources)
+        return full >= 0, None if int(np.prod(value_shape)) == 1 else full[full >= 0]
+
+    try:
+        expected = listed()
+    except ValueError:
+        with pytest.raises(ValueError, match="could not broadcast"):
+            ni._written_and_sources(x, key, value_shape)
+        return
+    written, source = ni._written_and_sources(x, key, value_shape)
+    np.testing.assert_array_equal(written.reshape(-1), expected[0])
+    assert (source is None) == (expected[1] is None)
+    if source is not None:
+        np.testing.assert_array_equal(source, expected[1])

@@ -1910,3 +1910,42 @@ def test_histogram_bins_are_those_a_binary_search_finds():
         inside = np.isfinite(v) & (v >= edges[0]) & (v <= edges[-1])
         got = _bins_of(v, edges, inside)
         np.testing.assert_array_equal(got[inside], (np.searchsorted(edges, v, side="right") - 1)[inside])
+
+
+def test_histogram_counts_without_lineage_are_the_assigned_bins():
+    """With no lineage asked, Histogram counts as ``np.histogram`` does (blocked, no per-cell bin):
+    the same counts as its cell-to-bin assignment, for values on edges, at the ends, outside, of
+    one value, integers; NaN or infinite values with no range take the assignment's path."""
+    rng = np.random.default_rng(5)
+    base = np.concatenate([rng.normal(size=3000), rng.integers(-3, 4, 300).astype(float), [1e300, -1e-300, 0.0]])
+    for bins, value_range in ((1, None), (7, (-2.0, 2.5)), (256, None), (5, (0.0, 0.0)), (3, None)):
+        op = ops.Histogram(bins, value_range)
+        edges = np.histogram_bin_edges(base, bins=bins, range=value_range)
+        for v in (np.concatenate([base, edges, np.nextafter(edges, np.inf), np.nextafter(edges, -np.inf)]),
+                  np.full(10, 2.0), np.arange(-5, 40).reshape(5, 9)):
+            index, _ = op.assign(v)
+            got = op.counts(v)
+            assert got is not None and got.dtype == np.int64
+            np.testing.assert_array_equal(got, np.bincount(index[index >= 0], minlength=bins))
+    with_nan = np.array([1.0, np.nan, 3.0])
+    assert ops.Histogram(2).counts(with_nan) is None and ops.Histogram([0.0, 1.0]).counts(base) is None
+    np.testing.assert_array_equal(ops.Histogram(2, range=(0.0, 4.0)).counts(with_nan), [1, 1])
+
+
+def test_relabel_numbers_from_a_table_are_those_of_a_sort():
+    """Relabel numbers small non-negative ids through a table over their range (O(cells)):
+    the numbers the sort of its distinct values gives, zeros kept; others still sort."""
+    from subzero.operators.numeric import _ranks_by_table
+
+    rng = np.random.default_rng(6)
+    relabel = ops.Relabel()
+    for x in (rng.integers(0, 50, (30, 40)), rng.choice([0, 0, 3, 1200, 7], (25, 20)), np.zeros((4, 4), np.int64),
+              rng.integers(0, 5, 100).astype(np.uint8), np.array([5, -2, 0, 9]), np.array([0, 2**40, 3])):
+        x = np.asarray(x)
+        ids = np.unique(x[x != 0])
+        expected = np.where(x != 0, np.searchsorted(ids, x) + 1, 0).astype(np.int32)
+        got = relabel.run(None, x)
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, expected)
+    assert _ranks_by_table(np.array([5, -2, 0])) is None and _ranks_by_table(np.array([0, 2**40])) is None
+    assert _ranks_by_table(np.array([0.0, 1.0])) is None

@@ -111,6 +111,27 @@ def test_a_traced_function_fused_and_held_in_memory(tmp_path):
     assert_same(answers(behind, wf), answers(direct, wf))
 
 
+def test_operators_are_pickled_behind_the_run_as_the_callers_thread_stores_them(tmp_path, monkeypatch):
+    from subzero import stage
+
+    threads = []
+    dump = stage.dump_operator
+    monkeypatch.setattr(stage, "dump_operator", lambda op, node: threads.append(threading.get_ident()) or dump(op, node))
+    wf, inputs = workflow(), {"x": image()}
+    direct = run_it(wf, inputs, tmp_path / "direct", False, strategies=PINS)
+    assert set(threads) == {threading.get_ident()}
+    threads.clear()
+    behind = run_it(wf, inputs, tmp_path / "behind", True, strategies=PINS).wait()
+    assert len(threads) == 3 and threading.get_ident() not in threads  # subzero's operators: pickled by the writer
+
+    def operator_files(store: Path) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted((store / "operators").iterdir())}
+
+    assert operator_files(tmp_path / "behind") == operator_files(tmp_path / "direct")
+    assert_same(answers(sz.open_run(tmp_path / "behind"), wf), answers(direct, wf))
+    assert_same(answers(behind, wf), answers(direct, wf))
+
+
 def test_the_callers_array_may_change_once_run_returns(tmp_path):
     wf, x = workflow(), image(64)
     kept = x.copy()

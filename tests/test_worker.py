@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import ndimage
 
 import subzero as sz
 
@@ -273,7 +274,29 @@ def test_an_operator_that_only_reads_gets_read_only_views_of_held_arrays():
         np.testing.assert_array_equal(got.output, -np.arange(16.0).reshape(4, 4)[1:3])
         block = seen.pop()
         assert np.shares_memory(block, held.block) is views and block.flags.writeable is not views
-    assert ops.Add().reads_only and ops.Threshold(0.5).reads_only and not ops.GaussianFilter(1.0).reads_only
+    assert ops.Add().reads_only and ops.Threshold(0.5).reads_only and not ops.MedianFilter(3).reads_only
+
+
+@pytest.mark.parametrize("op, scipy_fn", [
+    (ops.Convolve(np.arange(9.0).reshape(3, 3)), lambda x: ndimage.convolve(x, np.arange(9.0).reshape(3, 3))),
+    (ops.Correlate(np.arange(9.0).reshape(3, 3)), lambda x: ndimage.correlate(x, np.arange(9.0).reshape(3, 3))),
+    (ops.GaussianFilter(1.0), lambda x: ndimage.gaussian_filter(x, 1.0)),
+    (ops.Prewitt(0), lambda x: ndimage.prewitt(x, 0)), (ops.Laplace(), ndimage.laplace)])
+def test_scipys_filters_read_held_arrays_as_views(op, scipy_fn):
+    """scipy's filters never write their input: a held input reaches them as a read-only view
+    (no copy), and they give scipy's values over the tile's halo box."""
+    from subzero.store.arrays import MemoryArray
+    from subzero.tiling import Tile
+    from subzero.worker import capture_tile
+
+    x = np.random.default_rng(2).normal(size=(12, 10))
+    held = MemoryArray("x")
+    held.write_block(((0, 12), (0, 10)), x, (12, 10), (12, 10))
+    assert op.reads_only
+    task = NodeTask("n", op.bound(((12, 10),), (12, 10)), (held,), ((12, 10),), (12, 10), (), chunks=(6, 10))
+    got = capture_tile(task, Tile(0, ((0, 12), (0, 10))))
+    np.testing.assert_allclose(got.output, scipy_fn(x))
+    np.testing.assert_array_equal(held.block, x)
 
 
 def test_a_numpy_steps_whole_output_is_held_as_computed_and_a_tiles_is_copied_in():

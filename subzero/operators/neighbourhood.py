@@ -187,6 +187,7 @@ class Convolve(_KernelStencil):
     """``scipy.ndimage.convolve(x, kernel, mode, cval)``; lineage is the kernel's non-zero footprint."""
 
     flip = True
+    reads_only = True  # scipy's own filter: never writes its input
 
     def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return ndimage.convolve(_floating(x), self.kernel, mode=self.mode, cval=self.cval)
@@ -194,6 +195,8 @@ class Convolve(_KernelStencil):
 
 class Correlate(_KernelStencil):
     """``scipy.ndimage.correlate(x, kernel, mode, cval)``; lineage is the kernel's non-zero footprint."""
+
+    reads_only = True  # scipy's own filter: never writes its input
 
     def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return ndimage.correlate(_floating(x), self.kernel, mode=self.mode, cval=self.cval)
@@ -207,6 +210,7 @@ class GaussianFilter(StencilOperator):
     """
 
     keeps_float = True
+    reads_only = True  # scipy's own filter: never writes its input
 
     def __init__(self, sigma: float | tuple[float, ...], order: int | tuple[int, ...] = 0, mode: str = "reflect",
                  cval: float = 0.0, truncate: float = 4.0):
@@ -380,6 +384,7 @@ class Prewitt(StencilOperator):
     reaches the cell)."""
 
     keeps_float = True
+    reads_only = True  # scipy's own filter: never writes its input
 
     def __init__(self, axis: int = -1, mode: str = "reflect", cval: float = 0.0):
         super().__init__(mode, cval)
@@ -397,6 +402,7 @@ class Laplace(StencilOperator):
     """``scipy.ndimage.laplace(x, mode, cval)``: a cell reads itself and its 2 * ndim axis neighbours."""
 
     keeps_float = True
+    reads_only = True  # scipy's own filter: never writes its input
 
     def stencil(self, ndim: int) -> np.ndarray:
         eye = np.eye(ndim, dtype=np.int64)

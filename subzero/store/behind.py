@@ -255,6 +255,11 @@ class BehindStore:
         """Queue writing a node's operator."""
         self.behind.submit(self.inner.save_operator, node, payload, nbytes=len(payload))
 
+    def save_operator_later(self, node: str, dump: Callable[[], bytes], nbytes: int = 0) -> None:
+        """Queue pickling a node's operator (``dump()`` gives its bytes: it must hold an operator
+        no one changes) and writing it, holding about ``nbytes``: the pickling too is done behind."""
+        self.behind.submit(lambda: self.inner.save_operator(node, dump()), nbytes=nbytes)
+
     def write_manifest(self, manifest: Manifest) -> None:
         """Queue writing a node's manifest."""
         self.behind.submit(self.inner.write_manifest, manifest)

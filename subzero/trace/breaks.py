@@ -21,16 +21,17 @@ from typing import Any
 from subzero.trace.coarse import coarse_call, leaves
 from subzero.trace.errors import _HERE, is_user_frame
 
-__all__ = ["Break", "library_break", "coarse_calls"]
+__all__ = ["Break", "library_break", "coarse_calls", "bound_since"]
 
 
 class Break:
     """A library function to run on values: its code, its name, and why."""
 
-    __slots__ = ("code", "name", "reason")
+    __slots__ = ("code", "name", "reason", "cached")
 
     def __init__(self, code: CodeType, name: str, reason: str):
         self.code, self.name, self.reason = code, name, reason
+        self.cached = False  # its bindings were the last search's (`coarse_calls`), not searched for now
 
 
 def library_break(exc: BaseException) -> Break | None:
@@ -56,8 +57,32 @@ def _is_subzero(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_HERE + os.sep)
 
 
-def _functions_with(code: CodeType) -> list[tuple[Any, str, Callable[..., Any]]]:
-    """Every (namespace, attribute, function) binding a function whose code is ``code``."""
+#: code -> (how many modules were loaded, the bindings found then): scanning every module's
+#: namespace takes tens of milliseconds once scipy or pandas is loaded, and each new trace of a
+#: function finds its breaks again
+_BINDINGS: dict[CodeType, tuple[int, list[tuple[Any, str, Callable[..., Any]]]]] = {}
+_BINDINGS_KEPT = 64
+
+
+def _functions_with(code: CodeType, fresh: bool = False
+                    ) -> tuple[list[tuple[Any, str, Callable[..., Any]]], bool]:
+    """Every (namespace, attribute, function) binding a function whose code is ``code``, and
+    whether they are the bindings found by the last scan (reused while no module was loaded
+    since and each still holds: a binding made since in a loaded module is missed; ``fresh``
+    scans again, as `coarse_calls` is told when the trace still reaches the function unreplaced)."""
+    known = None if fresh else _BINDINGS.get(code)
+    if known is not None and known[0] == len(sys.modules) and \
+            all(getattr(m, "__dict__", {}).get(k) is fn for m, k, fn in known[1]):
+        return list(known[1]), True
+    found = _scan(code)
+    _BINDINGS.pop(code, None)
+    _BINDINGS[code] = (len(sys.modules), found)
+    while len(_BINDINGS) > _BINDINGS_KEPT:
+        del _BINDINGS[next(iter(_BINDINGS))]
+    return list(found), False
+
+
+def _scan(code: CodeType) -> list[tuple[Any, str, Callable[..., Any]]]:
     found = []
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
@@ -84,15 +109,26 @@ def _coarse(fn: Callable[..., Any], reason: str) -> Callable[..., Any]:
     return on_values
 
 
+def bound_since(code: CodeType) -> bool:
+    """Search every module again for the bindings of ``code``'s function: whether the search
+    finds one the last search did not (a binding made since, in a module loaded before)."""
+    known = _BINDINGS.get(code)
+    before = {(id(m), k) for m, k, _ in known[1]} if known is not None else set()
+    found, _ = _functions_with(code, fresh=True)
+    return any((id(m), k) not in before for m, k, _ in found)
+
+
 @contextlib.contextmanager
 def coarse_calls(breaks: list[Break]) -> Iterator[list[Break]]:
     """While active, each broken library function runs on values (module docstring);
-    yields the breaks whose function was found (the others cannot be replaced)."""
+    yields the breaks whose function was found (the others cannot be replaced).  The bindings
+    of a function are the last search's while no module was loaded since (such a break is
+    marked ``cached``: `bound_since` tells whether a search now would find more)."""
     replaced: list[tuple[Any, str, Callable[..., Any]]] = []
     applied: list[Break] = []
     try:
         for b in breaks:
-            bindings = _functions_with(b.code)
+            bindings, b.cached = _functions_with(b.code)
             if bindings:
                 applied.append(b)
             for module, key, fn in bindings:

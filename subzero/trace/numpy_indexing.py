@@ -153,6 +153,19 @@ def _written_and_sources(x: SymbolicArray, key: tuple,
                          value_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None]:
     """(which cells of ``x`` ``x[key] = value`` writes, the flat position in the value each
     written cell receives in C order, or None when the value has one cell), numpy's rules."""
+    if _is_basic(key) and not any(isinstance(k, slice) and k.step is not None and k.step < 0 for k in key):
+        # a basic key with no reversed slice: each cell selected once, in x's C order, so the cells
+        # and sources are the selection's own (no position listed for every cell of x)
+        written = np.zeros(x.shape, bool)
+        shape = np.shape(written[key])
+        written[key] = True
+        count = int(np.prod(value_shape))
+        try:
+            sources = np.broadcast_to(np.arange(count, dtype=np.int64).reshape(value_shape), shape)
+        except ValueError:
+            raise ValueError(f"could not broadcast input array from shape {tuple(value_shape)} into shape "
+                             f"{tuple(shape)}") from None
+        return written.reshape(-1), None if count == 1 else np.ravel(sources)
     positions = np.arange(x.size, dtype=np.int64).reshape(x.shape)[key]
     try:
         sources = np.broadcast_to(np.arange(int(np.prod(value_shape)), dtype=np.int64).reshape(value_shape),

@@ -37,7 +37,7 @@ import xxhash
 
 from subzero import config
 from subzero.errors import WorkflowError
-from subzero.trace.breaks import Break, coarse_calls, library_break
+from subzero.trace.breaks import Break, bound_since, coarse_calls, library_break
 from subzero.trace.capture import numpy_calls
 from subzero.trace.coarse import coarse_call
 from subzero.trace.errors import (ControlFlowError, ConversionError, InPlaceError, TraceError, UnsupportedCallError,
@@ -192,6 +192,9 @@ class TracedWorkflow:
                 if isinstance(exc, WorkflowError) and not isinstance(exc, _CANNOT_TRACE):
                     raise  # a misuse of subzero's own API (a udf's declaration, a node name): said, not hidden
                 found = library_break(exc) if tracer.has_values() else None
+                if found is not None and any(b.code is found.code and b.cached for b in breaks) and \
+                        bound_since(found.code):
+                    continue  # reached through a binding made since the search the trace reused: again
                 if found is None or len(applied) < len(breaks) or len(breaks) >= MAX_BREAKS or \
                         any(b.code is found.code for b in breaks):
                     if not tracer.has_values():
@@ -407,7 +410,9 @@ def _digest(arrays: Mapping[str, Any]) -> str:
         value = np.ascontiguousarray(np.asarray(arrays[key]))
         h.update(key.encode())
         h.update(repr((value.shape, value.dtype.str)).encode())
-        h.update(value.tobytes() if value.dtype != object else repr(value.tolist()).encode())
+        # the array's own buffer (C-contiguous: the bytes tobytes() would copy out)
+        h.update(value.reshape(-1).view(np.uint8).data if value.dtype != object else
+                 repr(value.tolist()).encode())
     return h.hexdigest()
 
 

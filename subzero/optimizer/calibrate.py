@@ -125,6 +125,8 @@ class TileProfile:
     distinct_in: int = 0
     strategies: dict[str, tuple] = field(default_factory=dict)
     inline: dict[str, bytes] = field(default_factory=dict)
+    #: the factor from the window an inline table was measured on (a quarter) to the tile's cells
+    grow: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)   # over the `CaptureLimit`: not encoded, and why
     #: those candidates' (predicted capture seconds, the operator seconds the limit was taken at)
     skipped_at: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -248,60 +250,75 @@ def profile_tile(task: NodeTask, tile: Tile) -> TileProfile:
 
 def profile_part(task: NodeTask, part: tuple) -> TileProfile:
     """`profile_tile` of the tile ``part[0]`` under the strategies ``part[1]`` only; the fans
-    (and the tracing and operator times) are measured when ``part[2]`` says so.  A fourth
-    item, a `CaptureLimit`, skips encoding the strategies whose predicted capture exceeds
-    it (only where the operator time was measured: ``part[2]``); when that rules out every
-    FULL strategy, judged on a centred quarter of the tile (`fans_window`, where the
-    operator's tiles may be any box), the fans are measured on that quarter and the tile
-    runs without FULL lineage (a FULL capture costs many times the operator)."""
+    (and the tracing and operator times) are measured when ``part[2]`` says so.
+
+    Where the operator's tiles may be any box (`fans_window`), the FULL candidates and the
+    fans are measured on a centred quarter of the tile, not on all of it, and scaled to the
+    tile: making a FULL strategy's pairs costs many times the operator, and FullOne and
+    FullMany encode at most `MAX_PAIRS` pairs whatever the window (a quarter holds as many),
+    while a range table's rules are size-invariant or grow with the cells (`_merged_table`).
+    The payload candidates are measured on the whole tile.
+
+    A fourth item, a `CaptureLimit`, skips encoding the strategies whose predicted capture
+    exceeds it (only where the operator time was measured: ``part[2]``); when that rules out
+    every FULL strategy, the quarter's pairs give the fans alone."""
     tile, strategies, fans = part[:3]
     limit: CaptureLimit | None = part[3] if len(part) > 3 else None
     op = task.operator
     stored = tuple(s for s in strategies if s.stored)
-    plain, probe = None, None
-    if fans and limit is not None:
-        quarter = fans_window(op, tile)
-        full = [s for s in stored if s.mode is Mode.FULL]
-        if quarter is not None and not any(s.name in limit.keep for s in full):
-            plain = capture_tile(replace(task, strategies=()), tile)  # the operator's own time: the cap needs it
-            share = limit.cells / max(_cells(plain.tile), 1)
-            at = plain.op_seconds * share  # the node's operator time, as this tile predicts it
+    full = tuple(s for s in stored if s.mode is Mode.FULL)
+    quarter = fans_window(op, tile) if fans else None
+    out = TileProfile(0, 0.0)
+    probe, grow, predicted = None, 1.0, {}
+    if fans:  # the operator's own time: the tile without lineage (the limit needs it)
+        plain = capture_tile(replace(task, strategies=()), tile)
+        out.cells, out.plain_seconds = _cells(plain.tile), plain.op_seconds
+    if quarter is not None:  # the FULL candidates and the fans, on the quarter
+        start = time.perf_counter()
+        probe = capture_tile(replace(task, strategies=full + (() if _FANS in full else (_FANS,))), quarter)
+        out.seconds = time.perf_counter() - start
+        grow = out.cells / max(_cells(probe.tile), 1)  # the quarter's counts to the tile's
+        stored = tuple(s for s in stored if s.mode is not Mode.FULL)
+        if limit is not None and full:
+            share = limit.cells / max(out.cells, 1)
+            at = out.plain_seconds * share  # the node's operator time, as this tile predicts it
             cap = limit.seconds(at)
-            probe = capture_tile(replace(task, strategies=(_FANS,)), quarter)
-            ratio = share * _cells(plain.tile) / max(_cells(probe.tile), 1)  # the quarter's cells to the node's
+            ratio = share * grow  # the quarter's cells to the node's
             n_in = sum(len(a) for a in probe.full.in_ids)
             predicted = {s.name: capture_seconds(s, probe.full.n_pairs * ratio, len(probe.full.out_ids) * ratio,
                                                  n_in * ratio) for s in full}
-            if all(v > cap for v in predicted.values()):
-                stored = tuple(s for s in stored if s.mode is not Mode.FULL)
-            else:  # a FULL strategy may be chosen: measured on the whole tile, as without a limit
-                probe = None
-    start = time.perf_counter()
-    capture = capture_tile(replace(task, strategies=stored + ((_FANS,) if fans and probe is None else ())), tile)
-    out = TileProfile(_cells(capture.tile), time.perf_counter() - start if fans else 0.0)
-    if fans:  # and the operator's own time: the tile once more, without lineage
-        out.plain_seconds = (plain or capture_tile(replace(task, strategies=()), tile)).op_seconds
+            if all(v > cap for v in predicted.values()) and not any(s.name in limit.keep for s in full):
+                full = ()
+                for name, seconds in predicted.items():
+                    out.skipped[name] = _over_limit(seconds, cap)
+                    out.skipped_at[name] = (seconds, at)
+    capture = None
+    if stored or probe is None:
+        start = time.perf_counter()
+        capture = capture_tile(replace(task, strategies=stored + ((_FANS,) if fans and probe is None else ())), tile)
+        out.cells = _cells(capture.tile)
+        if probe is None and fans:
+            out.seconds = time.perf_counter() - start
+    if fans:
         full_pairs = (probe or capture).full
-        grow = out.cells / max(_cells(probe.tile), 1) if probe is not None else 1.0  # the quarter's counts to the tile's
         fanout = np.diff(full_pairs.out_ptr)
         fanin = sum(np.diff(ptr) for ptr in full_pairs.in_ptr) if full_pairs.in_ptr else np.zeros(full_pairs.n_pairs)
         out.fanout, out.links = float(fanout.sum()) * grow, float(np.sum(fanout * fanin)) * grow
         out.distinct_in = int(round(grow * sum(distinct_count(a, int(np.prod(shape)))
                                                for a, shape in zip(full_pairs.in_ids, op.input_shapes))))
-    if probe is not None and limit is not None:
-        for name, seconds in predicted.items():
-            out.skipped[name] = _over_limit(seconds, cap)
-            out.skipped_at[name] = (seconds, at)
     enveloped = {}  # sampled payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
     share = limit.cells / max(out.cells, 1) if limit is not None else 0.0  # this part's cells scaled to the node's
     most = limit.seconds(out.plain_seconds * share) if limit is not None and fans else None
-    for strategy in stored:
+    for strategy in (full if probe is not None else ()) + stored:
         name = strategy.name
+        source, g = (probe, grow) if probe is not None and strategy.mode is Mode.FULL else (capture, 1.0)
+        assert source is not None
         encoder = encoder_for(strategy)
-        pairs = capture.pairs_for(strategy)
+        pairs = source.pairs_for(strategy)
+        n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
         if most is not None and limit is not None and name not in limit.keep:
-            n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
-            alone = capture_seconds(strategy, pairs.n_pairs * share, len(pairs.out_ids) * share, n_in * share)
+            alone = capture_seconds(strategy, pairs.n_pairs * g * share, len(pairs.out_ids) * g * share,
+                                    n_in * g * share)
             if alone > most:
                 out.skipped[name] = _over_limit(alone, most)
                 out.skipped_at[name] = (alone, out.plain_seconds * share)
@@ -313,16 +330,16 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
                 enveloped[key] = with_envelopes(op, sample)
             sample = enveloped[key]
         t0 = time.perf_counter()
-        encoded = encoder.encode(sample, capture.tile.index, capture.shapes)
+        encoded = encoder.encode(sample, source.tile.index, source.shapes)
         seconds = time.perf_counter() - t0
         if encoded.inline is not None:
             out.inline[name] = encoded.inline
+            out.grow[name] = g
         batch = merge_tiles([encoded])
-        factor = pairs.n_pairs / max(sample.n_pairs, 1)
-        n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
+        factor = pairs.n_pairs / max(sample.n_pairs, 1) * g  # the sample's sizes to the tile's
         boxes = sum(len(ids) for ids, _, _ in batch.boxes.values())
-        out.strategies[name] = (batch.nbytes * factor, seconds * factor, pairs.n_pairs, len(pairs.out_ids), n_in,
-                                len(batch.keys) * factor, boxes * factor)
+        out.strategies[name] = (batch.nbytes * factor, seconds * factor, pairs.n_pairs * g, len(pairs.out_ids) * g,
+                                n_in * g, len(batch.keys) * factor, boxes * factor)
     return out
 
 
@@ -391,8 +408,9 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         nbytes, _, pairs, outs, ins, keys, boxes = np.array([m.strategies[name] for m in tiles_of]).sum(axis=0)
         predicted = capture_seconds(strategy, pairs * scale, outs * scale, ins * scale)
         merged = merge_inline(strategy, [m.inline.get(name) for m in tiles_of], task.shapes)
-        if merged is not None:
-            profile.strategies[name] = _merged_table(merged, scale, predicted, pairs * scale, outs * scale,
+        if merged is not None:  # measured on quarters (`profile_part`): the table grows from their cells
+            grown = sum(m.cells for m in tiles_of) / (sum(m.cells / m.grow.get(name, 1.0) for m in tiles_of) or 1.0)
+            profile.strategies[name] = _merged_table(merged, scale * grown, predicted, pairs * scale, outs * scale,
                                                      ins * scale)
             continue
         profile.strategies[name] = StrategyProfile(

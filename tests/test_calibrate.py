@@ -355,3 +355,31 @@ def test_a_samples_range_table_of_many_rules_grows_with_the_node_and_of_few_does
         assert got.bytes == pytest.approx(len(irregular_table) * scale)
         assert (got.keys > 0) == (got.bytes > INLINE_BYTES)
     assert _merged_table(irregular_table, 1000.0, 1.0, 1.0, 1.0, 1.0).keys >= 1000 * (REGULAR_RULES + 1) / CHUNK_RULES
+
+
+def test_full_candidates_measured_on_a_quarter_predict_what_the_whole_window_measures(tmp_path, monkeypatch):
+    """Calibration makes FULL pairs (many times the operator's cost) on a centred quarter of each
+    sample window only and scales them to the window: the sizes, counts and fans it predicts are
+    those of the whole windows measured, and the payload candidates are measured as before."""
+    from subzero.optimizer import calibrate
+
+    spikes = tuple((r, c) for r in range(20, 400, 37) for c in range(15, 400, 41))
+    run = _crd_run(tmp_path, seed=3, side=400, spikes=spikes, tile_shape=200)
+    op = run.node("crd").operator
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    tiles, names = node_tiles(op, 200), supported_strategies(op)
+    quarter = profile_node(task, tiles, names, op_seconds=None, runner=LocalExecutor())
+    monkeypatch.setattr(calibrate, "fans_window", lambda *args, **kwargs: None)  # the whole windows, as before
+    whole = profile_node(task, tiles, names, op_seconds=None, runner=LocalExecutor())
+    assert set(quarter.strategies) == set(whole.strategies)
+    for name, got in quarter.strategies.items():
+        want = whole.strategies[name]
+        if not name.startswith("Full"):
+            assert got == want, name
+            continue
+        for what in ("pairs", "out_cells", "in_cells"):
+            assert getattr(got, what) == pytest.approx(getattr(want, what), rel=0.1), (name, what)
+        assert got.bytes == pytest.approx(want.bytes, rel=0.25), name
+        assert got.encode_seconds == pytest.approx(want.encode_seconds, rel=0.1), name
+    assert quarter.fan_backward == pytest.approx(whole.fan_backward, rel=0.05)
+    assert quarter.fan_forward == pytest.approx(whole.fan_forward, rel=0.15)

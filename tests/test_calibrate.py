@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -383,3 +385,40 @@ def test_full_candidates_measured_on_a_quarter_predict_what_the_whole_window_mea
         assert got.encode_seconds == pytest.approx(want.encode_seconds, rel=0.1), name
     assert quarter.fan_backward == pytest.approx(whole.fan_backward, rel=0.05)
     assert quarter.fan_forward == pytest.approx(whole.fan_forward, rel=0.15)
+
+
+def test_a_profile_kept_on_disk_is_recalled_by_a_new_process_and_only_by_the_same_code(tmp_path, monkeypatch):
+    """`remember` also writes the profile under the cache directory: a process that did not
+    measure it (here: this one's memory dropped) recalls the same profile; a damaged file is
+    dropped, and other code (`code_digest`) or the ``keep_calibration`` setting off reads nothing."""
+    from subzero import config
+    from subzero.optimizer import calibrate
+    from subzero.optimizer.calibrate import CaptureLimit, forget, profile_path, recall, remember, reuse_key
+
+    run = _crd_run(tmp_path, seed=1, side=40, spikes=((5, 5), (25, 30)), tile_shape=10)
+    op = run.node("crd").operator
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    measured = profile_node(task, node_tiles(op, 10), supported_strategies(op), op_seconds=None,
+                            runner=LocalExecutor(), limit=CaptureLimit(1e9, 0.0, 0.0))
+    with config.set(cache=str(tmp_path / "cache")):
+        forget()
+        key = reuse_key(["crd", "digests"])
+        remember(key, measured)
+        path = profile_path(key)
+        assert path is not None and path.startswith(str(tmp_path / "cache")) and (tmp_path / "cache").exists()
+        forget(disk=False)  # a new process: nothing in memory
+        assert recall(key, None, None).to_dict() == measured.to_dict()
+        forget(disk=False)
+        with open(path, "w") as f:
+            f.write('{"key": "')  # cut short
+        assert recall(key, None, None) is None and not os.path.exists(path)
+        remember(key, measured)
+        forget(disk=False)
+        monkeypatch.setattr(calibrate, "_CODE", ["other code"])
+        assert reuse_key(["crd", "digests"]) != key and recall(reuse_key(["crd", "digests"]), None, None) is None
+        monkeypatch.undo()
+        with config.set(keep_calibration=False):
+            assert recall(key, None, None) is None
+        assert recall(key, None, None) is not None
+        forget()
+        assert recall(key, None, None) is None

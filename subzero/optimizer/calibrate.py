@@ -27,13 +27,18 @@ the tiles and the candidates: a later run in the same process over the same of t
 (a re-run, a benchmark's rounds, a notebook cell run again) reuses it instead of
 measuring again (`reuse_key`, `recall`, `remember`; the ``reuse_calibration`` setting),
 as long as the candidates calibration skipped then would be skipped under the runtime
-budget left now (within `REUSE_SLACK`).
+budget left now (within `REUSE_SLACK`).  A profile is also kept on disk, one small JSON file
+under the ``calibration`` directory of the user's cache (the ``cache`` setting; the
+``keep_calibration`` setting turns it off), so the first run of a new process over the same
+(a script run again) reuses it too; its key adds the digest of subzero's own code
+(`code_digest`), so a profile measured by other code is never read.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -43,6 +48,7 @@ from typing import Any, Sequence
 import numpy as np
 import xxhash
 
+from subzero import config
 from subzero.catalog import NodeMetrics
 from subzero.encoders import encoder_for, merge_tiles
 from subzero.encoders.base import index_bytes_bound
@@ -57,7 +63,7 @@ from subzero.tiling import Box, Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
            "TileProfile", "profile_from_run", "crop_box", "CroppedInput", "CaptureLimit", "fans_window", "fans_corner",
-           "reuse_key", "recall", "remember", "forget"]
+           "reuse_key", "recall", "remember", "forget", "code_digest", "profile_path"]
 
 MAX_MAPPED_CELLS = 1 << 17   # input cells a mapping node's fans are counted over (else: sizes' ratio)
 MAX_MAPPED_LINKS = 1 << 16   # links a mapping node's fans are counted over at most (`fans_corner`)
@@ -428,27 +434,89 @@ _KEPT_LOCK = threading.Lock()
 def reuse_key(parts: Sequence[Any]) -> str:
     """The key a profile is kept under: a digest of what it depends on, ``parts`` (JSON-able:
     the digests of the node's operator and of every operator and input upstream of it, the
-    tiles, the candidates and pins, whether the node was computed first).
+    tiles, the candidates and pins, whether the node was computed first), and of subzero's
+    own code (`code_digest`).
 
     Examples
     --------
     >>> reuse_key(["op:abc", [64, 64], ["CompOne/backward"]]) == reuse_key(["op:abc", [64, 64], ["CompOne/backward"]])
     True
     """
-    return xxhash.xxh3_64_hexdigest(json.dumps(list(parts), sort_keys=True, default=repr).encode())
+    return xxhash.xxh3_64_hexdigest(json.dumps([code_digest(), *parts], sort_keys=True, default=repr).encode())
+
+
+_CODE: list[str] = []
+
+
+def code_digest() -> str:
+    """A digest of subzero's source files (their paths, sizes and modification times), taken
+    once per process: a profile kept on disk by other code (a new version, an edited operator
+    or encoder) is never recalled."""
+    if not _CODE:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        seen = []
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))
+            for name in sorted(f for f in files if f.endswith(".py")):
+                st = os.stat(os.path.join(folder, name))
+                seen.append(f"{os.path.relpath(os.path.join(folder, name), root)}:{st.st_size}:{st.st_mtime_ns}")
+        _CODE.append(xxhash.xxh3_64_hexdigest("\n".join(seen).encode()))
+    return _CODE[0]
+
+
+def profile_path(key: str) -> str | None:
+    """Where ``key``'s profile is kept on disk (the ``calibration`` directory of the user's cache,
+    `subzero.config.cache_root`), or None when the ``keep_calibration`` setting is off."""
+    if not config.get("keep_calibration"):
+        return None
+    return os.path.join(config.cache_root(), "calibration", key + ".json")
 
 
 def remember(key: str, profile: NodeProfile) -> None:
-    """Keep ``profile`` (as measured, before the run's own sizes are set) for `recall` under ``key``."""
+    """Keep ``profile`` (as measured, before the run's own sizes are set) for `recall` under
+    ``key``: in this process, and on disk (`profile_path`; written whole or not at all, and a
+    file that cannot be written is only not kept)."""
     with _KEPT_LOCK:
         _KEPT[key] = copy.deepcopy(profile)
         _KEPT.move_to_end(key)
         while len(_KEPT) > KEEP_PROFILES:
             _KEPT.popitem(last=False)
+    path = profile_path(key)
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        part = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
+        with open(part, "w") as f:
+            json.dump({"key": key, "profile": profile.to_dict()}, f, default=lambda v: v.item())  # numpy scalars
+        os.replace(part, path)
+    except (OSError, TypeError, ValueError, AttributeError):
+        pass
+
+
+def _read_kept(key: str) -> NodeProfile | None:
+    """The profile kept on disk under ``key``, or None (none kept, or a file that does not read
+    back as a profile under that key: it is removed, and the node calibrated anew)."""
+    path = profile_path(key)
+    if path is None or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        if doc.get("key") != key:
+            raise ValueError(f"{path} holds the profile of {doc.get('key')!r}")
+        return NodeProfile.from_dict(doc["profile"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+        return None
 
 
 def recall(key: str, limit: CaptureLimit | None, op_seconds: float | None) -> NodeProfile | None:
-    """The profile `remember` kept under ``key``, if calibrating now would measure the same:
+    """The profile `remember` kept under ``key`` (in this process, else on disk), if calibrating
+    now would measure the same:
     every candidate it skipped is still over ``limit``, or within `REUSE_SLACK` of it (its
     predicted capture against the limit at the operator time it was taken at: the limit itself
     moves that much with the operator times a run measures, and the integer program's budget
@@ -457,10 +525,14 @@ def recall(key: str, limit: CaptureLimit | None, op_seconds: float | None) -> No
     measured with, as `profile_node` would."""
     with _KEPT_LOCK:
         kept = _KEPT.get(key)
-        if kept is None:
-            return None
-        _KEPT.move_to_end(key)
-        profile = copy.deepcopy(kept)
+        if kept is not None:
+            _KEPT.move_to_end(key)
+    profile = copy.deepcopy(kept) if kept is not None else _read_kept(key)
+    if profile is None:
+        return None
+    if kept is None:  # read from disk: kept in this process from now on
+        with _KEPT_LOCK:
+            _KEPT[key] = copy.deepcopy(profile)
     if profile.skipped and (limit is None or any(seconds * REUSE_SLACK <= limit.seconds(at) for seconds, at in
                                                  profile.skipped_at.values()) or
                             len(profile.skipped_at) < len(profile.skipped)):
@@ -472,10 +544,19 @@ def recall(key: str, limit: CaptureLimit | None, op_seconds: float | None) -> No
     return profile
 
 
-def forget() -> None:
-    """Drop every kept profile (the next runs calibrate anew)."""
+def forget(disk: bool = True) -> None:
+    """Drop every kept profile (the next runs calibrate anew): this process's, and with ``disk``
+    those kept on disk too (`profile_path`)."""
     with _KEPT_LOCK:
         _KEPT.clear()
+    path = profile_path("x")
+    if disk and path is not None and os.path.isdir(os.path.dirname(path)):
+        for name in os.listdir(os.path.dirname(path)):
+            if name.endswith(".json"):
+                try:
+                    os.remove(os.path.join(os.path.dirname(path), name))
+                except OSError:
+                    pass
 
 
 def _merged_table(merged: bytes, scale: float, predicted: float, pairs: float, outs: float,

@@ -11,8 +11,10 @@ workflow already gets a good plan.
 Calibration costs a few percent of the node: an operator whose tiles may be any box
 (`Elementwise` and `Halo` tilings, one pass) is measured on a window of each sample
 tile holding about `SAMPLE_FRACTION` of the node's cells (at least `MIN_SAMPLE_CELLS`),
-not on whole tiles.  The capture time a strategy adds is predicted from what it stores
-(`capture_seconds`: links, cells, pairs), not from the sample's timings, so the same
+not on whole tiles, and its FULL candidates (whose pairs cost many times the operator to
+make) and fans on a centred quarter of that window (`fans_window`), scaled up.  The
+capture time a strategy adds is predicted from what it stores (`capture_seconds`: links,
+cells, pairs), not from the sample's timings, so the same
 data gives the same plan whatever the machine's load; and it counts making the lineage
 inside the operator (a FULL strategy's pairs, a payload's cells), not only encoding it.
 
@@ -79,7 +81,7 @@ MIN_CROP_CELLS = 65_536     # per crop (a whole-array operator's lineage is less
 LINK_SECONDS = 1.0e-7      # one (out pair, in cell) link of a FULL strategy
 OUT_CELL_SECONDS = 2.0e-7  # one out cell carried by a pair
 PAIR_SECONDS = 2.0e-6      # one region pair (a payload, a group)
-FANS_FRACTION = 0.25       # of a sample window, where the fans are measured when no FULL candidate can be chosen
+FANS_FRACTION = 0.25       # of a sample window, where the FULL candidates and the fans are measured
 MIN_FANS_CELLS = 4_096     # per such fans window
 LIMIT_MARGIN = 2.0         # a `CaptureLimit` takes the node's operator time this many times as measured on a sample
 REGULAR_RULES = 32         # a sample's range-rule table of at most this many rules is taken as size-invariant
@@ -175,7 +177,7 @@ def sample_windows(op: Operator, tiles: list[Tile], sample: int = 2, fraction: f
 def fans_window(op: Operator, tile: Tile, fraction: float = FANS_FRACTION,
                 min_cells: int = MIN_FANS_CELLS) -> Tile | None:
     """A centred window of ``tile`` holding ``fraction`` of its cells (at least ``min_cells``),
-    where calibration may measure the fans alone: None when the operator's tiles may not be
+    where calibration measures the FULL candidates and the fans: None when the operator's tiles may not be
     any box (see `sample_windows`) or the tile is too small to cut.
 
     Examples

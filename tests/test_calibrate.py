@@ -420,5 +420,13 @@ def test_a_profile_kept_on_disk_is_recalled_by_a_new_process_and_only_by_the_sam
         with config.set(keep_calibration=False):
             assert recall(key, None, None) is None
         assert recall(key, None, None) is not None
+        others = [reuse_key(["crd", k]) for k in range(3)]
+        for k, other in enumerate(others):
+            remember(other, measured)
+            os.utime(profile_path(other), ns=(k, k))  # used long ago, the first least recently
+        forget(disk=False)
+        calibrate._trim(os.path.dirname(path), keep=2)  # the least recently used go first
+        assert recall(key, None, None) is not None and recall(others[2], None, None) is not None
+        assert recall(others[0], None, None) is None and recall(others[1], None, None) is None
         forget()
         assert recall(key, None, None) is None

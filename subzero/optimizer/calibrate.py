@@ -85,7 +85,7 @@ FANS_FRACTION = 0.25       # of a sample window, where the FULL candidates and t
 MIN_FANS_CELLS = 4_096     # per such fans window
 LIMIT_MARGIN = 2.0         # a `CaptureLimit` takes the node's operator time this many times as measured on a sample
 REGULAR_RULES = 32         # a sample's range-rule table of at most this many rules is taken as size-invariant
-KEEP_PROFILES = 1024       # profiles a process keeps for reuse (`remember`), the least recently used dropped
+KEEP_PROFILES = 1024       # profiles kept for reuse (`remember`), in a process and on disk; least recently used go
 REUSE_SLACK = 1.25         # a skipped candidate is calibrated anew only once the limit exceeds its capture by this
 
 
@@ -492,8 +492,22 @@ def remember(key: str, profile: NodeProfile) -> None:
         with open(part, "w") as f:
             json.dump({"key": key, "profile": profile.to_dict()}, f, default=lambda v: v.item())  # numpy scalars
         os.replace(part, path)
+        _trim(os.path.dirname(path))
     except (OSError, TypeError, ValueError, AttributeError):
         pass
+
+
+def _trim(folder: str, keep: int = KEEP_PROFILES) -> None:
+    """Remove the least recently used profiles on disk beyond ``keep`` (a recall marks its file used)."""
+    names = [n for n in os.listdir(folder) if n.endswith(".json")]
+    if len(names) <= keep:
+        return
+    used = sorted(names, key=lambda n: os.stat(os.path.join(folder, n)).st_mtime_ns)
+    for name in used[:len(names) - keep]:
+        try:
+            os.remove(os.path.join(folder, name))
+        except OSError:
+            pass
 
 
 def _read_kept(key: str) -> NodeProfile | None:
@@ -507,7 +521,9 @@ def _read_kept(key: str) -> NodeProfile | None:
             doc = json.load(f)
         if doc.get("key") != key:
             raise ValueError(f"{path} holds the profile of {doc.get('key')!r}")
-        return NodeProfile.from_dict(doc["profile"])
+        profile = NodeProfile.from_dict(doc["profile"])
+        os.utime(path)  # used now: `_trim` removes the least recently used
+        return profile
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         try:
             os.remove(path)

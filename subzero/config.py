@@ -145,6 +145,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("reuse_calibration", bool, True,
             "a run planned by the optimizer reuses the calibration an earlier run in the same process made of a "
             "node with the same operators and inputs upstream, tiles and candidates, instead of measuring again"),
+    Setting("keep_calibration", bool, True,
+            "with reuse_calibration, a node's calibration is also kept on disk (under the cache directory's "
+            "calibration/), so the first run of a new process over the same reuses it; subzero's code changing "
+            "makes it stale"),
     Setting("local_threads", int, None, "threads of the local executor (unset: the cores, at most 4)", minimum=1),
     Setting("compressor", str, "auto", "how array chunks are compressed",
             choices=("auto", "none", "lz4", "zstd")),

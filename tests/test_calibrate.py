@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -355,3 +357,76 @@ def test_a_samples_range_table_of_many_rules_grows_with_the_node_and_of_few_does
         assert got.bytes == pytest.approx(len(irregular_table) * scale)
         assert (got.keys > 0) == (got.bytes > INLINE_BYTES)
     assert _merged_table(irregular_table, 1000.0, 1.0, 1.0, 1.0, 1.0).keys >= 1000 * (REGULAR_RULES + 1) / CHUNK_RULES
+
+
+def test_full_candidates_measured_on_a_quarter_predict_what_the_whole_window_measures(tmp_path, monkeypatch):
+    """Calibration makes FULL pairs (many times the operator's cost) on a centred quarter of each
+    sample window only and scales them to the window: the sizes, counts and fans it predicts are
+    those of the whole windows measured, and the payload candidates are measured as before."""
+    from subzero.optimizer import calibrate
+
+    spikes = tuple((r, c) for r in range(20, 400, 37) for c in range(15, 400, 41))
+    run = _crd_run(tmp_path, seed=3, side=400, spikes=spikes, tile_shape=200)
+    op = run.node("crd").operator
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    tiles, names = node_tiles(op, 200), supported_strategies(op)
+    quarter = profile_node(task, tiles, names, op_seconds=None, runner=LocalExecutor())
+    monkeypatch.setattr(calibrate, "fans_window", lambda *args, **kwargs: None)  # the whole windows, as before
+    whole = profile_node(task, tiles, names, op_seconds=None, runner=LocalExecutor())
+    assert set(quarter.strategies) == set(whole.strategies)
+    for name, got in quarter.strategies.items():
+        want = whole.strategies[name]
+        if not name.startswith("Full"):
+            assert got == want, name
+            continue
+        for what in ("pairs", "out_cells", "in_cells"):
+            assert getattr(got, what) == pytest.approx(getattr(want, what), rel=0.1), (name, what)
+        assert got.bytes == pytest.approx(want.bytes, rel=0.25), name
+        assert got.encode_seconds == pytest.approx(want.encode_seconds, rel=0.1), name
+    assert quarter.fan_backward == pytest.approx(whole.fan_backward, rel=0.05)
+    assert quarter.fan_forward == pytest.approx(whole.fan_forward, rel=0.15)
+
+
+def test_a_profile_kept_on_disk_is_recalled_by_a_new_process_and_only_by_the_same_code(tmp_path, monkeypatch):
+    """`remember` also writes the profile under the cache directory: a process that did not
+    measure it (here: this one's memory dropped) recalls the same profile; a damaged file is
+    dropped, and other code (`code_digest`) or the ``keep_calibration`` setting off reads nothing."""
+    from subzero import config
+    from subzero.optimizer import calibrate
+    from subzero.optimizer.calibrate import CaptureLimit, forget, profile_path, recall, remember, reuse_key
+
+    run = _crd_run(tmp_path, seed=1, side=40, spikes=((5, 5), (25, 30)), tile_shape=10)
+    op = run.node("crd").operator
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    measured = profile_node(task, node_tiles(op, 10), supported_strategies(op), op_seconds=None,
+                            runner=LocalExecutor(), limit=CaptureLimit(1e9, 0.0, 0.0))
+    with config.set(cache=str(tmp_path / "cache")):
+        forget()
+        key = reuse_key(["crd", "digests"])
+        remember(key, measured)
+        path = profile_path(key)
+        assert path is not None and path.startswith(str(tmp_path / "cache")) and (tmp_path / "cache").exists()
+        forget(disk=False)  # a new process: nothing in memory
+        assert recall(key, None, None).to_dict() == measured.to_dict()
+        forget(disk=False)
+        with open(path, "w") as f:
+            f.write('{"key": "')  # cut short
+        assert recall(key, None, None) is None and not os.path.exists(path)
+        remember(key, measured)
+        forget(disk=False)
+        monkeypatch.setattr(calibrate, "_CODE", ["other code"])
+        assert reuse_key(["crd", "digests"]) != key and recall(reuse_key(["crd", "digests"]), None, None) is None
+        monkeypatch.undo()
+        with config.set(keep_calibration=False):
+            assert recall(key, None, None) is None
+        assert recall(key, None, None) is not None
+        others = [reuse_key(["crd", k]) for k in range(3)]
+        for k, other in enumerate(others):
+            remember(other, measured)
+            os.utime(profile_path(other), ns=(k, k))  # used long ago, the first least recently
+        forget(disk=False)
+        calibrate._trim(os.path.dirname(path), keep=2)  # the least recently used go first
+        assert recall(key, None, None) is not None and recall(others[2], None, None) is not None
+        assert recall(others[0], None, None) is None and recall(others[1], None, None) is None
+        forget()
+        assert recall(key, None, None) is None

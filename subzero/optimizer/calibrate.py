@@ -11,8 +11,10 @@ workflow already gets a good plan.
 Calibration costs a few percent of the node: an operator whose tiles may be any box
 (`Elementwise` and `Halo` tilings, one pass) is measured on a window of each sample
 tile holding about `SAMPLE_FRACTION` of the node's cells (at least `MIN_SAMPLE_CELLS`),
-not on whole tiles.  The capture time a strategy adds is predicted from what it stores
-(`capture_seconds`: links, cells, pairs), not from the sample's timings, so the same
+not on whole tiles, and its FULL candidates (whose pairs cost many times the operator to
+make) and fans on a centred quarter of that window (`fans_window`), scaled up.  The
+capture time a strategy adds is predicted from what it stores (`capture_seconds`: links,
+cells, pairs), not from the sample's timings, so the same
 data gives the same plan whatever the machine's load; and it counts making the lineage
 inside the operator (a FULL strategy's pairs, a payload's cells), not only encoding it.
 
@@ -27,13 +29,18 @@ the tiles and the candidates: a later run in the same process over the same of t
 (a re-run, a benchmark's rounds, a notebook cell run again) reuses it instead of
 measuring again (`reuse_key`, `recall`, `remember`; the ``reuse_calibration`` setting),
 as long as the candidates calibration skipped then would be skipped under the runtime
-budget left now (within `REUSE_SLACK`).
+budget left now (within `REUSE_SLACK`).  A profile is also kept on disk, one small JSON file
+under the ``calibration`` directory of the user's cache (the ``cache`` setting; the
+``keep_calibration`` setting turns it off), so the first run of a new process over the same
+(a script run again) reuses it too; its key adds the digest of subzero's own code
+(`code_digest`), so a profile measured by other code is never read.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -43,6 +50,7 @@ from typing import Any, Sequence
 import numpy as np
 import xxhash
 
+from subzero import config
 from subzero.catalog import NodeMetrics
 from subzero.encoders import encoder_for, merge_tiles
 from subzero.encoders.base import index_bytes_bound
@@ -57,7 +65,7 @@ from subzero.tiling import Box, Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
            "TileProfile", "profile_from_run", "crop_box", "CroppedInput", "CaptureLimit", "fans_window", "fans_corner",
-           "reuse_key", "recall", "remember", "forget"]
+           "reuse_key", "recall", "remember", "forget", "code_digest", "profile_path"]
 
 MAX_MAPPED_CELLS = 1 << 17   # input cells a mapping node's fans are counted over (else: sizes' ratio)
 MAX_MAPPED_LINKS = 1 << 16   # links a mapping node's fans are counted over at most (`fans_corner`)
@@ -73,11 +81,11 @@ MIN_CROP_CELLS = 65_536     # per crop (a whole-array operator's lineage is less
 LINK_SECONDS = 1.0e-7      # one (out pair, in cell) link of a FULL strategy
 OUT_CELL_SECONDS = 2.0e-7  # one out cell carried by a pair
 PAIR_SECONDS = 2.0e-6      # one region pair (a payload, a group)
-FANS_FRACTION = 0.25       # of a sample window, where the fans are measured when no FULL candidate can be chosen
+FANS_FRACTION = 0.25       # of a sample window, where the FULL candidates and the fans are measured
 MIN_FANS_CELLS = 4_096     # per such fans window
 LIMIT_MARGIN = 2.0         # a `CaptureLimit` takes the node's operator time this many times as measured on a sample
 REGULAR_RULES = 32         # a sample's range-rule table of at most this many rules is taken as size-invariant
-KEEP_PROFILES = 1024       # profiles a process keeps for reuse (`remember`), the least recently used dropped
+KEEP_PROFILES = 1024       # profiles kept for reuse (`remember`), in a process and on disk; least recently used go
 REUSE_SLACK = 1.25         # a skipped candidate is calibrated anew only once the limit exceeds its capture by this
 
 
@@ -125,6 +133,8 @@ class TileProfile:
     distinct_in: int = 0
     strategies: dict[str, tuple] = field(default_factory=dict)
     inline: dict[str, bytes] = field(default_factory=dict)
+    #: the factor from the window an inline table was measured on (a quarter) to the tile's cells
+    grow: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)   # over the `CaptureLimit`: not encoded, and why
     #: those candidates' (predicted capture seconds, the operator seconds the limit was taken at)
     skipped_at: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -167,7 +177,7 @@ def sample_windows(op: Operator, tiles: list[Tile], sample: int = 2, fraction: f
 def fans_window(op: Operator, tile: Tile, fraction: float = FANS_FRACTION,
                 min_cells: int = MIN_FANS_CELLS) -> Tile | None:
     """A centred window of ``tile`` holding ``fraction`` of its cells (at least ``min_cells``),
-    where calibration may measure the fans alone: None when the operator's tiles may not be
+    where calibration measures the FULL candidates and the fans: None when the operator's tiles may not be
     any box (see `sample_windows`) or the tile is too small to cut.
 
     Examples
@@ -248,60 +258,75 @@ def profile_tile(task: NodeTask, tile: Tile) -> TileProfile:
 
 def profile_part(task: NodeTask, part: tuple) -> TileProfile:
     """`profile_tile` of the tile ``part[0]`` under the strategies ``part[1]`` only; the fans
-    (and the tracing and operator times) are measured when ``part[2]`` says so.  A fourth
-    item, a `CaptureLimit`, skips encoding the strategies whose predicted capture exceeds
-    it (only where the operator time was measured: ``part[2]``); when that rules out every
-    FULL strategy, judged on a centred quarter of the tile (`fans_window`, where the
-    operator's tiles may be any box), the fans are measured on that quarter and the tile
-    runs without FULL lineage (a FULL capture costs many times the operator)."""
+    (and the tracing and operator times) are measured when ``part[2]`` says so.
+
+    Where the operator's tiles may be any box (`fans_window`), the FULL candidates and the
+    fans are measured on a centred quarter of the tile, not on all of it, and scaled to the
+    tile: making a FULL strategy's pairs costs many times the operator, and FullOne and
+    FullMany encode at most `MAX_PAIRS` pairs whatever the window (a quarter holds as many),
+    while a range table's rules are size-invariant or grow with the cells (`_merged_table`).
+    The payload candidates are measured on the whole tile.
+
+    A fourth item, a `CaptureLimit`, skips encoding the strategies whose predicted capture
+    exceeds it (only where the operator time was measured: ``part[2]``); when that rules out
+    every FULL strategy, the quarter's pairs give the fans alone."""
     tile, strategies, fans = part[:3]
     limit: CaptureLimit | None = part[3] if len(part) > 3 else None
     op = task.operator
     stored = tuple(s for s in strategies if s.stored)
-    plain, probe = None, None
-    if fans and limit is not None:
-        quarter = fans_window(op, tile)
-        full = [s for s in stored if s.mode is Mode.FULL]
-        if quarter is not None and not any(s.name in limit.keep for s in full):
-            plain = capture_tile(replace(task, strategies=()), tile)  # the operator's own time: the cap needs it
-            share = limit.cells / max(_cells(plain.tile), 1)
-            at = plain.op_seconds * share  # the node's operator time, as this tile predicts it
+    full = tuple(s for s in stored if s.mode is Mode.FULL)
+    quarter = fans_window(op, tile) if fans else None
+    out = TileProfile(0, 0.0)
+    probe, grow, predicted = None, 1.0, {}
+    if fans:  # the operator's own time: the tile without lineage (the limit needs it)
+        plain = capture_tile(replace(task, strategies=()), tile)
+        out.cells, out.plain_seconds = _cells(plain.tile), plain.op_seconds
+    if quarter is not None:  # the FULL candidates and the fans, on the quarter
+        start = time.perf_counter()
+        probe = capture_tile(replace(task, strategies=full + (() if _FANS in full else (_FANS,))), quarter)
+        out.seconds = time.perf_counter() - start
+        grow = out.cells / max(_cells(probe.tile), 1)  # the quarter's counts to the tile's
+        stored = tuple(s for s in stored if s.mode is not Mode.FULL)
+        if limit is not None and full:
+            share = limit.cells / max(out.cells, 1)
+            at = out.plain_seconds * share  # the node's operator time, as this tile predicts it
             cap = limit.seconds(at)
-            probe = capture_tile(replace(task, strategies=(_FANS,)), quarter)
-            ratio = share * _cells(plain.tile) / max(_cells(probe.tile), 1)  # the quarter's cells to the node's
+            ratio = share * grow  # the quarter's cells to the node's
             n_in = sum(len(a) for a in probe.full.in_ids)
             predicted = {s.name: capture_seconds(s, probe.full.n_pairs * ratio, len(probe.full.out_ids) * ratio,
                                                  n_in * ratio) for s in full}
-            if all(v > cap for v in predicted.values()):
-                stored = tuple(s for s in stored if s.mode is not Mode.FULL)
-            else:  # a FULL strategy may be chosen: measured on the whole tile, as without a limit
-                probe = None
-    start = time.perf_counter()
-    capture = capture_tile(replace(task, strategies=stored + ((_FANS,) if fans and probe is None else ())), tile)
-    out = TileProfile(_cells(capture.tile), time.perf_counter() - start if fans else 0.0)
-    if fans:  # and the operator's own time: the tile once more, without lineage
-        out.plain_seconds = (plain or capture_tile(replace(task, strategies=()), tile)).op_seconds
+            if all(v > cap for v in predicted.values()) and not any(s.name in limit.keep for s in full):
+                full = ()
+                for name, seconds in predicted.items():
+                    out.skipped[name] = _over_limit(seconds, cap)
+                    out.skipped_at[name] = (seconds, at)
+    capture = None
+    if stored or probe is None:
+        start = time.perf_counter()
+        capture = capture_tile(replace(task, strategies=stored + ((_FANS,) if fans and probe is None else ())), tile)
+        out.cells = _cells(capture.tile)
+        if probe is None and fans:
+            out.seconds = time.perf_counter() - start
+    if fans:
         full_pairs = (probe or capture).full
-        grow = out.cells / max(_cells(probe.tile), 1) if probe is not None else 1.0  # the quarter's counts to the tile's
         fanout = np.diff(full_pairs.out_ptr)
         fanin = sum(np.diff(ptr) for ptr in full_pairs.in_ptr) if full_pairs.in_ptr else np.zeros(full_pairs.n_pairs)
         out.fanout, out.links = float(fanout.sum()) * grow, float(np.sum(fanout * fanin)) * grow
         out.distinct_in = int(round(grow * sum(distinct_count(a, int(np.prod(shape)))
                                                for a, shape in zip(full_pairs.in_ids, op.input_shapes))))
-    if probe is not None and limit is not None:
-        for name, seconds in predicted.items():
-            out.skipped[name] = _over_limit(seconds, cap)
-            out.skipped_at[name] = (seconds, at)
     enveloped = {}  # sampled payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
     share = limit.cells / max(out.cells, 1) if limit is not None else 0.0  # this part's cells scaled to the node's
     most = limit.seconds(out.plain_seconds * share) if limit is not None and fans else None
-    for strategy in stored:
+    for strategy in (full if probe is not None else ()) + stored:
         name = strategy.name
+        source, g = (probe, grow) if probe is not None and strategy.mode is Mode.FULL else (capture, 1.0)
+        assert source is not None
         encoder = encoder_for(strategy)
-        pairs = capture.pairs_for(strategy)
+        pairs = source.pairs_for(strategy)
+        n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
         if most is not None and limit is not None and name not in limit.keep:
-            n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
-            alone = capture_seconds(strategy, pairs.n_pairs * share, len(pairs.out_ids) * share, n_in * share)
+            alone = capture_seconds(strategy, pairs.n_pairs * g * share, len(pairs.out_ids) * g * share,
+                                    n_in * g * share)
             if alone > most:
                 out.skipped[name] = _over_limit(alone, most)
                 out.skipped_at[name] = (alone, out.plain_seconds * share)
@@ -313,16 +338,16 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
                 enveloped[key] = with_envelopes(op, sample)
             sample = enveloped[key]
         t0 = time.perf_counter()
-        encoded = encoder.encode(sample, capture.tile.index, capture.shapes)
+        encoded = encoder.encode(sample, source.tile.index, source.shapes)
         seconds = time.perf_counter() - t0
         if encoded.inline is not None:
             out.inline[name] = encoded.inline
+            out.grow[name] = g
         batch = merge_tiles([encoded])
-        factor = pairs.n_pairs / max(sample.n_pairs, 1)
-        n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
+        factor = pairs.n_pairs / max(sample.n_pairs, 1) * g  # the sample's sizes to the tile's
         boxes = sum(len(ids) for ids, _, _ in batch.boxes.values())
-        out.strategies[name] = (batch.nbytes * factor, seconds * factor, pairs.n_pairs, len(pairs.out_ids), n_in,
-                                len(batch.keys) * factor, boxes * factor)
+        out.strategies[name] = (batch.nbytes * factor, seconds * factor, pairs.n_pairs * g, len(pairs.out_ids) * g,
+                                n_in * g, len(batch.keys) * factor, boxes * factor)
     return out
 
 
@@ -391,8 +416,9 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         nbytes, _, pairs, outs, ins, keys, boxes = np.array([m.strategies[name] for m in tiles_of]).sum(axis=0)
         predicted = capture_seconds(strategy, pairs * scale, outs * scale, ins * scale)
         merged = merge_inline(strategy, [m.inline.get(name) for m in tiles_of], task.shapes)
-        if merged is not None:
-            profile.strategies[name] = _merged_table(merged, scale, predicted, pairs * scale, outs * scale,
+        if merged is not None:  # measured on quarters (`profile_part`): the table grows from their cells
+            grown = sum(m.cells for m in tiles_of) / (sum(m.cells / m.grow.get(name, 1.0) for m in tiles_of) or 1.0)
+            profile.strategies[name] = _merged_table(merged, scale * grown, predicted, pairs * scale, outs * scale,
                                                      ins * scale)
             continue
         profile.strategies[name] = StrategyProfile(
@@ -410,27 +436,105 @@ _KEPT_LOCK = threading.Lock()
 def reuse_key(parts: Sequence[Any]) -> str:
     """The key a profile is kept under: a digest of what it depends on, ``parts`` (JSON-able:
     the digests of the node's operator and of every operator and input upstream of it, the
-    tiles, the candidates and pins, whether the node was computed first).
+    tiles, the candidates and pins, whether the node was computed first), and of subzero's
+    own code (`code_digest`).
 
     Examples
     --------
     >>> reuse_key(["op:abc", [64, 64], ["CompOne/backward"]]) == reuse_key(["op:abc", [64, 64], ["CompOne/backward"]])
     True
     """
-    return xxhash.xxh3_64_hexdigest(json.dumps(list(parts), sort_keys=True, default=repr).encode())
+    return xxhash.xxh3_64_hexdigest(json.dumps([code_digest(), *parts], sort_keys=True, default=repr).encode())
+
+
+_CODE: list[str] = []
+
+
+def code_digest() -> str:
+    """A digest of subzero's source files (their paths, sizes and modification times), taken
+    once per process: a profile kept on disk by other code (a new version, an edited operator
+    or encoder) is never recalled."""
+    if not _CODE:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        seen = []
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))
+            for name in sorted(f for f in files if f.endswith(".py")):
+                st = os.stat(os.path.join(folder, name))
+                seen.append(f"{os.path.relpath(os.path.join(folder, name), root)}:{st.st_size}:{st.st_mtime_ns}")
+        _CODE.append(xxhash.xxh3_64_hexdigest("\n".join(seen).encode()))
+    return _CODE[0]
+
+
+def profile_path(key: str) -> str | None:
+    """Where ``key``'s profile is kept on disk (the ``calibration`` directory of the user's cache,
+    `subzero.config.cache_root`), or None when the ``keep_calibration`` setting is off."""
+    if not config.get("keep_calibration"):
+        return None
+    return os.path.join(config.cache_root(), "calibration", key + ".json")
 
 
 def remember(key: str, profile: NodeProfile) -> None:
-    """Keep ``profile`` (as measured, before the run's own sizes are set) for `recall` under ``key``."""
+    """Keep ``profile`` (as measured, before the run's own sizes are set) for `recall` under
+    ``key``: in this process, and on disk (`profile_path`; written whole or not at all, and a
+    file that cannot be written is only not kept)."""
     with _KEPT_LOCK:
         _KEPT[key] = copy.deepcopy(profile)
         _KEPT.move_to_end(key)
         while len(_KEPT) > KEEP_PROFILES:
             _KEPT.popitem(last=False)
+    path = profile_path(key)
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        part = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
+        with open(part, "w") as f:
+            json.dump({"key": key, "profile": profile.to_dict()}, f, default=lambda v: v.item())  # numpy scalars
+        os.replace(part, path)
+        _trim(os.path.dirname(path))
+    except (OSError, TypeError, ValueError, AttributeError):
+        pass
+
+
+def _trim(folder: str, keep: int = KEEP_PROFILES) -> None:
+    """Remove the least recently used profiles on disk beyond ``keep`` (a recall marks its file used)."""
+    names = [n for n in os.listdir(folder) if n.endswith(".json")]
+    if len(names) <= keep:
+        return
+    used = sorted(names, key=lambda n: os.stat(os.path.join(folder, n)).st_mtime_ns)
+    for name in used[:len(names) - keep]:
+        try:
+            os.remove(os.path.join(folder, name))
+        except OSError:
+            pass
+
+
+def _read_kept(key: str) -> NodeProfile | None:
+    """The profile kept on disk under ``key``, or None (none kept, or a file that does not read
+    back as a profile under that key: it is removed, and the node calibrated anew)."""
+    path = profile_path(key)
+    if path is None or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        if doc.get("key") != key:
+            raise ValueError(f"{path} holds the profile of {doc.get('key')!r}")
+        profile = NodeProfile.from_dict(doc["profile"])
+        os.utime(path)  # used now: `_trim` removes the least recently used
+        return profile
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+        return None
 
 
 def recall(key: str, limit: CaptureLimit | None, op_seconds: float | None) -> NodeProfile | None:
-    """The profile `remember` kept under ``key``, if calibrating now would measure the same:
+    """The profile `remember` kept under ``key`` (in this process, else on disk), if calibrating
+    now would measure the same:
     every candidate it skipped is still over ``limit``, or within `REUSE_SLACK` of it (its
     predicted capture against the limit at the operator time it was taken at: the limit itself
     moves that much with the operator times a run measures, and the integer program's budget
@@ -439,10 +543,14 @@ def recall(key: str, limit: CaptureLimit | None, op_seconds: float | None) -> No
     measured with, as `profile_node` would."""
     with _KEPT_LOCK:
         kept = _KEPT.get(key)
-        if kept is None:
-            return None
-        _KEPT.move_to_end(key)
-        profile = copy.deepcopy(kept)
+        if kept is not None:
+            _KEPT.move_to_end(key)
+    profile = copy.deepcopy(kept) if kept is not None else _read_kept(key)
+    if profile is None:
+        return None
+    if kept is None:  # read from disk: kept in this process from now on
+        with _KEPT_LOCK:
+            _KEPT[key] = copy.deepcopy(profile)
     if profile.skipped and (limit is None or any(seconds * REUSE_SLACK <= limit.seconds(at) for seconds, at in
                                                  profile.skipped_at.values()) or
                             len(profile.skipped_at) < len(profile.skipped)):
@@ -454,10 +562,19 @@ def recall(key: str, limit: CaptureLimit | None, op_seconds: float | None) -> No
     return profile
 
 
-def forget() -> None:
-    """Drop every kept profile (the next runs calibrate anew)."""
+def forget(disk: bool = True) -> None:
+    """Drop every kept profile (the next runs calibrate anew): this process's, and with ``disk``
+    those kept on disk too (`profile_path`)."""
     with _KEPT_LOCK:
         _KEPT.clear()
+    path = profile_path("x")
+    if disk and path is not None and os.path.isdir(os.path.dirname(path)):
+        for name in os.listdir(os.path.dirname(path)):
+            if name.endswith(".json"):
+                try:
+                    os.remove(os.path.join(os.path.dirname(path), name))
+                except OSError:
+                    pass
 
 
 def _merged_table(merged: bytes, scale: float, predicted: float, pairs: float, outs: float,

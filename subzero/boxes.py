@@ -226,6 +226,12 @@ def ids_in_boxes(lo: np.ndarray, hi: np.ndarray, shape: Shape) -> np.ndarray:
     lo, ext = lo[keep], ext[keep]
     if len(lo) == 0:
         return np.empty(0, np.int64)
+    if len(lo) == 1:  # one box (a brush, a stencil around one): an outer sum of each axis's offsets, in C order
+        strides = np.cumprod((1,) + tuple(shape[:0:-1]))[::-1]
+        cells = np.zeros((), np.int64)
+        for a in range(len(shape)):
+            cells = np.add.outer(cells, (np.arange(ext[0, a], dtype=np.int64) + lo[0, a]) * int(strides[a]))
+        return cells.reshape(-1)
     run = ext[:, -1]
     rows = np.prod(ext[:, :-1], axis=1)
     # one run along the last axis per row of each box

@@ -103,6 +103,8 @@ def cover_coords(coords: np.ndarray, fixed: int = 0) -> tuple[np.ndarray, np.nda
     n, ndim = coords.shape
     if n == 0 or ndim == 0:
         return coords.reshape(0, ndim).copy(), coords.reshape(0, ndim).copy()
+    if ndim == 2 and fixed == 0:
+        return _cover_rows(coords[:, 0], coords[:, 1])
     step = coords[1:, -1] != coords[:-1, -1] + 1
     if ndim > 1:
         step |= np.any(coords[1:, :-1] != coords[:-1, :-1], axis=1)
@@ -113,6 +115,25 @@ def cover_coords(coords: np.ndarray, fixed: int = 0) -> tuple[np.ndarray, np.nda
     hi[:, -1] = coords[ends, -1] + 1
     for axis in range(ndim - 2, fixed - 1, -1):
         lo, hi = _merge_along(lo, hi, axis)
+    return lo, hi
+
+
+def _cover_rows(r: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`cover_coords` of sorted unique 2-D cells ``(r, c)``, the same boxes in the same order:
+    the runs along each row, then those of equal columns on consecutive rows merged (one
+    `numpy.lexsort` by columns, then row, instead of the general axis-by-axis merge)."""
+    n = len(r)
+    step = (c[1:] != c[:-1] + 1) | (r[1:] != r[:-1])
+    starts = np.flatnonzero(np.r_[True, step])
+    ends = np.r_[starts[1:], n] - 1
+    row, c0, c1 = r[starts], c[starts], c[ends] + 1
+    order = np.lexsort((row, c1, c0))  # as `_merge_along` orders them: first column, last column, row
+    row, c0, c1 = row[order], c0[order], c1[order]
+    new = np.r_[True, (c0[1:] != c0[:-1]) | (c1[1:] != c1[:-1]) | (row[1:] != row[:-1] + 1)]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:], len(row)] - 1
+    lo = np.stack([row[first], c0[first]], axis=1)
+    hi = np.stack([row[last] + 1, c1[first]], axis=1)
     return lo, hi
 
 

@@ -68,7 +68,11 @@ def drop_contained(lo: np.ndarray, hi: np.ndarray, limit: int = 256) -> tuple[np
     n = len(lo)
     if n < 2 or n > limit:
         return lo, hi
-    inside = np.all((lo[:, None, :] >= lo[None, :, :]) & (hi[:, None, :] <= hi[None, :, :]), axis=2)  # [k, j]: k in j
+    inside = np.ones((n, n), bool)  # [k, j]: box k lies in box j (axis by axis: no reduction over a short axis)
+    for a in range(lo.shape[1]):
+        la, ha = lo[:, a], hi[:, a]
+        inside &= la[:, None] >= la[None, :]
+        inside &= ha[:, None] <= ha[None, :]
     np.fill_diagonal(inside, False)
     if not inside.any():  # none inside another (most unions and steps): nothing to drop
         return lo, hi

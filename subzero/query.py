@@ -201,7 +201,9 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
     failed: list[int] = []
     overrides: list[np.ndarray] = []
     side = None if direction is Direction.BACKWARD else i
-    for tile, sub, reader in source.tile_readers(node, s.name, frontier, side, deadline, failed, damaged, forced):
+    kept = direction is Direction.BACKWARD and not isinstance(enc, FullEncoder)  # payloads: tiles decoded whole
+    for tile, sub, reader in source.tile_readers(node, s.name, frontier, side, deadline, failed, damaged, forced,
+                                                 decoded=kept):
         if reader is None:  # the tile stored no lineage under this strategy
             continue
         if isinstance(enc, FullEncoder):
@@ -585,15 +587,19 @@ class QueryEngine:
 
     def tile_readers(self, node: Node, strategy: str, frontier: Frontier, side: int | None, deadline: float | None = None,
                      failed: list[int] | None = None, damaged: list[str] | None = None,
-                     forced: bool = False) -> Iterator[tuple[int, Frontier, Any]]:
+                     forced: bool = False, decoded: bool = False) -> Iterator[tuple[int, Frontier, Any]]:
         """Each tile whose box (output, or input ``side``) holds cells of ``frontier`` and that is
         not in ``failed``: its index, its part of the frontier and its shard reader (None: it
         stored no lineage under ``strategy``).  A tile whose shard cannot be read is appended
         to ``failed`` (its message to ``damaged``) to be re-run, unless ``forced``: then the
-        `StoreError` propagates."""
+        `StoreError` propagates.  ``decoded``: a tile `payload_lookup` keeps decoded is not
+        opened again (its reader is then the string ``"decoded"``: the lookup does not read it)."""
         failed = [] if failed is None else failed
         for tile, sub in self.grid(node).split(frontier, side):
             if tile in failed:
+                continue
+            if decoded and self._decoded.get((node.name, strategy, tile)):
+                yield tile, sub, "decoded"
                 continue
             try:
                 reader = self.shard_reader(node, strategy, tile, deadline)

@@ -123,17 +123,26 @@ def _cover_rows(r: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     the runs along each row, then those of equal columns on consecutive rows merged (one
     `numpy.lexsort` by columns, then row, instead of the general axis-by-axis merge)."""
     n = len(r)
-    step = (c[1:] != c[:-1] + 1) | (r[1:] != r[:-1])
-    starts = np.flatnonzero(np.r_[True, step])
-    ends = np.r_[starts[1:], n] - 1
+    step = np.empty(n, bool)  # a run starts here (`np.r_` costs more than the rest on small inputs)
+    step[0] = True
+    np.not_equal(c[1:], c[:-1] + 1, out=step[1:])
+    step[1:] |= r[1:] != r[:-1]
+    starts = np.flatnonzero(step)
+    ends = np.empty_like(starts)
+    ends[:-1], ends[-1] = starts[1:] - 1, n - 1
     row, c0, c1 = r[starts], c[starts], c[ends] + 1
     order = np.lexsort((row, c1, c0))  # as `_merge_along` orders them: first column, last column, row
     row, c0, c1 = row[order], c0[order], c1[order]
-    new = np.r_[True, (c0[1:] != c0[:-1]) | (c1[1:] != c1[:-1]) | (row[1:] != row[:-1] + 1)]
+    new = np.empty(len(row), bool)
+    new[0] = True
+    new[1:] = (c0[1:] != c0[:-1]) | (c1[1:] != c1[:-1]) | (row[1:] != row[:-1] + 1)
     first = np.flatnonzero(new)
-    last = np.r_[first[1:], len(row)] - 1
-    lo = np.stack([row[first], c0[first]], axis=1)
-    hi = np.stack([row[last] + 1, c1[first]], axis=1)
+    last = np.empty_like(first)
+    last[:-1], last[-1] = first[1:] - 1, len(row) - 1
+    lo = np.empty((len(first), 2), np.int64)
+    hi = np.empty((len(first), 2), np.int64)
+    lo[:, 0], lo[:, 1] = row[first], c0[first]
+    hi[:, 0], hi[:, 1] = row[last] + 1, c1[first]
     return lo, hi
 
 

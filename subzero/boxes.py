@@ -103,6 +103,8 @@ def cover_coords(coords: np.ndarray, fixed: int = 0) -> tuple[np.ndarray, np.nda
     n, ndim = coords.shape
     if n == 0 or ndim == 0:
         return coords.reshape(0, ndim).copy(), coords.reshape(0, ndim).copy()
+    if ndim == 2 and fixed == 0:
+        return _cover_rows(coords[:, 0], coords[:, 1])
     step = coords[1:, -1] != coords[:-1, -1] + 1
     if ndim > 1:
         step |= np.any(coords[1:, :-1] != coords[:-1, :-1], axis=1)
@@ -113,6 +115,34 @@ def cover_coords(coords: np.ndarray, fixed: int = 0) -> tuple[np.ndarray, np.nda
     hi[:, -1] = coords[ends, -1] + 1
     for axis in range(ndim - 2, fixed - 1, -1):
         lo, hi = _merge_along(lo, hi, axis)
+    return lo, hi
+
+
+def _cover_rows(r: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`cover_coords` of sorted unique 2-D cells ``(r, c)``, the same boxes in the same order:
+    the runs along each row, then those of equal columns on consecutive rows merged (one
+    `numpy.lexsort` by columns, then row, instead of the general axis-by-axis merge)."""
+    n = len(r)
+    step = np.empty(n, bool)  # a run starts here (`np.r_` costs more than the rest on small inputs)
+    step[0] = True
+    np.not_equal(c[1:], c[:-1] + 1, out=step[1:])
+    step[1:] |= r[1:] != r[:-1]
+    starts = np.flatnonzero(step)
+    ends = np.empty_like(starts)
+    ends[:-1], ends[-1] = starts[1:] - 1, n - 1
+    row, c0, c1 = r[starts], c[starts], c[ends] + 1
+    order = np.lexsort((row, c1, c0))  # as `_merge_along` orders them: first column, last column, row
+    row, c0, c1 = row[order], c0[order], c1[order]
+    new = np.empty(len(row), bool)
+    new[0] = True
+    new[1:] = (c0[1:] != c0[:-1]) | (c1[1:] != c1[:-1]) | (row[1:] != row[:-1] + 1)
+    first = np.flatnonzero(new)
+    last = np.empty_like(first)
+    last[:-1], last[-1] = first[1:] - 1, len(row) - 1
+    lo = np.empty((len(first), 2), np.int64)
+    hi = np.empty((len(first), 2), np.int64)
+    lo[:, 0], lo[:, 1] = row[first], c0[first]
+    hi[:, 0], hi[:, 1] = row[last] + 1, c1[first]
     return lo, hi
 
 
@@ -226,6 +256,12 @@ def ids_in_boxes(lo: np.ndarray, hi: np.ndarray, shape: Shape) -> np.ndarray:
     lo, ext = lo[keep], ext[keep]
     if len(lo) == 0:
         return np.empty(0, np.int64)
+    if len(lo) == 1:  # one box (a brush, a stencil around one): an outer sum of each axis's offsets, in C order
+        strides = np.cumprod((1,) + tuple(shape[:0:-1]))[::-1]
+        cells = np.zeros((), np.int64)
+        for a in range(len(shape)):
+            cells = np.add.outer(cells, (np.arange(ext[0, a], dtype=np.int64) + lo[0, a]) * int(strides[a]))
+        return cells.reshape(-1)
     run = ext[:, -1]
     rows = np.prod(ext[:, :-1], axis=1)
     # one run along the last axis per row of each box

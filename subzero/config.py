@@ -128,8 +128,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("recompute_cache_mb", float, 256.0,
             "megabytes of recomputed tiles of unstored arrays a process keeps, of all arrays together", minimum=0),
     Setting("query_memo_mb", float, 64.0,
-            "megabytes a run's queries keep of whole-array steps' answers, and as many of re-run tiles' lineage, "
-            "so a later step or query reaching them does not compute them again", minimum=0),
+            "megabytes a run's queries keep of whole-array steps' answers, as many of re-run tiles' lineage, "
+            "and as many of stored payload tiles read whole, so a later step or query reaching them does not "
+            "compute or read them again", minimum=0),
     Setting("recompute_seconds", float, 0.05,
             "a run without budgets stores an intermediate a query's re-run step would recompute for longer than "
             "this many seconds", minimum=0),

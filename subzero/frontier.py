@@ -34,6 +34,8 @@ _EMPTY_IDS = np.empty(0, np.int64)
 DENSE_FRACTION = 1 / 8
 #: boxes holding more cells than this are never expanded into ids (a mask is built instead)
 MAX_BOX_EXPANSION = 1 << 24
+#: a union with boxes keeps ids as boxes when their cover has at most one box per this many cells
+UNION_PER_BOX = 4
 
 
 def _size(shape: Shape) -> int:
@@ -66,7 +68,14 @@ def drop_contained(lo: np.ndarray, hi: np.ndarray, limit: int = 256) -> tuple[np
     n = len(lo)
     if n < 2 or n > limit:
         return lo, hi
-    inside = np.all((lo[:, None, :] >= lo[None, :, :]) & (hi[:, None, :] <= hi[None, :, :]), axis=2)  # [k, j]: k in j
+    inside = np.ones((n, n), bool)  # [k, j]: box k lies in box j (axis by axis: no reduction over a short axis)
+    for a in range(lo.shape[1]):
+        la, ha = lo[:, a], hi[:, a]
+        inside &= la[:, None] >= la[None, :]
+        inside &= ha[:, None] <= ha[None, :]
+    np.fill_diagonal(inside, False)
+    if not inside.any():  # none inside another (most unions and steps): nothing to drop
+        return lo, hi
     equal = inside & inside.T
     inside &= ~equal | (np.arange(n)[None, :] < np.arange(n)[:, None])  # of equal boxes, only later ones drop
     np.fill_diagonal(inside, False)
@@ -86,12 +95,14 @@ class Frontier:
     (2, 'ids', [[0, 0], [1, 2]])
     """
 
-    __slots__ = ("shape", "_ids", "_mask", "_boxes", "_count", "_cover")
+    __slots__ = ("shape", "_ids", "_mask", "_boxes", "_count", "_cover", "_volume", "_full")
 
     def __init__(self, shape: Shape, ids=None, mask=None, boxes=None, count: int | None = None):
         self.shape = tuple(int(n) for n in shape)
         self._ids, self._mask, self._boxes, self._count = ids, mask, boxes, count
         self._cover: tuple[np.ndarray, np.ndarray] | None = None  # `boxes` of ids or a mask, made once
+        self._volume: int | None = None  # the boxes' summed volume (`estimate`, asked at every step), made once
+        self._full: bool | None = None  # `is_full` of uncounted boxes, worked out once
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
@@ -143,12 +154,12 @@ class Frontier:
         lo = np.maximum(np.asarray(lo, np.int64).reshape(-1, len(shape)), 0)
         hi = np.minimum(np.asarray(hi, np.int64).reshape(-1, len(shape)), np.asarray(shape, np.int64))
         keep = np.all(hi > lo, axis=1)
-        lo, hi = lo[keep], hi[keep]
+        if not keep.all():
+            lo, hi = lo[keep], hi[keep]
         if not len(lo):
             return cls.empty(shape)
-        volume = int(np.prod(hi - lo, axis=1).sum())
         if disjoint or len(lo) == 1:
-            return cls(shape, boxes=(lo, hi), count=volume)
+            return cls(shape, boxes=(lo, hi), count=int(np.prod(hi - lo, axis=1).sum()))
         return cls(shape, boxes=(lo, hi))
 
     # -- what it holds --------------------------------------------------------------------------
@@ -191,14 +202,18 @@ class Frontier:
         if self._count is not None:  # counted (exactly): asked at every step of a walk
             return self._count == self.size
         if self._boxes is not None:
-            lo, hi = self._boxes
-            if not (np.all(lo.min(axis=0) == 0) and np.all(hi.max(axis=0) == np.asarray(self.shape))):
-                return False
+            if self._full is None:  # overlapping boxes: full only if they span the array, then counted (once)
+                lo, hi = self._boxes
+                self._full = bool(np.all(lo.min(axis=0) == 0) and np.all(hi.max(axis=0) == np.asarray(self.shape))) \
+                    and self.count == self.size
+            return self._full
         return self.count == self.size
 
     def _box_volume(self) -> int:
-        lo, hi = self._boxes
-        return int(np.prod(hi - lo, axis=1).sum())
+        if self._volume is None:
+            lo, hi = self._boxes
+            self._volume = int(np.prod(hi - lo, axis=1).sum())
+        return self._volume
 
     # -- forms ------------------------------------------------------------------------------
     def ids(self) -> np.ndarray:
@@ -306,10 +321,14 @@ class Frontier:
             return other
         if self._mask is not None or other._mask is not None:
             return Frontier.of_mask(self.mask() | other.mask())
-        if self._boxes is not None and other._boxes is not None:
-            lo, hi = drop_contained(np.concatenate([self._boxes[0], other._boxes[0]]),
-                                     np.concatenate([self._boxes[1], other._boxes[1]]))
-            return Frontier.of_boxes(lo, hi, self.shape)
+        if self._boxes is not None or other._boxes is not None:  # boxes, and boxes or ids a few boxes cover
+            mine, theirs = self.compact_boxes(UNION_PER_BOX), other.compact_boxes(UNION_PER_BOX)
+            if mine is not None and theirs is not None:  # stay boxes: never expanded into ids and covered again
+                if len(mine[0]) == len(theirs[0]) and np.array_equal(mine[0], theirs[0]) and \
+                        np.array_equal(mine[1], theirs[1]):  # two paths brought the same boxes
+                    return self if self._boxes is not None else other
+                lo, hi = drop_contained(np.concatenate([mine[0], theirs[0]]), np.concatenate([mine[1], theirs[1]]))
+                return Frontier.of_boxes(lo, hi, self.shape)
         return Frontier.of_ids(sorted_unique(np.concatenate([self.ids(), other.ids()]), runs=True), self.shape,
                                unique=True)
 

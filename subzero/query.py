@@ -201,7 +201,9 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
     failed: list[int] = []
     overrides: list[np.ndarray] = []
     side = None if direction is Direction.BACKWARD else i
-    for tile, sub, reader in source.tile_readers(node, s.name, frontier, side, deadline, failed, damaged, forced):
+    kept = direction is Direction.BACKWARD and not isinstance(enc, FullEncoder)  # payloads: tiles decoded whole
+    for tile, sub, reader in source.tile_readers(node, s.name, frontier, side, deadline, failed, damaged, forced,
+                                                 decoded=kept):
         if reader is None:  # the tile stored no lineage under this strategy
             continue
         if isinstance(enc, FullEncoder):
@@ -212,7 +214,7 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
             last = i == len(op.input_shapes) - 1  # the node's last input: nothing left to share it with
             pay = (lookups.pop(key, None) if last else lookups.get(key)) if lookups is not None else None
             if pay is None:
-                pay = enc.lookup(reader, sub, shapes)
+                pay = source.payload_lookup(node, s.name, enc, tile, reader, sub, shapes)
                 if lookups is not None and not last:
                     lookups[key] = pay
             united = _payload_union(op, pay, i, deadline, target)
@@ -232,7 +234,9 @@ def _stored(source, node, frontier, i, direction, s: Strategy, target, deadline,
     if s.mode is Mode.COMP:
         if direction is Direction.BACKWARD:
             covered = np.concatenate(overrides) if overrides else np.empty(0, np.int64)
-            rest = Frontier.of_ids(frontier.ids()[~np.isin(frontier.ids(), covered)], frontier.shape, unique=True)
+            # no override among the frontier's cells (the common case): the default takes it in its own form
+            rest = frontier if not len(covered) else \
+                Frontier.of_ids(frontier.ids()[~np.isin(frontier.ids(), covered)], frontier.shape, unique=True)
             default = map_step(op, _outside(rest, grid.out_lo[failed], grid.out_hi[failed]), i, direction, target)
         else:
             default = _not_overridden(source, node, enc, s, map_step(op, frontier, i, direction, target), deadline,
@@ -522,6 +526,8 @@ class QueryEngine:
         self._rules: dict[tuple[str, int, Direction], Rule | None] = {}  # arithmetic steps (`rule`)
         self._plans: dict[tuple, tuple[list, set]] = {}  # walks: (src, dsts, direction) -> order, on path
         self._rerun_budget = [_memo_bytes()]  # bytes the engine may still keep of those, all nodes together
+        self._decoded: dict[tuple[str, str, int], Any] = {}  # payload tiles decoded whole (None: looked up instead)
+        self._decoded_budget = [_memo_bytes()]  # bytes the engine may still keep of those
 
     # -- the lineage source the steps read ------------------------------------------------------
     def array(self, name: str) -> Any:
@@ -581,15 +587,19 @@ class QueryEngine:
 
     def tile_readers(self, node: Node, strategy: str, frontier: Frontier, side: int | None, deadline: float | None = None,
                      failed: list[int] | None = None, damaged: list[str] | None = None,
-                     forced: bool = False) -> Iterator[tuple[int, Frontier, Any]]:
+                     forced: bool = False, decoded: bool = False) -> Iterator[tuple[int, Frontier, Any]]:
         """Each tile whose box (output, or input ``side``) holds cells of ``frontier`` and that is
         not in ``failed``: its index, its part of the frontier and its shard reader (None: it
         stored no lineage under ``strategy``).  A tile whose shard cannot be read is appended
         to ``failed`` (its message to ``damaged``) to be re-run, unless ``forced``: then the
-        `StoreError` propagates."""
+        `StoreError` propagates.  ``decoded``: a tile `payload_lookup` keeps decoded is not
+        opened again (its reader is then the string ``"decoded"``: the lookup does not read it)."""
         failed = [] if failed is None else failed
         for tile, sub in self.grid(node).split(frontier, side):
             if tile in failed:
+                continue
+            if decoded and self._decoded.get((node.name, strategy, tile)):
+                yield tile, sub, "decoded"
                 continue
             try:
                 reader = self.shard_reader(node, strategy, tile, deadline)
@@ -601,6 +611,32 @@ class QueryEngine:
                     damaged.append(str(exc))
                 continue
             yield tile, sub, reader
+
+    def payload_lookup(self, node: Node, strategy: str, enc: Any, tile: int, reader: Any, frontier: Frontier,
+                       shapes: tuple) -> Any:
+        """``enc.lookup(reader, frontier, shapes)`` of ``node``'s ``tile``: from the tile decoded
+        whole (`subzero.encoders.pay_one.PayOne.decode_tile`) and kept, when its shard's entries fit
+        what the ``query_memo_mb`` setting leaves (a shard never changes, and brushes read the same
+        tiles over and over: one floor search in memory instead of a shard scan per brush); else
+        from the shard."""
+        key = (node.name, strategy, tile)
+        decoded = self._decoded.get(key, False)
+        if decoded is False and hasattr(enc, "decode_tile"):
+            decoded = None
+            record = self.manifest(node).shards[strategy][tile]
+            if record.nbytes <= self._decoded_budget[0]:  # never more than the setting allows, all tiles together
+                decoded = enc.decode_tile(self.shard_reader(node, strategy, tile, None), shapes)  # no deadline: once
+            with self._lock:
+                if key not in self._decoded:
+                    size = 0 if decoded is None else decoded.nbytes
+                    if size > self._decoded_budget[0]:
+                        decoded = None
+                    self._decoded_budget[0] -= 0 if decoded is None else size
+                    self._decoded[key] = decoded
+                decoded = self._decoded[key]
+        if decoded:
+            return enc.lookup_decoded(decoded, frontier)
+        return enc.lookup(reader, frontier, shapes)
 
     def inline(self, node: Node, strategy: str) -> bytes | None:
         """A node's lineage kept in its manifest (a merged FullRange table), if any."""

@@ -153,3 +153,23 @@ def test_gmos_lineage_passes_the_oracle_at_the_pixels_that_broke_it(gmos):
                             targets=["crmask", "crd", "clean", "stars", "spectrum"])
     assert report.ok, str(report)
     assert report.changed > 0 and report.rejected == 0
+
+
+def test_a_star_region_is_its_group_grown_by_the_ring():
+    """`DetectStars` resolves a payload (the group's box and bitmask) by dilating the bitmask in
+    its box: the same sorted cells as growing the decoded group cell by cell, clipped at the
+    edges; kept per payload, read-only."""
+    from subzero.operators._kernels import decode_region, encode_region
+    from subzero.operators.astro import DetectStars, _grown_region
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        shape = (int(rng.integers(2, 25)), int(rng.integers(2, 25)))
+        n = int(rng.integers(1, 15))
+        group = np.unique(np.stack([rng.integers(0, shape[0], n), rng.integers(0, shape[1], n)], axis=1), axis=0)
+        payload = encode_region(group, 2)
+        cells = decode_region(payload, 2)
+        want = DetectStars._grown(cells, np.zeros(len(cells), np.int64), shape)[1]
+        got = _grown_region(payload, shape)
+        np.testing.assert_array_equal(got, want)
+        assert not got.flags.writeable and _grown_region(payload, shape) is got

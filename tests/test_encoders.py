@@ -534,6 +534,27 @@ class TestPayOne(PayloadStrategyTests):
             assert per_cell(self.encoder.forward_candidates(old, frontier, i, SHAPES)) == \
                 per_cell(self.encoder.forward_candidates(new, frontier, i, SHAPES))
 
+    @conformance
+    @given(data=st.data(), pairs=random_payload_pairs())
+    def test_a_tile_decoded_whole_answers_like_its_shard(self, store, data, pairs):
+        """`decode_tile` + `lookup_decoded` (what a walk keeps across brushes) give the pairs the
+        shard lookup gives, in layouts 3 and 2, for any frontier; layout 1 is not decoded."""
+        split = data.draw(tilings(len(pairs)))
+        for encode in (lambda p, t: self.encoder.encode(p, t, SHAPES), self.layout_two, self.layout_one):
+            stem = f"n{next(_nodes)}"
+            files, _ = write_shard(store, "shards", stem,
+                                   merge_tiles([encode(payload_pairs(pairs[a:b]), t) for t, a, b in split]))
+            reader = ShardReader(store, "shards", ShardRecord(0, stem, files), NDIMS)
+            tile = self.encoder.decode_tile(reader, SHAPES)
+            if encode == self.layout_one:
+                assert tile is None
+                continue
+            assert tile.nbytes > 0
+            for query in (mask(OUT_SHAPE, data.draw(cells_of(OUT_SHAPE, 12))), everything(OUT_SHAPE),
+                          nothing(OUT_SHAPE)):
+                got, want = self.encoder.lookup_decoded(tile, query), self.encoder.lookup(reader, query, SHAPES)
+                assert per_cell(got) == per_cell(want)
+
     def test_runs_store_one_entry_per_row_run(self, store):
         """Rows of 6 cells: 0-5 (one row), 6 (the next row) and 8-9 with one payload, 7 another:
         four runs, not ten cells, in one entry per row (layout 3)."""

@@ -322,16 +322,48 @@ def test_a_backward_walk_looks_each_payload_up_once_for_every_input(tmp_path, mo
     run = wf.run({"x": np.arange(144.0).reshape(12, 12), "labels": grid}, store=tmp_path / "s", executor="local",
                  strategies={"stat": ["PayOne"]})
     calls = []
-    real = pay_one.PayOne.lookup
+    real, real_decoded = pay_one.PayOne.lookup, pay_one.PayOne.lookup_decoded
 
     def counted(self, reader, frontier, shapes):
         calls.append(1)
         return real(self, reader, frontier, shapes)
 
-    monkeypatch.setattr(pay_one.PayOne, "lookup", counted)
+    def counted_decoded(self, tile, frontier):
+        calls.append(1)
+        return real_decoded(self, tile, frontier)
+
+    monkeypatch.setattr(pay_one.PayOne, "lookup", counted)  # from the shard, or from the tile decoded whole
+    monkeypatch.setattr(pay_one.PayOne, "lookup_decoded", counted_decoded)
     got = run.backward_many("stat", [(0,), (2,)], to=["x", "labels"], as_="frontier")
     assert len(calls) == len(run.lineage.grid(run.node("stat")).split(run.frontier("stat", [(0,), (2,)]), None))
     for name in ("x", "labels"):
         want = run.backward("stat", [(0,), (2,)], to=name, using={"stat": "BlackBox"}, as_="frontier")
         np.testing.assert_array_equal(got[name].ids(), want.ids())
     assert len(got["x"].ids()) and len(got["labels"].ids())
+
+
+def test_payload_tiles_read_whole_once_answer_as_their_shards(tmp_path):
+    """A walk keeps each payload tile it reads decoded whole (within ``query_memo_mb``) and
+    answers the next brushes from it: the same cells as reading the shards (setting 0) and as
+    re-execution, for boxes over several tiles."""
+    from subzero import config
+
+    wf = sz.Workflow("two")
+    x, labels = wf.input("x"), wf.input("labels")
+    wf.add(ops.LabeledStatistic("sum_labels", index=[1, 2, 3]), x, labels, name="stat")
+    grid = np.zeros((12, 12), np.int64)
+    grid[1:4, 2:6], grid[7:11, 0:3], grid[5, 5:12] = 1, 2, 3
+    run = wf.run({"x": np.arange(144.0).reshape(12, 12), "labels": grid}, store=tmp_path / "s", executor="local",
+                 strategies={"stat": ["PayOne"]})
+    cells = [[(0,)], [(1,), (2,)], [(0,), (1,), (2,)]]
+    kept = [run.backward_many("stat", c, to=["x", "labels"], as_="frontier") for c in cells]
+    assert any(v for v in run.lineage._decoded.values())  # decoded and kept
+    with config.set(query_memo_mb=0):
+        shards = sz.open_run(tmp_path / "s")
+        read = [shards.backward_many("stat", c, to=["x", "labels"], as_="frontier") for c in cells]
+        assert not any(v for v in shards.lineage._decoded.values())  # over the budget: read from the shard
+    for c, a, b in zip(cells, kept, read):
+        for name in ("x", "labels"):
+            want = run.backward("stat", c, to=name, using={"stat": "BlackBox"}, as_="frontier")
+            np.testing.assert_array_equal(a[name].ids(), want.ids())
+            np.testing.assert_array_equal(b[name].ids(), want.ids())

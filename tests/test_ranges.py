@@ -156,6 +156,21 @@ def test_cover_ids_is_an_exact_disjoint_cover(shape, data):
 
 
 @examples(80)
+@given(shape=st.tuples(st.integers(1, 9), st.integers(1, 9)), data=st.data())
+def test_a_2d_cover_is_the_general_cover(shape, data):
+    """2-D covers (a brush's frontier) take one lexsort: the very boxes, in the very order, of the
+    axis-by-axis merge every other rank takes (given a leading group column, ``fixed=1``)."""
+    n = size(shape)
+    ids = np.unique(np.array(data.draw(st.lists(st.integers(0, n - 1), max_size=2 * n)), np.int64))
+    coords = np.stack(np.unravel_index(ids, shape), axis=1).astype(np.int64)
+    lo, hi = boxes.cover_coords(coords)
+    grouped = np.concatenate([np.zeros((len(coords), 1), np.int64), coords], axis=1)
+    g_lo, g_hi = boxes.cover_coords(grouped, fixed=1)  # the general path, one group
+    np.testing.assert_array_equal(lo, g_lo[:, 1:].reshape(-1, 2))
+    np.testing.assert_array_equal(hi, g_hi[:, 1:].reshape(-1, 2))
+
+
+@examples(80)
 @given(shape=shapes_st, data=st.data())
 def test_grouped_cover_covers_each_group(shape, data):
     n = size(shape)

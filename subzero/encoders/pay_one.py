@@ -45,7 +45,7 @@ from subzero.frontier import Frontier
 from subzero.pairs import PayloadPairs, owners
 
 
-__all__ = ["PayOne", "LAYOUT_VERSION"]
+__all__ = ["PayOne", "DecodedTile", "LAYOUT_VERSION"]
 
 _ONE, _MANY = b"\x00", b"\x01"
 #: the layout PayOne writes: 3 = runs of cells, envelope tables in the shard (2 = runs of cells,
@@ -100,6 +100,30 @@ class PayOne(PayloadEncoder):
         used = np.unique(run[hit])  # the payloads of the runs holding the cells, not of every run scanned
         pids = runs.pids[_ranges(runs.ptr[used], runs.ptr[used + 1] - runs.ptr[used])]
         return runs.pairs(ids[hit], run[hit], _group_payloads(reader, pids, len(shapes[0])))
+
+    def decode_tile(self, reader: Reader, shapes: Shapes) -> "DecodedTile | None":
+        """The whole tile's runs and payloads, decoded once, for `lookup_decoded` (a shard never
+        changes: a walk keeps it for the next brushes, `subzero.query.QueryEngine.payload_lookup`).
+        None for the layouts without runs (1: one entry per cell; 4: a covered tile): look those up."""
+        version, longest = _layout(reader)
+        if longest is None or version == COVERED_LAYOUT:
+            return None
+        runs = _Runs.decode(*scan(reader, RUN), version)
+        keys, values = scan(reader, PAIR)
+        width = 16 * len(shapes[0])
+        return DecodedTile(runs, dict(zip(split_keys(keys)[2].tolist(), (v[width:] for v in values))))
+
+    def lookup_decoded(self, tile: "DecodedTile", frontier: Frontier) -> PayloadPairs:
+        """`lookup` from a tile decoded by `decode_tile`: the runs holding the frontier's cells
+        found by one floor search over every run, no shard read."""
+        ids = frontier.ids()  # sorted unique
+        runs = tile.runs
+        if not len(ids) or not len(runs.first):
+            return PayloadPairs.empty()
+        run = np.searchsorted(runs.first, ids, "right") - 1
+        hit = run >= 0
+        hit[hit] = ids[hit] < runs.first[run[hit]] + runs.length[run[hit]]
+        return runs.pairs(ids[hit], run[hit], tile.payloads)
 
     def load(self, reader: Reader, shapes: Shapes) -> PayloadPairs:
         version, longest = _layout(reader)
@@ -319,6 +343,16 @@ def _encode_runs(pairs: PayloadPairs, pair_group: np.ndarray, out_shape) -> tupl
     return make_keys(RUN, OUT, run_first[head]), values, span
 
 
+class DecodedTile:
+    """A PayOne tile's runs (`_Runs`) and its payload of each group id, decoded whole
+    (`PayOne.decode_tile`); ``nbytes``: what keeping it costs."""
+
+    def __init__(self, runs: "_Runs", payloads: dict[int, bytes]):
+        self.runs, self.payloads = runs, payloads
+        self.nbytes = sum(int(a.nbytes) for a in (runs.first, runs.length, runs.ptr, runs.pids)) + \
+            sum(len(p) + 64 for p in payloads.values())
+
+
 class _Runs:
     """Decoded run entries: first cell, length and the payload group ids of each run (CSR)."""
 
@@ -368,8 +402,8 @@ class _Runs:
         payload group (of the groups ``only``, if given), holding the run's given cells."""
         if not len(cells):
             return PayloadPairs.empty()
-        begin = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])
-        count = np.diff(np.r_[begin, len(cells)])
+        begin = np.flatnonzero(np.concatenate(([True], run[1:] != run[:-1])))  # not np.r_: a walk's hot path
+        count = np.diff(begin, append=len(cells))
         r = run[begin]
         k = self.ptr[r + 1] - self.ptr[r]
         pids = self.pids[_ranges(self.ptr[r], k)]

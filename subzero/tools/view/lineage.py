@@ -125,10 +125,11 @@ def node_list(run: "Run", sky: dict[str, bool] | None = None,
     return out
 
 
-def _int(value: Any, what: str) -> int:
+def _int(value: Any, box: Any) -> int:
+    """A bound of ``box`` as an int (the message, which quotes the box, made only when it is not one)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float)
                                                                           and not value.is_integer()):
-        raise LineageError(f"{what} must be an integer, got {shown(value)}")
+        raise LineageError(f"box {shown(box)}: bound must be an integer, got {shown(value)}")
     return int(value)
 
 
@@ -176,7 +177,7 @@ def parse_lineage_request(run: "Run", body: Any, max_boxes: int | None = None) -
             raise LineageError(f"box {shown(box)}: node {name!r} has shape {tuple(shape)}, so a box is "
                                f"{2 * len(shape)} integers [lo, hi) per axis, e.g. {[0, 1] * len(shape)}")
         for axis, n in enumerate(shape):
-            a, b = _int(box[2 * axis], f"box {shown(box)}: bound"), _int(box[2 * axis + 1], f"box {shown(box)}: bound")
+            a, b = _int(box[2 * axis], box), _int(box[2 * axis + 1], box)
             if not 0 <= a < b <= n:
                 raise LineageError(f"box {shown(box)} is outside node {name!r} of shape {tuple(shape)} or empty: axis "
                                    f"{axis} needs 0 <= lo < hi <= {n}, got [{a}, {b})")

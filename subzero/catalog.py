@@ -15,7 +15,8 @@ re-run the workflow.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+import copy
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from subzero.errors import StoreError
@@ -317,7 +318,9 @@ class RunRecord:
 
     def with_node(self, record: NodeRecord) -> "RunRecord":
         """This catalog with ``record`` committed (replacing an entry of the same name)."""
-        return replace(self, nodes={**self.nodes, record.name: record})
+        out = copy.copy(self)  # every other field as it is: no `replace` (it re-runs __init__), once per node
+        object.__setattr__(out, "nodes", {**self.nodes, record.name: record})
+        return out
 
     def pending(self) -> dict[str, PendingNode] | None:
         """The plan a two-phase run keeps between its phases, per node (None when there is none)."""

@@ -185,15 +185,22 @@ class _Recorder:
 _CLASS_BYTES: "weakref.WeakKeyDictionary[type, tuple[tuple, bytes, frozenset[int]]]" = weakref.WeakKeyDictionary()
 
 
-def operator_digest(op: Any) -> str:
+def operator_digest(op: Any, checked: set[type] | None = None) -> str:
     """The digest of an operator: its class's code and its public attributes (not the
-    shapes the runtime binds, nor private state a run sets)."""
+    shapes the runtime binds, nor private state a run sets).  ``checked``: the classes whose
+    cached code was found current since the caller began (`run_fingerprint`: once per class
+    and run, not once per node)."""
     h = xxhash.xxh3_64()
     cls = type(op)
     # a class's code is canonicalized once per process while its attributes stay the same objects
     # (a traced workflow has hundreds of nodes of a few classes; a patched method is seen)
-    stamp = tuple((id(k), tuple(map(id, vars(k).values()))) for k in cls.__mro__)
     cached = _CLASS_BYTES.get(cls)
+    if cached is None or checked is None or cls not in checked:
+        stamp = tuple((id(k), tuple(map(id, vars(k).values()))) for k in cls.__mro__)
+    else:
+        stamp = cached[0]
+    if checked is not None:
+        checked.add(cls)
     if cached is None or cached[0] != stamp:
         recorder = _Recorder()
         class_seen: set[int] = set()
@@ -215,9 +222,10 @@ def run_fingerprint(wf: Any, settings: dict[str, Any], workflow: dict[str, Any] 
     workflow = wf.to_dict() if workflow is None else workflow
     out = {"workflow": xxhash.xxh3_64_hexdigest(json.dumps(workflow, sort_keys=True, default=repr).encode()),
            "settings": xxhash.xxh3_64_hexdigest(json.dumps(settings, sort_keys=True, default=repr).encode())}
+    checked: set[type] = set()
     for node in wf.nodes:
         if not node.is_input:
-            out[f"operator:{node.name}"] = operator_digest(node.operator)
+            out[f"operator:{node.name}"] = operator_digest(node.operator, checked)
     return out
 
 

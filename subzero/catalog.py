@@ -15,7 +15,8 @@ re-run the workflow.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+import copy
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from subzero.errors import StoreError
@@ -216,8 +217,13 @@ class NodeMetrics:
     file_bytes: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form."""
-        data = asdict(self)
+        """The JSON form (as `dataclasses.asdict` gives it, made directly: every catalog write
+        makes it for every node committed so far)."""
+        data = {name: getattr(self, name) for name in _METRICS}
+        for name, value in data.items():
+            if isinstance(value, dict):
+                data[name] = copy.deepcopy(value) if any(not isinstance(v, (int, float)) for v in value.values()) \
+                    else dict(value)
         data["pairs"] = {k: list(v) for k, v in self.pairs.items()}
         return data
 
@@ -226,7 +232,11 @@ class NodeMetrics:
         """The record `to_dict` wrote (unknown keys ignored)."""
         data = dict(data)
         data["pairs"] = {k: tuple(int(x) for x in v) for k, v in data.get("pairs", {}).items()}
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        return cls(**{name: data[name] for name in _METRICS if name in data})
+
+
+#: `NodeMetrics`' fields, in order
+_METRICS = tuple(f.name for f in fields(NodeMetrics))
 
 
 @dataclass(frozen=True)
@@ -317,7 +327,9 @@ class RunRecord:
 
     def with_node(self, record: NodeRecord) -> "RunRecord":
         """This catalog with ``record`` committed (replacing an entry of the same name)."""
-        return replace(self, nodes={**self.nodes, record.name: record})
+        out = copy.copy(self)  # every other field as it is: no `replace` (it re-runs __init__), once per node
+        object.__setattr__(out, "nodes", {**self.nodes, record.name: record})
+        return out
 
     def pending(self) -> dict[str, PendingNode] | None:
         """The plan a two-phase run keeps between its phases, per node (None when there is none)."""

@@ -121,6 +121,8 @@ class _Execution:
         self.known: dict[str, tuple[np.ndarray, float]] = {
             name: got for name, got in (known or {}).items() if in_memory and name in self.readers}
         self._stages: dict[str, tuple[tuple, NodeStage]] = {}  # the last stage made per node, and its key
+        #: a node's stage `fused_group` bound (no destination yet) when it led no fused stage: `stage` takes it
+        self._unplaced: dict[str, tuple[tuple, NodeStage]] = {}
         self._hold_limit = int(config.get("hold_mb") * 2**20)
         #: the store is written behind the run (`subzero.store.behind`): the arrays it keeps are held
         #: in memory for their readers and queued for writing, up to this many bytes each
@@ -128,6 +130,7 @@ class _Execution:
         self._behind_limit = int(config.get("write_behind_mb") * 2**20)
         self._commit_every = config.get("commit_seconds")
         self._compressor = config.get("compressor")  # read once: a node's held output asks (`_hold`)
+        self._fuse = config.get("fuse")  # read once: every `fused_group` asks
         self._written_at = time.perf_counter()
         self._recomputed: dict[str, RecomputedArray] = {}
         self._runner: Executor | Callable[[], Executor] = runner  # or a function making one when first needed
@@ -368,6 +371,10 @@ class _Execution:
         key = self._stage_key(node, op)
         kept = self._stages.get(node.name)
         got = kept[1] if kept is not None and kept[0] == key else None
+        unplaced = self._unplaced.pop(node.name, None)
+        if got is None and unplaced is not None and unplaced[0] == key:  # bound by `fused_group` just before
+            got = replace(unplaced[1], destination=self.destination(node, unplaced[1].inputs))
+            self._stages[node.name] = (key, got)
         if got is None:
             inputs = tuple(self.ref(i.name) for i in node.inputs)
             got = NodeStage.bind(node.name, op, tuple(self.arrays[i.name].shape for i in node.inputs),
@@ -392,6 +399,8 @@ class _Execution:
         self.operators[node.name] = done.stage.operator  # bound, with its run state: the run's queries use it
         committed = done.commit_array(written_behind=self._written_behind(node.name))
         self.arrays[node.name] = self._persist(node.name, replace(committed, why=self.why(node.name)), done.metas)
+        if done.stage.output_shape == committed.shape:  # the stage that ran is the one its commit binds
+            self._stages[node.name] = (self._stage_key(node, done.stage.operator), done.stage)
         return done.metas, done.wall
 
     def reuse(self, node: Node, prepared: list[Any] | None = None) -> tuple[list[TileMeta], float] | None:
@@ -435,19 +444,21 @@ class _Execution:
         self.progress.node_finished(node.name)
         return done.metas, done.wall
 
-    def fused_group(self, nodes: Sequence[Node], chosen: dict[str, tuple[Strategy, ...]]) -> FusedStage | None:
-        """The longest run of ``nodes`` (from the first, all not committed yet) that one
-        `FusedStage` computes: members `FusedStage.fusable`, with the first one's tiles, each
-        after the first reading an earlier member (a `Held` input), otherwise committed arrays
-        only; and the node after them as its `FusedStage.prepare` when it `FusedStage.prepares`
-        over them.  None: no fusion (the ``fuse`` setting off, or fewer than two nodes to run together)."""
+    def fused_members(self, nodes: Sequence[Node], chosen: dict[str, tuple[Strategy, ...]]
+                      ) -> tuple[list[NodeStage], NodeStage | None, bool]:
+        """`fused_group`'s members (bound, no destination yet) and prepare, and whether every
+        one of ``nodes`` was taken (then a longer ``nodes`` may give a longer run).  Decides
+        nothing about the run (no destination): it may be asked again over more nodes."""
         stages: list[NodeStage] = []
         shapes: dict[str, tuple[int, ...]] = {}
-        prepare = None
-        for node in nodes if nodes and config.get("fuse") else ():
+        if not (nodes and self._fuse):
+            return stages, None, False
+        for node in nodes:
             names = [i.name for i in node.inputs]
             if any(n not in shapes and n not in self.arrays for n in names):
                 break
+            if any(s.stored for s in chosen[node.name]) and not self.operator(node).two_pass:
+                break  # neither a member (it stores lineage) nor a `FusedStage.prepare`: told without binding it
             inputs: tuple[Any, ...] = tuple(Held(n) if n in shapes else self.ref(n) for n in names)
             try:
                 stage = NodeStage.bind(node.name, self.operator(node),
@@ -458,14 +469,29 @@ class _Execution:
             if stages and stage.tiles != stages[0].tiles:
                 break
             if stages and FusedStage.prepares(stage):
-                prepare = stage
-                break
+                return stages, stage, False
             if not FusedStage.fusable(stage, chosen[node.name]):
                 break
             stages.append(stage)
             shapes[node.name] = tuple(stage.output_shape or ())
+        else:
+            return stages, None, True
+        return stages, None, False
+
+    def fused_group(self, nodes: Sequence[Node], chosen: dict[str, tuple[Strategy, ...]],
+                    bound: "tuple[list[NodeStage], NodeStage | None, bool] | None" = None) -> FusedStage | None:
+        """The longest run of ``nodes`` (from the first, all not committed yet) that one
+        `FusedStage` computes: members `FusedStage.fusable`, with the first one's tiles, each
+        after the first reading an earlier member (a `Held` input), otherwise committed arrays
+        only; and the node after them as its `FusedStage.prepare` when it `FusedStage.prepares`
+        over them.  None: no fusion (the ``fuse`` setting off, or fewer than two nodes to run together).
+        ``bound``: `fused_members` of the same arguments, when the caller has it."""
+        stages, prepare, _ = bound if bound is not None else self.fused_members(nodes, chosen)
         if len(stages) < (1 if prepare is not None else 2):
+            if stages and not self.operators.get(stages[0].name):  # its own stage, when it runs alone
+                self._unplaced[stages[0].name] = (self._stage_key(nodes[0], self.operator(nodes[0])), stages[0])
             return None
+        stages = list(stages)
         members = {s.name for s in stages}
         for k, stage in enumerate(stages):  # where each member's output goes
             node = self.wf.node(stage.name)
@@ -489,6 +515,9 @@ class _Execution:
             committed = member.commit_array(written_behind=self._written_behind(node.name))
             self.arrays[node.name] = self._persist(node.name, replace(committed, why=self.why(node.name)),
                                                    member.metas)
+            if member.stage.output_shape == committed.shape:  # its commit's stage: the one that ran, reading refs
+                stage = replace(member.stage, inputs=tuple(self.ref(i.name) for i in node.inputs))
+                self._stages[node.name] = (self._stage_key(node, member.stage.operator), stage)
             out.append((member.metas, member.wall))
         return out, summaries
 
@@ -786,9 +815,10 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
                 "max_disk": max_disk, "max_runtime": max_runtime}
     if options.keep != "needed":  # the default leaves the fingerprint of older stores' runs as it was
         settings["keep"] = sorted(kept)
-    fingerprint = run_fingerprint(wf, settings)
+    spec = wf.to_dict()
+    fingerprint = run_fingerprint(wf, settings, spec)
     catalog = RunRecord(
-        workflow=wf.to_dict(), created=_now(),
+        workflow=spec, created=_now(),
         executor=executor, tile_shape=list(tile_shape) if isinstance(tile_shape, tuple) else tile_shape,
         pinned={k: list(v) for k, v in pinned.items()}, input_bytes=input_bytes,
         workload=workload if isinstance(workload, list) else None,
@@ -1263,9 +1293,17 @@ def _run_nodes(run: _Execution, operators: Sequence[Node], policy: Policy) -> No
             policy.committed(node.name, record)
             continue
         if node.name not in computed and prepared is None:
-            lead = policy.fusable(list(itertools.takewhile(
-                lambda n: n.name not in run.catalog.nodes and n.name not in known, operators[k:])))
-            group = run.fused_group([n for n, _ in lead], dict((n.name, s) for n, s in lead)) if lead else None
+            window = _FUSE_AHEAD  # the nodes looked at: more only when a fused stage could take them all
+            while True:
+                ahead = list(itertools.takewhile(lambda n: n.name not in run.catalog.nodes and n.name not in known,
+                                                 operators[k:k + window]))
+                lead = policy.fusable(ahead)
+                lead_nodes, lead_chosen = [n for n, _ in lead], dict((n.name, s) for n, s in lead)
+                bound = run.fused_members(lead_nodes, lead_chosen) if lead else None
+                if bound is None or not bound[2] or len(lead) < len(ahead) or len(ahead) < window:
+                    break
+                window *= 4
+            group = run.fused_group(lead_nodes, lead_chosen, bound) if lead else None
             if group is not None:
                 members = operators[k:k + len(group.stages)]
                 done, prepared = run.compute_fused(members, group)
@@ -1293,6 +1331,11 @@ def _run_nodes(run: _Execution, operators: Sequence[Node], policy: Policy) -> No
     policy.finish(run)
     for name in list(run.held):  # the small arrays kept for later plans
         run.held.pop(name).release()
+
+
+#: the nodes ahead `_run_nodes` offers a fused stage at first (four times more while it takes them all):
+#: looking at every node left, per node, made the run loop quadratic in the nodes
+_FUSE_AHEAD = 16
 
 
 def _default_stores(run: _Execution, node: Node, stage: NodeStage, chosen: tuple[Strategy, ...]) -> dict[str, str]:

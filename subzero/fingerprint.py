@@ -35,6 +35,7 @@ __all__ = ["block_digest", "combine_digests", "array_digest", "operator_digest",
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _BOUND = ("input_shapes", "output_shape")
+_PLAIN = frozenset({type(None), bool, int, float, complex, str, bytes})
 
 
 def block_digest(block: np.ndarray) -> str:
@@ -75,10 +76,14 @@ def array_digest(array: np.ndarray, chunks: tuple[int, ...]) -> str:
 def _canon(value: Any, h, depth: int = 0, seen: set[int] | None = None) -> None:
     """Feed a canonical description of ``value`` to the hash ``h`` (the same in every process:
     no addresses, no hash-seed-dependent set order)."""
-    seen = seen if seen is not None else set()
     if depth > 12:
         h.update(b"<deep>")
         return
+    kind = type(value)
+    if kind in _PLAIN:  # most of an operator's state: what the first branch below does, with no more tests
+        h.update(f"{kind.__name__}:{value!r};".encode())
+        return
+    seen = seen if seen is not None else set()
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
         h.update(f"{type(value).__name__}:{value!r};".encode())
     elif isinstance(value, np.ndarray):
@@ -180,15 +185,22 @@ class _Recorder:
 _CLASS_BYTES: "weakref.WeakKeyDictionary[type, tuple[tuple, bytes, frozenset[int]]]" = weakref.WeakKeyDictionary()
 
 
-def operator_digest(op: Any) -> str:
+def operator_digest(op: Any, checked: set[type] | None = None) -> str:
     """The digest of an operator: its class's code and its public attributes (not the
-    shapes the runtime binds, nor private state a run sets)."""
+    shapes the runtime binds, nor private state a run sets).  ``checked``: the classes whose
+    cached code was found current since the caller began (`run_fingerprint`: once per class
+    and run, not once per node)."""
     h = xxhash.xxh3_64()
     cls = type(op)
     # a class's code is canonicalized once per process while its attributes stay the same objects
     # (a traced workflow has hundreds of nodes of a few classes; a patched method is seen)
-    stamp = tuple((id(k), tuple(map(id, vars(k).values()))) for k in cls.__mro__)
     cached = _CLASS_BYTES.get(cls)
+    if cached is None or checked is None or cls not in checked:
+        stamp = tuple((id(k), tuple(map(id, vars(k).values()))) for k in cls.__mro__)
+    else:
+        stamp = cached[0]
+    if checked is not None:
+        checked.add(cls)
     if cached is None or cached[0] != stamp:
         recorder = _Recorder()
         class_seen: set[int] = set()
@@ -203,14 +215,17 @@ def operator_digest(op: Any) -> str:
 
 # -- a run ---------------------------------------------------------------------------------------------------------
 
-def run_fingerprint(wf: Any, settings: dict[str, Any]) -> dict[str, str]:
+def run_fingerprint(wf: Any, settings: dict[str, Any], workflow: dict[str, Any] | None = None) -> dict[str, str]:
     """The fingerprint of a run before it stores anything: workflow, operators and settings
-    (`subzero.catalog.RunRecord.fingerprint`; inputs are added as they are stored)."""
-    out = {"workflow": xxhash.xxh3_64_hexdigest(json.dumps(wf.to_dict(), sort_keys=True, default=repr).encode()),
+    (`subzero.catalog.RunRecord.fingerprint`; inputs are added as they are stored).
+    ``workflow``: ``wf.to_dict()`` when the caller made it already (the catalog keeps it)."""
+    workflow = wf.to_dict() if workflow is None else workflow
+    out = {"workflow": xxhash.xxh3_64_hexdigest(json.dumps(workflow, sort_keys=True, default=repr).encode()),
            "settings": xxhash.xxh3_64_hexdigest(json.dumps(settings, sort_keys=True, default=repr).encode())}
+    checked: set[type] = set()
     for node in wf.nodes:
         if not node.is_input:
-            out[f"operator:{node.name}"] = operator_digest(node.operator)
+            out[f"operator:{node.name}"] = operator_digest(node.operator, checked)
     return out
 
 

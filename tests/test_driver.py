@@ -837,6 +837,26 @@ def test_fused_nodes_store_and_answer_exactly_what_nodes_run_one_by_one(steps, s
     assert bool(groups) == runs_of_two
 
 
+def test_a_chain_longer_than_the_nodes_looked_ahead_at_first_is_fused_whole(tmp_path, monkeypatch):
+    """The run loop offers a fused stage a few nodes ahead at first, more while the stage takes
+    them all: the stages, the first passes they run and the arrays are those of every node offered
+    at once (a chain longer than the first look, a Label's first pass at its end)."""
+    import subzero.driver as driver
+
+    steps = ["tanh"] * 9 + ["label", "tanh", "tanh"]
+    rng = np.random.default_rng(3)
+    inputs = {"x": rng.normal(size=(6, 7)), "dark": rng.normal(size=(6, 7))}
+    got = {}
+    for ahead in (2, 3, 1000):
+        monkeypatch.setattr(driver, "_FUSE_AHEAD", ahead)
+        seen = _StagesSeen()
+        _chain(steps).run(inputs, store=str(tmp_path / str(ahead)), executor="local", tile_shape=3,
+                          progress=seen).wait()
+        got[ahead] = (seen.names, _stored_arrays(str(tmp_path / str(ahead))))
+    assert got[2] == got[3] == got[1000]
+    assert "+".join(f"n{k}-tanh" for k in range(9)) in got[2][0]  # one stage, its Label's first pass in it
+
+
 def test_an_optimized_run_fuses_the_nodes_whose_candidates_store_nothing():
     """With a workload and budgets, the per-tile nodes every candidate of which stores nothing
     (Map, BlackBox) run as one fused stage, as in a run without an optimizer; the plan, the

@@ -111,10 +111,12 @@ class WriteBehind:
                         self._cond.wait()
                 finally:
                     self._waiting -= 1
+            idle = not self._jobs
             self._jobs.append((fn, args, nbytes, always, time.monotonic()))
             self._queued += nbytes
             self._submitted += 1
-            self._cond.notify_all()
+            if idle:  # else the thread is busy or waits for the first job's time: it finds this one then
+                self._cond.notify_all()  # (a wake-up per job would take the interpreter from the run each time)
 
     def finish(self) -> None:
         """No more jobs: the thread ends once the queued ones ran."""

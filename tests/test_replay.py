@@ -49,6 +49,7 @@ def test_replay_equals_a_full_run_on_the_patched_inputs(tmp_path_factory, data, 
     for node in ref.workflow.nodes:  # every array as a full run computes it
         np.testing.assert_array_equal(np.asarray(result.run.output(node.name)), np.asarray(ref.output(node.name)),
                                       err_msg=node.name)
+    result.run.wait(), ref.wait()  # both written behind their return: their files are read raw below
     assert dump_lineage(tmp / "replayed") == dump_lineage(tmp / "reference")  # every shard's entries, tile by tile
 
     changed = {n: int(np.count_nonzero(np.asarray(result.run.output(n)) != np.asarray(run.output(n))))

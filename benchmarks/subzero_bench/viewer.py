@@ -489,7 +489,7 @@ def render(doc: dict) -> str:
         last = list(loads.values())[-1]["clients"]
         top = max(last, key=int)
         lines += ["", f"At {top} clients on the largest store ({list(loads.values())[-1].get('workers', 1)} server "
-                      "process(es)): p95 **{_f(last[top]['p95'])} ms** (target <= "
+                      f"process(es)): p95 **{_f(last[top]['p95'])} ms** (target <= "
                       f"{t['brush']:.0f} ms: {ok[bool(doc['met'].get('brush_under_load'))]})."]
     lines += ["", "Backward answers include every cell of the input `flat`: the flat field is normalised by its "
                   "mean, so every pixel depends on all of it (one box in the answer, never expanded into cells).", "",

@@ -309,18 +309,24 @@ def test_a_payload_step_backward_maps_each_payload_once_as_a_union(tmp_path, mon
     assert len(got) > 6 * 7 + 3 * 7
 
 
-def test_a_backward_walk_looks_each_payload_up_once_for_every_input(tmp_path, monkeypatch):
-    """A two-input node storing payloads (``LabeledStatistic``: values and labels): the walk to
-    both inputs reads each tile's payloads once, and answers as re-execution does."""
-    from subzero.encoders import pay_one
-
+def labelled_statistic_run(store):
+    """A two-input node storing payloads (``LabeledStatistic``: values and labels) with PayOne,
+    three labelled regions over a 12 x 12 grid, run locally into ``store``."""
     wf = sz.Workflow("two")
     x, labels = wf.input("x"), wf.input("labels")
     wf.add(ops.LabeledStatistic("sum_labels", index=[1, 2, 3]), x, labels, name="stat")
     grid = np.zeros((12, 12), np.int64)
     grid[1:4, 2:6], grid[7:11, 0:3], grid[5, 5:12] = 1, 2, 3
-    run = wf.run({"x": np.arange(144.0).reshape(12, 12), "labels": grid}, store=tmp_path / "s", executor="local",
-                 strategies={"stat": ["PayOne"]})
+    return wf.run({"x": np.arange(144.0).reshape(12, 12), "labels": grid}, store=store, executor="local",
+                  strategies={"stat": ["PayOne"]})
+
+
+def test_a_backward_walk_looks_each_payload_up_once_for_every_input(tmp_path, monkeypatch):
+    """A two-input node storing payloads (``LabeledStatistic``: values and labels): the walk to
+    both inputs reads each tile's payloads once, and answers as re-execution does."""
+    from subzero.encoders import pay_one
+
+    run = labelled_statistic_run(tmp_path / "s")
     calls = []
     real, real_decoded = pay_one.PayOne.lookup, pay_one.PayOne.lookup_decoded
 
@@ -348,13 +354,7 @@ def test_payload_tiles_read_whole_once_answer_as_their_shards(tmp_path):
     re-execution, for boxes over several tiles."""
     from subzero import config
 
-    wf = sz.Workflow("two")
-    x, labels = wf.input("x"), wf.input("labels")
-    wf.add(ops.LabeledStatistic("sum_labels", index=[1, 2, 3]), x, labels, name="stat")
-    grid = np.zeros((12, 12), np.int64)
-    grid[1:4, 2:6], grid[7:11, 0:3], grid[5, 5:12] = 1, 2, 3
-    run = wf.run({"x": np.arange(144.0).reshape(12, 12), "labels": grid}, store=tmp_path / "s", executor="local",
-                 strategies={"stat": ["PayOne"]})
+    run = labelled_statistic_run(tmp_path / "s")
     cells = [[(0,)], [(1,), (2,)], [(0,), (1,), (2,)]]
     kept = [run.backward_many("stat", c, to=["x", "labels"], as_="frontier") for c in cells]
     assert any(v for v in run.lineage._decoded.values())  # decoded and kept

@@ -263,6 +263,20 @@ def test_stats_bench_checks_its_table_and_counts_against_single_queries(tmp_path
     assert not list(tmp_path.glob("stores-*"))
 
 
+def test_stats_sky_is_the_same_sky_whole_in_tiles_and_in_zarr(tmp_path):
+    import zarr
+    from subzero_bench.stats import SPACING, sky, sky_tile, sky_zarr
+
+    side = 2 * SPACING * 5 + 17  # a partial grid row and column at the far edges
+    raw, hits = sky(side)
+    assert raw.dtype == np.float32 and hits.any() and raw.max() > raw.mean() + 100  # stars and hits present
+    part, part_hits = sky_tile(side, (13, 91), (7, side))  # edges off the grid
+    assert np.array_equal(part, raw[13:91, 7:]) and np.array_equal(part_hits, hits[13:91, 7:])
+    paths = sky_zarr(side, tmp_path, tile=60, log=lambda line: None)
+    assert np.array_equal(zarr.open_array(paths["raw"], mode="r")[:], raw)
+    assert np.array_equal(zarr.open_array(paths["hits"], mode="r")[:], hits)
+
+
 def test_coldquery_bench_times_new_processes_against_import_numpy(tmp_path, monkeypatch):
     monkeypatch.setenv("SUBZERO_COLDQUERY_BASELINE", str(Path(__file__).resolve().parents[1]))  # itself: same answer
     assert bench.main("coldquery", quick=True, out_dir=str(tmp_path), size=1, executor="local",

@@ -36,6 +36,7 @@ SPACING = 40            # pixels between stars: (SIDE / SPACING)^2 = 1e4 stars
 BIAS, SKY, READ_NOISE = 400.0, 150.0, 5.0
 CR_RATE = 1 / 20000     # cosmic-ray hits per pixel
 THRESHOLD = 25.0        # smoothed electrons (about 7 sigma of the smoothed sky noise)
+BLOCK = 50 * SPACING  # columns of one seeded block of sky (one grid row high)
 SAMPLE = 100            # objects (and cells) queried one by one for the baselines
 SCALING_SIDES = (8000,)  # full mode: a larger sky too (6.4e7 cells), without the per-object baseline
 
@@ -57,33 +58,78 @@ def workflow():
     return wf
 
 
-def sky(side: int, seed: int = 20) -> tuple[np.ndarray, np.ndarray]:
-    """(raw exposure in ADU, cosmic-ray mask): stars with a Gaussian PSF (sigma 1.5) on a
-    jittered grid, Poisson sky and read noise, cosmic-ray hits."""
+def sky_tile(side: int, rows: tuple[int, int], cols: tuple[int, int], seed: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """The cells ``[rows[0]:rows[1], cols[0]:cols[1]]`` of the ``side x side`` sky: (raw exposure in
+    ADU, cosmic-ray mask).  Stars with a Gaussian PSF (sigma 1.5) sit on a jittered grid of
+    `SPACING` pixels, one per grid cell, their 13 x 13 stamps inside it; Poisson sky, read noise
+    and cosmic-ray hits (single pixels and streaks) are drawn per block (one grid row by `BLOCK`
+    columns), seeded by its position, so tiles of any size and place assemble the same sky: a
+    1e9-cell sky is written tile by tile without ever being held whole (`sky_zarr`)."""
     from subzero.workflows.astronomy import cosmic_rays
 
-    rng = np.random.default_rng(seed)
-    n = side // SPACING
-    centre = (np.arange(n) + 0.5) * SPACING
-    rows, cols = np.meshgrid(centre, centre, indexing="ij")
-    pos = np.stack([rows.ravel(), cols.ravel()], axis=1) + rng.uniform(-8, 8, size=(n * n, 2))
-    flux = rng.uniform(300.0, 3000.0, size=n * n)
-    image = rng.poisson(SKY, size=(side, side)).astype(np.float64) + rng.normal(0.0, READ_NOISE, (side, side))
+    (r0, r1), (c0, c1) = rows, cols
+    image = np.empty((r1 - r0, c1 - c0), np.float64)
+    hits = np.zeros(image.shape, bool)
     stamp = np.arange(-6, 7)
     dr, dc = np.meshgrid(stamp, stamp, indexing="ij")
-    base = np.floor(pos).astype(np.int64)
-    r = np.clip(base[:, :1] + dr.ravel()[None], 0, side - 1)
-    c = np.clip(base[:, 1:] + dc.ravel()[None], 0, side - 1)
-    d2 = (r + 0.5 - pos[:, :1]) ** 2 + (c + 0.5 - pos[:, 1:]) ** 2
-    psf = flux[:, None] * np.exp(-d2 / (2 * 1.5**2)) / (2 * np.pi * 1.5**2)
-    np.add.at(image, (r.ravel(), c.ravel()), psf.ravel())
-    cells, energy = cosmic_rays((side, side), rng)
-    keep = rng.random(len(cells)) < CR_RATE / (1 / 2000)  # astronomy's rate is 1/2000: keep a tenth
-    cells, energy = cells[keep], energy[keep]
-    np.add.at(image, tuple(cells.T), energy)
-    hits = np.zeros((side, side), bool)
-    hits[tuple(cells.T)] = True
+    for br in range(r0 - r0 % SPACING, r1, SPACING):
+        for bc in range(c0 - c0 % BLOCK, c1, BLOCK):
+            rng = np.random.default_rng((seed, br // SPACING, bc // BLOCK))
+            h, w = min(SPACING, side - br), min(BLOCK, side - bc)
+            block = rng.poisson(SKY, size=(h, w)).astype(np.float64) + rng.normal(0.0, READ_NOISE, (h, w))
+            if h == SPACING:  # stars only in whole grid cells
+                n = w // SPACING
+                centre = (np.arange(n) + 0.5) * SPACING
+                pos = np.stack([np.full(n, SPACING / 2), centre], axis=1) + rng.uniform(-8, 8, size=(n, 2))
+                flux = rng.uniform(300.0, 3000.0, size=n)
+                base = np.floor(pos).astype(np.int64)
+                r = base[:, :1] + dr.ravel()[None]
+                c = base[:, 1:] + dc.ravel()[None]
+                d2 = (r + 0.5 - pos[:, :1]) ** 2 + (c + 0.5 - pos[:, 1:]) ** 2
+                psf = flux[:, None] * np.exp(-d2 / (2 * 1.5**2)) / (2 * np.pi * 1.5**2)
+                np.add.at(block, (r.ravel(), c.ravel()), psf.ravel())
+            cells, energy = cosmic_rays((h, w), rng)
+            keep = rng.random(len(cells)) < CR_RATE / (1 / 2000)  # astronomy's rate is 1/2000: keep a tenth
+            cells, energy = cells[keep], energy[keep]
+            np.add.at(block, tuple(cells.T), energy)
+            block_hits = np.zeros(block.shape, bool)
+            block_hits[tuple(cells.T)] = True
+            lo_r, hi_r, lo_c, hi_c = max(br, r0), min(br + h, r1), max(bc, c0), min(bc + w, c1)
+            image[lo_r - r0:hi_r - r0, lo_c - c0:hi_c - c0] = block[lo_r - br:hi_r - br, lo_c - bc:hi_c - bc]
+            hits[lo_r - r0:hi_r - r0, lo_c - c0:hi_c - c0] = block_hits[lo_r - br:hi_r - br, lo_c - bc:hi_c - bc]
     return (image + BIAS).astype(np.float32), hits
+
+
+def sky(side: int, seed: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """(raw exposure in ADU, cosmic-ray mask) of the whole ``side x side`` sky (`sky_tile`)."""
+    return sky_tile(side, (0, side), (0, side), seed)
+
+
+def sky_zarr(side: int, root: str | Path, tile: int = 4000, seed: int = 20,
+             log: Callable[[str], None] = print) -> dict[str, str]:
+    """The ``side x side`` sky written tile by tile into two Zarr arrays under ``root``
+    (``raw-{side}.zarr`` float32, ``hits-{side}.zarr`` bool, chunks ``tile x tile``), each tile made alone (`sky_tile`): memory follows a tile, not the sky.
+    Arrays already complete (a marker file written last) are kept.  Returns their paths."""
+    import zarr
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    paths = {name: root / f"{name}-{side}.zarr" for name in ("raw", "hits")}
+    done = root / f"sky-{side}.done"
+    if not done.exists():
+        raw = zarr.create_array(str(paths["raw"]), shape=(side, side), chunks=(tile, tile), dtype="float32",
+                                overwrite=True)
+        hits = zarr.create_array(str(paths["hits"]), shape=(side, side), chunks=(tile, tile), dtype="bool",
+                                 overwrite=True)
+        t0 = time.perf_counter()
+        for r in range(0, side, tile):
+            for c in range(0, side, tile):
+                rows, cols = (r, min(r + tile, side)), (c, min(c + tile, side))
+                raw[rows[0]:rows[1], cols[0]:cols[1]], hits[rows[0]:rows[1], cols[0]:cols[1]] = \
+                    sky_tile(side, rows, cols, seed)
+            log(f"stats: sky {side}x{side}: rows to {min(r + tile, side)} written ({time.perf_counter() - t0:.0f} s)")
+        done.write_text("complete\n")
+    return {name: str(path) for name, path in paths.items()}
 
 
 def _peak_bytes(fn) -> int:

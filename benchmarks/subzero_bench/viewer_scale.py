@@ -1,4 +1,4 @@
-"""The viewer at 1e9 cells: ``subzero view`` on a sky of 31,640 x 31,640 pixels.
+"""The viewer at 1e9 cells: ``subzero view`` on a sky of 31,680 x 31,680 pixels.
 
 The viewer benchmark's astronomy workflow cannot be built at 1e9 cells on this machine (its
 inputs are simulated as whole images and DetectStars runs on the whole image), so this one
@@ -38,8 +38,8 @@ from subzero_bench.viewer import TARGETS, _free_port, _load, _pct, _stats, concu
 
 __all__ = ["build_sky_store", "run_viewer_scale", "render", "SIDE"]
 
-SIDE = 31640                 # 1.0e9 cells
-CHUNK = 1978                 # the Zarr inputs' chunks: the run's own tiles at this side (16 x 16 of them)
+SIDE = 31680                 # 1.0e9 cells (a multiple of 16: the mesh, and of 40: the star grid)
+CHUNK = 1980                 # the Zarr inputs' chunks: the run's own tiles at this side (16 x 16 of them)
 TILE_NODES = {"raw": None, "stars": None, "smooth": 2}  # node: its highest level measured (None: below the overview)
 
 

@@ -478,7 +478,8 @@ def test_first_cells_in_boxes_are_first_cells(case):
     objects = ndimage.find_objects(labels, n)
     assert lo.tolist() == [[s.start for s in box] for box in objects]
     assert hi.tolist() == [[s.stop for s in box] for box in objects]
-    assert first_cells_in_boxes(labels, lo, hi).tolist() == first_cells(labels.reshape(-1), n).tolist()
+    assert first_cells_in_boxes(labels, lo, hi, max_cells=labels.size).tolist() == \
+        first_cells(labels.reshape(-1), n).tolist()
     origin, shape = (2,) * mask.ndim, tuple(d + 3 for d in mask.shape)
     assert canonical_ids(labels, n, origin, shape, (lo, hi)).tolist() == canonical_ids(labels, n, origin, shape).tolist()
 
@@ -486,7 +487,8 @@ def test_first_cells_in_boxes_are_first_cells(case):
 def test_first_cells_in_boxes_fall_back_when_the_slices_outgrow_the_array():
     labels = np.array([[1, 2, 3], [1, 2, 3]], np.int32)
     lo, hi = np.zeros((3, 2), np.int64), np.array([[2, 3]] * 3)  # slices of 3 x 3 cells > the array's 6
-    assert first_cells_in_boxes(labels, lo, hi).tolist() == [0, 1, 2]
+    assert first_cells_in_boxes(labels, lo, hi, max_cells=6).tolist() == [0, 1, 2]
+    assert first_cells_in_boxes(labels, *component_boxes(labels, 3)).tolist() == [0, 1, 2]  # 3 > a quarter of 6
 
 
 @examples(100)

@@ -680,14 +680,16 @@ def component_boxes(labels: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]
     return lo, hi
 
 
-def first_cells_in_boxes(labels: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def first_cells_in_boxes(labels: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                         max_cells: int | None = None) -> np.ndarray:
     """`first_cells` of labels ``1..n`` whose bounding boxes are ``[lo, hi)`` (`component_boxes`).
 
     A label's first cell in C order lies on the first slice of its box along axis 0
     (``lo[k, 0]``), so only those slices are read, in C order, and the first cell of each
     that holds the label is kept: for a 2-D tile, one row segment per component instead
-    of a pass over the tile.  When those slices hold more cells than the array (boxes of
-    3-D components spread wide), `first_cells` answers instead.
+    of a pass over the tile.  When those slices hold more than ``max_cells`` cells (default:
+    a quarter of the array's, so this never takes more memory than `first_cells`; boxes of
+    components spread wide), `first_cells` answers instead.
 
     Examples
     --------
@@ -702,7 +704,7 @@ def first_cells_in_boxes(labels: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> 
     extent[:, 0] = 1
     size = np.prod(extent, axis=1)
     total = int(size.sum())
-    if total > labels.size:
+    if total > (labels.size // 4 if max_cells is None else max_cells):
         return first_cells(labels.reshape(-1), n)
     owner = np.repeat(np.arange(n, dtype=np.int64), size)
     rest = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(size) - size, size)  # C order in the slice

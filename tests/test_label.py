@@ -27,7 +27,8 @@ from subzero.cells import to_coords, to_ids
 from subzero.context import Context
 from subzero.modes import Mode
 from subzero.operators._kernels import decode_region, encode_region, encode_regions, region_envelopes
-from subzero.operators.label import SeamIndex, TileSummary, canonical_ids, first_cells, read_component_table
+from subzero.operators.label import (SeamIndex, TileSummary, canonical_ids, component_boxes, first_cells,
+                                    first_cells_in_boxes, read_component_table)
 from subzero.pairs import FullPairs, PayloadPairs
 from subzero.worker import expand_payloads
 from subzero.tiling import box_slices, full_box, tile_grid
@@ -465,6 +466,29 @@ def test_first_cells_take_the_fast_path_and_the_fallback():
     assert first_cells(shuffled, 3).tolist() == [2, 1, 4]
     labels = np.array([[0, 1], [2, 2]], np.int32)
     assert canonical_ids(labels, 2, (3, 4), (10, 10)).tolist() == [36, 45]  # 1 + flat index of (3, 5), (4, 4)
+
+
+@examples(150)
+@given(case=cases())
+def test_first_cells_in_boxes_are_first_cells(case):
+    # the PAY/COMP path finds each component's first cell in its box (one slice of it)
+    mask, structure, _ = case
+    labels, n = ndimage.label(mask, structure)
+    lo, hi = component_boxes(labels, n)
+    objects = ndimage.find_objects(labels, n)
+    assert lo.tolist() == [[s.start for s in box] for box in objects]
+    assert hi.tolist() == [[s.stop for s in box] for box in objects]
+    assert first_cells_in_boxes(labels, lo, hi, max_cells=labels.size).tolist() == \
+        first_cells(labels.reshape(-1), n).tolist()
+    origin, shape = (2,) * mask.ndim, tuple(d + 3 for d in mask.shape)
+    assert canonical_ids(labels, n, origin, shape, (lo, hi)).tolist() == canonical_ids(labels, n, origin, shape).tolist()
+
+
+def test_first_cells_in_boxes_fall_back_when_the_slices_outgrow_the_array():
+    labels = np.array([[1, 2, 3], [1, 2, 3]], np.int32)
+    lo, hi = np.zeros((3, 2), np.int64), np.array([[2, 3]] * 3)  # slices of 3 x 3 cells > the array's 6
+    assert first_cells_in_boxes(labels, lo, hi, max_cells=6).tolist() == [0, 1, 2]
+    assert first_cells_in_boxes(labels, *component_boxes(labels, 3)).tolist() == [0, 1, 2]  # 3 > a quarter of 6
 
 
 @examples(100)

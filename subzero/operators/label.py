@@ -47,7 +47,8 @@ csgraph = LazyModule("scipy.sparse.csgraph")
 
 _START, _STOP = attrgetter("start"), attrgetter("stop")
 
-__all__ = ["Label", "TileSummary", "SeamIndex", "canonical_ids", "first_cells", "component_table", "read_component_table"]
+__all__ = ["Label", "TileSummary", "SeamIndex", "canonical_ids", "first_cells", "component_boxes",
+           "first_cells_in_boxes", "component_table", "read_component_table"]
 
 
 @dataclass(frozen=True)
@@ -285,14 +286,16 @@ class Label(IdentityMapping, Operator):
         origin = np.array([lo for lo, _ in box], np.int64)
         seams = self._seams_for(box, shape)
         labels, n = ndimage.label(np.asarray(x) != 0, self._structure(len(shape)))
-        canon = canonical_ids(labels, n, origin, shape)
+        # PAY/COMP records need every component's box; its first cell is then found inside it
+        boxes = component_boxes(labels, n) if ctx is not None and ctx.modes & {Mode.PAY, Mode.COMP} else None
+        canon = canonical_ids(labels, n, origin, shape, boxes)
         crossing = np.zeros(n, bool)
         if seams is not None and n and len(seams.part_ids):
             pos = np.minimum(np.searchsorted(seams.part_ids, canon), len(seams.part_ids) - 1)
             crossing = seams.part_ids[pos] == canon
             canon[crossing] = seams.part_global[pos[crossing]]
         if ctx is not None and ctx.modes & {Mode.FULL, Mode.PAY, Mode.COMP}:
-            self._write_lineage(ctx, labels, canon, crossing, origin, shape)
+            self._write_lineage(ctx, labels, canon, crossing, origin, shape, boxes)
         return np.concatenate([np.zeros(1, np.int64), canon])[labels]
 
     def _seams_for(self, box: Box, shape: tuple[int, ...]) -> SeamIndex | None:
@@ -309,11 +312,12 @@ class Label(IdentityMapping, Operator):
         return seams
 
     def _write_lineage(self, ctx, labels: np.ndarray, canon: np.ndarray, crossing: np.ndarray, origin: np.ndarray,
-                       shape: tuple[int, ...]) -> None:
+                       shape: tuple[int, ...], boxes: "tuple[np.ndarray, np.ndarray] | None" = None) -> None:
         """Every mode in ``ctx.modes``, with no loop per component.  ``FULL``: the cells of
         components inside the tile and their rings from the tile, seam components from the
         store (`_seam_reads`).  ``PAY``/``COMP``: one payload over the tile, the table of
-        its components' records (`component_records`), nothing read beyond the tile."""
+        its components' records (`component_records`, from the tile's ``boxes`` when
+        `component_boxes` gave them already), nothing read beyond the tile."""
         ndim = labels.ndim
         n = len(canon)
         if Mode.FULL in ctx.modes:
@@ -346,30 +350,31 @@ class Label(IdentityMapping, Operator):
                 ctx.lwrite_many(fg_cells[~inner], seam_reads, out_pair=seam_pair, in_pair=[seam_owner],
                                 in_global=True)
         if ctx.modes & {Mode.PAY, Mode.COMP}:  # one payload over the tile: its components' records
-            ids, lo, hi = self.component_records(labels, canon, crossing, origin, shape)
+            ids, lo, hi = self.component_records(labels, canon, crossing, origin, shape, boxes)
             ctx.lwrite_tile(component_table(ids, lo, hi), lo, hi)
 
     def component_records(self, labels: np.ndarray, canon: np.ndarray, crossing: np.ndarray, origin: np.ndarray,
-                          shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                          shape: tuple[int, ...], boxes: "tuple[np.ndarray, np.ndarray] | None" = None
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One record per component with cells in the tile: its canonical id (sorted) and the
         half-open box holding its cells and its ring (its bounding box grown by one cell,
         clipped to the array).
 
-        A component inside the tile takes its bounding box from the tile
-        (`scipy.ndimage.find_objects`), a seam component its global box from the first
-        pass (`SeamIndex`): nothing is read beyond the tile.
+        A component inside the tile takes its bounding box from the tile (``boxes``, the
+        tile's `component_boxes`, computed here when not given), a seam component its global
+        box from the first pass (`SeamIndex`): nothing is read beyond the tile.
         """
         ndim = labels.ndim
         n = len(canon)
         if not n:
             return np.zeros(0, np.int64), np.zeros((0, ndim), np.int64), np.zeros((0, ndim), np.int64)
-        axes = [s for box in ndimage.find_objects(labels, n) for s in box]  # n * ndim slices, C code to here
-        lo = np.fromiter(map(_START, axes), np.int64, len(axes)).reshape(n, ndim) + origin
-        hi = np.fromiter(map(_STOP, axes), np.int64, len(axes)).reshape(n, ndim) + origin
-        if crossing.any():
-            seams = self._seams
-            k = np.searchsorted(seams.global_ids, canon[crossing])
-            lo[crossing], hi[crossing] = seams.global_lo[k], seams.global_hi[k]
+        lo, hi = component_boxes(labels, n) if boxes is None else boxes
+        lo, hi = lo + origin, hi + origin
+        if not crossing.any():  # local components in raster order of their first cells: ids already sorted
+            return canon, np.maximum(lo - 1, 0), np.minimum(hi + 1, np.asarray(shape, np.int64))
+        seams = self._seams
+        k = np.searchsorted(seams.global_ids, canon[crossing])
+        lo[crossing], hi[crossing] = seams.global_lo[k], seams.global_hi[k]
         ids, first = np.unique(canon, return_index=True)  # the parts of a seam component share its record
         return ids, np.maximum(lo[first] - 1, 0), np.minimum(hi[first] + 1, np.asarray(shape, np.int64))
 
@@ -639,19 +644,82 @@ def first_cells(flat: np.ndarray, n: int) -> np.ndarray:
 
 
 def canonical_ids(labels: np.ndarray, n: int, origin: "Sequence[int] | np.ndarray",
-                  shape: "Sequence[int] | np.ndarray") -> np.ndarray:
+                  shape: "Sequence[int] | np.ndarray",
+                  boxes: "tuple[np.ndarray, np.ndarray] | None" = None) -> np.ndarray:
     """``1 +`` the global flat index of each local component's first cell, for labels ``1..n``
     of a tile at ``origin`` in an array of ``shape`` (raster order is the same in the tile
     and in the array, so the tile's first cell is the component's first cell in the tile).
+    With the components' ``boxes`` (`component_boxes`), the first cells are searched for
+    in them (`first_cells_in_boxes`), not over the whole tile.
 
     Examples
     --------
     >>> canonical_ids(np.array([[0, 1], [2, 2]]), 2, origin=(3, 4), shape=(10, 10)).tolist()
     [36, 45]
     """
-    first = first_cells(labels.reshape(-1), n)
+    first = first_cells(labels.reshape(-1), n) if boxes is None else first_cells_in_boxes(labels, *boxes)
     coords = np.unravel_index(first, labels.shape)
     return np.ravel_multi_index(tuple(c + int(o) for c, o in zip(coords, origin)), tuple(shape)).astype(np.int64) + 1
+
+
+def component_boxes(labels: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The half-open bounding box ``[lo, hi)`` (two ``(n, ndim)`` arrays, the array's own
+    coordinates) of each label ``1..n`` in ``labels`` (`scipy.ndimage.find_objects`: one
+    pass in C); every label must have cells, as `scipy.ndimage.label`'s do.
+
+    Examples
+    --------
+    >>> lo, hi = component_boxes(np.array([[0, 1, 1], [2, 0, 1]]), 2)
+    >>> lo.tolist(), hi.tolist()
+    ([[0, 1], [1, 0]], [[2, 3], [2, 1]])
+    """
+    ndim = labels.ndim
+    axes = [s for box in ndimage.find_objects(labels, n) for s in box]  # n * ndim slices
+    lo = np.fromiter(map(_START, axes), np.int64, len(axes)).reshape(n, ndim)
+    hi = np.fromiter(map(_STOP, axes), np.int64, len(axes)).reshape(n, ndim)
+    return lo, hi
+
+
+def first_cells_in_boxes(labels: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                         max_cells: int | None = None) -> np.ndarray:
+    """`first_cells` of labels ``1..n`` whose bounding boxes are ``[lo, hi)`` (`component_boxes`).
+
+    A label's first cell in C order lies on the first slice of its box along axis 0
+    (``lo[k, 0]``), so only those slices are read, in C order, and the first cell of each
+    that holds the label is kept: for a 2-D tile, one row segment per component instead
+    of a pass over the tile.  When those slices hold more than ``max_cells`` cells (default:
+    a quarter of the array's, so this never takes more memory than `first_cells`; boxes of
+    components spread wide), `first_cells` answers instead.
+
+    Examples
+    --------
+    >>> labels = np.array([[0, 1, 1], [2, 0, 1], [2, 2, 0]])
+    >>> first_cells_in_boxes(labels, *component_boxes(labels, 2)).tolist()
+    [1, 3]
+    """
+    n, ndim = lo.shape
+    if n == 0:
+        return np.zeros(0, np.int64)
+    extent = (hi - lo).astype(np.int64)
+    extent[:, 0] = 1
+    size = np.prod(extent, axis=1)
+    total = int(size.sum())
+    if total > (labels.size // 4 if max_cells is None else max_cells):
+        return first_cells(labels.reshape(-1), n)
+    owner = np.repeat(np.arange(n, dtype=np.int64), size)
+    rest = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(size) - size, size)  # C order in the slice
+    flat = np.zeros(total, np.int64)
+    stride = 1
+    for a in range(ndim - 1, -1, -1):
+        e = extent[owner, a]
+        flat += (rest % e + lo[owner, a]) * stride
+        rest //= e
+        stride *= labels.shape[a]
+    at = np.flatnonzero(labels.reshape(-1)[flat] == owner + 1)
+    keep = np.empty(len(at), bool)  # each label's first hit (every label has one: its box's first slice)
+    keep[:1] = True
+    np.not_equal(owner[at[1:]], owner[at[:-1]], out=keep[1:])
+    return flat[at[keep]]
 
 
 def _inner_face_cells(labels: np.ndarray, box: Box, shape: tuple[int, ...]) -> np.ndarray:

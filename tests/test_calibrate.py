@@ -430,3 +430,37 @@ def test_a_profile_kept_on_disk_is_recalled_by_a_new_process_and_only_by_the_sam
         assert recall(others[0], None, None) is None and recall(others[1], None, None) is None
         forget()
         assert recall(key, None, None) is None
+
+
+def test_a_whole_array_operators_full_candidates_measured_on_a_crop_predict_the_whole_tile(tmp_path, monkeypatch):
+    """A whole-array operator measured on one tile makes its FULL pairs on a centred quarter crop
+    of its inputs (`fans_crop`), scaled to the tile: the counts, fans and sizes it predicts are the
+    whole tile's, the payload candidates are measured as before, and its range table, too small a
+    sample to call regular, grows with the cells."""
+    from subzero.optimizer import calibrate
+
+    rng = np.random.default_rng(5)
+    image = rng.normal(0.0, 1.0, (240, 240))
+    for r, c in zip(rng.integers(3, 237, 90), rng.integers(3, 237, 90)):  # stars spread over the field
+        image[r - 1:r + 2, c - 1:c + 2] += 30.0
+    wf = sz.Workflow("s")
+    wf.add(ops.DetectStars(threshold=5.0, minarea=3), wf.input("x"), name="stars")
+    run = wf.run({"x": image}, store=tmp_path / "s", executor="local")
+    op = run.node("stars").operator
+    task = NodeTask("stars", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    tiles, names = node_tiles(op, 240), supported_strategies(op)
+    assert len(tiles) == 1 and calibrate.fans_crop(task, tiles[0])[1].box == ((0, 120), (0, 120))
+    cropped = profile_node(task, tiles, names, op_seconds=None, runner=LocalExecutor())
+    monkeypatch.setattr(calibrate, "fans_crop", lambda *args, **kwargs: None)  # the whole tile, as before
+    whole = profile_node(task, tiles, names, op_seconds=None, runner=LocalExecutor())
+    assert set(cropped.strategies) == set(whole.strategies)
+    for name, got in cropped.strategies.items():
+        want = whole.strategies[name]
+        if not name.startswith("Full"):
+            assert got == want, name
+            continue
+        for what in ("pairs", "out_cells", "in_cells"):
+            assert getattr(got, what) == pytest.approx(getattr(want, what), rel=0.15), (name, what)
+        assert got.bytes == pytest.approx(want.bytes, rel=0.35), name
+    assert cropped.fan_backward == pytest.approx(whole.fan_backward, rel=0.15)
+    assert cropped.fan_forward == pytest.approx(whole.fan_forward, rel=0.15)

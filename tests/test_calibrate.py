@@ -10,7 +10,7 @@ import pytest
 import subzero as sz
 from subzero import operators as ops
 from subzero.executors import LocalExecutor
-from subzero.modes import Strategy
+from subzero.modes import Mode, Strategy
 from subzero.tiling import tile_grid
 from subzero.worker import NodeTask
 from subzero.optimizer.calibrate import profile_node
@@ -464,3 +464,25 @@ def test_a_whole_array_operators_full_candidates_measured_on_a_crop_predict_the_
         assert got.bytes == pytest.approx(want.bytes, rel=0.35), name
     assert cropped.fan_backward == pytest.approx(whole.fan_backward, rel=0.15)
     assert cropped.fan_forward == pytest.approx(whole.fan_forward, rel=0.15)
+
+
+def test_entry_sizes_count_what_the_merged_shard_holds(tmp_path):
+    """Calibration counts an encoded tile's bytes, keys and boxes without merging it into a
+    shard: the counts are `merge_tiles`' for every strategy."""
+    from subzero.encoders import encoder_for, merge_tiles
+    from subzero.optimizer.calibrate import entry_sizes
+    from subzero.worker import capture_tile, with_envelopes
+
+    run = _crd_run(tmp_path, seed=4, side=48, spikes=((5, 5), (20, 12), (30, 40)), tile_shape=24)
+    op = run.node("crd").operator
+    strategies = tuple(Strategy.parse(n) for n in supported_strategies(op) if Strategy.parse(n).stored)
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape, strategies)
+    capture = capture_tile(task, node_tiles(op, 24)[0])
+    for strategy in strategies:
+        pairs = capture.pairs_for(strategy)
+        if strategy.mode is not Mode.FULL:
+            pairs = with_envelopes(op, pairs)
+        encoded = encoder_for(strategy).encode(pairs, capture.tile.index, capture.shapes)
+        batch = merge_tiles([encoded])
+        assert entry_sizes(encoded) == (batch.nbytes, len(batch.keys),
+                                        sum(len(ids) for ids, _, _ in batch.boxes.values())), strategy.name

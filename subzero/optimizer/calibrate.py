@@ -52,8 +52,8 @@ import xxhash
 
 from subzero import config
 from subzero.catalog import NodeMetrics
-from subzero.encoders import encoder_for, merge_tiles
-from subzero.encoders.base import index_bytes_bound
+from subzero.encoders import encoder_for
+from subzero.encoders.base import EncodedTile, index_bytes_bound
 from subzero.errors import WorkflowError
 from subzero.executors import Executor
 from subzero.executors.tasks import map_calls
@@ -66,7 +66,7 @@ from subzero.tiling import Box, Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
            "TileProfile", "profile_from_run", "crop_box", "fans_crop", "CroppedInput", "CaptureLimit", "fans_window", "fans_corner",
-           "reuse_key", "recall", "remember", "forget", "code_digest", "profile_path"]
+           "reuse_key", "recall", "remember", "forget", "code_digest", "profile_path", "entry_sizes"]
 
 MAX_MAPPED_CELLS = 1 << 17   # input cells a mapping node's fans are counted over (else: sizes' ratio)
 MAX_MAPPED_LINKS = 1 << 16   # links a mapping node's fans are counted over at most (`fans_corner`)
@@ -396,12 +396,28 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
         if encoded.inline is not None:
             out.inline[name] = encoded.inline
             out.grow[name] = g
-        batch = merge_tiles([encoded])
+        nbytes, keys, boxes = entry_sizes(encoded)
         factor = pairs.n_pairs / max(sample.n_pairs, 1) * g  # the sample's sizes to the tile's
-        boxes = sum(len(ids) for ids, _, _ in batch.boxes.values())
-        out.strategies[name] = (batch.nbytes * factor, seconds * factor, pairs.n_pairs * g, len(pairs.out_ids) * g,
-                                n_in * g, len(batch.keys) * factor, boxes * factor)
+        out.strategies[name] = (nbytes * factor, seconds * factor, pairs.n_pairs * g, len(pairs.out_ids) * g,
+                                n_in * g, keys * factor, boxes * factor)
     return out
+
+
+def entry_sizes(encoded: EncodedTile) -> tuple[int, int, int]:
+    """``(bytes, keys, R-tree boxes)`` of the shard one tile's encoding makes: what
+    `subzero.encoders.merge_tiles` of it would hold (`Batch.nbytes`, its keys and boxes),
+    counted without building the sorted entries (calibration needs only their sizes).
+
+    Examples
+    --------
+    >>> entry_sizes(EncodedTile(keys=np.array([1, 2], np.uint64), values=[b"ab", b"c"],
+    ...                         cell_keys=np.array([5, 5, 7], np.uint64), cell_pairs=np.array([0, 1, 0])))
+    (59, 4, 0)
+    """
+    cells = len(np.unique(encoded.cell_keys)) if len(encoded.cell_keys) else 0  # one entry per key cell
+    keys = len(encoded.keys) + cells
+    nbytes = 8 * keys + sum(map(len, encoded.values)) + 8 * len(encoded.cell_pairs)
+    return nbytes, keys, sum(len(ids) for ids, _, _ in encoded.boxes.values())
 
 
 def _over_limit(seconds: float, most: float) -> str:

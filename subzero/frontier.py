@@ -378,16 +378,17 @@ class Frontier:
         for p in live:
             if p.is_full:
                 return p
-        first = next((p for p in live if p._mask is not None), None)
-        if first is None:
+        masks = [p for p in live if p._mask is not None]
+        if not masks:
             out = live[0]
             for p in live[1:]:
                 out = out.union(p)
             return out
-        mask = first._mask.copy()
+        # the first two masks make the new one (one pass, as a pair's union does); the rest go into it
+        mask = np.logical_or(masks[0]._mask, masks[1]._mask) if len(masks) > 1 else masks[0]._mask.copy()
         flat = mask.reshape(-1)
         for p in live:
-            if p is first:
+            if p is masks[0] or (len(masks) > 1 and p is masks[1]):
                 continue
             if p._mask is not None:
                 np.logical_or(mask, p._mask, out=mask)

@@ -368,6 +368,7 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
         out.distinct_in = int(round(grow * sum(distinct_count(a, int(np.prod(shape)))
                                                for a, shape in zip(full_pairs.in_ids, op.input_shapes))))
     enveloped = {}  # sampled payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
+    subsampled: dict[int, Any] = {}  # id of a mode's pairs (held by the captures) -> their `_subsample`
     share = limit.cells / max(out.cells, 1) if limit is not None else 0.0  # this part's cells scaled to the node's
     most = limit.seconds(out.plain_seconds * share) if limit is not None and fans else None
     for strategy in (full if probe is not None else ()) + stored:
@@ -384,7 +385,12 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
                 out.skipped[name] = _over_limit(alone, most)
                 out.skipped_at[name] = (alone, out.plain_seconds * share)
                 continue
-        sample = pairs if strategy.both_directions else _subsample(pairs, MAX_PAIRS)
+        if strategy.both_directions:
+            sample = pairs
+        else:  # one subsample of a mode's pairs for all its encodings (the same pairs: the same sample)
+            sample = subsampled.get(id(pairs))
+            if sample is None:
+                sample = subsampled[id(pairs)] = _subsample(pairs, MAX_PAIRS)
         if strategy.mode is not Mode.FULL:  # envelopes (map_p calls) of the sampled pairs only
             key = (strategy.mode, strategy.both_directions)
             if key not in enveloped:

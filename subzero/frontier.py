@@ -42,14 +42,37 @@ def _size(shape: Shape) -> int:
     return math.prod(shape)  # Python ints: asked at every step, and never overflows
 
 
+#: `_box_coords` lays a large box out this many cells at a time (a slab that stays in cache)
+COORDS_SLAB_CELLS = 1 << 15
+
+
 def _box_coords(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The ``(N, ndim)`` coordinates of the half-open box ``[lo, hi)`` in C order (sorted ids)."""
+    """The ``(N, ndim)`` coordinates of the half-open box ``[lo, hi)`` in C order (sorted ids).
+
+    Written slab by slab of the first axis (`COORDS_SLAB_CELLS` cells): each slab's coordinates,
+    axis by axis, while it is in cache, so the answer's memory is written in one pass (a query
+    reaching a whole input returns millions of coordinates).
+
+    Examples
+    --------
+    >>> _box_coords(np.array([1, 0]), np.array([3, 2])).tolist()
+    [[1, 0], [1, 1], [2, 0], [2, 1]]
+    """
     ext = tuple(max(int(b) - int(a), 0) for a, b in zip(lo, hi))
     out = np.empty(ext + (len(ext),), np.int64)
+    if not out.size:
+        return out.reshape(-1, len(ext))
+    ranges = []
     for axis, (a, n) in enumerate(zip(lo, ext)):
         along = [1] * len(ext)
         along[axis] = n
-        out[..., axis] = np.arange(int(a), int(a) + n, dtype=np.int64).reshape(along)
+        ranges.append(np.arange(int(a), int(a) + n, dtype=np.int64).reshape(along))
+    rows = max(COORDS_SLAB_CELLS // max(math.prod(ext[1:]), 1), 1)
+    for r in range(0, ext[0], rows):
+        slab = out[r:r + rows]
+        slab[..., 0] = ranges[0][r:r + rows]
+        for axis in range(1, len(ext)):
+            slab[..., axis] = ranges[axis]
     return out.reshape(-1, len(ext))
 
 
@@ -331,6 +354,50 @@ class Frontier:
                 return Frontier.of_boxes(lo, hi, self.shape)
         return Frontier.of_ids(sorted_unique(np.concatenate([self.ids(), other.ids()]), runs=True), self.shape,
                                unique=True)
+
+    @classmethod
+    def union_all(cls, parts: "Sequence[Frontier]") -> "Frontier":
+        """The cells of any of ``parts`` (frontiers over one array, at least one).
+
+        What reaches a node by many paths is united once: when one of them is a mask, every
+        part is painted into one copy of it and counted once (not a new mask and a count per
+        pair); else the parts are united pairwise (`union`: boxes stay boxes).
+
+        Examples
+        --------
+        >>> a = Frontier.of_ids(np.array([0, 1]), (2, 2))
+        >>> b = Frontier.of_boxes(np.array([[1, 1]]), np.array([[2, 2]]), (2, 2))
+        >>> Frontier.union_all([a, b]).ids().tolist()
+        [0, 1, 3]
+        """
+        if not parts:
+            raise ValueError("Frontier.union_all needs at least one frontier")
+        live = [p for p in parts if not p.is_empty]
+        if len(live) <= 1:
+            return live[0] if live else parts[0]
+        for p in live:
+            if p.is_full:
+                return p
+        masks = [p for p in live if p._mask is not None]
+        if not masks:
+            out = live[0]
+            for p in live[1:]:
+                out = out.union(p)
+            return out
+        # the first two masks make the new one (one pass, as a pair's union does); the rest go into it
+        mask = np.logical_or(masks[0]._mask, masks[1]._mask) if len(masks) > 1 else masks[0]._mask.copy()
+        flat = mask.reshape(-1)
+        for p in live:
+            if p is masks[0] or (len(masks) > 1 and p is masks[1]):
+                continue
+            if p._mask is not None:
+                np.logical_or(mask, p._mask, out=mask)
+            elif p._boxes is not None:
+                for lo, hi in zip(*p._boxes):
+                    mask[tuple(slice(a, b) for a, b in zip(lo, hi))] = True
+            else:
+                flat[p._ids] = True
+        return cls.of_mask(mask)
 
     def contains(self, ids: np.ndarray) -> np.ndarray:
         """For flat ``ids``, whether each is in the frontier."""

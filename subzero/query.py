@@ -39,7 +39,7 @@ from subzero.operator import Operator
 from subzero.optimizer.cost_model import NodeProfile
 from subzero.optimizer.query_time import choose_step
 from subzero.pairs import FullPairs
-from subzero.worker import NodeTask, RecomputedArray, expand_payloads, trace_tile
+from subzero.worker import NodeTask, RecomputedArray, expand_payloads, rerun_payloads, trace_tile
 from subzero.store.roles import LineageReader
 from subzero.tiling import Tile, tile_grid
 
@@ -170,7 +170,7 @@ def step(source: "QueryEngine", node: Node, frontier: Frontier, i: int, directio
     if strategy.mode is Mode.MAP:
         return map_step(op, frontier, i, direction, target)
     if strategy.mode is Mode.BLACKBOX:
-        return _reexecute(source, node, frontier, i, direction, target)
+        return _reexecute(source, node, frontier, i, direction, target, lookups)
     return _stored(source, node, frontier, i, direction, strategy, target, deadline, forced, damaged, lookups)
 
 
@@ -343,10 +343,51 @@ def _mask_step(op, mask: np.ndarray, i: int, direction: Direction, target) -> Fr
     return Frontier.of_mask(masked)
 
 
-def _reexecute(source, node, frontier: Frontier, i: int, direction: Direction, target) -> Frontier:
-    """Black-box step: re-run, in tracing mode, only the tiles the frontier touches."""
-    tiles = [t for t, _ in source.grid(node).split(frontier, None if direction is Direction.BACKWARD else i)]
-    return _trace(source, node, tiles, frontier, i, direction, target)
+def _reexecute(source, node, frontier: Frontier, i: int, direction: Direction, target,
+               lookups: dict | None = None) -> Frontier:
+    """Black-box step: re-run, in tracing mode, only the tiles the frontier touches.  Backward
+    through an operator whose re-run gives payloads with a union form (`_rerun_union`): the
+    payloads' union and the default's box form, as a stored CompOne step; else region pairs."""
+    split = source.grid(node).split(frontier, None if direction is Direction.BACKWARD else i)
+    if direction is Direction.BACKWARD:
+        got = _rerun_union(source, node, split, frontier, i, target, lookups)
+        if got is not None:
+            return got
+    return _trace(source, node, [t for t, _ in split], frontier, i, direction, target)
+
+
+def _rerun_union(source, node, split: list[tuple[int, Frontier]], frontier: Frontier, i: int, target,
+                 lookups: dict | None) -> Frontier | None:
+    """A backward black-box step from the payload pairs of the re-run tiles (`QueryEngine.rerun_payloads`,
+    each tile re-run once per engine): each distinct payload of the frontier's cells through the
+    operator's ``map_p`` once, and in ``COMP`` mode the mapping default of the frontier's other cells in
+    the frontier's own form (a halo's box grows as a box), the same answer as `_trace`'s region pairs
+    (one per cell) without building them.  ``lookups`` (the walk's) keeps each tile's pairs for the
+    node's next input.  None when the operator has no union form or its re-run gives no payloads."""
+    op = operator_of(node)
+    if getattr(type(op), "map_p", None) is Operator.map_p:
+        return None
+    parts, overridden, mode = [np.empty(0, np.int64)], [np.empty(0, np.int64)], Mode.PAY
+    last = i == len(op.input_shapes) - 1  # the node's last input: nothing left to share the pairs with
+    for tile, sub in split:
+        key = (id(frontier), node.name, "rerun", tile)  # the walk holds the frontier until every input stepped
+        got = (lookups.pop(key, None) if last else lookups.get(key)) if lookups is not None else None
+        if got is None:
+            got = source.rerun_payloads(node, tile, sub)
+            if got is None:
+                return None
+            if lookups is not None and not last:
+                lookups[key] = got
+        mode, pay = got
+        parts.append(_payload_union(op, pay, i, None, target))
+        overridden.append(pay.out_ids)
+    result = Frontier.of_ids(np.concatenate(parts), target)
+    if mode is Mode.COMP:
+        covered = np.concatenate(overridden)
+        rest = frontier if not len(covered) else \
+            Frontier.of_ids(frontier.ids()[~np.isin(frontier.ids(), covered)], frontier.shape, unique=True)
+        result = result.union(map_step(op, rest, i, Direction.BACKWARD, target))
+    return result
 
 
 def _trace(source, node, tiles: list[int], frontier: Frontier, i: int, direction: Direction, target) -> Frontier:
@@ -388,6 +429,21 @@ def _private(carried: Any) -> Any:
     if isinstance(carried, Frontier) and not all(a.flags.writeable for a in carried.arrays()):
         return carried.copy()
     return carried
+
+
+def _united(held: dict, node: Any) -> Any:
+    """What reached ``node`` (``held[node]``: one part per path) as one: frontiers united at once
+    (`Frontier.union_all`: masks painted into one), carriers pairwise; kept united in ``held``."""
+    parts = held[node]
+    if len(parts) > 1:
+        if all(isinstance(p, Frontier) for p in parts):
+            one = Frontier.union_all(parts)
+        else:
+            one = parts[0]
+            for p in parts[1:]:
+                one = one.union(p)
+        held[node] = parts = [one]
+    return parts[0]
 
 
 def maps_whole(op: Operator, frontier: Frontier, i: int, direction: Direction) -> bool:
@@ -655,6 +711,15 @@ class QueryEngine:
             kept = self._reruns.setdefault(node.name, _Kept(self._rerun_budget, self._lock))
         return [trace_tile(task, grid.tiles[t], frontier, i, direction, kept) for t in tiles]
 
+    def rerun_payloads(self, node: Node, tile: int, frontier: Frontier) -> Any:
+        """The mode and payload pairs of re-running ``node``'s ``tile`` (an index into its grid) for
+        the cells of ``frontier`` (`subzero.worker.rerun_payloads`: the tile runs once per engine
+        while the memo lasts); None when its tracing gives no payloads."""
+        task, grid = self.tile_task(node), self.grid(node)
+        with self._lock:
+            kept = self._reruns.setdefault(node.name, _Kept(self._rerun_budget, self._lock))
+        return rerun_payloads(task, grid.tiles[tile], frontier, kept)
+
     def report_damaged(self, node: Node, damaged: list[str]) -> None:
         """Warn, once per shard, that the shards of ``damaged`` could not be read and their
         tiles were re-run instead."""
@@ -813,21 +878,19 @@ class QueryEngine:
         """
         forward = plan.direction is Direction.FORWARD
         order, on_path = self._walk_plan(src, dsts, plan.direction)
-        held: dict = {src: start}
+        held: dict = {src: [start]}  # node -> what reached it by each path, united when it is read (`_united`)
         keep = set(dsts)
         for node in (order if forward else reversed(order)):
             if (node is src) if forward else (node not in held):
                 continue
             for i, parent in enumerate(node.inputs):
                 if forward and parent in held:
-                    got = self.advance(node, held[parent], i, plan)
-                    held[node] = held[node].union(got) if node in held else got
+                    held.setdefault(node, []).append(self.advance(node, _united(held, parent), i, plan))
                 elif not forward and parent in on_path:
-                    got = self.advance(node, held[node], i, plan)
-                    held[parent] = held[parent].union(got) if parent in held else got
+                    held.setdefault(parent, []).append(self.advance(node, _united(held, node), i, plan))
             if not forward and node not in keep:
                 del held[node]  # each node steps once: what it held is done
-        return {dst: _private(held.get(dst)) for dst in dsts}
+        return {dst: _private(_united(held, dst) if dst in held else None) for dst in dsts}
 
     def _walk_plan(self, src, dsts, direction: Direction) -> tuple[list, set]:
         """The nodes on a path from ``src`` to any of ``dsts`` (in workflow order, and as a set),

@@ -34,7 +34,7 @@ from subzero.store.shards import ShardSink
 from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
 
 __all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "Held", "FusedTask",
-           "FusedTile", "run_fused_tile", "trace_tile", "modes_for",
+           "FusedTile", "run_fused_tile", "trace_tile", "rerun_payloads", "modes_for",
            "derived_full", "expand_payloads", "merge_inline", "RecomputedArray"]
 
 
@@ -521,6 +521,23 @@ def trace_tile(task: NodeTask, tile: Tile, frontier: Any = None, i: int = 0,
     default = derived_full(op, tile.box, wanted)
     kept = ~np.isin(default.out_ids, overridden, kind="table") if len(default.out_ids) else np.ones(0, bool)
     return FullPairs.concat([default.select(kept), expanded], len(op.input_shapes))
+
+
+def rerun_payloads(task: NodeTask, tile: Tile, frontier: Any,
+                   reruns: "MutableMapping | None" = None) -> tuple[Mode, PayloadPairs] | None:
+    """The payload pairs `trace_tile` reads for a backward step from ``frontier`` (over the
+    output): re-running ``tile`` in ``COMP`` mode (``PAY`` when the operator has no ``COMP``),
+    from ``reruns`` when it ran before, kept to the pairs' cells in the frontier; with that mode.
+    None when `trace_tile` takes no payloads for the operator (mapping functions, all-to-all, or
+    ``FULL`` alone).  A step then unites the payloads' ``map_p`` and, in ``COMP`` mode, the mapping
+    default of the frontier's other cells, as a stored CompOne step does, with no pair per cell."""
+    op = task.operator
+    supported = op.supported_modes()
+    if op.all_to_all or Mode.MAP in supported or not supported & {Mode.COMP, Mode.PAY}:
+        return None
+    mode = Mode.PAY if Mode.PAY in supported and Mode.COMP not in supported else Mode.COMP
+    pay, _ = _rerun(task, tile, mode, reruns)
+    return mode, _payloads_for(op, pay, frontier, 0, Direction.BACKWARD)
 
 
 def _rerun(task: NodeTask, tile: Tile, mode: Mode, reruns: "MutableMapping | None") -> tuple[Any, Tile]:

@@ -10,7 +10,7 @@ import pytest
 import subzero as sz
 from subzero import operators as ops
 from subzero.executors import LocalExecutor
-from subzero.modes import Strategy
+from subzero.modes import Mode, Strategy
 from subzero.tiling import tile_grid
 from subzero.worker import NodeTask
 from subzero.optimizer.calibrate import profile_node
@@ -430,3 +430,59 @@ def test_a_profile_kept_on_disk_is_recalled_by_a_new_process_and_only_by_the_sam
         assert recall(others[0], None, None) is None and recall(others[1], None, None) is None
         forget()
         assert recall(key, None, None) is None
+
+
+def test_a_whole_array_operators_full_candidates_measured_on_a_crop_predict_the_whole_tile(tmp_path, monkeypatch):
+    """A whole-array operator measured on one tile makes its FULL pairs on a centred quarter crop
+    of its inputs (`fans_crop`), scaled to the tile: the counts, fans and sizes it predicts are the
+    whole tile's, the payload candidates are measured as before, and its range table, too small a
+    sample to call regular, grows with the cells."""
+    from subzero.optimizer import calibrate
+
+    rng = np.random.default_rng(5)
+    image = rng.normal(0.0, 1.0, (240, 240))
+    for r, c in zip(rng.integers(3, 237, 90), rng.integers(3, 237, 90)):  # stars spread over the field
+        image[r - 1:r + 2, c - 1:c + 2] += 30.0
+    wf = sz.Workflow("s")
+    wf.add(ops.DetectStars(threshold=5.0, minarea=3), wf.input("x"), name="stars")
+    run = wf.run({"x": image}, store=tmp_path / "s", executor="local")
+    op = run.node("stars").operator
+    task = NodeTask("stars", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    tiles, names = node_tiles(op, 240), supported_strategies(op)
+    assert len(tiles) == 1 and calibrate.fans_crop(task, tiles[0])[1].box == ((0, 120), (0, 120))
+    cropped = profile_node(task, tiles, names, op_seconds=None, runner=LocalExecutor())
+    monkeypatch.setattr(calibrate, "fans_crop", lambda *args, **kwargs: None)  # the whole tile, as before
+    whole = profile_node(task, tiles, names, op_seconds=None, runner=LocalExecutor())
+    assert set(cropped.strategies) == set(whole.strategies)
+    for name, got in cropped.strategies.items():
+        want = whole.strategies[name]
+        if not name.startswith("Full"):
+            assert got == want, name
+            continue
+        for what in ("pairs", "out_cells", "in_cells"):
+            assert getattr(got, what) == pytest.approx(getattr(want, what), rel=0.15), (name, what)
+        assert got.bytes == pytest.approx(want.bytes, rel=0.35), name
+    assert cropped.fan_backward == pytest.approx(whole.fan_backward, rel=0.15)
+    assert cropped.fan_forward == pytest.approx(whole.fan_forward, rel=0.15)
+
+
+def test_entry_sizes_count_what_the_merged_shard_holds(tmp_path):
+    """Calibration counts an encoded tile's bytes, keys and boxes without merging it into a
+    shard: the counts are `merge_tiles`' for every strategy."""
+    from subzero.encoders import encoder_for, merge_tiles
+    from subzero.optimizer.calibrate import entry_sizes
+    from subzero.worker import capture_tile, with_envelopes
+
+    run = _crd_run(tmp_path, seed=4, side=48, spikes=((5, 5), (20, 12), (30, 40)), tile_shape=24)
+    op = run.node("crd").operator
+    strategies = tuple(Strategy.parse(n) for n in supported_strategies(op) if Strategy.parse(n).stored)
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape, strategies)
+    capture = capture_tile(task, node_tiles(op, 24)[0])
+    for strategy in strategies:
+        pairs = capture.pairs_for(strategy)
+        if strategy.mode is not Mode.FULL:
+            pairs = with_envelopes(op, pairs)
+        encoded = encoder_for(strategy).encode(pairs, capture.tile.index, capture.shapes)
+        batch = merge_tiles([encoded])
+        assert entry_sizes(encoded) == (batch.nbytes, len(batch.keys),
+                                        sum(len(ids) for ids, _, _ in batch.boxes.values())), strategy.name

@@ -250,6 +250,25 @@ def test_union_agrees_with_the_mask(data):
         agrees(lambda: ma().union(mb()), ra | rb)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_union_all_agrees_with_the_mask(data):
+    shape = data.draw(shapes())
+    a, b = data.draw(masks(shape)), data.draw(masks(shape))
+    boxes = data.draw(box_lists(shape))
+    c = paint(*boxes, shape)
+    makers = [(a, m) for m in builds(a).values()] + [(b, m) for m in builds(b).values()] + \
+             [(c, lambda: Frontier.of_boxes(*boxes, shape))]
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    for k in range(1, 6):
+        chosen = [makers[j] for j in rng.choice(len(makers), size=k)]
+        parts = [m() for _, m in chosen]
+        held = [p.mask().copy() for p in parts]
+        agrees(lambda: Frontier.union_all(parts), np.logical_or.reduce([r for r, _ in chosen]))
+        for p, before in zip(parts, held):  # no part is written into
+            np.testing.assert_array_equal(p.mask(), before)
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.data())
 def test_cover_ids_gives_disjoint_boxes_covering_exactly_the_ids(data):

@@ -367,3 +367,51 @@ def test_payload_tiles_read_whole_once_answer_as_their_shards(tmp_path):
             want = run.backward("stat", c, to=name, using={"stat": "BlackBox"}, as_="frontier")
             np.testing.assert_array_equal(a[name].ids(), want.ids())
             np.testing.assert_array_equal(b[name].ids(), want.ids())
+
+
+def _cosmics_run(store):
+    """A two-input payload operator with a halo (``RepairCosmics``: COMP, image and coverage) over
+    tiles of 8, so a few cells' frontier straddles tiles; nothing stored."""
+    rng = np.random.default_rng(7)
+    image = rng.normal(0.0, 1.0, (24, 24))
+    image[rng.integers(0, 24, 12), rng.integers(0, 24, 12)] += 60.0  # residual cosmic rays
+    cover = np.ones((24, 24))
+    cover[3:6, 10:14] = 0  # uncovered: flagged
+    wf = sz.Workflow("c")
+    wf.add(ops.RepairCosmics(1.0), wf.input("x"), wf.input("cover"), name="clean")
+    return wf.run({"x": image, "cover": cover}, store=store, executor="local", tile_shape=8,
+                  strategies={"clean": ["BlackBox"]})
+
+
+@pytest.mark.parametrize("make", ["cosmics", "statistic"])
+def test_a_black_box_step_backward_unites_the_rerun_payloads_as_region_pairs_do(tmp_path, monkeypatch, make):
+    """Backward, a black-box step through a payload operator unites each distinct payload's
+    ``map_p`` and the default's map step over the re-run tiles' payload pairs, read once per tile
+    for every input: the cells the re-run's region pairs (one per cell) give."""
+    import subzero.query as query_mod
+
+    run = _cosmics_run(tmp_path / "c") if make == "cosmics" else labelled_statistic_run(tmp_path / "s")
+    node = run.lineage.workflow.nodes[-1]
+    inputs = [n.name for n in node.inputs]
+    rng = np.random.default_rng(3)
+    shape = run.shape(node.name)
+    queries = [[tuple(int(rng.integers(0, n)) for n in shape) for _ in range(k)] for k in (1, 3, 9)]
+    queries.append([tuple(n // 2 for n in shape)])
+    if make == "cosmics":
+        queries.append([(4, 11), (7, 7), (8, 8)])  # an uncovered (repaired) cell, and a tile corner
+    reads = []
+    real = query_mod.QueryEngine.rerun_payloads
+    monkeypatch.setattr(query_mod.QueryEngine, "rerun_payloads",
+                        lambda self, *a: reads.append(a[1]) or real(self, *a))
+    monkeypatch.setattr(query_mod, "expand_payloads", lambda *a, **k: pytest.fail("payloads expanded per cell"))
+    got = [run.backward_many(node.name, cells, to=inputs, using={node.name: "BlackBox"}, as_="frontier")
+           for cells in queries]
+    assert reads and len(reads) == sum(
+        len(run.lineage.grid(node).split(run.frontier(node.name, cells), None)) for cells in queries)
+    monkeypatch.undo()
+    monkeypatch.setattr(query_mod, "_rerun_union", lambda *a: None)  # the region pairs' way
+    for cells, answer in zip(queries, got):
+        want = run.backward_many(node.name, cells, to=inputs, using={node.name: "BlackBox"}, as_="frontier")
+        for name in inputs:
+            np.testing.assert_array_equal(answer[name].ids(), want[name].ids(), err_msg=f"{cells} -> {name}")
+    assert any(len(a[inputs[0]].ids()) > len(c) for a, c in zip(got, queries))

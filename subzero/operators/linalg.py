@@ -89,6 +89,33 @@ class Dot(MapTiled):
         part = mask.any(axis=na if i == 0 else cb)
         return _place(part, 0 if i == 0 else na, self.output_shape)
 
+    def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """An output box reads its rows of ``a`` (``i=0``) or its columns of ``b`` (``i=1``), whole
+        along the contracted axis: a few columns of arithmetic, not a mask of the output."""
+        na, nb, cb = self._layout()
+        k = self.input_shapes[0][-1]
+        lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        inner_lo, inner_hi = np.zeros((len(lo), 1), np.int64), np.full((len(lo), 1), k, np.int64)
+        if i == 0:
+            return np.hstack([lo[:, :na], inner_lo]), np.hstack([hi[:, :na], inner_hi])
+        return (np.hstack([lo[:, na:na + cb], inner_lo, lo[:, na + cb:na + nb]]),
+                np.hstack([hi[:, na:na + cb], inner_hi, hi[:, na + cb:na + nb]]))
+
+    def map_f_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """A box of ``a`` reaches its rows of the output across every column of ``b`` (and one of
+        ``b`` its columns across every row of ``a``); the contracted axis drops out."""
+        na, nb, cb = self._layout()
+        lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        n, out = len(lo), np.asarray(self.output_shape, np.int64)
+        if na + nb == 0:  # two vectors: the one output cell
+            return np.zeros((n, 1), np.int64), np.ones((n, 1), np.int64)
+        if i == 0:
+            return (np.hstack([lo[:, :na], np.zeros((n, nb), np.int64)]),
+                    np.hstack([hi[:, :na], np.broadcast_to(out[na:], (n, nb))]))
+        rest = slice(cb + 1, None)  # b's axes after the contracted one (its last, when b has two or more)
+        return (np.hstack([np.zeros((n, na), np.int64), lo[:, :cb], lo[:, rest]]),
+                np.hstack([np.broadcast_to(out[:na], (n, na)), hi[:, :cb], hi[:, rest]]))
+
 
 class MatMul(Dot):
     """``a @ b`` for 2-D arrays: ``out[r, c]`` reads row ``r`` of ``a`` and column ``c`` of ``b``.

@@ -52,8 +52,9 @@ import xxhash
 
 from subzero import config
 from subzero.catalog import NodeMetrics
-from subzero.encoders import encoder_for, merge_tiles
-from subzero.encoders.base import index_bytes_bound
+from subzero.encoders import encoder_for
+from subzero.encoders.base import EncodedTile, index_bytes_bound
+from subzero.errors import WorkflowError
 from subzero.executors import Executor
 from subzero.executors.tasks import map_calls
 from subzero.modes import Mode, Strategy
@@ -64,8 +65,8 @@ from subzero.worker import NodeTask, capture_tile, merge_inline, with_envelopes
 from subzero.tiling import Box, Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
-           "TileProfile", "profile_from_run", "crop_box", "CroppedInput", "CaptureLimit", "fans_window", "fans_corner",
-           "reuse_key", "recall", "remember", "forget", "code_digest", "profile_path"]
+           "TileProfile", "profile_from_run", "crop_box", "fans_crop", "CroppedInput", "CaptureLimit", "fans_window", "fans_corner",
+           "reuse_key", "recall", "remember", "forget", "code_digest", "profile_path", "entry_sizes"]
 
 MAX_MAPPED_CELLS = 1 << 17   # input cells a mapping node's fans are counted over (else: sizes' ratio)
 MAX_MAPPED_LINKS = 1 << 16   # links a mapping node's fans are counted over at most (`fans_corner`)
@@ -138,6 +139,8 @@ class TileProfile:
     skipped: dict[str, str] = field(default_factory=dict)   # over the `CaptureLimit`: not encoded, and why
     #: those candidates' (predicted capture seconds, the operator seconds the limit was taken at)
     skipped_at: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: the ``(output, inputs)`` shapes the inline tables were encoded for, when not the task's (`fans_crop`)
+    inline_shapes: tuple | None = None
 
 
 def _cells(tile: Tile) -> int:
@@ -194,6 +197,49 @@ def fans_window(op: Operator, tile: Tile, fraction: float = FANS_FRACTION,
     if box is None:
         return None
     return Tile(tile.index, tuple((lo + a, lo + b) for (lo, _), (a, b) in zip(tile.box, box)))
+
+
+def fans_crop(task: NodeTask, tile: Tile, fraction: float = FANS_FRACTION,
+              min_cells: int = MIN_FANS_CELLS) -> tuple[NodeTask, Tile] | None:
+    """Where a whole-array operator measured on one tile (a crop of its inputs, see
+    `CroppedInput`) has its FULL candidates and fans measured: a centred crop of those inputs
+    holding ``fraction`` of the tile's cells (at least ``min_cells``), as a task over that
+    crop and its one tile; None when `fans_window` applies (tiles that may be any box), the
+    operator's inputs and output differ in shape, the tile is not the whole output, it is too
+    small to cut, or the operator refuses the crop's shapes.  A FULL capture costs many times
+    the operator, so on a quarter of the crop (the Halo operators' `fans_window`, for an
+    operator that must see whole arrays): its counts scale by the cells, as a window's do.
+
+    Examples
+    --------
+    >>> from subzero.operators import DetectStars
+    >>> op = DetectStars().bound(((200, 200),), (200, 200))
+    >>> sub, t = fans_crop(NodeTask("s", op, (None,), ((200, 200),), (200, 200)), Tile(0, ((0, 200), (0, 200))))
+    >>> sub.output_shape, t.box
+    ((100, 100), ((0, 100), (0, 100)))
+    """
+    from subzero.tiling import Whole
+
+    op, shape = task.operator, task.output_shape
+    if shape is None or op.all_to_all or op.two_pass or not isinstance(op.effective_tiling(), Whole) or \
+            any(tuple(s) != tuple(shape) for s in task.input_shapes) or \
+            tuple(tile.box or ()) != tuple((0, n) for n in shape) or _cells(tile) < 2 * min_cells:
+        return None
+    box = crop_box(tuple(shape), fraction, min_cells)
+    if box is None:
+        return None
+    lens = tuple(hi - lo for lo, hi in box)
+    offset = tuple(lo for lo, _ in box)
+    try:
+        out = op.infer_output_shape(tuple(lens for _ in task.input_shapes))
+    except WorkflowError:  # the operator refuses the crop's shapes: measured on the whole tile
+        return None
+    if out is None or tuple(out) != lens:
+        return None
+    sub = replace(task, operator=op.bound([lens] * len(task.input_shapes), lens), output=None,
+                  inputs=tuple(CroppedInput(ref, offset) for ref in task.inputs),
+                  input_shapes=tuple(lens for _ in task.input_shapes), output_shape=lens, chunks=None)
+    return sub, Tile(tile.index, tuple((0, n) for n in lens))
 
 
 def crop_box(shape: tuple[int, ...], fraction: float = CROP_FRACTION,
@@ -276,6 +322,11 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
     stored = tuple(s for s in strategies if s.stored)
     full = tuple(s for s in stored if s.mode is Mode.FULL)
     quarter = fans_window(op, tile) if fans else None
+    probe_task = task  # where the quarter runs: this task's tile, or a crop of a whole-array operator's inputs
+    if fans and quarter is None:
+        cropped = fans_crop(task, tile)
+        if cropped is not None:
+            probe_task, quarter = cropped
     out = TileProfile(0, 0.0)
     probe, grow, predicted = None, 1.0, {}
     if fans:  # the operator's own time: the tile without lineage (the limit needs it)
@@ -283,7 +334,9 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
         out.cells, out.plain_seconds = _cells(plain.tile), plain.op_seconds
     if quarter is not None:  # the FULL candidates and the fans, on the quarter
         start = time.perf_counter()
-        probe = capture_tile(replace(task, strategies=full + (() if _FANS in full else (_FANS,))), quarter)
+        probe = capture_tile(replace(probe_task, strategies=full + (() if _FANS in full else (_FANS,))), quarter)
+        if probe_task is not task:  # a crop of its own shapes: its inline tables merge over them
+            out.inline_shapes = probe.shapes
         out.seconds = time.perf_counter() - start
         grow = out.cells / max(_cells(probe.tile), 1)  # the quarter's counts to the tile's
         stored = tuple(s for s in stored if s.mode is not Mode.FULL)
@@ -315,6 +368,7 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
         out.distinct_in = int(round(grow * sum(distinct_count(a, int(np.prod(shape)))
                                                for a, shape in zip(full_pairs.in_ids, op.input_shapes))))
     enveloped = {}  # sampled payload pairs with their envelopes, once per mode (PayOne and PayMany share them)
+    subsampled: dict[int, Any] = {}  # id of a mode's pairs (held by the captures) -> their `_subsample`
     share = limit.cells / max(out.cells, 1) if limit is not None else 0.0  # this part's cells scaled to the node's
     most = limit.seconds(out.plain_seconds * share) if limit is not None and fans else None
     for strategy in (full if probe is not None else ()) + stored:
@@ -331,7 +385,12 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
                 out.skipped[name] = _over_limit(alone, most)
                 out.skipped_at[name] = (alone, out.plain_seconds * share)
                 continue
-        sample = pairs if strategy.both_directions else _subsample(pairs, MAX_PAIRS)
+        if strategy.both_directions:
+            sample = pairs
+        else:  # one subsample of a mode's pairs for all its encodings (the same pairs: the same sample)
+            sample = subsampled.get(id(pairs))
+            if sample is None:
+                sample = subsampled[id(pairs)] = _subsample(pairs, MAX_PAIRS)
         if strategy.mode is not Mode.FULL:  # envelopes (map_p calls) of the sampled pairs only
             key = (strategy.mode, strategy.both_directions)
             if key not in enveloped:
@@ -343,12 +402,28 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
         if encoded.inline is not None:
             out.inline[name] = encoded.inline
             out.grow[name] = g
-        batch = merge_tiles([encoded])
+        nbytes, keys, boxes = entry_sizes(encoded)
         factor = pairs.n_pairs / max(sample.n_pairs, 1) * g  # the sample's sizes to the tile's
-        boxes = sum(len(ids) for ids, _, _ in batch.boxes.values())
-        out.strategies[name] = (batch.nbytes * factor, seconds * factor, pairs.n_pairs * g, len(pairs.out_ids) * g,
-                                n_in * g, len(batch.keys) * factor, boxes * factor)
+        out.strategies[name] = (nbytes * factor, seconds * factor, pairs.n_pairs * g, len(pairs.out_ids) * g,
+                                n_in * g, keys * factor, boxes * factor)
     return out
+
+
+def entry_sizes(encoded: EncodedTile) -> tuple[int, int, int]:
+    """``(bytes, keys, R-tree boxes)`` of the shard one tile's encoding makes: what
+    `subzero.encoders.merge_tiles` of it would hold (`Batch.nbytes`, its keys and boxes),
+    counted without building the sorted entries (calibration needs only their sizes).
+
+    Examples
+    --------
+    >>> entry_sizes(EncodedTile(keys=np.array([1, 2], np.uint64), values=[b"ab", b"c"],
+    ...                         cell_keys=np.array([5, 5, 7], np.uint64), cell_pairs=np.array([0, 1, 0])))
+    (59, 4, 0)
+    """
+    cells = len(np.unique(encoded.cell_keys)) if len(encoded.cell_keys) else 0  # one entry per key cell
+    keys = len(encoded.keys) + cells
+    nbytes = 8 * keys + sum(map(len, encoded.values)) + 8 * len(encoded.cell_pairs)
+    return nbytes, keys, sum(len(ids) for ids, _, _ in encoded.boxes.values())
 
 
 def _over_limit(seconds: float, most: float) -> str:
@@ -415,11 +490,14 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         tiles_of = [m for m in measured if name in m.strategies]  # one part per sample tile measured it
         nbytes, _, pairs, outs, ins, keys, boxes = np.array([m.strategies[name] for m in tiles_of]).sum(axis=0)
         predicted = capture_seconds(strategy, pairs * scale, outs * scale, ins * scale)
-        merged = merge_inline(strategy, [m.inline.get(name) for m in tiles_of], task.shapes)
+        shapes = {m.inline_shapes for m in tiles_of if name in m.inline}  # encoded over a crop (`fans_crop`)
+        cropped = len(shapes) == 1 and None not in shapes
+        merged = merge_inline(strategy, [m.inline.get(name) for m in tiles_of],
+                              next(iter(shapes)) if cropped else task.shapes)
         if merged is not None:  # measured on quarters (`profile_part`): the table grows from their cells
             grown = sum(m.cells for m in tiles_of) / (sum(m.cells / m.grow.get(name, 1.0) for m in tiles_of) or 1.0)
             profile.strategies[name] = _merged_table(merged, scale * grown, predicted, pairs * scale, outs * scale,
-                                                     ins * scale)
+                                                     ins * scale, regular=not cropped)
             continue
         profile.strategies[name] = StrategyProfile(
             bytes=nbytes * scale + index_bytes_bound(boxes * scale), encode_seconds=predicted, pairs=pairs * scale,
@@ -578,7 +656,7 @@ def forget(disk: bool = True) -> None:
 
 
 def _merged_table(merged: bytes, scale: float, predicted: float, pairs: float, outs: float,
-                  ins: float) -> StrategyProfile:
+                  ins: float, regular: bool = True) -> StrategyProfile:
     """The node's range-rule table as the samples' merged table ``merged`` predicts it.
 
     A table of at most `REGULAR_RULES` rules is regular lineage (a stencil's interior and
@@ -586,12 +664,14 @@ def _merged_table(merged: bytes, scale: float, predicted: float, pairs: float, o
     size.  A larger one holds rules per region of the data (a source's pixels, cells that
     fall back to explicit ids): it grows with the node's cells (``scale``), and past
     `subzero.encoders.full_range.INLINE_BYTES` it is stored in chunks of
-    `subzero.encoders.full_range.CHUNK_RULES` rules (``keys``) a query reads and decodes."""
+    `subzero.encoders.full_range.CHUNK_RULES` rules (``keys``) a query reads and decodes.
+    ``regular=False``: the table was measured on a crop of a whole-array operator's inputs
+    (`fans_crop`), too small a sample to tell regular lineage: it grows with the cells."""
     from subzero.encoders.full_range import CHUNK_RULES, INLINE_BYTES
     from subzero.encoders.ranges import deserialize
 
     rules = deserialize(merged).n_rules
-    if rules <= REGULAR_RULES:
+    if regular and rules <= REGULAR_RULES:
         return StrategyProfile(bytes=float(len(merged)), encode_seconds=predicted, pairs=pairs, out_cells=outs,
                                in_cells=ins)
     nbytes = len(merged) * scale

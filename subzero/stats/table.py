@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -17,6 +19,8 @@ from subzero.stats.labelled import LabelledCells, propagate
 if TYPE_CHECKING:
     from astropy.table import Table
     from subzero.dag import Node
+
+log = logging.getLogger(__name__)
 
 __all__ = ["lineage_table", "object_labels", "array_over", "default_over"]
 
@@ -235,6 +239,7 @@ def lineage_table(run: Any, node: Any, over: Any = None, flags: Any = None, valu
         from subzero.executors.spark import SparkExecutor
 
         executor_obj = SparkExecutor(spark)
+    t0 = time.perf_counter()
     chunks = chunks_of(labels)
     blocks = chunk_blocks(shape, chunks, GEOMETRY_TASKS)
     if on_spark and _travels(label_ref):
@@ -248,6 +253,8 @@ def lineage_table(run: Any, node: Any, over: Any = None, flags: Any = None, valu
     del parts
     _checked(geometry, labels, where, fix)
     n = len(geometry)
+    log.info("lineage table of %s: geometry of %d objects from %d blocks of chunks in %.3f s", node.name, n,
+             len(blocks), time.perf_counter() - t0)
     batches = plan_batches(geometry, shape, chunks, batch_objects)
     if on_spark:
         from subzero.executors.tasks import map_items

@@ -294,6 +294,7 @@ def test_stats_bench_measures_a_built_store_in_a_fresh_process(tmp_path, monkeyp
     assert got["objects"] == len(expected) and got["cells"] == 208 * 208 and got["executor"] == "local"
     assert got["lineage_cells_total"] == int(np.sum(expected["n_lineage"]))
     assert got["objects_flagged"] == int(np.sum(expected["n_flagged"] > 0)) and got["driver_rss"] > 0
+    assert got["sample"] > 0 and got["sample_mismatches"] == 0
     assert "driver peak RSS (GB)" in (tmp_path / "out" / "REPORT.md").read_text()
 
 

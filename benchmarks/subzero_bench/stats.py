@@ -235,16 +235,40 @@ def store_table(store: str, flags: str, executor: str = "spark") -> dict[str, An
     python = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if spark is not None:
         spark.stop()
+    mismatches = _check_sample(run, table, hits)
     shape = tuple(run.shape("stars"))
     return {"store": str(store), "flags": str(flags), "executor": executor, "cells": int(np.prod(shape)),
             "side": int(shape[0]), "objects": len(table), "batches": table.meta["batches"],
             "seconds": wall, "geometry_seconds": phases[0] if phases else None,
             "lineage_cells_total": int(np.asarray(table["n_lineage"]).sum()),
             "objects_flagged": int((np.asarray(table["n_flagged"]) > 0).sum()),
+            "sample": min(SAMPLE, len(table)), "sample_mismatches": mismatches,
             "values_sum": float(np.nansum(np.asarray(table["values_sum"]))),
             "driver_rss": python + jvm, "driver_python_rss": python, "driver_jvm_rss": jvm,
             "executor_rss": workers if executor == "spark" else None,
             "load_before": load_before, "load_after": load_after}
+
+
+def _check_sample(run, table, hits) -> int:
+    """Rows of `SAMPLE` objects spread over ``table`` against one backward query per object
+    (its cells read from its bounding box; the answer's flags and values read where it lies):
+    the rows that differ."""
+    from subzero.stats.chunks import gather
+
+    labels, raw = run.output("stars"), run.output("raw")
+    shape = tuple(run.shape("raw"))
+    bad = 0
+    for k in np.linspace(0, len(table) - 1, min(SAMPLE, len(table))).astype(int).tolist():
+        row = table[k]
+        r0, r1, c0, c1 = (int(row[c]) for c in ("bbox_r0", "bbox_r1", "bbox_c0", "bbox_c1"))
+        cells = np.argwhere(np.asarray(labels[r0:r1, c0:c1]) == row["label"]) + (r0, c0)
+        got = np.asarray(run.backward("stars", cells, to="raw"), np.int64).reshape(-1, 2)
+        ids = np.ravel_multi_index(tuple(got.T), shape)
+        flagged = int((gather(hits, ids) != 0).sum())
+        total = float(gather(raw, ids).astype(np.float64).sum())
+        bad += int(len(got) != row["n_lineage"] or flagged != row["n_flagged"]
+                   or not np.isclose(total, row["values_sum"], rtol=1e-9))
+    return bad
 
 
 def _store_run(store: str, flags: str, executor: str, log: Callable[[str], None]) -> dict[str, Any]:
@@ -363,6 +387,7 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
                "count_mask_agrees": agree, "count_mismatches": count_mismatches, "count_max": int(count.max()),
                "contaminated_cells": int((count > 0).sum()),
                "objects_flagged": int((np.asarray(table["n_flagged"]) > 0).sum()),
+            "sample": min(SAMPLE, len(table)), "sample_mismatches": mismatches,
                "lineage_cells_total": int(np.asarray(table["n_lineage"]).sum()),
                "table_peak_bytes": table_peak, "batch_objects": batch, "one_pass_seconds": whole_seconds,
                "one_pass_peak_bytes": whole_peak, "one_pass_same": whole_same, "count_peak_bytes": count_peak,

@@ -271,6 +271,7 @@ def lineage_table(run: Any, node: Any, over: Any = None, flags: Any = None, valu
     total, vmax = np.zeros(n), np.full(n, np.nan)
     for ids, part_lineage, part_flagged, part_total, part_max in results:
         n_lineage[ids], n_flagged[ids], total[ids], vmax[ids] = part_lineage, part_flagged, part_total, part_max
+    del results
     columns: dict = {"label": geometry.labels, "area": geometry.area}
     names = _axis_names(len(shape))
     for axis, name in enumerate(names):
@@ -287,7 +288,7 @@ def lineage_table(run: Any, node: Any, over: Any = None, flags: Any = None, valu
         columns["values_sum"] = total
         columns["values_mean"] = np.divide(total, n_lineage, out=np.full(n, np.nan), where=n_lineage > 0)
         columns["values_max"] = vmax
-    table = Table(columns)
+    table = Table(columns, copy=False)  # the columns are this call's own arrays: no second copy
     table.meta.update({"node": node.name, "over": over.name, "store": str(run.path), "batches": len(batches),
                        "executor": mode,
                        "flags": flags if isinstance(flags, str) else ("array" if flags is not None else None),

@@ -14,8 +14,10 @@ Three steps avoid the per-cell expansion where it would multiply the work:
 - other mapping operators with a box form (stencils) step each label's cells as boxes
   (`subzero.boxes.cover_ids` per label, then ``map_b_boxes``/``map_f_boxes``), so a stencil
   grows a label's region by its halo once rather than once per cell;
-- payload steps (Pay, Comp) call ``map_p`` once per (payload, label) on that label's cells,
-  not once per cell (a component read by each of its cells would cost its area squared).
+- payload steps (Pay, Comp) expand every cell's lineage at once (one ``map_p_pairs`` call per
+  payload) while a sample of cells predicts few pairs, else call ``map_p`` once per (payload,
+  label) on that label's cells, not once per cell (a component read by each of its cells would
+  cost its area squared).
 """
 
 from __future__ import annotations
@@ -231,9 +233,9 @@ def _expanded_pairs(op, pay, i: int) -> float:
     pick = np.unique(np.linspace(0, n - 1, min(SAMPLE_CELLS, n)).astype(np.int64))
     out_shape = tuple(op.output_shape)
     reads = 0
-    for code in np.unique(owner_code[pick]).tolist():
-        cells = pay.out_ids[pick[owner_code[pick] == code]]
-        reads += len(np.asarray(op.map_p_pairs(to_coords(cells, out_shape), distinct[code], i)[0]))
+    for c in np.unique(owner_code[pick]).tolist():
+        cells = pay.out_ids[pick[owner_code[pick] == c]]
+        reads += len(np.asarray(op.map_p_pairs(to_coords(cells, out_shape), distinct[c], i)[0]))
     return reads / len(pick) * n
 
 

@@ -297,10 +297,11 @@ class Run:
             The ancestor the lineage is measured in (default: the one input ``node`` is computed
             from; a workflow with several inputs must name one).
         flags, values : array or str, optional
-            Arrays of ``over``'s shape, or names of stored nodes of that shape: ``flags``
-            nonzero = flagged; ``values`` summed, averaged and maximised over each lineage.
+            Arrays of ``over``'s shape (numpy, or Zarr arrays read chunk by chunk), or names of
+            stored nodes of that shape: ``flags`` nonzero = flagged; ``values`` summed, averaged
+            and maximised over each lineage.
         objects : array, optional
-            A label array of ``node``'s shape, instead of its stored array.
+            A label array of ``node``'s shape (numpy or Zarr), instead of its stored array.
         using : dict, optional
             Node -> strategy to read for that node's step (as in `backward`).
         batch_objects : int or None

@@ -277,6 +277,27 @@ def test_stats_sky_is_the_same_sky_whole_in_tiles_and_in_zarr(tmp_path):
     assert np.array_equal(zarr.open_array(paths["hits"], mode="r")[:], hits)
 
 
+def test_stats_bench_measures_a_built_store_in_a_fresh_process(tmp_path, monkeypatch):
+    """``SUBZERO_STATS_STORE``: the table of a store built from Zarr inputs, read-only, in a fresh
+    process (the local executor here; Spark at 1e9), with the driver's peak memory."""
+    import zarr
+    from subzero_bench.stats import run_workflow, sky_zarr
+
+    paths = sky_zarr(208, tmp_path / "sky", tile=70, log=lambda line: None)
+    run = run_workflow(zarr.open_array(paths["raw"], mode="r")[:], tmp_path / "store")
+    expected = run.lineage_table("stars", over="raw", flags=zarr.open_array(paths["hits"], mode="r")[:], values="raw")
+    monkeypatch.setenv("SUBZERO_STATS_STORE", str(tmp_path / "store"))
+    monkeypatch.setenv("SUBZERO_STATS_FLAGS", paths["hits"])
+    monkeypatch.setenv("SUBZERO_STATS_EXECUTOR", "local")
+    assert bench.main("stats", quick=True, out_dir=str(tmp_path / "out"), log=lambda line: None) == 0
+    got = json.loads((tmp_path / "out" / "results.json").read_text())["raw"]["store_table"]
+    assert got["objects"] == len(expected) and got["cells"] == 208 * 208 and got["executor"] == "local"
+    assert got["lineage_cells_total"] == int(np.sum(expected["n_lineage"]))
+    assert got["objects_flagged"] == int(np.sum(expected["n_flagged"] > 0)) and got["driver_rss"] > 0
+    assert got["sample"] > 0 and got["sample_mismatches"] == 0
+    assert "driver peak RSS (GB)" in (tmp_path / "out" / "REPORT.md").read_text()
+
+
 def test_coldquery_bench_times_new_processes_against_import_numpy(tmp_path, monkeypatch):
     monkeypatch.setenv("SUBZERO_COLDQUERY_BASELINE", str(Path(__file__).resolve().parents[1]))  # itself: same answer
     assert bench.main("coldquery", quick=True, out_dir=str(tmp_path), size=1, executor="local",

@@ -29,6 +29,9 @@ def store(tmp_path_factory):
     flags[3, 3] = flags[9, 12] = 1
     np.save(root / "flags.npy", flags)
     fits.HDUList([fits.PrimaryHDU(), fits.ImageHDU(flags, name="DQ")]).writeto(root / "dq.fits")
+    import zarr
+
+    zarr.create_array(str(root / "flags.zarr"), shape=flags.shape, chunks=(5, 5), dtype=flags.dtype)[:] = flags
     return root, image, flags
 
 
@@ -36,7 +39,8 @@ def test_table_writes_the_table_the_api_gives(store, capsys):
     root, image, flags = store
     run = sz.open_run(root / "run")
     expected = run.lineage_table("objects", over="x", flags=flags, values="x")
-    for out, spec in (("t.ecsv", "flags.npy"), ("t.fits", "dq.fits[DQ]"), ("t.csv", "flags.npy")):
+    for out, spec in (("t.ecsv", "flags.npy"), ("t.fits", "dq.fits[DQ]"), ("t.csv", "flags.npy"),
+                      ("z.ecsv", "flags.zarr")):
         code = main(["table", str(root / "run"), "--objects", "objects", "--over", "x", "--flags", str(root / spec),
                      "--values", "x", "--out", str(root / out)])
         assert code == 0
@@ -44,6 +48,10 @@ def test_table_writes_the_table_the_api_gives(store, capsys):
         assert list(got["n_flagged"]) == list(expected["n_flagged"]) == [1, 1]
         np.testing.assert_allclose(got["values_sum"], expected["values_sum"])
     assert "2 object(s), 2 with flagged cells" in capsys.readouterr().out
+    from subzero.stats.spec import read_array_spec
+
+    lazy = read_array_spec(run, str(root / "flags.zarr"), "--flags")  # read chunk by chunk, never loaded whole
+    assert not isinstance(lazy, np.ndarray) and lazy.shape == flags.shape
 
 
 def test_table_flags_by_expression_and_answers_to_its_older_name(store, capsys):

@@ -280,6 +280,17 @@ def test_payload_and_component_steps_match_per_object_queries(tmp_path_factory, 
     np.testing.assert_array_equal(contamination_count(run, "x", flags, "both", using=using), expected)
 
 
+@pytest.mark.parametrize("strategy", ["PayOne", "CompMany"])
+def test_payload_steps_call_map_p_per_object_when_cell_by_cell_would_cost_too_much(tmp_path_factory, strategy,
+                                                                                   monkeypatch):
+    """Payload steps expand every cell's lineage at once while a sample predicts few pairs, else
+    call ``map_p`` once per (payload, object): both give the per-object queries' answers."""
+    from subzero.stats import labelled
+
+    monkeypatch.setattr(labelled, "PER_CELL_PAIRS", 0)
+    test_payload_and_component_steps_match_per_object_queries(tmp_path_factory, strategy)
+
+
 def test_over_must_be_named_when_there_are_several_inputs(tmp_path):
     wf = sz.Workflow("two")
     wf.add(ops.Add(), wf.input("x"), wf.input("y"), name="total")

@@ -15,10 +15,23 @@ Measured in one process, on the stored run (local executor):
 - ``count``: `contamination_count` of the cosmic-ray hits in the label array, against
   ``forward``: the union forward query of the same hits (`Run.forward_mask`), and checked
   per cell on a sample against one backward query per cell.
+
+``SUBZERO_STATS_STORE`` (a store this workflow was run into, e.g. a 1e9-cell sky on Spark from
+the Zarr inputs `sky_zarr` writes) with ``SUBZERO_STATS_FLAGS`` (that sky's ``hits`` Zarr array)
+measures that store instead, read-only (`store_table`): the table of every object with the
+hits as flags and ``raw`` as values, as Spark tasks (``SUBZERO_STATS_EXECUTOR``: ``spark``, the
+default, or ``local``), in a fresh process whose driver peak RSS (Python plus the JVM, as the
+scale bench measures it) is recorded beside the wall time and the load.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -26,10 +39,10 @@ from typing import Any, Callable
 import numpy as np
 
 from subzero_bench.results import figure
-from subzero_bench.timing import load_average
+from subzero_bench.timing import child_pythonpath, load_average
 from subzero.stats.table import BATCH_OBJECTS
 
-__all__ = ["run_stats", "workflow", "sky", "SIDE", "QUICK_SIDE"]
+__all__ = ["run_stats", "workflow", "sky", "sky_tile", "sky_zarr", "store_table", "SIDE", "QUICK_SIDE"]
 
 SIDE, QUICK_SIDE = 4000, 800
 SPACING = 40            # pixels between stars: (SIDE / SPACING)^2 = 1e4 stars
@@ -184,9 +197,110 @@ def run_workflow(raw: np.ndarray, store: Path):
                           strategies={"stars": ["CompOne"]})
 
 
+def store_table(store: str, flags: str, executor: str = "spark") -> dict[str, Any]:
+    """In this (fresh) process: the table of every object of the run in ``store`` (opened
+    read-only) over ``raw``, the Zarr array ``flags`` as flags and ``raw`` as values, by
+    ``executor``; its wall time, the driver's peak RSS (this process's, plus the driver JVM's,
+    where local-mode executors also live) and Spark's Python workers' peak, and the table's sums."""
+    import zarr
+
+    import subzero as sz
+    from subzero_bench.scale import _Sampler
+
+    sampler = _Sampler()
+    spark = None
+    if executor == "spark":
+        from subzero.executors.spark import get_session
+
+        spark = get_session()
+        spark.range(4).count()  # the JVM is up before the clock starts
+    run = sz.open_run(store)
+    hits = zarr.open_array(flags, mode="r")
+    phases: list[float] = []
+
+    class _Geometry(logging.Handler):  # the table logs its geometry pass's seconds
+        def emit(self, record: logging.LogRecord) -> None:
+            if "geometry of" in record.getMessage():
+                phases.append(float(record.args[-1]))  # type: ignore[index]
+
+    logger = logging.getLogger("subzero.stats.table")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(_Geometry())
+    load_before = load_average()
+    t0 = time.perf_counter()
+    table = run.lineage_table("stars", over="raw", flags=hits, values="raw", executor=executor)
+    wall = time.perf_counter() - t0
+    load_after = load_average()
+    jvm, workers = sampler.stop()
+    python = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if spark is not None:
+        spark.stop()
+    mismatches = _check_sample(run, table, hits)
+    shape = tuple(run.shape("stars"))
+    return {"store": str(store), "flags": str(flags), "executor": executor, "cells": int(np.prod(shape)),
+            "side": int(shape[0]), "objects": len(table), "batches": table.meta["batches"],
+            "seconds": wall, "geometry_seconds": phases[0] if phases else None,
+            "lineage_cells_total": int(np.asarray(table["n_lineage"]).sum()),
+            "objects_flagged": int((np.asarray(table["n_flagged"]) > 0).sum()),
+            "sample": min(SAMPLE, len(table)), "sample_mismatches": mismatches,
+            "values_sum": float(np.nansum(np.asarray(table["values_sum"]))),
+            "driver_rss": python + jvm, "driver_python_rss": python, "driver_jvm_rss": jvm,
+            "executor_rss": workers if executor == "spark" else None,
+            "load_before": load_before, "load_after": load_after}
+
+
+def _check_sample(run, table, hits) -> int:
+    """Rows of `SAMPLE` objects spread over ``table`` against one backward query per object
+    (its cells read from its bounding box; the answer's flags and values read where it lies):
+    the rows that differ."""
+    from subzero.stats.chunks import gather
+
+    labels, raw = run.output("stars"), run.output("raw")
+    shape = tuple(run.shape("raw"))
+    bad = 0
+    for k in np.linspace(0, len(table) - 1, min(SAMPLE, len(table))).astype(int).tolist():
+        row = table[k]
+        r0, r1, c0, c1 = (int(row[c]) for c in ("bbox_r0", "bbox_r1", "bbox_c0", "bbox_c1"))
+        cells = np.argwhere(np.asarray(labels[r0:r1, c0:c1]) == row["label"]) + (r0, c0)
+        got = np.asarray(run.backward("stars", cells, to="raw"), np.int64).reshape(-1, 2)
+        ids = np.ravel_multi_index(tuple(got.T), shape)
+        flagged = int((gather(hits, ids) != 0).sum())
+        total = float(gather(raw, ids).astype(np.float64).sum())
+        bad += int(len(got) != row["n_lineage"] or flagged != row["n_flagged"]
+                   or not np.isclose(total, row["values_sum"], rtol=1e-9))
+    return bad
+
+
+def _store_run(store: str, flags: str, executor: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """`store_table` in a fresh process with a 1 GB driver (``SUBZERO_DRIVER_MEMORY=1g``)."""
+    env = dict(os.environ, SUBZERO_DRIVER_MEMORY="1g", PYTHONPATH=child_pythonpath(os.environ.get("PYTHONPATH")))
+    cmd = [sys.executable, "-m", "subzero_bench.stats", store, flags, executor]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=4 * 3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"stats on {store} failed: {done.stderr.strip().splitlines()[-1:] or done.returncode}")
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    log(f"stats: {store}: {got['objects']:,} objects, {got['lineage_cells_total']:,} (object, cell) pairs; table "
+        f"{got['seconds']:.1f} s on {executor}, driver peak {got['driver_rss'] / 1e9:.2f} GB "
+        f"(load {got['load_before']})")
+    return got
+
+
 def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[str], None] = print,
               spark: bool = True, **_ignored) -> dict[str, Any]:
-    """Run the workflow, then time the table, the per-object baseline, the count and the forward query."""
+    """Run the workflow, then time the table, the per-object baseline, the count and the forward
+    query; with ``SUBZERO_STATS_STORE`` set, the table of that store instead (`store_table`)."""
+    if os.environ.get("SUBZERO_STATS_STORE"):
+        store, flags = os.environ["SUBZERO_STATS_STORE"], os.environ.get("SUBZERO_STATS_FLAGS", "")
+        if not flags:
+            raise ValueError("SUBZERO_STATS_STORE needs SUBZERO_STATS_FLAGS: the path of its sky's hits Zarr array")
+        got = _store_run(store, flags, os.environ.get("SUBZERO_STATS_EXECUTOR", "spark"), log)
+        key = str(got["cells"])
+        return {"setup": {"workflow": "raw -> bias -> mesh 16x16 mean -> upsample -> subtract -> Gaussian (sigma 1, "
+                                      "truncate 2) -> threshold -> Label (CompOne)", "store": store,
+                          "executor": got["executor"], "driver_memory": "1g"},
+                "figures": {"store_table": figure("s", None, {"labelled pass": {key: got["seconds"]}},
+                                                  "lineage table of every object of a built store")},
+                "raw": {"store_table": got}}
     side = side or (QUICK_SIDE if quick else SIDE)
     raw, hits = sky(side)
     t0 = time.perf_counter()
@@ -273,6 +387,7 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
                "count_mask_agrees": agree, "count_mismatches": count_mismatches, "count_max": int(count.max()),
                "contaminated_cells": int((count > 0).sum()),
                "objects_flagged": int((np.asarray(table["n_flagged"]) > 0).sum()),
+            "sample": min(SAMPLE, len(table)), "sample_mismatches": mismatches,
                "lineage_cells_total": int(np.asarray(table["n_lineage"]).sum()),
                "table_peak_bytes": table_peak, "batch_objects": batch, "one_pass_seconds": whole_seconds,
                "one_pass_peak_bytes": whole_peak, "one_pass_same": whole_same, "count_peak_bytes": count_peak,
@@ -297,3 +412,7 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
         },
         "raw": raw_doc,
     }
+
+
+if __name__ == "__main__":  # one store's table: python -m subzero_bench.stats STORE FLAGS_ZARR EXECUTOR
+    print(json.dumps(store_table(sys.argv[1], sys.argv[2], sys.argv[3])))

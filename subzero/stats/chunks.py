@@ -1,6 +1,7 @@
 """Reading a label, flag or value array a chunk at a time: its nonzero cells, or its values at
-given cells, without holding the whole array (a stored node's array is read chunk by chunk;
-an in-memory array is indexed directly)."""
+given cells, without holding the whole array (a stored node's array, a Zarr array or anything
+with ``shape``, ``dtype`` and slicing is read chunk by chunk; an in-memory array is indexed
+directly)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,39 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["nonzero_cells", "gather"]
+__all__ = ["nonzero_cells", "gather", "is_lazy", "chunks_of", "READ_CELLS"]
+
+#: cells of one read of an array-like without chunks of its own (an h5py dataset, a memory map)
+READ_CELLS = 1 << 22
+
+
+def is_lazy(arr: Any) -> bool:
+    """True for an array read by slicing (a stored node's, a Zarr array, anything with
+    ``shape``, ``dtype`` and ``__getitem__`` that is not an in-memory numpy array)."""
+    return not isinstance(arr, np.ndarray) and all(hasattr(arr, a) for a in ("shape", "dtype", "__getitem__"))
 
 
 def _is_stored(arr) -> bool:
-    return not isinstance(arr, np.ndarray) and hasattr(arr, "chunks")
+    return is_lazy(arr)
+
+
+def chunks_of(arr: Any) -> tuple[int, ...]:
+    """The chunk shape ``arr`` is read in: its own (``.chunks``), else blocks of whole trailing
+    axes of about `READ_CELLS` cells.
+
+    Examples
+    --------
+    >>> chunks_of(np.zeros((10, 4)))
+    (10, 4)
+    """
+    shape = tuple(int(n) for n in arr.shape)
+    own = getattr(arr, "chunks", None)
+    if own is not None and len(tuple(own)) == len(shape) and all(isinstance(c, (int, np.integer)) for c in own):
+        return tuple(max(1, int(c)) for c in own)
+    if not shape:
+        return ()
+    inner = int(np.prod(shape[1:], dtype=np.int64))
+    return (max(1, min(shape[0], READ_CELLS // max(inner, 1))),) + shape[1:]
 
 
 def _chunk_boxes(shape, chunks):
@@ -38,7 +67,7 @@ def nonzero_cells(arr: Any) -> tuple[np.ndarray, np.ndarray]:
         return flat[cells], cells
     value_parts: list[np.ndarray] = []
     cell_parts: list[np.ndarray] = []
-    for lo, box in _chunk_boxes(shape, tuple(arr.chunks)):
+    for lo, box in _chunk_boxes(shape, chunks_of(arr)):
         block = np.asarray(arr[box])
         local = np.nonzero(block)
         if not len(local[0]):
@@ -63,8 +92,8 @@ def gather(arr: Any, cells: np.ndarray) -> np.ndarray:
     cells = np.asarray(cells, np.int64)
     if not _is_stored(arr):
         return np.asarray(arr).reshape(-1)[cells]
-    shape, chunks = tuple(arr.shape), tuple(arr.chunks)
-    out = np.empty(len(cells), arr.dtype)
+    shape, chunks = tuple(arr.shape), chunks_of(arr)
+    out = np.empty(len(cells), np.dtype(arr.dtype))
     if not len(cells):
         return out
     coords = np.stack(np.unravel_index(cells, shape), axis=1)

@@ -14,8 +14,10 @@ Three steps avoid the per-cell expansion where it would multiply the work:
 - other mapping operators with a box form (stencils) step each label's cells as boxes
   (`subzero.boxes.cover_ids` per label, then ``map_b_boxes``/``map_f_boxes``), so a stencil
   grows a label's region by its halo once rather than once per cell;
-- payload steps (Pay, Comp) call ``map_p`` once per (payload, label) on that label's cells,
-  not once per cell (a component read by each of its cells would cost its area squared).
+- payload steps (Pay, Comp) expand every cell's lineage at once (one ``map_p_pairs`` call per
+  payload) while a sample of cells predicts few pairs, else call ``map_p`` once per (payload,
+  label) on that label's cells, not once per cell (a component read by each of its cells would
+  cost its area squared).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from subzero.frontier import Frontier
 from subzero.modes import Direction, Mode, Strategy
 from subzero.operator import Operator
 from subzero.pairs import owners
-from subzero.stats.relation import backward_groups, forward_groups, payload_lookup
+from subzero.stats.relation import Groups, backward_groups, forward_groups, payload_lookup
+from subzero.worker import expand_payloads
 
 if TYPE_CHECKING:
     from subzero.dag import Node
@@ -176,7 +179,12 @@ def _payload_step(source, node, labelled: LabelledCells, frontier: Frontier, i: 
     pay, rest = payload_lookup(source, node, frontier, i, strategy)
     size = int(np.prod(target, dtype=np.int64))
     parts = [_join(labelled, (rest.out_ids, rest.out_ptr), (rest.in_ids, rest.in_ptr), rest.n_groups, target).keys]
-    if pay.n_pairs:
+    if pay.n_pairs and _expanded_pairs(op, pay, i) <= PER_CELL_PAIRS:
+        # cheap enough cell by cell: one map_p_pairs call per payload for every cell, then the join
+        groups = Groups.of_pairs(expand_payloads(op, pay), i)
+        parts.append(_join(labelled, (groups.out_ids, groups.out_ptr), (groups.in_ids, groups.in_ptr),
+                           groups.n_groups, target).keys)
+    elif pay.n_pairs:
         distinct, code = pay.groups()
         cell_code = code[owners(pay.out_ptr)]
         order = np.argsort(pay.out_ids, kind="stable")
@@ -204,6 +212,31 @@ def _payload_step(source, node, labelled: LabelledCells, frontier: Frontier, i: 
                 raise LineageError(f"{type(op).__name__}.map_p returned cells outside the array of shape {target}")
             parts.append(seg_lab[a] * size + to_ids(got, target))
     return LabelledCells(target, sorted_unique(np.concatenate(parts)))
+
+
+#: a payload step expands every cell's lineage at once (one ``map_p_pairs`` call per payload)
+#: while a sample predicts at most this many (cell, input cell) pairs, else one ``map_p`` call per
+#: (payload, label): per cell, a component read by each of its cells costs its area squared
+PER_CELL_PAIRS = 1 << 22
+#: cells whose lineage is expanded to predict the per-cell expansion
+SAMPLE_CELLS = 64
+
+
+def _expanded_pairs(op, pay, i: int) -> float:
+    """The (cell, input cell) pairs expanding every cell of ``pay`` would give, predicted from
+    `SAMPLE_CELLS` cells spread over them."""
+    n = len(pay.out_ids)
+    if not n:
+        return 0.0
+    distinct, code = pay.groups()
+    owner_code = code[owners(pay.out_ptr)]
+    pick = np.unique(np.linspace(0, n - 1, min(SAMPLE_CELLS, n)).astype(np.int64))
+    out_shape = tuple(op.output_shape)
+    reads = 0
+    for c in np.unique(owner_code[pick]).tolist():
+        cells = pay.out_ids[pick[owner_code[pick] == c]]
+        reads += len(np.asarray(op.map_p_pairs(to_coords(cells, out_shape), distinct[c], i)[0]))
+    return reads / len(pick) * n
 
 
 def step_forward(source: QueryEngine, node: Node, labelled: LabelledCells, i: int, strategy: Strategy) -> LabelledCells:

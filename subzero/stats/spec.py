@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from subzero.errors import LineageError, WorkflowError
+from subzero.stats.chunks import is_lazy
 
 __all__ = ["read_array_spec", "parse_flags"]
 
@@ -30,8 +31,9 @@ def _looks_like_file(spec: str) -> bool:
     return bool(_FILE.search(spec.strip())) or Path(spec).exists()
 
 
-def read_array_spec(run: Any, spec: str, flag: str) -> np.ndarray | str:
-    """A file's array or a stored node's name (returned as the name: the table reads it)."""
+def read_array_spec(run: Any, spec: str, flag: str) -> Any:
+    """A file's array (a Zarr array stays on disk, read chunk by chunk where the lineage lies) or
+    a stored node's name (returned as the name: the table reads it)."""
     if _looks_like_file(spec):
         from subzero.input_files import read_input
 
@@ -39,14 +41,14 @@ def read_array_spec(run: Any, spec: str, flag: str) -> np.ndarray | str:
             array, _ = read_input(spec)
         except WorkflowError as exc:
             raise LineageError(f"{flag}: {exc}".replace("in --input", f"in {flag}")) from None
-        return np.asarray(array)
+        return array if is_lazy(array) else np.asarray(array)
     if spec in {n.name for n in run.workflow.nodes}:
         return spec
     raise LineageError(f"{flag} {spec!r} is neither a file (.npy, .fits, .fits[EXT], .zarr) nor a node of the run; "
                        f"nodes: {', '.join(n.name for n in run.workflow.nodes)}")
 
 
-def parse_flags(run: Any, spec: str, over_shape: tuple[int, ...]) -> "np.ndarray | str":
+def parse_flags(run: Any, spec: str, over_shape: tuple[int, ...]) -> Any:
     """``--flags``: a file's array, a node's name, or the boolean mask an expression selects."""
     if _looks_like_file(spec) or spec.strip() in {n.name for n in run.workflow.nodes}:
         return read_array_spec(run, spec.strip(), "--flags")

@@ -236,9 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--brushes", type=int, default=10, help="brushes per concurrent client")
     parser.add_argument("--tiles", type=int, default=12, help="random tiles per node (0: none)")
+    parser.add_argument("--seed", type=int, default=31, help="picks the stars brushed and the tiles (the kept cache "
+                                                             "holds the tiles of seeds measured before)")
     args = parser.parse_args(argv)
     run_viewer_scale(args.side, args.data, args.out, tuple(int(c) for c in args.clients.split(",")),
-                     tuple(int(w) for w in args.workers.split(",")), args.brushes, args.tiles)
+                     tuple(int(w) for w in args.workers.split(",")), args.brushes, args.tiles, args.seed)
     return 0
 
 

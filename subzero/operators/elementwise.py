@@ -268,7 +268,8 @@ class Apply(ElementwiseOperator):
         """Whether ``fn`` is a one-output numpy ufunc (or a call of one that can take ``out=``,
         as tracing makes) with no ``out=`` of its own: `run_into` computes into a given array."""
         ufunc = getattr(self.fn, "fn", self.fn)
-        return self.reads_only and ufunc.nout == 1 and (ufunc is self.fn or hasattr(self.fn, "into"))
+        return self.reads_only and isinstance(ufunc, np.ufunc) and ufunc.nout == 1 and \
+            (ufunc is self.fn or hasattr(self.fn, "into"))
 
     def run_into(self, ctx: Context, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
         into = getattr(self.fn, "into", None)

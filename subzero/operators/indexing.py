@@ -672,6 +672,10 @@ class Opaque(Operator):
         an array had when traced, which read nothing (its tiles then get views, not copies)."""
         return bool(getattr(self.call, "reads_only", False))
 
+    @reads_only.setter
+    def reads_only(self, value: bool) -> None:
+        raise AttributeError("Opaque.reads_only follows its call (a call that reads nothing says so)")
+
     def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         if len(input_shapes) != self.nin:
             raise WorkflowError(f"Opaque({self.call!r}) takes {self.nin} input(s), got {len(input_shapes)}")

@@ -175,6 +175,8 @@ def _target(op: Operator, ctx: Context, blocks: Sequence[np.ndarray], box: Box |
     firsts = [b[(slice(0, 1),) * b.ndim] if b.ndim else b for b in blocks]
     with np.errstate(all="ignore"):
         dtype = np.asarray(op.run(ctx, *firsts)).dtype
+    if dtype.hasobject:  # refused as run's output is (`_call`), not computed into bytes
+        return None
     return into(tuple(hi - lo for lo, hi in box), dtype)
 
 

@@ -90,7 +90,7 @@ def _functions_with(code: CodeType, fresh: bool = False
 
 
 def _scan(code: CodeType, modules: list[Any]) -> list[tuple[Any, str, Callable[..., Any]]]:
-    found = []
+    found: list[tuple[Any, str, Callable[..., Any]]] = []
     for module in modules:
         namespace = getattr(module, "__dict__", None)
         if not isinstance(namespace, dict):

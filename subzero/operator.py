@@ -46,6 +46,10 @@ class Operator:
         True when ``run`` never writes into the input blocks it is given: a run holding its
         inputs in memory then hands it read-only views of them instead of copies (False, the
         default: each tile gets its own copy, which it may change).
+    fills_out : bool
+        True when `run_into` computes ``run``'s values into an array it is given (numpy's own
+        elementwise ufuncs, which take ``out=``): a run then evaluates it into memory it reuses
+        (a fused stage's scratch buffer, or the held output array itself) instead of a new array.
 
     Examples
     --------
@@ -63,6 +67,7 @@ class Operator:
     tiling: Tiling | None = None
     entire_array_safe: bool = False
     reads_only: bool = False
+    fills_out: bool = False
 
     #: numpy's floating-point error handling to run under (``np.errstate`` keywords), or None for
     #: numpy's defaults: a traced step keeps the ``np.errstate`` its code was under
@@ -84,6 +89,12 @@ class Operator:
     def run(self, ctx: "Context", *inputs: np.ndarray) -> np.ndarray:
         """Compute the output from the inputs, writing lineage for ``ctx.modes``."""
         raise NotImplementedError(f"{type(self).__name__} must implement run(ctx, *inputs)")
+
+    def run_into(self, ctx: "Context", out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
+        """``run``'s values written into ``out`` (an array of the output's shape and of the dtype
+        ``run`` returns, which may share memory with an input: numpy's ufuncs handle that as if
+        the inputs were copied); returns ``out``.  Only for operators that set `fills_out`."""
+        raise NotImplementedError(f"{type(self).__name__} does not compute into a given array (fills_out is False)")
 
     def supported_modes(self) -> set[Mode]:
         """The lineage modes this operator can produce (default: BLACKBOX, all-to-all)."""

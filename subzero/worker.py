@@ -125,18 +125,25 @@ def _context(task: NodeTask, tile: Tile, modes: frozenset[Mode]) -> tuple[Contex
     return ctx, in_boxes, [ref.read(box) for ref, box in zip(task.inputs, in_boxes)]
 
 
-def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
+#: where a tile's values may be computed (`Operator.run_into`): ``into(shape, dtype)`` gives a writable
+#: array of that shape and dtype, or None (the operator then returns a new array, as ``run`` does)
+Into = Callable[[tuple[int, ...], np.dtype], "np.ndarray | None"]
+
+
+def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode], into: Into | None = None):
     """Run the operator on one tile with ``modes``; return (context, trimmed output, result
     box, tile, operator): a whole-array operator whose output shape only running tells comes
-    back bound to that shape, and its tile to the whole output."""
+    back bound to that shape, and its tile to the whole output.  ``into``: where an operator
+    that `Operator.fills_out` computes its tile (its result box is its tile: elementwise)."""
     op = task.operator
     ctx, in_boxes, blocks = _context(task, tile, modes)
     known = task.output_shape is not None
     result_box = op.effective_tiling().result_box(op, tile.box, in_boxes) if known else None
     ctx.set_result_box(result_box)
     errstate = getattr(op, "errstate", None)  # the floating-point error handling the traced code was under
+    target = _target(op, ctx, blocks, result_box, into) if into is not None and result_box == tile.box else None
     with np.errstate(**errstate) if errstate else contextlib.nullcontext():
-        out = op.run(ctx, *blocks)
+        out = op.run(ctx, *blocks) if target is None else op.run_into(ctx, target, *blocks)
     if out is None:
         raise WorkflowError(f"node {task.node!r} ({type(op).__name__}): run() returned None; it must return "
                             "the output array")
@@ -156,6 +163,21 @@ def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode]):
             f"{out.shape}, expected {tuple(hi - lo for lo, hi in result_box)} for tile {tile.box}")
     trimmed = out[box_slices(tile.box, result_box)]
     return ctx, trimmed, result_box, tile, op
+
+
+def _target(op: Operator, ctx: Context, blocks: Sequence[np.ndarray], box: Box | None, into: Into
+            ) -> np.ndarray | None:
+    """Where ``op`` computes the cells of ``box`` (`Operator.run_into`), or None: it does not
+    `Operator.fills_out`, or ``into`` has no place.  The dtype is the one ``run`` gives: ``run``
+    on the first cell of each block (the same dtypes and axes, so numpy's rules agree)."""
+    if box is None or not op.fills_out:
+        return None
+    firsts = [b[(slice(0, 1),) * b.ndim] if b.ndim else b for b in blocks]
+    with np.errstate(all="ignore"):
+        dtype = np.asarray(op.run(ctx, *firsts)).dtype
+    if dtype.hasobject:  # refused as run's output is (`_call`), not computed into bytes
+        return None
+    return into(tuple(hi - lo for lo, hi in box), dtype)
 
 
 def prepare_tile(task: NodeTask, tile: Tile) -> Any:
@@ -209,11 +231,12 @@ class TileCapture:
         return self.full if strategy.mode is Mode.FULL else self.payloads[strategy.mode]
 
 
-def capture_tile(task: NodeTask, tile: Tile) -> TileCapture:
-    """Run one tile with the modes ``task.strategies`` need; lineage of each mode once."""
+def capture_tile(task: NodeTask, tile: Tile, into: Into | None = None) -> TileCapture:
+    """Run one tile with the modes ``task.strategies`` need; lineage of each mode once.
+    ``into``: where its values may be computed (`Into`)."""
     calls = modes_for(task.strategies)
     start = time.perf_counter()
-    ctx, output, result_box, tile, op = _call(task, tile, calls[0])
+    ctx, output, result_box, tile, op = _call(task, tile, calls[0], into)
     capture = TileCapture(tile, output, time.perf_counter() - start, op)
     contexts = [ctx] + [_call(task, tile, m)[0] for m in calls[1:]]
     for c, modes in zip(contexts, calls):
@@ -229,7 +252,17 @@ def run_tile(task: NodeTask, tile: Tile) -> TileMeta:
     """Compute one tile of a node: write its output chunk (when ``task.output`` is set) and,
     for every stored strategy, encode its lineage into a new shard; return the metadata."""
     lineage_start = time.perf_counter()
-    return _finish_tile(task, capture_tile(task, tile), lineage_start)
+    return _finish_tile(task, capture_tile(task, tile, _held_target(task, tile)), lineage_start)
+
+
+def _held_target(task: NodeTask, tile: Tile) -> Into | None:
+    """A tile of an output held in this process (`MemoryArray`) is computed in its own cells
+    there (`MemoryArray.target`), not into a new array copied in after."""
+    output, shape = task.output, task.output_shape
+    if not isinstance(output, MemoryArray) or shape is None or tile.box is None:
+        return None
+    chunks = task.chunks if task.chunks is not None else default_chunks(shape)
+    return lambda _, dtype: output.target(tile.box, shape, chunks, dtype)
 
 
 @dataclass(frozen=True)
@@ -290,6 +323,11 @@ def run_fused_tile(fused: FusedTask, tile: Tile) -> FusedTile:
     # member's output takes memory just freed (as numpy's own temporaries do), not fresh pages
     last_read = {r.node: k for k, t in enumerate(tasks) for r in t.inputs if isinstance(r, Held)}
     held: dict[str, HeldArray] = {}
+    # members that `Operator.fills_out` compute into memory of this task's that no held output uses any more
+    # (numpy's `out=`), their own output's cells when it is held here whole, so a chain of elementwise steps
+    # takes two buffers, not one new array per step and a copy of the last
+    scratch = _Scratch()
+    owned: dict[str, np.ndarray] = {}  # member -> the scratch buffer its held output is in
     metas = []
     for k, t in enumerate(fused.tasks):
         started = time.perf_counter()
@@ -306,23 +344,65 @@ def run_fused_tile(fused: FusedTask, tile: Tile) -> FusedTile:
             else:  # a MemoryArray: this process's own, told once (every tile finds the same)
                 output.compressor = output_compressor(inputs, output.compressor)
         member = replace(t, inputs=inputs, output=output)
-        capture = capture_tile(member, Tile(tile.index, box))
+        dropped = [name for name, at in last_read.items() if at == k]
+        if t.operator.fills_out:  # the inputs it reads last may take its values (ufuncs: as if they were copied)
+            for name in dropped:
+                if name in owned:
+                    scratch.give(owned.pop(name))
+        into = _held_target(member, tile) if isinstance(output, MemoryArray) and box == tile.box else scratch.take
+        scratch.lent = None
+        capture = capture_tile(member, Tile(tile.index, box), into)
+        lent, scratch.lent = scratch.lent, None
         chunks = t.chunks if t.chunks is not None else default_chunks(t.output_shape)
         if t.node in last_read:
             held[t.node] = HeldArray(t.output_shape, tuple(chunks), box, capture.output,
                                      resolve_compressor(output.compressor if output is not None else
                                                         output_compressor(inputs), capture.output.dtype))
+            if lent is not None:
+                owned[t.node] = lent
         if box != tile.box:  # its own tile of what it computed
             capture = replace(capture, tile=tile, output=capture.output[box_slices(tile.box, box)])
         metas.append(_finish_tile(member, capture, started))
-        for name in [name for name, at in last_read.items() if at == k]:
+        for name in dropped:
             held.pop(name, None)
+        in_use = [h.block for h in held.values()]
+        for buffer in [owned.pop(name) for name in dropped if name in owned] + \
+                ([lent] if lent is not None and t.node not in last_read else []):
+            if not any(np.may_share_memory(buffer, b) for b in in_use):  # (an output that is a view of it)
+                scratch.give(buffer)
         del capture, member, inputs
     summary = None
     if fused.prepare is not None:
         first: tuple[Any, ...] = tuple(held[r.node] if isinstance(r, Held) else r for r in fused.prepare.inputs)
         summary = prepare_tile(replace(fused.prepare, inputs=first), tile)
     return FusedTile(metas, summary)
+
+
+class _Scratch:
+    """A fused task's buffers for the values of members that `Operator.fills_out`: `take` lends
+    the smallest free one that fits (else a new one), `give` takes one back once nothing held
+    reads it; ``lent``: the last buffer lent."""
+
+    def __init__(self) -> None:
+        self.free: list[np.ndarray] = []  # flat bytes
+        self.lent: np.ndarray | None = None
+
+    def take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A writable array of ``shape`` and ``dtype`` in a free buffer (or a new one)."""
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        fits = [b for b in self.free if b.nbytes >= nbytes]
+        if fits:
+            buffer = min(fits, key=lambda b: b.nbytes)
+            self.free = [b for b in self.free if b is not buffer]
+        else:
+            buffer = np.empty(max(nbytes, 1), np.uint8)
+        self.lent = buffer
+        return buffer[:nbytes].view(dtype).reshape(shape)
+
+    def give(self, buffer: np.ndarray) -> None:
+        """``buffer`` is free again."""
+        self.free.append(buffer)
 
 
 #: recomputed tiles of every unstored array this process reads, by (array key, tile)

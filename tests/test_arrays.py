@@ -539,6 +539,26 @@ def test_a_held_array_reads_like_its_stored_array_within_its_box():
         held.read(((1, 5), (4, 6)))
 
 
+def test_a_tile_computed_in_its_held_arrays_cells_is_not_copied():
+    """`MemoryArray.target` gives a tile's writable cells of the whole array (made once, for every
+    tile); `write_block` of those very cells copies nothing, of any other block copies it in; a
+    block kept whole (`write_whole`, not writable) is never written into: a new array is made."""
+    from subzero.store.arrays import MemoryArray
+
+    held = MemoryArray("n")
+    top = held.target(((0, 2), (0, 4)), (4, 4), (2, 4), np.float64)
+    np.negative(np.arange(8.0).reshape(2, 4), out=top)
+    block = held.block
+    held.write_block(((0, 2), (0, 4)), top, (4, 4), (2, 4))
+    held.write_block(((2, 4), (0, 4)), np.arange(8.0, 16.0).reshape(2, 4), (4, 4), (2, 4))
+    assert held.block is block and np.shares_memory(top, held.block)
+    np.testing.assert_array_equal(held.read(), np.r_[-np.arange(8.0), np.arange(8.0, 16.0)].reshape(4, 4))
+    kept = np.zeros((4, 4))
+    kept.flags.writeable = False
+    held.write_whole(kept, (4, 4))
+    assert not np.shares_memory(held.target(((0, 1), (0, 4)), (4, 4), (4, 4), np.float64), kept)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "int64", "bool", "complex128"])
 @pytest.mark.parametrize("compressor", ["none", "zstd"])
 def test_the_metadata_checksum_is_that_of_the_zarr_json_written(tmp_path, dtype, compressor):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 import pytest
 
@@ -86,10 +89,18 @@ def test_a_new_trace_reuses_the_search_for_a_broken_function_and_finds_a_binding
         return {"thin": morphology.skeletonize(image > 3)}
 
     sz.workflow(f).trace({"image": IMAGE})
-    scans = []
+    scans: list[int] = []  # how many modules each search looked at
     scan = breaks._scan
-    monkeypatch.setattr(breaks, "_scan", lambda code: scans.append(code) or scan(code))
+    monkeypatch.setattr(breaks, "_scan", lambda code, modules: scans.append(len(modules)) or scan(code, modules))
     assert not sz.workflow(f).report({"image": IMAGE}).exact and scans == []  # the search reused
+    loaded = types.ModuleType("_loaded_since")  # a module imported since: searched alone, its binding replaced
+    loaded.thin = morphology.skeletonize  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "_loaded_since", loaded)
+
+    def h(image):
+        return {"thin": sys.modules["_loaded_since"].thin(image > 3)}
+
+    assert list(sz.workflow(h).report({"image": IMAGE}).coarse) == ["thin"] and scans == [1]
     monkeypatch.setitem(globals(), "_late_skeletonize", morphology.skeletonize)  # bound since, in a loaded module
 
     def g(image):
@@ -97,6 +108,6 @@ def test_a_new_trace_reuses_the_search_for_a_broken_function_and_finds_a_binding
 
     report = sz.workflow(g).report({"image": IMAGE})
     assert list(report.coarse) == ["thin"] and "skeletonize" in report.coarse["thin"]
-    assert len(scans) == 1
+    assert len(scans) == 2 and scans[1] >= len(sys.modules) - 1  # then every module, once
     np.testing.assert_array_equal(evaluate_workflow(sz.workflow(g).trace({"image": IMAGE}), {"image": IMAGE})["thin"],
                                   morphology.skeletonize(IMAGE > 3))

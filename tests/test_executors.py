@@ -57,6 +57,30 @@ def test_map_returns_each_items_result_in_order_and_reports_a_nodes_items(thread
     assert map_calls(LocalExecutor(threads=threads), _double, _task(), items) == [2 * i for i in items]
 
 
+def _where(task: NodeTask, item: int) -> str:
+    import threading
+    import time
+
+    if item == 5:
+        raise ValueError("item 5")
+    time.sleep(0.002)
+    return threading.current_thread().name
+
+
+def test_the_calling_thread_takes_items_beside_the_pool_and_a_failure_stops_the_rest():
+    """Items go to the calling thread and threads - 1 of the pool, each taking the next one not
+    started: at most ``threads`` at once, the caller among them; a failing item stops the items
+    not started and names the node."""
+    import threading
+
+    got = map_calls(LocalExecutor(threads=2), _where, _task(), [0, 1, 2, 3])
+    assert threading.current_thread().name in got and len(set(got)) <= 2
+    ran = []
+    with pytest.raises(WorkflowError, match="node 't' failed: ValueError: item 5"):
+        map_calls(LocalExecutor(threads=2), lambda t, i: ran.append(i) or _where(t, i), _task(), list(range(40)))
+    assert 5 in ran and len(ran) < 40
+
+
 def _add(context: int, item: int) -> int:
     return context + item
 

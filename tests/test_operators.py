@@ -1949,3 +1949,24 @@ def test_relabel_numbers_from_a_table_are_those_of_a_sort():
         np.testing.assert_array_equal(got, expected)
     assert _ranks_by_table(np.array([5, -2, 0])) is None and _ranks_by_table(np.array([0, 2**40])) is None
     assert _ranks_by_table(np.array([0.0, 1.0])) is None
+
+
+@pytest.mark.parametrize("op, arity", [
+    (ops.Add(), 2), (ops.Divide(), 2), (ops.Maximum(), 2), (ops.SubtractScalar(1.5, reverse=True), 1),
+    (ops.PowerScalar(2), 1), (ops.Clip(-0.5, 0.5), 1), (ops.Threshold(0.0, compare="<="), 1),
+    (ops.Apply(np.exp), 1), (ops.Apply(np.hypot), 2)])
+def test_an_operator_that_fills_out_writes_runs_values_into_the_array_given(op, arity):
+    """`Operator.run_into` gives ``run``'s values, bit for bit, in the array given, also when that
+    array is one of its inputs (numpy's ufuncs read an input it overwrites as if copied)."""
+    rng = np.random.default_rng(5)
+    xs = [rng.normal(size=(6, 5)) for _ in range(arity)]
+    assert op.fills_out
+    expected = op.run(None, *xs)
+    out = np.empty_like(expected)
+    assert op.run_into(None, out, *xs) is out
+    np.testing.assert_array_equal(out, expected)
+    if expected.dtype == xs[0].dtype:  # in place of its first input
+        first = xs[0].copy()
+        op.run_into(None, first, first, *xs[1:])
+        np.testing.assert_array_equal(first, expected)
+    assert not ops.Where().fills_out and not ops.Apply(lambda v: v + 1).fills_out and not ops.Convolve(np.ones(3)).fills_out

@@ -4,6 +4,7 @@ names, parameters, and trace-time errors that name the user's line and the fix."
 from __future__ import annotations
 
 import os
+import sysconfig
 import types
 
 import numpy as np
@@ -282,6 +283,44 @@ def test_in_place_updates_are_rebindings_with_numpys_values():
         assert f.report({"x": X.copy()}).exact
 
 
+def test_accumulating_into_a_numpy_array_stays_exact_and_its_other_names_see_numpys_values():
+    """``acc = np.zeros(...); acc += f(x)`` in a library (skimage's edge filters): numpy's array gets
+    the values and the name goes on as the traced result, so what follows is exact; another name
+    for the numpy array still sees every later in-place update, as in numpy."""
+    library = types.ModuleType("a_library")
+    exec(compile("import numpy as np\n"
+                 "def accumulate(x):\n"
+                 "    acc = np.zeros(x.shape)\n"
+                 "    for k in range(3):\n"
+                 "        acc += x * k\n"
+                 "    return np.sqrt(np.abs(acc))\n"
+                 "def aliased(x):\n"
+                 "    a = np.zeros(x.shape)\n"
+                 "    b = a\n"
+                 "    a += x\n"
+                 "    a *= 2\n"
+                 "    return a, b\n", os.path.join(sysconfig.get_paths()["purelib"], "a_library.py"), "exec"), library.__dict__)
+
+    @sz.workflow
+    def accumulate(x):
+        return library.accumulate(x)
+
+    @sz.workflow
+    def aliased(x):
+        a, b = library.aliased(x)
+        return {"a": a, "b": b + 0}
+
+    report = accumulate.report({"x": X.copy()})
+    assert report.exact, str(report)
+    np.testing.assert_array_equal(evaluate_workflow(accumulate.trace({"x": X.copy()}), {"x": X})["out"],
+                                  accumulate(X.copy()))
+    got = evaluate_workflow(aliased.trace({"x": X.copy()}), {"x": X})
+    expected = aliased(X.copy())
+    for key in ("a", "b"):
+        np.testing.assert_array_equal(got[key], expected[key])
+    assert "a" not in aliased.report({"x": X.copy()}).coarse
+
+
 def test_calls_without_a_rule_run_as_coarse_steps_naming_the_line():
     @sz.workflow
     def f(x):
@@ -311,6 +350,7 @@ def test_shape_errors_fail_at_trace_time_on_the_users_line():
 # -- the command line ---------------------------------------------------------------------------------------------
 PIPELINE = '''
 import os
+import sysconfig
 
 import numpy as np
 import subzero as sz

@@ -228,6 +228,52 @@ def test_a_fused_tile_grows_each_upstream_box_by_its_readers_halos(tmp_path):
                                   *tasks[1:])), tile)
 
 
+def test_a_fused_chain_of_ufuncs_reuses_memory_and_computes_its_held_output_in_place(monkeypatch):
+    """Members that compute into a given array (ufuncs) take the memory of outputs no later
+    member reads (in place, as numpy's own temporaries are reused), the last one its tile's cells
+    of the held output (no copy); a member whose output is a view of such memory keeps it from
+    reuse; every value is numpy's, bit for bit."""
+    from subzero.store.arrays import MemoryArray
+    from subzero.worker import FusedTask, Held, _Scratch, run_fused_tile
+
+    class Same(ops.Apply):  # a step whose output is a view of its input
+        reads_only, fills_out = True, False
+
+        def run(self, ctx, x):
+            return x
+
+    lent = []
+    take = _Scratch.take
+    monkeypatch.setattr(_Scratch, "take", lambda self, shape, dtype: (take(self, shape, dtype), lent.append(
+        self.lent))[0])
+
+    class Watched(MemoryArray):
+        def write_block(self, box, block, *args, **kwargs):
+            self.in_place.append(np.shares_memory(block, self.block))
+            return super().write_block(box, block, *args, **kwargs)
+
+    x = np.random.default_rng(3).normal(size=(8, 6)) + 20
+    held = MemoryArray("x")
+    held.write_block(((0, 8), (0, 6)), x, (8, 6), (4, 6))
+    chain = [("m", ops.MultiplyScalar(17.27), ("x",)), ("a", ops.AddScalar(237.3), ("m",)),
+             ("d", ops.Divide(), ("m", "a")), ("e", ops.Apply(np.exp), ("d",)), ("s", Same(np.positive), ("e",)),
+             ("t", ops.MultiplyScalar(3.0), ("s",)), ("w", ops.Add(), ("t", "m")), ("out", ops.Add(), ("s", "w"))]
+    out = Watched("out")
+    out.in_place = []
+    tasks = tuple(NodeTask(n, bound(op, *[(8, 6)] * len(ins)), tuple(held if i == "x" else Held(i) for i in ins),
+                           ((8, 6),) * len(ins), (8, 6), output=out if n == "out" else None, chunks=(4, 6))
+                  for n, op, ins in chain)
+    for tile in (Tile(0, ((0, 4), (0, 6))), Tile(1, ((4, 8), (0, 6)))):
+        lent.clear()
+        run_fused_tile(FusedTask(tasks), tile)
+        m, a, d, e, t, w = lent  # d and e take a's memory (in place), t not e's (s is a view of it), w m's
+        assert (d is a and e is a and t is not e and w is m) and len({id(b) for b in lent}) == 3
+    m = x * 17.27
+    e = np.exp(m / (m + 237.3))
+    np.testing.assert_array_equal(out.read(), e + (e * 3.0 + m))
+    assert out.in_place == [True, True]
+
+
 def test_recomputed_tiles_share_one_budget_in_a_process():
     """Recomputed tiles are kept in one cache per process (`RECOMPUTED_TILES`), every array's
     together within the budget a put gives, least recently used out first; clearing one array's
@@ -315,6 +361,8 @@ def test_a_numpy_steps_whole_output_is_held_as_computed_and_a_tiles_is_copied_in
     made = []
 
     class Keep(ops.Apply):
+        fills_out = False  # its own run's array (a ufunc's tile is otherwise computed in the held array itself)
+
         def run(self, ctx, x):
             made.append(super().run(ctx, x))
             return made[-1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import itertools
 import os
 import pickle
 import threading
@@ -22,7 +23,8 @@ _Context = TypeVar("_Context")
 
 
 class LocalExecutor(Executor):
-    """Runs a node's tiles in this process, on a few threads (numpy and scipy release the GIL).
+    """Runs a node's tiles in this process, on a few threads (numpy and scipy release the GIL):
+    the calling thread and the others of a pool, each on an item at a time.
 
     Each thread works on its own copy of the task, as each Spark worker does, so an
     operator never sees two tiles at once.  A job over no node (``Job.node`` None: lineage
@@ -72,16 +74,34 @@ class LocalExecutor(Executor):
             progress.tiles_done(node, 1)
             return got
 
-        futures = [_pool(self.threads).submit(one, item) for item in items]
+        # the calling thread works too, beside threads - 1 of the pool, each taking the next item not
+        # started: a job of two bands costs one pool round trip, and no core waits on the caller
+        results: list[Any] = [None] * len(items)
+        order = itertools.count()
+        stop = threading.Event()  # a failure or Ctrl-C: items not started never start
+
+        def share() -> None:
+            for k in order:
+                if k >= len(items) or stop.is_set():
+                    return
+                try:
+                    results[k] = one(items[k])
+                except BaseException:
+                    stop.set()
+                    raise
+
+        helpers = [_pool(self.threads - 1).submit(share) for _ in range(min(self.threads, len(items)) - 1)]
         try:
-            return [f.result() for f in futures]
+            share()
+            for h in helpers:
+                h.result()
+            return results
         except BaseException as exc:
             # Ctrl-C or the store's service failing: report now, items not started never start, and the
             # running ones end on their own (the driver's cleanup stops their storage retries)
-            for f in futures:
-                f.cancel()
+            stop.set()
             if not isinstance(exc, (KeyboardInterrupt, StoreError)):
-                wait(futures)
+                wait(helpers)
             raise
 
 

@@ -125,9 +125,14 @@ class BinaryOperator(ElementwiseOperator):
     """``fn(x, y)`` for a binary numpy ufunc ``fn`` (a class attribute)."""
 
     reads_only = True  # numpy's own function: never writes its inputs
+    fills_out = True  # a ufunc: takes out=
 
     def run(self, ctx: Context, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.asarray(type(self).fn(x, y))
+
+    def run_into(self, ctx: Context, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
+        x, y = inputs
+        return type(self).fn(x, y, out=out)
 
 
 class Add(BinaryOperator):
@@ -194,8 +199,13 @@ class Clip(ElementwiseOperator):
             raise WorkflowError("Clip: give lo, hi or both; got lo=None and hi=None")
         self.lo, self.hi = lo, hi
 
+    fills_out = True  # np.clip takes out=
+
     def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return np.clip(x, self.lo, self.hi)
+
+    def run_into(self, ctx: Context, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
+        return np.clip(inputs[0], self.lo, self.hi, out=out)
 
 
 _COMPARE = {">": np.greater, ">=": np.greater_equal, "<": np.less, "<=": np.less_equal,
@@ -217,8 +227,13 @@ class Threshold(ElementwiseOperator):
         self.value = value
         self.compare = check_choice(compare, tuple(_COMPARE), "Threshold", "compare")
 
+    fills_out = True  # a ufunc: takes out=
+
     def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         return _COMPARE[self.compare](x, self.value)
+
+    def run_into(self, ctx: Context, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
+        return _COMPARE[self.compare](inputs[0], self.value, out=out)
 
 
 class Apply(ElementwiseOperator):
@@ -248,6 +263,18 @@ class Apply(ElementwiseOperator):
         kwargs = getattr(self.fn, "kwargs", None)
         return isinstance(getattr(self.fn, "fn", self.fn), np.ufunc) and "out" not in (kwargs or {})
 
+    @property
+    def fills_out(self) -> bool:
+        """Whether ``fn`` is a one-output numpy ufunc (or a call of one that can take ``out=``,
+        as tracing makes) with no ``out=`` of its own: `run_into` computes into a given array."""
+        ufunc = getattr(self.fn, "fn", self.fn)
+        return self.reads_only and isinstance(ufunc, np.ufunc) and ufunc.nout == 1 and \
+            (ufunc is self.fn or hasattr(self.fn, "into"))
+
+    def run_into(self, ctx: Context, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
+        into = getattr(self.fn, "into", None)
+        return into(out, *inputs) if into is not None else self.fn(*inputs, out=out)
+
     def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         out = np.asarray(self.fn(*inputs))
         expected = np.broadcast_shapes(*[np.shape(x) for x in inputs])
@@ -268,9 +295,15 @@ class ScalarOperator(ElementwiseOperator):
                                 f"use {type(self).__name__.removesuffix('Scalar')} for arrays")
         self.value, self.reverse = value, bool(reverse)
 
+    fills_out = True  # a ufunc: takes out=
+
     def run(self, ctx: Context, x: np.ndarray) -> np.ndarray:
         fn = type(self).fn
         return np.asarray(fn(self.value, x) if self.reverse else fn(x, self.value))
+
+    def run_into(self, ctx: Context, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
+        fn = type(self).fn
+        return fn(self.value, inputs[0], out=out) if self.reverse else fn(inputs[0], self.value, out=out)
 
 
 class AddScalar(ScalarOperator):

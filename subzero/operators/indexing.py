@@ -666,6 +666,16 @@ class Opaque(Operator):
     def supported_modes(self) -> set[Mode]:
         return {Mode.BLACKBOX}
 
+    @property
+    def reads_only(self) -> bool:
+        """Whether the call never writes its inputs: one that says so (``reads_only``), as the values
+        an array had when traced, which read nothing (its tiles then get views, not copies)."""
+        return bool(getattr(self.call, "reads_only", False))
+
+    @reads_only.setter
+    def reads_only(self, value: bool) -> None:
+        raise AttributeError("Opaque.reads_only follows its call (a call that reads nothing says so)")
+
     def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         if len(input_shapes) != self.nin:
             raise WorkflowError(f"Opaque({self.call!r}) takes {self.nin} input(s), got {len(input_shapes)}")

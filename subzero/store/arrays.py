@@ -728,21 +728,33 @@ class MemoryArray:
 
     def write_block(self, box: Box, block: np.ndarray, shape: tuple[int, ...], chunks: tuple[int, ...],
                     compressor: str | None = None) -> int:
-        """Keep ``block`` as the cells of ``box``; returns 0 (no bytes written anywhere)."""
+        """Keep ``block`` as the cells of ``box`` (nothing to copy when it is `target`'s view of
+        them, computed in place); returns 0 (no bytes written anywhere)."""
         block = np.asarray(block)
-        with self._lock:
-            if self.block is None or self.block.shape != tuple(shape) or self.block.dtype != block.dtype:
-                self.block = np.empty(tuple(shape), dtype=block.dtype)
-                self.chunks = tuple(chunks)
-        self.block[tuple(slice(lo, hi) for lo, hi in box)] = block
+        destination = self.target(box, shape, chunks, block.dtype)
+        if not _same_memory(destination, block):
+            destination[...] = block
         return 0
+
+    def target(self, box: Box, shape: tuple[int, ...], chunks: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """The writable cells of ``box`` in the whole array of ``shape`` and ``dtype`` (made on the
+        first call; each tile its own box): a tile computes its values there (`Operator.run_into`),
+        and its `write_block` then copies nothing."""
+        with self._lock:
+            if self.block is None or self.block.shape != tuple(shape) or self.block.dtype != np.dtype(dtype) or \
+                    not self.block.flags.writeable:  # (a block kept whole, `write_whole`, is not written into)
+                self.block = np.empty(tuple(shape), dtype=dtype)
+                self.chunks = tuple(chunks)
+            return self.block[tuple(slice(lo, hi) for lo, hi in box)]
 
     def write_whole(self, block: np.ndarray, chunks: tuple[int, ...]) -> int:
         """Keep ``block`` itself (not a copy) as the whole array: for a block nothing writes once
         computed (a numpy function's output over held inputs: fresh, or a read-only view of
         them, `subzero.operator.Operator.reads_only`; or a traced run's values); returns 0."""
         with self._lock:
-            self.block, self.chunks = np.asarray(block), tuple(chunks)
+            if self.block is None or not _same_memory(self.block, block):  # else computed in place (`target`)
+                self.block = np.asarray(block)
+            self.chunks = tuple(chunks)
         return 0
 
     def read(self, box: Box | None = None) -> np.ndarray:
@@ -767,6 +779,12 @@ class MemoryArray:
         if self.block is None:
             raise StoreError(f"node {self.name!r}: its output is read before any tile of it ran")
         return self.block.shape, self.chunks, self.block.dtype, resolve_compressor(self.compressor, self.block.dtype)
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` are the same cells of one buffer (same start, shape, strides, dtype)."""
+    return (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
 _HELD: "weakref.WeakValueDictionary[int, MemoryArray]" = weakref.WeakValueDictionary()

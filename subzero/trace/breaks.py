@@ -15,7 +15,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from types import CodeType, TracebackType
+from types import CodeType, FunctionType, TracebackType
 from typing import Any
 
 from subzero.trace.coarse import coarse_call, leaves
@@ -57,44 +57,48 @@ def _is_subzero(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_HERE + os.sep)
 
 
-#: code -> (how many modules were loaded, the bindings found then): scanning every module's
+#: code -> (the names of the modules searched, the bindings found in them): scanning every module's
 #: namespace takes tens of milliseconds once scipy or pandas is loaded, and each new trace of a
-#: function finds its breaks again
-_BINDINGS: dict[CodeType, tuple[int, list[tuple[Any, str, Callable[..., Any]]]]] = {}
+#: function finds its breaks again (searching only the modules loaded since)
+_BINDINGS: dict[CodeType, tuple[set[str], list[tuple[Any, str, Callable[..., Any]]]]] = {}
 _BINDINGS_KEPT = 64
 
 
 def _functions_with(code: CodeType, fresh: bool = False
                     ) -> tuple[list[tuple[Any, str, Callable[..., Any]]], bool]:
     """Every (namespace, attribute, function) binding a function whose code is ``code``, and
-    whether they are the bindings found by the last scan (reused while no module was loaded
-    since and each still holds: a binding made since in a loaded module is missed; ``fresh``
-    scans again, as `coarse_calls` is told when the trace still reaches the function unreplaced)."""
+    whether they are the bindings found by an earlier search: reused while each still holds,
+    with those in the modules loaded since added (a binding made since in a module searched
+    before is missed; ``fresh`` searches every module again, as `coarse_calls` is told when the
+    trace still reaches the function unreplaced)."""
     known = None if fresh else _BINDINGS.get(code)
-    if known is not None and known[0] == len(sys.modules) and \
-            all(getattr(m, "__dict__", {}).get(k) is fn for m, k, fn in known[1]):
-        return list(known[1]), True
-    found = _scan(code)
+    if known is not None and all(getattr(m, "__dict__", {}).get(k) is fn for m, k, fn in known[1]):
+        searched, found = known
+        loaded = sys.modules.keys() - searched
+        if loaded:  # a module imported since (an import a function makes on its first call): searched now
+            found = found + _scan(code, [sys.modules[name] for name in loaded if name in sys.modules])
+            searched = searched | loaded
+            _BINDINGS[code] = (searched, found)
+        return list(found), True
+    names = set(sys.modules)
+    found = _scan(code, [sys.modules[name] for name in names if name in sys.modules])
     _BINDINGS.pop(code, None)
-    _BINDINGS[code] = (len(sys.modules), found)
+    _BINDINGS[code] = (names, found)
     while len(_BINDINGS) > _BINDINGS_KEPT:
         del _BINDINGS[next(iter(_BINDINGS))]
     return list(found), False
 
 
-def _scan(code: CodeType) -> list[tuple[Any, str, Callable[..., Any]]]:
-    found = []
-    for module in list(sys.modules.values()):
+def _scan(code: CodeType, modules: list[Any]) -> list[tuple[Any, str, Callable[..., Any]]]:
+    found: list[tuple[Any, str, Callable[..., Any]]] = []
+    for module in modules:
         namespace = getattr(module, "__dict__", None)
         if not isinstance(namespace, dict):
             continue
-        for key, value in list(namespace.items()):
-            try:
-                same = getattr(value, "__code__", None) is code
-            except Exception:  # noqa: BLE001 - a lazy proxy whose attributes fail: not a function
-                continue
-            if same:
-                found.append((module, key, value))
+        # a broken function is a Python function (its code came from a traceback's frame): a type test in C
+        # skips every other value, with no attribute read (a lazy proxy's may fail or import)
+        found.extend((module, key, value) for key, value in list(namespace.items())
+                     if type(value) is FunctionType and value.__code__ is code)
     return found
 
 

@@ -77,6 +77,13 @@ class NumpyCall:
         kwargs = {k: _fill(v, it) for k, v in self.kwargs.items()}
         return self.fn(*args, **kwargs)
 
+    def into(self, out: np.ndarray, *arrays: np.ndarray) -> Any:
+        """The call with ``out=out`` added (for a ufunc, which then computes into ``out``)."""
+        it = iter(arrays)
+        args = _fill(self.args, it)
+        kwargs = {k: _fill(v, it) for k, v in self.kwargs.items()}
+        return self.fn(*args, **kwargs, out=out)
+
     @property
     def __name__(self) -> str:  # Apply's repr and error messages
         return getattr(self.fn, "__name__", type(self.fn).__name__)

@@ -173,6 +173,9 @@ class _Captured:
     Saved with a stored output, it holds no values (`without_value`): a store that loads it
     gives it a reader of that output (`reading`), called on first use."""
 
+    #: it reads none of its inputs (they are there for the lineage): an `Opaque` of it gets views of them
+    reads_only = True
+
     def __init__(self, value: np.ndarray | None, shape: tuple[int, ...] | None = None,
                  read: Callable[[], np.ndarray] | None = None):
         self.value, self.read = value, read

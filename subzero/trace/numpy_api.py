@@ -55,6 +55,12 @@ def apply_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> An
             if not (isinstance(where, bool) and where):
                 r = np.where(where, r, o)
             write_out(ufunc, r, o)
+        first = results[0]
+        if method == "__call__" and len(outs) == 1 and isinstance(outs[0], np.ndarray) and inputs and \
+                inputs[0] is outs[0] and isinstance(first, SymbolicArray) and first.shape == outs[0].shape:
+            # ``a op= x`` on a numpy array ``a`` (numpy calls ``ufunc(a, x, out=(a,))``): ``a`` received the values,
+            # and Python binds the name to what this returns: the traced result, so the code stays exact
+            return (first if first.dtype == outs[0].dtype else astype(first, outs[0].dtype)).backed_by(outs[0])
         return outs if isinstance(out, tuple) and len(outs) > 1 else outs[0]
     if method == "__call__" and ufunc is np.matmul:
         return matmul(*inputs, **kwargs)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import operator
 import sys
+import weakref
 from types import FrameType
 from typing import Any, Callable, Protocol, cast
 
@@ -102,7 +103,7 @@ class View:
 class SymbolicArray(np.lib.mixins.NDArrayOperatorsMixin, ArrayShape):
     """An array of a traced function: its node, shape and dtype; values on demand."""
 
-    __slots__ = ("tracer", "_entry", "shape", "dtype", "_view", "_deep")
+    __slots__ = ("tracer", "_entry", "shape", "dtype", "_view", "_deep", "_backing")
     __array_priority__ = 1000
 
     def __init__(self, tracer: Tracer, entry: Entry, shape: tuple[int, ...], dtype, view: View | None = None):
@@ -111,6 +112,9 @@ class SymbolicArray(np.lib.mixins.NDArrayOperatorsMixin, ArrayShape):
         self.dtype = np.dtype(dtype)
         self._view = view
         self._deep = False
+        #: the numpy array this one was made from by an in-place update (``a += x`` on a numpy ``a``),
+        #: while anything else holds it: later in-place updates write their values into it too
+        self._backing: "weakref.ref[np.ndarray] | None" = None
 
     @property
     def entry(self) -> Entry:
@@ -147,6 +151,20 @@ class SymbolicArray(np.lib.mixins.NDArrayOperatorsMixin, ArrayShape):
             view.parent.rebind(view.backward(view.parent, new))
             view.derived_from = view.parent.entry
         self._entry = new.entry
+        backing = self._backing() if self._backing is not None else None
+        if backing is not None:  # another name for the numpy array it was made from sees the update, as in numpy
+            np.copyto(backing, self.values(f"an in-place update of a numpy array at {user_line()}"),
+                      casting="same_kind")
+            self.tracer.leak(self.entry, user_line(), "an in-place update of a numpy array")
+
+    def backed_by(self, array: np.ndarray) -> "SymbolicArray":
+        """This array in place of the numpy ``array`` an in-place update (``a += x``, numpy's
+        ``ufunc(a, x, out=(a,))``) wrote its values into: Python binds ``a`` to what the update
+        returns, so the code goes on with this array (exact lineage), while any other name for
+        ``array`` (which holds the values) sees its later in-place updates too."""
+        out = SymbolicArray(self.tracer, self.entry, self.shape, self.dtype)
+        out._backing = weakref.ref(array)
+        return out
 
     # -- what numpy arrays say about themselves --------------------------------------------------
     @property

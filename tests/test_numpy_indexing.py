@@ -271,15 +271,24 @@ def test_a_basic_assignment_writes_the_cells_and_sources_positions_give(data):
 
     shape = tuple(data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
     x = types.SimpleNamespace(shape=shape, size=int(np.prod(shape)))  # all it reads of the array
-    parts = []
-    for n in shape[:data.draw(st.integers(0, len(shape)))]:
-        kind = data.draw(st.sampled_from(["int", "slice", "none", "all"]))
-        parts.append(data.draw(st.integers(-n, n - 1)) if kind == "int" else None if kind == "none" else
-                     slice(None) if kind == "all" else
-                     slice(data.draw(st.integers(-n, n)), data.draw(st.integers(-n, n)),
-                           data.draw(st.sampled_from([None, 1, 2, -1, -2]))))
-    if data.draw(st.booleans()):
-        parts.insert(data.draw(st.integers(0, len(parts))), Ellipsis)
+
+    def parts_for(lengths) -> list:  # a part per axis indexed, maybe a new axis before each
+        out: list = []
+        for n in lengths:
+            if data.draw(st.booleans()):
+                out.append(None)  # a new axis: the next part still indexes this axis
+            kind = data.draw(st.sampled_from(["int", "slice", "all"]))
+            out.append(data.draw(st.integers(-n, n - 1)) if kind == "int" else slice(None) if kind == "all" else
+                       slice(data.draw(st.integers(-n, n)), data.draw(st.integers(-n, n)),
+                             data.draw(st.sampled_from([None, 1, 2, -1, -2]))))
+        return out
+
+    indexed = data.draw(st.integers(0, len(shape)))
+    if data.draw(st.booleans()):  # an Ellipsis: the parts before it index the first axes, those after the last
+        before = data.draw(st.integers(0, indexed))
+        parts = parts_for(shape[:before]) + [Ellipsis] + parts_for(shape[len(shape) - (indexed - before):])
+    else:
+        parts = parts_for(shape[:indexed])
     key = tuple(parts)
     selected = np.shape(np.empty(shape)[key])
     value_shape = data.draw(st.sampled_from([(), (1,), selected, selected[1:], (2,) + selected]))

@@ -35,7 +35,7 @@ from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
 
 __all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "Held", "FusedTask",
            "FusedTile", "run_fused_tile", "trace_tile", "rerun_payloads", "modes_for",
-           "derived_full", "expand_payloads", "merge_inline", "RecomputedArray"]
+           "derived_full", "expand_payloads", "merge_inline", "RecomputedArray", "computes_into"]
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,8 @@ def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode], into: Into | None 
     result_box = op.effective_tiling().result_box(op, tile.box, in_boxes) if known else None
     ctx.set_result_box(result_box)
     errstate = getattr(op, "errstate", None)  # the floating-point error handling the traced code was under
-    target = _target(op, ctx, blocks, result_box, into) if into is not None and result_box == tile.box else None
+    computed_into = into is not None and result_box == tile.box and not ctx.modes  # run records no lineage here
+    target = _target(task, ctx, blocks, result_box, into) if computed_into else None
     with np.errstate(**errstate) if errstate else contextlib.nullcontext():
         out = op.run(ctx, *blocks) if target is None else op.run_into(ctx, target, *blocks)
     if out is None:
@@ -165,19 +166,34 @@ def _call(task: NodeTask, tile: Tile, modes: frozenset[Mode], into: Into | None 
     return ctx, trimmed, result_box, tile, op
 
 
-def _target(op: Operator, ctx: Context, blocks: Sequence[np.ndarray], box: Box | None, into: Into
+def _target(task: NodeTask, ctx: Context, blocks: Sequence[np.ndarray], box: Box | None, into: Into
             ) -> np.ndarray | None:
-    """Where ``op`` computes the cells of ``box`` (`Operator.run_into`), or None: it does not
-    `Operator.fills_out`, or ``into`` has no place.  The dtype is the one ``run`` gives: ``run``
-    on the first cell of each block (the same dtypes and axes, so numpy's rules agree)."""
-    if box is None or not op.fills_out:
+    """Where the task's operator computes the cells of ``box`` (`Operator.run_into`), or None: it
+    does not compute into a given array (`computes_into`), or ``into`` has no place.  The dtype is
+    the one ``run`` gives: ``run`` on the first cell of each block (the same dtypes and axes, so
+    numpy's rules agree), under a context of its own that records no lineage."""
+    op = task.operator
+    if box is None or not computes_into(op):
         return None
     firsts = [b[(slice(0, 1),) * b.ndim] if b.ndim else b for b in blocks]
+    probe = Context(task.node, (), ctx.tile_box, ctx.input_boxes, task.input_shapes, task.output_shape)  # no lineage
     with np.errstate(all="ignore"):
-        dtype = np.asarray(op.run(ctx, *firsts)).dtype
+        dtype = np.asarray(op.run(probe, *firsts)).dtype
     if dtype.hasobject:  # refused as run's output is (`_call`), not computed into bytes
         return None
     return into(tuple(hi - lo for lo, hi in box), dtype)
+
+
+def computes_into(op: Operator) -> bool:
+    """Whether ``op``'s values may be computed into a given array: it `Operator.fills_out` and its
+    `Operator.run_into` is defined where its ``run`` is, or below (a subclass that overrides ``run``,
+    e.g. to record its own lineage, is run as it says, not through an inherited ``run_into``)."""
+    if not op.fills_out:
+        return False
+    mro = type(op).__mro__
+    run_owner = next(k for k, c in enumerate(mro) if "run" in c.__dict__)
+    into_owner = next((k for k, c in enumerate(mro) if "run_into" in c.__dict__), len(mro))
+    return into_owner <= run_owner
 
 
 def prepare_tile(task: NodeTask, tile: Tile) -> Any:
@@ -345,7 +361,7 @@ def run_fused_tile(fused: FusedTask, tile: Tile) -> FusedTile:
                 output.compressor = output_compressor(inputs, output.compressor)
         member = replace(t, inputs=inputs, output=output)
         dropped = [name for name, at in last_read.items() if at == k]
-        if t.operator.fills_out:  # the inputs it reads last may take its values (ufuncs: as if they were copied)
+        if computes_into(t.operator):  # the inputs it reads last may take its values (ufuncs: as if they were copied)
             for name in dropped:
                 if name in owned:
                     scratch.give(owned.pop(name))

@@ -274,6 +274,41 @@ def test_a_fused_chain_of_ufuncs_reuses_memory_and_computes_its_held_output_in_p
     assert out.in_place == [True, True]
 
 
+def test_a_subclass_that_overrides_run_is_run_as_it_says_not_into_a_given_array(tmp_path):
+    """An inherited `run_into` never stands in for an overriding ``run`` (which may record its own
+    lineage), nor does any `run_into` for a call that records lineage; the dtype probe records none:
+    a held output gets exactly the lineage ``run`` writes."""
+    from subzero.worker import computes_into
+
+    class OwnFull(ops.Add):
+        def supported_modes(self):
+            return {Mode.MAP, Mode.FULL}
+
+        def run(self, ctx, x, y):
+            cells = np.argwhere(np.ones(np.broadcast_shapes(x.shape, y.shape), bool))
+            if Mode.FULL in ctx.modes:
+                n = np.arange(len(cells))
+                ctx.lwrite_many(cells, cells, cells, out_pair=n, in_pair=[n, n])
+            return np.add(x, y) * 2
+
+    class OwnInto(OwnFull):
+        def run_into(self, ctx, out, *inputs):
+            return np.multiply(np.add(*inputs, out=out), 2, out=out)
+
+    assert computes_into(ops.Add()) and not computes_into(OwnFull()) and computes_into(OwnInto())
+    assert not computes_into(ops.Apply(lambda v: v + 1))
+    x, y = np.arange(12.0).reshape(3, 4), np.ones((3, 4))
+    for k, op in enumerate((OwnFull(), OwnInto())):
+        wf = sz.Workflow(f"own{k}")
+        a, b = wf.input("x"), wf.input("y")
+        wf.add(op, a, b, name="s")
+        run = wf.run({"x": x, "y": y}, store=tmp_path / f"r{k}", executor="local", tile_shape=2,
+                     strategies={"s": ["FullOne"]}).wait()
+        np.testing.assert_array_equal(run.output("s"), (x + y) * 2)
+        assert run.catalog.nodes["s"].stats.pairs["FullOne/backward"][0] == 12  # one pair per cell, no probe's
+        np.testing.assert_array_equal(run.backward("s", [(1, 2)], to="x"), [[1, 2]])
+
+
 def test_recomputed_tiles_share_one_budget_in_a_process():
     """Recomputed tiles are kept in one cache per process (`RECOMPUTED_TILES`), every array's
     together within the budget a put gives, least recently used out first; clearing one array's

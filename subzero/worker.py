@@ -31,11 +31,12 @@ from subzero.pairs import FullPairs, PayloadPairs, owners, ptr_from_counts
 from subzero.store.arrays import ArrayRef, BlockCache, HeldArray, MemoryArray, output_compressor, resolve_compressor
 from subzero.store.location import Location
 from subzero.store.shards import ShardSink
-from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
+from subzero.tiling import Box, Elementwise, Halo, Tile, box_slices, default_chunks, full_box
 
 __all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "Held", "FusedTask",
            "FusedTile", "run_fused_tile", "trace_tile", "rerun_payloads", "modes_for",
-           "derived_full", "expand_payloads", "merge_inline", "RecomputedArray", "computes_into"]
+           "derived_full", "expand_payloads", "merge_inline", "RecomputedArray", "computes_into", "regional",
+           "REGION_SHARE"]
 
 
 @dataclass(frozen=True)
@@ -455,6 +456,7 @@ class RecomputedArray:
         self._key = uuid.uuid4().hex  # its tiles' key in the process's cache (`RECOMPUTED_TILES`)
         self._lo = np.array([[lo for lo, _ in t.box] for t in self.tiles], np.int64).reshape(len(self.tiles), -1)
         self._hi = np.array([[hi for _, hi in t.box] for t in self.tiles], np.int64).reshape(len(self.tiles), -1)
+        self._regional = regional(task.operator)  # a read may compute a part of a tile on its own
 
     @property
     def url(self) -> str:
@@ -484,8 +486,19 @@ class RecomputedArray:
         RECOMPUTED_TILES.put((self._key, index), block, self.cache_bytes)
         return block
 
+    def region(self, box: Box) -> np.ndarray:
+        """The cells of ``box`` computed on their own: the operator run over ``box`` (reading its
+        tiling's input boxes of ``box``, its inputs' regions in turn), not over the tiles that hold
+        it.  Only for an operator that computes any box as its tiles do (`regional`)."""
+        return _call(self.task, Tile(-1, tuple(box)), frozenset())[1]
+
     def read(self, box: Box | None = None) -> np.ndarray:
-        """The cells of ``box`` (the whole array when None), from the tiles that hold them."""
+        """The cells of ``box`` (the whole array when None), from the tiles that hold them.
+
+        A tile's part is copied from the tile, computed whole (and cached), unless the operator is
+        `regional`, the tile is not cached and the part is at most `REGION_SHARE` of it: then only
+        the part is computed (its parts in several tiles together, when their hull is not much
+        larger), through the unstored inputs' own regions down to the stored chunks under it."""
         box = tuple((0, n) for n in self.shape) if box is None else tuple(box)
         if len(box) != len(self.shape) or any(lo < 0 or hi > n for (lo, hi), n in zip(box, self.shape)):
             raise StoreError(f"box {box} is outside node {self.task.node!r} of shape {self.shape}")
@@ -495,13 +508,50 @@ class RecomputedArray:
         lo = np.array([a for a, _ in box], np.int64)
         hi = np.array([b for _, b in box], np.int64)
         touched = np.flatnonzero(np.all((self._lo < hi) & (self._hi > lo), axis=1)) if self.shape else [0]
+        parts: list[Box] = []  # uncached parts computed on their own
         for index in touched:
             t = self.tiles[int(index)]
-            block = self.tile(int(index))
             part = tuple((max(a, c), min(b, d)) for (a, b), (c, d) in zip(box, t.box))
-            out[tuple(slice(a - c, b - c) for (a, b), (c, _) in zip(part, box))] = \
-                block[tuple(slice(a - c, b - c) for (a, b), (c, _) in zip(part, t.box))]
+            if self._regional and RECOMPUTED_TILES.get((self._key, int(index))) is None and \
+                    _cells(part) <= REGION_SHARE * _cells(t.box):
+                parts.append(part)
+                continue
+            block = self.tile(int(index))
+            out[box_slices(part, box)] = block[box_slices(part, t.box)]
+        if parts:
+            hull = parts[0]
+            for part in parts[1:]:
+                hull = _hull(hull, part)
+            for part in [hull] if _cells(hull) <= 2 * sum(_cells(p) for p in parts) else parts:
+                out[box_slices(part, box)] = self.region(part)
         return out
+
+
+#: the largest share of a tile's cells that a read of an uncached tile of a `regional` operator
+#: computes on its own (more: the whole tile is computed and cached, as a later read may want the rest)
+REGION_SHARE = 0.5
+
+
+def regional(op: Operator) -> bool:
+    """Whether computing any box of ``op``'s output (from its tiling's input boxes of that box)
+    gives the cells its tiles give: a one-pass operator of known shape whose tiles read their own
+    box (`Elementwise`) or their box and a halo (`Halo`), as a fused stage computes its members
+    over their readers' grown boxes.  Not one that needs its tiles whole: a two-pass operator
+    (`Label`), a reduction, a user function over blocks, an operator run on whole arrays."""
+    if op.output_shape is None or op.two_pass:
+        return False
+    try:
+        return type(op.effective_tiling()) in (Elementwise, Halo)
+    except Exception:  # noqa: BLE001 - a tiling that cannot be asked: the whole tiles, as before
+        return False
+
+
+def _cells(box: Box) -> int:
+    """The number of cells of ``box``."""
+    n = 1
+    for lo, hi in box:
+        n *= max(hi - lo, 0)
+    return n
 
 
 def _hull(box: Box | None, other: Box) -> Box:

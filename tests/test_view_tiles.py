@@ -138,3 +138,25 @@ def test_an_unstored_nodes_tiles_are_made_once_however_many_ask(run, tmp_path, m
     assert len(got) == 4 and all(np.array_equal(g, _blocks(bright, 4, np.max)) for g in got)
     np.testing.assert_array_equal(pyramids[1].values(0, 1, 2), bright[256:512, 512:768])  # read back, not made
     assert len(made) == len(every)
+
+
+def test_an_unstored_nodes_zoomed_out_tiles_read_their_footprint_once(run, tmp_path, monkeypatch):
+    """A level >= 1 tile of an unstored node within `DIRECT_READ` is one read of its footprint
+    (re-running only what it covers), not a read per child tile; above it, from its children."""
+    from subzero.worker import RECOMPUTED_TILES
+
+    pyramid = TilePyramid(run, "bright", tmp_path, "mask")
+    array = run.array("bright")
+    assert not pyramid.stored and TILE * 2 <= tiles.DIRECT_READ
+    reads: list[tuple] = []
+    real = array.read
+    monkeypatch.setattr(array, "read", lambda box=None: reads.append(box) or real(box))
+    RECOMPUTED_TILES.clear()
+    bright = np.asarray(run.output("x")) > 0.9
+    np.testing.assert_array_equal(pyramid.values(1, 1, 0), _blocks(bright[512:1024, 0:512], 2, np.max))
+    assert reads == [((512, 1024), (0, 512))]
+    reads.clear()
+    monkeypatch.setattr(tiles, "DIRECT_READ", TILE)
+    np.testing.assert_array_equal(pyramid.values(1, 0, 1), _blocks(bright[0:512, 512:768], 2, np.max))
+    assert sorted(reads) == [((0, 256), (512, 768)), ((256, 512), (512, 768))]  # its two children
+    RECOMPUTED_TILES.clear()

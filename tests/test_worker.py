@@ -411,3 +411,97 @@ def test_a_numpy_steps_whole_output_is_held_as_computed_and_a_tiles_is_copied_in
             run_tile(task, Tile(k, box))
         np.testing.assert_array_equal(out.read(), -np.arange(16.0).reshape(4, 4))
         assert np.shares_memory(out.block, made[-1]) is kept
+
+
+def _region_workflow():
+    """x -> scaled (elementwise) -> smooth (Halo) -> median (Halo) -> bright -> stars (Label), and
+    x -> mesh (a block mean): run locally, every node but x and the outputs is unstored; on Spark,
+    the arrays a later stage reads are stored (bright, before Label's two passes)."""
+    wf = sz.Workflow("regions")
+    x = wf.input("x")
+    scaled = wf.add(ops.MultiplyScalar(3.0), x, name="scaled")
+    smooth = wf.add(ops.GaussianFilter(1.0, truncate=2.0), scaled, name="smooth")
+    median = wf.add(ops.MedianFilter(3), smooth, name="median")
+    bright = wf.add(ops.Threshold(0.5), median, name="bright")
+    stars = wf.add(ops.Label(), bright, name="stars")
+    wf.add(ops.AddScalar(1), stars, name="out")
+    mesh = wf.add(ops.Downsample(3, how="mean"), x, name="mesh")
+    wf.add(ops.AddScalar(1.0), mesh, name="out2")
+    return wf
+
+
+@pytest.mark.parametrize("executor", ["local", "spark"])
+def test_region_reads_of_recomputed_arrays_match_whole_tile_reads(tmp_path, request, executor):
+    """A small read of an unstored Elementwise or Halo node computes only its region (through the
+    unstored nodes before it, no whole tile is cached), others (Label, a block mean) whole tiles,
+    and every read gives the cells the whole tiles give and the run stored with keep='all'."""
+    from subzero import worker
+    from subzero.worker import RECOMPUTED_TILES, regional
+
+    wf = _region_workflow()
+    x = np.random.default_rng(7).normal(size=(29, 35))
+    extra = {"spark": request.getfixturevalue("spark")} if executor == "spark" else {}
+    lean = wf.run({"x": x}, store=tmp_path / "lean", executor=executor, tile_shape=8, **extra).wait()
+    full = wf.run({"x": x}, store=tmp_path / "full", executor="local", tile_shape=8, keep="all").wait()
+    recomputed = [n for n in ("scaled", "smooth", "median", "bright", "stars", "mesh")
+                  if not lean.catalog.node(n).array.stored]
+    assert recomputed == ["scaled", "smooth", "median"] + (["bright", "stars", "mesh"] if executor == "local" else [])
+    arrays = {n: lean.array(n) for n in recomputed}
+    assert {n for n, a in arrays.items() if regional(a.task.operator)} == {"scaled", "smooth", "median", "bright"} & \
+        set(recomputed)
+    expected = {n: np.asarray(full.output(n)) for n in recomputed}
+    rng = np.random.default_rng(11)
+    for k in range(24):
+        name = recomputed[k % len(recomputed)]
+        shape = expected[name].shape
+        lo = [int(rng.integers(0, n)) for n in shape]
+        box = tuple((a, int(rng.integers(a + 1, min(a + 6, n) + 1))) for a, n in zip(lo, shape))
+        RECOMPUTED_TILES.clear()
+        got = arrays[name].read(box)
+        want = expected[name][tuple(slice(a, b) for a, b in box)]
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype
+        cached = {key[0] for key in RECOMPUTED_TILES._items}
+        # a small read of a regional node cached no tile of it nor of the regional nodes before it
+        assert (arrays[name]._key in cached) == (name in ("stars", "mesh"))
+    for name in recomputed:  # the whole array, and the whole tiles' path forced, agree
+        RECOMPUTED_TILES.clear()
+        np.testing.assert_array_equal(arrays[name].read(), expected[name])
+    wide = ((3, 27), (5, 30))
+    RECOMPUTED_TILES.clear()
+    region = arrays["median"].read(wide)
+    share, worker.REGION_SHARE = worker.REGION_SHARE, 0.0
+    try:
+        RECOMPUTED_TILES.clear()
+        np.testing.assert_array_equal(region, arrays["median"].read(wide))
+    finally:
+        worker.REGION_SHARE = share
+    RECOMPUTED_TILES.clear()
+
+
+def test_a_region_read_mixes_cached_tiles_and_parts_computed_on_their_own(tmp_path, monkeypatch):
+    """A read over a cached tile copies it; its other parts are computed on their own: one region
+    for parts whose hull is not much larger than them, one each otherwise (a tile's halo ring);
+    a small read through a chain of unstored nodes computes regions all the way, caching no tile."""
+    from subzero import worker
+
+    wf = _region_workflow()
+    x = np.random.default_rng(5).normal(size=(48, 48))
+    run = wf.run({"x": x}, store=tmp_path / "s", executor="local", tile_shape=16).wait()
+    full = wf.run({"x": x}, store=tmp_path / "f", executor="local", tile_shape=16, keep="all").wait()
+    worker.RECOMPUTED_TILES.clear()
+    np.testing.assert_array_equal(run.array("bright").read(((20, 22), (20, 22))),
+                                  np.asarray(full.output("bright"))[20:22, 20:22])
+    assert not worker.RECOMPUTED_TILES._items  # bright, median, smooth and scaled: regions only
+    smooth = run.array("smooth")
+    want = np.asarray(full.output("smooth"))
+    smooth.tile(4)  # the middle tile, (16, 32) x (16, 32)
+    regions = []
+    real = worker.RecomputedArray.region
+    monkeypatch.setattr(worker.RecomputedArray, "region", lambda self, box: (self is smooth and regions.append(box)) or real(self, box))
+    np.testing.assert_array_equal(smooth.read(((14, 34), (14, 34))), want[14:34, 14:34])  # the tile and a ring
+    assert len(regions) == 8 and all(worker._cells(b) <= 32 for b in regions)
+    regions.clear()
+    np.testing.assert_array_equal(smooth.read(((14, 18), (14, 18))), want[14:18, 14:18])  # in four tiles, one cached
+    assert regions == [((14, 18), (14, 18))]
+    worker.RECOMPUTED_TILES.clear()

@@ -7,9 +7,11 @@ read of the array where its footprint is at most `DIRECT_READ` cells on a side (
 chunks it covers are read), else from its four children, so no more than a tile's footprint
 of one of those reads is ever in memory, however large the array.
 
-An array the run did not store is read by re-running its tiles from its stored ancestors
-(`subzero.worker.RecomputedArray`), which may take minutes for a whole array: its tiles are
-made only when asked for, and every one of them is cached, level 0 included.
+An array the run did not store is read by re-running it from its stored ancestors
+(`subzero.worker.RecomputedArray`: only the tile's footprint, and its halo, where the node and
+the unstored nodes before it are elementwise or stencils; else the run's tiles under it whole),
+which may take minutes for a whole array: its tiles are made only when asked for, and every one
+of them is cached, level 0 included.
 
 Rendered PNGs, and the values of the tiles made from their children (and of every tile of
 an array the run did not store), are cached under a directory of the caller's choosing

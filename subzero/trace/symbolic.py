@@ -208,8 +208,13 @@ class SymbolicArray(np.lib.mixins.NDArrayOperatorsMixin, ArrayShape):
         caller = _library_caller()
         if self._can_compute():
             value = self.values(f"{caller or 'np.asarray'}() of {self!r}")
-            self.tracer.leak(self.entry, user_line(), caller or "np.asarray")
-            return value if dtype is None else value.astype(dtype)
+            # numpy code gets its own copy (it may write into it), so the run may still store these
+            # values; only ``copy=False`` (numpy's "never copy") hands over the trace's own array
+            shared = copy is False and (dtype is None or np.dtype(dtype) == value.dtype)
+            self.tracer.leak(self.entry, user_line(), caller or "np.asarray", shared=shared)
+            if shared:
+                return value
+            return value.copy() if dtype is None else value.astype(dtype)
         hint = "; compute with numpy calls on it, or wrap the code that needs values with sz.udf(fn, lineage=...)"
         if caller.startswith("scipy.ndimage."):
             hint = f"; use subzero.ndimage.{caller.rsplit('.', 1)[1]} (same name and signature)"

@@ -26,6 +26,7 @@ import numpy as np
 
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
+from subzero.operators.shape import Slice
 from subzero.oracle import evaluate_operator
 from subzero.tiling import Elementwise, Halo
 from subzero.trace.errors import ControlFlowError, TraceError
@@ -254,7 +255,8 @@ class Tracer:
         with warnings.catch_warnings(), outside_trace():
             warnings.simplefilter("ignore")
             try:
-                out = np.asarray(evaluate_operator(e.op, args))  # type: ignore[arg-type]
+                out = _sliced(e.op, args[0]) if type(e.op) is Slice else \
+                    np.asarray(evaluate_operator(e.op, args))  # type: ignore[arg-type]
             except ValueError as exc:
                 if "read-only" not in str(exc):
                     raise
@@ -344,6 +346,14 @@ def _elementwise(op: Operator | None) -> bool:
         return type(op.effective_tiling()) is Elementwise
     except Exception:  # noqa: BLE001 - a tiling that needs shapes
         return False
+
+
+def _sliced(op: Slice, x: np.ndarray) -> np.ndarray:
+    """``op``'s values on the whole array ``x`` as numpy's basic indexing gives them: a view (its
+    tiles build an index map per axis and copy; numpy code slicing a large array pays nothing)."""
+    bounds = [Slice._per_axis(v, x.ndim, name) for v, name in
+              ((op.start, "start"), (op.stop, "stop"), (op.step, "step"))]
+    return x[tuple(slice(a, b, c) for a, b, c in zip(*bounds))]
 
 
 def _read_only(value: Any) -> np.ndarray:

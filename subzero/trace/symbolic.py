@@ -208,8 +208,15 @@ class SymbolicArray(np.lib.mixins.NDArrayOperatorsMixin, ArrayShape):
         caller = _library_caller()
         if self._can_compute():
             value = self.values(f"{caller or 'np.asarray'}() of {self!r}")
-            self.tracer.leak(self.entry, user_line(), caller or "np.asarray")
-            return value if dtype is None else value.astype(dtype)
+            # numpy code gets its own copy of a computed step's values (it may write into it), so the
+            # run may still store them; an input's are the caller's own array, handed back as numpy
+            # does, and ``copy=False`` (numpy's "never copy") hands over the trace's own array
+            same = dtype is None or np.dtype(dtype) == value.dtype
+            shared = copy is False and same
+            self.tracer.leak(self.entry, user_line(), caller or "np.asarray", shared=shared)
+            if shared or (self.entry.op is None and same and copy is not True):
+                return value
+            return value.copy() if dtype is None else value.astype(dtype)
         hint = "; compute with numpy calls on it, or wrap the code that needs values with sz.udf(fn, lineage=...)"
         if caller.startswith("scipy.ndimage."):
             hint = f"; use subzero.ndimage.{caller.rsplit('.', 1)[1]} (same name and signature)"

@@ -26,6 +26,7 @@ import numpy as np
 
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
+from subzero.operators.shape import Slice
 from subzero.oracle import evaluate_operator
 from subzero.tiling import Elementwise, Halo
 from subzero.trace.errors import ControlFlowError, TraceError
@@ -100,7 +101,7 @@ class Tracer:
         self.value_bytes = 0
         self._pending: Entry | None = None  # the step recorded last: evaluated when the next one is
         self._names: dict[int, str] = {}  # id(entry) -> its node's name, once built
-        self._exposed: list[Entry] = []  # entries whose values numpy code outside subzero was handed (`leak`)
+        self._exposed: list[Entry] = []  # entries whose own values numpy code outside subzero holds (`leak`)
         self.entries: list[Entry] = []
         self.outputs: list[Entry] = []  # the entries the traced function returned, in order
         self.events: list[Event] = []
@@ -201,10 +202,13 @@ class Tracer:
         if event not in self.events:
             self.events.append(event)
 
-    def leak(self, entry: Entry, line: str, caller: str) -> None:
+    def leak(self, entry: Entry, line: str, caller: str, shared: bool = False) -> None:
         """Record that ``caller`` turned ``entry`` into numpy values at ``line``: arrays that enter
-        the trace afterwards may derive from them (`leaked`)."""
-        self._exposed.append(entry)  # numpy code holds its values now: not handed to the run (`values`)
+        the trace afterwards may derive from them (`leaked`).  ``shared``: numpy code holds the
+        trace's own array of them (not a copy), so it may write into it: they are not handed to the
+        run (`values`)."""
+        if shared:
+            self._exposed.append(entry)
         if _depends_on_data(entry):
             self.leaked.append(entry)
             self.note("leak", line, f"{caller} turned {entry.name or entry.base} into numpy values: what it "
@@ -251,7 +255,8 @@ class Tracer:
         with warnings.catch_warnings(), outside_trace():
             warnings.simplefilter("ignore")
             try:
-                out = np.asarray(evaluate_operator(e.op, args))  # type: ignore[arg-type]
+                out = _sliced(e.op, args[0]) if type(e.op) is Slice else \
+                    np.asarray(evaluate_operator(e.op, args))  # type: ignore[arg-type]
             except ValueError as exc:
                 if "read-only" not in str(exc):
                     raise
@@ -263,8 +268,9 @@ class Tracer:
     def values(self) -> dict[str, tuple[np.ndarray, float]]:
         """Node name -> (its values, the seconds computing them took) of every step of the built
         workflow (`build`) whose values this trace computed, for a run over the same inputs to
-        reuse.  Left out: the values of a step numpy code outside subzero was handed as an array
-        (`leak`: it may have written into them) and of every step computed from them."""
+        reuse.  Left out: the values of a step numpy code outside subzero holds as the trace's own
+        array (`leak` with ``shared``: it may have written into them; it is otherwise given a copy)
+        and of every step computed from them."""
         self.evaluate_pending()
         names = self._names
         tainted = {id(e) for e in self._exposed if e.op is not None}  # an input's values are the caller's own
@@ -340,6 +346,14 @@ def _elementwise(op: Operator | None) -> bool:
         return type(op.effective_tiling()) is Elementwise
     except Exception:  # noqa: BLE001 - a tiling that needs shapes
         return False
+
+
+def _sliced(op: Slice, x: np.ndarray) -> np.ndarray:
+    """``op``'s values on the whole array ``x`` as numpy's basic indexing gives them: a view (its
+    tiles build an index map per axis and copy; numpy code slicing a large array pays nothing)."""
+    bounds = [Slice._per_axis(v, x.ndim, name) for v, name in
+              ((op.start, "start"), (op.stop, "stop"), (op.step, "step"))]
+    return x[tuple(slice(a, b, c) for a, b, c in zip(*bounds))]
 
 
 def _read_only(value: Any) -> np.ndarray:

@@ -216,7 +216,7 @@ def _out_ref(out: Any, shape: tuple[int, ...]) -> Any:
     return ArrayRef(location, name, compressor="zstd")
 
 
-def contamination_count(run: Any, src: str, flags: np.ndarray | str, to: str, using: dict | None = None,
+def contamination_count(run: Any, src: Any, flags: Any, to: Any, using: dict | None = None,
                         batch_cells: int | None = None, out: Any = None, sparse: bool = False,
                         executor: str | None = None, spark: Any = None,
                         opener: Callable[[str], Any] | None = None) -> Any:
@@ -255,7 +255,7 @@ def contamination_count(run: Any, src: str, flags: np.ndarray | str, to: str, us
         The dense int64 counts of ``to``'s shape (default), the sparse pairs (``sparse``) or the
         written array (``out``).
     """
-    src, to = _check_path(run, src, to)
+    src, to = _check_path(run, src, to)  # Node objects from here on
     if batch_cells is not None and batch_cells < 1:
         raise LineageError(f"batch_cells must be a positive number of flagged cells, got {batch_cells}")
     if out is not None and sparse:

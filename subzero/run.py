@@ -327,6 +327,38 @@ class Run:
         return lineage_table(self, node, over, flags=flags, values=values, objects=objects, using=using,
                              batch_objects=batch_objects, executor=executor, opener=open_run)
 
+    def contamination_count(self, src: NodeRef, flags: "ArrayLike | str", to: NodeRef, using: dict | None = None,
+                            batch_cells: int | None = None, out: str | None = None, sparse: bool = False,
+                            executor: str | None = None) -> Any:
+        """For each cell of ``to``, how many distinct flagged cells of ``src`` its backward lineage
+        holds (see `subzero.stats.contamination_count`): flagged cells carried forward in batches,
+        as Spark tasks for large arrays of runs made on Spark.
+
+        Parameters
+        ----------
+        src, to : Node or str
+            The flagged ancestor and the descendant whose cells are counted.
+        flags : array or str
+            Nonzero = flagged: an array of ``src``'s shape (numpy, or Zarr read chunk by chunk) or
+            a stored node's name.
+        out : str, optional
+            Write the counts chunk by chunk into this new Zarr array (returned) instead of memory.
+        sparse : bool
+            Return ``(flat cell ids, counts)`` of the cells with a nonzero count.
+        executor : {"local", "spark"}, optional
+            Where the batches run (default: Spark when the run used Spark and ``to`` has at least
+            1e8 cells).
+
+        Returns
+        -------
+        numpy.ndarray or tuple or zarr.Array
+            Dense int64 counts of ``to``'s shape, the sparse pairs, or the written array.
+        """
+        from subzero.stats import contamination_count
+
+        return contamination_count(self, src, flags, to, using=using, batch_cells=batch_cells, out=out,
+                                   sparse=sparse, executor=executor, opener=open_run)
+
     # -- helpers --------------------------------------------------------------------------
     def profile(self, node: Node) -> Any:
         """The cost-model profile of a node: calibrated, or derived from its run statistics."""

@@ -295,7 +295,13 @@ def test_stats_bench_measures_a_built_store_in_a_fresh_process(tmp_path, monkeyp
     assert got["lineage_cells_total"] == int(np.sum(expected["n_lineage"]))
     assert got["objects_flagged"] == int(np.sum(expected["n_flagged"] > 0)) and got["driver_rss"] > 0
     assert got["sample"] > 0 and got["sample_mismatches"] == 0
-    assert "driver peak RSS (GB)" in (tmp_path / "out" / "REPORT.md").read_text()
+    count = json.loads((tmp_path / "out" / "results.json").read_text())["raw"]["store_count"]
+    expected_count = run.contamination_count("raw", zarr.open_array(paths["hits"], mode="r")[:], "stars")
+    assert count["contaminated_cells"] == int(np.count_nonzero(expected_count))
+    assert count["count_total"] == int(expected_count.sum()) and count["count_max"] == int(expected_count.max())
+    assert count["sample"] > 0 and count["sample_mismatches"] == 0 and count["driver_rss"] > 0
+    report = (tmp_path / "out" / "REPORT.md").read_text()
+    assert "driver peak RSS (GB)" in report and "Contamination count of the hits" in report
 
 
 def test_coldquery_bench_times_new_processes_against_import_numpy(tmp_path, monkeypatch):

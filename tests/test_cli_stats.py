@@ -81,6 +81,21 @@ def test_contaminate_mask_count_and_plot(store, capsys):
     assert "at most 1 each" in capsys.readouterr().out
 
 
+def test_contaminate_count_into_a_zarr_array_chunk_by_chunk(store, capsys):
+    import zarr
+
+    root, image, flags = store
+    run = sz.open_run(root / "run")
+    expected = run.contamination_count("x", flags, "objects")
+    assert main(["contaminate", str(root / "run"), "--from", "x", "--flags", str(root / "flags.zarr"), "--to",
+                 "objects", "--count", "--out", str(root / "n.zarr")]) == 0
+    np.testing.assert_array_equal(zarr.open_array(str(root / "n.zarr"), mode="r")[:], expected)
+    assert f"{int((expected > 0).sum())} cell(s) of objects depend on them" in capsys.readouterr().out
+    assert main(["contaminate", str(root / "run"), "--from", "x", "--flags", "x>60000", "--to", "objects", "--count",
+                 "--out", str(root / "n.zarr")]) == 2  # an array there already
+    assert "exists already" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["table", "RUN", "--objects", "blur", "--over", "x", "--out", "OUT/t.ecsv"], "not object labels"),
     (["table", "RUN", "--objects", "nope", "--over", "x", "--out", "OUT/t.ecsv"], "nope"),

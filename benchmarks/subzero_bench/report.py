@@ -324,7 +324,28 @@ def _own_render(doc: dict[str, Any]) -> list[str]:
 
 
 def _store_stats(doc: dict[str, Any]) -> list[str]:
-    """The table of a built store (``SUBZERO_STATS_STORE``): one row, with the driver's peak."""
+    """The table and the count of a built store (``SUBZERO_STATS_STORE``): a row each, with the
+    driver's peak."""
+    out = _store_table(doc) if "store_table" in doc["raw"] else []
+    x = doc["raw"].get("store_count")
+    if x is None:
+        return out
+    load = ", ".join(f"{v:.2f}" for v in x["load_before"]) + " -> " + ", ".join(f"{v:.2f}" for v in x["load_after"])
+    executors = "-" if x.get("executor_rss") is None else x["executor_rss"] / 1e9
+    return out + [
+        f"Contamination count of the hits of `{x['flags']}` in `stars` ({x['cells']:.2e} cells), written chunk by "
+        f"chunk into a Zarr array; {x['executor']} executor; load {load}.", "",
+        _table(["cells", "cells counted", "sum of counts", "largest count", "count (s)", "driver peak RSS (GB)",
+                "of it the JVM (GB)", "Python workers (GB)"],
+               [[f"{x['cells']:.1e}", x["contaminated_cells"], x["count_total"], x["count_max"], x["seconds"],
+                 x["driver_rss"] / 1e9, x["driver_jvm_rss"] / 1e9, executors]]), "",
+        f"Counted cells checked against one backward query each: {x['sample'] - x['sample_mismatches']}/"
+        f"{x['sample']} match. The union forward query of the same flags is not run here: its answer is a dense "
+        "mask of `stars` (1 byte a cell), more than the driver's budget at 1e9 cells.", ""]
+
+
+def _store_table(doc: dict[str, Any]) -> list[str]:
+    """The table of a built store: one row, with the driver's peak."""
     x = doc["raw"]["store_table"]
     load = ", ".join(f"{v:.2f}" for v in x["load_before"]) + " -> " + ", ".join(f"{v:.2f}" for v in x["load_after"])
     executors = "-" if x.get("executor_rss") is None else x["executor_rss"] / 1e9
@@ -344,7 +365,7 @@ def _store_stats(doc: dict[str, Any]) -> list[str]:
 
 def _stats(doc: dict[str, Any]) -> list[str]:
     setup, r = doc["setup"], doc["raw"]
-    if "store_table" in r and "table_seconds" not in r:
+    if ("store_table" in r or "store_count" in r) and "table_seconds" not in r:
         return _store_stats(doc)
     load = ", ".join(f"{v:.2f}" for v in r["load_before"])
     out = [f"Workflow: {setup['workflow']}; {r['cells']:,} cells ({r['side']} x {r['side']}), {r['objects']:,} "

@@ -21,7 +21,9 @@ the Zarr inputs `sky_zarr` writes) with ``SUBZERO_STATS_FLAGS`` (that sky's ``hi
 measures that store instead, read-only (`store_table`): the table of every object with the
 hits as flags and ``raw`` as values, as Spark tasks (``SUBZERO_STATS_EXECUTOR``: ``spark``, the
 default, or ``local``), in a fresh process whose driver peak RSS (Python plus the JVM, as the
-scale bench measures it) is recorded beside the wall time and the load.
+scale bench measures it) is recorded beside the wall time and the load; then, in another fresh
+process, `store_count`: the contamination count of the same hits in ``stars`` written chunk by
+chunk into a Zarr array (``SUBZERO_STATS_WHAT``: ``table``, ``count`` or both, the default).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ CR_RATE = 1 / 20000     # cosmic-ray hits per pixel
 THRESHOLD = 25.0        # smoothed electrons (about 7 sigma of the smoothed sky noise)
 BLOCK = 50 * SPACING  # columns of one seeded block of sky (one grid row high)
 SAMPLE = 100            # objects (and cells) queried one by one for the baselines
+COUNT_SAMPLE = 20       # counted cells of a built store checked against one backward query each
 SCALING_SIDES = (8000,)  # full mode: a larger sky too (6.4e7 cells), without the per-object baseline
 
 
@@ -249,6 +252,72 @@ def store_table(store: str, flags: str, executor: str = "spark") -> dict[str, An
             "load_before": load_before, "load_after": load_after}
 
 
+def store_count(store: str, flags: str, executor: str = "spark") -> dict[str, Any]:
+    """In this (fresh) process: `contamination_count` of the Zarr array ``flags`` (the hits of
+    ``raw``) in ``stars`` of the run in ``store`` (opened read-only), by ``executor``, written
+    chunk by chunk into a Zarr array under a temporary directory (removed after); its wall
+    time, the driver's peak RSS (Python plus the driver JVM) and Spark's Python workers' peak,
+    the count's sums and a sample of counted cells checked against one backward query each.
+    The union forward query of the same flags is not run: its answer is a dense mask of
+    ``stars`` (1 GB of bools at 1e9 cells), more than the driver's whole budget."""
+    import shutil
+    import tempfile
+
+    import zarr
+
+    import subzero as sz
+    from subzero_bench.scale import _Sampler
+
+    sampler = _Sampler()
+    spark = None
+    if executor == "spark":
+        from subzero.executors.spark import get_session
+
+        spark = get_session()
+        spark.range(4).count()  # the JVM is up before the clock starts
+    run = sz.open_run(store)
+    hits = zarr.open_array(flags, mode="r")
+    where = Path(tempfile.mkdtemp(prefix="subzero-count-"))
+    try:
+        load_before = load_average()
+        t0 = time.perf_counter()
+        counts = run.contamination_count("raw", hits, "stars", out=str(where / "counts.zarr"), executor=executor)
+        wall = time.perf_counter() - t0
+        load_after = load_average()
+        jvm, workers = sampler.stop()
+        python = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        if spark is not None:
+            spark.stop()
+        counted = total = biggest = 0
+        sample: list[tuple[int, ...]] = []
+        shape, chunks = tuple(counts.shape), tuple(counts.chunks)
+        rng = np.random.default_rng(0)
+        for r in range(0, shape[0], chunks[0]):  # one chunk at a time: never the whole array here
+            for c in range(0, shape[1], chunks[1]):
+                block = np.asarray(counts[r:r + chunks[0], c:c + chunks[1]])
+                nonzero = np.argwhere(block > 0)
+                counted, total = counted + len(nonzero), total + int(block.sum())
+                biggest = max(biggest, int(block.max()))
+                if len(nonzero):
+                    sample.append(tuple(int(v) for v in nonzero[rng.integers(len(nonzero))] + (r, c)))
+        picks = [sample[k] for k in np.linspace(0, len(sample) - 1, min(COUNT_SAMPLE, len(sample))).astype(int)]
+        mismatches = 0
+        for cell in picks:
+            got = np.asarray(run.backward("stars", [cell], to="raw"), np.int64).reshape(-1, 2)
+            from subzero.stats.chunks import gather
+
+            flagged = int((gather(hits, np.ravel_multi_index(tuple(got.T), tuple(hits.shape))) != 0).sum())
+            mismatches += int(flagged != int(counts[cell]))
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    return {"store": str(store), "flags": str(flags), "executor": executor, "cells": int(np.prod(shape)),
+            "side": int(shape[0]), "seconds": wall, "contaminated_cells": counted, "count_total": total,
+            "count_max": biggest, "sample": len(picks), "sample_mismatches": mismatches,
+            "driver_rss": python + jvm, "driver_python_rss": python, "driver_jvm_rss": jvm,
+            "executor_rss": workers if executor == "spark" else None,
+            "load_before": load_before, "load_after": load_after}
+
+
 def _check_sample(run, table, hits) -> int:
     """Rows of `SAMPLE` objects spread over ``table`` against one backward query per object
     (its cells read from its bounding box; the answer's flags and values read where it lies):
@@ -271,14 +340,20 @@ def _check_sample(run, table, hits) -> int:
     return bad
 
 
-def _store_run(store: str, flags: str, executor: str, log: Callable[[str], None]) -> dict[str, Any]:
-    """`store_table` in a fresh process with a 1 GB driver (``SUBZERO_DRIVER_MEMORY=1g``)."""
+def _store_run(store: str, flags: str, executor: str, log: Callable[[str], None],
+               what: str = "table") -> dict[str, Any]:
+    """`store_table` (``what="table"``) or `store_count` (``"count"``) in a fresh process with a
+    1 GB driver (``SUBZERO_DRIVER_MEMORY=1g``)."""
     env = dict(os.environ, SUBZERO_DRIVER_MEMORY="1g", PYTHONPATH=child_pythonpath(os.environ.get("PYTHONPATH")))
-    cmd = [sys.executable, "-m", "subzero_bench.stats", store, flags, executor]
+    cmd = [sys.executable, "-m", "subzero_bench.stats", store, flags, executor, what]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=4 * 3600)
     if done.returncode != 0:
         raise RuntimeError(f"stats on {store} failed: {done.stderr.strip().splitlines()[-1:] or done.returncode}")
     got = json.loads(done.stdout.strip().splitlines()[-1])
+    if what == "count":
+        log(f"stats: {store}: contamination count of {got['contaminated_cells']:,} cells in {got['seconds']:.1f} s "
+            f"on {executor}, driver peak {got['driver_rss'] / 1e9:.2f} GB (load {got['load_before']})")
+        return got
     log(f"stats: {store}: {got['objects']:,} objects, {got['lineage_cells_total']:,} (object, cell) pairs; table "
         f"{got['seconds']:.1f} s on {executor}, driver peak {got['driver_rss'] / 1e9:.2f} GB "
         f"(load {got['load_before']})")
@@ -293,14 +368,25 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
         store, flags = os.environ["SUBZERO_STATS_STORE"], os.environ.get("SUBZERO_STATS_FLAGS", "")
         if not flags:
             raise ValueError("SUBZERO_STATS_STORE needs SUBZERO_STATS_FLAGS: the path of its sky's hits Zarr array")
-        got = _store_run(store, flags, os.environ.get("SUBZERO_STATS_EXECUTOR", "spark"), log)
-        key = str(got["cells"])
+        executor = os.environ.get("SUBZERO_STATS_EXECUTOR", "spark")
+        which = [w.strip() for w in os.environ.get("SUBZERO_STATS_WHAT", "table,count").split(",") if w.strip()]
+        if not which or set(which) - {"table", "count"}:
+            raise ValueError(f"SUBZERO_STATS_WHAT={os.environ.get('SUBZERO_STATS_WHAT')!r}: give table, count or both "
+                             "(comma-separated)")
+        raw: dict[str, Any] = {}
+        figures: dict[str, Any] = {}
+        for what in which:  # each in a fresh process of its own: its own driver peak
+            got = _store_run(store, flags, executor, log, what)
+            raw[f"store_{what}"] = got
+            figures[f"store_{what}"] = figure(
+                "s", None, {"labelled pass" if what == "table" else "count written chunk by chunk":
+                            {str(got["cells"]): got["seconds"]}},
+                "lineage table of every object of a built store" if what == "table" else
+                "contamination count of the hits in the label array of a built store, into a Zarr array")
         return {"setup": {"workflow": "raw -> bias -> mesh 16x16 mean -> upsample -> subtract -> Gaussian (sigma 1, "
                                       "truncate 2) -> threshold -> Label (CompOne)", "store": store,
-                          "executor": got["executor"], "driver_memory": "1g"},
-                "figures": {"store_table": figure("s", None, {"labelled pass": {key: got["seconds"]}},
-                                                  "lineage table of every object of a built store")},
-                "raw": {"store_table": got}}
+                          "executor": executor, "driver_memory": "1g"},
+                "figures": figures, "raw": raw}
     side = side or (QUICK_SIDE if quick else SIDE)
     raw, hits = sky(side)
     t0 = time.perf_counter()
@@ -414,5 +500,6 @@ def run_stats(quick: bool, root: Path, side: int | None = None, log: Callable[[s
     }
 
 
-if __name__ == "__main__":  # one store's table: python -m subzero_bench.stats STORE FLAGS_ZARR EXECUTOR
-    print(json.dumps(store_table(sys.argv[1], sys.argv[2], sys.argv[3])))
+if __name__ == "__main__":  # one store's table or count: python -m subzero_bench.stats STORE FLAGS EXECUTOR [table|count]
+    which = sys.argv[4] if len(sys.argv) > 4 else "table"
+    print(json.dumps((store_count if which == "count" else store_table)(sys.argv[1], sys.argv[2], sys.argv[3])))

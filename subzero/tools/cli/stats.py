@@ -47,8 +47,9 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     cont.add_argument("--flags", required=True,
                       help="flagged cells: a file (.npy, .fits, .fits[EXT], .zarr), a node, or 'raw>60000'")
     cont.add_argument("--to", required=True, help="the descendant to map the contamination in")
-    cont.add_argument("--out", required=True, metavar="FILE.fits|FILE.npy",
-                      help="the mask (uint8 0/1), or with --count the counts (int32), of --to's shape")
+    cont.add_argument("--out", required=True, metavar="FILE.fits|FILE.npy|DIR.zarr",
+                      help="the mask (uint8 0/1), or with --count the counts (int32), of --to's shape; with "
+                           "--count, a new .zarr array is written chunk by chunk (int64), never held in memory")
     cont.add_argument("--count", action="store_true",
                       help="count distinct flagged cells per cell (set semantics) instead of a mask")
     cont.add_argument("--plot", metavar="FILE.png", help="draw the flags and the contamination (PNG, PDF, SVG)")
@@ -131,6 +132,8 @@ def cmd_contaminate(args: argparse.Namespace) -> int:
     from subzero.stats import contamination_count, contamination_mask
     from subzero.stats.spec import parse_flags
 
+    if args.count and str(args.out).rstrip("/").lower().endswith(".zarr"):
+        return _count_to_zarr(args)
     out = check_output(args.out, MASK_SUFFIXES, "--out")
     if args.plot:
         check_output(args.plot, PLOT_SUFFIXES, "--plot")
@@ -170,4 +173,29 @@ def cmd_contaminate(args: argparse.Namespace) -> int:
         plot_panels(args.plot, panels)
         written.append(str(args.plot))
     print(f"contaminate {src.name} -> {to.name}: {what}; {summary}; wrote {', '.join(written)}")
+    return 0
+
+
+def _count_to_zarr(args: argparse.Namespace) -> int:
+    """``subzero contaminate --count --out DIR.zarr``: the counts written chunk by chunk (flags
+    that are a node or a Zarr array read chunk by chunk too); the exit status."""
+    import numpy as np
+
+    from subzero.run import open_run
+    from subzero.stats.spec import parse_flags
+
+    if args.plot:
+        raise LineageError("--plot draws arrays held in memory; with --out DIR.zarr, plot the written array later "
+                           "or give --out FILE.fits")
+    run = open_run(args.store)
+    src, to = run.node(args.source), run.node(args.to)
+    flags = parse_flags(run, args.flags, run.shape(src))
+    counts = run.contamination_count(src, flags, to, using=_using(args), out=args.out)
+    shape, chunks = tuple(counts.shape), tuple(counts.chunks)
+    counted = biggest = 0
+    for lo in np.ndindex(*(-(-n // c) for n, c in zip(shape, chunks))):  # a chunk at a time
+        block = np.asarray(counts[tuple(slice(k * c, (k + 1) * c) for k, c in zip(lo, chunks))])
+        counted, biggest = counted + int(np.count_nonzero(block)), max(biggest, int(block.max(initial=0)))
+    print(f"contaminate {src.name} -> {to.name}: flags {args.flags}; {counted} cell(s) of {to.name} depend on them, "
+          f"at most {biggest} each; wrote {args.out}")
     return 0

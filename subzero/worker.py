@@ -35,7 +35,7 @@ from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
 
 __all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "Held", "FusedTask",
            "FusedTile", "run_fused_tile", "trace_tile", "rerun_payloads", "modes_for",
-           "derived_full", "expand_payloads", "merge_inline", "RecomputedArray"]
+           "derived_full", "expand_payloads", "merge_inline", "write_pending", "RecomputedArray"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,9 @@ class NodeTask:
     location: Location | None = None
     shard_dirs: tuple[tuple[str, str], ...] = ()
     digest: bool = False
+    #: keep each tile's encoded lineage in its `TileMeta` (``pending``), unwritten: the caller writes
+    #: the node's tiles as one shared shard per strategy afterwards (`write_pending`; in-process only)
+    defer_shards: bool = False
 
     @property
     def shapes(self) -> tuple[tuple[int, ...] | None, tuple[tuple[int, ...], ...]]:
@@ -99,6 +102,8 @@ class TileMeta:
     pipeline: str | None = None
     #: how many of the node's tiles this task's box covers (more than 1: a band of them, `stage.bands`)
     covers: int = 1
+    #: per strategy, the tile's encoded lineage not written yet (`NodeTask.defer_shards`)
+    pending: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 def modes_for(strategies: "tuple[Strategy, ...] | list[Strategy]") -> list[frozenset[Mode]]:
@@ -535,6 +540,10 @@ def _finish_tile(task: NodeTask, capture: TileCapture, lineage_start: float) -> 
         if not batch.keys:
             meta.shards[name] = ShardRecord(capture.tile.index, None, **counts)
             continue
+        if task.defer_shards:  # written with the node's other tiles (`write_pending`)
+            meta.pending[name] = batch
+            meta.shards[name] = ShardRecord(capture.tile.index, None, **counts)
+            continue
         t0 = time.perf_counter()
         stem = f"t{capture.tile.index:06d}-{attempt}"
         files, index_bytes = ShardSink(task.location, dirs[name]).write(stem, batch)
@@ -543,6 +552,39 @@ def _finish_tile(task: NodeTask, capture: TileCapture, lineage_start: float) -> 
     meta.write_seconds = write_seconds
     meta.lineage_seconds = time.perf_counter() - lineage_start - capture.op_seconds - write_seconds
     return meta
+
+
+def write_pending(task: NodeTask, metas: list[TileMeta]) -> None:
+    """Write the lineage ``metas``' tiles kept unwritten (``task.defer_shards``) as one shared
+    shard per strategy (`subzero.store.shards.write_tiles_shard`: one LMDB file, and one R-tree
+    per slot, for all the tiles, in place of one per tile), and name it in their records: each
+    tile's record then reads only its own entries.  The write's time is shared out over the
+    tiles' ``write_seconds``, the files' bytes over their records (``file_share``), by entry bytes."""
+    from subzero.store.shards import write_tiles_shard
+
+    dirs = dict(task.shard_dirs)
+    for strategy in task.stored:
+        name = strategy.name
+        held = sorted((m for m in metas if name in m.pending), key=lambda m: m.tile.index)
+        if not held:
+            continue
+        t0 = time.perf_counter()
+        stem = f"t{held[0].tile.index:06d}-{uuid.uuid4().hex[:12]}"  # named as its first tile's would be
+        files, index_bytes = write_tiles_shard(task.location, dirs[name],
+                                               stem, [(m.tile.index, m.pending[name]) for m in held])
+        seconds = time.perf_counter() - t0
+        weights = np.array([m.pending[name].nbytes + 1 for m in held], np.float64)
+        total = sum(f.size for f in files)
+        cut = weights.cumsum() / weights.sum()
+        file_shares = np.diff(np.r_[0, np.floor(cut * total).astype(np.int64)])
+        file_shares[-1] += total - int(file_shares.sum())
+        index_shares = np.diff(np.r_[0, np.floor(cut * index_bytes).astype(np.int64)])
+        index_shares[-1] += index_bytes - int(index_shares.sum())
+        for m, share, index_share in zip(held, file_shares.tolist(), index_shares.tolist()):
+            m.shards[name] = replace(m.shards[name], name=stem, files=files, index_bytes=index_share,
+                                     file_share=share)
+            m.write_seconds += seconds / len(held)
+            del m.pending[name]
 
 
 def merge_inline(strategy: Strategy, tables: "list[bytes | None]", shapes: tuple[Any, Any]) -> bytes | None:

@@ -75,6 +75,40 @@ def test_a_manifest_keeps_the_previous_shards_of_tiles_that_did_not_run(tmp_path
     store.close()
 
 
+def test_a_local_stage_writes_one_shard_per_strategy_each_tile_reading_its_own(tmp_path):
+    """In this process the node's tiles share one shard per strategy (`worker.write_pending`): each
+    tile's record reads what that tile alone writes (`run_tile`), and the records' bytes add up to the files'."""
+    from dataclasses import replace
+
+    from subzero.encoders.codec import slot_ndims
+    from subzero.store.shards import ShardReader
+    from subzero.worker import run_tile
+
+    x = np.arange(64.0).reshape(8, 8)
+    store = _store(tmp_path, x)
+    stage = NodeStage.bind("blur", ops.GaussianFilter(1.0), [(8, 8)], [store.array("x")], store, tile_shape=4)
+    strategies = (Strategy.parse("FullOne"), Strategy.parse("FullMany/forward"))
+    done = stage.run(LocalExecutor(threads=2), strategies, write_output=True)
+    manifest = stage.manifest(strategies, done.metas)
+    ndims = slot_ndims((8, 8), [(8, 8)])
+    every = np.array([0, (1 << 64) - 1], np.uint64)
+    for s in strategies:
+        records = manifest.shards[s.name]
+        directory = store.shard_directory("blur", s.name)
+        assert len({r.name for r in records}) == 1 and all(r.file_share is not None for r in records)
+        on_disk = sum(p.stat().st_size for p in (tmp_path / "s" / directory).iterdir())
+        assert lineage_metrics(manifest)["file_bytes"][s.name] == on_disk
+        assert sum(r.index_bytes for r in records) == sum(f.size for f in records[0].files if f.suffix != ".mdb")
+        alone_task = replace(stage.task(strategies), shard_dirs=((s.name, "alone"),) * 1, strategies=(s,))
+        for r in records:
+            alone = run_tile(alone_task, stage.tiles[r.tile]).shards[s.name]
+            assert alone.file_share is None and (alone.keys, alone.nbytes) == (r.keys, r.nbytes)
+            mine = ShardReader(store.location, directory, r, ndims).scan_ranges(every[:1], every[1:])
+            want = ShardReader(store.location, "alone", alone, ndims).scan_ranges(every[:1], every[1:])
+            assert mine[0].tolist() == want[0].tolist() and mine[1] == want[1]
+    store.close()
+
+
 @pytest.mark.parametrize("noisy", [True, False])
 def test_outputs_are_compressed_as_their_inputs_suggest(tmp_path, noisy):
     """Float outputs of incompressible float inputs stay uncompressed, every other output is

@@ -30,10 +30,10 @@ from subzero.operator import Operator
 from subzero.pairs import FullPairs, PayloadPairs, owners, ptr_from_counts
 from subzero.store.arrays import ArrayRef, BlockCache, HeldArray, MemoryArray, output_compressor, resolve_compressor
 from subzero.store.location import Location
-from subzero.store.shards import ShardSink
+from subzero.store.shards import ShardSink, write_tiles_shard
 from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
 
-__all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "Held", "FusedTask",
+__all__ = ["NodeTask", "TileMeta", "PENDING_BYTES", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "Held", "FusedTask",
            "FusedTile", "run_fused_tile", "trace_tile", "rerun_payloads", "modes_for",
            "derived_full", "expand_payloads", "merge_inline", "write_pending", "RecomputedArray"]
 
@@ -540,7 +540,7 @@ def _finish_tile(task: NodeTask, capture: TileCapture, lineage_start: float) -> 
         if not batch.keys:
             meta.shards[name] = ShardRecord(capture.tile.index, None, **counts)
             continue
-        if task.defer_shards:  # written with the node's other tiles (`write_pending`)
+        if task.defer_shards and _hold(batch.nbytes):  # written with the node's other tiles (`write_pending`)
             meta.pending[name] = batch
             meta.shards[name] = ShardRecord(capture.tile.index, None, **counts)
             continue
@@ -554,14 +554,39 @@ def _finish_tile(task: NodeTask, capture: TileCapture, lineage_start: float) -> 
     return meta
 
 
+#: the most bytes of encoded lineage this process holds unwritten for shared shards (`write_pending`);
+#: a tile whose lineage would pass it writes its own shard at once, as a Spark task does
+PENDING_BYTES = 256 << 20
+_pending = [0]
+_pending_lock = threading.Lock()
+
+
+def _hold(nbytes: int) -> bool:
+    """Whether ``nbytes`` more of lineage may be held unwritten (then they are counted as held)."""
+    with _pending_lock:
+        if _pending[0] + nbytes > PENDING_BYTES:
+            return False
+        _pending[0] += nbytes
+        return True
+
+
 def write_pending(task: NodeTask, metas: list[TileMeta]) -> None:
     """Write the lineage ``metas``' tiles kept unwritten (``task.defer_shards``) as one shared
     shard per strategy (`subzero.store.shards.write_tiles_shard`: one LMDB file, and one R-tree
     per slot, for all the tiles, in place of one per tile), and name it in their records: each
     tile's record then reads only its own entries.  The write's time is shared out over the
     tiles' ``write_seconds``, the files' bytes over their records (``file_share``), by entry bytes."""
-    from subzero.store.shards import write_tiles_shard
+    try:
+        _write_pending(task, metas)
+    finally:  # written, or the run failed: no longer held either way
+        held = sum(batch.nbytes for m in metas for batch in m.pending.values())
+        for m in metas:
+            m.pending.clear()
+        with _pending_lock:
+            _pending[0] -= held
 
+
+def _write_pending(task: NodeTask, metas: list[TileMeta]) -> None:
     dirs = dict(task.shard_dirs)
     for strategy in task.stored:
         name = strategy.name
@@ -584,7 +609,6 @@ def write_pending(task: NodeTask, metas: list[TileMeta]) -> None:
             m.shards[name] = replace(m.shards[name], name=stem, files=files, index_bytes=index_share,
                                      file_share=share)
             m.write_seconds += seconds / len(held)
-            del m.pending[name]
 
 
 def merge_inline(strategy: Strategy, tables: "list[bytes | None]", shapes: tuple[Any, Any]) -> bytes | None:

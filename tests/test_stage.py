@@ -109,6 +109,21 @@ def test_a_local_stage_writes_one_shard_per_strategy_each_tile_reading_its_own(t
     store.close()
 
 
+def test_lineage_past_the_pending_limit_is_written_tile_by_tile(tmp_path, monkeypatch):
+    """A process holds at most `worker.PENDING_BYTES` of unwritten lineage: past it a tile writes its own
+    shard at once (as on Spark); what was held is released after the stage."""
+    from subzero import worker
+
+    store = _store(tmp_path, np.arange(64.0).reshape(8, 8))
+    stage = NodeStage.bind("blur", ops.GaussianFilter(1.0), [(8, 8)], [store.array("x")], store, tile_shape=4)
+    full_one = (Strategy.parse("FullOne"),)
+    monkeypatch.setattr(worker, "PENDING_BYTES", 0)
+    records = stage.manifest(full_one, stage.run(LocalExecutor(threads=2), full_one).metas).shards["FullOne/backward"]
+    assert len({r.name for r in records}) == 4 and all(r.file_share is None and r.name for r in records)
+    assert worker._pending[0] == 0
+    store.close()
+
+
 @pytest.mark.parametrize("noisy", [True, False])
 def test_outputs_are_compressed_as_their_inputs_suggest(tmp_path, noisy):
     """Float outputs of incompressible float inputs stay uncompressed, every other output is

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 import time
+import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
@@ -26,7 +27,7 @@ from subzero.modes import Strategy
 from subzero.operator import Operator
 from subzero.pickling import dump_operator
 from subzero.progress import Reporter
-from subzero.worker import FusedTask, Held, NodeTask, TileMeta, merge_inline, write_pending
+from subzero.worker import FusedTask, Held, NodeTask, TileMeta, merge_inline, release_pending, write_pending
 from subzero.store import RunWriter
 from subzero.store.arrays import ArrayRef, output_compressor
 from subzero.tiling import Elementwise, Halo, Tile, Whole, default_chunks, tile_grid, tile_lens
@@ -168,12 +169,14 @@ class NodeStage:
         task = self.task(strategies, write_output)
         # in this process: the tiles' lineage is written after them, one shard per strategy for the node
         # (a file per tile slows the threads computing the others down); a Spark task writes its own
-        task = replace(task, defer_shards=bool(task.stored) and getattr(executor, "master", None) is None)
+        if task.stored and getattr(executor, "master", None) is None:
+            task = replace(task, pending_key=uuid.uuid4().hex)
         try:
             metas = map_tiles(executor, task, tiles, progress)
-            if task.defer_shards:
+            if task.pending_key:
                 write_pending(task, metas)
         except BaseException:
+            release_pending(task)
             progress.node_finished(self.name, ok=False)
             raise
         progress.node_finished(self.name)

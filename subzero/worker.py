@@ -35,7 +35,8 @@ from subzero.tiling import Box, Tile, box_slices, default_chunks, full_box
 
 __all__ = ["NodeTask", "TileMeta", "PENDING_BYTES", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "Held", "FusedTask",
            "FusedTile", "run_fused_tile", "trace_tile", "rerun_payloads", "modes_for",
-           "derived_full", "expand_payloads", "merge_inline", "write_pending", "RecomputedArray"]
+           "derived_full", "expand_payloads", "merge_inline", "write_pending", "release_pending",
+           "RecomputedArray"]
 
 
 @dataclass(frozen=True)
@@ -63,9 +64,10 @@ class NodeTask:
     location: Location | None = None
     shard_dirs: tuple[tuple[str, str], ...] = ()
     digest: bool = False
-    #: keep each tile's encoded lineage in its `TileMeta` (``pending``), unwritten: the caller writes
-    #: the node's tiles as one shared shard per strategy afterwards (`write_pending`; in-process only)
-    defer_shards: bool = False
+    #: when set, each tile keeps its encoded lineage in its `TileMeta` (``pending``), unwritten, counted
+    #: under this key (unique to the stage's run): the caller writes the node's tiles as one shared
+    #: shard per strategy afterwards (`write_pending`; in-process only)
+    pending_key: str | None = None
 
     @property
     def shapes(self) -> tuple[tuple[int, ...] | None, tuple[tuple[int, ...], ...]]:
@@ -102,7 +104,7 @@ class TileMeta:
     pipeline: str | None = None
     #: how many of the node's tiles this task's box covers (more than 1: a band of them, `stage.bands`)
     covers: int = 1
-    #: per strategy, the tile's encoded lineage not written yet (`NodeTask.defer_shards`)
+    #: per strategy, the tile's encoded lineage not written yet (`NodeTask.pending_key`)
     pending: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -540,7 +542,7 @@ def _finish_tile(task: NodeTask, capture: TileCapture, lineage_start: float) -> 
         if not batch.keys:
             meta.shards[name] = ShardRecord(capture.tile.index, None, **counts)
             continue
-        if task.defer_shards and _hold(batch.nbytes):  # written with the node's other tiles (`write_pending`)
+        if task.pending_key and _hold(task.pending_key, batch.nbytes):  # written with the node's other tiles
             meta.pending[name] = batch
             meta.shards[name] = ShardRecord(capture.tile.index, None, **counts)
             continue
@@ -557,33 +559,38 @@ def _finish_tile(task: NodeTask, capture: TileCapture, lineage_start: float) -> 
 #: the most bytes of encoded lineage this process holds unwritten for shared shards (`write_pending`);
 #: a tile whose lineage would pass it writes its own shard at once, as a Spark task does
 PENDING_BYTES = 256 << 20
-_pending = [0]
+_pending: dict[str, int] = {}  # bytes held, per stage run (`NodeTask.pending_key`)
 _pending_lock = threading.Lock()
 
 
-def _hold(nbytes: int) -> bool:
-    """Whether ``nbytes`` more of lineage may be held unwritten (then they are counted as held)."""
+def _hold(key: str, nbytes: int) -> bool:
+    """Whether ``nbytes`` more of lineage may be held unwritten (then they are counted under ``key``)."""
     with _pending_lock:
-        if _pending[0] + nbytes > PENDING_BYTES:
+        if sum(_pending.values()) + nbytes > PENDING_BYTES:
             return False
-        _pending[0] += nbytes
+        _pending[key] = _pending.get(key, 0) + nbytes
         return True
 
 
+def release_pending(task: NodeTask) -> None:
+    """Forget the lineage ``task``'s tiles held unwritten (written, or their stage failed)."""
+    if task.pending_key:
+        with _pending_lock:
+            _pending.pop(task.pending_key, None)
+
+
 def write_pending(task: NodeTask, metas: list[TileMeta]) -> None:
-    """Write the lineage ``metas``' tiles kept unwritten (``task.defer_shards``) as one shared
+    """Write the lineage ``metas``' tiles kept unwritten (``task.pending_key``) as one shared
     shard per strategy (`subzero.store.shards.write_tiles_shard`: one LMDB file, and one R-tree
     per slot, for all the tiles, in place of one per tile), and name it in their records: each
     tile's record then reads only its own entries.  The write's time is shared out over the
     tiles' ``write_seconds``, the files' bytes over their records (``file_share``), by entry bytes."""
     try:
         _write_pending(task, metas)
-    finally:  # written, or the run failed: no longer held either way
-        held = sum(batch.nbytes for m in metas for batch in m.pending.values())
+    finally:  # written, or the write failed: no longer held either way
         for m in metas:
             m.pending.clear()
-        with _pending_lock:
-            _pending[0] -= held
+        release_pending(task)
 
 
 def _write_pending(task: NodeTask, metas: list[TileMeta]) -> None:

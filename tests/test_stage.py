@@ -75,15 +75,19 @@ def test_a_manifest_keeps_the_previous_shards_of_tiles_that_did_not_run(tmp_path
     store.close()
 
 
-def test_a_local_stage_writes_one_shard_per_strategy_each_tile_reading_its_own(tmp_path):
-    """In this process the node's tiles share one shard per strategy (`worker.write_pending`): each
-    tile's record reads what that tile alone writes (`run_tile`), and the records' bytes add up to the files'."""
+@pytest.mark.parametrize("group_bytes", [1 << 24, 1])
+def test_a_local_stage_writes_one_shard_per_strategy_each_tile_reading_its_own(tmp_path, monkeypatch, group_bytes):
+    """In this process the node's tiles share a shard per strategy and run of `worker.SHARED_SHARD_BYTES`
+    (`worker.write_pending`): each tile's record reads what that tile alone writes (`run_tile`), and the
+    records' bytes add up to the files'."""
     from dataclasses import replace
 
+    from subzero import worker
     from subzero.encoders.codec import slot_ndims
     from subzero.store.shards import ShardReader
     from subzero.worker import run_tile
 
+    monkeypatch.setattr(worker, "SHARED_SHARD_BYTES", group_bytes)
     x = np.arange(64.0).reshape(8, 8)
     store = _store(tmp_path, x)
     stage = NodeStage.bind("blur", ops.GaussianFilter(1.0), [(8, 8)], [store.array("x")], store, tile_shape=4)
@@ -95,10 +99,13 @@ def test_a_local_stage_writes_one_shard_per_strategy_each_tile_reading_its_own(t
     for s in strategies:
         records = manifest.shards[s.name]
         directory = store.shard_directory("blur", s.name)
-        assert len({r.name for r in records}) == 1 and all(r.file_share is not None for r in records)
+        assert len({r.name for r in records}) == (1 if group_bytes > 1 else 4)  # one shard per tile: each its own run
+        assert all(r.file_share is not None for r in records)
         on_disk = sum(p.stat().st_size for p in (tmp_path / "s" / directory).iterdir())
         assert lineage_metrics(manifest)["file_bytes"][s.name] == on_disk
-        assert sum(r.index_bytes for r in records) == sum(f.size for f in records[0].files if f.suffix != ".mdb")
+        shards = {r.name: r.files for r in records}
+        assert sum(r.index_bytes for r in records) == sum(f.size for files in shards.values() for f in files
+                                                          if f.suffix != ".mdb")
         alone_task = replace(stage.task(strategies), shard_dirs=((s.name, "alone"),) * 1, strategies=(s,))
         for r in records:
             alone = run_tile(alone_task, stage.tiles[r.tile]).shards[s.name]

@@ -537,7 +537,8 @@ def _finish_tile(task: NodeTask, capture: TileCapture, lineage_start: float) -> 
         batch = merge_tiles([encoded])
         encode_seconds = time.perf_counter() - t0
         n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
-        counts = dict(keys=len(batch.keys), nbytes=batch.nbytes, pairs=pairs.n_pairs, out_cells=len(pairs.out_ids),
+        counts = dict(keys=len(batch.keys), nbytes=batch.nbytes, pairs=pairs.n_pairs,
+                      out_cells=int(pairs.out_ptr[-1]),  # a covered tile's cells are not made to be counted
                       in_cells=n_in, encode_seconds=encode_seconds)
         if not batch.keys:
             meta.shards[name] = ShardRecord(capture.tile.index, None, **counts)

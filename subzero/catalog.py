@@ -74,7 +74,11 @@ class ShardRecord(LineageSize):
 
     ``name`` is the attempt-unique file stem (None when the tile produced no lineage:
     nothing was written, and nothing is missing); ``nbytes`` the bytes of the LMDB
-    entries, ``index_bytes`` those of the R-tree files.
+    entries, ``index_bytes`` those of the R-tree files (this tile's part of them, in a
+    shared shard).  ``file_share``: None when the shard holds this tile alone; else the
+    shard holds several tiles of the node (`subzero.store.shards.write_tiles_shard`: its keys
+    start with the tile index, its R-trees have the tile as a last axis), each tile's record
+    names its files, and this is the tile's part of their bytes (the parts add up to them).
     """
 
     tile: int
@@ -82,16 +86,19 @@ class ShardRecord(LineageSize):
     files: tuple[FileRecord, ...] = ()
     nbytes: int = 0
     index_bytes: int = 0
+    file_share: int | None = None
 
     @property
     def disk_bytes(self) -> int:
-        """Bytes of the shard's files on disk."""
-        return sum(f.size for f in self.files)
+        """Bytes of the shard's files on disk (this tile's part of them, in a shared shard)."""
+        return sum(f.size for f in self.files) if self.file_share is None else self.file_share
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (its files as `FileRecord.to_dict`)."""
         data = asdict(self)
         data["files"] = [f.to_dict() for f in self.files]
+        if self.file_share is None:  # a tile alone in its shard: written as before shared shards existed
+            del data["file_share"]
         return data
 
     @classmethod

@@ -22,7 +22,7 @@ from subzero.modes import Mode
 from subzero.pairs import FullPairs, PayloadPairs, ptr_from_counts
 from subzero.tiling import Box
 
-__all__ = ["Context"]
+__all__ = ["Context", "CoveredPairs"]
 
 
 class Context:
@@ -190,13 +190,13 @@ class Context:
         box = tuple((int(a), int(b)) for a, b in self.tile_box)
         if self._output_shape is None or len(self._output_shape) != len(self._input_shapes[0]):
             raise LineageError(f"{self.op_name}: lwrite_tile needs an output of the input's axes")
-        ids = box_ids(box, self._output_shape)
         tlo = np.array([a for a, _ in box], np.int64)
         thi = np.array([b for _, b in box], np.int64)
         elo = np.minimum(tlo, lo.min(axis=0)) if len(lo) else tlo
         ehi = np.maximum(thi, hi.max(axis=0)) if len(hi) else thi
         envelopes = ((elo.reshape(1, -1), ehi.reshape(1, -1)),)
-        return PayloadPairs(ids, np.array([0, len(ids)], np.int64), [payload], envelopes, box, ((lo, hi),))
+        return CoveredPairs(self._output_shape, payload, envelopes, box, ((lo, hi),))
+
 
     # -- helpers -----------------------------------------------------------------------
     def _coords(self, cells, i: int | None, what: str, in_global: bool = False) -> np.ndarray:
@@ -304,3 +304,27 @@ def _per_cell_payloads(payload, n: int, op_name: str) -> list[bytes]:
     if len(items) != n:
         raise LineageError(f"{op_name}: lwrite got {len(items)} payloads for {n} out cells")
     return items
+
+
+class CoveredPairs(PayloadPairs):
+    """The `PayloadPairs` of a covered tile (`Context.lwrite_tile`), whose out cells (every cell
+    of the box ``cover`` of an array of ``shape``) are made only when read: storing the tile
+    (PayOne, CompOne) needs only their count, ``out_ptr[-1]``."""
+
+    def __init__(self, shape: tuple[int, ...], payload: bytes, envelopes: Any, cover: Box, records: Any):
+        self._shape = tuple(shape)
+        self._ids: np.ndarray | None = None
+        count = int(np.prod([b - a for a, b in cover], dtype=np.int64))
+        super().__init__(None, np.array([0, count], np.int64), [payload], envelopes, tuple(cover), records)
+
+    @property
+    def out_ids(self) -> np.ndarray:
+        """The tile's cell ids, in C order (made on first read)."""
+        ids = self._ids
+        if ids is None:
+            ids = self._ids = box_ids(self.cover, self._shape)
+        return ids
+
+    @out_ids.setter
+    def out_ids(self, ids: np.ndarray | None) -> None:
+        self._ids = ids

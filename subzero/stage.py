@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 import time
+import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
@@ -26,7 +27,7 @@ from subzero.modes import Strategy
 from subzero.operator import Operator
 from subzero.pickling import dump_operator
 from subzero.progress import Reporter
-from subzero.worker import FusedTask, Held, NodeTask, TileMeta, merge_inline
+from subzero.worker import FusedTask, Held, NodeTask, TileMeta, merge_inline, release_pending, write_pending
 from subzero.store import RunWriter
 from subzero.store.arrays import ArrayRef, output_compressor
 from subzero.tiling import Elementwise, Halo, Tile, Whole, default_chunks, tile_grid, tile_lens
@@ -165,9 +166,17 @@ class NodeStage:
         if banded:
             tiles = bands(tiles, self.output_shape or (), executor)
         progress.node_started(self.name, len(tiles))
+        task = self.task(strategies, write_output)
+        # in this process: the tiles' lineage is written after them, one shard per strategy for the node
+        # (a file per tile slows the threads computing the others down); a Spark task writes its own
+        if task.stored and getattr(executor, "master", None) is None:
+            task = replace(task, pending_key=uuid.uuid4().hex)
         try:
-            metas = map_tiles(executor, self.task(strategies, write_output), tiles, progress)
+            metas = map_tiles(executor, task, tiles, progress)
+            if task.pending_key:
+                write_pending(task, metas)
         except BaseException:
+            release_pending(task)
             progress.node_finished(self.name, ok=False)
             raise
         progress.node_finished(self.name)
@@ -222,7 +231,8 @@ class NodeStage:
                                   (self.output_shape, self.input_shapes)) if every else None
             if merged is not None:  # the node's merged table replaces its tiles' shards
                 inline[s.name] = merged
-                shards[s.name] = tuple(replace(r, name=None, files=(), index_bytes=0) for r in shards[s.name])
+                shards[s.name] = tuple(replace(r, name=None, files=(), index_bytes=0, file_share=None)
+                                       for r in shards[s.name])
         return Manifest(self.name, shards, inline)
 
 

@@ -30,13 +30,14 @@ from subzero.operator import Operator
 from subzero.pairs import FullPairs, PayloadPairs, owners, ptr_from_counts
 from subzero.store.arrays import ArrayRef, BlockCache, HeldArray, MemoryArray, output_compressor, resolve_compressor
 from subzero.store.location import Location
-from subzero.store.shards import ShardSink
+from subzero.store.shards import ShardSink, write_tiles_shard
 from subzero.tiling import Box, Elementwise, Halo, Tile, box_slices, default_chunks, full_box
 
-__all__ = ["NodeTask", "TileMeta", "TileCapture", "capture_tile", "run_tile", "prepare_tile", "Held", "FusedTask",
+__all__ = ["NodeTask", "TileMeta", "PENDING_BYTES", "SHARED_SHARD_BYTES", "TileCapture", "capture_tile", "run_tile",
+           "prepare_tile", "Held", "FusedTask",
            "FusedTile", "run_fused_tile", "trace_tile", "rerun_payloads", "modes_for",
-           "derived_full", "expand_payloads", "merge_inline", "RecomputedArray", "computes_into", "regional",
-           "REGION_SHARE"]
+           "derived_full", "expand_payloads", "merge_inline", "write_pending", "release_pending",
+           "RecomputedArray", "computes_into", "regional", "REGION_SHARE"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,10 @@ class NodeTask:
     location: Location | None = None
     shard_dirs: tuple[tuple[str, str], ...] = ()
     digest: bool = False
+    #: when set, each tile keeps its encoded lineage in its `TileMeta` (``pending``), unwritten, counted
+    #: under this key (unique to the stage's run): the caller writes the node's tiles as one shared
+    #: shard per strategy afterwards (`write_pending`; in-process only)
+    pending_key: str | None = None
 
     @property
     def shapes(self) -> tuple[tuple[int, ...] | None, tuple[tuple[int, ...], ...]]:
@@ -100,6 +105,8 @@ class TileMeta:
     pipeline: str | None = None
     #: how many of the node's tiles this task's box covers (more than 1: a band of them, `stage.bands`)
     covers: int = 1
+    #: per strategy, the tile's encoded lineage not written yet (`NodeTask.pending_key`)
+    pending: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 def modes_for(strategies: "tuple[Strategy, ...] | list[Strategy]") -> list[frozenset[Mode]]:
@@ -596,9 +603,14 @@ def _finish_tile(task: NodeTask, capture: TileCapture, lineage_start: float) -> 
         batch = merge_tiles([encoded])
         encode_seconds = time.perf_counter() - t0
         n_in = sum(len(a) for a in pairs.in_ids) if strategy.mode is Mode.FULL else 0
-        counts = dict(keys=len(batch.keys), nbytes=batch.nbytes, pairs=pairs.n_pairs, out_cells=len(pairs.out_ids),
+        counts = dict(keys=len(batch.keys), nbytes=batch.nbytes, pairs=pairs.n_pairs,
+                      out_cells=int(pairs.out_ptr[-1]),  # a covered tile's cells are not made to be counted
                       in_cells=n_in, encode_seconds=encode_seconds)
         if not batch.keys:
+            meta.shards[name] = ShardRecord(capture.tile.index, None, **counts)
+            continue
+        if task.pending_key and _hold(task.pending_key, batch.nbytes):  # written with the node's other tiles
+            meta.pending[name] = batch
             meta.shards[name] = ShardRecord(capture.tile.index, None, **counts)
             continue
         t0 = time.perf_counter()
@@ -609,6 +621,92 @@ def _finish_tile(task: NodeTask, capture: TileCapture, lineage_start: float) -> 
     meta.write_seconds = write_seconds
     meta.lineage_seconds = time.perf_counter() - lineage_start - capture.op_seconds - write_seconds
     return meta
+
+
+#: the most bytes of encoded lineage this process holds unwritten for shared shards (`write_pending`);
+#: a tile whose lineage would pass it writes its own shard at once, as a Spark task does
+PENDING_BYTES = 256 << 20
+#: about the most bytes (entries and R-tree boxes) of one shared shard: a node's tiles are written as runs
+#: of consecutive tiles this large, so a query opening (or fetching, from an object store) the shard of a
+#: tile it touches reads at most about this much more than that tile's own
+SHARED_SHARD_BYTES = 16 << 20
+_pending: dict[str, int] = {}  # bytes held, per stage run (`NodeTask.pending_key`)
+_pending_lock = threading.Lock()
+
+
+def _hold(key: str, nbytes: int) -> bool:
+    """Whether ``nbytes`` more of lineage may be held unwritten (then they are counted under ``key``)."""
+    with _pending_lock:
+        if sum(_pending.values()) + nbytes > PENDING_BYTES:
+            return False
+        _pending[key] = _pending.get(key, 0) + nbytes
+        return True
+
+
+def release_pending(task: NodeTask) -> None:
+    """Forget the lineage ``task``'s tiles held unwritten (written, or their stage failed)."""
+    if task.pending_key:
+        with _pending_lock:
+            _pending.pop(task.pending_key, None)
+
+
+def write_pending(task: NodeTask, metas: list[TileMeta]) -> None:
+    """Write the lineage ``metas``' tiles kept unwritten (``task.pending_key``) as shared shards,
+    per strategy one for each run of consecutive tiles up to `SHARED_SHARD_BYTES`
+    (`subzero.store.shards.write_tiles_shard`: one LMDB file, and one R-tree per slot, for the
+    run's tiles, in place of one per tile), and name it in their records: each tile's record
+    then reads only its own entries.  The write's time is shared out over the
+    tiles' ``write_seconds``, the files' bytes over their records (``file_share``), by entry bytes."""
+    try:
+        _write_pending(task, metas)
+    finally:  # written, or the write failed: no longer held either way
+        for m in metas:
+            m.pending.clear()
+        release_pending(task)
+
+
+def _groups(metas: list[TileMeta], name: str) -> list[list[TileMeta]]:
+    """``metas`` holding lineage of strategy ``name`` unwritten, in tile order, cut into runs of about
+    `SHARED_SHARD_BYTES` of entries and R-tree boxes each (one shared shard per run)."""
+    held = sorted((m for m in metas if name in m.pending), key=lambda m: m.tile.index)
+    groups: list[list[TileMeta]] = []
+    size = 0
+    for m in held:
+        batch = m.pending[name]
+        nbytes = batch.nbytes + batch.index_bytes_bound
+        if not groups or (size and size + nbytes > SHARED_SHARD_BYTES):
+            groups.append([])
+            size = 0
+        groups[-1].append(m)
+        size += nbytes
+    return groups
+
+
+def _write_pending(task: NodeTask, metas: list[TileMeta]) -> None:
+    dirs = dict(task.shard_dirs)
+    for strategy in task.stored:
+        for held in _groups(metas, strategy.name):
+            _write_group(task.location, dirs[strategy.name], strategy.name, held)
+
+
+def _write_group(location: Location | None, directory: str, name: str, held: list[TileMeta]) -> None:
+    """Write ``held``'s lineage of strategy ``name`` as one shared shard; name it in their records."""
+    t0 = time.perf_counter()
+    stem = f"t{held[0].tile.index:06d}-{uuid.uuid4().hex[:12]}"  # named as its first tile's would be
+    files, index_bytes = write_tiles_shard(location, directory, stem, [(m.tile.index, m.pending[name])
+                                                                       for m in held])
+    seconds = time.perf_counter() - t0
+    weights = np.array([m.pending[name].nbytes + 1 for m in held], np.float64)
+    total = sum(f.size for f in files)
+    cut = weights.cumsum() / weights.sum()
+    file_shares = np.diff(np.r_[0, np.floor(cut * total).astype(np.int64)])
+    file_shares[-1] += total - int(file_shares.sum())
+    index_shares = np.diff(np.r_[0, np.floor(cut * index_bytes).astype(np.int64)])
+    index_shares[-1] += index_bytes - int(index_shares.sum())
+    for m, share, index_share in zip(held, file_shares.tolist(), index_shares.tolist()):
+        m.shards[name] = replace(m.shards[name], name=stem, files=files, index_bytes=index_share,
+                                 file_share=share)
+        m.write_seconds += seconds / len(held)
 
 
 def merge_inline(strategy: Strategy, tables: "list[bytes | None]", shapes: tuple[Any, Any]) -> bytes | None:

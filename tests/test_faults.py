@@ -101,9 +101,10 @@ def _resolve(store: Path, rel: str, ref: F.Reference | None = None) -> str:
     if not rel.startswith(("bright/", "stars/", "rays/", "diff/")):
         return rel
     node_dir, suffix = rel.rsplit("/", 1)
+    found = sorted((store / "lineage" / node_dir).glob("t*" + suffix.removeprefix("STAR")))
     if suffix.startswith("STAR"):
-        suffix = f"{F.star_tile(ref):06d}-*" + suffix[4:]
-    found = sorted((store / "lineage" / node_dir).glob("t*" + suffix))
+        stems = F.tile_shards(store, node_dir.split("/")[0], F.star_tile(ref))
+        found = [f for f in found if f.name.split(".", 1)[0] in stems]
     assert found, rel
     return str(found[0].relative_to(store))
 

@@ -163,7 +163,7 @@ def test_kill_9_then_resume_then_overwrite_then_replay_on_s3(s3, tmp_path, monke
     monkeypatch.chdir(tmp_path)
     store = "s3://runs/killed"
     args = ["run", "flow.py", "--store", store, "--executor", "local", "--tile", "8", "--strategy", "stars=FullMany"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), SUBZERO_COMMIT_SECONDS="0")  # stars visible as soon as committed
     proc = subprocess.Popen([sys.executable, "-m", "subzero", *args], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -28,7 +28,7 @@ from subzero.modes import Strategy
 from subzero.pairs import FullPairs, PayloadPairs
 from subzero.store import resolve
 from subzero.store import shards as shards_mod
-from subzero.store.shards import ShardReader, close_all, file_checksum, write_shard
+from subzero.store.shards import ShardReader, close_all, file_checksum, write_shard, write_tiles_shard
 
 OUT_SHAPE, IN_SHAPES = (6, 5), ((6, 5), (4,))
 SHAPES = (OUT_SHAPE, IN_SHAPES)
@@ -164,6 +164,41 @@ def test_intersect_finds_the_pairs_whose_boxes_meet(loc, strategy):
             want = {int(k) for k, a, b in zip(ids, mins, maxs) if np.all(a <= hi) and np.all(b >= lo)}
             assert set(r.intersect(slot, lo[None], hi[None]).tolist()) == want
         assert r.intersect(slot, np.empty((0, ndim)), np.empty((0, ndim))).size == 0
+
+
+@pytest.mark.parametrize("strategy", FULL + PAY)
+def test_a_shared_shard_reads_each_tile_as_a_shard_of_its_own(loc, strategy):
+    """Tiles written together (`write_tiles_shard`): each tile's record reads exactly what the tile's own
+    shard holds (keys, scans, R-tree hits), though the tiles' cell keys are the same keys."""
+    tiles = [0, 2, 5]
+    enc = encoder_for(Strategy.parse(strategy))
+    pairs = full_pairs() if strategy in FULL else payload_pairs()
+    batches = [merge_tiles([enc.encode(pairs, t, SHAPES)]) for t in tiles]
+    files, index_bytes = write_tiles_shard(loc, "lineage/n/shared", "t000000-b1", list(zip(tiles, batches)))
+    assert sorted(os.listdir(loc.path("lineage/n/shared"))) == sorted("t000000-b1" + f.suffix for f in files)
+    assert index_bytes == sum(f.size for f in files if f.suffix != ".mdb")
+    for t, batch in zip(tiles, batches):
+        own_files, _ = write_shard(loc, "lineage/n/own", f"t{t:06d}-a1", batch)
+        own = reader(loc, ShardRecord(t, f"t{t:06d}-a1", own_files), "lineage/n/own")
+        shared = reader(loc, ShardRecord(t, "t000000-b1", files, file_share=1), "lineage/n/shared")
+        every = np.unique(np.concatenate([bytes_to_keys(b.keys) for b in batches]))
+        got, want = shared.get_many(every), own.get_many(every)
+        assert got[0].tolist() == want[0].tolist() == bytes_to_keys(batch.keys).tolist() and got[1] == want[1]
+        lo, hi = np.array([0, 1 << 62], np.uint64), np.array([1 << 62, (1 << 64) - 1], np.uint64)
+        got, want = shared.scan_ranges(lo, hi), own.scan_ranges(lo, hi)  # every key there is, in order
+        assert got[0].tolist() == want[0].tolist() == bytes_to_keys(batch.keys).tolist() and got[1] == want[1]
+        for slot, (ids, mins, maxs) in batch.boxes.items():
+            lo, hi = np.zeros((1, mins.shape[1])), np.full((1, mins.shape[1]), 99.0)
+            assert sorted(shared.intersect(slot, lo, hi).tolist()) == sorted(own.intersect(slot, lo, hi).tolist()) \
+                == sorted(ids.tolist())
+        if strategy in PAY:
+            assert enc.load(shared, SHAPES).payloads == enc.load(own, SHAPES).payloads
+
+
+def test_a_shared_shards_tiles_must_ascend(loc):
+    batch = encode("FullOne/backward")
+    with pytest.raises(sz.StoreError, match="distinct and ascending"):
+        write_tiles_shard(loc, "lineage/n/s", "t000000-c1", [(3, batch), (1, batch)])
 
 
 def test_get_many_returns_only_the_keys_found(loc):

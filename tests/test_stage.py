@@ -75,6 +75,67 @@ def test_a_manifest_keeps_the_previous_shards_of_tiles_that_did_not_run(tmp_path
     store.close()
 
 
+@pytest.mark.parametrize("group_bytes", [1 << 24, 1])
+def test_a_local_stage_writes_one_shard_per_strategy_each_tile_reading_its_own(tmp_path, monkeypatch, group_bytes):
+    """In this process the node's tiles share a shard per strategy and run of `worker.SHARED_SHARD_BYTES`
+    (`worker.write_pending`): each tile's record reads what that tile alone writes (`run_tile`), and the
+    records' bytes add up to the files'."""
+    from dataclasses import replace
+
+    from subzero import worker
+    from subzero.encoders.codec import slot_ndims
+    from subzero.store.shards import ShardReader
+    from subzero.worker import run_tile
+
+    monkeypatch.setattr(worker, "SHARED_SHARD_BYTES", group_bytes)
+    x = np.arange(64.0).reshape(8, 8)
+    store = _store(tmp_path, x)
+    stage = NodeStage.bind("blur", ops.GaussianFilter(1.0), [(8, 8)], [store.array("x")], store, tile_shape=4)
+    strategies = (Strategy.parse("FullOne"), Strategy.parse("FullMany/forward"))
+    done = stage.run(LocalExecutor(threads=2), strategies, write_output=True)
+    manifest = stage.manifest(strategies, done.metas)
+    ndims = slot_ndims((8, 8), [(8, 8)])
+    every = np.array([0, (1 << 64) - 1], np.uint64)
+    for s in strategies:
+        records = manifest.shards[s.name]
+        directory = store.shard_directory("blur", s.name)
+        assert len({r.name for r in records}) == (1 if group_bytes > 1 else 4)  # one shard per tile: each its own run
+        assert all(r.file_share is not None for r in records)
+        on_disk = sum(p.stat().st_size for p in (tmp_path / "s" / directory).iterdir())
+        assert lineage_metrics(manifest)["file_bytes"][s.name] == on_disk
+        shards = {r.name: r.files for r in records}
+        assert sum(r.index_bytes for r in records) == sum(f.size for files in shards.values() for f in files
+                                                          if f.suffix != ".mdb")
+        alone_task = replace(stage.task(strategies), shard_dirs=((s.name, "alone"),) * 1, strategies=(s,))
+        for r in records:
+            alone = run_tile(alone_task, stage.tiles[r.tile]).shards[s.name]
+            assert alone.file_share is None and (alone.keys, alone.nbytes) == (r.keys, r.nbytes)
+            mine = ShardReader(store.location, directory, r, ndims).scan_ranges(every[:1], every[1:])
+            want = ShardReader(store.location, "alone", alone, ndims).scan_ranges(every[:1], every[1:])
+            assert mine[0].tolist() == want[0].tolist() and mine[1] == want[1]
+    store.close()
+
+
+def test_lineage_past_the_pending_limit_is_written_tile_by_tile(tmp_path, monkeypatch):
+    """A process holds at most `worker.PENDING_BYTES` of unwritten lineage: past it a tile writes its own
+    shard at once (as on Spark); what was held is released after the stage."""
+    from subzero import worker
+
+    store = _store(tmp_path, np.arange(64.0).reshape(8, 8))
+    stage = NodeStage.bind("blur", ops.GaussianFilter(1.0), [(8, 8)], [store.array("x")], store, tile_shape=4)
+    full_one = (Strategy.parse("FullOne"),)
+    monkeypatch.setattr(worker, "PENDING_BYTES", 0)
+    records = stage.manifest(full_one, stage.run(LocalExecutor(threads=2), full_one).metas).shards["FullOne/backward"]
+    assert len({r.name for r in records}) == 4 and all(r.file_share is None and r.name for r in records)
+    assert not worker._pending
+    monkeypatch.setattr(worker, "PENDING_BYTES", 1 << 30)
+    monkeypatch.setattr(worker, "_write_pending", lambda task, metas: 1 / 0)  # a failed write holds nothing after
+    with pytest.raises(ZeroDivisionError):
+        stage.run(LocalExecutor(threads=2), full_one)
+    assert not worker._pending
+    store.close()
+
+
 @pytest.mark.parametrize("noisy", [True, False])
 def test_outputs_are_compressed_as_their_inputs_suggest(tmp_path, noisy):
     """Float outputs of incompressible float inputs stay uncompressed, every other output is

@@ -138,6 +138,13 @@ def star_tile(ref: Reference) -> int:
     return (r // TILE) * -(-SHAPE[1] // TILE) + c // TILE
 
 
+def tile_shards(store: str | Path, node: str, tile: int) -> set[str]:
+    """The stems of the shards (any strategy) holding ``node``'s lineage of ``tile``, as its manifest
+    names them: the tile's own shard, or the shard it shares with the node's other tiles."""
+    manifest = json.loads((Path(store) / "manifests" / f"{node}.json").read_text())
+    return {r["name"] for recs in manifest["shards"].values() for r in recs if r["tile"] == tile and r["name"]}
+
+
 def ask(run, query, cells: dict[str, np.ndarray], forced: bool = True) -> np.ndarray:
     """One query of `QUERIES` on ``run`` (``forced=False`` drops its ``using``)."""
     direction, node, to, start, using = query
@@ -480,10 +487,10 @@ def damage_cases(store: str | Path, ref: Reference | None = None) -> list[tuple[
              ("operator (mapping)", "operators/blur.pkl"), ("operator (two-pass)", "operators/stars.pkl"),
              ("array metadata (input)", "arrays/x/zarr.json"), ("array metadata (node)", "arrays/blur/zarr.json"),
              ("array chunk", rel(chunks[len(chunks) // 2])), ("lock file left behind", ".writer")]
-    star = f"t{star_tile(ref):06d}-" if ref is not None else "t"
+    star = tile_shards(root, "stars", star_tile(ref)) if ref is not None else None
     for kind, files in (("LMDB shard", shards), ("R-tree data", dats), ("R-tree index", idxs)):
         picks = [f for f in files if "bright" in str(f)][:1] + \
-            [f for f in files if "stars" in str(f) and f.name.startswith(star)][:2]
+            [f for f in files if "stars" in str(f) and (star is None or f.name.split(".", 1)[0] in star)][:2]
         cases += [(kind, rel(f)) for f in (picks or files[:1])]
     return cases
 

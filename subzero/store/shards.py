@@ -1,7 +1,9 @@
-"""Lineage shards: one LMDB file (plus R-trees) per tile, strategy and task attempt.
+"""Lineage shards: one LMDB file (plus R-trees) per tile (or per node), strategy and task attempt.
 
 The only module that imports lmdb.  A task encodes its tile's lineage for one strategy
-and writes it with `write_shard` under a name unique to the task attempt; the driver
+and writes it with `write_shard` under a name unique to the task attempt (on the local
+executor, a node's tiles are written together as one shared shard, `write_tiles_shard`,
+whose keys and R-tree boxes carry the tile: each tile reads only its own); the driver
 commits the shards its stage reported (the node's manifest) and removes the rest.  A
 shard is written once, then only read: readers open it read-only without a lock file
 (``readonly=True, lock=False``), after checking the size and xxh3 checksum of each of its
@@ -36,7 +38,7 @@ from subzero.spatial_index import INDEX_SUFFIXES, SpatialIndex, build_index
 from subzero.store.failures import REBUILD_LINEAGE, reading
 from subzero.store.location import Location
 
-__all__ = ["Entries", "ShardSink", "write_shard", "ShardReader", "file_checksum", "close_all", "CACHE_SIZE"]
+__all__ = ["Entries", "ShardSink", "write_shard", "write_tiles_shard", "ShardReader", "file_checksum", "close_all", "CACHE_SIZE"]
 
 CACHE_SIZE = 64          # open shards kept per process
 _CHUNK = 4096            # keys per getmulti / entries per scan batch between deadline checks
@@ -119,6 +121,65 @@ def write_shard(location: Location, directory: str, stem: str, batch: Entries) -
                 location.put_file(local_file, directory, stem + suffix)
     index_bytes = sum(f.size for f in files if f.suffix != ".mdb")
     return tuple(files), index_bytes
+
+
+def write_tiles_shard(location: Location, directory: str, stem: str,
+                      parts: list[tuple[int, Entries]]) -> tuple[tuple[FileRecord, ...], int]:
+    """Write the lineage of several tiles of one node and strategy as one shard ``stem``.
+
+    One LMDB file (and one R-tree per slot) in place of one per tile: each key is the tile's
+    index (4 bytes, big-endian) followed by the entry's own key, and each R-tree box has the
+    tile index as a last axis, so a `ShardReader` given a tile's record (its ``file_share``
+    set) reads exactly that tile's entries and boxes, as from a shard of its own.
+
+    Parameters
+    ----------
+    parts : list of (int, Entries)
+        ``(tile index, its entries)``, in ascending tile order, each with keys.
+
+    Returns
+    -------
+    tuple
+        The shard's files (size and checksum each) and the bytes of its R-trees.
+    """
+    tiles = [t for t, _ in parts]
+    if tiles != sorted(set(tiles)):
+        raise StoreError(f"a shared shard's tiles must be distinct and ascending, got {tiles[:8]}... (this is a "
+                         "subzero bug: please report it)")
+    keys = [_prefix(t) + k for t, batch in parts for k in batch.keys]
+    values = [v for _, batch in parts for v in batch.values]
+    boxes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for slot in sorted({slot for _, batch in parts for slot in batch.boxes}):
+        got = [(t, batch.boxes[slot]) for t, batch in parts if slot in batch.boxes]
+        boxes[slot] = (np.concatenate([ids for _, (ids, _, _) in got]),
+                       np.concatenate([_with_tile(lo, t) for t, (_, lo, _) in got]),
+                       np.concatenate([_with_tile(hi, t) for t, (_, _, hi) in got]))
+    return write_shard(location, directory, stem, _Merged(keys, values, boxes))
+
+
+def _prefix(tile: int) -> bytes:
+    """The key prefix of ``tile``'s entries in a shared shard."""
+    return int(tile).to_bytes(4, "big")
+
+
+def _with_tile(corners: np.ndarray, tile: int) -> np.ndarray:
+    """Box corners with the tile index as a last axis (a shared shard's R-trees)."""
+    corners = np.asarray(corners, np.float64)
+    return np.hstack([corners, np.full((len(corners), 1), float(tile))])
+
+
+@dataclass
+class _Merged:
+    """The entries of a shared shard (keys already prefixed by tile, in order)."""
+
+    keys: list[bytes]
+    values: list[bytes]
+    boxes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the keys and values."""
+        return sum(map(len, self.keys)) + sum(map(len, self.values))
 
 
 def _write_lmdb(path: str, batch: Entries) -> None:
@@ -275,6 +336,11 @@ class ShardReader:
         self._where = f"lineage shard {directory}/{record.name}"
         self._opened = _open(location, directory, record, self._where)
         self._ndims, self._deadline = ndims, deadline
+        #: a shared shard (several tiles): this tile's key prefix and R-tree axis; else none
+        self._tile = None if record.file_share is None else record.tile
+        self._prefix = b"" if self._tile is None else _prefix(self._tile)
+        if self._tile is not None:
+            self._where += f" (tile {self._tile})"
 
     def _check(self) -> None:
         if self._deadline is not None and time.perf_counter() > self._deadline:
@@ -283,7 +349,8 @@ class ShardReader:
     def get_many(self, keys: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
         """The keys found (uint64) and their values."""
         raw = np.asarray(keys, ">u8").tobytes()
-        want = [raw[k : k + 8] for k in range(0, len(raw), 8)]
+        head = self._prefix
+        want = [head + raw[k : k + 8] for k in range(0, len(raw), 8)]
         found: list = []
         try:
             with self._opened.env.begin(buffers=False) as txn, txn.cursor() as cur:
@@ -292,20 +359,22 @@ class ShardReader:
                     found += cur.getmulti(want[start : start + _CHUNK])
         except lmdb.Error as exc:
             raise StoreError(f"{self._where}: read failed ({exc}); the store is damaged") from exc
-        return _as_keys([k for k, _ in found]), [v for _, v in found]
+        cut = len(head)
+        return _as_keys([k[cut:] for k, _ in found] if cut else [k for k, _ in found]), [v for _, v in found]
 
     def scan_ranges(self, starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
         """Every entry whose key lies in one of the ranges ``[starts[k], stops[k])``."""
         lo = np.asarray(starts, ">u8").tobytes()
         hi = np.asarray(stops, ">u8").tobytes()
+        head = self._prefix
         keys, values = [], []
         try:
             with self._opened.env.begin() as txn, txn.cursor() as cur:
                 for k in range(0, len(lo), 8):
                     if k % (8 * _CHUNK) == 0:
                         self._check()
-                    stop = hi[k:k + 8]
-                    if cur.set_range(lo[k:k + 8]):
+                    stop = head + hi[k:k + 8]
+                    if cur.set_range(head + lo[k:k + 8]):
                         for key, v in cur:
                             if key >= stop:
                                 break
@@ -315,13 +384,18 @@ class ShardReader:
                                 self._check()
         except lmdb.Error as exc:
             raise StoreError(f"{self._where}: read failed ({exc}); the store is damaged") from exc
+        if head:
+            keys = [key[len(head):] for key in keys]
         return _as_keys(keys), values
 
     def intersect(self, slot: int, mins: np.ndarray, maxs: np.ndarray) -> np.ndarray:
         """Ids whose box in R-tree ``slot`` meets any of the closed boxes ``[mins, maxs]``."""
         indexes = self._opened.indexes
+        shared = self._tile is not None  # the tile is the R-tree's last axis
         if slot not in indexes:
             with _LOCK:
                 if slot not in indexes:
-                    indexes[slot] = SpatialIndex(f"{self._opened.index_base}.{slot}", self._ndims[slot])
+                    indexes[slot] = SpatialIndex(f"{self._opened.index_base}.{slot}", self._ndims[slot] + shared)
+        if shared:
+            mins, maxs = _with_tile(mins, self._tile), _with_tile(maxs, self._tile)
         return indexes[slot].intersect(mins, maxs)

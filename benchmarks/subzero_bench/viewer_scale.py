@@ -13,8 +13,8 @@ cosmic-ray hits), which is tiled end to end:
   concurrent clients brushing random stars (`viewer.concurrent_brushes`), with 1 and 2
   server processes;
 - tiles: random uncached tiles of every level below the overview of the stored nodes ``raw``
-  and ``stars``, and of levels 0-2 of ``smooth`` (not stored: each tile re-run from the stored
-  ancestors under it), through the same server, then the same tiles again (cached).
+  and ``stars``, and of levels 0-2 of ``smooth`` (not stored: each tile's region re-run from the
+  stored ancestors under it), through the same server, then the same tiles again (cached).
 
 ``python -m subzero_bench.viewer_scale [--side 31640] [--data DIR] [--out DIR]`` writes
 ``results.json`` and ``REPORT.md`` into ``--out`` (default ``benchmarks/results/viewer-1e9``);
@@ -216,8 +216,9 @@ def render(doc: dict[str, Any]) -> str:
     if doc.get("tiles"):
         lines += ["", "## Tiles", "",
                   "Random 256 x 256 tiles through the same server (one process): every level below the overview of "
-                  "the stored `raw` and `stars`, levels 0-2 of `smooth` (not stored: a tile re-runs only the tiles "
-                  "of its ancestors under it), first uncached, then the same tiles again (cached).", "",
+                  "the stored `raw` and `stars`, levels 0-2 of `smooth` (not stored: a tile re-runs only its region, "
+                  "plus the Gaussian's halo, through `sub`, reading the stored chunks of `bias` and `back` under it), "
+                  "first uncached, then the same tiles again (cached).", "",
                   "| tiles | phase | n | p50 (ms) | p95 (ms) | max (ms) |", "|---|---|---|---|---|---|"]
         for phase in ("uncached", "cached"):
             for key, s in doc["tiles"][phase].items():

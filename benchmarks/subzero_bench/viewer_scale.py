@@ -16,7 +16,7 @@ cosmic-ray hits), which is tiled end to end:
   and ``stars``, and of levels 0-2 of ``smooth`` (not stored: each tile's region re-run from the
   stored ancestors under it), through the same server, then the same tiles again (cached).
 
-``python -m subzero_bench.viewer_scale [--side 31640] [--data DIR] [--out DIR]`` writes
+``python -m subzero_bench.viewer_scale [--side 31680] [--data DIR] [--out DIR]`` writes
 ``results.json`` and ``REPORT.md`` into ``--out`` (default ``benchmarks/results/viewer-1e9``);
 the inputs and the store are kept under ``--data`` for the next run.
 """
@@ -45,7 +45,7 @@ TILE_NODES = {"raw": None, "stars": None, "smooth": 2}  # node: its highest leve
 
 def build_sky_store(side: int, data: str | Path, log: Callable[[str], None] = print) -> dict[str, Any]:
     """The stats workflow's store at ``side x side`` under ``data`` (built on Spark from Zarr
-    inputs written tile by tile; kept: a second call reads ``build.json``).  Returns the build's
+    inputs written tile by tile; kept: a second call reads ``build-{side}.json``).  Returns the build's
     record: paths, seconds, the driver's peak memory (Python and the JVM) and the load."""
     import zarr
 

@@ -66,7 +66,8 @@ def inputs():
 
 def dump_lineage(path: Path) -> dict:
     """Every committed lineage entry of a store, by (node, strategy, tile): shard names differ
-    between runs (they name the task attempt), their contents must not."""
+    between runs (they name the task attempt), their contents must not (a tile's entries in a
+    shard its stage's tiles share are those under its key prefix, the prefix dropped)."""
     import lmdb
 
     if "://" in str(path):  # an object store: a local copy of it first
@@ -94,8 +95,12 @@ def dump_lineage(path: Path) -> dict:
                 mdb = os.path.join(path, store.shard_directory(node.name, strategy), rec.name + ".mdb")
                 env = lmdb.open(mdb, subdir=False, readonly=True, lock=False)
                 with env.begin() as txn:
-                    out[(node.name, strategy, rec.tile)] = list(txn.cursor())
+                    entries = list(txn.cursor())
                 env.close()
+                if rec.file_share is not None:  # a shard shared by a local stage's tiles: this tile's entries
+                    head = int(rec.tile).to_bytes(4, "big")
+                    entries = [(k[len(head):], v) for k, v in entries if k.startswith(head)]
+                out[(node.name, strategy, rec.tile)] = entries
     return out
 
 

@@ -745,7 +745,7 @@ class MemoryArray:
                     not self.block.flags.writeable:  # (a block kept whole, `write_whole`, is not written into)
                 self.block = np.empty(tuple(shape), dtype=dtype)
                 self.chunks = tuple(chunks)
-            return self.block[tuple(slice(lo, hi) for lo, hi in box)]
+            return self.block[tuple(slice(lo, hi) for lo, hi in box) + (Ellipsis,)]  # (0-d: an array, not a scalar)
 
     def write_whole(self, block: np.ndarray, chunks: tuple[int, ...]) -> int:
         """Keep ``block`` itself (not a copy) as the whole array: for a block nothing writes once

@@ -172,6 +172,19 @@ class _Sampler:
         return self.jvm, self.workers
 
 
+def sampled_session(executor: str) -> tuple["_Sampler", Any]:
+    """A `_Sampler` of the driver's memory started now, and for ``executor == "spark"`` the Spark
+    session with its JVM up (so the clock that starts next does not count its start), else None."""
+    sampler = _Sampler()
+    if executor != "spark":
+        return sampler, None
+    from subzero.executors.spark import get_session
+
+    spark = get_session()
+    spark.range(4).count()  # the JVM is up before the clock starts
+    return sampler, spark
+
+
 def _python_peak() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 

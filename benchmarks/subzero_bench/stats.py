@@ -208,15 +208,9 @@ def store_table(store: str, flags: str, executor: str = "spark") -> dict[str, An
     import zarr
 
     import subzero as sz
-    from subzero_bench.scale import _Sampler
+    from subzero_bench.scale import sampled_session
 
-    sampler = _Sampler()
-    spark = None
-    if executor == "spark":
-        from subzero.executors.spark import get_session
-
-        spark = get_session()
-        spark.range(4).count()  # the JVM is up before the clock starts
+    sampler, spark = sampled_session(executor)
     run = sz.open_run(store)
     hits = zarr.open_array(flags, mode="r")
     phases: list[float] = []
@@ -266,15 +260,9 @@ def store_count(store: str, flags: str, executor: str = "spark") -> dict[str, An
     import zarr
 
     import subzero as sz
-    from subzero_bench.scale import _Sampler
+    from subzero_bench.scale import sampled_session
 
-    sampler = _Sampler()
-    spark = None
-    if executor == "spark":
-        from subzero.executors.spark import get_session
-
-        spark = get_session()
-        spark.range(4).count()  # the JVM is up before the clock starts
+    sampler, spark = sampled_session(executor)
     run = sz.open_run(store)
     hits = zarr.open_array(flags, mode="r")
     where = Path(tempfile.mkdtemp(prefix="subzero-count-"))

@@ -49,8 +49,7 @@ def build_sky_store(side: int, data: str | Path, log: Callable[[str], None] = pr
     record: paths, seconds, the driver's peak memory (Python and the JVM) and the load."""
     import zarr
 
-    from subzero.executors.spark import get_session
-    from subzero_bench.scale import _python_peak, _Sampler
+    from subzero_bench.scale import _python_peak, sampled_session
     from subzero_bench.stats import sky_zarr, workflow
 
     data = Path(data)
@@ -60,9 +59,7 @@ def build_sky_store(side: int, data: str | Path, log: Callable[[str], None] = pr
     t0 = time.perf_counter()
     paths = sky_zarr(side, data / "inputs", tile=CHUNK if side == SIDE else min(side, 2000), log=log)
     inputs_seconds = time.perf_counter() - t0
-    sampler = _Sampler()
-    spark = get_session()
-    spark.range(4).count()  # the JVM is up before the clock starts
+    sampler, spark = sampled_session("spark")
     store = data / f"stats-{side}"
     load_before = _load()
     t0 = time.perf_counter()

@@ -18,7 +18,8 @@ from subzero.modes import Direction, Strategy
 from subzero.stats.chunks import chunks_of, nonzero_cells
 from subzero.stats.geometry import chunk_blocks
 from subzero.stats.labelled import LabelledCells, propagate
-from subzero.stats.table import Question, _executor_for, _opened as _opened_table, _travels, array_over
+from subzero.stats.table import array_over
+from subzero.stats.tasks import executor_for, opened_run, travels
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +82,7 @@ class CountQuestion:
 
 
 def _opened(question: CountQuestion) -> Any:
-    return _opened_table(Question(question.store, question.to, question.src, question.to_shape,
-                                  opener=question.opener))
+    return opened_run(question.store, question.opener)
 
 
 def flag_block(question: CountQuestion, block: np.ndarray, run: Any = None) -> np.ndarray:
@@ -263,7 +263,7 @@ def contamination_count(run: Any, src: Any, flags: Any, to: Any, using: dict | N
     src_shape, to_shape = tuple(int(n) for n in run.shape(src)), tuple(int(n) for n in run.shape(to))
     size_to = int(np.prod(to_shape, dtype=np.int64))
     flag_arr = array_over(run, src, flags, "flags")
-    mode = _executor_for(run, executor, size_to) if opener is not None else "local"
+    mode = executor_for(run, executor, size_to) if opener is not None else "local"
     checked = run._check_using(using)
     chunks = tuple(int(c) for c in run.output(to).chunks) if out is not None else ()
     ref = _out_ref(out, to_shape) if out is not None else None
@@ -276,7 +276,7 @@ def contamination_count(run: Any, src: Any, flags: Any, to: Any, using: dict | N
 
         executor_obj = SparkExecutor(spark)
     t0 = time.perf_counter()
-    if mode == "spark" and _travels(question.flags):
+    if mode == "spark" and travels(question.flags):
         blocks = chunk_blocks(src_shape, chunks_of(flag_arr), FLAG_TASKS)
         found = map_items(executor_obj, _spark_flags, question, blocks, f"subzero contamination count: flags of "
                           f"{src.name}")

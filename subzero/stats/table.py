@@ -15,6 +15,7 @@ from subzero.modes import Direction, Strategy
 from subzero.stats.chunks import chunks_of, gather, is_lazy
 from subzero.stats.geometry import Batch, Geometry, batch_cells, block_geometry, chunk_blocks, plan_batches
 from subzero.stats.labelled import LabelledCells, propagate
+from subzero.stats.tasks import executor_for, opened_run, travels
 
 if TYPE_CHECKING:
     from astropy.table import Table
@@ -93,8 +94,6 @@ def _axis_names(ndim: int) -> list[str]:
 
 #: objects carried together by default: neighbours, so a batch touches few tiles and its sorts stay in cache
 BATCH_OBJECTS = 2048
-#: label arrays at least this large are answered on Spark's executors when the run used Spark
-SPARK_CELLS = 10**8
 #: the most tasks reading the label array's geometry (each a run of neighbouring chunks)
 GEOMETRY_TASKS = 64
 
@@ -119,16 +118,9 @@ class Question:
     labels: Any = None
 
 
-_RUNS: dict[str, Any] = {}
-
-
-def _opened(question: Question):
-    """The run of the question's store, opened once per process (Spark's Python workers keep it)."""
-    if question.store not in _RUNS:
-        if question.opener is None:  # pragma: no cover - lineage_table sends Spark only questions with one
-            raise LineageError("a lineage table batch outside the driver needs the run's opener")
-        _RUNS[question.store] = question.opener(question.store)
-    return _RUNS[question.store]
+def _opened(question: Question) -> Any:
+    """The run of the question's store, opened once per process."""
+    return opened_run(question.store, question.opener)
 
 
 def _array(run: Any, arg: Any) -> Any:
@@ -177,21 +169,6 @@ def _spark_batch(question: Question, batch: Batch):
     return batch_statistics(question, batch)
 
 
-def _executor_for(run, executor: str | None, size: int) -> str:
-    if executor is None:
-        return "spark" if run.catalog.executor == "spark" and size >= SPARK_CELLS else "local"
-    if executor not in ("local", "spark"):
-        raise LineageError(f"executor={executor!r}: use 'local' (this process), 'spark' (the executors) or None "
-                           "(Spark for large arrays of runs made on Spark)")
-    return executor
-
-
-def _travels(arg: Any) -> bool:
-    """True when ``arg`` goes to Spark's tasks by reference (a node's name, a chunked array-like
-    such as a Zarr array), not by value."""
-    return isinstance(arg, str) or (is_lazy(arg) and getattr(arg, "chunks", None) is not None)
-
-
 def lineage_table(run: Any, node: Any, over: Any = None, flags: Any = None, values: Any = None, objects: Any = None,
                   using: dict | None = None, batch_objects: int | None = BATCH_OBJECTS, executor: str | None = None,
                   spark: Any = None, opener: Callable[[str], Any] | None = None) -> "Table":
@@ -206,7 +183,7 @@ def lineage_table(run: Any, node: Any, over: Any = None, flags: Any = None, valu
     names or Zarr arrays (anything with shape, dtype and slicing) are read by the tasks where
     the lineage lies.  Tasks run in this process (``executor="local"``) or as Spark tasks
     (``"spark"``; default: Spark when the run used Spark and the label array has at least
-    `SPARK_CELLS` cells).  An object lies in one batch, so batches need no merging.  Spark's
+    `subzero.stats.tasks.SPARK_CELLS` cells).  An object lies in one batch, so batches need no merging.  Spark's
     tasks open the run with ``opener`` (`Run.lineage_table` passes `subzero.run.open_run`);
     without one, everything runs here.
     """
@@ -227,7 +204,7 @@ def lineage_table(run: Any, node: Any, over: Any = None, flags: Any = None, valu
         raise LineageError(f"values= holds {value_arr.dtype} data; give numbers")
     shape = tuple(int(n) for n in labels.shape)
     checked = run._check_using(using)
-    mode = _executor_for(run, executor, int(np.prod(shape, dtype=np.int64))) if opener is not None else "local"
+    mode = executor_for(run, executor, int(np.prod(shape, dtype=np.int64))) if opener is not None else "local"
     label_ref = node.name if objects is None else labels
     on_spark = mode == "spark"
     question = Question(str(run.path), node.name, over.name, shape,
@@ -242,7 +219,7 @@ def lineage_table(run: Any, node: Any, over: Any = None, flags: Any = None, valu
     t0 = time.perf_counter()
     chunks = chunks_of(labels)
     blocks = chunk_blocks(shape, chunks, GEOMETRY_TASKS)
-    if on_spark and _travels(label_ref):
+    if on_spark and travels(label_ref):
         from subzero.executors.tasks import map_items
 
         parts = map_items(executor_obj, _spark_geometry, question, blocks,
@@ -259,7 +236,7 @@ def lineage_table(run: Any, node: Any, over: Any = None, flags: Any = None, valu
     if on_spark:
         from subzero.executors.tasks import map_items
 
-        if not _travels(label_ref):  # an in-memory label array stays here: each batch carries its cells
+        if not travels(label_ref):  # an in-memory label array stays here: each batch carries its cells
             batches = [_carrying(labels, b) for b in batches]
             question = Question(question.store, question.node, question.over, question.shape, question.flags,
                                 question.values, question.using, question.opener, None)

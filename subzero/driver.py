@@ -140,6 +140,9 @@ class _Execution:
         self._kept_bytes = 0  # the intermediates keep= stored, counted against max_disk
         #: input name -> the digest of its held copy, computed beside the run (`save_input`, `digested`)
         self._digests: dict[str, Future[str]] = {}
+        #: the caller's input arrays the run reads while their copies are made (`save_input`): no array
+        #: written behind the run may be a view of one (`_persist` copies it)
+        self._given: list[np.ndarray] = []
         self.arrays: dict[str, ArrayRecord] = {}
         #: the run's own graph: node name -> its operator as this run bound it (with its run state:
         #: a two-pass operator's combined summaries); the workflow's nodes keep the user's operators
@@ -229,6 +232,8 @@ class _Execution:
         if not self._written_behind(name) or held is None:
             return record
         block = held.block if held.block is not None else np.empty(record.shape, record.dtype)
+        if any(np.may_share_memory(block, given) for given in self._given):  # a view of the caller's input
+            block = np.array(block, copy=True, order="C")
         pipeline = next((m.pipeline for m in metas if m.pipeline is not None), None) or \
             resolve_compressor(held.compressor, block.dtype)
         assert isinstance(self.store, BehindStore)
@@ -266,12 +271,16 @@ class _Execution:
             meta_xxh3 = ref.commit(shape, str(value.dtype), chunks)
         elif self.behind and value.nbytes <= self._behind_limit:  # held for the readers, written behind
             self.progress.node_started(node.name, 1)
-            block = np.array(value, copy=True, order="C")  # the caller may change its array once run returns
+            # the caller may change its array once run returns: the store gets a copy, made (and digested)
+            # beside the run by the digest thread while the run reads the caller's array (read-only); the
+            # run waits for it before it returns (`digested`), and the write behind waits for it too
+            copied, block = _copy_beside(value, chunks)
             digest = None  # the copy's digest, computed beside the run: no catalog is written without it
-            self._digests[node.name] = _digest_pool().submit(array_digest, block, chunks)
-            compressor = ref.compressor if ref.compressor != "auto" else sampled_compressor(block, chunks)
+            self._digests[node.name] = copied.digest
+            self._given.append(value)
+            compressor = ref.compressor if ref.compressor != "auto" else sampled_compressor(value, chunks)
             assert isinstance(self.store, BehindStore)
-            meta_xxh3 = self.store.write_array(node.name, block, chunks, compressor)
+            meta_xxh3 = self.store.write_array(node.name, value, chunks, compressor, copy=copied.block)
             held = MemoryArray(node.name, compressor)
             held.block, held.chunks = block, chunks
             self.held[node.name] = self._destinations[node.name] = held
@@ -667,10 +676,42 @@ _DIGEST_POOL: list[ThreadPoolExecutor] = []
 
 
 def _digest_pool() -> ThreadPoolExecutor:
-    """The thread that digests held inputs beside the run (started once per process)."""
+    """The thread that copies and digests held inputs beside the run (started once per process)."""
     if not _DIGEST_POOL:
         _DIGEST_POOL.append(ThreadPoolExecutor(1, thread_name_prefix="subzero-digest"))
     return _DIGEST_POOL[0]
+
+
+@dataclass(frozen=True)
+class _Copying:
+    """An input's copy being made beside the run: ``block`` (the copy) and then ``digest`` (its digest)."""
+
+    block: "Future[np.ndarray]"
+    digest: "Future[str]"
+
+
+def _copy_beside(value: np.ndarray, chunks: tuple[int, ...]) -> tuple[_Copying, np.ndarray]:
+    """Start copying the caller's input ``value`` (and digesting the copy) on the digest thread
+    (numpy copies without the GIL: the run computes meanwhile); returns that and what the run
+    reads: a read-only view of ``value`` (an array not in C order: its copy, made now)."""
+    block: Future[np.ndarray] = Future()
+    block.set_running_or_notify_cancel()
+    if not value.flags.c_contiguous:  # the run reads held inputs in C order: the copy, made now
+        block.set_result(np.array(value, copy=True, order="C"))
+        return _Copying(block, _digest_pool().submit(array_digest, block.result(), chunks)), block.result()
+
+    def copy_and_digest() -> str:
+        try:
+            got = np.array(value, copy=True, order="C")
+        except BaseException as exc:
+            block.set_exception(exc)
+            raise
+        block.set_result(got)
+        return array_digest(got, chunks)
+
+    view = value.view()
+    view.flags.writeable = False  # nothing of the run writes the caller's array
+    return _Copying(block, _digest_pool().submit(copy_and_digest)), view
 
 
 def _input_tiles(shape: tuple[int, ...], chunks: tuple[int, ...]) -> list[Tile]:

@@ -142,6 +142,25 @@ def test_the_callers_array_may_change_once_run_returns(tmp_path):
     assert resumed.catalog.status == "done"
 
 
+def test_a_kept_view_of_the_callers_array_is_stored_as_it_was_given(tmp_path):
+    """The run reads the caller's input while its copy is made beside it: an output that is a
+    view of that input (a transpose) is stored from a copy too, as it was when run returned."""
+    wf = sz.Workflow("view")
+    x_node = wf.input("x")
+    wf.add(ops.Transpose(), x_node, name="t")
+    wf.add(ops.Multiply(), x_node, x_node, name="sq")
+    x = image(96)
+    kept = x.copy()
+    run = run_it(wf, {"x": x}, tmp_path / "s", True, strategies={"t": ("Map",), "sq": ("Map",)})
+    x[:] = -1.0
+    reopened = sz.open_run(tmp_path / "s")
+    for got in (run.wait(), reopened):
+        np.testing.assert_array_equal(np.asarray(got.output("t")), kept.T)
+        np.testing.assert_array_equal(np.asarray(got.output("sq")), kept * kept)
+        np.testing.assert_array_equal(np.asarray(got.output("x")), kept)
+    assert x.flags.writeable  # the caller's array is left as it was
+
+
 def test_a_new_run_into_the_store_waits_for_the_writes_behind_the_last(tmp_path):
     wf = workflow()
     first = run_it(wf, {"x": image()}, tmp_path / "s", True)
@@ -340,17 +359,19 @@ def test_another_process_opening_the_store_waits_for_the_writes_behind(tmp_path)
 
 def test_a_new_store_is_ours_at_once_and_its_first_catalog_is_written_behind(tmp_path):
     """Written behind, a new store has its lock and marker when `create_run` returns (another
-    writer is refused, a kill leaves a store `overwrite` replaces); its first catalog is the
-    first write queued."""
+    writer is refused, a kill leaves a store `overwrite` replaces); its directories and first
+    catalog are the first writes queued."""
     from subzero.catalog import RunRecord
     from subzero.store import create_run
+    from subzero.store.file_store import MARKER
 
-    fs = create_run(tmp_path / "s", RunRecord(workflow={}, created="now", executor="local"), behind=2**20)
+    fs = create_run(tmp_path / "s", RunRecord(workflow={}, created="now", executor="local"), behind=2**20, hold=60.0)
     assert isinstance(fs, BehindStore) and (tmp_path / "s" / ".writer").exists()
-    assert {"arrays", "lineage"} <= {p.name for p in (tmp_path / "s").iterdir()}
+    assert {p.name for p in (tmp_path / "s").iterdir()} == {".writer", MARKER}  # nothing else on the caller's thread
     with pytest.raises(sz.StoreError, match="writ"):
         FileStore.create(tmp_path / "s", RunRecord(workflow={}, created="now", executor="local"), overwrite=True)
     fs.behind.settle()
+    assert {"arrays", "operators", "manifests", "lineage"} <= {p.name for p in (tmp_path / "s").iterdir()}
     assert fs.read_catalog().status == "running"
     fs.close()
     fs.behind.wait()

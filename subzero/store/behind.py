@@ -35,6 +35,7 @@ import logging
 import threading
 import time
 import weakref
+from concurrent.futures import Future
 from typing import Any, Callable
 
 from subzero.catalog import Manifest, RunRecord, ShardRecord
@@ -230,18 +231,23 @@ class BehindStore:
         return self.inner.array(node, meta_xxh3)
 
     # -- writing: queued -------------------------------------------------------------------------
-    def write_array(self, node: str, block: Any, chunks: tuple[int, ...], compressor: str) -> str:
+    def write_array(self, node: str, block: Any, chunks: tuple[int, ...], compressor: str,
+                    copy: "Future[Any] | None" = None) -> str:
         """Queue storing ``block`` (an array this run holds: no one may change it) as ``node``'s
         array with ``chunks`` and the resolved ``compressor``; returns the checksum its
-        ``zarr.json`` will have (for the catalog), computed now."""
+        ``zarr.json`` will have (for the catalog), computed now.  ``copy``: what is stored is the
+        array this future gives (a copy of ``block`` being made beside the run; ``block`` only
+        tells its shape, dtype and bytes), waited for by the write."""
         from subzero.store.arrays import metadata_checksum, write_array
 
         with self._arrays_lock:
             self._arrays[node] += 1
+        given = block if copy is None else None  # (the job holds no reference to an array it does not store)
 
         def job() -> None:
             try:
-                write_array(self.inner.array(node), block, chunks, compressor, parallel=False)
+                write_array(self.inner.array(node), given if copy is None else copy.result(), chunks, compressor,
+                            parallel=False)
             finally:
                 with self._arrays_lock:
                     self._arrays[node] -= 1

@@ -91,9 +91,10 @@ class FileStore(RunWriter):
         directory is a store subzero made that no live run is writing.  ``made_by`` is
         kept in the store's marker (`made_by` reads it back: ``subzero demo`` replaces
         only stores it made).  ``later``: given the first catalog's write instead of it being
-        done now (a run written behind queues it first: the store is ours once the writer lock
-        and the marker are there, and a store killed before any catalog is one a run left as it
-        began, which ``overwrite`` replaces); the marker is then not flushed to the disk either.
+        done now (a run written behind queues it first, after the store's directories: the store is
+        ours once the writer lock and the marker are there, and a store killed before any catalog
+        is one a run left as it began, which ``overwrite`` replaces); the marker is then not
+        flushed to the disk either.
         """
         location = resolve(store)
         cls.check_new(location, overwrite)
@@ -115,18 +116,24 @@ class FileStore(RunWriter):
                later: "Callable[[Callable[[], None]], None] | None" = None) -> "FileStore":
         made = {"format": FORMAT, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "made_by": made_by}
-        for name in dead_temporaries(location):  # a lock file a killed writer was making
-            location.remove(name)
         # first: from now on the directory is ours
         location.write_bytes(json.dumps(made).encode(), MARKER, durable=later is None)
-        for sub in _SUBDIRS:
-            location.makedirs(sub)
         out = cls(location, lock)
-        if later is not None:
+        if later is not None:  # its directories too come with the first write (tasks make their own)
+            later(functools.partial(cls._lay_out, location))
             later(functools.partial(out.write_catalog, record))
         else:
+            cls._lay_out(location)
             out.write_catalog(record)
         return out
+
+    @staticmethod
+    def _lay_out(location: Location) -> None:
+        """A new store's directories; lock files a killed writer was making are removed."""
+        for name in dead_temporaries(location):
+            location.remove(name)
+        for sub in _SUBDIRS:
+            location.makedirs(sub)
 
     @staticmethod
     def _clear(location: Location) -> None:

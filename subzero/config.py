@@ -10,6 +10,9 @@ A value is resolved at use, never at import, from (lowest first):
    thread's or task's overrides never leak into another's; the local executor's threads run in
    the caller's context).
 
+A run resolves each setting once, when it first reads it (`once`: the per-node and per-tile
+reads then cost a lookup); a `set` inside the run is still seen at once.
+
 Spark workers are other processes: they see the defaults, the file and their own environment,
 not a driver's `set`.  What a task must agree on with the driver (the chunk compressor) travels
 in the task itself.
@@ -35,7 +38,7 @@ from typing import Any, Iterator, Mapping
 
 from subzero.errors import ConfigError
 
-__all__ = ["Setting", "SETTINGS", "get", "set", "source", "rows", "markdown_table", "cache_root", "config_path",
+__all__ = ["Setting", "SETTINGS", "get", "set", "once", "source", "rows", "markdown_table", "cache_root", "config_path",
            "ConfigError"]
 
 
@@ -202,6 +205,9 @@ SETTINGS: tuple[Setting, ...] = (
 _BY_NAME = {s.name: s for s in SETTINGS}
 _overrides: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("subzero_config", default={})
 _file_cache: dict[str, tuple[int, dict[str, Any]]] = {}
+#: inside `once`: the overrides its values were resolved under, and name -> value as first resolved
+_once: contextvars.ContextVar[tuple[Mapping[str, Any], dict[str, Any]] | None] = \
+    contextvars.ContextVar("subzero_config_once", default=None)
 
 
 def config_path() -> Path:
@@ -281,6 +287,13 @@ def get(name: str) -> Any:
     >>> get("s3_retries") >= 1
     True
     """
+    held = _once.get()
+    if held is not None and held[0] is _overrides.get():  # inside `once`, under the overrides it began with
+        values = held[1]
+        if name in values:
+            return values[name]
+        got = values[name] = _resolve(name)[0]
+        return got
     return _resolve(name)[0]
 
 
@@ -311,6 +324,33 @@ class set:  # noqa: N801 (dask.config.set's name and shape)
     def __exit__(self, *exc: object) -> None:
         if self._token is not None:
             _overrides.reset(self._token)
+            self._token = None
+
+
+class once:  # noqa: N801 (a context manager, as `set`)
+    """Inside ``with``, `get` resolves each setting once, at its first read, and then answers
+    from memory (a run reads some settings per node and per tile: each read would otherwise
+    look at the environment and the config file).  Overrides made by `set` inside are seen at
+    once (their reads are not remembered); nested uses share the outermost one's values.
+
+    Examples
+    --------
+    >>> with once():
+    ...     get("fuse") == get("fuse")
+    True
+    """
+
+    def __init__(self) -> None:
+        self._token: contextvars.Token[tuple[Mapping[str, Any], dict[str, Any]] | None] | None = None
+
+    def __enter__(self) -> "once":
+        if _once.get() is None:
+            self._token = _once.set((_overrides.get(), {}))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _once.reset(self._token)
             self._token = None
 
 

@@ -823,6 +823,11 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
     subzero.run.Run
         The finished run, holding its own bound graph (``wf`` is not changed).
     """
+    with config.once():  # the settings it reads per node and per tile: resolved once
+        return _execute(wf, inputs, options)
+
+
+def _execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
     from subzero.optimizer.budgets import parse_disk_budget, parse_runtime_budget
     from subzero.optimizer.workload import parse_workload, workload_record
     from subzero.run import Run

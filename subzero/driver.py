@@ -28,7 +28,7 @@ import json
 import logging
 import os
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence, cast
 
@@ -38,7 +38,7 @@ from subzero import config
 from subzero.catalog import ArrayRecord, Manifest, NodeMetrics, NodeRecord, PendingNode, RunRecord
 from subzero.errors import StorageUnavailable, StoreError, WorkflowError
 from subzero.executors import Executor, check_executor, make_executor
-from subzero.fingerprint import array_digest, combine_digests, differences, run_fingerprint
+from subzero.fingerprint import CopyBeside, array_digest, combine_digests, differences, run_fingerprint
 from subzero.inputs_check import check_input_array
 from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
@@ -102,7 +102,8 @@ class _Execution:
 
     def __init__(self, wf: Workflow, store: RunWriter, catalog: RunRecord, runner, tile_shape,
                  max_disk: float | None, progress: Reporter, kept: dict[str, str] | None = None,
-                 in_memory: bool = False, known: dict[str, tuple[np.ndarray, float]] | None = None):
+                 in_memory: bool = False, known: dict[str, tuple[np.ndarray, float]] | None = None,
+                 copies: dict[str, CopyBeside] | None = None):
         self.wf, self.store, self.catalog = wf, store, catalog
         #: node name -> why its array is stored (`kept_arrays`); the others are not, unless they must be
         self.kept: dict[str, str] = dict(kept) if kept is not None else {n.name: "kept: every array" for n in wf.nodes}
@@ -140,6 +141,8 @@ class _Execution:
         self._kept_bytes = 0  # the intermediates keep= stored, counted against max_disk
         #: input name -> the digest of its held copy, computed beside the run (`save_input`, `digested`)
         self._digests: dict[str, Future[str]] = {}
+        #: input name -> its copy being made beside the run, when started before it (`save_input`)
+        self.copies: dict[str, CopyBeside] = dict(copies or {})
         #: the caller's input arrays the run reads while their copies are made (`save_input`): no array
         #: written behind the run may be a view of one (`_persist` copies it)
         self._given: list[np.ndarray] = []
@@ -272,9 +275,13 @@ class _Execution:
         elif self.behind and value.nbytes <= self._behind_limit:  # held for the readers, written behind
             self.progress.node_started(node.name, 1)
             # the caller may change its array once run returns: the store gets a copy, made (and digested)
-            # beside the run by the digest thread while the run reads the caller's array (read-only); the
-            # run waits for it before it returns (`digested`), and the write behind waits for it too
-            copied, block = _copy_beside(value, chunks)
+            # beside the run while the run reads the caller's array (read-only; one not in C order: its
+            # copy); the run waits for it before it returns (`digested`), the write behind waits for it too
+            copied = self.copies.get(node.name)
+            if copied is None or not copied.of(value, chunks):  # (a traced run starts them before its trace)
+                copied = CopyBeside(value, chunks)
+            block = value.view() if value.flags.c_contiguous else copied.block.result()
+            block.flags.writeable = False  # nothing of the run writes the caller's array
             digest = None  # the copy's digest, computed beside the run: no catalog is written without it
             self._digests[node.name] = copied.digest
             self._given.append(value)
@@ -672,48 +679,6 @@ class _Execution:
 
 
 
-_DIGEST_POOL: list[ThreadPoolExecutor] = []
-
-
-def _digest_pool() -> ThreadPoolExecutor:
-    """The thread that copies and digests held inputs beside the run (started once per process)."""
-    if not _DIGEST_POOL:
-        _DIGEST_POOL.append(ThreadPoolExecutor(1, thread_name_prefix="subzero-digest"))
-    return _DIGEST_POOL[0]
-
-
-@dataclass(frozen=True)
-class _Copying:
-    """An input's copy being made beside the run: ``block`` (the copy) and then ``digest`` (its digest)."""
-
-    block: "Future[np.ndarray]"
-    digest: "Future[str]"
-
-
-def _copy_beside(value: np.ndarray, chunks: tuple[int, ...]) -> tuple[_Copying, np.ndarray]:
-    """Start copying the caller's input ``value`` (and digesting the copy) on the digest thread
-    (numpy copies without the GIL: the run computes meanwhile); returns that and what the run
-    reads: a read-only view of ``value`` (an array not in C order: its copy, made now)."""
-    block: Future[np.ndarray] = Future()
-    block.set_running_or_notify_cancel()
-    if not value.flags.c_contiguous:  # the run reads held inputs in C order: the copy, made now
-        block.set_result(np.array(value, copy=True, order="C"))
-        return _Copying(block, _digest_pool().submit(array_digest, block.result(), chunks)), block.result()
-
-    def copy_and_digest() -> str:
-        try:
-            got = np.array(value, copy=True, order="C")
-        except BaseException as exc:
-            block.set_exception(exc)
-            raise
-        block.set_result(got)
-        return array_digest(got, chunks)
-
-    view = value.view()
-    view.flags.writeable = False  # nothing of the run writes the caller's array
-    return _Copying(block, _digest_pool().submit(copy_and_digest)), view
-
-
 def _input_tiles(shape: tuple[int, ...], chunks: tuple[int, ...]) -> list[Tile]:
     return tile_grid(shape, tuple(range(len(shape))), chunks)
 
@@ -762,6 +727,9 @@ class RunOptions:
     #: fixed choice of strategies stores them instead of computing those nodes again (`_Execution.reuse`);
     #: private, as ``Workflow.run``'s ``_known``
     _known: Any = field(default=None, repr=False, compare=False)
+    #: input name -> a `subzero.fingerprint.CopyBeside` of the very array given, started early (a traced
+    #: function's run starts them before its trace): a run written behind stores those; private
+    _copies: Any = field(default=None, repr=False, compare=False)
 
 
 def kept_arrays(wf: Workflow, keep: Any = "needed", queries: Sequence[Any] = ()) -> dict[str, str]:
@@ -892,7 +860,8 @@ def _execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
             if differ:
                 raise StoreError(_not_the_same(fs, differ))
         run = _Execution(wf, fs, stored or catalog, lambda: make_executor(executor, spark), tile_shape, disk_budget,
-                         progress, kept, in_memory=executor == "local", known=None if resume else options._known)
+                         progress, kept, in_memory=executor == "local", known=None if resume else options._known,
+                         copies=options._copies)
         started = time.perf_counter()
         if stored is not None:
             run.prepare_resume(arrays, clean=stored.status != "done")

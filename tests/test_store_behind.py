@@ -161,6 +161,27 @@ def test_a_kept_view_of_the_callers_array_is_stored_as_it_was_given(tmp_path):
     assert x.flags.writeable  # the caller's array is left as it was
 
 
+def test_a_traced_runs_input_copies_start_before_its_trace_and_are_stored(tmp_path, monkeypatch):
+    """A traced function's local run starts copying its inputs before it traces (a thread copies
+    while the trace runs); the run stores those copies, made once per input."""
+    from subzero import fingerprint
+
+    made = []
+    start = fingerprint.CopyBeside.__init__
+    monkeypatch.setattr(fingerprint.CopyBeside, "__init__", lambda self, value, chunks: made.append(id(value)) or
+                        start(self, value, chunks))
+    rng = np.random.default_rng(2)
+    inputs = {"a": rng.random((120, 90)), "b": rng.random((120, 90))}
+    kept = {k: v.copy() for k, v in inputs.items()}
+    run = run_it(traced, inputs, tmp_path / "s", True)
+    for value in inputs.values():
+        value[:] = 0.0
+    assert sorted(made) == sorted(id(v) for v in inputs.values())
+    np.testing.assert_array_equal(np.asarray(run.wait().output(traced.trace(kept).results[0])), traced.fn(**kept))
+    for name, value in kept.items():
+        np.testing.assert_array_equal(np.asarray(sz.open_run(tmp_path / "s").output(name)), value)
+
+
 def test_a_new_run_into_the_store_waits_for_the_writes_behind_the_last(tmp_path):
     wf = workflow()
     first = run_it(wf, {"x": image()}, tmp_path / "s", True)
@@ -292,6 +313,28 @@ def test_a_normal_exit_waits_for_the_writes(tmp_path):
     assert run.catalog.status == "done" and run.writer() is None if hasattr(run, "writer") else True
     reference = run_it(workflow(), {"x": image()}, tmp_path / "ref", False, strategies=PINS)
     assert_same(answers(run, workflow()), answers(reference, workflow()))
+
+
+def test_writer_threads_are_reused_and_an_exit_does_not_wait_for_idle_ones(tmp_path):
+    """Each run's writes run on a writer thread kept idle between runs (a run starts none once
+    one is idle); at interpreter exit the idle ones end at once."""
+    code = textwrap.dedent(f"""
+        import threading, time, numpy as np, subzero as sz
+        wf = sz.Workflow("w"); wf.add(sz.operators.Transpose(), wf.input("x"), name="n")
+        with sz.config.set(write_behind=True, commit_seconds=0.0):
+            for k in range(3):
+                wf.run({{"x": np.ones((20, 20))}}, store={str(tmp_path)!r} + f"/s{{k}}", executor="local").wait()
+                time.sleep(0.05)  # its thread is idle again
+        writers = [t for t in threading.enumerate() if t.name.startswith("subzero-write-behind")]
+        print(len(writers), time.monotonic())
+    """)
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    ended = time.monotonic()
+    assert got.returncode == 0, got.stderr
+    writers, printed = got.stdout.split()
+    assert int(writers) == 1  # three runs, one thread
+    assert ended - float(printed) < 10  # not the idle thread's WRITER_IDLE_SECONDS
 
 
 def test_spark_and_object_stores_are_written_in_the_callers_thread(tmp_path):

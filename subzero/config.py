@@ -205,9 +205,19 @@ SETTINGS: tuple[Setting, ...] = (
 _BY_NAME = {s.name: s for s in SETTINGS}
 _overrides: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("subzero_config", default={})
 _file_cache: dict[str, tuple[int, dict[str, Any]]] = {}
-#: inside `once`: the overrides its values were resolved under, and name -> value as first resolved
-_once: contextvars.ContextVar[tuple[Mapping[str, Any], dict[str, Any]] | None] = \
-    contextvars.ContextVar("subzero_config_once", default=None)
+
+
+class _Held:
+    """What `once` keeps: the overrides its values were resolved under, name -> value as first
+    resolved, and the config file's values as first read (one look at the file per run)."""
+
+    def __init__(self, overrides: Mapping[str, Any]):
+        self.overrides = overrides
+        self.values: dict[str, Any] = {}
+        self.file: tuple[str, dict[str, Any]] | None = None
+
+
+_once: contextvars.ContextVar[_Held | None] = contextvars.ContextVar("subzero_config_once", default=None)
 
 
 def config_path() -> Path:
@@ -265,7 +275,7 @@ def _setting(name: str) -> Setting:
         raise ConfigError(f"unknown setting {name!r}; known: {', '.join(_BY_NAME)}") from None
 
 
-def _resolve(name: str) -> tuple[Any, str]:
+def _resolve(name: str, held: _Held | None = None) -> tuple[Any, str]:
     setting = _setting(name)
     overrides = _overrides.get()
     if name in overrides:
@@ -273,7 +283,12 @@ def _resolve(name: str) -> tuple[Any, str]:
     text = os.environ.get(setting.env)
     if text is not None and text != "":
         return setting.parse(text, setting.env), "environment"
-    path, values = _file_values()
+    if held is None:
+        path, values = _file_values()
+    else:  # inside `once`: the file is looked at once
+        if held.file is None:
+            held.file = _file_values()
+        path, values = held.file
     if name in values:
         return values[name], path
     return setting.default, "default"
@@ -288,11 +303,11 @@ def get(name: str) -> Any:
     True
     """
     held = _once.get()
-    if held is not None and held[0] is _overrides.get():  # inside `once`, under the overrides it began with
-        values = held[1]
+    if held is not None and held.overrides is _overrides.get():  # inside `once`, under the overrides it began with
+        values = held.values
         if name in values:
             return values[name]
-        got = values[name] = _resolve(name)[0]
+        got = values[name] = _resolve(name, held)[0]
         return got
     return _resolve(name)[0]
 
@@ -329,8 +344,8 @@ class set:  # noqa: N801 (dask.config.set's name and shape)
 
 class once:  # noqa: N801 (a context manager, as `set`)
     """Inside ``with``, `get` resolves each setting once, at its first read, and then answers
-    from memory (a run reads some settings per node and per tile: each read would otherwise
-    look at the environment and the config file).  Overrides made by `set` inside are seen at
+    from memory, and the config file is looked at once (a run reads some settings per node and
+    per tile: each read would otherwise look at the environment and the config file).  Overrides made by `set` inside are seen at
     once (their reads are not remembered); nested uses share the outermost one's values.
 
     Examples
@@ -341,11 +356,11 @@ class once:  # noqa: N801 (a context manager, as `set`)
     """
 
     def __init__(self) -> None:
-        self._token: contextvars.Token[tuple[Mapping[str, Any], dict[str, Any]] | None] | None = None
+        self._token: contextvars.Token[_Held | None] | None = None
 
     def __enter__(self) -> "once":
         if _once.get() is None:
-            self._token = _once.set((_overrides.get(), {}))
+            self._token = _once.set(_Held(_overrides.get()))
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -197,7 +197,10 @@ def test_once_resolves_each_setting_once_yet_sees_set_inside(no_file, monkeypatc
     made inside still wins, and outside nothing is kept."""
     reads = []
     resolve = config._resolve
-    monkeypatch.setattr(config, "_resolve", lambda name: reads.append(name) or resolve(name))
+    monkeypatch.setattr(config, "_resolve", lambda name, *held: reads.append(name) or resolve(name, *held))
+    files = []
+    look = config._file_values
+    monkeypatch.setattr(config, "_file_values", lambda: files.append(1) or look())
     with config.once():
         assert config.get("s3_retries") == config.get("s3_retries") == config.get("s3_retries")
         monkeypatch.setenv("SUBZERO_S3_RETRIES", "9")
@@ -208,6 +211,10 @@ def test_once_resolves_each_setting_once_yet_sees_set_inside(no_file, monkeypatc
                 assert config.get("s3_retries") == 4
         assert config.get("s3_retries") != 9
     assert reads.count("s3_retries") == 3  # once, then the two reads under set()
+    files.clear()
+    with config.once():
+        config.get("fuse"), config.get("compressor"), config.get("hold_mb")
+    assert len(files) == 1  # the config file is looked at once
     assert config.get("s3_retries") == 9  # outside: resolved at use again
 
 

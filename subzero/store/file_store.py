@@ -28,6 +28,7 @@ import json
 import os
 import pickle
 import shutil
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
@@ -224,24 +225,34 @@ class FileStore(RunWriter):
         that no live run writes), or one a run is writing.  ``create=False`` checks
         without making the directory (the command line checks before it reads inputs)."""
         location = resolve(store)
-        cls._check_path(location)
-        if location.is_local:
+        if location.is_local:  # one look at the path (a run's fixed cost)
             path = Path(location.root)
-            if path.exists() and not os.access(path, os.W_OK):
+            try:
+                mode: int | None = os.stat(path).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                mode = None
+            if mode is not None and not stat.S_ISDIR(mode):
+                cls._check_path(location)  # a regular file: said as such
+            exists = mode is not None
+            if exists and not os.access(path, os.W_OK):
                 raise StoreError(f"store {location.url!r} is not writable; choose a directory you can write")
-            if not path.exists() and not create:
+            if not exists and not create:
                 return
-            if not path.exists():
+            if not exists:
                 try:
                     path.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
                     raise StoreError(f"cannot create store directory {location.url!r} ({exc.strerror}); check "
                                      "the path and its permissions") from exc
-        names = _entries(location) if location.isdir() else []
-        if not names:
-            if create:
-                location.makedirs()
-            return
+            names = _entries(location) if exists else []
+            if not names:
+                return
+        else:
+            names = _entries(location) if location.isdir() else []
+            if not names:
+                if create:
+                    location.makedirs()
+                return
         ours = MARKER in names or "catalog.json" in names or names == [LOCK_NAME]  # a run killed as it began
         if overwrite and ours:
             current = holder(location)

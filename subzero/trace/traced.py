@@ -258,6 +258,11 @@ class TracedWorkflow:
         (up to the ``trace_values_mb`` setting; elementwise and neighbourhood steps only when a
         value is needed) and the run stores those values instead of computing the steps again;
         the values Python asked for are reused that way with any local input."""
+        with config.once():  # the trace and the run read each setting once
+            return self._run(inputs, store, params, kwargs)
+
+    def _run(self, inputs: Mapping[str, Any], store: "str | os.PathLike[str]", params: Mapping[str, Any] | None,
+             kwargs: dict[str, Any]) -> Any:
         arrays, _ = self.split(inputs, params)
         local = kwargs.get("executor") == "local" and not kwargs.get("resume")
         in_memory = all(isinstance(a, (np.ndarray, list, tuple)) for a in arrays.values())  # not a Zarr array

@@ -10,6 +10,9 @@ A value is resolved at use, never at import, from (lowest first):
    thread's or task's overrides never leak into another's; the local executor's threads run in
    the caller's context).
 
+A run resolves each setting once, when it first reads it (`once`: the per-node and per-tile
+reads then cost a lookup); a `set` inside the run is still seen at once.
+
 Spark workers are other processes: they see the defaults, the file and their own environment,
 not a driver's `set`.  What a task must agree on with the driver (the chunk compressor) travels
 in the task itself.
@@ -35,7 +38,7 @@ from typing import Any, Iterator, Mapping
 
 from subzero.errors import ConfigError
 
-__all__ = ["Setting", "SETTINGS", "get", "set", "source", "rows", "markdown_table", "cache_root", "config_path",
+__all__ = ["Setting", "SETTINGS", "get", "set", "once", "source", "rows", "markdown_table", "cache_root", "config_path",
            "ConfigError"]
 
 
@@ -204,6 +207,19 @@ _overrides: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("
 _file_cache: dict[str, tuple[int, dict[str, Any]]] = {}
 
 
+class _Held:
+    """What `once` keeps: the overrides its values were resolved under, name -> value as first
+    resolved, and the config file's values as first read (one look at the file per run)."""
+
+    def __init__(self, overrides: Mapping[str, Any]):
+        self.overrides = overrides
+        self.values: dict[str, Any] = {}
+        self.file: tuple[str, dict[str, Any]] | None = None
+
+
+_once: contextvars.ContextVar[_Held | None] = contextvars.ContextVar("subzero_config_once", default=None)
+
+
 def config_path() -> Path:
     """The config file read: ``$SUBZERO_CONFIG``, else ``~/.config/subzero/config.toml``."""
     given = os.environ.get("SUBZERO_CONFIG")
@@ -259,7 +275,7 @@ def _setting(name: str) -> Setting:
         raise ConfigError(f"unknown setting {name!r}; known: {', '.join(_BY_NAME)}") from None
 
 
-def _resolve(name: str) -> tuple[Any, str]:
+def _resolve(name: str, held: _Held | None = None) -> tuple[Any, str]:
     setting = _setting(name)
     overrides = _overrides.get()
     if name in overrides:
@@ -267,7 +283,12 @@ def _resolve(name: str) -> tuple[Any, str]:
     text = os.environ.get(setting.env)
     if text is not None and text != "":
         return setting.parse(text, setting.env), "environment"
-    path, values = _file_values()
+    if held is None:
+        path, values = _file_values()
+    else:  # inside `once`: the file is looked at once
+        if held.file is None:
+            held.file = _file_values()
+        path, values = held.file
     if name in values:
         return values[name], path
     return setting.default, "default"
@@ -281,6 +302,13 @@ def get(name: str) -> Any:
     >>> get("s3_retries") >= 1
     True
     """
+    held = _once.get()
+    if held is not None and held.overrides is _overrides.get():  # inside `once`, under the overrides it began with
+        values = held.values
+        if name in values:
+            return values[name]
+        got = values[name] = _resolve(name, held)[0]
+        return got
     return _resolve(name)[0]
 
 
@@ -311,6 +339,33 @@ class set:  # noqa: N801 (dask.config.set's name and shape)
     def __exit__(self, *exc: object) -> None:
         if self._token is not None:
             _overrides.reset(self._token)
+            self._token = None
+
+
+class once:  # noqa: N801 (a context manager, as `set`)
+    """Inside ``with``, `get` resolves each setting once, at its first read, and then answers
+    from memory, and the config file is looked at once (a run reads some settings per node and
+    per tile: each read would otherwise look at the environment and the config file).  Overrides made by `set` inside are seen at
+    once (their reads are not remembered); nested uses share the outermost one's values.
+
+    Examples
+    --------
+    >>> with once():
+    ...     get("fuse") == get("fuse")
+    True
+    """
+
+    def __init__(self) -> None:
+        self._token: contextvars.Token[_Held | None] | None = None
+
+    def __enter__(self) -> "once":
+        if _once.get() is None:
+            self._token = _once.set(_Held(_overrides.get()))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _once.reset(self._token)
             self._token = None
 
 

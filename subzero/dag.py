@@ -248,7 +248,7 @@ class Workflow:
             max_disk: float | None = None, max_runtime: float | None = None, workload: Any = None,
             executor: str = "spark", spark: Any = None, tile_shape: int | tuple[int, ...] | None = None,
             overwrite: bool = False, resume: bool = False, progress: Any = None, input_metadata: dict | None = None,
-            storage_options: dict | None = None, keep: Any = "needed", _known: Any = None) -> Any:
+            storage_options: dict | None = None, keep: Any = "needed", _known: Any = None, _copies: Any = None) -> Any:
         """Execute the workflow, record lineage, and return the `Run` to query.
 
         Parameters
@@ -313,7 +313,8 @@ class Workflow:
         the first run (as dask's ``compute`` imports its scheduler): the one import from
         this module upward, allowed by name in tests/test_architecture.py.  ``_known`` is
         private: a traced function's run hands over the values its trace computed on these
-        very inputs (`RunOptions._known`).
+        very inputs (`RunOptions._known`), and ``_copies`` the copies of its inputs it started
+        before tracing (`RunOptions._copies`).
         """
         from subzero.driver import RunOptions, execute
 
@@ -323,7 +324,7 @@ class Workflow:
             store, strategies=strategies, max_disk=max_disk, max_runtime=max_runtime, workload=workload,
             executor=executor, spark=spark, tile_shape=tile_shape, overwrite=overwrite, resume=resume,
             progress=progress, input_metadata=input_metadata, storage_options=storage_options, keep=keep,
-            _known=_known))
+            _known=_known, _copies=_copies))
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, nodes={list(self._nodes)})"

@@ -28,7 +28,7 @@ import json
 import logging
 import os
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence, cast
 
@@ -38,7 +38,7 @@ from subzero import config
 from subzero.catalog import ArrayRecord, Manifest, NodeMetrics, NodeRecord, PendingNode, RunRecord
 from subzero.errors import StorageUnavailable, StoreError, WorkflowError
 from subzero.executors import Executor, check_executor, make_executor
-from subzero.fingerprint import array_digest, combine_digests, differences, run_fingerprint
+from subzero.fingerprint import CopyBeside, array_digest, combine_digests, differences, run_fingerprint
 from subzero.inputs_check import check_input_array
 from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
@@ -102,7 +102,8 @@ class _Execution:
 
     def __init__(self, wf: Workflow, store: RunWriter, catalog: RunRecord, runner, tile_shape,
                  max_disk: float | None, progress: Reporter, kept: dict[str, str] | None = None,
-                 in_memory: bool = False, known: dict[str, tuple[np.ndarray, float]] | None = None):
+                 in_memory: bool = False, known: dict[str, tuple[np.ndarray, float]] | None = None,
+                 copies: dict[str, CopyBeside] | None = None):
         self.wf, self.store, self.catalog = wf, store, catalog
         #: node name -> why its array is stored (`kept_arrays`); the others are not, unless they must be
         self.kept: dict[str, str] = dict(kept) if kept is not None else {n.name: "kept: every array" for n in wf.nodes}
@@ -140,6 +141,11 @@ class _Execution:
         self._kept_bytes = 0  # the intermediates keep= stored, counted against max_disk
         #: input name -> the digest of its held copy, computed beside the run (`save_input`, `digested`)
         self._digests: dict[str, Future[str]] = {}
+        #: input name -> its copy being made beside the run, when started before it (`save_input`)
+        self.copies: dict[str, CopyBeside] = dict(copies or {})
+        #: the caller's input arrays the run reads while their copies are made (`save_input`): no array
+        #: written behind the run may be a view of one (`_persist` copies it)
+        self._given: list[np.ndarray] = []
         self.arrays: dict[str, ArrayRecord] = {}
         #: the run's own graph: node name -> its operator as this run bound it (with its run state:
         #: a two-pass operator's combined summaries); the workflow's nodes keep the user's operators
@@ -229,6 +235,8 @@ class _Execution:
         if not self._written_behind(name) or held is None:
             return record
         block = held.block if held.block is not None else np.empty(record.shape, record.dtype)
+        if any(np.may_share_memory(block, given) for given in self._given):  # a view of the caller's input
+            block = np.array(block, copy=True, order="C")
         pipeline = next((m.pipeline for m in metas if m.pipeline is not None), None) or \
             resolve_compressor(held.compressor, block.dtype)
         assert isinstance(self.store, BehindStore)
@@ -266,12 +274,20 @@ class _Execution:
             meta_xxh3 = ref.commit(shape, str(value.dtype), chunks)
         elif self.behind and value.nbytes <= self._behind_limit:  # held for the readers, written behind
             self.progress.node_started(node.name, 1)
-            block = np.array(value, copy=True, order="C")  # the caller may change its array once run returns
+            # the caller may change its array once run returns: the store gets a copy, made (and digested)
+            # beside the run while the run reads the caller's array (read-only; one not in C order: its
+            # copy); the run waits for it before it returns (`digested`), the write behind waits for it too
+            copied = self.copies.get(node.name)
+            if copied is None or not copied.of(value, chunks):  # (a traced run starts them before its trace)
+                copied = CopyBeside(value, chunks)
+            block = value.view() if value.flags.c_contiguous else copied.block.result()
+            block.flags.writeable = False  # nothing of the run writes the caller's array
             digest = None  # the copy's digest, computed beside the run: no catalog is written without it
-            self._digests[node.name] = _digest_pool().submit(array_digest, block, chunks)
-            compressor = ref.compressor if ref.compressor != "auto" else sampled_compressor(block, chunks)
+            self._digests[node.name] = copied.digest
+            self._given.append(value)
+            compressor = ref.compressor if ref.compressor != "auto" else sampled_compressor(value, chunks)
             assert isinstance(self.store, BehindStore)
-            meta_xxh3 = self.store.write_array(node.name, block, chunks, compressor)
+            meta_xxh3 = self.store.write_array(node.name, value, chunks, compressor, copy=copied.block)
             held = MemoryArray(node.name, compressor)
             held.block, held.chunks = block, chunks
             self.held[node.name] = self._destinations[node.name] = held
@@ -663,16 +679,6 @@ class _Execution:
 
 
 
-_DIGEST_POOL: list[ThreadPoolExecutor] = []
-
-
-def _digest_pool() -> ThreadPoolExecutor:
-    """The thread that digests held inputs beside the run (started once per process)."""
-    if not _DIGEST_POOL:
-        _DIGEST_POOL.append(ThreadPoolExecutor(1, thread_name_prefix="subzero-digest"))
-    return _DIGEST_POOL[0]
-
-
 def _input_tiles(shape: tuple[int, ...], chunks: tuple[int, ...]) -> list[Tile]:
     return tile_grid(shape, tuple(range(len(shape))), chunks)
 
@@ -721,6 +727,9 @@ class RunOptions:
     #: fixed choice of strategies stores them instead of computing those nodes again (`_Execution.reuse`);
     #: private, as ``Workflow.run``'s ``_known``
     _known: Any = field(default=None, repr=False, compare=False)
+    #: input name -> a `subzero.fingerprint.CopyBeside` of the very array given, started early (a traced
+    #: function's run starts them before its trace): a run written behind stores those; private
+    _copies: Any = field(default=None, repr=False, compare=False)
 
 
 def kept_arrays(wf: Workflow, keep: Any = "needed", queries: Sequence[Any] = ()) -> dict[str, str]:
@@ -782,6 +791,11 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
     subzero.run.Run
         The finished run, holding its own bound graph (``wf`` is not changed).
     """
+    with config.once():  # the settings it reads per node and per tile: resolved once
+        return _execute(wf, inputs, options)
+
+
+def _execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
     from subzero.optimizer.budgets import parse_disk_budget, parse_runtime_budget
     from subzero.optimizer.workload import parse_workload, workload_record
     from subzero.run import Run
@@ -846,7 +860,8 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
             if differ:
                 raise StoreError(_not_the_same(fs, differ))
         run = _Execution(wf, fs, stored or catalog, lambda: make_executor(executor, spark), tile_shape, disk_budget,
-                         progress, kept, in_memory=executor == "local", known=None if resume else options._known)
+                         progress, kept, in_memory=executor == "local", known=None if resume else options._known,
+                         copies=options._copies)
         started = time.perf_counter()
         if stored is not None:
             run.prepare_resume(arrays, clean=stored.status != "done")

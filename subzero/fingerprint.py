@@ -22,15 +22,17 @@ from __future__ import annotations
 import enum
 import json
 import re
+import threading
 import types
 import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterable
 
 import numpy as np
 from numpy.typing import DTypeLike
 import xxhash
 
-__all__ = ["block_digest", "combine_digests", "array_digest", "operator_digest", "run_fingerprint",
+__all__ = ["block_digest", "combine_digests", "array_digest", "CopyBeside", "operator_digest", "run_fingerprint",
            "differences"]
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -69,6 +71,63 @@ def array_digest(array: np.ndarray, chunks: tuple[int, ...]) -> str:
     tiles = tile_grid(shape, tuple(range(len(shape))), tuple(chunks))
     return combine_digests(shape, array.dtype,
                            (block_digest(array[tuple(slice(lo, hi) for lo, hi in t.box)]) for t in tiles))
+
+
+class CopyBeside:
+    """A copy of a caller's input being made, then digested, on a thread of its own (numpy copies
+    without the GIL: the caller traces or computes meanwhile).  A run written behind stores the
+    copy (the caller may change its array once the run returns) and records its digest.
+
+    Parameters
+    ----------
+    value : numpy.ndarray
+        The caller's array (only read).
+    chunks : tuple of int
+        The chunks its digest is taken over (`array_digest`).
+
+    Attributes
+    ----------
+    block : concurrent.futures.Future
+        The copy, in C order.
+    digest : concurrent.futures.Future
+        Its digest, once copied.
+
+    Examples
+    --------
+    >>> x = np.arange(6.0).reshape(2, 3)
+    >>> c = CopyBeside(x, (2, 3))
+    >>> c.block.result() is not x and c.digest.result() == array_digest(x, (2, 3))
+    True
+    """
+
+    _pool: list[ThreadPoolExecutor] = []  # one thread for the process, started when first needed
+    _pool_lock = threading.Lock()
+
+    def __init__(self, value: np.ndarray, chunks: tuple[int, ...]):
+        self.source, self.chunks = value, tuple(chunks)
+        self.block: Future[np.ndarray] = Future()
+        self.block.set_running_or_notify_cancel()
+        self.digest: Future[str] = self._thread().submit(self._copy_and_digest)
+
+    def _copy_and_digest(self) -> str:
+        try:
+            got = np.array(self.source, copy=True, order="C")
+        except BaseException as exc:
+            self.block.set_exception(exc)
+            raise
+        self.block.set_result(got)
+        return array_digest(got, self.chunks)
+
+    def of(self, value: np.ndarray, chunks: tuple[int, ...]) -> bool:
+        """Whether this is the copy of ``value`` over ``chunks`` (started before the run knew it)."""
+        return self.source is value and self.chunks == tuple(chunks)
+
+    @classmethod
+    def _thread(cls) -> ThreadPoolExecutor:
+        with cls._pool_lock:
+            if not cls._pool:
+                cls._pool.append(ThreadPoolExecutor(1, thread_name_prefix="subzero-digest"))
+            return cls._pool[0]
 
 
 # -- operators -----------------------------------------------------------------------------------------------------

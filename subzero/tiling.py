@@ -227,7 +227,15 @@ def default_chunks(shape: Shape) -> tuple[int, ...]:
 
 
 def tile_grid(shape: Shape, split_axes: tuple[int, ...], tile_shape: "int | tuple[int, ...] | None") -> list[Tile]:
-    """Split ``shape`` into tiles along ``split_axes`` (see `tile_lens`)."""
+    """Split ``shape`` into tiles along ``split_axes`` (see `tile_lens`).  The same grid gives
+    the same `Tile` objects (a run binds each node's stage more than once, and compares grids)."""
+    lens = None if tile_shape is None else int(tile_shape) if isinstance(tile_shape, (int, np.integer)) else \
+        tuple(int(n) for n in tile_shape)
+    return list(_grid(tuple(int(n) for n in shape), tuple(int(a) for a in split_axes), lens))
+
+
+@functools.lru_cache(maxsize=256)
+def _grid(shape: Shape, split_axes: tuple[int, ...], tile_shape: "int | tuple[int, ...] | None") -> tuple[Tile, ...]:
     lens = tile_lens(tuple(shape), tuple(split_axes), tile_shape)
     ranges = []
     for axis, n in enumerate(shape):
@@ -236,6 +244,6 @@ def tile_grid(shape: Shape, split_axes: tuple[int, ...], tile_shape: "int | tupl
             ranges.append([(lo, min(lo + step, n)) for lo in range(0, n, step)])
         else:
             ranges.append([(0, n)])
-    return [Tile(k, tuple(box)) for k, box in enumerate(itertools.product(*ranges))]
+    return tuple(Tile(k, tuple(box)) for k, box in enumerate(itertools.product(*ranges)))
 
 

@@ -192,6 +192,32 @@ def test_a_run_honours_set_and_the_environment(no_file, tmp_path, monkeypatch):
         "blosc" in (tmp_path / "False" / "arrays" / "mask" / "zarr.json").read_text().lower()
 
 
+def test_once_resolves_each_setting_once_yet_sees_set_inside(no_file, monkeypatch):
+    """A run reads its settings inside `config.once`: the first read of each is kept, a `set`
+    made inside still wins, and outside nothing is kept."""
+    reads = []
+    resolve = config._resolve
+    monkeypatch.setattr(config, "_resolve", lambda name, *held: reads.append(name) or resolve(name, *held))
+    files = []
+    look = config._file_values
+    monkeypatch.setattr(config, "_file_values", lambda: files.append(1) or look())
+    with config.once():
+        assert config.get("s3_retries") == config.get("s3_retries") == config.get("s3_retries")
+        monkeypatch.setenv("SUBZERO_S3_RETRIES", "9")
+        assert config.get("s3_retries") != 9  # kept as first read
+        with config.set(s3_retries=4):
+            assert config.get("s3_retries") == 4
+            with config.once():  # nested: the outer one's values
+                assert config.get("s3_retries") == 4
+        assert config.get("s3_retries") != 9
+    assert reads.count("s3_retries") == 3  # once, then the two reads under set()
+    files.clear()
+    with config.once():
+        config.get("fuse"), config.get("compressor"), config.get("hold_mb")
+    assert len(files) == 1  # the config file is looked at once
+    assert config.get("s3_retries") == 9  # outside: resolved at use again
+
+
 def test_nothing_is_read_at_import_time():
     """A bad value in the environment does not break ``import subzero`` or the modules that read
     settings: only the use of the setting fails."""

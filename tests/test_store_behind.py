@@ -142,6 +142,46 @@ def test_the_callers_array_may_change_once_run_returns(tmp_path):
     assert resumed.catalog.status == "done"
 
 
+def test_a_kept_view_of_the_callers_array_is_stored_as_it_was_given(tmp_path):
+    """The run reads the caller's input while its copy is made beside it: an output that is a
+    view of that input (a transpose) is stored from a copy too, as it was when run returned."""
+    wf = sz.Workflow("view")
+    x_node = wf.input("x")
+    wf.add(ops.Transpose(), x_node, name="t")
+    wf.add(ops.Multiply(), x_node, x_node, name="sq")
+    x = image(96)
+    kept = x.copy()
+    run = run_it(wf, {"x": x}, tmp_path / "s", True, strategies={"t": ("Map",), "sq": ("Map",)})
+    x[:] = -1.0
+    reopened = sz.open_run(tmp_path / "s")
+    for got in (run.wait(), reopened):
+        np.testing.assert_array_equal(np.asarray(got.output("t")), kept.T)
+        np.testing.assert_array_equal(np.asarray(got.output("sq")), kept * kept)
+        np.testing.assert_array_equal(np.asarray(got.output("x")), kept)
+    assert x.flags.writeable  # the caller's array is left as it was
+
+
+def test_a_traced_runs_input_copies_start_before_its_trace_and_are_stored(tmp_path, monkeypatch):
+    """A traced function's local run starts copying its inputs before it traces (a thread copies
+    while the trace runs); the run stores those copies, made once per input."""
+    from subzero import fingerprint
+
+    made = []
+    start = fingerprint.CopyBeside.__init__
+    monkeypatch.setattr(fingerprint.CopyBeside, "__init__", lambda self, value, chunks: made.append(id(value)) or
+                        start(self, value, chunks))
+    rng = np.random.default_rng(2)
+    inputs = {"a": rng.random((120, 90)), "b": rng.random((120, 90))}
+    kept = {k: v.copy() for k, v in inputs.items()}
+    run = run_it(traced, inputs, tmp_path / "s", True)
+    for value in inputs.values():
+        value[:] = 0.0
+    assert sorted(made) == sorted(id(v) for v in inputs.values())
+    np.testing.assert_array_equal(np.asarray(run.wait().output(traced.trace(kept).results[0])), traced.fn(**kept))
+    for name, value in kept.items():
+        np.testing.assert_array_equal(np.asarray(sz.open_run(tmp_path / "s").output(name)), value)
+
+
 def test_a_new_run_into_the_store_waits_for_the_writes_behind_the_last(tmp_path):
     wf = workflow()
     first = run_it(wf, {"x": image()}, tmp_path / "s", True)
@@ -275,6 +315,28 @@ def test_a_normal_exit_waits_for_the_writes(tmp_path):
     assert_same(answers(run, workflow()), answers(reference, workflow()))
 
 
+def test_writer_threads_are_reused_and_an_exit_does_not_wait_for_idle_ones(tmp_path):
+    """Each run's writes run on a writer thread kept idle between runs (a run starts none once
+    one is idle); at interpreter exit the idle ones end at once."""
+    code = textwrap.dedent(f"""
+        import threading, time, numpy as np, subzero as sz
+        wf = sz.Workflow("w"); wf.add(sz.operators.Transpose(), wf.input("x"), name="n")
+        with sz.config.set(write_behind=True, commit_seconds=0.0):
+            for k in range(3):
+                wf.run({{"x": np.ones((20, 20))}}, store={str(tmp_path)!r} + f"/s{{k}}", executor="local").wait()
+                time.sleep(0.05)  # its thread is idle again
+        writers = [t for t in threading.enumerate() if t.name.startswith("subzero-write-behind")]
+        print(len(writers), time.monotonic())
+    """)
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    ended = time.monotonic()
+    assert got.returncode == 0, got.stderr
+    writers, printed = got.stdout.split()
+    assert int(writers) == 1  # three runs, one thread
+    assert ended - float(printed) < 10  # not the idle thread's WRITER_IDLE_SECONDS
+
+
 def test_spark_and_object_stores_are_written_in_the_callers_thread(tmp_path):
     store = FileStore.create(tmp_path / "s", _record())
     behind = BehindStore(store, 2**20)
@@ -340,17 +402,19 @@ def test_another_process_opening_the_store_waits_for_the_writes_behind(tmp_path)
 
 def test_a_new_store_is_ours_at_once_and_its_first_catalog_is_written_behind(tmp_path):
     """Written behind, a new store has its lock and marker when `create_run` returns (another
-    writer is refused, a kill leaves a store `overwrite` replaces); its first catalog is the
-    first write queued."""
+    writer is refused, a kill leaves a store `overwrite` replaces); its directories and first
+    catalog are the first writes queued."""
     from subzero.catalog import RunRecord
     from subzero.store import create_run
+    from subzero.store.file_store import MARKER
 
-    fs = create_run(tmp_path / "s", RunRecord(workflow={}, created="now", executor="local"), behind=2**20)
+    fs = create_run(tmp_path / "s", RunRecord(workflow={}, created="now", executor="local"), behind=2**20, hold=60.0)
     assert isinstance(fs, BehindStore) and (tmp_path / "s" / ".writer").exists()
-    assert {"arrays", "lineage"} <= {p.name for p in (tmp_path / "s").iterdir()}
+    assert {p.name for p in (tmp_path / "s").iterdir()} == {".writer", MARKER}  # nothing else on the caller's thread
     with pytest.raises(sz.StoreError, match="writ"):
         FileStore.create(tmp_path / "s", RunRecord(workflow={}, created="now", executor="local"), overwrite=True)
     fs.behind.settle()
+    assert {"arrays", "operators", "manifests", "lineage"} <= {p.name for p in (tmp_path / "s").iterdir()}
     assert fs.read_catalog().status == "running"
     fs.close()
     fs.behind.wait()

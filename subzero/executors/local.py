@@ -63,7 +63,7 @@ class LocalExecutor(Executor):
                 out.append(fn(context, item))
                 progress.tiles_done(node, 1)
             return out
-        loaded = payload(context, job)
+        loaded = _private(context, job)
         local = threading.local()
         caller = contextvars.copy_context()  # the caller's `config.set` overrides hold in the threads too
 
@@ -103,6 +103,16 @@ class LocalExecutor(Executor):
             if not isinstance(exc, (KeyboardInterrupt, StoreError)):
                 wait(helpers)
             raise
+
+
+def _private(context: Any, job: Job) -> bytes:
+    """The bytes each thread loads its own copy of ``context`` from: pickled as it is when it
+    can be (nothing leaves this process: the classes are imported here), else as a Spark
+    worker's (`payload`: operators by value, cloudpickle)."""
+    try:
+        return pickle.dumps(context, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # a lambda, a class made inside a function...: what cloudpickle takes by value
+        return payload(context, job)
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}

@@ -22,7 +22,8 @@ no longer uses, rather than slowing each of its stages down), and a long one's s
 at most ``hold`` seconds, as its catalog does (``commit_seconds``).
 
 The thread is not a daemon: at a normal interpreter exit Python waits for it, so nothing
-queued is lost.  Its memory is bounded: a job carries the bytes it holds (an array's cells)
+queued is lost.  It is one of the process's writer threads, kept idle between runs (a run then
+starts no thread; at exit the idle ones end at once).  Its memory is bounded: a job carries the bytes it holds (an array's cells)
 and `WriteBehind.submit` blocks while more than ``limit`` bytes are queued.  A job that fails
 stops the writing (later jobs are skipped, except the one releasing the writer lock); the
 error is logged and raised by `WriteBehind.wait` (`subzero.Run.wait`, and any query).
@@ -31,10 +32,14 @@ error is logged and raised by `WriteBehind.wait` (`subzero.Run.wait`, and any qu
 from __future__ import annotations
 
 import collections
+import functools
 import logging
+import os
+import queue
 import threading
 import time
 import weakref
+from concurrent.futures import Future
 from typing import Any, Callable
 
 from subzero.catalog import Manifest, RunRecord, ShardRecord
@@ -57,6 +62,74 @@ def wait_for_writes(url: str) -> None:
         writer = _ACTIVE.get(url)
     if writer is not None:
         writer.settle()
+
+
+#: how long an idle writer thread waits for the next run's writes before it ends
+WRITER_IDLE_SECONDS = 30.0
+_WRITERS_LOCK = threading.Lock()
+_IDLE_WRITERS: list["queue.SimpleQueue[Callable[[], None] | None]"] = []  # idle threads' inboxes
+_WRITERS_EXIT = [False]  # the interpreter is exiting: threads end once their writes are done
+
+
+def _writer_thread(loop: Callable[[], None], name: str) -> None:
+    """Run ``loop`` on an idle writer thread, or a new one (not a daemon: the interpreter waits
+    for the writes at exit)."""
+    with _WRITERS_LOCK:
+        inbox = _IDLE_WRITERS.pop() if _IDLE_WRITERS else None
+    if inbox is not None:
+        inbox.put(functools.partial(_named, loop, name))
+        return
+    inbox = queue.SimpleQueue()
+    inbox.put(functools.partial(_named, loop, name))
+    threading.Thread(target=_serve, args=(inbox,), name=name, daemon=False).start()
+
+
+def _named(loop: Callable[[], None], name: str) -> None:
+    threading.current_thread().name = name
+    loop()
+
+
+def _serve(inbox: "queue.SimpleQueue[Callable[[], None] | None]") -> None:
+    """A writer thread: the loops given to it, one after another, idle in between."""
+    while True:
+        try:
+            work = inbox.get(timeout=WRITER_IDLE_SECONDS)
+        except queue.Empty:
+            with _WRITERS_LOCK:
+                if inbox in _IDLE_WRITERS:  # nobody gave it work meanwhile: it ends
+                    _IDLE_WRITERS.remove(inbox)
+                    return
+            continue  # taken just now: its work is on the way
+        if work is None:
+            return
+        work()
+        threading.current_thread().name = "subzero-write-behind (idle)"
+        with _WRITERS_LOCK:
+            if _WRITERS_EXIT[0]:
+                return
+            _IDLE_WRITERS.append(inbox)
+
+
+def _end_idle_writers() -> None:
+    """At interpreter exit (before Python waits for its threads) and in a forked child (whose
+    writer threads did not come along): idle writer threads end, none is reused."""
+    with _WRITERS_LOCK:
+        _WRITERS_EXIT[0] = True
+        for inbox in _IDLE_WRITERS:
+            inbox.put(None)
+        _IDLE_WRITERS.clear()
+
+
+def _forked() -> None:
+    _IDLE_WRITERS.clear()  # their threads are not in this process
+
+
+try:
+    threading._register_atexit(_end_idle_writers)  # type: ignore[attr-defined]  # as concurrent.futures does
+except (AttributeError, RuntimeError):  # no such hook (idle threads then end after WRITER_IDLE_SECONDS)
+    pass
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 class WriteBehind:
@@ -91,8 +164,7 @@ class WriteBehind:
         self._finished = False
         self.error: BaseException | None = None
         self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._loop, name=f"subzero-write-behind {name}", daemon=False)
-        self._thread.start()
+        _writer_thread(self._loop, f"subzero-write-behind {name}")
         with _ACTIVE_LOCK:
             _ACTIVE[name] = self
 
@@ -230,18 +302,23 @@ class BehindStore:
         return self.inner.array(node, meta_xxh3)
 
     # -- writing: queued -------------------------------------------------------------------------
-    def write_array(self, node: str, block: Any, chunks: tuple[int, ...], compressor: str) -> str:
+    def write_array(self, node: str, block: Any, chunks: tuple[int, ...], compressor: str,
+                    copy: "Future[Any] | None" = None) -> str:
         """Queue storing ``block`` (an array this run holds: no one may change it) as ``node``'s
         array with ``chunks`` and the resolved ``compressor``; returns the checksum its
-        ``zarr.json`` will have (for the catalog), computed now."""
+        ``zarr.json`` will have (for the catalog), computed now.  ``copy``: what is stored is the
+        array this future gives (a copy of ``block`` being made beside the run; ``block`` only
+        tells its shape, dtype and bytes), waited for by the write."""
         from subzero.store.arrays import metadata_checksum, write_array
 
         with self._arrays_lock:
             self._arrays[node] += 1
+        given: Any = block if copy is None else None  # (the job holds no reference to an array it does not store)
 
         def job() -> None:
             try:
-                write_array(self.inner.array(node), block, chunks, compressor, parallel=False)
+                write_array(self.inner.array(node), given if copy is None else copy.result(), chunks, compressor,
+                            parallel=False)
             finally:
                 with self._arrays_lock:
                     self._arrays[node] -= 1

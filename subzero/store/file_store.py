@@ -28,6 +28,7 @@ import json
 import os
 import pickle
 import shutil
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
@@ -91,9 +92,10 @@ class FileStore(RunWriter):
         directory is a store subzero made that no live run is writing.  ``made_by`` is
         kept in the store's marker (`made_by` reads it back: ``subzero demo`` replaces
         only stores it made).  ``later``: given the first catalog's write instead of it being
-        done now (a run written behind queues it first: the store is ours once the writer lock
-        and the marker are there, and a store killed before any catalog is one a run left as it
-        began, which ``overwrite`` replaces); the marker is then not flushed to the disk either.
+        done now (a run written behind queues it first, after the store's directories: the store is
+        ours once the writer lock and the marker are there, and a store killed before any catalog
+        is one a run left as it began, which ``overwrite`` replaces); the marker is then not
+        flushed to the disk either.
         """
         location = resolve(store)
         cls.check_new(location, overwrite)
@@ -115,18 +117,24 @@ class FileStore(RunWriter):
                later: "Callable[[Callable[[], None]], None] | None" = None) -> "FileStore":
         made = {"format": FORMAT, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "made_by": made_by}
-        for name in dead_temporaries(location):  # a lock file a killed writer was making
-            location.remove(name)
         # first: from now on the directory is ours
         location.write_bytes(json.dumps(made).encode(), MARKER, durable=later is None)
-        for sub in _SUBDIRS:
-            location.makedirs(sub)
         out = cls(location, lock)
-        if later is not None:
+        if later is not None:  # its directories too come with the first write (tasks make their own)
+            later(functools.partial(cls._lay_out, location))
             later(functools.partial(out.write_catalog, record))
         else:
+            cls._lay_out(location)
             out.write_catalog(record)
         return out
+
+    @staticmethod
+    def _lay_out(location: Location) -> None:
+        """A new store's directories; lock files a killed writer was making are removed."""
+        for name in dead_temporaries(location):
+            location.remove(name)
+        for sub in _SUBDIRS:
+            location.makedirs(sub)
 
     @staticmethod
     def _clear(location: Location) -> None:
@@ -217,24 +225,34 @@ class FileStore(RunWriter):
         that no live run writes), or one a run is writing.  ``create=False`` checks
         without making the directory (the command line checks before it reads inputs)."""
         location = resolve(store)
-        cls._check_path(location)
-        if location.is_local:
+        if location.is_local:  # one look at the path (a run's fixed cost)
             path = Path(location.root)
-            if path.exists() and not os.access(path, os.W_OK):
+            try:
+                mode: int | None = os.stat(path).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                mode = None
+            if mode is not None and not stat.S_ISDIR(mode):
+                cls._check_path(location)  # a regular file: said as such
+            exists = mode is not None
+            if exists and not os.access(path, os.W_OK):
                 raise StoreError(f"store {location.url!r} is not writable; choose a directory you can write")
-            if not path.exists() and not create:
+            if not exists and not create:
                 return
-            if not path.exists():
+            if not exists:
                 try:
                     path.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
                     raise StoreError(f"cannot create store directory {location.url!r} ({exc.strerror}); check "
                                      "the path and its permissions") from exc
-        names = _entries(location) if location.isdir() else []
-        if not names:
-            if create:
-                location.makedirs()
-            return
+            names = _entries(location) if exists else []
+            if not names:
+                return
+        else:
+            names = _entries(location) if location.isdir() else []
+            if not names:
+                if create:
+                    location.makedirs()
+                return
         ours = MARKER in names or "catalog.json" in names or names == [LOCK_NAME]  # a run killed as it began
         if overwrite and ours:
             current = holder(location)

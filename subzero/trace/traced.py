@@ -37,6 +37,8 @@ import xxhash
 
 from subzero import config
 from subzero.errors import WorkflowError
+from subzero.fingerprint import CopyBeside
+from subzero.tiling import default_chunks
 from subzero.trace.breaks import Break, bound_since, coarse_calls, library_break
 from subzero.trace.capture import numpy_calls
 from subzero.trace.coarse import coarse_call
@@ -256,10 +258,18 @@ class TracedWorkflow:
         (up to the ``trace_values_mb`` setting; elementwise and neighbourhood steps only when a
         value is needed) and the run stores those values instead of computing the steps again;
         the values Python asked for are reused that way with any local input."""
+        with config.once():  # the trace and the run read each setting once
+            return self._run(inputs, store, params, kwargs)
+
+    def _run(self, inputs: Mapping[str, Any], store: "str | os.PathLike[str]", params: Mapping[str, Any] | None,
+             kwargs: dict[str, Any]) -> Any:
         arrays, _ = self.split(inputs, params)
         local = kwargs.get("executor") == "local" and not kwargs.get("resume")
         in_memory = all(isinstance(a, (np.ndarray, list, tuple)) for a in arrays.values())  # not a Zarr array
         eager = int(config.get("trace_values_mb") * 2**20) if local and in_memory else None
+        if local and "://" not in str(store) and config.get("write_behind"):
+            # the copies a run written behind stores of its inputs: made beside the trace
+            kwargs["_copies"] = _copies(arrays, int(config.get("write_behind_mb") * 2**20))
         wf, known = self._traced(inputs, params, eager)
         if known and local:  # the run takes the steps the trace computed on these very arrays
             kwargs["_known"] = known
@@ -267,6 +277,13 @@ class TracedWorkflow:
 
     def __repr__(self) -> str:
         return f"<sz.workflow {self.name}({', '.join(self.input_names)}; params={self.defaults})>"
+
+
+def _copies(arrays: Mapping[str, Any], limit: int) -> dict[str, CopyBeside]:
+    """The copies a local run written behind its return stores of its numpy inputs (each up to
+    ``limit`` bytes), started now: a thread makes them while the function is traced."""
+    return {name: CopyBeside(a, default_chunks(a.shape)) for name, a in arrays.items()
+            if type(a) is np.ndarray and a.flags.c_contiguous and a.nbytes <= limit and a.dtype.kind in "biufc"}
 
 
 class TraceReport:

@@ -1970,3 +1970,25 @@ def test_an_operator_that_fills_out_writes_runs_values_into_the_array_given(op, 
         op.run_into(None, first, first, *xs[1:])
         np.testing.assert_array_equal(first, expected)
     assert not ops.Where().fills_out and not ops.Apply(lambda v: v + 1).fills_out and not ops.Convolve(np.ones(3)).fills_out
+
+
+@pytest.mark.parametrize("op", [ops.MedianFilter(5), ops.RankFilter(1, 4), ops.PercentileFilter(30.0, 6),
+                                ops.MaximumFilter(3), ops.MinimumFilter(5),
+                                filters1d.MaximumFilter1D(4), filters1d.MinimumFilter1D(5, mode="constant", cval=0.2)],
+                         ids=lambda op: type(op).__name__)
+@pytest.mark.parametrize("shape", [(80,), (3, 40)])
+def test_a_nan_changes_rank_and_extreme_filters_only_within_its_window(op, shape):
+    """scipy's running windows (its 1-D rank path, the separable maximum and minimum passes)
+    carry a NaN along a line past the window; the operators read only their window, and give
+    scipy's values wherever no NaN is near."""
+    x = np.random.default_rng(len(shape)).random(shape)
+    report = check_operator(op, [x], tile_shape=16, kinds=("nan",), cells=None, backward=8)
+    assert report.ok, str(report)
+    assert report.trials == x.size
+    y = x.copy()
+    y.reshape(-1)[7] = np.nan
+    far = np.ones(shape, bool)
+    far.reshape(-1)[:20] = False  # the NaN's lines' neighbourhood (window at most 6)
+    if len(shape) == 2:
+        far[:, :20] = False
+    assert np.array_equal(evaluate_operator(op, [y])[far], evaluate_operator(op, [x])[far])

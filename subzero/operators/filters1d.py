@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from subzero.errors import WorkflowError
 from subzero.lazy import LazyModule
 from subzero.operators._args import normalize_axis
-from subzero.operators.neighbourhood import StencilOperator, _floating
+from subzero.operators.neighbourhood import StencilOperator, _floating, extreme_over_nan, has_nan
 
 if TYPE_CHECKING:  # pragma: no cover
     from subzero.context import Context
@@ -152,8 +152,12 @@ class _RankFilter1D(Filter1D):
     def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         (x,) = inputs
         x = np.asarray(x)
-        return getattr(ndimage, type(self).fn)(x, int(self.size), axis=self._axis(x.ndim), mode=self.mode,
-                                               cval=self.cval)
+        fn = getattr(ndimage, type(self).fn)
+        axis = self._axis(x.ndim)
+        if has_nan(x):  # scipy's running window carries a NaN along the line past the window
+            return extreme_over_nan(lambda y, c: fn(y, int(self.size), axis=axis, mode=self.mode, cval=c), x,
+                                    self.cval, largest=type(self).fn == "maximum_filter1d")
+        return fn(x, int(self.size), axis=axis, mode=self.mode, cval=self.cval)
 
 
 class MinimumFilter1D(_RankFilter1D):

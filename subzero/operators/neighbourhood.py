@@ -157,6 +157,24 @@ class StencilOperator(Operator):
         return hit[tuple(slice(r, r + n) for r, n in zip(self.radius(), self.output_shape))]
 
 
+def has_nan(x: np.ndarray) -> bool:
+    """True for a float or complex array holding a NaN."""
+    return x.dtype.kind in "fc" and bool(np.isnan(x).any())
+
+
+def extreme_over_nan(filter_: Callable[[np.ndarray, float], np.ndarray], x: np.ndarray, cval: float,
+                     largest: bool) -> np.ndarray:
+    """A maximum (``largest``) or minimum filter of ``x``, which holds NaNs, that reads only each
+    cell's window: NaN where the window holds a NaN (as ``np.max`` of the window), else the
+    filter of the other values.  scipy's separable passes carry a NaN along a line past the
+    window, so ``filter_(array, cval)`` (the same filter, another array and padding value) runs
+    on ``x`` with its NaNs replaced by the value that never wins, and on the NaN mask."""
+    loses = -np.inf if largest else np.inf
+    values = filter_(np.where(np.isnan(x), loses, x), loses if np.isnan(cval) else cval)
+    in_window = filter_(np.isnan(x).astype(np.float64), float(np.isnan(cval))) > 0
+    return np.where(in_window, np.nan, values).astype(values.dtype, copy=False)
+
+
 def _floating(x) -> np.ndarray:
     """``x`` as scipy.ndimage filters it: float32 and float64 stay as they are (scipy keeps
     the input's dtype, so a float32 image is filtered, stored and read in float32, half the
@@ -285,11 +303,25 @@ class _RankFilter(StencilOperator):
         x = np.asarray(x)
         fn = getattr(ndimage, type(self).fn)
         lead = self.leading()
+        nan = has_nan(x)
+        if type(self).fn in ("maximum_filter", "minimum_filter") and nan:
+            return extreme_over_nan(lambda y, c: self._call(fn, lead, y, c), x, self.cval,
+                                    largest=type(self).fn == "maximum_filter")
+        return self._call(fn, lead, x, self.cval, through_2d=nan)
+
+    def _call(self, fn: Callable[..., np.ndarray], lead: tuple, x: np.ndarray, cval: float,
+              through_2d: bool = False) -> np.ndarray:
+        """scipy's filter over ``x``.  A 1-D input goes through 2-D when it has a footprint (scipy's
+        1-D fast path ignores its holes) or a NaN (that path's running window carries a NaN to
+        cells past its window: median, rank and percentile over 2-D read only their window)."""
         if self.footprint is None:
-            return fn(x, *lead, self.size, mode=self.mode, cval=self.cval)
-        if x.ndim == 1:  # scipy's 1-D fast path ignores the holes of a footprint: go through 2-D
-            return fn(x[None], *lead, footprint=self.footprint[None], mode=self.mode, cval=self.cval)[0]
-        return fn(x, *lead, footprint=self.footprint, mode=self.mode, cval=self.cval)
+            if x.ndim == 1 and through_2d:
+                return fn(x[None], *lead, (1, self.size if isinstance(self.size, int) else self.size[0]),
+                          mode=self.mode, cval=cval)[0]
+            return fn(x, *lead, self.size, mode=self.mode, cval=cval)
+        if x.ndim == 1:
+            return fn(x[None], *lead, footprint=self.footprint[None], mode=self.mode, cval=cval)[0]
+        return fn(x, *lead, footprint=self.footprint, mode=self.mode, cval=cval)
 
 
 class MedianFilter(_RankFilter):

@@ -408,9 +408,10 @@ class _Execution:
         (`known`) instead of computing it: held in memory as its tiles would have left it (written
         behind the run when kept, as a held array is), the operator and array committed as
         `compute` does; one `TileMeta` covering every tile, timed by the trace.  A two-pass
-        operator's run state still comes from its first pass (`NodeStage.first_pass`, or
-        ``prepared``: the summaries a fused stage made); its values, computed whole, are those its
-        tiles give (Label's canonical ids do not depend on the tiling).  None (the node is computed
+        operator's run state comes from those values when it can make it from them (Label's seams,
+        `NodeStage.first_pass`'s ``output``), else from its first pass (or ``prepared``: the
+        summaries a fused stage made); its values, computed whole, are those its tiles give
+        (Label's canonical ids do not depend on the tiling).  None (the node is computed
         as usual): no values, or a node they cannot stand for here: its output not held in this
         process (stored by its tiles), a shape other than the stage's, or an operator run under
         ``np.errstate(...="raise")``."""
@@ -426,8 +427,8 @@ class _Execution:
             return None
         started = time.perf_counter()
         self.progress.node_started(node.name, 1)
-        if op.two_pass:
-            stage.first_pass(self.runner, prepared)
+        if op.two_pass:  # its run state from its values when it can (Label's seams), else its first pass
+            stage.first_pass(self.runner, prepared, value)
         written_behind = self._written_behind(node.name)
         if written_behind and value.base is not None:  # a view (of an input the caller may change once run returns)
             value = np.array(value, copy=True, order="C")

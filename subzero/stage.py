@@ -190,11 +190,19 @@ class NodeStage:
                      self.tile_shape, self.destination)
         return StageRun(stage, metas, wall, shape, dtype, chunks)
 
-    def first_pass(self, executor: Executor, prepared: list[Any] | None = None) -> None:
+    def first_pass(self, executor: Executor, prepared: list[Any] | None = None,
+                   output: np.ndarray | None = None) -> None:
         """A two-pass operator's first pass: every tile's `Operator.prepare` summary (``prepared``:
-        made by the `FusedStage` before it), combined into the bound operator's run state."""
+        made by the `FusedStage` before it), combined into the bound operator's run state.
+        ``output``: the node's whole output, known already (a traced run's values): an operator
+        that makes its run state from it (``combine_output(output, boxes) -> bool``, as
+        `subzero.operators.label.Label` does) runs no pass over its tiles."""
         op = self.operator
+        from_output = getattr(op, "combine_output", None)
         try:
+            if prepared is None and output is not None and from_output is not None and \
+                    all(t.box is not None for t in self.tiles) and from_output(output, [t.box for t in self.tiles]):
+                return
             op.combine(prepared if prepared is not None else map_prepare(executor, self.task(), list(self.tiles)))
         except SubZeroError:
             raise

@@ -334,8 +334,9 @@ class RunRecord:
 
     def with_node(self, record: NodeRecord) -> "RunRecord":
         """This catalog with ``record`` committed (replacing an entry of the same name)."""
-        out = copy.copy(self)  # every other field as it is: no `replace` (it re-runs __init__), once per node
-        object.__setattr__(out, "nodes", {**self.nodes, record.name: record})
+        out = object.__new__(type(self))  # every other field as it is: no `replace` (it re-runs __init__) nor
+        out.__dict__.update(self.__dict__)  # `copy.copy` (a reduce per call), once per node
+        out.__dict__["nodes"] = {**self.nodes, record.name: record}
         return out
 
     def pending(self) -> dict[str, PendingNode] | None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import itertools
-import json
 import logging
 import os
 import time
@@ -902,7 +901,7 @@ def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
         if isinstance(fs, BehindStore):  # its queries wait for the writes; the catalog as it will be read back;
             # made before the writes are let go (close), so they do not take the interpreter from it
             returned = Run(cast(Any, AfterWrites(open_store(location, wait=False), fs.behind)), wf,
-                           catalog=RunRecord.from_dict(json.loads(json.dumps(final.to_dict()))),
+                           catalog=final.as_read(),
                            operators=run.operators)
     except BaseException as exc:
         failed = exc

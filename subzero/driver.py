@@ -561,16 +561,18 @@ class _Execution:
         """
         stage = self.stage(node)
         manifest = stage.manifest(strategies, metas)
-        dropped = self._fit_budget(lineage_metrics(manifest)["bytes"])
+        lineage = lineage_metrics(manifest)
+        dropped = self._fit_budget(lineage["bytes"])
         kept = tuple(s.name for s in strategies if s.name not in dropped) or ("BlackBox",)
         start = time.perf_counter()
         if any(s.mode in (Mode.PAY, Mode.COMP) for s in strategies if s.name in kept):
             self._store_read_back(node)
-        manifest = Manifest(node.name, {s: recs for s, recs in manifest.shards.items() if s not in dropped},
-                            {s: b for s, b in manifest.inline.items() if s not in dropped})
+        if dropped:  # the manifest and its statistics without them
+            manifest = Manifest(node.name, {s: recs for s, recs in manifest.shards.items() if s not in dropped},
+                                {s: b for s, b in manifest.inline.items() if s not in dropped})
+            lineage = lineage_metrics(manifest)
         if any(s.stored for s in strategies):  # a node storing no lineage has no manifest to read
             self.store.write_manifest(manifest)
-        lineage = lineage_metrics(manifest)
         if self.disk_left is not None:
             self.disk_left -= sum(lineage["bytes"].values())
             self._charge_kept(node.name)
@@ -1367,8 +1369,8 @@ def _default_stores(run: _Execution, node: Node, stage: NodeStage, chosen: tuple
     query: the tiles it touches) costs more than the ``recompute_seconds`` setting
     (`subzero.optimizer.storage.default_stores`)."""
     op = stage.operator
-    if not run.held or run.disk_left is not None or op.all_to_all or \
-            any(s.stored or s.mode is Mode.MAP for s in chosen) or all(run.arrays[i.name].stored for i in node.inputs):
+    if not run.held or run.disk_left is not None or any(s.stored or s.mode is Mode.MAP for s in chosen) or \
+            op.all_to_all or all(run.arrays[i.name].stored for i in node.inputs):
         return {}
     from subzero.optimizer.storage import default_stores
 

@@ -16,6 +16,7 @@ re-run the workflow.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -299,6 +300,38 @@ class NodeRecord:
             metadata=dict(data.get("metadata") or {}))
 
 
+def _ints(values: Any) -> bool:
+    return type(values) is tuple and all(type(v) is int for v in values)
+
+
+def _numbers(values: Any) -> bool:
+    return type(values) is dict and all(type(k) is str and type(v) in (int, float) for k, v in values.items())
+
+
+def _reads_back_as_is(rec: NodeRecord) -> bool:
+    """Whether ``rec`` is what `NodeRecord.from_dict` makes of the JSON of its `to_dict`: every
+    field of the exact type JSON reads back (str, int, float, tuples where `from_dict` makes
+    them), no predictions, profile or metadata (free-form: they go through JSON)."""
+    a, m = rec.array, rec.stats
+    return (type(rec.name) is str and type(rec.kind) is str and type(rec.reason) is str
+            and _ints(a.shape) and _ints(a.chunks) and type(a.dtype) is str and type(a.nbytes) is int
+            and (a.meta_xxh3 is None or type(a.meta_xxh3) is str) and type(a.stored) is bool and type(a.why) is str
+            and type(rec.strategies) is tuple and all(type(v) is str for v in rec.strategies)
+            and all(type(d) is dict and all(type(k) is str and type(v) is str for k, v in d.items())
+                    for d in (rec.dropped, rec.pruned))
+            and type(rec.predicted) is dict and not rec.predicted and rec.profile is None
+            and type(rec.metadata) is dict and not rec.metadata
+            and (rec.compute_seconds is None or type(rec.compute_seconds) in (int, float))
+            and (rec.tile_shape is None or _ints(rec.tile_shape))
+            and (m is None or (type(m) is NodeMetrics and type(m.tiles) is int
+                               and all(type(getattr(m, f)) in (int, float)
+                                       for f in ("wall_seconds", "op_seconds", "lineage_seconds", "write_seconds"))
+                               and _numbers(m.bytes) and _numbers(m.keys) and _numbers(m.encode_seconds)
+                               and _numbers(m.file_bytes) and type(m.pairs) is dict
+                               and all(type(k) is str and type(v) is tuple and len(v) == 3 and _ints(v)
+                                       for k, v in m.pairs.items()))))
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """The catalog of one run (``STORE/catalog.json``).
@@ -334,9 +367,23 @@ class RunRecord:
 
     def with_node(self, record: NodeRecord) -> "RunRecord":
         """This catalog with ``record`` committed (replacing an entry of the same name)."""
-        out = copy.copy(self)  # every other field as it is: no `replace` (it re-runs __init__), once per node
-        object.__setattr__(out, "nodes", {**self.nodes, record.name: record})
+        out = object.__new__(type(self))  # every other field as it is: no `replace` (it re-runs __init__) nor
+        out.__dict__.update(self.__dict__)  # `copy.copy` (a reduce per call), once per node
+        out.__dict__["nodes"] = {**self.nodes, record.name: record}
         return out
+
+    def as_read(self) -> "RunRecord":
+        """This catalog as reading its ``catalog.json`` back gives it (`from_dict` of the JSON of
+        `to_dict`), without that round trip for the node records whose every field is of JSON's
+        own types (`_reads_back_as_is`: a traced run's hundreds of nodes), which are taken as they
+        are; the run's own fields and the other records go through JSON."""
+        plain = {name: rec for name, rec in self.nodes.items() if _reads_back_as_is(rec)}
+        rest = object.__new__(type(self))
+        rest.__dict__.update(self.__dict__)
+        rest.__dict__["nodes"] = {name: rec for name, rec in self.nodes.items() if name not in plain}
+        back = type(self).from_dict(json.loads(json.dumps(rest.to_dict())))
+        back.__dict__["nodes"] = {name: plain[name] if name in plain else back.nodes[name] for name in self.nodes}
+        return back
 
     def pending(self) -> dict[str, PendingNode] | None:
         """The plan a two-phase run keeps between its phases, per node (None when there is none)."""

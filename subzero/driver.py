@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import itertools
-import json
 import logging
 import os
 import time
@@ -45,7 +44,7 @@ from subzero.operator import Operator
 from subzero.strategies import default_strategies, resolve_pinned
 from subzero.progress import Reporter
 from subzero.worker import Held, NodeTask, RecomputedArray, TileMeta
-from subzero.stage import DISCARD, FusedStage, NodeStage, StageRun, array_record, lineage_metrics
+from subzero.stage import DISCARD, FusedStage, NodeStage, StageRun, array_record, dtype_name, lineage_metrics
 from subzero.store import RunWriter, create_run, open_store, resume_run
 from subzero.store import retry as storage_retry
 from subzero.store.arrays import (ExternalArray, MemoryArray, output_compressor, resolve_compressor,
@@ -110,6 +109,11 @@ class _Execution:
         #: whether unstored outputs are held in this process for their readers (the local executor)
         self.in_memory = in_memory
         self.held: dict[str, MemoryArray] = {}
+        #: the bytes of the held outputs the run does not keep, as last seen (`_unkept_held_bytes`): per
+        #: name (0: not written yet, the names in ``_held_unwritten``) and in all
+        self._held_seen: dict[str, int] = {}
+        self._held_unwritten: set[str] = set()
+        self._held_bytes = 0
         self._destinations: dict[str, Any] = {}
         self._why: dict[str, str] = {}
         #: node name -> the nodes that read it (one pass over the graph)
@@ -203,7 +207,7 @@ class _Execution:
                 self._why[name] = self.kept[name]
             elif not self.in_memory:
                 self._destinations[name], self._why[name] = None, "stored: read by a later stage on the executor"
-            elif sum(h.nbytes for n, h in self.held.items() if n not in self.kept) > self._hold_limit:
+            elif self._unkept_held_bytes() > self._hold_limit:
                 self._destinations[name], self._why[name] = None, "stored: over the in-memory limit (hold_mb)"
             else:
                 self._hold(name, inputs)
@@ -216,6 +220,25 @@ class _Execution:
         compressor = self._compressor if held_inputs else output_compressor(inputs, self._compressor)
         self.held[name] = MemoryArray(name, compressor)
         self._destinations[name] = self.held[name]
+        if name not in self.kept:
+            self._held_seen[name] = 0
+            self._held_unwritten.add(name)
+
+    def _unkept_held_bytes(self) -> int:
+        """The bytes of the held outputs the run does not keep, summed as they are written (a held
+        array's size is set once its node's tiles wrote it, until it is dropped): O(the arrays not
+        written when last asked), not O(every array held) per node."""
+        for name in [n for n in self._held_unwritten if n in self.held and self.held[n].nbytes]:
+            self._held_unwritten.discard(name)
+            self._held_seen[name] = self.held[name].nbytes
+            self._held_bytes += self._held_seen[name]
+        return self._held_bytes
+
+    def _drop_held(self, name: str) -> MemoryArray | None:
+        """``name``'s held output, no longer held (None: it was not)."""
+        self._held_bytes -= self._held_seen.pop(name, 0)
+        self._held_unwritten.discard(name)
+        return self.held.pop(name, None)
 
     def _fits_behind(self, node: Node) -> bool:
         """Whether a kept array is small enough to hold and write behind the run (its largest
@@ -246,7 +269,7 @@ class _Execution:
     def discard(self, name: str) -> None:
         """``name`` is a fused member only its own stage reads: its output is not written at all."""
         self._destinations[name], self._why[name] = DISCARD, UNSTORED
-        self.held.pop(name, None)
+        self._drop_held(name)
 
     def why(self, name: str) -> str:
         """Why ``name``'s array is stored or not (its catalog record's ``why``)."""
@@ -259,7 +282,7 @@ class _Execution:
         for i in {i.name for i in node.inputs}:
             self._readers_left[i] -= 1
             if self._readers_left[i] <= 0 and i in self.held and self.held[i].nbytes > KEEP_HELD_BYTES:
-                self.held.pop(i).release()
+                cast(MemoryArray, self._drop_held(i)).release()
 
     # -- inputs ---------------------------------------------------------------------------
     def save_input(self, node: Node, value, metadata: dict | None = None) -> None:
@@ -413,8 +436,8 @@ class _Execution:
         done = self.stage(node).run(self.runner, strategies, write_output=True, progress=self.progress,
                                     prepared=prepared)
         self.operators[node.name] = done.stage.operator  # bound, with its run state: the run's queries use it
-        committed = done.commit_array(written_behind=self._written_behind(node.name))
-        self.arrays[node.name] = self._persist(node.name, replace(committed, why=self.why(node.name)), done.metas)
+        committed = done.commit_array(written_behind=self._written_behind(node.name), why=self.why(node.name))
+        self.arrays[node.name] = self._persist(node.name, committed, done.metas)
         if done.stage.output_shape == committed.shape:  # the stage that ran is the one its commit binds
             self._stages[node.name] = (self._stage_key(node, done.stage.operator), done.stage)
         return done.metas, done.wall
@@ -424,9 +447,10 @@ class _Execution:
         (`known`) instead of computing it: held in memory as its tiles would have left it (written
         behind the run when kept, as a held array is), the operator and array committed as
         `compute` does; one `TileMeta` covering every tile, timed by the trace.  A two-pass
-        operator's run state still comes from its first pass (`NodeStage.first_pass`, or
-        ``prepared``: the summaries a fused stage made); its values, computed whole, are those its
-        tiles give (Label's canonical ids do not depend on the tiling).  None (the node is computed
+        operator's run state comes from those values when it can make it from them (Label's seams,
+        `NodeStage.first_pass`'s ``output``), else from its first pass (or ``prepared``: the
+        summaries a fused stage made); its values, computed whole, are those its tiles give
+        (Label's canonical ids do not depend on the tiling).  None (the node is computed
         as usual): no values, or a node they cannot stand for here: its output not held in this
         process (stored by its tiles), a shape other than the stage's, or an operator run under
         ``np.errstate(...="raise")``."""
@@ -442,20 +466,20 @@ class _Execution:
             return None
         started = time.perf_counter()
         self.progress.node_started(node.name, 1)
-        if op.two_pass:
-            stage.first_pass(self.runner, prepared)
+        if op.two_pass:  # its run state from its values when it can (Label's seams), else its first pass
+            stage.first_pass(self.runner, prepared, value)
         written_behind = self._written_behind(node.name)
         if written_behind and value.base is not None:  # a view (of an input the caller may change once run returns)
             value = np.array(value, copy=True, order="C")
         chunks = tuple(stage.chunks or default_chunks(shape))
         held.write_whole(value, chunks)
-        dtype = str(value.dtype)
+        dtype = dtype_name(value.dtype)
         meta = TileMeta(Tile(0, tuple((0, int(n)) for n in shape)), tuple(shape), dtype, chunks, op_seconds=seconds,
                         pipeline=resolve_compressor(held.compressor, value.dtype), covers=len(stage.tiles))
         done = StageRun(stage, [meta], seconds + time.perf_counter() - started, tuple(shape), dtype, chunks)
         self.operators[node.name] = stage.operator
-        committed = done.commit_array(written_behind=written_behind)
-        self.arrays[node.name] = self._persist(node.name, replace(committed, why=self.why(node.name)), done.metas)
+        committed = done.commit_array(written_behind=written_behind, why=self.why(node.name))
+        self.arrays[node.name] = self._persist(node.name, committed, done.metas)
         self._stages[node.name] = (self._stage_key(node, stage.operator), stage)  # bound to the shape it has
         self.progress.node_finished(node.name)
         return done.metas, done.wall
@@ -528,9 +552,8 @@ class _Execution:
         for node, member in zip(nodes, done):
             self.operators[node.name] = member.stage.operator
             # committed through the stage that ran (its chunks' codec is in the tiles' metadata)
-            committed = member.commit_array(written_behind=self._written_behind(node.name))
-            self.arrays[node.name] = self._persist(node.name, replace(committed, why=self.why(node.name)),
-                                                   member.metas)
+            committed = member.commit_array(written_behind=self._written_behind(node.name), why=self.why(node.name))
+            self.arrays[node.name] = self._persist(node.name, committed, member.metas)
             if member.stage.output_shape == committed.shape:  # its commit's stage: the one that ran, reading refs
                 stage = replace(member.stage, inputs=tuple(self.ref(i.name) for i in node.inputs))
                 self._stages[node.name] = (self._stage_key(node, member.stage.operator), stage)
@@ -554,16 +577,18 @@ class _Execution:
         """
         stage = self.stage(node)
         manifest = stage.manifest(strategies, metas)
-        dropped = self._fit_budget(lineage_metrics(manifest)["bytes"])
+        lineage = lineage_metrics(manifest)
+        dropped = self._fit_budget(lineage["bytes"])
         kept = tuple(s.name for s in strategies if s.name not in dropped) or ("BlackBox",)
         start = time.perf_counter()
         if any(s.mode in (Mode.PAY, Mode.COMP) for s in strategies if s.name in kept):
             self._store_read_back(node)
-        manifest = Manifest(node.name, {s: recs for s, recs in manifest.shards.items() if s not in dropped},
-                            {s: b for s, b in manifest.inline.items() if s not in dropped})
+        if dropped:  # the manifest and its statistics without them
+            manifest = Manifest(node.name, {s: recs for s, recs in manifest.shards.items() if s not in dropped},
+                                {s: b for s, b in manifest.inline.items() if s not in dropped})
+            lineage = lineage_metrics(manifest)
         if any(s.stored for s in strategies):  # a node storing no lineage has no manifest to read
             self.store.write_manifest(manifest)
-        lineage = lineage_metrics(manifest)
         if self.disk_left is not None:
             self.disk_left -= sum(lineage["bytes"].values())
             self._charge_kept(node.name)
@@ -893,7 +918,7 @@ def _execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
         if isinstance(fs, BehindStore):  # its queries wait for the writes; the catalog as it will be read back;
             # made before the writes are let go (close), so they do not take the interpreter from it
             returned = Run(cast(Any, AfterWrites(open_store(location, wait=False), fs.behind)), wf,
-                           catalog=RunRecord.from_dict(json.loads(json.dumps(final.to_dict()))),
+                           catalog=final.as_read(),
                            operators=run.operators)
     except BaseException as exc:
         failed = exc
@@ -1359,8 +1384,8 @@ def _default_stores(run: _Execution, node: Node, stage: NodeStage, chosen: tuple
     query: the tiles it touches) costs more than the ``recompute_seconds`` setting
     (`subzero.optimizer.storage.default_stores`)."""
     op = stage.operator
-    if not run.held or run.disk_left is not None or op.all_to_all or \
-            any(s.stored or s.mode is Mode.MAP for s in chosen) or all(run.arrays[i.name].stored for i in node.inputs):
+    if not run.held or run.disk_left is not None or any(s.stored or s.mode is Mode.MAP for s in chosen) or \
+            op.all_to_all or all(run.arrays[i.name].stored for i in node.inputs):
         return {}
     from subzero.optimizer.storage import default_stores
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -32,8 +33,8 @@ from subzero.store import RunWriter
 from subzero.store.arrays import ArrayRef, output_compressor
 from subzero.tiling import Elementwise, Halo, Tile, Whole, default_chunks, tile_grid, tile_lens
 
-__all__ = ["NodeStage", "FusedStage", "StageRun", "DISCARD", "array_record", "lineage_metrics", "bands",
-           "BAND_CELLS"]
+__all__ = ["NodeStage", "FusedStage", "StageRun", "DISCARD", "array_record", "dtype_name", "lineage_metrics",
+           "bands", "BAND_CELLS"]
 
 Shape = tuple[int, ...]
 _UNKNOWN_BOX: Any = None  # the box of the one tile of an output whose shape only running tells
@@ -95,10 +96,8 @@ class NodeStage:
         if shape is None:
             return cls(name, op, op.input_shapes, None, (Tile(0, _UNKNOWN_BOX),), None, inputs, store, tile_shape,
                        destination=destination)
-        split = op.effective_tiling().split_axes(op)
-        return cls(name, op, op.input_shapes, shape, tuple(tile_grid(shape, split, tile_shape)),
-                   tile_lens(shape, split, tile_shape) if split else default_chunks(shape), inputs, store, tile_shape,
-                   destination=destination)
+        tiles, chunks = _grid(shape, op.effective_tiling().split_axes(op), tile_shape)
+        return cls(name, op, op.input_shapes, shape, tiles, chunks, inputs, store, tile_shape, destination=destination)
 
     @property
     def stores_output(self) -> bool:
@@ -118,7 +117,7 @@ class NodeStage:
     def record_tile_shape(self) -> Shape:
         """The cells per tile along each axis, as the node's catalog record keeps them."""
         op = self.operator
-        return tile_lens(tuple(op.output_shape or ()), op.effective_tiling().split_axes(op), self.tile_shape)
+        return _lens(tuple(op.output_shape or ()), op.effective_tiling().split_axes(op), self.tile_shape)
 
     def task(self, strategies: Sequence[Strategy] = (), write_output: bool = False) -> NodeTask:
         """The node's task: its tiles encode the stored ``strategies``, and write the output
@@ -190,11 +189,19 @@ class NodeStage:
                      self.tile_shape, self.destination)
         return StageRun(stage, metas, wall, shape, dtype, chunks)
 
-    def first_pass(self, executor: Executor, prepared: list[Any] | None = None) -> None:
+    def first_pass(self, executor: Executor, prepared: list[Any] | None = None,
+                   output: np.ndarray | None = None) -> None:
         """A two-pass operator's first pass: every tile's `Operator.prepare` summary (``prepared``:
-        made by the `FusedStage` before it), combined into the bound operator's run state."""
+        made by the `FusedStage` before it), combined into the bound operator's run state.
+        ``output``: the node's whole output, known already (a traced run's values): an operator
+        that makes its run state from it (``combine_output(output, boxes) -> bool``, as
+        `subzero.operators.label.Label` does) runs no pass over its tiles."""
         op = self.operator
+        from_output = getattr(op, "combine_output", None)
         try:
+            if prepared is None and output is not None and from_output is not None and \
+                    all(t.box is not None for t in self.tiles) and from_output(output, [t.box for t in self.tiles]):
+                return
             op.combine(prepared if prepared is not None else map_prepare(executor, self.task(), list(self.tiles)))
         except SubZeroError:
             raise
@@ -322,21 +329,21 @@ class StageRun:
     dtype: str
     chunks: Shape
 
-    def commit_array(self, metadata: bool = True, written_behind: bool = False) -> ArrayRecord:
+    def commit_array(self, metadata: bool = True, written_behind: bool = False, why: str = "") -> ArrayRecord:
         """Commit the output array (its ``zarr.json`` unless not ``metadata``: a replay that
         re-ran some tiles keeps the old one) and the bound operator; returns its record (an
-        output not stored: ``stored=False``, no metadata).  ``written_behind``: the output,
-        held in memory, is written by the run behind it (it will be stored all the same)."""
+        output not stored: ``stored=False``, no metadata), saying ``why``.  ``written_behind``:
+        the output, held in memory, is written by the run behind it (it will be stored all the same)."""
         stage = self.stage
         if not stage.stores_output:
             self._save_operator(written_behind)
-            return replace(array_record(self.shape, self.dtype, self.chunks), stored=False)
+            return array_record(self.shape, self.dtype, self.chunks, stored=False, why=why)
         ref = stage.output_ref()
         pipeline = next((m.pipeline for m in self.metas if m.pipeline is not None), None)  # as the tiles wrote
         meta_xxh3 = ref.commit(self.shape, self.dtype, self.chunks, pipeline) if metadata else None
         ref.forget()
         self._save_operator(True)
-        return array_record(self.shape, self.dtype, self.chunks, meta_xxh3)
+        return array_record(self.shape, self.dtype, self.chunks, meta_xxh3, why=why)
 
     def _save_operator(self, output_stored: bool) -> None:
         """Save the bound operator; one that holds its output (a traced array's values) is saved
@@ -402,10 +409,52 @@ def _covered(metas: Sequence[TileMeta], tiles: Sequence[Tile]) -> list[int]:
     return [int(n) for n in np.count_nonzero(inside, axis=1)]
 
 
-def array_record(shape: Shape, dtype: str, chunks: Shape, meta_xxh3: str | None = None) -> ArrayRecord:
+def array_record(shape: Shape, dtype: str, chunks: Shape, meta_xxh3: str | None = None, stored: bool = True,
+                 why: str = "") -> ArrayRecord:
     """The catalog's record of an array of ``shape``, ``dtype`` and ``chunks``."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-    return ArrayRecord(tuple(shape), dtype, tuple(chunks), nbytes, meta_xxh3)
+    nbytes = math.prod(int(n) for n in shape) * _itemsize(dtype)
+    return ArrayRecord(tuple(shape), dtype, tuple(chunks), nbytes, meta_xxh3, stored, why)
+
+
+@functools.lru_cache(maxsize=256)
+def _itemsize(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
+
+
+@functools.lru_cache(maxsize=256)
+def dtype_name(dtype: np.dtype) -> str:
+    """``str(dtype)``, once per dtype (numpy makes the name anew on every call: per node, it counts)."""
+    return str(dtype)
+
+
+def _grid(shape: Shape, split: tuple[int, ...], tile_shape: Any) -> tuple[tuple[Tile, ...], Shape]:
+    """A node's tiles and chunks (`NodeStage._of`): its tiles' lengths, or the default chunks of
+    a whole-array operator.  Made once per shape, split axes and tile shape: a traced workflow
+    binds hundreds of nodes of a few shapes (tiles are immutable, shared by the stages)."""
+    shape, split = tuple(int(n) for n in shape), tuple(int(a) for a in split)
+    try:
+        return _grid_of(shape, split, tile_shape)
+    except TypeError:  # a tile shape that is no key (a list): made each time
+        return _grid_of.__wrapped__(shape, split, tile_shape)
+
+
+@functools.lru_cache(maxsize=512)
+def _grid_of(shape: Shape, split: tuple[int, ...], tile_shape: Any) -> tuple[tuple[Tile, ...], Shape]:
+    return tuple(tile_grid(shape, split, tile_shape)), tile_lens(shape, split, tile_shape) if split \
+        else default_chunks(shape)
+
+
+def _lens(shape: Shape, split: tuple[int, ...], tile_shape: Any) -> Shape:
+    """`tile_lens`, once per shape, split axes and tile shape (`NodeStage.record_tile_shape`)."""
+    try:
+        return _lens_of(tuple(int(n) for n in shape), tuple(int(a) for a in split), tile_shape)
+    except TypeError:  # a tile shape that is no key (a list)
+        return tile_lens(shape, split, tile_shape)
+
+
+@functools.lru_cache(maxsize=512)
+def _lens_of(shape: Shape, split: tuple[int, ...], tile_shape: Any) -> Shape:
+    return tile_lens(shape, split, tile_shape)
 
 
 def lineage_metrics(manifest: Manifest) -> dict[str, dict[str, Any]]:

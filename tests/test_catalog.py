@@ -233,3 +233,34 @@ def test_a_two_phase_runs_pending_plan_is_typed_in_memory_and_plain_json_on_disk
     stored = json.loads(json.dumps(record.to_dict()))  # the catalog keeps strategy names
     assert all(isinstance(s, str) for p in stored["optimizer"]["pending"].values() for s in p["strategies"])
     assert RunRecord.from_dict(stored).pending() == pending
+
+
+def _typed(value):
+    """``value`` with every leaf's exact type beside it (equal only when types agree too)."""
+    if dataclasses.is_dataclass(value):
+        return (type(value).__name__, [(f.name, _typed(getattr(value, f.name))) for f in dataclasses.fields(value)])
+    if isinstance(value, dict):
+        return ("dict", [(_typed(k), _typed(v)) for k, v in value.items()])
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, [_typed(v) for v in value])
+    return (type(value).__name__, value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(record=run_records(), odd=st.sampled_from(["none", "tuples", "numpy"]))
+def test_a_catalog_as_read_is_its_json_read_back(record, odd):
+    import numpy as np
+
+    for rec in list(record.nodes.values()):  # as a run's records are: no predictions, profile, metadata
+        record = record.with_node(dataclasses.replace(rec, predicted={}, profile=None, metadata={}))
+    plain = dict(record.nodes)
+    if odd != "none" and record.nodes:  # a record JSON changes: through JSON, as the rest
+        name, first = next(iter(record.nodes.items()))
+        changed = dataclasses.replace(first, metadata={"axes": (0, 1)}) if odd == "tuples" else \
+            dataclasses.replace(first, stats=NodeMetrics(wall_seconds=np.float64(0.5)))
+        record = record.with_node(changed)
+    got, want = record.as_read(), RunRecord.from_dict(json.loads(json.dumps(record.to_dict())))
+    assert _typed(got) == _typed(want)
+    assert list(got.nodes) == list(record.nodes)
+    assert any(got.nodes[n] is rec for n, rec in plain.items()) == (len(record.nodes) > (odd != "none")), \
+        "records of JSON's own types are taken as they are"

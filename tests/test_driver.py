@@ -1100,3 +1100,36 @@ def test_a_relative_budgets_base_counts_a_one_pass_nodes_operator_without_its_ca
     assert driver._plain_op_seconds(computed_first, full, 0.5) == pytest.approx(0.5)
     unsampled = NodeProfile(node="clean", op_seconds=0.0, one_pass=True)
     assert driver._plain_op_seconds(unsampled, full, 0.5) == pytest.approx(0.5)
+
+
+def test_held_arrays_past_hold_mb_are_stored_counting_every_held_byte(tmp_path, monkeypatch):
+    """Unstored intermediates are held for their readers up to the ``hold_mb`` setting; the bytes
+    held are summed as arrays are written (not over every held array per node), always the sum
+    of what is held."""
+    from subzero import driver
+
+    wf = sz.Workflow("held")
+    x = wf.input("x")
+    a = wf.add(ops.AddScalar(1.0), x, name="a")
+    b = wf.add(ops.MultiplyScalar(2.0), a, name="b")
+    c = wf.add(ops.AddScalar(-3.0), b, name="c")
+    d = wf.add(ops.Add(), a, c, name="d")
+    wf.add(ops.Add(), b, d, name="out")
+    asked = []
+    real = driver._Execution._unkept_held_bytes
+
+    def counted(self):
+        got = real(self)
+        asked.append((got, sum(h.nbytes for n, h in self.held.items() if n not in self.kept)))
+        return got
+
+    monkeypatch.setattr(driver._Execution, "_unkept_held_bytes", counted)
+    value = image(64)
+    with sz.config.set(hold_mb=1.5 * value.nbytes / 2**20, fuse=False):  # one array and a half
+        run = wf.run({"x": value}, tmp_path / "s", executor="local")
+    assert asked and all(got == want for got, want in asked)
+    why = {n: run.catalog.nodes[n].array.why for n in ("a", "b", "c", "d")}
+    assert why["a"] == why["b"] == driver.UNSTORED and why["c"] == why["d"] == \
+        "stored: over the in-memory limit (hold_mb)", why
+    plus = value + 1.0
+    np.testing.assert_array_equal(np.asarray(run.output("out")), plus * 2.0 + (plus + (plus * 2.0 - 3.0)))

@@ -12,6 +12,7 @@ strategy.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import pickle
 
@@ -436,6 +437,48 @@ def test_summaries_hold_only_the_shared_faces():
     assert isinstance(op._seams, SeamIndex)
     assert len(op._seams.part_ids) <= sum(len(s.parts) for s in summaries)
     assert op.params() == {"structure": None}, "the seam index is no operator argument"
+
+
+def _same_seams(got: SeamIndex, want: SeamIndex) -> None:
+    for f in dataclasses.fields(SeamIndex):
+        a, b = getattr(got, f.name), getattr(want, f.name)
+        if isinstance(b, np.ndarray):
+            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), f.name
+        else:
+            assert a == b, f.name
+
+
+def _seams_both_ways(mask, structure, tile) -> tuple[SeamIndex, SeamIndex]:
+    """The seam index of the first pass and combine, and the one made from the whole output."""
+    passed, known = bound(ops.Label(structure), mask.shape), bound(ops.Label(structure), mask.shape)
+    two_pass(passed, mask, tile)
+    tiles = tile_grid(mask.shape, known.effective_tiling().split_axes(known), tile)
+    assert known.combine_output(reference(mask, structure), [t.box for t in tiles])
+    return passed._seams, known._seams
+
+
+@examples(120)
+@given(case=cases())
+def test_seams_from_the_whole_output_are_the_first_passes(case):
+    _same_seams(*reversed(_seams_both_ways(*case)))
+
+
+@pytest.mark.parametrize("name, mask, structure, tile", LAYOUTS, ids=[l[0] for l in LAYOUTS])
+def test_seams_from_the_whole_output_on_every_crossing_layout(name, mask, structure, tile):
+    passed, known = _seams_both_ways(mask, structure, tile)
+    _same_seams(known, passed)
+
+
+def test_seams_are_not_made_from_an_output_they_cannot_come_from():
+    mask = u_shape()
+    op = bound(ops.Label(), mask.shape)
+    labels = reference(mask)
+    boxes = [t.box for t in tile_grid(mask.shape, (0, 1), (4, 4))]
+    assert not op.combine_output(labels[:, :4], boxes), "another shape"
+    assert not op.combine_output(labels.astype(float), boxes), "not ids"
+    assert not op.combine_output(labels, boxes[:3]), "not a grid"
+    assert not op.combine_output(labels * 1000, boxes), "ids past the array"
+    assert op._seams is None
 
 
 def test_a_tile_without_the_first_pass_is_refused():

@@ -14,7 +14,8 @@ import pytest
 from scipy import ndimage
 
 import subzero as sz
-from subzero import config, driver
+from subzero import config, driver, stage
+from subzero.executors.tasks import map_prepare
 from subzero.trace.tracer import Tracer
 
 
@@ -122,13 +123,19 @@ def test_a_value_dependent_loop_is_stored_from_its_trace_values(tmp_path, reused
 
 
 @pytest.mark.parametrize("pins", [None, {"label": "PayOne"}])
-def test_labels_and_small_objects_match_a_run_that_computes_them(tmp_path, reused, pins):
+def test_labels_and_small_objects_match_a_run_that_computes_them(tmp_path, reused, pins, monkeypatch):
     fn = sz.workflow(drop_small)
     image = data(4)
     options = dict(executor="local", tile_shape=16, strategies=pins)  # components cross the tiles' seams
+    passes = []
+    monkeypatch.setattr(stage, "map_prepare", lambda *args: passes.append(args) or map_prepare(*args))
     run = fn.run({"image": image}, tmp_path / "reused", **options)
+    assert passes == [], "no first pass over the tiles: the trace computed the labels"
     computed = fn.trace({"image": image}).run({"image": image}, tmp_path / "computed", **options)
-    assert "label" in reused[0]  # its first pass still runs: the seams its stored lineage and re-runs read
+    assert "label" in reused[0]  # its seams (its stored lineage and re-runs read them) made from its values
+    seams = [r.workflow.node("label").operator._seams for r in (run, computed)]
+    assert len(seams[1].global_ids) and all(np.array_equal(a, b) if isinstance(b, np.ndarray) else a == b
+                                            for a, b in zip(vars(seams[0]).values(), vars(seams[1]).values()))
     expected = drop_small(image)
     np.testing.assert_array_equal(np.asarray(run.output("kept")), expected["kept"])
     np.testing.assert_array_equal(np.asarray(run.output("labels")), expected["labels"])

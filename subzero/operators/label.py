@@ -246,16 +246,94 @@ class Label(IdentityMapping, Operator):
         # the tiles each seam component has parts in (CSR, in global_ids order)
         span = np.unique(np.stack([rank[group[crossing]], part_tile[crossing]], axis=1), axis=0) \
             if crossing.any() else np.zeros((0, 2), np.int64)
-        span_ptr = np.concatenate([[0], np.cumsum(np.bincount(span[:, 0], minlength=len(multi)))]).astype(np.int64)
-        # per tile: its box grown by the boxes of the seam components it holds parts of
-        tile_lo = np.array([[lo for lo, _ in t] for t in tiles], np.int64).reshape(len(tiles), ndim)
-        tile_hi = np.array([[hi for _, hi in t] for t in tiles], np.int64).reshape(len(tiles), ndim)
-        reach_lo, reach_hi = tile_lo.copy(), tile_hi.copy()
-        np.minimum.at(reach_lo, span[:, 1], glo[multi][span[:, 0]])
-        np.maximum.at(reach_hi, span[:, 1], ghi[multi][span[:, 0]])
-        self._seams = SeamIndex(shape, {t: k for k, t in enumerate(tiles)}, tile_lo, tile_hi, reach_lo, reach_hi,
-                                parts[crossing], gmin[group[crossing]], gmin[multi], glo[multi], ghi[multi],
-                                span_ptr, span[:, 1].astype(np.int64))
+        self._seams = _seam_index(shape, tiles, parts[crossing], gmin[group[crossing]], gmin[multi], glo[multi],
+                                  ghi[multi], span)
+
+    def combine_output(self, labels: np.ndarray, boxes: Sequence[Box]) -> bool:
+        """Keep the `SeamIndex` `combine` keeps over tiles of ``boxes`` (in tile order), made from
+        this (bound) operator's whole output ``labels`` instead of every tile's first pass: a
+        traced run computed it already, and canonical ids do not depend on the tiling.
+
+        The components crossing a seam are the labels on both sides of one (a pair of cells
+        adjacent under the structure); their parts (a tile's first pass labels them apart) are
+        the connected sets of their cells within a tile, found over those cells alone.  The
+        index is the one the first pass and `combine` give, array for array.
+
+        Returns
+        -------
+        bool
+            False (nothing kept: run the first pass) when ``labels`` is not an integer array of
+            the bound input's shape with ids in ``0..size``, or ``boxes`` are not a full grid.
+
+        Examples
+        --------
+        >>> labels = np.array([[1, 1, 0, 0], [0, 0, 0, 8], [0, 0, 0, 8]])
+        >>> op = Label().bound(((3, 4),), (3, 4))
+        >>> op.combine_output(labels, [((0, 3), (0, 2)), ((0, 3), (2, 4))])
+        True
+        >>> op._seams.global_ids.tolist()
+        []
+        """
+        shape = tuple(int(n) for n in self.input_shapes[0])
+        labels = np.asarray(labels)
+        ndim = len(shape)
+        tiles = [tuple((int(lo), int(hi)) for lo, hi in box) for box in boxes]
+        spans = [sorted({t[a] for t in tiles}) for a in range(ndim)]
+        if not ndim or labels.shape != shape or labels.dtype.kind not in "iu" or not tiles or \
+                len(set(tiles)) != len(tiles) or int(np.prod([len(s) for s in spans])) != len(tiles) or \
+                any(s[0][0] != 0 or s[-1][1] != n or any(a[1] != b[0] for a, b in zip(s, s[1:]))
+                    for s, n in zip(spans, shape)):
+            return False
+        starts = [np.array([lo for lo, _ in s], np.int64) for s in spans]
+        grid = np.empty(tuple(len(s) for s in spans), np.int64)  # grid position -> tile index
+        grid[tuple(np.array([[s.index(t[a]) for t in tiles] for a, s in enumerate(spans)]).reshape(ndim, -1))] = \
+            np.arange(len(tiles))
+        structure = self._structure(ndim)
+        offsets = np.argwhere(structure) - 1
+        # the components with cells adjacent across a seam (O(the seams' cells))
+        found = [np.zeros(0, np.int64)]
+        for a in range(ndim):
+            for b in starts[a][1:].tolist():
+                before, after = np.take(labels, b - 1, axis=a), np.take(labels, b, axis=a)
+                for d in offsets[offsets[:, a] == 1]:
+                    rest = np.delete(d, a).tolist()
+                    x = before[tuple(slice(max(0, -r), n - max(0, r)) for r, n in zip(rest, before.shape))]
+                    y = after[tuple(slice(max(0, r), n - max(0, -r)) for r, n in zip(rest, after.shape))]
+                    found.append(x[(x != 0) & (y != 0)].astype(np.int64))
+        global_ids = np.unique(np.concatenate(found))
+        if len(global_ids) and (global_ids[0] < 0 or global_ids[-1] > labels.size):
+            return False
+        table = np.zeros(labels.size + 1, bool)
+        table[global_ids] = True
+        # their cells, in raster order (labels are canonical ids, in 0..size: clipping changes none)
+        flat = np.flatnonzero(np.take(table, labels.reshape(-1), mode="clip"))
+        coords = np.stack(np.unravel_index(flat, shape), axis=1).reshape(-1, ndim).astype(np.int64)
+        gid = labels.reshape(-1)[flat].astype(np.int64)
+        tile_of = grid[tuple(np.searchsorted(starts[a], coords[:, a], side="right") - 1 for a in range(ndim))]
+        # their parts: the graph of those cells adjacent under the structure within a tile; a
+        # part's id is 1 + its first cell's flat index (its first in raster order)
+        us, vs = [], []
+        for d in _half_offsets(structure):
+            near = coords + d
+            ok = np.flatnonzero(np.all((near >= 0) & (near < np.asarray(shape)), axis=1))
+            ids = np.ravel_multi_index(tuple(near[ok].T), shape) if len(ok) else np.zeros(0, np.int64)
+            pos = np.minimum(np.searchsorted(flat, ids), max(len(flat) - 1, 0))
+            hit = (flat[pos] == ids) & (tile_of[pos] == tile_of[ok]) if len(flat) else np.zeros(0, bool)
+            us.append(ok[hit])
+            vs.append(pos[hit])
+        u, v = np.concatenate(us + [np.zeros(0, np.int64)]), np.concatenate(vs + [np.zeros(0, np.int64)])
+        graph = sparse.coo_matrix((np.ones(len(u), np.int8), (u, v)), shape=(len(flat), len(flat))).tocsr()
+        _, part = csgraph.connected_components(graph, directed=False) if len(flat) else (0, np.zeros(0, np.int64))
+        _, first = np.unique(part, return_index=True)
+        ids, owners = flat[first] + 1, gid[first]
+        by_id = np.argsort(ids, kind="stable")
+        rank = np.searchsorted(global_ids, gid)
+        glo, ghi = group_boxes(coords, rank, len(global_ids))
+        span = np.unique(np.stack([rank[first], tile_of[first]], axis=1), axis=0) if len(first) \
+            else np.zeros((0, 2), np.int64)
+        self._seams = _seam_index(shape, tiles, ids[by_id].astype(np.int64), owners[by_id], global_ids,
+                                  glo.reshape(-1, ndim), ghi.reshape(-1, ndim), span.astype(np.int64))
+        return True
 
     def lineage_box(self, out_box: Box, i: int) -> Box:
         """The tile's box grown by the bounding boxes of the seam components it holds parts of,
@@ -612,6 +690,23 @@ def read_component_table(payload: bytes, ndim: int) -> tuple[np.ndarray, np.ndar
 
 def _is_table(payload: bytes) -> bool:
     return len(payload) >= 8 and payload[7] >= 0x80  # a negative first word: TABLE
+
+
+def _seam_index(shape: tuple[int, ...], tiles: list, part_ids: np.ndarray, part_global: np.ndarray,
+                global_ids: np.ndarray, glo: np.ndarray, ghi: np.ndarray, span: np.ndarray) -> SeamIndex:
+    """The `SeamIndex` of ``tiles`` (boxes, in tile order) and the seam components' parts
+    (sorted local ids, each one's global id), ids (sorted), boxes, and (component rank, tile)
+    pairs ``span`` (sorted): `Label.combine` and `Label.combine_output` make it alike."""
+    ndim = len(shape)
+    span_ptr = np.concatenate([[0], np.cumsum(np.bincount(span[:, 0], minlength=len(global_ids)))]).astype(np.int64)
+    # per tile: its box grown by the boxes of the seam components it holds parts of
+    tile_lo = np.array([[lo for lo, _ in t] for t in tiles], np.int64).reshape(len(tiles), ndim)
+    tile_hi = np.array([[hi for _, hi in t] for t in tiles], np.int64).reshape(len(tiles), ndim)
+    reach_lo, reach_hi = tile_lo.copy(), tile_hi.copy()
+    np.minimum.at(reach_lo, span[:, 1], glo[span[:, 0]])
+    np.maximum.at(reach_hi, span[:, 1], ghi[span[:, 0]])
+    return SeamIndex(shape, {t: k for k, t in enumerate(tiles)}, tile_lo, tile_hi, reach_lo, reach_hi,
+                     part_ids, part_global, global_ids, glo, ghi, span_ptr, span[:, 1].astype(np.int64))
 
 
 # =====================================================================================

@@ -69,6 +69,44 @@ def test_a_function_that_cannot_be_traced_runs_once_on_values_when_traced():
     np.testing.assert_allclose(evaluate_workflow(wf, {"x": IMAGE})["s"], IMAGE * IMAGE.strides[0])
 
 
+_LIBRARY = """
+import numpy as np
+
+class Smoother:
+    def __init__(self, image):
+        self.image = image * 2
+
+    @property
+    def smoothed(self):
+        return _compiled(self.image)
+
+def _compiled(a):
+    if type(a) is not np.ndarray:  # a compiled routine's type check: no __array__ asked for
+        raise TypeError("Cannot convert SymbolicArray to numpy.ndarray")
+    return a + 1
+"""
+
+
+def test_a_failing_library_method_is_not_traced_again_before_the_function_runs_whole():
+    """A break at a library function no module binds (a method, a property getter) cannot be
+    replaced, so tracing again would fail alike: the function runs whole on values at once."""
+    import sysconfig
+
+    library = types.ModuleType("_sz_library")  # an installed package's module (its frames are the library's)
+    exec(compile(_LIBRARY, sysconfig.get_paths()["purelib"] + "/_sz_library.py", "exec"), library.__dict__)
+    calls = []
+
+    @sz.workflow
+    def f(image):
+        calls.append(type(image).__name__)
+        return {"smoothed": library.Smoother(image).smoothed}
+
+    wf = f.trace({"image": IMAGE})
+    assert calls == ["SymbolicArray", "ndarray"]  # one trace, then numpy's run
+    np.testing.assert_allclose(evaluate_workflow(wf, {"image": IMAGE})["smoothed"], IMAGE * 2 + 1)
+    assert "could not be traced" in str(f.report({"image": IMAGE}))
+
+
 def test_numpys_own_errors_are_not_hidden():
     @sz.workflow
     def f(x):

@@ -37,7 +37,7 @@ import xxhash
 
 from subzero import config
 from subzero.errors import WorkflowError
-from subzero.trace.breaks import Break, bound_since, coarse_calls, library_break
+from subzero.trace.breaks import Break, bound_since, coarse_calls, library_break, replaceable
 from subzero.trace.capture import numpy_calls
 from subzero.trace.coarse import coarse_call
 from subzero.trace.errors import (ControlFlowError, ConversionError, InPlaceError, TraceError, UnsupportedCallError,
@@ -195,6 +195,8 @@ class TracedWorkflow:
                 if found is not None and any(b.code is found.code and b.cached for b in breaks) and \
                         bound_since(found.code):
                     continue  # reached through a binding made since the search the trace reused: again
+                if found is not None and not replaceable(found):
+                    found = None  # bound where no break reaches it (a method, a property): the next trace fails alike
                 if found is None or len(applied) < len(breaks) or len(breaks) >= MAX_BREAKS or \
                         any(b.code is found.code for b in breaks):
                     if not tracer.has_values():

@@ -107,6 +107,29 @@ def test_a_failing_library_method_is_not_traced_again_before_the_function_runs_w
     assert "could not be traced" in str(f.report({"image": IMAGE}))
 
 
+def test_a_function_that_could_not_be_traced_runs_whole_at_once_on_later_inputs():
+    """A new trace of a function that ran whole (another `sz.workflow` of it too) on inputs of the
+    same ranks, dtypes and parameters runs it whole without tracing it to fail alike."""
+    calls = []
+
+    def f(x, scale: float = 2.0):
+        calls.append(type(x).__name__)
+        return {"s": x * x.strides[0] * scale}
+
+    sz.workflow(f).trace({"x": IMAGE})
+    other = IMAGE[:20, :30] + 1.0  # other values and shape
+    calls.clear()
+    traced = sz.workflow(f)
+    wf = traced.trace({"x": other})
+    assert calls == ["ndarray"]
+    np.testing.assert_allclose(evaluate_workflow(wf, {"x": other})["s"], other * other.strides[0] * 2.0)
+    assert "could not be traced on earlier inputs" in str(traced.report({"x": other}))
+    calls.clear()
+    sz.workflow(f).trace({"x": IMAGE}, params={"scale": 3.0})  # other parameters: traced again
+    sz.workflow(f).trace({"x": IMAGE.astype(np.float32)})  # another dtype: traced again
+    assert calls.count("SymbolicArray") == 2
+
+
 def test_numpys_own_errors_are_not_hidden():
     @sz.workflow
     def f(x):

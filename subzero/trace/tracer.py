@@ -262,7 +262,8 @@ class Tracer:
                     raise
                 out = np.asarray(evaluate_operator(e.op, [np.array(a, copy=True) for a in args]))  # type: ignore[arg-type]
         e.seconds = time.perf_counter() - started
-        e.value = out.reshape(e.shape) if out.size == int(np.prod(e.shape)) else out
+        # a fresh array of the node's shape stays itself (a view of it is copied by a run that holds it)
+        e.value = out.reshape(e.shape) if out.shape != e.shape and out.size == int(np.prod(e.shape)) else out
         self.value_bytes += int(e.value.nbytes)
 
     def values(self) -> dict[str, tuple[np.ndarray, float]]:

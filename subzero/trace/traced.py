@@ -187,7 +187,7 @@ class TracedWorkflow:
         started = time.perf_counter()
         whole = self._whole_key(signature, values)
         failed = _RAN_WHOLE.get(whole) if whole is not None else None
-        if failed is not None and all(_has_values(arrays[name]) for name, _, _ in signature):
+        if whole is not None and failed is not None and all(_has_values(arrays[name]) for name, _, _ in signature):
             try:
                 return self._eager(signature, arrays, values, None, started, failed)
             except Exception:  # noqa: BLE001 - numpy fails on these inputs: traced, so the error names the line

@@ -87,10 +87,14 @@ def _compiled(a):
 """
 
 
-def test_a_failing_library_method_is_not_traced_again_before_the_function_runs_whole():
+def test_a_failing_library_method_is_not_traced_again_before_the_function_runs_whole(monkeypatch):
     """A break at a library function no module binds (a method, a property getter) cannot be
     replaced, so tracing again would fail alike: the function runs whole on values at once."""
     import sysconfig
+
+    from subzero.trace import traced as traced_module
+
+    monkeypatch.setattr(traced_module, "_RAN_WHOLE", {})  # no earlier trace of it remembered
 
     library = types.ModuleType("_sz_library")  # an installed package's module (its frames are the library's)
     exec(compile(_LIBRARY, sysconfig.get_paths()["purelib"] + "/_sz_library.py", "exec"), library.__dict__)
@@ -107,9 +111,12 @@ def test_a_failing_library_method_is_not_traced_again_before_the_function_runs_w
     assert "could not be traced" in str(f.report({"image": IMAGE}))
 
 
-def test_a_function_that_could_not_be_traced_runs_whole_at_once_on_later_inputs():
+def test_a_function_that_could_not_be_traced_runs_whole_at_once_on_later_inputs(monkeypatch):
     """A new trace of a function that ran whole (another `sz.workflow` of it too) on inputs of the
     same ranks, dtypes and parameters runs it whole without tracing it to fail alike."""
+    from subzero.trace import traced as traced_module
+
+    monkeypatch.setattr(traced_module, "_RAN_WHOLE", {})  # no earlier trace of it remembered
     calls = []
 
     def f(x, scale: float = 2.0):

@@ -69,6 +69,74 @@ def test_a_function_that_cannot_be_traced_runs_once_on_values_when_traced():
     np.testing.assert_allclose(evaluate_workflow(wf, {"x": IMAGE})["s"], IMAGE * IMAGE.strides[0])
 
 
+_LIBRARY = """
+import numpy as np
+
+class Smoother:
+    def __init__(self, image):
+        self.image = image * 2
+
+    @property
+    def smoothed(self):
+        return _compiled(self.image)
+
+def _compiled(a):
+    if type(a) is not np.ndarray:  # a compiled routine's type check: no __array__ asked for
+        raise TypeError("Cannot convert SymbolicArray to numpy.ndarray")
+    return a + 1
+"""
+
+
+def test_a_failing_library_method_is_not_traced_again_before_the_function_runs_whole(monkeypatch):
+    """A break at a library function no module binds (a method, a property getter) cannot be
+    replaced, so tracing again would fail alike: the function runs whole on values at once."""
+    import sysconfig
+
+    from subzero.trace import traced as traced_module
+
+    monkeypatch.setattr(traced_module, "_RAN_WHOLE", {})  # no earlier trace of it remembered
+
+    library = types.ModuleType("_sz_library")  # an installed package's module (its frames are the library's)
+    exec(compile(_LIBRARY, sysconfig.get_paths()["purelib"] + "/_sz_library.py", "exec"), library.__dict__)
+    calls = []
+
+    @sz.workflow
+    def f(image):
+        calls.append(type(image).__name__)
+        return {"smoothed": library.Smoother(image).smoothed}
+
+    wf = f.trace({"image": IMAGE})
+    assert calls == ["SymbolicArray", "ndarray"]  # one trace, then numpy's run
+    np.testing.assert_allclose(evaluate_workflow(wf, {"image": IMAGE})["smoothed"], IMAGE * 2 + 1)
+    assert "could not be traced" in str(f.report({"image": IMAGE}))
+
+
+def test_a_function_that_could_not_be_traced_runs_whole_at_once_on_later_inputs(monkeypatch):
+    """A new trace of a function that ran whole (another `sz.workflow` of it too) on inputs of the
+    same ranks, dtypes and parameters runs it whole without tracing it to fail alike."""
+    from subzero.trace import traced as traced_module
+
+    monkeypatch.setattr(traced_module, "_RAN_WHOLE", {})  # no earlier trace of it remembered
+    calls = []
+
+    def f(x, scale: float = 2.0):
+        calls.append(type(x).__name__)
+        return {"s": x * x.strides[0] * scale}
+
+    sz.workflow(f).trace({"x": IMAGE})
+    other = IMAGE[:20, :30] + 1.0  # other values and shape
+    calls.clear()
+    traced = sz.workflow(f)
+    wf = traced.trace({"x": other})
+    assert calls == ["ndarray"]
+    np.testing.assert_allclose(evaluate_workflow(wf, {"x": other})["s"], other * other.strides[0] * 2.0)
+    assert "could not be traced on earlier inputs" in str(traced.report({"x": other}))
+    calls.clear()
+    sz.workflow(f).trace({"x": IMAGE}, params={"scale": 3.0})  # other parameters: traced again
+    sz.workflow(f).trace({"x": IMAGE.astype(np.float32)})  # another dtype: traced again
+    assert calls.count("SymbolicArray") == 2
+
+
 def test_numpys_own_errors_are_not_hidden():
     @sz.workflow
     def f(x):

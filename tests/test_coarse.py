@@ -98,18 +98,33 @@ def test_counts_and_sets_are_all_to_all_and_not_coarse():
 
 
 def test_an_array_a_library_writes_into_after_it_entered_keeps_the_values_it_had(tmp_path):
-    # skimage's sobel makes `output = np.zeros(...)` (a library's array: numpy values) and adds
-    # each axis's traced edges into it in place: the array enters as a constant of zeros, the
-    # first add leaks, and what it holds after each later write is not what the steps read
-    import skimage.filters
+    # a library makes `output = np.arange(...)` (a library's array: numpy values), holds it under a
+    # second name and adds traced values into it in place: the array enters as a constant of the
+    # values it has then, the first add leaks, and what it holds after each later write is not what
+    # the steps read
+    import os
+    import sysconfig
+
+    library = types.ModuleType("a_writing_library")
+    exec(compile("import numpy as np\n"
+                 "def edges(x):\n"
+                 "    output = np.arange(x.size, dtype=float).reshape(x.shape)\n"
+                 "    held = output\n"
+                 "    output += x * x\n"
+                 "    output += x\n"
+                 "    return output, held\n",
+                 os.path.join(sysconfig.get_paths()["purelib"], "a_writing_library.py"), "exec"), library.__dict__)
 
     @sz.workflow
     def f(image):
-        return skimage.filters.sobel(image)
+        out, held = library.edges(image)
+        return {"out": out, "held": held + 0.0}
 
     image = np.random.default_rng(2).normal(size=(40, 30))
     run = f.run({"image": image}, store=tmp_path / "run", executor="local", keep="all")
+    start = np.arange(image.size, dtype=float).reshape(image.shape)
     assert "constant" in {n.name for n in run.workflow.nodes}
-    np.testing.assert_array_equal(np.asarray(run.output("constant")), 0.0)  # np.zeros, as it entered
-    np.testing.assert_allclose(np.asarray(run.output("add")), np.asarray(run.output("multiply")))  # 0 + edges**2
-    np.testing.assert_allclose(np.asarray(run.output("out")), skimage.filters.sobel(image))
+    np.testing.assert_array_equal(np.asarray(run.output("constant")), start)  # as it entered
+    np.testing.assert_allclose(np.asarray(run.output("add")), start + image * image)
+    for key, value in zip(("out", "held"), library.edges(image)):
+        np.testing.assert_allclose(np.asarray(run.output(key)), value, err_msg=key)

@@ -192,6 +192,28 @@ def test_in_place_casting_follows_numpy():
         f(X)
 
 
+def test_an_assignment_to_every_cell_is_its_value_and_no_scatter():
+    """``y[:] = v`` (scipy's detrend: ``data[0:n] = data[0:n] - fit``) leaves ``v`` itself, cast and
+    reshaped as numpy does; an assignment to some of the cells stays a Scatter."""
+    def f(x):
+        y = x.astype(np.int32)
+        y[:] = x * 2.5  # numpy's unsafe cast
+        z = x.reshape(1, -1) + 0.0
+        z[0] = x.ravel() * 3  # every cell, through an index
+        w = x + 0.0
+        w[:, 1:] = x[:, 1:] * 4  # some cells
+        return {"y": y, "z": z, "w": w}
+
+    traced = sz.workflow(f)
+    wf = traced.trace({"x": X})
+    got, expected = evaluate_workflow(wf, {"x": X}), f(X.copy())
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+        assert got[key].dtype == expected[key].dtype
+    assert [type(n.operator).__name__ for n in wf.nodes if n.name in ("y", "z", "w")] == ["Apply", "Reshape", "Scatter"]
+    assert traced.report({"x": X}).exact
+
+
 def test_assigning_a_wrong_shape_fails_as_numpy_does():
     @sz.workflow
     def f(x):

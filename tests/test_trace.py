@@ -312,6 +312,8 @@ def test_accumulating_into_a_numpy_array_stays_exact_and_its_other_names_see_num
 
     report = accumulate.report({"x": X.copy()})
     assert report.exact, str(report)
+    assert not report.events, str(report)  # no name but acc held numpy's array: no values written into it
+    assert [n.name for n in accumulate.trace({"x": X.copy()}).nodes if n.operator is None] == ["x"]  # zeros: 0.0
     np.testing.assert_array_equal(evaluate_workflow(accumulate.trace({"x": X.copy()}), {"x": X})["out"],
                                   accumulate(X.copy()))
     got = evaluate_workflow(aliased.trace({"x": X.copy()}), {"x": X})
@@ -319,6 +321,25 @@ def test_accumulating_into_a_numpy_array_stays_exact_and_its_other_names_see_num
     for key in ("a", "b"):
         np.testing.assert_array_equal(got[key], expected[key])
     assert "a" not in aliased.report({"x": X.copy()}).coarse
+
+
+def test_a_numpy_array_of_one_value_is_a_scalar_bit_for_bit():
+    """An array whose cells all hold one value enters an elementwise call as that scalar (no
+    constant node); one that holds -0.0 and 0.0 is not uniform (1 / -0.0 is -inf)."""
+    x = np.array([[-2.0, 3.0], [4.0, -5.0]])
+    ones, zeros = np.ones(x.shape), np.zeros(x.shape)
+    zeros[0, 0] = -0.0
+
+    @sz.workflow
+    def f(x):
+        return {"plus": x + ones, "inverse": 1.0 / (x * 0.0 + zeros)}
+
+    wf = f.trace({"x": x})
+    got = evaluate_workflow(wf, {"x": x})
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(got["inverse"], 1.0 / (x * 0.0 + zeros))  # -inf where x < 0 at [0, 0]
+    np.testing.assert_array_equal(got["plus"], x + 1)
+    assert [n.name for n in wf.nodes if n.operator is None] == ["x", "constant"]  # the zeros only
 
 
 def test_calls_without_a_rule_run_as_coarse_steps_naming_the_line():

@@ -356,6 +356,9 @@ def test_an_operator_that_only_reads_gets_read_only_views_of_held_arrays():
         block = seen.pop()
         assert np.shares_memory(block, held.block) is views and block.flags.writeable is not views
     assert ops.Add().reads_only and ops.Threshold(0.5).reads_only and not ops.MedianFilter(3).reads_only
+    from subzero.trace.calls import ARG, NumpyCall  # np.where as traced (xarray's where): it only reads
+    assert ops.Apply(NumpyCall(np.where, (ARG, ARG, 0.0)), nin=2).reads_only
+    assert not ops.Apply(NumpyCall(np.where, (ARG, ARG, 0.0), {"out": None}), nin=2).reads_only
 
 
 @pytest.mark.parametrize("op, scipy_fn", [

@@ -258,10 +258,12 @@ class Apply(ElementwiseOperator):
 
     @property
     def reads_only(self) -> bool:
-        """Whether ``fn`` is a numpy ufunc (or a call of one, as tracing makes) with no ``out=``:
-        it never writes its inputs (any other function may)."""
+        """Whether ``fn`` is a numpy ufunc or one of numpy's functions that only read their arrays
+        (`_READING`: ``np.where``...), or a call of one as tracing makes, with no ``out=``: it never
+        writes its inputs (any other function may)."""
         kwargs = getattr(self.fn, "kwargs", None)
-        return isinstance(getattr(self.fn, "fn", self.fn), np.ufunc) and "out" not in (kwargs or {})
+        fn = getattr(self.fn, "fn", self.fn)
+        return (isinstance(fn, np.ufunc) or any(fn is f for f in _READING)) and "out" not in (kwargs or {})
 
     @property
     def fills_out(self) -> bool:
@@ -282,6 +284,10 @@ class Apply(ElementwiseOperator):
             raise WorkflowError(f"Apply: fn returned shape {out.shape} for inputs broadcasting to {expected}; "
                                 "fn must be elementwise")
         return out
+
+
+#: numpy's elementwise functions that are not ufuncs and never write their arrays (without ``out=``)
+_READING = (np.where, np.round, np.around, np.isclose)
 
 
 class ScalarOperator(ElementwiseOperator):

@@ -21,7 +21,7 @@ from typing import Any
 from subzero.trace.coarse import coarse_call, leaves
 from subzero.trace.errors import _HERE, is_user_frame
 
-__all__ = ["Break", "library_break", "coarse_calls", "bound_since"]
+__all__ = ["Break", "library_break", "coarse_calls", "bound_since", "replaceable"]
 
 
 class Break:
@@ -111,6 +111,13 @@ def _coarse(fn: Callable[..., Any], reason: str) -> Callable[..., Any]:
     on_values.__wrapped__ = fn  # type: ignore[attr-defined]
     on_values.__name__ = getattr(fn, "__name__", "call")
     return on_values
+
+
+def replaceable(b: Break) -> bool:
+    """Whether a module binds ``b``'s function, so a trace can run it on values there (a method or a
+    property getter, bound in a class, it cannot: tracing again with the break would fail the same way)."""
+    found, b.cached = _functions_with(b.code)
+    return bool(found)
 
 
 def bound_since(code: CodeType) -> bool:

@@ -117,6 +117,8 @@ def elementwise(fn: Callable, args: Sequence, kwargs: dict | None = None, base: 
     base = base or str(getattr(fn, "__name__", "apply"))
     args = [np.asarray(a) if isinstance(a, (list, tuple)) else a for a in args]  # constants given as lists
     tracer = _tracer_of(list(args) + list(kwargs.values()))
+    if not tracer.leaked:  # after a leak, an array entering may derive from the leaked values: a node over them
+        args = _uniform_as_scalars(args)
     # arrays of more than one cell become nodes (tiled like inputs), never constants inside a tile's call
     args = [lift(tracer, a) if isinstance(a, (np.ndarray, np.generic)) else a for a in args]
     kwargs = {k: lift(tracer, v) if isinstance(v, (np.ndarray, np.generic)) else v for k, v in kwargs.items()}
@@ -154,6 +156,48 @@ def elementwise(fn: Callable, args: Sequence, kwargs: dict | None = None, base: 
     op, inputs = _elementwise_op(fn, args, kwargs, syms)
     out = add_node(op, inputs, base, dtype=dtype)
     return SymbolicArray(tracer, out.entry, logical, dtype)
+
+
+#: numpy promotes a scalar of a dtype as it does an array of it (NEP 50, numpy 2): a uniform array may be a scalar
+_SCALARS_PROMOTE_AS_ARRAYS = int(np.__version__.split(".")[0]) >= 2
+
+
+def _one_value(a: np.ndarray) -> np.generic | None:
+    """The value every cell of ``a`` holds, bit for bit (``-0.0`` is not ``0.0``, NaNs of one
+    payload are one value), or None."""
+    if a.size <= 1 or a.dtype.kind not in "biuf" or a.dtype.itemsize not in (1, 2, 4, 8):
+        return None
+    bits = a.view(np.dtype(f"u{a.dtype.itemsize}"))
+    first = bits.flat[0]
+    if bits.flat[-1] != first or not bool((bits == first).all()):
+        return None
+    return a.flat[0]
+
+
+def _uniform_as_scalars(args: list) -> list:
+    """``args`` with each numpy array whose cells all hold one value replaced by that value (a
+    numpy scalar of its dtype) when the result's shape does not come from it: a scalar operator
+    instead of a captured constant node (``out = np.zeros(shape); out += x`` inside a library
+    computes ``x + 0.0``: no array copied, stored with the run or read by every tile)."""
+    if not _SCALARS_PROMOTE_AS_ARRAYS or not any(isinstance(a, np.ndarray) and a.size > 1 for a in args):
+        return args
+    shapes = [np.shape(a) for a in args if isinstance(a, (SymbolicArray, np.ndarray)) or _is_scalar(a)]
+    try:
+        full = np.broadcast_shapes(*shapes)
+    except ValueError:
+        return args  # refused below, naming the shapes
+    out = list(args)
+    for k, a in enumerate(args):
+        if not isinstance(a, np.ndarray) or a.size <= 1:
+            continue
+        others = [np.shape(b) for j, b in enumerate(out)
+                  if j != k and (isinstance(b, (SymbolicArray, np.ndarray)) or _is_scalar(b))]
+        if np.broadcast_shapes(*others) != full:
+            continue
+        value = _one_value(a)
+        if value is not None:
+            out[k] = value
+    return out
 
 
 def _elementwise_op(fn, args, kwargs, syms):

@@ -147,7 +147,7 @@ def _node(tracer: Tracer, call: Callable[..., Any], entries: tuple[Entry, ...], 
                                    "with sz.udf(fn, lineage=...) returning numbers")
     shape = node_shape(value.shape)
     entry = tracer.add(Opaque(call, shape, reason, pick=pick, nin=len(entries), coarse=coarse), entries, base, line)
-    entry.value, entry.seconds = value.reshape(shape), seconds
+    entry.value, entry.seconds = _shaped(value, shape), seconds
     return SymbolicArray(tracer, entry, value.shape, value.dtype)
 
 
@@ -220,10 +220,16 @@ def _leaked_constant(tracer: Tracer, value: np.ndarray) -> SymbolicArray:
     tracer.note("coarse", line, reason)
     shape = node_shape(value.shape)
     value = np.array(value, copy=True)  # the values it has now: the code may write into the array afterwards
-    entry = tracer.add(Opaque(_Captured(value.reshape(shape)), shape, reason, nin=len(sources)), sources,
-                       "from_values", line)
-    entry.value = value.reshape(shape)
+    held = _shaped(value, shape)
+    entry = tracer.add(Opaque(_Captured(held), shape, reason, nin=len(sources)), sources, "from_values", line)
+    entry.value = held
     return SymbolicArray(tracer, entry, value.shape, value.dtype)
+
+
+def _shaped(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``value`` in ``shape``: itself when it has it (a fresh array stays one, not a view a run
+    holding it would copy), else a reshaped view."""
+    return value if value.shape == tuple(shape) else value.reshape(shape)
 
 
 def _qualified(func: Callable[..., Any]) -> str:

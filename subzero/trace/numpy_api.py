@@ -13,7 +13,9 @@ A function missing from it runs on this run's values as a coarse step
 
 from __future__ import annotations
 
+import dis
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,16 +48,21 @@ def apply_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> An
     out = kwargs.pop("out", None)
     if out is not None:
         outs = out if isinstance(out, tuple) else (out,)
+        holders = sys.getrefcount(outs[0])  # compared with a lone name's (`_rebinding`): keep this line first
         where = kwargs.pop("where", True)
         result = apply_ufunc(ufunc, method, inputs, kwargs)
         results = result if isinstance(result, tuple) else (result,)
+        first = results[0]
+        if _rebinding(method, inputs, outs, where, first, holders):
+            # ``a op= x`` on a numpy ``a`` no other name holds: Python binds ``a`` to what this returns and
+            # the array is gone, so nothing can see values written into it (none computed, none leaked)
+            return first if first.dtype == outs[0].dtype else astype(first, outs[0].dtype)
         for o, r in zip(outs, results):
             if o is None:
                 continue
             if not (isinstance(where, bool) and where):
                 r = np.where(where, r, o)
             write_out(ufunc, r, o)
-        first = results[0]
         if method == "__call__" and len(outs) == 1 and isinstance(outs[0], np.ndarray) and inputs and \
                 inputs[0] is outs[0] and isinstance(first, SymbolicArray) and first.shape == outs[0].shape:
             # ``a op= x`` on a numpy array ``a`` (numpy calls ``ufunc(a, x, out=(a,))``): ``a`` received the values,
@@ -85,6 +92,63 @@ def apply_ufunc(ufunc: np.ufunc, method: str, inputs: tuple, kwargs: dict) -> An
         return None
     return coarse_call(getattr(ufunc, method), inputs, kwargs, f"np.{ufunc.__name__}.{method} has no exact rule here: "
                        "a coarse step", base=f"{ufunc.__name__}_{method}")
+
+
+#: the in-place binary operators (``+=``...): ``BINARY_OP``'s arguments from ``NB_INPLACE_ADD`` on (Python 3.11+)
+_BINARY_OP = dis.opmap.get("BINARY_OP")
+_INPLACE_ARGS = frozenset(k for k, (name, _) in enumerate(getattr(dis, "_nb_ops", ())) if name.startswith("NB_INPLACE"))
+#: `apply_ufunc`'s count of the references to ``a`` in ``a += x`` when one name alone holds ``a`` (measured once)
+_lone: list[int] = []
+#: while that is measured: (the measuring thread, the counts seen)
+_measuring: tuple[int, list[int]] | None = None
+_measure_lock = threading.Lock()
+
+
+def _rebinding(method: str, inputs: tuple, outs: tuple, where: Any, result: Any, holders: int) -> bool:
+    """Whether ``ufunc(a, x, out=(a,))`` is Python's ``a op= x`` on a numpy array ``a`` that one name
+    alone holds (no other name, no view of it, no container): the name is bound to the returned
+    array next, so values written into ``a`` could never be read.  Told by the caller's instruction
+    (an in-place ``BINARY_OP``) and ``a``'s reference count (``holders``, against a lone name's,
+    measured once through this same path); anything else is not (numpy's own writes then)."""
+    a = outs[0]
+    if not (method == "__call__" and len(outs) == 1 and type(a) is np.ndarray and inputs and inputs[0] is a
+            and a.base is None and isinstance(where, bool) and where and isinstance(result, SymbolicArray)
+            and result.shape == a.shape and np.can_cast(result.dtype, a.dtype, "same_kind")
+            and _BINARY_OP is not None and _INPLACE_ARGS):
+        return False
+    frame = sys._getframe(3)  # _rebinding <- apply_ufunc <- SymbolicArray.__array_ufunc__ <- the caller
+    code, at = frame.f_code.co_code, frame.f_lasti
+    if not (0 <= at < len(code) - 1 and code[at] == _BINARY_OP and code[at + 1] in _INPLACE_ARGS):
+        return False
+    measuring = _measuring
+    if measuring is not None and measuring[0] == threading.get_ident():
+        measuring[1].append(holders)
+        return False
+    if not _lone:
+        _measure_lone()
+    return bool(_lone) and holders <= _lone[0]
+
+
+def _measure_lone() -> None:
+    """Measure `apply_ufunc`'s ``holders`` for ``a += x`` on an array a local name alone holds
+    (on a tracer of its own) into `_lone`."""
+    global _measuring
+    from subzero.trace.tracer import Tracer
+
+    with _measure_lock:
+        if _lone:
+            return
+        tracer = Tracer("refcount")
+        x = SymbolicArray(tracer, tracer.input("x", (2,), np.zeros(2)), (2,), np.float64)
+        _measuring = (threading.get_ident(), [])
+        try:
+            a = np.arange(2.0)
+            a += x
+            seen = _measuring[1]
+        finally:
+            _measuring = None
+        if len(seen) == 1:
+            _lone.append(seen[0])
 
 
 class _UfuncAt:

@@ -179,6 +179,23 @@ def _written_and_sources(x: SymbolicArray, key: tuple,
     return written, None if int(np.prod(value_shape)) == 1 else full[written]
 
 
+def _overwritten(x: SymbolicArray, key: tuple, value: SymbolicArray) -> SymbolicArray | None:
+    """The array ``x[key] = value`` leaves when the basic ``key`` selects every cell of ``x`` once,
+    in ``x``'s C order, and ``value`` has the selection's shape: ``value`` itself (cast to ``x``'s
+    dtype, reshaped to its shape), no `Scatter` (``x[0:n] = x[0:n] - fit`` in scipy's detrend).
+    None for any other assignment."""
+    if any(isinstance(k, slice) and k.step is not None and k.step < 0 for k in key) or not x.size:
+        return None
+    try:
+        selected = np.broadcast_to(np.zeros((), bool), x.shape)[key]  # a view: no cell allocated
+    except IndexError:
+        return None  # numpy's error, from the Scatter's path
+    if selected.size != x.size or tuple(value.shape) != tuple(selected.shape) or value.lead:
+        return None
+    out = value if tuple(value.shape) == x.shape else cast(SymbolicArray, reshape(value, x.shape))
+    return astype(out, x.dtype)
+
+
 def scatter(x: SymbolicArray, key: Any, value: Any) -> SymbolicArray:
     """The array ``x`` would be after ``x[key] = value`` (numpy's rules), as a new node."""
     parts = _normalize(key)
@@ -190,6 +207,10 @@ def scatter(x: SymbolicArray, key: Any, value: Any) -> SymbolicArray:
         if not _is_basic(parts) else parts
     symbolic_value = isinstance(value, SymbolicArray)
     value_shape = tuple(value.shape if symbolic_value else np.shape(value))
+    if symbolic_value and _is_basic(parts):
+        whole = _overwritten(x, parts, cast(SymbolicArray, value))
+        if whole is not None:
+            return whole
     mask = key_values[0] if len(key_values) == 1 else None
     if isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.shape == x.shape and value_shape in ((), (1,)):
         written, source = mask, None  # x[mask] = one value: the mask is what is written

@@ -39,7 +39,7 @@ from subzero import config
 from subzero.errors import WorkflowError
 from subzero.fingerprint import CopyBeside
 from subzero.tiling import default_chunks
-from subzero.trace.breaks import Break, bound_since, coarse_calls, library_break
+from subzero.trace.breaks import Break, bound_since, coarse_calls, library_break, replaceable
 from subzero.trace.capture import numpy_calls
 from subzero.trace.coarse import coarse_call
 from subzero.trace.errors import (ControlFlowError, ConversionError, InPlaceError, TraceError, UnsupportedCallError,
@@ -53,6 +53,13 @@ __all__ = ["workflow", "TracedWorkflow", "TraceReport"]
 #: library calls a trace may run on values (graph breaks) before it gives up and runs the
 #: whole function as one coarse step
 MAX_BREAKS = 8
+
+#: functions whose trace fell back to running them whole (`TracedWorkflow._eager`), by their code, the ranks and
+#: dtypes of their input arrays and their parameters -> what failed: a new trace of one on such inputs (another
+#: `TracedWorkflow` of it too) runs it whole at once instead of tracing it to fail alike (TorchDynamo skips a
+#: frame it could not compile the same way); if numpy fails on those inputs, it is traced as before
+_RAN_WHOLE: dict[tuple, str] = {}
+_RAN_WHOLE_KEPT = 256
 
 #: trace errors that say the code cannot be captured (rather than that subzero's API was misused)
 _CANNOT_TRACE = (UnsupportedCallError, ConversionError, ControlFlowError, InPlaceError)
@@ -180,6 +187,13 @@ class TracedWorkflow:
     def _trace(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any],
                eager_bytes: int | None = None) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray, float]]]:
         started = time.perf_counter()
+        whole = self._whole_key(signature, values)
+        failed = _RAN_WHOLE.get(whole) if whole is not None else None
+        if whole is not None and failed is not None and all(_has_values(arrays[name]) for name, _, _ in signature):
+            try:
+                return self._eager(signature, arrays, values, None, started, failed)
+            except Exception:  # noqa: BLE001 - numpy fails on these inputs: traced, so the error names the line
+                _RAN_WHOLE.pop(whole, None)
         breaks: list[Break] = []
         while True:
             tracer = Tracer(self.name, eager_bytes)
@@ -197,16 +211,37 @@ class TracedWorkflow:
                 if found is not None and any(b.code is found.code and b.cached for b in breaks) and \
                         bound_since(found.code):
                     continue  # reached through a binding made since the search the trace reused: again
+                if found is not None and not replaceable(found):
+                    found = None  # bound where no break reaches it (a method, a property): the next trace fails alike
                 if found is None or len(applied) < len(breaks) or len(breaks) >= MAX_BREAKS or \
                         any(b.code is found.code for b in breaks):
                     if not tracer.has_values():
                         raise
-                    return self._eager(signature, arrays, values, exc, started)
+                    out = self._eager(signature, arrays, values, exc, started)
+                    if whole is not None:
+                        _RAN_WHOLE.pop(whole, None)
+                        _RAN_WHOLE[whole] = _failure(exc)
+                        while len(_RAN_WHOLE) > _RAN_WHOLE_KEPT:
+                            del _RAN_WHOLE[next(iter(_RAN_WHOLE))]
+                    return out
                 breaks.append(found)
         wf = tracer.build()
         known = tracer.values() if tracer.has_values() else {}
         self.last_trace_seconds = time.perf_counter() - started
         return wf, tracer.specialized, list(tracer.events), known
+
+    def _whole_key(self, signature: tuple, values: dict[str, Any]) -> tuple | None:
+        """The key of `_RAN_WHOLE` for a trace of this function with ``signature`` and ``values``
+        (None for a callable without code of its own)."""
+        code = getattr(inspect.unwrap(self.fn), "__code__", None)
+        if code is None:
+            return None
+        try:
+            params = tuple(sorted((k, _param_key(v)) for k, v in values.items()))
+            hash(params)
+        except TypeError:
+            return None
+        return code, tuple((name, len(shape), dtype) for name, shape, dtype in signature), params
 
     def _file(self) -> str:
         code = getattr(inspect.unwrap(self.fn), "__code__", None)
@@ -223,24 +258,30 @@ class TracedWorkflow:
             args[name] = SymbolicArray(tracer, tracer.input(name, shape, value), shape, dtype)
         return args
 
-    def _eager(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any], exc: BaseException,
-               started: float) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray, float]]]:
+    def _eager(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any], exc: BaseException | None,
+               started: float, earlier: str | None = None) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray, float]]]:
         """The whole function as one coarse step over every input (the last resort of a trace that
         failed where numpy does not: every output depends on every input); numpy's own error when
-        the function fails on numpy arrays too."""
+        the function fails on numpy arrays too.  ``earlier``: what failed in an earlier trace of the
+        function (`_RAN_WHOLE`), when it is run whole without tracing it again (``exc`` None)."""
         concrete = {name: np.asarray(arrays[name]) for name, _, _ in signature}
         checking = time.perf_counter()
         try:
             checked = self.fn(**{k: v.copy() for k, v in concrete.items()}, **values)
         except Exception:
+            if exc is None:
+                raise
             raise exc from None  # numpy fails too: the trace's error names the user's line
         once = _Copying(self.fn, checked)
         once.seconds = time.perf_counter() - checking  # what computing its outputs took (the run reuses them)
         tracer = Tracer(self.name)
         args = self._symbolic_inputs(tracer, signature, arrays)
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        reason = (f"the function could not be traced ({type(exc).__name__}: {first[:160]}), so it ran on this run's "
-                  "values as one coarse step: every output depends on every input")
+        if exc is not None:
+            reason = (f"the function could not be traced ({_failure(exc)}), so it ran on this run's values as one "
+                      "coarse step: every output depends on every input")
+        else:
+            reason = (f"the function could not be traced on earlier inputs of these ranks and dtypes ({earlier}), so "
+                      "it ran on this run's values as one coarse step: every output depends on every input")
         with tracer:
             result = coarse_call(once, (), {**args, **values}, reason, base=self.name)
             _name_outputs(tracer, result, self.name)
@@ -395,6 +436,12 @@ class _Copying:
 
     def __repr__(self) -> str:
         return f"{self.__name__}(...)"
+
+
+def _failure(exc: BaseException) -> str:
+    """``Type: first line`` of a trace's failure, for a reason."""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {first[:160]}"
 
 
 def _captured(tracer: Tracer, value: np.ndarray) -> SymbolicArray:

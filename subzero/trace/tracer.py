@@ -161,7 +161,7 @@ class Tracer:
         if e.value is not None:  # given by its caller (a coarse step's result)
             self.value_bytes += int(np.asarray(e.value).nbytes)
             return
-        if not _tiled_cheaply(e.op):
+        if not _tiled_cheaply(e):
             self.evaluate_within_budget(e)
 
     def evaluate_within_budget(self, e: Entry) -> bool:
@@ -262,7 +262,8 @@ class Tracer:
                     raise
                 out = np.asarray(evaluate_operator(e.op, [np.array(a, copy=True) for a in args]))  # type: ignore[arg-type]
         e.seconds = time.perf_counter() - started
-        e.value = out.reshape(e.shape) if out.size == int(np.prod(e.shape)) else out
+        # a fresh array of the node's shape stays itself (a view of it is copied by a run that holds it)
+        e.value = out.reshape(e.shape) if out.shape != e.shape and out.size == int(np.prod(e.shape)) else out
         self.value_bytes += int(e.value.nbytes)
 
     def values(self) -> dict[str, tuple[np.ndarray, float]]:
@@ -326,15 +327,18 @@ class Tracer:
         _CURRENT.reset(self._token)
 
 
-def _tiled_cheaply(op: Operator | None) -> bool:
-    """Whether the run computes ``op``'s tiles from their input boxes in one pass (`Elementwise`,
+def _tiled_cheaply(e: Entry) -> bool:
+    """Whether the run computes ``e``'s tiles from their input boxes in one pass (`Elementwise`,
     `Halo`): fused with its neighbours and spread over the executor's threads, it is as fast tiled
-    as evaluated whole here (a large convolution faster), and holds no value in between."""
+    as evaluated whole here (a large convolution faster), and holds no value in between.  Asked of
+    the operator bound to the entry's shapes, as the run binds it (a stencil's halo is its radius
+    over the input's axes: unbound, it has no tiling)."""
+    op = e.op
     if op is None or op.two_pass:
         return False
     try:
-        return type(op.effective_tiling()) in (Elementwise, Halo)
-    except Exception:  # noqa: BLE001 - a tiling that needs shapes: evaluated here
+        return type(op.bound([i.shape for i in e.inputs], e.shape).effective_tiling()) in (Elementwise, Halo)
+    except Exception:  # noqa: BLE001 - a tiling its shapes do not give: evaluated here
         return False
 
 

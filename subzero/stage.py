@@ -173,7 +173,7 @@ class NodeStage:
         try:
             metas = map_tiles(executor, task, tiles, progress)
             if task.pending_key:
-                write_pending(task, metas)
+                write_pending(task, metas, getattr(executor, "threads", 1))
         except BaseException:
             release_pending(task)
             progress.node_finished(self.name, ok=False)

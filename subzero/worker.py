@@ -15,12 +15,13 @@ import contextlib
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, MutableMapping, NoReturn, Sequence
 
 import numpy as np
 
-from subzero.catalog import ShardRecord
+from subzero.catalog import FileRecord, ShardRecord
 from subzero.cells import box_cells, to_coords, to_ids
 from subzero.context import Context
 from subzero.encoders import encoder_for, merge_tiles
@@ -650,15 +651,17 @@ def release_pending(task: NodeTask) -> None:
             _pending.pop(task.pending_key, None)
 
 
-def write_pending(task: NodeTask, metas: list[TileMeta]) -> None:
+def write_pending(task: NodeTask, metas: list[TileMeta], threads: int = 1) -> None:
     """Write the lineage ``metas``' tiles kept unwritten (``task.pending_key``) as shared shards,
     per strategy one for each run of consecutive tiles up to `SHARED_SHARD_BYTES`
     (`subzero.store.shards.write_tiles_shard`: one LMDB file, and one R-tree per slot, for the
     run's tiles, in place of one per tile), and name it in their records: each tile's record
     then reads only its own entries.  The write's time is shared out over the
-    tiles' ``write_seconds``, the files' bytes over their records (``file_share``), by entry bytes."""
+    tiles' ``write_seconds``, the files' bytes over their records (``file_share``), by entry bytes.
+    ``threads``: how many shards are written at once (the executor's threads, idle by now: LMDB
+    and the R-tree bulk load release the GIL)."""
     try:
-        _write_pending(task, metas)
+        _write_pending(task, metas, threads)
     finally:  # written, or the write failed: no longer held either way
         for m in metas:
             m.pending.clear()
@@ -682,20 +685,34 @@ def _groups(metas: list[TileMeta], name: str) -> list[list[TileMeta]]:
     return groups
 
 
-def _write_pending(task: NodeTask, metas: list[TileMeta]) -> None:
+def _write_pending(task: NodeTask, metas: list[TileMeta], threads: int = 1) -> None:
     dirs = dict(task.shard_dirs)
-    for strategy in task.stored:
-        for held in _groups(metas, strategy.name):
-            _write_group(task.location, dirs[strategy.name], strategy.name, held)
+    jobs = [(dirs[strategy.name], strategy.name, held) for strategy in task.stored
+            for held in _groups(metas, strategy.name)]
+    if threads > 1 and len(jobs) > 1:
+        with ThreadPoolExecutor(min(threads, len(jobs)), thread_name_prefix="subzero-shards") as pool:
+            written = list(pool.map(lambda job: _write_group(task.location, *job), jobs))
+    else:
+        written = [_write_group(task.location, *job) for job in jobs]
+    for (_, name, held), done in zip(jobs, written):  # named here, in one thread: a tile is in a group per strategy
+        _name_group(name, held, *done)
 
 
-def _write_group(location: Location | None, directory: str, name: str, held: list[TileMeta]) -> None:
-    """Write ``held``'s lineage of strategy ``name`` as one shared shard; name it in their records."""
+def _write_group(location: Location | None, directory: str, name: str,
+                 held: list[TileMeta]) -> tuple[str, tuple[FileRecord, ...], int, float]:
+    """Write ``held``'s lineage of strategy ``name`` as one shared shard: its stem, files, R-tree
+    bytes and seconds (`_name_group` names it in their records)."""
     t0 = time.perf_counter()
     stem = f"t{held[0].tile.index:06d}-{uuid.uuid4().hex[:12]}"  # named as its first tile's would be
     files, index_bytes = write_tiles_shard(location, directory, stem, [(m.tile.index, m.pending[name])
                                                                        for m in held])
-    seconds = time.perf_counter() - t0
+    return stem, files, index_bytes, time.perf_counter() - t0
+
+
+def _name_group(name: str, held: list[TileMeta], stem: str, files: tuple[FileRecord, ...], index_bytes: int,
+                seconds: float) -> None:
+    """Name the shared shard ``stem`` of strategy ``name`` in ``held``'s records, its bytes and
+    seconds shared out by their entry bytes."""
     weights = np.array([m.pending[name].nbytes + 1 for m in held], np.float64)
     total = sum(f.size for f in files)
     cut = weights.cumsum() / weights.sum()

@@ -129,7 +129,7 @@ def test_lineage_past_the_pending_limit_is_written_tile_by_tile(tmp_path, monkey
     assert len({r.name for r in records}) == 4 and all(r.file_share is None and r.name for r in records)
     assert not worker._pending
     monkeypatch.setattr(worker, "PENDING_BYTES", 1 << 30)
-    monkeypatch.setattr(worker, "_write_pending", lambda task, metas: 1 / 0)  # a failed write holds nothing after
+    monkeypatch.setattr(worker, "_write_pending", lambda *args: 1 / 0)  # a failed write holds nothing after
     with pytest.raises(ZeroDivisionError):
         stage.run(LocalExecutor(threads=2), full_one)
     assert not worker._pending

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import threading
 import time
@@ -144,7 +145,7 @@ class TileProfile:
 
 
 def _cells(tile: Tile) -> int:
-    return int(np.prod([hi - lo for lo, hi in tile.box])) if tile.box is not None else 1
+    return math.prod(hi - lo for lo, hi in tile.box) if tile.box is not None else 1  # per tile of every node: not np.prod
 
 
 def sample_tiles(tiles: list[Tile], sample: int = 2) -> list[Tile]:
@@ -306,12 +307,13 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
     """`profile_tile` of the tile ``part[0]`` under the strategies ``part[1]`` only; the fans
     (and the tracing and operator times) are measured when ``part[2]`` says so.
 
-    Where the operator's tiles may be any box (`fans_window`), the FULL candidates and the
-    fans are measured on a centred quarter of the tile, not on all of it, and scaled to the
-    tile: making a FULL strategy's pairs costs many times the operator, and FullOne and
-    FullMany encode at most `MAX_PAIRS` pairs whatever the window (a quarter holds as many),
-    while a range table's rules are size-invariant or grow with the cells (`_merged_table`).
-    The payload candidates are measured on the whole tile.
+    Where the operator's tiles may be any box (`fans_window`), the FULL and PAY candidates and
+    the fans are measured on a centred quarter of the tile, in one operator call, not on all of
+    it, and scaled to the tile: making a FULL strategy's pairs, or a payload for every cell,
+    costs many times the operator, and FullOne, FullMany, PayOne and PayMany encode at most
+    `MAX_PAIRS` pairs whatever the window (a quarter holds as many), while a range table's rules
+    are size-invariant or grow with the cells (`_merged_table`).  The COMP candidates (a few
+    overrides, sparse: a quarter would hold too few) are measured on the whole tile.
 
     A fourth item, a `CaptureLimit`, skips encoding the strategies whose predicted capture
     exceeds it (only where the operator time was measured: ``part[2]``); when that rules out
@@ -321,6 +323,7 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
     op = task.operator
     stored = tuple(s for s in strategies if s.stored)
     full = tuple(s for s in stored if s.mode is Mode.FULL)
+    paid = tuple(s for s in stored if s.mode is Mode.PAY)  # a payload per cell: measured beside FULL
     quarter = fans_window(op, tile) if fans else None
     probe_task = task  # where the quarter runs: this task's tile, or a crop of a whole-array operator's inputs
     if fans and quarter is None:
@@ -332,14 +335,15 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
     if fans:  # the operator's own time: the tile without lineage (the limit needs it)
         plain = capture_tile(replace(task, strategies=()), tile)
         out.cells, out.plain_seconds = _cells(plain.tile), plain.op_seconds
-    if quarter is not None:  # the FULL candidates and the fans, on the quarter
+    if quarter is not None:  # the FULL and PAY candidates and the fans, on the quarter (one operator call)
         start = time.perf_counter()
-        probe = capture_tile(replace(probe_task, strategies=full + (() if _FANS in full else (_FANS,))), quarter)
+        probe = capture_tile(replace(probe_task, strategies=full + paid + (() if _FANS in full else (_FANS,))),
+                             quarter)
         if probe_task is not task:  # a crop of its own shapes: its inline tables merge over them
             out.inline_shapes = probe.shapes
         out.seconds = time.perf_counter() - start
         grow = out.cells / max(_cells(probe.tile), 1)  # the quarter's counts to the tile's
-        stored = tuple(s for s in stored if s.mode is not Mode.FULL)
+        stored = tuple(s for s in stored if s.mode not in (Mode.FULL, Mode.PAY))
         if limit is not None and full:
             share = limit.cells / max(out.cells, 1)
             at = out.plain_seconds * share  # the node's operator time, as this tile predicts it
@@ -371,9 +375,10 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
     subsampled: dict[int, Any] = {}  # id of a mode's pairs (held by the captures) -> their `_subsample`
     share = limit.cells / max(out.cells, 1) if limit is not None else 0.0  # this part's cells scaled to the node's
     most = limit.seconds(out.plain_seconds * share) if limit is not None and fans else None
-    for strategy in (full if probe is not None else ()) + stored:
+    for strategy in (full + paid if probe is not None else ()) + stored:
         name = strategy.name
-        source, g = (probe, grow) if probe is not None and strategy.mode is Mode.FULL else (capture, 1.0)
+        on_quarter = probe is not None and strategy.mode in (Mode.FULL, Mode.PAY)
+        source, g = (probe, grow) if on_quarter else (capture, 1.0)
         assert source is not None
         encoder = encoder_for(strategy)
         pairs = source.pairs_for(strategy)
@@ -393,8 +398,8 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
                 sample = subsampled[id(pairs)] = _subsample(pairs, MAX_PAIRS)
         if strategy.mode is not Mode.FULL:  # envelopes (map_p calls) of the sampled pairs only
             key = (strategy.mode, strategy.both_directions)
-            if key not in enveloped:
-                enveloped[key] = with_envelopes(op, sample)
+            if key not in enveloped:  # by the operator as the sample ran (a crop's: its own shapes)
+                enveloped[key] = with_envelopes(source.operator, sample)
             sample = enveloped[key]
         t0 = time.perf_counter()
         encoded = encoder.encode(sample, source.tile.index, source.shapes)
@@ -682,12 +687,12 @@ def _merged_table(merged: bytes, scale: float, predicted: float, pairs: float, o
 
 def _groups(stored: tuple[Strategy, ...], n_tiles: int) -> list[tuple[Strategy, ...]]:
     """The strategies each task of a sample tile measures: all in one task, except for a
-    node sampled on one tile (a whole-array operator), whose FULL strategies and payload
-    strategies are measured by two tasks at once, so that a second core does not idle
-    (the operator then runs once more in all: FULL and PAY no longer share a call)."""
-    full = tuple(s for s in stored if s.mode is Mode.FULL)
-    payload = tuple(s for s in stored if s not in full)
-    return [full, payload] if n_tiles == 1 and full and payload else [stored]
+    node sampled on one tile (a whole-array operator), whose FULL and PAY strategies (measured
+    on a quarter with the fans, `profile_part`) and its other ones (COMP, on the whole tile) are
+    measured by two tasks at once, so that a second core does not idle."""
+    dear = tuple(s for s in stored if s.mode in (Mode.FULL, Mode.PAY))
+    rest = tuple(s for s in stored if s not in dear)
+    return [dear, rest] if n_tiles == 1 and dear and rest else [stored]
 
 
 def _subsample(pairs, max_pairs: int):

@@ -62,8 +62,10 @@ BLACKBOX = Strategy.parse("BlackBox")
 FALLBACK_REASON = "fallback: no candidate fits the budget"
 #: `optimal` enumerates an instance whose surviving candidates give at most this many choices
 #: (the product over nodes of ``2**survivors - 1``) and stores at most `ENUMERATE_ARRAYS` arrays
+#: (a node of a one-pass run whose BlackBox step re-reads a chain of unstored arrays: 64 sets of
+#: them over its few choices take a few milliseconds, less than starting CBC)
 ENUMERATE_CHOICES = 255
-ENUMERATE_ARRAYS = 3    # each storable array doubles the enumeration
+ENUMERATE_ARRAYS = 6    # each storable array doubles the enumeration
 
 Key = tuple[str, Strategy]
 Access = tuple[str, Direction]
@@ -636,7 +638,7 @@ def _solve_ilp(problem: Problem, survivors: Survivors) -> Found | None:
 
 def _enumerate(problem: Problem, survivors: Survivors) -> Found | None:
     options = {
-        node: _subsets(cands, problem.pinned.get(node, ()))
+        node: _Options(problem, node, _subsets(cands, problem.pinned.get(node, ())))
         for node, cands in survivors.items()
     }
     flat = [c for cands in survivors.values() for c in cands]
@@ -650,15 +652,43 @@ def _enumerate(problem: Problem, survivors: Survivors) -> Found | None:
     return None if best is None else (best[1], best[2])
 
 
-def _enumerate_choices(problem: Problem, options: dict[str, list[tuple[Candidate, ...]]],
+class _Options:
+    """One node's subsets of candidates as `_enumerate` tries them, with what does not depend on
+    the arrays stored worked out once: which candidates each holds, and its disk, runtime and
+    penalty (summed member by member, as `_node_cost` sums them)."""
+
+    def __init__(self, problem: Problem, node: str, subsets: list[tuple[Candidate, ...]]):
+        self.node, self.subsets = node, subsets
+        self.cands = list({c.key: c for s in subsets for c in s}.values())
+        where = {c.key: k for k, c in enumerate(self.cands)}
+        self.member = np.zeros((len(subsets), len(self.cands)), bool)
+        for i, s in enumerate(subsets):
+            self.member[i, [where[c.key] for c in s]] = True
+        self.penalty = np.array([sum(c.disk + problem.beta * c.runtime for c in s) for s in subsets], float)
+        self.disk = np.array([sum(c.disk for c in s) for s in subsets], float)
+        self.runtime = np.array([sum(c.runtime for c in s) for s in subsets], float)
+
+    def costs(self, problem: Problem, stored: tuple[str, ...]) -> np.ndarray:
+        """`_node_cost` of every subset with ``stored`` kept: per queried direction the cheapest
+        member's query cost (re-reads included), weighted, plus the penalty."""
+        query = np.zeros(len(self.subsets))
+        if not self.subsets:  # no candidate survived: no choice
+            return query
+        for d in problem.queried(self.node):
+            quoted = np.array([c.query_cost[d] + problem.reread_cost(c, d, stored) for c in self.cands])
+            query = query + problem.weight(self.node, d) * np.where(self.member, quoted, np.inf).min(axis=1)
+        return query + problem.epsilon * self.penalty
+
+
+def _enumerate_choices(problem: Problem, options: dict[str, _Options],
                        stored: tuple[str, ...]) -> tuple[float, Choice] | None:
     arrays = [problem.array(a) for a in stored]
     cost = np.full(1, problem.epsilon * sum(a.disk + problem.beta * a.runtime for a in arrays))
     disk, runtime = np.full(1, sum(a.disk for a in arrays)), np.full(1, sum(a.runtime for a in arrays))
-    for node, subsets in options.items():  # totals of every combination, first node slowest
-        cost = np.add.outer(cost, [_node_cost(problem, node, s, stored) for s in subsets]).ravel()
-        disk = np.add.outer(disk, [sum(c.disk for c in s) for s in subsets]).ravel()
-        runtime = np.add.outer(runtime, [sum(c.runtime for c in s) for s in subsets]).ravel()
+    for node, option in options.items():  # totals of every combination, first node slowest
+        cost = np.add.outer(cost, option.costs(problem, stored)).ravel()
+        disk = np.add.outer(disk, option.disk).ravel()
+        runtime = np.add.outer(runtime, option.runtime).ravel()
     feasible = np.ones(cost.shape, dtype=bool)
     for totals, limit in ((disk, problem.max_disk), (runtime, problem.max_runtime)):
         if limit is not None:
@@ -666,10 +696,10 @@ def _enumerate_choices(problem: Problem, options: dict[str, list[tuple[Candidate
     if not feasible.any():
         return None
     best = np.flatnonzero(feasible)[np.argmin(cost[feasible])]
-    index = np.unravel_index(best, [len(s) for s in options.values()])
+    index = np.unravel_index(best, [len(o.subsets) for o in options.values()])
     return float(cost[best]), {
-        node: tuple(sorted(c.strategy for c in subsets[i]))
-        for (node, subsets), i in zip(options.items(), index)
+        node: tuple(sorted(c.strategy for c in option.subsets[i]))
+        for (node, option), i in zip(options.items(), index)
     }
 
 

@@ -146,15 +146,19 @@ def write_tiles_shard(location: Location, directory: str, stem: str,
     if tiles != sorted(set(tiles)):
         raise StoreError(f"a shared shard's tiles must be distinct and ascending, got {tiles[:8]}... (this is a "
                          "subzero bug: please report it)")
-    keys = [_prefix(t) + k for t, batch in parts for k in batch.keys]
+    keys: list[bytes] = []
+    for t, batch in parts:  # one prefix per tile, not a call per key (millions of keys for a FULL strategy)
+        prefix = _prefix(t)
+        keys.extend([prefix + k for k in batch.keys])
     values = [v for _, batch in parts for v in batch.values]
+    nbytes = sum(batch.nbytes for _, batch in parts) + len(_prefix(0)) * len(keys)
     boxes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for slot in sorted({slot for _, batch in parts for slot in batch.boxes}):
         got = [(t, batch.boxes[slot]) for t, batch in parts if slot in batch.boxes]
         boxes[slot] = (np.concatenate([ids for _, (ids, _, _) in got]),
                        np.concatenate([_with_tile(lo, t) for t, (_, lo, _) in got]),
                        np.concatenate([_with_tile(hi, t) for t, (_, _, hi) in got]))
-    return write_shard(location, directory, stem, _Merged(keys, values, boxes))
+    return write_shard(location, directory, stem, _Merged(keys, values, boxes, nbytes))
 
 
 def _prefix(tile: int) -> bytes:
@@ -175,11 +179,8 @@ class _Merged:
     keys: list[bytes]
     values: list[bytes]
     boxes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the keys and values."""
-        return sum(map(len, self.keys)) + sum(map(len, self.values))
+    #: bytes of the keys and values (the tiles' own, counted once, plus the prefixes)
+    nbytes: int
 
 
 def _write_lmdb(path: str, batch: Entries) -> None:

@@ -132,9 +132,10 @@ class CopyBeside:
 
 # -- operators -----------------------------------------------------------------------------------------------------
 
-def _canon(value: Any, h, depth: int = 0, seen: set[int] | None = None) -> None:
+def _canon(value: Any, h, depth: int = 0, seen: set[int] | None = None, memo: _Memo | None = None) -> None:
     """Feed a canonical description of ``value`` to the hash ``h`` (the same in every process:
-    no addresses, no hash-seed-dependent set order)."""
+    no addresses, no hash-seed-dependent set order).  ``memo``: the bytes of the objects, functions
+    and classes met before in the same fingerprint (`_Memo`), fed again instead of made again."""
     if depth > 12:
         h.update(b"<deep>")
         return
@@ -155,59 +156,94 @@ def _canon(value: Any, h, depth: int = 0, seen: set[int] | None = None) -> None:
     elif isinstance(value, (list, tuple)):
         h.update(f"{type(value).__name__}[".encode())
         for v in value:
-            _canon(v, h, depth + 1, seen)
+            _canon(v, h, depth + 1, seen, memo)
         h.update(b"]")
     elif isinstance(value, (set, frozenset)):
         parts = []
         for v in value:
             sub = xxhash.xxh3_64()
-            _canon(v, sub, depth + 1, seen)
+            _canon(v, sub, depth + 1, seen, memo)
             parts.append(sub.hexdigest())
         h.update(f"set{sorted(parts)};".encode())
     elif isinstance(value, dict):
         h.update(b"{")
         for k in sorted(value, key=repr):
-            _canon(k, h, depth + 1, seen)
-            _canon(value[k], h, depth + 1, seen)
+            _canon(k, h, depth + 1, seen, memo)
+            _canon(value[k], h, depth + 1, seen, memo)
         h.update(b"}")
     elif isinstance(value, types.CodeType):
-        _code(value, h, depth, seen)
+        _code(value, h, depth, seen, memo)
     elif isinstance(value, types.FunctionType):
-        _function(value, h, depth, seen)
+        _memoised(_function, value, h, depth, seen, memo)
     elif isinstance(value, type):
-        _class(value, h, depth, seen)
+        _memoised(_class, value, h, depth, seen, memo)
     elif id(value) in seen:
         h.update(b"<cycle>")
     elif hasattr(value, "__dict__") and not isinstance(value, types.ModuleType):
-        seen.add(id(value))
-        cls = type(value)
-        h.update(f"obj:{cls.__module__}.{cls.__qualname__}".encode())
-        _canon({k: v for k, v in vars(value).items()}, h, depth + 1, seen)
+        _memoised(_object, value, h, depth, seen, memo)
     else:
         h.update(_ADDRESS.sub("", f"{type(value).__module__}.{type(value).__qualname__}:{value!r}").encode())
 
 
-def _code(code: types.CodeType, h, depth: int, seen: set[int]) -> None:
+class _Memo:
+    """The bytes `_canon` fed for each object, function and class (at each depth) within one
+    fingerprint, and the objects and classes it marked seen on the way (what those bytes depend
+    on: the same bytes follow wherever none of them is seen yet).  A traced workflow's nodes share
+    their numpy functions: each is canonicalised once per fingerprint, not once per node."""
+
+    def __init__(self) -> None:
+        #: (id, depth) -> (the value, kept alive so that its id stays its own; its bytes; the ids it marks seen)
+        self.entries: dict[tuple[int, int], tuple[Any, bytes, frozenset[int]]] = {}
+
+
+def _memoised(canon: Any, value: Any, h, depth: int, seen: set[int], memo: _Memo | None) -> None:
+    """``canon(value, h, depth, seen, memo)``, its bytes made once per ``memo``: they are made
+    from an empty ``seen`` and fed wherever none of the ids they mark is in ``seen`` (then each
+    test of ``seen`` they made answers as it did), else made again in place."""
+    if memo is None:
+        canon(value, h, depth, seen, memo)
+        return
+    key = (id(value), depth)
+    got = memo.entries.get(key)
+    if got is None:
+        recorder, fresh = _Recorder(), set[int]()
+        canon(value, recorder, depth, fresh, memo)
+        got = memo.entries[key] = (value, b"".join(recorder.parts), frozenset(fresh))
+    if got[2].isdisjoint(seen):
+        h.update(got[1])
+        seen.update(got[2])
+    else:
+        canon(value, h, depth, seen, memo)
+
+
+def _object(value: Any, h, depth: int, seen: set[int], memo: _Memo | None) -> None:
+    seen.add(id(value))
+    cls = type(value)
+    h.update(f"obj:{cls.__module__}.{cls.__qualname__}".encode())
+    _canon({k: v for k, v in vars(value).items()}, h, depth + 1, seen, memo)
+
+
+def _code(code: types.CodeType, h, depth: int, seen: set[int], memo: _Memo | None = None) -> None:
     h.update(code.co_code)
     h.update(repr((code.co_names, code.co_varnames, code.co_argcount, code.co_kwonlyargcount)).encode())
     for const in code.co_consts:
-        _canon(const, h, depth + 1, seen)
+        _canon(const, h, depth + 1, seen, memo)
 
 
-def _function(fn: types.FunctionType, h, depth: int, seen: set[int]) -> None:
+def _function(fn: types.FunctionType, h, depth: int, seen: set[int], memo: _Memo | None = None) -> None:
     h.update(f"fn:{fn.__qualname__};".encode())
-    _code(fn.__code__, h, depth, seen)
-    _canon(fn.__defaults__, h, depth + 1, seen)
-    _canon(fn.__kwdefaults__, h, depth + 1, seen)
+    _code(fn.__code__, h, depth, seen, memo)
+    _canon(fn.__defaults__, h, depth + 1, seen, memo)
+    _canon(fn.__kwdefaults__, h, depth + 1, seen, memo)
     if fn.__closure__:
         for cell in fn.__closure__:
             try:
-                _canon(cell.cell_contents, h, depth + 1, seen)
+                _canon(cell.cell_contents, h, depth + 1, seen, memo)
             except ValueError:  # an empty cell
                 h.update(b"<empty>")
 
 
-def _class(cls: type, h, depth: int, seen: set[int]) -> None:
+def _class(cls: type, h, depth: int, seen: set[int], memo: _Memo | None = None) -> None:
     """A class's code: the attributes its own body defines, for every class of its hierarchy."""
     for klass in cls.__mro__:
         if klass is object or klass.__module__ == "builtins":
@@ -228,7 +264,7 @@ def _class(cls: type, h, depth: int, seen: set[int]) -> None:
             if isinstance(attr, property):
                 attr = (attr.fget, attr.fset, attr.fdel)
             h.update(f"{name}=".encode())
-            _canon(attr, h, depth + 1, seen)
+            _canon(attr, h, depth + 1, seen, memo)
 
 
 class _Recorder:
@@ -244,11 +280,12 @@ class _Recorder:
 _CLASS_BYTES: "weakref.WeakKeyDictionary[type, tuple[tuple, bytes, frozenset[int]]]" = weakref.WeakKeyDictionary()
 
 
-def operator_digest(op: Any, checked: set[type] | None = None) -> str:
+def operator_digest(op: Any, checked: set[type] | None = None, memo: _Memo | None = None) -> str:
     """The digest of an operator: its class's code and its public attributes (not the
     shapes the runtime binds, nor private state a run sets).  ``checked``: the classes whose
     cached code was found current since the caller began (`run_fingerprint`: once per class
-    and run, not once per node)."""
+    and run, not once per node); ``memo``: the bytes of the functions and objects canonicalised
+    since the caller began (`_Memo`; the digest is the same with or without)."""
     h = xxhash.xxh3_64()
     cls = type(op)
     # a class's code is canonicalized once per process while its attributes stay the same objects
@@ -268,7 +305,7 @@ def operator_digest(op: Any, checked: set[type] | None = None) -> str:
     h.update(cached[1])
     seen: set[int] = set(cached[2])
     state = {k: v for k, v in vars(op).items() if not k.startswith("_") and k not in _BOUND}
-    _canon(state, h, 0, seen)
+    _canon(state, h, 0, seen, memo)
     return h.hexdigest()
 
 
@@ -282,9 +319,10 @@ def run_fingerprint(wf: Any, settings: dict[str, Any], workflow: dict[str, Any] 
     out = {"workflow": xxhash.xxh3_64_hexdigest(json.dumps(workflow, sort_keys=True, default=repr).encode()),
            "settings": xxhash.xxh3_64_hexdigest(json.dumps(settings, sort_keys=True, default=repr).encode())}
     checked: set[type] = set()
+    memo = _Memo()  # the numpy functions a traced workflow's nodes share, canonicalised once
     for node in wf.nodes:
         if not node.is_input:
-            out[f"operator:{node.name}"] = operator_digest(node.operator, checked)
+            out[f"operator:{node.name}"] = operator_digest(node.operator, checked, memo)
     return out
 
 

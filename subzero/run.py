@@ -580,13 +580,21 @@ def bound_operators(workflow: Workflow, catalog: RunRecord,
                     operators: "dict[str, Operator]") -> "dict[str, Operator]":
     """Node name -> the operator a run's queries use for each committed node of ``workflow``:
     ``operators``' (else the workflow's), bound to the shapes ``catalog`` records (a copy:
-    neither the workflow's nor ``operators``' objects change)."""
+    neither the workflow's nor ``operators``' objects change).  An operator of ``operators``
+    the run bound to those shapes already (the driver's, each node's own copy) is used as it
+    is, unless the run changes it (``attach_output``): no copy per node per run."""
     out = {}
     for node in workflow.nodes:
         if node.operator is not None and node.name in catalog.nodes:
-            op = operators.get(node.name, node.operator)
-            out[node.name] = op.bound(tuple(catalog.nodes[i.name].shape for i in node.inputs),
-                                      catalog.nodes[node.name].shape)
+            mine = operators.get(node.name)
+            op = node.operator if mine is None else mine
+            shapes = tuple(catalog.nodes[i.name].shape for i in node.inputs)
+            shape = catalog.nodes[node.name].shape
+            if mine is not None and mine.input_shapes == shapes and mine.output_shape == shape \
+                    and not hasattr(mine, "attach_output"):
+                out[node.name] = mine
+            else:
+                out[node.name] = op.bound(shapes, shape)
     return out
 
 

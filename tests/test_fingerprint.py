@@ -16,6 +16,7 @@ from subzero import operators as ops
 from subzero.fingerprint import array_digest, block_digest, combine_digests, differences, operator_digest, \
     run_fingerprint
 from subzero.tiling import default_chunks
+from subzero.trace.calls import ARG, NumpyCall
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,6 +104,51 @@ def test_run_fingerprint_and_differences():
                                                                                        {"tile_shape": 8}))
     stored = run_fingerprint(wf(extra=True), {"tile_shape": 8})
     assert "node(s) 'bright' (in the stored run, not in this workflow)" in differences(stored, base)
+
+
+def test_a_runs_fingerprint_is_the_digests_each_operator_has_alone():
+    """run_fingerprint makes the bytes of functions and objects its nodes share once; each
+    node's digest stays byte for byte the one it has alone (what stored runs compare with)."""
+    shared = NumpyCall(np.maximum, (ARG, -0.0))  # one call in many nodes, as a trace shares them
+
+    class Holder:  # an object met twice inside one operator: the second time a cycle mark
+        def __init__(self):
+            self.call, self.again = shared, shared
+
+    def closure_over_the_class(v):  # a function whose bytes name the operator's own class
+        return ops.Apply.run if v is None else v
+
+    state = [Holder(), closure_over_the_class, [[[[[[[[[shared]]]]]]]]], [[[[[[[[[[[[[shared]]]]]]]]]]]]]]
+    wf = sz.Workflow("shared")
+    x = wf.input("x")
+    nodes = [wf.add(ops.Apply(shared), x, name="first"), wf.add(ops.Apply(shared), x, name="second"),
+             wf.add(ops.Apply(NumpyCall(np.maximum, (ARG, 0.0))), x, name="zero")]
+    for i, extra in enumerate(state):  # the same objects at other depths and beside other state
+        op = ops.Apply(shared)
+        op.extra = extra
+        nodes.append(wf.add(op, x, name=f"extra{i}"))
+    op = ops.Apply(closure_over_the_class)
+    op.also = (shared, state[0], shared)
+    nodes.append(wf.add(op, x, name="both"))
+    got = run_fingerprint(wf, {})
+    for node in nodes:
+        assert got[f"operator:{node.name}"] == operator_digest(node.operator), node.name
+    assert got["operator:first"] == got["operator:second"] != got["operator:zero"]  # -0.0 is not 0.0
+
+
+def test_traced_nodes_share_their_numpy_calls():
+    @sz.workflow
+    def logs(x):
+        return np.log(x) + np.log(x * 2.0) + np.maximum(x, 0.0) + np.maximum(x, -0.0)
+
+    wf = logs.trace({"x": np.ones(4)})
+    calls = {n.name: n.operator.fn for n in wf.nodes if isinstance(n.operator, ops.Apply)}
+    log_calls = [c for c in calls.values() if c.fn is np.log]
+    assert len(log_calls) == 2 and log_calls[0] is log_calls[1]
+    maximum = [c for c in calls.values() if c.fn is np.maximum]
+    assert len(maximum) in (0, 2) and (not maximum or maximum[0] is not maximum[1])
+    digests = run_fingerprint(wf, {})
+    assert all(digests[f"operator:{n}"] == operator_digest(wf.node(n).operator) for n in calls)
 
 
 @pytest.mark.parametrize("shape", [(7, 9), (100,), (), (0, 4), (3, 4, 5)])

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import DTypeLike
 
 from subzero import operators as ops
 from subzero.operator import Operator
-from subzero.trace.calls import ARG, NumpyCall, astype as _astype_fn
+from subzero.trace.calls import ARG, shared_call, astype as _astype_fn
 from subzero.trace.coarse import lift
 from subzero.trace.errors import InPlaceError, TraceError, UnsupportedCallError, user_line
 from subzero.trace.symbolic import SymbolicArray
@@ -91,10 +92,59 @@ def _dummy(v):
     return np.ones((1,), v.dtype) if isinstance(v, SymbolicArray) else v
 
 
+#: (function, what decides its result's dtype) -> that dtype, for `_dtype_of` (bounded: cleared when full)
+_DTYPES: dict[tuple, np.dtype] = {}
+_DTYPES_MAX = 1024
+
+
+def _dtype_key(v: Any) -> Any:
+    """What of an argument decides a numpy function's result dtype: a symbolic array's dtype,
+    a constant's type and value (its repr: ``-0.0`` is not ``0.0``); None for anything else."""
+    if isinstance(v, SymbolicArray):
+        return ("array", v.dtype)  # a tuple, as a constant's: keys compare item by item
+    if type(v) in (bool, int, float, complex, str, type(None)) or isinstance(v, np.generic):
+        return (type(v), repr(v))
+    return None
+
+
 def _dtype_of(fn: Callable, args: Sequence, kwargs: dict | None = None) -> np.dtype:
+    """The dtype ``fn`` gives on these arguments, from a call on one-cell stand-ins; found once
+    per numpy function, argument dtypes and constants (a trace makes the same few calls
+    hundreds of times)."""
+    kwargs = kwargs or {}
+    key: tuple | None = None
+    if isinstance(fn, np.ufunc) or fn is _astype_fn or getattr(fn, "__module__", None) == "numpy":
+        parts = tuple(_dtype_key(a) for a in args) + tuple((k, _dtype_key(v)) for k, v in kwargs.items())
+        if not any(p is None for p in parts[:len(args)]) and all(p[1] is not None for p in parts[len(args):]):
+            key = (fn, parts)
+            got = _DTYPES.get(key)
+            if got is not None:
+                return got
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return np.asarray(fn(*[_dummy(a) for a in args], **{k: _dummy(v) for k, v in (kwargs or {}).items()})).dtype
+        dtype = np.asarray(fn(*[_dummy(a) for a in args], **{k: _dummy(v) for k, v in kwargs.items()})).dtype
+    if key is not None:
+        if len(_DTYPES) >= _DTYPES_MAX:
+            _DTYPES.clear()
+        _DTYPES[key] = dtype
+    return dtype
+
+
+def _broadcast(shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    """``np.broadcast_shapes(*shapes)`` (numpy's rules, its ValueError), from the shapes alone:
+    numpy makes an array of each shape to find it, which a trace pays at every step."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for shape in shapes:
+        at = ndim - len(shape)
+        for i, n in enumerate(shape):
+            n, was = int(n), out[at + i]
+            if n != was:
+                if was == 1:
+                    out[at + i] = n
+                elif n != 1:
+                    raise ValueError(f"shape mismatch: objects cannot be broadcast to a single shape: {tuple(shapes)}")
+    return tuple(out)
 
 
 # -- elementwise -----------------------------------------------------------------------------------
@@ -132,7 +182,7 @@ def elementwise(fn: Callable, args: Sequence, kwargs: dict | None = None, base: 
     shapes = [np.shape(v) if not isinstance(v, SymbolicArray) else v.shape
               for v in values if isinstance(v, (SymbolicArray, np.ndarray)) or _is_scalar(v)]
     try:
-        logical = tuple(np.broadcast_shapes(*shapes))
+        logical = _broadcast(shapes)
     except ValueError:
         raise TraceError(f"np.{base}: shapes {shapes} do not broadcast together (numpy broadcasting: trailing "
                          "axes must match or be 1)") from None
@@ -147,7 +197,7 @@ def elementwise(fn: Callable, args: Sequence, kwargs: dict | None = None, base: 
             args = [fixed.get(id(a), a) if isinstance(a, SymbolicArray) else a for a in args]
             kwargs = {k: fixed.get(id(v), v) if isinstance(v, SymbolicArray) else v for k, v in kwargs.items()}
             syms = [fixed.get(id(s), s) for s in syms]
-    phys = tuple(np.broadcast_shapes(*[s.entry.shape for s in syms]))
+    phys = _broadcast([s.entry.shape for s in syms])
     if depth and phys != logical:
         constants = [np.shape(v) for v in values if isinstance(v, np.ndarray)]
         raise TraceError(f"np.{base}: a constant array of shape {constants} "
@@ -222,7 +272,7 @@ def _elementwise_op(fn, args, kwargs, syms):
         return ops.Clip(*args[1:]), [args[0]]
     template = tuple(ARG if isinstance(a, SymbolicArray) else a for a in args)
     kw = {k: ARG if isinstance(v, SymbolicArray) else v for k, v in kwargs.items()}
-    call = NumpyCall(fn, template, kw)
+    call = shared_call(fn, template, kw)  # one object per numpy function and constants
     ordered = [a for a in args if isinstance(a, SymbolicArray)] + [v for v in kwargs.values()
                                                                      if isinstance(v, SymbolicArray)]
     return ops.Apply(call, nin=len(ordered)), ordered

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ARG", "NumpyCall", "astype"]
+__all__ = ["ARG", "NumpyCall", "astype", "shared_call"]
 
 
 class _Arg:
@@ -91,3 +91,48 @@ class NumpyCall:
     def __repr__(self) -> str:
         parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
         return f"{self.__name__}({', '.join(parts)})"
+
+
+#: calls made by `shared_call`, by what they compute (bounded: cleared when full)
+_SHARED: dict[tuple, NumpyCall] = {}
+_SHARED_MAX = 512
+
+
+def _constant_key(value: Any) -> tuple | None:
+    """A key telling ``value`` apart from every other constant (its type, and its repr for a
+    float, so that ``-0.0`` is not ``0.0``), or None when it is not a plain constant."""
+    kind = type(value)
+    if value is ARG or kind in (bool, int, str, type(None)):
+        return (kind, value)
+    if kind in (float, complex):
+        return (kind, repr(value))
+    return None
+
+
+def shared_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> NumpyCall:
+    """``NumpyCall(fn, args, kwargs)``, the same object for every call of the same numpy
+    function with the same constants (`ARG`, Python numbers, strings, None): a traced
+    workflow's hundreds of ``np.log(ARG)`` share one call, whose digest a run's fingerprint
+    then makes once.  A call is never changed once made, so sharing it changes no result.
+
+    Examples
+    --------
+    >>> shared_call(np.log, (ARG,), {}) is shared_call(np.log, (ARG,), {})
+    True
+    >>> shared_call(np.maximum, (ARG, 0.0), {}) is shared_call(np.maximum, (ARG, -0.0), {})
+    False
+    """
+    parts = [_constant_key(a) for a in args] + [_constant_key(v) for v in kwargs.values()]
+    try:
+        key: tuple | None = None if None in parts else (fn, tuple(parts), tuple(kwargs))
+        got = None if key is None else _SHARED.get(key)
+    except TypeError:  # an unhashable function
+        key = got = None
+    if got is None:
+        got = NumpyCall(fn, args, kwargs)
+        if key is not None:
+            if len(_SHARED) >= _SHARED_MAX:
+                _SHARED.clear()
+            _SHARED[key] = got
+    return got
+

@@ -88,8 +88,9 @@ def _bound(op: Operator, arrays: Sequence[np.ndarray]) -> Operator:
     return op.bound(shapes, op.infer_output_shape(shapes))
 
 
-def evaluate_operator(op: Operator, arrays: Sequence[np.ndarray]) -> np.ndarray:
-    """The output of ``op`` on whole ``arrays``, computed by its ``run`` with no lineage.
+def evaluate_operator(op: Operator, arrays: Sequence[np.ndarray], bound: bool = False) -> np.ndarray:
+    """The output of ``op`` on whole ``arrays``, computed by its ``run`` with no lineage;
+    ``bound``: ``op`` is bound to the shapes of ``arrays`` and its output already (`Operator.bound`).
 
     Examples
     --------
@@ -97,10 +98,10 @@ def evaluate_operator(op: Operator, arrays: Sequence[np.ndarray]) -> np.ndarray:
     >>> evaluate_operator(ops.AddScalar(1.0), [np.zeros(2)]).tolist()
     [1.0, 1.0]
     """
-    bound = _bound(op, arrays)
+    ready = op if bound else _bound(op, arrays)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return np.asarray(bound.run(_PlainContext(bound.input_shapes, bound.output_shape), *arrays))
+        return np.asarray(ready.run(_PlainContext(ready.input_shapes, ready.output_shape), *arrays))
 
 
 class _Rejected(Exception):

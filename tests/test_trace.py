@@ -589,3 +589,37 @@ def test_the_tracing_guide_example_runs_as_written(tmp_path, monkeypatch):
     assert [10, 20] in run.backward("clean", [(0, 0)], to="image").tolist()
     report = namespace["clean"].report({"image": namespace["image"], "threshold": 5.0})
     assert any(e.kind == "value" for e in report.events) and "np.polyfit" in str(report)
+
+
+# -- what a step's node is made from, found once --------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), max_size=4), max_size=4))
+def test_a_steps_broadcast_shape_is_numpys(shapes):
+    from subzero.trace.building import _broadcast
+    try:
+        expected = np.broadcast_shapes(*[tuple(s) for s in shapes])
+    except ValueError:
+        with pytest.raises(ValueError):
+            _broadcast(shapes)
+    else:
+        assert _broadcast(shapes) == expected
+
+
+def test_a_steps_dtype_is_numpys_each_time_it_is_asked():
+    from subzero.trace.building import _DTYPES, _dtype_of
+    from subzero.trace.symbolic import SymbolicArray
+    from subzero.trace.tracer import Tracer
+
+    tracer = Tracer("t")
+    x, small = np.ones(3, np.float32), np.ones(3, np.uint8)
+    sx, ssmall = (SymbolicArray(tracer, tracer.input(n, a.shape), a.shape, a.dtype) for n, a in (("x", x), ("s", small)))
+    cases = [(sx, x, 1), (sx, x, 1.5), (sx, x, np.float64(2)), (ssmall, small, 1), (ssmall, small, 1.5),
+             (ssmall, small, -0.0), (ssmall, small, True)]
+    for _ in range(2):  # asked again: the same answers, found once
+        for sym, a, b in cases:
+            assert _dtype_of(np.add, (sym, b)) == np.add(a, b).dtype
+            assert _dtype_of(np.add, (b, sym)) == np.add(b, a).dtype
+    assert any(key[0] is np.add for key in _DTYPES)
+    for _ in range(2):  # numpy refuses a Python int out of the array's range: every time
+        with pytest.raises(OverflowError):
+            _dtype_of(np.add, (ssmall, 300))

@@ -44,8 +44,10 @@ def _creator(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def create(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
+        if not isinstance(out, np.ndarray) or out.size <= 1:  # first the tests that cost nothing
+            return out
         tracer = current_tracer()
-        if tracer is None or not isinstance(out, np.ndarray) or out.size <= 1 or not is_user_frame(sys._getframe(1)):
+        if tracer is None or not is_user_frame(sys._getframe(1)):
             return out
         if name == "empty":  # numpy's values are undefined: the trace's are zeros, the same in every run
             out = np.zeros_like(out)
@@ -63,6 +65,8 @@ def _has_symbolic(value: Any) -> bool:
 def _converter(original: Callable[..., Any], copies: bool) -> Callable[..., Any]:
     @functools.wraps(original)
     def convert(a: Any, dtype: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if type(a) is np.ndarray:  # numpy's own array (most calls, subzero's among them): numpy's answer
+            return original(a, dtype, *args, **kwargs)
         tracer = current_tracer()
         if tracer is None:
             return original(a, dtype, *args, **kwargs)

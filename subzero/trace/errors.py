@@ -70,11 +70,15 @@ def user_line() -> str:
     innermost frame outside subzero, numpy and scipy; or ''."""
     frame: FrameType | None = sys._getframe(1)
     fallback: FrameType | None = None
-    while frame is not None:
-        if is_user_frame(frame):
-            break
-        if fallback is None and not _is_library(frame.f_code.co_filename):
-            fallback = frame
+    user_files = _USER_FILES.get()
+    while frame is not None:  # `is_user_frame` inlined: every traced step walks a library's frames
+        name = frame.f_code.co_filename
+        if not _is_library(name):
+            path = _abspath(name)
+            if path in user_files or not path.startswith(_INSTALLED):
+                break
+            if fallback is None:
+                fallback = frame
         frame = frame.f_back
     frame = frame or fallback
     if frame is None:

@@ -73,6 +73,16 @@ class Entry:
     value: Any = field(default=None, repr=False)   # the values, once computed (or given)
     seconds: float = 0.0             # how long computing its values took (0: given, or not computed)
     order: int = 0                   # its place in call order (topological)
+    #: ``op`` bound to the entries' shapes (`bound_op`), made once for every question the trace asks of it
+    bound: Operator | None = field(default=None, repr=False)
+
+    def bound_op(self) -> Operator:
+        """``op`` bound to its inputs' shapes and this entry's, as the run binds it (made once)."""
+        if self.bound is None:
+            if self.op is None:
+                raise TraceError(f"the input {self.name!r} has no operator to bind")
+            self.bound = self.op.bound([i.shape for i in self.inputs], self.shape)
+        return self.bound
 
 
 @dataclass(frozen=True)
@@ -256,6 +266,8 @@ class Tracer:
             warnings.simplefilter("ignore")
             try:
                 out = _sliced(e.op, args[0]) if type(e.op) is Slice else \
+                    np.asarray(evaluate_operator(e.bound_op(), args, bound=True)) \
+                    if all(np.shape(a) == i.shape for a, i in zip(args, e.inputs)) else \
                     np.asarray(evaluate_operator(e.op, args))  # type: ignore[arg-type]
             except ValueError as exc:
                 if "read-only" not in str(exc):
@@ -337,7 +349,7 @@ def _tiled_cheaply(e: Entry) -> bool:
     if op is None or op.two_pass:
         return False
     try:
-        return type(op.bound([i.shape for i in e.inputs], e.shape).effective_tiling()) in (Elementwise, Halo)
+        return type(e.bound_op().effective_tiling()) in (Elementwise, Halo)
     except Exception:  # noqa: BLE001 - a tiling its shapes do not give: evaluated here
         return False
 

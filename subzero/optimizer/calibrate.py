@@ -22,7 +22,12 @@ Since that prediction needs only the sample's pairs and cells, a candidate whose
 capture alone would exceed the runtime budget left (a `CaptureLimit`, with the node's
 operator time taken `LIMIT_MARGIN` times as measured) is not encoded at all: the integer
 program would prune it anyway (a candidate that alone exceeds a budget, section VII), and
-the profile names it in ``skipped`` with the reason.
+the profile names it in ``skipped`` with the reason.  And the FULL and PAY candidates (whose
+encodings, envelopes and sizes are most of a node's calibration) can be only counted
+(``bound``): their pairs and cells give their lowest possible costs (`lower_bound`: the same
+predicted capture, the fewest bytes and keys their encoding could count, `least_sizes`), and
+the caller encodes them only when the integer program, given those, would choose one
+(`subzero.optimizer.plan.bounds_matter`).
 
 A profile depends only on the node's operator, the operators and inputs upstream of it,
 the tiles and the candidates: a later run in the same process over the same of these

@@ -1197,6 +1197,7 @@ class OnlinePolicy(Policy):
         self.state = OptimizerState.from_record(dict(run.catalog.optimizer or {}), run.disk_left)
         self.profiles: dict[str, Any] = {}  # node name -> its NodeProfile: the fans the integer program plans with
         self._planned: dict[str, Any] = {}  # node name -> (profile, budget) until it commits
+        self._fans: dict[tuple, tuple[float, float]] = {}  # mapping fans per operator and shapes (calibrate)
 
     def fusable(self, nodes: Sequence[Node]) -> list[tuple[Node, tuple[Strategy, ...]]]:
         """The leading nodes whose every candidate stores nothing (Map or BlackBox: whatever the
@@ -1242,7 +1243,7 @@ class OnlinePolicy(Policy):
             def calibrate(bound: Sequence[str]) -> Any:
                 sampled, scale = _calibration_stage(run, node, stage) if computed is None else (stage, 1.0)
                 return profile_node(sampled.task(), list(sampled.tiles), candidates, op_seconds, runner=run.runner,
-                                    scale=scale, limit=limit, bound=bound)
+                                    scale=scale, limit=limit, bound=bound, fans=self._fans)
 
             def sized(p: Any) -> Any:
                 return replace(p, tiles=len(stage.tiles), out_size=int(np.prod(op.output_shape)),

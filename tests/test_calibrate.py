@@ -537,3 +537,22 @@ def test_counted_candidates_hold_no_more_than_their_encoding_measures(tmp_path, 
         assert (least.bytes > 0 and least.keys > 0) is n.startswith(("FullMany", "PayMany", "FullOne")), n
     if case == "blur":  # a quarter of a window holds more pairs than the encodings sample
         assert free.strategies["FullOne/backward"].pairs / 2 > MAX_PAIRS
+
+
+def test_a_runs_mapping_nodes_of_one_kind_and_shape_count_their_fans_once(monkeypatch):
+    """Mapping fans are a function of the operator's code, arguments, shapes and corner: nodes
+    alike share one count (`kept_mapping_fans`), another argument or shape counts anew."""
+    from subzero.optimizer import calibrate
+
+    counted = []
+    real = calibrate.mapping_fans
+    monkeypatch.setattr(calibrate, "mapping_fans", lambda op, box: counted.append(box) or real(op, box))
+    kept: dict = {}
+    box = ((0, 100), (0, 100))
+    same = [ops.Convolve(np.ones((3, 3))).bound(((100, 100),), (100, 100)) for _ in range(2)]
+    fans = [calibrate.kept_mapping_fans(op, box, kept) for op in same]
+    assert len(counted) == 1 and fans[0] == fans[1] == real(same[0], calibrate.fans_corner(same[0], box))
+    wider = ops.Convolve(np.ones((5, 5))).bound(((100, 100),), (100, 100))
+    assert calibrate.kept_mapping_fans(wider, box, kept) != fans[0] and len(counted) == 2
+    calibrate.kept_mapping_fans(ops.Convolve(np.ones((3, 3))).bound(((200, 100),), (200, 100)), box, kept)
+    assert len(counted) == 3 and len(kept) == 3

@@ -73,7 +73,7 @@ from subzero.tiling import Box, Elementwise, Halo, Tile
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
            "TileProfile", "profile_from_run", "crop_box", "fans_crop", "CroppedInput", "CaptureLimit", "fans_window", "fans_corner",
            "reuse_key", "recall", "remember", "forget", "code_digest", "profile_path", "entry_sizes",
-           "lower_bound", "least_sizes"]
+           "lower_bound", "least_sizes", "kept_mapping_fans"]
 
 MAX_MAPPED_CELLS = 1 << 17   # input cells a mapping node's fans are counted over (else: sizes' ratio)
 MAX_MAPPED_LINKS = 1 << 16   # links a mapping node's fans are counted over at most (`fans_corner`)
@@ -498,7 +498,8 @@ def _over_limit(seconds: float, most: float) -> str:
 
 def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_seconds: float | None,
                  runner: Executor, sample: int = 2, scale: float = 1.0,
-                 limit: CaptureLimit | None = None, bound: Sequence[str] = ()) -> NodeProfile:
+                 limit: CaptureLimit | None = None, bound: Sequence[str] = (),
+                 fans: dict | None = None) -> NodeProfile:
     """Profile ``task``'s node (a `subzero.stage.NodeStage` task) from ``sample`` of its ``tiles``,
     measured by ``runner``'s tasks (`profile_part`; a `LocalExecutor`: in this process),
     scaled to the node; ``candidates`` are the optimizer's strategy names.
@@ -513,7 +514,8 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
     lists them in ``skipped``, not in ``strategies``.  The FULL and PAY candidates named in
     ``bound`` are counted, not encoded: the profile holds their lowest possible costs in
     ``bounds`` (`lower_bound`), for the caller to ask the integer program whether any of them
-    could be chosen (`subzero.optimizer.plan.bounds_matter`) before paying for their encoding."""
+    could be chosen (`subzero.optimizer.plan.bounds_matter`) before paying for their encoding.
+    ``fans``: where a mapping node's fans are kept for the run's other nodes (`kept_mapping_fans`)."""
     op = task.operator
     one_pass = op_seconds is None
     op_seconds = op_seconds or 0.0
@@ -533,7 +535,7 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         if _cells(Tile(0, corner)) * spread > MAX_MAPPED_CELLS:  # a reduction: one cell maps to many
             profile.fan_backward, profile.fan_forward = max(spread, 1.0), 1.0
         else:
-            profile.fan_backward, profile.fan_forward = mapping_fans(op, fans_corner(op, chosen[0].box))
+            profile.fan_backward, profile.fan_forward = kept_mapping_fans(op, chosen[0].box, fans)
         return profile
     if limit is not None:
         limit = replace(limit, cells=scale * sum(_cells(t) for t in chosen))  # the node's cells
@@ -787,6 +789,33 @@ def fans_corner(op: Operator, box: Box, side: int = 32,
         return corner
     ratio = (max_links / (per_cell * cells)) ** (1.0 / len(corner))
     return tuple((lo, lo + max(1, int(np.ceil((hi - lo) * ratio)))) for lo, hi in corner)
+
+
+def kept_mapping_fans(op: Operator, box: Box, kept: dict | None = None) -> tuple[float, float]:
+    """`mapping_fans` of ``op`` over `fans_corner` of ``box``, counted once per ``kept`` (a run's:
+    `profile_node`'s ``fans``) for an operator of the same code and arguments
+    (`subzero.fingerprint.operator_digest`), bound to the same shapes, over the same box: a
+    workflow's nodes of one kind (a step repeated per exposure) share them, as the mapping
+    functions are functions of those alone.
+
+    Examples
+    --------
+    >>> from subzero.operators import Convolve
+    >>> op, kept = Convolve(np.ones((3, 3))).bound(((64, 64),), (64, 64)), {}
+    >>> kept_mapping_fans(op, ((0, 64), (0, 64)), kept) == mapping_fans(op, fans_corner(op, ((0, 64), (0, 64))))
+    True
+    >>> len(kept)
+    1
+    """
+    if kept is None:
+        return mapping_fans(op, fans_corner(op, box))
+    from subzero.fingerprint import operator_digest
+
+    key = (operator_digest(op), tuple(map(tuple, op.input_shapes)), tuple(op.output_shape or ()), tuple(box))
+    fans = kept.get(key)
+    if fans is None:
+        fans = kept[key] = mapping_fans(op, fans_corner(op, box))
+    return fans
 
 
 def mapping_fans(op: Operator, box: Box) -> tuple[float, float]:

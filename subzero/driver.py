@@ -1197,6 +1197,7 @@ class OnlinePolicy(Policy):
         self.state = OptimizerState.from_record(dict(run.catalog.optimizer or {}), run.disk_left)
         self.profiles: dict[str, Any] = {}  # node name -> its NodeProfile: the fans the integer program plans with
         self._planned: dict[str, Any] = {}  # node name -> (profile, budget) until it commits
+        self._fans: dict[tuple, tuple[float, float]] = {}  # mapping fans per operator and shapes (calibrate)
 
     def fusable(self, nodes: Sequence[Node]) -> list[tuple[Node, tuple[Strategy, ...]]]:
         """The leading nodes whose every candidate stores nothing (Map or BlackBox: whatever the
@@ -1233,17 +1234,29 @@ class OnlinePolicy(Policy):
         candidates = _candidates(node, self.pinned, self.access, op)
         op_seconds = None if computed is None else sum(m.op_seconds for m in computed.metas)
         if any(Strategy.parse(c).stored for c in candidates) or Mode.MAP in op.supported_modes():
-            limit = _capture_limit(self.max_runtime, state, self.pinned.get(node.name, ()))
+            pins = self.pinned.get(node.name, ())
+            limit = _capture_limit(self.max_runtime, state, pins)
             key = self._reuse_key(run, node, candidates, computed is None)
-            profile = recall(key, limit, op_seconds) if key is not None else None
-            if profile is None:
+            measured = recall(key, limit, op_seconds) if key is not None else None
+            fresh = measured is None
+
+            def calibrate(bound: Sequence[str]) -> Any:
                 sampled, scale = _calibration_stage(run, node, stage) if computed is None else (stage, 1.0)
-                profile = profile_node(sampled.task(), list(sampled.tiles), candidates, op_seconds, runner=run.runner,
-                                       scale=scale, limit=limit)
-                if key is not None:
-                    remember(key, profile)
-            profile = replace(profile, tiles=len(stage.tiles), out_size=int(np.prod(op.output_shape)),
-                              in_sizes=[int(np.prod(sh)) for sh in op.input_shapes])
+                return profile_node(sampled.task(), list(sampled.tiles), candidates, op_seconds, runner=run.runner,
+                                    scale=scale, limit=limit, bound=bound, fans=self._fans)
+
+            def sized(p: Any) -> Any:
+                return replace(p, tiles=len(stage.tiles), out_size=int(np.prod(op.output_shape)),
+                               in_sizes=[int(np.prod(sh)) for sh in op.input_shapes])
+
+            if measured is None:  # FULL and PAY candidates counted first, encoded only if they could be chosen
+                measured = calibrate([c for c in candidates if c not in pins])
+            profile = sized(measured)
+            if profile.bounds and self._bounds_matter(run, node, profile):
+                measured, fresh = calibrate(()), True
+                profile = sized(measured)
+            if fresh and key is not None:
+                remember(key, measured)
         else:  # queried by no query and nothing pinned: BlackBox whatever it measures
             profile = NodeProfile(node=node.name, tiles=len(stage.tiles), out_size=int(np.prod(op.output_shape)),
                                   in_sizes=[int(np.prod(sh)) for sh in op.input_shapes], all_to_all=op.all_to_all,
@@ -1270,6 +1283,18 @@ class OnlinePolicy(Policy):
         state.status = state.status if plan.status == "optimal" else plan.status
         self._planned[node.name] = (profile, budget)
         return _Choice(chosen, extra, dict(plan.array_reasons))
+
+    def _bounds_matter(self, run: _Execution, node: Node, profile: Any) -> bool:
+        """Whether the candidates ``profile`` holds at their lowest costs only (``bounds``) could be
+        chosen under the budgets left (`subzero.optimizer.plan.bounds_matter`): then they are encoded."""
+        from subzero.optimizer.budgets import parse_runtime_budget
+        from subzero.optimizer.plan import bounds_matter
+
+        budget = parse_runtime_budget(self.max_runtime, self.state.base_seconds + profile.op_seconds)
+        left = None if budget is None else max(budget - self.state.predicted_runtime, 0.0)
+        arrays = run.unstored_arrays(node) if run.held else {}
+        return bounds_matter(run.wf, {**self.profiles, node.name: profile}, self.queries, run.disk_left, left,
+                             self.pinned, node.name, arrays)
 
     def _reuse_key(self, run: _Execution, node: Node, candidates: Sequence[str], one_pass: bool) -> str | None:
         """The key of ``node``'s calibration (`subzero.optimizer.calibrate.reuse_key`): the digests of

@@ -498,3 +498,61 @@ def test_entry_sizes_count_what_the_merged_shard_holds(tmp_path):
         batch = merge_tiles([encoded])
         assert entry_sizes(encoded) == (batch.nbytes, len(batch.keys),
                                         sum(len(ids) for ids, _, _ in batch.boxes.values())), strategy.name
+
+
+@pytest.mark.parametrize("case", ["crd", "blur"])
+def test_counted_candidates_hold_no_more_than_their_encoding_measures(tmp_path, case):
+    """FULL and PAY candidates named in ``bound`` are counted, not encoded: their lowest costs
+    (`lower_bound`) have the pairs, cells and capture time their encoding gives and no more
+    bytes or keys (also where the encodings sample `MAX_PAIRS` pairs); the rest is unchanged."""
+    from subzero.optimizer.calibrate import MAX_PAIRS
+
+    if case == "crd":
+        run, side, tile = _crd_run(tmp_path, seed=3, side=40, spikes=((5, 5), (25, 30)), tile_shape=10), 40, 10
+        name = "crd"
+    else:
+        wf = sz.Workflow("c")
+        wf.add(ops.Convolve(np.ones((3, 3)), mode="constant"), wf.input("x"), name="blur")
+        side, tile, name = 300, 150, "blur"
+        run = wf.run({"x": np.random.default_rng(0).normal(size=(side, side))}, store=tmp_path / "b",
+                     executor="local", tile_shape=tile)
+    op = run.node(name).operator
+    task = NodeTask(name, op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    names = [n for n in supported_strategies(op) if Strategy.parse(n).stored]
+    dear = [n for n in names if Strategy.parse(n).mode in (Mode.FULL, Mode.PAY)]
+
+    def profile(bound):
+        return profile_node(task, node_tiles(op, tile), names, op_seconds=0.01, runner=LocalExecutor(), bound=bound)
+
+    free, counted = profile(()), profile(dear)
+    assert set(counted.bounds) == set(dear) and set(counted.strategies) == set(names) - set(dear)
+    assert counted.strategies == {n: free.strategies[n] for n in counted.strategies}
+    assert (counted.fan_backward, counted.fan_forward) == (free.fan_backward, free.fan_forward)
+    for n in dear:
+        least, real = counted.bounds[n], free.strategies[n]
+        assert (least.pairs, least.out_cells, least.in_cells) == (real.pairs, real.out_cells, real.in_cells), n
+        assert least.encode_seconds == pytest.approx(real.encode_seconds), n
+        assert 0 <= least.bytes <= real.bytes and 0 <= least.keys <= real.keys, n
+        # the encodings that pack every id keep a floor that can rule a candidate out (not 0)
+        assert (least.bytes > 0 and least.keys > 0) is n.startswith(("FullMany", "PayMany", "FullOne")), n
+    if case == "blur":  # a quarter of a window holds more pairs than the encodings sample
+        assert free.strategies["FullOne/backward"].pairs / 2 > MAX_PAIRS
+
+
+def test_a_runs_mapping_nodes_of_one_kind_and_shape_count_their_fans_once(monkeypatch):
+    """Mapping fans are a function of the operator's code, arguments, shapes and corner: nodes
+    alike share one count (`kept_mapping_fans`), another argument or shape counts anew."""
+    from subzero.optimizer import calibrate
+
+    counted = []
+    real = calibrate.mapping_fans
+    monkeypatch.setattr(calibrate, "mapping_fans", lambda op, box: counted.append(box) or real(op, box))
+    kept: dict = {}
+    box = ((0, 100), (0, 100))
+    same = [ops.Convolve(np.ones((3, 3))).bound(((100, 100),), (100, 100)) for _ in range(2)]
+    fans = [calibrate.kept_mapping_fans(op, box, kept) for op in same]
+    assert len(counted) == 1 and fans[0] == fans[1] == real(same[0], calibrate.fans_corner(same[0], box))
+    wider = ops.Convolve(np.ones((5, 5))).bound(((100, 100),), (100, 100))
+    assert calibrate.kept_mapping_fans(wider, box, kept) != fans[0] and len(counted) == 2
+    calibrate.kept_mapping_fans(ops.Convolve(np.ones((3, 3))).bound(((200, 100),), (200, 100)), box, kept)
+    assert len(counted) == 3 and len(kept) == 3

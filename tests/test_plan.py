@@ -123,3 +123,34 @@ def test_a_mapping_with_a_box_or_mask_form_is_priced_as_taking_the_frontier_whol
         assert maps_whole(ops.Convolve([[1.0, 1.0]]), direction)  # a stencil maps boxes
         assert maps_whole(ops.RepairCosmics(sigma=1.0), direction)  # a composite's window default too
         assert not maps_whole(ops.Histogram(bins=4), direction)  # no box or mask form
+
+
+def test_counted_candidates_matter_only_when_the_program_would_choose_one_at_their_lowest_costs():
+    """`bounds_matter`: a candidate held at its lowest possible costs (``bounds``) must be encoded
+    when the program over the node would choose it at those; when it does not, the plan over the
+    measured candidates alone is the plan with it encoded at any costs no lower."""
+    from dataclasses import replace
+
+    from subzero.optimizer.plan import BOUND_REASON, bounds_matter
+
+    wf = workflow()
+    queries = parse_workload(wf, WORKLOAD)
+    full = udf_profile("f")
+    measured = {k: v for k, v in full.strategies.items() if k != "PayOne/backward"}
+    pay = full.strategies["PayOne/backward"]
+    for least, matters in ((replace(pay, bytes=0.0, keys=0.0), True), (replace(pay, encode_seconds=1e3), False)):
+        counted = replace(full, strategies=measured, bounds={"PayOne/backward": least})
+        profiles = {**PROFILES, "f": counted}
+        assert bounds_matter(wf, profiles, queries, None, None, {}, "f") is matters
+        if not matters:  # any true costs no lower than the bound: the same plan as over the measured ones
+            plan, problem = optimize(wf, profiles, queries, None, None, {}, {"f"})
+            for extra in (0.0, 1e6):
+                real = replace(least, bytes=least.bytes + extra)
+                encoded, _ = optimize(wf, {**PROFILES, "f": replace(full, strategies={**measured, "PayOne/backward": real})},
+                                      queries, None, None, {}, {"f"})
+                assert encoded.names()["f"] == plan.names()["f"] and encoded.objective == pytest.approx(plan.objective)
+            assert node_choice(plan, problem, {}, counted, "f")[1]["pruned"]["PayOne/backward"] == BOUND_REASON
+    assert not bounds_matter(wf, PROFILES, queries, None, None, {}, "f")  # nothing counted: nothing to encode
+    pinned = replace(full, strategies=measured, bounds={"PayOne/backward": replace(pay, bytes=0.0, keys=0.0)})
+    # a node pinned to other strategies stores its pins only: the counted candidate never matters
+    assert not bounds_matter(wf, {**PROFILES, "f": pinned}, queries, None, None, {"f": ["FullOne/backward"]}, "f")

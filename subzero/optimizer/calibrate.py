@@ -22,7 +22,12 @@ Since that prediction needs only the sample's pairs and cells, a candidate whose
 capture alone would exceed the runtime budget left (a `CaptureLimit`, with the node's
 operator time taken `LIMIT_MARGIN` times as measured) is not encoded at all: the integer
 program would prune it anyway (a candidate that alone exceeds a budget, section VII), and
-the profile names it in ``skipped`` with the reason.
+the profile names it in ``skipped`` with the reason.  And the FULL and PAY candidates (whose
+encodings, envelopes and sizes are most of a node's calibration) can be only counted
+(``bound``): their pairs and cells give their lowest possible costs (`lower_bound`: the same
+predicted capture, the fewest bytes and keys their encoding could count, `least_sizes`), and
+the caller encodes them only when the integer program, given those, would choose one
+(`subzero.optimizer.plan.bounds_matter`).
 
 A profile depends only on the node's operator, the operators and inputs upstream of it,
 the tiles and the candidates: a later run in the same process over the same of these
@@ -58,7 +63,7 @@ from subzero.encoders.base import EncodedTile, index_bytes_bound
 from subzero.errors import WorkflowError
 from subzero.executors import Executor
 from subzero.executors.tasks import map_calls
-from subzero.modes import Mode, Strategy
+from subzero.modes import Direction, Mode, Strategy
 from subzero.operator import Operator
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.cells import box_cells, to_ids, unique_ids
@@ -67,7 +72,8 @@ from subzero.tiling import Box, Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
            "TileProfile", "profile_from_run", "crop_box", "fans_crop", "CroppedInput", "CaptureLimit", "fans_window", "fans_corner",
-           "reuse_key", "recall", "remember", "forget", "code_digest", "profile_path", "entry_sizes"]
+           "reuse_key", "recall", "remember", "forget", "code_digest", "profile_path", "entry_sizes",
+           "lower_bound", "least_sizes", "kept_mapping_fans"]
 
 MAX_MAPPED_CELLS = 1 << 17   # input cells a mapping node's fans are counted over (else: sizes' ratio)
 MAX_MAPPED_LINKS = 1 << 16   # links a mapping node's fans are counted over at most (`fans_corner`)
@@ -142,6 +148,9 @@ class TileProfile:
     skipped_at: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: the ``(output, inputs)`` shapes the inline tables were encoded for, when not the task's (`fans_crop`)
     inline_shapes: tuple | None = None
+    #: the candidates only counted, not encoded (``part[4]``): their (pairs, out cells, in cells, least bytes,
+    #: least keys), scaled as above (`least_sizes`)
+    bounds: dict[str, tuple[float, float, float, float, float]] = field(default_factory=dict)
 
 
 def _cells(tile: Tile) -> int:
@@ -317,9 +326,12 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
 
     A fourth item, a `CaptureLimit`, skips encoding the strategies whose predicted capture
     exceeds it (only where the operator time was measured: ``part[2]``); when that rules out
-    every FULL strategy, the quarter's pairs give the fans alone."""
+    every FULL strategy, the quarter's pairs give the fans alone.  A fifth, names of FULL and
+    PAY strategies, has those counted only (their pairs and cells, in ``bounds``), not encoded:
+    what their lowest possible costs need (`profile_node`)."""
     tile, strategies, fans = part[:3]
     limit: CaptureLimit | None = part[3] if len(part) > 3 else None
+    counted: tuple[str, ...] = tuple(part[4]) if len(part) > 4 else ()
     op = task.operator
     stored = tuple(s for s in strategies if s.stored)
     full = tuple(s for s in stored if s.mode is Mode.FULL)
@@ -396,6 +408,12 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
             sample = subsampled.get(id(pairs))
             if sample is None:
                 sample = subsampled[id(pairs)] = _subsample(pairs, MAX_PAIRS)
+        factor = pairs.n_pairs / max(sample.n_pairs, 1) * g  # the sample's sizes to the tile's
+        if name in counted and strategy.mode in (Mode.FULL, Mode.PAY):  # sizes only: no encoding, no envelopes
+            least, least_keys = least_sizes(strategy, sample)
+            out.bounds[name] = (pairs.n_pairs * g, len(pairs.out_ids) * g, n_in * g, least * factor,
+                                least_keys * factor)
+            continue
         if strategy.mode is not Mode.FULL:  # envelopes (map_p calls) of the sampled pairs only
             key = (strategy.mode, strategy.both_directions)
             if key not in enveloped:  # by the operator as the sample ran (a crop's: its own shapes)
@@ -408,10 +426,51 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
             out.inline[name] = encoded.inline
             out.grow[name] = g
         nbytes, keys, boxes = entry_sizes(encoded)
-        factor = pairs.n_pairs / max(sample.n_pairs, 1) * g  # the sample's sizes to the tile's
         out.strategies[name] = (nbytes * factor, seconds * factor, pairs.n_pairs * g, len(pairs.out_ids) * g,
                                 n_in * g, keys * factor, boxes * factor)
     return out
+
+
+def lower_bound(strategy: Strategy, pairs: float, out_cells: float, in_cells: float, nbytes: float = 0.0,
+                keys: float = 0.0) -> StrategyProfile:
+    """The lowest costs a strategy that stores ``pairs`` pairs over these cells can have, as
+    the cost model prices them: its capture time as calibration predicts it from the same counts
+    (`capture_seconds`), and the least bytes and keys its encoding could count (`least_sizes`,
+    scaled as its sizes would be; disk, runtime and query cost all grow with them).
+
+    Examples
+    --------
+    >>> lower_bound(Strategy.parse("PayOne/backward"), 10, 10, 0).bytes
+    0.0
+    """
+    return StrategyProfile(bytes=float(nbytes), encode_seconds=capture_seconds(strategy, pairs, out_cells, in_cells),
+                           pairs=pairs, out_cells=out_cells, in_cells=in_cells, keys=float(keys))
+
+
+def least_sizes(strategy: Strategy, sample: Any) -> tuple[int, int]:
+    """The fewest ``(bytes, keys)`` `entry_sizes` could count for ``strategy``'s encoding of the
+    pairs ``sample``, from their counts alone: a key (8 bytes) per pair and at least 4 bytes per
+    cell id its values pack (FullMany: every side; FullOne: the other side, plus 8 bytes per keyed
+    cell; PayMany: the out cells); 0 for the encodings that compress (FullRange, PayOne).
+
+    Examples
+    --------
+    >>> from subzero.pairs import PayloadPairs
+    >>> pairs = PayloadPairs(np.arange(6), np.array([0, 2, 6]), [b"a", b"b"])
+    >>> least_sizes(Strategy.parse("PayMany/backward"), pairs)
+    (40, 2)
+    """
+    n = sample.n_pairs
+    outs = len(sample.out_ids)
+    ins = sum(len(a) for a in sample.in_ids) if strategy.mode is Mode.FULL else 0
+    if strategy.mode is Mode.FULL and strategy.encoding == "Many":
+        return 8 * n + 4 * (outs + ins), n
+    if strategy.mode is Mode.FULL and strategy.encoding == "One":
+        keyed, packed = (outs, ins) if strategy.direction is Direction.BACKWARD else (ins, outs)
+        return 8 * n + 4 * packed + 8 * keyed, n
+    if strategy.mode is Mode.PAY and strategy.encoding == "Many":
+        return 8 * n + 4 * outs, n
+    return 0, 0
 
 
 def entry_sizes(encoded: EncodedTile) -> tuple[int, int, int]:
@@ -439,7 +498,8 @@ def _over_limit(seconds: float, most: float) -> str:
 
 def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_seconds: float | None,
                  runner: Executor, sample: int = 2, scale: float = 1.0,
-                 limit: CaptureLimit | None = None) -> NodeProfile:
+                 limit: CaptureLimit | None = None, bound: Sequence[str] = (),
+                 fans: dict | None = None) -> NodeProfile:
     """Profile ``task``'s node (a `subzero.stage.NodeStage` task) from ``sample`` of its ``tiles``,
     measured by ``runner``'s tasks (`profile_part`; a `LocalExecutor`: in this process),
     scaled to the node; ``candidates`` are the optimizer's strategy names.
@@ -451,7 +511,11 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
     multiplies what is measured (a task on a crop of the node's inputs: the node's cells over
     the crop's; the caller then sets the profile's sizes).  With a ``limit`` (its ``cells``
     are set here), the candidates a sample predicts over it are not encoded: the profile
-    lists them in ``skipped``, not in ``strategies``."""
+    lists them in ``skipped``, not in ``strategies``.  The FULL and PAY candidates named in
+    ``bound`` are counted, not encoded: the profile holds their lowest possible costs in
+    ``bounds`` (`lower_bound`), for the caller to ask the integer program whether any of them
+    could be chosen (`subzero.optimizer.plan.bounds_matter`) before paying for their encoding.
+    ``fans``: where a mapping node's fans are kept for the run's other nodes (`kept_mapping_fans`)."""
     op = task.operator
     one_pass = op_seconds is None
     op_seconds = op_seconds or 0.0
@@ -471,11 +535,13 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
         if _cells(Tile(0, corner)) * spread > MAX_MAPPED_CELLS:  # a reduction: one cell maps to many
             profile.fan_backward, profile.fan_forward = max(spread, 1.0), 1.0
         else:
-            profile.fan_backward, profile.fan_forward = mapping_fans(op, fans_corner(op, chosen[0].box))
+            profile.fan_backward, profile.fan_forward = kept_mapping_fans(op, chosen[0].box, fans)
         return profile
     if limit is not None:
         limit = replace(limit, cells=scale * sum(_cells(t) for t in chosen))  # the node's cells
-    parts = [(t, group, k == 0, limit) for t in chosen for k, group in enumerate(_groups(stored, len(chosen)))]
+    counted = tuple(s.name for s in stored if s.name in set(bound) and s.mode in (Mode.FULL, Mode.PAY))
+    parts = [(t, group, k == 0, limit, counted) for t in chosen
+             for k, group in enumerate(_groups(stored, len(chosen)))]
     measured = map_calls(runner, profile_part, replace(task, strategies=stored), parts)
     for m in measured:  # skipped by any part: the integer program prunes it anyway
         for name, why in m.skipped.items():
@@ -491,6 +557,12 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
     for strategy in stored:
         name = strategy.name
         if name in profile.skipped:
+            continue
+        if name in counted:
+            pairs, outs, ins, least, least_keys = np.array([m.bounds[name] for m in measured
+                                                            if name in m.bounds]).sum(axis=0)
+            profile.bounds[name] = lower_bound(strategy, pairs * scale, outs * scale, ins * scale, least * scale,
+                                               least_keys * scale)
             continue
         tiles_of = [m for m in measured if name in m.strategies]  # one part per sample tile measured it
         nbytes, _, pairs, outs, ins, keys, boxes = np.array([m.strategies[name] for m in tiles_of]).sum(axis=0)
@@ -717,6 +789,33 @@ def fans_corner(op: Operator, box: Box, side: int = 32,
         return corner
     ratio = (max_links / (per_cell * cells)) ** (1.0 / len(corner))
     return tuple((lo, lo + max(1, int(np.ceil((hi - lo) * ratio)))) for lo, hi in corner)
+
+
+def kept_mapping_fans(op: Operator, box: Box, kept: dict | None = None) -> tuple[float, float]:
+    """`mapping_fans` of ``op`` over `fans_corner` of ``box``, counted once per ``kept`` (a run's:
+    `profile_node`'s ``fans``) for an operator of the same code and arguments
+    (`subzero.fingerprint.operator_digest`), bound to the same shapes, over the same box: a
+    workflow's nodes of one kind (a step repeated per exposure) share them, as the mapping
+    functions are functions of those alone.
+
+    Examples
+    --------
+    >>> from subzero.operators import Convolve
+    >>> op, kept = Convolve(np.ones((3, 3))).bound(((64, 64),), (64, 64)), {}
+    >>> kept_mapping_fans(op, ((0, 64), (0, 64)), kept) == mapping_fans(op, fans_corner(op, ((0, 64), (0, 64))))
+    True
+    >>> len(kept)
+    1
+    """
+    if kept is None:
+        return mapping_fans(op, fans_corner(op, box))
+    from subzero.fingerprint import operator_digest
+
+    key = (operator_digest(op), tuple(map(tuple, op.input_shapes)), tuple(op.output_shape or ()), tuple(box))
+    fans = kept.get(key)
+    if fans is None:
+        fans = kept[key] = mapping_fans(op, fans_corner(op, box))
+    return fans
 
 
 def mapping_fans(op: Operator, box: Box) -> tuple[float, float]:

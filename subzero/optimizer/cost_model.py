@@ -57,6 +57,9 @@ class NodeProfile:
     skipped: dict[str, str] = field(default_factory=dict)   # candidates calibration did not encode, and why
     #: those candidates' predicted capture seconds and the operator seconds their limit was taken at
     skipped_at: dict[str, list[float]] = field(default_factory=dict)
+    #: candidates calibration counted but did not encode: their lowest possible costs
+    #: (`subzero.optimizer.calibrate.lower_bound`); the integer program chose none of them at those
+    bounds: dict[str, StrategyProfile] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """The JSON form the catalog keeps (strategies by name)."""
@@ -67,6 +70,7 @@ class NodeProfile:
         """The profile `to_dict` wrote."""
         data = dict(data)
         data["strategies"] = {k: StrategyProfile(**v) for k, v in data.get("strategies", {}).items()}
+        data["bounds"] = {k: StrategyProfile(**v) for k, v in data.get("bounds", {}).items()}
         return cls(**data)
 
     def fan(self, direction: Direction | str, cells: float) -> float:

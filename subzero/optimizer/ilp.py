@@ -630,10 +630,10 @@ def _solve_ilp(problem: Problem, survivors: Survivors) -> Found | None:
     if model.status != pulp.LpStatusOptimal:
         return None
     chosen = {
-        node: tuple(sorted(c.strategy for c in cands if x[c.key].value() > 0.5))
+        node: tuple(sorted(c.strategy for c in cands if (x[c.key].value() or 0.0) > 0.5))
         for node, cands in survivors.items()
-    }
-    return chosen, tuple(sorted(a for a, v in z.items() if not isinstance(v, int) and v.value() > 0.5))
+    }  # a variable in no constraint nor the objective has no value (CBC leaves it out): not chosen
+    return chosen, tuple(sorted(a for a, v in z.items() if not isinstance(v, int) and (v.value() or 0.0) > 0.5))
 
 
 def _enumerate(problem: Problem, survivors: Survivors) -> Found | None:

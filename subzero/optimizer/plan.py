@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Collection, Mapping, Sequence
 
 from subzero.catalog import ArrayRecord, PendingNode
 from subzero.dag import Workflow
+from subzero.errors import WorkflowError
 from subzero.modes import Direction, Mode, Strategy
 from subzero.optimizer.cost_model import NodeProfile, disk_cost, runtime_cost, step_cost, touched_share
 from subzero.optimizer.ilp import BLACKBOX, ArrayChoice, Candidate, Plan, Problem, optimal
 from subzero.optimizer.storage import recomputed
 from subzero.optimizer.workload import Query, step_sizes
 
-__all__ = ["build_problem", "optimize", "pending_nodes", "node_choice", "maps_whole", "EPSILON", "BETA"]
+__all__ = ["build_problem", "optimize", "bounds_matter", "pending_nodes", "node_choice", "maps_whole", "EPSILON",
+           "BETA", "BOUND_REASON"]
 
 EPSILON = 1e-9   # seconds of expected query time per byte: a tie-breaker (1 MB ~ 1 ms)
 BETA = 1e6       # bytes per second of runtime overhead in the tie-breaker
 MAP = Strategy.parse("Map")
+#: why a candidate counted but not encoded by calibration is not in the plan (`bounds_matter`)
+BOUND_REASON = "not chosen by the integer program even at its lowest possible costs: not calibrated"
 
 Pins = Mapping[str, Sequence[str | Strategy]]
 
@@ -89,6 +94,30 @@ def optimize(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[Query
     return optimal(problem), problem  # one node's few choices are enumerated: no CBC process to start
 
 
+def bounds_matter(wf: Workflow, profiles: dict[str, NodeProfile], queries: list[Query],
+                  max_disk: float | None, max_runtime: float | None, pinned: Pins, node: str,
+                  arrays: Mapping[str, ArrayChoice] | None = None) -> bool:
+    """Whether ``node``'s candidates calibration only counted (``profiles[node].bounds``, their
+    lowest possible costs) must be encoded: True when the integer program over the node, with
+    those candidates at their lowest costs beside the ones measured, chooses one of them (or
+    finds no plan within the budgets).
+
+    False is a proof that encoding them cannot change the plan: the program's optimum then uses
+    measured candidates only, and their true costs (no lower) can make no plan holding one of
+    them cheaper than that optimum, nor the optimum break a budget; so the node is planned over
+    its measured candidates alone.
+    """
+    profile = profiles[node]
+    if not profile.bounds:
+        return False
+    hopeful = {**profiles, node: replace(profile, strategies={**profile.strategies, **profile.bounds})}
+    try:
+        plan, _ = optimize(wf, hopeful, queries, max_disk, max_runtime, pinned, {node}, arrays)
+    except WorkflowError:  # the pins alone break a budget: the caller plans without them; measure all
+        return True
+    return plan.status != "optimal" or any(s.name in profile.bounds for s in plan.chosen.get(node, ()))
+
+
 def pending_nodes(plan: Plan, problem: Problem, pinned: Pins, profiles: dict[str, NodeProfile],
                   measured: dict[str, dict[str, Any]], arrays: Mapping[str, ArrayRecord]) -> dict[str, PendingNode]:
     """Per node of ``measured`` (phase 1's measurements), its share of the plan as the catalog keeps
@@ -113,5 +142,6 @@ def node_choice(plan: Plan, problem: Problem, pinned: Pins, profile: NodeProfile
                  for c in problem.candidates if c.node == node}
     extra = {"reason": "pinned" if node in pinned else plan.reasons.get(node, ""), "predicted": predicted,
              "profile": profile.to_dict(),
-             "pruned": {**profile.skipped, **{s.name: why for (n, s), why in plan.pruned.items() if n == node}}}
+             "pruned": {**profile.skipped, **dict.fromkeys(profile.bounds, BOUND_REASON),
+                        **{s.name: why for (n, s), why in plan.pruned.items() if n == node}}}
     return chosen, extra

@@ -324,12 +324,6 @@ class SymbolicArray(np.lib.mixins.NDArrayOperatorsMixin, ArrayShape):
         functions ask for: ``savgol_filter``)."""
         return "cpu"
 
-    def __array_namespace__(self, /, *, api_version: str | None = None) -> Any:
-        """numpy, as numpy's ``ndarray.__array_namespace__`` (its functions trace through
-        ``__array_function__``); array-API code then also takes the array as writeable
-        (``x[idx] = v`` is a traced update), as scipy's ``savgol_filter`` does at its edges."""
-        return np
-
     def to_device(self, device: str, /, *, stream: Any = None) -> "SymbolicArray":
         """The array itself for ``"cpu"``, as numpy's ``ndarray.to_device``."""
         if device != "cpu":

@@ -342,21 +342,6 @@ def test_a_numpy_array_of_one_value_is_a_scalar_bit_for_bit():
     assert [n.name for n in wf.nodes if n.operator is None] == ["x", "constant"]  # the zeros only
 
 
-def test_the_array_apis_device_is_numpys():
-    """``x.device`` and ``x.to_device`` answer as numpy's arrays do (array-API code asks for them),
-    and the trace goes on exact: a library reading the device of its input is no graph break."""
-    @sz.workflow
-    def f(x):
-        assert x.device == X.device
-        with pytest.raises(ValueError, match="Only 'cpu'"):
-            x.to_device("gpu")
-        return x.to_device("cpu") * 2.0
-
-    wf = f.trace({"x": X})
-    np.testing.assert_array_equal(evaluate_workflow(wf, {"x": X})["out"], X * 2.0)
-    assert not any(getattr(n.operator, "coarse", False) for n in wf.nodes)
-
-
 def test_calls_without_a_rule_run_as_coarse_steps_naming_the_line():
     @sz.workflow
     def f(x):

@@ -318,18 +318,6 @@ class SymbolicArray(np.lib.mixins.NDArrayOperatorsMixin, ArrayShape):
         """Bytes per cell."""
         return self.dtype.itemsize
 
-    @property
-    def device(self) -> str:
-        """``"cpu"``, as numpy's ``ndarray.device`` (the array API's device, which scipy's
-        functions ask for: ``savgol_filter``)."""
-        return "cpu"
-
-    def to_device(self, device: str, /, *, stream: Any = None) -> "SymbolicArray":
-        """The array itself for ``"cpu"``, as numpy's ``ndarray.to_device``."""
-        if device != "cpu":
-            raise ValueError(f"Unsupported device: {device}. Only 'cpu' is accepted.")
-        return self
-
     def conj(self) -> Any:
         """``np.conj(x)``, traced."""
         return np.conj(self)

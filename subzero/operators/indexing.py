@@ -475,6 +475,8 @@ class Scatter(_Guided):
     [[0]]
     """
 
+    reads_only = True  # ``run`` writes a copy of ``x``, never its inputs
+
     def __init__(self, written: np.ndarray, source: np.ndarray | None, guides: Sequence[str] = (),
                  fill: Any = None):
         written = np.asarray(written, bool)
@@ -578,10 +580,23 @@ class Scatter(_Guided):
             return _bounding(self._sources_in(out_box)[1], len(self.input_shapes[1]))
         return self._guide_box(out_box, self.guides[i - self._first_guide], self.input_shapes[i])
 
+    fills_out = True  # `run_into`: ``x`` copied into the given array, then the written cells
+
     def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
-        x, rest = inputs[0], inputs[1:]
+        return self._write(ctx, np.array(inputs[0], copy=True), inputs[1:])
+
+    def run_into(self, ctx: Context, out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
+        if any(np.may_share_memory(out, v) for v in inputs[1:]):  # the values or guides would be overwritten
+            np.copyto(out, self.run(ctx, *inputs), casting="no")
+            return out
+        np.copyto(out, inputs[0], casting="no")
+        return self._write(ctx, out, inputs[1:])
+
+    def _write(self, ctx: Context, out: np.ndarray, rest: tuple[np.ndarray, ...]) -> np.ndarray:
+        """``out`` (the tile's cells of ``x``) with the tile's written cells replaced."""
         box = ctx.tile_box
-        out = np.array(x, copy=True)
+        if out.shape != box_shape(box):  # a probe of the output's dtype (one cell each input): x's own
+            return out
         if not self._written[_region(box)].any():
             return out
         if not self.has_values:

@@ -158,8 +158,11 @@ class StencilOperator(Operator):
 
 
 def has_nan(x: np.ndarray) -> bool:
-    """True for a float or complex array holding a NaN."""
-    return x.dtype.kind in "fc" and bool(np.isnan(x).any())
+    """True for a float or complex array holding a NaN (a float array's minimum is NaN then:
+    one pass and no mask)."""
+    if x.dtype.kind == "f":
+        return x.size > 0 and bool(np.isnan(x.min()))
+    return x.dtype.kind == "c" and bool(np.isnan(x).any())
 
 
 def extreme_over_nan(filter_: Callable[[np.ndarray, float], np.ndarray], x: np.ndarray, cval: float,
@@ -275,6 +278,7 @@ class _RankFilter(StencilOperator):
     """A rank filter over a box of ``size`` cells per axis, or over a boolean ``footprint``."""
 
     fn = "median_filter"  # the scipy.ndimage function, by name (scipy is imported on first use)
+    reads_only = True  # scipy's own filter: never writes its input
 
     def __init__(self, size: int | tuple[int, ...] | None = 3, footprint=None, mode: str = "reflect",
                  cval: float = 0.0):
@@ -484,6 +488,8 @@ class GenericFilter(_RankFilter):
     runs on each window's values (a float64 1-D array, the footprint's cells in C order) as
     scipy runs it, so a cell reads its footprint and nothing else.  ``function`` must be
     picklable by cloudpickle to run on Spark."""
+
+    reads_only = False  # the user's function: given scipy's window buffer, but not promised to leave it alone
 
     def __init__(self, function: Callable[..., Any], size: int | tuple[int, ...] | None = None,
                  footprint: ArrayLike | None = None, mode: str = "reflect",

@@ -207,7 +207,9 @@ class SymbolicArray(np.lib.mixins.NDArrayOperatorsMixin, ArrayShape):
     def __array__(self, dtype=None, copy=None):
         caller = _library_caller()
         if self._can_compute():
-            value = self.values(f"{caller or 'np.asarray'}() of {self!r}")
+            # (the reason names the array only when it still needs computing: the repr of one with
+            # values prints them, a millisecond per million cells for a message nobody reads)
+            value = self.values(f"{caller or 'np.asarray'}() of {self!r}" if self._entry.value is None else "")
             # numpy code gets its own copy of a computed step's values (it may write into it), so the
             # run may still store them; an input's are the caller's own array, handed back as numpy
             # does, and ``copy=False`` (numpy's "never copy") hands over the trace's own array

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 # astroscrappy's OpenMP threads spin-wait: on the tiny images of the tests (and 2 cores
 # shared with Spark) one thread is 5x faster per call; set before anything loads OpenMP
@@ -28,9 +29,33 @@ def spark():
 
 @pytest.fixture(scope="session", autouse=True)
 def private_cache(tmp_path_factory):
-    """Query statistics and remote-shard caches go to a directory of this test session."""
-    os.environ["SUBZERO_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    yield
+    """Query statistics and remote-shard caches go to a directory of this test session.
+
+    Only the JVM's class-data-sharing archive (``spark-cds``) is the user's (`user_cache`): in a
+    directory of the session's own, every worker's session JVM dumped an archive as it exited
+    (after the last test) that no later session used, and while it ran (the whole session) no
+    JVM of the tests' own commands started from one (which halves a JVM's start)."""
+    from subzero import config
+
+    user = Path(config.cache_root())  # read before SUBZERO_CACHE points to the session's directory
+    cache = tmp_path_factory.mktemp("cache")
+    try:
+        (user / "spark-cds").mkdir(parents=True, exist_ok=True)
+        os.symlink(user / "spark-cds", cache / "spark-cds")
+    except OSError:  # a read-only home: the archive stays this session's
+        pass
+    os.environ["SUBZERO_CACHE"] = str(cache)
+    yield user
+
+
+@pytest.fixture(scope="session")
+def user_cache(private_cache) -> Path:
+    """The user's own cache directory (``~/.cache/subzero`` unless the ``cache`` setting says
+    otherwise), not the session's: for caches that only save work and change no answer, kept
+    from one test session (and one clone) to the next: the JVM's class-data-sharing archive
+    (keyed by the Java and pyspark versions; a JVM ignores a stale one) and mypy's cache
+    (each module checked again when its source, or what it imports, changed)."""
+    return private_cache
 
 
 @pytest.fixture(scope="session")

@@ -304,6 +304,7 @@ def test_stats_bench_measures_a_built_store_in_a_fresh_process(tmp_path, monkeyp
     assert "driver peak RSS (GB)" in report and "Contamination count of the hits" in report
 
 
+@pytest.mark.slow  # a demo run and a round of queries, each in a new process: about 25 s
 def test_coldquery_bench_times_new_processes_against_import_numpy(tmp_path, monkeypatch):
     monkeypatch.setenv("SUBZERO_COLDQUERY_BASELINE", str(Path(__file__).resolve().parents[1]))  # itself: same answer
     assert bench.main("coldquery", quick=True, out_dir=str(tmp_path), size=1, executor="local",

@@ -744,6 +744,7 @@ def as_argv(line: str) -> list[str]:
     return [sys.executable, "-m", "subzero", *argv[1:]]
 
 
+@pytest.mark.slow  # five commands in new processes, the run on Spark: about 45 s
 def test_the_your_data_walkthrough_runs_as_written(tmp_path):
     image, dark = exposure()
     sci = fits.ImageHDU(image, name="SCI")

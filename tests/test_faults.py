@@ -68,6 +68,7 @@ def test_kill_local_runs_at_random_moments_then_resume(clean):
             assert "resume it (--resume)" in t.message or "does not exist" in t.message, t.message
 
 
+@pytest.mark.slow  # a Spark run in a new process, killed, resumed: about 35 s
 def test_kill_a_spark_run_then_resume(clean, tmp_path):
     """A Spark run (its JVM and Python workers included) killed while it computes (0.26 s after its
     fifth node committed): nothing is left running, the store refuses queries, its committed nodes

@@ -351,6 +351,7 @@ def _processes_marked(mark: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # two Spark runs in new processes, one interrupted: about 40 s
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the run's processes through /proc")
 def test_ctrl_c_is_one_line_leaves_no_jvm_and_resume_continues(tmp_path):
     """Ctrl-C during a Spark run, in a directory holding profile.py and types.py (which

@@ -81,6 +81,9 @@ def dump_lineage(path: Path) -> dict:
             target.parent.mkdir(parents=True, exist_ok=True)
             location.fs.get_file(remote, str(target))
         path = local
+    from subzero.store.shards import close_all
+
+    close_all()  # LMDB refuses a second open of a file in one process: queries may hold these shards open
     store = FileStore.open(path)
     out = {}
     for node in store.read_catalog().nodes.values():

@@ -231,7 +231,15 @@ def tile_grid(shape: Shape, split_axes: tuple[int, ...], tile_shape: "int | tupl
     the same `Tile` objects (a run binds each node's stage more than once, and compares grids)."""
     lens = None if tile_shape is None else int(tile_shape) if isinstance(tile_shape, (int, np.integer)) else \
         tuple(int(n) for n in tile_shape)
-    return list(_grid(tuple(int(n) for n in shape), tuple(int(a) for a in split_axes), lens))
+    key = (tuple(int(n) for n in shape), tuple(int(a) for a in split_axes), lens)
+    split = tile_lens(*key)
+    if math.prod(-(-max(n, 1) // step) for n, step in zip(key[0], split)) > CACHED_GRID_TILES:
+        return list(_grid.__wrapped__(*key))  # a large grid is not kept after its run
+    return list(_grid(*key))
+
+
+#: grids of at most this many tiles are kept (`tile_grid`): a run binds each node's stage more than once
+CACHED_GRID_TILES = 4096
 
 
 @functools.lru_cache(maxsize=256)

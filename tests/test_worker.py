@@ -355,7 +355,8 @@ def test_an_operator_that_only_reads_gets_read_only_views_of_held_arrays():
         np.testing.assert_array_equal(got.output, -np.arange(16.0).reshape(4, 4)[1:3])
         block = seen.pop()
         assert np.shares_memory(block, held.block) is views and block.flags.writeable is not views
-    assert ops.Add().reads_only and ops.Threshold(0.5).reads_only and not ops.MedianFilter(3).reads_only
+    assert ops.Add().reads_only and ops.Threshold(0.5).reads_only and ops.MedianFilter(3).reads_only
+    assert not ops.GenericFilter(np.max, size=3).reads_only  # the user's function is given the window's buffer
     from subzero.trace.calls import ARG, NumpyCall  # np.where as traced (xarray's where): it only reads
     assert ops.Apply(NumpyCall(np.where, (ARG, ARG, 0.0)), nin=2).reads_only
     assert not ops.Apply(NumpyCall(np.where, (ARG, ARG, 0.0), {"out": None}), nin=2).reads_only

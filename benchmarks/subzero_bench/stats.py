@@ -200,6 +200,23 @@ def run_workflow(raw: np.ndarray, store: Path):
                           strategies={"stars": ["CompOne"]})
 
 
+def _measured(call: Callable[[], Any], sampler: Any, spark: Any, executor: str) -> tuple[Any, dict[str, Any]]:
+    """``call()`` timed, with the load beside it; then the driver's peak RSS (this process's plus
+    the driver JVM's, from ``sampler``) and Spark's Python workers' peak, and Spark stopped."""
+    load_before = load_average()
+    t0 = time.perf_counter()
+    got = call()
+    wall = time.perf_counter() - t0
+    load_after = load_average()
+    jvm, workers = sampler.stop()
+    python = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if spark is not None:
+        spark.stop()
+    return got, {"seconds": wall, "driver_rss": python + jvm, "driver_python_rss": python, "driver_jvm_rss": jvm,
+                 "executor_rss": workers if executor == "spark" else None,
+                 "load_before": load_before, "load_after": load_after}
+
+
 def store_table(store: str, flags: str, executor: str = "spark") -> dict[str, Any]:
     """In this (fresh) process: the table of every object of the run in ``store`` (opened
     read-only) over ``raw``, the Zarr array ``flags`` as flags and ``raw`` as values, by
@@ -223,27 +240,17 @@ def store_table(store: str, flags: str, executor: str = "spark") -> dict[str, An
     logger = logging.getLogger("subzero.stats.table")
     logger.setLevel(logging.INFO)
     logger.addHandler(_Geometry())
-    load_before = load_average()
-    t0 = time.perf_counter()
-    table = run.lineage_table("stars", over="raw", flags=hits, values="raw", executor=executor)
-    wall = time.perf_counter() - t0
-    load_after = load_average()
-    jvm, workers = sampler.stop()
-    python = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    if spark is not None:
-        spark.stop()
+    table, measured = _measured(lambda: run.lineage_table("stars", over="raw", flags=hits, values="raw",
+                                                          executor=executor), sampler, spark, executor)
     mismatches = _check_sample(run, table, hits)
     shape = tuple(run.shape("stars"))
     return {"store": str(store), "flags": str(flags), "executor": executor, "cells": int(np.prod(shape)),
             "side": int(shape[0]), "objects": len(table), "batches": table.meta["batches"],
-            "seconds": wall, "geometry_seconds": phases[0] if phases else None,
+            "geometry_seconds": phases[0] if phases else None,
             "lineage_cells_total": int(np.asarray(table["n_lineage"]).sum()),
             "objects_flagged": int((np.asarray(table["n_flagged"]) > 0).sum()),
             "sample": min(SAMPLE, len(table)), "sample_mismatches": mismatches,
-            "values_sum": float(np.nansum(np.asarray(table["values_sum"]))),
-            "driver_rss": python + jvm, "driver_python_rss": python, "driver_jvm_rss": jvm,
-            "executor_rss": workers if executor == "spark" else None,
-            "load_before": load_before, "load_after": load_after}
+            "values_sum": float(np.nansum(np.asarray(table["values_sum"]))), **measured}
 
 
 def store_count(store: str, flags: str, executor: str = "spark") -> dict[str, Any]:
@@ -267,15 +274,8 @@ def store_count(store: str, flags: str, executor: str = "spark") -> dict[str, An
     hits = zarr.open_array(flags, mode="r")
     where = Path(tempfile.mkdtemp(prefix="subzero-count-"))
     try:
-        load_before = load_average()
-        t0 = time.perf_counter()
-        counts = run.contamination_count("raw", hits, "stars", out=str(where / "counts.zarr"), executor=executor)
-        wall = time.perf_counter() - t0
-        load_after = load_average()
-        jvm, workers = sampler.stop()
-        python = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        if spark is not None:
-            spark.stop()
+        counts, measured = _measured(lambda: run.contamination_count("raw", hits, "stars", out=str(where / "counts.zarr"),
+                                                                     executor=executor), sampler, spark, executor)
         counted = total = biggest = 0
         sample: list[tuple[int, ...]] = []
         shape, chunks = tuple(counts.shape), tuple(counts.chunks)
@@ -299,11 +299,8 @@ def store_count(store: str, flags: str, executor: str = "spark") -> dict[str, An
     finally:
         shutil.rmtree(where, ignore_errors=True)
     return {"store": str(store), "flags": str(flags), "executor": executor, "cells": int(np.prod(shape)),
-            "side": int(shape[0]), "seconds": wall, "contaminated_cells": counted, "count_total": total,
-            "count_max": biggest, "sample": len(picks), "sample_mismatches": mismatches,
-            "driver_rss": python + jvm, "driver_python_rss": python, "driver_jvm_rss": jvm,
-            "executor_rss": workers if executor == "spark" else None,
-            "load_before": load_before, "load_after": load_after}
+            "side": int(shape[0]), "contaminated_cells": counted, "count_total": total,
+            "count_max": biggest, "sample": len(picks), "sample_mismatches": mismatches, **measured}
 
 
 def _check_sample(run, table, hits) -> int:

@@ -42,7 +42,7 @@ from subzero.operators import filters1d, measurements, morphology, numeric
 from subzero.trace.errors import UnsupportedCallError
 from subzero.trace.building import add_node, astype
 from subzero.trace.coarse import coarse_call, leaves
-from subzero.trace.tracer import add_trace_context
+from subzero.trace.tracer import add_trace_context, current_tracer
 from subzero.trace.symbolic import SymbolicArray
 
 __all__ = ["convolve", "correlate", "gaussian_filter", "uniform_filter", "median_filter", "maximum_filter",
@@ -571,24 +571,37 @@ def __getattr__(name: str) -> Any:
 
 
 # -- scipy.ndimage calls made inside other packages ------------------------------------------------------
+# The dispatchers are bound once, by the first trace (or `scipy_dispatch`), and stay bound for the process's
+# life: outside a trace in the calling context (any call of another thread, of code a trace runs on values, of
+# code after the trace) a dispatcher calls scipy's own function at once, so binding and putting back scipy's
+# functions around every trace (a look through the holders' namespaces each time) is not paid per trace.
 _DISPATCH_LOCK = threading.RLock()
-_dispatch_depth = 0
-_dispatch_patched: list[tuple[dict, str, Any]] = []  # (namespace, name, original) to put back
+_dispatch_patched: list[tuple[dict, str, Any]] = []  # (namespace, name, original) to put back (`_restore`)
 _dispatch_seen: set[str] = set()  # the modules imported when the dispatchers were bound
-_dispatch_bound: dict[int, Callable] = {}  # id(dispatcher) -> original, while active
-_dispatch_live: list[Callable] = []  # the dispatchers themselves: alive, so their ids stay theirs
+_dispatch_bound: dict[int, Callable] = {}  # id(dispatcher) -> original, while bound
+_dispatch_live: dict[int, Callable] = {}  # the dispatchers bound, by id: alive, so their ids stay theirs
 _dispatch_scanned: set[str] = set()  # modules whose namespaces were scanned once
 _dispatch_holders: dict[int, Any] = {}  # the modules found holding one of scipy.ndimage's functions
-#: id(original) -> (original, its dispatcher): made once per scipy function, bound by every trace
+#: id(original) -> (original, its dispatcher): made once per scipy function, bound once per process
 _dispatchers: dict[int, tuple[Callable, Callable]] = {}
+#: `_imported()` when the dispatchers were last bound (None: not bound)
+_dispatch_modules: tuple[int, str] | None = None
+
+
+def _imported() -> tuple[int, str]:
+    """How many modules are imported and the last one's name (``sys.modules`` keeps import order):
+    a different pair means modules were imported since it was taken."""
+    return len(sys.modules), next(reversed(sys.modules), "")
 
 
 def _dispatcher(original: Callable, ours: Callable) -> Callable:
-    """``original`` for plain arguments, ``ours`` when any argument is a `SymbolicArray`."""
+    """``original`` for plain arguments or outside a trace, ``ours`` when a trace is in force in the
+    calling context and an argument is a `SymbolicArray`."""
     def dispatch(*args, **kwargs: Any) -> Any:
-        for value in itertools.chain(args, kwargs.values()):
-            if isinstance(value, SymbolicArray):
-                return ours(*args, **kwargs)
+        if current_tracer() is not None:
+            for value in itertools.chain(args, kwargs.values()):
+                if isinstance(value, SymbolicArray):
+                    return ours(*args, **kwargs)
         return original(*args, **kwargs)
     functools.update_wrapper(dispatch, original)
     dispatch.__subzero_original__ = original  # type: ignore[attr-defined]
@@ -622,82 +635,85 @@ def _swap(namespaces: Iterable[Any], table: dict[int, Callable], record: bool) -
 def _patch() -> None:
     """Bind a dispatcher wherever a module namespace holds one of scipy.ndimage's functions
     that subzero implements (scipy.ndimage, its private submodules, ``from scipy.ndimage
-    import x`` in any imported module)."""
+    import x`` in any imported module): every module the first time, then only the modules
+    imported since and those known to hold one."""
+    global _dispatch_modules
     import scipy.ndimage
 
     targets: dict[int, Callable] = {}
     for name in __all__:
-        original = getattr(scipy.ndimage, name, None)
-        if callable(original) and not hasattr(original, "__subzero_original__") and id(original) not in targets:
+        current = getattr(scipy.ndimage, name, None)
+        original = getattr(current, "__subzero_original__", current)  # bound already: scipy's own behind it
+        if callable(original) and id(original) not in targets:
             made = _dispatchers.get(id(original))
             if made is None or made[0] is not original:  # made once per function (kept alive: ids stay theirs)
                 made = _dispatchers[id(original)] = (original, _dispatcher(original, globals()[name]))
             targets[id(original)] = made[1]
     _dispatch_seen.update(sys.modules)
-    _dispatch_live.extend(targets.values())
-    _dispatch_bound.update({id(d): d.__subzero_original__ for d in _dispatch_live})  # type: ignore[attr-defined]
+    _dispatch_live.update({id(d): d for d in targets.values()})
+    _dispatch_bound.update({i: d.__subzero_original__ for i, d in _dispatch_live.items()})  # type: ignore[attr-defined]
     # a module binds scipy.ndimage's functions when it is imported: one scan of each module in
-    # the process's life, then only the modules that held one (a trace pays microseconds, not a
-    # scan of every loaded module's namespace)
+    # the process's life, then only the modules that held one
     fresh = [(name, sys.modules.get(name)) for name in sys.modules.keys() - _dispatch_scanned]
     _dispatch_scanned.update(name for name, _ in fresh)
     known = [module for module in _dispatch_holders.values()]
     for module in _swap([module for _, module in fresh if module is not None] + known, targets, record=True):
         _dispatch_holders[id(module)] = module
+    _dispatch_modules = _imported()
 
 
 def _restore() -> None:
     """Put every original back (only where the dispatcher is still bound), also in modules
-    imported while the dispatchers were bound (they may have bound one by name)."""
-    while _dispatch_patched:
-        namespace, key, original = _dispatch_patched.pop()
-        if getattr(namespace.get(key), "__subzero_original__", None) is original:
-            namespace[key] = original
-    new = [sys.modules.get(name) for name in sys.modules.keys() - _dispatch_seen]
-    _swap([module for module in new if module is not None], _dispatch_bound, record=False)
-    _dispatch_seen.clear()
-    _dispatch_bound.clear()
-    _dispatch_live.clear()
+    imported while the dispatchers were bound (they may have bound one by name): scipy as it
+    was before the first trace (the next trace binds the dispatchers again)."""
+    global _dispatch_modules
+    with _DISPATCH_LOCK:
+        while _dispatch_patched:
+            namespace, key, original = _dispatch_patched.pop()
+            if getattr(namespace.get(key), "__subzero_original__", None) is original:
+                namespace[key] = original
+        new = [sys.modules.get(name) for name in sys.modules.keys() - _dispatch_seen]
+        _swap([module for module in new if module is not None], _dispatch_bound, record=False)
+        _dispatch_seen.clear()
+        _dispatch_bound.clear()
+        _dispatch_live.clear()
+        _dispatch_modules = None
 
 
 @contextlib.contextmanager
 def scipy_dispatch() -> Iterator[None]:
-    """While active, scipy.ndimage's functions that `subzero.ndimage` implements dispatch on
-    their arguments: a call with a `SymbolicArray` among them runs subzero's function (an
-    operator with exact lineage), any other call scipy's own, unchanged.
+    """Within, scipy.ndimage's functions that `subzero.ndimage` implements dispatch on their
+    arguments: a call with a `SymbolicArray` among them, made while a trace is in force in the
+    calling context, runs subzero's function (an operator with exact lineage); any other call
+    scipy's own, unchanged (a plain call, another thread's, code run outside the trace).
 
     This reaches scipy.ndimage calls made inside installed packages (``ndi.label`` inside
     ``skimage.morphology``) without editing them: the dispatchers are bound in
     ``scipy.ndimage``, its private submodules (``_filters``, ``_morphology``,
     ``_measurements``, ...) and every imported module that bound a function by ``from
-    scipy.ndimage import name``.  Everything is put back on exit, also on an exception;
-    nested and concurrent uses share one binding (the last exit restores).
+    scipy.ndimage import name``.  They are bound on the first entry and stay bound (outside a
+    trace each is scipy's function behind one test): a later entry binds them only in the
+    modules imported since.
 
     Examples
     --------
-    >>> import scipy.ndimage
+    >>> import numpy as np, scipy.ndimage
     >>> with scipy_dispatch():
     ...     hasattr(scipy.ndimage.gaussian_filter, "__subzero_original__")
     True
-    >>> hasattr(scipy.ndimage.gaussian_filter, "__subzero_original__")
-    False
+    >>> x = np.arange(9.0).reshape(3, 3)
+    >>> bool((scipy.ndimage.gaussian_filter(x, 1.0) == scipy.ndimage.gaussian_filter.__wrapped__(x, 1.0)).all())
+    True
     """
-    global _dispatch_depth
-    with _DISPATCH_LOCK:
-        if _dispatch_depth == 0:
-            try:
-                _patch()
-            except BaseException:
-                _restore()
-                raise
-        _dispatch_depth += 1
-    try:
-        yield
-    finally:
+    if _dispatch_modules != _imported():  # first use, or modules imported since the last binding
         with _DISPATCH_LOCK:
-            _dispatch_depth -= 1
-            if _dispatch_depth == 0:
-                _restore()
+            if _dispatch_modules != _imported():
+                try:
+                    _patch()
+                except BaseException:
+                    _restore()
+                    raise
+    yield
 
 
 # every function with scipy's output= also takes a symbolic array there (a library's np.empty_like)

@@ -289,9 +289,10 @@ def test_a_missing_function_names_scipys_and_the_fix():
 
 
 # -- scipy.ndimage calls made by other code -------------------------------------------------------------
-def test_scipy_dispatch_routes_symbolic_calls_and_restores_everything():
+def test_scipy_dispatch_routes_symbolic_calls_and_stays_bound_for_plain_calls():
     import scipy.ndimage._filters as filters_module
 
+    szi._restore()  # scipy as it was before any trace
     before = {name: getattr(ndimage, name) for name in ("gaussian_filter", "label", "sum_labels")}
     private = filters_module.gaussian_filter
     traced = sz.workflow(lambda x: ndimage.gaussian_filter(x, 1.0) + uniform_filter(x, 3), name="direct")
@@ -304,19 +305,52 @@ def test_scipy_dispatch_routes_symbolic_calls_and_restores_everything():
     assert [n.name for n in wf.nodes] == ["x", "gaussian_filter", "uniform_filter", "out"]
     np.testing.assert_allclose(evaluate_workflow(wf, {"x": IMAGE})["out"],
                                ndimage.gaussian_filter(IMAGE, 1.0) + ndimage.uniform_filter(IMAGE, 3))
+    # bound for the process's life: scipy's own function behind each, the same values and errors
+    assert ndimage.gaussian_filter.__subzero_original__ is before["gaussian_filter"]
+    np.testing.assert_array_equal(ndimage.gaussian_filter(IMAGE, 1.0), before["gaussian_filter"](IMAGE, 1.0))
+    with pytest.raises(RuntimeError, match="sequence argument must have length"):
+        ndimage.gaussian_filter(IMAGE, (1.0, 1.0, 1.0))
+    szi._restore()
     assert {name: getattr(ndimage, name) for name in before} == before
     assert filters_module.gaussian_filter is private and not hasattr(uniform_filter, "__subzero_original__")
 
 
-def test_scipy_dispatch_is_reentrant_and_restores_on_an_exception():
+def test_scipy_dispatch_is_reentrant_and_stays_bound_after_an_exception():
+    szi._restore()
     original = ndimage.median_filter
     with pytest.raises(ZeroDivisionError):
         with szi.scipy_dispatch():
             with szi.scipy_dispatch():
                 inner = ndimage.median_filter
-            assert ndimage.median_filter is inner is not original  # still active: the outer entry holds it
+            assert ndimage.median_filter is inner is not original  # still bound after the inner exit
             1 / 0
+    assert ndimage.median_filter is inner and inner.__subzero_original__ is original
+    with szi.scipy_dispatch():  # bound once: entering again binds nothing new
+        assert ndimage.median_filter is inner
+    szi._restore()
     assert ndimage.median_filter is original
+
+
+def test_a_dispatcher_runs_subzero_only_inside_a_trace_in_the_calling_context():
+    """Outside a trace (after it, in another thread while it runs, in code it runs on values) a
+    bound dispatcher calls scipy's function even with a symbolic array among the arguments."""
+    import threading
+
+    from subzero.trace.tracer import Tracer, outside_trace
+
+    dispatch = szi._dispatcher(lambda *a, **k: "scipy", lambda *a, **k: "subzero")
+    tracer = Tracer("t")
+    x = szi.SymbolicArray(tracer, tracer.input("x", (2,)), (2,), np.dtype(float))
+    assert dispatch(x) == "scipy" and dispatch(IMAGE) == "scipy"
+    seen = []
+    with tracer:
+        assert dispatch(x) == "subzero" and dispatch(IMAGE, size=x) == "subzero" and dispatch(IMAGE) == "scipy"
+        with outside_trace():
+            assert dispatch(x) == "scipy"
+        other = threading.Thread(target=lambda: seen.append(dispatch(x)))
+        other.start()
+        other.join()
+    assert seen == ["scipy"] and dispatch(x) == "scipy"
 
 
 def test_plain_calls_in_other_threads_run_scipy_while_dispatch_is_active():
@@ -360,11 +394,13 @@ def test_skimage_functions_that_call_scipy_ndimage_are_traced():
 def test_scipy_dispatch_scans_each_module_once(monkeypatch):
     """A trace binds the dispatchers in the modules known to hold scipy.ndimage's functions, not
     in a scan of every loaded module (thousands, with astropy or scikit-image): a module is
-    scanned once in the process's life; the dispatch still reaches scipy.ndimage and its users."""
+    scanned once in the process's life, and an entry with no module imported since the last
+    binding binds nothing; the dispatch still reaches scipy.ndimage and its users."""
     import sys
 
     import scipy.ndimage._filters as filters
 
+    szi._restore()
     with szi.scipy_dispatch():  # every module loaded so far is scanned here, once
         pass
     assert set(sys.modules) <= szi._dispatch_scanned
@@ -380,8 +416,16 @@ def test_scipy_dispatch_scans_each_module_once(monkeypatch):
     with szi.scipy_dispatch():
         assert hasattr(ndimage.gaussian_filter, "__subzero_original__")
         assert hasattr(filters.gaussian_filter, "__subzero_original__")
-    assert seen[0] <= len(szi._dispatch_holders) < len(sys.modules) // 4, (seen, len(sys.modules))
-    assert not hasattr(ndimage.gaussian_filter, "__subzero_original__")  # put back on exit
+    assert seen == []  # bound already, no module imported since: nothing to look at
+    module = types.ModuleType("imported_between_traces")
+    sys.modules[module.__name__] = module
+    try:
+        with szi.scipy_dispatch():
+            pass
+    finally:
+        sys.modules.pop(module.__name__, None)
+    assert len(seen) == 1 and seen[0] <= len(szi._dispatch_holders) + 1 < len(sys.modules) // 4, (seen, len(sys.modules))
+    assert hasattr(ndimage.gaussian_filter, "__subzero_original__")  # stays bound
 
 
 def test_signatures_are_scipys():
@@ -401,9 +445,8 @@ def test_signatures_are_scipys():
         assert set(params(theirs, True)) <= set(params(ours, True)), name
 
 
-def test_a_module_imported_while_dispatch_is_active_gets_scipys_function_back():
+def test_a_module_imported_while_dispatch_is_bound_gets_scipys_function_back_on_restore():
     import sys
-    import types
 
     module = types.ModuleType("imported_during_dispatch")
     try:
@@ -411,6 +454,8 @@ def test_a_module_imported_while_dispatch_is_active_gets_scipys_function_back():
             sys.modules[module.__name__] = module
             exec("from scipy.ndimage import gaussian_filter as smooth", module.__dict__)
             assert hasattr(module.smooth, "__subzero_original__")
+        np.testing.assert_array_equal(module.smooth(IMAGE, 1.0), module.smooth.__subzero_original__(IMAGE, 1.0))
+        szi._restore()
         assert module.smooth is ndimage.gaussian_filter and not hasattr(module.smooth, "__subzero_original__")
     finally:
         sys.modules.pop(module.__name__, None)

@@ -31,6 +31,7 @@ import inspect
 import itertools
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -42,7 +43,7 @@ from subzero.operators import filters1d, measurements, morphology, numeric
 from subzero.trace.errors import UnsupportedCallError
 from subzero.trace.building import add_node, astype
 from subzero.trace.coarse import coarse_call, leaves
-from subzero.trace.tracer import add_trace_context, current_tracer
+from subzero.trace.tracer import add_trace_context, current_tracer, outside_trace
 from subzero.trace.symbolic import SymbolicArray
 
 __all__ = ["convolve", "correlate", "gaussian_filter", "uniform_filter", "median_filter", "maximum_filter",
@@ -347,9 +348,34 @@ def label(input: Array, structure: Array | None = None, output: Array | None = N
         return _scipy("label", input, structure, output)
     _check("label", output=output)
     ids = add_node(ops.Label(structure), [input], "label", dtype=np.dtype(np.int64))
+    labelled = _labelled(input, ids)  # the trace's values of the three nodes: one labelling
     numbers = add_node(numeric.Relabel(lineage), [ids], "label_numbers", dtype=np.dtype(np.int32))
     count = add_node(numeric.GlobalReduction("max"), [numbers], "label_count", dtype=np.dtype(np.int32))
+    if labelled is not None:  # ranking the ids again would take about as long as labelling: its time stands for it
+        numbers.entry.value, count.entry.value = labelled
+        numbers.entry.seconds = ids.entry.seconds
     return numbers, SymbolicArray(count.tracer, count.entry, (), count.dtype)
+
+
+def _labelled(input: SymbolicArray, ids: SymbolicArray) -> tuple[np.ndarray, np.ndarray] | None:
+    """When the trace evaluates as it records and ``input``'s values fit its budget: ``ids``'s
+    values set (`Label.whole`), and the values of ``label_numbers`` and ``label_count``, from one
+    scipy labelling (evaluated node by node, the ids would be labelled and then ranked again);
+    else None (the trace evaluates them as any node, or the run computes them)."""
+    tracer = input.tracer
+    if tracer.eager_bytes is None or not tracer.evaluate_within_budget(input.entry):
+        return None
+    cells = int(np.prod(ids.entry.shape, dtype=np.int64))
+    if not cells or tracer.eager_bytes is None or tracer.value_bytes + 12 * cells > tracer.eager_bytes:
+        return None
+    started = time.perf_counter()
+    try:
+        with outside_trace():
+            values, numbers, n = ids.entry.bound_op().whole(tracer.value(input.entry))  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - the run computes it (and fails there, naming the node)
+        return None
+    ids.entry.value, ids.entry.seconds = values, time.perf_counter() - started
+    return numbers, np.full((1,) * numbers.ndim, n, np.int32)
 
 
 def zoom(input: Array, zoom: float | Sequence[float], output: Array | None = None, order: int = 3,

@@ -496,3 +496,28 @@ def test_skimage_grey_morphology_writes_into_the_array_it_allocates():
     values, want = evaluate_workflow(wf, {"x": IMAGE}), grey(IMAGE)
     for key in want:
         np.testing.assert_array_equal(values[key], want[key])
+
+
+@pytest.mark.parametrize("shape, structure", [((40, 30), None), ((7, 9, 8), None), ((30, 25), np.ones((3, 3), int))])
+def test_a_trace_labels_once_and_its_values_are_the_operators(shape, structure):
+    """A trace evaluating as it records takes label, label_numbers and label_count from one scipy
+    labelling (`Label.whole`): the values the run reuses are those the operators compute."""
+    from subzero.oracle import evaluate_operator
+    from subzero.trace.tracer import Tracer
+
+    x = (np.random.default_rng(len(shape)).random(shape) > 0.6).astype(float)
+    tracer = Tracer("lab", eager_bytes=2**30)
+    with tracer:
+        source = szi.SymbolicArray(tracer, tracer.input("x", shape, x), shape, x.dtype)
+        numbers, count = szi.label(source, structure)
+    ids = numbers.entry.inputs[0]
+    assert ids.value is not None and numbers.entry.value is not None and count.entry.value is not None
+    want_ids = evaluate_operator(ids.op, [x])
+    want_numbers = evaluate_operator(numbers.entry.op, [want_ids])
+    np.testing.assert_array_equal(ids.value, want_ids)
+    assert ids.value.dtype == want_ids.dtype and numbers.entry.value.dtype == want_numbers.dtype == np.int32
+    np.testing.assert_array_equal(numbers.entry.value, want_numbers)
+    np.testing.assert_array_equal(numbers.entry.value, ndimage.label(x, structure)[0])
+    want_count = evaluate_operator(count.entry.op, [want_numbers])
+    assert count.entry.value.shape == want_count.shape and count.entry.value.dtype == want_count.dtype
+    np.testing.assert_array_equal(count.entry.value, want_count)

@@ -376,6 +376,24 @@ class Label(IdentityMapping, Operator):
             self._write_lineage(ctx, labels, canon, crossing, origin, shape, boxes)
         return np.concatenate([np.zeros(1, np.int64), canon])[labels]
 
+    def whole(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """``(ids, numbers, n)`` over the whole array ``x`` from one labelling: ``ids`` as `run`
+        gives them on it, ``numbers`` scipy's own 1..n labels (int32), which
+        `subzero.operators.numeric.Relabel` gives from ``ids`` (canonical ids keep the raster order
+        of the components' first cells, which is scipy's numbering), and ``n`` (a trace evaluating
+        ``scipy.ndimage.label`` labels once for both nodes).
+
+        Examples
+        --------
+        >>> ids, numbers, n = Label().whole(np.array([[0, 1, 0, 1], [1, 1, 0, 0]]))
+        >>> ids.tolist(), numbers.tolist(), n
+        ([[0, 2, 0, 4], [2, 2, 0, 0]], [[0, 1, 0, 2], [1, 1, 0, 0]], 2)
+        """
+        shape = tuple(int(k) for k in np.shape(x))
+        labels, n = ndimage.label(np.asarray(x) != 0, self._structure(len(shape)))
+        canon = canonical_ids(labels, n, np.zeros(len(shape), np.int64), shape)
+        return np.concatenate([np.zeros(1, np.int64), canon])[labels], labels.astype(np.int32, copy=False), int(n)
+
     def _seams_for(self, box: Box, shape: tuple[int, ...]) -> SeamIndex | None:
         """The first pass's seam index for this tile, or None for a whole-array call."""
         if box == full_box(shape):

@@ -53,7 +53,7 @@ from subzero.dag import Workflow
 if TYPE_CHECKING:
     from subzero.run import Run
 
-__all__ = ["KINDS", "Miss", "OracleReport", "check_operator", "check_workflow", "evaluate_operator",
+__all__ = ["KINDS", "Miss", "OracleReport", "check_operator", "check_workflow", "evaluate_operator", "run_plain",
            "evaluate_workflow", "perturbations"]
 
 #: the ways one input cell is changed: x + a tiny step, x +- 5 standard deviations of the
@@ -101,7 +101,21 @@ def evaluate_operator(op: Operator, arrays: Sequence[np.ndarray], bound: bool = 
     ready = op if bound else _bound(op, arrays)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return np.asarray(ready.run(_PlainContext(ready.input_shapes, ready.output_shape), *arrays))
+        return run_plain(ready, arrays)
+
+
+def run_plain(op: Operator, arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """`evaluate_operator` of an operator bound to the shapes of ``arrays`` and its output, with
+    numpy's error state and warnings as the caller set them (a caller evaluating many steps sets
+    them once).
+
+    Examples
+    --------
+    >>> from subzero import operators as ops
+    >>> run_plain(ops.AddScalar(1.0).bound([(2,)], (2,)), [np.zeros(2)]).tolist()
+    [1.0, 1.0]
+    """
+    return np.asarray(op.run(_PlainContext(op.input_shapes, op.output_shape), *arrays))
 
 
 class _Rejected(Exception):

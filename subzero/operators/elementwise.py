@@ -10,7 +10,7 @@ Scalar forms (``AddScalar(2.0)`` is ``x + 2``) are one class per arithmetic oper
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,10 +24,33 @@ from subzero.operators._kernels import unique_rows
 from subzero.tiling import Elementwise, Shape
 
 __all__ = [
-    "ElementwiseOperator", "BinaryOperator", "Add", "Subtract", "Multiply", "Divide", "Power", "Maximum",
+    "broadcast", "ElementwiseOperator", "BinaryOperator", "Add", "Subtract", "Multiply", "Divide", "Power", "Maximum",
     "Minimum", "Where", "Clip", "Threshold", "Apply", "ScalarOperator", "AddScalar", "SubtractScalar",
     "MultiplyScalar", "DivideScalar", "PowerScalar",
 ]
+
+
+def broadcast(shapes: "Sequence[Sequence[int]]") -> tuple[int, ...]:
+    """``np.broadcast_shapes(*shapes)`` (numpy's rules and its ValueError) from the shapes alone:
+    numpy's makes an array of each shape to find it, which a trace pays at every step.
+
+    Examples
+    --------
+    >>> broadcast([(3, 1), (4,), ()])
+    (3, 4)
+    """
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for shape in shapes:
+        at = ndim - len(shape)
+        for i, n in enumerate(shape):
+            n, was = int(n), out[at + i]
+            if n != was:
+                if was == 1:
+                    out[at + i] = n
+                elif n != 1:
+                    raise ValueError(f"shape mismatch: objects cannot be broadcast to a single shape: {tuple(shapes)}")
+    return tuple(out)
 
 
 class ElementwiseOperator(Operator):
@@ -50,7 +73,7 @@ class ElementwiseOperator(Operator):
 
     def infer_output_shape(self, input_shapes: tuple[Shape, ...]) -> Shape | None:
         try:
-            return tuple(np.broadcast_shapes(*input_shapes))
+            return broadcast(input_shapes)
         except ValueError:
             raise WorkflowError(f"{type(self).__name__}: input shapes {list(input_shapes)} do not broadcast "
                                 "together (numpy broadcasting: trailing axes must match or be 1)") from None
@@ -279,7 +302,7 @@ class Apply(ElementwiseOperator):
 
     def run(self, ctx: Context, *inputs: np.ndarray) -> np.ndarray:
         out = np.asarray(self.fn(*inputs))
-        expected = np.broadcast_shapes(*[np.shape(x) for x in inputs])
+        expected = broadcast([np.shape(x) for x in inputs])
         if out.shape != expected:
             raise WorkflowError(f"Apply: fn returned shape {out.shape} for inputs broadcasting to {expected}; "
                                 "fn must be elementwise")

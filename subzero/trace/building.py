@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from subzero import operators as ops
+from subzero.operators.elementwise import broadcast
 from subzero.operator import Operator
 from subzero.trace.calls import ARG, shared_call, astype as _astype_fn
 from subzero.trace.coarse import lift
@@ -130,21 +131,7 @@ def _dtype_of(fn: Callable, args: Sequence, kwargs: dict | None = None) -> np.dt
     return dtype
 
 
-def _broadcast(shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
-    """``np.broadcast_shapes(*shapes)`` (numpy's rules, its ValueError), from the shapes alone:
-    numpy makes an array of each shape to find it, which a trace pays at every step."""
-    ndim = max((len(s) for s in shapes), default=0)
-    out = [1] * ndim
-    for shape in shapes:
-        at = ndim - len(shape)
-        for i, n in enumerate(shape):
-            n, was = int(n), out[at + i]
-            if n != was:
-                if was == 1:
-                    out[at + i] = n
-                elif n != 1:
-                    raise ValueError(f"shape mismatch: objects cannot be broadcast to a single shape: {tuple(shapes)}")
-    return tuple(out)
+_broadcast = broadcast  # numpy's rules from the shapes alone (`subzero.operators.elementwise.broadcast`)
 
 
 # -- elementwise -----------------------------------------------------------------------------------

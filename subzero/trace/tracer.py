@@ -27,7 +27,7 @@ import numpy as np
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
 from subzero.operators.shape import Slice
-from subzero.oracle import evaluate_operator
+from subzero.oracle import run_plain
 from subzero.tiling import Elementwise, Halo
 from subzero.trace.errors import ControlFlowError, TraceError
 from subzero.dag import Workflow
@@ -262,17 +262,22 @@ class Tracer:
         run): one that writes into its inputs is given copies instead."""
         args = [_read_only(i.value) for i in e.inputs]
         started = time.perf_counter()
-        with warnings.catch_warnings(), outside_trace():
-            warnings.simplefilter("ignore")
-            try:
-                out = _sliced(e.op, args[0]) if type(e.op) is Slice else \
-                    np.asarray(evaluate_operator(e.bound_op(), args, bound=True)) \
-                    if all(np.shape(a) == i.shape for a, i in zip(args, e.inputs)) else \
-                    np.asarray(evaluate_operator(e.op, args))  # type: ignore[arg-type]
-            except ValueError as exc:
-                if "read-only" not in str(exc):
-                    raise
-                out = np.asarray(evaluate_operator(e.op, [np.array(a, copy=True) for a in args]))  # type: ignore[arg-type]
+        token = _CURRENT.set(None)  # `outside_trace`: the operator's code runs as plain numpy
+        try:  # numpy's errors and warnings silenced once for the step (`evaluate_operator` sets them per call)
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    out = _sliced(e.op, args[0]) if type(e.op) is Slice else \
+                        run_plain(e.bound_op(), args) \
+                        if all(a.shape == i.shape for a, i in zip(args, e.inputs)) else \
+                        run_plain(_bound_to(e.op, args), args)  # type: ignore[arg-type]
+                except ValueError as exc:
+                    if "read-only" not in str(exc):
+                        raise
+                    copies = [np.array(a, copy=True) for a in args]
+                    out = run_plain(_bound_to(e.op, copies), copies)  # type: ignore[arg-type]
+        finally:
+            _CURRENT.reset(token)
         e.seconds = time.perf_counter() - started
         # a fresh array of the node's shape stays itself (a view of it is copied by a run that holds it)
         e.value = out.reshape(e.shape) if out.shape != e.shape and out.size == int(np.prod(e.shape)) else out
@@ -324,8 +329,8 @@ class Tracer:
                 nodes[id(e)] = wf.input(names[id(e)])
                 if e.constant:
                     wf.constants[names[id(e)]] = e.value
-            else:
-                nodes[id(e)] = wf.add(e.op, *[nodes[id(i)] for i in e.inputs], name=names[id(e)])
+            else:  # the trace's own operator, made for this step: the node carries it (no copy)
+                nodes[id(e)] = wf._add(e.op, tuple(nodes[id(i)] for i in e.inputs), names[id(e)])
         wf.results = [names[id(e)] for e in self.outputs if e.op is not None]
         self._names = names
         return wf
@@ -370,6 +375,13 @@ def _sliced(op: Slice, x: np.ndarray) -> np.ndarray:
     bounds = [Slice._per_axis(v, x.ndim, name) for v, name in
               ((op.start, "start"), (op.stop, "stop"), (op.step, "step"))]
     return x[tuple(slice(a, b, c) for a, b, c in zip(*bounds))]
+
+
+def _bound_to(op: Operator, arrays: list[np.ndarray]) -> Operator:
+    """``op`` bound to the shapes of ``arrays`` (values of a shape other than the entries', as a
+    library's may be) and the output they give."""
+    shapes = tuple(a.shape for a in arrays)
+    return op.bound(shapes, op.infer_output_shape(shapes))
 
 
 def _read_only(value: Any) -> np.ndarray:

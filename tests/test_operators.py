@@ -1834,6 +1834,9 @@ def test_gather_of_a_mask_its_bits_and_its_positions_agree_and_ship_small(seed, 
     older.__setstate__(state)
     forms = [ops.Gather(mask=keep), ops.Gather(positions), older]
     forms += [pickle.loads(pickle.dumps(op)) for op in forms[:2]]
+    counted = ops.Gather(mask=keep, count=len(positions))  # the count a trace has from its selection
+    assert (counted.output_cells, counted.source_digest) == (forms[0].output_cells, forms[0].source_digest)
+    forms.append(counted)
     out_cells = np.argwhere(np.ones((len(positions),), bool))
     in_cells = np.argwhere(keep | (rng.random(shape) < 0.5))
     for op in forms:

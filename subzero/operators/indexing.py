@@ -226,6 +226,9 @@ class Gather(_Guided):
     mask : bool array, optional
         Instead of ``source``, for ``x[mask]`` with a mask of ``x``'s shape: the output is the
         mask's cells in C order.
+    count : int, optional
+        With ``mask``: its number of True cells, when the caller has it already (a trace that
+        selected them); counted otherwise.
 
     Notes
     -----
@@ -249,14 +252,14 @@ class Gather(_Guided):
     _source_shape: tuple[int, ...]
 
     def __init__(self, source: np.ndarray | None = None, guides: Sequence[str] = (), *,
-                 mask: np.ndarray | None = None):
+                 mask: np.ndarray | None = None, count: int | None = None):
         self._selection: bool | None = None
         self.guides = _check_guides(guides)
         if mask is not None:  # x[mask]: the mask's cells in C order, kept as the mask's bits
             if source is not None:
                 raise WorkflowError("Gather takes source positions or a mask, not both")
             flat_mask = np.asarray(mask, bool).reshape(-1)
-            count = int(np.count_nonzero(flat_mask))
+            count = int(np.count_nonzero(flat_mask)) if count is None else int(count)
             bits = np.packbits(flat_mask)
             self._set_bits(bits, flat_mask.size, (count,))
             if count:  # the first and last selected cell, from the bytes holding them

@@ -130,10 +130,15 @@ def _concrete_key(parts: tuple, what: str) -> tuple:
 def gather(x: SymbolicArray, parts: tuple) -> SymbolicArray:
     """``x[key]`` for a key with arrays: the cells this run's key selects."""
     key = _concrete_key(parts, f"indexing {x.entry.name or x.entry.base} with an array")
+    value, seconds = None, 0.0
+    if x.tracer.eager_bytes is not None and x.tracer.evaluate_within_budget(x.entry):  # as numpy's indexing gives them
+        started = time.perf_counter()
+        value = np.asarray(np.asarray(x.entry.value).reshape(x.shape)[key])
+        seconds = time.perf_counter() - started
     if len(key) == 1 and isinstance(key[0], np.ndarray) and key[0].dtype == np.bool_ and key[0].shape == x.shape:
         # x[mask]: the mask's cells in C order; the operator keeps the mask's bits, not their positions
         guides, guide_inputs = _guides(x, parts)
-        op = ops.Gather(guides=guides, mask=key[0])
+        op = ops.Gather(guides=guides, mask=key[0], count=None if value is None else value.shape[0])
         shape: tuple[int, ...] = (op.output_cells,)
     else:
         positions = np.arange(x.size, dtype=np.int64).reshape(x.shape)[key]
@@ -141,10 +146,8 @@ def gather(x: SymbolicArray, parts: tuple) -> SymbolicArray:
         guides, guide_inputs = _guides(x, parts)
         op = ops.Gather(positions.reshape(node_shape(shape)), guides)
     out = add_node(op, [x] + guide_inputs, "getitem", shape=shape, dtype=x.dtype)
-    if x.tracer.eager_bytes is not None and x.tracer.evaluate_within_budget(x.entry):  # as numpy's indexing gives them
-        started = time.perf_counter()
-        out.entry.value = np.asarray(np.asarray(x.entry.value).reshape(x.shape)[key]).reshape(out.entry.shape)
-        out.entry.seconds = time.perf_counter() - started
+    if value is not None:
+        out.entry.value, out.entry.seconds = value.reshape(out.entry.shape), seconds
     return out
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -189,7 +190,7 @@ class Tracer:
             return False
         if any(m is not e and not _elementwise(m.op) for m in missing):
             return False
-        if self.value_bytes + sum(int(np.prod(m.shape, dtype=np.int64)) * 8 for m in missing) > self.eager_bytes:
+        if self.value_bytes + 8 * sum(math.prod(m.shape) for m in missing) > self.eager_bytes:
             self.eager_bytes = None  # over the budget: lazily from here on, as a trace from shapes is
             return False
         for m in missing:
@@ -279,6 +280,8 @@ class Tracer:
         finally:
             _CURRENT.reset(token)
         e.seconds = time.perf_counter() - started
+        if self._pending is e:  # counted here: not again as a value its caller gave
+            self._pending = None
         # a fresh array of the node's shape stays itself (a view of it is copied by a run that holds it)
         e.value = out.reshape(e.shape) if out.shape != e.shape and out.size == int(np.prod(e.shape)) else out
         self.value_bytes += int(e.value.nbytes)

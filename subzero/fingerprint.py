@@ -26,13 +26,13 @@ import threading
 import types
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 from numpy.typing import DTypeLike
 import xxhash
 
-__all__ = ["block_digest", "combine_digests", "array_digest", "CopyBeside", "digest_beside", "operator_digest", "run_fingerprint",
+__all__ = ["block_digest", "combine_digests", "array_digest", "CopyBeside", "operator_digest", "run_fingerprint",
            "differences"]
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -128,18 +128,6 @@ class CopyBeside:
             if not cls._pool:
                 cls._pool.append(ThreadPoolExecutor(1, thread_name_prefix="subzero-digest"))
             return cls._pool[0]
-
-
-def digest_beside(fn: Callable[[], str]) -> "Future[str]":
-    """``fn()`` (a digest: numpy and xxhash read arrays without the GIL) on the thread that copies
-    and digests `CopyBeside`'s arrays, after the work queued there; its future.
-
-    Examples
-    --------
-    >>> digest_beside(lambda: "done").result()
-    'done'
-    """
-    return CopyBeside._thread().submit(fn)
 
 
 # -- operators -----------------------------------------------------------------------------------------------------

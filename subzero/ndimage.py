@@ -350,10 +350,11 @@ def label(input: Array, structure: Array | None = None, output: Array | None = N
     ids = add_node(ops.Label(structure), [input], "label", dtype=np.dtype(np.int64))
     labelled = _labelled(input, ids)  # the trace's values of the three nodes: one labelling
     numbers = add_node(numeric.Relabel(lineage), [ids], "label_numbers", dtype=np.dtype(np.int32))
+    if labelled is not None:  # given before the next step evaluates it (ranking the ids again would take about as
+        numbers.entry.value, numbers.entry.seconds = labelled[0], ids.entry.seconds  # long as labelling)
     count = add_node(numeric.GlobalReduction("max"), [numbers], "label_count", dtype=np.dtype(np.int32))
-    if labelled is not None:  # ranking the ids again would take about as long as labelling: its time stands for it
-        numbers.entry.value, count.entry.value = labelled
-        numbers.entry.seconds = ids.entry.seconds
+    if labelled is not None:
+        count.entry.value = labelled[1]
     return numbers, SymbolicArray(count.tracer, count.entry, (), count.dtype)
 
 

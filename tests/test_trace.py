@@ -227,28 +227,6 @@ def test_control_flow_on_values_takes_this_runs_path_and_is_reported():
     assert report.exact and "0 coarse" in str(report)
 
 
-def test_a_trace_on_values_is_kept_for_those_values_digested_beside_it(monkeypatch):
-    """Inputs of a megabyte and more are digested on the digest thread while the trace runs: the
-    trace is reused for the same values, traced again once they changed in place."""
-    from subzero.fingerprint import digest_beside
-    from subzero.trace import traced as traced_module
-
-    @sz.workflow
-    def f(x):
-        return x * 2 if x.max() > 3 else -x
-
-    data = np.tile(X.reshape(-1), (1 << 20) // X.nbytes + 1) * 10
-    assert data.nbytes >= traced_module._DIGEST_BESIDE_BYTES
-    besides = []
-    monkeypatch.setattr(traced_module, "digest_beside", lambda fn: besides.append(fn) or digest_beside(fn))
-    first = f.trace({"x": data})
-    assert len(besides) == 1 and f.trace({"x": data}) is first  # the same values: the same trace
-    data /= 1000  # in place: the path changes
-    second = f.trace({"x": data})
-    assert second is not first and len(besides) == 1  # a digest to compare with was taken here
-    np.testing.assert_allclose(evaluate_workflow(second, {"x": data})["out"], -data)
-
-
 def test_control_flow_without_values_names_the_line_and_the_fix():
     @sz.workflow
     def f(x):

@@ -37,7 +37,7 @@ import xxhash
 
 from subzero import config
 from subzero.errors import WorkflowError
-from subzero.fingerprint import CopyBeside, digest_beside
+from subzero.fingerprint import CopyBeside
 from subzero.tiling import default_chunks
 from subzero.trace.breaks import Break, bound_since, coarse_calls, library_break, replaceable
 from subzero.trace.capture import numpy_calls
@@ -60,9 +60,6 @@ MAX_BREAKS = 8
 #: frame it could not compile the same way); if numpy fails on those inputs, it is traced as before
 _RAN_WHOLE: dict[tuple, str] = {}
 _RAN_WHOLE_KEPT = 256
-
-#: input bytes from which a trace digests its inputs (`_digest`) on the digest thread, beside the trace
-_DIGEST_BESIDE_BYTES = 1 << 20
 
 #: trace errors that say the code cannot be captured (rather than that subzero's API was misused)
 _CANNOT_TRACE = (UnsupportedCallError, ConversionError, ControlFlowError, InPlaceError)
@@ -159,16 +156,9 @@ class TracedWorkflow:
             if kept is None or kept == digest:
                 self.last_events = events
                 return wf, {}
-        # the digest a trace that uses values is kept under: taken beside the trace from large arrays in
-        # memory (which the trace only reads), in this thread otherwise
-        beside = digest_beside(functools.partial(_digest, dict(arrays))) if digest is None and \
-            all(type(a) is np.ndarray for a in arrays.values()) and \
-            sum(a.nbytes for a in arrays.values()) >= _DIGEST_BESIDE_BYTES else None
         wf, specialized, events, known = self._trace(signature, arrays, values, eager_bytes)
-        if specialized and digest is None:  # taken beside, or still queued there (cancelled: taken here)
-            digest = beside.result() if beside is not None and not beside.cancel() else _digest(arrays)
-        elif beside is not None:
-            beside.cancel()
+        if specialized and digest is None:  # kept for these values only
+            digest = _digest(arrays)
         cached.append((wf, digest if specialized else None, events))
         del cached[:-8]  # a few traces per signature: a loop over new inputs must not keep every one
         self.last_events = events

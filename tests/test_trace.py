@@ -623,3 +623,24 @@ def test_a_steps_dtype_is_numpys_each_time_it_is_asked():
     for _ in range(2):  # numpy refuses a Python int out of the array's range: every time
         with pytest.raises(OverflowError):
             _dtype_of(np.add, (ssmall, 300))
+
+
+def test_an_applied_operator_is_copied_into_the_workflow():
+    """``sz.apply(op, x)``: each node carries an operator of its own (the workflow is built from the
+    trace's operators without another copy): the user's is neither written nor shared."""
+    from subzero import operators as ops
+
+    scale = ops.MultiplyScalar(2.0)
+
+    @sz.workflow
+    def f(x):
+        with np.errstate(divide="ignore"):
+            y = sz.apply(scale, x)
+        return sz.apply(scale, y)
+
+    wf = f.trace({"x": X})
+    nodes = [n for n in wf.nodes if n.operator is not None]
+    assert len({id(n.operator) for n in nodes}) == 2 and all(n.operator is not scale for n in nodes)
+    assert nodes[0].operator.errstate is not None and scale.errstate is None
+    scale.value = 5.0  # changing the user's operator afterwards changes no node
+    np.testing.assert_allclose(evaluate_workflow(wf, {"x": X})["out"], X * 4.0)

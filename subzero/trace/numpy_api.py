@@ -13,6 +13,7 @@ A function missing from it runs on this run's values as a coarse step
 
 from __future__ import annotations
 
+import copy
 import dis
 import sys
 import threading
@@ -244,7 +245,8 @@ def call_operator(op: Operator, arrays: Sequence[SymbolicArray], name: str | Non
     if not arrays or not all(isinstance(a, SymbolicArray) for a in arrays):
         raise TraceError(f"sz.apply({type(op).__name__}, ...) needs symbolic arrays of the traced function")
     dtype = np.dtype(dtype) if dtype is not None else np.result_type(*[a.dtype for a in arrays])
-    node = add_node(op, [_plain(a) for a in arrays], type(op).__name__.lower(), dtype=dtype)
+    # a copy: the trace's nodes carry operators of their own (the user's is neither shared nor written)
+    node = add_node(copy.copy(op), [_plain(a) for a in arrays], type(op).__name__.lower(), dtype=dtype)
     if name is not None:
         from subzero.trace.naming import name as _name
         _name(node, name)

@@ -282,7 +282,10 @@ class Gather(_Guided):
         if flat.size > 1 and int(flat[0]) >= 0:
             # increasing positions (a selection in C order): their bits, when fewer bytes than the positions
             extent = int(flat[-1]) + 1
-            if (extent + 7) // 8 < flat.nbytes and bool(np.all(flat[1:] > flat[:-1])):
+            # n strictly increasing positions span at least n - 1 (a look-up of a few values into many cells
+            # never does: no comparison of every pair)
+            if (extent + 7) // 8 < flat.nbytes and extent - int(flat[0]) >= flat.size and \
+                    bool(np.all(flat[1:] > flat[:-1])):
                 selected = np.zeros(extent, bool)
                 selected[flat] = True
                 self._set_bits(np.packbits(selected), extent, tuple(int(n) for n in positions.shape))

@@ -834,6 +834,8 @@ def _payloads_for(op: Operator, pay: PayloadPairs, frontier, i: int, direction: 
     """The payload pairs a step from ``frontier`` needs: backward, the pairs' cells in the
     frontier; forward, the pairs whose input envelope meets it."""
     if direction is Direction.BACKWARD:
+        if frontier.kind != "mask" and frontier.estimate() * 16 < len(pay.out_ids):  # a few cells: searched
+            return pay.with_out_cells(frontier.ids())
         wanted = frontier.contains(pay.out_ids)
         counts = np.bincount(owners(pay.out_ptr)[wanted], minlength=pay.n_pairs)
         kept = PayloadPairs(pay.out_ids[wanted], ptr_from_counts(counts), pay.payloads)

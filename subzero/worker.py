@@ -432,6 +432,9 @@ class _Scratch:
 
 #: recomputed tiles of every unstored array this process reads, by (array key, tile)
 RECOMPUTED_TILES = BlockCache(0)
+#: regions of unstored arrays computed on their own (`RecomputedArray.region`), by (array key, box):
+#: the readers of one array (a sum and a product of it) ask the same region, computed once
+RECOMPUTED_REGIONS = BlockCache(0)
 
 
 class RecomputedArray:
@@ -481,8 +484,9 @@ class RecomputedArray:
                          "np.asarray it; run with keep='all' to store every array")
 
     def forget(self) -> None:
-        """Drop its computed tiles."""
+        """Drop its computed tiles and regions."""
         RECOMPUTED_TILES.clear(self._key)
+        RECOMPUTED_REGIONS.clear(self._key)
 
     def tile(self, index: int) -> np.ndarray:
         """The values of tile ``index`` (computed once, then cached while there is room)."""
@@ -497,8 +501,16 @@ class RecomputedArray:
     def region(self, box: Box) -> np.ndarray:
         """The cells of ``box`` computed on their own: the operator run over ``box`` (reading its
         tiling's input boxes of ``box``, its inputs' regions in turn), not over the tiles that hold
-        it.  Only for an operator that computes any box as its tiles do (`regional`)."""
-        return _call(self.task, Tile(-1, tuple(box)), frozenset())[1]
+        it.  Only for an operator that computes any box as its tiles do (`regional`).  Kept, read-only,
+        in `RECOMPUTED_REGIONS` (within ``cache_bytes``): every reader of the array asks the same
+        regions of it (each unstored node over the box its readers' halos grow)."""
+        key = (self._key, tuple(tuple(int(v) for v in b) for b in box))
+        got = RECOMPUTED_REGIONS.get(key)
+        if got is None:
+            got = _call(self.task, Tile(-1, tuple(box)), frozenset())[1]
+            got.setflags(write=False)
+            RECOMPUTED_REGIONS.put(key, got, self.cache_bytes)
+        return got
 
     def read(self, box: Box | None = None) -> np.ndarray:
         """The cells of ``box`` (the whole array when None), from the tiles that hold them.

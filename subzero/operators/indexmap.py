@@ -152,7 +152,8 @@ class IndexMapOperator(Operator):
         shape = tuple(self.input_shapes[0])
         cached = self.__dict__.get("_affine_cache")
         if cached is None or cached[0] != shape:
-            first, step = [], []
+            first: list[int] = []
+            step: list[int] = []
             for m in self.axis_maps():
                 d = int(m[1] - m[0]) if len(m) > 1 else 1
                 if not len(m) or m.min() < 0 or d not in (1, -1) or not bool(np.all(np.diff(m) == d)):

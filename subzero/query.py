@@ -18,6 +18,7 @@ the one the caller forced), and walks the workflow's DAG.  It is the source the 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -349,6 +350,8 @@ def _reexecute(source, node, frontier: Frontier, i: int, direction: Direction, t
     through an operator whose re-run gives payloads with a union form (`_rerun_union`): the
     payloads' union and the default's box form, as a stored CompOne step; else region pairs."""
     split = source.grid(node).split(frontier, None if direction is Direction.BACKWARD else i)
+    if len(split) > 1 and hasattr(source, "prefetch"):
+        source.prefetch(node, [t for t, _ in split])
     if direction is Direction.BACKWARD:
         got = _rerun_union(source, node, split, frontier, i, target, lookups)
         if got is not None:
@@ -733,6 +736,28 @@ class QueryEngine:
         with self._lock:
             kept = self._reruns.setdefault(node.name, _Kept(self._rerun_budget, self._lock))
         return [trace_tile(task, grid.tiles[t], frontier, i, direction, kept) for t in tiles]
+
+    def prefetch(self, node: Node, tiles: list[int]) -> None:
+        """Before ``node``'s ``tiles`` (indices into its grid) re-run: of each input the run did not
+        store, read at once the box those of them not re-run yet read together (when it is not
+        much larger than their boxes).  Neighbouring tiles then find their inputs' tiles computed
+        and their borders in one region (`subzero.worker.RecomputedArray.region`), instead of each
+        computing its own borders of its neighbours' tiles through every unstored step before."""
+        grid = self.grid(node)
+        with self._lock:
+            ran = {key[0] for key in self._reruns.get(node.name, {})}
+        tiles = [t for t in tiles if grid.tiles[t].index not in ran]
+        if len(tiles) < 2:
+            return
+        op = operator_of(node)
+        tiling = op.effective_tiling()
+        for i, parent in enumerate(node.inputs):
+            if self.catalog.node(parent.name).array.stored:
+                continue
+            boxes = [tiling.input_box(op, grid.tiles[t].box, i) for t in tiles]
+            hull = tuple((min(b[a][0] for b in boxes), max(b[a][1] for b in boxes)) for a in range(len(boxes[0])))
+            if math.prod(hi - lo for lo, hi in hull) <= 2 * sum(math.prod(hi - lo for lo, hi in b) for b in boxes):
+                self.array(parent.name).read(hull)
 
     def rerun_payloads(self, node: Node, tile: int, frontier: Frontier) -> Any:
         """The mode and payload pairs of re-running ``node``'s ``tile`` (an index into its grid) for

@@ -468,6 +468,7 @@ class RecomputedArray:
         self._lo = np.array([[lo for lo, _ in t.box] for t in self.tiles], np.int64).reshape(len(self.tiles), -1)
         self._hi = np.array([[hi for _, hi in t.box] for t in self.tiles], np.int64).reshape(len(self.tiles), -1)
         self._regional = regional(task.operator)  # a read may compute a part of a tile on its own
+        self._regions: list[Box] = []  # the boxes of its regions put in `RECOMPUTED_REGIONS`, newest last
 
     @property
     def url(self) -> str:
@@ -503,13 +504,21 @@ class RecomputedArray:
         tiling's input boxes of ``box``, its inputs' regions in turn), not over the tiles that hold
         it.  Only for an operator that computes any box as its tiles do (`regional`).  Kept, read-only,
         in `RECOMPUTED_REGIONS` (within ``cache_bytes``): every reader of the array asks the same
-        regions of it (each unstored node over the box its readers' halos grow)."""
-        key = (self._key, tuple(tuple(int(v) for v in b) for b in box))
-        got = RECOMPUTED_REGIONS.get(key)
-        if got is None:
-            got = _call(self.task, Tile(-1, tuple(box)), frozenset())[1]
-            got.setflags(write=False)
-            RECOMPUTED_REGIONS.put(key, got, self.cache_bytes)
+        regions of it (each unstored node over the box its readers' halos grow), and a region inside
+        a kept one (of the `MAX_KEPT_REGIONS` newest) is cut from it."""
+        box = tuple((int(lo), int(hi)) for lo, hi in box)
+        got = RECOMPUTED_REGIONS.get((self._key, box))
+        if got is not None:
+            return got
+        for kept in reversed(self._regions):  # a region holding this one (a read over several tiles' boxes)
+            if all(a <= lo and hi <= b for (lo, hi), (a, b) in zip(box, kept)):
+                whole = RECOMPUTED_REGIONS.get((self._key, kept))
+                if whole is not None:
+                    return whole[box_slices(box, kept)]
+        got = _call(self.task, Tile(-1, box), frozenset())[1]
+        got.setflags(write=False)
+        RECOMPUTED_REGIONS.put((self._key, box), got, self.cache_bytes)
+        self._regions = self._regions[-(MAX_KEPT_REGIONS - 1):] + [box]
         return got
 
     def read(self, box: Box | None = None) -> np.ndarray:
@@ -546,6 +555,9 @@ class RecomputedArray:
                 out[box_slices(part, box)] = self.region(part)
         return out
 
+
+#: the regions of one recomputed array searched for one holding a region asked (the newest)
+MAX_KEPT_REGIONS = 64
 
 #: the largest share of a tile's cells that a read of an uncached tile of a `regional` operator
 #: computes on its own (more: the whole tile is computed and cached, as a later read may want the rest)

@@ -50,6 +50,8 @@ __all__ = ["TileGrid", "QueryEngine", "QueryOptions", "Carrier", "Rule", "rule_o
 logger = logging.getLogger(__name__)
 
 BLACKBOX = Strategy.parse("BlackBox")
+#: step choices an engine keeps (`QueryEngine.choose`), of every node and frontier size together
+MAX_KEPT_CHOICES = 65536
 
 
 class TileGrid:
@@ -606,6 +608,7 @@ class QueryEngine:
         self._unions: dict[tuple[int, ...], tuple[tuple[Frontier, ...], Frontier]] = {}  # kept answers united
         self._reruns: dict[str, _Kept] = {}  # node -> what re-running its tiles produced
         self._rules: dict[tuple[str, int, Direction], Rule | None] = {}  # arithmetic steps (`rule`)
+        self._choices: dict[tuple, Any] = {}  # (node, direction, cells, whole) -> `choose_step`'s choice
         self._plans: dict[tuple, list] = {}  # walks: (src, dsts, direction) -> their steps (`_schedule`)
         self._rerun_budget = [_memo_bytes()]  # bytes the engine may still keep of those, all nodes together
         self._decoded: dict[tuple[str, str, int], Any] = {}  # payload tiles decoded whole (None: looked up instead)
@@ -824,8 +827,13 @@ class QueryEngine:
         forced = plan.using.get(node)
         if forced is not None:
             return Strategy.parse(forced), None, None
-        choice = choose_step(self.profile(node), self.stored(node), Mode.MAP in operator_of(node).supported_modes(),
-                             plan.direction, cells, self.reread_seconds(node), whole)
+        key = (node.name, plan.direction, cells, whole)
+        choice = self._choices.get(key)
+        if choice is None:  # a function of the run's profile and the frontier's size: the same for the next query
+            choice = choose_step(self.profile(node), self.stored(node), Mode.MAP in operator_of(node).supported_modes(),
+                                 plan.direction, cells, self.reread_seconds(node), whole)
+            if len(self._choices) < MAX_KEPT_CHOICES:
+                self._choices[key] = choice
         deadline = time.perf_counter() + choice.budget if choice.strategy.stored else None
         return choice.strategy, deadline, choice.predicted
 

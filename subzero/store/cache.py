@@ -144,8 +144,17 @@ class _QueryLogWriter:
                 pass
 
 
+    def forked(self) -> None:
+        """In a forked child: the parent writes what waited; the child starts with nothing waiting
+        and no timer (its thread was not copied)."""
+        self._lock, self._writing = threading.Lock(), threading.Lock()
+        self._waiting, self._count, self._timer = {}, 0, None
+
+
 _log_writer = _QueryLogWriter()
 atexit.register(_log_writer.flush)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_log_writer.forked)
 
 
 def log_query(url: str, record: dict) -> None:

@@ -50,6 +50,8 @@ __all__ = ["TileGrid", "QueryEngine", "QueryOptions", "Carrier", "Rule", "rule_o
 logger = logging.getLogger(__name__)
 
 BLACKBOX = Strategy.parse("BlackBox")
+#: each direction's name in the per-step log
+_DIRECTION_NAMES = {d: d.value for d in Direction}
 #: step choices an engine keeps (`QueryEngine.choose`), of every node and frontier size together
 MAX_KEPT_CHOICES = 65536
 
@@ -854,21 +856,22 @@ class QueryEngine:
             raise QueryCancelled(f"the {plan.direction} walk was cancelled before it stepped through {node.name!r}")
         cells = carried.estimate()
         start = time.perf_counter()
+        way = _DIRECTION_NAMES[plan.direction]  # the log's name of it (an enum's value is a slow property)
         frontier = isinstance(carried, Frontier)
         forced = plan.using.get(node) is not None
         rule = self.rule(node, i, plan.direction) if frontier and not forced else None
         got: Any = rule.apply(carried, plan.entire_array) if rule is not None else None
         if got is not None:  # arithmetic on boxes: no strategy to choose (nothing stored is cheaper)
-            plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value, "strategy": "Map",
+            plan.log.append({"node": node.name, "input": i, "direction": way, "strategy": "Map",
                              "switched_to_blackbox": False, "damaged_lineage": None, "cells_in": cells,
                              "cells_out": got.estimate(), "seconds": time.perf_counter() - start,
                              "predicted_seconds": None})
             return got
-        key = (node.name, i, plan.direction.value)
+        key = (node.name, i, way)
         whole = frontier and not forced and carried.is_full  # every cell: the same answer each time
         kept = self._whole.get(key) if whole else None
         if kept is not None:  # shared, read-only: the walk hands out a copy at its end (`_private`)
-            plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value,
+            plan.log.append({"node": node.name, "input": i, "direction": way,
                              "strategy": kept[0].name, "switched_to_blackbox": False, "damaged_lineage": None,
                              "cells_in": cells, "cells_out": kept[1].estimate(),
                              "seconds": time.perf_counter() - start, "predicted_seconds": None})
@@ -890,7 +893,7 @@ class QueryEngine:
             if whole:
                 self._keep_whole(key, strategy, result)
         self.report_damaged(node, damaged)
-        plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value, "strategy": strategy.name,
+        plan.log.append({"node": node.name, "input": i, "direction": way, "strategy": strategy.name,
                          "switched_to_blackbox": switched, "damaged_lineage": "; ".join(damaged) or None,
                          "cells_in": cells, "cells_out": result.estimate(), "seconds": time.perf_counter() - start,
                          "predicted_seconds": predicted})
@@ -904,9 +907,9 @@ class QueryEngine:
         unites the same masks at every query."""
         if not all(_shared(p) for p in parts):
             return Frontier.union_all(parts)
-        key = tuple(sorted(id(p) for p in parts))
+        key = tuple(sorted(id(p) for p in parts))  # the kept entry holds its parts: their ids are theirs alone
         kept = self._unions.get(key)
-        if kept is not None and len(kept[0]) == len(parts) and all(any(a is b for b in parts) for a in kept[0]):
+        if kept is not None:
             return kept[1]
         one = Frontier.union_all(parts)
         if not _shared(one):

@@ -9,7 +9,7 @@ answers queries from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -123,6 +123,8 @@ class PayloadPairs:
     envelopes: tuple[tuple[np.ndarray, np.ndarray], ...] | None = None
     cover: tuple[tuple[int, int], ...] | None = None
     records: tuple[tuple[np.ndarray, np.ndarray], ...] | None = None
+    #: ``(order, sorted out ids, pair of each out cell)``, made by `with_out_cells` once per pairs
+    _index: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def empty(cls) -> "PayloadPairs":
@@ -163,6 +165,36 @@ class PayloadPairs:
             [b for b, k in zip(self.payloads, keep) if k],
             envelopes,
         )
+
+    def with_out_cells(self, ids: np.ndarray) -> "PayloadPairs":
+        """The pairs holding any of the out cells ``ids`` (sorted unique flat ids), in order, each
+        kept to those of its cells: ``select`` of the pairs the cells meet, with no other cell.
+
+        A search of ``ids`` in the pairs' out cells sorted once (kept with the pairs: re-run tiles'
+        pairs answer many queries), so it costs ``ids``, not the pairs.
+
+        Examples
+        --------
+        >>> p = PayloadPairs(np.array([5, 1, 7, 2]), np.array([0, 2, 4]), [b"a", b"b"])
+        >>> got = p.with_out_cells(np.array([2, 5]))
+        >>> got.out_ids.tolist(), got.out_ptr.tolist(), got.payloads
+        ([5, 2], [0, 1, 2], [b'a', b'b'])
+        """
+        if self._index is None:
+            order = np.argsort(self.out_ids, kind="stable")
+            self._index = (order, self.out_ids[order], owners(self.out_ptr))
+        order, sorted_ids, pair = self._index
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        start, stop = np.searchsorted(sorted_ids, ids, "left"), np.searchsorted(sorted_ids, ids, "right")
+        n = stop - start
+        total = int(n.sum())
+        if not total:
+            return PayloadPairs.empty()
+        # every position of every cell (a cell may lie in several pairs), back in the pairs' order
+        before = np.cumsum(n) - n
+        at = np.sort(order[np.arange(total, dtype=np.int64) + np.repeat(start - before, n)])
+        kept, counts = np.unique(pair[at], return_counts=True)
+        return PayloadPairs(self.out_ids[at], ptr_from_counts(counts), [self.payloads[k] for k in kept.tolist()])
 
     def groups(self) -> tuple[list[bytes], np.ndarray]:
         """The distinct payloads and, for each pair, the index of its payload among them."""

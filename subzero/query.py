@@ -18,6 +18,7 @@ the one the caller forced), and walks the workflow's DAG.  It is the source the 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -49,6 +50,10 @@ __all__ = ["TileGrid", "QueryEngine", "QueryOptions", "Carrier", "Rule", "rule_o
 logger = logging.getLogger(__name__)
 
 BLACKBOX = Strategy.parse("BlackBox")
+#: each direction's name in the per-step log
+_DIRECTION_NAMES = {d: d.value for d in Direction}
+#: step choices an engine keeps (`QueryEngine.choose`), of every node and frontier size together
+MAX_KEPT_CHOICES = 65536
 
 
 class TileGrid:
@@ -349,6 +354,8 @@ def _reexecute(source, node, frontier: Frontier, i: int, direction: Direction, t
     through an operator whose re-run gives payloads with a union form (`_rerun_union`): the
     payloads' union and the default's box form, as a stored CompOne step; else region pairs."""
     split = source.grid(node).split(frontier, None if direction is Direction.BACKWARD else i)
+    if len(split) > 1 and hasattr(source, "prefetch"):
+        source.prefetch(node, [t for t, _ in split])
     if direction is Direction.BACKWARD:
         got = _rerun_union(source, node, split, frontier, i, target, lookups)
         if got is not None:
@@ -423,6 +430,12 @@ class _Kept(dict):
                 super().__setitem__(key, value)
 
 
+def _shared(f: Frontier) -> bool:
+    """True when ``f``'s arrays may not be written: a kept answer (the forms made from it later,
+    its ids or cover, may be new arrays; what it holds never changes)."""
+    return not all(a.flags.writeable for a in f.arrays())
+
+
 def _private(carried: Any) -> Any:
     """What a walk hands out: a frontier sharing a kept step's read-only arrays is copied
     (the caller may write into its answer); anything else as it is."""
@@ -431,13 +444,14 @@ def _private(carried: Any) -> Any:
     return carried
 
 
-def _united(held: dict, node: Any) -> Any:
+def _united(held: dict, node: Any, engine: "QueryEngine | None" = None) -> Any:
     """What reached ``node`` (``held[node]``: one part per path) as one: frontiers united at once
-    (`Frontier.union_all`: masks painted into one), carriers pairwise; kept united in ``held``."""
+    (`Frontier.union_all`: masks painted into one; through ``engine``'s `QueryEngine.united`, which
+    keeps the unions of kept answers), carriers pairwise; kept united in ``held``."""
     parts = held[node]
     if len(parts) > 1:
         if all(isinstance(p, Frontier) for p in parts):
-            one = Frontier.union_all(parts)
+            one = engine.united(parts) if engine is not None else Frontier.union_all(parts)
         else:
             one = parts[0]
             for p in parts[1:]:
@@ -469,7 +483,8 @@ class Rule:
     without choosing a strategy or walking cells, so a chain of such steps costs a few
     operations on a few boxes per node and still yields every node's cells.
 
-    ``identity``: the cells stay as they are; else ``form`` is the bound box form.
+    ``identity``: the cells stay as they are; ``flat``: their flat ids stay as they are, over
+    ``target``'s shape (a reshape: the operator's ``same_ids``); else ``form`` is the bound box form.
     ``target``: the shape reached; ``all_to_all``/``safe``: the operator's, as `step` reads them.
     """
 
@@ -479,6 +494,15 @@ class Rule:
     target: tuple[int, ...]
     all_to_all: bool
     safe: bool
+    flat: bool = False
+    #: every cell of ``target``, read-only and shared by the rule's answers (`_private` copies it out)
+    full: Frontier = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        full = Frontier.full(self.target)
+        for a in full.arrays():
+            a.flags.writeable = False
+        object.__setattr__(self, "full", full)
 
     def apply(self, frontier: Frontier, entire_array: bool = True) -> Frontier | None:
         """The step's answer for ``frontier`` (exactly `step`'s), or None when the frontier is
@@ -486,9 +510,13 @@ class Rule:
         if frontier.is_empty:
             return Frontier.empty(self.target)
         if self.all_to_all or (entire_array and self.safe and frontier.is_full):
-            return Frontier.full(self.target)
+            return self.full
         if self.identity:
             return frontier
+        if self.flat:  # the same flat ids over another shape: a mask is reshaped, anything else keeps its ids
+            if frontier.kind == "mask" or frontier.estimate() > MAX_BOX_EXPANSION:
+                return Frontier(self.target, mask=frontier.mask().reshape(self.target), count=frontier.count)
+            return Frontier(self.target, ids=frontier.ids(), count=frontier.count)
         boxes = frontier.compact_boxes()
         if boxes is None:
             return None
@@ -503,11 +531,12 @@ def rule_of(op: Operator, i: int, direction: Direction) -> Rule | None:
         return None
     same = getattr(op, "same_cells", None)
     identity = same is not None and bool(same(i))
-    form = None if identity else box_form(op, direction)
-    if not identity and form is None:
+    flat = not identity and bool(getattr(op, "same_ids", False))
+    form = None if identity or flat else box_form(op, direction)
+    if not identity and not flat and form is None:
         return None
     target = tuple(op.input_shapes[i]) if direction is Direction.BACKWARD else tuple(op.output_shape)
-    return Rule(identity, form, i, target, bool(op.all_to_all), bool(op.entire_array_safe))
+    return Rule(identity, form, i, target, bool(op.all_to_all), bool(op.entire_array_safe), flat)
 
 
 @runtime_checkable
@@ -578,9 +607,11 @@ class QueryEngine:
         self._unstored: dict[str, Any] | None = None  # the unstored arrays (optimizer.storage.ArrayChoice)
         self._whole: dict[tuple[str, int, str], tuple[Strategy, Frontier]] = {}  # whole arrays' steps
         self._whole_bytes, self._whole_limit = 0, _memo_bytes()
+        self._unions: dict[tuple[int, ...], tuple[tuple[Frontier, ...], Frontier]] = {}  # kept answers united
         self._reruns: dict[str, _Kept] = {}  # node -> what re-running its tiles produced
         self._rules: dict[tuple[str, int, Direction], Rule | None] = {}  # arithmetic steps (`rule`)
-        self._plans: dict[tuple, tuple[list, set]] = {}  # walks: (src, dsts, direction) -> order, on path
+        self._choices: dict[tuple, Any] = {}  # (node, direction, cells, whole) -> `choose_step`'s choice
+        self._plans: dict[tuple, list] = {}  # walks: (src, dsts, direction) -> their steps (`_schedule`)
         self._rerun_budget = [_memo_bytes()]  # bytes the engine may still keep of those, all nodes together
         self._decoded: dict[tuple[str, str, int], Any] = {}  # payload tiles decoded whole (None: looked up instead)
         self._decoded_budget = [_memo_bytes()]  # bytes the engine may still keep of those
@@ -711,6 +742,28 @@ class QueryEngine:
             kept = self._reruns.setdefault(node.name, _Kept(self._rerun_budget, self._lock))
         return [trace_tile(task, grid.tiles[t], frontier, i, direction, kept) for t in tiles]
 
+    def prefetch(self, node: Node, tiles: list[int]) -> None:
+        """Before ``node``'s ``tiles`` (indices into its grid) re-run: of each input the run did not
+        store, read at once the box those of them not re-run yet read together (when it is not
+        much larger than their boxes).  Neighbouring tiles then find their inputs' tiles computed
+        and their borders in one region (`subzero.worker.RecomputedArray.region`), instead of each
+        computing its own borders of its neighbours' tiles through every unstored step before."""
+        grid = self.grid(node)
+        with self._lock:
+            ran = {key[0] for key in self._reruns.get(node.name, {})}
+        tiles = [t for t in tiles if grid.tiles[t].index not in ran]
+        if len(tiles) < 2:
+            return
+        op = operator_of(node)
+        tiling = op.effective_tiling()
+        for i, parent in enumerate(node.inputs):
+            if self.catalog.node(parent.name).array.stored:
+                continue
+            boxes = [tiling.input_box(op, grid.tiles[t].box, i) for t in tiles]
+            hull = tuple((min(b[a][0] for b in boxes), max(b[a][1] for b in boxes)) for a in range(len(boxes[0])))
+            if math.prod(hi - lo for lo, hi in hull) <= 2 * sum(math.prod(hi - lo for lo, hi in b) for b in boxes):
+                self.array(parent.name).read(hull)
+
     def rerun_payloads(self, node: Node, tile: int, frontier: Frontier) -> Any:
         """The mode and payload pairs of re-running ``node``'s ``tile`` (an index into its grid) for
         the cells of ``frontier`` (`subzero.worker.rerun_payloads`: the tile runs once per engine
@@ -776,8 +829,13 @@ class QueryEngine:
         forced = plan.using.get(node)
         if forced is not None:
             return Strategy.parse(forced), None, None
-        choice = choose_step(self.profile(node), self.stored(node), Mode.MAP in operator_of(node).supported_modes(),
-                             plan.direction, cells, self.reread_seconds(node), whole)
+        key = (node.name, plan.direction, cells, whole)
+        choice = self._choices.get(key)
+        if choice is None:  # a function of the run's profile and the frontier's size: the same for the next query
+            choice = choose_step(self.profile(node), self.stored(node), Mode.MAP in operator_of(node).supported_modes(),
+                                 plan.direction, cells, self.reread_seconds(node), whole)
+            if len(self._choices) < MAX_KEPT_CHOICES:
+                self._choices[key] = choice
         deadline = time.perf_counter() + choice.budget if choice.strategy.stored else None
         return choice.strategy, deadline, choice.predicted
 
@@ -798,21 +856,22 @@ class QueryEngine:
             raise QueryCancelled(f"the {plan.direction} walk was cancelled before it stepped through {node.name!r}")
         cells = carried.estimate()
         start = time.perf_counter()
+        way = _DIRECTION_NAMES[plan.direction]  # the log's name of it (an enum's value is a slow property)
         frontier = isinstance(carried, Frontier)
         forced = plan.using.get(node) is not None
         rule = self.rule(node, i, plan.direction) if frontier and not forced else None
         got: Any = rule.apply(carried, plan.entire_array) if rule is not None else None
         if got is not None:  # arithmetic on boxes: no strategy to choose (nothing stored is cheaper)
-            plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value, "strategy": "Map",
+            plan.log.append({"node": node.name, "input": i, "direction": way, "strategy": "Map",
                              "switched_to_blackbox": False, "damaged_lineage": None, "cells_in": cells,
                              "cells_out": got.estimate(), "seconds": time.perf_counter() - start,
                              "predicted_seconds": None})
             return got
-        key = (node.name, i, plan.direction.value)
+        key = (node.name, i, way)
         whole = frontier and not forced and carried.is_full  # every cell: the same answer each time
         kept = self._whole.get(key) if whole else None
         if kept is not None:  # shared, read-only: the walk hands out a copy at its end (`_private`)
-            plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value,
+            plan.log.append({"node": node.name, "input": i, "direction": way,
                              "strategy": kept[0].name, "switched_to_blackbox": False, "damaged_lineage": None,
                              "cells_in": cells, "cells_out": kept[1].estimate(),
                              "seconds": time.perf_counter() - start, "predicted_seconds": None})
@@ -834,11 +893,36 @@ class QueryEngine:
             if whole:
                 self._keep_whole(key, strategy, result)
         self.report_damaged(node, damaged)
-        plan.log.append({"node": node.name, "input": i, "direction": plan.direction.value, "strategy": strategy.name,
+        plan.log.append({"node": node.name, "input": i, "direction": way, "strategy": strategy.name,
                          "switched_to_blackbox": switched, "damaged_lineage": "; ".join(damaged) or None,
                          "cells_in": cells, "cells_out": result.estimate(), "seconds": time.perf_counter() - start,
                          "predicted_seconds": predicted})
         return result
+
+    def united(self, parts: list[Frontier]) -> Frontier:
+        """`Frontier.union_all` of ``parts``.  When every part is a kept answer (read-only and
+        shared: a whole array's step, `_keep_whole`, or a union kept here), the union depends on
+        the run alone, so it is made once and kept (read-only, within the ``query_memo_mb``
+        setting) for the next walk bringing the same parts: a walk below a global statistic
+        unites the same masks at every query."""
+        if not all(_shared(p) for p in parts):
+            return Frontier.union_all(parts)
+        key = tuple(sorted(id(p) for p in parts))  # the kept entry holds its parts: their ids are theirs alone
+        kept = self._unions.get(key)
+        if kept is not None:
+            return kept[1]
+        one = Frontier.union_all(parts)
+        if not _shared(one):
+            size = one.nbytes
+            with self._lock:
+                if self._whole_bytes + size > self._whole_limit:
+                    return one
+                self._whole_bytes += size
+            for a in one.arrays():
+                a.flags.writeable = False
+        with self._lock:
+            self._unions[key] = (tuple(parts), one)  # the parts held: their ids stay theirs
+        return one
 
     def _keep_whole(self, key: tuple[str, int, str], strategy: Strategy, result: Frontier) -> None:
         """Keep the step of a whole array (``key``: node, input, direction; the ``strategy`` that
@@ -877,38 +961,53 @@ class QueryEngine:
         What a node holds is dropped once it has stepped, unless it is one of ``dsts``.
         """
         forward = plan.direction is Direction.FORWARD
-        order, on_path = self._walk_plan(src, dsts, plan.direction)
-        held: dict = {src: [start]}  # node -> what reached it by each path, united when it is read (`_united`)
-        keep = set(dsts)
-        for node in (order if forward else reversed(order)):
-            if (node is src) if forward else (node not in held):
+        # node -> what reached it by each path, united when it is read (`_united`); keyed by id(node):
+        # the schedule's ints hash in C, a Node by a Python method
+        held: dict = {id(src): [start]}
+        for node, me, edges, drop in self._schedule(src, dsts, plan.direction):
+            if forward:
+                for i, parent in edges:
+                    if parent in held:
+                        held.setdefault(me, []).append(self.advance(node, _united(held, parent, self), i, plan))
                 continue
-            for i, parent in enumerate(node.inputs):
-                if forward and parent in held:
-                    held.setdefault(node, []).append(self.advance(node, _united(held, parent), i, plan))
-                elif not forward and parent in on_path:
-                    held.setdefault(parent, []).append(self.advance(node, _united(held, node), i, plan))
-            if not forward and node not in keep:
-                del held[node]  # each node steps once: what it held is done
-        return {dst: _private(_united(held, dst) if dst in held else None) for dst in dsts}
+            if me not in held:
+                continue
+            for i, parent in edges:
+                held.setdefault(parent, []).append(self.advance(node, _united(held, me, self), i, plan))
+            if drop:
+                del held[me]  # each node steps once: what it held is done
+        return {dst: _private(_united(held, id(dst), self) if id(dst) in held else None) for dst in dsts}
 
-    def _walk_plan(self, src, dsts, direction: Direction) -> tuple[list, set]:
-        """The nodes on a path from ``src`` to any of ``dsts`` (in workflow order, and as a set),
-        worked out once per (source, targets, direction): a viewer asks the same walk per brush."""
+    def _schedule(self, src, dsts, direction: Direction) -> list[tuple[Node, int, list[tuple[int, int]], bool]]:
+        """`walk_many`'s steps, worked out once per (source, targets, direction) from `_walk_plan`:
+        per node in the order it steps, ``(node, id(node), edges, drop)``: ``edges`` the ``(input
+        index, id(node reached from))`` of forward steps (taken when that node was reached) or the
+        ``(input index, id(parent on a path))`` of backward ones; ``drop``: a backward walk lets go
+        of what the node held once it stepped (it is none of ``dsts``)."""
         key = (src.name, tuple(d.name for d in dsts), direction)
         got = self._plans.get(key)
         if got is None:
-            wf, forward = self.workflow, direction is Direction.FORWARD
-            reach = wf.descendants(src) if forward else wf.ancestors(src)
-            wanted: set = set()
-            for dst in dsts:
-                if dst in reach:
-                    wanted |= wf.ancestors(dst) if forward else wf.descendants(dst)
-            on_path = reach & wanted
-            got = ([n for n in wf.nodes if n in on_path], on_path)
+            order, on_path = self._walk_plan(src, dsts, direction)
+            keep = {id(d) for d in dsts}
+            if direction is Direction.FORWARD:
+                got = [(n, id(n), [(i, id(p)) for i, p in enumerate(n.inputs)], False) for n in order if n is not src]
+            else:
+                got = [(n, id(n), [(i, id(p)) for i, p in enumerate(n.inputs) if p in on_path], id(n) not in keep)
+                       for n in reversed(order)]
             with self._lock:
                 self._plans[key] = got
         return got
+
+    def _walk_plan(self, src, dsts, direction: Direction) -> tuple[list, set]:
+        """The nodes on a path from ``src`` to any of ``dsts`` (in workflow order, and as a set)."""
+        wf, forward = self.workflow, direction is Direction.FORWARD
+        reach = wf.descendants(src) if forward else wf.ancestors(src)
+        wanted: set = set()
+        for dst in dsts:
+            if dst in reach:
+                wanted |= wf.ancestors(dst) if forward else wf.descendants(dst)
+        on_path = reach & wanted
+        return [n for n in wf.nodes if n in on_path], on_path
 
     def follow(self, steps: list, start: C, plan: QueryOptions) -> C:
         """Carry ``start`` along an explicit path of ``(node, input index)`` steps."""

@@ -432,6 +432,9 @@ class _Scratch:
 
 #: recomputed tiles of every unstored array this process reads, by (array key, tile)
 RECOMPUTED_TILES = BlockCache(0)
+#: regions of unstored arrays computed on their own (`RecomputedArray.region`), by (array key, box):
+#: the readers of one array (a sum and a product of it) ask the same region, computed once
+RECOMPUTED_REGIONS = BlockCache(0)
 
 
 class RecomputedArray:
@@ -465,6 +468,7 @@ class RecomputedArray:
         self._lo = np.array([[lo for lo, _ in t.box] for t in self.tiles], np.int64).reshape(len(self.tiles), -1)
         self._hi = np.array([[hi for _, hi in t.box] for t in self.tiles], np.int64).reshape(len(self.tiles), -1)
         self._regional = regional(task.operator)  # a read may compute a part of a tile on its own
+        self._regions: list[Box] = []  # the boxes of its regions put in `RECOMPUTED_REGIONS`, newest last
 
     @property
     def url(self) -> str:
@@ -481,8 +485,9 @@ class RecomputedArray:
                          "np.asarray it; run with keep='all' to store every array")
 
     def forget(self) -> None:
-        """Drop its computed tiles."""
+        """Drop its computed tiles and regions."""
         RECOMPUTED_TILES.clear(self._key)
+        RECOMPUTED_REGIONS.clear(self._key)
 
     def tile(self, index: int) -> np.ndarray:
         """The values of tile ``index`` (computed once, then cached while there is room)."""
@@ -497,8 +502,24 @@ class RecomputedArray:
     def region(self, box: Box) -> np.ndarray:
         """The cells of ``box`` computed on their own: the operator run over ``box`` (reading its
         tiling's input boxes of ``box``, its inputs' regions in turn), not over the tiles that hold
-        it.  Only for an operator that computes any box as its tiles do (`regional`)."""
-        return _call(self.task, Tile(-1, tuple(box)), frozenset())[1]
+        it.  Only for an operator that computes any box as its tiles do (`regional`).  Kept, read-only,
+        in `RECOMPUTED_REGIONS` (within ``cache_bytes``): every reader of the array asks the same
+        regions of it (each unstored node over the box its readers' halos grow), and a region inside
+        a kept one (of the `MAX_KEPT_REGIONS` newest) is cut from it."""
+        box = tuple((int(lo), int(hi)) for lo, hi in box)
+        got = RECOMPUTED_REGIONS.get((self._key, box))
+        if got is not None:
+            return got
+        for kept in reversed(self._regions):  # a region holding this one (a read over several tiles' boxes)
+            if all(a <= lo and hi <= b for (lo, hi), (a, b) in zip(box, kept)):
+                whole = RECOMPUTED_REGIONS.get((self._key, kept))
+                if whole is not None:
+                    return whole[box_slices(box, kept)]
+        got = _call(self.task, Tile(-1, box), frozenset())[1]
+        got.setflags(write=False)
+        RECOMPUTED_REGIONS.put((self._key, box), got, self.cache_bytes)
+        self._regions = self._regions[-(MAX_KEPT_REGIONS - 1):] + [box]
+        return got
 
     def read(self, box: Box | None = None) -> np.ndarray:
         """The cells of ``box`` (the whole array when None), from the tiles that hold them.
@@ -534,6 +555,9 @@ class RecomputedArray:
                 out[box_slices(part, box)] = self.region(part)
         return out
 
+
+#: the regions of one recomputed array searched for one holding a region asked (the newest)
+MAX_KEPT_REGIONS = 64
 
 #: the largest share of a tile's cells that a read of an uncached tile of a `regional` operator
 #: computes on its own (more: the whole tile is computed and cached, as a later read may want the rest)
@@ -834,6 +858,8 @@ def _payloads_for(op: Operator, pay: PayloadPairs, frontier, i: int, direction: 
     """The payload pairs a step from ``frontier`` needs: backward, the pairs' cells in the
     frontier; forward, the pairs whose input envelope meets it."""
     if direction is Direction.BACKWARD:
+        if frontier.kind != "mask" and frontier.estimate() * 16 < len(pay.out_ids):  # a few cells: searched
+            return pay.with_out_cells(frontier.ids())
         wanted = frontier.contains(pay.out_ids)
         counts = np.bincount(owners(pay.out_ptr)[wanted], minlength=pay.n_pairs)
         kept = PayloadPairs(pay.out_ids[wanted], ptr_from_counts(counts), pay.payloads)

@@ -164,3 +164,20 @@ def test_payload_concat_and_select(data, pairs):
     assert sel.payloads == [b for _, b in kept]
     assert [sel.out_ids[sel.out_ptr[k]:sel.out_ptr[k + 1]].tolist() for k in range(sel.n_pairs)] == \
         [cells for cells, _ in kept]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, N_OUT - 1), min_size=1, max_size=6, unique=True),
+                          st.sampled_from([b"a", b"b", b"c"])), max_size=8),
+       st.lists(st.integers(0, N_OUT - 1), max_size=10, unique=True))
+def test_payload_pairs_kept_to_some_out_cells_match_plain_python(pairs, cells):
+    """`PayloadPairs.with_out_cells` (a search in the sorted out cells): the pairs meeting the
+    cells, in order, each with those of its cells (a cell may lie in several pairs)."""
+    ids, ptr = csr([p[0] for p in pairs])
+    pay = PayloadPairs(ids, ptr, [p[1] for p in pairs])
+    wanted = set(cells)
+    expected = [([c for c in out if c in wanted], payload) for out, payload in pairs if wanted & set(out)]
+    for _ in range(2):  # the second search reads the index the first one made
+        got = pay.with_out_cells(np.array(sorted(cells), np.int64))
+        groups = [got.out_ids[got.out_ptr[k]:got.out_ptr[k + 1]].tolist() for k in range(got.n_pairs)]
+        assert list(zip(groups, got.payloads)) == expected

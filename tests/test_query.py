@@ -201,7 +201,7 @@ def test_a_step_reached_by_a_whole_array_maps_it_whole_and_answers_the_same_cell
 
 
 # -- composed steps: a chain of mapped steps taken as arithmetic on boxes ---------------------------
-CHAIN_STEPS = ("scale", "halo1", "halo2", "down", "up", "transpose", "broadcast")
+CHAIN_STEPS = ("scale", "halo1", "halo2", "down", "up", "transpose", "broadcast", "slice", "flip", "blockmean")
 
 
 def _chain(names: list[str], shape: tuple[int, int]):
@@ -219,11 +219,20 @@ def _chain(names: list[str], shape: tuple[int, int]):
             inputs[f"row{k}"] = np.ones((1, w))
             node = wf.add(ops.Add(), node, wf.input(f"row{k}"), name=f"s{k}")
             continue
+        if name == "blockmean" and not (h % 2 or w % 2):  # a 2 x 2 block mean as numpy code writes it
+            node = wf.add(ops.Reshape((h // 2, 2, w // 2, 2)), node, name=f"s{k}r")
+            node = wf.add(ops.Mean(axis=(1, 3)), node, name=f"s{k}")
+            shape = (h // 2, w // 2)
+            continue
+        if name == "slice" and min(h, w) < 3 or name == "blockmean":
+            name = "scale"
         op = {"scale": lambda: ops.MultiplyScalar(2.0), "halo1": lambda: ops.UniformFilter(3, mode="constant"),
               "halo2": lambda: ops.UniformFilter(5, mode="reflect"), "down": lambda: ops.Downsample(2),
-              "up": lambda: ops.Upsample(2), "transpose": lambda: ops.Transpose()}[name]()
+              "up": lambda: ops.Upsample(2), "transpose": lambda: ops.Transpose(),
+              "slice": lambda: ops.Slice(start=(1, None), stop=(None, -1)), "flip": lambda: ops.Flip()}[name]()
         node = wf.add(op, node, name=f"s{k}")
-        shape = {"down": (h // 2, w // 2), "up": (h * 2, w * 2), "transpose": (w, h)}.get(name, shape)
+        shape = {"down": (h // 2, w // 2), "up": (h * 2, w * 2), "transpose": (w, h),
+                 "slice": (h - 1, w - 1)}.get(name, shape)
     return wf, inputs, node.name
 
 
@@ -231,7 +240,7 @@ def _chain(names: list[str], shape: tuple[int, int]):
 @given(st.data())
 def test_a_composed_walk_answers_every_node_as_the_stepped_walk_does(data):
     """Random chains of composable mappings (same cells, halos, block reductions, repetition,
-    broadcasts, transposes), random cells or boxes: the walk that takes them as arithmetic on
+    broadcasts, transposes, slices, flips, a reshape and an axis mean), random cells or boxes: the walk that takes them as arithmetic on
     boxes gives, at every node, the cells re-execution gives (an independent tracing of the
     tiles), both directions."""
     names = data.draw(st.lists(st.sampled_from(CHAIN_STEPS), min_size=1, max_size=5), label="chain")
@@ -415,3 +424,37 @@ def test_a_black_box_step_backward_unites_the_rerun_payloads_as_region_pairs_do(
         for name in inputs:
             np.testing.assert_array_equal(answer[name].ids(), want[name].ids(), err_msg=f"{cells} -> {name}")
     assert any(len(a[inputs[0]].ids()) > len(c) for a, c in zip(got, queries))
+
+
+def _split_means(x):
+    """Two global statistics over selections of ``y``: a 1-cell query reaches both selections'
+    masks whole, and unites them at ``y``."""
+    y = x * 2.0
+    return x - (y[y > 1.0].mean() + y[y < 0.6].mean())
+
+
+def test_unions_of_kept_answers_are_kept_and_stay_exact(tmp_path):
+    """Steps reached whole are kept per engine, read-only; their union (the same parts every
+    query) is kept too: the next query gets the very same frontier, its answer is the caller's
+    to write, and it is the cells re-execution gives."""
+    image = np.random.default_rng(5).random((24, 32))
+    wf = sz.workflow(_split_means, name="split").trace({"x": image})
+    run = wf.run({"x": image}, store=tmp_path / "s", executor="local", tile_shape=8)
+    out = wf.nodes[-1].name
+    first = run.backward_mask(out, [(3, 4)], to="x")  # keeps the whole steps (its own parts are fresh)
+    got = run.backward_mask(out, [(3, 4)], to="x")  # unites the kept steps: kept too
+    np.testing.assert_array_equal(got, first)
+    assert got.sum() > image.size // 2  # the queried cell and the cells the two selections hold
+    engine = run.lineage
+    kept = dict(engine._unions)
+    assert kept and all(not any(a.flags.writeable for a in f.arrays()) for _, f in kept.values())
+    got[:] = False  # the caller's copy: nothing kept is written through it
+    again = run.backward_many(out, [(3, 4)], to=["x"] + [n.name for n in wf.nodes if n.inputs][:-1])
+    assert engine._unions.keys() == kept.keys() and all(engine._unions[k][1] is kept[k][1] for k in kept)
+    reference = run.backward_many(out, [(3, 4)], to=list(again), using={n.name: "BlackBox" for n in wf.nodes
+                                                                        if n.inputs})
+    for name, f in again.items():
+        np.testing.assert_array_equal(f.ids(), reference[name].ids(), err_msg=name)
+    parts = [Frontier.of_ids(np.array([1, 2]), (4, 4)), Frontier.of_ids(np.array([2, 9]), (4, 4))]
+    assert engine.united(parts).ids().tolist() == [1, 2, 9]  # writable parts: united, not kept
+    assert len(engine._unions) == len(kept)

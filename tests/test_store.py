@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 import os
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -252,3 +253,22 @@ def test_query_statistics_are_kept_outside_the_store(store, tmp_path):
     assert query_log(url) == records
     assert tree(tmp_path / "s") == before
     assert not query_log_path(url).startswith(str(tmp_path / "s"))
+
+
+def test_the_query_log_is_written_in_batches_off_the_query(tmp_path, monkeypatch):
+    from subzero.store import cache
+
+    url = str(tmp_path / "batched")
+    path = cache.query_log_path(url)
+    records = [{"steps": [{"node": "n", "seconds": k / 10}]} for k in range(3)]
+    monkeypatch.setattr(cache, "LOG_FLUSH_SECONDS", 60.0)
+    cache.log_query(url, records[0])
+    assert not os.path.exists(path)  # handed over: the query wrote nothing
+    assert cache.query_log(url) == records[:1]  # a reader writes what waits first
+    monkeypatch.setattr(cache, "LOG_FLUSH_SECONDS", 0.05)
+    for r in records[1:]:
+        cache.log_query(url, r)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and open(path).read().count("\n") < 3:
+        time.sleep(0.01)
+    assert [json.loads(line) for line in open(path)] == records  # the timer wrote the rest, in order

@@ -509,3 +509,32 @@ def test_a_region_read_mixes_cached_tiles_and_parts_computed_on_their_own(tmp_pa
     np.testing.assert_array_equal(smooth.read(((14, 18), (14, 18))), want[14:18, 14:18])  # in four tiles, one cached
     assert regions == [((14, 18), (14, 18))]
     worker.RECOMPUTED_TILES.clear()
+
+
+def test_regions_of_recomputed_arrays_are_computed_once_and_cut_from_kept_ones(tmp_path, monkeypatch):
+    """A region computed on its own is kept: asked again (another reader of the array), or a box
+    inside it (a tile's border inside the borders read for its neighbours too), it is not computed
+    again, and gives the values the run stores with keep='all'."""
+    from subzero import worker
+
+    wf = _region_workflow()
+    x = np.random.default_rng(8).normal(size=(48, 48))
+    run = wf.run({"x": x}, store=tmp_path / "s", executor="local", tile_shape=16).wait()
+    want = np.asarray(wf.run({"x": x}, store=tmp_path / "f", executor="local", tile_shape=16,
+                             keep="all").wait().output("smooth"))
+    worker.RECOMPUTED_TILES.clear()
+    worker.RECOMPUTED_REGIONS.clear()
+    smooth = run.array("smooth")
+    calls = []
+    real = worker._call
+    monkeypatch.setattr(worker, "_call", lambda task, tile, modes: (task.node == "smooth" and calls.append(tile.box))
+                        or real(task, tile, modes))
+    np.testing.assert_array_equal(smooth.region(((10, 20), (3, 9))), want[10:20, 3:9])
+    np.testing.assert_array_equal(smooth.region(((10, 20), (3, 9))), want[10:20, 3:9])  # kept
+    np.testing.assert_array_equal(smooth.region(((12, 15), (4, 9))), want[12:15, 4:9])  # inside: cut from it
+    assert calls == [((10, 20), (3, 9))]
+    np.testing.assert_array_equal(smooth.region(((9, 12), (4, 6))), want[9:12, 4:6])  # not inside: computed
+    assert len(calls) == 2
+    smooth.forget()
+    assert not any(key[0] == smooth._key for key in worker.RECOMPUTED_REGIONS._items)
+    worker.RECOMPUTED_REGIONS.clear()

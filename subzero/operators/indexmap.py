@@ -80,6 +80,7 @@ class IndexMapOperator(Operator):
         state = dict(self.__dict__)
         state.pop("_maps_cache", None)
         state.pop("_safe_cache", None)  # rebuilt where it is needed, never shipped or stored
+        state.pop("_affine_cache", None)
         return state
 
     def supported_modes(self) -> set[Mode]:
@@ -145,11 +146,47 @@ class IndexMapOperator(Operator):
             owner = owner[rows]
         return unique_rows(out)
 
+    def _affine(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per axis ``(first, step)`` when every axis's map is ``first + step * j`` with ``step``
+        1 or -1 and no -1 entry (a slice of unit step, a flip), else None; made once per bound shape."""
+        shape = tuple(self.input_shapes[0])
+        cached = self.__dict__.get("_affine_cache")
+        if cached is None or cached[0] != shape:
+            first: list[int] = []
+            step: list[int] = []
+            for m in self.axis_maps():
+                d = int(m[1] - m[0]) if len(m) > 1 else 1
+                if not len(m) or m.min() < 0 or d not in (1, -1) or not bool(np.all(np.diff(m) == d)):
+                    first = []
+                    break
+                first.append(int(m[0]))
+                step.append(d)
+            got = (np.array(first, np.int64), np.array(step, np.int64)) if len(first) == len(shape) else None
+            cached = self._affine_cache = (shape, got)
+        return cached[1]
+
     def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        affine = self._affine()
+        if affine is not None:  # unit steps: each box's image is a box, by arithmetic over all boxes at once
+            first, step = affine
+            lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+            a, b = first + step * lo, first + step * (hi - 1)  # the images of the first and last indices
+            in_lo, in_hi = np.minimum(a, b), np.maximum(a, b) + 1
+            keep = np.all(hi > lo, axis=1)
+            return in_lo[keep], in_hi[keep]
         return self._boxes(lo, hi, [lambda lo_k, hi_k, m=m: _runs(m[lo_k:hi_k][m[lo_k:hi_k] >= 0])
                                     for m in self.axis_maps()])
 
     def map_f_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        affine = self._affine()
+        if affine is not None:  # the output indices j with first + step * j in [lo, hi), clipped to the axis
+            first, step = affine
+            lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+            a, b = step * (lo - first), step * (hi - 1 - first)
+            n = np.asarray(self.output_shape, np.int64)
+            out_lo, out_hi = np.maximum(np.minimum(a, b), 0), np.minimum(np.maximum(a, b) + 1, n)
+            keep = np.all((out_hi > out_lo) & (hi > lo), axis=1)
+            return out_lo[keep], out_hi[keep]
         return self._boxes(lo, hi, [lambda lo_k, hi_k, m=m: _runs(np.flatnonzero((m >= lo_k) & (m < hi_k)))
                                     for m in self.axis_maps()])
 

@@ -115,16 +115,21 @@ class StencilOperator(Operator):
         """Per-axis radius when the stencil reads a full box centred on the cell and the mode
         does not wrap: then every cell within the radius is read directly and a reflected,
         mirrored or clamped read stays within it, so the lineage of a box, either way, is the
-        box grown by the radius and clipped to the array.  None otherwise."""
-        if "wrap" in self.mode:
-            return None
-        off = self.offsets()
-        if not len(off):
-            return None
-        lo, hi = off.min(axis=0), off.max(axis=0)
-        if np.any(lo != -hi) or len(unique_rows(off)) != int(np.prod(hi - lo + 1)):
-            return None
-        return hi
+        box grown by the radius and clipped to the array.  None otherwise.  Worked out once per
+        bound shape: a query asks it at every box step."""
+        key = (tuple(self.input_shapes[0]), self.mode)
+        cached = self.__dict__.get("_box_radius_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        got = None
+        off = self.offsets() if "wrap" not in self.mode else np.zeros((0, 0), np.int64)
+        if len(off):
+            lo, hi = off.min(axis=0), off.max(axis=0)
+            if not np.any(lo != -hi) and len(unique_rows(off)) == int(np.prod(hi - lo + 1)):
+                got = hi
+                got.flags.writeable = False
+        self._box_radius_cache = (key, got)
+        return got
 
     def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
         r = self._box_radius()

@@ -71,6 +71,24 @@ class AxisReduction(MapTiled):
     def map_f(self, cells: np.ndarray, i: int) -> np.ndarray:
         return np.unique(np.delete(np.asarray(cells, np.int64), self._axes(), axis=1), axis=0)
 
+    def map_b_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Output boxes to the input boxes they reduce: the same extent on the kept axes, the
+        whole of each reduced axis (arithmetic over the boxes, whatever the reduced lines' length)."""
+        lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        shape, axes = self.input_shapes[0], self._axes()
+        kept = [a for a in range(len(shape)) if a not in axes]
+        in_lo = np.zeros((len(lo), len(shape)), np.int64)
+        in_hi = np.broadcast_to(np.asarray(shape, np.int64), (len(lo), len(shape))).copy()
+        in_lo[:, kept], in_hi[:, kept] = lo, hi
+        empty = np.any(hi <= lo, axis=1)  # an empty box stays empty
+        in_hi[empty] = in_lo[empty]
+        return in_lo, in_hi
+
+    def map_f_boxes(self, lo: np.ndarray, hi: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Input boxes to the output cells reducing them: the box without its reduced axes."""
+        axes = self._axes()
+        return (np.delete(np.asarray(lo, np.int64), axes, axis=1), np.delete(np.asarray(hi, np.int64), axes, axis=1))
+
     def map_b_mask(self, mask: np.ndarray, i: int) -> np.ndarray | None:
         return np.broadcast_to(np.expand_dims(mask, self._axes()), self.input_shapes[0]).copy()
 

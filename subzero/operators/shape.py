@@ -85,6 +85,8 @@ class Reshape(Operator):
 
     entire_array_safe = True
     reads_only = True  # numpy's own method: a view of its input (or a copy), never written
+    #: output cell k (flat, C order) reads input cell k: a query keeps a frontier's flat ids (`subzero.query.Rule`)
+    same_ids = True
 
     def __init__(self, shape: Sequence[int]):
         self.shape = tuple(int(n) for n in shape)

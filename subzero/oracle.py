@@ -42,7 +42,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
 import numpy as np
 
@@ -88,9 +88,12 @@ def _bound(op: Operator, arrays: Sequence[np.ndarray]) -> Operator:
     return op.bound(shapes, op.infer_output_shape(shapes))
 
 
-def evaluate_operator(op: Operator, arrays: Sequence[np.ndarray], bound: bool = False) -> np.ndarray:
+def evaluate_operator(op: Operator, arrays: Sequence[np.ndarray], bound: bool = False,
+                      out: np.ndarray | None = None) -> np.ndarray:
     """The output of ``op`` on whole ``arrays``, computed by its ``run`` with no lineage;
-    ``bound``: ``op`` is bound to the shapes of ``arrays`` and its output already (`Operator.bound`).
+    ``bound``: ``op`` is bound to the shapes of ``arrays`` and its output already (`Operator.bound`);
+    ``out``: computed into that array by `Operator.run_into` (an operator that `Operator.fills_out`;
+    ``out`` has the output's shape and the dtype ``run`` gives, and may be one of ``arrays``).
 
     Examples
     --------
@@ -101,7 +104,8 @@ def evaluate_operator(op: Operator, arrays: Sequence[np.ndarray], bound: bool = 
     ready = op if bound else _bound(op, arrays)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return np.asarray(ready.run(_PlainContext(ready.input_shapes, ready.output_shape), *arrays))
+        ctx = _PlainContext(ready.input_shapes, ready.output_shape)
+        return np.asarray(ready.run(ctx, *arrays) if out is None else ready.run_into(cast(Any, ctx), out, *arrays))
 
 
 class _Rejected(Exception):

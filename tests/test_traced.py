@@ -52,7 +52,8 @@ def data(seed: int = 3, shape: tuple[int, int] = (48, 40)) -> np.ndarray:
 
 @pytest.fixture
 def reused(monkeypatch):
-    """The names of the nodes each run stored from its trace's values, per run."""
+    """The names of the nodes each run stored from its trace's values, per run (once the run
+    finished: one whose trace computed every value continues behind its return)."""
     taken: list[list[str]] = []
     original = driver._Execution.reuse
 
@@ -64,7 +65,7 @@ def reused(monkeypatch):
 
     def execute(wf, inputs, options):
         taken.append([])
-        return original_execute(wf, inputs, options)
+        return original_execute(wf, inputs, options).wait()
 
     original_execute = driver.execute
     monkeypatch.setattr(driver._Execution, "reuse", counting)
@@ -184,9 +185,11 @@ def test_values_are_held_within_the_budget_and_the_run_computes_the_rest(tmp_pat
         np.testing.assert_array_equal(np.asarray(run.output(name)), value)
 
 
-def test_a_stencil_is_left_to_the_run_unless_a_value_needs_it(tmp_path, reused):
+@pytest.mark.parametrize("behind", [False, True])
+def test_a_stencil_is_left_to_the_run_unless_a_value_needs_it(tmp_path, reused, behind):
     """A stencil's tiles (a halo of its radius) are the run's, fused with the steps after it; a
-    step that needs its values (a sum Python asks for) takes them from the trace."""
+    step that needs its values (a sum Python asks for) takes them from the trace.  A run that
+    continues behind its return (written behind) has every value from its trace instead."""
     @sz.workflow
     def f(x):
         smooth = ndimage.gaussian_filter(x, 1.5)
@@ -194,8 +197,9 @@ def test_a_stencil_is_left_to_the_run_unless_a_value_needs_it(tmp_path, reused):
         return {"smooth": smooth * 2.0, "edges": edges / float(edges.max())}
 
     x = data(8)
-    run = f.run({"x": x}, tmp_path / "s", executor="local")
-    assert "gaussian_filter" not in reused[0] and "sobel" in reused[0]
+    with config.set(write_behind=behind):
+        run = f.run({"x": x}, tmp_path / "s", executor="local")
+    assert ("gaussian_filter" in reused[0]) is behind and "sobel" in reused[0]
     np.testing.assert_array_equal(np.asarray(run.output("smooth")), ndimage.gaussian_filter(x, 1.5) * 2.0)
     edges = ndimage.sobel(x, axis=0)
     np.testing.assert_array_equal(np.asarray(run.output("edges")), edges / float(edges.max()))

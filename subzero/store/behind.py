@@ -32,6 +32,7 @@ error is logged and raised by `WriteBehind.wait` (`subzero.Run.wait`, and any qu
 from __future__ import annotations
 
 import collections
+import contextvars
 import functools
 import logging
 import os
@@ -163,6 +164,10 @@ class WriteBehind:
         self._waiting = 0  # callers waiting for the thread (settle, a full queue): no job waits then
         self._finished = False
         self.error: BaseException | None = None
+        #: the work still queueing jobs (`produce`): set once it ended; its thread, and what stopped it
+        self._producer: threading.Event | None = None
+        self._producer_thread: int | None = None
+        self.producer_error: BaseException | None = None
         self._cond = threading.Condition()
         _writer_thread(self._loop, f"subzero-write-behind {name}")
         with _ACTIVE_LOCK:
@@ -190,6 +195,28 @@ class WriteBehind:
             if idle:  # else the thread is busy or waits for the first job's time: it finds this one then
                 self._cond.notify_all()  # (a wake-up per job would take the interpreter from the run each time)
 
+    def produce(self, work: Callable[[], None], name: str) -> None:
+        """Run ``work`` (the rest of a run that returned before it: it queues this writer's jobs
+        and ends with `finish`) on a writer thread of its own, in the caller's context (its
+        settings); until it ended, `settle` (so `wait`, every read and `wait_for_writes`) waits
+        for it first, except on that thread.  A failure of ``work`` is logged at once and raised
+        by `wait`: never silent."""
+        done = threading.Event()
+        context = contextvars.copy_context()
+        self._producer = done
+
+        def body() -> None:
+            self._producer_thread = threading.get_ident()
+            try:
+                context.run(work)
+            except BaseException as exc:  # kept for `wait`
+                self.producer_error = exc
+                log.error("the run into %s failed behind its return: %s: %s", self.name, type(exc).__name__, exc)
+            finally:
+                done.set()
+
+        _writer_thread(body, name)
+
     def finish(self) -> None:
         """No more jobs: the thread ends once the queued ones ran."""
         with self._cond:
@@ -203,7 +230,11 @@ class WriteBehind:
             return self._submitted - self._done
 
     def settle(self) -> None:
-        """Wait until every job queued so far ran (or was skipped after a failure)."""
+        """Wait until every job queued so far ran (or was skipped after a failure); first, until the
+        work still queueing jobs (`produce`) ended, unless this is its thread."""
+        producer = self._producer
+        if producer is not None and self._producer_thread != threading.get_ident():
+            producer.wait()
         with self._cond:
             target = self._submitted
             if self._done >= target:
@@ -217,9 +248,14 @@ class WriteBehind:
                 self._waiting -= 1
 
     def wait(self) -> None:
-        """`settle`, then raise the error that stopped the writing, if any (a `StoreError` naming
-        the store; the original error is its cause)."""
+        """`settle`, then raise the error that stopped the writing or the work queueing it
+        (`produce`), if any (a `StoreError` naming the store; the original error is its cause)."""
         self.settle()
+        failed = self.producer_error
+        if failed is not None and self.error is None and self._producer_thread != threading.get_ident():
+            raise StoreError(f"the run into {self.name!r} failed behind its return ({type(failed).__name__}: "
+                             f"{failed}); the store holds the nodes committed before the failure: free the "
+                             "cause, then resume the run (resume=True, --resume)") from failed
         if self.error is not None:
             raise StoreError(f"writing the run's store {self.name!r} behind it failed ({type(self.error).__name__}: "
                              f"{self.error}); the store holds the nodes committed before the failure: free the "

@@ -270,3 +270,93 @@ def test_a_zarr_input_is_not_read_whole_by_the_trace(tmp_path, reused):
     assert reused[0] == []  # no value was asked for: the run reads it tile by tile
     for name, value in chain(x).items():
         np.testing.assert_array_equal(np.asarray(run.output(name)), value)
+
+
+def evi(nir, red, blue):
+    """Elementwise steps only: the trace leaves them to the run unless it continues behind it."""
+    return {"evi": 2.5 * (nir - red) / (nir + 6.0 * red - 7.5 * blue + 1.0)}
+
+
+def edges(x):
+    """Stencils (a halo each) and the elementwise steps after them."""
+    gx, gy = ndimage.sobel(x, axis=0), ndimage.sobel(x, axis=1)
+    return {"magnitude": np.hypot(gx, gy) / 4.0, "smooth": ndimage.gaussian_filter(x, 1.0) * 2.0 - x}
+
+
+def _stored_pins(wf) -> dict:
+    """A stored strategy pinned on every node of ``wf`` that can store one (FullOne when it can)."""
+    from subzero.strategies import supported_strategies
+
+    pins = {}
+    for node in wf.nodes:
+        stored = [s for s in supported_strategies(node.operator) if s not in ("Map", "BlackBox")] if node.operator else []
+        if stored:
+            pins[node.name] = "FullOne" if "FullOne" in stored else stored[0]
+    return pins
+
+
+def _info(run) -> dict:
+    """`subzero info`'s facts of a run's store, but where and when it was written (and the bytes of
+    its catalog, which holds timings)."""
+    from subzero.tools.info import info_data
+
+    got = info_data(run.wait().path)
+    got["totals"].pop("store_disk_bytes")
+    return {k: v for k, v in got.items() if k not in ("store", "created", "wall_seconds")}
+
+
+BEHIND_CASES = {
+    "sigma_clip": (sigma_clip, lambda: {"x": data(12)}, [("backward", "scaled", [(5, 5), (0, 0)])]),
+    "drop_small": (drop_small, lambda: {"image": data(13)}, [("backward", "kept", [(12, 12), (0, 0)])]),
+    "evi": (evi, lambda: {k: np.abs(data(14 + i)) for i, k in enumerate(("nir", "red", "blue"))}, []),
+    "edges": (edges, lambda: {"x": data(17, (64, 52))}, [("backward", "magnitude", [(0, 0), (30, 20)]),
+                                                        ("backward", "smooth", [(63, 51)])]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BEHIND_CASES))
+@pytest.mark.parametrize("pins", [False, True])
+def test_a_run_continuing_behind_its_return_stores_and_answers_as_one_in_the_callers_thread(tmp_path, name, pins):
+    """The trace computed every value, so the run returns at once and the rest of it (storing,
+    lineage, commits, the catalog) continues on a background thread: its store, catalog, `info`,
+    values and answers are those of the same run written in the caller's thread, with the default
+    strategies and with stored lineage pinned on every node (captured behind the return)."""
+    fn, make, queries = BEHIND_CASES[name]
+    inputs = make()
+    strategies = _stored_pins(sz.workflow(fn).trace(inputs)) if pins else None
+    ins = sorted(n for n in inputs)
+    with config.set(write_behind=False):
+        direct = sz.workflow(fn).run(inputs, tmp_path / "direct", executor="local", strategies=strategies)
+    behind = sz.workflow(fn).run(inputs, tmp_path / "behind", executor="local", strategies=strategies)
+    assert behind._finishing is not None and direct._finishing is None  # returned before its store was written
+    expected = fn(**inputs)
+    for out, value in expected.items():
+        np.testing.assert_array_equal(np.asarray(behind.output(out)).reshape(np.shape(value)), value)
+    _same_run(behind, direct, [(d, node, cells) for d, node, cells in queries])
+    a, b = _info(behind), _info(direct)
+    assert a == b
+    for node in (n.name for n in direct.workflow.nodes if not n.is_input):  # every node's first and last cell
+        cells = [(0,) * len(direct.shape(node)), tuple(n - 1 for n in direct.shape(node))]
+        got, want = (r.backward_many(node, cells, to=ins, as_="coords") for r in (behind, direct))
+        assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got), node
+    reopened = sz.open_run(tmp_path / "behind")
+    assert reopened.catalog.status == "done"
+    _same_run(reopened, direct, queries)
+
+
+def test_a_run_continuing_behind_holds_copies_of_the_callers_arrays(tmp_path):
+    """Once `run` returned, the caller may change its arrays: the run behind it holds their
+    copies (made beside the trace), and a value of the trace that is a view of one (a slice, a
+    transpose) is copied before the return."""
+    @sz.workflow
+    def f(x):
+        return {"t": x.T, "top": x[:10] * 1.0, "y": x + 1.0}
+
+    x = data(18)
+    kept = x.copy()
+    run = f.run({"x": x}, tmp_path / "s", executor="local", keep="all")
+    assert run._finishing is not None
+    x[:] = -7.0
+    for name, value in f.fn(kept).items():
+        np.testing.assert_array_equal(np.asarray(run.output(name)), value)
+    np.testing.assert_array_equal(np.asarray(sz.open_run(tmp_path / "s").output("x")), kept)

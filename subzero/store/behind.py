@@ -133,6 +133,36 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
+#: the runs of this process finishing behind their return (`WriteBehind.produce`): each one's event is set when it ended
+_PRODUCING: set[threading.Event] = set()
+_PRODUCERS_HOOKED = [False]
+
+
+def _wait_for_producers() -> None:
+    """At interpreter exit: the runs finishing behind their return end first (their writes are then
+    waited for with the writer threads).  Registered after `concurrent.futures`' own exit hook, so
+    it runs before it: a run still computing (its lineage on the executor's threads) may still start
+    work on a pool."""
+    with _ACTIVE_LOCK:
+        pending = list(_PRODUCING)
+    for done in pending:
+        done.wait()
+
+
+def _hook_producers() -> None:
+    """Register `_wait_for_producers` (once, at the first `WriteBehind.produce`)."""
+    import concurrent.futures.thread  # noqa: F401  (its exit hook registered first: it runs after ours)
+
+    with _ACTIVE_LOCK:
+        if _PRODUCERS_HOOKED[0]:
+            return
+        _PRODUCERS_HOOKED[0] = True
+    try:
+        threading._register_atexit(_wait_for_producers)  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # no such hook, or the interpreter is exiting already
+        pass
+
+
 class WriteBehind:
     """One background thread running queued jobs in order, at most ``limit`` bytes queued.
 
@@ -201,9 +231,12 @@ class WriteBehind:
         settings); until it ended, `settle` (so `wait`, every read and `wait_for_writes`) waits
         for it first, except on that thread.  A failure of ``work`` is logged at once and raised
         by `wait`: never silent."""
+        _hook_producers()
         done = threading.Event()
         context = contextvars.copy_context()
         self._producer = done
+        with _ACTIVE_LOCK:
+            _PRODUCING.add(done)
 
         def body() -> None:
             self._producer_thread = threading.get_ident()
@@ -213,6 +246,8 @@ class WriteBehind:
                 self.producer_error = exc
                 log.error("the run into %s failed behind its return: %s: %s", self.name, type(exc).__name__, exc)
             finally:
+                with _ACTIVE_LOCK:
+                    _PRODUCING.discard(done)
                 done.set()
 
         _writer_thread(body, name)

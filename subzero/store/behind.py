@@ -21,6 +21,11 @@ is full.  A short run thus returns before anything is written (its writes then t
 no longer uses, rather than slowing each of its stages down), and a long one's store lags it by
 at most ``hold`` seconds, as its catalog does (``commit_seconds``).
 
+A traced run whose trace computed every value goes further: the rest of the run itself (storing,
+lineage, commits) runs behind its return, on a writer thread given to `WriteBehind.produce`;
+`WriteBehind.settle`, and so every read and `wait_for_writes`, first waits for it to end, and its
+failure is raised by `WriteBehind.wait` as a write's is.
+
 The thread is not a daemon: at a normal interpreter exit Python waits for it, so nothing
 queued is lost.  It is one of the process's writer threads, kept idle between runs (a run then
 starts no thread; at exit the idle ones end at once).  Its memory is bounded: a job carries the bytes it holds (an array's cells)

@@ -102,7 +102,7 @@ class _Execution:
 
     def __init__(self, wf: Workflow, store: RunWriter, catalog: RunRecord, runner, tile_shape,
                  max_disk: float | None, progress: Reporter, kept: dict[str, str] | None = None,
-                 in_memory: bool = False, known: dict[str, tuple[np.ndarray | np.dtype, float]] | None = None,
+                 in_memory: bool = False, known: dict[str, tuple[np.ndarray | np.dtype, float, bool]] | None = None,
                  copies: dict[str, CopyBeside] | None = None):
         self.wf, self.store, self.catalog = wf, store, catalog
         #: node name -> why its array is stored (`kept_arrays`); the others are not, unless they must be
@@ -126,7 +126,11 @@ class _Execution:
         #: node name -> (values, seconds) its trace computed on this run's inputs (`reuse`), until taken
         #: (a dtype instead of values: the trace computed them, then computed a reader into their array)
         self.known: dict[str, tuple[np.ndarray | np.dtype, float]] = {
-            name: got for name, got in (known or {}).items() if in_memory and name in self.readers}
+            name: got[:2] for name, got in (known or {}).items() if in_memory and name in self.readers}
+        #: the nodes of `known` its trace would have left to the run, had the run not continued behind its
+        #: return (`subzero.trace.tracer.Tracer.evaluate_rest`): `_run_nodes` places them in the fused stages
+        #: such a run makes (held, or not written at all), so that the store is the one such a run makes
+        self.left: set[str] = {name for name, got in self.known.items() if (known or {})[name][2:3] == (True,)}
         self._stages: dict[str, tuple[tuple, NodeStage]] = {}  # the last stage made per node, and its key
         #: a node's stage `fused_group` bound (no destination yet) when it led no fused stage: `stage` takes it
         self._unplaced: dict[str, tuple[tuple, NodeStage]] = {}
@@ -481,8 +485,10 @@ class _Execution:
             return None
         value, seconds = got
         stage = self.stage(node)
-        if isinstance(value, np.dtype):
-            return self._computed_unheld(node, stage, value, seconds)
+        if stage.destination is DISCARD:  # a fused stage's member only its own stage reads (`_run_nodes`)
+            return self._computed_unheld(node, stage, value if isinstance(value, np.dtype) else value.dtype, seconds)
+        if isinstance(value, np.dtype):  # its values lent to a reader: it is computed (it is held)
+            return None
         op, held, shape = stage.operator, stage.destination, stage.output_shape
         errstate = getattr(op, "errstate", None) or {}
         if not isinstance(held, MemoryArray) or held.block is not None or shape is None or \
@@ -510,14 +516,13 @@ class _Execution:
 
     def _computed_unheld(self, node: Node, stage: NodeStage, dtype: np.dtype,
                          seconds: float) -> tuple[list[TileMeta], float] | None:
-        """`reuse` of a node whose values its trace computed and then computed a reader into
-        (`subzero.trace.tracer.Tracer.evaluate_rest`, as numpy reuses a temporary): committed as an
-        unstored array that is not held (the readers take their own values from the trace; a read
-        recomputes it from its inputs, `ref`).  None (computed as usual): a node whose array is kept,
-        whose output is not held in this process, or a two-pass one (its run state needs its values)."""
-        op, held, shape, name = stage.operator, stage.destination, stage.output_shape, node.name
-        if name in self.kept or op.two_pass or not isinstance(held, MemoryArray) or held.block is not None or \
-                shape is None or dtype.hasobject:
+        """`reuse` of a member of a fused stage that only its own stage reads (`stage.DISCARD`: never
+        written) whose values the trace computed (perhaps then computing a reader into them,
+        `subzero.trace.tracer.Tracer.evaluate_rest`, as numpy reuses a temporary): committed as the
+        stage commits it, unstored and not held (its readers take their own values from the trace; a
+        read recomputes it from its inputs).  None (computed as usual): a kept node, or a two-pass one."""
+        op, shape, name = stage.operator, stage.output_shape, node.name
+        if name in self.kept or op.two_pass or shape is None or dtype.hasobject:
             return None
         started = time.perf_counter()
         self.progress.node_started(name, 1)
@@ -528,7 +533,6 @@ class _Execution:
                         chunks)
         self.operators[name] = stage.operator
         self.arrays[name] = done.commit_array(written_behind=False, why=self.why(name))
-        self._drop_held(name)  # no values: its readers read it recomputed (`ref`)
         self._stages[name] = (self._stage_key(node, stage.operator), stage)
         self.progress.node_finished(name)
         return done.metas, done.wall
@@ -1486,16 +1490,18 @@ def _run_nodes(run: _Execution, operators: Sequence[Node], policy: Policy) -> No
     computed: dict[str, _Computed] = {}  # computed by a fused stage, to choose for and commit
     prepared = None  # the first-pass summaries of the next node, made by the fused stage before it
     known = run.known if policy.reuses_values else {}  # a fused stage ends before a node whose values are known
+    left = run.left if policy.reuses_values else set()  # ... unless its trace would have left it to the run
+    placed = 0  # the nodes before this one were placed by a fused stage whose values the trace computed
     for k, node in enumerate(operators):
         record = run.catalog.nodes.get(node.name)
         if record is not None:  # committed before the run was resumed
             policy.committed(node.name, record)
             continue
-        if node.name not in computed and prepared is None:
+        if node.name not in computed and prepared is None and k >= placed:
             window = _FUSE_AHEAD  # the nodes looked at: more only when a fused stage could take them all
             while True:
-                ahead = list(itertools.takewhile(lambda n: n.name not in run.catalog.nodes and n.name not in known,
-                                                 operators[k:k + window]))
+                ahead = list(itertools.takewhile(lambda n: n.name not in run.catalog.nodes and
+                                                 (n.name not in known or n.name in left), operators[k:k + window]))
                 lead = policy.fusable(ahead)
                 lead_nodes, lead_chosen = [n for n, _ in lead], dict((n.name, s) for n, s in lead)
                 bound = run.fused_members(lead_nodes, lead_chosen) if lead else None
@@ -1505,8 +1511,13 @@ def _run_nodes(run: _Execution, operators: Sequence[Node], policy: Policy) -> No
             group = run.fused_group(lead_nodes, lead_chosen, bound) if lead else None
             if group is not None:
                 members = operators[k:k + len(group.stages)]
-                done, prepared = run.compute_fused(members, group)
-                computed.update((n.name, _Computed(*d)) for n, d in zip(members, done))
+                if all(n.name in known and (s.destination is DISCARD or isinstance(known[n.name][0], np.ndarray))
+                       for n, s in zip(members, group.stages)):  # the trace computed them: each is taken from
+                    placed = k + len(members)  # its values below, held or not written as this stage placed it
+                    # (a member it held whose values the trace lent a reader: the stage computes them all)
+                else:
+                    done, prepared = run.compute_fused(members, group)
+                    computed.update((n.name, _Computed(*d)) for n, d in zip(members, done))
         stage, now = run.stage(node), computed.pop(node.name, None) or policy.computed_before(run, node)
         if now is None and node.name in known:
             reused = run.reuse(node, prepared)

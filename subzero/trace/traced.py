@@ -144,7 +144,7 @@ class TracedWorkflow:
 
     def _traced(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None = None,
                 eager_bytes: int | None = None, complete: bool = False, reuse: bool = False
-                ) -> tuple[Workflow, dict[str, tuple[np.ndarray | np.dtype, float]]]:
+                ) -> tuple[Workflow, dict[str, tuple[np.ndarray | np.dtype, float, bool]]]:
         """`trace`, and the values a new trace computed (node name -> (values, seconds); `Tracer.values`)
         for a run over the same inputs; none for a cached trace.  ``eager_bytes``: a new trace over
         arrays evaluates each step as it is recorded, up to that many bytes of values; ``complete``:
@@ -188,7 +188,7 @@ class TracedWorkflow:
 
     def _trace(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any],
                eager_bytes: int | None = None, complete: bool = False, reuse: bool = False
-               ) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray | np.dtype, float]]]:
+               ) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray | np.dtype, float, bool]]]:
         started = time.perf_counter()
         whole = self._whole_key(signature, values)
         failed = _RAN_WHOLE.get(whole) if whole is not None else None
@@ -262,7 +262,7 @@ class TracedWorkflow:
         return args
 
     def _eager(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any], exc: BaseException | None,
-               started: float, earlier: str | None = None) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray | np.dtype, float]]]:
+               started: float, earlier: str | None = None) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray | np.dtype, float, bool]]]:
         """The whole function as one coarse step over every input (the last resort of a trace that
         failed where numpy does not: every output depends on every input); numpy's own error when
         the function fails on numpy arrays too.  ``earlier``: what failed in an earlier trace of the

@@ -120,6 +120,8 @@ class Tracer:
         #: id(entry) -> the dtype of the values `evaluate_rest` computed for it, then computed a reader
         #: into (their array now holds the reader's values)
         self.dropped: dict[int, np.dtype] = {}
+        #: id(entry) of the steps `evaluate_rest` evaluated: those the trace would have left to the run
+        self.left: set[int] = set()
 
     def input(self, name: str, shape: tuple[int, ...], value: Any = None) -> Entry:
         """Record an input of ``shape`` named ``name`` (its values, when known); its entry."""
@@ -224,7 +226,7 @@ class Tracer:
             for i in set(map(id, e.inputs)):
                 readers[i] = readers.get(i, 0) + 1
         kept = {id(e) for e in self.outputs}
-        fresh: set[int] = set()  # computed by this pass: values nobody but the trace has seen
+        fresh = self.left  # computed by this pass: values nobody but the trace has seen
         for e in self.entries:  # call order is topological
             if e.value is not None or e.op is None:
                 continue
@@ -338,8 +340,10 @@ class Tracer:
         e.value = out.reshape(e.shape) if out.shape != e.shape and out.size == int(np.prod(e.shape)) else out
         self.value_bytes += int(e.value.nbytes)
 
-    def values(self, complete: bool = False, reuse: bool = False) -> dict[str, tuple[np.ndarray | np.dtype, float]]:
-        """Node name -> (its values, the seconds computing them took) of every step of the built
+    def values(self, complete: bool = False,
+               reuse: bool = False) -> dict[str, tuple[np.ndarray | np.dtype, float, bool]]:
+        """Node name -> (its values, the seconds computing them took, whether the trace would have
+        left them to the run: evaluated by `evaluate_rest`) of every step of the built
         workflow (`build`) whose values this trace computed, for a run over the same inputs to
         reuse.  Left out: the values of a step numpy code outside subzero holds as the trace's own
         array (`leak` with ``shared``: it may have written into them; it is otherwise given a copy)
@@ -352,16 +356,16 @@ class Tracer:
             self.evaluate_rest(reuse)
         names = self._names
         tainted = {id(e) for e in self._exposed if e.op is not None}  # an input's values are the caller's own
-        out: dict[str, tuple[np.ndarray | np.dtype, float]] = {}
+        out: dict[str, tuple[np.ndarray | np.dtype, float, bool]] = {}
         for e in self.entries:  # call order is topological
             if any(id(i) in tainted for i in e.inputs):
                 tainted.add(id(e))
             if e.op is None or id(e) in tainted or id(e) not in names:
                 continue
             if id(e) in self.dropped:
-                out[names[id(e)]] = (self.dropped[id(e)], e.seconds)
+                out[names[id(e)]] = (self.dropped[id(e)], e.seconds, True)
             elif e.value is not None:
-                out[names[id(e)]] = (np.asarray(e.value), e.seconds)
+                out[names[id(e)]] = (np.asarray(e.value), e.seconds, id(e) in self.left)
         return out
 
     def build(self) -> Workflow:

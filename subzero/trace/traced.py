@@ -325,7 +325,8 @@ class TracedWorkflow:
         # run the optimizer plans (a workload or a budget)
         complete = bool(behind) and eager is not None and kwargs.get("workload") is None and \
             kwargs.get("max_runtime") is None and (kwargs.get("max_disk") is None or bool(kwargs.get("strategies")))
-        reuse = complete and isinstance(kwargs.get("keep", "needed"), str) and kwargs.get("keep", "needed") == "needed"
+        reuse = complete and not kwargs.get("strategies") and isinstance(kwargs.get("keep", "needed"), str) and \
+            kwargs.get("keep", "needed") == "needed"
         wf, known = self._traced(inputs, params, eager, complete, reuse)
         if known and local:  # the run takes the steps the trace computed on these very arrays
             kwargs["_known"] = known

@@ -227,11 +227,11 @@ class Tracer:
                 readers[i] = readers.get(i, 0) + 1
         kept = {id(e) for e in self.outputs}
         fresh = self.left  # computed by this pass: values nobody but the trace has seen
-        for e in self.entries:  # call order is topological
+        for k, e in enumerate(self.entries):  # call order is topological
             if e.value is not None or e.op is None:
                 continue
             spare = next((i for i in e.inputs if reuse and id(i) in fresh and readers.get(id(i)) == 1 and
-                          id(i) not in kept and _spare(i, e)), None)
+                          id(i) not in kept and _spare(i, e) and self._one_stage(i, k)), None)
             if spare is None and \
                     self.value_bytes + int(np.prod(e.shape, dtype=np.int64)) * 8 > self.eager_bytes:
                 self.eager_bytes = None  # over the budget: the run computes the rest
@@ -244,6 +244,17 @@ class Tracer:
                 return False
             fresh.add(id(e))
         return True
+
+    def _one_stage(self, spare: Entry, k: int) -> bool:
+        """Whether the run would compute ``spare`` and ``self.entries[k]`` in one fused stage, where
+        ``spare`` is never written (`subzero.driver`): they and every step between them in call
+        order were left to the run (`left`), are computed tile by tile from their input boxes and
+        have one shape.  (Else the run holds ``spare``'s array, and would compute it again.)"""
+        e = self.entries[k]
+        start = next(j for j in range(k - 1, -1, -1) if self.entries[j] is spare)
+        between = self.entries[start:k]
+        return _tiled_cheaply(e) and all(id(x) in self.left and x.shape == e.shape and _tiled_cheaply(x)
+                                         for x in between)
 
     def _evaluate_into(self, e: Entry, spare: Entry) -> bool:
         """Compute ``e``'s values into ``spare``'s array (`evaluate_rest`), when they have its dtype;

@@ -142,7 +142,8 @@ SETTINGS: tuple[Setting, ...] = (
             "computes (committed nodes become visible to a resume; 0: after every node)", minimum=0),
     Setting("write_behind", bool, True,
             "a local run into a local store returns once computed; a background thread writes the store "
-            "(Run.wait() until it is durable)"),
+            "(Run.wait() until it is durable); a traced run whose trace computed every value returns then, its "
+            "lineage recorded behind it too"),
     Setting("write_behind_mb", float, 1024.0,
             "megabytes of arrays a run written behind keeps queued for writing (beyond: the run waits; larger "
             "arrays are written by the tiles)", minimum=0),

@@ -23,6 +23,7 @@ first phase's arrays and captures the lineage of the nodes not committed yet.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import itertools
 import logging
 import os
@@ -101,7 +102,7 @@ class _Execution:
 
     def __init__(self, wf: Workflow, store: RunWriter, catalog: RunRecord, runner, tile_shape,
                  max_disk: float | None, progress: Reporter, kept: dict[str, str] | None = None,
-                 in_memory: bool = False, known: dict[str, tuple[np.ndarray, float]] | None = None,
+                 in_memory: bool = False, known: dict[str, tuple[np.ndarray | np.dtype, float, bool]] | None = None,
                  copies: dict[str, CopyBeside] | None = None):
         self.wf, self.store, self.catalog = wf, store, catalog
         #: node name -> why its array is stored (`kept_arrays`); the others are not, unless they must be
@@ -123,8 +124,13 @@ class _Execution:
                 self.readers[i.name].add(n.name)
         self._readers_left = {name: len(readers) for name, readers in self.readers.items()}
         #: node name -> (values, seconds) its trace computed on this run's inputs (`reuse`), until taken
-        self.known: dict[str, tuple[np.ndarray, float]] = {
-            name: got for name, got in (known or {}).items() if in_memory and name in self.readers}
+        #: (a dtype instead of values: the trace computed them, then computed a reader into their array)
+        self.known: dict[str, tuple[np.ndarray | np.dtype, float]] = {
+            name: got[:2] for name, got in (known or {}).items() if in_memory and name in self.readers}
+        #: the nodes of `known` its trace would have left to the run, had the run not continued behind its
+        #: return (`subzero.trace.tracer.Tracer.evaluate_rest`): `_run_nodes` places them in the fused stages
+        #: such a run makes (held, or not written at all), so that the store is the one such a run makes
+        self.left: set[str] = {name for name, got in self.known.items() if (known or {})[name][2:3] == (True,)}
         self._stages: dict[str, tuple[tuple, NodeStage]] = {}  # the last stage made per node, and its key
         #: a node's stage `fused_group` bound (no destination yet) when it led no fused stage: `stage` takes it
         self._unplaced: dict[str, tuple[tuple, NodeStage]] = {}
@@ -150,6 +156,8 @@ class _Execution:
         #: the caller's input arrays the run reads while their copies are made (`save_input`): no array
         #: written behind the run may be a view of one (`_persist` copies it)
         self._given: list[np.ndarray] = []
+        #: the run continues behind its return (`detach`): it holds its inputs' copies, never the caller's arrays
+        self.detached = False
         self.arrays: dict[str, ArrayRecord] = {}
         #: the run's own graph: node name -> its operator as this run bound it (with its run state:
         #: a two-pass operator's combined summaries); the workflow's nodes keep the user's operators
@@ -303,12 +311,15 @@ class _Execution:
             copied = self.copies.get(node.name)
             if copied is None or not copied.of(value, chunks):  # (a traced run starts them before its trace)
                 copied = CopyBeside(value, chunks)
-            block = value.view() if value.flags.c_contiguous else copied.block.result()
+            # (a run continuing behind its return holds the copy: the caller's array may change meanwhile)
+            given = value.flags.c_contiguous and not self.detached
+            block = value.view() if given else copied.block.result()
             block.flags.writeable = False  # nothing of the run writes the caller's array
             digest = None  # the copy's digest, computed beside the run: no catalog is written without it
             self._digests[node.name] = copied.digest
-            self._given.append(value)
-            compressor = ref.compressor if ref.compressor != "auto" else sampled_compressor(value, chunks)
+            if given:
+                self._given.append(value)
+            compressor = ref.compressor if ref.compressor != "auto" else sampled_compressor(block, chunks)
             assert isinstance(self.store, BehindStore)
             meta_xxh3 = self.store.write_array(node.name, value, chunks, compressor, copy=copied.block)
             held = MemoryArray(node.name, compressor)
@@ -328,6 +339,21 @@ class _Execution:
             fingerprint = {**self.catalog.fingerprint, f"input:{node.name}": digest}
             self.catalog = replace(self.catalog, fingerprint=fingerprint)
         self._commit_record(NodeRecord(node.name, "input", self.arrays[node.name], metadata=dict(metadata or {})))
+
+    def detach(self, arrays: dict[str, Any]) -> None:
+        """The run continues behind its return (`_return_before`): the caller may change its input
+        arrays from now on.  Their copies, made beside the trace (`copies`), are waited for and are
+        what the run holds (`save_input`); a value the trace computed that is a view of one (a
+        slice, a transpose) is copied now."""
+        self.detached = True
+        given = [a for name, a in arrays.items() if isinstance(a, np.ndarray) and a is not self.wf.constants.get(name)]
+        for name in arrays:
+            if name in self.copies:
+                self.copies[name].block.result()
+        for name, (value, seconds) in list(self.known.items()):
+            if isinstance(value, np.ndarray) and value.base is not None and \
+                    any(np.may_share_memory(value, a) for a in given):
+                self.known[name] = (np.array(value, copy=True, order="C"), seconds)
 
     def digested(self, catalog: RunRecord | None = None) -> RunRecord:
         """``catalog`` (default: the run's, which is updated too) with the digests of the inputs
@@ -459,6 +485,10 @@ class _Execution:
             return None
         value, seconds = got
         stage = self.stage(node)
+        if stage.destination is DISCARD:  # a fused stage's member only its own stage reads (`_run_nodes`)
+            return self._computed_unheld(node, stage, value if isinstance(value, np.dtype) else value.dtype, seconds)
+        if isinstance(value, np.dtype):  # its values lent to a reader: it is computed (it is held)
+            return None
         op, held, shape = stage.operator, stage.destination, stage.output_shape
         errstate = getattr(op, "errstate", None) or {}
         if not isinstance(held, MemoryArray) or held.block is not None or shape is None or \
@@ -482,6 +512,29 @@ class _Execution:
         self.arrays[node.name] = self._persist(node.name, committed, done.metas)
         self._stages[node.name] = (self._stage_key(node, stage.operator), stage)  # bound to the shape it has
         self.progress.node_finished(node.name)
+        return done.metas, done.wall
+
+    def _computed_unheld(self, node: Node, stage: NodeStage, dtype: np.dtype,
+                         seconds: float) -> tuple[list[TileMeta], float] | None:
+        """`reuse` of a member of a fused stage that only its own stage reads (`stage.DISCARD`: never
+        written) whose values the trace computed (perhaps then computing a reader into them,
+        `subzero.trace.tracer.Tracer.evaluate_rest`, as numpy reuses a temporary): committed as the
+        stage commits it, unstored and not held (its readers take their own values from the trace; a
+        read recomputes it from its inputs).  None (computed as usual): a kept node, or a two-pass one."""
+        op, shape, name = stage.operator, stage.output_shape, node.name
+        if name in self.kept or op.two_pass or shape is None or dtype.hasobject:
+            return None
+        started = time.perf_counter()
+        self.progress.node_started(name, 1)
+        chunks = tuple(stage.chunks or default_chunks(shape))
+        meta = TileMeta(Tile(0, tuple((0, int(n)) for n in shape)), tuple(shape), dtype_name(dtype), chunks,
+                        op_seconds=seconds, covers=len(stage.tiles))
+        done = StageRun(stage, [meta], seconds + time.perf_counter() - started, tuple(shape), dtype_name(dtype),
+                        chunks)
+        self.operators[name] = stage.operator
+        self.arrays[name] = done.commit_array(written_behind=False, why=self.why(name))
+        self._stages[name] = (self._stage_key(node, stage.operator), stage)
+        self.progress.node_finished(name)
         return done.metas, done.wall
 
     def fused_members(self, nodes: Sequence[Node], chosen: dict[str, tuple[Strategy, ...]]
@@ -876,6 +929,7 @@ def _execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
         fs, stored = create_run(location, catalog, overwrite=overwrite, made_by=made_by, behind=behind,
                                 hold=hold), None
     failed: BaseException | None = None
+    handed = False  # the rest of the run continues behind its return (`_finish_behind`), which closes the store
     try:
         if stored is not None:
             if not stored.fingerprint:
@@ -896,25 +950,13 @@ def _execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
             run.write_catalog()
         if executor == "spark" and operators and (spark is not None or not _starts_spark()):
             run.runner.warm_up()  # a session is there: its workers start while the driver stores the inputs
-        try:
-            for node in wf.inputs:
-                if node.name not in run.catalog.nodes:
-                    run.save_input(node, arrays[node.name], input_metadata.get(node.name))
-            pending = run.catalog.pending() if optimized else None
-            policy: Policy = PendingPolicy(pending) if pending is not None else \
-                OnlinePolicy(run, pinned, queries, max_runtime) if optimized else FixedPolicy(operators, pinned)
-            _run_nodes(run, operators, policy)
-        except BaseException as exc:
-            if isinstance(exc, (KeyboardInterrupt, StorageUnavailable)):  # tiles still waiting on the store stop
-                storage_retry.abandon("the run was interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc))
-            with storage_retry.cleanup_window():  # after an outage: bounded by lock_release_timeout
-                try:
-                    run.write_catalog(replace(run.catalog, status="failed"))
-                except OSError:  # the store itself failed (disk full, gone): the error that did it is the one to show
-                    pass
-            raise
-        final = replace(run.digested(), status="done", wall_seconds=time.perf_counter() - started)
-        run.write_catalog(final)
+        finish = functools.partial(_finish, run, arrays, input_metadata, operators, pinned, queries, max_runtime,
+                                   optimized, started)
+        if stored is None and isinstance(fs, BehindStore) and not optimized and _finishes_behind(run, operators, arrays):
+            returned = _return_before(run, fs, location, wf, arrays, finish)
+            handed = True
+            return returned
+        final = finish()
         if isinstance(fs, BehindStore):  # its queries wait for the writes; the catalog as it will be read back;
             # made before the writes are let go (close), so they do not take the interpreter from it
             returned = Run(cast(Any, AfterWrites(open_store(location, wait=False), fs.behind)), wf,
@@ -924,22 +966,118 @@ def _execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:
         failed = exc
         raise
     finally:
-        with storage_retry.cleanup_window():
-            try:
-                fs.close()
-            except OSError as exc:  # the store failing (an outage): the error that stopped the run is the one to show
-                if failed is None:
-                    raise
-                if isinstance(failed, StorageUnavailable):
-                    failed.cleanup = _one_line(exc)
-            else:
-                if isinstance(failed, StorageUnavailable):
-                    failed.cleanup = "the writer lock was released"
-        if failed is not None and isinstance(fs, BehindStore):  # a failed run leaves its store settled
-            fs.behind.settle()
+        if not handed:
+            _close(fs, failed)
     if isinstance(fs, BehindStore):
         return returned
     return Run(open_store(location), wf, operators=run.operators)
+
+
+def _finish(run: _Execution, arrays: dict[str, Any], input_metadata: dict[str, dict], operators: list[Node],
+            pinned: dict[str, tuple[str, ...]], queries: Any, max_runtime: Any, optimized: bool,
+            started: float) -> RunRecord:
+    """The run from its inputs on: store the inputs, run the loop, write the final catalog (status
+    "done") and return it; a failure marks the catalog "failed" first (as far as the store lets it)."""
+    try:
+        for node in run.wf.inputs:
+            if node.name not in run.catalog.nodes:
+                run.save_input(node, arrays[node.name], input_metadata.get(node.name))
+        pending = run.catalog.pending() if optimized else None
+        policy: Policy = PendingPolicy(pending) if pending is not None else \
+            OnlinePolicy(run, pinned, queries, max_runtime) if optimized else FixedPolicy(operators, pinned)
+        _run_nodes(run, operators, policy)
+    except BaseException as exc:
+        if isinstance(exc, (KeyboardInterrupt, StorageUnavailable)):  # tiles still waiting on the store stop
+            storage_retry.abandon("the run was interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc))
+        with storage_retry.cleanup_window():  # after an outage: bounded by lock_release_timeout
+            try:
+                run.write_catalog(replace(run.catalog, status="failed"))
+            except OSError:  # the store itself failed (disk full, gone): the error that did it is the one to show
+                pass
+        raise
+    final = replace(run.digested(), status="done", wall_seconds=time.perf_counter() - started)
+    run.write_catalog(final)
+    return final
+
+
+def _close(fs: RunWriter, failed: BaseException | None) -> None:
+    """Give up the store's writer lock at the run's end (``failed``: what stopped it, if anything; a
+    failed run written behind leaves its store settled)."""
+    with storage_retry.cleanup_window():
+        try:
+            fs.close()
+        except OSError as exc:  # the store failing (an outage): the error that stopped the run is the one to show
+            if failed is None:
+                raise
+            if isinstance(failed, StorageUnavailable):
+                failed.cleanup = _one_line(exc)
+        else:
+            if isinstance(failed, StorageUnavailable):
+                failed.cleanup = "the writer lock was released"
+    if failed is not None and isinstance(fs, BehindStore):
+        fs.behind.settle()
+
+
+def _finishes_behind(run: _Execution, operators: Sequence[Node], arrays: dict[str, Any]) -> bool:
+    """Whether a new run written behind (`BehindStore`, planned by no optimizer) may continue behind
+    its return: its trace computed every operator's values (`_Execution.known`), each one the run
+    takes as it is (`_Execution.reuse`: not an object array, no ``np.errstate(...="raise")``), so
+    nothing is left to compute that could fail on values; every input is a numpy array whose copy
+    is being made beside the run (`RunOptions._copies`) and that is held, not written by tiles (or
+    a constant the trace captured, `Workflow.constants`: a copy the trace owns);
+    every operator is subzero's own (pickled behind the run in any case: a user's operator class is
+    pickled in the caller's thread, so one that cannot be is said at once)."""
+    known = run.known
+    if not operators or any(n.name not in known for n in operators):
+        return False
+    for node in operators:
+        op = node.operator
+        value = known[node.name][0]
+        if not type(op).__module__.startswith("subzero.") or \
+                (value if isinstance(value, np.dtype) else value.dtype).hasobject or \
+                "raise" in (getattr(op, "errstate", None) or {}).values():
+            return False
+    for name, value in arrays.items():
+        if value is run.wf.constants.get(name):  # an array the trace captured: a copy of its own already
+            continue
+        copied = run.copies.get(name)
+        if not isinstance(value, np.ndarray) or copied is None or value.nbytes > run._behind_limit or \
+                not copied.of(value, default_chunks(tuple(int(n) for n in value.shape))):
+            return False
+    return True
+
+
+def _return_before(run: _Execution, fs: BehindStore, location: Any, wf: Workflow, arrays: dict[str, Any],
+                   finish: Callable[[], RunRecord]) -> Any:
+    """Hand the rest of the run (``finish``: storing the inputs, the run loop taking the trace's
+    values, lineage capture, commits, the final catalog, then giving up the store) to a thread of its
+    own, and return its `subzero.run.Run` at once: its record, graph and queries wait for that thread
+    on first use, `Run.wait` until the store is durable.  The caller may change its arrays once this
+    returns: their copies are waited for here, the run holds those (`_Execution.detach`)."""
+    from subzero.run import Run
+
+    run.detach(arrays)
+    finishing: Future[tuple[RunRecord, dict[str, Operator]]] = Future()
+    returned = Run(cast(Any, AfterWrites(open_store(location, wait=False), fs.behind)), wf, finishing=finishing)
+    fs.behind.produce(functools.partial(_finish_behind, run, fs, finish, finishing), f"subzero-run-behind {fs.url}")
+    return returned
+
+
+def _finish_behind(run: _Execution, fs: BehindStore, finish: Callable[[], RunRecord],
+                   finishing: "Future[tuple[RunRecord, dict[str, Operator]]]") -> None:
+    """The rest of a run that returned before it (`_return_before`), on its own thread: its catalog
+    and operators go to the returned `Run` (``finishing``); a failure too, and to the writer's
+    `WriteBehind.wait` (`Run.wait`, every query), which says how to resume the store it left."""
+    failed: BaseException | None = None
+    try:
+        final = finish()
+        finishing.set_result((final.as_read(), run.operators))
+    except BaseException as exc:
+        failed = exc
+        finishing.set_exception(exc)
+        raise
+    finally:
+        _close(fs, failed)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -1352,16 +1490,18 @@ def _run_nodes(run: _Execution, operators: Sequence[Node], policy: Policy) -> No
     computed: dict[str, _Computed] = {}  # computed by a fused stage, to choose for and commit
     prepared = None  # the first-pass summaries of the next node, made by the fused stage before it
     known = run.known if policy.reuses_values else {}  # a fused stage ends before a node whose values are known
+    left = run.left if policy.reuses_values else set()  # ... unless its trace would have left it to the run
+    placed = 0  # the nodes before this one were placed by a fused stage whose values the trace computed
     for k, node in enumerate(operators):
         record = run.catalog.nodes.get(node.name)
         if record is not None:  # committed before the run was resumed
             policy.committed(node.name, record)
             continue
-        if node.name not in computed and prepared is None:
+        if node.name not in computed and prepared is None and k >= placed:
             window = _FUSE_AHEAD  # the nodes looked at: more only when a fused stage could take them all
             while True:
-                ahead = list(itertools.takewhile(lambda n: n.name not in run.catalog.nodes and n.name not in known,
-                                                 operators[k:k + window]))
+                ahead = list(itertools.takewhile(lambda n: n.name not in run.catalog.nodes and
+                                                 (n.name not in known or n.name in left), operators[k:k + window]))
                 lead = policy.fusable(ahead)
                 lead_nodes, lead_chosen = [n for n, _ in lead], dict((n.name, s) for n, s in lead)
                 bound = run.fused_members(lead_nodes, lead_chosen) if lead else None
@@ -1371,8 +1511,13 @@ def _run_nodes(run: _Execution, operators: Sequence[Node], policy: Policy) -> No
             group = run.fused_group(lead_nodes, lead_chosen, bound) if lead else None
             if group is not None:
                 members = operators[k:k + len(group.stages)]
-                done, prepared = run.compute_fused(members, group)
-                computed.update((n.name, _Computed(*d)) for n, d in zip(members, done))
+                if all(n.name in known and (s.destination is DISCARD or isinstance(known[n.name][0], np.ndarray))
+                       for n, s in zip(members, group.stages)):  # the trace computed them: each is taken from
+                    placed = k + len(members)  # its values below, held or not written as this stage placed it
+                    # (a member it held whose values the trace lent a reader: the stage computes them all)
+                else:
+                    done, prepared = run.compute_fused(members, group)
+                    computed.update((n.name, _Computed(*d)) for n, d in zip(members, done))
         stage, now = run.stage(node), computed.pop(node.name, None) or policy.computed_before(run, node)
         if now is None and node.name in known:
             reused = run.reuse(node, prepared)

@@ -42,7 +42,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
 import numpy as np
 
@@ -88,9 +88,12 @@ def _bound(op: Operator, arrays: Sequence[np.ndarray]) -> Operator:
     return op.bound(shapes, op.infer_output_shape(shapes))
 
 
-def evaluate_operator(op: Operator, arrays: Sequence[np.ndarray], bound: bool = False) -> np.ndarray:
+def evaluate_operator(op: Operator, arrays: Sequence[np.ndarray], bound: bool = False,
+                      out: np.ndarray | None = None) -> np.ndarray:
     """The output of ``op`` on whole ``arrays``, computed by its ``run`` with no lineage;
-    ``bound``: ``op`` is bound to the shapes of ``arrays`` and its output already (`Operator.bound`).
+    ``bound``: ``op`` is bound to the shapes of ``arrays`` and its output already (`Operator.bound`);
+    ``out``: computed into that array by `Operator.run_into` (an operator that `Operator.fills_out`;
+    ``out`` has the output's shape and the dtype ``run`` gives, and may be one of ``arrays``).
 
     Examples
     --------
@@ -101,13 +104,13 @@ def evaluate_operator(op: Operator, arrays: Sequence[np.ndarray], bound: bool = 
     ready = op if bound else _bound(op, arrays)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return run_plain(ready, arrays)
+        return run_plain(ready, arrays, out)
 
 
-def run_plain(op: Operator, arrays: Sequence[np.ndarray]) -> np.ndarray:
+def run_plain(op: Operator, arrays: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
     """`evaluate_operator` of an operator bound to the shapes of ``arrays`` and its output, with
     numpy's error state and warnings as the caller set them (a caller evaluating many steps sets
-    them once).
+    them once); ``out`` as there.
 
     Examples
     --------
@@ -115,7 +118,8 @@ def run_plain(op: Operator, arrays: Sequence[np.ndarray]) -> np.ndarray:
     >>> run_plain(ops.AddScalar(1.0).bound([(2,)], (2,)), [np.zeros(2)]).tolist()
     [1.0, 1.0]
     """
-    return np.asarray(op.run(_PlainContext(op.input_shapes, op.output_shape), *arrays))
+    ctx = _PlainContext(op.input_shapes, op.output_shape)
+    return np.asarray(op.run(ctx, *arrays) if out is None else op.run_into(cast(Any, ctx), out, *arrays))
 
 
 class _Rejected(Exception):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Literal, Sequence, TypeAlias, Union, overload
 
 import numpy as np
@@ -49,7 +51,8 @@ class Run:
     """
 
     def __init__(self, store: LineageReader, workflow: Workflow, catalog: RunRecord | None = None,
-                 operators: "dict[str, Operator] | None" = None):
+                 operators: "dict[str, Operator] | None" = None,
+                 finishing: "Future[tuple[RunRecord, dict[str, Operator]]] | None" = None):
         """Open the run of ``workflow`` in ``store``.
 
         Parameters
@@ -63,27 +66,87 @@ class Run:
         operators : dict, optional
             Node name -> the operator the run computed that node with (bound, with its run
             state); a node not named uses the workflow's operator.
+        finishing : concurrent.futures.Future, optional
+            The run is finishing behind its return (`subzero.driver`): this gives its catalog and
+            operators once it finished; the run's record, graph and queries wait for it on first use.
         """
         self.store = store
-        self.record = catalog if catalog is not None else store.read_catalog()
-        #: the run's own graph (`Workflow.with_operators`): the workflow's nodes with their
-        #: operators bound to the shapes the catalog records; the caller's workflow stays as it was
-        self.workflow = workflow.with_operators(bound_operators(workflow, self.record, operators or {}))
-        self.lineage = QueryEngine(store, self.workflow, self.record)
-        for node in self.workflow.nodes:  # lineage that names cells of its node's own stored output (Label's)
-            if node.operator is not None and node.name in self.record.nodes and hasattr(node.operator, "attach_output"):
-                node.operator.attach_output(functools.partial(_read_output, self, node.name))
+        self._rec: RunRecord | None = None
+        self._graph: Workflow | None = None
+        self._engine: QueryEngine | None = None
+        self._finishing: "tuple[Workflow, Future[tuple[RunRecord, dict[str, Operator]]]] | None" = None
+        self._binding = threading.Lock()
         self.last_query: list[dict] = []
         #: whether queries append their per-step statistics to the store's query log (``subzero
         #: explain``); the viewer turns it off: thousands of brushes, about 9 KB each, and a write each
         self.log_queries = True
+        if finishing is not None:
+            self._finishing = (workflow, finishing)
+        else:
+            self._bind(workflow, catalog if catalog is not None else store.read_catalog(), operators or {})
+
+    def _bind(self, workflow: Workflow, catalog: RunRecord, operators: "dict[str, Operator]") -> None:
+        """Take the run's catalog and bind its own graph and query engine."""
+        #: the run's own graph (`Workflow.with_operators`): the workflow's nodes with their
+        #: operators bound to the shapes the catalog records; the caller's workflow stays as it was
+        bound = workflow.with_operators(bound_operators(workflow, catalog, operators))
+        self._engine = QueryEngine(self.store, bound, catalog)
+        for node in bound.nodes:  # lineage that names cells of its node's own stored output (Label's)
+            if node.operator is not None and node.name in catalog.nodes and hasattr(node.operator, "attach_output"):
+                node.operator.attach_output(functools.partial(_read_output, self, node.name))
+        self._rec, self._graph = catalog, bound
+
+    def _finished(self) -> None:
+        """A run finishing behind its return: wait for it and bind what it committed (once); its
+        failure is raised as `wait` raises it."""
+        with self._binding:
+            if self._finishing is None:
+                return
+            workflow, finishing = self._finishing
+            try:
+                catalog, operators = finishing.result()
+            except BaseException as exc:
+                wait = getattr(self.store, "wait", None)
+                if wait is not None:
+                    wait()  # raises the failure, naming the store and how to resume it
+                raise StoreError(f"the run into {self.path!r} failed behind its return ({type(exc).__name__}: "
+                                 f"{exc})") from exc
+            self._bind(workflow, catalog, operators)
+            self._finishing = None
+
+    @property
+    def record(self) -> RunRecord:
+        """The run's catalog (`subzero.catalog.RunRecord`; of a run finishing behind its return,
+        once it finished)."""
+        if self._rec is None:
+            self._finished()
+        assert self._rec is not None
+        return self._rec
+
+    @property
+    def workflow(self) -> Workflow:
+        """The run's own graph: the workflow's nodes with the operators the run bound."""
+        if self._graph is None:
+            self._finished()
+        assert self._graph is not None
+        return self._graph
+
+    @property
+    def lineage(self) -> QueryEngine:
+        """The run's `QueryEngine` (planning, reading and walking its queries)."""
+        if self._engine is None:
+            self._finished()
+        assert self._engine is not None
+        return self._engine
 
     def wait(self) -> "Run":
         """Wait until the run's store is durable, and return the run.
 
         A run on the local executor into a local directory returns as soon as its arrays are
         computed; its inputs, kept arrays, lineage records and catalog are written by a
-        background thread (the ``write_behind`` setting).  Queries, `output` and `open_run` in
+        background thread (the ``write_behind`` setting).  A traced function's run whose trace
+        computed every value returns even before that: storing its nodes and capturing their
+        lineage continue behind it too.  Queries, `output` and `open_run` in
         this process wait for those writes by themselves; call ``wait`` before another
         process reads the store, or to see a failed write here.  The interpreter also waits
         for them at a normal exit.  A run written in the caller's thread returns at once.
@@ -101,6 +164,8 @@ class Run:
         wait = getattr(self.store, "wait", None)
         if wait is not None:
             wait()
+        if self._finishing is not None:
+            self._finished()
         return self
 
     # -- what the run holds -----------------------------------------------------------

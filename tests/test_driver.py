@@ -1181,3 +1181,49 @@ def test_candidates_the_program_would_not_choose_at_their_lowest_costs_are_not_e
     again = go("again")
     assert [b for n, b in encoded if n == "crd"][-1] == () and not again.catalog.nodes["crd"].profile["bounds"]
     calibrate.forget()
+
+
+def scaled(x):
+    """A traced function of elementwise steps: its trace computes every value, so a local run
+    written behind returns at once and continues behind its return."""
+    y = x * 2.0
+    return {"z": (y - 1.0) / (y + 3.0), "w": y + x}
+
+
+def test_a_run_failing_behind_its_return_says_so_on_wait_and_queries_and_leaves_a_resumable_store(tmp_path):
+    """The disk budget, which keep="all" charges node by node, runs out behind the return: the
+    failure is raised by `Run.wait` and by the next query (naming the store, the cause and how to
+    resume), the catalog says failed and names the nodes committed before, and a resume over the
+    same settings continues the store (and runs out again: the budget is the same)."""
+    x = image(40)
+    pins = {n.name: "Map" for n in sz.workflow(scaled).trace({"x": x}).nodes if not n.is_input}
+    options = dict(executor="local", keep="all", max_disk=int(1.5 * x.nbytes), strategies=pins)
+    run = sz.workflow(scaled).run({"x": x}, tmp_path / "s", **options)
+    assert run._finishing is not None  # returned before the failure
+    with pytest.raises(sz.StoreError, match=r"failed behind its return \(WorkflowError: .*max_disk.*resume"):
+        run.wait()
+    with pytest.raises(sz.StoreError, match="failed behind its return"):
+        run.backward("z", [(0, 0)], to="x")
+    with pytest.raises(sz.StoreError, match="did not finish"):
+        sz.open_run(tmp_path / "s")
+    partial = sz.open_run(tmp_path / "s", partial=True)
+    assert partial.catalog.status == "failed" and partial.committed[:2] == ["x", "multiply"]
+    with pytest.raises(sz.WorkflowError, match="max_disk"):  # resumed (in the caller's thread), it runs out again
+        sz.workflow(scaled).run({"x": x}, tmp_path / "s", resume=True, **options)
+    assert set(partial.committed) < set(sz.open_run(tmp_path / "s", partial=True).committed)  # it went on
+
+
+def test_a_new_run_into_the_store_waits_for_the_run_continuing_behind_its_return(tmp_path):
+    """A second run into the store (overwrite), `open_run` and a resume in this process wait until
+    the run behind the first return finished and its writes are done."""
+    x = image(40)
+    first = sz.workflow(scaled).run({"x": x}, tmp_path / "s", executor="local")
+    assert first._finishing is not None
+    assert sz.open_run(tmp_path / "s").catalog.status == "done"  # waited for it
+    with pytest.raises(sz.StoreError):  # refused at once, on the caller's thread: a store is never overwritten
+        sz.workflow(scaled).run({"x": x}, tmp_path / "s", executor="local")
+    second = sz.workflow(scaled).run({"x": x + 1.0}, tmp_path / "s", executor="local", overwrite=True)
+    resumed = sz.workflow(scaled).run({"x": x + 1.0}, tmp_path / "s", executor="local", resume=True)
+    assert resumed.catalog.status == "done" and second.wait().catalog.status == "done"
+    np.testing.assert_array_equal(np.asarray(resumed.output("w")), scaled(x + 1.0)["w"])
+    np.testing.assert_array_equal(np.asarray(first.output("w")), scaled(x + 1.0)["w"])  # the store, as it is now

@@ -434,3 +434,71 @@ def test_inputs_are_digested_beside_the_run_into_every_catalog_written(tmp_path)
     digest = array_digest(kept, default_chunks(kept.shape))
     assert run.catalog.fingerprint["input:x"] == digest
     assert sz.open_run(tmp_path / "s").catalog.fingerprint["input:x"] == digest
+
+
+def test_work_producing_writes_is_waited_for_and_its_failure_raised():
+    """`WriteBehind.produce`: the rest of a run on a thread of its own, queueing writes; `settle`
+    (every read, `wait_for_writes`) waits for it first, except on its own thread, and `wait`
+    raises its failure, naming the store."""
+    w, done = WriteBehind("test-produce", limit=100), []
+    gate = threading.Event()
+
+    def rest():
+        gate.wait(5)
+        w.submit(done.append, 1)
+        w.settle()  # on its own thread: waits for the jobs, not for itself
+        w.submit(done.append, 2)
+        w.finish()
+
+    w.produce(rest, "test-producer")
+    waiter = threading.Thread(target=lambda: wait_for_writes("test-produce"))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive() and done == []  # the run behind has queued nothing yet: waited for
+    gate.set()
+    waiter.join(5)
+    assert not waiter.is_alive() and done == [1, 2]
+    w.wait()
+
+    failing = WriteBehind("test-produce-fails", limit=100)
+
+    def fails():
+        failing.finish()
+        raise sz.WorkflowError("over the disk budget")
+
+    failing.produce(fails, "test-producer-fails")
+    with pytest.raises(sz.StoreError, match=r"test-produce-fails.*failed behind its return \(WorkflowError: over the "
+                                            r"disk budget\).*resume") as exc:
+        failing.wait()
+    assert isinstance(exc.value.__cause__, sz.WorkflowError)
+
+
+TRACED_CHILD = textwrap.dedent('''
+    import sys
+    import subzero as sz
+    sys.path.insert(0, {tests!r})
+    from test_store_behind import image, traced
+
+    inputs = {{"a": image(96, 1), "b": image(96, 2)}}
+    pins = {{n.name: "FullOne" for n in traced.trace(inputs).nodes if n.name in ("subtract", "out")}}
+    run = sz.workflow(traced.fn).run(inputs, store=sys.argv[1], executor="local", tile_shape=(32, 32), strategies=pins)
+    print("returned", run._finishing is not None, flush=True)
+''')
+
+
+def test_an_exit_right_after_a_run_continuing_behind_its_return_leaves_its_store_complete(tmp_path):
+    """A traced run returns before its lineage is captured (on the executor's threads) and its
+    store written; a script ending at once still leaves the store done, with every answer."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    got = subprocess.run([sys.executable, "-c", TRACED_CHILD.format(tests=str(ROOT / "tests")), str(tmp_path / "s")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert got.returncode == 0 and got.stdout.split() == ["returned", "True"], got.stderr
+    assert "failed" not in got.stderr, got.stderr
+    inputs = {"a": image(96, 1), "b": image(96, 2)}
+    wf = traced.trace(inputs)
+    pins = {n.name: "FullOne" for n in wf.nodes if n.name in ("subtract", "out")}
+    reference = run_it(wf, inputs, tmp_path / "ref", False, tile_shape=(32, 32), strategies=pins)
+    stored = sz.open_run(tmp_path / "s")
+    assert stored.catalog.status == "done" and records(stored) == records(reference)
+    assert stored.strategies == reference.strategies and any(s != ("Map",) for s in stored.strategies.values())
+    assert_same(answers(stored, wf), answers(reference, wf))

@@ -52,7 +52,8 @@ def data(seed: int = 3, shape: tuple[int, int] = (48, 40)) -> np.ndarray:
 
 @pytest.fixture
 def reused(monkeypatch):
-    """The names of the nodes each run stored from its trace's values, per run."""
+    """The names of the nodes each run stored from its trace's values, per run (once the run
+    finished: one whose trace computed every value continues behind its return)."""
     taken: list[list[str]] = []
     original = driver._Execution.reuse
 
@@ -64,7 +65,7 @@ def reused(monkeypatch):
 
     def execute(wf, inputs, options):
         taken.append([])
-        return original_execute(wf, inputs, options)
+        return original_execute(wf, inputs, options).wait()
 
     original_execute = driver.execute
     monkeypatch.setattr(driver._Execution, "reuse", counting)
@@ -184,9 +185,13 @@ def test_values_are_held_within_the_budget_and_the_run_computes_the_rest(tmp_pat
         np.testing.assert_array_equal(np.asarray(run.output(name)), value)
 
 
-def test_a_stencil_is_left_to_the_run_unless_a_value_needs_it(tmp_path, reused):
+@pytest.mark.parametrize("behind", [False, True])
+def test_a_stencil_is_left_to_the_run_unless_a_value_needs_it(tmp_path, reused, behind):
     """A stencil's tiles (a halo of its radius) are the run's, fused with the steps after it; a
-    step that needs its values (a sum Python asks for) takes them from the trace."""
+    step that needs its values (a sum Python asks for) takes them from the trace.  A run that
+    continues behind its return (written behind) has every value from its trace instead (the
+    stencil's array is not lent to the step after it: with the sobel between them, a run in the
+    caller's thread would compute it in a stage of its own and hold it)."""
     @sz.workflow
     def f(x):
         smooth = ndimage.gaussian_filter(x, 1.5)
@@ -194,8 +199,9 @@ def test_a_stencil_is_left_to_the_run_unless_a_value_needs_it(tmp_path, reused):
         return {"smooth": smooth * 2.0, "edges": edges / float(edges.max())}
 
     x = data(8)
-    run = f.run({"x": x}, tmp_path / "s", executor="local")
-    assert "gaussian_filter" not in reused[0] and "sobel" in reused[0]
+    with config.set(write_behind=behind):
+        run = f.run({"x": x}, tmp_path / "s", executor="local")
+    assert ("gaussian_filter" in reused[0]) is behind and ("smooth" in reused[0]) is behind and "sobel" in reused[0]
     np.testing.assert_array_equal(np.asarray(run.output("smooth")), ndimage.gaussian_filter(x, 1.5) * 2.0)
     edges = ndimage.sobel(x, axis=0)
     np.testing.assert_array_equal(np.asarray(run.output("edges")), edges / float(edges.max()))
@@ -266,3 +272,101 @@ def test_a_zarr_input_is_not_read_whole_by_the_trace(tmp_path, reused):
     assert reused[0] == []  # no value was asked for: the run reads it tile by tile
     for name, value in chain(x).items():
         np.testing.assert_array_equal(np.asarray(run.output(name)), value)
+
+
+def evi(nir, red, blue):
+    """Elementwise steps only: the trace leaves them to the run unless it continues behind it."""
+    return {"evi": 2.5 * (nir - red) / (nir + 6.0 * red - 7.5 * blue + 1.0)}
+
+
+def edges(x):
+    """Stencils (a halo each) and the elementwise steps after them."""
+    gx, gy = ndimage.sobel(x, axis=0), ndimage.sobel(x, axis=1)
+    return {"magnitude": np.hypot(gx, gy) / 4.0, "smooth": ndimage.gaussian_filter(x, 1.0) * 2.0 - x}
+
+
+def _stored_pins(wf) -> dict:
+    """A stored strategy pinned on every node of ``wf`` that can store one (FullOne when it can)."""
+    from subzero.strategies import supported_strategies
+
+    pins = {}
+    for node in wf.nodes:
+        stored = [s for s in supported_strategies(node.operator) if s not in ("Map", "BlackBox")] if node.operator else []
+        if stored:
+            pins[node.name] = "FullOne" if "FullOne" in stored else stored[0]
+    return pins
+
+
+def _info(run) -> dict:
+    """`subzero info`'s facts of a run's store, but where and when it was written (and the bytes of
+    its catalog, which holds timings)."""
+    from subzero.tools.info import info_data
+
+    got = info_data(run.wait().path)
+    got["totals"].pop("store_disk_bytes")
+    return {k: v for k, v in got.items() if k not in ("store", "created", "wall_seconds")}
+
+
+def centred_smooth(x):
+    """A stencil, an elementwise step after it and a reduction of that (a black-box step a query
+    re-runs): the trace leaves the first two to the run's fused stage unless it continues behind."""
+    smooth = ndimage.gaussian_filter(x, 1.0) * 2.0 - 1.0
+    return {"out": x - np.mean(smooth)}
+
+
+BEHIND_CASES = {
+    "centred_smooth": (centred_smooth, lambda: {"x": data(19)}, [("backward", "out", [(3, 4)])]),
+    "sigma_clip": (sigma_clip, lambda: {"x": data(12)}, [("backward", "scaled", [(5, 5), (0, 0)])]),
+    "drop_small": (drop_small, lambda: {"image": data(13)}, [("backward", "kept", [(12, 12), (0, 0)])]),
+    "evi": (evi, lambda: {k: np.abs(data(14 + i)) for i, k in enumerate(("nir", "red", "blue"))}, []),
+    "edges": (edges, lambda: {"x": data(17, (64, 52))}, [("backward", "magnitude", [(0, 0), (30, 20)]),
+                                                        ("backward", "smooth", [(63, 51)])]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BEHIND_CASES))
+@pytest.mark.parametrize("pins", [False, True])
+def test_a_run_continuing_behind_its_return_stores_and_answers_as_one_in_the_callers_thread(tmp_path, name, pins):
+    """The trace computed every value, so the run returns at once and the rest of it (storing,
+    lineage, commits, the catalog) continues on a background thread: its store, catalog, `info`,
+    values and answers are those of the same run written in the caller's thread, with the default
+    strategies and with stored lineage pinned on every node (captured behind the return)."""
+    fn, make, queries = BEHIND_CASES[name]
+    inputs = make()
+    strategies = _stored_pins(sz.workflow(fn).trace(inputs)) if pins else None
+    ins = sorted(n for n in inputs)
+    with config.set(write_behind=False):
+        direct = sz.workflow(fn).run(inputs, tmp_path / "direct", executor="local", strategies=strategies)
+    behind = sz.workflow(fn).run(inputs, tmp_path / "behind", executor="local", strategies=strategies)
+    assert behind._finishing is not None and direct._finishing is None  # returned before its store was written
+    expected = fn(**inputs)
+    for out, value in expected.items():
+        np.testing.assert_array_equal(np.asarray(behind.output(out)).reshape(np.shape(value)), value)
+    _same_run(behind, direct, [(d, node, cells) for d, node, cells in queries])
+    a, b = _info(behind), _info(direct)
+    assert a == b
+    for node in (n.name for n in direct.workflow.nodes if not n.is_input):  # every node's first and last cell
+        cells = [(0,) * len(direct.shape(node)), tuple(n - 1 for n in direct.shape(node))]
+        got, want = (r.backward_many(node, cells, to=ins, as_="coords") for r in (behind, direct))
+        assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got), node
+    reopened = sz.open_run(tmp_path / "behind")
+    assert reopened.catalog.status == "done"
+    _same_run(reopened, direct, queries)
+
+
+def test_a_run_continuing_behind_holds_copies_of_the_callers_arrays(tmp_path):
+    """Once `run` returned, the caller may change its arrays: the run behind it holds their
+    copies (made beside the trace), and a value of the trace that is a view of one (a slice, a
+    transpose) is copied before the return."""
+    @sz.workflow
+    def f(x):
+        return {"t": x.T, "top": x[:10] * 1.0, "y": x + 1.0}
+
+    x = data(18)
+    kept = x.copy()
+    run = f.run({"x": x}, tmp_path / "s", executor="local", keep="all")
+    assert run._finishing is not None
+    x[:] = -7.0
+    for name, value in f.fn(kept).items():
+        np.testing.assert_array_equal(np.asarray(run.output(name)), value)
+    np.testing.assert_array_equal(np.asarray(sz.open_run(tmp_path / "s").output("x")), kept)

@@ -21,6 +21,11 @@ is full.  A short run thus returns before anything is written (its writes then t
 no longer uses, rather than slowing each of its stages down), and a long one's store lags it by
 at most ``hold`` seconds, as its catalog does (``commit_seconds``).
 
+A traced run whose trace computed every value goes further: the rest of the run itself (storing,
+lineage, commits) runs behind its return, on a writer thread given to `WriteBehind.produce`;
+`WriteBehind.settle`, and so every read and `wait_for_writes`, first waits for it to end, and its
+failure is raised by `WriteBehind.wait` as a write's is.
+
 The thread is not a daemon: at a normal interpreter exit Python waits for it, so nothing
 queued is lost.  It is one of the process's writer threads, kept idle between runs (a run then
 starts no thread; at exit the idle ones end at once).  Its memory is bounded: a job carries the bytes it holds (an array's cells)
@@ -32,6 +37,7 @@ error is logged and raised by `WriteBehind.wait` (`subzero.Run.wait`, and any qu
 from __future__ import annotations
 
 import collections
+import contextvars
 import functools
 import logging
 import os
@@ -132,6 +138,36 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
+#: the runs of this process finishing behind their return (`WriteBehind.produce`): each one's event is set when it ended
+_PRODUCING: set[threading.Event] = set()
+_PRODUCERS_HOOKED = [False]
+
+
+def _wait_for_producers() -> None:
+    """At interpreter exit: the runs finishing behind their return end first (their writes are then
+    waited for with the writer threads).  Registered after `concurrent.futures`' own exit hook, so
+    it runs before it: a run still computing (its lineage on the executor's threads) may still start
+    work on a pool."""
+    with _ACTIVE_LOCK:
+        pending = list(_PRODUCING)
+    for done in pending:
+        done.wait()
+
+
+def _hook_producers() -> None:
+    """Register `_wait_for_producers` (once, at the first `WriteBehind.produce`)."""
+    import concurrent.futures.thread  # noqa: F401  (its exit hook registered first: it runs after ours)
+
+    with _ACTIVE_LOCK:
+        if _PRODUCERS_HOOKED[0]:
+            return
+        _PRODUCERS_HOOKED[0] = True
+    try:
+        threading._register_atexit(_wait_for_producers)  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # no such hook, or the interpreter is exiting already
+        pass
+
+
 class WriteBehind:
     """One background thread running queued jobs in order, at most ``limit`` bytes queued.
 
@@ -163,6 +199,10 @@ class WriteBehind:
         self._waiting = 0  # callers waiting for the thread (settle, a full queue): no job waits then
         self._finished = False
         self.error: BaseException | None = None
+        #: the work still queueing jobs (`produce`): set once it ended; its thread, and what stopped it
+        self._producer: threading.Event | None = None
+        self._producer_thread: int | None = None
+        self.producer_error: BaseException | None = None
         self._cond = threading.Condition()
         _writer_thread(self._loop, f"subzero-write-behind {name}")
         with _ACTIVE_LOCK:
@@ -190,6 +230,33 @@ class WriteBehind:
             if idle:  # else the thread is busy or waits for the first job's time: it finds this one then
                 self._cond.notify_all()  # (a wake-up per job would take the interpreter from the run each time)
 
+    def produce(self, work: Callable[[], None], name: str) -> None:
+        """Run ``work`` (the rest of a run that returned before it: it queues this writer's jobs
+        and ends with `finish`) on a writer thread of its own, in the caller's context (its
+        settings); until it ended, `settle` (so `wait`, every read and `wait_for_writes`) waits
+        for it first, except on that thread.  A failure of ``work`` is logged at once and raised
+        by `wait`: never silent."""
+        _hook_producers()
+        done = threading.Event()
+        context = contextvars.copy_context()
+        self._producer = done
+        with _ACTIVE_LOCK:
+            _PRODUCING.add(done)
+
+        def body() -> None:
+            self._producer_thread = threading.get_ident()
+            try:
+                context.run(work)
+            except BaseException as exc:  # kept for `wait`
+                self.producer_error = exc
+                log.error("the run into %s failed behind its return: %s: %s", self.name, type(exc).__name__, exc)
+            finally:
+                with _ACTIVE_LOCK:
+                    _PRODUCING.discard(done)
+                done.set()
+
+        _writer_thread(body, name)
+
     def finish(self) -> None:
         """No more jobs: the thread ends once the queued ones ran."""
         with self._cond:
@@ -203,7 +270,11 @@ class WriteBehind:
             return self._submitted - self._done
 
     def settle(self) -> None:
-        """Wait until every job queued so far ran (or was skipped after a failure)."""
+        """Wait until every job queued so far ran (or was skipped after a failure); first, until the
+        work still queueing jobs (`produce`) ended, unless this is its thread."""
+        producer = self._producer
+        if producer is not None and self._producer_thread != threading.get_ident():
+            producer.wait()
         with self._cond:
             target = self._submitted
             if self._done >= target:
@@ -217,9 +288,14 @@ class WriteBehind:
                 self._waiting -= 1
 
     def wait(self) -> None:
-        """`settle`, then raise the error that stopped the writing, if any (a `StoreError` naming
-        the store; the original error is its cause)."""
+        """`settle`, then raise the error that stopped the writing or the work queueing it
+        (`produce`), if any (a `StoreError` naming the store; the original error is its cause)."""
         self.settle()
+        failed = self.producer_error
+        if failed is not None and self.error is None and self._producer_thread != threading.get_ident():
+            raise StoreError(f"the run into {self.name!r} failed behind its return ({type(failed).__name__}: "
+                             f"{failed}); the store holds the nodes committed before the failure: free the "
+                             "cause, then resume the run (resume=True, --resume)") from failed
         if self.error is not None:
             raise StoreError(f"writing the run's store {self.name!r} behind it failed ({type(self.error).__name__}: "
                              f"{self.error}); the store holds the nodes committed before the failure: free the "

@@ -143,10 +143,12 @@ class TracedWorkflow:
         return self._traced(inputs, params)[0]
 
     def _traced(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None = None,
-                eager_bytes: int | None = None) -> tuple[Workflow, dict[str, tuple[np.ndarray, float]]]:
+                eager_bytes: int | None = None, complete: bool = False, reuse: bool = False
+                ) -> tuple[Workflow, dict[str, tuple[np.ndarray | np.dtype, float, bool]]]:
         """`trace`, and the values a new trace computed (node name -> (values, seconds); `Tracer.values`)
         for a run over the same inputs; none for a cached trace.  ``eager_bytes``: a new trace over
-        arrays evaluates each step as it is recorded, up to that many bytes of values."""
+        arrays evaluates each step as it is recorded, up to that many bytes of values; ``complete``:
+        and then the steps it left to the run (`Tracer.evaluate_rest`, with ``reuse``)."""
         arrays, values = self.split(inputs, params)
         signature = self._signature(arrays)
         key = (signature, tuple(sorted((k, _param_key(v)) for k, v in values.items())))
@@ -156,7 +158,7 @@ class TracedWorkflow:
             if kept is None or kept == digest:
                 self.last_events = events
                 return wf, {}
-        wf, specialized, events, known = self._trace(signature, arrays, values, eager_bytes)
+        wf, specialized, events, known = self._trace(signature, arrays, values, eager_bytes, complete, reuse)
         if specialized and digest is None:  # kept for these values only
             digest = _digest(arrays)
         cached.append((wf, digest if specialized else None, events))
@@ -187,7 +189,8 @@ class TracedWorkflow:
         return tuple(out)
 
     def _trace(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any],
-               eager_bytes: int | None = None) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray, float]]]:
+               eager_bytes: int | None = None, complete: bool = False, reuse: bool = False
+               ) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray | np.dtype, float, bool]]]:
         started = time.perf_counter()
         whole = self._whole_key(signature, values)
         failed = _RAN_WHOLE.get(whole) if whole is not None else None
@@ -228,7 +231,7 @@ class TracedWorkflow:
                     return out
                 breaks.append(found)
         wf = tracer.build()
-        known = tracer.values() if tracer.has_values() else {}
+        known = tracer.values(complete, reuse) if tracer.has_values() else {}
         self.last_trace_seconds = time.perf_counter() - started
         return wf, tracer.specialized, list(tracer.events), known
 
@@ -261,7 +264,7 @@ class TracedWorkflow:
         return args
 
     def _eager(self, signature: tuple, arrays: Mapping[str, Any], values: dict[str, Any], exc: BaseException | None,
-               started: float, earlier: str | None = None) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray, float]]]:
+               started: float, earlier: str | None = None) -> tuple[Workflow, bool, list, dict[str, tuple[np.ndarray | np.dtype, float, bool]]]:
         """The whole function as one coarse step over every input (the last resort of a trace that
         failed where numpy does not: every output depends on every input); numpy's own error when
         the function fails on numpy arrays too.  ``earlier``: what failed in an earlier trace of the
@@ -300,7 +303,11 @@ class TracedWorkflow:
         On the local executor, with numpy inputs, the trace computes each step as it records it
         (up to the ``trace_values_mb`` setting; elementwise and neighbourhood steps only when a
         value is needed) and the run stores those values instead of computing the steps again;
-        the values Python asked for are reused that way with any local input."""
+        the values Python asked for are reused that way with any local input.  Into a local
+        directory, written behind (the ``write_behind`` setting) and planned by no optimizer, the
+        trace computes every step, and ``run`` returns as soon as it did: the rest of the run
+        (storing, lineage, the catalog) continues on a background thread; its queries wait for it
+        by themselves, `Run.wait` until the store is durable."""
         with config.once():  # the trace and the run read each setting once
             return self._run(inputs, store, params, kwargs)
 
@@ -310,10 +317,19 @@ class TracedWorkflow:
         local = kwargs.get("executor") == "local" and not kwargs.get("resume")
         in_memory = all(isinstance(a, (np.ndarray, list, tuple)) for a in arrays.values())  # not a Zarr array
         eager = int(config.get("trace_values_mb") * 2**20) if local and in_memory else None
-        if local and "://" not in str(store) and config.get("write_behind"):
+        behind = local and "://" not in str(store) and config.get("write_behind")
+        if behind:
             # the copies a run written behind stores of its inputs: made beside the trace
             kwargs["_copies"] = _copies(arrays, int(config.get("write_behind_mb") * 2**20))
-        wf, known = self._traced(inputs, params, eager)
+        # a run written behind whose trace computed every value returns at once and continues behind
+        # (`subzero.driver`): the trace then computes the steps it would leave to the run too (numpy
+        # computes them as well, reusing a temporary's buffer when only the outputs are stored); not for a
+        # run the optimizer plans (a workload or a budget)
+        complete = bool(behind) and eager is not None and kwargs.get("workload") is None and \
+            kwargs.get("max_runtime") is None and (kwargs.get("max_disk") is None or bool(kwargs.get("strategies")))
+        reuse = complete and not kwargs.get("strategies") and isinstance(kwargs.get("keep", "needed"), str) and \
+            kwargs.get("keep", "needed") == "needed"
+        wf, known = self._traced(inputs, params, eager, complete, reuse)
         if known and local:  # the run takes the steps the trace computed on these very arrays
             kwargs["_known"] = known
         return wf.run(dict(arrays), store, **kwargs)

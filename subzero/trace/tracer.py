@@ -28,7 +28,7 @@ import numpy as np
 from subzero.errors import WorkflowError
 from subzero.operator import Operator
 from subzero.operators.shape import Slice
-from subzero.oracle import run_plain
+from subzero.oracle import evaluate_operator, run_plain
 from subzero.tiling import Elementwise, Halo
 from subzero.trace.errors import ControlFlowError, TraceError
 from subzero.dag import Workflow
@@ -118,6 +118,11 @@ class Tracer:
         self.events: list[Event] = []
         self.leaked: list[Entry] = []
         self._inputs_without_values = 0
+        #: id(entry) -> the dtype of the values `evaluate_rest` computed for it, then computed a reader
+        #: into (their array now holds the reader's values)
+        self.dropped: dict[int, np.dtype] = {}
+        #: id(entry) of the steps `evaluate_rest` evaluated: those the trace would have left to the run
+        self.left: set[int] = set()
 
     def input(self, name: str, shape: tuple[int, ...], value: Any = None) -> Entry:
         """Record an input of ``shape`` named ``name`` (its values, when known); its entry."""
@@ -199,6 +204,74 @@ class Tracer:
             except Exception:  # noqa: BLE001 - the run computes it (and fails there, naming the node, as without this)
                 m.value = None
                 return False
+        return True
+
+    def evaluate_rest(self, reuse: bool = False) -> bool:
+        """Evaluate every step of the built workflow still without values (those left to the run:
+        `Elementwise` and `Halo` steps, and what follows a neighbourhood step), in call order, while
+        the values fit in `eager_bytes`, as numpy computes each of them once: a run that has every
+        value from its trace computes nothing and continues behind its return
+        (`subzero.driver`).  Stops at a step that fails on its values, or past the budget (the run
+        then computes the rest, as without this); whether every step has its values now.
+
+        ``reuse`` (nothing but the workflow's outputs is stored): an elementwise step that computes
+        into a given array (`Operator.fills_out`) is computed into the values of an input that this
+        pass computed, that it alone reads and that is no output, as numpy reuses its temporaries
+        (a fresh array per step costs its page faults, as much as the step): that input's values
+        are then not handed to the run, only their dtype (`dropped`; its array is not stored and no
+        query reads it: it is recomputed from its inputs when read)."""
+        if self.eager_bytes is None:
+            return all(e.value is not None or id(e) in self.dropped for e in self.entries)
+        readers: dict[int, int] = {}
+        for e in self.entries:
+            for i in set(map(id, e.inputs)):
+                readers[i] = readers.get(i, 0) + 1
+        kept = {id(e) for e in self.outputs}
+        fresh = self.left  # computed by this pass: values nobody but the trace has seen
+        for k, e in enumerate(self.entries):  # call order is topological
+            if e.value is not None or e.op is None:
+                continue
+            spare = next((i for i in e.inputs if reuse and id(i) in fresh and readers.get(id(i)) == 1 and
+                          id(i) not in kept and _spare(i, e) and self._one_stage(i, k)), None)
+            if spare is None and \
+                    self.value_bytes + int(np.prod(e.shape, dtype=np.int64)) * 8 > self.eager_bytes:
+                self.eager_bytes = None  # over the budget: the run computes the rest
+                return False
+            try:
+                if spare is None or not self._evaluate_into(e, spare):
+                    self._evaluate(e)
+            except Exception:  # noqa: BLE001 - the run computes it (and fails there, naming the node)
+                e.value = None
+                return False
+            fresh.add(id(e))
+        return True
+
+    def _one_stage(self, spare: Entry, k: int) -> bool:
+        """Whether the run would compute ``spare`` and ``self.entries[k]`` in one fused stage, where
+        ``spare`` is never written (`subzero.driver`): they and every step between them in call
+        order were left to the run (`left`), are computed tile by tile from their input boxes and
+        have one shape.  (Else the run holds ``spare``'s array, and would compute it again.)"""
+        e = self.entries[k]
+        start = next(j for j in range(k - 1, -1, -1) if self.entries[j] is spare)
+        between = self.entries[start:k]
+        return _tiled_cheaply(e) and all(id(x) in self.left and x.shape == e.shape and _tiled_cheaply(x)
+                                         for x in between)
+
+    def _evaluate_into(self, e: Entry, spare: Entry) -> bool:
+        """Compute ``e``'s values into ``spare``'s array (`evaluate_rest`), when they have its dtype;
+        ``spare`` then keeps only its dtype (`dropped`).  Whether it was done."""
+        args = [_read_only(i.value) if i is not spare else i.value for i in e.inputs]
+        op = e.bound_op()
+        firsts = [a[(slice(0, 1),) * a.ndim] if a.ndim else a for a in args]
+        with warnings.catch_warnings(), outside_trace():
+            warnings.simplefilter("ignore")
+            if np.asarray(evaluate_operator(e.op, firsts)).dtype != spare.value.dtype:  # type: ignore[arg-type]
+                return False
+            started = time.perf_counter()
+            e.value = evaluate_operator(op, args, bound=True, out=spare.value)
+            e.seconds = time.perf_counter() - started
+        self.dropped[id(spare)] = spare.value.dtype
+        spare.value = None
         return True
 
     # -- values -----------------------------------------------------------------------------------
@@ -286,22 +359,32 @@ class Tracer:
         e.value = out.reshape(e.shape) if out.shape != e.shape and out.size == int(np.prod(e.shape)) else out
         self.value_bytes += int(e.value.nbytes)
 
-    def values(self) -> dict[str, tuple[np.ndarray, float]]:
-        """Node name -> (its values, the seconds computing them took) of every step of the built
+    def values(self, complete: bool = False,
+               reuse: bool = False) -> dict[str, tuple[np.ndarray | np.dtype, float, bool]]:
+        """Node name -> (its values, the seconds computing them took, whether the trace would have
+        left them to the run: evaluated by `evaluate_rest`) of every step of the built
         workflow (`build`) whose values this trace computed, for a run over the same inputs to
         reuse.  Left out: the values of a step numpy code outside subzero holds as the trace's own
         array (`leak` with ``shared``: it may have written into them; it is otherwise given a copy)
-        and of every step computed from them."""
+        and of every step computed from them.  ``complete``: the steps left to the run are
+        evaluated first (`evaluate_rest`, reusing buffers when ``reuse``), so that a run may take
+        every value from the trace; a step whose array a later step was computed into gives its
+        dtype instead of its values (`dropped`)."""
         self.evaluate_pending()
+        if complete:
+            self.evaluate_rest(reuse)
         names = self._names
         tainted = {id(e) for e in self._exposed if e.op is not None}  # an input's values are the caller's own
-        out: dict[str, tuple[np.ndarray, float]] = {}
+        out: dict[str, tuple[np.ndarray | np.dtype, float, bool]] = {}
         for e in self.entries:  # call order is topological
             if any(id(i) in tainted for i in e.inputs):
                 tainted.add(id(e))
-            if e.op is None or e.value is None or id(e) in tainted or id(e) not in names:
+            if e.op is None or id(e) in tainted or id(e) not in names:
                 continue
-            out[names[id(e)]] = (np.asarray(e.value), e.seconds)
+            if id(e) in self.dropped:
+                out[names[id(e)]] = (self.dropped[id(e)], e.seconds, True)
+            elif e.value is not None:
+                out[names[id(e)]] = (np.asarray(e.value), e.seconds, id(e) in self.left)
         return out
 
     def build(self) -> Workflow:
@@ -360,6 +443,18 @@ def _tiled_cheaply(e: Entry) -> bool:
         return type(e.bound_op().effective_tiling()) in (Elementwise, Halo)
     except Exception:  # noqa: BLE001 - a tiling its shapes do not give: evaluated here
         return False
+
+
+def _spare(i: Entry, e: Entry) -> bool:
+    """Whether ``e``, an elementwise step, may be computed into ``i``'s array (`Tracer.evaluate_rest`):
+    ``i`` is a one-pass step whose values are an array of its own (no view), writable, in C order, of
+    ``e``'s shape, and ``e`` computes into a given array (`Operator.fills_out`)."""
+    from subzero.worker import computes_into
+
+    v = i.value
+    return isinstance(v, np.ndarray) and i.op is not None and not i.op.two_pass and e.op is not None and \
+        _elementwise(e.op) and v.base is None and v.flags.c_contiguous and v.flags.writeable and \
+        v.shape == e.shape and not v.dtype.hasobject and computes_into(e.bound_op())
 
 
 def _elementwise(op: Operator | None) -> bool:

@@ -661,8 +661,9 @@ def test_tiny_inputs_run_in_process_when_spark_would_have_to_start(tmp_path, mon
 
 def test_an_optimized_run_computes_each_node_once_with_its_lineage(tmp_path, monkeypatch):
     """One pass: each node is planned once its inputs are committed and computed once, with the
-    lineage chosen (nothing re-runs to capture it); a whole-array node is calibrated on a crop
-    of its inputs, not the whole array; the answers are the pinned reference's."""
+    lineage chosen (nothing re-runs to capture it); a whole-array node is calibrated from its one
+    tile, computed once, its FULL and PAY candidates counted on a crop of its inputs, not the whole
+    array; the answers are the pinned reference's."""
     from subzero import driver
     from subzero.optimizer import calibrate
 
@@ -677,6 +678,7 @@ def test_an_optimized_run_computes_each_node_once_with_its_lineage(tmp_path, mon
     computed, captured, sampled = [], [], {}
     real_compute, real_capture, real_profile = driver._Execution.compute, driver._Execution.capture, \
         calibrate.profile_node
+    real_first = calibrate.profile_first
 
     def compute(self, node, strategies, *rest):
         computed.append(node.name)
@@ -692,10 +694,18 @@ def test_an_optimized_run_computes_each_node_once_with_its_lineage(tmp_path, mon
 
     monkeypatch.setattr(driver._Execution, "compute", compute)
     monkeypatch.setattr(driver._Execution, "capture", capture)
+    def first(task, tiles, probe, *args, **kwargs):
+        sampled[task.node] = probe.input_shapes
+        got = real_first(task, tiles, probe, *args, **kwargs)
+        ran.extend(m.tile.index for m in got[1].metas)
+        return got
+
+    ran: list[int] = []
     monkeypatch.setattr(calibrate, "profile_node", profile)
+    monkeypatch.setattr(calibrate, "profile_first", first)
     run = wf.run({"x": sky}, store=tmp_path / "o", workload=workload, max_runtime="1.15x", executor="local",
                  tile_shape=100)
-    assert computed == ["smooth", "stars"] and captured == []
+    assert computed == ["smooth", "stars"] and captured == [] and ran == [0]
     assert sampled["stars"][0] != (300, 300) and np.prod(sampled["stars"][0]) < 300 * 300 / 1.2  # a crop
     opt = run.catalog.optimizer
     assert opt["one_pass"] and opt["status"] == "optimal" and "pending" not in opt
@@ -1150,11 +1160,18 @@ def test_candidates_the_program_would_not_choose_at_their_lowest_costs_are_not_e
     encoded = []
     real_node = calibrate.profile_node
 
+    real_first = calibrate.profile_first
+
     def profile(task, *args, **kwargs):
         encoded.append((task.node, tuple(kwargs.get("bound", ()))))
         return real_node(task, *args, **kwargs)
 
+    def first(task, *args, **kwargs):  # from the node's first tiles: its FULL and PAY candidates counted
+        encoded.append((task.node, "first tiles"))
+        return real_first(task, *args, **kwargs)
+
     monkeypatch.setattr(calibrate, "profile_node", profile)
+    monkeypatch.setattr(calibrate, "profile_first", first)
 
     def go(name, **settings):
         with sz.config.set(**settings):
@@ -1175,6 +1192,7 @@ def test_candidates_the_program_would_not_choose_at_their_lowest_costs_are_not_e
     # kept, then recalled: the recalled bounds matter now (as forced), so the node is encoded again
     monkeypatch.undo()
     monkeypatch.setattr(calibrate, "profile_node", profile)
+    monkeypatch.setattr(calibrate, "profile_first", first)
     encoded.clear()
     go("kept")
     monkeypatch.setattr(plan_mod, "bounds_matter", lambda *args, **kwargs: True)

@@ -1199,3 +1199,64 @@ def test_candidates_the_program_would_not_choose_at_their_lowest_costs_are_not_e
     again = go("again")
     assert [b for n, b in encoded if n == "crd"][-1] == () and not again.catalog.nodes["crd"].profile["bounds"]
     calibrate.forget()
+
+
+def test_a_node_calibrated_from_its_first_tiles_computes_each_tile_once(tmp_path, monkeypatch):
+    """Run in this process, a one-pass node is calibrated from its own first tiles: they run for
+    real (their chunks and the chosen strategy's lineage are the node's), the run computes only
+    the others, the store holds no shard of a candidate not chosen, and the answers are those of
+    the plan pinned; a plan storing lineage the first tiles do not hold (FULL) runs every tile again."""
+    from subzero.executors import tasks
+    from subzero import worker
+    from subzero.modes import Strategy
+    from subzero.optimizer import calibrate
+
+    ran: list[tuple[str, int]] = []
+
+    def counted(task, tile):
+        ran.append((task.node, tile.index))
+        return worker.run_tile(task, tile)
+
+    monkeypatch.setattr(tasks, "run_tile", counted)
+    monkeypatch.setattr(calibrate, "run_tile", counted)
+    x = image(200)
+    x[10:14, 20:23] = 300.0
+    workload = [{"direction": "backward", "node": "crd", "to": "x", "cells": [[3, 3]]},
+                {"direction": "backward", "node": "hits", "to": "x", "cells": [[11, 21]]}]
+    with sz.config.set(reuse_calibration=False):
+        run = small_workflow().run({"x": x}, store=tmp_path / "o", workload=workload, executor="local",
+                                   tile_shape=100)
+    record = run.catalog.nodes["crd"]
+    assert record.strategies == ("CompOne/backward",) and record.profile["one_pass"], record.strategies
+    assert sorted(i for n, i in ran if n == "crd") == [0, 1, 2, 3] and record.stats.tiles == 4  # each once
+    assert sorted(p.name for p in (tmp_path / "o" / "lineage" / "crd").iterdir()) == ["CompOne-backward"]
+    assert record.stats.pairs["CompOne/backward"][0] > 0 and 0 <= run.catalog.optimizer["calibration_seconds"]
+    pinned = small_workflow().run({"x": x}, store=tmp_path / "p", executor="local", tile_shape=100,
+                                  strategies={"crd": "CompOne/backward"})
+    np.testing.assert_array_equal(run.output("crd"), pinned.output("crd"))
+    for cell in ([11, 21], [3, 3], [150, 150], [99, 100]):
+        np.testing.assert_array_equal(run.backward("crd", [cell], to="x", using={"crd": "CompOne/backward"}),
+                                      pinned.backward("crd", [cell], to="x"))
+    # a plan whose lineage the first tiles do not hold (FULL) runs every tile again; one storing none keeps them
+    from subzero.optimizer import plan as plan_mod
+
+    real = plan_mod.node_choice
+    for forced, again_ran, shards in (("FullOne/backward", [0, 0, 1, 2, 2, 3], ["FullOne-backward"]),
+                                      ("BlackBox", [0, 1, 2, 3], [])):
+        def choice(plan, problem, pinned_, profile, name, forced=forced):
+            chosen, extra = real(plan, problem, pinned_, profile, name)
+            return ((Strategy.parse(forced),) if name == "crd" else chosen), extra
+
+        monkeypatch.setattr(plan_mod, "node_choice", choice)
+        ran.clear()
+        with sz.config.set(reuse_calibration=False):
+            again = small_workflow().run({"x": x}, store=tmp_path / forced[:4], workload=workload, executor="local",
+                                         tile_shape=100)
+        assert again.catalog.nodes["crd"].strategies == (forced,)
+        assert sorted(i for n, i in ran if n == "crd") == again_ran
+        crd = tmp_path / forced[:4] / "lineage" / "crd"
+        assert sorted(p.name for p in crd.iterdir() if any(f.is_file() for f in p.iterdir())) == shards \
+            if crd.exists() else shards == []
+        np.testing.assert_array_equal(again.output("crd"), pinned.output("crd"))
+        np.testing.assert_array_equal(again.backward("crd", [[11, 21]], to="x"),
+                                      pinned.backward("crd", [[11, 21]], to="x"))

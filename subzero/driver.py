@@ -44,7 +44,7 @@ from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
 from subzero.strategies import default_strategies, resolve_pinned
 from subzero.progress import Reporter
-from subzero.worker import Held, NodeTask, RecomputedArray, TileMeta
+from subzero.worker import Held, NodeTask, RecomputedArray, TileMeta, release_pending
 from subzero.stage import DISCARD, FusedStage, NodeStage, StageRun, array_record, dtype_name, lineage_metrics
 from subzero.store import RunWriter, create_run, open_store, resume_run
 from subzero.store import retry as storage_retry
@@ -456,11 +456,23 @@ class _Execution:
                 tuple(id(self.held.get(i.name)) for i in node.inputs))
 
     def compute(self, node: Node, strategies: tuple[Strategy, ...],
-                prepared: list[Any] | None = None) -> tuple[list[TileMeta], float]:
+                prepared: list[Any] | None = None, first: Any = None) -> tuple[list[TileMeta], float]:
         """Bind, run every tile (encoding ``strategies``), commit the output array and the operator
-        (``prepared``: a two-pass operator's first-pass summaries, made by a fused stage)."""
-        done = self.stage(node).run(self.runner, strategies, write_output=True, progress=self.progress,
-                                    prepared=prepared)
+        (``prepared``: a two-pass operator's first-pass summaries, made by a fused stage).
+        ``first``: the node's first tiles, computed by its calibration
+        (`subzero.optimizer.calibrate.FirstTiles`): not run again when they hold the lineage of
+        ``strategies`` (else every tile runs), their time counted in the node's."""
+        kept = first.keep(strategies) if first is not None else []
+        try:
+            done = self.stage(node).run(self.runner, strategies, write_output=True, progress=self.progress,
+                                        prepared=prepared, done=kept)
+        finally:
+            if first is not None:  # their lineage written with the others' tiles, or not kept
+                release_pending(first.task)
+        if first is not None and first.wrote() and not any(s.stored for s in strategies):
+            self.store.remove_uncommitted(node.name, None)  # a first tile's own shard of a candidate not chosen
+        if kept:
+            done = replace(done, wall=done.wall + first.wall)
         self.operators[node.name] = done.stage.operator  # bound, with its run state: the run's queries use it
         committed = done.commit_array(written_behind=self._written_behind(node.name), why=self.why(node.name))
         self.arrays[node.name] = self._persist(node.name, committed, done.metas)
@@ -1197,6 +1209,9 @@ class _Choice:
     extra: dict[str, Any] = field(default_factory=dict)
     #: unstored arrays -> why they are stored now ("stored: ...") or stay unstored (`_Execution.settle_arrays`)
     arrays: dict[str, str] = field(default_factory=dict)
+    #: the node's first tiles, computed by its calibration (`subzero.optimizer.calibrate.FirstTiles`):
+    #: `_Execution.compute` runs only the others
+    first: Any = None
 
 
 class Policy:
@@ -1317,7 +1332,9 @@ class OnlinePolicy(Policy):
     """The optimizer, planning each node in one pass once its inputs are committed.
 
     In topological order: the node is calibrated on sample windows of its stored inputs
-    (`subzero.optimizer.calibrate.profile_node`, its operator time estimated from them), its
+    (`subzero.optimizer.calibrate.profile_node`, its operator time estimated from them) or, run
+    in this process with nothing pinned, from its own first tiles, which the run then keeps
+    (`subzero.optimizer.calibrate.profile_first`, `_from_first_tiles`), its
     strategies chosen by the integer program over its own candidates, with the fans of the
     nodes profiled so far, the disk left and the runtime budget left (a ``"2x"`` budget is
     relative to the operators' time measured on the nodes computed so far plus this node's
@@ -1336,6 +1353,7 @@ class OnlinePolicy(Policy):
         self.profiles: dict[str, Any] = {}  # node name -> its NodeProfile: the fans the integer program plans with
         self._planned: dict[str, Any] = {}  # node name -> (profile, budget) until it commits
         self._fans: dict[tuple, tuple[float, float]] = {}  # mapping fans per operator and shapes (calibrate)
+        self._first: Any = None  # the tiles the node being chosen for had computed by its calibration
 
     def fusable(self, nodes: Sequence[Node]) -> list[tuple[Node, tuple[Strategy, ...]]]:
         """The leading nodes whose every candidate stores nothing (Map or BlackBox: whatever the
@@ -1361,14 +1379,24 @@ class OnlinePolicy(Policy):
             self.profiles[name] = NodeProfile.from_dict(record.profile)
 
     def choose(self, run: _Execution, node: Node, stage: NodeStage, computed: _Computed | None) -> _Choice:
+        self._first = None
+        try:
+            return self._choose(run, node, stage, computed)
+        except BaseException:
+            if self._first is not None:  # the tiles its calibration computed hold lineage never to be written
+                release_pending(self._first.task)
+            raise
+
+    def _choose(self, run: _Execution, node: Node, stage: NodeStage, computed: _Computed | None) -> _Choice:
         from subzero.optimizer.budgets import parse_runtime_budget
-        from subzero.optimizer.calibrate import profile_node, recall, remember
+        from subzero.optimizer.calibrate import profile_first, profile_node, recall, remember
         from subzero.optimizer.cost_model import NodeProfile
         from subzero.optimizer.plan import node_choice, optimize
 
         state = self.state
         start = time.perf_counter()
         op = stage.operator
+        first = None  # the node's first tiles, when its calibration computed them (`profile_first`)
         candidates = _candidates(node, self.pinned, self.access, op)
         op_seconds = None if computed is None else sum(m.op_seconds for m in computed.metas)
         if any(Strategy.parse(c).stored for c in candidates) or Mode.MAP in op.supported_modes():
@@ -1387,7 +1415,13 @@ class OnlinePolicy(Policy):
                 return replace(p, tiles=len(stage.tiles), out_size=int(np.prod(op.output_shape)),
                                in_sizes=[int(np.prod(sh)) for sh in op.input_shapes])
 
-            if measured is None:  # FULL and PAY candidates counted first, encoded only if they could be chosen
+            if measured is None and self._from_first_tiles(run, stage, candidates, pins, computed):
+                sampled, scale = _calibration_stage(run, node, stage)  # where the FULL and PAY candidates are counted
+                measured, first = profile_first(stage.task(_strategies(candidates), write_output=True),
+                                                list(stage.tiles), sampled.task(), list(sampled.tiles), candidates,
+                                                run.runner, scale=scale, limit=limit)
+                self._first = first
+            elif measured is None:  # FULL and PAY candidates counted first, encoded only if they could be chosen
                 measured = calibrate([c for c in candidates if c not in pins])
             profile = sized(measured)
             if profile.bounds and self._bounds_matter(run, node, profile):
@@ -1400,7 +1434,8 @@ class OnlinePolicy(Policy):
                                   in_sizes=[int(np.prod(sh)) for sh in op.input_shapes], all_to_all=op.all_to_all,
                                   op_seconds=op_seconds or 0.0, one_pass=computed is None)
         self.profiles[node.name] = profile
-        state.calibration_seconds += time.perf_counter() - start
+        # the first tiles' own computing is the node's, not calibration's
+        state.calibration_seconds += time.perf_counter() - start - (first.wall if first is not None else 0.0)
         budget = parse_runtime_budget(self.max_runtime, state.base_seconds + profile.op_seconds)
         left = None if budget is None else max(budget - state.predicted_runtime, 0.0)
         mine = {node.name}
@@ -1420,7 +1455,20 @@ class OnlinePolicy(Policy):
         state.objective += plan.objective
         state.status = state.status if plan.status == "optimal" else plan.status
         self._planned[node.name] = (profile, budget)
-        return _Choice(chosen, extra, dict(plan.array_reasons))
+        return _Choice(chosen, extra, dict(plan.array_reasons), first)
+
+    @staticmethod
+    def _from_first_tiles(run: _Execution, stage: NodeStage, candidates: Sequence[str], pins: Sequence[str],
+                          computed: _Computed | None) -> bool:
+        """Whether the node is calibrated from its own first tiles (`subzero.optimizer.calibrate.profile_first`:
+        they run for real, the run computes only the others) instead of sample windows: a node planned
+        before it runs (one pass, of known shape and tiles), with a stored candidate and none pinned,
+        in this process (a local executor: its tiles' lineage can be held unwritten until the choice)."""
+        op = stage.operator
+        return (computed is None and not pins and not op.all_to_all and not op.two_pass
+                and stage.output_shape is not None and all(t.box is not None for t in stage.tiles)
+                and any(Strategy.parse(c).stored for c in candidates)
+                and getattr(run.runner, "master", None) is None)
 
     def _bounds_matter(self, run: _Execution, node: Node, profile: Any) -> bool:
         """Whether the candidates ``profile`` holds at their lowest costs only (``bounds``) could be
@@ -1530,7 +1578,7 @@ def _run_nodes(run: _Execution, operators: Sequence[Node], policy: Policy) -> No
         stored = tuple(s for s in choice.strategies if s.stored)
         measured = None
         if now is None:
-            now, prepared = _Computed(*run.compute(node, choice.strategies, prepared)), None
+            now, prepared = _Computed(*run.compute(node, choice.strategies, prepared, choice.first)), None
             metas, wall = now.metas, now.wall
         elif stored:
             metas, wall = run.capture(node, stored)

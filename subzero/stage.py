@@ -148,20 +148,27 @@ class NodeStage:
 
     def run(self, executor: Executor, strategies: Sequence[Strategy] = (), write_output: bool = True,
             tiles: Sequence[Tile] | None = None, progress: Reporter | None = None,
-            prepared: list[Any] | None = None) -> "StageRun":
+            prepared: list[Any] | None = None, done: Sequence[TileMeta] = ()) -> "StageRun":
         """Run the node's tiles (all, or ``tiles``) on ``executor``; a pass that writes the
         output first combines a two-pass operator's `Operator.prepare` summaries (a capture
         re-runs an operator that already did; ``prepared``: every tile's summary, made by the
-        `FusedStage` before it).  Returns the tiles' metadata, the wall time and the agreed
-        dtype and chunks, with the stage bound to the agreed shape."""
+        `FusedStage` before it).  ``done``: tiles computed already, in this process, by the
+        same task over ``strategies`` (a one-pass node's first tiles, run by its calibration:
+        `subzero.optimizer.calibrate.profile_first`): not run again, their lineage held
+        unwritten is written with the others' and their metadata returned with theirs.
+        Returns the tiles' metadata, the wall time and the agreed dtype and chunks, with the
+        stage bound to the agreed shape."""
         progress = progress if progress is not None else Reporter()
         tiles = list(self.tiles if tiles is None else tiles)
+        if done:
+            ran = {m.tile.index for m in done}
+            tiles = [t for t in tiles if t.index not in ran]
         start = time.perf_counter()
         op = self.operator
         if write_output and op.two_pass:  # the first pass: every tile's summary, combined here
             self.first_pass(executor, prepared)
-        banded = tiles == list(self.tiles) and write_output and not any(s.stored for s in strategies) and \
-            self.in_memory
+        banded = not done and tiles == list(self.tiles) and write_output and \
+            not any(s.stored for s in strategies) and self.in_memory
         if banded:
             tiles = bands(tiles, self.output_shape or (), executor)
         progress.node_started(self.name, len(tiles))
@@ -171,8 +178,10 @@ class NodeStage:
         if task.stored and getattr(executor, "master", None) is None:
             task = replace(task, pending_key=uuid.uuid4().hex)
         try:
-            metas = map_tiles(executor, task, tiles, progress)
-            if task.pending_key:
+            metas = map_tiles(executor, task, tiles, progress) if tiles else []
+            if done:
+                metas = sorted(metas + list(done), key=lambda m: m.tile.index)
+            if task.pending_key or any(m.pending for m in done):
                 write_pending(task, metas, getattr(executor, "threads", 1))
         except BaseException:
             release_pending(task)

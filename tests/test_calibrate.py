@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -556,3 +557,43 @@ def test_a_runs_mapping_nodes_of_one_kind_and_shape_count_their_fans_once(monkey
     assert calibrate.kept_mapping_fans(wider, box, kept) != fans[0] and len(counted) == 2
     calibrate.kept_mapping_fans(ops.Convolve(np.ones((3, 3))).bound(((200, 100),), (200, 100)), box, kept)
     assert len(counted) == 3 and len(kept) == 3
+
+
+def test_a_node_calibrated_from_its_first_tiles_measures_what_its_samples_do(tmp_path):
+    """`profile_first`: the node's first tiles (the first and the middle one) run for real, under
+    every COMP candidate, their lineage held unwritten; the FULL and PAY candidates only counted on
+    the sample windows' quarters.  The profile holds what `profile_node` holds, measured on the
+    whole tiles: the same fans and bounds, COMP sizes of the same order; `FirstTiles.keep` gives the
+    tiles with the chosen strategy's lineage only, none when they do not hold it."""
+    from subzero.optimizer.calibrate import profile_first
+    from subzero.worker import release_pending
+
+    spikes = ((5, 5), (25, 30), (70, 12), (45, 45), (3, 77))
+    run = _crd_run(tmp_path, seed=1, side=80, spikes=spikes, tile_shape=20)
+    op = run.node("crd").operator
+    task = NodeTask("crd", op, (run.store.array("x"),), op.input_shapes, op.output_shape)
+    names = supported_strategies(op)
+    tiles = node_tiles(op, 20)
+    counted = [n for n in names if Strategy.parse(n).mode in (Mode.FULL, Mode.PAY)]
+    sampled = profile_node(task, tiles, names, op_seconds=None, runner=LocalExecutor(), bound=counted)
+    stored = tuple(s for s in map(Strategy.parse, names) if s.stored)
+    profile, first = profile_first(replace(task, strategies=stored), tiles, task, tiles, names, LocalExecutor())
+    try:
+        assert [m.tile.index for m in first.metas] == [0, len(tiles) // 2] and first.wall > 0
+        comp = {n for n in names if n.startswith("Comp")}
+        assert first.encoded == comp and all(set(m.pending) <= comp and set(m.shards) == comp for m in first.metas)
+        assert not first.wrote()  # held for the node's run to write with its other tiles
+        assert profile.one_pass and profile.tiles == len(tiles) and profile.op_seconds > 0
+        assert set(profile.bounds) == set(sampled.bounds) == set(counted) and set(profile.strategies) == comp
+        assert profile.fan_backward == sampled.fan_backward and profile.fan_forward == sampled.fan_forward
+        assert profile.bounds == sampled.bounds  # counted on the same quarters
+        for name in comp:  # whole tiles against windows of them: the same order
+            got, want = profile.strategies[name], sampled.strategies[name]
+            assert want.bytes / 4 <= got.bytes <= 4 * want.bytes and got.encode_seconds > 0
+        kept = first.keep((Strategy.parse("CompOne/backward"),))
+        assert [set(m.shards) for m in kept] == [{"CompOne/backward"}] * 2 and \
+            all(set(m.pending) <= {"CompOne/backward"} for m in kept)
+        assert first.keep((Strategy.parse("FullOne/backward"),)) == []  # not held: the node runs every tile
+        assert all(not m.shards and not m.pending for m in first.keep((Strategy.parse("BlackBox"),)))
+    finally:
+        release_pending(first.task)

@@ -661,8 +661,9 @@ def test_tiny_inputs_run_in_process_when_spark_would_have_to_start(tmp_path, mon
 
 def test_an_optimized_run_computes_each_node_once_with_its_lineage(tmp_path, monkeypatch):
     """One pass: each node is planned once its inputs are committed and computed once, with the
-    lineage chosen (nothing re-runs to capture it); a whole-array node is calibrated on a crop
-    of its inputs, not the whole array; the answers are the pinned reference's."""
+    lineage chosen (nothing re-runs to capture it); a whole-array node is calibrated from its one
+    tile, computed once, its FULL and PAY candidates counted on a crop of its inputs, not the whole
+    array; the answers are the pinned reference's."""
     from subzero import driver
     from subzero.optimizer import calibrate
 
@@ -677,6 +678,7 @@ def test_an_optimized_run_computes_each_node_once_with_its_lineage(tmp_path, mon
     computed, captured, sampled = [], [], {}
     real_compute, real_capture, real_profile = driver._Execution.compute, driver._Execution.capture, \
         calibrate.profile_node
+    real_first = calibrate.profile_first
 
     def compute(self, node, strategies, *rest):
         computed.append(node.name)
@@ -692,10 +694,18 @@ def test_an_optimized_run_computes_each_node_once_with_its_lineage(tmp_path, mon
 
     monkeypatch.setattr(driver._Execution, "compute", compute)
     monkeypatch.setattr(driver._Execution, "capture", capture)
+    def first(task, tiles, probe, *args, **kwargs):
+        sampled[task.node] = probe.input_shapes
+        got = real_first(task, tiles, probe, *args, **kwargs)
+        ran.extend(m.tile.index for m in got[1].metas)
+        return got
+
+    ran: list[int] = []
     monkeypatch.setattr(calibrate, "profile_node", profile)
+    monkeypatch.setattr(calibrate, "profile_first", first)
     run = wf.run({"x": sky}, store=tmp_path / "o", workload=workload, max_runtime="1.15x", executor="local",
                  tile_shape=100)
-    assert computed == ["smooth", "stars"] and captured == []
+    assert computed == ["smooth", "stars"] and captured == [] and ran == [0]
     assert sampled["stars"][0] != (300, 300) and np.prod(sampled["stars"][0]) < 300 * 300 / 1.2  # a crop
     opt = run.catalog.optimizer
     assert opt["one_pass"] and opt["status"] == "optimal" and "pending" not in opt
@@ -1150,11 +1160,18 @@ def test_candidates_the_program_would_not_choose_at_their_lowest_costs_are_not_e
     encoded = []
     real_node = calibrate.profile_node
 
+    real_first = calibrate.profile_first
+
     def profile(task, *args, **kwargs):
         encoded.append((task.node, tuple(kwargs.get("bound", ()))))
         return real_node(task, *args, **kwargs)
 
+    def first(task, *args, **kwargs):  # from the node's first tiles: its FULL and PAY candidates counted
+        encoded.append((task.node, "first tiles"))
+        return real_first(task, *args, **kwargs)
+
     monkeypatch.setattr(calibrate, "profile_node", profile)
+    monkeypatch.setattr(calibrate, "profile_first", first)
 
     def go(name, **settings):
         with sz.config.set(**settings):
@@ -1175,6 +1192,7 @@ def test_candidates_the_program_would_not_choose_at_their_lowest_costs_are_not_e
     # kept, then recalled: the recalled bounds matter now (as forced), so the node is encoded again
     monkeypatch.undo()
     monkeypatch.setattr(calibrate, "profile_node", profile)
+    monkeypatch.setattr(calibrate, "profile_first", first)
     encoded.clear()
     go("kept")
     monkeypatch.setattr(plan_mod, "bounds_matter", lambda *args, **kwargs: True)
@@ -1227,3 +1245,64 @@ def test_a_new_run_into_the_store_waits_for_the_run_continuing_behind_its_return
     assert resumed.catalog.status == "done" and second.wait().catalog.status == "done"
     np.testing.assert_array_equal(np.asarray(resumed.output("w")), scaled(x + 1.0)["w"])
     np.testing.assert_array_equal(np.asarray(first.output("w")), scaled(x + 1.0)["w"])  # the store, as it is now
+
+
+def test_a_node_calibrated_from_its_first_tiles_computes_each_tile_once(tmp_path, monkeypatch):
+    """Run in this process, a one-pass node is calibrated from its own first tiles: they run for
+    real (their chunks and the chosen strategy's lineage are the node's), the run computes only
+    the others, the store holds no shard of a candidate not chosen, and the answers are those of
+    the plan pinned; a plan storing lineage the first tiles do not hold (FULL) runs every tile again."""
+    from subzero.executors import tasks
+    from subzero import worker
+    from subzero.modes import Strategy
+    from subzero.optimizer import calibrate
+
+    ran: list[tuple[str, int]] = []
+
+    def counted(task, tile):
+        ran.append((task.node, tile.index))
+        return worker.run_tile(task, tile)
+
+    monkeypatch.setattr(tasks, "run_tile", counted)
+    monkeypatch.setattr(calibrate, "run_tile", counted)
+    x = image(200)
+    x[10:14, 20:23] = 300.0
+    workload = [{"direction": "backward", "node": "crd", "to": "x", "cells": [[3, 3]]},
+                {"direction": "backward", "node": "hits", "to": "x", "cells": [[11, 21]]}]
+    with sz.config.set(reuse_calibration=False):
+        run = small_workflow().run({"x": x}, store=tmp_path / "o", workload=workload, executor="local",
+                                   tile_shape=100)
+    record = run.catalog.nodes["crd"]
+    assert record.strategies == ("CompOne/backward",) and record.profile["one_pass"], record.strategies
+    assert sorted(i for n, i in ran if n == "crd") == [0, 1, 2, 3] and record.stats.tiles == 4  # each once
+    assert sorted(p.name for p in (tmp_path / "o" / "lineage" / "crd").iterdir()) == ["CompOne-backward"]
+    assert record.stats.pairs["CompOne/backward"][0] > 0 and 0 <= run.catalog.optimizer["calibration_seconds"]
+    pinned = small_workflow().run({"x": x}, store=tmp_path / "p", executor="local", tile_shape=100,
+                                  strategies={"crd": "CompOne/backward"})
+    np.testing.assert_array_equal(run.output("crd"), pinned.output("crd"))
+    for cell in ([11, 21], [3, 3], [150, 150], [99, 100]):
+        np.testing.assert_array_equal(run.backward("crd", [cell], to="x", using={"crd": "CompOne/backward"}),
+                                      pinned.backward("crd", [cell], to="x"))
+    # a plan whose lineage the first tiles do not hold (FULL) runs every tile again; one storing none keeps them
+    from subzero.optimizer import plan as plan_mod
+
+    real = plan_mod.node_choice
+    for forced, again_ran, shards in (("FullOne/backward", [0, 0, 1, 2, 2, 3], ["FullOne-backward"]),
+                                      ("BlackBox", [0, 1, 2, 3], [])):
+        def choice(plan, problem, pinned_, profile, name, forced=forced):
+            chosen, extra = real(plan, problem, pinned_, profile, name)
+            return ((Strategy.parse(forced),) if name == "crd" else chosen), extra
+
+        monkeypatch.setattr(plan_mod, "node_choice", choice)
+        ran.clear()
+        with sz.config.set(reuse_calibration=False):
+            again = small_workflow().run({"x": x}, store=tmp_path / forced[:4], workload=workload, executor="local",
+                                         tile_shape=100)
+        assert again.catalog.nodes["crd"].strategies == (forced,)
+        assert sorted(i for n, i in ran if n == "crd") == again_ran
+        crd = tmp_path / forced[:4] / "lineage" / "crd"
+        assert sorted(p.name for p in crd.iterdir() if any(f.is_file() for f in p.iterdir())) == shards \
+            if crd.exists() else shards == []
+        np.testing.assert_array_equal(again.output("crd"), pinned.output("crd"))
+        np.testing.assert_array_equal(again.backward("crd", [[11, 21]], to="x"),
+                                      pinned.backward("crd", [[11, 21]], to="x"))

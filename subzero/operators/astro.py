@@ -30,7 +30,8 @@ from subzero.lazy import LazyModule
 from subzero.modes import Mode
 from subzero.operator import Operator
 from subzero.operators._args import check_choice
-from subzero.operators._kernels import cell_set_boxes, decode_region, encode_region, region_envelopes, repeat_pairs
+from subzero.operators._kernels import (cell_set_boxes, decode_region, encode_regions, group_boxes,
+                                       region_envelopes, repeat_pairs)
 from subzero.operators.composite import WHOLE, WindowLineage, dilate
 from subzero.operators.identity import IdentityMapping
 from subzero.tiling import Halo, Shape, Tiling
@@ -378,13 +379,12 @@ class DetectStars(IdentityMapping, Operator):
             in_pair = np.concatenate([owner, pair[~inside]])
             ctx.lwrite_many(cells, ins, out_pair=pair, in_pair=[in_pair])
         if ctx.modes & {Mode.COMP, Mode.PAY}:
-            payloads = []
-            for k, box in enumerate(ndimage.find_objects(groups), start=1):
-                origin = np.array([s.start for s in box], np.int64)
-                payloads.append(encode_region(np.argwhere(groups[box] == k) + origin, 2))
             inside = flat > 0
-            if n:
-                ctx.lwrite_many(np.argwhere(groups > 0), out_pair=flat[inside] - 1, payload=payloads)
+            if n:  # one payload per group (`encode_region` of its cells), made for every group at once
+                cells = np.argwhere(groups > 0)
+                owner = flat[inside] - 1
+                lo, hi = group_boxes(cells, owner, n)
+                ctx.lwrite_many(cells, out_pair=owner, payload=encode_regions(cells, owner, lo, hi))
             if Mode.PAY in ctx.modes:
                 ctx.lwrite(np.argwhere(groups == 0), payload=b"")
 

@@ -49,6 +49,7 @@ import math
 import os
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
@@ -67,13 +68,13 @@ from subzero.modes import Direction, Mode, Strategy
 from subzero.operator import Operator
 from subzero.optimizer.cost_model import NodeProfile, StrategyProfile
 from subzero.cells import box_cells, to_ids, unique_ids
-from subzero.worker import NodeTask, capture_tile, merge_inline, with_envelopes
+from subzero.worker import NodeTask, TileMeta, capture_tile, merge_inline, run_tile, with_envelopes
 from subzero.tiling import Box, Elementwise, Halo, Tile
 
 __all__ = ["profile_node", "profile_tile", "profile_part", "sample_tiles", "sample_windows", "capture_seconds",
            "TileProfile", "profile_from_run", "crop_box", "fans_crop", "CroppedInput", "CaptureLimit", "fans_window", "fans_corner",
            "reuse_key", "recall", "remember", "forget", "code_digest", "profile_path", "entry_sizes",
-           "lower_bound", "least_sizes", "kept_mapping_fans"]
+           "lower_bound", "least_sizes", "kept_mapping_fans", "first_part", "profile_first", "FirstTiles"]
 
 MAX_MAPPED_CELLS = 1 << 17   # input cells a mapping node's fans are counted over (else: sizes' ratio)
 MAX_MAPPED_LINKS = 1 << 16   # links a mapping node's fans are counted over at most (`fans_corner`)
@@ -328,10 +329,13 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
     exceeds it (only where the operator time was measured: ``part[2]``); when that rules out
     every FULL strategy, the quarter's pairs give the fans alone.  A fifth, names of FULL and
     PAY strategies, has those counted only (their pairs and cells, in ``bounds``), not encoded:
-    what their lowest possible costs need (`profile_node`)."""
+    what their lowest possible costs need (`profile_node`).  A sixth, False, runs no plain
+    operator call (the operator's time is measured on the node's own first tiles, `profile_first`;
+    no ``limit`` then)."""
     tile, strategies, fans = part[:3]
     limit: CaptureLimit | None = part[3] if len(part) > 3 else None
     counted: tuple[str, ...] = tuple(part[4]) if len(part) > 4 else ()
+    plain_run = bool(part[5]) if len(part) > 5 else True
     op = task.operator
     stored = tuple(s for s in strategies if s.stored)
     full = tuple(s for s in stored if s.mode is Mode.FULL)
@@ -344,9 +348,11 @@ def profile_part(task: NodeTask, part: tuple) -> TileProfile:
             probe_task, quarter = cropped
     out = TileProfile(0, 0.0)
     probe, grow, predicted = None, 1.0, {}
-    if fans:  # the operator's own time: the tile without lineage (the limit needs it)
+    if fans and plain_run:  # the operator's own time: the tile without lineage (the limit needs it)
         plain = capture_tile(replace(task, strategies=()), tile)
         out.cells, out.plain_seconds = _cells(plain.tile), plain.op_seconds
+    elif fans:  # its time measured elsewhere (the node's first tiles, `profile_first`)
+        out.cells = _cells(tile)
     if quarter is not None:  # the FULL and PAY candidates and the fans, on the quarter (one operator call)
         start = time.perf_counter()
         probe = capture_tile(replace(probe_task, strategies=full + paid + (() if _FANS in full else (_FANS,))),
@@ -580,6 +586,131 @@ def profile_node(task: NodeTask, tiles: list[Tile], candidates: list[str], op_se
             bytes=nbytes * scale + index_bytes_bound(boxes * scale), encode_seconds=predicted, pairs=pairs * scale,
             out_cells=outs * scale, in_cells=ins * scale, keys=keys * scale)
     return profile
+
+
+# -- calibrating from the node's own first tiles --------------------------------------------------
+
+@dataclass
+class FirstTiles:
+    """A node's first tiles, run for real by its calibration (`profile_first`): their metadata
+    (each tile's output chunk written, its lineage under every COMP candidate encoded and held
+    unwritten in `subzero.worker.TileMeta.pending`, counted under ``task.pending_key``), the task
+    that ran them and the part of the calibration's wall they took (the node's own computing)."""
+
+    task: NodeTask
+    metas: list[TileMeta]
+    wall: float
+
+    @property
+    def encoded(self) -> frozenset[str]:
+        """The strategies whose lineage the tiles hold."""
+        return frozenset(s.name for s in self.task.strategies)
+
+    def wrote(self) -> bool:
+        """Whether a tile wrote a shard of its own (more lineage than the process holds unwritten)."""
+        return any(r.name for m in self.metas for r in m.shards.values())
+
+    def keep(self, strategies: Sequence[Strategy]) -> list[TileMeta]:
+        """The tiles' metadata holding only ``strategies``' lineage, for the node's run to write
+        with its other tiles' (`subzero.stage.NodeStage.run`'s ``done``); empty (the node runs
+        every tile again) when the tiles do not hold a stored one of ``strategies`` or wrote a
+        shard of their own."""
+        names = {s.name for s in strategies if s.stored}
+        if not names <= self.encoded or self.wrote():
+            return []
+        return [replace(m, shards={k: v for k, v in m.shards.items() if k in names},
+                        pending={k: v for k, v in m.pending.items() if k in names},
+                        inline={k: v for k, v in m.inline.items() if k in names}) for m in self.metas]
+
+
+def first_part(task: NodeTask, part: tuple) -> Any:
+    """One item of a node's first batch (`profile_first`), task side: ``("tile", tile)`` runs
+    the tile for real (`subzero.worker.run_tile`: its chunk written, its lineage under
+    ``task.strategies`` held unwritten); ``("probe", probe, window, names)`` counts the FULL and
+    PAY candidates ``names`` and the fans on a quarter of ``window`` with the task ``probe``
+    (`profile_part` without its plain operator call: the tiles give the operator's time)."""
+    if part[0] == "tile":
+        return run_tile(task, part[1])
+    _, probe, window, names = part
+    counted = tuple(Strategy.parse(n) for n in names)
+    return profile_part(replace(probe, strategies=counted), (window, counted, True, None, tuple(names), False))
+
+
+def profile_first(task: NodeTask, tiles: list[Tile], probe: NodeTask, probe_tiles: list[Tile],
+                  candidates: Sequence[str], runner: Executor, scale: float = 1.0,
+                  limit: CaptureLimit | None = None, sample: int = 2) -> tuple[NodeProfile, FirstTiles]:
+    """Profile a node planned before it runs from its own first tiles: `sample_tiles` of
+    ``tiles`` (the first and one from the middle) run for real with ``task`` (the node's, writing
+    its output; in this process: their lineage is held unwritten, ``task.pending_key``), under
+    every COMP candidate, while the FULL and PAY candidates are only counted, and the fans
+    measured, on quarters of the sample windows `profile_node` would measure (``probe``'s task
+    over ``probe_tiles``, ``scale`` as `profile_node`'s: a whole-array operator's crop), all in one
+    batch of the executor's.  The tiles' outputs are the node's (the run computes only the other
+    tiles); their operator time (COMP lineage included), shard sizes and counts, scaled to the
+    node, are the profile's; no operator runs on a sample window without lineage.  ``task`` is
+    the node's task writing its output, over its stored candidates; only its COMP ones are kept.
+
+    A candidate whose predicted capture exceeds ``limit`` at the operator time the tiles
+    measured is listed in ``skipped``; the FULL and PAY candidates are in ``bounds`` only (their
+    lowest costs, `lower_bound`): the caller encodes them, as `profile_node` does, when they
+    matter (`subzero.optimizer.plan.bounds_matter`).  Returns the profile and the tiles.
+    """
+    op = task.operator
+    stored = tuple(s for s in map(Strategy.parse, candidates) if s.stored)
+    counted = tuple(s.name for s in stored if s.mode in (Mode.FULL, Mode.PAY))
+    comp = tuple(s for s in stored if s.mode is Mode.COMP)
+    first = sample_tiles(tiles, sample)
+    windows = sample_windows(probe.operator, probe_tiles, sample)
+    scale *= (sum(_cells(t) for t in probe_tiles) or 1) / (sum(_cells(t) for t in windows) or 1)
+    task = replace(task, strategies=comp, pending_key=uuid.uuid4().hex,
+                   shard_dirs=tuple((n, d) for n, d in task.shard_dirs if n in {s.name for s in comp}))
+    items: list[tuple] = [("tile", t) for t in first] + [("probe", probe, w, counted) for w in windows]
+    start = time.perf_counter()
+    got = map_calls(runner, first_part, task, items)
+    wall = time.perf_counter() - start
+    metas: list[TileMeta] = got[:len(first)]
+    measured: list[TileProfile] = got[len(first):]
+    grow = (sum(_cells(t) for t in tiles) or 1) / (sum(_cells(m.tile) for m in metas) or 1)  # the tiles to the node
+    profile = NodeProfile(
+        node=task.node, tiles=len(tiles), op_seconds=sum(m.op_seconds for m in metas) * grow,
+        out_size=int(np.prod(op.output_shape)), in_sizes=[int(np.prod(s)) for s in op.input_shapes],
+        mapping=Mode.MAP in op.supported_modes(), all_to_all=op.all_to_all, measured=False, one_pass=True)
+    fanout, links, distinct = (sum(getattr(m, k) for m in measured) for k in ("fanout", "links", "distinct_in"))
+    profile.trace_seconds = (LINK_SECONDS * links + OUT_CELL_SECONDS * fanout) * scale
+    profile.fan_backward = max(links / fanout, 1.0) if fanout else 1.0
+    profile.fan_forward = max(links / distinct, 1.0) if distinct else 1.0
+    most = limit.seconds(profile.op_seconds) if limit is not None else None
+
+    def over(strategy: Strategy, pairs: float, outs: float, ins: float) -> bool:
+        alone = capture_seconds(strategy, pairs, outs, ins)
+        if most is None or limit is None or strategy.name in limit.keep or alone <= most:
+            return False
+        profile.skipped[strategy.name] = _over_limit(alone, most)
+        profile.skipped_at[strategy.name] = [float(alone), float(profile.op_seconds)]
+        return True
+
+    for name in counted:
+        strategy = Strategy.parse(name)
+        rows = [m.bounds[name] for m in measured if name in m.bounds]
+        pairs, outs, ins, least, least_keys = (np.array(rows).sum(axis=0) * scale).tolist() if rows else [0.0] * 5
+        if not over(strategy, pairs, outs, ins):
+            profile.bounds[name] = lower_bound(strategy, pairs, outs, ins, least, least_keys)
+    for strategy in comp:
+        records = [m.shards[strategy.name] for m in metas]
+        pairs, outs, ins = (sum(getattr(r, k) for r in records) * grow for k in ("pairs", "out_cells", "in_cells"))
+        if over(strategy, pairs, outs, ins):
+            continue
+        boxes = sum(len(ids) for m in metas if strategy.name in m.pending
+                    for ids, _, _ in m.pending[strategy.name].boxes.values())
+        written = sum(r.index_bytes for r in records)  # a tile that wrote its shard itself: its index's bytes
+        profile.strategies[strategy.name] = StrategyProfile(
+            bytes=sum(r.nbytes for r in records) * grow + (written * grow if written else index_bytes_bound(boxes * grow)),
+            encode_seconds=capture_seconds(strategy, pairs, outs, ins), pairs=pairs, out_cells=outs,
+            in_cells=ins, keys=sum(r.keys for r in records) * grow)
+    # the tiles' part of the batch's wall: their own seconds over the threads they ran on (the probes beside them)
+    own = sum(m.op_seconds + m.write_seconds + m.lineage_seconds for m in metas)
+    threads = max(1, min(int(getattr(runner, "threads", 1) or 1), len(metas)))
+    return profile, FirstTiles(task, metas, min(wall, own / threads))
 
 
 # -- reusing a profile ---------------------------------------------------------------------------

@@ -344,16 +344,20 @@ class _Execution:
         """The run continues behind its return (`_return_before`): the caller may change its input
         arrays from now on.  Their copies, made beside the trace (`copies`), are waited for and are
         what the run holds (`save_input`); a value the trace computed that is a view of one (a
-        slice, a transpose) is copied now."""
+        reshape, a slice, a transpose) becomes the same view of its copy (`_same_view`; copied
+        when it is not one)."""
         self.detached = True
-        given = [a for name, a in arrays.items() if isinstance(a, np.ndarray) and a is not self.wf.constants.get(name)]
-        for name in arrays:
-            if name in self.copies:
-                self.copies[name].block.result()
+        given = {name: a for name, a in arrays.items()
+                 if isinstance(a, np.ndarray) and a is not self.wf.constants.get(name)}
+        copied = {name: self.copies[name].block.result() for name in arrays if name in self.copies}
         for name, (value, seconds) in list(self.known.items()):
-            if isinstance(value, np.ndarray) and value.base is not None and \
-                    any(np.may_share_memory(value, a) for a in given):
-                self.known[name] = (np.array(value, copy=True, order="C"), seconds)
+            if isinstance(value, np.ndarray) and value.base is not None:
+                for source_name, source in given.items():
+                    if np.may_share_memory(value, source):
+                        same = _same_view(value, source, copied.get(source_name))
+                        self.known[name] = (same if same is not None else np.array(value, copy=True, order="C"),
+                                            seconds)
+                        break
 
     def digested(self, catalog: RunRecord | None = None) -> RunRecord:
         """``catalog`` (default: the run's, which is updated too) with the digests of the inputs
@@ -870,6 +874,33 @@ def _query_nodes(query: Any) -> list[str]:
             if isinstance(name, str):
                 names.append(name)
     return names
+
+
+
+def _same_view(value: np.ndarray, source: np.ndarray, copy: np.ndarray | None) -> np.ndarray | None:
+    """``value``, a view of the caller's ``source`` (a reshape, a slice, a transpose), as the same
+    view of ``copy`` (the C-ordered copy of ``source`` a run behind its return holds), read-only;
+    None when it is not one (another dtype, cells outside ``source``): the caller then copies it.
+
+    Examples
+    --------
+    >>> x = np.arange(12.0).reshape(3, 4); c = x.copy()
+    >>> v = _same_view(x[::-1, 1:3].T, x, c)
+    >>> np.shares_memory(v, c) and np.array_equal(v, x[::-1, 1:3].T)
+    True
+    """
+    if copy is None or value.dtype != source.dtype or not source.flags.c_contiguous or \
+            copy.shape != source.shape or not copy.flags.c_contiguous:
+        return None
+    from numpy.lib.array_utils import byte_bounds
+
+    low, high = byte_bounds(value)
+    start, end = byte_bounds(source)
+    offset = value.__array_interface__["data"][0] - start
+    if low < start or high > end or offset % source.itemsize:
+        return None
+    flat = copy.reshape(-1)[offset // source.itemsize:]
+    return np.lib.stride_tricks.as_strided(flat, shape=value.shape, strides=value.strides, writeable=False)
 
 
 def execute(wf: Workflow, inputs: dict[str, Any], options: RunOptions) -> Any:

@@ -1306,3 +1306,24 @@ def test_a_node_calibrated_from_its_first_tiles_computes_each_tile_once(tmp_path
         np.testing.assert_array_equal(again.output("crd"), pinned.output("crd"))
         np.testing.assert_array_equal(again.backward("crd", [[11, 21]], to="x"),
                                       pinned.backward("crd", [[11, 21]], to="x"))
+
+
+@given(st.data())
+@settings(max_examples=60, deadline=None)
+def test_a_view_of_an_input_becomes_the_same_view_of_its_copy(data):
+    """`_same_view`: a reshape, slice, flip or transpose of the caller's array is rebuilt over the
+    copy the run holds: the same values, read-only, no cell of the caller's array; another dtype
+    is not one (the run copies it)."""
+    from subzero.driver import _same_view
+
+    shape = data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3))
+    x = np.arange(int(np.prod(shape)), dtype=float).reshape(shape)
+    copy = x.copy()
+    flat = x.reshape(-1)
+    views = [x.T, x[::-1], flat[::data.draw(st.integers(1, 3))], flat[data.draw(st.integers(0, flat.size - 1)):],
+             x[..., ::-2], x.reshape(-1, 1)]
+    for view in views:
+        same = _same_view(view, x, copy)
+        assert same is not None and np.array_equal(same, view) and not same.flags.writeable
+        assert np.shares_memory(same, copy) and not np.shares_memory(same, x)
+    assert _same_view(x.view(np.int64), x, copy) is None

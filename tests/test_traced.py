@@ -357,7 +357,7 @@ def test_a_run_continuing_behind_its_return_stores_and_answers_as_one_in_the_cal
 def test_a_run_continuing_behind_holds_copies_of_the_callers_arrays(tmp_path):
     """Once `run` returned, the caller may change its arrays: the run behind it holds their
     copies (made beside the trace), and a value of the trace that is a view of one (a slice, a
-    transpose) is copied before the return."""
+    transpose) is the same view of its copy before the return (copied when it cannot be)."""
     @sz.workflow
     def f(x):
         return {"t": x.T, "top": x[:10] * 1.0, "y": x + 1.0}

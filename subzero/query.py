@@ -40,9 +40,10 @@ from subzero.operator import Operator
 from subzero.optimizer.cost_model import NodeProfile
 from subzero.optimizer.query_time import choose_step
 from subzero.pairs import FullPairs
-from subzero.worker import NodeTask, RecomputedArray, expand_payloads, rerun_payloads, trace_tile
+from subzero.worker import (REGION_SHARE, NodeTask, RecomputedArray, expand_payloads, regional, rerun_payloads,
+                            trace_tile)
 from subzero.store.roles import LineageReader
-from subzero.tiling import Tile, tile_grid
+from subzero.tiling import Box, Tile, tile_grid
 
 __all__ = ["TileGrid", "QueryEngine", "QueryOptions", "Carrier", "Rule", "rule_of", "box_form", "step", "check_forced",
            "map_step"]
@@ -350,12 +351,16 @@ def _mask_step(op, mask: np.ndarray, i: int, direction: Direction, target) -> Fr
 
 def _reexecute(source, node, frontier: Frontier, i: int, direction: Direction, target,
                lookups: dict | None = None) -> Frontier:
-    """Black-box step: re-run, in tracing mode, only the tiles the frontier touches.  Backward
-    through an operator whose re-run gives payloads with a union form (`_rerun_union`): the
+    """Black-box step: re-run, in tracing mode, only the tiles the frontier touches (backward
+    through a `subzero.worker.regional` operator: only the frontier's boxes, `QueryEngine.regions`).
+    Backward through an operator whose re-run gives payloads with a union form (`_rerun_union`): the
     payloads' union and the default's box form, as a stored CompOne step; else region pairs."""
-    split = source.grid(node).split(frontier, None if direction is Direction.BACKWARD else i)
-    if len(split) > 1 and hasattr(source, "prefetch"):
-        source.prefetch(node, [t for t, _ in split])
+    split: list = source.grid(node).split(frontier, None if direction is Direction.BACKWARD else i)
+    if direction is Direction.BACKWARD and hasattr(source, "regions"):
+        split = source.regions(node, split)
+    tiles = [t for t, _ in split if not isinstance(t, tuple)]
+    if len(tiles) > 1 and hasattr(source, "prefetch"):
+        source.prefetch(node, tiles)
     if direction is Direction.BACKWARD:
         got = _rerun_union(source, node, split, frontier, i, target, lookups)
         if got is not None:
@@ -401,6 +406,11 @@ def _trace(source, node, tiles: list[int], frontier: Frontier, i: int, direction
     parts = [pairs.backward(frontier, i) if direction is Direction.BACKWARD else pairs.forward(frontier, i)
              for pairs in source.trace(node, tiles, frontier, i, direction)]
     return Frontier.of_ids(np.concatenate(parts) if parts else np.empty(0, np.int64), target)
+
+
+def _box_cells(box: Box) -> int:
+    """The number of cells of ``box``."""
+    return math.prod(max(hi - lo, 0) for lo, hi in box)
 
 
 def _memo_bytes() -> int:
@@ -734,13 +744,58 @@ class QueryEngine:
         op = operator_of(node)
         return NodeTask(node.name, op, tuple(self.array(n.name) for n in node.inputs), op.input_shapes, op.output_shape)
 
-    def trace(self, node: Node, tiles: list[int], frontier: Frontier, i: int, direction: Direction) -> list[FullPairs]:
-        """The region pairs of ``node``'s ``tiles`` (indices into its grid) for the cells of
+    def trace(self, node: Node, tiles: "list[int | Box]", frontier: Frontier, i: int,
+              direction: Direction) -> list[FullPairs]:
+        """The region pairs of ``node``'s ``tiles`` (indices into its grid, or boxes: `regions`) for the cells of
         ``frontier``, by re-running them in tracing mode from the stored inputs."""
-        task, grid = self.tile_task(node), self.grid(node)
+        task = self.tile_task(node)
         with self._lock:
             kept = self._reruns.setdefault(node.name, _Kept(self._rerun_budget, self._lock))
-        return [trace_tile(task, grid.tiles[t], frontier, i, direction, kept) for t in tiles]
+        return [trace_tile(task, self._tile(node, t), frontier, i, direction, kept) for t in tiles]
+
+    def regions(self, node: Node, split: list[tuple[int, Frontier]]) -> list[tuple[int | Box, Frontier]]:
+        """Where a backward black-box step re-runs ``node`` for the frontier ``split`` gives by tile
+        (`TileGrid.split`): a `subzero.worker.regional` operator computes any box of its output as its
+        tiles do, lineage included (a tile reads its box and its tiling's halo, and keeps the pairs of
+        its own box), so a tile's part of the frontier whose bounding box is at most
+        `subzero.worker.REGION_SHARE` of the tile re-runs over that box alone (the parts of several
+        tiles over their hull, when it is not much larger than they are), its unstored inputs read
+        over that box and its halo (`subzero.worker.RecomputedArray.region`), not over whole tiles and
+        their neighbours.  A tile re-run before (kept by the engine) and a larger part stay whole
+        tiles.  Items are ``(tile index, cells)`` or ``(box, cells)``; any other operator's ``split``
+        is returned as it is."""
+        op = operator_of(node)
+        if not split or not regional(op):
+            return [(t, sub) for t, sub in split]
+        grid = self.grid(node)
+        with self._lock:
+            ran = {key[0] for key in self._reruns.get(node.name, {})}
+        out: list[tuple[int | Box, Frontier]] = []
+        parts: list[tuple[Box, Frontier]] = []
+        for t, sub in split:
+            bbox = sub.bbox()
+            tile = grid.tiles[t]
+            if bbox is None or tile.index in ran:
+                out.append((t, sub))
+                continue
+            part = tuple((int(lo), int(hi)) for lo, hi in zip(*bbox))
+            if _box_cells(part) <= REGION_SHARE * _box_cells(tile.box):
+                parts.append((part, sub))
+            else:
+                out.append((t, sub))
+        if len(parts) > 1:
+            hull = tuple((min(p[a][0] for p, _ in parts), max(p[a][1] for p, _ in parts))
+                         for a in range(len(parts[0][0])))
+            if _box_cells(hull) <= 2 * sum(_box_cells(p) for p, _ in parts):
+                parts = [(hull, Frontier.union_all([sub for _, sub in parts]))]
+        return out + [(p, sub) for p, sub in parts]
+
+    def _tile(self, node: Node, tile: int | Box) -> Tile:
+        """The node's tile ``tile`` (an index into its grid), or a region of its output (a box) re-run
+        as a tile is (`regions`)."""
+        if isinstance(tile, tuple):
+            return Tile(-1, tile)
+        return self.grid(node).tiles[tile]
 
     def prefetch(self, node: Node, tiles: list[int]) -> None:
         """Before ``node``'s ``tiles`` (indices into its grid) re-run: of each input the run did not
@@ -764,14 +819,14 @@ class QueryEngine:
             if math.prod(hi - lo for lo, hi in hull) <= 2 * sum(math.prod(hi - lo for lo, hi in b) for b in boxes):
                 self.array(parent.name).read(hull)
 
-    def rerun_payloads(self, node: Node, tile: int, frontier: Frontier) -> Any:
-        """The mode and payload pairs of re-running ``node``'s ``tile`` (an index into its grid) for
+    def rerun_payloads(self, node: Node, tile: int | Box, frontier: Frontier) -> Any:
+        """The mode and payload pairs of re-running ``node``'s ``tile`` (an index into its grid, or a box: `regions`) for
         the cells of ``frontier`` (`subzero.worker.rerun_payloads`: the tile runs once per engine
         while the memo lasts); None when its tracing gives no payloads."""
-        task, grid = self.tile_task(node), self.grid(node)
+        task = self.tile_task(node)
         with self._lock:
             kept = self._reruns.setdefault(node.name, _Kept(self._rerun_budget, self._lock))
-        return rerun_payloads(task, grid.tiles[tile], frontier, kept)
+        return rerun_payloads(task, self._tile(node, tile), frontier, kept)
 
     def report_damaged(self, node: Node, damaged: list[str]) -> None:
         """Warn, once per shard, that the shards of ``damaged`` could not be read and their

@@ -351,13 +351,16 @@ def _mask_step(op, mask: np.ndarray, i: int, direction: Direction, target) -> Fr
 
 def _reexecute(source, node, frontier: Frontier, i: int, direction: Direction, target,
                lookups: dict | None = None) -> Frontier:
-    """Black-box step: re-run, in tracing mode, only the tiles the frontier touches (backward
-    through a `subzero.worker.regional` operator: only the frontier's boxes, `QueryEngine.regions`).
+    """Black-box step: re-run, in tracing mode, only the tiles the frontier touches (through a
+    `subzero.worker.regional` operator: only the frontier's boxes, `QueryEngine.regions`, or forward
+    the box its cells reach, `QueryEngine.reach_region`).
     Backward through an operator whose re-run gives payloads with a union form (`_rerun_union`): the
     payloads' union and the default's box form, as a stored CompOne step; else region pairs."""
     split: list = source.grid(node).split(frontier, None if direction is Direction.BACKWARD else i)
     if direction is Direction.BACKWARD and hasattr(source, "regions"):
         split = source.regions(node, split)
+    elif hasattr(source, "reach_region"):
+        split = source.reach_region(node, split, frontier, i)
     tiles = [t for t, _ in split if not isinstance(t, tuple)]
     if len(tiles) > 1 and hasattr(source, "prefetch"):
         source.prefetch(node, tiles)
@@ -789,6 +792,31 @@ class QueryEngine:
             if _box_cells(hull) <= 2 * sum(_box_cells(p) for p, _ in parts):
                 parts = [(hull, Frontier.union_all([sub for _, sub in parts]))]
         return out + [(p, sub) for p, sub in parts]
+
+    def reach_region(self, node: Node, split: list[tuple[int, Frontier]], frontier: Frontier,
+                     i: int) -> list[tuple[int | Box, Frontier]]:
+        """Where a forward black-box step from ``frontier`` (over input ``i``) re-runs ``node``: the
+        tiles ``split`` gives (`TileGrid.split` over the input), or, for a `subzero.worker.regional`
+        operator whose inputs have its output's shape, the box of the output cells that can read the
+        frontier alone (its bounding box grown by the tiling's halo, `subzero.Operator.lineage_box`: no
+        cell farther away reads it),
+        re-run as a region (`regions`) when it is at most `subzero.worker.REGION_SHARE` of those tiles
+        and none of them was re-run before."""
+        op = operator_of(node)
+        bbox = frontier.bbox()
+        if not split or bbox is None or not regional(op) or \
+                any(tuple(s) != tuple(op.output_shape) for s in op.input_shapes):
+            return [(t, sub) for t, sub in split]
+        grid = self.grid(node)
+        with self._lock:
+            ran = {key[0] for key in self._reruns.get(node.name, {})}
+        if any(grid.tiles[t].index in ran for t, _ in split):
+            return [(t, sub) for t, sub in split]
+        box = tuple((int(lo), int(hi)) for lo, hi in zip(*bbox))
+        reach = op.lineage_box(box, i)  # a halo is symmetric: the output cells within it of the frontier's box
+        if _box_cells(reach) > REGION_SHARE * sum(_box_cells(grid.tiles[t].box) for t, _ in split):
+            return [(t, sub) for t, sub in split]
+        return [(reach, frontier)]
 
     def _tile(self, node: Node, tile: int | Box) -> Tile:
         """The node's tile ``tile`` (an index into its grid), or a region of its output (a box) re-run

@@ -520,3 +520,35 @@ def test_a_black_box_step_reruns_a_regional_operators_frontier_box_as_its_tiles_
         want = whole.backward_many("clean", cells, to=inputs, using={"clean": "BlackBox"}, as_="frontier")
         for name in inputs:
             np.testing.assert_array_equal(got[name].ids(), want[name].ids(), err_msg=f"{cells} -> {name}")
+
+
+def test_a_black_box_step_forward_reruns_the_box_a_regional_operators_frontier_reaches(tmp_path, monkeypatch):
+    """Forward, a black-box step through a one-pass halo operator re-runs only the output cells
+    within its halo of the frontier's bounding box: the cells the stored lineage gives, from cells
+    at tile corners, array edges and NaN/inf cells, and from small brushes."""
+    import subzero.query as query_mod
+
+    rng = np.random.default_rng(9)
+    shape = (48, 48)
+    a = rng.normal(100.0, 5.0, shape)
+    b = rng.normal(0.0, 1.0, shape)
+    b[rng.integers(0, 48, 14), rng.integers(0, 48, 14)] += 60.0
+    b[0, 5], b[17, 23], b[47, 47] = np.nan, np.inf, -np.inf
+    f = sz.workflow(_regional_cosmics, name="regional")
+    with np.errstate(all="ignore"):
+        f.run({"a": a, "b": b}, store=tmp_path / "s", executor="local", tile_shape=16,
+              strategies={"clean": ["FullOne"]}).wait()
+    starts = [[(0, 0)], [(47, 47)], [(15, 16)], [(16, 15)], [(17, 23)], [(0, 5)], [(31, 32), (32, 31)]]
+    starts += [[(int(rng.integers(0, 48)), int(rng.integers(0, 48)))] for _ in range(5)]
+    ran: list = []
+    real = query_mod.QueryEngine._tile
+    monkeypatch.setattr(query_mod.QueryEngine, "_tile", lambda self, node, t: ran.append(t) or real(self, node, t))
+    for cells in starts:
+        run = sz.open_run(tmp_path / "s")
+        got = run.forward("multiply", cells, to="clean", using={"clean": "BlackBox"}, as_="frontier")
+        want = run.forward("multiply", cells, to="clean", as_="frontier")
+        np.testing.assert_array_equal(got.ids(), want.ids(), err_msg=f"{cells}")
+        assert got.count
+        got = run.forward("cover", cells, to="clean", using={"clean": "BlackBox"}, as_="frontier")  # unstored
+        np.testing.assert_array_equal(got.ids(), run.forward("cover", cells, to="clean", as_="frontier").ids())
+    assert ran and all(isinstance(t, tuple) for t in ran)

@@ -358,7 +358,7 @@ def _reexecute(source, node, frontier: Frontier, i: int, direction: Direction, t
     payloads' union and the default's box form, as a stored CompOne step; else region pairs."""
     split: list = source.grid(node).split(frontier, None if direction is Direction.BACKWARD else i)
     if direction is Direction.BACKWARD and hasattr(source, "regions"):
-        split = source.regions(node, split)
+        split = source.regions(node, split, frontier)
     elif hasattr(source, "reach_region"):
         split = source.reach_region(node, split, frontier, i)
     tiles = [t for t, _ in split if not isinstance(t, tuple)]
@@ -756,7 +756,8 @@ class QueryEngine:
             kept = self._reruns.setdefault(node.name, _Kept(self._rerun_budget, self._lock))
         return [trace_tile(task, self._tile(node, t), frontier, i, direction, kept) for t in tiles]
 
-    def regions(self, node: Node, split: list[tuple[int, Frontier]]) -> list[tuple[int | Box, Frontier]]:
+    def regions(self, node: Node, split: list[tuple[int, Frontier]],
+                frontier: Frontier | None = None) -> list[tuple[int | Box, Frontier]]:
         """Where a backward black-box step re-runs ``node`` for the frontier ``split`` gives by tile
         (`TileGrid.split`): a `subzero.worker.regional` operator computes any box of its output as its
         tiles do, lineage included (a tile reads its box and its tiling's halo, and keeps the pairs of
@@ -766,7 +767,8 @@ class QueryEngine:
         over that box and its halo (`subzero.worker.RecomputedArray.region`), not over whole tiles and
         their neighbours.  A tile re-run before (kept by the engine) and a larger part stay whole
         tiles.  Items are ``(tile index, cells)`` or ``(box, cells)``; any other operator's ``split``
-        is returned as it is."""
+        is returned as it is.  ``frontier``: the cells ``split`` cut (their union, when every part joins
+        the hull: not united again)."""
         op = operator_of(node)
         if not split or not regional(op):
             return [(t, sub) for t, sub in split]
@@ -790,7 +792,10 @@ class QueryEngine:
             hull = tuple((min(p[a][0] for p, _ in parts), max(p[a][1] for p, _ in parts))
                          for a in range(len(parts[0][0])))
             if _box_cells(hull) <= 2 * sum(_box_cells(p) for p, _ in parts):
-                parts = [(hull, Frontier.union_all([sub for _, sub in parts]))]
+                # every part of the frontier joins the hull: their union is the frontier
+                cells = frontier if frontier is not None and not out else \
+                    Frontier.union_all([sub for _, sub in parts])
+                parts = [(hull, cells)]
         return out + [(p, sub) for p, sub in parts]
 
     def reach_region(self, node: Node, split: list[tuple[int, Frontier]], frontier: Frontier,

@@ -512,7 +512,7 @@ def test_a_black_box_step_reruns_a_regional_operators_frontier_box_as_its_tiles_
             np.testing.assert_array_equal(got[name].ids(), stored[name].ids(), err_msg=f"{cells} -> {name}")
     assert ran and all(isinstance(t, tuple) for t in ran)  # every re-run was a region
     assert any(len(t) == 2 and (t[0][1] - t[0][0]) * (t[1][1] - t[1][0]) > 1 for t in ran)
-    monkeypatch.setattr(query_mod.QueryEngine, "regions", lambda self, node, split: split)  # whole tiles
+    monkeypatch.setattr(query_mod.QueryEngine, "regions", lambda self, node, split, frontier=None: split)  # whole tiles
     whole = sz.open_run(tmp_path / "s")
     for cells in queries[::3]:
         got = sz.open_run(tmp_path / "s").backward_many("clean", cells, to=inputs, using={"clean": "BlackBox"},

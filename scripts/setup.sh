@@ -53,7 +53,7 @@ if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e ./benchma
   exit 1
 fi
 .venv/bin/python -c "import subzero.store, subzero.run, pyspark, lmdb, rtree, pulp, zarr, xxhash, \
-astroscrappy, sep, skimage, sksurv, pyarrow, pytest, xdist, hypothesis, starlette, uvicorn, selenium, httpx2, PIL, \
+astroscrappy, threadpoolctl, sep, skimage, sksurv, pyarrow, pytest, xdist, hypothesis, starlette, uvicorn, selenium, httpx2, PIL, \
 moto.server, s3fs, subzero.tools.view.app, subzero_bench, mkdocs, material, mkdocstrings_handlers.python, \
 mkdocs_jupyter, mkdocs_awesome_pages_plugin, ipykernel, anywidget, subzero.tools.view.widget, astropy, photutils, conorm, pyet, spyndex, chemotools, xarray" \
   || { echo "setup: the package did not install; see the pip output above" >&2; exit 1; }

@@ -130,6 +130,10 @@ SETTINGS: tuple[Setting, ...] = (
             minimum=0),
     Setting("recompute_cache_mb", float, 256.0,
             "megabytes of recomputed tiles of unstored arrays a process keeps, of all arrays together", minimum=0),
+    Setting("library_threads", int, 1,
+            "threads a library's own parallel code (OpenMP: astroscrappy's L.A.Cosmic) uses in one operator call; "
+            "subzero runs tiles in parallel itself, and more threads than cores slow every tile down; 0: the "
+            "library's default", minimum=0),
     Setting("query_memo_mb", float, 64.0,
             "megabytes a run's queries keep of whole-array steps' answers, as many of re-run tiles' lineage, "
             "and as many of stored payload tiles read whole, so a later step or query reaching them does not "

@@ -40,9 +40,10 @@ from subzero.operator import Operator
 from subzero.optimizer.cost_model import NodeProfile
 from subzero.optimizer.query_time import choose_step
 from subzero.pairs import FullPairs
-from subzero.worker import NodeTask, RecomputedArray, expand_payloads, rerun_payloads, trace_tile
+from subzero.worker import (REGION_SHARE, NodeTask, RecomputedArray, expand_payloads, regional, rerun_payloads,
+                            trace_tile)
 from subzero.store.roles import LineageReader
-from subzero.tiling import Tile, tile_grid
+from subzero.tiling import Box, Tile, tile_grid
 
 __all__ = ["TileGrid", "QueryEngine", "QueryOptions", "Carrier", "Rule", "rule_of", "box_form", "step", "check_forced",
            "map_step"]
@@ -350,12 +351,19 @@ def _mask_step(op, mask: np.ndarray, i: int, direction: Direction, target) -> Fr
 
 def _reexecute(source, node, frontier: Frontier, i: int, direction: Direction, target,
                lookups: dict | None = None) -> Frontier:
-    """Black-box step: re-run, in tracing mode, only the tiles the frontier touches.  Backward
-    through an operator whose re-run gives payloads with a union form (`_rerun_union`): the
+    """Black-box step: re-run, in tracing mode, only the tiles the frontier touches (through a
+    `subzero.worker.regional` operator: only the frontier's boxes, `QueryEngine.regions`, or forward
+    the box its cells reach, `QueryEngine.reach_region`).
+    Backward through an operator whose re-run gives payloads with a union form (`_rerun_union`): the
     payloads' union and the default's box form, as a stored CompOne step; else region pairs."""
-    split = source.grid(node).split(frontier, None if direction is Direction.BACKWARD else i)
-    if len(split) > 1 and hasattr(source, "prefetch"):
-        source.prefetch(node, [t for t, _ in split])
+    split: list = source.grid(node).split(frontier, None if direction is Direction.BACKWARD else i)
+    if direction is Direction.BACKWARD and hasattr(source, "regions"):
+        split = source.regions(node, split, frontier)
+    elif hasattr(source, "reach_region"):
+        split = source.reach_region(node, split, frontier, i)
+    tiles = [t for t, _ in split if not isinstance(t, tuple)]
+    if len(tiles) > 1 and hasattr(source, "prefetch"):
+        source.prefetch(node, tiles)
     if direction is Direction.BACKWARD:
         got = _rerun_union(source, node, split, frontier, i, target, lookups)
         if got is not None:
@@ -401,6 +409,11 @@ def _trace(source, node, tiles: list[int], frontier: Frontier, i: int, direction
     parts = [pairs.backward(frontier, i) if direction is Direction.BACKWARD else pairs.forward(frontier, i)
              for pairs in source.trace(node, tiles, frontier, i, direction)]
     return Frontier.of_ids(np.concatenate(parts) if parts else np.empty(0, np.int64), target)
+
+
+def _box_cells(box: Box) -> int:
+    """The number of cells of ``box``."""
+    return math.prod(max(hi - lo, 0) for lo, hi in box)
 
 
 def _memo_bytes() -> int:
@@ -734,13 +747,88 @@ class QueryEngine:
         op = operator_of(node)
         return NodeTask(node.name, op, tuple(self.array(n.name) for n in node.inputs), op.input_shapes, op.output_shape)
 
-    def trace(self, node: Node, tiles: list[int], frontier: Frontier, i: int, direction: Direction) -> list[FullPairs]:
-        """The region pairs of ``node``'s ``tiles`` (indices into its grid) for the cells of
+    def trace(self, node: Node, tiles: "list[int | Box]", frontier: Frontier, i: int,
+              direction: Direction) -> list[FullPairs]:
+        """The region pairs of ``node``'s ``tiles`` (indices into its grid, or boxes: `regions`) for the cells of
         ``frontier``, by re-running them in tracing mode from the stored inputs."""
-        task, grid = self.tile_task(node), self.grid(node)
+        task = self.tile_task(node)
         with self._lock:
             kept = self._reruns.setdefault(node.name, _Kept(self._rerun_budget, self._lock))
-        return [trace_tile(task, grid.tiles[t], frontier, i, direction, kept) for t in tiles]
+        return [trace_tile(task, self._tile(node, t), frontier, i, direction, kept) for t in tiles]
+
+    def regions(self, node: Node, split: list[tuple[int, Frontier]],
+                frontier: Frontier | None = None) -> list[tuple[int | Box, Frontier]]:
+        """Where a backward black-box step re-runs ``node`` for the frontier ``split`` gives by tile
+        (`TileGrid.split`): a `subzero.worker.regional` operator computes any box of its output as its
+        tiles do, lineage included (a tile reads its box and its tiling's halo, and keeps the pairs of
+        its own box), so a tile's part of the frontier whose bounding box is at most
+        `subzero.worker.REGION_SHARE` of the tile re-runs over that box alone (the parts of several
+        tiles over their hull, when it is not much larger than they are), its unstored inputs read
+        over that box and its halo (`subzero.worker.RecomputedArray.region`), not over whole tiles and
+        their neighbours.  A tile re-run before (kept by the engine) and a larger part stay whole
+        tiles.  Items are ``(tile index, cells)`` or ``(box, cells)``; any other operator's ``split``
+        is returned as it is.  ``frontier``: the cells ``split`` cut (their union, when every part joins
+        the hull: not united again)."""
+        op = operator_of(node)
+        if not split or not regional(op):
+            return [(t, sub) for t, sub in split]
+        grid = self.grid(node)
+        with self._lock:
+            ran = {key[0] for key in self._reruns.get(node.name, {})}
+        out: list[tuple[int | Box, Frontier]] = []
+        parts: list[tuple[Box, Frontier]] = []
+        for t, sub in split:
+            bbox = sub.bbox()
+            tile = grid.tiles[t]
+            if bbox is None or tile.index in ran:
+                out.append((t, sub))
+                continue
+            part = tuple((int(lo), int(hi)) for lo, hi in zip(*bbox))
+            if _box_cells(part) <= REGION_SHARE * _box_cells(tile.box):
+                parts.append((part, sub))
+            else:
+                out.append((t, sub))
+        if len(parts) > 1:
+            hull = tuple((min(p[a][0] for p, _ in parts), max(p[a][1] for p, _ in parts))
+                         for a in range(len(parts[0][0])))
+            if _box_cells(hull) <= 2 * sum(_box_cells(p) for p, _ in parts):
+                # every part of the frontier joins the hull: their union is the frontier
+                cells = frontier if frontier is not None and not out else \
+                    Frontier.union_all([sub for _, sub in parts])
+                parts = [(hull, cells)]
+        return out + [(p, sub) for p, sub in parts]
+
+    def reach_region(self, node: Node, split: list[tuple[int, Frontier]], frontier: Frontier,
+                     i: int) -> list[tuple[int | Box, Frontier]]:
+        """Where a forward black-box step from ``frontier`` (over input ``i``) re-runs ``node``: the
+        tiles ``split`` gives (`TileGrid.split` over the input), or, for a `subzero.worker.regional`
+        operator whose inputs have its output's shape, the box of the output cells that can read the
+        frontier alone (its bounding box grown by the tiling's halo, `subzero.Operator.lineage_box`: no
+        cell farther away reads it),
+        re-run as a region (`regions`) when it is at most `subzero.worker.REGION_SHARE` of those tiles
+        and none of them was re-run before."""
+        op = operator_of(node)
+        bbox = frontier.bbox()
+        if not split or bbox is None or not regional(op) or \
+                any(tuple(s) != tuple(op.output_shape) for s in op.input_shapes):
+            return [(t, sub) for t, sub in split]
+        grid = self.grid(node)
+        with self._lock:
+            ran = {key[0] for key in self._reruns.get(node.name, {})}
+        if any(grid.tiles[t].index in ran for t, _ in split):
+            return [(t, sub) for t, sub in split]
+        box = tuple((int(lo), int(hi)) for lo, hi in zip(*bbox))
+        reach = op.lineage_box(box, i)  # a halo is symmetric: the output cells within it of the frontier's box
+        if _box_cells(reach) > REGION_SHARE * sum(_box_cells(grid.tiles[t].box) for t, _ in split):
+            return [(t, sub) for t, sub in split]
+        return [(reach, frontier)]
+
+    def _tile(self, node: Node, tile: int | Box) -> Tile:
+        """The node's tile ``tile`` (an index into its grid), or a region of its output (a box) re-run
+        as a tile is (`regions`)."""
+        if isinstance(tile, tuple):
+            return Tile(-1, tile)
+        return self.grid(node).tiles[tile]
 
     def prefetch(self, node: Node, tiles: list[int]) -> None:
         """Before ``node``'s ``tiles`` (indices into its grid) re-run: of each input the run did not
@@ -764,14 +852,14 @@ class QueryEngine:
             if math.prod(hi - lo for lo, hi in hull) <= 2 * sum(math.prod(hi - lo for lo, hi in b) for b in boxes):
                 self.array(parent.name).read(hull)
 
-    def rerun_payloads(self, node: Node, tile: int, frontier: Frontier) -> Any:
-        """The mode and payload pairs of re-running ``node``'s ``tile`` (an index into its grid) for
+    def rerun_payloads(self, node: Node, tile: int | Box, frontier: Frontier) -> Any:
+        """The mode and payload pairs of re-running ``node``'s ``tile`` (an index into its grid, or a box: `regions`) for
         the cells of ``frontier`` (`subzero.worker.rerun_payloads`: the tile runs once per engine
         while the memo lasts); None when its tracing gives no payloads."""
-        task, grid = self.tile_task(node), self.grid(node)
+        task = self.tile_task(node)
         with self._lock:
             kept = self._reruns.setdefault(node.name, _Kept(self._rerun_budget, self._lock))
-        return rerun_payloads(task, grid.tiles[tile], frontier, kept)
+        return rerun_payloads(task, self._tile(node, tile), frontier, kept)
 
     def report_damaged(self, node: Node, damaged: list[str]) -> None:
         """Warn, once per shard, that the shards of ``damaged`` could not be read and their

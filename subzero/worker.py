@@ -829,7 +829,7 @@ def _rerun(task: NodeTask, tile: Tile, mode: Mode, reruns: "MutableMapping | Non
     """The full (``Mode.FULL``) or payload pairs of re-running ``tile`` with ``mode``, and the
     tile as it ran (a whole-array operator's, bound to its output): from ``reruns`` when the
     tile was re-run before, else re-run and kept there."""
-    key = (tile.index, mode)
+    key = (tile.index if tile.index >= 0 else tile.box, mode)  # a region (index -1) by its box
     got = None if reruns is None else reruns.get(key)
     if got is None:
         ctx, _, result_box, ran, _ = _call(task, tile, frozenset({mode}))

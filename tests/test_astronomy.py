@@ -173,3 +173,32 @@ def test_a_star_region_is_its_group_grown_by_the_ring():
         got = _grown_region(payload, shape)
         np.testing.assert_array_equal(got, want)
         assert not got.flags.writeable and _grown_region(payload, shape) is got
+
+
+def test_lacosmic_runs_on_the_library_threads_setting_and_flags_the_same_pixels(monkeypatch):
+    """L.A.Cosmic's OpenMP code runs on ``library_threads`` threads in the calling thread (0: the
+    library's default), and the mask does not depend on how many."""
+    import astroscrappy
+    from threadpoolctl import ThreadpoolController
+
+    from subzero import config
+
+    rng = np.random.default_rng(4)
+    image = rng.normal(100.0, 5.0, (40, 48))
+    image[rng.integers(0, 40, 8), rng.integers(0, 48, 8)] += 500.0
+    seen = []
+    real = astroscrappy.detect_cosmics
+
+    def detect(*args, **kwargs):
+        seen.append(ThreadpoolController().select(user_api="openmp").info()[0]["num_threads"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(astroscrappy, "detect_cosmics", detect)
+    op = astro.cosmic_rays_udf()
+    masks = []
+    for n in (1, 2, 0):
+        with config.set(library_threads=n):
+            masks.append(op.mask(image))
+    assert masks[0].any() and all(np.array_equal(masks[0], m) for m in masks[1:])
+    default = ThreadpoolController().select(user_api="openmp").info()[0]["num_threads"]
+    assert seen == [1, 2, default]

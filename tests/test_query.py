@@ -415,8 +415,9 @@ def test_a_black_box_step_backward_unites_the_rerun_payloads_as_region_pairs_do(
     monkeypatch.setattr(query_mod, "expand_payloads", lambda *a, **k: pytest.fail("payloads expanded per cell"))
     got = [run.backward_many(node.name, cells, to=inputs, using={node.name: "BlackBox"}, as_="frontier")
            for cells in queries]
-    assert reads and len(reads) == sum(
-        len(run.lineage.grid(node).split(run.frontier(node.name, cells), None)) for cells in queries)
+    assert reads and len(reads) == sum(  # once per tile, or per region of a halo operator
+        len(run.lineage.regions(node, run.lineage.grid(node).split(run.frontier(node.name, cells), None)))
+        for cells in queries)
     monkeypatch.undo()
     monkeypatch.setattr(query_mod, "_rerun_union", lambda *a: None)  # the region pairs' way
     for cells, answer in zip(queries, got):
@@ -458,3 +459,96 @@ def test_unions_of_kept_answers_are_kept_and_stay_exact(tmp_path):
     parts = [Frontier.of_ids(np.array([1, 2]), (4, 4)), Frontier.of_ids(np.array([2, 9]), (4, 4))]
     assert engine.united(parts).ids().tolist() == [1, 2, 9]  # writable parts: united, not kept
     assert len(engine._unions) == len(kept)
+
+
+def _regional_cosmics(a, b):
+    """L.A.Cosmic (one iteration: a halo of 8) feeding a repair (a halo of 3) through an unstored
+    coverage; the repaired image has NaN and inf cells."""
+    from subzero.workflows.astronomy import cosmic_rays_udf
+
+    crmask = sz.apply(cosmic_rays_udf(), a, name="crmask")
+    cover = sz.name(2.0 - crmask, "cover")
+    return {"clean": sz.apply(ops.RepairCosmics(2.0), b * 1.5, cover, name="clean")}
+
+
+def test_a_black_box_step_reruns_a_regional_operators_frontier_box_as_its_tiles_give(tmp_path, monkeypatch):
+    """Backward, a black-box step through a one-pass halo operator re-runs the frontier's bounding
+    box (the boxes of several tiles' parts together), its unstored inputs read over that box and its
+    halos, not over whole tiles: for random frontiers (tile corners, array edges and corners, NaN and
+    inf cells) it answers the cells the run's stored lineage and the whole tiles' re-run give."""
+    import subzero.query as query_mod
+    from subzero.worker import RECOMPUTED_REGIONS, RECOMPUTED_TILES
+
+    rng = np.random.default_rng(5)
+    shape = (48, 48)
+    a = rng.normal(100.0, 5.0, shape)
+    a[rng.integers(0, 48, 12), rng.integers(0, 48, 12)] += 400.0  # cosmic rays
+    b = rng.normal(0.0, 1.0, shape)
+    b[rng.integers(0, 48, 14), rng.integers(0, 48, 14)] += 60.0  # residual ones the repair flags
+    b[0, 5], b[17, 23], b[47, 47], b[12, 0] = np.nan, np.inf, -np.inf, np.nan
+    f = sz.workflow(_regional_cosmics, name="regional")
+    with np.errstate(all="ignore"):
+        run = f.run({"a": a, "b": b}, store=tmp_path / "s", executor="local", tile_shape=16,
+                    strategies={"clean": ["FullOne"]}).wait()
+    assert not run.catalog.node("cover").array.stored and not run.catalog.node("crmask").array.stored
+    corners = [(0, 0), (0, 47), (47, 0), (47, 47), (15, 15), (16, 16), (31, 32), (32, 31), (17, 23), (0, 5)]
+    queries = [[c] for c in corners] + [[(int(rng.integers(0, 48)), int(rng.integers(0, 48)))] for _ in range(6)]
+    for _ in range(6):  # clusters of a few cells, some across tiles' seams
+        r, c = int(rng.integers(0, 46)), int(rng.integers(0, 46))
+        queries.append([(r + dr, c + dc) for dr in range(3) for dc in range(3) if rng.random() < 0.7] or [(r, c)])
+    queries.append([(0, 0), (47, 47)])  # far apart: the two tiles' parts, not their hull
+    ran: list = []
+    real = query_mod.QueryEngine._tile
+    monkeypatch.setattr(query_mod.QueryEngine, "_tile", lambda self, node, t: ran.append(t) or real(self, node, t))
+    inputs = ["a", "b"]
+    for cells in queries:
+        RECOMPUTED_TILES.clear()
+        RECOMPUTED_REGIONS.clear()
+        fresh = sz.open_run(tmp_path / "s")
+        got = fresh.backward_many("clean", cells, to=inputs, using={"clean": "BlackBox"}, as_="frontier")
+        assert not RECOMPUTED_TILES._items, (cells, [(k, v.shape) for k, v in RECOMPUTED_TILES._items.items()], {a._key: n for n, a in fresh.lineage._recomputed.items()})  # no whole tile of an unstored array was computed
+        stored = fresh.backward_many("clean", cells, to=inputs, as_="frontier")
+        for name in inputs:
+            np.testing.assert_array_equal(got[name].ids(), stored[name].ids(), err_msg=f"{cells} -> {name}")
+    assert ran and all(isinstance(t, tuple) for t in ran)  # every re-run was a region
+    assert any(len(t) == 2 and (t[0][1] - t[0][0]) * (t[1][1] - t[1][0]) > 1 for t in ran)
+    monkeypatch.setattr(query_mod.QueryEngine, "regions", lambda self, node, split, frontier=None: split)  # whole tiles
+    whole = sz.open_run(tmp_path / "s")
+    for cells in queries[::3]:
+        got = sz.open_run(tmp_path / "s").backward_many("clean", cells, to=inputs, using={"clean": "BlackBox"},
+                                                         as_="frontier")
+        want = whole.backward_many("clean", cells, to=inputs, using={"clean": "BlackBox"}, as_="frontier")
+        for name in inputs:
+            np.testing.assert_array_equal(got[name].ids(), want[name].ids(), err_msg=f"{cells} -> {name}")
+
+
+def test_a_black_box_step_forward_reruns_the_box_a_regional_operators_frontier_reaches(tmp_path, monkeypatch):
+    """Forward, a black-box step through a one-pass halo operator re-runs only the output cells
+    within its halo of the frontier's bounding box: the cells the stored lineage gives, from cells
+    at tile corners, array edges and NaN/inf cells, and from small brushes."""
+    import subzero.query as query_mod
+
+    rng = np.random.default_rng(9)
+    shape = (48, 48)
+    a = rng.normal(100.0, 5.0, shape)
+    b = rng.normal(0.0, 1.0, shape)
+    b[rng.integers(0, 48, 14), rng.integers(0, 48, 14)] += 60.0
+    b[0, 5], b[17, 23], b[47, 47] = np.nan, np.inf, -np.inf
+    f = sz.workflow(_regional_cosmics, name="regional")
+    with np.errstate(all="ignore"):
+        f.run({"a": a, "b": b}, store=tmp_path / "s", executor="local", tile_shape=16,
+              strategies={"clean": ["FullOne"]}).wait()
+    starts = [[(0, 0)], [(47, 47)], [(15, 16)], [(16, 15)], [(17, 23)], [(0, 5)], [(31, 32), (32, 31)]]
+    starts += [[(int(rng.integers(0, 48)), int(rng.integers(0, 48)))] for _ in range(5)]
+    ran: list = []
+    real = query_mod.QueryEngine._tile
+    monkeypatch.setattr(query_mod.QueryEngine, "_tile", lambda self, node, t: ran.append(t) or real(self, node, t))
+    for cells in starts:
+        run = sz.open_run(tmp_path / "s")
+        got = run.forward("multiply", cells, to="clean", using={"clean": "BlackBox"}, as_="frontier")
+        want = run.forward("multiply", cells, to="clean", as_="frontier")
+        np.testing.assert_array_equal(got.ids(), want.ids(), err_msg=f"{cells}")
+        assert got.count
+        got = run.forward("cover", cells, to="clean", using={"clean": "BlackBox"}, as_="frontier")  # unstored
+        np.testing.assert_array_equal(got.ids(), run.forward("cover", cells, to="clean", as_="frontier").ids())
+    assert ran and all(isinstance(t, tuple) for t in ran)

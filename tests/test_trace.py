@@ -644,3 +644,36 @@ def test_an_applied_operator_is_copied_into_the_workflow():
     assert nodes[0].operator.errstate is not None and scale.errstate is None
     scale.value = 5.0  # changing the user's operator afterwards changes no node
     np.testing.assert_allclose(evaluate_workflow(wf, {"x": X})["out"], X * 4.0)
+
+
+def test_the_trace_lets_go_of_a_value_only_once_nothing_needs_it(monkeypatch):
+    """A trace for a run that stores only its outputs lets go of a step's values once every reader
+    recorded has its values and no traced array stands for it (numpy frees a temporary after its
+    last reader); a value Python still holds, an output and a value a step not evaluated yet reads
+    are kept.  What it let go of is handed to the run as its dtype."""
+    from subzero.trace import tracer as tracer_module
+
+    monkeypatch.setattr(tracer_module, "DEAD_BYTES", 0)
+    held_by_python = []
+
+    def f(x):
+        held = x * 2.0
+        held_by_python.append(held)  # still alive once the function returned
+        t = np.mean(x)
+        for _ in range(3):
+            step = x * t  # rebound each round: the last round's dies with the function
+            t = np.mean(step) / np.mean(held)
+            if float(t) > 1e9:  # Python asks for a value: the trace computes what it needs
+                break
+        return {"out": x - t}
+
+    x = np.arange(12.0).reshape(3, 4)
+    wf, known = sz.workflow(f)._traced({"x": x}, None, eager_bytes=2**30, complete=True, reuse=True)
+    let_go = {name for name, (value, _, _) in known.items() if isinstance(value, np.dtype)}
+    assert {"multiply_1", "multiply_2", "multiply_3"} <= let_go and known["multiply_1"][0] == np.float64
+    assert isinstance(known["multiply"][0], np.ndarray) and isinstance(known["out"][0], np.ndarray)
+    assert set(known) == {n.name for n in wf.nodes if not n.is_input}
+    np.testing.assert_array_equal(known["out"][0], f(x)["out"])
+    # not for a run that stores more than its outputs (pinned lineage, keep=): every value is handed
+    _, every = sz.workflow(f)._traced({"x": x}, None, eager_bytes=2**30, complete=True, reuse=False)
+    assert all(isinstance(v, np.ndarray) for v, _, _ in every.values())

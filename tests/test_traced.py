@@ -171,8 +171,8 @@ def test_values_are_held_within_the_budget_and_the_run_computes_the_rest(tmp_pat
     seen: list[Tracer] = []
     original = Tracer.__init__
 
-    def recording(self, name, eager_bytes=None):
-        original(self, name, eager_bytes)
+    def recording(self, name, eager_bytes=None, **kwargs):
+        original(self, name, eager_bytes, **kwargs)
         seen.append(self)
 
     monkeypatch.setattr(Tracer, "__init__", recording)
@@ -370,3 +370,59 @@ def test_a_run_continuing_behind_holds_copies_of_the_callers_arrays(tmp_path):
     for name, value in f.fn(kept).items():
         np.testing.assert_array_equal(np.asarray(run.output(name)), value)
     np.testing.assert_array_equal(np.asarray(sz.open_run(tmp_path / "s").output("x")), kept)
+
+
+def li_like(image):
+    """skimage.filters.threshold_li's loop (a fixed number of rounds): per round a mask, the
+    selections it makes and their means, which Python asks for."""
+    t = np.mean(image)
+    for _ in range(4):
+        low, high = image[image <= t], image[image > t]
+        t = (np.mean(low) + np.mean(high)) / 2.0
+        if float(t) != float(t):  # a value Python asks for, as the real loop's tolerance test does
+            break
+    return {"out": image > t, "scaled": (image - t) * 2.0}
+
+
+def test_a_trace_that_lets_go_of_dead_values_stores_and_answers_as_one_that_keeps_them(tmp_path, monkeypatch):
+    """The trace of a run continuing behind its return lets go of each step's values once nothing
+    needs them (here the masks and selections of every round): the run takes their dtype, and its
+    store, catalog, `info` and answers are those of a run whose trace kept every value and of a run in
+    the caller's thread; a node let go of reads back as numpy's values (recomputed from the input)."""
+    from subzero.trace import tracer as tracer_module
+
+    image = data(21, (64, 48))
+    seen: list[Tracer] = []
+    original = Tracer.__init__
+
+    def recording(self, name, eager_bytes=None, **kwargs):
+        original(self, name, eager_bytes, **kwargs)
+        seen.append(self)
+
+    monkeypatch.setattr(Tracer, "__init__", recording)
+    with config.set(write_behind=False):
+        direct = sz.workflow(li_like).run({"image": image}, tmp_path / "direct", executor="local")
+    kept = sz.workflow(li_like).run({"image": image}, tmp_path / "kept", executor="local")  # 256 KB: none let go
+    holding = seen[-1]
+    monkeypatch.setattr(tracer_module, "DEAD_BYTES", 0)
+    dropped = sz.workflow(li_like).run({"image": image}, tmp_path / "dropped", executor="local")
+    tracer = seen[-1]
+    assert tracer.drop_dead and not holding.dead and dropped._finishing is not None
+    let_go = {tracer._names[id(e)]: e for e in tracer.entries if id(e) in tracer.dead}
+    assert {"getitem", "getitem_7", "less_equal_3"} <= set(let_go)
+    numpy_values = {holding._names[id(e)]: e.value for e in holding.entries if id(e) in holding._names}
+    for name in let_go:  # recomputed from the stored input when read, as numpy computed them
+        value = np.asarray(dropped.output(name))
+        want = np.asarray(numpy_values[name]).reshape(value.shape)
+        assert value.dtype == want.dtype and np.array_equal(value, want), name
+    expected = li_like(image)
+    for out, value in expected.items():
+        np.testing.assert_array_equal(np.asarray(dropped.output(out)), value)
+    queries = [("backward", "out", [(3, 4), (0, 0)]), ("backward", "scaled", [(63, 47)])]
+    for other in (kept, direct):
+        _same_run(dropped, other, queries)
+        assert _info(dropped) == _info(other)
+    for node in (n.name for n in direct.workflow.nodes if not n.is_input):  # every node's first and last cell
+        cells = [(0,) * len(direct.shape(node)), tuple(n - 1 for n in direct.shape(node))]
+        got, want = (r.backward_many(node, cells, to=["image"], as_="coords") for r in (dropped, direct))
+        assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got), node

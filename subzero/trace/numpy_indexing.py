@@ -148,6 +148,7 @@ def gather(x: SymbolicArray, parts: tuple) -> SymbolicArray:
     out = add_node(op, [x] + guide_inputs, "getitem", shape=shape, dtype=x.dtype)
     if value is not None:
         out.entry.value, out.entry.seconds = value.reshape(out.entry.shape), seconds
+        x.tracer.computed(out.entry)  # its operator computes them again when they are let go of
     return out
 
 

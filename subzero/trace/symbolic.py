@@ -103,7 +103,7 @@ class View:
 class SymbolicArray(np.lib.mixins.NDArrayOperatorsMixin, ArrayShape):
     """An array of a traced function: its node, shape and dtype; values on demand."""
 
-    __slots__ = ("tracer", "_entry", "shape", "dtype", "_view", "_deep", "_backing")
+    __slots__ = ("tracer", "_entry", "shape", "dtype", "_view", "_deep", "_backing", "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, tracer: Tracer, entry: Entry, shape: tuple[int, ...], dtype, view: View | None = None):
@@ -115,6 +115,7 @@ class SymbolicArray(np.lib.mixins.NDArrayOperatorsMixin, ArrayShape):
         #: the numpy array this one was made from by an in-place update (``a += x`` on a numpy ``a``),
         #: while anything else holds it: later in-place updates write their values into it too
         self._backing: "weakref.ref[np.ndarray] | None" = None
+        tracer.hold(self)
 
     @property
     def entry(self) -> Entry:

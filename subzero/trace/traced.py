@@ -201,7 +201,7 @@ class TracedWorkflow:
                 _RAN_WHOLE.pop(whole, None)
         breaks: list[Break] = []
         while True:
-            tracer = Tracer(self.name, eager_bytes)
+            tracer = Tracer(self.name, eager_bytes, drop_dead=reuse)
             args = self._symbolic_inputs(tracer, signature, arrays)
             try:
                 with coarse_calls(breaks) as applied:

@@ -19,6 +19,7 @@ import contextvars
 import math
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ContextManager
@@ -34,6 +35,10 @@ from subzero.trace.errors import ControlFlowError, TraceError
 from subzero.dag import Workflow
 
 __all__ = ["Entry", "Event", "Tracer", "current_tracer", "add_trace_context", "trace_contexts", "outside_trace"]
+
+#: the smallest values (bytes) a trace that drops dead values (`Tracer.drop_dead`) lets go of: smaller
+#: ones cost no page faults worth a sweep
+DEAD_BYTES = 1 << 18
 
 #: numpy's floating-point error handling when nothing changed it
 _DEFAULT_ERRSTATE = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
@@ -76,6 +81,8 @@ class Entry:
     order: int = 0                   # its place in call order (topological)
     #: ``op`` bound to the entries' shapes (`bound_op`), made once for every question the trace asks of it
     bound: Operator | None = field(default=None, repr=False)
+    #: the entries recorded since that read this one's values
+    readers: list["Entry"] = field(default_factory=list, repr=False)
 
     def bound_op(self) -> Operator:
         """``op`` bound to its inputs' shapes and this entry's, as the run binds it (made once)."""
@@ -103,8 +110,19 @@ class Event:
 class Tracer:
     """Collects entries while a function is traced; `build` turns them into a `Workflow`."""
 
-    def __init__(self, name: str, eager_bytes: int | None = None):
+    def __init__(self, name: str, eager_bytes: int | None = None, drop_dead: bool = False):
         self.name = name
+        #: let go of a step's values once nothing needs them (`_drop_dead`): every reader recorded has its
+        #: values, no traced array of the function stands for it, it is no output, no named node and no
+        #: array numpy code holds; they are handed to the run as their dtype (`dead`), as numpy frees a
+        #: temporary after its last reader (a run that stores only its outputs: nothing else reads them)
+        self.drop_dead = drop_dead
+        #: the traced arrays made under this tracer, while something holds them (`hold`)
+        self._arrays: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        #: id(entry) -> entry: the steps whose values this trace computed itself that it may let go of
+        self._droppable: dict[int, Entry] = {}
+        #: id(entry) -> the dtype of the values `_drop_dead` let go of (recomputed from its inputs when read)
+        self.dead: dict[int, np.dtype] = {}
         #: evaluate each step as it is recorded while the values computed so far hold at most this
         #: many bytes (None: only when Python asks for a value); past it, values are computed on demand
         self.eager_bytes = eager_bytes
@@ -158,6 +176,8 @@ class Tracer:
             op.errstate = {k: str(v) for k, v in state.items()}
         entry = Entry(base, op, tuple(inputs), tuple(int(n) for n in shape), line=line, order=len(self.entries))
         self.entries.append(entry)
+        for i in inputs:
+            i.readers.append(entry)
         if self.eager_bytes is not None:
             self.evaluate_pending()
             self._pending = entry  # evaluated with the next step (its caller may still give it its values)
@@ -221,7 +241,7 @@ class Tracer:
         are then not handed to the run, only their dtype (`dropped`; its array is not stored and no
         query reads it: it is recomputed from its inputs when read)."""
         if self.eager_bytes is None:
-            return all(e.value is not None or id(e) in self.dropped for e in self.entries)
+            return all(e.value is not None or id(e) in self.dropped or id(e) in self.dead for e in self.entries)
         readers: dict[int, int] = {}
         for e in self.entries:
             for i in set(map(id, e.inputs)):
@@ -229,7 +249,7 @@ class Tracer:
         kept = {id(e) for e in self.outputs}
         fresh = self.left  # computed by this pass: values nobody but the trace has seen
         for k, e in enumerate(self.entries):  # call order is topological
-            if e.value is not None or e.op is None:
+            if e.value is not None or e.op is None or id(e) in self.dead:
                 continue
             spare = next((i for i in e.inputs if reuse and id(i) in fresh and readers.get(id(i)) == 1 and
                           id(i) not in kept and _spare(i, e) and self._one_stage(i, k)), None)
@@ -272,7 +292,48 @@ class Tracer:
             e.seconds = time.perf_counter() - started
         self.dropped[id(spare)] = spare.value.dtype
         spare.value = None
+        self._droppable.pop(id(spare), None)
+        self._may_drop(e)
         return True
+
+    # -- dead values --------------------------------------------------------------------------------
+    def hold(self, array: Any) -> None:
+        """Note ``array``, a traced array made under this tracer: while it lives, the values of the
+        entry it stands for are not let go of (`_drop_dead`)."""
+        self._arrays.add(array)
+
+    def _drop_dead(self) -> None:
+        """Let go of the values nothing needs any more (`drop_dead`), before new values are made: the
+        allocator hands their memory to the next step, as numpy's does a temporary's."""
+        if not self._droppable:
+            return
+        live = {id(a._entry) for a in list(self._arrays)}
+        outputs = {id(e) for e in self.outputs} | {id(e) for e in self._exposed}
+        for key, e in list(self._droppable.items()):
+            if key in live or key in outputs or e.name is not None or e is self._pending or e.value is None or \
+                    not e.readers or any(r.value is None and id(r) not in self.dead for r in e.readers):
+                continue
+            del self._droppable[key]
+            self.dead[key] = np.asarray(e.value).dtype
+            self.value_bytes -= int(np.asarray(e.value).nbytes)
+            e.value = None
+
+    def computed(self, e: Entry) -> None:
+        """Note that ``e``'s values, given by its caller, are those its operator computes from its
+        inputs' values: `_drop_dead` may let go of them (they are computed again when read)."""
+        self._may_drop(e)
+
+    def _may_drop(self, e: Entry) -> None:
+        """Count ``e``, whose values this trace computed itself, among those `_drop_dead` may let go of."""
+        if self.drop_dead and isinstance(e.value, np.ndarray) and e.value.nbytes >= DEAD_BYTES:
+            self._droppable[id(e)] = e
+
+    def _restore(self, e: Entry) -> None:
+        """Compute again the values of ``e``'s inputs that were let go of (`dead`): a step that reads
+        them was recorded after all (a reader made from something else than a traced array)."""
+        for i in e.inputs:
+            if i.value is None and id(i) in self.dead:
+                self.value(i)
 
     # -- values -----------------------------------------------------------------------------------
     @property
@@ -333,7 +394,11 @@ class Tracer:
     def _evaluate(self, e: Entry) -> None:
         """Compute ``e``'s values from its inputs' (which have theirs), timed.  The operator sees
         read-only views of them (the values are this run's, shared by every reader and handed to the
-        run): one that writes into its inputs is given copies instead."""
+        run): one that writes into its inputs is given copies instead.  Values nothing needs any more
+        are let go of first (`_drop_dead`)."""
+        if self.drop_dead:
+            self._restore(e)
+            self._drop_dead()
         args = [_read_only(i.value) for i in e.inputs]
         started = time.perf_counter()
         token = _CURRENT.set(None)  # `outside_trace`: the operator's code runs as plain numpy
@@ -358,6 +423,8 @@ class Tracer:
         # a fresh array of the node's shape stays itself (a view of it is copied by a run that holds it)
         e.value = out.reshape(e.shape) if out.shape != e.shape and out.size == int(np.prod(e.shape)) else out
         self.value_bytes += int(e.value.nbytes)
+        self.dead.pop(id(e), None)
+        self._may_drop(e)
 
     def values(self, complete: bool = False,
                reuse: bool = False) -> dict[str, tuple[np.ndarray | np.dtype, float, bool]]:
@@ -369,10 +436,12 @@ class Tracer:
         and of every step computed from them.  ``complete``: the steps left to the run are
         evaluated first (`evaluate_rest`, reusing buffers when ``reuse``), so that a run may take
         every value from the trace; a step whose array a later step was computed into gives its
-        dtype instead of its values (`dropped`)."""
+        dtype instead of its values (`dropped`), and so does a step whose values nothing needed any
+        more (`dead`), when every step's values are known (else it is left out: the run computes it)."""
         self.evaluate_pending()
-        if complete:
-            self.evaluate_rest(reuse)
+        every = complete and self.evaluate_rest(reuse)
+        if self.drop_dead:
+            self._drop_dead()  # what the last steps read
         names = self._names
         tainted = {id(e) for e in self._exposed if e.op is not None}  # an input's values are the caller's own
         out: dict[str, tuple[np.ndarray | np.dtype, float, bool]] = {}
@@ -383,6 +452,9 @@ class Tracer:
                 continue
             if id(e) in self.dropped:
                 out[names[id(e)]] = (self.dropped[id(e)], e.seconds, True)
+            elif id(e) in self.dead:  # handed as known only when every value is (else the run computes it)
+                if every:
+                    out[names[id(e)]] = (self.dead[id(e)], e.seconds, id(e) in self.left)
             elif e.value is not None:
                 out[names[id(e)]] = (np.asarray(e.value), e.seconds, id(e) in self.left)
         return out

@@ -308,10 +308,12 @@ class Tracer:
         if not self._droppable:
             return
         live = {id(a._entry) for a in list(self._arrays)}
+        built = set(self._names) if self._names else None  # once built: a step the workflow left out reads nothing
         outputs = {id(e) for e in self.outputs} | {id(e) for e in self._exposed}
         for key, e in list(self._droppable.items()):
             if key in live or key in outputs or e.name is not None or e is self._pending or e.value is None or \
-                    not e.readers or any(r.value is None and id(r) not in self.dead for r in e.readers):
+                    not e.readers or any(r.value is None and id(r) not in self.dead and
+                                         (built is None or id(r) in built) for r in e.readers):
                 continue
             del self._droppable[key]
             self.dead[key] = np.asarray(e.value).dtype

@@ -131,6 +131,10 @@ class _Execution:
         #: return (`subzero.trace.tracer.Tracer.evaluate_rest`): `_run_nodes` places them in the fused stages
         #: such a run makes (held, or not written at all), so that the store is the one such a run makes
         self.left: set[str] = {name for name, got in self.known.items() if (known or {})[name][2:3] == (True,)}
+        #: nodes of `known` whose values the trace let go of (a dtype) that the run commits without holding
+        #: them (`_let_go`), though a run in the caller's thread would hold them (`let_go_of`)
+        self.let_go: set[str] = set()
+        self._let_go_bytes: dict[str, int] = {}  # ... counted as held until their last reader committed
         self._stages: dict[str, tuple[tuple, NodeStage]] = {}  # the last stage made per node, and its key
         #: a node's stage `fused_group` bound (no destination yet) when it led no fused stage: `stage` takes it
         self._unplaced: dict[str, tuple[tuple, NodeStage]] = {}
@@ -291,6 +295,8 @@ class _Execution:
             self._readers_left[i] -= 1
             if self._readers_left[i] <= 0 and i in self.held and self.held[i].nbytes > KEEP_HELD_BYTES:
                 cast(MemoryArray, self._drop_held(i)).release()
+            elif self._readers_left[i] <= 0 and i in self._let_go_bytes:  # as it would have been dropped
+                self._held_bytes -= self._let_go_bytes.pop(i)
 
     # -- inputs ---------------------------------------------------------------------------
     def save_input(self, node: Node, value, metadata: dict | None = None) -> None:
@@ -503,8 +509,8 @@ class _Execution:
         stage = self.stage(node)
         if stage.destination is DISCARD:  # a fused stage's member only its own stage reads (`_run_nodes`)
             return self._computed_unheld(node, stage, value if isinstance(value, np.dtype) else value.dtype, seconds)
-        if isinstance(value, np.dtype):  # its values lent to a reader: it is computed (it is held)
-            return None
+        if isinstance(value, np.dtype):  # its values lent to a reader or let go of: it is computed (it is
+            return self._let_go(node, stage, value, seconds) if node.name in self.let_go else None  # held)
         op, held, shape = stage.operator, stage.destination, stage.output_shape
         errstate = getattr(op, "errstate", None) or {}
         if not isinstance(held, MemoryArray) or held.block is not None or shape is None or \
@@ -552,6 +558,66 @@ class _Execution:
         self._stages[name] = (self._stage_key(node, stage.operator), stage)
         self.progress.node_finished(name)
         return done.metas, done.wall
+
+    def let_go_of(self, operators: Sequence[Node], policy: "Policy") -> None:
+        """Find the nodes whose values the trace let go of (`subzero.trace.tracer.Tracer.dead`) that this
+        run commits unheld and unstored (`let_go`) instead of computing them again to hold them: with
+        the default strategies (`FixedPolicy`), not kept, one pass, no stored lineage, every reader taken
+        from its trace's values (an array, one pass, not kept, no stored lineage to capture from its inputs,
+        no ``np.errstate(...="raise")``) and no node's default
+        stores (`_default_stores`: a node neither all-to-all nor with Map or stored lineage) pricing it
+        among its unstored ancestors.  Such a run stores, catalogs and answers what the run holding
+        them does; a read recomputes it from its stored ancestors."""
+        known = self.known
+        dead = [n for n in operators if isinstance(known.get(n.name, (None,))[0], np.dtype)]
+        if not dead or not isinstance(policy, FixedPolicy):
+            return
+        chosen = policy.chosen
+        by_name = {n.name: n for n in self.wf.nodes}
+        priced: set[str] = set()  # the unstored ancestors some node's default stores may price
+        for node in operators:
+            op = node.operator
+            if op is None or op.all_to_all or any(s.stored or s.mode is Mode.MAP for s in chosen.get(node.name, ())):
+                continue
+            stack = [i.name for i in node.inputs]
+            while stack:
+                name = stack.pop()
+                if name in self.kept or name in priced:
+                    continue
+                priced.add(name)
+                stack.extend(i.name for i in by_name[name].inputs)
+
+        def taken(name: str) -> bool:  # from the trace, capturing no lineage that reads its inputs
+            op = by_name[name].operator
+            return name not in self.kept and not any(s.stored for s in chosen.get(name, ())) and \
+                isinstance(known.get(name, (None,))[0], np.ndarray) and \
+                op is not None and not op.two_pass and "raise" not in (getattr(op, "errstate", None) or {}).values()
+
+        for node in dead:
+            op = node.operator
+            if node.name not in self.kept and node.name not in priced and op is not None and not op.two_pass and \
+                    not any(s.stored for s in chosen.get(node.name, ())) and \
+                    all(taken(r) for r in self.readers[node.name]):
+                self.let_go.add(node.name)
+
+    def _let_go(self, node: Node, stage: NodeStage, dtype: np.dtype,
+                seconds: float) -> tuple[list[TileMeta], float] | None:
+        """`reuse` of a node of `let_go`: committed unstored and not held (its readers take their values
+        from the trace; a read recomputes it), its bytes counted as held until its last reader committed,
+        as the held array a run computing it would have been (the ``hold_mb`` limit decides alike)."""
+        name = node.name
+        held = self.held.get(name)
+        if not isinstance(held, MemoryArray) or stage.destination is not held or stage.output_shape is None:
+            return None
+        got = self._computed_unheld(node, stage, dtype, seconds)
+        if got is not None:
+            self._drop_held(name)
+            self._destinations[name] = None  # read: recomputed from its stored ancestors (`ref`)
+            nbytes = int(np.prod(stage.output_shape, dtype=np.int64)) * dtype.itemsize
+            if nbytes > KEEP_HELD_BYTES:
+                self._let_go_bytes[name] = nbytes
+                self._held_bytes += nbytes
+        return got
 
     def fused_members(self, nodes: Sequence[Node], chosen: dict[str, tuple[Strategy, ...]]
                       ) -> tuple[list[NodeStage], NodeStage | None, bool]:
@@ -1571,6 +1637,8 @@ def _run_nodes(run: _Execution, operators: Sequence[Node], policy: Policy) -> No
     known = run.known if policy.reuses_values else {}  # a fused stage ends before a node whose values are known
     left = run.left if policy.reuses_values else set()  # ... unless its trace would have left it to the run
     placed = 0  # the nodes before this one were placed by a fused stage whose values the trace computed
+    if policy.reuses_values:
+        run.let_go_of(operators, policy)
     for k, node in enumerate(operators):
         record = run.catalog.nodes.get(node.name)
         if record is not None:  # committed before the run was resumed
@@ -1590,7 +1658,8 @@ def _run_nodes(run: _Execution, operators: Sequence[Node], policy: Policy) -> No
             group = run.fused_group(lead_nodes, lead_chosen, bound) if lead else None
             if group is not None:
                 members = operators[k:k + len(group.stages)]
-                if all(n.name in known and (s.destination is DISCARD or isinstance(known[n.name][0], np.ndarray))
+                if all(n.name in known and (s.destination is DISCARD or isinstance(known[n.name][0], np.ndarray) or
+                                            n.name in run.let_go)
                        for n, s in zip(members, group.stages)):  # the trace computed them: each is taken from
                     placed = k + len(members)  # its values below, held or not written as this stage placed it
                     # (a member it held whose values the trace lent a reader: the stage computes them all)

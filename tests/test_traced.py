@@ -400,9 +400,14 @@ def test_a_trace_that_lets_go_of_dead_values_stores_and_answers_as_one_that_keep
         seen.append(self)
 
     monkeypatch.setattr(Tracer, "__init__", recording)
+    unheld: list[set[str]] = []  # the nodes each run committed without computing them again to hold them
+    let_go_of = driver._Execution.let_go_of
+    monkeypatch.setattr(driver._Execution, "let_go_of",
+                        lambda self, *args: (let_go_of(self, *args), unheld.append(self.let_go))[0])
     with config.set(write_behind=False):
         direct = sz.workflow(li_like).run({"image": image}, tmp_path / "direct", executor="local")
     kept = sz.workflow(li_like).run({"image": image}, tmp_path / "kept", executor="local")  # 256 KB: none let go
+    kept.wait()
     holding = seen[-1]
     monkeypatch.setattr(tracer_module, "DEAD_BYTES", 0)
     dropped = sz.workflow(li_like).run({"image": image}, tmp_path / "dropped", executor="local")
@@ -410,6 +415,8 @@ def test_a_trace_that_lets_go_of_dead_values_stores_and_answers_as_one_that_keep
     assert tracer.drop_dead and not holding.dead and dropped._finishing is not None
     let_go = {tracer._names[id(e)]: e for e in tracer.entries if id(e) in tracer.dead}
     assert {"getitem", "getitem_7", "less_equal_3"} <= set(let_go)
+    dropped.wait()  # its run continued behind its return
+    assert unheld[0] == unheld[1] == set() and unheld[2] and unheld[2] <= set(let_go)
     numpy_values = {holding._names[id(e)]: e.value for e in holding.entries if id(e) in holding._names}
     for name in let_go:  # recomputed from the stored input when read, as numpy computed them
         value = np.asarray(dropped.output(name))

@@ -307,13 +307,17 @@ class Tracer:
         allocator hands their memory to the next step, as numpy's does a temporary's."""
         if not self._droppable:
             return
-        live = {id(a._entry) for a in list(self._arrays)}
         built = set(self._names) if self._names else None  # once built: a step the workflow left out reads nothing
         outputs = {id(e) for e in self.outputs} | {id(e) for e in self._exposed}
+        live: set[int] | None = None  # what the traced arrays alive stand for: asked once a step passed the rest
         for key, e in list(self._droppable.items()):
-            if key in live or key in outputs or e.name is not None or e is self._pending or e.value is None or \
+            if key in outputs or e.name is not None or e is self._pending or e.value is None or \
                     not e.readers or any(r.value is None and id(r) not in self.dead and
                                          (built is None or id(r) in built) for r in e.readers):
+                continue
+            if live is None:
+                live = {id(a._entry) for a in list(self._arrays)}
+            if key in live:
                 continue
             del self._droppable[key]
             self.dead[key] = np.asarray(e.value).dtype

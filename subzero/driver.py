@@ -562,12 +562,13 @@ class _Execution:
     def let_go_of(self, operators: Sequence[Node], policy: "Policy") -> None:
         """Find the nodes whose values the trace let go of (`subzero.trace.tracer.Tracer.dead`) that this
         run commits unheld and unstored (`let_go`) instead of computing them again to hold them: with
-        the default strategies (`FixedPolicy`), not kept, one pass, no stored lineage, every reader taken
-        from its trace's values (an array, one pass, not kept, no stored lineage to capture from its inputs,
-        no ``np.errstate(...="raise")``) and no node's default
-        stores (`_default_stores`: a node neither all-to-all nor with Map or stored lineage) pricing it
-        among its unstored ancestors.  Such a run stores, catalogs and answers what the run holding
-        them does; a read recomputes it from its stored ancestors."""
+        the default strategies (`FixedPolicy`), not kept, one pass, no stored lineage, every reader let
+        go of too or taken from its trace's values (an array, one pass, no stored lineage to capture
+        from its inputs, no ``np.errstate(...="raise")``; a reader the run computes after all, a large
+        kept one its tiles write, recomputes it) and no node's default stores (`_default_stores`: a node
+        neither all-to-all nor with Map or stored lineage) pricing it among its unstored ancestors.
+        Such a run stores, catalogs and answers what the run holding them does; a read recomputes it
+        from its stored ancestors."""
         known = self.known
         dead = [n for n in operators if isinstance(known.get(n.name, (None,))[0], np.dtype)]
         if not dead or not isinstance(policy, FixedPolicy):
@@ -589,15 +590,15 @@ class _Execution:
 
         def taken(name: str) -> bool:  # from the trace, capturing no lineage that reads its inputs
             op = by_name[name].operator
-            return name not in self.kept and not any(s.stored for s in chosen.get(name, ())) and \
+            return not any(s.stored for s in chosen.get(name, ())) and \
                 isinstance(known.get(name, (None,))[0], np.ndarray) and \
                 op is not None and not op.two_pass and "raise" not in (getattr(op, "errstate", None) or {}).values()
 
-        for node in dead:
+        for node in reversed(dead):  # a reader let go of reads nothing either: readers first
             op = node.operator
             if node.name not in self.kept and node.name not in priced and op is not None and not op.two_pass and \
                     not any(s.stored for s in chosen.get(node.name, ())) and \
-                    all(taken(r) for r in self.readers[node.name]):
+                    all(r in self.let_go or taken(r) for r in self.readers[node.name]):
                 self.let_go.add(node.name)
 
     def _let_go(self, node: Node, stage: NodeStage, dtype: np.dtype,

@@ -300,7 +300,8 @@ class Tracer:
     def hold(self, array: Any) -> None:
         """Note ``array``, a traced array made under this tracer: while it lives, the values of the
         entry it stands for are not let go of (`_drop_dead`)."""
-        self._arrays.add(array)
+        if self.drop_dead:
+            self._arrays.add(array)
 
     def _drop_dead(self) -> None:
         """Let go of the values nothing needs any more (`drop_dead`), before new values are made: the

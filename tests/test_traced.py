@@ -165,9 +165,8 @@ def chain(x):
     return {"out": y, "alone": x * 3.0 - 1.0}
 
 
-def test_values_are_held_within_the_budget_and_the_run_computes_the_rest(tmp_path, reused, monkeypatch):
-    x = data(6, (64, 64))
-    budget = 5 * x.nbytes  # room for two rounds of the loop (a scaling and a running sum each)
+def tracers(monkeypatch) -> list[Tracer]:
+    """The `Tracer` of every trace made from now on in the test, in order."""
     seen: list[Tracer] = []
     original = Tracer.__init__
 
@@ -176,6 +175,13 @@ def test_values_are_held_within_the_budget_and_the_run_computes_the_rest(tmp_pat
         seen.append(self)
 
     monkeypatch.setattr(Tracer, "__init__", recording)
+    return seen
+
+
+def test_values_are_held_within_the_budget_and_the_run_computes_the_rest(tmp_path, reused, monkeypatch):
+    x = data(6, (64, 64))
+    budget = 5 * x.nbytes  # room for two rounds of the loop (a scaling and a running sum each)
+    seen = tracers(monkeypatch)
     with config.set(trace_values_mb=budget / 2**20):
         run = sz.workflow(chain).run({"x": x}, tmp_path / "s", executor="local")
     assert 0 < seen[-1].value_bytes <= budget
@@ -392,14 +398,7 @@ def test_a_trace_that_lets_go_of_dead_values_stores_and_answers_as_one_that_keep
     from subzero.trace import tracer as tracer_module
 
     image = data(21, (64, 48))
-    seen: list[Tracer] = []
-    original = Tracer.__init__
-
-    def recording(self, name, eager_bytes=None, **kwargs):
-        original(self, name, eager_bytes, **kwargs)
-        seen.append(self)
-
-    monkeypatch.setattr(Tracer, "__init__", recording)
+    seen = tracers(monkeypatch)
     unheld: list[set[str]] = []  # the nodes each run committed without computing them again to hold them
     # (also a step whose array the trace lent to the step after it, `Tracer.dropped`)
     let_go_of = driver._Execution.let_go_of

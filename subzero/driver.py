@@ -943,7 +943,6 @@ def _query_nodes(query: Any) -> list[str]:
     return names
 
 
-
 def _same_view(value: np.ndarray, source: np.ndarray, copy: np.ndarray | None) -> np.ndarray | None:
     """``value``, a view of the caller's ``source`` (a reshape, a slice, a transpose), as the same
     view of ``copy`` (the C-ordered copy of ``source`` a run behind its return holds), read-only;

@@ -143,7 +143,6 @@ class _QueryLogWriter:
             except OSError:
                 pass
 
-
     def forked(self) -> None:
         """In a forked child: the parent writes what waited; the child starts with nothing waiting
         and no timer (its thread was not copied)."""
